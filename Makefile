@@ -1,0 +1,50 @@
+# vmservice: `make run` to start the daemon, `make test` to run the suite.
+# Both install what they need first (Debian packages, the virtualenv, the guest image).
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+CONFIG ?= conf/vmservice.yaml
+# The guest image cache lives outside the clone, keyed by the hash of its recipe.
+IMAGE_DIR ?= /var/cache/vmservice/images
+APT_PACKAGES := qemu-system-x86 qemu-utils e2fsprogs lz4 dpkg apt iproute2 nftables
+export VMSERVICE_IMAGE_DIR := $(IMAGE_DIR)
+
+.PHONY: install apt venv image run test unit integration bench clean
+
+install: apt venv image
+
+# Install the Debian packages the daemon and the image builder need, when any is missing.
+apt:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+image: apt venv
+	$(BIN)/python -m vmservice.images build --image-dir $(IMAGE_DIR)
+
+run: install
+	$(BIN)/twistd -n vmservice --config $(CONFIG)
+
+test: install
+	$(BIN)/python -b -m twisted.trial --random=0 tests
+
+unit: venv
+	VMSERVICE_SKIP_INTEGRATION=1 $(BIN)/python -b -m twisted.trial tests
+
+bench: install
+	$(BIN)/python bench/boot.py
+
+clean:
+	rm -rf $(VENV) _trial_temp *.egg-info

@@ -1,0 +1,188 @@
+"""
+Fakes for the fleet's collaborators: a hypervisor driver, agent connections
+and disks that record what they are asked and answer as told.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.testing import MemoryReactorClock
+from twisted.python.filepath import FilePath
+from zope.interface import implementer
+
+from attrs import frozen
+from vmservice.config import Config, HostGroupConfig
+from vmservice.hypervisors.base import Capabilities, IHypervisor, IMachine, MachineExit, MachineSpec
+from vmservice.images.store import Image, ImageNotFound
+from vmservice.nodes.fleet import Fleet
+from vmservice.nodes.store import NodeStore
+
+
+@frozen
+class AgentHealth:
+    """What a real agent's health reply carries."""
+
+    agent_uptime: int
+    agent_version: str
+    system_uptime: int
+    userdata_ran: bool
+
+
+@implementer(IMachine)
+class FakeMachine:
+    """A VM that runs until killed or told it ended."""
+
+    def __init__(self, spec: MachineSpec, pid: int) -> None:
+        self.spec = spec
+        self.pid = pid
+        self._exit: MachineExit | None = None
+        self._waiters: list[Deferred[MachineExit]] = []
+        self.stops: list[tuple[bool, float]] = []
+
+    @property
+    def ended(self) -> Deferred[MachineExit]:
+        if self._exit is not None:
+            return succeed(self._exit)
+        d: Deferred[MachineExit] = Deferred()
+        self._waiters.append(d)
+        return d
+
+    def end(self, exit_code: int | None = 0, signal: int | None = None, stderr: str = "") -> None:
+        self._exit = MachineExit(exit_code, signal, stderr)
+        waiters, self._waiters = self._waiters, []
+        for d in waiters:
+            d.callback(self._exit)
+
+    def kill(self) -> Deferred[MachineExit]:
+        if self._exit is None:
+            self.end(None, 9)
+        return self.ended
+
+    def stop(self, graceful: bool, grace: float) -> Deferred[MachineExit]:
+        self.stops.append((graceful, grace))
+        return self.kill()
+
+
+@implementer(IHypervisor)
+class FakeDriver:
+    capabilities = Capabilities(can_pause=True, can_suspend=False)
+    description = "fake"
+
+    def __init__(self) -> None:
+        self.machines: list[FakeMachine] = []
+
+    def start(self, spec: MachineSpec, log_path: str | None = None) -> Deferred[IMachine]:
+        machine = FakeMachine(spec, 1000 + len(self.machines))
+        self.machines.append(machine)
+        with open(spec.console_log, "w") as f:
+            f.write("".join(f"line {i}\r\n" for i in range(1, 31)))
+        return succeed(machine)
+
+
+class FakeAgent:
+    """An agent connection that becomes ready when told."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.started = False
+        self.stopped = False
+        self._ready: Deferred[None] | None = None
+        self._waiters: list[Deferred[None]] = []
+        self.is_ready = False
+
+    def start(self) -> None:
+        self.started = True
+
+    def stop(self) -> Deferred[None]:
+        self.stopped = True
+        return succeed(None)
+
+    def when_ready(self) -> Deferred[None]:
+        if self.is_ready:
+            return succeed(None)
+        d: Deferred[None] = Deferred()
+        self._waiters.append(d)
+        return d
+
+    def ready(self) -> None:
+        self.is_ready = True
+        waiters, self._waiters = self._waiters, []
+        for d in waiters:
+            d.callback(None)
+
+    async def health(self) -> AgentHealth:
+        if not self.is_ready:
+            raise ConnectionError("not connected")
+        return AgentHealth(agent_uptime=5_000_000_000, agent_version="0.1.0", system_uptime=7_000_000_000, userdata_ran=False)
+
+
+class FakeDisks:
+    def __init__(self) -> None:
+        self.created: list[str] = []
+
+    async def create(self, base: str, path: str, size_bytes: int) -> None:
+        with open(path, "wb") as f:
+            f.write(b"disk")
+        self.created.append(path)
+
+    def remove(self, path: str) -> bool:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        return True
+
+
+def fake_image(directory: str) -> Image:
+    root = FilePath(directory)
+    for name in ("vmlinux", "initrd.img", "rootfs.ext4"):
+        root.child(name).setContent(b"x")
+    return Image("default", root, root.child("vmlinux"), root.child("initrd.img"), root.child("rootfs.ext4"), {})
+
+
+class FleetHarness:
+    """A fleet on fakes, with a clock and everything it created reachable."""
+
+    def __init__(self, state_dir: str, groups: tuple[HostGroupConfig, ...] | None = None) -> None:
+        self.reactor = MemoryReactorClock()
+        self.driver = FakeDriver()
+        self.disks = FakeDisks()
+        self.agents: list[FakeAgent] = []
+        self.boots: list[tuple[str, float]] = []
+        os.makedirs(os.path.join(state_dir, "image"), exist_ok=True)
+        self.image = fake_image(os.path.join(state_dir, "image"))
+        self.config = Config(
+            state_dir=state_dir,
+            host_groups=groups
+            or (
+                HostGroupConfig(name="demo", vcpu=2, ram_bytes=512 * 1024 * 1024),
+                HostGroupConfig(name="other", vcpu=1, ram_bytes=256 * 1024 * 1024),
+            ),
+        )
+        self.store = NodeStore(state_dir)
+        self.fleet = Fleet(
+            self.reactor,
+            self.config,
+            self.store,
+            driver=lambda: succeed(self.driver),
+            images=self._images,
+            disks=self.disks,
+            agent_factory=self._agent,
+            on_boot=lambda group, seconds: self.boots.append((group, seconds)),
+        )
+
+    def _images(self, name: str) -> Image:
+        if name != "default":
+            raise ImageNotFound(name, "/nowhere", "never built")
+        return self.image
+
+    def _agent(self, path: str) -> FakeAgent:
+        agent = FakeAgent(path)
+        self.agents.append(agent)
+        return agent
+
+
+__all__ = ["FleetHarness", "FakeAgent", "FakeDriver", "FakeMachine", "FakeDisks"]

@@ -1,0 +1,179 @@
+"""
+Tests for :mod:`vmservice.nodes.fleet` on fakes: hostnames, limits, waits,
+timeouts, deletes, filters and cleanup.
+"""
+
+from __future__ import annotations
+
+import os
+
+from twisted.internet.defer import Deferred
+from twisted.trial.unittest import SynchronousTestCase
+
+from tests.fakes import FleetHarness
+from vmservice.errors import BadRequest, Conflict, Internal, NotFound, Protected, WaitTimeout
+from vmservice.nodes.fleet import CreateRequest
+from vmservice.nodes.model import Status
+
+
+class FleetTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.h = FleetHarness(self.mktemp())
+        self.h.fleet.startService()
+        self.fleet = self.h.fleet
+
+    def create(self, group: str = "demo", request: CreateRequest = CreateRequest(), wait: str | None = None, timeout: float = 300.0) -> Deferred:
+        return Deferred.fromCoroutine(self.fleet.create(group, request, wait, timeout))
+
+    def test_hostnames_count_up_per_group(self) -> None:
+        """Hostnames are <group>-<n>, counted per group from 1."""
+        names = [self.successResultOf(self.create(g)).hostname for g in ("demo", "demo", "other")]
+        self.assertEqual(names, ["demo-1", "demo-2", "other-1"])
+
+    def test_counter_survives_restart_and_is_never_reused(self) -> None:
+        """After a delete and a restart, the next hostname is still a new number."""
+        self.successResultOf(self.create())
+        self.successResultOf(Deferred.fromCoroutine(self.fleet.delete("demo", "demo-1")))
+        again = FleetHarness(self.h.config.state_dir)
+        again.fleet.startService()
+        record = self.successResultOf(Deferred.fromCoroutine(again.fleet.create("demo", CreateRequest(), None, 1)))
+        self.assertEqual(record.hostname, "demo-2")
+
+    def test_requested_hostname(self) -> None:
+        """A valid free hostname is used; a taken one is a conflict; a bad one is refused."""
+        self.assertEqual(self.successResultOf(self.create(request=CreateRequest(hostname="web"))).hostname, "web")
+        self.failureResultOf(self.create(request=CreateRequest(hostname="web")), Conflict)
+        self.failureResultOf(self.create(request=CreateRequest(hostname="Bad_Name")), BadRequest)
+
+    def test_limits(self) -> None:
+        """cpus and ram_bytes above the group's are refused with BadRequest."""
+        self.failureResultOf(self.create(request=CreateRequest(cpus=3)), BadRequest)
+        self.failureResultOf(self.create(request=CreateRequest(ram_bytes=513 * 1024 * 1024)), BadRequest)
+        record = self.successResultOf(self.create(request=CreateRequest(cpus=1, ram_bytes=128 * 1024 * 1024)))
+        self.assertEqual((record.cpus, record.ram_bytes), (1, 128 * 1024 * 1024))
+        self.assertEqual(self.h.driver.machines[-1].spec.vcpus, 1)
+
+    def test_unknown_group(self) -> None:
+        """Creating in, listing or deleting from an unknown group is NotFound."""
+        self.failureResultOf(self.create("nope"), NotFound)
+        self.assertRaises(NotFound, self.fleet.list, "nope")
+        self.failureResultOf(Deferred.fromCoroutine(self.fleet.delete("nope", "demo-1")), NotFound)
+
+    def test_record_written_and_listed(self) -> None:
+        """A created node is persisted as Running with its pid, and listed."""
+        record = self.successResultOf(self.create(request=CreateRequest(tags=("a", "b"))))
+        records, strays = self.h.store.load_all()
+        self.assertEqual(strays, [])
+        self.assertEqual(records, [record])
+        self.assertEqual(record.status, Status.RUNNING)
+        self.assertEqual(record.pid, 1000)
+        self.assertEqual(self.fleet.list(), [record])
+
+    def test_wait_agent(self) -> None:
+        """wait=agent answers only after the agent's health reply; boot time is reported."""
+        d = self.create(wait="agent")
+        self.assertNoResult(d)
+        self.h.reactor.advance(2.5)
+        self.h.agents[0].ready()
+        self.assertEqual(self.successResultOf(d).hostname, "demo-1")
+        self.assertEqual(self.h.boots, [("demo", 2.5)])
+
+    def test_wait_timeout_removes_everything(self) -> None:
+        """A wait that times out kills the VM and removes disk, record and directory."""
+        d = self.create(wait="agent", timeout=30)
+        self.h.reactor.advance(30)
+        self.failureResultOf(d, WaitTimeout)
+        machine = self.h.driver.machines[0]
+        self.assertIsNotNone(machine._exit)
+        self.assertTrue(self.h.agents[0].stopped)
+        self.assertEqual(self.h.store.load_all(), ([], []))
+        self.assertFalse(os.path.exists(self.h.store.node_dir("demo-1")))
+        self.assertEqual(self.fleet.list(), [])
+
+    def test_vm_dies_while_waiting(self) -> None:
+        """A VM that exits while create waits fails the create with its error, leaving nothing."""
+        d = self.create(wait="agent")
+        self.h.driver.machines[0].end(1, None, "qemu: boom\n")
+        failure = self.failureResultOf(d, Internal)
+        self.assertIn("boom", str(failure.value))
+        self.assertEqual(self.h.store.load_all(), ([], []))
+
+    def test_cancelled_create_cleans_up(self) -> None:
+        """Cancelling a create while it waits removes the node entirely."""
+        d = self.create(wait="agent")
+        d.cancel()
+        self.failureResultOf(d)
+        self.assertEqual(self.h.store.load_all(), ([], []))
+        self.assertEqual(self.fleet.list(), [])
+
+    def test_delete(self) -> None:
+        """Delete kills the VM and removes the disk and the record."""
+        self.successResultOf(self.create())
+        result = self.successResultOf(Deferred.fromCoroutine(self.fleet.delete("demo", "demo-1")))
+        self.assertTrue(result.disk_removed)
+        self.assertEqual(self.h.driver.machines[0]._exit.signal, 9)
+        self.assertEqual(self.h.store.load_all(), ([], []))
+        self.failureResultOf(Deferred.fromCoroutine(self.fleet.delete("demo", "demo-1")), NotFound)
+
+    def test_delete_wrong_group(self) -> None:
+        """A node is only found in its own group."""
+        self.successResultOf(self.create())
+        self.failureResultOf(Deferred.fromCoroutine(self.fleet.delete("other", "demo-1")), NotFound)
+
+    def test_delete_protected(self) -> None:
+        """A protected node cannot be deleted."""
+        self.successResultOf(self.create(request=CreateRequest(protected=True)))
+        self.failureResultOf(Deferred.fromCoroutine(self.fleet.delete("demo", "demo-1")), Protected)
+
+    def test_filters(self) -> None:
+        """tag matches exactly, tag_prefix by prefix, both at once is refused."""
+        self.successResultOf(self.create(request=CreateRequest(tags=("team=a", "x"))))
+        self.successResultOf(self.create(request=CreateRequest(tags=("team=b",))))
+        self.successResultOf(self.create("other"))
+        names = lambda records: [r.hostname for r in records]
+        self.assertEqual(names(self.fleet.list(tag="team=a")), ["demo-1"])
+        self.assertEqual(names(self.fleet.list(tag="team")), [])
+        self.assertEqual(names(self.fleet.list(tag_prefix="team=")), ["demo-1", "demo-2"])
+        self.assertEqual(names(self.fleet.list("other")), ["other-1"])
+        self.assertRaises(BadRequest, self.fleet.list, None, "a", "b")
+
+    def test_ephemeral_vm_exit_removes_node(self) -> None:
+        """An ephemeral node whose VM exits on its own is removed."""
+        self.successResultOf(self.create())
+        self.h.driver.machines[0].end(0)
+        self.assertEqual(self.fleet.list(), [])
+        self.assertEqual(self.h.store.load_all(), ([], []))
+
+    def test_persistent_vm_exit_stops_node(self) -> None:
+        """A persistent node whose VM exits becomes Stopped and keeps its disk."""
+        self.successResultOf(self.create(request=CreateRequest(persistent=True)))
+        self.h.driver.machines[0].end(0)
+        [record] = self.fleet.list()
+        self.assertEqual(record.status, Status.STOPPED)
+        self.assertTrue(os.path.exists(os.path.join(self.h.store.node_dir("demo-1"), "disk.qcow2")))
+
+    def test_logs(self) -> None:
+        """logs returns the last N lines with CRLF folded, all of them for 0."""
+        self.successResultOf(self.create())
+        text, count = self.fleet.logs("demo-1", 2)
+        self.assertEqual((text, count), ("line 29\nline 30\n", 2))
+        self.assertEqual(self.fleet.logs("demo-1", 0)[1], 30)
+        self.assertRaises(NotFound, self.fleet.logs, "demo-9", 2)
+
+    def test_stop_service_stops_everything(self) -> None:
+        """Stopping the service stops every VM (gracefully as configured) and removes ephemeral nodes."""
+        self.successResultOf(self.create())
+        self.successResultOf(self.create(request=CreateRequest(persistent=True)))
+        self.successResultOf(self.fleet.stopService())
+        self.assertEqual([m.stops for m in self.h.driver.machines], [[(True, 10.0)], [(True, 10.0)]])
+        records, _ = self.h.store.load_all()
+        self.assertEqual([(r.hostname, r.status) for r in records], [("demo-2", Status.STOPPED)])
+
+    def test_start_removes_leftovers(self) -> None:
+        """At start, stray directories and ephemeral records of an earlier run are removed."""
+        self.successResultOf(self.create())
+        os.makedirs(self.h.store.node_dir("stray-1"))
+        again = FleetHarness(self.h.config.state_dir)
+        again.fleet.startService()
+        self.assertEqual(again.store.load_all(), ([], []))
+        self.assertFalse(os.path.exists(again.store.node_dir("stray-1")))

@@ -1,0 +1,232 @@
+# -*- test-case-name: tests.api.test_inputs -*-
+"""
+The one place where HTTP input is parsed and validated.
+
+Query parameters, JSON bodies and path values become typed values here, or a
+:class:`~vmservice.errors.BadRequest` that names what is wrong.  Nothing
+deeper ever sees raw request data.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+
+import cattrs
+from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+from twisted.web.iweb import IRequest
+
+from ..durations import parse_go_duration
+from ..errors import BadRequest
+from ..nodes.fleet import CreateRequest
+from .models import CreateNodeRequest
+
+T = TypeVar("T")
+
+#: Bodies of control requests are small; anything larger is refused.
+MAX_JSON_BODY = 1 << 20
+
+_TRUE = {"true", "1", "yes"}
+_FALSE = {"false", "0", "no", ""}
+
+
+def _strict(converter: cattrs.Converter) -> cattrs.Converter:
+    """Refuse type coercion: a string is not an int and ``"false"`` is not a bool."""
+
+    def exact(kind: type, name: str) -> Any:
+        def hook(value: Any, _: Any) -> Any:
+            if type(value) is not kind and not (kind is float and type(value) is int):
+                raise TypeError(f"expected {name}")
+            return value
+
+        return hook
+
+    converter.register_structure_hook(int, exact(int, "an integer"))
+    converter.register_structure_hook(bool, exact(bool, "a boolean"))
+    converter.register_structure_hook(str, exact(str, "a string"))
+    converter.register_structure_hook(float, exact(float, "a number"))
+    return converter
+
+
+_converter = _strict(cattrs.Converter(forbid_extra_keys=True))
+
+
+def _describe(error: BaseException, path: str = "") -> str:
+    """Find the first leaf error in a cattrs exception group and name its field."""
+    if isinstance(error, ForbiddenExtraKeysError):
+        names = ", ".join(sorted(error.extra_fields))
+        return f"unknown field{'s' if len(error.extra_fields) > 1 else ''}: {names}"
+    if isinstance(error, (ClassValidationError, IterableValidationError)):
+        for inner in error.exceptions:
+            note = next(iter(getattr(inner, "__notes__", [])), "")
+            name = getattr(note, "name", None)
+            index = getattr(note, "index", None)
+            where = path
+            if name is not None:
+                where = f"{path}.{name}" if path else str(name)
+            elif index is not None:
+                where = f"{path}[{index}]"
+            return _describe(inner, where)
+    message = str(error) or type(error).__name__
+    if isinstance(error, KeyError):
+        message = "is required"
+    return f"field {path!r}: {message}" if path else message
+
+
+def structure(data: Any, cls: type[T]) -> T:
+    """
+    Build ``cls`` (an attrs class) from decoded JSON, strictly.
+
+    :raise BadRequest: unknown fields, wrong types, missing fields.
+    """
+    if not isinstance(data, dict):
+        raise BadRequest("the body must be a JSON object", code="invalid_body")
+    try:
+        return _converter.structure(data, cls)
+    except Exception as error:
+        raise BadRequest(_describe(error), code="invalid_body") from None
+
+
+def json_object(request: IRequest, *, empty_ok: bool = True) -> dict[str, Any]:
+    """
+    The request body as a JSON object; an empty body is ``{}`` when
+    ``empty_ok``.
+
+    :raise BadRequest: invalid JSON, not an object, or too large.
+    """
+    content = request.content
+    raw = content.read(MAX_JSON_BODY + 1) if content is not None else b""
+    if len(raw) > MAX_JSON_BODY:
+        raise BadRequest("the body is too large", code="body_too_large")
+    if not raw.strip():
+        if empty_ok:
+            return {}
+        raise BadRequest("a JSON body is required", code="invalid_body")
+    try:
+        value = json.loads(raw)
+    except ValueError as error:
+        raise BadRequest(f"invalid JSON: {error}", code="invalid_json") from None
+    if not isinstance(value, dict):
+        raise BadRequest("the body must be a JSON object", code="invalid_body")
+    return value
+
+
+def query(request: IRequest, name: str) -> str | None:
+    """The last value of query parameter ``name`` as text, or ``None``."""
+    values = (request.args or {}).get(name.encode())
+    if not values:
+        return None
+    try:
+        return values[-1].decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest(f"query parameter {name!r} is not valid UTF-8", code="invalid_query") from None
+
+
+def query_int(request: IRequest, name: str, default: int, *, minimum: int | None = None) -> int:
+    """Query parameter ``name`` as an integer (``default`` when absent or empty)."""
+    text = query(request, name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise BadRequest(f"query parameter {name!r} must be an integer, not {text!r}", code="invalid_query") from None
+    if minimum is not None and value < minimum:
+        raise BadRequest(f"query parameter {name!r} must be at least {minimum}", code="invalid_query")
+    return value
+
+
+def query_bool(request: IRequest, name: str, default: bool = False) -> bool:
+    """Query parameter ``name`` as a boolean: true/false/1/0/yes/no."""
+    text = query(request, name)
+    if text is None:
+        return default
+    lowered = text.lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise BadRequest(f"query parameter {name!r} must be true or false, not {text!r}", code="invalid_query")
+
+
+def query_choice(request: IRequest, name: str, choices: tuple[str, ...]) -> str | None:
+    """Query parameter ``name``, which must be one of ``choices`` (empty = absent)."""
+    text = query(request, name)
+    if text is None or text == "":
+        return None
+    if text not in choices:
+        raise BadRequest(
+            f"query parameter {name!r} must be one of {', '.join(choices)}, not {text!r}", code="invalid_query"
+        )
+    return text
+
+
+def query_duration(request: IRequest, name: str, default: float) -> float:
+    """Query parameter ``name`` as a Go duration (``30s``, ``2m``, ``1m30s``) in seconds."""
+    text = query(request, name)
+    if text is None or text == "":
+        return default
+    try:
+        seconds = parse_go_duration(text)
+    except ValueError as error:
+        raise BadRequest(f"query parameter {name!r}: {error}", code="invalid_query") from None
+    if seconds <= 0:
+        raise BadRequest(f"query parameter {name!r} must be positive", code="invalid_query")
+    return seconds
+
+
+#: CreateNodeRequest fields the daemon does not support yet, with the reason.
+_UNSUPPORTED = {
+    "ip": "this host group has no network",
+    "disk_image": "only the host group's image is supported",
+    "import_user": "importing users is not supported",
+    "ssh_keys": "SSH keys are not supported (use exec or shell through the agent)",
+    "userdata": "userdata is not supported yet",
+    "secrets": "secrets are not supported yet",
+    "pci_devices": "PCI passthrough is not supported",
+    "codehost_user": "importing keys from a code host is not supported",
+    "network": "per-node network policy is not supported yet",
+}
+
+
+def create_request(request: IRequest) -> CreateRequest:
+    """
+    Parse the body of a create-node request into the domain's request.
+
+    Empty values (``""``, ``[]``, ``null``, ``0`` GPUs) of unsupported fields
+    are accepted, as clients send zero values; anything else is refused.
+    """
+    body = structure(json_object(request), CreateNodeRequest)
+    for name, reason in _UNSUPPORTED.items():
+        if getattr(body, name):
+            raise BadRequest(f"field {name!r}: {reason}", code="not_supported")
+    if body.gpu_count:
+        raise BadRequest("field 'gpu_count': this host has no GPUs to pass through", code="limit_exceeded")
+    for name in ("ram_bytes", "cpus"):
+        value = getattr(body, name)
+        if value is not None and value < 0:
+            raise BadRequest(f"field {name!r} must not be negative", code="invalid_body")
+    tags = tuple(body.tags or ())
+    if any(not tag for tag in tags):
+        raise BadRequest("field 'tags': tags must not be empty strings", code="invalid_body")
+    return CreateRequest(
+        hostname=body.hostname or None,
+        ram_bytes=body.ram_bytes or None,
+        cpus=body.cpus or None,
+        persistent=body.persistent,
+        protected=bool(body.protected),
+        tags=tags,
+    )
+
+
+__all__ = [
+    "create_request",
+    "json_object",
+    "query",
+    "query_bool",
+    "query_choice",
+    "query_duration",
+    "query_int",
+    "structure",
+]

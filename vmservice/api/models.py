@@ -1,0 +1,126 @@
+# -*- test-case-name: tests.api.test_openapi -*-
+"""
+The JSON shapes of the API (requests and responses) as attrs records.
+
+They are the single description of every body: the input parser structures
+requests into them, the renderer unstructures responses from them, and the
+OpenAPI document is generated from them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from attrs import field, frozen
+
+
+@frozen
+class ErrorResponse:
+    """Every error: a message and a stable snake_case code."""
+
+    error: str
+    code: str | None = None
+
+
+@frozen
+class Info:
+    """The daemon's version (``GET /info``)."""
+
+    version: str
+    git_commit: str
+    platform: str
+    arch: str
+
+
+@frozen
+class HostGroup:
+    """A host group: the template its nodes are made from."""
+
+    name: str
+    count: int
+    ram_bytes: int
+    cpus: int
+    gpu_count: int
+    arch: str
+
+
+@frozen
+class Node:
+    """One node in a listing."""
+
+    hostname: str
+    hostgroup: str
+    ip: str
+    ram_bytes: int
+    cpus: int
+    created_at: datetime
+    tags: list[str]
+    arch: str
+    status: str
+    persistent: bool
+
+
+@frozen
+class CreateNodeRequest:
+    """
+    The body of ``POST /hostgroup/{name}/nodes``; every field optional.
+    Fields the daemon cannot honour yet are refused with 400 when set.
+    """
+
+    hostname: str | None = None
+    ip: str | None = None
+    ram_bytes: int | None = None
+    cpus: int | None = None
+    gpu_count: int | None = None
+    persistent: bool | None = None
+    disk_image: str | None = None
+    import_user: str | None = None
+    ssh_keys: list[str] | None = None
+    protected: bool | None = None
+    userdata: str | None = None
+    tags: list[str] | None = None
+    secrets: list[str] | None = None
+    pci_devices: list[str] | None = None
+    codehost_user: str | None = None
+    network: dict[str, list[str]] | None = None
+
+
+@frozen
+class CreateNodeResponse:
+    """What create answers: the new node's identity."""
+
+    hostname: str
+    hostgroup: str
+    ip: str
+    created_at: datetime
+    arch: str
+
+
+@frozen
+class DeleteResponse:
+    """What delete answers; ``disk_removed`` is the text ``"true"`` or ``"false"``."""
+
+    message: str
+    disk_removed: str
+    error: str = ""
+
+
+@frozen
+class LogsResponse:
+    """The tail of a node's serial console."""
+
+    hostname: str
+    lines: int
+    content: str
+
+
+@frozen
+class AgentHealth:
+    """The guest agent's health; uptimes are integer nanoseconds."""
+
+    hostname: str
+    agent_uptime: int
+    agent_version: str
+    system_uptime: int
+    userdata_ran: bool
+    ip: str = field(default="")

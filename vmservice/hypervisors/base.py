@@ -1,0 +1,100 @@
+# -*- test-case-name: tests.hypervisors.test_qemu -*-
+"""
+The driver interface every hypervisor implements, and the records it uses.
+
+The node layer (:mod:`vmservice.nodes`) only speaks to a hypervisor through
+:class:`IHypervisor` and :class:`IMachine`, so QEMU today and other VMMs later
+plug in behind the same seam.  Capability flags tell the node layer what a
+driver can do (e.g. suspend to disk) so the API can answer 501 up front.
+"""
+
+from __future__ import annotations
+
+from attrs import frozen
+from twisted.internet.defer import Deferred
+from zope.interface import Attribute, Interface
+
+
+@frozen
+class MachineSpec:
+    """
+    Everything a driver needs to start one VM.
+
+    :ivar name: the node's hostname (also given to the guest).
+    :ivar vcpus: number of virtual CPUs.
+    :ivar ram_bytes: guest memory in bytes.
+    :ivar kernel: path of the uncompressed kernel (``vmlinux``).
+    :ivar initrd: path of the small initramfs that mounts the root disk.
+    :ivar disk: path of the node's qcow2 root disk.
+    :ivar agent_socket: UNIX socket path the agent channel is served on.
+    :ivar qmp_socket: UNIX socket path of the QMP monitor.
+    :ivar console_log: file the serial console is written to.
+    """
+
+    name: str
+    vcpus: int
+    ram_bytes: int
+    kernel: str
+    initrd: str
+    disk: str
+    agent_socket: str
+    qmp_socket: str
+    console_log: str
+
+
+@frozen
+class MachineExit:
+    """
+    How a VM process ended.
+
+    :ivar exit_code: the process exit status, or ``None`` when killed by a signal.
+    :ivar signal: the signal number that ended it, or ``None``.
+    :ivar stderr: the tail of what the process wrote on stderr (for errors).
+    """
+
+    exit_code: int | None
+    signal: int | None
+    stderr: str
+
+
+@frozen
+class Capabilities:
+    """
+    What a driver can do beyond start and stop.
+
+    :ivar can_pause: pause/resume of a running VM.
+    :ivar can_suspend: save memory and device state to disk and restore it.
+    """
+
+    can_pause: bool
+    can_suspend: bool
+
+
+class HypervisorError(Exception):
+    """A VM could not be started or driven; the message says why."""
+
+
+class IMachine(Interface):
+    """A running VM owned by a driver."""
+
+    pid = Attribute("The process id of the VMM process.")
+    ended = Attribute("A Deferred firing with a MachineExit when the process ends.")
+
+    def stop(graceful: bool, grace: float) -> Deferred[MachineExit]:
+        """
+        Stop the VM: ask the guest to power off when ``graceful``, then kill it
+        if it is still running after ``grace`` seconds.
+        """
+
+    def kill() -> Deferred[MachineExit]:
+        """Kill the VM process at once."""
+
+
+class IHypervisor(Interface):
+    """A driver that starts VMs."""
+
+    capabilities = Attribute("The Capabilities of this driver.")
+    description = Attribute("A short text saying how VMs run, e.g. 'qemu, tcg'.")
+
+    def start(spec: MachineSpec) -> Deferred[IMachine]:
+        """Start a VM from ``spec``; fires once the process runs."""

@@ -1,0 +1,443 @@
+# -*- test-case-name: tests.hypervisors.test_qemu -*-
+"""
+The QEMU driver: a pure command-line builder, the child process, and the
+KVM-or-TCG decision.
+
+VMs run as ``qemu-system-x86_64 -machine microvm`` children of the daemon,
+booting an uncompressed kernel through PVH with a small initramfs that mounts
+the node's qcow2 disk.  The serial console goes to a file, the agent channel
+to a virtio-serial port served on a UNIX socket, the monitor to a QMP socket.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from attrs import frozen
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.endpoints import UNIXClientEndpoint, connectProtocol
+from twisted.internet.error import ProcessDone, ProcessTerminated
+from twisted.internet.protocol import ProcessProtocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from .base import (
+    Capabilities,
+    HypervisorError,
+    IHypervisor,
+    IMachine,
+    MachineExit,
+    MachineSpec,
+)
+from .qmp import QMPError, QMPProtocol
+
+log = Logger()
+
+MiB = 1024 * 1024
+
+#: What the initramfs prints in probe mode before it powers off.
+PROBE_MARKER = b"VMSERVICE_PROBE_OK"
+
+
+@frozen
+class QemuSettings:
+    """
+    How this host runs QEMU.
+
+    :ivar binary: the QEMU system emulator to run.
+    :ivar accel: ``kvm`` or ``tcg``.
+    :ivar tsc_khz: the host TSC frequency in kHz, given to the guest kernel
+        because ``microvm`` has no HPET or PM timer to calibrate against.
+    """
+
+    binary: str = "qemu-system-x86_64"
+    accel: str = "tcg"
+    tsc_khz: int | None = None
+
+
+@frozen
+class AccelChoice:
+    """
+    The outcome of the KVM probe.
+
+    :ivar accel: ``kvm`` or ``tcg``.
+    :ivar reason: one sentence saying why, for the log.
+    """
+
+    accel: str
+    reason: str
+
+
+def host_tsc_khz(cpuinfo: str) -> int | None:
+    """
+    Read the host's CPU frequency in kHz from the text of ``/proc/cpuinfo``.
+
+    :return: the frequency, or ``None`` when the text has none.
+    """
+    match = re.search(r"^cpu MHz\s*:\s*([0-9.]+)", cpuinfo, re.MULTILINE)
+    if match is None:
+        return None
+    return int(float(match.group(1)) * 1000)
+
+
+def kernel_cmdline(hostname: str | None, tsc_khz: int | None, *, probe: bool = False) -> str:
+    """
+    Build the guest kernel command line.
+
+    :param hostname: the node's hostname, handed to our init.
+    :param tsc_khz: the TSC frequency to skip calibration with, if known.
+    :param probe: boot the initramfs in probe mode (print a marker, power off).
+    """
+    words = ["console=ttyS0", "quiet", "reboot=t"]
+    if tsc_khz:
+        words.append(f"tsc_early_khz={tsc_khz}")
+    if probe:
+        words.append("vmservice.probe=1")
+    else:
+        words += ["root=/dev/vda", "rw"]
+    if hostname:
+        words.append(f"vmservice.hostname={hostname}")
+    return " ".join(words)
+
+
+def _accel_args(accel: str) -> list[str]:
+    if accel == "kvm":
+        return ["-accel", "kvm", "-cpu", "host"]
+    return ["-accel", "tcg", "-cpu", "max"]
+
+
+def _common_args(accel: str, vcpus: int, ram_bytes: int) -> list[str]:
+    return [
+        "-machine", "microvm",
+        *_accel_args(accel),
+        "-m", str(max(ram_bytes // MiB, 16)),
+        "-smp", str(vcpus),
+        "-nodefaults", "-no-user-config", "-display", "none",
+    ]
+
+
+def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
+    """
+    Build the full argv that starts the VM described by ``spec``.
+
+    Pure: no file is touched, so it is unit-tested as a list of words.
+    """
+    return [
+        settings.binary,
+        "-name", f"vmservice-{spec.name}",
+        *_common_args(settings.accel, spec.vcpus, spec.ram_bytes),
+        "-kernel", spec.kernel,
+        "-initrd", spec.initrd,
+        "-append", kernel_cmdline(spec.name, settings.tsc_khz),
+        "-drive", f"id=root,file={spec.disk},format=qcow2,if=none,discard=unmap",
+        "-device", "virtio-blk-device,drive=root",
+        "-device", "virtio-serial-device",
+        "-chardev", f"socket,id=agent,path={spec.agent_socket},server=on,wait=off",
+        "-device", "virtserialport,chardev=agent,name=agent",
+        "-chardev", f"file,id=console,path={spec.console_log}",
+        "-serial", "chardev:console",
+        "-qmp", f"unix:{spec.qmp_socket},server=on,wait=off",
+    ]
+
+
+def probe_command(
+    binary: str, kernel: str, initrd: str, accel: str, tsc_khz: int | None
+) -> list[str]:
+    """
+    Build the argv of the probe guest: kernel and initramfs only, console on
+    stdout, which prints :data:`PROBE_MARKER` and powers off.
+    """
+    return [
+        binary,
+        *_common_args(accel, 1, 128 * MiB),
+        "-kernel", kernel,
+        "-initrd", initrd,
+        "-append", kernel_cmdline(None, tsc_khz, probe=True),
+        "-serial", "stdio",
+        "-no-reboot",
+    ]
+
+
+class _QemuProcess(ProcessProtocol):
+    """
+    Watches one QEMU child: keeps the tail of its output and fires ``ended``.
+    """
+
+    _TAIL = 8192
+
+    def __init__(self) -> None:
+        self.ended: Deferred[MachineExit] = Deferred()
+        self.output = b""
+        self.watch: tuple[bytes, Deferred[None]] | None = None
+
+    def _keep(self, data: bytes) -> None:
+        self.output = (self.output + data)[-self._TAIL :]
+        if self.watch is not None and self.watch[0] in self.output:
+            marker, seen = self.watch
+            self.watch = None
+            seen.callback(None)
+
+    def outReceived(self, data: bytes) -> None:
+        self._keep(data)
+
+    def errReceived(self, data: bytes) -> None:
+        self._keep(data)
+
+    def processEnded(self, reason: Failure) -> None:
+        value = reason.value
+        exit_code: int | None = None
+        sig: int | None = None
+        if isinstance(value, ProcessDone):
+            exit_code = 0
+        elif isinstance(value, ProcessTerminated):
+            exit_code = value.exitCode
+            sig = value.signal
+        self.ended.callback(
+            MachineExit(exit_code, sig, self.output.decode("utf-8", "replace"))
+        )
+
+
+def describe_exit(ended: MachineExit) -> str:
+    """Say in one line how a QEMU process ended, with its first error line."""
+    how = (
+        f"was killed by signal {ended.signal}"
+        if ended.signal is not None
+        else f"exited with status {ended.exit_code}"
+    )
+    lines = [line for line in ended.stderr.splitlines() if line.strip()]
+    detail = f": {lines[0].strip()}" if lines else ""
+    return f"qemu {how}{detail}"
+
+
+@implementer(IMachine)
+class QemuMachine:
+    """
+    A running QEMU child.
+
+    :ivar pid: the QEMU process id.
+    :ivar ended: fires with a :class:`MachineExit` when the process is gone
+        (a new Deferred each time it is read, so many may wait).
+    """
+
+    def __init__(self, reactor: Any, transport: Any, process: _QemuProcess, qmp_socket: str) -> None:
+        self._reactor = reactor
+        self._transport = transport
+        self._process = process
+        self._qmp_socket = qmp_socket
+        self._qmp: QMPProtocol | None = None
+        self._exit: MachineExit | None = None
+        self._waiters: list[Deferred[MachineExit]] = []
+        self.pid: int = transport.pid
+        process.ended.addCallback(self._ended)
+
+    def _ended(self, result: MachineExit) -> None:
+        self._exit = result
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.callback(result)
+        if self._qmp is not None and self._qmp.transport is not None:
+            self._qmp.transport.loseConnection()
+
+    @property
+    def ended(self) -> Deferred[MachineExit]:
+        if self._exit is not None:
+            return succeed(self._exit)
+        waiter: Deferred[MachineExit] = Deferred()
+        self._waiters.append(waiter)
+        return waiter
+
+    @property
+    def running(self) -> bool:
+        return self._exit is None
+
+    async def qmp(self, command: str, **arguments: Any) -> Any:
+        """
+        Run one QMP command, connecting to the monitor on first use.
+
+        :raise QMPError: when QEMU refuses the command or is gone.
+        """
+        if self._exit is not None:
+            raise QMPError("the VM is not running")
+        if self._qmp is None or self._qmp.transport is None or self._qmp._lost:
+            endpoint = UNIXClientEndpoint(self._reactor, self._qmp_socket, timeout=5)
+            protocol = QMPProtocol()
+            try:
+                await connectProtocol(endpoint, protocol)
+            except Exception as error:
+                raise QMPError(f"cannot reach QMP: {error}") from error
+            await protocol.ready
+            self._qmp = protocol
+        return await self._qmp.execute(command, **arguments)
+
+    def kill(self) -> Deferred[MachineExit]:
+        """Kill QEMU with SIGKILL and fire when it has been reaped."""
+        if self._exit is None:
+            try:
+                self._transport.signalProcess("KILL")
+            except Exception:  # already gone: processEnded will follow
+                pass
+        return self.ended
+
+    def stop(self, graceful: bool, grace: float) -> Deferred[MachineExit]:
+        """
+        Stop the VM: ACPI power-down through QMP when ``graceful``, then
+        SIGKILL once ``grace`` seconds have passed without the process ending.
+        """
+        return Deferred.fromCoroutine(self._stop(graceful, grace))
+
+    async def _stop(self, graceful: bool, grace: float) -> MachineExit:
+        if self._exit is not None:
+            return self._exit
+        if graceful:
+            try:
+                await self.qmp("system_powerdown")
+            except QMPError as error:
+                log.info("graceful stop of pid {pid} failed: {error}", pid=self.pid, error=error)
+            else:
+                ended = self.ended
+                timer = self._reactor.callLater(grace, self.kill)
+                result = await ended
+                if timer.active():
+                    timer.cancel()
+                return result
+        return await self.kill()
+
+
+@implementer(IHypervisor)
+class QemuDriver:
+    """
+    Starts VMs as QEMU children.
+
+    :param reactor: an ``IReactorProcess``, ``IReactorTime`` and
+        ``IReactorUNIX`` provider.
+    :param settings: the binary, accelerator and TSC frequency to use.
+    """
+
+    capabilities = Capabilities(can_pause=True, can_suspend=False)
+
+    def __init__(self, reactor: Any, settings: QemuSettings) -> None:
+        self._reactor = reactor
+        self.settings = settings
+
+    @property
+    def description(self) -> str:
+        return f"qemu microvm, {self.settings.accel}"
+
+    def start(self, spec: MachineSpec, log_path: str | None = None) -> Deferred[IMachine]:
+        """
+        Spawn QEMU for ``spec``.  Its stdout and stderr go to ``log_path``
+        (a file beside the node's other files) so QEMU does not depend on the
+        daemon's pipes staying open.
+        """
+        argv = qemu_command(spec, self.settings)
+        process = _QemuProcess()
+        output_fd = os.open(log_path or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+        try:
+            transport = self._reactor.spawnProcess(
+                process, argv[0], argv, env=_child_env(), childFDs={0: "w", 1: output_fd, 2: output_fd}
+            )
+        except OSError as error:
+            raise HypervisorError(f"cannot start {argv[0]}: {error}") from error
+        finally:
+            os.close(output_fd)
+        machine = QemuMachine(self._reactor, transport, process, spec.qmp_socket)
+        if log_path is not None:
+            machine.ended.addCallback(_with_log_tail, log_path)
+        return succeed(machine)
+
+
+def _with_log_tail(ended: MachineExit, log_path: str) -> MachineExit:
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 4096))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ended
+    return MachineExit(ended.exit_code, ended.signal, tail)
+
+
+def _child_env() -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LC_ALL": "C"}
+
+
+def kvm_usable(path: str = "/dev/kvm") -> bool:
+    """Whether the KVM device exists and can be opened for reading and writing."""
+    return os.access(path, os.R_OK | os.W_OK)
+
+
+async def probe_accel(
+    reactor: Any,
+    binary: str,
+    kernel: str,
+    initrd: str,
+    requested: str,
+    tsc_khz: int | None,
+    *,
+    kvm_path: str = "/dev/kvm",
+    timeout: float = 15.0,
+) -> AccelChoice:
+    """
+    Decide between KVM and TCG.
+
+    ``requested`` is the configuration's ``accel``: ``tcg`` and ``kvm`` are
+    obeyed as they are; ``auto`` uses KVM only when the device is usable and a
+    probe guest really boots under it within ``timeout`` seconds (a nested
+    KVM may crash QEMU at once or run a guest that never gets anywhere), and
+    TCG otherwise.
+    """
+    if requested in ("kvm", "tcg"):
+        return AccelChoice(requested, "set in the configuration")
+    if not kvm_usable(kvm_path):
+        return AccelChoice("tcg", f"{kvm_path} is missing or not accessible")
+    argv = probe_command(binary, kernel, initrd, "kvm", tsc_khz)
+    process = _QemuProcess()
+    seen: Deferred[None] = Deferred()
+    process.watch = (PROBE_MARKER, seen)
+    try:
+        transport = reactor.spawnProcess(
+            process, argv[0], argv, env=_child_env(), childFDs={0: "w", 1: "r", 2: "r"}
+        )
+    except OSError as error:
+        return AccelChoice("tcg", f"the KVM probe could not start: {error}")
+    outcome: Deferred[str] = Deferred()
+
+    def settle(result: str) -> None:
+        if not outcome.called:
+            outcome.callback(result)
+
+    seen.addCallback(lambda _: settle("ok"))
+    process.ended.addCallback(lambda ended: settle(describe_exit(ended)))
+    timer = reactor.callLater(timeout, settle, f"no sign of life from the probe guest in {timeout:g} s")
+    result = await outcome
+    if timer.active():
+        timer.cancel()
+    if not process.ended.called:
+        try:
+            transport.signalProcess("KILL")
+        except Exception:
+            pass
+        await process.ended
+    if result == "ok":
+        return AccelChoice("kvm", "a probe guest booted under KVM")
+    return AccelChoice("tcg", f"the KVM probe failed ({result})")
+
+
+__all__ = [
+    "AccelChoice",
+    "PROBE_MARKER",
+    "QemuDriver",
+    "QemuMachine",
+    "QemuSettings",
+    "describe_exit",
+    "host_tsc_khz",
+    "kernel_cmdline",
+    "kvm_usable",
+    "probe_accel",
+    "probe_command",
+    "qemu_command",
+]

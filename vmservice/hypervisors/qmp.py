@@ -1,0 +1,102 @@
+# -*- test-case-name: tests.hypervisors.test_qmp -*-
+"""
+A QMP (QEMU Machine Protocol) client protocol.
+
+QMP is line-delimited JSON over a socket: the server greets with ``{"QMP":
+...}``, the client must send ``qmp_capabilities``, then each ``{"execute":
+...}`` is answered by ``{"return": ...}`` or ``{"error": ...}`` in order, with
+asynchronous ``{"event": ...}`` messages interleaved.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from typing import Any, Callable
+
+from twisted.internet.defer import Deferred, fail
+from twisted.internet.error import ConnectionDone
+from twisted.protocols.basic import LineOnlyReceiver
+from twisted.python.failure import Failure
+
+
+class QMPError(Exception):
+    """QEMU answered a command with an error, or the monitor went away."""
+
+
+class QMPProtocol(LineOnlyReceiver):
+    """
+    One QMP session.
+
+    :ivar ready: fires with the greeting once capabilities are negotiated.
+    :ivar on_event: called with each event dict QEMU sends.
+    """
+
+    delimiter = b"\n"
+    MAX_LENGTH = 1 << 20
+
+    def __init__(self, on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.ready: Deferred[dict[str, Any]] = Deferred()
+        self.on_event = on_event or (lambda event: None)
+        self._pending: deque[Deferred[Any]] = deque()
+        self._greeting: dict[str, Any] | None = None
+        self._lost = False
+
+    def lineReceived(self, line: bytes) -> None:
+        line = line.strip()
+        if not line:
+            return
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return
+        if "QMP" in message and self._greeting is None:
+            self._greeting = message
+            self._send({"execute": "qmp_capabilities"})
+            negotiated: Deferred[Any] = Deferred()
+            self._pending.append(negotiated)
+            negotiated.addCallbacks(
+                lambda _: self.ready.callback(message), self.ready.errback
+            )
+            return
+        if "event" in message:
+            self.on_event(message)
+            return
+        if not self._pending:
+            return
+        waiting = self._pending.popleft()
+        if "error" in message:
+            error = message["error"]
+            waiting.errback(QMPError(f"{error.get('class')}: {error.get('desc')}"))
+        else:
+            waiting.callback(message.get("return"))
+
+    def execute(self, command: str, **arguments: Any) -> Deferred[Any]:
+        """
+        Run a QMP command.
+
+        :param command: the QMP command name, e.g. ``query-status``.
+        :param arguments: its arguments.
+        :return: a Deferred firing with the ``return`` value, or failing with
+            :class:`QMPError`.
+        """
+        if self._lost:
+            return fail(QMPError("QMP connection lost"))
+        message: dict[str, Any] = {"execute": command}
+        if arguments:
+            message["arguments"] = arguments
+        result: Deferred[Any] = Deferred()
+        self._pending.append(result)
+        self._send(message)
+        return result
+
+    def _send(self, message: dict[str, Any]) -> None:
+        self.sendLine(json.dumps(message).encode())
+
+    def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
+        self._lost = True
+        pending, self._pending = self._pending, deque()
+        for waiting in pending:
+            waiting.errback(QMPError("QMP connection lost"))
+        if not self.ready.called:
+            self.ready.errback(QMPError("QMP connection lost before greeting"))

@@ -1,0 +1,119 @@
+# -*- test-case-name: tests.nodes.test_store -*-
+"""
+Node records on disk: one JSON file per node, written atomically, and the
+per-group hostname counters.
+
+Layout under ``state_dir``::
+
+    nodes/<hostname>/node.json     the NodeRecord
+    nodes/<hostname>/disk.qcow2    its root disk (and console.log, sockets, ...)
+    counters/<group>               the last hostname number handed out
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from datetime import datetime
+
+import cattrs
+
+from .model import NodeRecord, Status
+
+_converter = cattrs.Converter()
+_converter.register_unstructure_hook(datetime, lambda value: value.isoformat())
+_converter.register_structure_hook(datetime, lambda value, _: datetime.fromisoformat(value))
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+    """
+    Replace ``path`` with ``data`` so that a crash leaves either the old or
+    the new content: write beside it, fsync, rename, fsync the directory.
+    """
+    directory = os.path.dirname(path) or "."
+    temporary = f"{path}.tmp{os.getpid()}"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class NodeStore:
+    """
+    The persisted state of one daemon.
+
+    :param state_dir: the daemon's state directory; created when missing.
+    """
+
+    def __init__(self, state_dir: str) -> None:
+        self.state_dir = state_dir
+        self._nodes = os.path.join(state_dir, "nodes")
+        self._counters = os.path.join(state_dir, "counters")
+        os.makedirs(self._nodes, mode=0o750, exist_ok=True)
+        os.makedirs(self._counters, mode=0o750, exist_ok=True)
+
+    def node_dir(self, hostname: str) -> str:
+        """The directory that holds everything of node ``hostname``."""
+        return os.path.join(self._nodes, hostname)
+
+    def save(self, record: NodeRecord) -> None:
+        """Write ``record`` atomically, creating its directory."""
+        directory = self.node_dir(record.hostname)
+        os.makedirs(directory, mode=0o750, exist_ok=True)
+        data = json.dumps(_converter.unstructure(record), indent=2, sort_keys=True)
+        write_atomic(os.path.join(directory, "node.json"), data.encode() + b"\n")
+
+    def remove(self, hostname: str) -> None:
+        """Remove the node's record and everything in its directory."""
+        directory = self.node_dir(hostname)
+        record = os.path.join(directory, "node.json")
+        if os.path.exists(record):
+            # The record goes first: a crash after this leaves only files
+            # that the next start recognises as strays and removes.
+            os.unlink(record)
+        shutil.rmtree(directory, ignore_errors=True)
+
+    def load_all(self) -> tuple[list[NodeRecord], list[str]]:
+        """
+        Read every record.
+
+        :return: the records, and the names of node directories that hold no
+            readable record (strays of a crash, for the caller to remove).
+        """
+        records: list[NodeRecord] = []
+        strays: list[str] = []
+        for name in sorted(os.listdir(self._nodes)):
+            path = os.path.join(self._nodes, name, "node.json")
+            try:
+                with open(path, "rb") as f:
+                    records.append(_converter.structure(json.load(f), NodeRecord))
+            except (OSError, ValueError, cattrs.BaseValidationError):
+                strays.append(name)
+        return records, strays
+
+    def next_index(self, group: str) -> int:
+        """
+        Hand out the next hostname number of ``group`` (1, 2, ...); numbers
+        are never handed out twice, even across restarts.
+        """
+        path = os.path.join(self._counters, group)
+        try:
+            with open(path) as f:
+                last = int(f.read().strip() or "0")
+        except (OSError, ValueError):
+            last = 0
+        index = last + 1
+        write_atomic(path, f"{index}\n".encode())
+        return index
+
+
+__all__ = ["NodeStore", "Status", "write_atomic"]

@@ -1,0 +1,124 @@
+# -*- test-case-name: tests.test_service -*-
+"""
+Assembling the daemon: configuration in, a ``MultiService`` out.
+
+The service holds the fleet (which stops every VM when the daemon stops) and
+the API listener (which stops first, so no request arrives while VMs go).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter
+from typing import Any
+
+from twisted.application.internet import StreamServerEndpointService
+from twisted.application.service import MultiService
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint, UNIXServerEndpoint
+from twisted.logger import Logger
+from twisted.web.server import Site
+
+from .agent.client import AgentClient
+from .api.app import Api
+from .api.meta import MetaApi
+from .api.nodes import NodesApi
+from .api.vm import VmApi
+from .auth import load_or_create_token
+from .config import Config
+from .hypervisors.base import IHypervisor
+from .hypervisors.qemu import QemuDriver, QemuSettings, host_tsc_khz, probe_accel
+from .images.store import Image, ImageNotFound, resolve_image
+from .metrics import STATUSES, Metrics
+from .nodes.fleet import Fleet
+from .nodes.store import NodeStore
+from .storage.overlay import OverlayDisks
+
+log = Logger()
+
+
+class StartupError(Exception):
+    """The daemon cannot start; the message is one line for the operator."""
+
+
+def _read_tsc_khz() -> int | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return host_tsc_khz(f.read())
+    except OSError:
+        return None
+
+
+async def decide_driver(reactor: Any, config: Config, image: Image) -> IHypervisor:
+    """Probe for KVM (as configured), log the choice and why, and make the QEMU driver."""
+    tsc_khz = _read_tsc_khz()
+    settings = QemuSettings(tsc_khz=tsc_khz)
+    choice = await probe_accel(
+        reactor, settings.binary, image.kernel.path, image.initrd.path, config.accel, tsc_khz
+    )
+    log.info("accelerator: {accel}: {reason}", accel=choice.accel, reason=choice.reason)
+    return QemuDriver(reactor, QemuSettings(binary=settings.binary, accel=choice.accel, tsc_khz=tsc_khz))
+
+
+def _endpoint(reactor: Any, config: Config) -> Any:
+    api = config.api
+    if api.unix_socket_path is not None:
+        return UNIXServerEndpoint(reactor, api.unix_socket_path, mode=0o660, wantPID=True)
+    if ipaddress.ip_address(api.bind_address).version == 6:
+        return TCP6ServerEndpoint(reactor, api.port, interface=api.bind_address)
+    return TCP4ServerEndpoint(reactor, api.port, interface=api.bind_address)
+
+
+def make_service(config: Config, reactor: Any) -> MultiService:
+    """
+    Build the daemon's service tree from ``config``.
+
+    :param reactor: the reactor everything runs on (process, time, TCP, UNIX).
+    :raise StartupError: an image named by the configuration is missing.
+    """
+    def images(name: str) -> Image:
+        return resolve_image(config.image_dir, name)
+
+    for name in sorted({config.image, *(g.image for g in config.host_groups)}):
+        try:
+            images(name)
+        except ImageNotFound as error:
+            raise StartupError(str(error)) from None
+
+    store = NodeStore(config.state_dir)
+    metrics = Metrics()
+    fleet = Fleet(
+        reactor,
+        config,
+        store,
+        driver=lambda: Deferred.fromCoroutine(decide_driver(reactor, config, images(config.image))),
+        images=images,
+        disks=OverlayDisks(reactor),
+        agent_factory=lambda path: AgentClient(reactor, path),
+        on_boot=metrics.observe_boot,
+    )
+
+    def node_counts() -> list[tuple[str, str, int]]:
+        counted = Counter((r.hostgroup, r.status.value) for r in fleet.list())
+        return [(g.name, s, counted[(g.name, s)]) for g in config.host_groups for s in STATUSES]
+
+    metrics.watch_nodes(node_counts)
+    token = load_or_create_token(config.state_dir) if config.api.auth.enabled else None
+    routes: list[Any] = []
+    meta = MetaApi(metrics, lambda: routes)
+    routes += meta.routes() + NodesApi(fleet).routes() + VmApi(fleet).routes()
+    api = Api(reactor, routes, metrics, token)
+    site = Site(api.resource())
+    site.displayTracebacks = False
+
+    top = MultiService()
+    fleet.setServiceParent(top)
+    listener = StreamServerEndpointService(_endpoint(reactor, config), site)
+    listener._raiseSynchronously = True
+    listener.setServiceParent(top)
+    where = config.api.unix_socket_path or f"{config.api.bind_address}:{config.api.port}"
+    log.info(
+        "vmservice on {where}, state in {state_dir}, auth {auth}",
+        where=where, state_dir=config.state_dir, auth="on" if token else "off",
+    )
+    return top

@@ -1,0 +1,39 @@
+# -*- test-case-name: tests.test_tap -*-
+"""
+The twistd plugin's options and ``makeService``:
+``twistd -n vmservice --config conf/vmservice.yaml``.
+
+A bad configuration stops the daemon before it starts, with exit status 1
+and one line naming the key and what is wrong.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from twisted.application.service import IService
+from twisted.python import usage
+
+from .config import ConfigError, load_config
+from .service import StartupError, make_service
+
+
+class Options(usage.Options):
+    """Command-line options of ``twistd vmservice``."""
+
+    optParameters = [
+        ["config", "c", "conf/vmservice.yaml", "The YAML configuration file."],
+    ]
+
+
+def makeService(options: Options) -> IService:
+    """Load the configuration and build the daemon (exit 1 on a bad one)."""
+    from twisted.internet import reactor
+
+    try:
+        config = load_config(options["config"])
+        return make_service(config, reactor)
+    except (ConfigError, StartupError) as error:
+        sys.stderr.write(f"vmservice: {error}\n")
+        sys.stderr.flush()
+        raise SystemExit(1)
