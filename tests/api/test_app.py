@@ -1,0 +1,258 @@
+"""
+Tests for the HTTP API (:mod:`vmservice.api`) through a real Site and Agent
+over in-memory connections (treq's StubTreq), with the fleet on fakes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from treq.testing import StubTreq
+from twisted.trial.unittest import SynchronousTestCase
+
+from tests.fakes import FleetHarness
+from vmservice.api.app import Api
+from vmservice.api.meta import MetaApi
+from vmservice.api.nodes import NodesApi
+from vmservice.api.vm import VmApi
+from vmservice.metrics import Metrics
+
+TOKEN = "s3cret-token-value"
+
+
+class ApiTestCase(SynchronousTestCase):
+    token: str | None = None
+
+    def setUp(self) -> None:
+        self.h = FleetHarness(self.mktemp())
+        self.h.fleet.startService()
+        self.metrics = Metrics()
+        routes: list[Any] = []
+        routes += MetaApi(self.metrics, lambda: routes).routes()
+        routes += NodesApi(self.h.fleet).routes() + VmApi(self.h.fleet).routes()
+        self.api = Api(self.h.reactor, routes, self.metrics, self.token)
+        self.treq = StubTreq(self.api.resource())
+
+    def call(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None) -> tuple[int, Any, Any]:
+        d = self.treq.request(method, "http://x" + path, data=body, headers=headers or {})
+        self.treq.flush()
+        response = self.successResultOf(d)
+        content = self.successResultOf(response.content())
+        ctype = response.headers.getRawHeaders("content-type", [""])[0]
+        if ctype.startswith("application/json") and content:
+            return response.code, json.loads(content), response
+        return response.code, content, response
+
+    def assertError(self, result: tuple[int, Any, Any], status: int, code: str | None = None) -> None:
+        got, body, response = result
+        self.assertEqual(got, status, body)
+        self.assertEqual(response.headers.getRawHeaders("content-type"), ["application/json"])
+        self.assertIsInstance(body["error"], str)
+        if code is not None:
+            self.assertEqual(body["code"], code)
+
+
+class MetaTests(ApiTestCase):
+    def test_info(self) -> None:
+        """GET /info gives the version, the git commit and Go-style platform names."""
+        code, body, _ = self.call("GET", "/info")
+        self.assertEqual(code, 200)
+        self.assertEqual(body["version"], "0.1.0")
+        self.assertEqual((body["platform"], body["arch"]), ("linux", "amd64"))
+        self.assertTrue(body["git_commit"])
+
+    def test_healthz(self) -> None:
+        """GET /healthz is a plain OK; HEAD is 200 without a body."""
+        code, body, response = self.call("GET", "/healthz")
+        self.assertEqual((code, body), (200, b"OK"))
+        code, body, _ = self.call("HEAD", "/healthz")
+        self.assertEqual((code, body), (200, b""))
+
+    def test_metrics_count_requests(self) -> None:
+        """GET /metrics exposes request counts by route and status, and node gauges."""
+        self.call("GET", "/info")
+        self.call("GET", "/nope")
+        code, body, _ = self.call("GET", "/metrics")
+        self.assertEqual(code, 200)
+        text = body.decode()
+        self.assertIn('vmservice_http_requests_total{method="GET",route="/info",status="200"} 1.0', text)
+        self.assertIn('route="unmatched",status="404"', text)
+        self.assertIn("vmservice_http_request_duration_seconds_bucket", text)
+        self.assertIn("vmservice_boot_duration_seconds", text)
+
+    def test_unknown_route(self) -> None:
+        """An unknown route is a JSON 404, never HTML; so is a trailing slash."""
+        self.assertError(self.call("GET", "/nope"), 404, "route_not_found")
+        self.assertError(self.call("GET", "/nodes/"), 404, "route_not_found")
+
+    def test_wrong_method(self) -> None:
+        """A known route with the wrong method is a JSON 405 with Allow."""
+        result = self.call("PUT", "/nodes")
+        self.assertError(result, 405, "method_not_allowed")
+        self.assertIn("GET", result[2].headers.getRawHeaders("allow")[0])
+
+
+class NodeRouteTests(ApiTestCase):
+    def create(self, body: bytes = b"{}", query: str = "") -> tuple[int, Any, Any]:
+        return self.call("POST", "/hostgroup/demo/nodes" + query, body)
+
+    def test_list_groups(self) -> None:
+        """GET /hostgroup lists groups with their limits."""
+        code, body, _ = self.call("GET", "/hostgroup")
+        self.assertEqual(code, 200)
+        self.assertEqual(body[0], {"name": "demo", "count": 0, "ram_bytes": 512 * 1024 * 1024, "cpus": 2, "gpu_count": 0, "arch": "x86_64"})
+
+    def test_create_list_delete(self) -> None:
+        """Create answers 201, the node is listed as Running, delete answers 200 with DeleteResponse."""
+        code, body, _ = self.create(b'{"tags": ["a"]}')
+        self.assertEqual(code, 201)
+        self.assertEqual(body["hostname"], "demo-1")
+        self.assertEqual(body["ip"], "")
+        self.assertRegex(body["created_at"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+        code, nodes, _ = self.call("GET", "/nodes")
+        self.assertEqual(code, 200)
+        self.assertEqual(
+            nodes,
+            [{"hostname": "demo-1", "hostgroup": "demo", "ip": "", "ram_bytes": 512 * 1024 * 1024, "cpus": 2,
+              "created_at": body["created_at"], "tags": ["a"], "arch": "x86_64", "status": "Running", "persistent": False}],
+        )
+        self.assertEqual(self.call("GET", "/hostgroup/demo/nodes")[1], nodes)
+        self.assertEqual(self.call("GET", "/hostgroup/other/nodes")[1], [])
+        code, body, _ = self.call("DELETE", "/hostgroup/demo/nodes/demo-1")
+        self.assertEqual((code, body), (200, {"message": "node demo-1 deleted", "disk_removed": "true", "error": ""}))
+        self.assertEqual(self.call("GET", "/nodes")[1], [])
+
+    def test_empty_body_is_defaults(self) -> None:
+        """An empty body creates a node with the group's defaults."""
+        self.assertEqual(self.create(b"")[0], 201)
+
+    def test_bad_bodies(self) -> None:
+        """Bad JSON, non-objects, wrong types and unknown fields are 400 ErrorResponses."""
+        self.assertError(self.create(b"{"), 400, "invalid_json")
+        self.assertError(self.create(b"[]"), 400, "invalid_body")
+        result = self.create(b'{"cpus": "2"}')
+        self.assertError(result, 400, "invalid_body")
+        self.assertIn("cpus", result[1]["error"])
+        result = self.create(b'{"persistent": "false"}')
+        self.assertError(result, 400, "invalid_body")
+        result = self.create(b'{"colour": "red"}')
+        self.assertError(result, 400, "invalid_body")
+        self.assertIn("colour", result[1]["error"])
+        self.assertError(self.create(b'{"tags": [1]}'), 400, "invalid_body")
+
+    def test_limits_and_unsupported(self) -> None:
+        """Limits above the group's and unsupported fields are 400; zero values are accepted."""
+        self.assertError(self.create(b'{"cpus": 3}'), 400, "limit_exceeded")
+        self.assertError(self.create(b'{"ram_bytes": 9999999999}'), 400, "limit_exceeded")
+        self.assertError(self.create(b'{"userdata": "echo hi"}'), 400, "not_supported")
+        self.assertError(self.create(b'{"gpu_count": 1}'), 400, "limit_exceeded")
+        code, _, _ = self.create(b'{"userdata": "", "ssh_keys": [], "gpu_count": 0, "secrets": null, "ip": ""}')
+        self.assertEqual(code, 201)
+
+    def test_query_validation(self) -> None:
+        """Bad wait values and bad timeouts are 400; wait=userdata is not supported yet."""
+        self.assertError(self.create(query="?wait=later"), 400, "invalid_query")
+        self.assertError(self.create(query="?wait=userdata"), 400, "not_supported")
+        self.assertError(self.create(query="?wait=agent&timeout=soon"), 400, "invalid_query")
+        self.assertError(self.create(query="?wait=agent&timeout=-1s"), 400, "invalid_query")
+        self.assertEqual(self.h.driver.machines, [])
+
+    def test_wait_timeout_is_408(self) -> None:
+        """wait=agent with a timeout that passes answers 408 and leaves no node."""
+        d = self.treq.request("POST", "http://x/hostgroup/demo/nodes?wait=agent&timeout=2s", data=b"{}")
+        self.treq.flush()
+        self.assertNoResult(d)
+        self.h.reactor.advance(2)
+        self.treq.flush()
+        response = self.successResultOf(d)
+        self.assertEqual(response.code, 408)
+        body = json.loads(self.successResultOf(response.content()))
+        self.assertEqual(body["code"], "wait_timeout")
+        self.assertEqual(self.call("GET", "/nodes")[1], [])
+
+    def test_wait_agent_answers_when_ready(self) -> None:
+        """wait=agent answers 201 once the agent has answered."""
+        d = self.treq.request("POST", "http://x/hostgroup/demo/nodes?wait=agent&timeout=1m30s", data=b"{}")
+        self.treq.flush()
+        self.assertNoResult(d)
+        self.h.agents[0].ready()
+        self.treq.flush()
+        self.assertEqual(self.successResultOf(d).code, 201)
+
+    def test_unknown_group_and_node(self) -> None:
+        """Unknown groups and nodes are 404s."""
+        self.assertError(self.call("POST", "/hostgroup/nope/nodes", b"{}"), 404, "hostgroup_not_found")
+        self.assertError(self.call("GET", "/hostgroup/nope/nodes"), 404, "hostgroup_not_found")
+        self.assertError(self.call("DELETE", "/hostgroup/demo/nodes/demo-9"), 404, "node_not_found")
+
+    def test_protected_delete(self) -> None:
+        """Deleting a protected node is 403."""
+        self.create(b'{"protected": true}')
+        self.assertError(self.call("DELETE", "/hostgroup/demo/nodes/demo-1"), 403, "protected")
+
+    def test_filters(self) -> None:
+        """tag and tag_prefix filter; both at once is 400."""
+        self.create(b'{"tags": ["env=prod"]}')
+        self.create(b'{"tags": ["env=dev"]}')
+        names = lambda q: [n["hostname"] for n in self.call("GET", "/nodes" + q)[1]]
+        self.assertEqual(names("?tag=env%3Dprod"), ["demo-1"])
+        self.assertEqual(names("?tag_prefix=env%3D"), ["demo-1", "demo-2"])
+        self.assertError(self.call("GET", "/nodes?tag=a&tag_prefix=b"), 400, "conflicting_filters")
+
+
+class VmRouteTests(ApiTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.call("POST", "/hostgroup/demo/nodes", b"{}")
+
+    def test_logs(self) -> None:
+        """logs gives 20 lines by default, N when asked, all for 0; bad values are 400."""
+        code, body, _ = self.call("GET", "/vm/demo-1/logs")
+        self.assertEqual((code, body["hostname"], body["lines"]), (200, "demo-1", 20))
+        self.assertTrue(body["content"].startswith("line 11\n"))
+        self.assertEqual(self.call("GET", "/vm/demo-1/logs?lines=3")[1]["content"], "line 28\nline 29\nline 30\n")
+        self.assertEqual(self.call("GET", "/vm/demo-1/logs?lines=0")[1]["lines"], 30)
+        self.assertError(self.call("GET", "/vm/demo-1/logs?lines=-1"), 400, "invalid_query")
+        self.assertError(self.call("GET", "/vm/demo-1/logs?lines=x"), 400, "invalid_query")
+        self.assertError(self.call("GET", "/vm/nope/logs"), 404, "node_not_found")
+
+    def test_health(self) -> None:
+        """health answers 503 until the agent is up, then the agent's health; HEAD follows."""
+        self.assertError(self.call("GET", "/vm/demo-1/health"), 503, "agent_unavailable")
+        self.assertEqual(self.call("HEAD", "/vm/demo-1/health")[:2], (503, b""))
+        self.h.agents[0].ready()
+        code, body, _ = self.call("GET", "/vm/demo-1/health")
+        self.assertEqual(
+            (code, body),
+            (200, {"hostname": "demo-1", "agent_uptime": 5_000_000_000, "agent_version": "0.1.0",
+                   "system_uptime": 7_000_000_000, "userdata_ran": False, "ip": ""}),
+        )
+        self.assertEqual(self.call("HEAD", "/vm/demo-1/health")[:2], (200, b""))
+        self.assertError(self.call("GET", "/vm/nope/health"), 404, "node_not_found")
+
+
+class AuthOffTests(ApiTestCase):
+    def test_header_ignored(self) -> None:
+        """With auth off, any Authorization header (even an empty Bearer) is ignored."""
+        self.assertEqual(self.call("GET", "/nodes", headers={"Authorization": "Bearer "})[0], 200)
+        self.assertEqual(self.call("GET", "/nodes", headers={"Authorization": "Bearer junk"})[0], 200)
+
+
+class AuthOnTests(ApiTestCase):
+    token = TOKEN
+
+    def test_routes_need_token(self) -> None:
+        """Every route but /healthz and /metrics answers 401 without the right token."""
+        for method, path in [("GET", "/info"), ("GET", "/nodes"), ("POST", "/hostgroup/demo/nodes"),
+                             ("GET", "/openapi.json"), ("GET", "/vm/demo-1/logs"), ("DELETE", "/hostgroup/demo/nodes/demo-1")]:
+            self.assertError(self.call(method, path), 401, "unauthorized")
+            self.assertError(self.call(method, path, headers={"Authorization": "Bearer nope"}), 401, "unauthorized")
+            self.assertError(self.call(method, path, headers={"Authorization": "Basic " + TOKEN}), 401, "unauthorized")
+        self.assertEqual(self.call("GET", "/healthz")[0], 200)
+        self.assertEqual(self.call("GET", "/metrics")[0], 200)
+
+    def test_token_accepted(self) -> None:
+        """The right bearer token is accepted."""
+        self.assertEqual(self.call("GET", "/nodes", headers={"Authorization": "Bearer " + TOKEN})[0], 200)
+        self.assertEqual(self.call("GET", "/nodes", headers={"Authorization": "bearer " + TOKEN})[0], 200)

@@ -1,0 +1,199 @@
+"""
+Tests for the QEMU driver's pure parts and its process handling, with a
+fake process reactor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.error import ProcessDone, ProcessTerminated
+from twisted.internet.testing import MemoryReactorClock
+from twisted.python.failure import Failure
+from twisted.trial.unittest import SynchronousTestCase
+
+from vmservice.hypervisors.base import MachineExit, MachineSpec
+from vmservice.hypervisors.qemu import (
+    QemuDriver,
+    QemuSettings,
+    describe_exit,
+    host_tsc_khz,
+    kernel_cmdline,
+    probe_accel,
+    probe_command,
+    qemu_command,
+)
+
+SPEC = MachineSpec(
+    name="demo-1", vcpus=2, ram_bytes=256 * 1024 * 1024, kernel="/img/vmlinux", initrd="/img/initrd.img",
+    disk="/s/demo-1/disk.qcow2", agent_socket="/s/demo-1/agent.sock", qmp_socket="/s/demo-1/qmp.sock",
+    console_log="/s/demo-1/console.log",
+)
+
+
+def _pairs(argv: list[str]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for flag, value in zip(argv, argv[1:]):
+        if flag.startswith("-"):
+            found.setdefault(flag, []).append(value)
+    return found
+
+
+class CommandLineTests(SynchronousTestCase):
+    def test_tcg(self) -> None:
+        """Under TCG: microvm, -cpu max, memory in MiB, disk, agent port, console file and QMP."""
+        argv = qemu_command(SPEC, QemuSettings(accel="tcg", tsc_khz=2445424))
+        self.assertEqual(argv[0], "qemu-system-x86_64")
+        pairs = _pairs(argv)
+        self.assertEqual(pairs["-machine"], ["microvm"])
+        self.assertEqual(pairs["-accel"], ["tcg"])
+        self.assertEqual(pairs["-cpu"], ["max"])
+        self.assertEqual(pairs["-m"], ["256"])
+        self.assertEqual(pairs["-smp"], ["2"])
+        self.assertEqual(pairs["-kernel"], ["/img/vmlinux"])
+        self.assertEqual(pairs["-initrd"], ["/img/initrd.img"])
+        self.assertIn("id=root,file=/s/demo-1/disk.qcow2,format=qcow2,if=none,discard=unmap", pairs["-drive"])
+        self.assertIn("socket,id=agent,path=/s/demo-1/agent.sock,server=on,wait=off", pairs["-chardev"])
+        self.assertIn("virtserialport,chardev=agent,name=agent", pairs["-device"])
+        self.assertIn("file,id=console,path=/s/demo-1/console.log", pairs["-chardev"])
+        self.assertEqual(pairs["-serial"], ["chardev:console"])
+        self.assertEqual(pairs["-qmp"], ["unix:/s/demo-1/qmp.sock,server=on,wait=off"])
+        self.assertEqual(pairs["-name"], ["vmservice-demo-1"])
+        self.assertIn("-nodefaults", argv)
+        append = pairs["-append"][0].split()
+        self.assertIn("tsc_early_khz=2445424", append)
+        self.assertIn("root=/dev/vda", append)
+        self.assertIn("vmservice.hostname=demo-1", append)
+        self.assertIn("console=ttyS0", append)
+
+    def test_kvm(self) -> None:
+        """Under KVM the host CPU model is used."""
+        pairs = _pairs(qemu_command(SPEC, QemuSettings(accel="kvm")))
+        self.assertEqual((pairs["-accel"], pairs["-cpu"]), (["kvm"], ["host"]))
+        self.assertNotIn("tsc_early_khz", pairs["-append"][0])
+
+    def test_probe(self) -> None:
+        """The probe boots the initramfs in probe mode, console on stdout, no disk, no reboot."""
+        argv = probe_command("qemu", "/k", "/i", "kvm", None)
+        pairs = _pairs(argv)
+        self.assertEqual(pairs["-serial"], ["stdio"])
+        self.assertIn("vmservice.probe=1", pairs["-append"][0])
+        self.assertNotIn("-drive", pairs)
+        self.assertIn("-no-reboot", argv)
+
+    def test_cmdline(self) -> None:
+        """The kernel command line carries what init needs, without a root in probe mode."""
+        self.assertEqual(kernel_cmdline("h", None), "console=ttyS0 quiet reboot=t root=/dev/vda rw vmservice.hostname=h")
+        self.assertNotIn("root=", kernel_cmdline(None, 1000, probe=True))
+
+    def test_tsc(self) -> None:
+        """The TSC frequency comes from the first 'cpu MHz' line."""
+        self.assertEqual(host_tsc_khz("processor: 0\ncpu MHz\t\t: 2445.424\n"), 2445424)
+        self.assertIsNone(host_tsc_khz("nothing"))
+
+    def test_describe_exit(self) -> None:
+        """An exit is described with its status or signal and the first stderr line."""
+        self.assertEqual(describe_exit(MachineExit(1, None, "\nqemu: bad thing\nmore\n")), "qemu exited with status 1: qemu: bad thing")
+        self.assertEqual(describe_exit(MachineExit(None, 9, "")), "qemu was killed by signal 9")
+
+
+class _Transport:
+    def __init__(self, protocol: Any, pid: int) -> None:
+        self.protocol = protocol
+        self.pid = pid
+        self.signals: list[str] = []
+
+    def signalProcess(self, name: str) -> None:
+        self.signals.append(name)
+
+
+class ProcessReactor(MemoryReactorClock):
+    """Records spawnProcess calls, as twisted.runner's DummyProcessReactor does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spawned: list[tuple[Any, list[str], dict]] = []
+        self.transports: list[_Transport] = []
+
+    def spawnProcess(self, protocol: Any, executable: str, args: list[str], env: dict | None = None, path: str | None = None,
+                     uid: Any = None, gid: Any = None, usePTY: bool = False, childFDs: dict | None = None) -> _Transport:
+        self.spawned.append((protocol, list(args), childFDs or {}))
+        transport = _Transport(protocol, 4242 + len(self.transports))
+        self.transports.append(transport)
+        protocol.makeConnection(transport)
+        return transport
+
+
+class DriverTests(SynchronousTestCase):
+    def test_start_and_kill(self) -> None:
+        """start spawns QEMU with the built argv; kill sends SIGKILL and fires once reaped."""
+        reactor = ProcessReactor()
+        driver = QemuDriver(reactor, QemuSettings())
+        machine = self.successResultOf(driver.start(SPEC, self.mktemp()))
+        protocol, argv, fds = reactor.spawned[0]
+        self.assertEqual(argv, qemu_command(SPEC, QemuSettings()))
+        self.assertIsInstance(fds[1], int)
+        self.assertEqual(machine.pid, 4242)
+        d = machine.kill()
+        self.assertNoResult(d)
+        self.assertEqual(reactor.transports[0].signals, ["KILL"])
+        protocol.processEnded(Failure(ProcessTerminated(None, 9, None)))
+        self.assertEqual(self.successResultOf(d).signal, 9)
+        self.assertEqual(self.successResultOf(machine.ended).signal, 9)
+
+
+class ProbeTests(SynchronousTestCase):
+    def run_probe(self, reactor: Any, **kw: Any) -> Deferred:
+        return Deferred.fromCoroutine(probe_accel(reactor, "qemu", "/k", "/i", kw.pop("requested", "auto"), None, **kw))
+
+    def test_configured(self) -> None:
+        """A configured accelerator is used without a probe."""
+        reactor = ProcessReactor()
+        self.assertEqual(self.successResultOf(self.run_probe(reactor, requested="tcg")).accel, "tcg")
+        self.assertEqual(reactor.spawned, [])
+
+    def test_no_device(self) -> None:
+        """Without a usable /dev/kvm, TCG is chosen and the reason names the device."""
+        choice = self.successResultOf(self.run_probe(ProcessReactor(), kvm_path="/nonexistent/kvm"))
+        self.assertEqual(choice.accel, "tcg")
+        self.assertIn("/nonexistent/kvm", choice.reason)
+
+    def test_probe_crashes(self) -> None:
+        """A probe QEMU that aborts (as nested KVM does here) means TCG, with QEMU's error."""
+        reactor = ProcessReactor()
+        kvm = self.mktemp()
+        open(kvm, "w").close()
+        d = self.run_probe(reactor, kvm_path=kvm)
+        protocol = reactor.spawned[0][0]
+        protocol.errReceived(b"error: failed to set MSR 0x10a to 0x0\n")
+        protocol.processEnded(Failure(ProcessTerminated(134, None, None)))
+        choice = self.successResultOf(d)
+        self.assertEqual(choice.accel, "tcg")
+        self.assertIn("failed to set MSR", choice.reason)
+
+    def test_probe_boots(self) -> None:
+        """A probe guest that prints the marker means KVM; the probe QEMU is then reaped."""
+        reactor = ProcessReactor()
+        kvm = self.mktemp()
+        open(kvm, "w").close()
+        d = self.run_probe(reactor, kvm_path=kvm)
+        protocol = reactor.spawned[0][0]
+        protocol.outReceived(b"booting...\nVMSERVICE_PRO")
+        protocol.outReceived(b"BE_OK\n")
+        self.assertNoResult(d)
+        self.assertEqual(reactor.transports[0].signals, ["KILL"])
+        protocol.processEnded(Failure(ProcessDone(0)))
+        self.assertEqual(self.successResultOf(d).accel, "kvm")
+
+    def test_probe_hangs(self) -> None:
+        """A probe guest that shows no sign of life in time means TCG."""
+        reactor = ProcessReactor()
+        kvm = self.mktemp()
+        open(kvm, "w").close()
+        d = self.run_probe(reactor, kvm_path=kvm, timeout=10)
+        reactor.advance(10)
+        reactor.spawned[0][0].processEnded(Failure(ProcessTerminated(None, 9, None)))
+        choice = self.successResultOf(d)
+        self.assertEqual(choice.accel, "tcg")
+        self.assertIn("no sign of life", choice.reason)

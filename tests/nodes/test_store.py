@@ -1,0 +1,62 @@
+"""Tests for node records on disk (:mod:`vmservice.nodes.store`)."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+
+from hypothesis import given, strategies as st
+from twisted.trial.unittest import SynchronousTestCase
+
+from vmservice.nodes.model import NodeRecord, Status, valid_hostname
+from vmservice.nodes.store import NodeStore, write_atomic
+
+
+class StoreTests(SynchronousTestCase):
+    def test_round_trip(self) -> None:
+        """A saved record loads back equal."""
+        store = NodeStore(self.mktemp())
+        record = NodeRecord("demo-1", "demo", 1 << 28, 1, datetime(2026, 11, 22, 10, 0, tzinfo=timezone.utc),
+                            Status.RUNNING, tags=("a", "b"), persistent=True, pid=42)
+        store.save(record)
+        self.assertEqual(store.load_all(), ([record], []))
+
+    def test_remove(self) -> None:
+        """remove takes the record and the whole directory."""
+        store = NodeStore(self.mktemp())
+        store.save(NodeRecord("demo-1", "demo", 1, 1, datetime.now(timezone.utc)))
+        open(os.path.join(store.node_dir("demo-1"), "disk.qcow2"), "w").close()
+        store.remove("demo-1")
+        self.assertFalse(os.path.exists(store.node_dir("demo-1")))
+
+    def test_strays(self) -> None:
+        """Directories without a readable record are reported as strays."""
+        store = NodeStore(self.mktemp())
+        os.makedirs(store.node_dir("half-1"))
+        os.makedirs(store.node_dir("bad-1"))
+        with open(os.path.join(store.node_dir("bad-1"), "node.json"), "w") as f:
+            f.write("{not json")
+        self.assertEqual(store.load_all(), ([], ["bad-1", "half-1"]))
+
+    def test_counter(self) -> None:
+        """Counters start at 1, count per group, and persist."""
+        path = self.mktemp()
+        store = NodeStore(path)
+        self.assertEqual([store.next_index("a"), store.next_index("a"), store.next_index("b")], [1, 2, 1])
+        self.assertEqual(NodeStore(path).next_index("a"), 3)
+
+    def test_write_atomic_leaves_no_temporary(self) -> None:
+        """An atomic write replaces the file and leaves nothing beside it."""
+        directory = self.mktemp()
+        os.makedirs(directory)
+        path = os.path.join(directory, "f")
+        write_atomic(path, b"one")
+        write_atomic(path, b"two", mode=0o600)
+        self.assertEqual(open(path, "rb").read(), b"two")
+        self.assertEqual(os.listdir(directory), ["f"])
+
+    @given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=70))
+    def test_hostnames(self, name: str) -> None:
+        """Valid hostnames are lowercase labels of at most 63 characters, no leading or trailing '-'."""
+        expected = len(name) <= 63 and not name.startswith("-") and not name.endswith("-")
+        self.assertEqual(valid_hostname(name), expected)
