@@ -1,0 +1,1005 @@
+# -*- test-case-name: tests.test_config -*-
+"""
+The daemon's configuration: a YAML file with a ``config:`` root, in the shape
+of Slicer's configuration, read into frozen attrs records.
+
+Loading happens in two steps, so that each step does one job:
+
+1. **Shape.** The YAML is structured by a strict cattrs converter into private
+   ``_*Document`` classes that mirror the file key for key: unknown keys are
+   refused (``forbid_extra_keys``), a string is never coerced into an integer
+   and a boolean must be a YAML boolean. cattrs reports every problem as an
+   exception group with notes naming the attribute or list index; we walk that
+   group to get the key path.
+2. **Meaning.** The documents are checked value by value (names, ranges,
+   sizes, overlaps) and resolved into the public records :class:`Config`,
+   :class:`ApiConfig`, :class:`AuthConfig`, :class:`HostGroupConfig` and
+   :class:`NetworkConfig`. Inherited values (a group's ``image``,
+   ``hypervisor`` and ``graceful_shutdown``) are filled in from the top level,
+   so the rest of the program never has to know about inheritance.
+
+Every problem becomes one :class:`ConfigError` whose ``str()`` is a single
+line, ``<key path>: <what is wrong>``, and which knows the line of the file
+the key is on. The daemon prints it and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
+from ipaddress import IPv4Interface, IPv4Network
+from typing import Any, NewType, get_args, get_origin
+
+import attrs
+import cattrs
+import yaml
+from cattrs.errors import (
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+    IterableValidationNote,
+)
+from cattrs.gen import make_dict_structure_fn
+
+__all__ = [
+    "ApiConfig",
+    "AuthConfig",
+    "Config",
+    "ConfigError",
+    "DEFAULT_IMAGE_DIR",
+    "DEFAULT_RAM_BYTES",
+    "DEFAULT_STATE_DIR",
+    "DEFAULT_STORAGE_SIZE",
+    "HostGroupConfig",
+    "NetworkConfig",
+    "format_size",
+    "load_config",
+    "parse_config",
+    "parse_size",
+]
+
+KiB = 1024
+MiB = 1024**2
+GiB = 1024**3
+TiB = 1024**4
+
+#: Where node records and runtime files live unless ``state_dir`` says otherwise.
+DEFAULT_STATE_DIR = "/var/lib/vmservice"
+#: Where built guest images live unless ``image_dir`` or the environment
+#: variable ``VMSERVICE_IMAGE_DIR`` says otherwise.
+DEFAULT_IMAGE_DIR = "/var/cache/vmservice/images"
+#: The environment variable that overrides :data:`DEFAULT_IMAGE_DIR`; the
+#: Makefile exports it so that the daemon finds the image ``make image`` built.
+IMAGE_DIR_ENVIRONMENT = "VMSERVICE_IMAGE_DIR"
+#: Guest memory when a group gives none of ``ram_gb``, ``ram_mb``, ``ram_bytes``.
+DEFAULT_RAM_BYTES = 256 * MiB
+#: Disk size of a node when a group gives no ``storage_size``.
+DEFAULT_STORAGE_SIZE = 2 * GiB
+#: Each VM of an isolated network takes a /30 (network, host side, guest,
+#: broadcast), so a /22 holds 256 VM slots as the API specification says.
+ISOLATED_SLOT_PREFIX = 30
+
+HYPERVISORS = ("qemu",)
+ACCELERATORS = ("auto", "kvm", "tcg")
+STORAGE_KINDS = ("image",)
+NETWORK_MODES = ("isolated", "bridge")
+
+#: Group names become hostname prefixes (``<group>-<n>``), so they are kept to
+#: a conservative subset of a DNS label: lowercase letters, digits and '-',
+#: starting with a letter, not ending with '-', at most 20 characters (which
+#: leaves room in the 63-character label for the counter).
+_GROUP_NAME = re.compile(r"[a-z](?:[a-z0-9-]{0,18}[a-z0-9])?")
+_GROUP_NAME_RULE = (
+    "expected 1-20 characters: lowercase letters, digits and '-', "
+    "starting with a letter and not ending with '-'"
+)
+#: Linux interface names: at most 15 bytes, no '/', ':' or white space.
+_INTERFACE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
+
+_SIZE = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]+)?)\s*(?:(?P<unit>[KMGTkmgt])(?:i?B)?|B)?")
+_SIZE_UNITS = {"k": KiB, "m": MiB, "g": GiB, "t": TiB}
+_SIZE_HINT = "expected e.g. 2G, 512M or bytes"
+
+
+class ConfigError(Exception):
+    """
+    The configuration cannot be used.
+
+    One problem per error, described on one line so that the daemon can print
+    ``str(error)`` and exit, and an operator sees at once which key to fix.
+
+    :ivar path: The key path, e.g. ``config.host_groups[1].storage_size``; for
+        problems with the file itself (missing, not YAML) the file name, with
+        ``:<line>`` when there is one.
+    :ivar message: What is wrong, e.g. ``unknown key``.
+    :ivar source: The file (or ``<config>``) the text came from, if known.
+    :ivar line: The 1-based line of the offending key in ``source``, if known.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        message: str,
+        *,
+        source: str | None = None,
+        line: int | None = None,
+    ) -> None:
+        message = " ".join(message.split())
+        super().__init__(path, message)
+        self.path = path
+        self.message = message
+        self.source = source
+        self.line = line
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+    @property
+    def location(self) -> str | None:
+        """
+        ``<source>:<line>`` of the offending key, for editors and log lines;
+        ``None`` when the line is unknown.
+        """
+        if self.source is None or self.line is None:
+            return None
+        return f"{self.source}:{self.line}"
+
+
+# --------------------------------------------------------------------------
+# Sizes
+
+
+def parse_size(text: str) -> int:
+    """
+    Parse a size such as ``2G``, ``512M``, ``1.5G``, ``2GiB`` or ``4096``.
+
+    Units are binary multiples, whatever their spelling: ``K``, ``M``, ``G``
+    and ``T`` (either case), optionally followed by ``B`` or ``iB``, so
+    ``1G``, ``1GB`` and ``1GiB`` all mean 1073741824 bytes, as in Slicer and
+    QEMU. A bare number, or a number followed by ``B``, is bytes. A decimal
+    fraction is accepted when it comes to a whole number of bytes (``1.5G``
+    is, ``0.1K`` is not).
+
+    :param text: The size as written in the configuration.
+    :return: The size in bytes.
+    :raises ValueError: With a one-line message quoting ``text``.
+    """
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"bad size {text!r} ({_SIZE_HINT})")
+    unit: str | None = match.group("unit")
+    multiplier = _SIZE_UNITS[unit.lower()] if unit else 1
+    number: str = match.group("number")
+    whole, _, fraction = number.partition(".")
+    numerator = int(whole + fraction) * multiplier
+    denominator: int = 10 ** len(fraction)
+    if numerator % denominator:
+        raise ValueError(f"bad size {text!r} (not a whole number of bytes)")
+    return numerator // denominator
+
+
+def format_size(size: int) -> str:
+    """
+    Format a byte count the short way this configuration writes it.
+
+    The largest binary unit that divides ``size`` exactly is used (``2G``,
+    ``512M``); otherwise the plain number of bytes. :func:`parse_size` reads
+    the result back to the same number.
+
+    :param size: A non-negative number of bytes.
+    :raises ValueError: If ``size`` is negative.
+    """
+    if size < 0:
+        raise ValueError(f"cannot format negative size {size}")
+    if size:
+        for suffix, multiplier in (("T", TiB), ("G", GiB), ("M", MiB), ("K", KiB)):
+            if size % multiplier == 0:
+                return f"{size // multiplier}{suffix}"
+    return str(size)
+
+
+# --------------------------------------------------------------------------
+# The public, resolved records
+
+
+def _quote_endpoint_argument(argument: str) -> str:
+    """
+    Quote one endpoint-string argument as
+    :func:`twisted.internet.endpoints.quoteStringArgument` does (a backslash
+    before each ``\\`` and ``:``), without its untyped signature.
+    """
+    return argument.replace("\\", "\\\\").replace(":", "\\:")
+
+
+@attrs.frozen(kw_only=True)
+class AuthConfig:
+    """
+    ``config.api.auth``: whether API callers must present a bearer token.
+
+    :ivar enabled: True to require ``Authorization: Bearer <token>``. Off by
+        default, for TCP and UNIX sockets alike: on a UNIX socket the file
+        mode controls access, and on TCP the default address is loopback.
+    """
+
+    enabled: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class ApiConfig:
+    """
+    ``config.api``: where the HTTP API listens.
+
+    :ivar bind_address: An IPv4 or IPv6 address to listen on with TCP, or a
+        path (it contains a ``/``) of a UNIX socket to create with mode 0660.
+    :ivar port: The TCP port; 0 picks a free port. Ignored for a UNIX socket.
+    :ivar auth: Whether callers must authenticate.
+    """
+
+    bind_address: str = "127.0.0.1"
+    port: int = 8080
+    auth: AuthConfig = AuthConfig()
+
+    @property
+    def unix_socket_path(self) -> str | None:
+        """
+        The UNIX socket path when ``bind_address`` is not an IP address, else
+        ``None`` (listen on TCP).
+        """
+        try:
+            ipaddress.ip_address(self.bind_address)
+        except ValueError:
+            return self.bind_address
+        return None
+
+    def endpoint_description(self) -> str:
+        """
+        A server endpoint string for :func:`twisted.internet.endpoints.serverFromString`.
+
+        Building it here keeps the quoting of ``:`` (IPv6 addresses, odd
+        socket paths) in one tested place: ``tcp:port=8080:interface=127.0.0.1``,
+        ``tcp6:port=8080:interface=\\:\\:1`` or ``unix:address=/run/x.sock:mode=660``.
+        """
+        path = self.unix_socket_path
+        if path is not None:
+            return f"unix:address={_quote_endpoint_argument(path)}:mode=660"
+        address = ipaddress.ip_address(self.bind_address)
+        kind = "tcp6" if address.version == 6 else "tcp"
+        return f"{kind}:port={self.port}:interface={_quote_endpoint_argument(self.bind_address)}"
+
+
+@attrs.frozen(kw_only=True)
+class NetworkConfig:
+    """
+    ``host_groups[].network``: how a group's VMs are networked.
+
+    Parsed and checked now; the network code applies it.
+
+    :ivar mode: ``isolated`` (a network namespace per VM, reachable only as
+        ``allow``/``drop`` say) or ``bridge`` (VMs join an existing bridge).
+    :ivar range: The addresses handed to VMs. Required for ``isolated``, where
+        each VM takes a /30, so a /22 gives 256 slots.
+    :ivar allow: Destinations an isolated VM may reach (``isolated`` only).
+    :ivar drop: Destinations an isolated VM must not reach (``isolated`` only).
+    :ivar bridge: The Linux bridge to attach to (``bridge`` only, required).
+    :ivar gateway: The gateway address with its prefix length, e.g.
+        ``192.168.137.1/24`` (``bridge`` only, optional).
+    """
+
+    mode: str
+    range: IPv4Network | None = None
+    allow: tuple[IPv4Network, ...] = ()
+    drop: tuple[IPv4Network, ...] = ()
+    bridge: str | None = None
+    gateway: IPv4Interface | None = None
+
+
+@attrs.frozen(kw_only=True)
+class HostGroupConfig:
+    """
+    One entry of ``config.host_groups``: the template of a group's nodes.
+
+    All inheritance is resolved: ``image``, ``hypervisor`` and
+    ``graceful_shutdown`` hold the group's own value or the top-level one.
+
+    :ivar name: The group name, also the hostname prefix (``<name>-<n>``).
+    :ivar count: How many nodes the daemon keeps running; 0 means nodes are
+        only created through the API.
+    :ivar vcpu: Virtual CPUs per node (at least 1).
+    :ivar ram_bytes: Guest memory in bytes, a whole number of MiB.
+    :ivar storage: How disks are made; only ``image`` (a copy of the image's
+        root file system grown to ``storage_size``) for now.
+    :ivar storage_size: Disk size of each node in bytes.
+    :ivar image: The guest image name.
+    :ivar hypervisor: The hypervisor driver; only ``qemu`` for now.
+    :ivar graceful_shutdown: Ask the guest to shut down (rather than killing
+        it) when a node is stopped.
+    :ivar persistent: Keep a node's disk across relaunches and daemon restarts.
+    :ivar network: The network section, or ``None`` when absent.
+    """
+
+    name: str
+    count: int = 0
+    vcpu: int = 1
+    ram_bytes: int = DEFAULT_RAM_BYTES
+    storage: str = "image"
+    storage_size: int = DEFAULT_STORAGE_SIZE
+    image: str = "default"
+    hypervisor: str = "qemu"
+    graceful_shutdown: bool = True
+    persistent: bool = False
+    network: NetworkConfig | None = None
+
+    @property
+    def arch(self) -> str:
+        """
+        The guest architecture reported by the API; only ``x86_64`` guests are
+        built and booted for now.
+        """
+        return "x86_64"
+
+
+@attrs.frozen(kw_only=True)
+class Config:
+    """
+    The whole, resolved ``config:`` section.
+
+    :ivar api: The API listener.
+    :ivar state_dir: Where node records and runtime files are kept.
+    :ivar image_dir: Where built guest images are found.
+    :ivar image: The default image name of groups.
+    :ivar hypervisor: The default hypervisor of groups.
+    :ivar graceful_shutdown: The default of groups' ``graceful_shutdown``.
+    :ivar accel: ``auto`` (probe KVM, fall back to TCG), ``kvm`` or ``tcg``.
+    :ivar host_groups: The host groups, in file order, names unique.
+    """
+
+    api: ApiConfig = ApiConfig()
+    state_dir: str = DEFAULT_STATE_DIR
+    image_dir: str = DEFAULT_IMAGE_DIR
+    image: str = "default"
+    hypervisor: str = "qemu"
+    graceful_shutdown: bool = True
+    accel: str = "auto"
+    host_groups: tuple[HostGroupConfig, ...] = ()
+
+    def group(self, name: str) -> HostGroupConfig | None:
+        """
+        The host group called ``name``, or ``None``; the API answers 404 for
+        an unknown group, so absence is an ordinary answer here.
+        """
+        for group in self.host_groups:
+            if group.name == name:
+                return group
+        return None
+
+
+# --------------------------------------------------------------------------
+# The file's shape, as cattrs structures it (step 1)
+
+#: A byte count written as an integer or a size string (see :func:`parse_size`).
+_Size = NewType("_Size", int)
+
+# The ``_*Document`` classes mirror the file key for key. ``None`` means "not
+# given" where the meaning of absence is decided later (inheritance, the
+# environment, "exactly one of"); everything else has its default here.
+
+
+@attrs.frozen
+class _AuthDocument:
+    enabled: bool = False
+
+
+@attrs.frozen
+class _ApiDocument:
+    bind_address: str = "127.0.0.1"
+    port: int = 8080
+    auth: _AuthDocument = _AuthDocument()
+
+
+@attrs.frozen
+class _NetworkDocument:
+    mode: str
+    range: IPv4Network | None = None
+    allow: tuple[IPv4Network, ...] = ()
+    drop: tuple[IPv4Network, ...] = ()
+    bridge: str | None = None
+    gateway: IPv4Interface | None = None
+
+
+@attrs.frozen
+class _GroupDocument:
+    name: str
+    count: int = 0
+    vcpu: int = 1
+    ram_gb: int | None = None
+    ram_mb: int | None = None
+    ram_bytes: int | None = None
+    storage: str = "image"
+    storage_size: _Size = _Size(DEFAULT_STORAGE_SIZE)
+    image: str | None = None
+    hypervisor: str | None = None
+    graceful_shutdown: bool | None = None
+    persistent: bool = False
+    network: _NetworkDocument | None = None
+
+
+@attrs.frozen
+class _ConfigDocument:
+    api: _ApiDocument = _ApiDocument()
+    state_dir: str = DEFAULT_STATE_DIR
+    image_dir: str | None = None
+    image: str = "default"
+    hypervisor: str = "qemu"
+    graceful_shutdown: bool = True
+    accel: str = "auto"
+    host_groups: tuple[_GroupDocument, ...] = ()
+
+
+class _BadValue(ValueError):
+    """
+    A value of the wrong type or form; its text is the whole message shown to
+    the operator, the key path is added from cattrs' notes.
+    """
+
+
+def _describe(value: object) -> str:
+    """
+    Name a YAML value for a message, with its YAML type, because a value that
+    looks right may have been read as another type (``'8080'`` vs ``8080``).
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, int):
+        return f"integer {value}"
+    if isinstance(value, float):
+        return f"number {value!r}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return f"{type(value).__name__} {value}"
+
+
+def _structure_int(value: object, _type: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise _BadValue(f"expected an integer, got {_describe(value)}")
+
+
+def _structure_str(value: object, _type: object) -> str:
+    if isinstance(value, str):
+        return value
+    raise _BadValue(f"expected a string, got {_describe(value)}")
+
+
+def _structure_bool(value: object, _type: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise _BadValue(f"expected true or false, got {_describe(value)}")
+
+
+def _structure_size(value: object, _type: object) -> _Size:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise _BadValue(f"bad size {value} (must not be negative)")
+        return _Size(value)
+    if isinstance(value, str):
+        try:
+            return _Size(parse_size(value))
+        except ValueError as error:
+            raise _BadValue(str(error)) from None
+    raise _BadValue(f"expected a size ({_SIZE_HINT}), got {_describe(value)}")
+
+
+def _cidr_text(value: object) -> str:
+    if not isinstance(value, str):
+        raise _BadValue(f"expected a CIDR such as 10.0.0.0/8, got {_describe(value)}")
+    if "/" not in value:
+        raise _BadValue(f"bad CIDR {value!r} (missing prefix length, e.g. {value}/32)")
+    return value
+
+
+def _structure_network(value: object, _type: object) -> IPv4Network:
+    text = _cidr_text(value)
+    try:
+        interface = ipaddress.ip_interface(text)
+    except ValueError:
+        raise _BadValue(f"bad CIDR {text!r} (expected e.g. 10.0.0.0/8)") from None
+    if interface.version != 4:
+        raise _BadValue(f"bad CIDR {text!r} (only IPv4 is supported)")
+    if interface.ip != interface.network.network_address:
+        raise _BadValue(f"bad CIDR {text!r} (host bits set; did you mean {interface.network}?)")
+    return IPv4Network(interface.network)
+
+
+def _structure_interface(value: object, _type: object) -> IPv4Interface:
+    text = _cidr_text(value)
+    try:
+        interface = ipaddress.ip_interface(text)
+    except ValueError:
+        raise _BadValue(f"bad address {text!r} (expected e.g. 192.168.137.1/24)") from None
+    if interface.version != 4:
+        raise _BadValue(f"bad address {text!r} (only IPv4 is supported)")
+    network = interface.network
+    if network.prefixlen < 31 and interface.ip in (network.network_address, network.broadcast_address):
+        raise _BadValue(f"bad address {text!r} (not a host address of {network})")
+    return IPv4Interface(interface)
+
+
+def _is_homogeneous_tuple(type_: Any) -> bool:
+    args = get_args(type_)
+    return get_origin(type_) is tuple and len(args) == 2 and args[1] is Ellipsis
+
+
+def _strict_tuple_factory(
+    type_: Any, converter: cattrs.Converter
+) -> Callable[[object, object], tuple[Any, ...]]:
+    """
+    Structure ``tuple[X, ...]`` from a YAML list only: cattrs' own hook takes
+    any iterable, so ``allow: 10.0.0.0/8`` would become a tuple of characters.
+    Element errors carry cattrs' index notes, so their paths read ``[i]``.
+    """
+    element = get_args(type_)[0]
+    hook = converter.get_structure_hook(element)
+
+    def structure(value: object, _type: object) -> tuple[Any, ...]:
+        if not isinstance(value, list):
+            raise _BadValue(f"expected a list, got {_describe(value)}")
+        items = []
+        errors: list[Exception] = []
+        for index, item in enumerate(value):
+            try:
+                items.append(hook(item, element))
+            except Exception as error:
+                error.add_note(
+                    IterableValidationNote(f"Structuring {type_!r} @ index {index}", index, element)
+                )
+                errors.append(error)
+        if errors:
+            raise IterableValidationError(f"While structuring {type_!r}", errors, type_)
+        return tuple(items)
+
+    return structure
+
+
+def _mapping_factory(cl: type, converter: cattrs.Converter) -> Callable[[object, object], Any]:
+    """
+    Structure attrs classes from YAML mappings only, so that ``api: 8080`` or
+    an empty ``api:`` says "expected a mapping" instead of a Python error.
+    """
+    inner: Callable[[Mapping[str, Any], Any], Any] = make_dict_structure_fn(cl, converter)
+
+    def structure(value: object, _type: object) -> Any:
+        if not isinstance(value, dict):
+            raise _BadValue(f"expected a mapping, got {_describe(value)}")
+        return inner(value, cl)
+
+    return structure
+
+
+def _make_converter() -> cattrs.Converter:
+    """
+    The strict converter. Hooks for the simple types come first, because
+    cattrs' factories look up element and field hooks when they build theirs.
+    """
+    converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+    converter.register_structure_hook(int, _structure_int)
+    converter.register_structure_hook(str, _structure_str)
+    converter.register_structure_hook(bool, _structure_bool)
+    converter.register_structure_hook(_Size, _structure_size)
+    converter.register_structure_hook(IPv4Network, _structure_network)
+    converter.register_structure_hook(IPv4Interface, _structure_interface)
+    converter.register_structure_hook_factory(_is_homogeneous_tuple, _strict_tuple_factory)
+    converter.register_structure_hook_factory(attrs.has, _mapping_factory)
+    return converter
+
+
+_CONVERTER = _make_converter()
+
+_PathPart = str | int
+_Path = tuple[_PathPart, ...]
+
+
+def _format_path(parts: _Path) -> str:
+    text = ""
+    for part in parts:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text
+
+
+def _structure_errors(error: BaseException, parts: _Path) -> Iterator[tuple[_Path, str]]:
+    """
+    Walk a cattrs exception group into ``(key path, message)`` pairs.
+
+    :param error: What cattrs raised (or one of its sub-exceptions).
+    :param parts: The key path of the value ``error`` is about.
+    """
+    if isinstance(error, ClassValidationError):
+        with_notes, without = error.group_exceptions()
+        for sub, note in with_notes:
+            yield from _structure_errors(sub, (*parts, note.name))
+        for sub in without:
+            yield from _structure_errors(sub, parts)
+    elif isinstance(error, IterableValidationError):
+        indexed, without = error.group_exceptions()
+        for sub, index_note in indexed:
+            yield from _structure_errors(sub, (*parts, index_note.index))
+        for sub in without:
+            yield from _structure_errors(sub, parts)
+    elif isinstance(error, ForbiddenExtraKeysError):
+        for key in error.extra_fields:
+            yield (*parts, str(key)), "unknown key"
+    elif isinstance(error, KeyError):
+        yield parts, "required key missing"
+    elif isinstance(error, _BadValue):
+        yield parts, str(error)
+    else:
+        yield parts, f"invalid value ({error})"
+
+
+# --------------------------------------------------------------------------
+# Reading the YAML
+
+
+def _compose(text: str, source: str) -> tuple[yaml.Node | None, object]:
+    """
+    Parse YAML into both its node tree (for line numbers) and its data.
+
+    :raises ConfigError: On a syntax error, naming ``source`` and the line.
+    """
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line = mark.line + 1 if mark is not None else None
+        what = error.problem or "unreadable"
+        if error.context:
+            what += f" ({error.context})"
+        raise ConfigError(
+            f"{source}:{line}" if line is not None else source,
+            f"YAML syntax error: {what}",
+            source=source,
+            line=line,
+        ) from None
+    except yaml.YAMLError as error:
+        raise ConfigError(source, f"YAML error: {error}", source=source) from None
+    finally:
+        loader.dispose()
+    return node, data
+
+
+def _find_duplicate_key(node: yaml.Node | None, parts: _Path) -> tuple[_Path, yaml.Node] | None:
+    """
+    The first key that occurs twice in one mapping: PyYAML silently keeps the
+    last, which hides a typo'd edit, so we refuse it.
+    """
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key, value in node.value:
+            if not isinstance(key, yaml.ScalarNode) or key.value == "<<":
+                continue
+            if key.value in seen:
+                return (*parts, key.value), key
+            seen.add(key.value)
+            found = _find_duplicate_key(value, (*parts, key.value))
+            if found is not None:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            found = _find_duplicate_key(item, (*parts, index))
+            if found is not None:
+                return found
+    return None
+
+
+def _line_of(node: yaml.Node | None, parts: _Path) -> int | None:
+    """
+    The 1-based line of the key at ``parts``, or of the deepest enclosing
+    value that exists (a missing key is reported where its mapping starts).
+    """
+    if node is None:
+        return None
+    mark = node.start_mark
+    for part in parts:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.value == str(part):
+                    mark, node = key.start_mark, value
+                    break
+            else:
+                break
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            mark = node.start_mark
+        else:
+            break
+    return mark.line + 1
+
+
+# --------------------------------------------------------------------------
+# Checking and resolving (step 2)
+
+
+@attrs.define
+class _Resolver:
+    """
+    Turns checked documents into public records, raising :class:`ConfigError`
+    with the line of the key at fault.
+
+    :ivar source: The file name, for :attr:`ConfigError.source`.
+    :ivar root: The YAML node tree, for line numbers.
+    :ivar environ: The environment, for the ``image_dir`` default.
+    """
+
+    source: str
+    root: yaml.Node | None
+    environ: Mapping[str, str]
+
+    def error(self, parts: _Path, message: str) -> ConfigError:
+        return ConfigError(_format_path(parts), message, source=self.source, line=_line_of(self.root, parts))
+
+    def nonempty(self, value: str, parts: _Path) -> str:
+        if not value.strip():
+            raise self.error(parts, "must not be empty")
+        return value
+
+    def one_of(self, value: str, allowed: tuple[str, ...], what: str, parts: _Path) -> str:
+        if value not in allowed:
+            raise self.error(parts, f"unknown {what} {value!r} (expected one of: {', '.join(allowed)})")
+        return value
+
+    def config(self, document: _ConfigDocument) -> Config:
+        base: _Path = ("config",)
+        api = self.api(document.api, (*base, "api"))
+        state_dir = self.nonempty(document.state_dir, (*base, "state_dir"))
+        if document.image_dir is None:
+            image_dir = self.environ.get(IMAGE_DIR_ENVIRONMENT) or DEFAULT_IMAGE_DIR
+        else:
+            image_dir = self.nonempty(document.image_dir, (*base, "image_dir"))
+        image = self.nonempty(document.image, (*base, "image"))
+        hypervisor = self.one_of(document.hypervisor, HYPERVISORS, "hypervisor", (*base, "hypervisor"))
+        accel = self.one_of(document.accel, ACCELERATORS, "accel", (*base, "accel"))
+        groups: list[HostGroupConfig] = []
+        names: dict[str, int] = {}
+        for index, group_document in enumerate(document.host_groups):
+            parts = (*base, "host_groups", index)
+            group = self.group(group_document, parts, document)
+            if group.name in names:
+                first = _format_path((*base, "host_groups", names[group.name]))
+                raise self.error((*parts, "name"), f"duplicate group name {group.name!r} (also {first})")
+            names[group.name] = index
+            groups.append(group)
+        self.check_overlaps(groups, (*base, "host_groups"))
+        return Config(
+            api=api,
+            state_dir=state_dir,
+            image_dir=image_dir,
+            image=image,
+            hypervisor=hypervisor,
+            graceful_shutdown=document.graceful_shutdown,
+            accel=accel,
+            host_groups=tuple(groups),
+        )
+
+    def api(self, document: _ApiDocument, parts: _Path) -> ApiConfig:
+        address = document.bind_address
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            if "/" not in address:
+                raise self.error(
+                    (*parts, "bind_address"),
+                    f"bad bind address {address!r} (expected an IP address, "
+                    "or a UNIX socket path containing '/')",
+                ) from None
+        if not 0 <= document.port <= 65535:
+            raise self.error((*parts, "port"), f"port {document.port} out of range (0-65535)")
+        return ApiConfig(
+            bind_address=address, port=document.port, auth=AuthConfig(enabled=document.auth.enabled)
+        )
+
+    def group(self, document: _GroupDocument, parts: _Path, top: _ConfigDocument) -> HostGroupConfig:
+        if not _GROUP_NAME.fullmatch(document.name):
+            raise self.error((*parts, "name"), f"bad group name {document.name!r} ({_GROUP_NAME_RULE})")
+        if document.count < 0:
+            raise self.error((*parts, "count"), f"count {document.count} must not be negative")
+        if document.vcpu < 1:
+            raise self.error((*parts, "vcpu"), f"vcpu {document.vcpu} must be at least 1")
+        ram_bytes = self.ram(document, parts)
+        storage = self.one_of(document.storage, STORAGE_KINDS, "storage", (*parts, "storage"))
+        if document.storage_size == 0 or document.storage_size % 512:
+            raise self.error(
+                (*parts, "storage_size"),
+                f"storage_size {document.storage_size} must be a positive multiple of 512 bytes",
+            )
+        image = top.image if document.image is None else self.nonempty(document.image, (*parts, "image"))
+        if document.hypervisor is None:
+            hypervisor = top.hypervisor
+        else:
+            hypervisor = self.one_of(document.hypervisor, HYPERVISORS, "hypervisor", (*parts, "hypervisor"))
+        graceful = top.graceful_shutdown if document.graceful_shutdown is None else document.graceful_shutdown
+        network = None
+        if document.network is not None:
+            network = self.network(document.network, (*parts, "network"))
+            if network.mode == "isolated" and network.range is not None:
+                slots = 2 ** (ISOLATED_SLOT_PREFIX - network.range.prefixlen)
+                if document.count > slots:
+                    raise self.error(
+                        (*parts, "count"),
+                        f"count {document.count} exceeds the {slots} VM slots of network.range {network.range}",
+                    )
+        return HostGroupConfig(
+            name=document.name,
+            count=document.count,
+            vcpu=document.vcpu,
+            ram_bytes=ram_bytes,
+            storage=storage,
+            storage_size=document.storage_size,
+            image=image,
+            hypervisor=hypervisor,
+            graceful_shutdown=graceful,
+            persistent=document.persistent,
+            network=network,
+        )
+
+    def ram(self, document: _GroupDocument, parts: _Path) -> int:
+        given = [
+            (key, value, unit)
+            for key, value, unit in (
+                ("ram_gb", document.ram_gb, GiB),
+                ("ram_mb", document.ram_mb, MiB),
+                ("ram_bytes", document.ram_bytes, 1),
+            )
+            if value is not None
+        ]
+        if not given:
+            return DEFAULT_RAM_BYTES
+        if len(given) > 1:
+            keys = ", ".join(key for key, _, _ in given)
+            raise self.error(
+                (*parts, given[1][0]), f"give only one of ram_gb, ram_mb, ram_bytes (found {keys})"
+            )
+        key, value, unit = given[0]
+        if value <= 0:
+            raise self.error((*parts, key), f"{key} {value} must be positive")
+        if (value * unit) % MiB:
+            raise self.error((*parts, key), f"{key} {value} must be a whole number of MiB")
+        return value * unit
+
+    def network(self, document: _NetworkDocument, parts: _Path) -> NetworkConfig:
+        mode = self.one_of(document.mode, NETWORK_MODES, "network mode", (*parts, "mode"))
+        if mode == "isolated":
+            if document.range is None:
+                raise self.error((*parts, "range"), "required for mode isolated")
+            if document.range.prefixlen > ISOLATED_SLOT_PREFIX:
+                raise self.error(
+                    (*parts, "range"),
+                    f"range {document.range} is too small (isolated mode gives each VM "
+                    f"a /{ISOLATED_SLOT_PREFIX}, so use at most /{ISOLATED_SLOT_PREFIX})",
+                )
+            for key in ("bridge", "gateway"):
+                if getattr(document, key) is not None:
+                    raise self.error((*parts, key), "only allowed with mode bridge")
+        else:
+            for key in ("allow", "drop"):
+                if getattr(document, key):
+                    raise self.error((*parts, key), "only allowed with mode isolated")
+            if document.bridge is None:
+                raise self.error((*parts, "bridge"), "required for mode bridge")
+            if not _INTERFACE_NAME.fullmatch(document.bridge):
+                raise self.error(
+                    (*parts, "bridge"),
+                    f"bad bridge name {document.bridge!r} (expected 1-15 letters, digits, '_', '.' or '-')",
+                )
+            if (
+                document.range is not None
+                and document.gateway is not None
+                and not document.range.subnet_of(document.gateway.network)
+            ):
+                raise self.error(
+                    (*parts, "range"),
+                    f"range {document.range} is outside the gateway's network {document.gateway.network}",
+                )
+        return NetworkConfig(
+            mode=mode,
+            range=document.range,
+            allow=document.allow,
+            drop=document.drop,
+            bridge=document.bridge,
+            gateway=document.gateway,
+        )
+
+    def check_overlaps(self, groups: list[HostGroupConfig], parts: _Path) -> None:
+        """
+        Refuse groups whose ranges overlap: two VMs would get one address.
+        """
+        for later, group in enumerate(groups):
+            if group.network is None or group.network.range is None:
+                continue
+            for earlier in range(later):
+                other = groups[earlier].network
+                if (
+                    other is not None
+                    and other.range is not None
+                    and group.network.range.overlaps(other.range)
+                ):
+                    other_path = _format_path((*parts, earlier, "network", "range"))
+                    raise self.error(
+                        (*parts, later, "network", "range"),
+                        f"range {group.network.range} overlaps {other_path} ({other.range})",
+                    )
+
+
+# --------------------------------------------------------------------------
+# Entry points
+
+
+def parse_config(text: str, source: str = "<config>", environ: Mapping[str, str] | None = None) -> Config:
+    """
+    Parse and check configuration text.
+
+    :param text: The YAML text, with a ``config:`` root.
+    :param source: Where the text came from, for error locations.
+    :param environ: The environment to read ``VMSERVICE_IMAGE_DIR`` from;
+        ``os.environ`` when ``None`` (tests pass their own).
+    :return: The fully resolved configuration.
+    :raises ConfigError: On the first problem, in file order.
+    """
+    node, data = _compose(text, source)
+    duplicate = _find_duplicate_key(node, ())
+    if duplicate is not None:
+        parts, key_node = duplicate
+        raise ConfigError(
+            _format_path(parts), "duplicate key", source=source, line=key_node.start_mark.line + 1
+        )
+    resolver = _Resolver(source=source, root=node, environ=os.environ if environ is None else environ)
+    if not isinstance(data, dict) or "config" not in data:
+        raise resolver.error(
+            ("config",), "missing root key (the file must have a top-level 'config:' mapping)"
+        )
+    extra = [key for key in data if key != "config"]
+    if extra:
+        raise resolver.error((str(extra[0]),), "unknown key (everything belongs under 'config:')")
+    try:
+        document = _CONVERTER.structure(data["config"], _ConfigDocument)
+    except Exception as error:
+        problems = list(_structure_errors(error, ("config",)))
+        if not problems:  # pragma: no cover - cattrs always says something
+            raise resolver.error(("config",), f"invalid value ({error})") from None
+        located = [
+            (_line_of(node, parts) or 1 << 30, order, parts, message)
+            for order, (parts, message) in enumerate(problems)
+        ]
+        _, _, parts, message = min(located)
+        raise resolver.error(parts, message) from None
+    return resolver.config(document)
+
+
+def load_config(path: str, environ: Mapping[str, str] | None = None) -> Config:
+    """
+    Read, parse and check the configuration file at ``path``.
+
+    :param path: The YAML file.
+    :param environ: As for :func:`parse_config`.
+    :raises ConfigError: If the file cannot be read or is not valid; a file
+        problem names the file, a value problem the key path.
+    """
+    try:
+        with open(path, encoding="utf-8") as stream:
+            text = stream.read()
+    except OSError as error:
+        raise ConfigError(path, f"cannot read: {error.strerror or error}", source=path) from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(path, f"cannot read: not UTF-8 ({error.reason})", source=path) from None
+    return parse_config(text, source=path, environ=environ)
