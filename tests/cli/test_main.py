@@ -1,0 +1,298 @@
+"""
+Tests for :mod:`vmservice.cli.main`: argument parsing and request building
+as pure functions, and whole ``vmctl`` runs in-process against the API app
+served on loopback (see :mod:`tests.test_client`).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any
+
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
+from twisted.trial.unittest import SynchronousTestCase, TestCase
+
+from tests.test_client import TOKEN, LoopbackApi, until
+from vmservice.cli import main as cli
+from vmservice.cli.main import _Failed, create_body, parse_args, resolve_token, run
+from vmservice.client import DEFAULT_URL
+
+
+def parse(*argv: str, **environ: str) -> Any:
+    return parse_args(argv, environ)
+
+
+class ParseTests(SynchronousTestCase):
+    def assertUsageError(self, *argv: str) -> None:
+        stderr = io.StringIO()
+        self.patch(cli.sys, "stderr", stderr)
+        with self.assertRaises(SystemExit) as raised:
+            parse(*argv)
+        self.assertEqual(raised.exception.code, 2)
+        self.assertIn("usage: vmctl", stderr.getvalue())
+
+    def test_defaults(self) -> None:
+        """Without options or environment the URL is the default and there is no token."""
+        options = parse("list")
+        self.assertEqual((options.url, options.token, options.token_file), (DEFAULT_URL, None, None))
+        self.assertEqual((options.command, options.group, options.tag, options.tag_prefix, options.json),
+                         ("list", None, None, None, False))
+
+    def test_environment(self) -> None:
+        """$VMSERVICE_URL and $VMSERVICE_TOKEN are used when no option is given; options win."""
+        env = {"VMSERVICE_URL": "/run/v.sock", "VMSERVICE_TOKEN": "t1"}
+        options = parse("info", **env)
+        self.assertEqual((options.url, options.token), ("/run/v.sock", "t1"))
+        options = parse("--url", "http://h:1", "info", "--token", "t2", **env)
+        self.assertEqual((options.url, options.token), ("http://h:1", "t2"))
+        self.assertIsNone(parse("info", VMSERVICE_TOKEN="").token)
+
+    def test_token_file_beats_environment(self) -> None:
+        """--token-file replaces $VMSERVICE_TOKEN; with --token it is a usage error."""
+        options = parse("--token-file", "/x/token", "info", VMSERVICE_TOKEN="env")
+        self.assertEqual((options.token, options.token_file), (None, "/x/token"))
+        self.assertUsageError("--token", "a", "--token-file", "/x", "info")
+
+    def test_options_before_or_after_command(self) -> None:
+        """Connection options are accepted before and after the command, and an earlier one is kept."""
+        self.assertEqual(parse("--url", "http://a:1", "groups").url, "http://a:1")
+        self.assertEqual(parse("groups", "--url", "http://b:2").url, "http://b:2")
+        self.assertEqual(parse("--token", "x", "groups").token, "x")
+
+    def test_list(self) -> None:
+        """list takes an optional group and either --tag or --tag-prefix, not both."""
+        options = parse("list", "demo", "--tag-prefix", "team-", "--json")
+        self.assertEqual((options.group, options.tag, options.tag_prefix, options.json), ("demo", None, "team-", True))
+        self.assertUsageError("list", "--tag", "a", "--tag-prefix", "b")
+
+    def test_create(self) -> None:
+        """create collects tags, sizes and flags into a CreateNodeRequest with only the fields given."""
+        options = parse("create", "demo", "--wait", "agent", "--timeout", "2m", "--tag", "a", "--tag", "b",
+                        "--cpus", "1", "--ram", "256M", "--persistent", "--protected")
+        self.assertEqual((options.group, options.wait, options.timeout), ("demo", "agent", "2m"))
+        self.assertEqual(create_body(options),
+                         {"tags": ["a", "b"], "cpus": 1, "ram_bytes": 256 << 20, "persistent": True, "protected": True})
+        self.assertEqual(create_body(parse("create", "demo")), {})
+        self.assertEqual(create_body(parse("create", "demo", "--ram-bytes", "1000"))["ram_bytes"], 1000)
+
+    def test_create_usage_errors(self) -> None:
+        """Bad sizes, durations, counts and waits, and both RAM options at once, are usage errors."""
+        self.assertUsageError("create")
+        self.assertUsageError("create", "demo", "--ram", "lots")
+        self.assertUsageError("create", "demo", "--ram", "1G", "--ram-bytes", "5")
+        self.assertUsageError("create", "demo", "--timeout", "soon")
+        self.assertUsageError("create", "demo", "--timeout", "0s")
+        self.assertUsageError("create", "demo", "--cpus", "0")
+        self.assertUsageError("create", "demo", "--wait", "forever")
+
+    def test_other_commands(self) -> None:
+        """delete, logs, health and image build take their arguments and defaults."""
+        options = parse("delete", "demo", "demo-1")
+        self.assertEqual((options.group, options.hostname), ("demo", "demo-1"))
+        self.assertEqual(parse("logs", "demo-1", "--lines", "0").lines, 0)
+        self.assertIsNone(parse("logs", "demo-1").lines)
+        self.assertUsageError("logs", "demo-1", "--lines", "-1")
+        self.assertEqual(parse("health", "demo-1").hostname, "demo-1")
+        options = parse("image", "build")
+        self.assertEqual((options.image_dir, options.name, options.force, options.handler), (None, "default", False, None))
+        self.assertUsageError("image")
+        self.assertUsageError()
+
+    def test_resolve_token(self) -> None:
+        """The token file's first line is the token; a missing or empty file is a failure naming it."""
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("  abc  \nmore\n")
+        self.assertEqual(resolve_token(parse("--token-file", path, "info")), "abc")
+        self.assertEqual(resolve_token(parse("--token", "t", "info")), "t")
+        with self.assertRaises(_Failed) as raised:
+            resolve_token(parse("--token-file", path + ".missing", "info"))
+        self.assertIn(path + ".missing", str(raised.exception))
+        with open(path, "w"):
+            pass
+        self.assertRaises(_Failed, resolve_token, parse("--token-file", path, "info"))
+
+
+class RunTestCase(TestCase):
+    token: str | None = None
+
+    async def setUp(self) -> None:
+        self.loop = LoopbackApi(self.mktemp(), self.token)
+        self.h = self.loop.h
+        self.url = await self.loop.serve(self)
+
+    async def vmctl(self, *argv: str, **environ: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = await run(reactor, ["--url", self.url, *argv], out, err, environ)
+        return code, out.getvalue(), err.getvalue()
+
+
+class RunTests(RunTestCase):
+    async def test_create_list_logs_delete(self) -> None:
+        """A node made with vmctl create is listed in the table, its console printed, and deleted."""
+        self.assertEqual(await self.vmctl("create", "demo", "--tag", "t1", "--cpus", "1"), (0, "demo-1\n", ""))
+        code, out, err = await self.vmctl("list")
+        self.assertEqual((code, err), (0, ""))
+        header, row = out.splitlines()
+        self.assertEqual(header.split(), ["HOSTNAME", "GROUP", "STATUS", "IP", "CPUS", "RAM", "CREATED", "TAGS"])
+        self.assertEqual(row.split()[:6] + row.split()[-1:], ["demo-1", "demo", "Running", "-", "1", "512M", "t1"])
+        code, out, _ = await self.vmctl("list", "other")
+        self.assertEqual(out.splitlines()[1:], [])
+        self.assertEqual(await self.vmctl("logs", "demo-1", "--lines", "2"), (0, "line 29\nline 30\n", ""))
+        self.assertEqual(await self.vmctl("delete", "demo", "demo-1"), (0, "node demo-1 deleted\n", ""))
+        self.assertEqual((await self.vmctl("list", "--json"))[1], "[]\n")
+
+    async def test_errors(self) -> None:
+        """An error answer prints ``vmctl: <message> (<status> <code>)`` on stderr and exits 1."""
+        self.assertEqual(
+            await self.vmctl("delete", "demo", "demo-7"),
+            (1, "", "vmctl: node 'demo-7' not found (404 node_not_found)\n"),
+        )
+        code, out, err = await self.vmctl("create", "demo", "--cpus", "9")
+        self.assertEqual((code, out), (1, ""))
+        self.assertRegex(err, r"^vmctl: .*cpus.* \(400 limit_exceeded\)\n$")
+
+    async def test_health(self) -> None:
+        """health exits 1 and says so while the agent is silent, 0 and prints the health once it answers."""
+        await self.vmctl("create", "demo")
+        code, out, err = await self.vmctl("health", "demo-1")
+        self.assertEqual((code, err), (1, ""))
+        self.assertTrue(out.startswith("demo-1: unhealthy: "), out)
+        self.h.agents[-1].ready()
+        code, out, err = await self.vmctl("health", "demo-1")
+        self.assertEqual((code, err), (0, ""))
+        self.assertIn("demo-1: healthy\n", out)
+        self.assertIn("agent uptime   5s", out)
+
+    async def test_info_and_groups(self) -> None:
+        """info and groups print the daemon's version and the group table."""
+        code, out, _ = await self.vmctl("info")
+        self.assertEqual(code, 0)
+        self.assertIn("version     0.1.0\n", out)
+        code, out, _ = await self.vmctl("groups")
+        self.assertEqual(out.splitlines()[1].split(), ["demo", "0", "2", "512M", "0", "x86_64"])
+
+    async def test_create_wait_json(self) -> None:
+        """create --wait agent --json prints the whole answer once the agent is up."""
+        pending = Deferred.fromCoroutine(self.vmctl("create", "other", "--wait", "agent", "--timeout", "30s", "--json"))
+        await until(lambda: self.h.agents)
+        self.h.agents[-1].ready()
+        code, out, _ = await pending
+        self.assertEqual(code, 0)
+        self.assertIn('"hostname": "other-1"', out)
+
+    async def test_usage_error(self) -> None:
+        """A usage error goes to the given stderr with status 2; --help to stdout with 0."""
+        code, out, err = await self.vmctl("frobnicate")
+        self.assertEqual((code, out), (2, ""))
+        self.assertIn("invalid choice", err)
+        code, out, err = await self.vmctl("list", "--help")
+        self.assertEqual((code, err), (0, ""))
+        self.assertIn("--tag-prefix", out)
+
+    async def test_unreachable(self) -> None:
+        """A daemon that is not there gives one line naming the URL, and status 1."""
+        out, err = io.StringIO(), io.StringIO()
+        missing = self.mktemp() + ".sock"
+        code = await run(reactor, ["--url", missing, "list"], out, err, {})
+        self.assertEqual((code, out.getvalue()), (1, ""))
+        self.assertEqual(err.getvalue(), f"vmctl: cannot connect to {missing}: No such file or directory\n")
+
+
+class AuthRunTests(RunTestCase):
+    token = TOKEN
+
+    async def test_token_sources(self) -> None:
+        """The token comes from --token, --token-file or $VMSERVICE_TOKEN; without it the answer is 401."""
+        code, _, err = await self.vmctl("groups")
+        self.assertEqual(code, 1)
+        self.assertIn("(401 unauthorized)", err)
+        self.assertEqual((await self.vmctl("groups", "--token", TOKEN))[0], 0)
+        self.assertEqual((await self.vmctl("groups", VMSERVICE_TOKEN=TOKEN))[0], 0)
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write(TOKEN + "\n")
+        self.assertEqual((await self.vmctl("--token-file", path, "groups"))[0], 0)
+        code, _, err = await self.vmctl("--token-file", path + ".none", "groups")
+        self.assertEqual(code, 1)
+        self.assertIn("cannot read the token file", err)
+
+
+class ImageBuildTests(SynchronousTestCase):
+    def test_build(self) -> None:
+        """image build calls the builder with the directory, name and force flag and prints its progress."""
+        import vmservice.images.build as build
+
+        calls: list[tuple[Any, ...]] = []
+
+        def fake_build(image_dir: str, name: str = "default", force: bool = False, out: Any = print) -> None:
+            calls.append((image_dir, name, force))
+            out("image x: built")
+
+        self.patch(build, "build_image", fake_build)
+        out, err = io.StringIO(), io.StringIO()
+        code = self.successResultOf(Deferred.fromCoroutine(
+            run(None, ["image", "build", "--image-dir", "/tmp/imgs", "--name", "x", "--force"], out, err, {})
+        ))
+        self.assertEqual((code, out.getvalue(), err.getvalue()), (0, "image x: built\n", ""))
+        self.assertEqual(calls, [("/tmp/imgs", "x", True)])
+
+    def test_default_dir_and_failure(self) -> None:
+        """Without --image-dir the store's default is used; a BuildError prints one line and exits 1."""
+        import vmservice.images.build as build
+        from vmservice.images.store import default_image_dir
+
+        seen: list[str] = []
+
+        def failing(image_dir: str, name: str = "default", force: bool = False, out: Any = print) -> None:
+            seen.append(image_dir)
+            raise build.BuildError("apt failed")
+
+        self.patch(build, "build_image", failing)
+        out, err = io.StringIO(), io.StringIO()
+        code = self.successResultOf(Deferred.fromCoroutine(run(None, ["image", "build"], out, err, {})))
+        self.assertEqual((code, err.getvalue()), (1, "vmctl: apt failed\n"))
+        self.assertEqual(seen, [default_image_dir()])
+        self.assertTrue(os.path.isabs(seen[0]))
+
+
+class MainTests(SynchronousTestCase):
+    def react(self, main: Any) -> None:
+        """Stand-in for ``react``: run ``main`` to its end and exit the way ``react`` does."""
+        outcome: list[Any] = []
+        main(None).addBoth(outcome.append)
+        self.assertEqual(len(outcome), 1)
+        if isinstance(outcome[0], Failure):
+            outcome[0].trap(SystemExit)
+            raise SystemExit(outcome[0].value.code)
+        raise SystemExit(0)
+
+    def run_main(self, argv: list[str], builder: Any) -> int:
+        import twisted.internet.task
+        import vmservice.images.build as build
+
+        self.patch(build, "build_image", builder)
+        self.patch(twisted.internet.task, "react", self.react)
+        self.patch(cli.sys, "stdout", io.StringIO())
+        self.patch(cli.sys, "stderr", io.StringIO())
+        with self.assertRaises(SystemExit) as raised:
+            cli.main(argv)
+        code: int = raised.exception.code  # type: ignore[assignment]
+        return code
+
+    def test_exit_status(self) -> None:
+        """main() exits with the command's status: 0 on success, 1 on failure."""
+        import vmservice.images.build as build
+
+        def ok(*args: Any, **kwargs: Any) -> None:
+            pass
+
+        def broken(*args: Any, **kwargs: Any) -> None:
+            raise build.BuildError("no")
+
+        self.assertEqual(self.run_main(["image", "build"], ok), 0)
+        self.assertEqual(self.run_main(["image", "build"], broken), 1)
+        self.assertEqual(cli.sys.stderr.getvalue(), "vmctl: no\n")

@@ -1,0 +1,122 @@
+"""
+Tests for :mod:`vmservice.cli.output`: what ``vmctl`` prints, as pure
+functions of the API's JSON.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+from twisted.trial.unittest import SynchronousTestCase
+
+from vmservice.cli.output import (
+    GROUP_HEADERS,
+    NODE_HEADERS,
+    format_error,
+    format_health,
+    format_info,
+    format_json,
+    format_table,
+    format_time,
+    group_rows,
+    human_size,
+    node_rows,
+)
+from vmservice.client import ApiError
+from vmservice.config import parse_size
+
+NODE = {
+    "hostname": "demo-1", "hostgroup": "demo", "ip": "", "ram_bytes": 512 * 1024 * 1024, "cpus": 2,
+    "created_at": "2026-11-22T10:59:26.5Z", "tags": ["a", "b"], "arch": "x86_64", "status": "Running",
+    "persistent": False,
+}
+
+
+class TableTests(SynchronousTestCase):
+    def test_alignment(self) -> None:
+        """Columns are left-aligned two spaces apart, with no trailing blanks; empty cells show ``-``."""
+        text = format_table(("A", "LONGER"), [["xyz", ""], ["w", "v"]])
+        self.assertEqual(text, "A    LONGER\nxyz  -\nw    v\n")
+
+    def test_header_only(self) -> None:
+        """With no rows the header alone is printed."""
+        self.assertEqual(format_table(("NAME", "X"), []), "NAME  X\n")
+
+    @given(st.lists(st.lists(st.text(alphabet="abcxyz-.", max_size=8), min_size=3, max_size=3), max_size=6))
+    def test_columns_line_up(self, rows: list[list[str]]) -> None:
+        """Every cell of a column starts at the same offset on every line."""
+        lines = format_table(("H1", "H2", "H3"), rows).splitlines()
+        self.assertEqual(len(lines), len(rows) + 1)
+        start = lines[0].index("H3")
+        for line, row in zip(lines[1:], rows):
+            self.assertEqual(line[start:], row[2] or "-")
+
+    def test_node_rows(self) -> None:
+        """A Node becomes HOSTNAME GROUP STATUS IP CPUS RAM CREATED TAGS cells."""
+        self.assertEqual(len(NODE_HEADERS), 8)
+        self.assertEqual(
+            node_rows([NODE]),
+            [["demo-1", "demo", "Running", "", "2", "512M", "2026-11-22 10:59:26", "a,b"]],
+        )
+        self.assertIn("demo-1    demo   Running  -   2     512M", format_table(NODE_HEADERS, node_rows([NODE])))
+
+    def test_group_rows(self) -> None:
+        """A HostGroup becomes NAME COUNT CPUS RAM GPUS ARCH cells."""
+        group = {"name": "demo", "count": 0, "ram_bytes": 1 << 30, "cpus": 2, "gpu_count": 0, "arch": "x86_64"}
+        self.assertEqual(len(GROUP_HEADERS), 6)
+        self.assertEqual(group_rows([group]), [["demo", "0", "2", "1G", "0", "x86_64"]])
+
+
+class ValueTests(SynchronousTestCase):
+    def test_human_size(self) -> None:
+        """Sizes use the largest binary unit: exact when it divides, else one decimal."""
+        self.assertEqual(
+            [human_size(n) for n in (0, 1023, 1024, 512 << 20, 3 << 29, 5 << 40, 1536)],
+            ["0", "1023", "1K", "512M", "1.5G", "5T", "1.5K"],
+        )
+
+    @given(st.integers(0, 1023), st.sampled_from([1, 1 << 10, 1 << 20, 1 << 30, 1 << 40]))
+    def test_exact_sizes_read_back(self, count: int, unit: int) -> None:
+        """A size that is a whole number of its unit is printed exactly: ``--ram`` reads back the same bytes."""
+        size = count * unit
+        self.assertEqual(parse_size(human_size(size)), size)
+
+    def test_format_time(self) -> None:
+        """RFC 3339 times become UTC ``YYYY-MM-DD HH:MM:SS``; other text is kept; nothing stays empty."""
+        self.assertEqual(format_time("2026-11-22T10:59:26Z"), "2026-11-22 10:59:26")
+        self.assertEqual(format_time("2026-11-22T12:59:26+02:00"), "2026-11-22 10:59:26")
+        self.assertEqual(format_time("yesterday"), "yesterday")
+        self.assertEqual(format_time(None), "")
+
+    def test_info(self) -> None:
+        """Info prints every field as aligned ``key  value`` lines."""
+        self.assertEqual(
+            format_info({"version": "0.1.0", "git_commit": "abc", "arch": "amd64"}),
+            "version     0.1.0\ngit_commit  abc\narch        amd64\n",
+        )
+        self.assertEqual(format_info({}), "")
+
+    def test_health(self) -> None:
+        """Health shows a headline and the uptimes as whole-second durations."""
+        text = format_health({
+            "hostname": "demo-1", "agent_uptime": 65_400_000_000, "agent_version": "0.1.0",
+            "system_uptime": 3_723_000_000_000, "userdata_ran": False, "ip": "",
+        })
+        self.assertEqual(
+            text,
+            "demo-1: healthy\n"
+            "  agent version  0.1.0\n"
+            "  agent uptime   1m5s\n"
+            "  system uptime  1h2m3s\n"
+            "  userdata ran   no\n"
+            "  ip             -\n",
+        )
+
+    def test_error(self) -> None:
+        """Errors read ``vmctl: <message> (<status> <code>)``, without a code when there is none."""
+        self.assertEqual(format_error(ApiError(404, "node_not_found", "gone")), "vmctl: gone (404 node_not_found)")
+        self.assertEqual(format_error(ApiError(502, None, "bad")), "vmctl: bad (502)")
+
+    def test_json(self) -> None:
+        """--json output is indented JSON ending in a newline."""
+        self.assertEqual(format_json({"a": [1]}), '{\n  "a": [\n    1\n  ]\n}\n')

@@ -1,0 +1,166 @@
+# -*- test-case-name: tests.cli.test_output -*-
+"""
+What ``vmctl`` prints: tables, key/value listings and error lines.
+
+Every function here is pure (data in, text out) so the look of the tool is
+tested without a daemon, and the commands in :mod:`vmservice.cli.main` stay
+a thin layer of calls and prints.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any, Iterable, Sequence
+
+from ..client import ApiError
+from ..durations import format_go_duration
+
+__all__ = [
+    "GROUP_HEADERS",
+    "NODE_HEADERS",
+    "format_error",
+    "format_health",
+    "format_info",
+    "format_json",
+    "format_table",
+    "format_time",
+    "group_rows",
+    "human_size",
+    "node_rows",
+]
+
+#: Columns of ``vmctl list``.
+NODE_HEADERS = ("HOSTNAME", "GROUP", "STATUS", "IP", "CPUS", "RAM", "CREATED", "TAGS")
+
+#: Columns of ``vmctl groups``.
+GROUP_HEADERS = ("NAME", "COUNT", "CPUS", "RAM", "GPUS", "ARCH")
+
+#: Shown in a cell whose value is empty or missing, so columns stay aligned
+#: for ``awk`` and the eye.
+EMPTY = "-"
+
+_UNITS = (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10))
+
+
+def format_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """
+    Align ``rows`` under ``headers`` in columns two spaces apart, without
+    trailing blanks; one line per row, each ending in a newline.
+    """
+    table = [list(headers)] + [[cell if cell.strip() else EMPTY for cell in row] for row in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in table]
+    return "\n".join(lines) + "\n"
+
+
+def human_size(size: int) -> str:
+    """
+    A byte count the short binary way: ``512M``, ``2G``, ``1.5G``; exact
+    when a unit divides it, else to one decimal; plain bytes under 1 KiB.
+    """
+    for suffix, unit in _UNITS:
+        if size >= unit:
+            if size % unit == 0:
+                return f"{size // unit}{suffix}"
+            return f"{size / unit:.1f}{suffix}"
+    return str(size)
+
+
+def format_time(text: str | None) -> str:
+    """
+    An RFC 3339 time as ``YYYY-MM-DD HH:MM:SS`` in UTC; text that does not
+    parse is shown as it came, since the table must not fail on it.
+    """
+    if not text:
+        return ""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return text
+    if value.tzinfo is not None:
+        value = value.astimezone(timezone.utc)
+    return value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _size_cell(value: Any) -> str:
+    return human_size(value) if isinstance(value, int) else ""
+
+
+def node_rows(nodes: Iterable[dict[str, Any]]) -> list[list[str]]:
+    """The cells of ``vmctl list`` (see :data:`NODE_HEADERS`) for Node objects."""
+    return [
+        [
+            str(node.get("hostname", "")),
+            str(node.get("hostgroup", "")),
+            str(node.get("status", "")),
+            str(node.get("ip") or ""),
+            str(node.get("cpus", "")),
+            _size_cell(node.get("ram_bytes")),
+            format_time(node.get("created_at")),
+            ",".join(node.get("tags") or ()),
+        ]
+        for node in nodes
+    ]
+
+
+def group_rows(groups: Iterable[dict[str, Any]]) -> list[list[str]]:
+    """The cells of ``vmctl groups`` (see :data:`GROUP_HEADERS`) for HostGroup objects."""
+    return [
+        [
+            str(group.get("name", "")),
+            str(group.get("count", "")),
+            str(group.get("cpus", "")),
+            _size_cell(group.get("ram_bytes")),
+            str(group.get("gpu_count", "")),
+            str(group.get("arch", "")),
+        ]
+        for group in groups
+    ]
+
+
+def _listing(pairs: Sequence[tuple[str, str]]) -> str:
+    width = max(len(key) for key, _ in pairs)
+    return "".join(f"{key.ljust(width)}  {value or EMPTY}\n" for key, value in pairs)
+
+
+def format_info(info: dict[str, Any]) -> str:
+    """``GET /info`` as aligned ``key  value`` lines, every field the daemon sent."""
+    if not info:
+        return ""
+    return _listing([(key, str(value)) for key, value in info.items()])
+
+
+def _uptime(nanoseconds: Any) -> str:
+    if not isinstance(nanoseconds, int) or nanoseconds < 0:
+        return ""
+    return format_go_duration(nanoseconds // 1_000_000_000)
+
+
+def format_health(health: dict[str, Any]) -> str:
+    """
+    An AgentHealth as a headline and aligned details; uptimes (integer
+    nanoseconds on the wire) become whole-second Go durations.
+    """
+    ran = health.get("userdata_ran")
+    pairs = [
+        ("agent version", str(health.get("agent_version", ""))),
+        ("agent uptime", _uptime(health.get("agent_uptime"))),
+        ("system uptime", _uptime(health.get("system_uptime"))),
+        ("userdata ran", "" if ran is None else ("yes" if ran else "no")),
+        ("ip", str(health.get("ip") or "")),
+    ]
+    return f"{health.get('hostname', '')}: healthy\n" + "".join(
+        "  " + line for line in _listing(pairs).splitlines(keepends=True)
+    )
+
+
+def format_error(error: ApiError) -> str:
+    """The line for an error answer: ``vmctl: <message> (<status> <code>)``."""
+    where = f"{error.status} {error.code}" if error.code else str(error.status)
+    return f"vmctl: {error.message} ({where})"
+
+
+def format_json(value: Any) -> str:
+    """``value`` as indented JSON ending in a newline, for ``--json``."""
+    return json.dumps(value, indent=2) + "\n"
