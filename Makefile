@@ -28,7 +28,7 @@ venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --config-settings editable_mode=compat -e '.[test]'
 	touch $@
 
 image: apt venv

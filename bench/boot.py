@@ -1,0 +1,125 @@
+"""
+Boot benchmark: ``POST /hostgroup/demo/nodes?wait=agent`` through the daemon
+against the same QEMU command started by hand until the agent's first byte,
+alternating, several rounds each, in one run.
+
+Writes medians, samples and the ratio to ``bench/results/boot.json``.  The
+ratio (API / bare) is what to compare across machines; absolute seconds
+depend on the host (TCG here).
+
+    .venv/bin/python bench/boot.py [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image  # noqa: E402
+from vmservice.hypervisors.base import MachineSpec  # noqa: E402
+from vmservice.hypervisors.qemu import QemuSettings, host_tsc_khz, qemu_command  # noqa: E402
+from vmservice.images.store import resolve_image  # noqa: E402
+from vmservice.wire import Connection, Role  # noqa: E402
+
+RAM = 256 * 1024 * 1024
+
+
+def api_boot(daemon: Daemon) -> float:
+    """Seconds for one create with wait=agent; the node is deleted afterwards (not timed)."""
+    started = time.monotonic()
+    created = daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {}, expect=201)
+    elapsed = time.monotonic() - started
+    daemon.json("DELETE", f"/hostgroup/demo/nodes/{created['hostname']}")
+    return elapsed
+
+
+def bare_boot(accel: str, workdir: str) -> float:
+    """Seconds from starting the same QEMU command to the first byte from the agent."""
+    image = resolve_image(IMAGE_DIR, "default")
+    disk = os.path.join(workdir, "disk.qcow2")
+    agent = os.path.join(workdir, "agent.sock")
+    for path in (disk, agent, os.path.join(workdir, "qmp.sock")):
+        if os.path.exists(path):
+            os.unlink(path)
+    subprocess.run(
+        ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", image.rootfs.path, disk, str(1 << 30)], check=True
+    )
+    with open("/proc/cpuinfo") as f:
+        tsc = host_tsc_khz(f.read())
+    spec = MachineSpec(
+        name="bench-bare", vcpus=1, ram_bytes=RAM, kernel=image.kernel.path, initrd=image.initrd.path, disk=disk,
+        agent_socket=agent, qmp_socket=os.path.join(workdir, "qmp.sock"),
+        console_log=os.path.join(workdir, "console.log"),
+    )
+    hello = Connection(Role.HOST)
+    greeting = hello.send(hello.hello("bench"))
+    started = time.monotonic()
+    process = subprocess.Popen(qemu_command(spec, QemuSettings(accel=accel, tsc_khz=tsc)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while True:
+            if time.monotonic() - started > 120:
+                raise RuntimeError("bare guest did not answer in 120 s")
+            try:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(agent)
+                    s.sendall(greeting)
+                    s.settimeout(120)
+                    if s.recv(1):
+                        return time.monotonic() - started
+            except OSError:
+                time.sleep(0.01)
+    finally:
+        process.kill()
+        process.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "boot.json"))
+    options = parser.parse_args()
+    ensure_image()
+    daemon = Daemon(groups=[{"name": "demo", "vcpu": 1, "ram_mb": RAM >> 20, "storage_size": "1G"}])
+    workdir = tempfile.mkdtemp(prefix="vms-bench-", dir="/tmp")
+    try:
+        daemon.start()
+        api_boot(daemon)  # warm-up: the accelerator probe and page cache
+        accel = re.search(r"accelerator: (\w+)", daemon.log())
+        accel_name = accel.group(1) if accel else "tcg"
+        api, bare = [], []
+        for round_ in range(options.rounds):
+            api.append(api_boot(daemon))
+            bare.append(bare_boot(accel_name, workdir))
+            print(f"round {round_ + 1}: api {api[-1]:.2f} s, bare {bare[-1]:.2f} s", flush=True)
+    finally:
+        daemon.cleanup()
+        subprocess.run(["rm", "-rf", workdir])
+    result = {
+        "benchmark": "boot",
+        "accel": accel_name,
+        "rounds": options.rounds,
+        "ram_bytes": RAM,
+        "api_create_wait_agent_s": {"median": statistics.median(api), "samples": api},
+        "bare_qemu_to_agent_first_byte_s": {"median": statistics.median(bare), "samples": bare},
+        "ratio_api_over_bare": statistics.median(api) / statistics.median(bare),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    os.makedirs(os.path.dirname(options.output), exist_ok=True)
+    with open(options.output, "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    print(json.dumps({k: result[k] for k in ("accel", "ratio_api_over_bare")}))
+
+
+if __name__ == "__main__":
+    main()

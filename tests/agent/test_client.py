@@ -1,0 +1,344 @@
+# -*- test-case-name: tests.agent.test_client -*-
+"""
+Unit tests for :mod:`vmservice.agent.client` on a memory reactor: connecting,
+reconnecting with backoff, readiness, and the operations' errors.  The same client
+against a real agent process is tested in :mod:`tests.agent.test_guest_agent`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from twisted.internet.address import UNIXAddress
+from twisted.internet.defer import Deferred
+from twisted.internet.error import ConnectError, ConnectionDone
+from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.python.failure import Failure
+from twisted.trial.unittest import SynchronousTestCase
+
+from tests.agent.fakes import FakeGuest, Recorder
+from vmservice.agent.client import (
+    AgentClient,
+    AgentHealth,
+    AgentRequestFailed,
+    AgentUnavailable,
+)
+from vmservice.wire import Data, HalfClose, Open, Ping, Pong, Reset, ResetCode
+
+SOCKET = "/run/vmservice/node-1/agent.sock"
+HEALTH = {
+    "agent_uptime": 1_500_000_000,
+    "agent_version": "0.1.0",
+    "system_uptime": 3_000_000_000,
+    "userdata_ran": False,
+}
+
+
+class ClientTestCase(SynchronousTestCase):
+    """
+    An :class:`AgentClient` on a memory reactor.
+    """
+
+    def setUp(self) -> None:
+        self.reactor = MemoryReactorClock()
+        self.client = AgentClient(self.reactor, SOCKET, hello_timeout=5.0)
+
+    def attempts(self) -> int:
+        """
+        How many connection attempts were made so far.
+        """
+        return len(self.reactor.unixClients)
+
+    def fail_attempt(self) -> None:
+        """
+        Make the latest connection attempt fail, as when the socket is missing.
+        """
+        _, factory, _, _ = self.reactor.unixClients[-1]
+        factory.clientConnectionFailed(self.reactor.connectors[-1], Failure(ConnectError("ENOENT")))
+
+    def accept(self) -> FakeGuest:
+        """
+        Complete the latest connection attempt with a fake guest behind it.
+        """
+        address, factory, _, _ = self.reactor.unixClients[-1]
+        self.assertEqual(address, SOCKET)
+        protocol = factory.buildProtocol(UNIXAddress(SOCKET))
+        transport = StringTransport()
+        protocol.makeConnection(transport)
+        return FakeGuest(protocol, transport)
+
+    def connect(self) -> FakeGuest:
+        """
+        Start the client and bring it to the established state.
+        """
+        self.client.start()
+        guest = self.accept()
+        guest.handshake()
+        self.assertTrue(self.client.connected)
+        return guest
+
+
+class ConnectionTests(ClientTestCase):
+    """
+    Connecting, readiness and reconnection.
+    """
+
+    def test_idle_until_started(self) -> None:
+        """
+        Nothing happens before start(); start() connects to the socket path.
+        """
+        self.assertEqual(self.attempts(), 0)
+        self.assertFalse(self.client.connected)
+        self.client.start()
+        self.client.start()
+        self.assertEqual(self.attempts(), 1)
+
+    def test_backoff(self) -> None:
+        """
+        Failed attempts (the socket does not exist yet) are retried after 0.1,
+        0.2, 0.4, 0.8 and then every 1 s.
+        """
+        self.client.start()
+        delays = []
+        for attempt in range(1, 7):
+            self.fail_attempt()
+            [retry] = self.reactor.getDelayedCalls()
+            delay = retry.getTime() - self.reactor.seconds()
+            delays.append(round(delay, 6))
+            self.reactor.advance(delay - 0.001)
+            self.assertEqual(self.attempts(), attempt)
+            self.reactor.advance(0.001)
+            self.assertEqual(self.attempts(), attempt + 1)
+        self.assertEqual(delays, [0.1, 0.2, 0.4, 0.8, 1.0, 1.0])
+
+    def test_when_ready(self) -> None:
+        """
+        when_ready fires once the agent acknowledged a connection, not when the
+        socket merely connects; afterwards it fires at once.
+        """
+        ready = self.client.when_ready()
+        self.client.start()
+        guest = self.accept()
+        self.assertNoResult(ready)
+        self.assertFalse(self.client.connected)
+        guest.handshake("7.7.7")
+        self.assertIsNone(self.successResultOf(ready))
+        self.assertIsNone(self.successResultOf(self.client.when_ready()))
+        self.assertEqual(self.client.agent_version, "7.7.7")
+
+    def test_when_ready_cancel(self) -> None:
+        """
+        A cancelled when_ready is forgotten.
+        """
+        ready = self.client.when_ready()
+        ready.cancel()
+        self.failureResultOf(ready)
+        self.connect()
+
+    def test_reconnect_after_drop(self) -> None:
+        """
+        When the connection drops, the client reconnects after a short delay and is
+        ready again once the agent answers.
+        """
+        guest = self.connect()
+        guest.protocol.connectionLost(Failure(ConnectionDone()))
+        self.assertFalse(self.client.connected)
+        ready = self.client.when_ready()
+        self.reactor.advance(0.1)
+        self.assertEqual(self.attempts(), 2)
+        guest = self.accept()
+        self.assertNoResult(ready)
+        guest.handshake()
+        self.successResultOf(ready)
+
+    def test_hello_timeout_reconnects(self) -> None:
+        """
+        A connection on which the agent never answers is dropped after the HELLO
+        timeout and a new one is tried.
+        """
+        self.client.start()
+        guest = self.accept()
+        self.reactor.advance(5.0)
+        self.assertTrue(guest.transport.disconnected)
+        guest.protocol.connectionLost(Failure(ConnectionDone()))
+        self.reactor.advance(0.1)
+        self.assertEqual(self.attempts(), 2)
+
+    def test_stop(self) -> None:
+        """
+        stop() drops the connection, fails waiters with AgentUnavailable and makes
+        no further attempts.
+        """
+        self.client.start()
+        self.fail_attempt()
+        ready = self.client.when_ready()
+        stopped = self.client.stop()
+        self.failureResultOf(ready, AgentUnavailable)
+        self.successResultOf(stopped)
+        self.reactor.advance(10)
+        self.assertEqual(self.attempts(), 1)
+        self.successResultOf(self.client.stop())
+
+    def test_stop_connected(self) -> None:
+        """
+        Stopping a connected client closes its connection; the Deferred fires once
+        it is closed.
+        """
+        guest = self.connect()
+        stopped = self.client.stop()
+        self.assertTrue(guest.transport.disconnecting)
+        self.assertNoResult(stopped)
+        guest.protocol.connectionLost(Failure(ConnectionDone()))
+        self.successResultOf(stopped)
+        self.assertFalse(self.client.connected)
+
+
+class HealthTests(ClientTestCase):
+    """
+    ``health()``.
+    """
+
+    def answer(self, guest: FakeGuest, body: bytes) -> None:
+        """
+        Serve the health stream the host opened with ``body``.
+        """
+        events = guest.receive()
+        self.assertEqual(events, [Open(1, {"op": "health"}), HalfClose(1)])
+        guest.send(Data(1, body), HalfClose(1))
+
+    def test_health(self) -> None:
+        """
+        The agent's JSON reply becomes an :class:`AgentHealth`.
+        """
+        guest = self.connect()
+        result = Deferred.fromCoroutine(self.client.health())
+        self.assertNoResult(result)
+        self.answer(guest, json.dumps(HEALTH).encode())
+        self.assertEqual(self.successResultOf(result), AgentHealth(**HEALTH))
+
+    def test_not_connected(self) -> None:
+        """
+        Without a connection, health raises :class:`AgentUnavailable` at once.
+        """
+        self.failureResultOf(Deferred.fromCoroutine(self.client.health()), AgentUnavailable)
+        self.client.start()
+        self.accept()
+        self.failureResultOf(Deferred.fromCoroutine(self.client.health()), AgentUnavailable)
+
+    def test_lost_midway(self) -> None:
+        """
+        If the connection drops before the reply, health raises
+        :class:`AgentUnavailable`.
+        """
+        guest = self.connect()
+        result = Deferred.fromCoroutine(self.client.health())
+        guest.protocol.connectionLost(Failure(ConnectionDone()))
+        self.failureResultOf(result, AgentUnavailable)
+
+    def test_agent_restarted_midway(self) -> None:
+        """
+        If the agent restarts before the reply, health raises
+        :class:`AgentUnavailable`.
+        """
+        guest = self.connect()
+        result = Deferred.fromCoroutine(self.client.health())
+        guest.restart(b"RESTART!")
+        guest.send(guest.conn.hello("x"))
+        self.failureResultOf(result, AgentUnavailable)
+        self.assertFalse(self.client.connected)
+
+    def test_refused(self) -> None:
+        """
+        A reset from the agent raises :class:`AgentRequestFailed` with its code.
+        """
+        guest = self.connect()
+        result = Deferred.fromCoroutine(self.client.health())
+        guest.receive()
+        guest.send(Reset(1, ResetCode.UNKNOWN_OP, "unknown op 'health'"))
+        failure = self.failureResultOf(result, AgentRequestFailed)
+        self.assertEqual(failure.value.code, ResetCode.UNKNOWN_OP)
+
+    def test_malformed(self) -> None:
+        """
+        Replies that are not the expected JSON object raise
+        :class:`AgentRequestFailed`.
+        """
+        guest = self.connect()
+        bad = [
+            b"not json",
+            b"[1]",
+            json.dumps({**HEALTH, "agent_uptime": "1"}).encode(),
+            json.dumps({**HEALTH, "system_uptime": True}).encode(),
+            json.dumps({k: v for k, v in HEALTH.items() if k != "userdata_ran"}).encode(),
+        ]
+        for stream_id, body in zip(range(1, 100, 2), bad):
+            result = Deferred.fromCoroutine(self.client.health())
+            guest.receive()
+            guest.send(Data(stream_id, body), HalfClose(stream_id))
+            self.failureResultOf(result, AgentRequestFailed)
+
+    def test_too_large(self) -> None:
+        """
+        A reply beyond the limit is refused and the stream reset.
+        """
+        guest = self.connect()
+        result = Deferred.fromCoroutine(self.client.request({"op": "health"}, 10))
+        guest.receive()
+        guest.send(Data(1, b"x" * 11))
+        self.failureResultOf(result, AgentRequestFailed)
+        self.assertEqual(guest.receive(), [Reset(1, ResetCode.CANCEL, "reply too large")])
+
+    def test_cancel(self) -> None:
+        """
+        Cancelling a request resets its stream.
+        """
+        guest = self.connect()
+        result = Deferred.fromCoroutine(self.client.health())
+        guest.receive()
+        result.cancel()
+        self.failureResultOf(result)
+        [reset] = guest.receive()
+        self.assertIsInstance(reset, Reset)
+
+
+class PingAndStreamTests(ClientTestCase):
+    """
+    ``ping()`` and ``open_stream()``.
+    """
+
+    def test_ping(self) -> None:
+        """
+        ping() returns the round trip in seconds.
+        """
+        guest = self.connect()
+        result = Deferred.fromCoroutine(self.client.ping())
+        [ping] = guest.receive()
+        assert isinstance(ping, Ping)
+        self.reactor.advance(0.002)
+        guest.send(Pong(ping.opaque))
+        self.assertAlmostEqual(self.successResultOf(result), 0.002)
+
+    def test_ping_unavailable(self) -> None:
+        """
+        ping() raises :class:`AgentUnavailable` when not connected or when the
+        connection drops before the pong.
+        """
+        self.failureResultOf(Deferred.fromCoroutine(self.client.ping()), AgentUnavailable)
+        guest = self.connect()
+        result = Deferred.fromCoroutine(self.client.ping())
+        guest.protocol.connectionLost(Failure(ConnectionDone()))
+        self.failureResultOf(result, AgentUnavailable)
+
+    def test_open_stream(self) -> None:
+        """
+        open_stream connects a protocol to a new stream; without a connection it
+        raises :class:`AgentUnavailable`.
+        """
+        self.assertRaises(AgentUnavailable, self.client.open_stream, {"op": "echo"}, Recorder())
+        guest = self.connect()
+        recorder = Recorder()
+        stream = self.client.open_stream({"op": "echo"}, recorder)
+        stream.write(b"hi")
+        self.assertEqual(guest.receive(), [Open(1, {"op": "echo"}), Data(1, b"hi")])
+        guest.send(Data(1, b"hi"))
+        self.assertEqual(recorder.data, b"hi")

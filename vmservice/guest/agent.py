@@ -1,0 +1,1027 @@
+# -*- test-case-name: tests.agent.test_guest_agent -*-
+"""
+The guest agent: serves the agent wire protocol inside the VM.
+
+It runs as ``from vmservice.guest.agent import main; main()`` under ``python3.11 -I -S``
+(respawned by init), so it uses the standard library only.  It finds the
+virtio-serial port named ``agent`` through ``/sys/class/virtio-ports/*/name``, opens
+``/dev/<vportNpM>`` non-blocking and serves :mod:`vmservice.wire` on it with
+:mod:`selectors`.
+
+The host may connect late, disconnect and reconnect at any time.  While no host is
+connected the port reports POLLHUP and reads return 0; the agent then drops every
+stream, forgets its session and checks the port every
+:data:`DISCONNECTED_POLL_INTERVAL` seconds (POLLHUP is level-triggered, so waiting in
+the selector would spin) until a host is back, then starts a new session by sending
+its HELLO.  A host that reconnects faster than that is still noticed, by the new
+nonce of its HELLO (see :mod:`vmservice.wire.connection`).
+
+``--listen-unix PATH`` serves a UNIX socket instead, one connection at a time, the
+same way: it emulates QEMU's server socket for tests on the host.
+
+Operations are a table, :data:`HANDLERS`: the ``op`` of a stream's OPEN header names a
+:class:`StreamHandler` subclass, instantiated once per stream.  Later operations
+(exec, file copy, shell, TCP forwarding) plug in there and use :attr:`GuestStream.loop`
+for their own file descriptors and timers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import heapq
+import itertools
+import json
+import os
+import select
+import selectors
+import signal
+import socket
+import sys
+import time
+from typing import Any, Callable, ClassVar, Mapping, Optional
+
+if __name__ == "__main__" and not __package__:
+    # Run as a script (tests on the host): make the package importable without
+    # letting this directory shadow anything.
+    _root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if sys.path and sys.path[0] == os.path.dirname(os.path.abspath(__file__)):
+        sys.path[0] = _root
+    else:
+        sys.path.insert(0, _root)
+
+from vmservice.wire.connection import Connection, Role
+from vmservice.wire.errors import LocalProtocolError, RemoteProtocolError, ResetCode
+from vmservice.wire.events import (
+    NEED_DATA,
+    Data,
+    Event,
+    HalfClose,
+    Hello,
+    Open,
+    Ping,
+    Pong,
+    Reset,
+    WindowUpdate,
+)
+from vmservice.wire.frames import MAX_PAYLOAD
+
+#: Name of the virtio-serial port the host attaches the agent channel to.
+PORT_NAME = "agent"
+#: Where the kernel lists virtio-serial ports.
+SYSFS_PORTS = "/sys/class/virtio-ports"
+#: How often to look again while no host is connected, or the port is missing.
+DISCONNECTED_POLL_INTERVAL = 0.1
+#: Bytes asked for per read (virtio-serial hands out at most a page per read).
+READ_SIZE = 256 * 1024
+#: Most bytes read per wake-up before the codec runs, so writes get their turn.
+MAX_READ_PER_WAKEUP = 2 * 1024 * 1024
+#: Streams stop moving data into the output buffer beyond this many bytes ...
+OUTPUT_HIGH_WATER = 1024 * 1024
+#: ... and resume when it drains below this.
+OUTPUT_LOW_WATER = 256 * 1024
+#: Most streams open at once; more are refused.
+MAX_STREAMS = 512
+#: How the port is opened: never as our controlling terminal (tests use a pty).
+_PORT_FLAGS = os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+
+
+def _log(message: str) -> None:
+    """
+    One line on stderr (the guest's console log).
+    """
+    try:
+        sys.stderr.write(f"vmservice-agent: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def agent_version() -> str:
+    """
+    The vmservice version the image was built from (``vmservice/__init__.py``'s
+    ``__version__``), or ``"unknown"`` when the image lacks that file.
+    """
+    try:
+        from vmservice import __version__
+    except ImportError:
+        return "unknown"
+    return str(__version__)
+
+
+def system_uptime_ns(path: str = "/proc/uptime") -> int:
+    """
+    Time since the guest kernel booted, in integer nanoseconds, parsed exactly from
+    the decimal text of ``/proc/uptime``.
+    """
+    with open(path, "rb") as f:
+        text = f.read().split()[0].decode("ascii")
+    seconds, _, fraction = text.partition(".")
+    return int(seconds) * 1_000_000_000 + int((fraction + "000000000")[:9])
+
+
+def find_port(name: str = PORT_NAME, sysfs: str = SYSFS_PORTS, dev: str = "/dev") -> Optional[str]:
+    """
+    The device node of the virtio-serial port called ``name``, or ``None`` if there
+    is none (yet: the module may still be loading, or init has not mounted /dev).
+    """
+    try:
+        entries = sorted(os.listdir(sysfs))
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            with open(os.path.join(sysfs, entry, "name"), "rb") as f:
+                found = f.read().strip().decode("utf-8", "replace")
+        except OSError:
+            continue
+        if found == name:
+            device = os.path.join(dev, entry)
+            return device if os.path.exists(device) else None
+    return None
+
+
+# -- the event loop --------------------------------------------------------------------
+
+
+class Timer:
+    """
+    A call scheduled with :meth:`Loop.call_later`.
+    """
+
+    def __init__(self, when: float, callback: Callable[[], None]) -> None:
+        self.when = when
+        self.callback: Optional[Callable[[], None]] = callback
+
+    def cancel(self) -> None:
+        """
+        Do not run the call.
+        """
+        self.callback = None
+
+
+class Loop:
+    """
+    A small reactor over :mod:`selectors`: file descriptor callbacks and timers.
+
+    Handlers that need their own descriptors (a child's pipes, a TCP connection)
+    register them here, so the agent stays one thread.
+
+    :param clock: monotonic seconds; tests may replace it.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._selector = selectors.DefaultSelector()
+        self._callbacks: dict[int, tuple[Optional[Callable[[], None]], Optional[Callable[[], None]]]] = {}
+        self._timers: list[tuple[float, int, Timer]] = []
+        self._sequence = itertools.count()
+        self._clock = clock
+        self._running = False
+
+    def watch(
+        self,
+        fd: int,
+        on_readable: Optional[Callable[[], None]] = None,
+        on_writable: Optional[Callable[[], None]] = None,
+    ) -> None:
+        """
+        Call ``on_readable``/``on_writable`` when ``fd`` is ready; ``None`` for both
+        stops watching it.  Replaces earlier callbacks for ``fd``.
+        """
+        mask = (selectors.EVENT_READ if on_readable else 0) | (
+            selectors.EVENT_WRITE if on_writable else 0
+        )
+        known = fd in self._callbacks
+        if not mask:
+            if known:
+                del self._callbacks[fd]
+                self._selector.unregister(fd)
+            return
+        self._callbacks[fd] = (on_readable, on_writable)
+        if known:
+            self._selector.modify(fd, mask)
+        else:
+            self._selector.register(fd, mask)
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
+        """
+        Run ``callback`` after ``delay`` seconds.
+        """
+        timer = Timer(self._clock() + delay, callback)
+        heapq.heappush(self._timers, (timer.when, next(self._sequence), timer))
+        return timer
+
+    def stop(self) -> None:
+        """
+        Make :meth:`run` return after the current iteration.
+        """
+        self._running = False
+
+    def close(self) -> None:
+        """
+        Release the selector.
+        """
+        self._selector.close()
+
+    def run(self) -> None:
+        """
+        Dispatch until :meth:`stop`.
+        """
+        self._running = True
+        while self._running:
+            self.run_once()
+
+    def run_once(self, max_wait: Optional[float] = None) -> None:
+        """
+        Wait for the next descriptor event or timer (at most ``max_wait`` seconds)
+        and dispatch what is ready.
+        """
+        timeout = max_wait
+        if self._timers:
+            until_timer = max(0.0, self._timers[0][0] - self._clock())
+            timeout = until_timer if timeout is None else min(timeout, until_timer)
+        if self._callbacks:
+            ready = self._selector.select(timeout)
+        else:
+            if timeout is None:
+                raise RuntimeError("nothing to wait for")
+            time.sleep(timeout)
+            ready = []
+        for key, mask in ready:
+            for flag, index in ((selectors.EVENT_READ, 0), (selectors.EVENT_WRITE, 1)):
+                if mask & flag:
+                    # Look the callback up again: an earlier one may have replaced it.
+                    callbacks = self._callbacks.get(key.fd)
+                    callback = callbacks[index] if callbacks else None
+                    if callback is not None:
+                        callback()
+        now = self._clock()
+        while self._timers and self._timers[0][0] <= now:
+            _, _, timer = heapq.heappop(self._timers)
+            callback = timer.callback
+            timer.callback = None
+            if callback is not None:
+                callback()
+
+
+# -- a byte pipe over a non-blocking descriptor ------------------------------------------
+
+
+class Pipe:
+    """
+    Non-blocking reads and buffered writes on one descriptor (the virtio-serial port
+    or an accepted UNIX socket), for one :class:`Session`.
+
+    Writes that meet EAGAIN are kept and retried when the descriptor is writable.
+    End of input (read returning 0, as a virtio-serial port does when the host is not
+    connected) and write errors both end the pipe: ``on_closed`` is called once and
+    nothing more is read or written.
+
+    :param loop: the loop to watch ``fd`` with.
+    :param fd: the descriptor, already non-blocking; the pipe does not close it.
+    :param on_data: called with each batch of bytes read.
+    :param on_closed: called once when the pipe ends.
+    :param on_drained: called when buffered output falls below
+        :data:`OUTPUT_LOW_WATER` after having been above :data:`OUTPUT_HIGH_WATER`.
+    """
+
+    def __init__(
+        self,
+        loop: Loop,
+        fd: int,
+        on_data: Callable[[bytes], None],
+        on_closed: Callable[[], None],
+        on_drained: Callable[[], None],
+    ) -> None:
+        self._loop = loop
+        self._fd = fd
+        self._on_data = on_data
+        self._on_closed = on_closed
+        self._on_drained = on_drained
+        self._out = bytearray()
+        self._closed = False
+        self._was_full = False
+
+    def start(self) -> None:
+        """
+        Begin reading.
+        """
+        self._watch()
+
+    @property
+    def buffered(self) -> int:
+        """
+        Bytes written but not yet accepted by the descriptor.
+        """
+        return len(self._out)
+
+    @property
+    def has_room(self) -> bool:
+        """
+        Whether producers should keep writing.
+        """
+        if len(self._out) >= OUTPUT_HIGH_WATER:
+            self._was_full = True
+            return False
+        return True
+
+    def _watch(self) -> None:
+        if not self._closed:
+            self._loop.watch(self._fd, self._readable, self._writable if self._out else None)
+
+    def write(self, data: bytes) -> None:
+        """
+        Send ``data``, buffering what the descriptor does not take now.
+        """
+        if self._closed or not data:
+            return
+        pending = bool(self._out)
+        self._out += data
+        if not pending:
+            self._flush()
+            if self._out:
+                self._watch()
+
+    def _flush(self) -> None:
+        while self._out and not self._closed:
+            try:
+                with memoryview(self._out) as view:
+                    written = os.write(self._fd, view[: 1024 * 1024])
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                self._fail(f"write failed: {e}")
+                return
+            del self._out[:written]
+
+    def _writable(self) -> None:
+        self._flush()
+        if self._closed:
+            return
+        if not self._out:
+            self._watch()
+        if self._was_full and len(self._out) < OUTPUT_LOW_WATER:
+            self._was_full = False
+            self._on_drained()
+
+    def _readable(self) -> None:
+        chunks = []
+        total = 0
+        eof = False
+        while total < MAX_READ_PER_WAKEUP:
+            try:
+                chunk = os.read(self._fd, READ_SIZE)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as e:
+                if e.errno not in (errno.ECONNRESET, errno.EPIPE, errno.EIO, errno.ENODEV):
+                    _log(f"read failed: {e}")
+                eof = True
+                break
+            if not chunk:
+                eof = True
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if chunks:
+            self._on_data(b"".join(chunks))
+        if eof:
+            self._fail(None)
+
+    def _fail(self, why: Optional[str]) -> None:
+        if self._closed:
+            return
+        if why:
+            _log(why)
+        self._closed = True
+        self._out.clear()
+        self._loop.watch(self._fd)
+        self._on_closed()
+
+    def close(self) -> None:
+        """
+        Stop reading and writing without calling ``on_closed``.
+        """
+        if not self._closed:
+            self._closed = True
+            self._out.clear()
+            self._loop.watch(self._fd)
+
+
+# -- streams and their handlers ------------------------------------------------------------
+
+
+class StreamHandler:
+    """
+    Serves one stream; subclasses are listed in :data:`HANDLERS` under their ``op``.
+
+    The default methods discard incoming data (acknowledging it, so the host is
+    never stuck) and do nothing else.
+
+    :ivar stream: the stream served.
+    :ivar header: the stream's OPEN header.
+    """
+
+    def __init__(self, stream: "GuestStream", header: Mapping[str, Any]) -> None:
+        self.stream = stream
+        self.header = header
+
+    def start(self) -> None:
+        """
+        The stream was opened.  Raising here resets it with INTERNAL_ERROR.
+        """
+
+    def data_received(self, data: bytes) -> None:
+        """
+        The host sent ``data``.  Call :meth:`GuestStream.consumed` once it has been
+        taken care of: that is what grants the host more credit.
+        """
+        self.stream.consumed(len(data))
+
+    def half_closed(self) -> None:
+        """
+        The host will send no more data.
+        """
+
+    def flushed(self) -> None:
+        """
+        Some of what we wrote went out (see :attr:`GuestStream.sent_total`).
+        """
+
+    def reset(self, code: int, reason: str) -> None:
+        """
+        The stream is gone: the host reset it, the host restarted, or the link
+        dropped.  Release whatever the handler holds.
+        """
+
+
+class GuestStream:
+    """
+    The agent's end of one stream: buffered writes within the host's credit.
+
+    :ivar stream_id: the stream's id.
+    :ivar sent_total: bytes of DATA handed to the link so far.
+    """
+
+    def __init__(self, session: "Session", stream_id: int) -> None:
+        self._session = session
+        self.stream_id = stream_id
+        self.handler: StreamHandler = StreamHandler(self, {})
+        self._out = bytearray()
+        self._end_requested = False
+        self._gone = False
+        self.sent_total = 0
+
+    @property
+    def loop(self) -> Loop:
+        """
+        The agent's event loop, for handlers with descriptors or timers of their own.
+        """
+        return self._session.loop
+
+    @property
+    def context(self) -> "AgentContext":
+        """
+        Facts about the agent (version, start time).
+        """
+        return self._session.context
+
+    @property
+    def pending(self) -> int:
+        """
+        Bytes written but still waiting for credit or room on the link; handlers
+        that read from a source stop reading while this is large.
+        """
+        return len(self._out)
+
+    def write(self, data: bytes) -> None:
+        """
+        Send ``data`` to the host as soon as credit allows.
+        """
+        if self._gone or self._end_requested or not data:
+            return
+        self._out += data
+        self.flush()
+
+    def end(self) -> None:
+        """
+        Half-close after everything written has been sent.
+        """
+        if self._gone or self._end_requested:
+            return
+        self._end_requested = True
+        self.flush()
+
+    def reset(self, code: int = ResetCode.CANCEL, reason: str = "") -> None:
+        """
+        Abort the stream in both directions.
+        """
+        if self._gone:
+            return
+        self._session.reset_stream(self.stream_id, code, reason)
+
+    def consumed(self, count: int) -> None:
+        """
+        Give the host back ``count`` bytes of credit: its data was taken care of.
+        """
+        if not self._gone:
+            self._session.acknowledge(self.stream_id, count)
+
+    def flush(self) -> None:
+        """
+        Move buffered data to the link while there is credit and room.
+        """
+        if self._gone:
+            return
+        session = self._session
+        conn = session.conn
+        sent = 0
+        while self._out and session.has_room:
+            window = conn.send_window(self.stream_id)
+            if window <= 0:
+                break
+            size = min(window, len(self._out), 4 * MAX_PAYLOAD)
+            chunk = bytes(self._out[:size])
+            del self._out[:size]
+            session.send(Data(self.stream_id, chunk))
+            sent += size
+        if not self._out and self._end_requested and conn.can_send(self.stream_id):
+            session.send(HalfClose(self.stream_id))
+        if sent:
+            self.sent_total += sent
+            session.call_handler(self, self.handler.flushed)
+        session.forget_if_closed(self.stream_id)
+
+    def _gone_now(self) -> None:
+        self._gone = True
+        self._out.clear()
+
+
+class HealthHandler(StreamHandler):
+    """
+    ``{"op": "health"}``: one DATA with the agent's health as JSON, then HALF_CLOSE.
+
+    The reply has ``agent_uptime`` and ``system_uptime`` (integer nanoseconds),
+    ``agent_version`` and ``userdata_ran``, the fields of the API's AgentHealth.
+    """
+
+    def start(self) -> None:
+        context = self.stream.context
+        report = {
+            "agent_uptime": time.monotonic_ns() - context.started_ns,
+            "agent_version": context.version,
+            "system_uptime": system_uptime_ns(context.proc_uptime),
+            "userdata_ran": context.userdata_ran(),
+        }
+        self.stream.write(json.dumps(report, separators=(",", ":")).encode("utf-8"))
+        self.stream.end()
+
+
+class EchoHandler(StreamHandler):
+    """
+    ``{"op": "echo"}``: sends every byte back, and HALF_CLOSE after the host's.
+
+    Credit is given back only once the echo went out, so a host that does not read
+    its replies stops itself: the raw channel's throughput with flow control.
+    """
+
+    def __init__(self, stream: GuestStream, header: Mapping[str, Any]) -> None:
+        super().__init__(stream, header)
+        self._acknowledged = 0
+
+    def data_received(self, data: bytes) -> None:
+        self.stream.write(data)
+
+    def flushed(self) -> None:
+        sent = self.stream.sent_total
+        if sent > self._acknowledged:
+            count, self._acknowledged = sent - self._acknowledged, sent
+            self.stream.consumed(count)
+
+    def half_closed(self) -> None:
+        self.stream.end()
+
+
+#: The operations the agent serves, by the ``op`` of the OPEN header.
+HANDLERS: dict[str, type[StreamHandler]] = {
+    "health": HealthHandler,
+    "echo": EchoHandler,
+}
+
+
+class AgentContext:
+    """
+    What handlers may want to know about the agent.
+
+    :ivar version: reported as ``agent_version``.
+    :ivar started_ns: :func:`time.monotonic_ns` when the agent started.
+    :ivar proc_uptime: where to read the system uptime.
+    """
+
+    def __init__(
+        self,
+        version: Optional[str] = None,
+        started_ns: Optional[int] = None,
+        proc_uptime: str = "/proc/uptime",
+    ) -> None:
+        self.version = agent_version() if version is None else version
+        self.started_ns = time.monotonic_ns() if started_ns is None else started_ns
+        self.proc_uptime = proc_uptime
+
+    def userdata_ran(self) -> bool:
+        """
+        Whether the userdata script has finished (not implemented yet: always False).
+        """
+        return False
+
+
+# -- one session over one pipe ------------------------------------------------------------
+
+
+class Session:
+    """
+    The codec and the streams of one host connection.
+
+    Knows nothing of descriptors: bytes come in through :meth:`data_received` and go
+    out through ``write``, so tests drive it directly.
+
+    :param loop: handed to handlers through :attr:`GuestStream.loop`.
+    :param context: agent facts for the handlers.
+    :param write: sends bytes to the host.
+    :param has_room: whether the link takes more output now.
+    :param handlers: the operation table.
+    """
+
+    def __init__(
+        self,
+        loop: Loop,
+        context: AgentContext,
+        write: Callable[[bytes], None],
+        has_room: Callable[[], bool] = lambda: True,
+        handlers: Optional[Mapping[str, type[StreamHandler]]] = None,
+    ) -> None:
+        self.loop = loop
+        self.context = context
+        self._write = write
+        self._has_room = has_room
+        self._handlers = HANDLERS if handlers is None else handlers
+        self.conn = Connection(Role.GUEST)
+        self.streams: dict[int, GuestStream] = {}
+        self._closed = False
+
+    @property
+    def has_room(self) -> bool:
+        """
+        Whether streams may move more data to the link.
+        """
+        return self._has_room()
+
+    def start(self) -> None:
+        """
+        Announce this session to the host.
+        """
+        self._send_hello()
+
+    def _send_hello(self) -> None:
+        self._write(self.conn.send(self.conn.hello(self.context.version)))
+
+    def send(self, event: Event) -> None:
+        """
+        Encode ``event`` and write it.
+        """
+        self._write(self.conn.send(event))
+
+    def data_received(self, data: bytes) -> None:
+        """
+        Bytes from the host.  A protocol error drops every stream and starts a
+        fresh session that hunts for the host's next HELLO in what follows.
+        """
+        if self._closed:
+            return
+        self.conn.receive_data(data)
+        while not self._closed:
+            try:
+                event = self.conn.next_event()
+            except RemoteProtocolError as e:
+                _log(f"protocol error from host, starting over: {e}")
+                trailing = self.conn.trailing_data[1:]
+                self._drop_streams(ResetCode.PROTOCOL_ERROR, "protocol error")
+                self.conn = Connection(Role.GUEST)
+                self._send_hello()
+                self.conn.receive_data(trailing)
+                continue
+            if event is NEED_DATA:
+                return
+            self._dispatch(event)
+
+    def _dispatch(self, event: Event) -> None:
+        if isinstance(event, Hello):
+            if self.conn.hello_wanted:
+                self._send_hello()
+        elif isinstance(event, Ping):
+            self.send(Pong(event.opaque))
+        elif isinstance(event, Pong):
+            pass
+        elif isinstance(event, Open):
+            self._open(event)
+        else:
+            stream = self.streams.get(event.stream_id)
+            if stream is None:
+                return
+            if isinstance(event, Data):
+                self.call_handler(stream, stream.handler.data_received, event.data)
+            elif isinstance(event, WindowUpdate):
+                stream.flush()
+            elif isinstance(event, HalfClose):
+                self.call_handler(stream, stream.handler.half_closed)
+            elif isinstance(event, Reset):
+                self.streams.pop(event.stream_id, None)
+                stream._gone_now()
+                self.call_handler(stream, stream.handler.reset, event.code, event.reason)
+            self.forget_if_closed(event.stream_id)
+
+    def _open(self, event: Open) -> None:
+        op = event.header.get("op")
+        handler_class = self._handlers.get(op) if isinstance(op, str) else None
+        if handler_class is None:
+            self.send(Reset(event.stream_id, ResetCode.UNKNOWN_OP, f"unknown op {op!r}"))
+            return
+        if len(self.streams) >= MAX_STREAMS:
+            self.send(Reset(event.stream_id, ResetCode.REFUSED, "too many streams"))
+            return
+        stream = GuestStream(self, event.stream_id)
+        self.streams[event.stream_id] = stream
+        try:
+            stream.handler = handler_class(stream, event.header)
+        except Exception as e:  # a handler that cannot start fails its stream only
+            _log(f"op {op!r} failed to start: {e!r}")
+            self.reset_stream(event.stream_id, ResetCode.INTERNAL_ERROR, str(e)[:200])
+            return
+        self.call_handler(stream, stream.handler.start)
+
+    def call_handler(self, stream: GuestStream, method: Callable[..., None], *args: Any) -> None:
+        """
+        Run a handler callback; if it raises, reset its stream with INTERNAL_ERROR
+        and keep serving the others.
+        """
+        try:
+            method(*args)
+        except Exception as e:
+            _log(f"stream {stream.stream_id} failed: {e!r}")
+            if not stream._gone:
+                self.reset_stream(stream.stream_id, ResetCode.INTERNAL_ERROR, repr(e)[:200])
+
+    def reset_stream(self, stream_id: int, code: int, reason: str) -> None:
+        """
+        Send RESET for ``stream_id`` and forget it (its handler's :meth:`reset` is
+        not called: the handler asked for it, or failed).
+        """
+        stream = self.streams.pop(stream_id, None)
+        if stream is not None:
+            stream._gone_now()
+        if self.conn.is_open(stream_id):
+            self.send(Reset(stream_id, code, reason))
+
+    def acknowledge(self, stream_id: int, count: int) -> None:
+        """
+        Give back ``count`` bytes of credit on ``stream_id``.
+        """
+        try:
+            frame = self.conn.acknowledge_received_data(stream_id, count)
+        except LocalProtocolError as e:
+            _log(f"bad acknowledgement on stream {stream_id}: {e}")
+            return
+        self._write(frame)
+
+    def forget_if_closed(self, stream_id: int) -> None:
+        """
+        Drop our record of a stream that ended in both directions.
+        """
+        if stream_id in self.streams and not self.conn.is_open(stream_id):
+            self.streams.pop(stream_id)._gone_now()
+
+    def output_drained(self) -> None:
+        """
+        The link has room again: let streams move data.
+        """
+        for stream in list(self.streams.values()):
+            stream.flush()
+
+    def _drop_streams(self, code: int, reason: str) -> None:
+        streams, self.streams = self.streams, {}
+        for stream in streams.values():
+            stream._gone_now()
+            self.call_handler(stream, stream.handler.reset, code, reason)
+
+    def connection_lost(self) -> None:
+        """
+        The host went away: every stream is gone.
+        """
+        self._closed = True
+        self._drop_streams(ResetCode.PEER_RESTARTED, "host disconnected")
+
+
+# -- where sessions come from ---------------------------------------------------------------
+
+
+class _Server:
+    """
+    Runs one :class:`Session` per host connection over a :class:`Pipe`.
+    """
+
+    def __init__(self, loop: Loop, context: AgentContext) -> None:
+        self.loop = loop
+        self.context = context
+        self.session: Optional[Session] = None
+        self._pipe: Optional[Pipe] = None
+
+    def _serve(self, fd: int) -> None:
+        pipe = Pipe(
+            self.loop,
+            fd,
+            on_data=lambda data: session.data_received(data),
+            on_closed=self._closed,
+            on_drained=lambda: session.output_drained(),
+        )
+        session = Session(self.loop, self.context, pipe.write, lambda: pipe.has_room)
+        self._pipe, self.session = pipe, session
+        pipe.start()
+        session.start()
+
+    def _closed(self) -> None:
+        session, self.session, self._pipe = self.session, None, None
+        if session is not None:
+            session.connection_lost()
+        self._disconnected()
+
+    def start(self) -> None:
+        """
+        Begin serving.
+        """
+        raise NotImplementedError
+
+    def _disconnected(self) -> None:
+        raise NotImplementedError
+
+
+class VirtioPortServer(_Server):
+    """
+    Serves the virtio-serial port at ``device``; sessions come and go with the host.
+    """
+
+    def __init__(self, loop: Loop, context: AgentContext, device: str) -> None:
+        super().__init__(loop, context)
+        self.device = device
+        self._fd = -1
+
+    def start(self) -> None:
+        """
+        Open the port and serve it.
+        """
+        self._fd = os.open(self.device, _PORT_FLAGS)
+        self._probe()
+
+    def _probe(self) -> None:
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN | select.POLLOUT)
+        revents = 0
+        for _, revents in poller.poll(0):
+            pass
+        if revents & select.POLLNVAL:
+            _log(f"{self.device} went away; opening it again")
+            self.loop.call_later(DISCONNECTED_POLL_INTERVAL, self._reopen)
+        elif revents & (select.POLLHUP | select.POLLERR) and not revents & select.POLLIN:
+            self.loop.call_later(DISCONNECTED_POLL_INTERVAL, self._probe)
+        else:
+            _log(f"host connected on {self.device}")
+            self._serve(self._fd)
+
+    def _reopen(self) -> None:
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+        try:
+            self._fd = os.open(self.device, _PORT_FLAGS)
+        except OSError:
+            self.loop.call_later(DISCONNECTED_POLL_INTERVAL, self._reopen)
+            return
+        self._probe()
+
+    def _disconnected(self) -> None:
+        _log(f"host disconnected from {self.device}")
+        self.loop.call_later(DISCONNECTED_POLL_INTERVAL, self._probe)
+
+
+class UnixListenServer(_Server):
+    """
+    Listens on a UNIX socket and serves one connection at a time, as QEMU's
+    ``-chardev socket,server=on`` does for the host: for tests without a VM.
+    """
+
+    def __init__(self, loop: Loop, context: AgentContext, path: str) -> None:
+        super().__init__(loop, context)
+        self.path = path
+        self._listener: Optional[socket.socket] = None
+        self._conn: Optional[socket.socket] = None
+
+    def start(self) -> None:
+        """
+        Bind, listen and wait for the first connection.
+        """
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.path)
+        listener.listen(8)
+        listener.setblocking(False)
+        self._listener = listener
+        self._disconnected()
+
+    def _accept(self) -> None:
+        assert self._listener is not None
+        try:
+            conn, _ = self._listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        conn.setblocking(False)
+        self._conn = conn
+        self.loop.watch(self._listener.fileno())
+        self._serve(conn.fileno())
+
+    def _disconnected(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        assert self._listener is not None
+        self.loop.watch(self._listener.fileno(), self._accept)
+
+    def close(self) -> None:
+        """
+        Stop listening and remove the socket file.
+        """
+        if self._listener is not None:
+            self._listener.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+def wait_for_port(loop: Loop, name: str) -> str:
+    """
+    Block until the virtio-serial port ``name`` shows up, and return its device node.
+    """
+    logged = False
+    while True:
+        device = find_port(name)
+        if device is not None:
+            return device
+        if not logged:
+            _log(f"waiting for virtio-serial port {name!r}")
+            logged = True
+        time.sleep(DISCONNECTED_POLL_INTERVAL)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """
+    Run the agent until killed.
+
+    :param argv: command-line arguments (default ``sys.argv[1:]``).
+    """
+    context = AgentContext()
+    parser = argparse.ArgumentParser(prog="vmservice-agent", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"vmservice-agent {context.version}")
+    parser.add_argument("--listen-unix", metavar="PATH", help="serve a UNIX socket instead")
+    parser.add_argument("--port-name", default=PORT_NAME, help="virtio-serial port name")
+    parser.add_argument("--device", help="serve this character device as the port")
+    args = parser.parse_args(argv)
+
+    loop = Loop()
+    server: _Server
+    if args.listen_unix:
+        server = unix = UnixListenServer(loop, context, args.listen_unix)
+        where = args.listen_unix
+    else:
+        where = args.device or wait_for_port(loop, args.port_name)
+        server = VirtioPortServer(loop, context, where)
+        unix = None
+
+    def terminate(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signal.SIGINT, terminate)
+    server.start()
+    print(f"vmservice-agent: ready on {where}", flush=True)
+    try:
+        loop.run()
+    finally:
+        if unix is not None:
+            unix.close()
+
+
+if __name__ == "__main__":
+    main()
