@@ -7,10 +7,10 @@ BIN := $(VENV)/bin
 CONFIG ?= conf/vmservice.yaml
 # The guest image cache lives outside the clone, keyed by the hash of its recipe.
 IMAGE_DIR ?= /var/cache/vmservice/images
-APT_PACKAGES := qemu-system-x86 qemu-utils e2fsprogs lz4 dpkg apt iproute2 nftables
+APT_PACKAGES := qemu-system-x86 qemu-utils e2fsprogs lz4 cpio kmod dpkg apt iproute2 nftables
 export VMSERVICE_IMAGE_DIR := $(IMAGE_DIR)
 
-.PHONY: install apt venv image run test unit integration bench clean
+.PHONY: install apt venv image run test bench clean
 
 install: apt venv image
 
@@ -39,9 +39,6 @@ run: install
 
 test: install
 	$(BIN)/python -b -m twisted.trial --random=0 tests
-
-unit: venv
-	VMSERVICE_SKIP_INTEGRATION=1 $(BIN)/python -b -m twisted.trial tests
 
 bench: install
 	$(BIN)/python bench/boot.py

@@ -1,0 +1,9 @@
+# -*- test-case-name: tests.images -*-
+"""
+Guest images: built from Debian packages by :mod:`vmservice.images.build` (``python -m vmservice.images
+build``) and found by the daemon with :func:`resolve_image`.
+"""
+
+from vmservice.images.store import Image, ImageNotFound, default_image_dir, resolve_image
+
+__all__ = ["Image", "ImageNotFound", "default_image_dir", "resolve_image"]

@@ -1,0 +1,129 @@
+# -*- test-case-name: tests.images.test_build -*-
+"""
+Tests for :mod:`vmservice.images.build` and the ``python -m vmservice.images`` command line that do not
+fetch packages (the full build runs in :mod:`tests.images.test_boot`).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+from typing import Sequence
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from tests.images.test_store import fake_image
+from vmservice.images.__main__ import main
+from vmservice.images.build import BuildError, build_image, prune_builds
+from vmservice.images.debian import AptError
+from vmservice.images.recipe import load_recipe, recipe_hash
+
+
+def refuse(argv: Sequence[str], cwd: str | None) -> str:
+    """A runner for builds that must not run anything."""
+    raise AssertionError(f"unexpected command {argv}")
+
+
+class UpToDateTests(SynchronousTestCase):
+    """
+    An existing build of the current recipe is reused.
+    """
+
+    def setUp(self) -> None:
+        self.base = os.path.abspath(self.mktemp())
+        self.current = f"default-{recipe_hash(load_recipe('default'))}"
+        fake_image(os.path.join(self.base, self.current))
+        self.lines: list[str] = []
+
+    def test_up_to_date(self) -> None:
+        """
+        Nothing is run, "up to date" is printed, and the link is created pointing at the build.
+        """
+        image = build_image(self.base, out=self.lines.append, run=refuse)
+        self.assertEqual(os.readlink(os.path.join(self.base, "default")), self.current)
+        self.assertEqual(image.path.path, os.path.join(self.base, self.current))
+        self.assertEqual(len(self.lines), 1)
+        self.assertIn("up to date", self.lines[0])
+
+    def test_link_moved_back(self) -> None:
+        """
+        If the link points at another build (made from other sources), it is moved to the current one.
+        """
+        fake_image(os.path.join(self.base, "default-0000000000000000"))
+        os.symlink("default-0000000000000000", os.path.join(self.base, "default"))
+        build_image(self.base, out=self.lines.append, run=refuse)
+        self.assertEqual(os.readlink(os.path.join(self.base, "default")), self.current)
+        self.assertIn("link updated", self.lines[0])
+
+    def test_command_line(self) -> None:
+        """
+        ``build`` exits 0 on an up-to-date image and ``show`` prints its manifest and path.
+        """
+        out = io.StringIO()
+        self.patch(sys, "stdout", out)
+        self.patch(os, "environ", {**os.environ, "VMSERVICE_IMAGE_DIR": self.base})
+        import vmservice.images.__main__ as cli
+        self.patch(cli, "build_image", lambda *a, **k: build_image(*a, **{**k, "run": refuse}))
+        self.assertEqual(main(["build"]), 0)
+        self.assertIn("up to date", out.getvalue())
+        self.assertEqual(main(["show", "--image-dir", self.base]), 0)
+        self.assertIn('"recipe_hash": "0123456789abcdef"', out.getvalue())
+        self.assertIn(os.path.join(self.base, self.current), out.getvalue())
+
+
+class FailureTests(SynchronousTestCase):
+    """
+    A failed build leaves nothing behind.
+    """
+
+    def test_apt_failure(self) -> None:
+        """
+        When apt fails, BuildError says so, and neither a build directory, a temporary directory nor a
+        link remains.
+        """
+        base = os.path.abspath(self.mktemp())
+
+        def broken(argv: Sequence[str], cwd: str | None) -> str:
+            raise AptError("E: Unable to locate package linux-image-cloud-amd64")
+
+        error = self.assertRaises(BuildError, build_image, base, out=lambda line: None, run=broken)
+        self.assertIn("Unable to locate package", str(error))
+        self.assertEqual([name for name in os.listdir(base) if name != ".default.lock"], [])
+
+    def test_missing_image_exit_status(self) -> None:
+        """
+        ``show`` on a directory without the image prints an error and exits 1.
+        """
+        err = io.StringIO()
+        self.patch(sys, "stderr", err)
+        self.assertEqual(main(["show", "--image-dir", os.path.abspath(self.mktemp())]), 1)
+        self.assertIn("not found", err.getvalue())
+
+
+class PruneTests(SynchronousTestCase):
+    """
+    :func:`prune_builds`.
+    """
+
+    def test_prune(self) -> None:
+        """
+        Beyond the current build and the two newest others, old builds go, except one with a file open;
+        directories that are not builds of this image stay.
+        """
+        base = os.path.abspath(self.mktemp())
+        names = [f"default-{index:016x}" for index in range(6)]
+        for index, name in enumerate(names):
+            fake_image(os.path.join(base, name))
+            os.utime(os.path.join(base, name), (1000 + index, 1000 + index))
+        os.symlink(names[0], os.path.join(base, "default"))
+        fake_image(os.path.join(base, "other-0000000000000000"))
+        fake_image(os.path.join(base, "default-notahash"))
+        held = open(os.path.join(base, names[1], "rootfs.ext4"), "rb")
+        self.addCleanup(held.close)
+        removed = prune_builds(base, "default", keep=2)
+        self.assertEqual(sorted(removed), [names[2], names[3]])
+        self.assertEqual(sorted(os.listdir(base)),
+                         sorted(["default", names[0], names[1], names[4], names[5], "other-0000000000000000",
+                                 "default-notahash"]))
+        self.assertEqual(prune_builds(base, "default", keep=2), [])

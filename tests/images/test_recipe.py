@@ -1,0 +1,119 @@
+# -*- test-case-name: tests.images.test_recipe -*-
+"""
+Tests for :mod:`vmservice.images.recipe`: loading recipes and the recipe hash.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from vmservice.images.recipe import (RecipeError, builder_sources, guest_sources, load_recipe, package_root,
+                                     recipe_hash)
+
+
+class RecipeTests(SynchronousTestCase):
+    """
+    Recipes and their hash, on a private copy of the package so files can be changed.
+    """
+
+    def setUp(self) -> None:
+        self.root = os.path.abspath(self.mktemp())
+        shutil.copytree(package_root(), self.root, ignore=shutil.ignore_patterns("__pycache__"))
+
+    def hash(self) -> str:
+        return recipe_hash(load_recipe("default", self.root), self.root)
+
+    def edit(self, relative: str, extra: bytes) -> None:
+        with open(os.path.join(self.root, relative), "ab") as stream:
+            stream.write(extra)
+
+    def test_default_recipe(self) -> None:
+        """
+        The shipped recipe names the cloud kernel, busybox, bash, tar, Python 3.11 and e2fsprogs, and the
+        virtio modules the initramfs must load.
+        """
+        recipe = load_recipe("default")
+        self.assertEqual(recipe.name, "default")
+        self.assertEqual(recipe.kernel_metapackage, "linux-image-cloud-amd64")
+        for package in ("busybox-static", "bash", "tar", "python3.11-minimal", "libpython3.11-stdlib",
+                        "e2fsprogs", "libc6"):
+            self.assertIn(package, recipe.packages)
+        for module in ("virtio_mmio", "virtio_blk", "virtio_console", "button", "evdev"):
+            self.assertIn(module, recipe.initramfs_modules)
+        self.assertGreater(recipe.rootfs_headroom_mib, 0)
+
+    def test_hash_is_stable(self) -> None:
+        """
+        The hash is 16 hex digits and the same for the same files, wherever the tree lives.
+        """
+        first = self.hash()
+        self.assertRegex(first, "^[0-9a-f]{16}$")
+        self.assertEqual(first, self.hash())
+        self.assertEqual(first, recipe_hash(load_recipe("default")))
+
+    def test_guest_file_changes_hash(self) -> None:
+        """
+        Changing an init script, a guest module, a wire module, the builder or the recipe changes the
+        hash; each change gives a new value.
+        """
+        seen = {self.hash()}
+        for relative in ("guest/files/inittab", "guest/powerbutton.py", "wire/__init__.py",
+                         "images/build.py", "images/recipes/default.toml"):
+            self.edit(relative, b"\n# changed\n")
+            value = self.hash()
+            self.assertNotIn(value, seen, relative)
+            seen.add(value)
+
+    def test_new_guest_file_changes_hash(self) -> None:
+        """
+        Adding a module to vmservice/guest (it would be copied into the image) changes the hash.
+        """
+        before = self.hash()
+        self.edit("guest/newmodule.py", b"")
+        self.assertNotEqual(before, self.hash())
+
+    def test_unrelated_file_keeps_hash(self) -> None:
+        """
+        Files that do not go into the image (another package, bytecode caches) leave the hash alone.
+        """
+        before = self.hash()
+        os.makedirs(os.path.join(self.root, "guest", "__pycache__"), exist_ok=True)
+        self.edit("guest/__pycache__/x.cpython-311.pyc", b"junk")
+        self.edit("config.py", b"\n# changed\n")
+        self.assertEqual(before, self.hash())
+
+    def test_source_lists(self) -> None:
+        """
+        The guest sources are the guest and wire modules and the boot files; the builder's are its own
+        modules and recipes.
+        """
+        guest = guest_sources(self.root)
+        self.assertIn("guest/powerbutton.py", guest)
+        self.assertIn("guest/files/init", guest)
+        self.assertIn("wire/__init__.py", guest)
+        self.assertIn("images/recipes/default.toml", builder_sources(self.root))
+        self.assertIn("images/build.py", builder_sources(self.root))
+
+    def test_missing_recipe(self) -> None:
+        """
+        An unknown image name, or a name that is a path, is a RecipeError naming it.
+        """
+        error = self.assertRaises(RecipeError, load_recipe, "nosuch", self.root)
+        self.assertIn("nosuch", str(error))
+        self.assertRaises(RecipeError, load_recipe, "../default", self.root)
+
+    def test_malformed_recipe(self) -> None:
+        """
+        A recipe that is not TOML, or whose packages are not a list of names, is refused.
+        """
+        path = os.path.join(self.root, "images/recipes/bad.toml")
+        with open(path, "w") as stream:
+            stream.write("packages = [")
+        self.assertRaises(RecipeError, load_recipe, "bad", self.root)
+        with open(path, "w") as stream:
+            stream.write('kernel_metapackage = "k"\npackages = "bash"\ninitramfs_modules = []\n'
+                         "rootfs_headroom_mib = 1\n")
+        self.assertRaises(RecipeError, load_recipe, "bad", self.root)

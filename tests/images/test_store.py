@@ -1,0 +1,105 @@
+# -*- test-case-name: tests.images.test_store -*-
+"""
+Tests for :mod:`vmservice.images.store`: finding images through their symbolic link.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from twisted.python.filepath import FilePath
+from twisted.trial.unittest import SynchronousTestCase
+
+from vmservice.images.store import ImageNotFound, default_image_dir, resolve_image
+
+
+def fake_image(directory: str, manifest: object = None) -> None:
+    """Write the four files of an image (with dummy content) into ``directory``."""
+    os.makedirs(directory)
+    for name in ("vmlinux", "initrd.img", "rootfs.ext4"):
+        with open(os.path.join(directory, name), "wb") as stream:
+            stream.write(name.encode())
+    with open(os.path.join(directory, "manifest.json"), "w") as stream:
+        json.dump({"name": "default", "recipe_hash": "0123456789abcdef"} if manifest is None else manifest, stream)
+
+
+class ResolveTests(SynchronousTestCase):
+    """
+    :func:`resolve_image`.
+    """
+
+    def setUp(self) -> None:
+        self.base = os.path.abspath(self.mktemp())
+        os.makedirs(self.base)
+
+    def test_follows_link(self) -> None:
+        """
+        The image is found through its link and reported at its real directory, with every file and the
+        parsed manifest; a FilePath works as well as a string.
+        """
+        real = os.path.join(self.base, "default-0123456789abcdef")
+        fake_image(real)
+        os.symlink("default-0123456789abcdef", os.path.join(self.base, "default"))
+        for where in (self.base, FilePath(self.base)):
+            image = resolve_image(where, "default")
+            self.assertEqual(image.name, "default")
+            self.assertEqual(image.path, FilePath(real))
+            self.assertEqual(image.kernel, FilePath(real).child("vmlinux"))
+            self.assertEqual(image.initrd, FilePath(real).child("initrd.img"))
+            self.assertEqual(image.rootfs, FilePath(real).child("rootfs.ext4"))
+            self.assertEqual(image.manifest["recipe_hash"], "0123456789abcdef")
+
+    def test_missing(self) -> None:
+        """
+        A name never built raises ImageNotFound, whose message names the image, the directory and how to
+        build it.
+        """
+        error = self.assertRaises(ImageNotFound, resolve_image, self.base, "default")
+        self.assertEqual((error.name, error.image_dir), ("default", self.base))
+        self.assertIn("'default'", str(error))
+        self.assertIn(self.base, str(error))
+        self.assertIn("python -m vmservice.images build", str(error))
+
+    def test_dangling_link(self) -> None:
+        """
+        A link to a directory that is gone is ImageNotFound.
+        """
+        os.symlink("default-gone", os.path.join(self.base, "default"))
+        self.assertRaises(ImageNotFound, resolve_image, self.base, "default")
+
+    def test_incomplete(self) -> None:
+        """
+        An image directory missing a file, or with a manifest that is not a JSON object, is ImageNotFound
+        naming the file.
+        """
+        real = os.path.join(self.base, "default-1")
+        fake_image(real)
+        os.symlink("default-1", os.path.join(self.base, "default"))
+        os.unlink(os.path.join(real, "initrd.img"))
+        error = self.assertRaises(ImageNotFound, resolve_image, self.base, "default")
+        self.assertIn("initrd.img", str(error))
+        fake_image(os.path.join(self.base, "other-1"), manifest=[1, 2])
+        os.symlink("other-1", os.path.join(self.base, "other"))
+        self.assertRaises(ImageNotFound, resolve_image, self.base, "other")
+
+    def test_bad_name(self) -> None:
+        """
+        A name with a slash cannot escape the image directory.
+        """
+        self.assertRaises(ImageNotFound, resolve_image, self.base, "../etc")
+
+
+class DefaultDirTests(SynchronousTestCase):
+    """
+    :func:`default_image_dir`.
+    """
+
+    def test_environment(self) -> None:
+        """
+        $VMSERVICE_IMAGE_DIR wins; without it the cache directory is used.
+        """
+        self.patch(os, "environ", {"VMSERVICE_IMAGE_DIR": "/somewhere"})
+        self.assertEqual(default_image_dir(), "/somewhere")
+        self.patch(os, "environ", {})
+        self.assertEqual(default_image_dir(), "/var/cache/vmservice/images")

@@ -1,0 +1,218 @@
+"""
+Running the real daemon for integration tests: ``twistd -n vmservice`` as a
+child process with a configuration of the test's own, a short state
+directory, and blocking HTTP helpers to talk to it.
+
+Everything a test starts is stopped and removed in its cleanup, and
+:func:`processes_under` finds any QEMU still running for a state directory.
+"""
+
+from __future__ import annotations
+
+import atexit
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import yaml
+from twisted.trial.unittest import SynchronousTestCase
+
+#: Where the image lives (built by `make image`; the tests build it if missing).
+IMAGE_DIR = os.environ.get("VMSERVICE_IMAGE_DIR", "/var/cache/vmservice/images")
+
+
+def ensure_image() -> None:
+    """Build the default image if it is missing (cached: fast when present)."""
+    from vmservice.images.build import build_image
+
+    build_image(IMAGE_DIR, name="default", force=False, out=lambda *a, **k: None)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def processes_under(text: str) -> list[int]:
+    """Pids of processes whose command line mentions ``text`` (e.g. a state directory)."""
+    found = []
+    needle = text.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read()
+        except OSError:
+            continue
+        if needle in argv and b"qemu-system" in argv:
+            found.append(int(entry))
+    return found
+
+
+class Daemon:
+    """
+    One vmservice daemon run as a child process.
+
+    :param groups: the ``host_groups`` list of the configuration.
+    :param api: overrides for the ``api`` section.
+    """
+
+    def __init__(self, groups: list[dict[str, Any]] | None = None, api: dict[str, Any] | None = None, **extra: Any) -> None:
+        self.root = tempfile.mkdtemp(prefix="vms-", dir="/tmp")
+        self.state_dir = os.path.join(self.root, "s")
+        self.port = free_port()
+        self.api = {"bind_address": "127.0.0.1", "port": self.port, **(api or {})}
+        self.config = {
+            "config": {
+                "api": self.api,
+                "state_dir": self.state_dir,
+                "image_dir": IMAGE_DIR,
+                "host_groups": groups
+                if groups is not None
+                else [{"name": "demo", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G"}],
+                **extra,
+            }
+        }
+        self.config_path = os.path.join(self.root, "vmservice.yaml")
+        self.log_path = os.path.join(self.root, "twistd.log")
+        self.process: subprocess.Popen[bytes] | None = None
+        self.token: str | None = None
+
+    def write_config(self) -> None:
+        with open(self.config_path, "w") as f:
+            yaml.safe_dump(self.config, f)
+
+    def command(self) -> list[str]:
+        twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
+        return [twistd, "-n", "--pidfile=", "--logfile", self.log_path, "vmservice", "--config", self.config_path]
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start the daemon and wait until ``/healthz`` answers."""
+        self.write_config()
+        self.process = subprocess.Popen(self.command(), cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.process.returncode}: {self.output()}")
+            try:
+                status, _, _ = self.request("GET", "/healthz", timeout=2)
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"daemon did not answer in {timeout} s: {self.log()}")
+
+    def output(self) -> str:
+        if self.process is None or self.process.stdout is None:
+            return ""
+        return self.process.stdout.read().decode(errors="replace")
+
+    def log(self) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 90.0) -> int | None:
+        """Signal the daemon and wait for it to exit; kill it after ``timeout``."""
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else None
+        self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+    def cleanup(self) -> None:
+        """Stop the daemon, kill any QEMU it left (by pid), remove every file."""
+        self.stop()
+        for pid in processes_under(self.state_dir):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if self.process is not None and self.process.stdout is not None:
+            self.process.stdout.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def request(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None, timeout: float = 120.0
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One blocking HTTP request; JSON-encodes ``body`` unless it is bytes."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            payload = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+            all_headers = dict(headers or {})
+            if self.token and "Authorization" not in all_headers:
+                all_headers["Authorization"] = f"Bearer {self.token}"
+            connection.request(method, path, body=payload, headers=all_headers)
+            response = connection.getresponse()
+            return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+        finally:
+            connection.close()
+
+    def json(self, method: str, path: str, body: Any = None, expect: int = 200, **kw: Any) -> Any:
+        status, _, data = self.request(method, path, body, **kw)
+        if status != expect:
+            raise AssertionError(f"{method} {path}: {status} {data!r} (expected {expect})")
+        return json.loads(data) if data else None
+
+
+class SharedDaemonTestCase(SynchronousTestCase):
+    """
+    A test case whose tests share one daemon (and whatever
+    :meth:`start_shared` makes with it), because booting guests is slow.
+
+    Trial has no ``setUpClass``: the fixture is made by the first test that
+    runs, removed after the last one of the class (counted, so any order
+    works), and at exit as a fallback when only some tests were selected.
+    """
+
+    daemon: Daemon
+    _state: dict[type, dict[str, Any]] = {}
+
+    @classmethod
+    def start_shared(cls) -> None:
+        """Start ``cls.daemon`` (and anything else the tests read)."""
+        raise NotImplementedError
+
+    @classmethod
+    def _stop_shared(cls) -> None:
+        daemon = getattr(cls, "daemon", None)
+        if daemon is not None:
+            daemon.cleanup()
+
+    def setUp(self) -> None:
+        cls = type(self)
+        state = self._state.get(cls)
+        if state is None:
+            remaining = len([name for name in dir(cls) if name.startswith("test_")])
+            state = self._state[cls] = {"remaining": remaining, "error": None}
+            atexit.register(cls._stop_shared)
+            try:
+                cls.start_shared()
+            except BaseException as error:
+                state["error"] = error
+                cls._stop_shared()
+        if state["error"] is not None:
+            raise state["error"]
+        self.addCleanup(self._release)
+
+    def _release(self) -> None:
+        state = self._state[type(self)]
+        state["remaining"] -= 1
+        if state["remaining"] == 0:
+            type(self)._stop_shared()

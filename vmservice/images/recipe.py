@@ -1,0 +1,150 @@
+# -*- test-case-name: tests.images.test_recipe -*-
+"""
+Recipes say what goes into a guest image; the recipe hash says when an image must be rebuilt.
+
+A recipe is a TOML file in ``vmservice/images/recipes/``. The hash covers everything that decides the
+image's content and is under our control: the recipe itself (so its package list), the builder's own
+source, and every guest-side file copied into the image (``vmservice/guest/files/*``,
+``vmservice/guest/*.py``, ``vmservice/wire/*.py``). It leaves out the package versions on purpose: a
+Debian point release should not force every host to rebuild, and the versions used are in the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tomllib
+from typing import Any
+
+from attrs import frozen
+
+__all__ = [
+    "Recipe",
+    "RecipeError",
+    "builder_sources",
+    "guest_sources",
+    "load_recipe",
+    "package_root",
+    "recipe_hash",
+]
+
+
+class RecipeError(Exception):
+    """
+    A recipe file is missing or malformed.
+    """
+
+
+@frozen
+class Recipe:
+    """
+    What one guest image is made of.
+
+    :ivar name: the image name, also the recipe file's stem (``default`` from ``default.toml``).
+    :ivar kernel_metapackage: the Debian metapackage naming the current kernel package.
+    :ivar packages: the other Debian packages unpacked into the root file system.
+    :ivar initramfs_modules: kernel modules the initramfs loads before it mounts the root disk.
+    :ivar rootfs_headroom_mib: free space left in ``rootfs.ext4`` beyond its content.
+    """
+
+    name: str
+    kernel_metapackage: str
+    packages: tuple[str, ...]
+    initramfs_modules: tuple[str, ...]
+    rootfs_headroom_mib: int
+
+
+def package_root() -> str:
+    """
+    The directory of the ``vmservice`` package whose files go into images (this source tree).
+    """
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _string_list(data: dict[str, Any], key: str, path: str) -> tuple[str, ...]:
+    value = data.get(key)
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise RecipeError(f"{path}: {key} must be a list of non-empty strings")
+    return tuple(value)
+
+
+def load_recipe(name: str, root: str | None = None) -> Recipe:
+    """
+    Read the recipe called ``name`` from ``<root>/images/recipes/<name>.toml``.
+
+    :param root: the ``vmservice`` package directory; defaults to :func:`package_root`.
+    :raises RecipeError: if the file is missing, not TOML, or lacks a field.
+    """
+    if not name or "/" in name or name.startswith("."):
+        raise RecipeError(f"bad image name {name!r}")
+    path = os.path.join(root or package_root(), "images", "recipes", f"{name}.toml")
+    try:
+        with open(path, "rb") as stream:
+            data = tomllib.load(stream)
+    except FileNotFoundError:
+        raise RecipeError(f"no recipe for image {name!r}: {path} does not exist") from None
+    except tomllib.TOMLDecodeError as error:
+        raise RecipeError(f"{path}: {error}") from None
+    kernel = data.get("kernel_metapackage")
+    headroom = data.get("rootfs_headroom_mib")
+    if not isinstance(kernel, str) or not kernel:
+        raise RecipeError(f"{path}: kernel_metapackage must be a package name")
+    if not isinstance(headroom, int) or headroom < 0:
+        raise RecipeError(f"{path}: rootfs_headroom_mib must be a non-negative integer")
+    return Recipe(
+        name=name,
+        kernel_metapackage=kernel,
+        packages=_string_list(data, "packages", path),
+        initramfs_modules=_string_list(data, "initramfs_modules", path),
+        rootfs_headroom_mib=headroom,
+    )
+
+
+def _files(root: str, subdir: str, suffix: str = "") -> list[str]:
+    directory = os.path.join(root, subdir)
+    if not os.path.isdir(directory):
+        return []
+    return sorted(
+        f"{subdir}/{name}" for name in os.listdir(directory)
+        if name.endswith(suffix) and not name.startswith(".") and os.path.isfile(os.path.join(directory, name))
+    )
+
+
+def guest_sources(root: str | None = None) -> list[str]:
+    """
+    The files, relative to the ``vmservice`` package directory, that are copied into every image:
+    the package's ``__init__.py`` (it carries the version the agent reports), ``guest/*.py``,
+    ``wire/*.py`` and ``guest/files/*``.
+    """
+    base = root or package_root()
+    return ["__init__.py"] + _files(base, "guest", ".py") + _files(base, "wire", ".py") + _files(base, "guest/files")
+
+
+def builder_sources(root: str | None = None) -> list[str]:
+    """
+    The builder's own files, relative to the ``vmservice`` package directory: a change to how images are
+    built is a change to the image.
+    """
+    base = root or package_root()
+    return _files(base, "images", ".py") + _files(base, "images/recipes")
+
+
+def recipe_hash(recipe: Recipe, root: str | None = None) -> str:
+    """
+    Sixteen hexadecimal digits that change whenever the recipe, the builder or a guest file changes.
+
+    Each file contributes its path and content, framed by their lengths so that no two different sets
+    of files hash alike; the order is sorted, so the hash does not depend on the directory listing order.
+    """
+    base = root or package_root()
+    digest = hashlib.sha256()
+    digest.update(b"vmservice-image-v1\x00")
+    digest.update(repr((recipe.name, recipe.kernel_metapackage, recipe.packages, recipe.initramfs_modules,
+                        recipe.rootfs_headroom_mib)).encode())
+    for relative in sorted(set(builder_sources(base) + guest_sources(base))):
+        with open(os.path.join(base, relative), "rb") as stream:
+            content = stream.read()
+        name = relative.encode()
+        digest.update(b"%d:%s%d:" % (len(name), name, len(content)))
+        digest.update(content)
+    return digest.hexdigest()[:16]
