@@ -197,3 +197,73 @@ class ProbeTests(SynchronousTestCase):
         choice = self.successResultOf(d)
         self.assertEqual(choice.accel, "tcg")
         self.assertIn("no sign of life", choice.reason)
+
+
+class _RecordingMachine:
+    """Builds a QemuMachine whose QMP commands are recorded instead of sent."""
+
+    @staticmethod
+    def make(reactor: ProcessReactor, testcase: SynchronousTestCase) -> Any:
+        from vmservice.hypervisors.qemu import QemuMachine
+
+        class Recording(QemuMachine):
+            commands: list[str] = []
+
+            async def qmp(self, command: str, **arguments: Any) -> Any:
+                self.commands.append(command)
+                return {}
+
+        driver = QemuDriver(reactor, QemuSettings())
+        machine = testcase.successResultOf(driver.start(SPEC, testcase.mktemp()))
+        recording = Recording(reactor, reactor.transports[-1], reactor.spawned[-1][0], SPEC.qmp_socket)
+        recording.commands = []
+        del machine
+        return recording
+
+
+class GracefulStopTests(SynchronousTestCase):
+    def test_power_button_pressed_until_exit(self) -> None:
+        """A graceful stop presses the ACPI power button, again every 2 s, and does not kill a VM that exits."""
+        reactor = ProcessReactor()
+        machine = _RecordingMachine.make(reactor, self)
+        d = machine.stop(True, 10.0)
+        self.assertEqual(machine.commands, ["system_powerdown"])
+        reactor.advance(2)
+        reactor.advance(2)
+        self.assertEqual(machine.commands, ["system_powerdown"] * 3)
+        reactor.spawned[-1][0].processEnded(Failure(ProcessDone(0)))
+        self.assertEqual(self.successResultOf(d).exit_code, 0)
+        self.assertEqual(reactor.transports[-1].signals, [])
+        reactor.advance(10)
+        self.assertEqual(len(machine.commands), 3)
+
+    def test_killed_after_grace(self) -> None:
+        """A guest that ignores the power button is killed once the grace has passed."""
+        reactor = ProcessReactor()
+        machine = _RecordingMachine.make(reactor, self)
+        d = machine.stop(True, 5.0)
+        reactor.advance(5)
+        self.assertEqual(reactor.transports[-1].signals, ["KILL"])
+        reactor.spawned[-1][0].processEnded(Failure(ProcessTerminated(None, 9, None)))
+        self.assertEqual(self.successResultOf(d).signal, 9)
+
+    def test_not_graceful_kills(self) -> None:
+        """A stop that is not graceful kills at once, without QMP."""
+        reactor = ProcessReactor()
+        machine = _RecordingMachine.make(reactor, self)
+        machine.stop(False, 5.0)
+        self.assertEqual((machine.commands, reactor.transports[-1].signals), ([], ["KILL"]))
+
+
+class ExitReportTests(SynchronousTestCase):
+    def test_error_from_log_file(self) -> None:
+        """Every waiter on ended sees QEMU's error, which QEMU wrote to the node's log file."""
+        reactor = ProcessReactor()
+        log = self.mktemp()
+        machine = self.successResultOf(QemuDriver(reactor, QemuSettings()).start(SPEC, log))
+        first, second = machine.ended, machine.ended
+        with open(log, "w") as f:
+            f.write("qemu-system-x86_64: -drive id=root: Could not open 'disk.qcow2'\n")
+        reactor.spawned[0][0].processEnded(Failure(ProcessTerminated(1, None, None)))
+        for d in (first, second, machine.ended):
+            self.assertIn("Could not open", describe_exit(self.successResultOf(d)))

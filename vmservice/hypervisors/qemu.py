@@ -20,6 +20,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.endpoints import UNIXClientEndpoint, connectProtocol
 from twisted.internet.error import ProcessDone, ProcessTerminated
 from twisted.internet.protocol import ProcessProtocol
+from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -222,8 +223,14 @@ class QemuMachine:
         (a new Deferred each time it is read, so many may wait).
     """
 
-    def __init__(self, reactor: Any, transport: Any, process: _QemuProcess, qmp_socket: str) -> None:
+    #: Seconds between ACPI power-button presses while a graceful stop waits.
+    POWER_BUTTON_REPEAT = 2.0
+
+    def __init__(
+        self, reactor: Any, transport: Any, process: _QemuProcess, qmp_socket: str, log_path: str | None = None
+    ) -> None:
         self._reactor = reactor
+        self._log_path = log_path
         self._transport = transport
         self._process = process
         self._qmp_socket = qmp_socket
@@ -233,13 +240,16 @@ class QemuMachine:
         self.pid: int = transport.pid
         process.ended.addCallback(self._ended)
 
-    def _ended(self, result: MachineExit) -> None:
+    def _ended(self, result: MachineExit) -> MachineExit:
+        if self._log_path is not None:
+            result = _with_log_tail(result, self._log_path)
         self._exit = result
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             waiter.callback(result)
         if self._qmp is not None and self._qmp.transport is not None:
             self._qmp.transport.loseConnection()
+        return result
 
     @property
     def ended(self) -> Deferred[MachineExit]:
@@ -299,11 +309,20 @@ class QemuMachine:
             else:
                 ended = self.ended
                 timer = self._reactor.callLater(grace, self.kill)
+                # A press the guest sends before its power-button watcher
+                # opened the input device is lost: press again now and then.
+                again = LoopingCall(self._press_power_button)
+                again.clock = self._reactor
+                again.start(self.POWER_BUTTON_REPEAT, now=False)
                 result = await ended
+                again.stop()
                 if timer.active():
                     timer.cancel()
                 return result
         return await self.kill()
+
+    def _press_power_button(self) -> None:
+        Deferred.fromCoroutine(self.qmp("system_powerdown")).addErrback(lambda failure: None)
 
 
 @implementer(IHypervisor)
@@ -343,10 +362,7 @@ class QemuDriver:
             raise HypervisorError(f"cannot start {argv[0]}: {error}") from error
         finally:
             os.close(output_fd)
-        machine = QemuMachine(self._reactor, transport, process, spec.qmp_socket)
-        if log_path is not None:
-            machine.ended.addCallback(_with_log_tail, log_path)
-        return succeed(machine)
+        return succeed(QemuMachine(self._reactor, transport, process, spec.qmp_socket, log_path))
 
 
 def _with_log_tail(ended: MachineExit, log_path: str) -> MachineExit:
