@@ -1,6 +1,7 @@
 # vmservice: `make run` to start the daemon, `make test` to run the suite.
 # Both install what they need first (Debian packages, the virtualenv, the guest image).
 
+SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -27,6 +28,8 @@ apt:
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --config-settings editable_mode=compat -e '.[test]'
 	touch $@
@@ -37,8 +40,12 @@ image: apt venv
 run: install
 	$(BIN)/twistd -n vmservice --config $(CONFIG)
 
+# trial's own summary, then the plain "N passed, N failed" line CI reads.
 test: install
-	$(BIN)/python -b -m twisted.trial --random=0 tests
+	@set -o pipefail; \
+	$(BIN)/python -b -W 'ignore::BytesWarning:twisted.web.http_headers' -m twisted.trial --random=0 tests \
+	  2>&1 | tee .trial-output.log; status=$$?; \
+	$(BIN)/python tests/summary.py .trial-output.log; rm -f .trial-output.log; exit $$status
 
 bench: install
 	$(BIN)/python bench/boot.py
