@@ -94,8 +94,8 @@ class CommandLineTests(SynchronousTestCase):
 
     def test_describe_exit(self) -> None:
         """An exit is described with its status or signal and the first stderr line."""
-        self.assertEqual(describe_exit(MachineExit(1, None, "\nqemu: bad thing\nmore\n")), "qemu exited with status 1: qemu: bad thing")
-        self.assertEqual(describe_exit(MachineExit(None, 9, "")), "qemu was killed by signal 9")
+        self.assertEqual(describe_exit(MachineExit(1, None, "\nqemu: bad thing\nmore\n")), "the VM process exited with status 1: qemu: bad thing")
+        self.assertEqual(describe_exit(MachineExit(None, 9, "")), "the VM process was killed by signal 9")
 
 
 class _Transport:

@@ -70,6 +70,18 @@ class Capabilities:
     can_suspend: bool
 
 
+def describe_exit(ended: MachineExit) -> str:
+    """Say in one line how a VMM process ended, with the first line of its error output."""
+    how = (
+        f"was killed by signal {ended.signal}"
+        if ended.signal is not None
+        else f"exited with status {ended.exit_code}"
+    )
+    lines = [line for line in ended.stderr.splitlines() if line.strip()]
+    detail = f": {lines[0].strip()}" if lines else ""
+    return f"the VM process {how}{detail}"
+
+
 class HypervisorError(Exception):
     """A VM could not be started or driven; the message says why."""
 

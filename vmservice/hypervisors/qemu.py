@@ -32,6 +32,7 @@ from .base import (
     IMachine,
     MachineExit,
     MachineSpec,
+    describe_exit,
 )
 from .qmp import QMPError, QMPProtocol
 
@@ -199,18 +200,6 @@ class _QemuProcess(ProcessProtocol):
         self.ended.callback(
             MachineExit(exit_code, sig, self.output.decode("utf-8", "replace"))
         )
-
-
-def describe_exit(ended: MachineExit) -> str:
-    """Say in one line how a QEMU process ended, with its first error line."""
-    how = (
-        f"was killed by signal {ended.signal}"
-        if ended.signal is not None
-        else f"exited with status {ended.exit_code}"
-    )
-    lines = [line for line in ended.stderr.splitlines() if line.strip()]
-    detail = f": {lines[0].strip()}" if lines else ""
-    return f"qemu {how}{detail}"
 
 
 @implementer(IMachine)

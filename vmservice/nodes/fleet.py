@@ -31,8 +31,7 @@ from ..errors import (
     Protected,
     WaitTimeout,
 )
-from ..hypervisors.base import IHypervisor, IMachine, MachineExit, MachineSpec
-from ..hypervisors.qemu import describe_exit
+from ..hypervisors.base import IHypervisor, IMachine, MachineExit, MachineSpec, describe_exit
 from ..images.store import Image, ImageNotFound
 from .model import NodeRecord, Status, valid_hostname
 from .store import NodeStore
