@@ -607,6 +607,34 @@ HANDLERS: dict[str, type[StreamHandler]] = {
     "echo": EchoHandler,
 }
 
+#: Operations served by other modules, as ``"module:Class"``: imported on first
+#: use, so that the agent starts fast (every import costs under TCG).
+LAZY_HANDLERS: dict[str, str] = {
+    "exec": "vmservice.guest.execution:ExecHandler",
+    "fs": "vmservice.guest.filesystem:FsHandler",
+}
+
+
+def find_handler(op: object, handlers: Mapping[str, type[StreamHandler]]) -> Optional[type[StreamHandler]]:
+    """
+    The handler class of operation ``op``: from ``handlers``, else imported from
+    :data:`LAZY_HANDLERS` (only when ``handlers`` is the agent's own table).
+    """
+    if not isinstance(op, str):
+        return None
+    found = handlers.get(op)
+    if found is not None or handlers is not HANDLERS or op not in LAZY_HANDLERS:
+        return found
+    module_name, _, class_name = LAZY_HANDLERS[op].partition(":")
+    try:
+        module = __import__(module_name, fromlist=[class_name])
+        found = getattr(module, class_name)
+    except (ImportError, AttributeError) as e:
+        _log(f"op {op!r} is not available: {e!r}")
+        return None
+    HANDLERS[op] = found
+    return found
+
 
 class AgentContext:
     """
@@ -741,7 +769,7 @@ class Session:
 
     def _open(self, event: Open) -> None:
         op = event.header.get("op")
-        handler_class = self._handlers.get(op) if isinstance(op, str) else None
+        handler_class = find_handler(op, self._handlers)
         if handler_class is None:
             self.send(Reset(event.stream_id, ResetCode.UNKNOWN_OP, f"unknown op {op!r}"))
             return

@@ -276,6 +276,23 @@ class Fleet(Service):
         chosen = all_lines if lines == 0 else all_lines[-lines:]
         return "".join(chosen), len(chosen)
 
+    def agent(self, hostname: str) -> AgentLike:
+        """
+        The agent connection of a running node, for operations that open
+        streams of their own (exec, file copy, file-system operations).
+
+        :raise NotFound: no such node.
+        :raise AgentNotConnected: the node is not running or its agent is not
+            connected (yet).
+        """
+        live = self._live(hostname)
+        if live.agent is None or live.record.status != Status.RUNNING or not getattr(live.agent, "connected", True):
+            raise AgentNotConnected(
+                f"the agent of node {hostname!r} is not connected (status {live.record.status.value})",
+                code="agent_unavailable",
+            )
+        return live.agent
+
     async def health(self, hostname: str) -> Any:
         """Ask the node's agent for its health; :class:`AgentNotConnected` if it cannot answer."""
         live = self._live(hostname)
