@@ -83,6 +83,18 @@ def bare_boot(accel: str, workdir: str) -> float:
         process.wait()
 
 
+def peak_rss(pid: int) -> int | None:
+    """The peak resident set size of process ``pid`` in bytes (VmHWM), if readable."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -101,6 +113,7 @@ def main() -> None:
             api.append(api_boot(daemon))
             bare.append(bare_boot(accel_name, workdir))
             print(f"round {round_ + 1}: api {api[-1]:.2f} s, bare {bare[-1]:.2f} s", flush=True)
+        daemon_peak_rss = peak_rss(daemon.process.pid) if daemon.process else None
     finally:
         daemon.cleanup()
         subprocess.run(["rm", "-rf", workdir])
@@ -112,13 +125,14 @@ def main() -> None:
         "api_create_wait_agent_s": {"median": statistics.median(api), "samples": api},
         "bare_qemu_to_agent_first_byte_s": {"median": statistics.median(bare), "samples": bare},
         "ratio_api_over_bare": statistics.median(api) / statistics.median(bare),
+        "daemon_peak_rss_bytes": daemon_peak_rss,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     os.makedirs(os.path.dirname(options.output), exist_ok=True)
     with open(options.output, "w") as f:
         json.dump(result, f, indent=2)
         f.write("\n")
-    print(json.dumps({k: result[k] for k in ("accel", "ratio_api_over_bare")}))
+    print(json.dumps({k: result[k] for k in ("accel", "ratio_api_over_bare", "daemon_peak_rss_bytes")}))
 
 
 if __name__ == "__main__":
