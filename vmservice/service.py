@@ -79,6 +79,13 @@ def make_service(config: Config, reactor: Any) -> MultiService:
     def images(name: str) -> Image:
         return resolve_image(config.image_dir, name)
 
+    for index, group in enumerate(config.host_groups):
+        if group.count > 0:
+            raise StartupError(
+                f"config.host_groups[{index}].count: {group.count} nodes kept running by the daemon"
+                " are not supported yet (use count: 0 and create nodes through the API)"
+            )
+
     for name in sorted({config.image, *(g.image for g in config.host_groups)}):
         try:
             images(name)

@@ -143,18 +143,26 @@ class StartupTests(SynchronousTestCase):
         daemon.json("POST", "/hostgroup/demo/nodes?wait=agent", {}, expect=201)
         self.assertRegex(daemon.log(), r"accelerator: (kvm|tcg): ")
 
-    def test_bad_config_exits_1_with_one_line(self) -> None:
-        """A bad configuration stops twistd with status 1 and one line naming the key."""
-        daemon = Daemon(groups=[{"name": "demo", "storage_size": "2X"}])
-        self.addCleanup(daemon.cleanup)
-        daemon.write_config()
+    def refused(self, daemon: Daemon) -> str:
+        """Run twistd with the daemon's configuration; it must exit 1 with one line, returned."""
         import subprocess
 
+        self.addCleanup(daemon.cleanup)
+        daemon.write_config()
         result = subprocess.run(daemon.command(), cwd=daemon.root, capture_output=True, timeout=60)
         self.assertEqual(result.returncode, 1)
         lines = [line for line in result.stderr.decode().splitlines() if line.strip()]
         self.assertEqual(len(lines), 1, result.stderr)
-        self.assertIn("config.host_groups[0].storage_size", lines[0])
+        return lines[0]
+
+    def test_bad_config_exits_1_with_one_line(self) -> None:
+        """A bad configuration stops twistd with status 1 and one line naming the key."""
+        line = self.refused(Daemon(groups=[{"name": "demo", "storage_size": "2X"}]))
+        self.assertIn("config.host_groups[0].storage_size", line)
+
+    def test_count_refused_at_start(self) -> None:
+        """A group with count > 0 (not supported yet) stops twistd with status 1 and one line naming the key."""
+        self.assertIn("config.host_groups[0].count", self.refused(Daemon(groups=[{"name": "demo", "count": 2}])))
 
     def test_auth_token(self) -> None:
         """With auth on, the token is made in <state_dir>/auth/token (0600) and required."""
@@ -198,3 +206,4 @@ class StartupTests(SynchronousTestCase):
         response = connection.getresponse()
         self.assertEqual((response.status, json.loads(response.read())), (200, []))
         connection.close()
+
