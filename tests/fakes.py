@@ -93,6 +93,10 @@ class FakeAgent:
         self._waiters: list[Deferred[None]] = []
         self.is_ready = False
 
+    @property
+    def connected(self) -> bool:
+        return self.is_ready
+
     def start(self) -> None:
         self.started = True
 

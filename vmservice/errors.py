@@ -54,6 +54,17 @@ class Protected(ServiceError):
     code = "protected"
 
 
+class Forbidden(ServiceError):
+    """
+    The guest refused an operation on a file (403): permission denied, a
+    read-only file system.  Distinct from :class:`Protected`, which is about
+    nodes.
+    """
+
+    status = 403
+    code = "permission_denied"
+
+
 class NotFound(ServiceError):
     """A host group, node, route or file does not exist (404)."""
 

@@ -21,9 +21,12 @@ from twisted.web.server import Site
 
 from .agent.client import AgentClient
 from .api.app import Api
+from .api.filesystem import FilesystemApi
 from .api.meta import MetaApi
 from .api.nodes import NodesApi
 from .api.vm import VmApi
+from .api.execution import ExecApi, streams_exec_body
+from .api.streaming import StreamingSite
 from .auth import load_or_create_token
 from .config import Config
 from .hypervisors.base import IHypervisor
@@ -113,9 +116,10 @@ def make_service(config: Config, reactor: Any) -> MultiService:
     token = load_or_create_token(config.state_dir) if config.api.auth.enabled else None
     routes: list[Any] = []
     meta = MetaApi(metrics, lambda: routes)
-    routes += meta.routes() + NodesApi(fleet).routes() + VmApi(fleet).routes()
+    routes += meta.routes() + NodesApi(fleet).routes() + VmApi(fleet).routes() + FilesystemApi(fleet).routes()
+    routes += ExecApi(fleet, reactor).routes()
     api = Api(reactor, routes, metrics, token)
-    site = Site(api.resource())
+    site = StreamingSite(api.resource(), [streams_exec_body])
     site.displayTracebacks = False
 
     top = MultiService()

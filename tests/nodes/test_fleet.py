@@ -177,3 +177,18 @@ class FleetTests(SynchronousTestCase):
         again.fleet.startService()
         self.assertEqual(again.store.load_all(), ([], []))
         self.assertFalse(os.path.exists(again.store.node_dir("stray-1")))
+
+    def test_agent_of_node(self) -> None:
+        """agent() gives a running node's agent; paused is a 409 conflict; unknown is NotFound."""
+        from attrs import evolve
+
+        from vmservice.errors import AgentNotConnected
+
+        self.successResultOf(self.create())
+        self.assertRaises(AgentNotConnected, self.fleet.agent, "demo-1")
+        self.h.agents[0].ready()
+        self.assertIs(self.fleet.agent("demo-1"), self.h.agents[0])
+        live = self.fleet._nodes["demo-1"]
+        live.record = evolve(live.record, status=Status.PAUSED)
+        self.assertEqual(self.assertRaises(Conflict, self.fleet.agent, "demo-1").code, "paused")
+        self.assertRaises(NotFound, self.fleet.agent, "demo-9")

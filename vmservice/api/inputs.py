@@ -10,6 +10,7 @@ deeper ever sees raw request data.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, TypeVar
 
 
@@ -17,10 +18,13 @@ import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 from twisted.web.iweb import IRequest
 
+from attrs import frozen
+
+from ..agent.execution import ExecRequest
 from ..durations import parse_go_duration
 from ..errors import BadRequest
 from ..nodes.fleet import CreateRequest
-from .models import CreateNodeRequest
+from .models import CreateNodeRequest, FsMkdirRequest
 
 T = TypeVar("T")
 
@@ -176,6 +180,49 @@ def query_duration(request: IRequest, name: str, default: float) -> float:
     return seconds
 
 
+#: Octal text of a file mode: 1 to 4 digits after an optional ``0`` or ``0o``.
+_OCTAL_MODE = re.compile(r"(?:0o|0(?=[0-7]))?([0-7]{1,4})")
+
+
+def octal_mode(text: str, name: str = "mode") -> int:
+    """
+    Parse a file mode given as octal text (``0755``, ``755``, ``0o755``, ``4755``)
+    into its bits, at most ``0o7777``.
+
+    :raise BadRequest: anything else (``invalid mode: <text>``, as clients expect).
+    """
+    match = _OCTAL_MODE.fullmatch(text)
+    if match is None:
+        raise BadRequest(f"invalid mode: {text} ({name} must be octal text such as 0755)", code="invalid_mode")
+    return int(match.group(1), 8)
+
+
+def guest_path(text: str | None, name: str = "path") -> str:
+    """
+    A path inside a guest: absolute, or ``~`` / ``~/...`` for root's home
+    directory (expanded by the guest).
+
+    :raise BadRequest: missing, empty, relative, ``~user``, or containing NUL.
+    """
+    if text is None or text == "":
+        raise BadRequest(f"{name!r} is required", code="invalid_path")
+    if "\x00" in text:
+        raise BadRequest(f"{name!r} must not contain NUL", code="invalid_path")
+    if not (text.startswith("/") or text == "~" or text.startswith("~/")):
+        raise BadRequest(f"{name!r} must be an absolute path (or start with ~/), not {text!r}", code="invalid_path")
+    return text
+
+
+def fs_mkdir_request(request: IRequest) -> tuple[str, bool, int]:
+    """
+    Parse the JSON body of an fs mkdir: ``(path, recursive, mode)``; ``mode``
+    defaults to 0755 when absent or empty.
+    """
+    body = structure(json_object(request, empty_ok=False), FsMkdirRequest)
+    mode = 0o755 if not body.mode else octal_mode(body.mode)
+    return guest_path(body.path), bool(body.recursive), mode
+
+
 #: CreateNodeRequest fields the daemon does not support yet, with the reason.
 _UNSUPPORTED = {
     "ip": "this host group has no network",
@@ -220,8 +267,109 @@ def create_request(request: IRequest) -> CreateRequest:
     )
 
 
+def query_list(request: IRequest, name: str) -> list[str]:
+    """Every value of a repeated query parameter ``name``, in order."""
+    values = (request.args or {}).get(name.encode()) or []
+    try:
+        return [value.decode("utf-8") for value in values]
+    except UnicodeDecodeError:
+        raise BadRequest(f"query parameter {name!r} is not valid UTF-8", code="invalid_query") from None
+
+
+#: uid/gid value that existing clients send for "not set".
+UNSET_ID = 4294967295
+
+
+def _query_id(request: IRequest, name: str) -> int:
+    """A uid/gid: 0 .. 2^32-2; absent, empty or 4294967295 (not set) mean 0."""
+    text = query(request, name)
+    if text is None or text == "":
+        return 0
+    if not text.isdigit() or not text.isascii():
+        raise BadRequest(f"query parameter {name!r} must be an integer 0 .. 4294967295, not {text!r}", code="invalid_query")
+    value = int(text)
+    if value > UNSET_ID:
+        raise BadRequest(f"query parameter {name!r} must be at most 4294967295", code="invalid_query")
+    return 0 if value == UNSET_ID else value
+
+
+@frozen
+class ExecParams:
+    """
+    A parsed exec request.
+
+    :ivar request: what to run.
+    :ivar base64: ``stdio=base64``: payloads are base64 of the exact bytes.
+    :ivar buffered: one ExecResult instead of a stream.
+    """
+
+    request: ExecRequest
+    base64: bool
+    buffered: bool
+
+
+def exec_params(request: IRequest) -> ExecParams:
+    """
+    Parse the query of ``POST /vm/{hostname}/exec`` (see docs/api.md).
+
+    ``permissions`` is the process's umask in octal (``022``, ``0027``);
+    ``shell`` absent means ``/bin/bash`` and empty means no shell.
+    """
+    cmd = query(request, "cmd")
+    if not cmd:
+        raise BadRequest("query parameter 'cmd' is required", code="invalid_query")
+    if "\x00" in cmd:
+        raise BadRequest("query parameter 'cmd' must not contain NUL", code="invalid_query")
+    args = query_list(request, "args")
+    env = query_list(request, "env")
+    for entry in env:
+        key, sep, _ = entry.partition("=")
+        if not sep or not key:
+            raise BadRequest(f"query parameter 'env' must be KEY=VALUE, not {entry!r}", code="invalid_query")
+    if any("\x00" in word for word in args + env):
+        raise BadRequest("query parameters 'args' and 'env' must not contain NUL", code="invalid_query")
+    permissions = query(request, "permissions")
+    umask = None
+    if permissions:
+        try:
+            umask = int(permissions, 8)
+        except ValueError:
+            umask = -1
+        if not 0 <= umask <= 0o777:
+            raise BadRequest(
+                f"query parameter 'permissions' must be an octal umask 0 .. 0777, not {permissions!r}",
+                code="invalid_query",
+            )
+    shell = query(request, "shell")
+    stdio = query_choice(request, "stdio", ("text", "base64")) or "text"
+    buffered = query_bool(request, "buffered")
+    return ExecParams(
+        request=ExecRequest(
+            cmd=cmd,
+            args=tuple(args),
+            env=tuple(env),
+            uid=_query_id(request, "uid"),
+            gid=_query_id(request, "gid"),
+            cwd=query(request, "cwd") or "",
+            shell="/bin/bash" if shell is None else shell,
+            umask=umask,
+            stdin=query_bool(request, "stdin"),
+            stdout=query_bool(request, "stdout", True),
+            stderr=query_bool(request, "stderr", True),
+        ),
+        base64=stdio == "base64",
+        buffered=buffered,
+    )
+
+
 __all__ = [
+    "ExecParams",
+    "exec_params",
+    "query_list",
     "create_request",
+    "fs_mkdir_request",
+    "guest_path",
+    "octal_mode",
     "json_object",
     "query",
     "query_bool",

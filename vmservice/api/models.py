@@ -124,3 +124,31 @@ class AgentHealth:
     system_uptime: int
     userdata_ran: bool
     ip: str = field(default="")
+
+
+@frozen
+class FsEntry:
+    """
+    One file-system entry in a guest (readdir items, stat, mkdir and remove
+    results).  ``mtime`` is RFC 3339 in UTC with up to nanosecond digits, because
+    existing clients decode it as a time; ``mode`` is octal text of the permission
+    bits including setuid/setgid/sticky (``0644``, ``1777``).
+    """
+
+    name: str
+    type: str
+    size: int
+    mtime: str
+    mode: str
+
+
+@frozen
+class FsMkdirRequest:
+    """
+    The body of ``POST /vm/{hostname}/fs/mkdir``.  ``mode`` is octal text
+    (``0755``, the default when absent or empty).
+    """
+
+    path: str
+    recursive: bool | None = None
+    mode: str | None = None

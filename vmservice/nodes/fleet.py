@@ -282,10 +282,14 @@ class Fleet(Service):
         streams of their own (exec, file copy, file-system operations).
 
         :raise NotFound: no such node.
+        :raise Conflict: the node is paused (the contract's 409 for exec, cp,
+            fs and shell while paused).
         :raise AgentNotConnected: the node is not running or its agent is not
             connected (yet).
         """
         live = self._live(hostname)
+        if live.record.status == Status.PAUSED:
+            raise Conflict(f"node {hostname!r} is paused", code="paused")
         if live.agent is None or live.record.status != Status.RUNNING or not getattr(live.agent, "connected", True):
             raise AgentNotConnected(
                 f"the agent of node {hostname!r} is not connected (status {live.record.status.value})",

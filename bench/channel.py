@@ -1,0 +1,200 @@
+"""
+Channel benchmark (exec and raw-channel parts): in one run, side by side,
+
+- the raw agent channel of a bare QEMU guest driven in-process by
+  :class:`~vmservice.agent.client.AgentClient`: ping round trip, and the
+  ``echo`` stream's throughput for N bytes;
+- exec ``true`` latency straight on that agent channel (one stream each);
+- exec ``true`` latency through the daemon's HTTP API
+  (``POST /vm/demo-1/exec?cmd=true``, whole NDJSON response read).
+
+Writes samples, p50/p95 and the ratio ``exec_api_p50 / raw_round_trip_p50``
+(target <= 2) to ``bench/results/channel.json``.  cp parts are added by the
+cp work.
+
+    .venv/bin/python bench/channel.py [--rounds 30] [--echo-mib 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from twisted.internet import reactor  # noqa: E402
+from twisted.internet.defer import Deferred  # noqa: E402
+from twisted.internet.protocol import Protocol  # noqa: E402
+from twisted.internet.threads import deferToThread  # noqa: E402
+
+from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image  # noqa: E402
+from vmservice.agent.client import AgentClient  # noqa: E402
+from vmservice.agent.execution import ExecRequest, run_collected  # noqa: E402
+from vmservice.hypervisors.base import MachineSpec  # noqa: E402
+from vmservice.hypervisors.qemu import QemuSettings, host_tsc_khz, qemu_command  # noqa: E402
+from vmservice.images.store import resolve_image  # noqa: E402
+
+RAM = 256 * 1024 * 1024
+
+
+def percentiles(samples: list[float]) -> dict[str, Any]:
+    ordered = sorted(samples)
+    return {
+        "p50": statistics.median(ordered),
+        "p95": ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))],
+        "samples": samples,
+    }
+
+
+def start_bare_guest(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
+    """The daemon's QEMU command for one guest, started by hand (TCG here)."""
+    image = resolve_image(IMAGE_DIR, "default")
+    disk = os.path.join(workdir, "disk.qcow2")
+    subprocess.run(
+        ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", image.rootfs.path, disk, str(1 << 30)], check=True
+    )
+    with open("/proc/cpuinfo") as f:
+        tsc = host_tsc_khz(f.read())
+    agent = os.path.join(workdir, "agent.sock")
+    spec = MachineSpec(
+        name="bench-channel", vcpus=1, ram_bytes=RAM, kernel=image.kernel.path, initrd=image.initrd.path, disk=disk,
+        agent_socket=agent, qmp_socket=os.path.join(workdir, "qmp.sock"),
+        console_log=os.path.join(workdir, "console.log"),
+    )
+    command = qemu_command(spec, QemuSettings(accel="tcg", tsc_khz=tsc))
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), agent
+
+
+class _Echo(Protocol):
+    def __init__(self) -> None:
+        self.received = 0
+        self.done: Deferred[None] = Deferred()
+
+    def dataReceived(self, data: bytes) -> None:
+        self.received += len(data)
+
+    def connectionLost(self, reason: Any = None) -> None:
+        self.done.callback(None)
+
+
+async def echo_seconds(client: AgentClient, size: int) -> float:
+    """Seconds to send ``size`` bytes through ``echo`` and get them all back."""
+    protocol = _Echo()
+    started = time.monotonic()
+    stream = client.open_stream({"op": "echo"}, protocol)
+    block = b"\x5a" * (256 * 1024)
+    for _ in range(size // len(block)):
+        stream.write(block)
+    stream.loseConnection()
+    await protocol.done
+    if protocol.received != size:
+        raise RuntimeError(f"echo returned {protocol.received} of {size} bytes")
+    return time.monotonic() - started
+
+
+async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
+    daemon = Daemon(groups=[{"name": "demo", "vcpu": 1, "ram_mb": RAM >> 20, "storage_size": "1G"}])
+    qemu = None
+    client = None
+    try:
+        await deferToThread(daemon.start)
+        await deferToThread(daemon.json, "POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {}, expect=201)
+        qemu, socket_path = start_bare_guest(workdir)
+        client = AgentClient(reactor, socket_path)
+        client.start()
+        deadline = reactor.callLater(120, lambda: None)
+        await client.when_ready()
+        deadline.cancel()
+        await client.ping()  # warm-up
+        pings = [await client.ping() for _ in range(options.rounds)]
+        size = options.echo_mib << 20
+        await echo_seconds(client, 1 << 20)  # warm-up
+        echo = await echo_seconds(client, size)
+        await run_collected(client, ExecRequest(cmd="true"), reactor)  # warm-up: imports the exec handler
+        agent_exec = []
+        for _ in range(options.rounds):
+            started = time.monotonic()
+            outcome = await run_collected(client, ExecRequest(cmd="true"), reactor)
+            agent_exec.append(time.monotonic() - started)
+            if outcome.exit_code != 0:
+                raise RuntimeError(f"exec true failed: {outcome}")
+
+        def api_exec() -> float:
+            started = time.monotonic()
+            status, _, body = daemon.request("POST", "/vm/demo-1/exec?cmd=true")
+            if status != 200 or b'"exit"' not in body:
+                raise RuntimeError(f"exec through the API failed: {status} {body!r}")
+            return time.monotonic() - started
+
+        await deferToThread(api_exec)  # warm-up
+        api = [await deferToThread(api_exec) for _ in range(options.rounds)]
+    finally:
+        if client is not None:
+            await client.stop()
+        if qemu is not None:
+            qemu.kill()
+            qemu.wait()
+        await deferToThread(daemon.cleanup)
+    raw = percentiles(pings)
+    api_p = percentiles(api)
+    return {
+        "benchmark": "channel",
+        "accel": "tcg",
+        "rounds": options.rounds,
+        "raw_round_trip_s": raw,
+        "raw_echo": {"bytes": size, "seconds": echo, "mb_per_s": size / echo / 1e6},
+        "exec_true_agent_s": percentiles(agent_exec),
+        "exec_true_api_s": api_p,
+        "ratio_exec_api_p50_over_raw_round_trip_p50": api_p["p50"] / raw["p50"],
+        "target_ratio_exec": 2.0,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--echo-mib", type=int, default=32)
+    parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "channel.json"))
+    options = parser.parse_args()
+    ensure_image()
+    workdir = tempfile.mkdtemp(prefix="vms-bench-", dir="/tmp")
+    outcome: dict[str, Any] = {}
+
+    def run() -> Deferred[None]:
+        async def go() -> None:
+            outcome.update(await measure(options, workdir))
+
+        d = Deferred.fromCoroutine(go())
+        d.addErrback(lambda failure: outcome.update(error=failure))
+        d.addBoth(lambda _: reactor.stop())
+        return d
+
+    reactor.callWhenRunning(run)
+    reactor.run()
+    subprocess.run(["rm", "-rf", workdir])
+    if "error" in outcome:
+        outcome["error"].raiseException()
+    os.makedirs(os.path.dirname(options.output), exist_ok=True)
+    existing: dict[str, Any] = {}
+    if os.path.exists(options.output):
+        with open(options.output) as f:
+            existing = json.load(f)
+    existing.update(outcome)
+    with open(options.output, "w") as f:
+        json.dump(existing, f, indent=2)
+        f.write("\n")
+    print(json.dumps({k: outcome[k] for k in ("raw_round_trip_s", "raw_echo", "ratio_exec_api_p50_over_raw_round_trip_p50")}
+                     | {"exec_api_p50": outcome["exec_true_api_s"]["p50"], "exec_agent_p50": outcome["exec_true_agent_s"]["p50"]},
+                     default=str)[:2000])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,300 @@
+"""
+The guest's exec handler and its record codec: the codec with hypothesis
+(round trip, any fragmentation, refusals), the pure helpers, and the handler
+run in-process on the host with real child processes through a real
+:class:`~vmservice.guest.agent.Session`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import time
+from typing import Any
+
+from hypothesis import given, strategies as st
+from twisted.trial.unittest import SynchronousTestCase
+
+from tests.wire.pair import drain
+from vmservice.guest import agent, execution
+from vmservice.guest.agent import AgentContext, Loop, Session
+from vmservice.guest.execution import (
+    EXIT,
+    RECORD_TYPES,
+    STDOUT,
+    ExecSpec,
+    BadExecHeader,
+    RecordDecoder,
+    RecordError,
+    encode_record,
+    resolve_cwd,
+    shell_quote,
+)
+from vmservice.wire import Connection, ResetCode, Role
+from vmservice.wire.events import Data, HalfClose, Open, Reset
+
+records = st.lists(st.tuples(st.sampled_from(sorted(RECORD_TYPES)), st.binary(max_size=300)), max_size=20)
+
+
+class CodecTests(SynchronousTestCase):
+    """The ``type u8 | length u32 | payload`` records."""
+
+    @given(records, st.lists(st.integers(min_value=1, max_value=50), min_size=1))
+    def test_round_trip_any_fragmentation(self, items: list[tuple[int, bytes]], cuts: list[int]) -> None:
+        """Records come out as they went in, however the bytes are split."""
+        data = b"".join(encode_record(kind, payload) for kind, payload in items)
+        decoder = RecordDecoder()
+        out = []
+        position, index = 0, 0
+        while position < len(data):
+            size = cuts[index % len(cuts)]
+            out += [(r.kind, r.payload) for r in decoder.feed(data[position:position + size])]
+            position += size
+            index += 1
+        self.assertEqual(out, items)
+        self.assertEqual(decoder.partial, 0)
+
+    def test_layout(self) -> None:
+        """The header is the type byte and a big-endian length."""
+        self.assertEqual(encode_record(STDOUT, b"hi"), b"\x02\x00\x00\x00\x02hi")
+
+    @given(st.integers(min_value=0, max_value=255).filter(lambda k: k not in RECORD_TYPES))
+    def test_unknown_type(self, kind: int) -> None:
+        """An unknown type is refused by both sides."""
+        with self.assertRaises(RecordError):
+            encode_record(kind)
+        with self.assertRaises(RecordError):
+            list(RecordDecoder().feed(bytes([kind, 0, 0, 0, 0])))
+
+    def test_oversized(self) -> None:
+        """A length beyond the limit is refused before its payload is buffered."""
+        with self.assertRaises(RecordError):
+            list(RecordDecoder().feed(b"\x02\x7f\xff\xff\xff"))
+        with self.assertRaises(RecordError):
+            encode_record(STDOUT, bytes(execution.MAX_RECORD_PAYLOAD + 1))
+
+    def test_json_payload(self) -> None:
+        """Control records carry a JSON object; anything else is an error."""
+        record = next(RecordDecoder().feed(execution.encode_json_record(EXIT, {"exit_code": 1})))
+        self.assertEqual(record.json(), {"exit_code": 1})
+        with self.assertRaises(RecordError):
+            execution.Record(EXIT, b"[1]").json()
+        with self.assertRaises(RecordError):
+            execution.Record(EXIT, b"{").json()
+
+
+class HelperTests(SynchronousTestCase):
+    """Quoting, argv, working directories and the header."""
+
+    @given(st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",))))
+    def test_quote_is_one_word(self, word: str) -> None:
+        """A quoted word splits back into exactly itself."""
+        self.assertEqual(shlex.split(shell_quote(word)), [word])
+
+    def test_quote_really_in_bash(self) -> None:
+        """bash sees the quoted args as the words given."""
+        spec = ExecSpec(cmd="printf '%s|'", args=("a b", "$X", "it's", ";rm"))
+        out = subprocess.run(spec.argv(), capture_output=True, check=True).stdout
+        self.assertEqual(out, b"a b|$X|it's|;rm|")
+
+    def test_argv_without_shell(self) -> None:
+        """An empty shell: cmd is the program and args its argv."""
+        self.assertEqual(ExecSpec(cmd="ls", args=("-l",), shell="").argv(), ["ls", "-l"])
+        self.assertEqual(ExecSpec(cmd="ls").argv(), ["/bin/bash", "-c", "ls"])
+
+    def test_resolve_cwd(self) -> None:
+        """Absolute stays, ~ and relative are below the home, none without a home is an error."""
+        self.assertEqual(resolve_cwd("/tmp", None), "/tmp")
+        self.assertEqual(resolve_cwd("~", "/root"), "/root")
+        self.assertEqual(resolve_cwd("~/x", "/root"), "/root/x")
+        self.assertEqual(resolve_cwd("x/y", "/home/u"), "/home/u/x/y")
+        self.assertEqual(resolve_cwd("", None), "/")
+        for bad in ("~", "x"):
+            with self.assertRaises(ValueError):
+                resolve_cwd(bad, None)
+        with self.assertRaises(ValueError):
+            resolve_cwd("~other", "/root")
+
+    def test_header_checked(self) -> None:
+        """Wrong types in the OPEN header are refused."""
+        for header in ({}, {"cmd": ""}, {"cmd": "x", "args": "a"}, {"cmd": "x", "uid": True},
+                       {"cmd": "x", "umask": 0o1000}, {"cmd": "x", "stdin": "yes"}, {"cmd": "x", "uid": 2**32}):
+            with self.assertRaises(BadExecHeader):
+                ExecSpec.from_header(header)
+        spec = ExecSpec.from_header({"cmd": "x", "args": ["a"], "env": ["A=1"], "umask": 18, "stdin": True})
+        self.assertEqual((spec.args, spec.env, spec.umask, spec.stdin), (("a",), ("A=1",), 18, True))
+
+
+class HandlerTests(SynchronousTestCase):
+    """:class:`ExecHandler` in a real session with real children."""
+
+    def setUp(self) -> None:
+        self.loop = Loop()
+        self.addCleanup(self.loop.close)
+        self.patch(agent, "_log", lambda message: None)
+        self.written = bytearray()
+        self.session = Session(self.loop, AgentContext("t"), self.written.extend, lambda: True,
+                               {**agent.HANDLERS, "exec": execution.ExecHandler})
+        self.host = Connection(Role.HOST, nonce=b"HOSTNONC")
+        self.session.start()
+        self.send(self.host.hello("host"))
+        for _ in range(4):
+            self.receive()
+            if self.host.hello_wanted:
+                self.send(self.host.hello("host"))
+        self.decoders: dict[int, RecordDecoder] = {}
+        self.addCleanup(self._kill_leftovers)
+
+    def _kill_leftovers(self) -> None:
+        for stream in list(self.session.streams.values()):
+            handler = stream.handler
+            if isinstance(handler, execution.ExecHandler) and handler.pid and not handler._exited:
+                os.killpg(handler.pid, 9)
+                os.waitpid(handler.pid, 0)
+
+    def receive(self) -> list[Any]:
+        self.host.receive_data(bytes(self.written))
+        self.written.clear()
+        return drain(self.host)
+
+    def send(self, *events: Any) -> None:
+        self.session.data_received(b"".join(self.host.send(e) for e in events))
+
+    def open(self, stdin: bytes | None = None, **header: Any) -> int:
+        stream_id = self.host.next_stream_id()
+        self.send(Open(stream_id, {"op": "exec", **header, "stdin": stdin is not None}))
+        if stdin:
+            self.send(Data(stream_id, stdin))
+        self.send(HalfClose(stream_id))
+        return stream_id
+
+    def run_stream(self, stream_id: int, timeout: float = 10.0) -> tuple[list[tuple[int, Any]], bool]:
+        """Run the loop until the stream ends; the records and whether it was reset."""
+        decoder = RecordDecoder()
+        out: list[tuple[int, Any]] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for event in self.receive():
+                if getattr(event, "stream_id", None) != stream_id:
+                    continue
+                if isinstance(event, Data):
+                    for record in decoder.feed(event.data):
+                        out.append((record.kind, record.payload if record.kind in (2, 3) else record.json()))
+                    self.session.data_received(self.host.acknowledge_received_data(stream_id, len(event.data)))
+                elif isinstance(event, HalfClose):
+                    return out, False
+                elif isinstance(event, Reset):
+                    return out, True
+            self.loop.run_once(0.05)
+        raise AssertionError(f"stream {stream_id} did not end: {out}")
+
+    def output(self, records: list[tuple[int, Any]], kind: int = STDOUT) -> bytes:
+        return b"".join(payload for k, payload in records if k == kind)
+
+    def test_echo_and_exit_code(self) -> None:
+        """stdout and stderr come back in order, then the exit code."""
+        records, _ = self.run_stream(self.open(cmd="echo hi; echo err >&2; exit 5"))
+        self.assertEqual(records[0][0], execution.STARTED)
+        self.assertEqual(self.output(records), b"hi\n")
+        self.assertEqual(self.output(records, execution.STDERR), b"err\n")
+        self.assertEqual(records[-1], (EXIT, {"exit_code": 5, "signal": None}))
+
+    def test_signal(self) -> None:
+        """A killed process reports the signal's name and 128 + its number."""
+        records, _ = self.run_stream(self.open(cmd="kill -KILL $$"))
+        self.assertEqual(records[-1], (EXIT, {"exit_code": 137, "signal": "SIGKILL"}))
+
+    def test_stdin(self) -> None:
+        """Stdin DATA reaches the process, HALF_CLOSE is its EOF; credit is given back."""
+        payload = os.urandom(600_000)
+        stream_id = self.host.next_stream_id()
+        self.send(Open(stream_id, {"op": "exec", "cmd": "sha256sum", "stdin": True}))
+        sent = 0
+        while sent < len(payload):
+            window = self.host.send_window(stream_id)
+            if window:
+                chunk = payload[sent:sent + min(window, 65536)]
+                self.send(Data(stream_id, chunk))
+                sent += len(chunk)
+            self.loop.run_once(0.01)
+            for event in self.receive():
+                pass
+        self.send(HalfClose(stream_id))
+        records, _ = self.run_stream(stream_id)
+        self.assertEqual(self.output(records).split()[0].decode(), hashlib.sha256(payload).hexdigest())
+
+    def test_identity(self) -> None:
+        """uid, gid, umask, cwd and env apply in the child."""
+        records, _ = self.run_stream(self.open(cmd="id -u; id -g; umask; pwd; echo $A", uid=65534, gid=65534, umask=0o27,
+                                        cwd="/tmp", env=["A=b=c"]))
+        self.assertEqual(self.output(records), b"65534\n65534\n0027\n/tmp\nb=c\n")
+
+    def test_not_found(self) -> None:
+        """A program that does not exist is one ERROR record with 127."""
+        records, _ = self.run_stream(self.open(cmd="/no/such", shell=""))
+        self.assertEqual(len(records), 1)
+        self.assertEqual(records[0][0], execution.ERROR)
+        self.assertEqual(records[0][1]["exit_code"], 127)
+
+    def test_not_executable(self) -> None:
+        """A program that exists but cannot run is an ERROR record with 126."""
+        records, _ = self.run_stream(self.open(cmd="/etc/passwd", shell=""))
+        self.assertEqual((records[0][0], records[0][1]["exit_code"]), (execution.ERROR, 126))
+
+    def test_rejected_cwd(self) -> None:
+        """A cwd that is not a directory is a REJECTED record, nothing starts."""
+        records, _ = self.run_stream(self.open(cmd="true", cwd="/no/such"))
+        self.assertEqual([k for k, _ in records], [execution.REJECTED])
+
+    def test_bad_header(self) -> None:
+        """A malformed header resets the stream with BAD_HEADER."""
+        stream_id = self.host.next_stream_id()
+        self.send(Open(stream_id, {"op": "exec"}))
+        events = [e for e in self.receive() if isinstance(e, Reset)]
+        self.assertEqual([e.code for e in events], [ResetCode.BAD_HEADER])
+
+    def test_reset_kills_group(self) -> None:
+        """A reset kills the process group (the shell and its background child)."""
+        stream_id = self.open(cmd="sleep 100 & echo $!; sleep 101; wait")
+        child = None
+        deadline = time.monotonic() + 10
+        decoder = RecordDecoder()
+        while child is None and time.monotonic() < deadline:
+            self.loop.run_once(0.05)
+            for event in self.receive():
+                if isinstance(event, Data):
+                    for record in decoder.feed(event.data):
+                        if record.kind == STDOUT:
+                            child = int(record.payload)
+        handler = self.session.streams[stream_id].handler
+        assert isinstance(handler, execution.ExecHandler) and handler.pid
+        pid = handler.pid
+        self.send(Reset(stream_id, ResetCode.CANCEL, "bye"))
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and (_alive(pid) or _alive(child)):
+            self.loop.run_once(0.05)
+        self.assertFalse(_alive(pid))
+        self.assertFalse(_alive(child))
+
+    def test_output_paced_by_credit(self) -> None:
+        """Without credit from the host the handler stops reading the pipes (bounded pending)."""
+        stream_id = self.open(cmd="head -c 50000000 /dev/zero")
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            self.loop.run_once(0.01)
+        stream = self.session.streams[stream_id]
+        self.assertLess(stream.pending, execution.PENDING_HIGH_WATER + execution.READ_SIZE + 16)
+        records, _ = self.run_stream(stream_id, timeout=30)
+        self.assertEqual(len(self.output(records)), 50_000_000)
+        self.assertEqual(records[-1], (EXIT, {"exit_code": 0, "signal": None}))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False

@@ -1,0 +1,116 @@
+# -*- test-case-name: tests.api.test_filesystem -*-
+"""
+File-system operations in a guest: ``/vm/{hostname}/fs/{readdir,stat,mkdir,remove}``.
+
+Thin handlers: parse (:mod:`.inputs`), ask the guest through its agent
+(:class:`~vmservice.agent.filesystem.GuestFileSystem`), render FsEntry records.
+Errors come from the guest's reply kinds, mapped in
+:mod:`vmservice.agent.filesystem`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from twisted.web.iweb import IRequest
+
+from ..agent.filesystem import FsEntry as GuestEntry
+from ..agent.filesystem import GuestFileSystem, format_mode
+from ..nodes.fleet import Fleet
+from . import inputs
+from .models import ErrorResponse, FsEntry, FsMkdirRequest
+from .rendering import json_body
+from .routing import Param, Reply, Route
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_PATH = Param("path", "Absolute path in the guest; ~ and ~/... name root's home directory", required=True)
+_RECURSIVE = Param("recursive", "Remove a directory and everything under it", kind="boolean")
+
+
+def rfc3339_ns(nanoseconds: int) -> str:
+    """
+    Integer nanoseconds since the Unix epoch as RFC 3339 in UTC, with as many
+    fraction digits as needed (none for whole seconds, at most nine):
+    ``2024-05-01T12:00:00.5Z``.
+    """
+    seconds, fraction = divmod(nanoseconds, 1_000_000_000)
+    try:
+        moment = _EPOCH + timedelta(seconds=seconds)
+    except OverflowError:  # outside years 1..9999: clamp rather than fail the listing
+        moment, fraction = (datetime.max if seconds > 0 else datetime.min).replace(microsecond=0), 0
+    text = f"{moment.year:04d}" + moment.strftime("-%m-%dT%H:%M:%S")
+    if fraction:
+        text += "." + f"{fraction:09d}".rstrip("0")
+    return text + "Z"
+
+
+def fs_entry(entry: GuestEntry) -> FsEntry:
+    """The API's FsEntry for a guest entry."""
+    return FsEntry(
+        name=entry.name, type=entry.type, size=entry.size, mtime=rfc3339_ns(entry.mtime_ns), mode=format_mode(entry.mode)
+    )
+
+
+def _errors(*extra: tuple[int, str]) -> dict[int, Reply]:
+    replies = {
+        400: Reply("Missing, relative or invalid path, bad boolean or mode", ErrorResponse),
+        404: Reply("No such VM, or no such path in the guest", ErrorResponse),
+        409: Reply("The VM is paused", ErrorResponse),
+        503: Reply("The VM's agent is not connected", ErrorResponse),
+    }
+    for status, text in extra:
+        replies[status] = Reply(text, ErrorResponse)
+    return replies
+
+
+class FilesystemApi:
+    """:param fleet: the nodes of this daemon."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self._fleet = fleet
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("GET", "/vm/{hostname}/fs/readdir", self.readdir, "List a directory in the guest", "fs",
+                  {200: Reply("The entries, sorted by name", FsEntry, array=True),
+                   **_errors((400, "Missing or relative path, or the path is not a directory"))},
+                  query=(_PATH,)),
+            Route("GET", "/vm/{hostname}/fs/stat", self.stat, "Describe a path in the guest (lstat)", "fs",
+                  {200: Reply("The entry; a symlink is described, not followed", FsEntry), **_errors()},
+                  query=(_PATH,)),
+            Route("POST", "/vm/{hostname}/fs/mkdir", self.mkdir, "Make a directory in the guest", "fs",
+                  {200: Reply("The directory's entry", FsEntry),
+                   **_errors((409, "The path exists (without recursive, or it is not a directory), or the VM is paused"))},
+                  body=FsMkdirRequest),
+            Route("DELETE", "/vm/{hostname}/fs/remove", self.remove, "Remove a path in the guest", "fs",
+                  {200: Reply("The removed entry, as it was", FsEntry),
+                   **_errors((400, "Missing or relative path, or the path is /"),
+                             (409, "A non-empty directory without recursive, or the VM is paused"))},
+                  query=(_PATH, _RECURSIVE)),
+        ]
+
+    def _guest(self, hostname: str) -> GuestFileSystem:
+        return GuestFileSystem(self._fleet.agent(hostname))
+
+    async def readdir(self, request: IRequest, hostname: str) -> bytes:
+        path = inputs.guest_path(inputs.query(request, "path"))
+        entries = await self._guest(hostname).readdir(path)
+        return json_body(request, [fs_entry(entry) for entry in entries])
+
+    async def stat(self, request: IRequest, hostname: str) -> bytes:
+        path = inputs.guest_path(inputs.query(request, "path"))
+        return json_body(request, fs_entry(await self._guest(hostname).stat(path)))
+
+    async def mkdir(self, request: IRequest, hostname: str) -> bytes:
+        path, recursive, mode = inputs.fs_mkdir_request(request)
+        entry = await self._guest(hostname).mkdir(path, recursive=recursive, mode=mode)
+        return json_body(request, fs_entry(entry))
+
+    async def remove(self, request: IRequest, hostname: str) -> bytes:
+        path = inputs.guest_path(inputs.query(request, "path"))
+        recursive = inputs.query_bool(request, "recursive")
+        entry = await self._guest(hostname).remove(path, recursive=recursive)
+        return json_body(request, fs_entry(entry))
+
+
+__all__ = ["FilesystemApi", "fs_entry", "rfc3339_ns"]

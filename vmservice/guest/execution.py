@@ -1,0 +1,683 @@
+# -*- test-case-name: tests.guest.test_execution -*-
+"""
+``{"op": "exec"}``: run one process in the guest and stream its output back.
+
+Stdlib only (it runs inside the VM, and the host imports the record codec from
+here too).  The process is started with :func:`os.fork` and :func:`os.execve`
+on the agent's own :class:`~vmservice.guest.agent.Loop`, without
+:mod:`subprocess` (whose import costs under TCG).
+
+Inside the stream, host to guest: DATA is the process's stdin, HALF_CLOSE is
+EOF on stdin.  Guest to host: a sequence of *records*, each
+``type u8 | length u32 (big-endian) | payload`` (see :func:`encode_record`),
+so stdout and stderr keep their order and boundaries:
+
+- ``STARTED`` ``{"pid": N}``: the process runs (always the first record, or
+  ``ERROR``/``REJECTED`` instead).
+- ``STDOUT``/``STDERR``: raw bytes the process wrote (at most 64 KiB each).
+- ``EXIT`` ``{"exit_code": N, "signal": "SIGKILL" | null}``: the last record;
+  a process killed by a signal has ``exit_code`` 128 + the signal number.
+- ``ERROR`` ``{"message": ..., "exit_code": 127 | 126}``: it could not be
+  started (127: the program was not found; 126: anything else, e.g. no
+  permission, ``setuid`` failed).
+- ``REJECTED`` ``{"message": ...}``: the request itself is wrong (e.g. a
+  ``cwd`` that does not exist); the host answers 400.
+
+After the last record the agent half-closes.  A reset of the stream (the HTTP
+client went away) kills the process group: SIGTERM, then SIGKILL after
+:data:`KILL_GRACE` seconds.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import struct
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping, Optional
+
+from vmservice.guest.agent import GuestStream, StreamHandler, Timer
+
+#: Record types.
+STARTED = 1
+STDOUT = 2
+STDERR = 3
+EXIT = 4
+ERROR = 5
+REJECTED = 6
+RECORD_TYPES = frozenset({STARTED, STDOUT, STDERR, EXIT, ERROR, REJECTED})
+
+#: ``type u8 | length u32``.
+_RECORD_HEADER = struct.Struct(">BI")
+#: Largest payload a decoder accepts (the agent sends at most :data:`READ_SIZE`).
+MAX_RECORD_PAYLOAD = 1024 * 1024
+#: Bytes read from a child's pipe at a time: one record at most.
+READ_SIZE = 64 * 1024
+#: The handler stops reading the child's pipes while this much output waits
+#: for credit or room on the link.
+PENDING_HIGH_WATER = 256 * 1024
+#: Seconds between SIGTERM and SIGKILL when the stream is reset.
+KILL_GRACE = 0.5
+#: PATH of a process whose request does not set one.
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class RecordError(ValueError):
+    """
+    The record stream does not parse: unknown type or an oversized payload.
+    """
+
+
+def encode_record(kind: int, payload: bytes = b"") -> bytes:
+    """
+    One record: ``type u8 | length u32 | payload``.
+
+    :param kind: one of :data:`RECORD_TYPES`.
+    :param payload: the bytes (JSON for control records).
+    """
+    if kind not in RECORD_TYPES:
+        raise RecordError(f"unknown record type {kind}")
+    if len(payload) > MAX_RECORD_PAYLOAD:
+        raise RecordError(f"record payload of {len(payload)} bytes is too large")
+    return _RECORD_HEADER.pack(kind, len(payload)) + payload
+
+
+def encode_json_record(kind: int, value: Mapping[str, Any]) -> bytes:
+    """
+    A control record whose payload is compact JSON.
+    """
+    return encode_record(kind, json.dumps(value, separators=(",", ":")).encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class Record:
+    """
+    One decoded record.
+
+    :ivar kind: its type.
+    :ivar payload: its bytes.
+    """
+
+    kind: int
+    payload: bytes
+
+    def json(self) -> dict[str, Any]:
+        """
+        The payload of a control record as a JSON object.
+
+        :raises RecordError: if it is not one.
+        """
+        try:
+            value = json.loads(self.payload)
+        except ValueError:
+            raise RecordError("record payload is not JSON") from None
+        if not isinstance(value, dict):
+            raise RecordError("record payload is not a JSON object")
+        return value
+
+
+class RecordDecoder:
+    """
+    Incremental decoder: feed bytes in any fragmentation, take whole records out.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> Iterator[Record]:
+        """
+        Add ``data`` and yield every record it completes.
+
+        :raises RecordError: on an unknown type or an oversized length.
+        """
+        self._buffer += data
+        while len(self._buffer) >= _RECORD_HEADER.size:
+            kind, length = _RECORD_HEADER.unpack_from(self._buffer)
+            if kind not in RECORD_TYPES:
+                raise RecordError(f"unknown record type {kind}")
+            if length > MAX_RECORD_PAYLOAD:
+                raise RecordError(f"record payload of {length} bytes is too large")
+            end = _RECORD_HEADER.size + length
+            if len(self._buffer) < end:
+                return
+            payload = bytes(self._buffer[_RECORD_HEADER.size:end])
+            del self._buffer[:end]
+            yield Record(kind, payload)
+
+    @property
+    def partial(self) -> int:
+        """
+        Bytes held of an incomplete record (non-zero at the end means truncation).
+        """
+        return len(self._buffer)
+
+
+# -- the request ---------------------------------------------------------------------------
+
+
+class BadExecHeader(ValueError):
+    """
+    The OPEN header is malformed (a host bug: the stream is reset with BAD_HEADER).
+    """
+
+
+def shell_quote(word: str) -> str:
+    """
+    ``word`` as one POSIX shell word (what :func:`shlex.quote` does, without
+    importing :mod:`shlex`).
+    """
+    if word and all(c.isalnum() or c in "@%+=:,./-_" for c in word) and word.isascii():
+        return word
+    return "'" + word.replace("'", "'\"'\"'") + "'"
+
+
+@dataclass(frozen=True)
+class ExecSpec:
+    """
+    What to run, from the OPEN header.
+
+    :ivar cmd: a command line for ``shell``, or the program when ``shell`` is empty.
+    :ivar args: appended as quoted words (shell) or as argv (no shell).
+    :ivar env: ``KEY=VALUE`` entries laid over the default environment.
+    :ivar uid: user id to run as.
+    :ivar gid: group id to run as.
+    :ivar cwd: working directory: absolute, ``~``/``~/x`` (the user's home) or
+        relative to the home; empty = the home, or ``/`` without one.
+    :ivar shell: the shell (``<shell> -c <line>``), or empty for none.
+    :ivar umask: the process's umask, or ``None`` to inherit the agent's (022).
+    :ivar stdin: whether stream DATA feeds stdin (else stdin is ``/dev/null``).
+    :ivar stdout: whether stdout is sent back (else ``/dev/null``).
+    :ivar stderr: whether stderr is sent back (else ``/dev/null``).
+    """
+
+    cmd: str
+    args: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    uid: int = 0
+    gid: int = 0
+    cwd: str = ""
+    shell: str = "/bin/bash"
+    umask: Optional[int] = None
+    stdin: bool = False
+    stdout: bool = True
+    stderr: bool = True
+
+    @classmethod
+    def from_header(cls, header: Mapping[str, Any]) -> "ExecSpec":
+        """
+        Read and type-check the header.
+
+        :raises BadExecHeader: a field is missing or has the wrong type.
+        """
+
+        def get(name: str, kind: type, default: Any) -> Any:
+            value = header.get(name, default)
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise BadExecHeader(f"field {name!r} must be {kind.__name__}")
+            return value
+
+        cmd = header.get("cmd")
+        if not isinstance(cmd, str) or not cmd:
+            raise BadExecHeader("field 'cmd' must be a non-empty string")
+        words = {}
+        for name in ("args", "env"):
+            value = header.get(name, [])
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise BadExecHeader(f"field {name!r} must be a list of strings")
+            words[name] = tuple(value)
+        umask = header.get("umask")
+        if umask is not None and (not isinstance(umask, int) or isinstance(umask, bool) or not 0 <= umask <= 0o777):
+            raise BadExecHeader("field 'umask' must be null or 0..0o777")
+        uid, gid = get("uid", int, 0), get("gid", int, 0)
+        if not 0 <= uid < 2**32 or not 0 <= gid < 2**32:
+            raise BadExecHeader("uid and gid must be 0 .. 2^32-1")
+        return cls(
+            cmd=cmd,
+            args=words["args"],
+            env=words["env"],
+            uid=uid,
+            gid=gid,
+            cwd=get("cwd", str, ""),
+            shell=get("shell", str, "/bin/bash"),
+            umask=umask,
+            stdin=get("stdin", bool, False),
+            stdout=get("stdout", bool, True),
+            stderr=get("stderr", bool, True),
+        )
+
+    def argv(self) -> list[str]:
+        """
+        The process's argv: ``[shell, "-c", cmd + quoted args]`` or ``[cmd, *args]``.
+        """
+        if self.shell:
+            line = " ".join([self.cmd] + [shell_quote(a) for a in self.args])
+            return [self.shell, "-c", line]
+        return [self.cmd, *self.args]
+
+
+def passwd_entry(uid: int, path: str = "/etc/passwd") -> Optional[tuple[str, str]]:
+    """
+    ``(name, home)`` of ``uid`` from ``path``, or ``None`` (read directly: the
+    :mod:`pwd` module is not in the guest's minimal stdlib everywhere).
+    """
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split(":")
+        if len(fields) >= 6 and fields[2] == str(uid):
+            return fields[0], fields[5]
+    return None
+
+
+def resolve_cwd(cwd: str, home: Optional[str]) -> str:
+    """
+    The absolute working directory for ``cwd`` (see :class:`ExecSpec`).
+
+    :raises ValueError: ``cwd`` needs a home directory the user does not have.
+    """
+    if cwd.startswith("/"):
+        return cwd
+    if not cwd:
+        return home if home and os.path.isdir(home) else "/"
+    if home is None:
+        raise ValueError(f"cwd {cwd!r} is relative to the user's home, but the user has none")
+    if cwd == "~":
+        return home
+    if cwd.startswith("~/"):
+        return os.path.join(home, cwd[2:])
+    if cwd.startswith("~"):
+        raise ValueError(f"cwd {cwd!r}: only ~ and ~/ (the user's own home) are supported")
+    return os.path.join(home, cwd)
+
+
+def build_env(spec: ExecSpec, user: Optional[tuple[str, str]]) -> dict[str, str]:
+    """
+    The process environment: PATH, HOME, USER, LOGNAME and SHELL, then the
+    request's ``KEY=VALUE`` entries in order (later ones win).
+    """
+    env = {"PATH": DEFAULT_PATH, "HOME": user[1] if user else "/"}
+    if user:
+        env["USER"] = env["LOGNAME"] = user[0]
+    if spec.shell:
+        env["SHELL"] = spec.shell
+    for entry in spec.env:
+        key, _, value = entry.partition("=")
+        env[key] = value
+    return env
+
+
+# -- starting the child ---------------------------------------------------------------------
+
+
+def _find_program(name: str, path: str) -> str:
+    """
+    Where ``execvpe`` would find ``name``; raises ``FileNotFoundError`` if nowhere.
+    """
+    if "/" in name:
+        return name
+    for directory in path.split(":"):
+        candidate = os.path.join(directory or ".", name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise FileNotFoundError(errno.ENOENT, f"{name}: command not found")
+
+
+def _child(
+    spec: ExecSpec,
+    program: str,
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    fds: tuple[int, int, int],
+    report: int,
+) -> None:
+    """
+    In the forked child: new session (and process group), identity, umask,
+    directory, stdio, then exec.  Any failure is written to ``report`` as
+    ``"<errno>:<message>"`` and the child exits 127; never returns.
+    """
+    try:
+        os.setsid()
+        for number in (signal.SIGPIPE, signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            signal.signal(number, signal.SIG_DFL)
+        if spec.uid != 0 or spec.gid != 0 or os.getuid() == 0:
+            if os.getuid() == 0:
+                os.setgroups([])
+            os.setgid(spec.gid)
+            os.setuid(spec.uid)
+        if spec.umask is not None:
+            os.umask(spec.umask)
+        os.chdir(cwd)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        os.execve(program, argv, env)
+    except OSError as e:
+        message = f"{e.errno or 0}:{e.strerror or e}"
+    except BaseException as e:  # noqa: BLE001 - the child must never return
+        message = f"0:{e!r}"
+    try:
+        os.write(report, message.encode("utf-8", "replace")[:4000])
+    finally:
+        os._exit(127)
+
+
+class ExecHandler(StreamHandler):
+    """
+    Serves ``{"op": "exec", ...}`` (see the module docstring and :class:`ExecSpec`).
+    """
+
+    def __init__(self, stream: GuestStream, header: Mapping[str, Any]) -> None:
+        super().__init__(stream, header)
+        self.pid: Optional[int] = None
+        self._pidfd = -1
+        self._stdin = -1
+        self._stdin_buffer = bytearray()
+        self._stdin_eof = False
+        self._outputs: dict[int, int] = {}  # fd -> record type
+        self._exited = False
+        self._status: Optional[int] = None
+        self._finished = False
+        self._killing = False
+        self._kill_timer: Optional[Timer] = None
+
+    # -- StreamHandler ---------------------------------------------------------------
+
+    def start(self) -> None:
+        try:
+            spec = ExecSpec.from_header(self.header)
+        except BadExecHeader as e:
+            from vmservice.wire.errors import ResetCode
+
+            self.stream.reset(ResetCode.BAD_HEADER, str(e))
+            return
+        user = passwd_entry(spec.uid)
+        try:
+            cwd = resolve_cwd(spec.cwd, user[1] if user else None)
+        except ValueError as e:
+            self._reject(str(e))
+            return
+        if not os.path.isdir(cwd):
+            self._reject(f"cwd {cwd!r} is not a directory in the guest")
+            return
+        env = build_env(spec, user)
+        argv = spec.argv()
+        try:
+            program = _find_program(argv[0], env.get("PATH", DEFAULT_PATH))
+        except OSError as e:
+            self._fail(f"{argv[0]}: command not found" if e.errno == errno.ENOENT else str(e), 127)
+            return
+        self._spawn(spec, program, argv, env, cwd)
+
+    def data_received(self, data: bytes) -> None:
+        if self._stdin < 0:
+            # No stdin (not asked for, closed by the child, or not started).
+            self.stream.consumed(len(data))
+            return
+        self._stdin_buffer += data
+        self._write_stdin()
+
+    def half_closed(self) -> None:
+        self._stdin_eof = True
+        if self._stdin >= 0 and not self._stdin_buffer:
+            self._close_stdin()
+
+    def flushed(self) -> None:
+        if self.stream.pending < PENDING_HIGH_WATER:
+            self._watch_outputs()
+        self._maybe_finish()
+
+    def reset(self, code: int, reason: str) -> None:
+        """
+        The host gave up (its HTTP client went away): kill the process group.
+        """
+        self._finished = True
+        self._close_stdin()
+        for fd in list(self._outputs):
+            self._close_output(fd)
+        if self.pid is not None and not self._exited:
+            self._killing = True
+            self._signal_group(signal.SIGTERM)
+            self._kill_timer = self.stream.loop.call_later(KILL_GRACE, self._kill_now)
+
+    # -- starting ----------------------------------------------------------------------
+
+    def _reject(self, message: str) -> None:
+        self.stream.write(encode_json_record(REJECTED, {"message": message}))
+        self._finished = True
+        self.stream.end()
+
+    def _fail(self, message: str, exit_code: int) -> None:
+        self.stream.write(encode_json_record(ERROR, {"message": message, "exit_code": exit_code}))
+        self._finished = True
+        self.stream.end()
+
+    def _spawn(self, spec: ExecSpec, program: str, argv: list[str], env: dict[str, str], cwd: str) -> None:
+        opened: list[int] = []
+
+        def pipe() -> tuple[int, int]:
+            r, w = os.pipe()
+            opened.extend((r, w))
+            return r, w
+
+        def null(flags: int) -> int:
+            fd = os.open(os.devnull, flags | os.O_CLOEXEC)
+            opened.append(fd)
+            return fd
+
+        try:
+            if spec.stdin:
+                stdin_child, self._stdin = pipe()
+            else:
+                stdin_child = null(os.O_RDONLY)
+            child_fds = [stdin_child]
+            for wanted, kind in ((spec.stdout, STDOUT), (spec.stderr, STDERR)):
+                if wanted:
+                    r, w = pipe()
+                    self._outputs[r] = kind
+                    child_fds.append(w)
+                else:
+                    child_fds.append(null(os.O_WRONLY))
+            report_r, report_w = pipe()
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child execs or exits
+                _child(spec, program, argv, env, cwd, (child_fds[0], child_fds[1], child_fds[2]), report_w)
+            for fd in (*child_fds, report_w):
+                os.close(fd)
+                opened.remove(fd)
+            # The child writes here only if it fails before exec (CLOEXEC closes it).
+            chunks = []
+            while True:
+                try:
+                    chunk = os.read(report_r, 4096)
+                except InterruptedError:
+                    continue
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            os.close(report_r)
+            opened.remove(report_r)
+        except BaseException:
+            for fd in opened:
+                os.close(fd)
+            self._stdin = -1
+            self._outputs.clear()
+            raise
+        if chunks:
+            os.waitpid(pid, 0)
+            code_text, _, message = b"".join(chunks).decode("utf-8", "replace").partition(":")
+            failed_errno = int(code_text) if code_text.isdigit() else 0
+            self._close_stdin()
+            for fd in list(self._outputs):
+                self._close_output(fd)
+            if failed_errno == errno.ENOENT:
+                self._fail(f"{argv[0]}: command not found ({message})", 127)
+            else:
+                self._fail(f"{argv[0]}: {message}", 126)
+            return
+        self.pid = pid
+        self._pidfd = os.pidfd_open(pid)
+        self.stream.loop.watch(self._pidfd, self._child_exited)
+        for fd in self._outputs:
+            os.set_blocking(fd, False)
+        if self._stdin >= 0:
+            os.set_blocking(self._stdin, False)
+        self.stream.write(encode_json_record(STARTED, {"pid": pid}))
+        self._watch_outputs()
+
+    # -- stdin -------------------------------------------------------------------------
+
+    def _write_stdin(self) -> None:
+        written_total = 0
+        while self._stdin_buffer and self._stdin >= 0:
+            try:
+                written = os.write(self._stdin, self._stdin_buffer[:READ_SIZE])
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                # EPIPE: the process closed its stdin; what remains is discarded.
+                written = len(self._stdin_buffer)
+                self._close_stdin()
+            del self._stdin_buffer[:written]
+            written_total += written
+        if written_total:
+            self.stream.consumed(written_total)
+        if self._stdin >= 0:
+            if self._stdin_buffer:
+                self.stream.loop.watch(self._stdin, None, self._write_stdin)
+            else:
+                self.stream.loop.watch(self._stdin)
+                if self._stdin_eof:
+                    self._close_stdin()
+
+    def _close_stdin(self) -> None:
+        if self._stdin >= 0:
+            self.stream.loop.watch(self._stdin)
+            os.close(self._stdin)
+            self._stdin = -1
+        if self._stdin_buffer:
+            count = len(self._stdin_buffer)
+            self._stdin_buffer.clear()
+            self.stream.consumed(count)
+
+    # -- output ------------------------------------------------------------------------
+
+    def _watch_outputs(self) -> None:
+        for fd in self._outputs:
+            self.stream.loop.watch(fd, lambda fd=fd: self._read_output(fd))
+
+    def _read_output(self, fd: int) -> None:
+        kind = self._outputs.get(fd)
+        if kind is None:
+            return
+        try:
+            chunk = os.read(fd, READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            if self._exited:
+                # The process is gone and the pipe is empty: only something it
+                # left running still holds the pipe; do not wait for it.
+                self._close_output(fd)
+                self._maybe_finish()
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._close_output(fd)
+            self._maybe_finish()
+            return
+        self.stream.write(encode_record(kind, chunk))
+        if self.stream.pending >= PENDING_HIGH_WATER:
+            for out in self._outputs:
+                self.stream.loop.watch(out)
+
+    def _close_output(self, fd: int) -> None:
+        if self._outputs.pop(fd, None) is not None:
+            self.stream.loop.watch(fd)
+            os.close(fd)
+
+    # -- exit --------------------------------------------------------------------------
+
+    def _child_exited(self) -> None:
+        if self._killing:
+            # Reaped only after the group's SIGKILL: the zombie keeps the
+            # process group id from being reused until then.
+            self.stream.loop.watch(self._pidfd)
+            self._exited = True
+            return
+        self._reap()
+        if self.stream.pending < PENDING_HIGH_WATER:
+            # Drain what is in the pipes now; an empty pipe is closed at once.
+            for fd in list(self._outputs):
+                self._read_output(fd)
+        self._maybe_finish()
+
+    def _reap(self) -> None:
+        assert self.pid is not None
+        self.stream.loop.watch(self._pidfd)
+        os.close(self._pidfd)
+        self._pidfd = -1
+        try:
+            _, status = os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            status = 0
+        self._status = status
+        self._exited = True
+
+    def _maybe_finish(self) -> None:
+        if self._finished or not self._exited or self._outputs or self._status is None:
+            return
+        self._finished = True
+        self._close_stdin()
+        status = self._status
+        if os.WIFSIGNALED(status):
+            number = os.WTERMSIG(status)
+            try:
+                name: Optional[str] = signal.Signals(number).name
+            except ValueError:
+                name = f"SIG{number}"
+            record = {"exit_code": 128 + number, "signal": name}
+        else:
+            record = {"exit_code": os.waitstatus_to_exitcode(status), "signal": None}
+        self.stream.write(encode_json_record(EXIT, record))
+        self.stream.end()
+
+    def _signal_group(self, number: int) -> None:
+        assert self.pid is not None
+        try:
+            os.killpg(self.pid, number)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _kill_now(self) -> None:
+        self._signal_group(signal.SIGKILL)
+        if self._pidfd >= 0:
+            self.stream.loop.watch(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = -1
+        assert self.pid is not None
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+
+
+__all__ = [
+    "ERROR",
+    "EXIT",
+    "REJECTED",
+    "STARTED",
+    "STDERR",
+    "STDOUT",
+    "ExecHandler",
+    "ExecSpec",
+    "Record",
+    "RecordDecoder",
+    "RecordError",
+    "encode_json_record",
+    "encode_record",
+    "shell_quote",
+]
