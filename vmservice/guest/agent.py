@@ -612,6 +612,8 @@ HANDLERS: dict[str, type[StreamHandler]] = {
 LAZY_HANDLERS: dict[str, str] = {
     "exec": "vmservice.guest.execution:ExecHandler",
     "fs": "vmservice.guest.filesystem:FsHandler",
+    "cp-upload": "vmservice.guest.copying:UploadHandler",
+    "cp-download": "vmservice.guest.copying:DownloadHandler",
 }
 
 
