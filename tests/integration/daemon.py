@@ -216,3 +216,22 @@ class SharedDaemonTestCase(SynchronousTestCase):
         state["remaining"] -= 1
         if state["remaining"] == 0:
             type(self)._stop_shared()
+
+
+class SharedGuestTestCase(SharedDaemonTestCase):
+    """
+    Tests sharing one daemon with one booted node, ``demo-1`` (its create
+    answer in ``created``), created with ``create_body``.
+    """
+
+    created: dict[str, Any]
+    create_body: dict[str, Any] = {}
+
+    @classmethod
+    def start_shared(cls) -> None:
+        ensure_image()
+        cls.daemon = Daemon()
+        cls.daemon.start()
+        cls.created = cls.daemon.json(
+            "POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", cls.create_body, expect=201
+        )

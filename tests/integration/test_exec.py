@@ -16,7 +16,7 @@ import time
 from typing import Any, Iterator
 from urllib.parse import urlencode
 
-from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image
+from tests.integration.daemon import SharedGuestTestCase
 
 
 class RawExec:
@@ -82,15 +82,9 @@ class RawExec:
         self.sock.close()
 
 
-class ExecTests(SharedDaemonTestCase):
+class ExecTests(SharedGuestTestCase):
     """One daemon and one booted node for every exec test."""
 
-    @classmethod
-    def start_shared(cls) -> None:
-        ensure_image()
-        cls.daemon = Daemon()
-        cls.daemon.start()
-        cls.daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {}, expect=201)
 
     def exec(self, query: list[tuple[str, str]], host: str = "demo-1", body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
         headers = {"Content-Type": "application/octet-stream"} if body is not None else {}

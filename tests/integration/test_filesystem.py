@@ -11,20 +11,14 @@ import re
 from typing import Any
 from urllib.parse import urlencode
 
-from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image
+from tests.integration.daemon import SharedGuestTestCase
 
 RFC3339 = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$"
 
 
-class FilesystemTests(SharedDaemonTestCase):
+class FilesystemTests(SharedGuestTestCase):
     """One daemon and one guest for every test; each test works under its own directory."""
 
-    @classmethod
-    def start_shared(cls) -> None:
-        ensure_image()
-        cls.daemon = Daemon()
-        cls.daemon.start()
-        cls.daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {}, expect=201)
 
     def fs(self, method: str, action: str, body: Any = None, **query: Any) -> tuple[int, Any]:
         path = f"/vm/demo-1/fs/{action}"

@@ -14,22 +14,13 @@ import time
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image, processes_under
+from tests.integration.daemon import Daemon, SharedGuestTestCase, ensure_image, processes_under
 
 
-class WalkthroughTests(SharedDaemonTestCase):
+class WalkthroughTests(SharedGuestTestCase):
     """One daemon and one booted node shared by the tests that only read it."""
 
-    created: dict
-
-    @classmethod
-    def start_shared(cls) -> None:
-        ensure_image()
-        cls.daemon = Daemon()
-        cls.daemon.start()
-        cls.created = cls.daemon.json(
-            "POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {"tags": ["team=blue", "walkthrough"]}, expect=201
-        )
+    create_body = {"tags": ["team=blue", "walkthrough"]}
 
     def test_created(self) -> None:
         """The first node of group demo is demo-1, with no ip and an RFC 3339 creation time."""
