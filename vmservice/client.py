@@ -11,8 +11,16 @@ ErrorResponse, and a daemon that cannot be reached raises
 :class:`ConnectFailed` naming the address, so callers never see raw Twisted
 connection errors.
 
-All requests go through :meth:`Client._request`, so later calls (exec, cp, fs,
-shell) add one small method each.
+All requests go through :meth:`Client._send` (and :meth:`Client._request`,
+which reads the whole answer), so each operation is one small method.
+Operations whose data can be large stream it both ways instead of holding it:
+
+- :meth:`Client.exec` hands each NDJSON record to a callback as it arrives
+  (read with :func:`treq.collect`); with ``stdin`` the request body streams
+  from an ``IBodyProducer`` or a file while the output comes back (full
+  duplex, see :class:`_DuplexPool`);
+- :meth:`Client.upload` streams a file, a pipe (chunked) or a producer;
+  :meth:`Client.download` hands each chunk to a ``write`` callback.
 """
 
 from __future__ import annotations
