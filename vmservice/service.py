@@ -26,6 +26,7 @@ from .api.meta import MetaApi
 from .api.nodes import NodesApi
 from .api.vm import VmApi
 from .api.execution import ExecApi, streams_exec_body
+from .api.copying import CopyApi, streams_cp_body
 from .api.streaming import StreamingSite
 from .auth import load_or_create_token
 from .config import Config
@@ -118,8 +119,9 @@ def make_service(config: Config, reactor: Any) -> MultiService:
     meta = MetaApi(metrics, lambda: routes)
     routes += meta.routes() + NodesApi(fleet).routes() + VmApi(fleet).routes() + FilesystemApi(fleet).routes()
     routes += ExecApi(fleet, reactor).routes()
+    routes += CopyApi(fleet).routes()
     api = Api(reactor, routes, metrics, token)
-    site = StreamingSite(api.resource(), [streams_exec_body])
+    site = StreamingSite(api.resource(), [streams_exec_body, streams_cp_body])
     site.displayTracebacks = False
 
     top = MultiService()

@@ -20,6 +20,7 @@ from twisted.web.iweb import IRequest
 
 from attrs import frozen
 
+from ..agent.copying import DownloadRequest, UploadRequest
 from ..agent.execution import ExecRequest
 from ..durations import parse_go_duration
 from ..errors import BadRequest
@@ -362,8 +363,80 @@ def exec_params(request: IRequest) -> ExecParams:
     )
 
 
+#: The copy modes of ``/vm/{hostname}/cp``.
+CP_MODES = ("binary", "tar")
+#: The media type of a tar stream.
+TAR_MEDIA_TYPE = "application/x-tar"
+
+
+def _media_types(request: IRequest, name: bytes) -> list[str]:
+    """The media types of header ``name`` (``Content-Type`` or ``Accept``), lower case, without parameters."""
+    found = []
+    for raw in request.requestHeaders.getRawHeaders(name, []):
+        value = raw.decode("latin-1") if isinstance(raw, bytes) else raw
+        for part in value.split(","):
+            media = part.split(";")[0].strip().lower()
+            if media:
+                found.append(media)
+    return found
+
+
+def cp_mode(request: IRequest, header: bytes) -> str:
+    """
+    The copy mode: the ``mode`` query parameter, else ``tar`` when the
+    ``header`` (``Content-Type`` of an upload, ``Accept`` of a download) names
+    only ``application/x-tar``, else ``binary``.
+
+    :raise BadRequest: ``invalid mode: <m>`` for anything else, including the
+        ``cp-v1-*`` modes (clients fall back to binary/tar on exactly that text).
+    """
+    text = query(request, "mode")
+    if text:
+        if text not in CP_MODES:
+            raise BadRequest(f"invalid mode: {text} (supported: binary, tar)", code="invalid_mode")
+        return text
+    media = _media_types(request, header)
+    return "tar" if media and all(m == TAR_MEDIA_TYPE for m in media) else "binary"
+
+
+def _optional_id(request: IRequest, name: str) -> int | None:
+    """A uid/gid that may be left out: absent, empty or 4294967295 mean ``None``."""
+    text = query(request, name)
+    if text is None or text == "":
+        return None
+    value = _query_id(request, name)
+    return None if text == str(UNSET_ID) else value
+
+
+def cp_upload_request(request: IRequest) -> UploadRequest:
+    """
+    Parse the query of ``POST /vm/{hostname}/cp``: ``path`` (required), ``mode``
+    (or ``Content-Type``), ``uid``, ``gid``, ``permissions`` (octal).
+    """
+    path = guest_path(query(request, "path"))
+    mode = cp_mode(request, b"content-type")
+    permissions = query(request, "permissions")
+    return UploadRequest(
+        path=path,
+        mode=mode,
+        uid=_optional_id(request, "uid"),
+        gid=_optional_id(request, "gid"),
+        permissions=octal_mode(permissions, "permissions") if permissions else None,
+    )
+
+
+def cp_download_request(request: IRequest) -> DownloadRequest:
+    """Parse the query of ``GET /vm/{hostname}/cp``: ``path`` and ``mode`` (or ``Accept``)."""
+    path = guest_path(query(request, "path"))
+    return DownloadRequest(path=path, mode=cp_mode(request, b"accept"))
+
+
 __all__ = [
+    "CP_MODES",
     "ExecParams",
+    "cp_download_request",
+    "cp_mode",
+    "cp_upload_request",
     "exec_params",
     "query_list",
     "create_request",

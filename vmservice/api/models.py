@@ -143,6 +143,20 @@ class FsEntry:
 
 
 @frozen
+class CopyResult:
+    """
+    The answer to an upload (``POST /vm/{hostname}/cp``): where it was written,
+    in which mode, how many body bytes arrived and, for a tar, how many entries
+    were extracted.
+    """
+
+    path: str
+    mode: str
+    size: int
+    entries: int | None = None
+
+
+@frozen
 class FsMkdirRequest:
     """
     The body of ``POST /vm/{hostname}/fs/mkdir``.  ``mode`` is octal text

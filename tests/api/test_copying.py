@@ -1,0 +1,303 @@
+# -*- test-case-name: tests.api.test_copying -*-
+"""
+``/vm/{hostname}/cp`` (:mod:`vmservice.api.copying`) through the real Api on a
+:class:`~vmservice.api.streaming.StreamingSite` and an HTTP/1.1 channel over a
+``StringTransport``, with a fake agent whose copy streams the test drives;
+plus the parsers in :mod:`vmservice.api.inputs` and a round trip over
+treq's StubTreq.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from treq.testing import StubTreq
+from twisted.internet.error import ConnectionLost
+from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.python.failure import Failure
+from twisted.trial.unittest import SynchronousTestCase
+from twisted.web.http_headers import Headers
+
+from tests.agent.test_execution import FakeExecAgent
+from tests.api.test_execution import parse_response
+from vmservice.agent.mux import StreamReset
+from vmservice.api.app import Api
+from vmservice.api.copying import CopyApi, name_header, streams_cp_body
+from vmservice.api.streaming import StreamingSite
+from vmservice.errors import AgentNotConnected, Conflict, NotFound
+from vmservice.guest.copying import encode_head
+from vmservice.metrics import Metrics
+from vmservice.wire import ResetCode
+
+
+class FakeFleet:
+    """One node, ``demo-1``; ``state`` makes it paused or its agent absent."""
+
+    def __init__(self) -> None:
+        self.copy_agent = FakeExecAgent()
+        self.state = "running"
+
+    def agent(self, hostname: str) -> FakeExecAgent:
+        if hostname != "demo-1":
+            raise NotFound(f"no node {hostname!r}")
+        if self.state == "paused":
+            raise Conflict("paused", code="paused")
+        if self.state == "down":
+            raise AgentNotConnected("not connected")
+        return self.copy_agent
+
+
+def _ok(**result: Any) -> bytes:
+    return json.dumps({"ok": True, "result": result}).encode()
+
+
+class CopyApiTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.reactor = MemoryReactorClock()
+        self.fleet = FakeFleet()
+        api = Api(self.reactor, CopyApi(self.fleet).routes(), Metrics(), None)  # type: ignore[arg-type]
+        self.site = StreamingSite(api.resource(), [streams_cp_body], reactor=self.reactor)
+        self.connect()
+
+    def connect(self) -> None:
+        """A new HTTP connection (a request that waits for its stream holds its own)."""
+        self.channel = self.site.buildProtocol(None)
+        self.transport = StringTransport()
+        self.channel.makeConnection(self.transport)
+        self.addCleanup(self._close, self.channel, self.transport)
+
+    def _close(self, channel: Any, transport: StringTransport) -> None:
+        if not transport.disconnecting:
+            channel.connectionLost(Failure(ConnectionLost()))
+
+    def send(self, method: str, query: str, body: bytes = b"", headers: str = "", chunked: bool = False) -> None:
+        head = f"{method} /vm/demo-1/cp?{query} HTTP/1.1\r\nHost: x\r\n{headers}".encode()
+        if chunked:
+            head += b"Transfer-Encoding: chunked\r\n\r\n"
+        else:
+            head += b"Content-Length: %d\r\n\r\n" % len(body) + body
+        self.channel.dataReceived(head)
+        self.reactor.advance(0)
+
+    @property
+    def streams(self) -> list[Any]:
+        return self.fleet.copy_agent.streams
+
+    def response(self) -> tuple[int, dict[bytes, bytes], bytes]:
+        return parse_response(self.transport.value())
+
+    def assertError(self, status: int, text: str | None = None) -> dict[str, Any]:
+        code, headers, body = self.response()
+        self.assertEqual(code, status, body)
+        error = json.loads(body)
+        if text is not None:
+            self.assertIn(text, error["error"])
+        return error
+
+    # -- input ----------------------------------------------------------------------
+
+    def test_modes(self) -> None:
+        """cp-v1 modes and unknown modes are 400 "invalid mode: <m>" (Go falls back on it), before any stream."""
+        for method in ("GET", "POST"):
+            for mode in ("cp-v1-binary", "cp-v1-tar", "cp-v1-recursive", "zip"):
+                self.transport.clear()
+                self.send(method, f"path=/x&mode={mode}")
+                self.assertError(400, f"invalid mode: {mode}")
+        self.assertEqual(self.streams, [])
+
+    def test_bad_input(self) -> None:
+        """Missing or relative path, bad uid/gid/permissions are 400."""
+        for query in ("", "path=rel", "path=/x&uid=-1", "path=/x&gid=abc", "path=/x&permissions=0999",
+                      "path=/x&permissions=rw"):
+            self.transport.clear()
+            self.send("POST", query, b"data")
+            self.assertError(400)
+        self.transport.clear()
+        self.send("GET", "path=")
+        self.assertError(400)
+        self.assertEqual(self.streams, [])
+
+    def test_node_errors(self) -> None:
+        """Unknown VM 404, paused 409, agent down 503."""
+        for state, status in (("running", 404), ("paused", 409), ("down", 503)):
+            self.fleet.state = state
+            for method in ("GET", "POST"):
+                self.transport.clear()
+                host = "nope" if status == 404 else "demo-1"
+                self.channel.dataReceived(f"{method} /vm/{host}/cp?path=/x HTTP/1.1\r\nHost: x\r\n"
+                                          f"Content-Length: 0\r\n\r\n".encode())
+                self.reactor.advance(0)
+                self.assertError(status)
+
+    def test_upload_header(self) -> None:
+        """Query and Content-Type become the OPEN header; 4294967295 means not set."""
+        self.send("POST", "path=/srv/f&uid=4294967295&gid=7&permissions=0640", b"x")
+        self.assertEqual(self.streams[-1].header, {"op": "cp-upload", "path": "/srv/f", "mode": "binary", "uid": None,
+                                                   "gid": 7, "permissions": 0o640})
+        self.connect()
+        self.send("POST", "path=/srv/d", b"x", headers="Content-Type: application/x-tar\r\n")
+        self.assertEqual(self.streams[-1].header["mode"], "tar")
+        self.connect()
+        self.send("POST", "path=/srv/d&mode=binary", b"x", headers="Content-Type: application/x-tar\r\n")
+        self.assertEqual(self.streams[-1].header["mode"], "binary")
+
+    # -- upload ---------------------------------------------------------------------
+
+    def test_upload_streams_then_200(self) -> None:
+        """The body streams into the stream as it arrives, EOF half-closes, the guest's reply is a 200 CopyResult."""
+        self.send("POST", "path=/f", chunked=True)
+        stream = self.streams[-1]
+        self.channel.dataReceived(b"5\r\nhello\r\n")
+        self.assertEqual(bytes(stream.written), b"hello")
+        self.assertFalse(stream.half_closed)
+        self.channel.dataReceived(b"6\r\n world\r\n0\r\n\r\n")
+        self.assertEqual((bytes(stream.written), stream.half_closed), (b"hello world", True))
+        self.assertEqual(self.transport.value(), b"")
+        stream.deliver(_ok(path="/f", size=11))
+        stream.protocol.readConnectionLost()
+        stream.end()
+        status, _, body = self.response()
+        self.assertEqual((status, json.loads(body)), (200, {"path": "/f", "mode": "binary", "size": 11}))
+
+    def test_upload_back_pressure(self) -> None:
+        """The stream pausing its producer (the body) pauses the HTTP connection."""
+        self.send("POST", "path=/f", chunked=True)
+        stream = self.streams[-1]
+        stream.producer.pauseProducing()
+        self.channel.dataReceived(b"5\r\nhello\r\n")
+        self.assertEqual(self.transport.producerState, "paused")
+        stream.producer.resumeProducing()
+        self.assertEqual(self.transport.producerState, "producing")
+
+    def test_upload_refused_early(self) -> None:
+        """A refusal before the body ended is a 400; the stream is reset."""
+        self.send("POST", "path=/d&mode=tar", chunked=True)
+        stream = self.streams[-1]
+        self.channel.dataReceived(b"3\r\nabc\r\n")
+        stream.deliver(json.dumps({"ok": False, "error": "unsafe_entry", "message": "'/etc/x': absolute"}).encode())
+        stream.protocol.readConnectionLost()
+        self.assertError(400, "absolute")
+        self.assertEqual(stream.aborted[0], ResetCode.CANCEL)
+
+    def test_upload_client_gone(self) -> None:
+        """A client that disconnects mid-body resets the stream (the guest drops the partial file)."""
+        self.send("POST", "path=/f", chunked=True)
+        stream = self.streams[-1]
+        self.channel.dataReceived(b"3\r\nabc\r\n")
+        self.channel.connectionLost(Failure(ConnectionLost()))
+        self.assertEqual(stream.aborted[0], ResetCode.CANCEL)
+
+    # -- download -------------------------------------------------------------------
+
+    def test_download_binary(self) -> None:
+        """Headers from the head (mode, type, base64url name, length), then the bytes."""
+        self.send("GET", "path=/etc/hosts", headers="Accept: application/octet-stream\r\n")
+        stream = self.streams[-1]
+        self.assertEqual(stream.header, {"op": "cp-download", "path": "/etc/hosts", "mode": "binary"})
+        stream.deliver(encode_head({"ok": True, "result": {"type": "file", "name": "hosts", "mode": 0o644, "size": 5}})
+                       + b"he")
+        stream.deliver(b"llo")
+        stream.end()
+        status, headers, body = self.response()
+        self.assertEqual((status, body), (200, b"hello"))
+        self.assertEqual(headers[b"x-service-file-mode"], b"0644")
+        self.assertEqual(headers[b"x-slicer-file-mode"], b"0644")
+        self.assertEqual(headers[b"x-slicer-source-type"], b"file")
+        self.assertEqual(headers[b"x-slicer-source-name-base64"], b"aG9zdHM")
+        self.assertEqual(headers[b"content-length"], b"5")
+        self.assertEqual(headers[b"content-type"], b"application/octet-stream")
+
+    def test_download_tar_by_accept(self) -> None:
+        """Accept: application/x-tar alone selects tar; the answer is chunked x-tar."""
+        self.send("GET", "path=/srv", headers="Accept: application/x-tar\r\n")
+        stream = self.streams[-1]
+        self.assertEqual(stream.header["mode"], "tar")
+        stream.deliver(encode_head({"ok": True, "result": {"type": "directory", "name": "srv", "mode": 0o755,
+                                                           "size": None}}) + b"TAR")
+        stream.end()
+        status, headers, body = self.response()
+        self.assertEqual((status, headers[b"content-type"], headers[b"x-slicer-source-type"], body),
+                         (200, b"application/x-tar", b"directory", b"TAR"))
+
+    def test_download_errors(self) -> None:
+        """A missing path is 404; a directory in binary mode is 400 with the words clients look for."""
+        self.send("GET", "path=/none")
+        self.streams[-1].deliver(encode_head({"ok": False, "error": "not_found", "message": "/none: No such file"}))
+        self.streams[-1].end()
+        self.assertError(404)
+        self.connect()
+        self.send("GET", "path=/etc")
+        self.streams[-1].deliver(encode_head({"ok": False, "error": "is_a_directory",
+                                              "message": "/etc: must specify a file not a directory"}))
+        self.streams[-1].end()
+        self.assertError(400, "must specify a file not a directory")
+
+    def test_download_slow_client(self) -> None:
+        """The HTTP transport pausing its producer pauses the stream (no credit for the guest)."""
+        self.send("GET", "path=/f")
+        stream = self.streams[-1]
+        stream.deliver(encode_head({"ok": True, "result": {"type": "file", "name": "f", "mode": 0o600, "size": None}}))
+        self.transport.producer.pauseProducing()
+        self.assertTrue(stream.paused)
+        self.transport.producer.resumeProducing()
+        self.assertFalse(stream.paused)
+
+    def test_download_interrupted_aborts(self) -> None:
+        """A reset after the headers drops the connection without the final chunk."""
+        self.send("GET", "path=/f")
+        stream = self.streams[-1]
+        stream.deliver(encode_head({"ok": True, "result": {"type": "file", "name": "f", "mode": 0o600,
+                                                           "size": None}}) + b"part")
+        stream.end(Failure(StreamReset(ResetCode.INTERNAL_ERROR, "disk")))
+        self.assertTrue(self.transport.disconnecting)
+        self.assertFalse(self.transport.value().endswith(b"0\r\n\r\n"))
+        self.flushLoggedErrors()
+
+    def test_download_client_gone(self) -> None:
+        """A client that disconnects mid-download resets the stream."""
+        self.send("GET", "path=/f")
+        stream = self.streams[-1]
+        stream.deliver(encode_head({"ok": True, "result": {"type": "file", "name": "f", "mode": 0o600, "size": None}}))
+        self.channel.connectionLost(Failure(ConnectionLost()))
+        self.assertEqual(stream.aborted[0], ResetCode.CANCEL)
+
+    def test_predicate(self) -> None:
+        """Only POST /vm/<h>/cp streams its body."""
+        self.assertTrue(streams_cp_body(b"POST", b"/vm/a/cp", {}, Headers()))
+        self.assertFalse(streams_cp_body(b"GET", b"/vm/a/cp", {}, Headers()))
+        self.assertFalse(streams_cp_body(b"POST", b"/vm/a/cpx", {}, Headers()))
+
+    def test_name_header(self) -> None:
+        """The name header is base64url without padding, also for names that need '-' and '_'."""
+        self.assertEqual(name_header("hosts"), b"aG9zdHM")
+        self.assertEqual(name_header("\xff\xfe>?"), b"w7_Dvj4_")
+
+
+class StubTreqTests(SynchronousTestCase):
+    """A whole upload and download through treq's StubTreq (a real Agent and Site in memory)."""
+
+    def test_round_trip(self) -> None:
+        """An upload answers 200 JSON and a download returns the bytes, through treq."""
+        fleet = FakeFleet()
+        api = Api(MemoryReactorClock(), CopyApi(fleet).routes(), Metrics(), None)  # type: ignore[arg-type]
+        treq = StubTreq(api.resource())
+        d = treq.post("http://x/vm/demo-1/cp?path=/f", data=b"payload")
+        treq.flush()
+        stream = fleet.copy_agent.streams[-1]
+        self.assertEqual((bytes(stream.written), stream.half_closed), (b"payload", True))
+        stream.deliver(_ok(path="/f", size=7))
+        stream.protocol.readConnectionLost()
+        treq.flush()
+        response = self.successResultOf(d)
+        self.assertEqual(response.code, 200)
+        self.assertEqual(json.loads(self.successResultOf(response.content()))["size"], 7)
+        d = treq.get("http://x/vm/demo-1/cp?path=/f")
+        treq.flush()
+        stream = fleet.copy_agent.streams[-1]
+        stream.deliver(encode_head({"ok": True, "result": {"type": "file", "name": "f", "mode": 0o600, "size": 7}})
+                       + b"payload")
+        stream.end()
+        treq.flush()
+        response = self.successResultOf(d)
+        self.assertEqual(self.successResultOf(response.content()), b"payload")

@@ -1,0 +1,954 @@
+# -*- test-case-name: tests.guest.test_copying -*-
+"""
+File copy in the guest: ``{"op": "cp-upload"}`` and ``{"op": "cp-download"}`` streams.
+
+**Upload** (host to guest).  OPEN header
+``{"op": "cp-upload", "path": P, "mode": "binary"|"tar", "uid": N|null,
+"gid": N|null, "permissions": N|null}``.  The host's DATA is the body (the
+file, or an uncompressed tar stream) and its HALF_CLOSE ends it.  The agent
+answers one JSON object and half-closes: ``{"ok": true, "result": {"path",
+"size", "entries"}}`` or ``{"ok": false, "error": KIND, "message": TEXT}``
+(KIND from :data:`ERROR_KINDS`).  An error may come before the body ended (an
+unsafe tar entry): the agent then acknowledges and drops the rest, and the
+host resets the stream.  Nothing is committed unless the body ended with
+HALF_CLOSE: a reset removes the file being written.
+
+- ``binary``: ``P`` is the file.  It is written beside its final name
+  (``.NAME.vmservice-XXXX``), fsynced and renamed over ``P``, so readers see
+  the old file or the new one, never a part.  Missing parent directories are
+  made with mode 0755 (owned by ``uid``/``gid`` when given).  ``permissions``
+  (default: the replaced file's mode, else 0644) and ``uid``/``gid`` (default:
+  the replaced file's owner, else the agent's, root) are set on the new file.
+  A directory at ``P`` is refused (``is_a_directory``); a symlink at ``P`` is
+  replaced, not followed.
+- ``tar``: ``P`` is a directory (made like the parents above when missing)
+  and every entry is extracted below it.  Regular files, directories,
+  symlinks and hard links are accepted; each file is written beside and
+  renamed like a binary upload (one ``sync`` at the end instead of an fsync
+  per file).  Modes and mtimes come from the archive; owners are ``uid``/``gid``
+  (default root), never the archive's.  ``permissions`` sets ``P``'s mode.
+  The upload stops with ``unsafe_entry`` at the first entry whose name is
+  absolute or climbs out with ``..``, whose link target is absolute outside
+  ``P`` or climbs out, that would be written through a symlink, or that is a
+  device or FIFO (``unsupported_entry``).  Entries before it stay; nothing is
+  ever written outside ``P``.
+
+**Download** (guest to host).  OPEN header ``{"op": "cp-download", "path": P,
+"mode": "binary"|"tar"}``; the host half-closes at once.  The agent sends a
+*head*, ``length u32 (big-endian) | JSON``, either ``{"ok": true, "result":
+{"type": "file"|"directory", "name", "mode", "size"}}`` (``size`` is the
+byte count that follows for a non-empty binary file, else ``null``) or an
+error object as above, then the content, then HALF_CLOSE.  A failure after
+the head resets the stream with ``INTERNAL_ERROR``.
+
+- ``binary``: the bytes of the regular file ``P`` (symlinks followed).  A
+  directory is ``is_a_directory`` with the words clients look for: *must
+  specify a file not a directory*.
+- ``tar``: a PAX tar of a file (one entry, its base name) or of a directory's
+  contents (entries relative to it, no top-level entry, sorted, symlinks kept
+  as links, sockets left out).
+
+The file work runs on a thread per stream (disk I/O and ``fsync`` would stall
+every stream under TCG) joined to the agent's loop by a :class:`_Bridge`:
+credit is given back to the host only once the thread took the bytes, and the
+thread blocks while its output waits for the host's credit, so both directions
+keep the agent's memory flat and a slow host slows the guest's reads.
+
+Standard library only; :mod:`tarfile` is imported on first use of a tar.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import posixpath
+import stat
+import struct
+import threading
+from typing import Any, Callable, Deque, Iterable, Iterator, Mapping, Optional
+
+from vmservice.guest.agent import GuestStream, StreamHandler
+from vmservice.guest.filesystem import ERROR_KINDS as FS_ERROR_KINDS
+from vmservice.guest.filesystem import FsError, error_from_os, resolve_path
+from vmservice.wire.errors import ResetCode
+
+#: Copy modes.
+MODES = ("binary", "tar")
+
+#: Every ``error`` kind a reply may carry: the fs kinds and the copy's own.
+ERROR_KINDS = FS_ERROR_KINDS + ("is_a_directory", "unsafe_entry", "unsupported_entry", "bad_archive")
+
+#: Mode of the directories a copy makes (parents, a tar's missing directories).
+DIRECTORY_MODE = 0o755
+#: Mode of a new file of a binary upload without ``permissions``.
+FILE_MODE = 0o644
+#: Bytes read from a file (or handed to tarfile) at a time.
+CHUNK = 256 * 1024
+#: The worker stops producing while this much output waits in the bridge ...
+BRIDGE_HIGH_WATER = 512 * 1024
+#: ... and the loop stops moving output to the stream beyond this much pending.
+PENDING_HIGH_WATER = 256 * 1024
+#: ``length u32`` of a download's head.
+_HEAD = struct.Struct(">I")
+#: Largest head the host accepts.
+MAX_HEAD = 64 * 1024
+
+
+class _Cancelled(Exception):
+    """The stream was reset: the worker stops and cleans up."""
+
+
+class CopyFailed(Exception):
+    """A failure after a download's head: the stream is reset."""
+
+
+def encode_head(reply: Mapping[str, Any]) -> bytes:
+    """
+    A download head: ``length u32 | compact JSON``.
+    """
+    body = json.dumps(reply, separators=(",", ":")).encode("utf-8")
+    return _HEAD.pack(len(body)) + body
+
+
+def decode_head(buffer: bytes) -> Optional[tuple[dict[str, Any], int]]:
+    """
+    The head at the start of ``buffer`` and the bytes it takes, or ``None``
+    while it is incomplete.
+
+    :raises ValueError: the head is longer than :data:`MAX_HEAD` or not a JSON object.
+    """
+    if len(buffer) < _HEAD.size:
+        return None
+    (length,) = _HEAD.unpack_from(buffer)
+    if length > MAX_HEAD:
+        raise ValueError(f"head of {length} bytes is too large")
+    end = _HEAD.size + length
+    if len(buffer) < end:
+        return None
+    value = json.loads(bytes(buffer[_HEAD.size:end]))
+    if not isinstance(value, dict):
+        raise ValueError("head is not a JSON object")
+    return value, end
+
+
+def error_reply(error: FsError) -> dict[str, Any]:
+    """The ``{"ok": false, ...}`` object for ``error``."""
+    return {"ok": False, "error": error.kind, "message": error.message}
+
+
+# -- the bridge between the loop and a worker thread ------------------------------------------
+
+
+class _Bridge:
+    """
+    Moves bytes between the agent's loop (one thread) and a copy's worker thread.
+
+    Loop side: :meth:`feed`, :meth:`feed_eof`, :meth:`cancel`,
+    :meth:`take_consumed`, :meth:`take_output`.  Worker side: :meth:`read`,
+    :meth:`write`, :meth:`finish`.  The worker wakes the loop through a pipe
+    (:attr:`wake_r`), written while the lock is held so :meth:`close` can
+    never race it.
+
+    :ivar received: bytes fed so far.
+    :ivar finished: the worker is done (read under the lock or from the loop).
+    :ivar failure: why the worker failed after output began, if it did.
+    """
+
+    def __init__(self, high_water: int = BRIDGE_HIGH_WATER) -> None:
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._high_water = high_water
+        self._inbox: Deque[bytes] = collections.deque()
+        self._in_eof = False
+        self._taken = 0
+        self._outbox: Deque[bytes] = collections.deque()
+        self._out_size = 0
+        self._cancelled = False
+        self._wake_pending = False
+        self._closed = False
+        self.received = 0
+        self.finished = False
+        self.failure: Optional[str] = None
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+
+    def _wake(self) -> None:
+        # Called with the lock held.
+        if not self._wake_pending and not self._closed:
+            self._wake_pending = True
+            os.write(self.wake_w, b"x")
+
+    # -- loop side ------------------------------------------------------------------
+
+    def feed(self, data: bytes) -> bool:
+        """
+        Body bytes from the host.  ``False`` when the worker is done and the
+        caller must acknowledge (drop) them itself.
+        """
+        with self._lock:
+            if self.finished or self._cancelled:
+                return False
+            self._inbox.append(data)
+            self.received += len(data)
+            self._cond.notify_all()
+            return True
+
+    def feed_eof(self) -> None:
+        """The body ended."""
+        with self._lock:
+            self._in_eof = True
+            self._cond.notify_all()
+
+    def cancel(self) -> None:
+        """The stream is gone: the worker raises :class:`_Cancelled` at its next step."""
+        with self._lock:
+            self._cancelled = True
+            self._inbox.clear()
+            self._outbox.clear()
+            self._out_size = 0
+            self._cond.notify_all()
+
+    def woken(self) -> None:
+        """Empty the wake pipe (before looking at the state)."""
+        with self._lock:
+            self._wake_pending = False
+            if self._closed:
+                return
+            while True:
+                try:
+                    if not os.read(self.wake_r, 4096):
+                        break
+                except (BlockingIOError, InterruptedError):
+                    break
+
+    def take_consumed(self) -> int:
+        """
+        Bytes the worker took since the last call (and, once it is done, the
+        ones it will never take): the credit to give back.
+        """
+        with self._lock:
+            count, self._taken = self._taken, 0
+            if self.finished:
+                count += sum(len(chunk) for chunk in self._inbox)
+                self._inbox.clear()
+            return count
+
+    def take_output(self) -> Optional[bytes]:
+        """The next chunk the worker wrote, or ``None``."""
+        with self._lock:
+            if not self._outbox:
+                return None
+            chunk = self._outbox.popleft()
+            self._out_size -= len(chunk)
+            self._cond.notify_all()
+            return chunk
+
+    @property
+    def drained(self) -> bool:
+        """The worker is done and all it wrote was taken."""
+        with self._lock:
+            return self.finished and not self._outbox
+
+    def close(self) -> None:
+        """Close the wake pipe (only once the worker is done)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for fd in (self.wake_r, self.wake_w):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    # -- worker side --------------------------------------------------------------
+
+    def read(self, size: int = -1) -> bytes:
+        """
+        Up to ``size`` body bytes (any amount when negative), blocking until
+        some arrive; ``b""`` at the end of the body.
+
+        :raises _Cancelled: the stream was reset.
+        """
+        with self._lock:
+            while not self._inbox and not self._in_eof and not self._cancelled:
+                self._cond.wait()
+            if self._cancelled:
+                raise _Cancelled()
+            if not self._inbox:
+                return b""
+            chunk = self._inbox.popleft()
+            if 0 <= size < len(chunk):
+                self._inbox.appendleft(chunk[size:])
+                chunk = chunk[:size]
+            self._taken += len(chunk)
+            self._wake()
+            return chunk
+
+    def write(self, data: bytes) -> None:
+        """
+        Output for the host, blocking while :data:`BRIDGE_HIGH_WATER` bytes wait.
+
+        :raises _Cancelled: the stream was reset.
+        """
+        if not data:
+            return
+        with self._lock:
+            while self._out_size >= self._high_water and not self._cancelled:
+                self._cond.wait()
+            if self._cancelled:
+                raise _Cancelled()
+            self._outbox.append(bytes(data))
+            self._out_size += len(data)
+            self._wake()
+
+    def finish(self, failure: Optional[str] = None) -> None:
+        """The worker is done (``failure`` says why it failed after output began)."""
+        with self._lock:
+            self.finished = True
+            self.failure = failure
+            self._wake()
+
+
+class _Reader:
+    """A ``read`` function as a file object, for :mod:`tarfile`."""
+
+    def __init__(self, read: Callable[[int], bytes]) -> None:
+        self.read = read
+
+
+class _Writer:
+    """A ``write`` function as a file object, for :mod:`tarfile`."""
+
+    def __init__(self, write: Callable[[bytes], None]) -> None:
+        self._write = write
+
+    def write(self, data: bytes) -> int:
+        self._write(bytes(data))
+        return len(data)
+
+
+# -- writing files -------------------------------------------------------------------------------
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    with memoryview(data) as view:
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+
+
+def _chown(path: str, uid: Optional[int], gid: Optional[int]) -> None:
+    if uid is not None or gid is not None:
+        os.lchown(path, -1 if uid is None else uid, -1 if gid is None else gid)
+
+
+def make_directories(path: str, uid: Optional[int] = None, gid: Optional[int] = None) -> None:
+    """
+    Make directory ``path`` and its missing parents with mode
+    :data:`DIRECTORY_MODE` (exactly: the umask does not apply), owned by
+    ``uid``/``gid`` when given.  Existing directories are left alone.
+
+    :raises FsError: ``not_a_directory`` when something on the way is not one.
+    """
+    missing = []
+    current = os.path.normpath(path)
+    while True:
+        try:
+            status = os.stat(current)
+        except FileNotFoundError:
+            missing.append(current)
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+            continue
+        except OSError as e:
+            raise error_from_os(e, current) from None
+        if not stat.S_ISDIR(status.st_mode):
+            raise FsError("not_a_directory", f"{current}: exists and is not a directory")
+        break
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise FsError("not_a_directory", f"{directory}: exists and is not a directory") from None
+            continue
+        except OSError as e:
+            raise error_from_os(e, directory) from None
+        _chown(directory, uid, gid)
+        os.chmod(directory, DIRECTORY_MODE)
+
+
+def _temp_name(target: str) -> str:
+    directory, name = os.path.split(target)
+    return os.path.join(directory, f".{name[:200]}.vmservice-{os.urandom(6).hex()}")
+
+
+def write_atomically(
+    target: str,
+    chunks: Iterable[bytes],
+    mode: int,
+    uid: Optional[int] = None,
+    gid: Optional[int] = None,
+    fsync: bool = True,
+    mtime: Optional[float] = None,
+) -> int:
+    """
+    Write ``chunks`` to a new file beside ``target``, set its owner, mode (and
+    mtime), fsync it, and rename it over ``target``; on any failure (or
+    :class:`_Cancelled`) the new file is removed and ``target`` is untouched.
+
+    :param fsync: fsync the file and then its directory (binary uploads); tar
+        extraction syncs once at the end instead.
+    :return: the bytes written.
+    """
+    temp = _temp_name(target)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    size = 0
+    try:
+        for chunk in chunks:
+            _write_all(fd, chunk)
+            size += len(chunk)
+        if uid is not None or gid is not None:
+            os.fchown(fd, -1 if uid is None else uid, -1 if gid is None else gid)
+        os.fchmod(fd, mode)
+        if fsync:
+            os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        if mtime is not None:
+            os.utime(temp, (mtime, mtime))
+        os.rename(temp, target)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
+    if fsync:
+        _fsync_directory(os.path.dirname(target) or "/")
+    return size
+
+
+def _fsync_directory(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _body_chunks(read: Callable[[int], bytes]) -> Iterator[bytes]:
+    while True:
+        chunk = read(CHUNK)
+        if not chunk:
+            return
+        yield chunk
+
+
+def upload_file(
+    path: str,
+    read: Callable[[int], bytes],
+    uid: Optional[int] = None,
+    gid: Optional[int] = None,
+    permissions: Optional[int] = None,
+) -> dict[str, Any]:
+    """
+    A binary upload (see the module docstring): the body from ``read`` becomes
+    file ``path``, replaced atomically.
+
+    :return: the reply's ``result``.
+    """
+    try:
+        existing: Optional[os.stat_result] = os.lstat(path)
+    except FileNotFoundError:
+        existing = None
+    except OSError as e:
+        raise error_from_os(e, path) from None
+    if existing is not None and stat.S_ISDIR(existing.st_mode):
+        raise FsError("is_a_directory", f"{path}: is a directory (give the path of the file to write)")
+    regular = existing if existing is not None and stat.S_ISREG(existing.st_mode) else None
+    make_directories(os.path.dirname(path) or "/", uid, gid)
+    mode = permissions if permissions is not None else (stat.S_IMODE(regular.st_mode) if regular else FILE_MODE)
+    if regular is not None:
+        uid = regular.st_uid if uid is None else uid
+        gid = regular.st_gid if gid is None else gid
+    try:
+        size = write_atomically(path, _body_chunks(read), mode, uid, gid)
+    except OSError as e:
+        raise error_from_os(e, path) from None
+    return {"path": path, "size": size}
+
+
+# -- tar extraction ------------------------------------------------------------------------------
+
+
+def member_path(name: str) -> str:
+    """
+    The normalised relative path of a tar entry named ``name`` (``""`` for the
+    archive's root, ``.``).
+
+    :raises FsError: ``unsafe_entry`` for an absolute name or one that climbs
+        out with ``..``.
+    """
+    if not name or "\x00" in name:
+        raise FsError("unsafe_entry", f"tar entry {name!r}: empty or invalid name")
+    if name.startswith("/"):
+        raise FsError("unsafe_entry", f"tar entry {name!r}: absolute names are refused")
+    normal = posixpath.normpath(name)
+    if normal == ".." or normal.startswith("../"):
+        raise FsError("unsafe_entry", f"tar entry {name!r}: climbs out of the destination with ..")
+    return "" if normal == "." else normal
+
+
+def _inside(path: str, base: str) -> bool:
+    base = base.rstrip("/") or "/"
+    return path == base or path.startswith(base if base == "/" else base + "/")
+
+
+def link_target_inside(root: str, rel: str, target: str) -> bool:
+    """
+    Whether a symlink at ``rel`` (relative to ``root``) pointing at ``target``
+    stays inside ``root``, lexically: an absolute target must lie under ``root``
+    (as given or as resolved), a relative one must not climb above it.
+    """
+    if not target or "\x00" in target:
+        return False
+    if target.startswith("/"):
+        normal = posixpath.normpath(target)
+        return _inside(normal, posixpath.normpath(root)) or _inside(normal, os.path.realpath(root))
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(rel), target))
+    return joined != ".." and not joined.startswith("../")
+
+
+class _Extraction:
+    """
+    Extracts one tar stream below ``root``, refusing what is unsafe (see the
+    module docstring).
+    """
+
+    def __init__(self, root: str, uid: Optional[int], gid: Optional[int]) -> None:
+        self.root = root
+        self.uid = uid
+        self.gid = gid
+        self.entries = 0
+        self._directories: set[str] = {""}
+        self._modes: list[tuple[str, int, float]] = []
+
+    def _path(self, rel: str) -> str:
+        return os.path.join(self.root, rel) if rel else self.root
+
+    def _ensure_directories(self, rel: str) -> None:
+        """Make ``rel``'s directories below the root, refusing to go through a symlink."""
+        if rel in self._directories:
+            return
+        prefix = ""
+        for part in rel.split("/"):
+            prefix = f"{prefix}/{part}" if prefix else part
+            if prefix in self._directories:
+                continue
+            path = self._path(prefix)
+            try:
+                status = os.lstat(path)
+            except FileNotFoundError:
+                os.mkdir(path, 0o700)
+                _chown(path, self.uid, self.gid)
+                os.chmod(path, DIRECTORY_MODE)
+            else:
+                if stat.S_ISLNK(status.st_mode):
+                    raise FsError("unsafe_entry", f"{prefix}: refusing to extract through a symlink")
+                if not stat.S_ISDIR(status.st_mode):
+                    raise FsError("not_a_directory", f"{prefix}: exists and is not a directory")
+            self._directories.add(prefix)
+
+    def _not_a_directory(self, rel: str) -> None:
+        """Refuse to replace a directory by a file or link."""
+        try:
+            status = os.lstat(self._path(rel))
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(status.st_mode):
+            raise FsError("exists", f"{rel}: is a directory in the destination")
+
+    def _replace_with_link(self, target: str, make: Callable[[str], None]) -> None:
+        temp = _temp_name(target)
+        make(temp)
+        try:
+            _chown(temp, self.uid, self.gid)
+            os.rename(temp, target)
+        except BaseException:
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+            raise
+
+    def add(self, tar: Any, member: Any) -> None:
+        """Extract ``member`` of ``tar`` (a :class:`tarfile.TarFile` read as a stream)."""
+        rel = member_path(member.name)
+        if rel == "":
+            if not member.isdir():
+                raise FsError("unsafe_entry", f"tar entry {member.name!r}: names the destination itself")
+            return
+        self._ensure_directories(posixpath.dirname(rel))
+        path = self._path(rel)
+        mode = member.mode & 0o7777
+        if member.isdir():
+            try:
+                status: Optional[os.stat_result] = os.lstat(path)
+            except FileNotFoundError:
+                status = None
+            if status is None:
+                os.mkdir(path, 0o700)
+                _chown(path, self.uid, self.gid)
+            elif not stat.S_ISDIR(status.st_mode):
+                raise FsError("exists", f"{rel}: exists and is not a directory")
+            self._directories.add(rel)
+            self._modes.append((path, mode, float(member.mtime)))
+        elif member.isreg():
+            self._not_a_directory(rel)
+            source = tar.extractfile(member)
+            write_atomically(path, _body_chunks(source.read), mode, self.uid, self.gid, fsync=False,
+                             mtime=float(member.mtime))
+        elif member.issym():
+            if not link_target_inside(self.root, rel, member.linkname):
+                raise FsError("unsafe_entry", f"tar entry {rel!r}: symlink to {member.linkname!r} points outside")
+            self._not_a_directory(rel)
+            self._replace_with_link(path, lambda temp: os.symlink(member.linkname, temp))
+        elif member.islnk():
+            try:
+                source_rel = member_path(member.linkname)
+            except FsError:
+                raise FsError("unsafe_entry", f"tar entry {rel!r}: hard link to {member.linkname!r} points outside")
+            if source_rel == "":
+                raise FsError("unsafe_entry", f"tar entry {rel!r}: hard link to the destination itself")
+            self._ensure_directories(posixpath.dirname(source_rel))
+            source_path = self._path(source_rel)
+            try:
+                source_status = os.lstat(source_path)
+            except FileNotFoundError:
+                raise FsError("bad_archive", f"tar entry {rel!r}: hard link to {source_rel!r}, not extracted") from None
+            if not stat.S_ISREG(source_status.st_mode):
+                raise FsError("unsafe_entry", f"tar entry {rel!r}: hard link to a non-file {source_rel!r}")
+            self._not_a_directory(rel)
+            self._replace_with_link(path, lambda temp: os.link(source_path, temp, follow_symlinks=False))
+        else:
+            raise FsError("unsupported_entry", f"tar entry {rel!r}: devices and FIFOs are not extracted")
+        self.entries += 1
+
+    def finish(self, permissions: Optional[int]) -> None:
+        """Set directory modes and mtimes (deepest first, after their contents), then sync."""
+        for path, mode, mtime in reversed(self._modes):
+            os.chmod(path, mode)
+            os.utime(path, (mtime, mtime))
+        if permissions is not None:
+            os.chmod(self.root, permissions)
+        os.sync()
+
+
+def upload_tar(
+    path: str,
+    read: Callable[[int], bytes],
+    uid: Optional[int] = None,
+    gid: Optional[int] = None,
+    permissions: Optional[int] = None,
+) -> dict[str, Any]:
+    """
+    A tar upload (see the module docstring): the tar stream from ``read`` is
+    extracted below directory ``path``.
+
+    :return: the reply's ``result``.
+    """
+    import tarfile
+
+    make_directories(path, uid, gid)
+    extraction = _Extraction(path, uid, gid)
+    try:
+        with tarfile.open(fileobj=_Reader(read), mode="r|", bufsize=CHUNK) as tar:  # type: ignore[call-overload]
+            for member in tar:
+                extraction.add(tar, member)
+        # The archive's end may be followed by padding: take all of the body.
+        while read(CHUNK):
+            pass
+        extraction.finish(permissions)
+    except tarfile.TarError as e:
+        raise FsError("bad_archive", f"not an uncompressed tar stream: {e}") from None
+    except OSError as e:
+        raise error_from_os(e, getattr(e, "filename", None) or path) from None
+    return {"path": path, "entries": extraction.entries}
+
+
+# -- downloads -----------------------------------------------------------------------------------
+
+
+def _name_of(path: str) -> str:
+    return os.path.basename(os.path.normpath(path)) or "/"
+
+
+def walk(top: str) -> Iterator[str]:
+    """
+    The paths below directory ``top``, relative to it: sorted, each directory
+    before its contents, symlinks not followed; unreadable directories are
+    left out.
+    """
+    try:
+        first = sorted(os.listdir(top))
+    except OSError as e:
+        raise error_from_os(e, top) from None
+    stack = [iter(first)]
+    prefixes = [""]
+    while stack:
+        name = next(stack[-1], None)
+        if name is None:
+            stack.pop()
+            prefixes.pop()
+            continue
+        rel = prefixes[-1] + name
+        yield rel
+        full = os.path.join(top, rel)
+        if os.path.isdir(full) and not os.path.islink(full):
+            try:
+                children = sorted(os.listdir(full))
+            except OSError:
+                continue
+            stack.append(iter(children))
+            prefixes.append(rel + "/")
+
+
+def download(path: str, mode: str, write: Callable[[bytes], None]) -> None:
+    """
+    A download (see the module docstring): the head, then the content, to
+    ``write``.  Failures before the head become an error head; later ones raise.
+    """
+    try:
+        status = os.stat(path)
+    except OSError as e:
+        write(encode_head(error_reply(error_from_os(e, path))))
+        return
+    is_dir = stat.S_ISDIR(status.st_mode)
+    if mode == "binary" and is_dir:
+        error = FsError("is_a_directory", f"{path}: is a directory: must specify a file not a directory (use tar)")
+        write(encode_head(error_reply(error)))
+        return
+    if not is_dir and not stat.S_ISREG(status.st_mode):
+        write(encode_head(error_reply(FsError("invalid", f"{path}: not a regular file or directory"))))
+        return
+    head = {"type": "directory" if is_dir else "file", "name": _name_of(path), "mode": stat.S_IMODE(status.st_mode)}
+    if mode == "binary":
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            write(encode_head(error_reply(error_from_os(e, path))))
+            return
+        try:
+            size = status.st_size
+            write(encode_head({"ok": True, "result": {**head, "size": size or None}}))
+            sent = 0
+            while True:
+                want = CHUNK if not size else min(CHUNK, size - sent)
+                if size and want <= 0:
+                    break
+                chunk = os.read(fd, want)
+                if not chunk:
+                    break
+                write(chunk)
+                sent += len(chunk)
+            if size and sent != size:
+                raise CopyFailed(f"{path}: the file shrank from {size} to {sent} bytes while it was read")
+        finally:
+            os.close(fd)
+        return
+    import tarfile
+
+    write(encode_head({"ok": True, "result": {**head, "size": None}}))
+    with tarfile.open(fileobj=_Writer(write), mode="w|", bufsize=CHUNK, format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
+        names = [(path, _name_of(path))] if not is_dir else ((os.path.join(path, rel), rel) for rel in walk(path))
+        for full, arcname in names:
+            try:
+                info = tar.gettarinfo(full, arcname=arcname)
+                if info is None:  # a socket
+                    continue
+                if info.isreg():
+                    with open(full, "rb") as f:
+                        tar.addfile(info, f)
+                else:
+                    tar.addfile(info)
+            except FileNotFoundError:
+                continue  # vanished while the archive was made
+
+
+# -- the stream handlers -------------------------------------------------------------------------
+
+
+def _optional_id(header: Mapping[str, Any], name: str) -> Optional[int]:
+    value = header.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32 - 1:
+        raise FsError("invalid", f"{name} must be null or 0 .. 4294967294")
+    return value
+
+
+def _mode(header: Mapping[str, Any]) -> str:
+    mode = header.get("mode", "binary")
+    if mode not in MODES:
+        raise FsError("invalid", f"invalid mode: {mode} (binary or tar)")
+    return str(mode)
+
+
+class _CopyHandler(StreamHandler):
+    """
+    Runs :meth:`work` on a thread behind a :class:`_Bridge` and moves its
+    output to the stream within the host's credit; ends the stream when the
+    work is done (RESET when it failed after output began).
+    """
+
+    def __init__(self, stream: GuestStream, header: Mapping[str, Any]) -> None:
+        super().__init__(stream, header)
+        self._bridge = _Bridge()
+        self._ended = False
+        self._pumping = False
+
+    def work(self, bridge: _Bridge) -> None:
+        """The copy itself, on the worker thread."""
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self.stream.loop.watch(self._bridge.wake_r, self._woken)
+        worker = threading.Thread(target=self._run, name=f"cp-{self.stream.stream_id}", daemon=True)
+        worker.start()
+
+    def _run(self) -> None:
+        failure: Optional[str] = None
+        try:
+            self.work(self._bridge)
+        except _Cancelled:
+            pass
+        except Exception as e:
+            failure = str(e)[:500] or repr(e)[:500]
+        self._bridge.finish(failure)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._bridge.feed(data):
+            self.stream.consumed(len(data))
+
+    def half_closed(self) -> None:
+        self._bridge.feed_eof()
+
+    def flushed(self) -> None:
+        self._pump()
+
+    def reset(self, code: int, reason: str) -> None:
+        self._ended = True
+        self._bridge.cancel()
+        if self._bridge.finished:
+            self._close()
+
+    def _close(self) -> None:
+        self.stream.loop.watch(self._bridge.wake_r)
+        self._bridge.close()
+
+    def _woken(self) -> None:
+        bridge = self._bridge
+        bridge.woken()
+        consumed = bridge.take_consumed()
+        if consumed:
+            self.stream.consumed(consumed)
+        if self._ended:
+            if bridge.finished:
+                self._close()
+            return
+        self._pump()
+
+    def _pump(self) -> None:
+        if self._pumping or self._ended:
+            return
+        self._pumping = True
+        try:
+            bridge = self._bridge
+            while self.stream.pending < PENDING_HIGH_WATER:
+                chunk = bridge.take_output()
+                if chunk is None:
+                    break
+                self.stream.write(chunk)
+            if bridge.drained:
+                self._ended = True
+                self._close()
+                if bridge.failure is not None:
+                    self.stream.reset(ResetCode.INTERNAL_ERROR, bridge.failure[:200])
+                else:
+                    self.stream.end()
+        finally:
+            self._pumping = False
+
+
+class UploadHandler(_CopyHandler):
+    """``{"op": "cp-upload", ...}``: see the module docstring."""
+
+    def work(self, bridge: _Bridge) -> None:
+        header = self.header
+        try:
+            mode = _mode(header)
+            path = resolve_path(header.get("path"))
+            uid, gid = _optional_id(header, "uid"), _optional_id(header, "gid")
+            permissions = header.get("permissions")
+            if permissions is not None and (
+                isinstance(permissions, bool) or not isinstance(permissions, int) or not 0 <= permissions <= 0o7777
+            ):
+                raise FsError("invalid", "permissions must be null or 0 .. 0o7777")
+            if mode == "binary":
+                result = upload_file(path, bridge.read, uid, gid, permissions)
+            else:
+                result = upload_tar(path, bridge.read, uid, gid, permissions)
+            result["size"] = bridge.received
+            reply: dict[str, Any] = {"ok": True, "result": result}
+        except FsError as e:
+            reply = error_reply(e)
+        except OSError as e:
+            reply = error_reply(error_from_os(e, getattr(e, "filename", None) or str(header.get("path"))))
+        bridge.write(json.dumps(reply, separators=(",", ":")).encode("utf-8"))
+
+
+class DownloadHandler(_CopyHandler):
+    """``{"op": "cp-download", ...}``: see the module docstring."""
+
+    def work(self, bridge: _Bridge) -> None:
+        try:
+            mode = _mode(self.header)
+            path = resolve_path(self.header.get("path"))
+        except FsError as e:
+            bridge.write(encode_head(error_reply(e)))
+            return
+        download(path, mode, bridge.write)
+
+
+__all__ = [
+    "CHUNK",
+    "ERROR_KINDS",
+    "MAX_HEAD",
+    "MODES",
+    "CopyFailed",
+    "DownloadHandler",
+    "UploadHandler",
+    "decode_head",
+    "download",
+    "encode_head",
+    "error_reply",
+    "link_target_inside",
+    "make_directories",
+    "member_path",
+    "upload_file",
+    "upload_tar",
+    "walk",
+    "write_atomically",
+]
