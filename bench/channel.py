@@ -8,16 +8,22 @@ Channel benchmark (exec and raw-channel parts): in one run, side by side,
 - exec ``true`` latency through the daemon's HTTP API
   (``POST /vm/demo-1/exec?cmd=true``, whole NDJSON response read).
 
-Writes samples, p50/p95 and the ratio ``exec_api_p50 / raw_round_trip_p50``
-(target <= 2) to ``bench/results/channel.json``.  cp parts are added by the
-cp work.
+- cp through the daemon's HTTP API: upload (``POST /vm/demo-1/cp``) and
+  download (``GET``) of ``--cp-mib`` MiB (default 1024), MB/s each and the
+  ratio to the raw echo's MB/s (target >= 0.8), and the twistd process's peak
+  RSS during those copies: ``VmRSS`` before, peak reset through
+  ``/proc/PID/clear_refs`` (``5``), ``VmHWM`` after (target growth <= 32 MiB).
 
-    .venv/bin/python bench/channel.py [--rounds 30] [--echo-mib 32]
+Writes samples, p50/p95 and the ratio ``exec_api_p50 / raw_round_trip_p50``
+(target <= 2) to ``bench/results/channel.json`` (merged into what is there).
+
+    .venv/bin/python bench/channel.py [--rounds 30] [--echo-mib 32] [--cp-mib 1024]
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import statistics
@@ -42,6 +48,8 @@ from vmservice.hypervisors.qemu import QemuSettings, host_tsc_khz, qemu_command 
 from vmservice.images.store import resolve_image  # noqa: E402
 
 RAM = 256 * 1024 * 1024
+#: The node's disk: room for the 1 GiB copy beside the root file system.
+STORAGE = "3G"
 
 
 def percentiles(samples: list[float]) -> dict[str, Any]:
@@ -72,6 +80,69 @@ def start_bare_guest(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), agent
 
 
+def _status_kib(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} for pid {pid}")
+
+
+def measure_cp(daemon: Daemon, size: int) -> dict[str, Any]:
+    """
+    Upload ``size`` bytes to the node and download them again through the API
+    (blocking; run on a thread), with the daemon's peak RSS meanwhile.
+    """
+    assert daemon.process is not None
+    pid = daemon.process.pid
+    rss_before = _status_kib(pid, "VmRSS")
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current RSS
+    block = os.urandom(1 << 20)
+
+    def body() -> Any:
+        for _ in range(size >> 20):
+            yield block
+
+    conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=600)
+    started = time.monotonic()
+    conn.request("POST", "/vm/demo-1/cp?path=/root/bench.bin", body=body(),
+                 headers={"Content-Length": str(size), "Content-Type": "application/octet-stream"})
+    response = conn.getresponse()
+    reply = response.read()
+    upload = time.monotonic() - started
+    conn.close()
+    if response.status != 200:
+        raise RuntimeError(f"cp upload failed: {response.status} {reply!r}")
+    conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=600)
+    started = time.monotonic()
+    conn.request("GET", "/vm/demo-1/cp?path=/root/bench.bin")
+    response = conn.getresponse()
+    received = 0
+    while True:
+        chunk = response.read(1 << 20)
+        if not chunk:
+            break
+        received += len(chunk)
+    download = time.monotonic() - started
+    conn.close()
+    if response.status != 200 or received != size:
+        raise RuntimeError(f"cp download failed: {response.status}, {received} of {size} bytes")
+    peak = _status_kib(pid, "VmHWM")
+    daemon.request("POST", "/vm/demo-1/exec?cmd=rm+-f+/root/bench.bin")
+    return {
+        "bytes": size,
+        "upload_seconds": upload,
+        "upload_mb_per_s": size / upload / 1e6,
+        "download_seconds": download,
+        "download_mb_per_s": size / download / 1e6,
+        "daemon_rss_before_kib": rss_before,
+        "daemon_peak_rss_kib": peak,
+        "daemon_rss_growth_mib": (peak - rss_before) / 1024,
+        "target_rss_growth_mib": 32,
+    }
+
+
 class _Echo(Protocol):
     def __init__(self) -> None:
         self.received = 0
@@ -100,7 +171,7 @@ async def echo_seconds(client: AgentClient, size: int) -> float:
 
 
 async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
-    daemon = Daemon(groups=[{"name": "demo", "vcpu": 1, "ram_mb": RAM >> 20, "storage_size": "1G"}])
+    daemon = Daemon(groups=[{"name": "demo", "vcpu": 1, "ram_mb": RAM >> 20, "storage_size": STORAGE}])
     qemu = None
     client = None
     try:
@@ -135,6 +206,7 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
 
         await deferToThread(api_exec)  # warm-up
         api = [await deferToThread(api_exec) for _ in range(options.rounds)]
+        cp = await deferToThread(measure_cp, daemon, options.cp_mib << 20)
     finally:
         if client is not None:
             await client.stop()
@@ -154,6 +226,10 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
         "exec_true_api_s": api_p,
         "ratio_exec_api_p50_over_raw_round_trip_p50": api_p["p50"] / raw["p50"],
         "target_ratio_exec": 2.0,
+        "cp": cp,
+        "ratio_cp_upload_over_raw_echo": cp["upload_mb_per_s"] / (size / echo / 1e6),
+        "ratio_cp_download_over_raw_echo": cp["download_mb_per_s"] / (size / echo / 1e6),
+        "target_ratio_cp": 0.8,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
@@ -162,6 +238,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--echo-mib", type=int, default=32)
+    parser.add_argument("--cp-mib", type=int, default=1024)
     parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "channel.json"))
     options = parser.parse_args()
     ensure_image()
@@ -191,7 +268,8 @@ def main() -> None:
     with open(options.output, "w") as f:
         json.dump(existing, f, indent=2)
         f.write("\n")
-    print(json.dumps({k: outcome[k] for k in ("raw_round_trip_s", "raw_echo", "ratio_exec_api_p50_over_raw_round_trip_p50")}
+    print(json.dumps({k: outcome[k] for k in ("raw_round_trip_s", "raw_echo", "ratio_exec_api_p50_over_raw_round_trip_p50",
+                                              "cp", "ratio_cp_upload_over_raw_echo", "ratio_cp_download_over_raw_echo")}
                      | {"exec_api_p50": outcome["exec_true_api_s"]["p50"], "exec_agent_p50": outcome["exec_true_agent_s"]["p50"]},
                      default=str)[:2000])
 

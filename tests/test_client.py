@@ -7,7 +7,9 @@ parameters) on their own.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import shutil
 import tempfile
 from typing import Any
@@ -17,10 +19,12 @@ from hypothesis import strategies as st
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
+from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 from twisted.web.resource import Resource
+from twisted.web.iweb import UNKNOWN_LENGTH
 from twisted.web.server import Site
 
 from tests.fakes import FleetHarness
@@ -28,7 +32,22 @@ from vmservice.api.app import Api
 from vmservice.api.meta import MetaApi
 from vmservice.api.nodes import NodesApi
 from vmservice.api.vm import VmApi
-from vmservice.client import ApiError, Client, ConnectFailed, _params, _path, is_unix_socket, socket_path
+from vmservice.client import (
+    ApiError,
+    Client,
+    ConnectFailed,
+    ExecInterrupted,
+    ExecRecord,
+    FdBodyProducer,
+    NdjsonDecoder,
+    _params,
+    _path,
+    body_producer,
+    decode_exec_record,
+    is_unix_socket,
+    socket_path,
+)
+from vmservice.guest.execution import ERROR, EXIT, REJECTED, STARTED, STDERR, STDOUT, encode_json_record, encode_record
 from vmservice.metrics import Metrics
 
 TOKEN = "client-test-token"
@@ -50,17 +69,20 @@ class _TrackingFactory(WrappingFactory):
     protocol = _Tracked
 
 
-async def serve(test: TestCase, resource: Any, unix: bool = False) -> str:
+async def serve(test: TestCase, resource: Any, unix: bool = False, site: Site | None = None) -> str:
     """
     Serve ``resource`` with a real ``Site`` on the global reactor, on a
     loopback TCP port or a UNIX socket in a fresh temporary directory, and
     register cleanups that close every connection, the port and the
     directory even if the test fails.
 
+    :param site: the site to serve instead of a plain ``Site(resource)``
+        (a :class:`~vmservice.api.streaming.StreamingSite` for streamed bodies).
     :return: the address a client uses: ``http://127.0.0.1:<port>`` or the
         socket path.
     """
-    factory = _TrackingFactory(Site(resource))
+    factory = _TrackingFactory(site if site is not None else Site(resource))
+    test.served = getattr(test, "served", []) + [factory]  # type: ignore[attr-defined]
     if unix:
         directory = tempfile.mkdtemp(prefix="vmctl-")
         test.addCleanup(shutil.rmtree, directory, True)
@@ -253,11 +275,16 @@ class _Recorder(Resource):
         self.status = 200
         self.body = b"{}"
         self.content_type = b"application/json"
+        self.bodies: list[bytes] = []
+        self.extra: dict[bytes, bytes] = {}
 
     def render(self, request: Any) -> bytes:
         self.seen.append((request.method, request.uri, request.requestHeaders))
+        self.bodies.append(request.content.read())
         request.setResponseCode(self.status)
         request.setHeader(b"Content-Type", self.content_type)
+        for name, value in self.extra.items():
+            request.setHeader(name, value)
         return self.body
 
 
@@ -388,3 +415,369 @@ class PureTests(SynchronousTestCase):
             [("b", "x"), ("c", "1"), ("c", "2"), ("lines", "0")],
         )
         self.assertEqual(_params(None), [])
+
+
+# -- exec, copies and the file system ------------------------------------
+
+
+class _Pipes:
+    """Pipes for a test, each end closed exactly once, at the latest in cleanup."""
+
+    addCleanup: Any
+
+    def pipe(self) -> tuple[int, int]:
+        """A pipe whose ends are closed at cleanup unless :meth:`close` closed them already."""
+        read_end, write_end = os.pipe()
+        self.open_fds = getattr(self, "open_fds", set()) | {read_end, write_end}
+        self.addCleanup(lambda: [self.close(fd) for fd in list(self.open_fds)])
+        return read_end, write_end
+
+    def close(self, fd: int) -> None:
+        """Close ``fd`` once (a second close could hit a descriptor reused meanwhile)."""
+        if fd in self.open_fds:
+            self.open_fds.discard(fd)
+            os.close(fd)
+
+
+class ExecLoopbackCase(_Pipes, TestCase):
+    """
+    The real exec route on a real ``StreamingSite`` on loopback, with a fake
+    agent whose exec stream the test drives as the guest would.
+    """
+
+    async def setUp(self) -> None:
+        from tests.api.test_execution import FakeFleet
+        from vmservice.api.execution import ExecApi, streams_exec_body
+        from vmservice.api.streaming import StreamingSite
+
+        self.fleet = FakeFleet()
+        clock = MemoryReactorClock()
+        clock.advance(1_700_000_000)
+        api = Api(clock, ExecApi(self.fleet, clock).routes(), Metrics(), None)  # type: ignore[arg-type]
+        site = StreamingSite(api.resource(), [streams_exec_body])
+        self.url = await serve(self, None, site=site)
+        self.client = Client(reactor, self.url)
+        self.addCleanup(lambda: Deferred.fromCoroutine(self.client.close()))
+        self.records: list[ExecRecord] = []
+
+    def run_exec(self, *args: Any, **kwargs: Any) -> Deferred[ExecRecord]:
+        kwargs.setdefault("on_record", self.records.append)
+        return Deferred.fromCoroutine(self.client.exec("demo-1", *args, **kwargs))
+
+    async def stream(self, count: int = 1) -> Any:
+        await until(lambda: len(self.fleet.exec_agent.streams) >= count)
+        return self.fleet.exec_agent.streams[count - 1]
+
+    def cut_connections(self) -> None:
+        """Abort every connection the server has, as a daemon that dies would."""
+        for factory in self.served:  # type: ignore[attr-defined]
+            for protocol in list(factory.protocols):
+                protocol.transport.abortConnection()
+
+
+class ExecClientTests(ExecLoopbackCase):
+    """:meth:`Client.exec` and :meth:`Client.exec_buffered` against :class:`ExecLoopbackCase`."""
+
+    async def test_records_as_they_arrive(self) -> None:
+        """Each record reaches the callback as it arrives, payloads as exact bytes; the last one is answered."""
+        pending = self.run_exec("ls", ["-l", "a b"], env={"A": "1"}, uid=7, gid=8, cwd="/tmp", shell="", permissions=0o27)
+        stream = await self.stream()
+        self.assertEqual(
+            {k: stream.header[k] for k in ("cmd", "args", "env", "uid", "gid", "cwd", "shell", "umask", "stdin")},
+            {"cmd": "ls", "args": ["-l", "a b"], "env": ["A=1"], "uid": 7, "gid": 8, "cwd": "/tmp", "shell": "",
+             "umask": 0o27, "stdin": False},
+        )
+        stream.deliver(encode_json_record(STARTED, {"pid": 9}), encode_record(STDOUT, b"\xff\x00"))
+        await until(lambda: len(self.records) == 2)
+        self.assertNoResult(pending)
+        self.assertEqual((self.records[0].type, self.records[0].pid), ("started", 9))
+        self.assertEqual((self.records[1].type, self.records[1].data), ("stdout", b"\xff\x00"))
+        stream.deliver(encode_record(STDERR, b"e"), encode_json_record(EXIT, {"exit_code": 3, "signal": None}))
+        last = await pending
+        self.assertEqual((last.type, last.exit_code, last.signal, last.final), ("exit", 3, None, True))
+        self.assertEqual([r.type for r in self.records], ["started", "stdout", "stderr", "exit"])
+        self.assertEqual(self.records[2].data, b"e")
+
+    async def test_stdin_full_duplex(self) -> None:
+        """stdin from a pipe streams into the process while its output already comes back; EOF half-closes."""
+        read_end, write_end = self.pipe()
+        source = os.fdopen(read_end, "rb", closefd=False)
+        pending = self.run_exec("cat", stdin=source)
+        stream = await self.stream()
+        self.assertTrue(stream.header["stdin"])
+        os.write(write_end, b"first ")
+        await until(lambda: bytes(stream.written) == b"first ")
+        stream.deliver(encode_json_record(STARTED, {"pid": 1}), encode_record(STDOUT, b"echo"))
+        await until(lambda: len(self.records) == 2)
+        self.assertEqual(self.records[1].data, b"echo")
+        os.write(write_end, b"second")
+        self.close(write_end)
+        await until(lambda: stream.half_closed)
+        self.assertEqual(bytes(stream.written), b"first second")
+        stream.deliver(encode_json_record(EXIT, {"exit_code": 0, "signal": None}))
+        self.assertEqual((await pending).exit_code, 0)
+
+    async def test_stdin_bytes(self) -> None:
+        """stdin given as bytes is sent whole, then EOF."""
+        pending = self.run_exec("cat", stdin=b"x" * 100_000)
+        stream = await self.stream()
+        await until(lambda: stream.half_closed)
+        self.assertEqual(bytes(stream.written), b"x" * 100_000)
+        stream.deliver(encode_json_record(STARTED, {"pid": 1}), encode_json_record(EXIT, {"exit_code": 0, "signal": None}))
+        await pending
+
+    async def test_error_record_and_signal(self) -> None:
+        """A command that cannot start answers its error record; a signal is reported with 128+N."""
+        pending = self.run_exec("nope")
+        (await self.stream()).deliver(encode_json_record(ERROR, {"message": "nope: not found", "exit_code": 127}))
+        last = await pending
+        self.assertEqual((last.type, last.exit_code, last.error), ("error", 127, "nope: not found"))
+        pending = self.run_exec("sleep 9")
+        stream = await self.stream(2)
+        stream.deliver(encode_json_record(STARTED, {"pid": 2}), encode_json_record(EXIT, {"exit_code": 137, "signal": "SIGKILL"}))
+        last = await pending
+        self.assertEqual((last.exit_code, last.signal), (137, "SIGKILL"))
+
+    async def test_errors_before_stream(self) -> None:
+        """An unknown node is ApiError 404, an agent that is down 503, a rejected cwd 400."""
+        for host, status in (("demo-9", 404),):
+            with self.assertRaises(ApiError) as raised:
+                await self.client.exec(host, "true", on_record=self.records.append)
+            self.assertEqual(raised.exception.status, status)
+        self.fleet.connected = False
+        with self.assertRaises(ApiError) as raised:
+            await self.client.exec("demo-1", "true", on_record=self.records.append)
+        self.assertEqual(raised.exception.status, 503)
+        self.fleet.connected = True
+        pending = self.run_exec("true", cwd="/nope")
+        (await self.stream()).deliver(encode_json_record(REJECTED, {"message": "no /nope"}))
+        try:
+            await pending
+        except ApiError as error:
+            self.assertEqual(error.status, 400)
+        else:
+            self.fail("no ApiError")
+
+    async def test_callback_error_ends_request(self) -> None:
+        """An exception from on_record is raised by exec and the guest stream is torn down."""
+
+        def broken(record: ExecRecord) -> None:
+            raise BrokenPipeError("stdout closed")
+
+        pending = self.run_exec("yes", on_record=broken)
+        stream = await self.stream()
+        stream.deliver(encode_json_record(STARTED, {"pid": 1}))
+        with self.assertRaises(BrokenPipeError):
+            await pending
+        await until(lambda: stream.ended)
+
+    async def test_buffered(self) -> None:
+        """exec_buffered answers an ExecResult with bytes decoded from base64."""
+        pending = Deferred.fromCoroutine(self.client.exec_buffered("demo-1", "x"))
+        stream = await self.stream()
+        stream.deliver(encode_json_record(STARTED, {"pid": 4}), encode_record(STDOUT, b"\xfe"),
+                       encode_record(STDERR, b"err"), encode_json_record(EXIT, {"exit_code": 2, "signal": None}))
+        result = await pending
+        self.assertEqual((result.stdout, result.stderr, result.exit_code, result.pid), (b"\xfe", b"err", 2, 4))
+
+
+class StreamWireTests(_Pipes, TestCase):
+    """exec, cp and fs requests as a recording server sees them, and odd exec streams."""
+
+    async def setUp(self) -> None:
+        self.server = _Recorder()
+        self.url = await serve(self, self.server)
+        self.client = Client(reactor, self.url)
+
+        async def close() -> None:
+            await deferLater(reactor, 0.01, lambda: None)  # a connection still on its way back to the pool
+            await self.client.close()
+
+        self.addCleanup(lambda: Deferred.fromCoroutine(close()))
+
+    def seen(self) -> list[tuple[bytes, bytes]]:
+        return [(method, uri) for method, uri, _ in self.server.seen]
+
+    async def test_exec_query(self) -> None:
+        """exec sends cmd, repeated args and env, numbers, booleans as true/false and stdio=base64 by default."""
+        self.server.body = b'{"type":"exit","exit_code":0}\n'
+        await self.client.exec("h", "c", ["a", "b"], env=["X=1"], uid=0, stdout=False, on_record=lambda r: None)
+        self.assertEqual(self.seen(), [(b"POST", b"/vm/h/exec?cmd=c&args=a&args=b&env=X%3D1&uid=0&stdout=false&stdio=base64")])
+        self.assertEqual(self.server.seen[0][2].getRawHeaders(b"accept"), [b"application/x-ndjson"])
+
+    async def test_exec_interrupted(self) -> None:
+        """A stream without its last record, or with a line that is not JSON, raises ExecInterrupted."""
+        for body in (b'{"type":"started","pid":1}\n', b'{"type":"started"}\nnot json\n', b"[1]\n"):
+            self.server.body = body
+            with self.assertRaises(ExecInterrupted):
+                await self.client.exec("h", "c", on_record=lambda r: None)
+
+    async def test_exec_last_line_without_newline(self) -> None:
+        """A last record without its newline still counts."""
+        self.server.body = b'{"type":"started","pid":1}\n{"type":"exit","exit_code":5}'
+        self.assertEqual((await self.client.exec("h", "c", on_record=lambda r: None)).exit_code, 5)
+
+    async def test_upload(self) -> None:
+        """upload sends path, mode, owner and octal permissions with the body and its content type."""
+        self.server.body = b""
+        await self.client.upload("h", "/x y", b"data", uid=1, gid=2, permissions=0o640)
+        await self.client.upload("h", "/d", b"tar", mode="tar")
+        self.assertEqual(self.seen(), [
+            (b"POST", b"/vm/h/cp?path=%2Fx+y&mode=binary&uid=1&gid=2&permissions=0640"),
+            (b"POST", b"/vm/h/cp?path=%2Fd&mode=tar"),
+        ])
+        types = [headers.getRawHeaders(b"content-type") for _, _, headers in self.server.seen]
+        self.assertEqual(types, [[b"application/octet-stream"], [b"application/x-tar"]])
+        self.assertEqual(self.server.bodies, [b"data", b"tar"])
+
+    async def test_upload_from_pipe_is_chunked(self) -> None:
+        """A pipe is sent chunked as it is read; a regular file with its length."""
+        read_end, write_end = self.pipe()
+        os.write(write_end, b"piped")
+        self.close(write_end)
+        await self.client.upload("h", "/p", os.fdopen(read_end, "rb", closefd=False))
+        path = self.mktemp()
+        with open(path, "wb") as f:
+            f.write(b"file!")
+        with open(path, "rb") as f:
+            await self.client.upload("h", "/f", f)
+        self.assertEqual(self.server.bodies, [b"piped", b"file!"])
+        headers = [h for _, _, h in self.server.seen]
+        self.assertEqual(headers[0].getRawHeaders(b"transfer-encoding"), [b"chunked"])
+        self.assertEqual(headers[1].getRawHeaders(b"content-length"), [b"5"])
+
+    async def test_download(self) -> None:
+        """download hands the body to write and answers the file mode; Accept follows the mode."""
+        self.server.body, self.server.content_type = b"x" * 70_000, b"application/octet-stream"
+        self.server.extra = {b"X-Service-File-Mode": b"0750"}
+        chunks: list[bytes] = []
+        result = await self.client.download("h", "/f", write=chunks.append)
+        self.assertEqual((b"".join(chunks), result.mode, result.content_type), (b"x" * 70_000, 0o750, "application/octet-stream"))
+        await self.client.download("h", "/d", write=chunks.append, mode="tar")
+        self.assertEqual(self.seen(), [(b"GET", b"/vm/h/cp?path=%2Ff&mode=binary"), (b"GET", b"/vm/h/cp?path=%2Fd&mode=tar")])
+        accepts = [h.getRawHeaders(b"accept") for _, _, h in self.server.seen]
+        self.assertEqual(accepts, [[b"application/octet-stream"], [b"application/x-tar"]])
+
+    async def test_download_error(self) -> None:
+        """A missing path is an ApiError and nothing is written."""
+        self.server.status, self.server.body = 404, b'{"error":"no","code":"not_found"}'
+        chunks: list[bytes] = []
+        with self.assertRaises(ApiError) as raised:
+            await self.client.download("h", "/f", write=chunks.append)
+        self.assertEqual((raised.exception.status, chunks), (404, []))
+
+    async def test_fs(self) -> None:
+        """readdir, stat, mkdir and remove use their routes; mkdir sends a JSON body with octal text."""
+        self.server.body = b"[]"
+        await self.client.readdir("h", "/a")
+        self.server.body = b"{}"
+        await self.client.stat("h", "~")
+        await self.client.mkdir("h", "/m", recursive=True, mode=0o700)
+        await self.client.mkdir("h", "/n")
+        await self.client.remove("h", "/r", recursive=True)
+        await self.client.remove("h", "/s")
+        self.assertEqual(self.seen(), [
+            (b"GET", b"/vm/h/fs/readdir?path=%2Fa"), (b"GET", b"/vm/h/fs/stat?path=~"),
+            (b"POST", b"/vm/h/fs/mkdir"), (b"POST", b"/vm/h/fs/mkdir"),
+            (b"DELETE", b"/vm/h/fs/remove?path=%2Fr&recursive=true"), (b"DELETE", b"/vm/h/fs/remove?path=%2Fs"),
+        ])
+        self.assertEqual([json.loads(b) for b in self.server.bodies[2:4]],
+                         [{"path": "/m", "recursive": True, "mode": "0700"}, {"path": "/n"}])
+
+
+class RecordTests(SynchronousTestCase):
+    """The pure decoding of exec streams."""
+
+    @given(st.binary(max_size=200), st.sampled_from(["stdout", "stderr"]))
+    def test_base64_payload_exact(self, data: bytes, kind: str) -> None:
+        """A base64 payload decodes to exactly the bytes encoded."""
+        record = decode_exec_record({"type": kind, "data": base64.b64encode(data).decode(), "encoding": "base64"})
+        self.assertEqual((record.type, record.data), (kind, data))
+
+    @given(st.text(max_size=100))
+    def test_text_payload(self, text: str) -> None:
+        """A text payload becomes its UTF-8 bytes."""
+        self.assertEqual(decode_exec_record({"type": "stdout", "data": text}).data, text.encode("utf-8", "surrogatepass"))
+
+    def test_legacy_frames(self) -> None:
+        """Untyped frames are read as the typed records they stand for."""
+        self.assertEqual(decode_exec_record({"stdout": "hi"}), ExecRecord("stdout", data=b"hi"))
+        self.assertEqual(decode_exec_record({"exit_code": 4}).type, "exit")
+        self.assertEqual(decode_exec_record({"error": "gone", "exit_code": 127}).type, "error")
+        for bad in ([], {}, {"type": "stdout", "data": "!!", "encoding": "base64"}):
+            self.assertRaises(ExecInterrupted, decode_exec_record, bad)
+
+    @given(st.lists(st.dictionaries(st.text(max_size=5), st.integers(), max_size=3), max_size=8), st.data())
+    def test_ndjson_any_chunking(self, values: list[dict[str, int]], data: Any) -> None:
+        """However the stream is cut into chunks, the same values come out in order."""
+        stream = b"".join(json.dumps(v).encode() + b"\n" for v in values)
+        cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
+        decoder = NdjsonDecoder()
+        out: list[Any] = []
+        for start, end in zip([0] + cuts, cuts + [len(stream)]):
+            out += decoder.feed(stream[start:end])
+        out += decoder.finish()
+        self.assertEqual(out, values)
+
+    def test_ndjson_long_line(self) -> None:
+        """A line longer than the limit is an error, not unbounded memory."""
+        decoder = NdjsonDecoder(max_line=10)
+        self.assertRaises(ValueError, decoder.feed, b"x" * 11)
+
+
+class FdBodyProducerTests(_Pipes, TestCase):
+    """:class:`FdBodyProducer` and :func:`body_producer` on real pipes and the real reactor."""
+
+    async def test_streams_pauses_and_ends(self) -> None:
+        """Data is passed on as it arrives, not while paused; EOF fires the Deferred and restores the flags."""
+        import fcntl
+
+        read_end, write_end = self.pipe()
+        flags = fcntl.fcntl(read_end, fcntl.F_GETFL)
+        producer = FdBodyProducer(reactor, read_end)
+        consumer = StringTransport()
+        done = producer.startProducing(consumer)
+        os.write(write_end, b"one")
+        await until(lambda: consumer.value() == b"one")
+        producer.pauseProducing()
+        os.write(write_end, b"two")
+        await deferLater(reactor, 0.05, lambda: None)
+        self.assertEqual(consumer.value(), b"one")
+        producer.resumeProducing()
+        await until(lambda: consumer.value() == b"onetwo")
+        self.close(write_end)
+        await done
+        self.assertEqual(fcntl.fcntl(read_end, fcntl.F_GETFL), flags)
+        self.assertEqual(producer.length, UNKNOWN_LENGTH)
+
+    async def test_abort_and_stop(self) -> None:
+        """abort fails the body; after stopProducing nothing more is read and the Deferred never fires."""
+        read_end, _ = self.pipe()
+        producer = FdBodyProducer(reactor, read_end)
+        done = producer.startProducing(StringTransport())
+        producer.abort(Failure(OSError("writer failed")))
+        with self.assertRaises(OSError):
+            await done
+        read2, write2 = self.pipe()
+        stopped = FdBodyProducer(reactor, read2)
+        consumer = StringTransport()
+        later = stopped.startProducing(consumer)
+        stopped.stopProducing()
+        os.write(write2, b"late")
+        self.close(write2)
+        await deferLater(reactor, 0.05, lambda: None)
+        self.assertEqual(consumer.value(), b"")
+        self.assertNoResult(later)
+
+    def test_body_producer_choice(self) -> None:
+        """A pipe gets an FdBodyProducer; a regular file or BytesIO a producer of known length."""
+        import io
+
+        read_end, _ = self.pipe()
+        self.assertIsInstance(body_producer(reactor, os.fdopen(read_end, "rb", closefd=False)), FdBodyProducer)
+        path = self.mktemp()
+        with open(path, "wb") as f:
+            f.write(b"12345")
+        with open(path, "rb") as f:
+            self.assertEqual(body_producer(reactor, f).length, 5)
+        self.assertEqual(body_producer(reactor, io.BytesIO(b"abc")).length, 3)

@@ -25,23 +25,48 @@ Operations whose data can be large stream it both ways instead of holding it:
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
-from typing import Any, Iterable, Mapping, Sequence
+import stat
+from typing import IO, Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import quote
 
 import treq
+from attrs import frozen
 from treq.client import HTTPClient
+from twisted.internet import abstract, fdesc
+from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import UNIXClientEndpoint
-from twisted.internet.error import ConnectError, DNSLookupError
-from twisted.web.client import Agent, HTTPConnectionPool
+from twisted.internet.error import ConnectError, ConnectionDone, DNSLookupError
+from twisted.internet.interfaces import IConsumer
+from twisted.internet.task import Cooperator
+from twisted.python.failure import Failure
+from twisted.web._newclient import HTTP11ClientProtocol
+from twisted.web.client import Agent, FileBodyProducer, HTTPConnectionPool, _HTTP11ClientFactory
 from twisted.web.http import RESPONSES
-from twisted.web.iweb import IAgentEndpointFactory, IResponse
+from twisted.web.iweb import UNKNOWN_LENGTH, IAgentEndpointFactory, IBodyProducer, IResponse
 from zope.interface import implementer
 
 from . import __version__
 
-__all__ = ["ApiError", "Client", "ConnectFailed", "DEFAULT_URL", "is_unix_socket", "socket_path"]
+__all__ = [
+    "ApiError",
+    "Client",
+    "ConnectFailed",
+    "DEFAULT_URL",
+    "Download",
+    "ExecInterrupted",
+    "ExecRecord",
+    "ExecResult",
+    "FdBodyProducer",
+    "NdjsonDecoder",
+    "body_producer",
+    "decode_exec_record",
+    "is_unix_socket",
+    "socket_path",
+]
 
 #: Where a daemon listens when nothing else is configured.
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -51,7 +76,7 @@ _SOCKET_BASE = "http://localhost"
 
 _USER_AGENT = f"vmservice-client/{__version__}".encode("ascii")
 
-_Params = Mapping[str, "str | int | Sequence[str] | None"]
+_Params = Mapping[str, "str | int | bool | Sequence[str] | None"]
 
 
 class ApiError(Exception):
@@ -111,6 +136,367 @@ class ConnectFailed(Exception):
         return f"cannot connect to {self.url}: {self.reason}"
 
 
+class ExecInterrupted(Exception):
+    """
+    An exec stream ended without its last record (``exit`` or ``error``):
+    the connection to the daemon was lost, or the daemon sent something that
+    is not an exec record.  What the command did is unknown.
+    """
+
+
+@frozen
+class ExecRecord:
+    """
+    One record of an exec stream, decoded: payloads are bytes whatever the
+    ``stdio`` mode, so callers never look at ``encoding``.
+
+    :ivar type: ``started``, ``stdout``, ``stderr``, ``exit`` or ``error``
+        (other types a newer daemon adds are passed on unchanged).
+    :ivar pid: the process id in the guest, when known.
+    :ivar data: the output of a ``stdout``/``stderr`` record; ``b""`` otherwise.
+    :ivar exit_code: of ``exit`` and ``error`` records (128+N for signal N).
+    :ivar signal: the signal's name (``"SIGTERM"``) when one ended the process.
+    :ivar error: the message of an ``error`` record.
+    :ivar started_at: RFC 3339, on ``started`` records.
+    :ivar ended_at: RFC 3339, on ``exit`` records.
+    :ivar timestamp: when the daemon wrote the record.
+    """
+
+    type: str
+    pid: int | None = None
+    data: bytes = b""
+    exit_code: int | None = None
+    signal: str | None = None
+    error: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    timestamp: str | None = None
+
+    @property
+    def final(self) -> bool:
+        """Whether this record ends the stream (``exit`` or ``error``)."""
+        return self.type in ("exit", "error")
+
+
+@frozen
+class ExecResult:
+    """
+    A finished command (``buffered=true``), its output as bytes.
+
+    :ivar exit_code: the command's exit status; 128+N for signal N.
+    :ivar signal: the signal's name when one ended the process.
+    :ivar error: set when the command could not be started.
+    """
+
+    stdout: bytes
+    stderr: bytes
+    exit_code: int
+    pid: int | None = None
+    signal: str | None = None
+    error: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+
+
+@frozen
+class Download:
+    """
+    What a download's headers said, answered once its body has been written.
+
+    :ivar mode: the file's permission bits from ``X-Service-File-Mode``
+        (binary mode), or ``None`` when the daemon sent none.
+    :ivar length: the body's length when the daemon announced it.
+    :ivar content_type: the body's type (``application/octet-stream`` or
+        ``application/x-tar``).
+    """
+
+    mode: int | None
+    length: int | None
+    content_type: str | None
+
+
+def _payload(value: Any, encoding: Any) -> bytes:
+    if not isinstance(value, str):
+        return b""
+    if encoding == "base64":
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise ExecInterrupted(f"a record's base64 data does not decode: {value[:40]!r}") from None
+    return value.encode("utf-8", "surrogatepass")
+
+
+def _optional(value: Any, kind: type) -> Any:
+    return value if isinstance(value, kind) and not (kind is int and isinstance(value, bool)) else None
+
+
+def decode_exec_record(obj: Any) -> ExecRecord:
+    """
+    An :class:`ExecRecord` from one decoded NDJSON line.  Base64 payloads
+    (``"encoding": "base64"``) are decoded; text payloads become UTF-8.  A
+    legacy untyped frame (``stdout``/``stderr`` fields, or only
+    ``exit_code``) is read as the typed record it stands for.
+
+    :raise ExecInterrupted: ``obj`` is not a record (not an object, or a
+        payload that does not decode).
+    """
+    if not isinstance(obj, dict):
+        raise ExecInterrupted(f"not an exec record: {obj!r:.80}")
+    kind = obj.get("type")
+    encoding = obj.get("encoding")
+    if isinstance(kind, str) and kind:
+        data = _payload(obj.get("data"), encoding)
+    elif isinstance(obj.get("error"), str) and obj["error"]:
+        kind, data = "error", b""
+    elif "stdout" in obj or "stderr" in obj:
+        kind = "stdout" if "stdout" in obj else "stderr"
+        data = _payload(obj.get(kind), encoding)
+    elif "exit_code" in obj:
+        kind, data = "exit", b""
+    else:
+        raise ExecInterrupted(f"not an exec record: {obj!r:.80}")
+    return ExecRecord(
+        type=kind,
+        pid=_optional(obj.get("pid"), int),
+        data=data,
+        exit_code=_optional(obj.get("exit_code"), int),
+        signal=_optional(obj.get("signal"), str) or None,
+        error=_optional(obj.get("error"), str) or None,
+        started_at=_optional(obj.get("started_at"), str),
+        ended_at=_optional(obj.get("ended_at"), str),
+        timestamp=_optional(obj.get("timestamp"), str),
+    )
+
+
+class NdjsonDecoder:
+    """
+    Splits a byte stream into JSON values, one per ``\n``-terminated line,
+    whatever the chunking.  Blank lines are skipped; a line longer than
+    ``max_line`` bytes is an error rather than unbounded memory.
+
+    :param max_line: the longest line accepted, in bytes.
+    """
+
+    def __init__(self, max_line: int = 64 * 1024 * 1024) -> None:
+        self._max_line = max_line
+        self._pending = bytearray()
+
+    def feed(self, data: bytes) -> list[Any]:
+        """
+        The values completed by ``data``.
+
+        :raise ValueError: a line is not JSON or too long.
+        """
+        self._pending += data
+        values = []
+        start = 0
+        while True:
+            end = self._pending.find(b"\n", start)
+            if end < 0:
+                break
+            line = bytes(self._pending[start:end]).strip()
+            start = end + 1
+            if line:
+                values.append(json.loads(line.decode("utf-8")))
+        del self._pending[:start]
+        if len(self._pending) > self._max_line:
+            raise ValueError(f"a line longer than {self._max_line} bytes")
+        return values
+
+    def finish(self) -> list[Any]:
+        """The value of a last line without its ``\n``, if any; call at the end."""
+        line, self._pending = bytes(self._pending).strip(), bytearray()
+        return [json.loads(line.decode("utf-8"))] if line else []
+
+
+class _FdReader(abstract.FileDescriptor):
+    """Reads a non-blocking file descriptor when the reactor says it is readable."""
+
+    def __init__(self, reactor: Any, fd: int, received: Callable[[bytes], None], ended: Callable[[Failure], None]) -> None:
+        super().__init__(reactor)
+        self._fd = fd
+        self._received = received
+        self._ended = ended
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def doRead(self) -> Any:
+        return fdesc.readFromFD(self._fd, self._received)
+
+    def connectionLost(self, reason: Failure) -> None:
+        abstract.FileDescriptor.connectionLost(self, reason)
+        self._ended(reason)
+
+
+@implementer(IBodyProducer)
+class FdBodyProducer:
+    """
+    A request body read from a pipe, socket or terminal (``vmctl exec
+    --stdin`` reading its stdin, a tar stream written by a thread) as data
+    becomes available, without blocking the reactor and without reading
+    ahead: when the connection pauses, the descriptor is not read, so the
+    writer on the other side blocks.  Its length is unknown, so the body is
+    sent chunked.
+
+    The descriptor is made non-blocking while the body is sent and its flags
+    are restored afterwards (a terminal is shared with the shell); it is
+    never closed here.
+
+    :param reactor: an ``IReactorFDSet`` provider.
+    :param fd: the descriptor to read; it must be pollable (not a regular
+        file: use :func:`body_producer`, which picks).
+    """
+
+    length = UNKNOWN_LENGTH
+
+    def __init__(self, reactor: Any, fd: int) -> None:
+        self._reactor = reactor
+        self._fd = fd
+        self._flags: int | None = None
+        self._consumer: IConsumer | None = None
+        self._done: Deferred[None] = Deferred()
+        self._reader = _FdReader(reactor, fd, self._received, self._ended)
+        self._stopped = False
+
+    def startProducing(self, consumer: IConsumer) -> Deferred[None]:
+        import fcntl
+
+        self._consumer = consumer
+        self._flags = fcntl.fcntl(self._fd, fcntl.F_GETFL)
+        fdesc.setNonBlocking(self._fd)
+        self._reader.startReading()
+        return self._done
+
+    def _received(self, data: bytes) -> None:
+        if self._consumer is not None and not self._stopped:
+            self._consumer.write(data)
+
+    def _restore(self) -> None:
+        import fcntl
+
+        if self._flags is not None:
+            try:
+                fcntl.fcntl(self._fd, fcntl.F_SETFL, self._flags)
+            except OSError:
+                pass
+            self._flags = None
+
+    def _ended(self, reason: Failure) -> None:
+        self._restore()
+        if self._stopped or self._done.called:
+            return
+        if reason.check(ConnectionDone):
+            self._done.callback(None)
+        else:
+            self._done.errback(reason)
+
+    def pauseProducing(self) -> None:
+        if not self._reader.disconnected:
+            self._reader.stopReading()
+
+    def resumeProducing(self) -> None:
+        if not self._reader.disconnected and not self._stopped:
+            self._reader.startReading()
+
+    def abort(self, reason: Failure) -> None:
+        """
+        Fail the body with ``reason`` (the writer on the other side of a pipe
+        failed): the request is abandoned rather than sent short.
+        """
+        self._reader.stopReading()
+        self._restore()
+        if not self._stopped and not self._done.called:
+            self._stopped = True
+            self._done.errback(reason)
+
+    def stopProducing(self) -> None:
+        """Stop reading for good; the Deferred of :meth:`startProducing` never fires then."""
+        self._stopped = True
+        self._reader.stopReading()
+        self._restore()
+
+
+def body_producer(reactor: Any, source: IO[bytes]) -> IBodyProducer:
+    """
+    A streaming request body read from ``source``: a regular file (or an
+    in-memory one) is read in chunks with its length known; a pipe, socket
+    or terminal by :class:`FdBodyProducer` (chunked, as data arrives).
+
+    :param reactor: an ``IReactorTime`` and ``IReactorFDSet`` provider.
+    """
+    try:
+        fd = source.fileno()
+        mode = os.fstat(fd).st_mode
+    except (AttributeError, OSError, ValueError):
+        fd, mode = -1, stat.S_IFREG
+    if fd >= 0 and (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)):
+        return FdBodyProducer(reactor, fd)
+    cooperator = Cooperator(scheduler=lambda work: reactor.callLater(0, work))
+    producer: IBodyProducer = FileBodyProducer(source, cooperator=cooperator)
+    return producer
+
+
+@implementer(IBodyProducer)
+class _DuplexBody:
+    """
+    A request body that learns when the response's headers arrive, even
+    while it is still being sent.
+
+    Twisted's HTTP client answers a request only once its body has been
+    written entirely; an exec whose stdin is still streaming would have its
+    output held in memory until then.  :class:`_DuplexProtocol` tells
+    :attr:`response` as soon as the headers are parsed, so output is read
+    while stdin still flows.
+    """
+
+    def __init__(self, inner: IBodyProducer) -> None:
+        self._inner = inner
+        self.length = inner.length
+        self.response: Deferred[IResponse] = Deferred()
+
+    def startProducing(self, consumer: IConsumer) -> Deferred[None]:
+        return self._inner.startProducing(consumer)
+
+    def pauseProducing(self) -> None:
+        self._inner.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        self._inner.resumeProducing()
+
+    def stopProducing(self) -> None:
+        self._inner.stopProducing()
+
+
+class _DuplexProtocol(HTTP11ClientProtocol):
+    """An HTTP/1.1 client connection that reports early responses to a :class:`_DuplexBody`."""
+
+    def request(self, request: Any) -> Deferred[IResponse]:
+        finished: Deferred[IResponse] = super().request(request)
+        body = getattr(request, "bodyProducer", None)
+        parsed = getattr(self, "_responseDeferred", None)
+        if isinstance(body, _DuplexBody) and isinstance(parsed, Deferred):
+
+            def tell(response: IResponse) -> IResponse:
+                if not body.response.called:
+                    body.response.callback(response)
+                return response
+
+            parsed.addCallback(tell)
+        return finished
+
+
+class _DuplexFactory(_HTTP11ClientFactory):
+    def buildProtocol(self, addr: Any) -> HTTP11ClientProtocol:
+        return _DuplexProtocol(self._quiescentCallback)
+
+
+class _DuplexPool(HTTPConnectionPool):
+    """A connection pool whose connections are :class:`_DuplexProtocol`."""
+
+    _factory = _DuplexFactory
+
+
 def is_unix_socket(url: str) -> bool:
     """
     Whether ``url`` names a UNIX socket rather than an HTTP address, by the
@@ -147,8 +533,22 @@ def _params(params: _Params | None) -> list[tuple[str, str]]:
         if value is None:
             continue
         values: Iterable[Any] = [value] if isinstance(value, (str, int)) else value
-        pairs.extend((name, str(item)) for item in values)
+        pairs.extend((name, _text(item)) for item in values)
     return pairs
+
+
+def _text(value: Any) -> str:
+    """A query value: booleans as ``true``/``false``, anything else as text."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _octal(value: int | str | None) -> str | None:
+    """A mode as the API's octal text (``0644``); text is sent as given."""
+    if value is None or isinstance(value, str):
+        return value
+    return f"{value:04o}"
 
 
 @implementer(IAgentEndpointFactory)
@@ -181,7 +581,7 @@ class Client:
         self._reactor = reactor
         self.url = url
         self._token = token
-        self._pool = HTTPConnectionPool(reactor, persistent=True)
+        self._pool = _DuplexPool(reactor, persistent=True)
         if is_unix_socket(url):
             self._base = _SOCKET_BASE
             agent = Agent.usingEndpointFactory(reactor, _UnixEndpoints(reactor, socket_path(url)), pool=self._pool)
@@ -196,6 +596,64 @@ class Client:
 
     # -- the one way requests are made -----------------------------------
 
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        params: _Params | None = None,
+        json: Any = None,
+        *,
+        data: IBodyProducer | bytes | None = None,
+        headers: Mapping[bytes, bytes] | None = None,
+        ok: Sequence[int] = (),
+    ) -> IResponse:
+        """
+        Send one request and answer the response once its headers are in,
+        its body unread, so callers can stream it.
+
+        :param path: the request path, built with :func:`_path`.
+        :param params: query parameters (see :func:`_params`).
+        :param json: a JSON body, or ``None`` for no body.
+        :param data: a raw body instead: bytes, or a producer streamed as it
+            produces (a :class:`_DuplexBody` is answered as soon as the
+            response's headers arrive, before it has been sent whole).
+        :param headers: extra headers (``Accept`` replaces the JSON default).
+        :param ok: non-2xx statuses the caller handles itself instead of an
+            :class:`ApiError` (``HEAD /health`` answers 503 for "unhealthy").
+        :raise ApiError: the daemon answered another non-2xx status.
+        :raise ConnectFailed: the daemon could not be reached.
+        """
+        all_headers = {b"User-Agent": [_USER_AGENT], b"Accept": [b"application/json"]}
+        for name, value in (headers or {}).items():
+            all_headers[name] = [value]
+        if self._token is not None:
+            all_headers[b"Authorization"] = [b"Bearer " + self._token.encode("utf-8")]
+        kwargs: dict[str, Any] = {}
+        if json is not None:
+            kwargs["json"] = json
+        elif data is not None:
+            kwargs["data"] = data
+        sent = self._http.request(
+            method,
+            self._base + path,
+            params=_params(params),
+            headers=all_headers,
+            allow_redirects=False,
+            reactor=self._reactor,
+            **kwargs,
+        )
+        try:
+            if isinstance(data, _DuplexBody):
+                response = await _first(data.response, sent)
+            else:
+                response = await sent
+        except (ConnectError, DNSLookupError) as error:
+            raise ConnectFailed(self.url, _reason(error)) from error
+        if not 200 <= response.code < 300 and response.code not in ok:
+            body = await treq.content(response)
+            raise ApiError.from_body(response.code, body)
+        return response
+
     async def _request(
         self,
         method: str,
@@ -205,38 +663,9 @@ class Client:
         *,
         ok: Sequence[int] = (),
     ) -> tuple[IResponse, bytes]:
-        """
-        Send one request and read its whole body.
-
-        :param path: the request path, built with :func:`_path`.
-        :param params: query parameters (see :func:`_params`).
-        :param json: a JSON body, or ``None`` for no body.
-        :param ok: non-2xx statuses the caller handles itself instead of an
-            :class:`ApiError` (``HEAD /health`` answers 503 for "unhealthy").
-        :raise ApiError: the daemon answered another non-2xx status.
-        :raise ConnectFailed: the daemon could not be reached.
-        """
-        headers = {b"User-Agent": [_USER_AGENT], b"Accept": [b"application/json"]}
-        if self._token is not None:
-            headers[b"Authorization"] = [b"Bearer " + self._token.encode("utf-8")]
-        kwargs: dict[str, Any] = {}
-        if json is not None:
-            kwargs["json"] = json
-        try:
-            response = await self._http.request(
-                method,
-                self._base + path,
-                params=_params(params),
-                headers=headers,
-                allow_redirects=False,
-                reactor=self._reactor,
-                **kwargs,
-            )
-        except (ConnectError, DNSLookupError) as error:
-            raise ConnectFailed(self.url, _reason(error)) from error
+        """Send one request (see :meth:`_send`) and read its whole body."""
+        response = await self._send(method, path, params, json, ok=ok)
         body = await treq.content(response)
-        if not 200 <= response.code < 300 and response.code not in ok:
-            raise ApiError.from_body(response.code, body)
         return response, body
 
     async def _json(self, method: str, path: str, params: _Params | None = None, json: Any = None) -> Any:
@@ -323,6 +752,332 @@ class Client:
         """
         response, _ = await self._request("HEAD", _path("vm", hostname, "health"), ok=(503,))
         return response.code != 503
+
+    # -- exec ------------------------------------------------------------
+
+    def _exec_params(
+        self,
+        cmd: str,
+        args: Sequence[str],
+        env: Mapping[str, str] | Sequence[str] | None,
+        uid: int | None,
+        gid: int | None,
+        cwd: str | None,
+        shell: str | None,
+        permissions: int | str | None,
+        stdout: bool | None,
+        stderr: bool | None,
+        stdio: str,
+    ) -> dict[str, Any]:
+        if isinstance(env, Mapping):
+            env = [f"{key}={value}" for key, value in env.items()]
+        return {
+            "cmd": cmd,
+            "args": list(args),
+            "env": list(env or ()),
+            "uid": uid,
+            "gid": gid,
+            "cwd": cwd,
+            "shell": shell,
+            "permissions": _octal(permissions),
+            "stdout": stdout,
+            "stderr": stderr,
+            "stdio": stdio,
+        }
+
+    async def exec(
+        self,
+        hostname: str,
+        cmd: str,
+        args: Sequence[str] = (),
+        *,
+        on_record: Callable[[ExecRecord], None],
+        env: Mapping[str, str] | Sequence[str] | None = None,
+        uid: int | None = None,
+        gid: int | None = None,
+        cwd: str | None = None,
+        shell: str | None = None,
+        permissions: int | str | None = None,
+        stdin: IBodyProducer | IO[bytes] | bytes | None = None,
+        stdout: bool | None = None,
+        stderr: bool | None = None,
+        stdio: str = "base64",
+    ) -> ExecRecord:
+        """
+        Run a command in node ``hostname`` and hand each record of its output
+        stream to ``on_record`` as soon as it arrives; nothing is buffered
+        beyond one NDJSON line, and a slow ``on_record`` slows the guest.
+
+        :param cmd: a command line for ``shell`` (the daemon's default is
+            ``/bin/bash``), or the program itself when ``shell`` is ``""``.
+        :param args: words appended to ``cmd``, each quoted as one word (or
+            the argv after the program when ``shell`` is ``""``).
+        :param on_record: called with every :class:`ExecRecord`, the last
+            one (``exit`` or ``error``) included; an exception it raises
+            ends the request and is raised here.
+        :param env: ``{"K": "V"}`` or ``["K=V", ...]``.
+        :param uid: the user to run as (the daemon's default: 0).
+        :param gid: the group to run as (the daemon's default: 0).
+        :param cwd: the working directory (absolute, ``~`` or relative to the
+            user's home).
+        :param permissions: the process's umask (``0o022`` or ``"0022"``).
+        :param stdin: the process's stdin, streamed while its output comes
+            back: a producer, a file object (see :func:`body_producer`: a
+            pipe is read as data arrives and sent chunked) or bytes; ``None``
+            for no stdin.
+        :param stdout: ``False`` to leave stdout out of the stream.
+        :param stderr: ``False`` to leave stderr out of the stream.
+        :param stdio: ``"base64"`` (exact bytes; the default here) or
+            ``"text"`` (the daemon replaces invalid UTF-8).
+        :return: the last record: ``exit`` (with ``exit_code`` and
+            ``signal``) or ``error`` (could not be started).
+        :raise ApiError: an error before the stream started (bad input 400,
+            unknown node 404, paused 409, agent not connected 503).
+        :raise ExecInterrupted: the stream ended without a last record.
+        """
+        params = self._exec_params(cmd, args, env, uid, gid, cwd, shell, permissions, stdout, stderr, stdio)
+        body: IBodyProducer | bytes | None = None
+        if stdin is not None:
+            params["stdin"] = True
+            body = _DuplexBody(self._producer(stdin))
+        response = await self._send(
+            "POST",
+            _path("vm", hostname, "exec"),
+            params,
+            data=body,
+            headers={b"Accept": b"application/x-ndjson", b"Content-Type": b"application/octet-stream"},
+        )
+        decoder = NdjsonDecoder()
+        last: list[ExecRecord] = []
+
+        def deliver(values: list[Any]) -> None:
+            for value in values:
+                if last:
+                    raise ExecInterrupted("records after the last record")
+                record = decode_exec_record(value)
+                if record.final:
+                    last.append(record)
+                on_record(record)
+
+        def decode(feed: Callable[[], list[Any]]) -> list[Any]:
+            try:
+                return feed()
+            except ValueError as error:
+                raise ExecInterrupted(f"the daemon sent something that is not NDJSON: {error}") from None
+
+        try:
+            await treq.collect(response, lambda chunk: deliver(decode(lambda: decoder.feed(chunk))))
+            deliver(decode(decoder.finish))
+        except ExecInterrupted:
+            raise
+        except Exception as error:
+            if last:
+                return last[0]
+            if _is_connection_loss(error):
+                raise ExecInterrupted(f"the connection to the daemon was lost: {_losses(error)}") from None
+            raise
+        if not last:
+            raise ExecInterrupted("the stream ended without an exit record")
+        return last[0]
+
+    async def exec_buffered(
+        self,
+        hostname: str,
+        cmd: str,
+        args: Sequence[str] = (),
+        *,
+        env: Mapping[str, str] | Sequence[str] | None = None,
+        uid: int | None = None,
+        gid: int | None = None,
+        cwd: str | None = None,
+        shell: str | None = None,
+        permissions: int | str | None = None,
+        stdout: bool | None = None,
+        stderr: bool | None = None,
+        stdio: str = "base64",
+    ) -> ExecResult:
+        """
+        Run a command and answer its whole output once it has ended
+        (``buffered=true``): for short commands whose output fits in memory.
+        The parameters are those of :meth:`exec`.
+
+        :raise ApiError: an error before the command ran.
+        """
+        params = self._exec_params(cmd, args, env, uid, gid, cwd, shell, permissions, stdout, stderr, stdio)
+        params["buffered"] = True
+        result = await self._json("POST", _path("vm", hostname, "exec"), params)
+        if not isinstance(result, dict):
+            raise ApiError(200, "invalid_response", "the daemon's answer is not an ExecResult")
+        encoding = result.get("encoding")
+        try:
+            out, err = _payload(result.get("stdout"), encoding), _payload(result.get("stderr"), encoding)
+        except ExecInterrupted as error:
+            raise ApiError(200, "invalid_response", str(error)) from None
+        exit_code = result.get("exit_code")
+        return ExecResult(
+            stdout=out,
+            stderr=err,
+            exit_code=exit_code if isinstance(exit_code, int) else 0,
+            pid=_optional(result.get("pid"), int),
+            signal=_optional(result.get("signal"), str) or None,
+            error=_optional(result.get("error"), str) or None,
+            started_at=_optional(result.get("started_at"), str),
+            ended_at=_optional(result.get("ended_at"), str),
+        )
+
+    def _producer(self, source: IBodyProducer | IO[bytes] | bytes) -> IBodyProducer:
+        if IBodyProducer.providedBy(source):
+            return source  # type: ignore[return-value]
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            import io
+
+            return body_producer(self._reactor, io.BytesIO(bytes(source)))
+        return body_producer(self._reactor, source)  # type: ignore[arg-type]
+
+    # -- copies ----------------------------------------------------------
+
+    async def upload(
+        self,
+        hostname: str,
+        path: str,
+        body: IBodyProducer | IO[bytes] | bytes,
+        *,
+        mode: str = "binary",
+        uid: int | None = None,
+        gid: int | None = None,
+        permissions: int | str | None = None,
+    ) -> None:
+        """
+        Copy into node ``hostname`` (``POST /vm/{hostname}/cp``), streaming
+        ``body`` as it is read: nothing is held in memory.
+
+        :param path: the destination in the guest: the file (binary), or the
+            directory the tar is extracted under (tar).
+        :param body: the file's bytes or an uncompressed tar stream: bytes, a
+            file object (a pipe is sent chunked, see :func:`body_producer`)
+            or a producer.
+        :param mode: ``"binary"`` or ``"tar"``.
+        :param uid: the owner to give what is written.
+        :param gid: the group to give what is written.
+        :param permissions: the file's mode (``0o644`` or ``"0644"``).
+        :raise ApiError: the daemon refused (404 unknown node, 400 bad path,
+            409 paused, 503 no agent...).
+        """
+        content_type = b"application/x-tar" if mode == "tar" else b"application/octet-stream"
+        response = await self._send(
+            "POST",
+            _path("vm", hostname, "cp"),
+            {"path": path, "mode": mode, "uid": uid, "gid": gid, "permissions": _octal(permissions)},
+            data=self._producer(body) if not isinstance(body, bytes) else body,
+            headers={b"Content-Type": content_type},
+        )
+        await treq.content(response)
+
+    async def download(
+        self, hostname: str, path: str, *, write: Callable[[bytes], None], mode: str = "binary"
+    ) -> Download:
+        """
+        Copy out of node ``hostname`` (``GET /vm/{hostname}/cp``), handing
+        each chunk to ``write`` as it arrives (a slow ``write`` slows the
+        transfer rather than growing memory).
+
+        :param path: the file (binary) or the file or directory (tar).
+        :param write: called with each chunk of the file or tar stream; an
+            exception it raises ends the transfer and is raised here.
+        :param mode: ``"binary"`` or ``"tar"``.
+        :return: the file mode and length the daemon announced.
+        :raise ApiError: 404 no such path, 400 a directory in binary mode, ...
+        """
+        accept = b"application/x-tar" if mode == "tar" else b"application/octet-stream"
+        response = await self._send(
+            "GET", _path("vm", hostname, "cp"), {"path": path, "mode": mode}, headers={b"Accept": accept}
+        )
+        await treq.collect(response, write)
+        file_mode = response.headers.getRawHeaders(b"x-service-file-mode", [None])[0]
+        content_type = response.headers.getRawHeaders(b"content-type", [None])[0]
+        length = response.length if isinstance(response.length, int) else None
+        try:
+            parsed = int(file_mode, 8) if file_mode else None
+        except ValueError:
+            parsed = None
+        return Download(parsed, length, content_type.decode("latin-1") if content_type else None)
+
+    # -- file system -----------------------------------------------------
+
+    async def readdir(self, hostname: str, path: str) -> list[dict[str, Any]]:
+        """
+        The entries of directory ``path`` in the guest, sorted by name: FsEntry
+        objects (``name``, ``type``, ``size``, ``mtime`` RFC 3339, ``mode``
+        octal text).
+        """
+        result: list[dict[str, Any]] = await self._json("GET", _path("vm", hostname, "fs", "readdir"), {"path": path})
+        return result
+
+    async def stat(self, hostname: str, path: str) -> dict[str, Any]:
+        """The FsEntry of ``path`` (a symlink is not followed); 404 ApiError when missing."""
+        result: dict[str, Any] = await self._json("GET", _path("vm", hostname, "fs", "stat"), {"path": path})
+        return result
+
+    async def mkdir(
+        self, hostname: str, path: str, *, recursive: bool = False, mode: int | str | None = None
+    ) -> dict[str, Any]:
+        """
+        Make directory ``path`` (with its parents when ``recursive``, like
+        ``mkdir -p``), with ``mode`` (the daemon's default ``0755``); answers
+        its FsEntry.
+        """
+        body: dict[str, Any] = {"path": path}
+        if recursive:
+            body["recursive"] = True
+        if mode is not None:
+            body["mode"] = _octal(mode)
+        result: dict[str, Any] = await self._json("POST", _path("vm", hostname, "fs", "mkdir"), json=body)
+        return result
+
+    async def remove(self, hostname: str, path: str, *, recursive: bool = False) -> dict[str, Any]:
+        """
+        Remove ``path`` (a directory's contents too when ``recursive``; a
+        non-empty directory without it is a 409 ApiError); answers the
+        FsEntry as it was.
+        """
+        result: dict[str, Any] = await self._json(
+            "DELETE", _path("vm", hostname, "fs", "remove"), {"path": path, "recursive": recursive or None}
+        )
+        return result
+
+
+async def _first(early: Deferred[IResponse], sent: Deferred[IResponse]) -> IResponse:
+    """
+    The response of a duplex request: from ``early`` (headers parsed) or
+    ``sent`` (the request finished), whichever comes first; a failure of
+    ``sent`` wins when ``early`` has not fired.  The other one's later result
+    is consumed, so it is never reported as unhandled.
+    """
+    result: Deferred[IResponse] = Deferred()
+
+    def won(value: IResponse) -> None:
+        if not result.called:
+            result.callback(value)
+
+    def lost(failure: Failure) -> None:
+        if not result.called:
+            result.errback(failure)
+
+    early.addCallback(won)
+    sent.addCallbacks(won, lost)
+    return await result
+
+
+def _is_connection_loss(error: Exception) -> bool:
+    from twisted.web.client import ResponseFailed
+    from twisted.web._newclient import RequestTransmissionFailed
+
+    return isinstance(error, (ResponseFailed, RequestTransmissionFailed))
+
+
+def _losses(error: Exception) -> str:
+    reasons = getattr(error, "reasons", None) or []
+    return "; ".join(reason.getErrorMessage() for reason in reasons) or type(error).__name__
 
 
 def _loads(body: bytes) -> Any:

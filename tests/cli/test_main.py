@@ -7,6 +7,7 @@ served on loopback (see :mod:`tests.test_client`).
 from __future__ import annotations
 
 import io
+import json
 import os
 from typing import Any
 
@@ -15,10 +16,12 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from tests.test_client import TOKEN, LoopbackApi, until
+from tests.test_client import TOKEN, ExecLoopbackCase, LoopbackApi, _Recorder, serve, until
+from vmservice.cli import copying
 from vmservice.cli import main as cli
-from vmservice.cli.main import _Failed, create_body, parse_args, resolve_token, run
-from vmservice.client import DEFAULT_URL
+from vmservice.cli.main import _Failed, create_body, exit_status, parse_args, resolve_token, run
+from vmservice.client import DEFAULT_URL, ExecRecord
+from vmservice.guest.execution import ERROR, EXIT, STARTED, STDERR, STDOUT, encode_json_record, encode_record
 
 
 def parse(*argv: str, **environ: str) -> Any:
@@ -296,3 +299,147 @@ class MainTests(SynchronousTestCase):
         self.assertEqual(self.run_main(["image", "build"], ok), 0)
         self.assertEqual(self.run_main(["image", "build"], broken), 1)
         self.assertEqual(cli.sys.stderr.getvalue(), "vmctl: no\n")
+
+
+class ExecFsParseTests(SynchronousTestCase):
+    def assertUsageError(self, *argv: str) -> None:
+        self.patch(cli.sys, "stderr", io.StringIO())
+        with self.assertRaises(SystemExit) as raised:
+            parse(*argv)
+        self.assertEqual(raised.exception.code, 2)
+
+    def test_exec_words_after_double_dash(self) -> None:
+        """Everything after the first -- is the command, verbatim, a later -- included; options go before it."""
+        options = parse("exec", "demo-1", "--stdin", "--uid", "5", "--env", "A=1", "--", "echo", "--", "-x")
+        self.assertEqual((options.hostname, options.words, options.stdin, options.uid, options.env),
+                         ("demo-1", ["echo", "--", "-x"], True, 5, ["A=1"]))
+        self.assertEqual(parse("exec", "h", "uname").words, ["uname"])
+        self.assertEqual((parse("exec", "h", "--no-shell", "--", "ls").shell), "")
+        self.assertEqual((parse("exec", "h", "--shell", "/bin/sh", "--", "ls").shell), "/bin/sh")
+        self.assertIsNone(parse("exec", "h", "--", "ls").shell)
+        self.assertEqual(parse("exec", "h", "--umask", "27", "--", "ls").umask, "0027")
+        self.assertEqual(parse("list", "--", "g").group, "g")
+
+    def test_exec_usage_errors(self) -> None:
+        """No command, a bad env entry, an out-of-range uid or both shell options are usage errors."""
+        self.assertUsageError("exec", "h")
+        self.assertUsageError("exec", "h", "--")
+        self.assertUsageError("exec", "h", "--env", "NOEQ", "--", "ls")
+        self.assertUsageError("exec", "h", "--uid", "4294967296", "--", "ls")
+        self.assertUsageError("exec", "h", "--shell", "/bin/sh", "--no-shell", "--", "ls")
+        self.assertUsageError("exec", "h", "--umask", "9", "--", "ls")
+
+    def test_cp_and_fs(self) -> None:
+        """cp needs exactly one HOST:PATH side; fs commands take HOST PATH and their flags."""
+        options = parse("cp", "./a", "demo-1:/srv/a")
+        self.assertEqual((options.source.host, options.destination), (None, copying.Location("demo-1", "/srv/a")))
+        self.assertUsageError("cp", "a", "b")
+        self.assertUsageError("cp", "h:a", "h:b")
+        options = parse("fs", "mkdir", "-p", "--mode", "700", "demo-1", "/x")
+        self.assertEqual((options.hostname, options.path, options.parents, options.mode), ("demo-1", "/x", True, "0700"))
+        self.assertTrue(parse("fs", "rm", "-r", "h", "/x").recursive)
+        self.assertTrue(parse("fs", "ls", "h", "/", "--json").json)
+        self.assertUsageError("fs", "ls", "h")
+        self.assertUsageError("fs", "chmod", "h", "/x")
+
+    def test_exit_status(self) -> None:
+        """The exit status is the command's, an error record never 0, out-of-range codes 255."""
+        self.assertEqual(exit_status(ExecRecord("exit", exit_code=3)), 3)
+        self.assertEqual(exit_status(ExecRecord("exit", exit_code=143, signal="SIGTERM")), 143)
+        self.assertEqual(exit_status(ExecRecord("error", exit_code=127)), 127)
+        self.assertEqual(exit_status(ExecRecord("error", exit_code=0)), 1)
+        self.assertEqual(exit_status(ExecRecord("exit", exit_code=300)), 255)
+
+
+class ExecRunTests(ExecLoopbackCase):
+    """``vmctl exec`` in-process against the exec route and a fake agent (see :class:`ExecLoopbackCase`)."""
+
+    def vmctl(self, *argv: str, stdin: Any = None) -> tuple[Deferred[int], io.TextIOWrapper, io.TextIOWrapper]:
+        out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+        err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+        code = Deferred.fromCoroutine(run(reactor, ["--url", self.url, *argv], out, err, {}, stdin=stdin))
+        return code, out, err
+
+    async def test_output_bytes_and_status(self) -> None:
+        """stdout and stderr bytes go to the binary buffers exactly; the status is the command's."""
+        code, out, err = self.vmctl("exec", "demo-1", "--", "x")
+        stream = await self.stream()
+        self.assertEqual(stream.header["cmd"], "x")
+        stream.deliver(encode_json_record(STARTED, {"pid": 1}), encode_record(STDOUT, b"\xff\x00o"),
+                       encode_record(STDERR, b"\xfee"), encode_json_record(EXIT, {"exit_code": 42, "signal": None}))
+        self.assertEqual(await code, 42)
+        self.assertEqual((out.buffer.getvalue(), err.buffer.getvalue()), (b"\xff\x00o", b"\xfee"))  # type: ignore[attr-defined]
+
+    async def test_cannot_start(self) -> None:
+        """An error record prints its message and exits with its code."""
+        code, _, err = self.vmctl("exec", "demo-1", "--no-shell", "--", "/nope")
+        stream = await self.stream()
+        self.assertEqual(stream.header["shell"], "")
+        stream.deliver(encode_json_record(ERROR, {"message": "/nope: not found", "exit_code": 127}))
+        self.assertEqual(await code, 127)
+        err.flush()
+        self.assertEqual(err.buffer.getvalue(), b"vmctl: /nope: not found\n")  # type: ignore[attr-defined]
+
+    async def test_stdin(self) -> None:
+        """--stdin streams the given stdin; without --stdin nothing is sent."""
+        read_end, write_end = self.pipe()
+        os.write(write_end, b"input")
+        self.close(write_end)
+        code, _, _ = self.vmctl("exec", "demo-1", "--stdin", "--", "cat", stdin=os.fdopen(read_end, "rb", closefd=False))
+        stream = await self.stream()
+        await until(lambda: stream.half_closed)
+        self.assertEqual(bytes(stream.written), b"input")
+        stream.deliver(encode_json_record(STARTED, {"pid": 1}), encode_json_record(EXIT, {"exit_code": 0, "signal": None}))
+        self.assertEqual(await code, 0)
+
+    async def test_errors_before_stream(self) -> None:
+        """An unknown node exits 1 with the error line; --stdin without a stdin is a failure."""
+        code, out, err = self.vmctl("exec", "demo-9", "--", "true")
+        self.assertEqual(await code, 1)
+        err.flush()
+        self.assertIn(b"(404 ", err.buffer.getvalue())  # type: ignore[attr-defined]
+        code, _, err = self.vmctl("exec", "demo-1", "--stdin", "--", "cat")
+        self.assertEqual(await code, 1)
+
+    async def test_interrupted(self) -> None:
+        """A stream cut before its exit record exits 255 with a message, after the output so far."""
+        code, out, err = self.vmctl("exec", "demo-1", "--", "x")
+        stream = await self.stream()
+        stream.deliver(encode_json_record(STARTED, {"pid": 1}), encode_record(STDOUT, b"so far"))
+        await until(lambda: out.buffer.getvalue() == b"so far")  # type: ignore[attr-defined]
+        self.cut_connections()
+        self.assertEqual(await code, 255)
+        err.flush()
+        self.assertIn(b"vmctl: the connection to the daemon was lost", err.buffer.getvalue())  # type: ignore[attr-defined]
+
+
+class FsRunTests(TestCase):
+    async def setUp(self) -> None:
+        self.server = _Recorder()
+        self.url = await serve(self, self.server)
+
+    async def vmctl(self, *argv: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = await run(reactor, ["--url", self.url, *argv], out, err, {})
+        return code, out.getvalue(), err.getvalue()
+
+    async def test_ls_and_stat(self) -> None:
+        """fs ls prints a table of the entries, fs stat a listing; --json the answer."""
+        entry = {"name": "hosts", "type": "file", "size": 12, "mtime": "2023-11-14T22:13:20.5Z", "mode": "0644"}
+        self.server.body = json.dumps([entry]).encode()
+        code, out, _ = await self.vmctl("fs", "ls", "demo-1", "/etc")
+        self.assertEqual((code, out.splitlines()[1].split()), (0, ["0644", "file", "12", "2023-11-14", "22:13:20", "hosts"]))
+        self.server.body = json.dumps(entry).encode()
+        code, out, _ = await self.vmctl("fs", "stat", "demo-1", "/etc/hosts")
+        self.assertIn("size      12\n", out)
+        self.assertEqual(json.loads((await self.vmctl("fs", "stat", "demo-1", "/etc/hosts", "--json"))[1]), entry)
+
+    async def test_mkdir_rm(self) -> None:
+        """fs mkdir and rm print nothing on success and send their flags."""
+        self.server.body = b"{}"
+        self.assertEqual(await self.vmctl("fs", "mkdir", "-p", "--mode", "0700", "h", "/a"), (0, "", ""))
+        self.assertEqual(await self.vmctl("fs", "rm", "-r", "h", "/a"), (0, "", ""))
+        self.assertEqual(self.server.bodies[0], b'{"path":"/a","recursive":true,"mode":"0700"}')
+        self.assertEqual(self.server.seen[1][1], b"/vm/h/fs/remove?path=%2Fa&recursive=true")
+        self.server.status, self.server.body = 409, b'{"error":"not empty","code":"directory_not_empty"}'
+        self.assertEqual(await self.vmctl("fs", "rm", "h", "/a"), (1, "", "vmctl: not empty (409 directory_not_empty)\n"))

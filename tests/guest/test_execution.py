@@ -232,6 +232,46 @@ class HandlerTests(SynchronousTestCase):
                                         cwd="/tmp", env=["A=b=c"]))
         self.assertEqual(self.output(records), b"65534\n65534\n0027\n/tmp\nb=c\n")
 
+    def test_default_identity_does_not_fork(self) -> None:
+        """
+        A request for the agent's own identity is spawned without fork (vfork
+        via posix_spawn), with its cwd, umask, new session and environment, and
+        the agent's own directory and umask are unchanged afterwards.
+        """
+        def no_fork() -> int:
+            raise AssertionError("forked for the agent's own identity")
+
+        self.patch(os, "fork", no_fork)
+        here, mask = os.getcwd(), os.umask(0o022)
+        self.addCleanup(os.umask, mask)
+        ids = os.getuid(), os.getgid()
+        self.assertTrue(execution._identity_is_set(ExecSpec(cmd="x", uid=ids[0], gid=ids[1])))
+        records, _ = self.run_stream(self.open(
+            cmd="umask; pwd; echo $A; ps -o sid= -p $$ | tr -d ' '; echo $$; trap",
+            uid=ids[0], gid=ids[1], umask=0o77, cwd="/tmp", env=["A=1"]))
+        umask_text, cwd, a, sid, pid, traps = (self.output(records).decode().split("\n") + [""])[:6]
+        self.assertEqual((umask_text, cwd, a, sid), ("0077", "/tmp", "1", pid))
+        self.assertEqual(traps, "", "signals the agent handles or ignores are back at their default")
+        self.assertEqual((os.getcwd(), os.umask(0o022)), (here, 0o022))
+
+    def test_identity_is_set(self) -> None:
+        """Only a request for exactly the agent's ids and no other groups skips fork."""
+        uid, gid = os.getuid(), os.getgid()
+        self.patch(os, "getgroups", lambda: [])
+        self.assertTrue(execution._identity_is_set(ExecSpec(cmd="x", uid=uid, gid=gid)))
+        self.assertFalse(execution._identity_is_set(ExecSpec(cmd="x", uid=uid + 1, gid=gid)))
+        self.assertFalse(execution._identity_is_set(ExecSpec(cmd="x", uid=uid, gid=gid + 1)))
+        self.patch(os, "getgroups", lambda: [gid + 1])
+        self.assertFalse(execution._identity_is_set(ExecSpec(cmd="x", uid=uid, gid=gid)))
+
+    def test_spawn_failure_restores_agent(self) -> None:
+        """A program that cannot start through posix_spawn leaves the agent's cwd and umask as they were."""
+        here, mask = os.getcwd(), os.umask(0o022)
+        self.addCleanup(os.umask, mask)
+        records, _ = self.run_stream(self.open(cmd="/no/such", shell="", cwd="/tmp", umask=0o77))
+        self.assertEqual((records[0][0], records[0][1]["exit_code"]), (execution.ERROR, 127))
+        self.assertEqual((os.getcwd(), os.umask(0o022)), (here, 0o022))
+
     def test_not_found(self) -> None:
         """A program that does not exist is one ERROR record with 127."""
         records, _ = self.run_stream(self.open(cmd="/no/such", shell=""))

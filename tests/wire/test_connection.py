@@ -522,6 +522,33 @@ class FragmentationTests(SynchronousTestCase):
         self.assertEqual(_joined(got), _joined(script))
 
 
+    @settings(max_examples=60, deadline=None)
+    @given(scripts(), st.data())
+    def test_pieces_queued_before_parsing(self, script: list[Event], data: st.DataObject) -> None:
+        """
+        Pieces received before any is parsed yield the same events (frames span
+        several pieces), and ``trailing_data`` is exactly the input not parsed.
+        """
+        whole = established()
+        queued = established()
+        wire = b"".join(whole.host.send(e) for e in script)
+        for e in script:
+            queued.host.send(e)
+        expected = whole.deliver(whole.guest, [wire])
+        cut = data.draw(st.integers(min_value=0, max_value=len(wire)))
+        pieces = data.draw(splits(wire[:cut]))
+        for piece in pieces:
+            queued.guest.receive_data(piece)
+        got = drain(queued.guest)
+        rest = wire[cut:]
+        tail = queued.guest.trailing_data
+        self.assertTrue(wire[:cut].endswith(tail))
+        queued.guest.receive_data(rest)
+        got += drain(queued.guest)
+        self.assertEqual(_joined(got), _joined(expected))
+        self.assertEqual(queued.guest.trailing_data, b"")
+
+
 def _joined(events: list[Event]) -> list[Event]:
     out: list[Event] = []
     for e in events:

@@ -14,26 +14,31 @@ The work is split so that each part can be tested on its own:
   :func:`twisted.internet.task.react`.
 
 Exit statuses: 0 success, 1 failure (an error answer, an unreachable daemon,
-an unhealthy node, a failed image build), 2 usage error.
+an unhealthy node, a failed image build), 2 usage error; ``vmctl exec``
+exits with the command's status (128+N for signal N), 255 when the stream
+was cut.
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import os
 import sys
-from typing import Any, Awaitable, Callable, Mapping, Sequence, TextIO
+from typing import IO, Any, Awaitable, Callable, Mapping, Sequence, TextIO
 
+from attrs import frozen
 from twisted.internet.defer import Deferred
+from twisted.web._newclient import RequestGenerationFailed
 from twisted.web.client import RequestTransmissionFailed, ResponseFailed
 
-from ..client import DEFAULT_URL, ApiError, Client, ConnectFailed
+from ..client import DEFAULT_URL, ApiError, Client, ConnectFailed, ExecInterrupted, ExecRecord
 from ..config import parse_size
 from ..durations import parse_go_duration
-from . import output
+from . import copying, output
 
-__all__ = ["create_body", "main", "parse_args", "resolve_token", "run"]
+__all__ = ["create_body", "exit_status", "main", "parse_args", "resolve_token", "run"]
 
 #: Environment variable with the daemon's address.
 URL_VARIABLE = "VMSERVICE_URL"
@@ -41,11 +46,28 @@ URL_VARIABLE = "VMSERVICE_URL"
 #: Environment variable with the bearer token.
 TOKEN_VARIABLE = "VMSERVICE_TOKEN"
 
-_Command = Callable[[Client, argparse.Namespace, TextIO], Awaitable[int]]
+_Command = Callable[[Client, argparse.Namespace, "_Context"], Awaitable[int]]
 
 
 class _Failed(Exception):
     """A command failed for a reason already worded for the user."""
+
+
+@frozen
+class _Context:
+    """
+    What a command runs with besides its options.
+
+    :ivar reactor: the reactor (for clocks, pipes and threads).
+    :ivar out: where results go.
+    :ivar err: where errors and progress go.
+    :ivar stdin: the bytes ``vmctl exec --stdin`` sends, or ``None``.
+    """
+
+    reactor: Any
+    out: TextIO
+    err: TextIO
+    stdin: IO[bytes] | None
 
 
 # -- parsing ---------------------------------------------------------------
@@ -89,6 +111,34 @@ def _duration(text: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return text
+
+
+def _uint32(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 <= value <= 0xFFFFFFFF:
+        raise argparse.ArgumentTypeError(f"must be 0 to 4294967295: {text!r}")
+    return value
+
+
+def _mode(text: str) -> str:
+    """An octal permission mode (``0755``, ``755``), sent as four octal digits."""
+    try:
+        value = int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an octal mode: {text!r}") from None
+    if not 0 <= value <= 0o7777:
+        raise argparse.ArgumentTypeError(f"not a permission mode: {text!r}")
+    return f"{value:04o}"
+
+
+def _env(text: str) -> str:
+    name, equals, _ = text.partition("=")
+    if not equals or not name:
+        raise argparse.ArgumentTypeError(f"not KEY=VALUE: {text!r}")
     return text
 
 
@@ -164,6 +214,50 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("hostname", metavar="HOSTNAME")
     health.add_argument("--json", action="store_true", help="print the JSON answer")
 
+    execute = command("exec", _exec, "run a command in a node; exit with its exit status")
+    execute.add_argument("hostname", metavar="HOST")
+    execute.add_argument("words", nargs="*", metavar="CMD [ARGS...]",
+                         help="after --: the command line (for the shell) and words appended to it, each quoted")
+    execute.add_argument("--stdin", action="store_true", help="stream this program's stdin to the command")
+    execute.add_argument("--uid", type=_uint32, metavar="N", help="run as this user id (daemon default 0)")
+    execute.add_argument("--gid", type=_uint32, metavar="N", help="run with this group id (daemon default 0)")
+    execute.add_argument("--cwd", metavar="DIR", help="working directory (absolute, ~ or relative to the home)")
+    execute.add_argument("--env", action="append", type=_env, metavar="K=V", help="an environment variable (repeat)")
+    execute.add_argument("--umask", type=_mode, metavar="MODE", help="the process's umask, octal (e.g. 0022)")
+    shell = execute.add_mutually_exclusive_group()
+    shell.add_argument("--shell", metavar="SHELL", help="the shell that runs CMD (daemon default /bin/bash)")
+    shell.add_argument("--no-shell", dest="shell", action="store_const", const="",
+                       help="run CMD directly with ARGS as its argv")
+
+    cp = command("cp", _cp, "copy a file or directory between here and a node (one side is HOST:PATH)")
+    cp.add_argument("source", metavar="SRC")
+    cp.add_argument("destination", metavar="DST")
+    cp.add_argument("--uid", type=_uint32, metavar="N", help="owner of what is written in the node")
+    cp.add_argument("--gid", type=_uint32, metavar="N", help="group of what is written in the node")
+
+    fs = commands.add_parser("fs", help="file-system operations in a node",
+                             description="File-system operations in a node.")
+    _add_connection_options(fs, suppress=True)
+    fs_commands = fs.add_subparsers(dest="fs_command", required=True, metavar="COMMAND")
+
+    def fs_command(name: str, handler: _Command, help: str) -> argparse.ArgumentParser:
+        sub = fs_commands.add_parser(name, help=help, description=help)
+        _add_connection_options(sub, suppress=True)
+        sub.set_defaults(handler=handler)
+        sub.add_argument("hostname", metavar="HOST")
+        sub.add_argument("path", metavar="PATH", help="absolute, or ~ / ~/... for root's home")
+        return sub
+
+    ls = fs_command("ls", _fs_ls, "list a directory in a node")
+    ls.add_argument("--json", action="store_true", help="print the JSON answer")
+    fs_stat = fs_command("stat", _fs_stat, "describe a path in a node (a symlink is not followed)")
+    fs_stat.add_argument("--json", action="store_true", help="print the JSON answer")
+    mkdir = fs_command("mkdir", _fs_mkdir, "make a directory in a node")
+    mkdir.add_argument("-p", "--parents", action="store_true", help="make parents as needed; no error if it exists")
+    mkdir.add_argument("--mode", type=_mode, metavar="MODE", help="octal mode, set exactly (daemon default 0755)")
+    rm = fs_command("rm", _fs_rm, "remove a file or directory in a node")
+    rm.add_argument("-r", "--recursive", action="store_true", help="remove a directory and everything in it")
+
     image = commands.add_parser("image", help="guest images on this machine", description="Guest images on this machine.")
     image_commands = image.add_subparsers(dest="image_command", required=True, metavar="COMMAND")
     build = image_commands.add_parser("build", help="build a guest image unless it is up to date",
@@ -186,9 +280,27 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Name
         ``sys.stderr``), 0 after ``--help``.
     """
     parser = build_parser()
-    options = parser.parse_args(list(argv))
+    argv = list(argv)
+    # Everything after the first ``--`` of ``exec`` is the command, taken
+    # verbatim (argparse would drop a later ``--`` among the words).
+    words: list[str] = []
+    if "--" in argv:
+        split = argv.index("--")
+        head = parser.parse_known_args(argv[:split])[0] if "exec" in argv[:split] else None
+        if head is not None and head.command == "exec":
+            argv, words = argv[:split], argv[split + 1:]
+    options = parser.parse_args(argv)
     if options.token is not None and options.token_file is not None:
         parser.error("--token and --token-file cannot be used together")
+    if options.command == "exec":
+        options.words = list(options.words) + words
+        if not options.words:
+            parser.error("exec: the command is missing (vmctl exec HOST [options] -- CMD [ARGS...])")
+    if options.command == "cp":
+        options.source = copying.parse_location(options.source)
+        options.destination = copying.parse_location(options.destination)
+        if (options.source.host is None) == (options.destination.host is None):
+            parser.error("cp: exactly one of SRC and DST must be HOST:PATH")
     options.url = options.url or environ.get(URL_VARIABLE) or DEFAULT_URL
     if options.token is None and options.token_file is None:
         options.token = environ.get(TOKEN_VARIABLE) or None
@@ -234,13 +346,15 @@ def create_body(options: argparse.Namespace) -> dict[str, Any]:
 # -- commands --------------------------------------------------------------
 
 
-async def _info(client: Client, options: argparse.Namespace, out: TextIO) -> int:
+async def _info(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    out = context.out
     info = await client.info()
     out.write(output.format_json(info) if options.json else output.format_info(info))
     return 0
 
 
-async def _groups(client: Client, options: argparse.Namespace, out: TextIO) -> int:
+async def _groups(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    out = context.out
     groups = await client.hostgroups()
     if options.json:
         out.write(output.format_json(groups))
@@ -249,7 +363,8 @@ async def _groups(client: Client, options: argparse.Namespace, out: TextIO) -> i
     return 0
 
 
-async def _list(client: Client, options: argparse.Namespace, out: TextIO) -> int:
+async def _list(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    out = context.out
     nodes = await client.nodes(options.group, tag=options.tag, tag_prefix=options.tag_prefix)
     if options.json:
         out.write(output.format_json(nodes))
@@ -258,13 +373,15 @@ async def _list(client: Client, options: argparse.Namespace, out: TextIO) -> int
     return 0
 
 
-async def _create(client: Client, options: argparse.Namespace, out: TextIO) -> int:
+async def _create(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    out = context.out
     node = await client.create_node(options.group, create_body(options), wait=options.wait, timeout=options.timeout)
     out.write(output.format_json(node) if options.json else f"{node['hostname']}\n")
     return 0
 
 
-async def _delete(client: Client, options: argparse.Namespace, out: TextIO) -> int:
+async def _delete(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    out = context.out
     result = await client.delete_node(options.group, options.hostname)
     out.write(f"{result.get('message') or 'deleted ' + options.hostname}\n")
     if result.get("error"):
@@ -272,13 +389,15 @@ async def _delete(client: Client, options: argparse.Namespace, out: TextIO) -> i
     return 0
 
 
-async def _logs(client: Client, options: argparse.Namespace, out: TextIO) -> int:
+async def _logs(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    out = context.out
     content = (await client.logs(options.hostname, options.lines)).get("content", "")
     out.write(content if not content or content.endswith("\n") else content + "\n")
     return 0
 
 
-async def _health(client: Client, options: argparse.Namespace, out: TextIO) -> int:
+async def _health(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    out = context.out
     try:
         health = await client.health(options.hostname)
     except ApiError as error:
@@ -287,6 +406,110 @@ async def _health(client: Client, options: argparse.Namespace, out: TextIO) -> i
         out.write(f"{options.hostname}: unhealthy: {error.message}\n")
         return 1
     out.write(output.format_json(health) if options.json else output.format_health(health))
+    return 0
+
+
+def _binary_writer(stream: TextIO) -> Callable[[bytes], None]:
+    """
+    Write bytes to ``stream`` as they come, flushed each time: to its binary
+    buffer when it has one (byte-exact), else decoded as UTF-8 (in-process
+    callers with a text buffer).
+    """
+    buffer = getattr(stream, "buffer", None)
+    if buffer is not None:
+        stream.flush()
+
+        def write(data: bytes) -> None:
+            buffer.write(data)
+            buffer.flush()
+
+        return write
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def write_text(data: bytes) -> None:
+        stream.write(decoder.decode(data))
+        stream.flush()
+
+    return write_text
+
+
+def exit_status(record: ExecRecord) -> int:
+    """
+    ``vmctl exec``'s exit status for the stream's last record: the command's
+    exit code (128+N for signal N), kept within 0..255; an ``error`` record
+    (could not start) is never 0.
+    """
+    code = record.exit_code if record.exit_code is not None else (1 if record.type == "error" else 0)
+    if not 0 <= code <= 255:
+        code = 255
+    if record.type == "error" and code == 0:
+        code = 1
+    return code
+
+
+async def _exec(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    if options.stdin and context.stdin is None:
+        raise _Failed("--stdin: there is no stdin to read")
+    write_out, write_err = _binary_writer(context.out), _binary_writer(context.err)
+
+    def on_record(record: ExecRecord) -> None:
+        if record.type == "stdout":
+            write_out(record.data)
+        elif record.type == "stderr":
+            write_err(record.data)
+
+    cmd, *args = options.words
+    last = await client.exec(
+        options.hostname,
+        cmd,
+        args,
+        on_record=on_record,
+        env=options.env,
+        uid=options.uid,
+        gid=options.gid,
+        cwd=options.cwd,
+        shell=options.shell,
+        permissions=options.umask,
+        stdin=context.stdin if options.stdin else None,
+        stdio="base64",
+    )
+    if last.type == "error":
+        context.err.write(f"vmctl: {last.error or 'the command could not be started'}\n")
+    return exit_status(last)
+
+
+async def _cp(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    try:
+        await copying.copy(
+            context.reactor, client, options.source, options.destination, context.err, options.uid, options.gid
+        )
+    except copying.CopyFailed as error:
+        raise _Failed(str(error)) from None
+    return 0
+
+
+async def _fs_ls(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    entries = await client.readdir(options.hostname, options.path)
+    if options.json:
+        context.out.write(output.format_json(entries))
+    else:
+        context.out.write(output.format_table(output.FS_HEADERS, output.entry_rows(entries)))
+    return 0
+
+
+async def _fs_stat(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    entry = await client.stat(options.hostname, options.path)
+    context.out.write(output.format_json(entry) if options.json else output.format_entry(entry))
+    return 0
+
+
+async def _fs_mkdir(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    await client.mkdir(options.hostname, options.path, recursive=options.parents, mode=options.mode)
+    return 0
+
+
+async def _fs_rm(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    await client.remove(options.hostname, options.path, recursive=options.recursive)
     return 0
 
 
@@ -311,16 +534,24 @@ def _image_build(options: argparse.Namespace, out: TextIO) -> int:
 
 
 async def run(
-    reactor: Any, argv: Sequence[str], out: TextIO, err: TextIO, environ: Mapping[str, str] | None = None
+    reactor: Any,
+    argv: Sequence[str],
+    out: TextIO,
+    err: TextIO,
+    environ: Mapping[str, str] | None = None,
+    stdin: IO[bytes] | None = None,
 ) -> int:
     """
     Run one ``vmctl`` command and answer its exit status.
 
     :param reactor: the reactor the client's requests run on.
     :param argv: the arguments, without the program name.
-    :param out: where results go.
-    :param err: where errors and usage messages go.
+    :param out: where results go (``vmctl exec`` writes the command's stdout
+        to its ``buffer`` when it has one).
+    :param err: where errors, usage messages and progress go.
     :param environ: the environment (``os.environ`` when ``None``).
+    :param stdin: what ``vmctl exec --stdin`` sends (a pipe or terminal is
+        read as data arrives); ``None`` when there is none.
     """
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -332,7 +563,7 @@ async def run(
             return _image_build(options, out)
         client = Client(reactor, options.url, resolve_token(options))
         try:
-            code: int = await options.handler(client, options, out)
+            code: int = await options.handler(client, options, _Context(reactor, out, err, stdin))
             return code
         finally:
             await client.close()
@@ -343,8 +574,16 @@ async def run(
     except (ResponseFailed, RequestTransmissionFailed) as error:
         reasons = "; ".join(reason.getErrorMessage() for reason in error.reasons)
         err.write(f"vmctl: the connection to {options.url} failed: {reasons or 'no answer'}\n")
+    except RequestGenerationFailed as error:
+        reasons = "; ".join(reason.getErrorMessage() for reason in error.reasons)
+        err.write(f"vmctl: the request body could not be sent: {reasons}\n")
     except _Failed as error:
         err.write(f"vmctl: {error}\n")
+    except ExecInterrupted as error:
+        err.write(f"vmctl: {error}\n")
+        return 255
+    except BrokenPipeError:
+        return 141  # our stdout was closed (``| head``): quietly, like any command killed by SIGPIPE
     return 1
 
 
@@ -355,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     arguments = sys.argv[1:] if argv is None else list(argv)
 
     async def _main(reactor: Any) -> None:
-        code = await run(reactor, arguments, sys.stdout, sys.stderr)
+        code = await run(reactor, arguments, sys.stdout, sys.stderr, stdin=sys.stdin.buffer)
         if code:
             raise SystemExit(code)
 

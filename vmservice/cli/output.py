@@ -17,14 +17,18 @@ from ..client import ApiError
 from ..durations import format_go_duration
 
 __all__ = [
+    "FS_HEADERS",
     "GROUP_HEADERS",
     "NODE_HEADERS",
+    "format_entry",
     "format_error",
     "format_health",
     "format_info",
     "format_json",
+    "format_progress",
     "format_table",
     "format_time",
+    "entry_rows",
     "group_rows",
     "human_size",
     "node_rows",
@@ -32,6 +36,9 @@ __all__ = [
 
 #: Columns of ``vmctl list``.
 NODE_HEADERS = ("HOSTNAME", "GROUP", "STATUS", "IP", "CPUS", "RAM", "CREATED", "TAGS")
+
+#: Columns of ``vmctl fs ls``.
+FS_HEADERS = ("MODE", "TYPE", "SIZE", "MODIFIED", "NAME")
 
 #: Columns of ``vmctl groups``.
 GROUP_HEADERS = ("NAME", "COUNT", "CPUS", "RAM", "GPUS", "ARCH")
@@ -164,3 +171,38 @@ def format_error(error: ApiError) -> str:
 def format_json(value: Any) -> str:
     """``value`` as indented JSON ending in a newline, for ``--json``."""
     return json.dumps(value, indent=2) + "\n"
+
+
+def entry_rows(entries: Iterable[dict[str, Any]]) -> list[list[str]]:
+    """
+    The cells of ``vmctl fs ls`` (see :data:`FS_HEADERS`) for FsEntry
+    objects: sizes in exact bytes (``ls -l`` style, so scripts can add them
+    up) and times in UTC to the second.
+    """
+    return [
+        [
+            str(entry.get("mode", "")),
+            str(entry.get("type", "")),
+            str(entry.get("size", "")),
+            format_time(entry.get("mtime")),
+            str(entry.get("name", "")),
+        ]
+        for entry in entries
+    ]
+
+
+def format_entry(entry: dict[str, Any]) -> str:
+    """An FsEntry as aligned ``key  value`` lines, for ``vmctl fs stat``."""
+    return _listing(list(zip(("mode", "type", "size", "modified", "name"), entry_rows([entry])[0])))
+
+
+def format_progress(done: int, total: int | None, seconds: float) -> str:
+    """
+    A progress line: bytes so far (of ``total`` and the percentage when it is
+    known) and the mean rate, in binary units: ``12.5M / 100M  12%  3.1M/s``.
+    """
+    rate = human_size(int(done / seconds)) + "/s" if seconds > 0 else "-"
+    if total is None:
+        return f"{human_size(done)}  {rate}"
+    percent = 100 if total <= 0 else min(100, done * 100 // total)
+    return f"{human_size(done)} / {human_size(total)}  {percent}%  {rate}"

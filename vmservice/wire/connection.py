@@ -145,7 +145,12 @@ class Connection:
             raise ValueError(f"nonce must be {NONCE_SIZE} bytes, not all zero")
         self.role = role
         self.nonce = nonce
-        self._buffer = bytearray()
+        # Input not parsed yet: the chunks as received (never copied together
+        # except around a frame that spans two), the bytes of the first already
+        # consumed, and the unconsumed total.
+        self._chunks: Deque[bytes] = collections.deque()
+        self._offset = 0
+        self._size = 0
         self._pending: Deque[Event] = collections.deque()
         self._hunting = True
         self._error: Optional[str] = None
@@ -198,7 +203,7 @@ class Connection:
         starts with the offending frame; a guest that resynchronises feeds it (minus
         its first byte) to a fresh connection, which hunts for the next HELLO.
         """
-        return bytes(self._buffer)
+        return self._slice(0, self._size)
 
     @property
     def open_streams(self) -> frozenset[int]:
@@ -257,8 +262,42 @@ class Connection:
         transport's business (the host drops the connection, the guest starts a new
         :class:`Connection`), so ``b""`` is simply nothing.
         """
-        if self._error is None:
-            self._buffer += data
+        if self._error is None and data:
+            self._chunks.append(bytes(data))
+            self._size += len(data)
+
+    def _slice(self, start: int, end: int) -> bytes:
+        """
+        Unconsumed input from ``start`` to ``end`` (``end <= self._size``), not
+        consumed: one copy, or none when it is a whole received chunk.
+        """
+        chunks = self._chunks
+        if start == end:
+            return b""
+        first = chunks[0]
+        begin, finish = self._offset + start, self._offset + end
+        if finish <= len(first):
+            return first if begin == 0 and finish == len(first) else first[begin:finish]
+        parts = []
+        for chunk in chunks:
+            if begin < len(chunk):
+                parts.append(chunk[begin:finish])
+            begin = max(0, begin - len(chunk))
+            finish -= len(chunk)
+            if finish <= 0:
+                break
+        return b"".join(parts)
+
+    def _discard(self, count: int) -> None:
+        """
+        Consume ``count`` bytes of input (at most ``self._size``).
+        """
+        self._size -= count
+        chunks = self._chunks
+        offset = self._offset + count
+        while chunks and offset >= len(chunks[0]):
+            offset -= len(chunks.popleft())
+        self._offset = offset
 
     def next_event(self) -> Union[Event, Sentinel]:
         """
@@ -284,44 +323,48 @@ class Connection:
                 return self._pending.popleft()
             if self._hunting and not self._hunt():
                 return NEED_DATA
-            buffer = self._buffer
-            if len(buffer) < HEADER_SIZE:
+            if self._size < HEADER_SIZE:
                 return NEED_DATA
-            length, frame_type, flags, stream_id = parse_header(buffer[:HEADER_SIZE])
+            length, frame_type, flags, stream_id = parse_header(self._slice(0, HEADER_SIZE))
             end = HEADER_SIZE + length
-            if len(buffer) < end:
+            if self._size < end:
                 return NEED_DATA
-            with memoryview(buffer) as view:
-                payload = bytes(view[HEADER_SIZE:end])
+            payload = self._slice(HEADER_SIZE, end)
             if self._hunting:
                 try:
                     event = decode_frame(frame_type, flags, stream_id, payload)
                 except RemoteProtocolError:
                     # Garbage that happens to contain the signature: keep looking.
-                    del buffer[:1]
+                    self._discard(1)
                     continue
             else:
                 event = decode_frame(frame_type, flags, stream_id, payload)
             self._handle_received(event)
-            del buffer[:end]
+            self._discard(end)
             self._hunting = False
 
     def _hunt(self) -> bool:
         """
         Skip input up to the next HELLO frame; return whether one starts the buffer.
         """
-        buffer = self._buffer
+        # Rare (until the first HELLO): look at all the input as one piece.
+        data = self._slice(0, self._size)
+        self._chunks.clear()
+        self._offset = 0
+        if data:
+            self._chunks.append(data)
+        start = 0
         while True:
-            at = buffer.find(HELLO_SIGNATURE, HELLO_SIGNATURE_OFFSET)
+            at = data.find(HELLO_SIGNATURE, start + HELLO_SIGNATURE_OFFSET)
             if at < 0:
                 keep = len(HELLO_SIGNATURE) + HELLO_SIGNATURE_OFFSET - 1
-                if len(buffer) > keep:
-                    del buffer[: len(buffer) - keep]
+                self._discard(max(0, self._size - keep))
                 return False
-            del buffer[: at - HELLO_SIGNATURE_OFFSET]
-            if int.from_bytes(buffer[:4], "big") <= MAX_PAYLOAD:
+            start = at - HELLO_SIGNATURE_OFFSET
+            if int.from_bytes(data[start : start + 4], "big") <= MAX_PAYLOAD:
+                self._discard(start)
                 return True
-            del buffer[:1]
+            start += 1
 
     def _handle_received(self, event: Event) -> None:
         """
