@@ -277,3 +277,39 @@ class ExecTests(SharedGuestTestCase):
             thread.join(60)
         self.assertEqual(results, {i: f"{i}\n".encode() for i in range(4)})
         self.assertLess(time.monotonic() - started, 3.5)
+
+    def rss(self) -> int:
+        """The daemon's resident memory in bytes."""
+        assert self.daemon.process is not None
+        with open(f"/proc/{self.daemon.process.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
+    def test_slow_reader_slows_the_guest(self) -> None:
+        """
+        A client that stops reading holds the guest process back instead of
+        growing the daemon's memory; all the output still arrives afterwards.
+        """
+        size = 48 * 1024 * 1024
+        call = RawExec(self.daemon.port, [("cmd", f"head -c {size} /dev/zero | tr '\\\\0' a")])
+        try:
+            records = call.records()
+            self.assertEqual(next(records)["type"], "started")
+            before = self.rss()
+            # Long enough for the guest to push all 48 MiB through the channel
+            # (about 8 MB/s here) if nothing held it back.
+            time.sleep(10)
+            grown = self.rss() - before
+            received = 0
+            last: dict[str, Any] = {}
+            for record in records:
+                if record["type"] == "stdout":
+                    received += len(record["data"])
+                last = record
+        finally:
+            call.close()
+        self.assertLess(grown, 32 * 1024 * 1024)
+        self.assertEqual(received, size)
+        self.assertEqual((last["type"], last["exit_code"]), ("exit", 0))
