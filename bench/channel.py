@@ -4,7 +4,9 @@ Channel benchmark (exec and raw-channel parts): in one run, side by side,
 - the raw agent channel of a bare QEMU guest driven in-process by
   :class:`~vmservice.agent.client.AgentClient`: ping round trip, and the
   ``echo`` stream's throughput for N bytes;
-- exec ``true`` latency straight on that agent channel (one stream each);
+- exec ``true`` latency straight on that agent channel (one stream each),
+  and of ``/bin/true`` without a shell (the agent's own cost: bash alone takes
+  ~100 ms to start under TCG);
 - exec ``true`` latency through the daemon's HTTP API
   (``POST /vm/demo-1/exec?cmd=true``, whole NDJSON response read).
 
@@ -196,6 +198,16 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
             agent_exec.append(time.monotonic() - started)
             if outcome.exit_code != 0:
                 raise RuntimeError(f"exec true failed: {outcome}")
+        # Without a shell: the agent's own cost, apart from bash's start-up (a
+        # dynamically linked program takes ~100 ms to start under TCG; busybox
+        # is static).
+        agent_exec_direct = []
+        for _ in range(options.rounds):
+            started = time.monotonic()
+            outcome = await run_collected(client, ExecRequest(cmd="/bin/true", shell=""), reactor)
+            agent_exec_direct.append(time.monotonic() - started)
+            if outcome.exit_code != 0:
+                raise RuntimeError(f"exec /bin/true failed: {outcome}")
 
         def api_exec() -> float:
             started = time.monotonic()
@@ -223,6 +235,7 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
         "raw_round_trip_s": raw,
         "raw_echo": {"bytes": size, "seconds": echo, "mb_per_s": size / echo / 1e6},
         "exec_true_agent_s": percentiles(agent_exec),
+        "exec_true_no_shell_agent_s": percentiles(agent_exec_direct),
         "exec_true_api_s": api_p,
         "ratio_exec_api_p50_over_raw_round_trip_p50": api_p["p50"] / raw["p50"],
         "target_ratio_exec": 2.0,
@@ -270,7 +283,8 @@ def main() -> None:
         f.write("\n")
     print(json.dumps({k: outcome[k] for k in ("raw_round_trip_s", "raw_echo", "ratio_exec_api_p50_over_raw_round_trip_p50",
                                               "cp", "ratio_cp_upload_over_raw_echo", "ratio_cp_download_over_raw_echo")}
-                     | {"exec_api_p50": outcome["exec_true_api_s"]["p50"], "exec_agent_p50": outcome["exec_true_agent_s"]["p50"]},
+                     | {"exec_api_p50": outcome["exec_true_api_s"]["p50"], "exec_agent_p50": outcome["exec_true_agent_s"]["p50"],
+                        "exec_no_shell_agent_p50": outcome["exec_true_no_shell_agent_s"]["p50"]},
                      default=str)[:2000])
 
 

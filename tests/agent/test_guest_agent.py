@@ -410,6 +410,83 @@ class LoopTests(SynchronousTestCase):
             self.loop.run_once(0.05)
         self.assertEqual(ran, ["soon", "late"])
 
+    def test_call_soon(self) -> None:
+        """
+        call_soon runs its callbacks in order at the end of the iteration, without
+        waiting for a descriptor or timer, callbacks they add included.
+        """
+        ran: list[str] = []
+        r, w = os.pipe()
+        self.addCleanup(os.close, r)
+        self.addCleanup(os.close, w)
+        self.loop.watch(r, lambda: ran.append("never"))
+        self.loop.call_soon(lambda: ran.append("first"))
+        self.loop.call_soon(lambda: (ran.append("second"), self.loop.call_soon(lambda: ran.append("third"))))
+        started = time.monotonic()
+        self.loop.run_once(5.0)
+        self.assertLess(time.monotonic() - started, 1.0)
+        self.assertEqual(ran, ["first", "second", "third"])
+
+    def test_pipe_batches_writes(self) -> None:
+        """
+        What a pipe is given during one iteration goes out at its end, in order, in
+        one vectored write of pieces no larger than virtio-serial takes per write.
+        """
+        ours, theirs = socket.socketpair()
+        self.addCleanup(ours.close)
+        self.addCleanup(theirs.close)
+        ours.setblocking(False)
+        calls: list[list[int]] = []
+        real_writev = os.writev
+
+        def writev(fd: int, buffers: list[Any]) -> int:
+            calls.append([len(b) for b in buffers])
+            return real_writev(fd, buffers)
+
+        self.patch(os, "writev", writev)
+        pipe = Pipe(self.loop, ours.fileno(), lambda data: None, lambda: None, lambda: None)
+        pipe.start()
+        pieces = [b"a" * 10, b"b" * 100_000, b"c" * 3]
+        for piece in pieces:
+            pipe.write(piece)
+        self.assertEqual(calls, [])
+        self.assertEqual(pipe.buffered, 100_013)
+        self.loop.run_once(0)
+        self.assertEqual(len(calls), 1)
+        self.assertEqual(sum(calls[0]), 100_013)
+        self.assertLessEqual(max(calls[0]), agent.WRITE_BUFFER_SIZE)
+        got = b""
+        while len(got) < 100_013:
+            got += theirs.recv(1 << 20)
+        self.assertEqual(got, b"".join(pieces))
+
+    def test_pipe_reads_all_buffers_at_once(self) -> None:
+        """
+        Everything readable arrives as one batch, read with vectored reads of
+        page-sized buffers.
+        """
+        ours, theirs = socket.socketpair()
+        self.addCleanup(ours.close)
+        self.addCleanup(theirs.close)
+        ours.setblocking(False)
+        received: list[bytes] = []
+        pipe = Pipe(self.loop, ours.fileno(), received.append, lambda: None, lambda: None)
+        pipe.start()
+        payload = os.urandom(3 * agent.READ_BUFFER_SIZE + 100)
+        theirs.sendall(payload)
+        self.loop.run_once(1.0)
+        self.assertEqual(received, [payload])
+        self.assertIs(type(received[0]), bytes)
+
+    def test_tune_allocator(self) -> None:
+        """
+        The allocator is tuned through mallopt, unless GLIBC_TUNABLES already set
+        both thresholds at start.
+        """
+        set_both = "glibc.malloc.trim_threshold=1:glibc.malloc.mmap_threshold=2"
+        self.assertFalse(agent.tune_allocator({"GLIBC_TUNABLES": set_both}))
+        self.assertTrue(agent.tune_allocator({"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=1"}))
+
     def test_pipe(self) -> None:
         """
         A pipe buffers what the socket does not take (EAGAIN), reports when it

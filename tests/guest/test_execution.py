@@ -76,6 +76,14 @@ class CodecTests(SynchronousTestCase):
         with self.assertRaises(RecordError):
             encode_record(STDOUT, bytes(execution.MAX_RECORD_PAYLOAD + 1))
 
+    @given(st.integers(min_value=0, max_value=2**22), st.integers(min_value=-255, max_value=511),
+           st.one_of(st.none(), st.sampled_from(["SIGKILL", "SIGTERM", "SIG64"]), st.text(max_size=8)))
+    def test_fast_control_records(self, pid: int, exit_code: int, signal_name: str | None) -> None:
+        """STARTED and EXIT built without json are byte for byte the json-encoded records."""
+        self.assertEqual(execution.started_record(pid), execution.encode_json_record(execution.STARTED, {"pid": pid}))
+        self.assertEqual(execution.exit_record(exit_code, signal_name),
+                         execution.encode_json_record(EXIT, {"exit_code": exit_code, "signal": signal_name}))
+
     def test_json_payload(self) -> None:
         """Control records carry a JSON object; anything else is an error."""
         record = next(RecordDecoder().feed(execution.encode_json_record(EXIT, {"exit_code": 1})))

@@ -102,6 +102,32 @@ def encode_json_record(kind: int, value: Mapping[str, Any]) -> bytes:
     return encode_record(kind, json.dumps(value, separators=(",", ":")).encode("utf-8"))
 
 
+def started_record(pid: int) -> bytes:
+    """
+    The ``STARTED`` record: byte for byte what :func:`encode_json_record` makes of
+    ``{"pid": pid}``, without :mod:`json` (about 0.4 ms a call under TCG, on the
+    path of every exec).
+    """
+    return encode_record(STARTED, b'{"pid":%d}' % pid)
+
+
+def exit_record(exit_code: int, signal_name: Optional[str]) -> bytes:
+    """
+    The ``EXIT`` record: byte for byte what :func:`encode_json_record` makes of
+    ``{"exit_code": exit_code, "signal": signal_name}``, without :mod:`json`.
+
+    :param signal_name: a signal's name (``SIGKILL``, ``SIG64``: ASCII letters
+        and digits only), or ``None``.
+    """
+    if signal_name is None:
+        name = b"null"
+    elif signal_name.isascii() and signal_name.isalnum():
+        name = b'"%s"' % signal_name.encode("ascii")
+    else:
+        return encode_json_record(EXIT, {"exit_code": exit_code, "signal": signal_name})
+    return encode_record(EXIT, b'{"exit_code":%d,"signal":%s}' % (exit_code, name))
+
+
 @dataclass(frozen=True)
 class Record:
     """
@@ -579,7 +605,7 @@ class ExecHandler(StreamHandler):
             os.set_blocking(fd, False)
         if self._stdin >= 0:
             os.set_blocking(self._stdin, False)
-        self.stream.write(encode_json_record(STARTED, {"pid": pid}))
+        self.stream.write(started_record(pid))
         self._watch_outputs()
 
     @staticmethod
@@ -733,10 +759,10 @@ class ExecHandler(StreamHandler):
                 name: Optional[str] = signal.Signals(number).name
             except ValueError:
                 name = f"SIG{number}"
-            record = {"exit_code": 128 + number, "signal": name}
+            record = exit_record(128 + number, name)
         else:
-            record = {"exit_code": os.waitstatus_to_exitcode(status), "signal": None}
-        self.stream.write(encode_json_record(EXIT, record))
+            record = exit_record(os.waitstatus_to_exitcode(status), None)
+        self.stream.write(record)
         self.stream.end()
 
     def _signal_group(self, number: int) -> None:
