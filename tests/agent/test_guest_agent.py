@@ -478,15 +478,6 @@ class LoopTests(SynchronousTestCase):
         self.assertEqual(received, [payload])
         self.assertIs(type(received[0]), bytes)
 
-    def test_tune_allocator(self) -> None:
-        """
-        The allocator is tuned through mallopt, unless GLIBC_TUNABLES already set
-        both thresholds at start.
-        """
-        set_both = "glibc.malloc.trim_threshold=1:glibc.malloc.mmap_threshold=2"
-        self.assertFalse(agent.tune_allocator({"GLIBC_TUNABLES": set_both}))
-        self.assertTrue(agent.tune_allocator({"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=1"}))
-
     def test_pipe(self) -> None:
         """
         A pipe buffers what the socket does not take (EAGAIN), reports when it

@@ -152,46 +152,6 @@ def find_port(name: str = PORT_NAME, sysfs: str = SYSFS_PORTS, dev: str = "/dev"
     return None
 
 
-# -- the C allocator ---------------------------------------------------------------------
-
-#: When the agent tunes the C allocator (:func:`tune_allocator`): after start-up, so
-#: that the import it needs never delays the first HELLO.
-ALLOCATOR_TUNING_DELAY = 1.0
-#: glibc's ``M_TRIM_THRESHOLD`` and ``M_MMAP_THRESHOLD`` (``<malloc.h>``).
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-#: Free memory glibc keeps instead of giving it back to the kernel, and the size
-#: from which it maps a block of its own.
-ALLOCATOR_KEEP = 64 * 1024 * 1024
-ALLOCATOR_MMAP_FROM = 32 * 1024 * 1024
-
-
-def tune_allocator(environ: Mapping[str, str] = os.environ) -> bool:
-    """
-    Make glibc keep freed memory instead of returning it to the kernel at once;
-    return whether the allocator was tuned.
-
-    Moving a stream's bytes allocates and frees buffers of 64 KiB to 1 MiB all the
-    time.  With glibc's defaults each of them comes from pages the kernel must fault
-    in and zero again: under TCG an echo of 32 MiB took 25,000 page faults and more
-    CPU time in the kernel than in Python.  With these two thresholds raised (what
-    ``GLIBC_TUNABLES=glibc.malloc.trim_threshold=...:glibc.malloc.mmap_threshold=...``
-    would do at start) it took a few hundred, and the agent's CPU time for it fell
-    by a third (echo 8 -> 11 MB/s).  Nothing is done when ``GLIBC_TUNABLES`` already
-    sets them, or without :mod:`ctypes` or glibc.
-    """
-    tunables = environ.get("GLIBC_TUNABLES", "")
-    if "glibc.malloc.trim_threshold" in tunables and "glibc.malloc.mmap_threshold" in tunables:
-        return False
-    try:
-        import ctypes  # about 70 ms under TCG, hence not at start-up
-
-        mallopt = ctypes.CDLL(None).mallopt
-    except (ImportError, OSError, AttributeError):
-        return False
-    return bool(mallopt(_M_TRIM_THRESHOLD, ALLOCATOR_KEEP)) and bool(mallopt(_M_MMAP_THRESHOLD, ALLOCATOR_MMAP_FROM))
-
-
 # -- the event loop --------------------------------------------------------------------
 
 
@@ -1186,7 +1146,6 @@ def main(argv: Optional[list[str]] = None) -> None:
     signal.signal(signal.SIGTERM, terminate)
     signal.signal(signal.SIGINT, terminate)
     server.start()
-    loop.call_later(ALLOCATOR_TUNING_DELAY, tune_allocator)
     print(f"vmservice-agent: ready on {where}", flush=True)
     try:
         loop.run()
