@@ -47,7 +47,7 @@ from vmservice.client import (
     is_unix_socket,
     socket_path,
 )
-from vmservice.guest.execution import ERROR, EXIT, REJECTED, STARTED, STDERR, STDOUT, encode_json_record, encode_record
+from vmservice.wire.payloads import ERROR, EXIT, REJECTED, STARTED, STDERR, STDOUT, encode_json_record, encode_record
 from vmservice.metrics import Metrics
 
 TOKEN = "client-test-token"

@@ -25,7 +25,7 @@ from vmservice.agent.copying import (
 )
 from vmservice.agent.mux import StreamReset
 from vmservice.errors import AgentNotConnected, BadRequest, Internal, NotFound, NotSupported
-from vmservice.guest.copying import encode_head
+from vmservice.wire.payloads import encode_head
 from vmservice.wire import ResetCode
 
 

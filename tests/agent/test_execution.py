@@ -17,7 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.agent.execution import ExecRejected, ExecRequest, run_collected, start_exec
 from vmservice.agent.mux import StreamReset
-from vmservice.guest.execution import (
+from vmservice.wire.payloads import (
     ERROR,
     EXIT,
     REJECTED,

@@ -26,7 +26,7 @@ from vmservice.api.app import Api
 from vmservice.api.copying import CopyApi, name_header, streams_cp_body
 from vmservice.api.streaming import StreamingSite
 from vmservice.errors import AgentNotConnected, Conflict, NotFound
-from vmservice.guest.copying import encode_head
+from vmservice.wire.payloads import encode_head
 from vmservice.metrics import Metrics
 from vmservice.wire import ResetCode
 

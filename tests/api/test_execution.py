@@ -22,7 +22,7 @@ from vmservice.api.app import Api
 from vmservice.api.execution import ExecApi, streams_exec_body
 from vmservice.api.streaming import StreamingSite
 from vmservice.errors import AgentNotConnected, NotFound
-from vmservice.guest.execution import ERROR, EXIT, REJECTED, STARTED, STDERR, STDOUT, encode_json_record, encode_record
+from vmservice.wire.payloads import ERROR, EXIT, REJECTED, STARTED, STDERR, STDOUT, encode_json_record, encode_record
 from vmservice.metrics import Metrics
 from vmservice.wire import ResetCode
 

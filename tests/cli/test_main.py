@@ -21,7 +21,7 @@ from vmservice.cli import copying
 from vmservice.cli import main as cli
 from vmservice.cli.main import _Failed, create_body, exit_status, parse_args, resolve_token, run
 from vmservice.client import DEFAULT_URL, ExecRecord
-from vmservice.guest.execution import ERROR, EXIT, STARTED, STDERR, STDOUT, encode_json_record, encode_record
+from vmservice.wire.payloads import ERROR, EXIT, STARTED, STDERR, STDOUT, encode_json_record, encode_record
 
 
 def parse(*argv: str, **environ: str) -> Any:

@@ -28,6 +28,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.wire.pair import drain
 from vmservice.guest import agent
 from vmservice.guest import copying as cp
+from vmservice.wire import payloads
 from vmservice.guest.agent import AgentContext, Loop, Session
 from vmservice.guest.filesystem import FsError
 from vmservice.wire import Connection, Data, HalfClose, Open, Reset, ResetCode, Role
@@ -144,12 +145,12 @@ class SafetyTests(SynchronousTestCase):
 
     def test_head_codec(self) -> None:
         """A head is decoded only once complete, and says how many bytes it took."""
-        head = cp.encode_head({"ok": True, "result": {"n": 1}})
+        head = payloads.encode_head({"ok": True, "result": {"n": 1}})
         for cut in range(len(head)):
-            self.assertIsNone(cp.decode_head(head[:cut]))
-        self.assertEqual(cp.decode_head(head + b"rest"), ({"ok": True, "result": {"n": 1}}, len(head)))
+            self.assertIsNone(payloads.decode_head(head[:cut]))
+        self.assertEqual(payloads.decode_head(head + b"rest"), ({"ok": True, "result": {"n": 1}}, len(head)))
         with self.assertRaises(ValueError):
-            cp.decode_head(b"\x7f\xff\xff\xff")
+            payloads.decode_head(b"\x7f\xff\xff\xff")
 
 
 class UploadTests(SynchronousTestCase):
@@ -328,7 +329,7 @@ class DownloadTests(SynchronousTestCase):
     def run_download(self, path: str, mode: str) -> tuple[dict[str, Any], bytes]:
         out = bytearray()
         cp.download(path, mode, out.extend)
-        decoded = cp.decode_head(bytes(out))
+        decoded = payloads.decode_head(bytes(out))
         assert decoded is not None
         head, used = decoded
         return head, bytes(out[used:])
@@ -510,7 +511,7 @@ class HandlerTests(SynchronousTestCase):
         self.assertLessEqual(handler._bridge._out_size, cp.BRIDGE_HIGH_WATER + cp.CHUNK)
         self.session.data_received(self.host.acknowledge_received_data(stream_id, received))
         rest, how = self.run_stream(stream_id)
-        decoded = cp.decode_head(bytes(first) + rest)
+        decoded = payloads.decode_head(bytes(first) + rest)
         assert decoded is not None
         head, used = decoded
         self.assertEqual((how, head["result"]["size"]), ("end", 3 << 20))
@@ -520,14 +521,14 @@ class HandlerTests(SynchronousTestCase):
         """A missing path is an error head, then HALF_CLOSE."""
         stream_id = self.open(op="cp-download", path=os.path.join(self.root, "none"), mode="tar")
         out, how = self.run_stream(stream_id)
-        decoded = cp.decode_head(out)
+        decoded = payloads.decode_head(out)
         assert decoded is not None
         self.assertEqual((decoded[0]["error"], how), ("not_found", "end"))
 
     def test_download_failure_resets(self) -> None:
         """A failure after the head resets the stream with INTERNAL_ERROR."""
         def failing(path: str, mode: str, write: Callable[[bytes], None]) -> None:
-            write(cp.encode_head({"ok": True, "result": {}}))
+            write(payloads.encode_head({"ok": True, "result": {}}))
             raise cp.CopyFailed("disk on fire")
 
         self.patch(cp, "download", failing)
@@ -543,7 +544,7 @@ class HandlerTests(SynchronousTestCase):
 
         def slow(path: str, mode: str, write: Callable[[bytes], None]) -> None:
             release.wait(10)
-            write(cp.encode_head({"ok": True, "result": {}}))
+            write(payloads.encode_head({"ok": True, "result": {}}))
 
         self.patch(cp, "download", slow)
         self.patch(agent, "system_uptime_ns", lambda path: 1)

@@ -21,18 +21,9 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.wire.pair import drain
 from vmservice.guest import agent, execution
 from vmservice.guest.agent import AgentContext, Loop, Session
-from vmservice.guest.execution import (
-    EXIT,
-    RECORD_TYPES,
-    STDOUT,
-    ExecSpec,
-    BadExecHeader,
-    RecordDecoder,
-    RecordError,
-    encode_record,
-    resolve_cwd,
-    shell_quote,
-)
+from vmservice.guest.execution import BadExecHeader, ExecSpec, resolve_cwd, shell_quote
+from vmservice.wire import payloads
+from vmservice.wire.payloads import EXIT, RECORD_TYPES, STDOUT, RecordDecoder, RecordError, encode_record
 from vmservice.wire import Connection, ResetCode, Role
 from vmservice.wire.events import Data, HalfClose, Open, Reset
 
@@ -74,24 +65,24 @@ class CodecTests(SynchronousTestCase):
         with self.assertRaises(RecordError):
             list(RecordDecoder().feed(b"\x02\x7f\xff\xff\xff"))
         with self.assertRaises(RecordError):
-            encode_record(STDOUT, bytes(execution.MAX_RECORD_PAYLOAD + 1))
+            encode_record(STDOUT, bytes(payloads.MAX_RECORD_PAYLOAD + 1))
 
     @given(st.integers(min_value=0, max_value=2**22), st.integers(min_value=-255, max_value=511),
            st.one_of(st.none(), st.sampled_from(["SIGKILL", "SIGTERM", "SIG64"]), st.text(max_size=8)))
     def test_fast_control_records(self, pid: int, exit_code: int, signal_name: str | None) -> None:
         """STARTED and EXIT built without json are byte for byte the json-encoded records."""
-        self.assertEqual(execution.started_record(pid), execution.encode_json_record(execution.STARTED, {"pid": pid}))
-        self.assertEqual(execution.exit_record(exit_code, signal_name),
-                         execution.encode_json_record(EXIT, {"exit_code": exit_code, "signal": signal_name}))
+        self.assertEqual(payloads.started_record(pid), payloads.encode_json_record(payloads.STARTED, {"pid": pid}))
+        self.assertEqual(payloads.exit_record(exit_code, signal_name),
+                         payloads.encode_json_record(EXIT, {"exit_code": exit_code, "signal": signal_name}))
 
     def test_json_payload(self) -> None:
         """Control records carry a JSON object; anything else is an error."""
-        record = next(RecordDecoder().feed(execution.encode_json_record(EXIT, {"exit_code": 1})))
+        record = next(RecordDecoder().feed(payloads.encode_json_record(EXIT, {"exit_code": 1})))
         self.assertEqual(record.json(), {"exit_code": 1})
         with self.assertRaises(RecordError):
-            execution.Record(EXIT, b"[1]").json()
+            payloads.Record(EXIT, b"[1]").json()
         with self.assertRaises(RecordError):
-            execution.Record(EXIT, b"{").json()
+            payloads.Record(EXIT, b"{").json()
 
 
 class HelperTests(SynchronousTestCase):
@@ -205,7 +196,7 @@ class HandlerTests(SynchronousTestCase):
     def test_echo_and_exit_code(self) -> None:
         """stdout and stderr come back in order, then the exit code."""
         records, _ = self.run_stream(self.open(cmd="echo hi; echo err >&2; exit 5"))
-        self.assertEqual(records[0][0], execution.STARTED)
+        self.assertEqual(records[0][0], payloads.STARTED)
         self.assertEqual(self.output(records), b"hi\n")
         self.assertEqual(self.output(records, execution.STDERR), b"err\n")
         self.assertEqual(records[-1], (EXIT, {"exit_code": 5, "signal": None}))

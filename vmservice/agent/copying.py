@@ -28,7 +28,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ..errors import AgentNotConnected, BadRequest, Internal, NotSupported, ServiceError
-from ..guest.copying import decode_head
+from ..wire.payloads import decode_head
 from ..wire import ResetCode
 from .execution import AgentWithStreams
 from .filesystem import parse_reply

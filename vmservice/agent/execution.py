@@ -22,7 +22,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from vmservice.agent.mux import AgentStream
-from vmservice.guest.execution import (
+from vmservice.wire.payloads import (
     ERROR,
     EXIT,
     REJECTED,

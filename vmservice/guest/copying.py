@@ -64,7 +64,6 @@ import json
 import os
 import posixpath
 import stat
-import struct
 import threading
 from typing import Any, Callable, Deque, Iterable, Iterator, Mapping, Optional
 
@@ -72,6 +71,7 @@ from vmservice.guest.agent import GuestStream, StreamHandler
 from vmservice.guest.filesystem import ERROR_KINDS as FS_ERROR_KINDS
 from vmservice.guest.filesystem import FsError, error_from_os, resolve_path
 from vmservice.wire.errors import ResetCode
+from vmservice.wire.payloads import encode_head
 
 #: Copy modes.
 MODES = ("binary", "tar")
@@ -89,10 +89,6 @@ CHUNK = 256 * 1024
 BRIDGE_HIGH_WATER = 512 * 1024
 #: ... and the loop stops moving output to the stream beyond this much pending.
 PENDING_HIGH_WATER = 256 * 1024
-#: ``length u32`` of a download's head.
-_HEAD = struct.Struct(">I")
-#: Largest head the host accepts.
-MAX_HEAD = 64 * 1024
 
 
 class _Cancelled(Exception):
@@ -101,35 +97,6 @@ class _Cancelled(Exception):
 
 class CopyFailed(Exception):
     """A failure after a download's head: the stream is reset."""
-
-
-def encode_head(reply: Mapping[str, Any]) -> bytes:
-    """
-    A download head: ``length u32 | compact JSON``.
-    """
-    body = json.dumps(reply, separators=(",", ":")).encode("utf-8")
-    return _HEAD.pack(len(body)) + body
-
-
-def decode_head(buffer: bytes) -> Optional[tuple[dict[str, Any], int]]:
-    """
-    The head at the start of ``buffer`` and the bytes it takes, or ``None``
-    while it is incomplete.
-
-    :raises ValueError: the head is longer than :data:`MAX_HEAD` or not a JSON object.
-    """
-    if len(buffer) < _HEAD.size:
-        return None
-    (length,) = _HEAD.unpack_from(buffer)
-    if length > MAX_HEAD:
-        raise ValueError(f"head of {length} bytes is too large")
-    end = _HEAD.size + length
-    if len(buffer) < end:
-        return None
-    value = json.loads(bytes(buffer[_HEAD.size:end]))
-    if not isinstance(value, dict):
-        raise ValueError("head is not a JSON object")
-    return value, end
 
 
 def error_reply(error: FsError) -> dict[str, Any]:
@@ -935,14 +902,11 @@ class DownloadHandler(_CopyHandler):
 __all__ = [
     "CHUNK",
     "ERROR_KINDS",
-    "MAX_HEAD",
     "MODES",
     "CopyFailed",
     "DownloadHandler",
     "UploadHandler",
-    "decode_head",
     "download",
-    "encode_head",
     "error_reply",
     "link_target_inside",
     "make_directories",

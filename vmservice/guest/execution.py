@@ -42,28 +42,23 @@ client went away) kills the process group: SIGTERM, then SIGKILL after
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
-import struct
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from vmservice.guest.agent import GuestStream, StreamHandler, Timer
+from vmservice.wire.payloads import (
+    ERROR,
+    REJECTED,
+    STDERR,
+    STDOUT,
+    encode_json_record,
+    encode_record,
+    exit_record,
+    started_record,
+)
 
-#: Record types.
-STARTED = 1
-STDOUT = 2
-STDERR = 3
-EXIT = 4
-ERROR = 5
-REJECTED = 6
-RECORD_TYPES = frozenset({STARTED, STDOUT, STDERR, EXIT, ERROR, REJECTED})
-
-#: ``type u8 | length u32``.
-_RECORD_HEADER = struct.Struct(">BI")
-#: Largest payload a decoder accepts (the agent sends at most :data:`READ_SIZE`).
-MAX_RECORD_PAYLOAD = 1024 * 1024
 #: Bytes read from a child's pipe at a time: one record at most.
 READ_SIZE = 64 * 1024
 #: The handler stops reading the child's pipes while this much output waits
@@ -73,122 +68,6 @@ PENDING_HIGH_WATER = 256 * 1024
 KILL_GRACE = 0.5
 #: PATH of a process whose request does not set one.
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-class RecordError(ValueError):
-    """
-    The record stream does not parse: unknown type or an oversized payload.
-    """
-
-
-def encode_record(kind: int, payload: bytes = b"") -> bytes:
-    """
-    One record: ``type u8 | length u32 | payload``.
-
-    :param kind: one of :data:`RECORD_TYPES`.
-    :param payload: the bytes (JSON for control records).
-    """
-    if kind not in RECORD_TYPES:
-        raise RecordError(f"unknown record type {kind}")
-    if len(payload) > MAX_RECORD_PAYLOAD:
-        raise RecordError(f"record payload of {len(payload)} bytes is too large")
-    return _RECORD_HEADER.pack(kind, len(payload)) + payload
-
-
-def encode_json_record(kind: int, value: Mapping[str, Any]) -> bytes:
-    """
-    A control record whose payload is compact JSON.
-    """
-    return encode_record(kind, json.dumps(value, separators=(",", ":")).encode("utf-8"))
-
-
-def started_record(pid: int) -> bytes:
-    """
-    The ``STARTED`` record: byte for byte what :func:`encode_json_record` makes of
-    ``{"pid": pid}``, without :mod:`json` (about 0.4 ms a call under TCG, on the
-    path of every exec).
-    """
-    return encode_record(STARTED, b'{"pid":%d}' % pid)
-
-
-def exit_record(exit_code: int, signal_name: Optional[str]) -> bytes:
-    """
-    The ``EXIT`` record: byte for byte what :func:`encode_json_record` makes of
-    ``{"exit_code": exit_code, "signal": signal_name}``, without :mod:`json`.
-
-    :param signal_name: a signal's name (``SIGKILL``, ``SIG64``: ASCII letters
-        and digits only), or ``None``.
-    """
-    if signal_name is None:
-        name = b"null"
-    elif signal_name.isascii() and signal_name.isalnum():
-        name = b'"%s"' % signal_name.encode("ascii")
-    else:
-        return encode_json_record(EXIT, {"exit_code": exit_code, "signal": signal_name})
-    return encode_record(EXIT, b'{"exit_code":%d,"signal":%s}' % (exit_code, name))
-
-
-@dataclass(frozen=True)
-class Record:
-    """
-    One decoded record.
-
-    :ivar kind: its type.
-    :ivar payload: its bytes.
-    """
-
-    kind: int
-    payload: bytes
-
-    def json(self) -> dict[str, Any]:
-        """
-        The payload of a control record as a JSON object.
-
-        :raises RecordError: if it is not one.
-        """
-        try:
-            value = json.loads(self.payload)
-        except ValueError:
-            raise RecordError("record payload is not JSON") from None
-        if not isinstance(value, dict):
-            raise RecordError("record payload is not a JSON object")
-        return value
-
-
-class RecordDecoder:
-    """
-    Incremental decoder: feed bytes in any fragmentation, take whole records out.
-    """
-
-    def __init__(self) -> None:
-        self._buffer = bytearray()
-
-    def feed(self, data: bytes) -> Iterator[Record]:
-        """
-        Add ``data`` and yield every record it completes.
-
-        :raises RecordError: on an unknown type or an oversized length.
-        """
-        self._buffer += data
-        while len(self._buffer) >= _RECORD_HEADER.size:
-            kind, length = _RECORD_HEADER.unpack_from(self._buffer)
-            if kind not in RECORD_TYPES:
-                raise RecordError(f"unknown record type {kind}")
-            if length > MAX_RECORD_PAYLOAD:
-                raise RecordError(f"record payload of {length} bytes is too large")
-            end = _RECORD_HEADER.size + length
-            if len(self._buffer) < end:
-                return
-            payload = bytes(self._buffer[_RECORD_HEADER.size:end])
-            del self._buffer[:end]
-            yield Record(kind, payload)
-
-    @property
-    def partial(self) -> int:
-        """
-        Bytes held of an incomplete record (non-zero at the end means truncation).
-        """
-        return len(self._buffer)
 
 
 # -- the request ---------------------------------------------------------------------------
@@ -786,18 +665,7 @@ class ExecHandler(StreamHandler):
 
 
 __all__ = [
-    "ERROR",
-    "EXIT",
-    "REJECTED",
-    "STARTED",
-    "STDERR",
-    "STDOUT",
     "ExecHandler",
     "ExecSpec",
-    "Record",
-    "RecordDecoder",
-    "RecordError",
-    "encode_json_record",
-    "encode_record",
     "shell_quote",
 ]
