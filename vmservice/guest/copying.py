@@ -69,7 +69,7 @@ from typing import Any, Callable, Deque, Iterable, Iterator, Mapping, Optional
 
 from vmservice.guest.agent import GuestStream, StreamHandler
 from vmservice.guest.filesystem import ERROR_KINDS as FS_ERROR_KINDS
-from vmservice.guest.filesystem import FsError, error_from_os, resolve_path
+from vmservice.guest.filesystem import FsError, error_from_os, missing_directories, resolve_path
 from vmservice.wire.errors import ResetCode
 from vmservice.wire.payloads import encode_head
 
@@ -319,24 +319,7 @@ def make_directories(path: str, uid: Optional[int] = None, gid: Optional[int] = 
 
     :raises FsError: ``not_a_directory`` when something on the way is not one.
     """
-    missing = []
-    current = os.path.normpath(path)
-    while True:
-        try:
-            status = os.stat(current)
-        except FileNotFoundError:
-            missing.append(current)
-            parent = os.path.dirname(current)
-            if parent == current:
-                break
-            current = parent
-            continue
-        except OSError as e:
-            raise error_from_os(e, current) from None
-        if not stat.S_ISDIR(status.st_mode):
-            raise FsError("not_a_directory", f"{current}: exists and is not a directory")
-        break
-    for directory in reversed(missing):
+    for directory in missing_directories(path):
         try:
             os.mkdir(directory, 0o700)
         except FileExistsError:

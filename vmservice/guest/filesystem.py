@@ -221,6 +221,38 @@ def do_readdir(path: str, cancelled: Callable[[], bool] = lambda: False) -> list
     return entries
 
 
+def missing_directories(path: str, *, itself: str = "not_a_directory") -> list[str]:
+    """
+    The directories from ``path`` up that do not exist yet, outermost first:
+    what ``mkdir -p path`` would make.
+
+    :param itself: the error kind when ``path`` itself exists but is not a
+        directory (``not_a_directory`` is used for its ancestors).
+    :raises FsError: something on the way is not a directory, or cannot be
+        looked at.
+    """
+    missing = []
+    target = current = os.path.normpath(path)
+    while True:
+        try:
+            status = os.stat(current)
+        except FileNotFoundError:
+            missing.append(current)
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+            continue
+        except OSError as e:
+            raise error_from_os(e, current) from None
+        if not stat.S_ISDIR(status.st_mode):
+            kind = itself if current == target else "not_a_directory"
+            raise FsError(kind, f"{current}: exists and is not a directory")
+        break
+    missing.reverse()
+    return missing
+
+
 def do_mkdir(path: str, recursive: bool, mode: int) -> dict[str, Any]:
     """
     Make directory ``path`` with exactly ``mode`` (``chmod`` after ``mkdir``, so the
@@ -238,25 +270,8 @@ def do_mkdir(path: str, recursive: bool, mode: int) -> dict[str, Any]:
         except OSError as e:
             raise error_from_os(e, path) from None
         return _lstat_entry(path)
-    missing = []
-    current = os.path.normpath(path)
-    while True:
-        try:
-            status = os.stat(current)
-        except FileNotFoundError:
-            missing.append(current)
-            parent = os.path.dirname(current)
-            if parent == current:
-                break
-            current = parent
-            continue
-        except OSError as e:
-            raise error_from_os(e, current) from None
-        if not stat.S_ISDIR(status.st_mode):
-            kind = "exists" if current == os.path.normpath(path) else "not_a_directory"
-            raise FsError(kind, f"{current}: exists and is not a directory")
-        break
-    for index, directory in enumerate(reversed(missing)):
+    missing = missing_directories(path, itself="exists")
+    for index, directory in enumerate(missing):
         final = index == len(missing) - 1
         try:
             os.mkdir(directory, 0o700)
