@@ -32,6 +32,7 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 import vmservice
+from tests.guest.session import GuestSessionMixin
 from tests.wire.pair import drain
 from vmservice.agent.client import AgentClient, AgentRequestFailed
 from vmservice.guest import agent
@@ -40,7 +41,6 @@ from vmservice.guest.agent import (
     GuestStream,
     Loop,
     Pipe,
-    Session,
     StreamHandler,
     find_port,
     system_uptime_ns,
@@ -102,7 +102,7 @@ class Recording(StreamHandler):
         self.seen.append(("reset", code))
 
 
-class SessionTests(SynchronousTestCase):
+class SessionTests(GuestSessionMixin, SynchronousTestCase):
     """
     :class:`Session` against a host codec.
     """
@@ -112,49 +112,11 @@ class SessionTests(SynchronousTestCase):
         uptime = os.path.join(directory, "uptime")
         with open(uptime, "w") as f:
             f.write("1234.56 789.00\n")
-        self.loop = Loop()
-        self.addCleanup(self.loop.close)
         self.logged: list[str] = []
-        self.patch(agent, "_log", self.logged.append)
         self.context = AgentContext("test-1", time.monotonic_ns() - 5_000_000_000, uptime)
-        self.written = bytearray()
         self.room = True
         Recording.seen = []
-        self.session = Session(
-            self.loop,
-            self.context,
-            self.written.extend,
-            lambda: self.room,
-            {**agent.HANDLERS, "fail": Failing, "record": Recording},
-        )
-        self.host = Connection(Role.HOST, nonce=b"HOSTNONC")
-
-    def receive(self) -> list[Event]:
-        """
-        What the agent wrote since the last call, as host events.
-        """
-        self.host.receive_data(bytes(self.written))
-        self.written.clear()
-        return drain(self.host)
-
-    def send(self, *events: Event) -> None:
-        """
-        Send host events to the agent.
-        """
-        self.session.data_received(b"".join(self.host.send(e) for e in events))
-
-    def handshake(self) -> None:
-        """
-        Start the session and exchange HELLOs until both sides are established.
-        """
-        self.session.start()
-        self.send(self.host.hello("host"))
-        for _ in range(4):
-            self.receive()
-            if self.host.hello_wanted:
-                self.send(self.host.hello("host"))
-        self.assertTrue(self.host.established)
-        self.assertTrue(self.session.conn.established)
+        self.start_session({"fail": Failing, "record": Recording}, self.context, lambda: self.room, self.logged.append)
 
     def test_announces_itself(self) -> None:
         """

@@ -25,13 +25,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.wire.pair import drain
+from tests.guest.session import GuestSessionMixin
 from vmservice.guest import agent
 from vmservice.guest import copying as cp
 from vmservice.wire import payloads
-from vmservice.guest.agent import AgentContext, Loop, Session
 from vmservice.guest.filesystem import FsError
-from vmservice.wire import Connection, Data, HalfClose, Open, Reset, ResetCode, Role
+from vmservice.wire import Data, HalfClose, Open, Reset, ResetCode
 
 
 def _temp_dir(case: SynchronousTestCase) -> str:
@@ -383,33 +382,13 @@ class DownloadTests(SynchronousTestCase):
             self.assertEqual(tar.getnames(), ["one"])
 
 
-class HandlerTests(SynchronousTestCase):
+class HandlerTests(GuestSessionMixin, SynchronousTestCase):
     """Both handlers behind the agent's real session and loop."""
 
     def setUp(self) -> None:
         self.root = _temp_dir(self)
-        self.loop = Loop()
-        self.addCleanup(self.loop.close)
-        self.patch(agent, "_log", lambda message: None)
-        self.written = bytearray()
-        self.session = Session(self.loop, AgentContext("t", time.monotonic_ns()), self.written.extend, lambda: True,
-                               {**agent.HANDLERS, "cp-upload": cp.UploadHandler, "cp-download": cp.DownloadHandler})
-        self.host = Connection(Role.HOST, nonce=b"HOSTNONC")
-        self.session.start()
-        self.send(self.host.hello("host"))
-        for _ in range(4):
-            self.receive()
-            if self.host.hello_wanted:
-                self.send(self.host.hello("host"))
-        self.assertTrue(self.host.established)
-
-    def send(self, *events: Any) -> None:
-        self.session.data_received(b"".join(self.host.send(e) for e in events))
-
-    def receive(self) -> list[Any]:
-        self.host.receive_data(bytes(self.written))
-        self.written.clear()
-        return drain(self.host)
+        self.start_session({"cp-upload": cp.UploadHandler, "cp-download": cp.DownloadHandler})
+        self.handshake()
 
     def run_stream(self, stream_id: int, body: bytes = b"", acknowledge: bool = True,
                    timeout: float = 20.0) -> tuple[bytes, str]:

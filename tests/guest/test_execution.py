@@ -8,7 +8,6 @@ run in-process on the host with real child processes through a real
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shlex
 import subprocess
@@ -18,13 +17,13 @@ from typing import Any
 from hypothesis import given, strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.wire.pair import drain
-from vmservice.guest import agent, execution
-from vmservice.guest.agent import AgentContext, Loop, Session
+from tests.guest.session import GuestSessionMixin
+from vmservice.guest import execution
+from vmservice.guest.agent import AgentContext
 from vmservice.guest.execution import BadExecHeader, ExecSpec, resolve_cwd, shell_quote
 from vmservice.wire import payloads
 from vmservice.wire.payloads import EXIT, RECORD_TYPES, STDOUT, RecordDecoder, RecordError, encode_record
-from vmservice.wire import Connection, ResetCode, Role
+from vmservice.wire import ResetCode
 from vmservice.wire.events import Data, HalfClose, Open, Reset
 
 records = st.lists(st.tuples(st.sampled_from(sorted(RECORD_TYPES)), st.binary(max_size=300)), max_size=20)
@@ -127,23 +126,12 @@ class HelperTests(SynchronousTestCase):
         self.assertEqual((spec.args, spec.env, spec.umask, spec.stdin), (("a",), ("A=1",), 18, True))
 
 
-class HandlerTests(SynchronousTestCase):
+class HandlerTests(GuestSessionMixin, SynchronousTestCase):
     """:class:`ExecHandler` in a real session with real children."""
 
     def setUp(self) -> None:
-        self.loop = Loop()
-        self.addCleanup(self.loop.close)
-        self.patch(agent, "_log", lambda message: None)
-        self.written = bytearray()
-        self.session = Session(self.loop, AgentContext("t"), self.written.extend, lambda: True,
-                               {**agent.HANDLERS, "exec": execution.ExecHandler})
-        self.host = Connection(Role.HOST, nonce=b"HOSTNONC")
-        self.session.start()
-        self.send(self.host.hello("host"))
-        for _ in range(4):
-            self.receive()
-            if self.host.hello_wanted:
-                self.send(self.host.hello("host"))
+        self.start_session({"exec": execution.ExecHandler}, AgentContext("t"))
+        self.handshake()
         self.decoders: dict[int, RecordDecoder] = {}
         self.addCleanup(self._kill_leftovers)
 
@@ -153,14 +141,6 @@ class HandlerTests(SynchronousTestCase):
             if isinstance(handler, execution.ExecHandler) and handler.pid and not handler._exited:
                 os.killpg(handler.pid, 9)
                 os.waitpid(handler.pid, 0)
-
-    def receive(self) -> list[Any]:
-        self.host.receive_data(bytes(self.written))
-        self.written.clear()
-        return drain(self.host)
-
-    def send(self, *events: Any) -> None:
-        self.session.data_received(b"".join(self.host.send(e) for e in events))
 
     def open(self, stdin: bytes | None = None, **header: Any) -> int:
         stream_id = self.host.next_stream_id()

@@ -19,11 +19,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.wire.pair import drain
+from tests.guest.session import GuestSessionMixin
 from vmservice.guest import agent
 from vmservice.guest import filesystem as fs
-from vmservice.guest.agent import AgentContext, Loop, Session
-from vmservice.wire import Connection, Data, HalfClose, Open, Reset, ResetCode, Role
+from vmservice.wire import Data, HalfClose, Open, Reset, ResetCode
 
 
 def _temp_dir(case: SynchronousTestCase) -> str:
@@ -302,34 +301,15 @@ class OperationTests(SynchronousTestCase):
         self.assertTrue(os.path.exists(self.dir))
 
 
-class HandlerTests(SynchronousTestCase):
+class HandlerTests(GuestSessionMixin, SynchronousTestCase):
     """
     :class:`FsHandler` behind the agent's real session and loop.
     """
 
     def setUp(self) -> None:
         self.root = _temp_dir(self)
-        self.loop = Loop()
-        self.addCleanup(self.loop.close)
-        self.patch(agent, "_log", lambda message: None)
-        self.written = bytearray()
-        self.session = Session(self.loop, AgentContext("t", time.monotonic_ns()), self.written.extend)
-        self.host = Connection(Role.HOST, nonce=b"HOSTNONC")
-        self.session.start()
-        self.send(self.host.hello("host"))
-        for _ in range(4):
-            self.receive()
-            if self.host.hello_wanted:
-                self.send(self.host.hello("host"))
-        self.assertTrue(self.host.established)
-
-    def send(self, *events: object) -> None:
-        self.session.data_received(b"".join(self.host.send(e) for e in events))  # type: ignore[arg-type]
-
-    def receive(self) -> list:
-        self.host.receive_data(bytes(self.written))
-        self.written.clear()
-        return drain(self.host)
+        self.start_session()
+        self.handshake()
 
     def run_until(self, predicate, timeout: float = 5.0) -> list:  # type: ignore[no-untyped-def]
         events: list = []

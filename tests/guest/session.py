@@ -1,0 +1,73 @@
+"""
+A guest agent :class:`~vmservice.guest.agent.Session` driven in memory by a
+host-side codec, for the tests of the agent and its operations.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Mapping, Optional
+
+from tests.wire.pair import drain
+from vmservice.guest import agent
+from vmservice.guest.agent import AgentContext, Loop, Session, StreamHandler
+from vmservice.wire import Connection, Role
+
+
+class GuestSessionMixin:
+    """
+    Gives a test case ``self.loop``, ``self.session`` (the agent's side),
+    ``self.host`` (a host codec) and ``self.written`` (what the agent sent and
+    the host has not read yet), with :meth:`send`, :meth:`receive` and
+    :meth:`handshake`.  Mix in before ``SynchronousTestCase``.
+    """
+
+    loop: Loop
+    session: Session
+    host: Connection
+    written: bytearray
+
+    def start_session(
+        self,
+        handlers: Mapping[str, type[StreamHandler]] = {},
+        context: Optional[AgentContext] = None,
+        room: Callable[[], bool] = lambda: True,
+        log: Callable[[str], None] = lambda message: None,
+    ) -> None:
+        """Make the session (with ``handlers`` beside the agent's own) and the host codec."""
+        test: Any = self
+        self.loop = Loop()
+        test.addCleanup(self.loop.close)
+        test.patch(agent, "_log", log)
+        self.written = bytearray()
+        self.session = Session(
+            self.loop,
+            context or AgentContext("t", time.monotonic_ns()),
+            self.written.extend,
+            room,
+            # Without extra handlers the agent's own table, with its lazily imported operations.
+            {**agent.HANDLERS, **handlers} if handlers else None,
+        )
+        self.host = Connection(Role.HOST, nonce=b"HOSTNONC")
+
+    def receive(self) -> list[Any]:
+        """What the agent wrote since the last call, as host events."""
+        self.host.receive_data(bytes(self.written))
+        self.written.clear()
+        return drain(self.host)
+
+    def send(self, *events: Any) -> None:
+        """Send host events to the agent."""
+        self.session.data_received(b"".join(self.host.send(e) for e in events))
+
+    def handshake(self) -> None:
+        """Start the session and exchange HELLOs until both sides are established."""
+        test: Any = self
+        self.session.start()
+        self.send(self.host.hello("host"))
+        for _ in range(4):
+            self.receive()
+            if self.host.hello_wanted:
+                self.send(self.host.hello("host"))
+        test.assertTrue(self.host.established)
+        test.assertTrue(self.session.conn.established)
