@@ -35,10 +35,9 @@ import os
 import select
 import selectors
 import signal
-import socket
 import sys
 import time
-from typing import Any, Callable, ClassVar, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional
 
 if __name__ == "__main__" and not __package__:
     # Run as a script (tests on the host): make the package importable without
@@ -64,6 +63,9 @@ from vmservice.wire.events import (
     WindowUpdate,
 )
 from vmservice.wire.frames import MAX_PAYLOAD
+
+if TYPE_CHECKING:
+    import socket
 
 #: Name of the virtio-serial port the host attaches the agent channel to.
 PORT_NAME = "agent"
@@ -1043,6 +1045,8 @@ class UnixListenServer(_Server):
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+        import socket  # only here: its import costs under TCG, and the guest never listens
+
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(self.path)
         listener.listen(8)

@@ -50,7 +50,6 @@ Stdlib only: the guest imports this module.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import enum
 import os
 from typing import Deque, Optional, Union
@@ -108,24 +107,27 @@ class Role(enum.Enum):
     GUEST = "guest"
 
 
-@dataclasses.dataclass
 class _Stream:
     """
     What a connection knows about one open stream.
+
+    :ivar send_open: we may still send DATA.
+    :ivar recv_open: the peer may still send DATA.
+    :ivar send_window: credit we have for sending.
+    :ivar recv_window: credit the peer has for sending to us.
+    :ivar outstanding: bytes received that our consumer has not acknowledged yet.
+    :ivar unsent_credit: bytes acknowledged but not yet given back in a WINDOW frame.
     """
 
-    #: We may still send DATA.
-    send_open: bool = True
-    #: The peer may still send DATA.
-    recv_open: bool = True
-    #: Credit we have for sending.
-    send_window: int = INITIAL_WINDOW
-    #: Credit the peer has for sending to us.
-    recv_window: int = INITIAL_WINDOW
-    #: Bytes received that our consumer has not acknowledged yet.
-    outstanding: int = 0
-    #: Bytes acknowledged but not yet given back in a WINDOW frame.
-    unsent_credit: int = 0
+    __slots__ = ("send_open", "recv_open", "send_window", "recv_window", "outstanding", "unsent_credit")
+
+    def __init__(self) -> None:
+        self.send_open = True
+        self.recv_open = True
+        self.send_window = INITIAL_WINDOW
+        self.recv_window = INITIAL_WINDOW
+        self.outstanding = 0
+        self.unsent_credit = 0
 
 
 class Connection:
