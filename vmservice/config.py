@@ -505,31 +505,31 @@ def _cidr_text(value: object) -> str:
     return value
 
 
-def _structure_network(value: object, _type: object) -> IPv4Network:
+def _ipv4_interface(value: object, what: str, example: str) -> IPv4Interface:
+    """An IPv4 address with a prefix length (``10.0.0.0/8``); ``what`` names it in errors."""
     text = _cidr_text(value)
     try:
         interface = ipaddress.ip_interface(text)
     except ValueError:
-        raise _BadValue(f"bad CIDR {text!r} (expected e.g. 10.0.0.0/8)") from None
+        raise _BadValue(f"bad {what} {text!r} (expected e.g. {example})") from None
     if interface.version != 4:
-        raise _BadValue(f"bad CIDR {text!r} (only IPv4 is supported)")
+        raise _BadValue(f"bad {what} {text!r} (only IPv4 is supported)")
+    return IPv4Interface(interface)
+
+
+def _structure_network(value: object, _type: object) -> IPv4Network:
+    interface = _ipv4_interface(value, "CIDR", "10.0.0.0/8")
     if interface.ip != interface.network.network_address:
-        raise _BadValue(f"bad CIDR {text!r} (host bits set; did you mean {interface.network}?)")
-    return IPv4Network(interface.network)
+        raise _BadValue(f"bad CIDR {str(interface)!r} (host bits set; did you mean {interface.network}?)")
+    return interface.network
 
 
 def _structure_interface(value: object, _type: object) -> IPv4Interface:
-    text = _cidr_text(value)
-    try:
-        interface = ipaddress.ip_interface(text)
-    except ValueError:
-        raise _BadValue(f"bad address {text!r} (expected e.g. 192.168.137.1/24)") from None
-    if interface.version != 4:
-        raise _BadValue(f"bad address {text!r} (only IPv4 is supported)")
+    interface = _ipv4_interface(value, "address", "192.168.137.1/24")
     network = interface.network
     if network.prefixlen < 31 and interface.ip in (network.network_address, network.broadcast_address):
-        raise _BadValue(f"bad address {text!r} (not a host address of {network})")
-    return IPv4Interface(interface)
+        raise _BadValue(f"bad address {str(interface)!r} (not a host address of {network})")
+    return interface
 
 
 def _is_homogeneous_tuple(type_: Any) -> bool:

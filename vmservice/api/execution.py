@@ -54,7 +54,7 @@ def streams_exec_body(method: bytes, path: bytes, query: dict[bytes, list[bytes]
     if method != b"POST" or not _EXEC_PATH.match(path):
         return False
     values = query.get(b"stdin")
-    return bool(values) and values[-1].lower() in (b"true", b"1", b"yes")
+    return bool(values) and inputs.truthy(values[-1].decode("latin-1"))
 
 
 def _time(seconds: float) -> str:

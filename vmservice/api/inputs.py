@@ -142,13 +142,18 @@ def query_int(request: IRequest, name: str, default: int, *, minimum: int | None
     return value
 
 
+def truthy(text: str) -> bool:
+    """Whether ``text`` says true (``true``, ``1``, ``yes``, any case) as a boolean query value."""
+    return text.lower() in _TRUE
+
+
 def query_bool(request: IRequest, name: str, default: bool = False) -> bool:
     """Query parameter ``name`` as a boolean: true/false/1/0/yes/no."""
     text = query(request, name)
     if text is None:
         return default
     lowered = text.lower()
-    if lowered in _TRUE:
+    if truthy(lowered):
         return True
     if lowered in _FALSE:
         return False
