@@ -360,6 +360,90 @@ class WireTests(TestCase):
             self.fail("no ConnectFailed")
 
 
+class LifecycleWireTests(TestCase):
+    """The lifecycle calls (pause ... shutdown) on the wire, against a recording server."""
+
+    async def setUp(self) -> None:
+        self.server = _Recorder()
+        self.server.body, self.server.content_type = b"done\n", b"text/plain; charset=utf-8"
+        self.url = await serve(self, self.server)
+        self.client = Client(reactor, self.url, "tok")
+        self.addCleanup(lambda: Deferred.fromCoroutine(self.client.close()))
+
+    def requests(self) -> list[tuple[bytes, bytes]]:
+        return [(method, uri) for method, uri, _ in self.server.seen]
+
+    async def test_text_calls(self) -> None:
+        """pause, resume, suspend, restore and shutdown POST to their route and answer the text reply."""
+        self.assertEqual(await self.client.pause("demo-1"), "done\n")
+        self.assertEqual(await self.client.resume("demo-1"), "done\n")
+        self.assertEqual(await self.client.suspend("demo-1"), "done\n")
+        self.assertEqual(await self.client.restore("demo-1"), "done\n")
+        self.assertEqual(await self.client.restore("demo-1", wait="agent", timeout="90s"), "done\n")
+        self.assertEqual(await self.client.shutdown("demo-1"), "done\n")
+        self.assertEqual(await self.client.shutdown("demo-1", "reboot"), "done\n")
+        self.assertEqual(
+            self.requests(),
+            [
+                (b"POST", b"/vm/demo-1/pause"),
+                (b"POST", b"/vm/demo-1/resume"),
+                (b"POST", b"/vm/demo-1/suspend"),
+                (b"POST", b"/vm/demo-1/restore"),
+                (b"POST", b"/vm/demo-1/restore?wait=agent&timeout=90s"),
+                (b"POST", b"/vm/demo-1/shutdown?action=shutdown"),
+                (b"POST", b"/vm/demo-1/shutdown?action=reboot"),
+            ],
+        )
+        self.assertEqual(self.server.bodies, [b""] * 7)
+        for _, _, headers in self.server.seen:
+            self.assertEqual(headers.getRawHeaders(b"authorization"), [b"Bearer tok"])
+            self.assertEqual(headers.getRawHeaders(b"accept"), [b"text/plain, application/json"])
+
+    async def test_text_reply_not_utf8(self) -> None:
+        """A text reply is decoded as UTF-8, invalid bytes replaced rather than failing."""
+        self.server.body = b"ok \xff"
+        self.assertEqual(await self.client.pause("a b"), "ok \ufffd")
+        self.assertEqual(self.requests(), [(b"POST", b"/vm/a%20b/pause")])
+
+    async def test_relaunch(self) -> None:
+        """relaunch sends wait and timeout and answers the CreateNodeResponse decoded."""
+        node = {"hostname": "demo-1", "hostgroup": "demo", "ip": "10.0.0.2", "created_at": "2026-11-22T11:40:02Z",
+                "arch": "x86_64"}
+        self.server.body, self.server.content_type = json.dumps(node).encode(), b"application/json"
+        self.assertEqual(await self.client.relaunch("demo-1"), node)
+        self.assertEqual(await self.client.relaunch("demo-1", wait="agent", timeout="2m"), node)
+        self.assertEqual(
+            self.requests(),
+            [(b"POST", b"/vm/demo-1/relaunch"), (b"POST", b"/vm/demo-1/relaunch?wait=agent&timeout=2m")],
+        )
+        self.server.body = b"relaunched"
+        try:
+            await self.client.relaunch("demo-1")
+        except ApiError as error:
+            self.assertEqual((error.status, error.code), (200, "invalid_response"))
+        else:
+            self.fail("no ApiError")
+
+    async def test_errors(self) -> None:
+        """An ErrorResponse raises ApiError for text and JSON calls alike."""
+        self.server.status, self.server.content_type = 409, b"application/json"
+        self.server.body = b'{"error":"node demo-1 is paused","code":"paused"}'
+        for call in (
+            self.client.pause("demo-1"),
+            self.client.resume("demo-1"),
+            self.client.suspend("demo-1"),
+            self.client.restore("demo-1", wait="agent"),
+            self.client.relaunch("demo-1"),
+            self.client.shutdown("demo-1", "reboot"),
+        ):
+            try:
+                await call
+            except ApiError as error:
+                self.assertEqual((error.status, error.code, error.message), (409, "paused", "node demo-1 is paused"))
+            else:
+                self.fail("no ApiError")
+
+
 class PureTests(SynchronousTestCase):
     def test_socket_rule(self) -> None:
         """Socket addresses follow the shared rule: / ./ ../ ~/ unix:// prefixes or a .sock ending."""

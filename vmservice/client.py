@@ -6,8 +6,9 @@ It speaks to a daemon over TCP (``http://host:port``) or over a UNIX socket
 (any address that starts with ``/``, ``./``, ``../``, ``~/`` or ``unix://``, or
 ends in ``.sock``: the rule every Slicer client follows, so one address works
 with all of them).  Every call is a coroutine that answers the decoded JSON
-body; a non-2xx answer raises :class:`ApiError` carrying the daemon's
-ErrorResponse, and a daemon that cannot be reached raises
+body (or the text of a ``text/plain`` answer: pause, resume, suspend,
+restore, shutdown); a non-2xx answer raises :class:`ApiError` carrying the
+daemon's ErrorResponse, and a daemon that cannot be reached raises
 :class:`ConnectFailed` naming the address, so callers never see raw Twisted
 connection errors.
 
@@ -676,6 +677,12 @@ class Client:
         except ValueError as error:
             raise ApiError(response.code, "invalid_response", f"the daemon's answer is not JSON: {error}") from None
 
+    async def _text(self, method: str, path: str, params: _Params | None = None) -> str:
+        """Send a request whose answer is ``text/plain`` and answer that text (UTF-8, invalid bytes replaced)."""
+        response = await self._send(method, path, params, headers={b"Accept": b"text/plain, application/json"})
+        body = await treq.content(response)
+        return body.decode("utf-8", "replace")
+
     # -- the daemon ------------------------------------------------------
 
     async def info(self) -> dict[str, Any]:
@@ -752,6 +759,58 @@ class Client:
         """
         response, _ = await self._request("HEAD", _path("vm", hostname, "health"), ok=(503,))
         return response.code != 503
+
+    # -- lifecycle -------------------------------------------------------
+
+    async def pause(self, hostname: str) -> str:
+        """Pause node ``hostname``'s VM (``POST /vm/{hostname}/pause``); answers the daemon's text reply."""
+        return await self._text("POST", _path("vm", hostname, "pause"))
+
+    async def resume(self, hostname: str) -> str:
+        """Resume a paused node (``POST /vm/{hostname}/resume``); answers the daemon's text reply."""
+        return await self._text("POST", _path("vm", hostname, "resume"))
+
+    async def suspend(self, hostname: str) -> str:
+        """
+        Suspend node ``hostname`` (``POST /vm/{hostname}/suspend``) until
+        :meth:`restore`; answers the daemon's text reply.
+        """
+        return await self._text("POST", _path("vm", hostname, "suspend"))
+
+    async def restore(self, hostname: str, *, wait: str | None = None, timeout: str | None = None) -> str:
+        """
+        Restore a suspended node (``POST /vm/{hostname}/restore``).
+
+        :param wait: ``"agent"`` to answer only once the guest agent answers.
+        :param timeout: how long ``wait`` may take, as a Go duration (``"2m"``).
+        :return: the daemon's text reply.
+        """
+        return await self._text("POST", _path("vm", hostname, "restore"), {"wait": wait, "timeout": timeout})
+
+    async def relaunch(self, hostname: str, *, wait: str | None = None, timeout: str | None = None) -> dict[str, Any]:
+        """
+        Start node ``hostname``'s VM again (``POST /vm/{hostname}/relaunch``).
+
+        :param wait: ``"agent"`` to answer only once the guest agent answers.
+        :param timeout: how long ``wait`` may take, as a Go duration (``"2m"``).
+        :return: the CreateNodeResponse (``hostname``, ``ip``, ...), as
+            :meth:`create_node` answers it.
+        """
+        result: dict[str, Any] = await self._json(
+            "POST", _path("vm", hostname, "relaunch"), {"wait": wait, "timeout": timeout}
+        )
+        return result
+
+    async def shutdown(self, hostname: str, action: str = "shutdown") -> str:
+        """
+        Ask node ``hostname``'s guest to power off or restart
+        (``POST /vm/{hostname}/shutdown``).
+
+        :param action: ``"shutdown"`` or ``"reboot"``; always sent (the
+            daemon's own default is ``reboot``).
+        :return: the daemon's text reply.
+        """
+        return await self._text("POST", _path("vm", hostname, "shutdown"), {"action": action})
 
     # -- exec ------------------------------------------------------------
 

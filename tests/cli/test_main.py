@@ -104,6 +104,23 @@ class ParseTests(SynchronousTestCase):
         self.assertUsageError("image")
         self.assertUsageError()
 
+    def test_lifecycle(self) -> None:
+        """Each lifecycle command takes HOST; restore and relaunch --wait agent and --timeout; each has its action."""
+        for name in ("pause", "resume", "suspend", "restore", "relaunch", "shutdown", "reboot"):
+            self.assertEqual(parse(name, "demo-1").hostname, "demo-1")
+            self.assertUsageError(name)
+        options = parse("restore", "demo-1", "--wait", "agent", "--timeout", "90s")
+        self.assertEqual((options.wait, options.timeout), ("agent", "90s"))
+        options = parse("relaunch", "demo-1", "--wait", "agent", "--timeout", "2m", "--json")
+        self.assertEqual((options.wait, options.timeout, options.json), ("agent", "2m", True))
+        options = parse("relaunch", "demo-1")
+        self.assertEqual((options.wait, options.timeout, options.json), (None, None, False))
+        self.assertEqual((parse("shutdown", "h").action, parse("reboot", "h").action), ("shutdown", "reboot"))
+        self.assertUsageError("restore", "h", "--wait", "userdata")
+        self.assertUsageError("relaunch", "h", "--timeout", "soon")
+        self.assertUsageError("relaunch", "h", "--timeout", "0s")
+        self.assertUsageError("pause", "h", "--wait", "agent")
+
     def test_resolve_token(self) -> None:
         """The token file's first line is the token; a missing or empty file is a failure naming it."""
         path = self.mktemp()
@@ -443,3 +460,66 @@ class FsRunTests(TestCase):
         self.assertEqual(self.server.seen[1][1], b"/vm/h/fs/remove?path=%2Fa&recursive=true")
         self.server.status, self.server.body = 409, b'{"error":"not empty","code":"directory_not_empty"}'
         self.assertEqual(await self.vmctl("fs", "rm", "h", "/a"), (1, "", "vmctl: not empty (409 directory_not_empty)\n"))
+
+
+class LifecycleRunTests(TestCase):
+    """pause, resume, suspend, restore, relaunch, shutdown and reboot against a recording server."""
+
+    async def setUp(self) -> None:
+        self.server = _Recorder()
+        self.url = await serve(self, self.server)
+
+    async def vmctl(self, *argv: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = await run(reactor, ["--url", self.url, *argv], out, err, {})
+        return code, out.getvalue(), err.getvalue()
+
+    async def test_text_replies(self) -> None:
+        """Each command POSTs to its route and prints the daemon's text reply with one newline."""
+        self.server.content_type = b"text/plain; charset=utf-8"
+        self.server.body = b"node demo-1 paused"
+        self.assertEqual(await self.vmctl("pause", "demo-1"), (0, "node demo-1 paused\n", ""))
+        self.server.body = b"node demo-1 resumed\n"
+        self.assertEqual(await self.vmctl("resume", "demo-1"), (0, "node demo-1 resumed\n", ""))
+        self.server.body = b"ok\n"
+        self.assertEqual(await self.vmctl("suspend", "demo-1"), (0, "ok\n", ""))
+        self.assertEqual(await self.vmctl("restore", "demo-1", "--wait", "agent", "--timeout", "90s"), (0, "ok\n", ""))
+        self.assertEqual(await self.vmctl("shutdown", "demo-1"), (0, "ok\n", ""))
+        self.server.body = b""
+        self.assertEqual(await self.vmctl("reboot", "demo-1"), (0, "", ""))
+        self.assertEqual(
+            [(method, uri) for method, uri, _ in self.server.seen],
+            [
+                (b"POST", b"/vm/demo-1/pause"),
+                (b"POST", b"/vm/demo-1/resume"),
+                (b"POST", b"/vm/demo-1/suspend"),
+                (b"POST", b"/vm/demo-1/restore?wait=agent&timeout=90s"),
+                (b"POST", b"/vm/demo-1/shutdown?action=shutdown"),
+                (b"POST", b"/vm/demo-1/shutdown?action=reboot"),
+            ],
+        )
+
+    async def test_relaunch(self) -> None:
+        """relaunch prints the node's hostname, or the whole answer with --json."""
+        node = {"hostname": "demo-1", "hostgroup": "demo", "ip": "", "created_at": "2026-11-22T11:40:02Z",
+                "arch": "x86_64"}
+        self.server.body = json.dumps(node).encode()
+        self.assertEqual(await self.vmctl("relaunch", "demo-1", "--wait", "agent", "--timeout", "2m"),
+                         (0, "demo-1\n", ""))
+        code, out, err = await self.vmctl("relaunch", "demo-1", "--json")
+        self.assertEqual((code, json.loads(out), err), (0, node, ""))
+        self.assertEqual([uri for _, uri, _ in self.server.seen],
+                         [b"/vm/demo-1/relaunch?wait=agent&timeout=2m", b"/vm/demo-1/relaunch"])
+
+    async def test_errors(self) -> None:
+        """An error answer prints the usual line on stderr and exits 1."""
+        self.server.status, self.server.body = 404, b'{"error":"node \'demo-7\' not found","code":"node_not_found"}'
+        for command in ("pause", "resume", "suspend", "restore", "relaunch", "shutdown", "reboot"):
+            self.assertEqual(
+                await self.vmctl(command, "demo-7"),
+                (1, "", "vmctl: node 'demo-7' not found (404 node_not_found)\n"),
+                command,
+            )
+        self.server.status, self.server.body = 408, b'{"error":"the agent did not answer in 1s","code":"wait_timeout"}'
+        self.assertEqual(await self.vmctl("restore", "demo-7", "--wait", "agent", "--timeout", "1s"),
+                         (1, "", "vmctl: the agent did not answer in 1s (408 wait_timeout)\n"))

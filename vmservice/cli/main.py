@@ -214,6 +214,36 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("hostname", metavar="HOSTNAME")
     health.add_argument("--json", action="store_true", help="print the JSON answer")
 
+    pause = command("pause", _pause, "pause a node's VM")
+    pause.add_argument("hostname", metavar="HOST")
+
+    resume = command("resume", _resume, "resume a paused node")
+    resume.add_argument("hostname", metavar="HOST")
+
+    suspend = command("suspend", _suspend, "suspend a node until it is restored")
+    suspend.add_argument("hostname", metavar="HOST")
+
+    restore = command("restore", _restore, "restore a suspended node")
+    restore.add_argument("hostname", metavar="HOST")
+    restore.add_argument("--wait", choices=("agent",), help="answer only once the node's guest agent answers")
+    restore.add_argument("--timeout", type=_duration, metavar="DURATION",
+                         help="how long --wait may take, e.g. 2m")
+
+    relaunch = command("relaunch", _relaunch, "start a node's VM again and print its hostname")
+    relaunch.add_argument("hostname", metavar="HOST")
+    relaunch.add_argument("--wait", choices=("agent",), help="answer only once the node's guest agent answers")
+    relaunch.add_argument("--timeout", type=_duration, metavar="DURATION",
+                          help="how long --wait may take, e.g. 2m")
+    relaunch.add_argument("--json", action="store_true", help="print the JSON answer instead of the hostname")
+
+    shutdown = command("shutdown", _shutdown, "power a node's guest off")
+    shutdown.add_argument("hostname", metavar="HOST")
+    shutdown.set_defaults(action="shutdown")
+
+    reboot = command("reboot", _shutdown, "restart a node's guest")
+    reboot.add_argument("hostname", metavar="HOST")
+    reboot.set_defaults(action="reboot")
+
     execute = command("exec", _exec, "run a command in a node; exit with its exit status")
     execute.add_argument("hostname", metavar="HOST")
     execute.add_argument("words", nargs="*", metavar="CMD [ARGS...]",
@@ -406,6 +436,45 @@ async def _health(client: Client, options: argparse.Namespace, context: _Context
         out.write(f"{options.hostname}: unhealthy: {error.message}\n")
         return 1
     out.write(output.format_json(health) if options.json else output.format_health(health))
+    return 0
+
+
+def _write_reply(out: TextIO, text: str) -> None:
+    """Print a daemon's text reply, ending in one newline (nothing for an empty reply)."""
+    text = text.rstrip("\n")
+    if text:
+        out.write(text + "\n")
+
+
+async def _pause(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    _write_reply(context.out, await client.pause(options.hostname))
+    return 0
+
+
+async def _resume(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    _write_reply(context.out, await client.resume(options.hostname))
+    return 0
+
+
+async def _suspend(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    _write_reply(context.out, await client.suspend(options.hostname))
+    return 0
+
+
+async def _restore(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    _write_reply(context.out, await client.restore(options.hostname, wait=options.wait, timeout=options.timeout))
+    return 0
+
+
+async def _relaunch(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    out = context.out
+    node = await client.relaunch(options.hostname, wait=options.wait, timeout=options.timeout)
+    out.write(output.format_json(node) if options.json else f"{node.get('hostname') or options.hostname}\n")
+    return 0
+
+
+async def _shutdown(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    _write_reply(context.out, await client.shutdown(options.hostname, options.action))
     return 0
 
 
