@@ -342,3 +342,155 @@ class PingAndStreamTests(ClientTestCase):
         self.assertEqual(guest.receive(), [Open(1, {"op": "echo"}), Data(1, b"hi")])
         guest.send(Data(1, b"hi"))
         self.assertEqual(recorder.data, b"hi")
+
+
+class ClockTests(ClientTestCase):
+    """
+    ``set_clock()``.
+    """
+
+    NOW = 1_700_000_000_123_456_789
+
+    def answer(self, guest: FakeGuest, body: bytes, stream_id: int = 1) -> None:
+        """
+        Check the clock stream the host opened and serve it with ``body``.
+        """
+        events = guest.receive()
+        self.assertEqual(events, [Open(stream_id, {"op": "clock", "unix_ns": self.NOW}), HalfClose(stream_id)])
+        guest.send(Data(stream_id, body), HalfClose(stream_id))
+
+    def test_set_clock(self) -> None:
+        """
+        set_clock sends the time in the OPEN header and returns the guest's
+        previous clock.
+        """
+        guest = self.connect()
+        result = Deferred.fromCoroutine(self.client.set_clock(self.NOW))
+        self.assertNoResult(result)
+        self.answer(guest, b'{"previous_ns":1600000000000000000}')
+        self.assertEqual(self.successResultOf(result), 1_600_000_000_000_000_000)
+
+    def test_bad_time(self) -> None:
+        """
+        A time that is not a positive integer below 2^63 raises ValueError before
+        anything is sent.
+        """
+        guest = self.connect()
+        for value in (0, -5, 2**63, 1.7e18, True, "1700000000000000000"):
+            self.failureResultOf(Deferred.fromCoroutine(self.client.set_clock(value)), ValueError)  # type: ignore[arg-type]
+        self.assertEqual(guest.receive(), [])
+
+    def test_not_connected(self) -> None:
+        """
+        Without a connection, set_clock raises :class:`AgentUnavailable`.
+        """
+        self.failureResultOf(Deferred.fromCoroutine(self.client.set_clock(self.NOW)), AgentUnavailable)
+
+    def test_refused(self) -> None:
+        """
+        A reset from the agent raises :class:`AgentRequestFailed` with its code.
+        """
+        guest = self.connect()
+        result = Deferred.fromCoroutine(self.client.set_clock(self.NOW))
+        guest.receive()
+        guest.send(Reset(1, ResetCode.BAD_HEADER, "cannot set the clock"))
+        failure = self.failureResultOf(result, AgentRequestFailed)
+        self.assertEqual(failure.value.code, ResetCode.BAD_HEADER)
+
+    def test_malformed(self) -> None:
+        """
+        A reply without an integer ``previous_ns`` raises
+        :class:`AgentRequestFailed` without a code.
+        """
+        guest = self.connect()
+        bodies = (b"nope", b"[]", b"{}", b'{"previous_ns":"1"}', b'{"previous_ns":1.5}', b'{"previous_ns":true}')
+        for index, body in enumerate(bodies):
+            result = Deferred.fromCoroutine(self.client.set_clock(self.NOW))
+            self.answer(guest, body, 2 * index + 1)
+            failure = self.failureResultOf(result, AgentRequestFailed)
+            self.assertIsNone(failure.value.code, body)
+
+    def test_restart_midway(self) -> None:
+        """
+        If the agent restarts before the reply, set_clock raises
+        :class:`AgentUnavailable`.
+        """
+        guest = self.connect()
+        result = Deferred.fromCoroutine(self.client.set_clock(self.NOW))
+        guest.restart(b"RESTART!")
+        guest.send(guest.conn.hello("x"))
+        self.failureResultOf(result, AgentUnavailable)
+
+
+class AgentRestartTests(ClientTestCase):
+    """
+    A new guest agent (a reboot of the VM, or the agent respawned) behind a
+    connection that stays open.
+    """
+
+    def test_every_stream_fails_and_ready_again(self) -> None:
+        """
+        A HELLO of a new agent session fails every request in flight, the pings
+        and the streams with :class:`AgentUnavailable` (or PEER_RESTARTED); the
+        client is not connected until the new agent acknowledges, then
+        ``when_ready`` fires and new requests work on the same connection.
+        """
+        guest = self.connect()
+        health = Deferred.fromCoroutine(self.client.health())
+        clock = Deferred.fromCoroutine(self.client.set_clock(1))
+        ping = Deferred.fromCoroutine(self.client.ping())
+        recorder = Recorder()
+        self.client.open_stream({"op": "echo"}, recorder)
+        guest.receive()
+        # The guest has ended its direction of the echo stream already.
+        guest.send(HalfClose(5))
+
+        guest.restart(b"REBOOTED")
+        guest.send(guest.conn.hello("0.2.0"))
+        self.failureResultOf(health, AgentUnavailable)
+        self.failureResultOf(clock, AgentUnavailable)
+        self.failureResultOf(ping, AgentUnavailable)
+        assert recorder.reason is not None
+        self.assertEqual(recorder.reason.value.code, ResetCode.PEER_RESTARTED)
+        self.assertFalse(self.client.connected)
+        self.failureResultOf(Deferred.fromCoroutine(self.client.health()), AgentUnavailable)
+
+        ready = self.client.when_ready()
+        self.assertNoResult(ready)
+        # The host answered the new agent's HELLO, and nothing else.
+        [answer] = guest.receive()
+        self.assertEqual(answer.echo, b"REBOOTED")  # type: ignore[union-attr]
+        guest.send(guest.conn.hello("0.2.0"))
+        self.assertIsNone(self.successResultOf(ready))
+        self.assertTrue(self.client.connected)
+        self.assertEqual(self.client.agent_version, "0.2.0")
+        self.assertEqual(guest.receive(), [])
+        self.assertEqual(self.attempts(), 1)
+        self.assertFalse(guest.transport.disconnected)
+
+        result = Deferred.fromCoroutine(self.client.health())
+        [opened, closed] = guest.receive()
+        assert isinstance(opened, Open)
+        self.assertEqual(opened.header, {"op": "health"})
+        guest.send(Data(opened.stream_id, json.dumps(HEALTH).encode()), HalfClose(opened.stream_id))
+        self.assertEqual(self.successResultOf(result), AgentHealth(**HEALTH))
+
+    def test_restart_twice(self) -> None:
+        """
+        An agent that restarts again before the exchange finished is still
+        taken up; stale HELLOs of the first restart are not answered twice.
+        """
+        guest = self.connect()
+        ready = self.client.when_ready()
+        self.successResultOf(ready)
+        guest.restart(b"FIRST!!!")
+        guest.send(guest.conn.hello("1"))
+        guest.restart(b"SECOND!!")
+        guest.send(guest.conn.hello("2"))
+        ready = self.client.when_ready()
+        answers = guest.receive()
+        self.assertEqual([a.echo for a in answers], [b"FIRST!!!", b"SECOND!!"])  # type: ignore[union-attr]
+        guest.send(guest.conn.hello("2"))
+        self.successResultOf(ready)
+        self.assertEqual(self.client.agent_version, "2")
+        self.assertEqual(guest.receive(), [])

@@ -227,6 +227,60 @@ class SessionTests(GuestSessionMixin, SynchronousTestCase):
         assert isinstance(answer, Hello)
         self.assertEqual(answer.echo, b"NEWHOST!")
 
+    def test_host_restart_drops_every_stream(self) -> None:
+        """
+        A new host session (a new connection after a restore, or a restarted daemon
+        that reconnected before the agent noticed) drops every stream, whatever
+        its state: handlers hear PEER_RESTARTED, output still waiting for credit or
+        room is discarded, and nothing of the old streams is sent.  The agent
+        answers with one HELLO echoing the new host; once the host acknowledges,
+        nothing more is sent, and stream ids start over.
+        """
+        self.handshake()
+        old_nonce = self.session.conn.nonce
+        self.send(Open(1, {"op": "record"}), Open(3, {"op": "record"}), HalfClose(3))
+        self.send(Open(5, {"op": "echo"}))
+        self.room = False
+        self.send(Data(5, b"e" * 1000))
+        self.assertEqual(self.session.streams[5].pending, 1000)
+        self.receive()
+
+        self.host = Connection(Role.HOST, nonce=b"RESTORED")
+        self.send(self.host.hello("new host"))
+        self.assertEqual(Recording.seen, [("start", {"op": "record"})] * 2 + [("reset", ResetCode.PEER_RESTARTED)] * 2)
+        self.assertEqual(self.session.streams, {})
+        self.room = True
+        self.session.output_drained()
+        [answer] = self.receive()
+        self.assertEqual(answer, Hello(old_nonce, b"RESTORED", "test-1"))
+        self.assertFalse(self.session.conn.established)
+
+        self.send(self.host.hello("new host"))
+        self.assertTrue(self.session.conn.established)
+        self.assertTrue(self.host.established)
+        self.assertEqual(self.receive(), [])
+        self.send(Open(1, {"op": "echo"}), Data(1, b"new"))
+        self.assertEqual(self.receive(), [Data(1, b"new")])
+
+    def test_no_hello_loop(self) -> None:
+        """
+        A HELLO that shows the host knows our session is not answered (a repeated
+        HELLO changes nothing, streams survive it); one with a stale echo is
+        answered once, without dropping the streams of the same host session.
+        """
+        self.handshake()
+        self.send(Open(1, {"op": "record"}))
+        self.send(self.host.hello("host"))
+        self.assertEqual(self.receive(), [])
+        stale = Hello(self.host.nonce, b"OLDGUEST", "host")
+        self.session.data_received(encode_event(stale))
+        [answer] = self.receive()
+        self.assertEqual(answer, Hello(self.session.conn.nonce, self.host.nonce, "test-1"))
+        self.assertEqual(list(self.session.streams), [1])
+        self.assertEqual(Recording.seen, [("start", {"op": "record"})])
+        self.send(Ping(b"stillok!"))
+        self.assertEqual(self.receive(), [Pong(b"stillok!")])
+
     def test_resync_after_protocol_error(self) -> None:
         """
         After bytes that break the protocol the agent starts a new session (a new

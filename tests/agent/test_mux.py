@@ -490,3 +490,104 @@ class FlowControlTests(MuxTestCase):
         stream, _ = self.open()
         stream.stopProducing()
         self.assertEqual(self.guest.receive(), [Reset(1, ResetCode.CANCEL, "")])
+
+
+class AgentRestartTests(MuxTestCase):
+    """
+    A HELLO from a new guest agent session on an established connection: the VM
+    rebooted or the agent was respawned while the host stayed connected.
+    """
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.ready()
+
+    def restart(self, nonce: bytes = b"REBOOTED", version: str = "9.9.10") -> None:
+        """
+        The guest starts over and sends the HELLO of its new session.
+        """
+        self.guest.restart(nonce)
+        self.guest.send(self.guest.conn.hello(version))
+
+    def test_every_stream_fails(self) -> None:
+        """
+        Every stream ends with PEER_RESTARTED, whatever its state: one half-closed
+        by the host with data waiting for credit, one half-closed by the guest, one
+        the guest opened; their producers are stopped.  Pings fail.
+        """
+        read_closed, read_closed_protocol = self.open(HalfCloseRecorder())
+        self.guest.send(Data(read_closed.stream_id, b"partial"), HalfClose(read_closed.stream_id))
+        waiting, waiting_protocol = self.open()
+        waiting.write(b"w" * (INITIAL_WINDOW + 10))
+        waiting.loseConnection()
+        producer = RecordingProducer()
+        waiting.registerProducer(producer, True)
+        self.assertEqual(waiting.buffered, 10)
+        self.assertTrue(read_closed_protocol.read_closed)
+        served = Recorder()
+        self.proto._on_stream = lambda header: served
+        self.guest.send(Open(2, {"op": "report"}))
+        ping = self.proto.ping()
+        self.guest.receive()
+
+        self.restart()
+        for protocol in (waiting_protocol, read_closed_protocol, served):
+            assert protocol.reason is not None
+            error = protocol.reason.value
+            assert isinstance(error, StreamReset)
+            self.assertEqual(error.code, ResetCode.PEER_RESTARTED)
+        self.assertEqual(producer.calls[-1], "stop")
+        self.failureResultOf(ping, ConnectionLost)
+        self.assertEqual(self.proto._streams, {})
+        self.assertFalse(self.proto.established)
+        self.assertRaises(ChannelNotReady, self.proto.open_stream, {"op": "x"}, Recorder())
+        # Only the answer to the new HELLO went out: no DATA or HALF_CLOSE of the
+        # old streams, no RESET for them (the new agent never heard of them).
+        [answer] = self.guest.receive()
+        self.assertEqual(answer, Hello(self.proto._conn.nonce, b"REBOOTED", "host-1"))
+
+    def test_ready_again(self) -> None:
+        """
+        Once the new agent acknowledges, ``on_established`` runs again (the client's
+        ``when_ready``), and new streams work on the same connection.
+        """
+        self.open()
+        self.restart()
+        self.assertEqual(self.established, [self.proto])
+        self.guest.receive()
+        self.guest.send(self.guest.conn.hello("9.9.10"))
+        self.assertTrue(self.proto.established)
+        self.assertEqual(self.established, [self.proto, self.proto])
+        self.assertEqual(self.proto.agent_version, "9.9.10")
+        self.assertEqual(self.guest.receive(), [])
+        stream, protocol = self.open(header={"op": "echo"})
+        stream.write(b"again")
+        self.assertEqual(self.guest.receive(), [Data(stream.stream_id, b"again")])
+        self.guest.send(Data(stream.stream_id, b"again"))
+        self.assertEqual(protocol.data, b"again")
+        self.assertFalse(self.transport.disconnected)
+
+    def test_no_hello_loop(self) -> None:
+        """
+        HELLOs that show the guest knows our session are not answered: a repeated
+        HELLO of the current guest session changes nothing, one with a stale echo
+        is answered once, and the exchange after a restart ends after one answer.
+        """
+        sent = self.guest.conn.hello("9.9.9")
+        self.guest.send(sent)
+        self.assertEqual(self.guest.receive(), [])
+        self.assertTrue(self.proto.established)
+        self.proto.dataReceived(encode_event(Hello(self.guest.conn.nonce, b"OLDHOST!", "9.9.9")))
+        [answer] = self.guest.receive()
+        self.assertEqual(answer.echo, self.guest.conn.nonce)  # type: ignore[union-attr]
+        self.assertTrue(self.proto.established)
+        self.restart()
+        for _ in range(3):
+            if self.guest.conn.hello_wanted:
+                self.guest.send(self.guest.conn.hello("9.9.10"))
+            self.guest.receive()
+        self.assertTrue(self.proto.established)
+        self.assertFalse(self.guest.conn.hello_wanted)
+        self.guest.send(self.guest.conn.hello("9.9.10"))
+        self.assertEqual(self.guest.receive(), [])
+        self.assertEqual(self.established, [self.proto, self.proto])

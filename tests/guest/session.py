@@ -14,6 +14,39 @@ from vmservice.guest.agent import AgentContext, Loop, Session, StreamHandler
 from vmservice.wire import Connection, Role
 
 
+def refuse_real_clock(unix_ns: int) -> None:
+    """
+    The clock setter of test sessions: tests never set this machine's clock (they
+    often run as root, where ``clock_settime`` would succeed).
+    """
+    raise AssertionError(f"a test tried to set the real clock to {unix_ns}")
+
+
+class FakeClock:
+    """
+    A wall clock for :class:`AgentContext` (``realtime_ns``, ``set_realtime_ns``)
+    that records what it was set to.
+
+    :ivar now: the current time in nanoseconds since the epoch.
+    :ivar settings: every value it was set to.
+    :ivar error: raised by the next setting instead, when not ``None``.
+    """
+
+    def __init__(self, now: int) -> None:
+        self.now = now
+        self.settings: list[int] = []
+        self.error: Optional[BaseException] = None
+
+    def read(self) -> int:
+        return self.now
+
+    def set(self, unix_ns: int) -> None:
+        if self.error is not None:
+            raise self.error
+        self.settings.append(unix_ns)
+        self.now = unix_ns
+
+
 class GuestSessionMixin:
     """
     Gives a test case ``self.loop``, ``self.session`` (the agent's side),
@@ -42,7 +75,7 @@ class GuestSessionMixin:
         self.written = bytearray()
         self.session = Session(
             self.loop,
-            context or AgentContext("t", time.monotonic_ns()),
+            context or AgentContext("t", time.monotonic_ns(), set_realtime_ns=refuse_real_clock),
             self.written.extend,
             room,
             # Without extra handlers the agent's own table, with its lazily imported operations.

@@ -23,8 +23,8 @@ from vmservice.guest.agent import AgentContext
 from vmservice.guest.execution import BadExecHeader, ExecSpec, resolve_cwd, shell_quote
 from vmservice.wire import payloads
 from vmservice.wire.payloads import EXIT, RECORD_TYPES, STDOUT, RecordDecoder, RecordError, encode_record
-from vmservice.wire import ResetCode
-from vmservice.wire.events import Data, HalfClose, Open, Reset
+from vmservice.wire import Connection, ResetCode, Role
+from vmservice.wire.events import Data, HalfClose, Hello, Open, Reset
 
 records = st.lists(st.tuples(st.sampled_from(sorted(RECORD_TYPES)), st.binary(max_size=300)), max_size=20)
 
@@ -297,6 +297,25 @@ class HandlerTests(GuestSessionMixin, SynchronousTestCase):
             self.loop.run_once(0.05)
         self.assertFalse(_alive(pid))
         self.assertFalse(_alive(child))
+
+    def test_host_restart_kills_group(self) -> None:
+        """
+        A HELLO of a new host session (a new connection after a restore, or the
+        daemon restarted) drops the stream like a reset: the process group is killed.
+        """
+        stream_id = self.open(cmd="sleep 100")
+        handler = self.session.streams[stream_id].handler
+        assert isinstance(handler, execution.ExecHandler) and handler.pid
+        pid = handler.pid
+        self.host = Connection(Role.HOST, nonce=b"NEWHOST!")
+        self.send(self.host.hello("new host"))
+        self.assertEqual(self.session.streams, {})
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and _alive(pid):
+            self.loop.run_once(0.05)
+        self.assertFalse(_alive(pid))
+        [answer] = self.receive()
+        self.assertIsInstance(answer, Hello)
 
     def test_output_paced_by_credit(self) -> None:
         """Without credit from the host the handler stops reading the pipes (bounded pending)."""

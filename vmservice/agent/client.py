@@ -27,6 +27,10 @@ from vmservice.wire import ResetCode
 
 #: Largest health reply accepted, in bytes.
 MAX_HEALTH_REPLY = 64 * 1024
+#: Largest clock reply accepted, in bytes.
+MAX_CLOCK_REPLY = 4 * 1024
+#: The ``clock`` op accepts positive times below this (signed 64-bit nanoseconds).
+_CLOCK_LIMIT = 2**63
 
 
 class AgentUnavailable(Exception):
@@ -250,6 +254,10 @@ class AgentClient:
         """
         Fire (with ``None``) as soon as the agent's HELLO has arrived on a
         connection: at once if it already has.  Cancel it to stop waiting.
+
+        After the agent started over behind an open connection (the VM rebooted),
+        the client is not :attr:`connected` until the new agent acknowledged it;
+        this fires then, on the same connection.
         """
         if self.connected:
             return succeed(None)
@@ -304,6 +312,34 @@ class AgentClient:
             nonsense.
         """
         return AgentHealth.from_json(await self.request({"op": "health"}, MAX_HEALTH_REPLY))
+
+    async def set_clock(self, unix_ns: int) -> int:
+        """
+        Set the guest's wall clock, e.g. after the VM was paused, suspended or
+        restored from a snapshot (the guest's clock stood still meanwhile).
+
+        :param unix_ns: the new time, integer nanoseconds since the Unix epoch
+            (``time.time_ns()`` for the host's clock).
+        :return: the guest's clock just before it was set, in nanoseconds since
+            the epoch.
+        :raises ValueError: if ``unix_ns`` is not a positive integer below 2^63
+            (checked before anything is sent).
+        :raises AgentUnavailable: if not connected, or lost during the request.
+        :raises AgentRequestFailed: if the agent refuses (``BAD_HEADER``: a time
+            the guest kernel does not accept) or fails (``INTERNAL_ERROR``) the
+            request, or answers nonsense.
+        """
+        if isinstance(unix_ns, bool) or not isinstance(unix_ns, int) or not 0 < unix_ns < _CLOCK_LIMIT:
+            raise ValueError(f"unix_ns must be a positive integer below 2**63, not {unix_ns!r}")
+        body = await self.request({"op": "clock", "unix_ns": int(unix_ns)}, MAX_CLOCK_REPLY)
+        try:
+            reply = json.loads(body)
+        except ValueError:
+            raise AgentRequestFailed("clock reply is not JSON") from None
+        previous = reply.get("previous_ns") if isinstance(reply, dict) else None
+        if type(previous) is not int:
+            raise AgentRequestFailed("clock reply has no valid 'previous_ns'")
+        return previous
 
     async def ping(self) -> float:
         """

@@ -684,10 +684,51 @@ class EchoHandler(StreamHandler):
         self.stream.end()
 
 
+#: Largest ``unix_ns`` of the ``clock`` op: the kernel keeps time in signed 64-bit
+#: nanoseconds.
+MAX_CLOCK_NS = 2**63 - 1
+
+
+class ClockHandler(StreamHandler):
+    """
+    ``{"op": "clock", "unix_ns": N}``: sets the wall clock to ``N`` nanoseconds since
+    the epoch, then answers one DATA, ``{"previous_ns": ...}`` (the wall clock just
+    before), and HALF_CLOSE.
+
+    The host sends it after the VM was paused, suspended or restored: meanwhile the
+    guest's clock stood still.  A ``unix_ns`` that is not a positive integer
+    (below 2^63), or a time the kernel refuses, resets the stream with BAD_HEADER;
+    any other failure of ``clock_settime`` with INTERNAL_ERROR.
+    """
+
+    def start(self) -> None:
+        unix_ns = self.header.get("unix_ns")
+        if type(unix_ns) is not int or not 0 < unix_ns <= MAX_CLOCK_NS:
+            self.stream.reset(
+                ResetCode.BAD_HEADER, f"unix_ns must be a positive integer (nanoseconds), not {unix_ns!r}"[:200]
+            )
+            return
+        context = self.stream.context
+        previous = context.realtime_ns()
+        try:
+            context.set_realtime_ns(unix_ns)
+        except (OverflowError, ValueError) as e:
+            self.stream.reset(ResetCode.BAD_HEADER, f"cannot set the clock to {unix_ns}: {e}"[:200])
+            return
+        except OSError as e:
+            code = ResetCode.BAD_HEADER if e.errno == errno.EINVAL else ResetCode.INTERNAL_ERROR
+            self.stream.reset(code, f"cannot set the clock to {unix_ns}: {e.strerror or e}"[:200])
+            return
+        _log(f"wall clock set, stepped by {(unix_ns - previous) / 1e9:+.3f} s")
+        self.stream.write(b'{"previous_ns":%d}' % previous)
+        self.stream.end()
+
+
 #: The operations the agent serves, by the ``op`` of the OPEN header.
 HANDLERS: dict[str, type[StreamHandler]] = {
     "health": HealthHandler,
     "echo": EchoHandler,
+    "clock": ClockHandler,
 }
 
 #: Operations served by other modules, as ``"module:Class"``: imported on first
@@ -721,13 +762,24 @@ def find_handler(op: object, handlers: Mapping[str, type[StreamHandler]]) -> Opt
     return found
 
 
+def set_realtime_ns(unix_ns: int) -> None:
+    """
+    Set the guest's wall clock (``CLOCK_REALTIME``) to ``unix_ns`` nanoseconds since
+    the epoch.
+    """
+    time.clock_settime_ns(time.CLOCK_REALTIME, unix_ns)
+
+
 class AgentContext:
     """
-    What handlers may want to know about the agent.
+    What handlers may want to know about the agent, and the clocks they use.
 
     :ivar version: reported as ``agent_version``.
     :ivar started_ns: :func:`time.monotonic_ns` when the agent started.
     :ivar proc_uptime: where to read the system uptime.
+    :ivar realtime_ns: reads the wall clock, in nanoseconds since the epoch.
+    :ivar set_realtime_ns: sets the wall clock (the ``clock`` op); tests replace
+        it, so that they never set the clock of the machine they run on.
     """
 
     def __init__(
@@ -735,10 +787,15 @@ class AgentContext:
         version: Optional[str] = None,
         started_ns: Optional[int] = None,
         proc_uptime: str = "/proc/uptime",
+        *,
+        realtime_ns: Callable[[], int] = time.time_ns,
+        set_realtime_ns: Callable[[int], None] = set_realtime_ns,
     ) -> None:
         self.version = agent_version() if version is None else version
         self.started_ns = time.monotonic_ns() if started_ns is None else started_ns
         self.proc_uptime = proc_uptime
+        self.realtime_ns = realtime_ns
+        self.set_realtime_ns = set_realtime_ns
 
     def userdata_ran(self) -> bool:
         """
