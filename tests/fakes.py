@@ -8,14 +8,21 @@ from __future__ import annotations
 import os
 
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.testing import MemoryReactorClock
 from twisted.python.filepath import FilePath
 from zope.interface import implementer
 
 from attrs import frozen
 from vmservice.config import Config, HostGroupConfig
-from vmservice.hypervisors.base import Capabilities, IHypervisor, IMachine, MachineExit, MachineSpec
+from vmservice.hypervisors.base import (
+    Capabilities,
+    HypervisorError,
+    IHypervisor,
+    IMachine,
+    MachineExit,
+    MachineSpec,
+)
 from vmservice.images.store import Image, ImageNotFound
 from vmservice.nodes.fleet import Fleet
 from vmservice.nodes.store import NodeStore
@@ -41,6 +48,51 @@ class FakeMachine:
         self._exit: MachineExit | None = None
         self._waiters: list[Deferred[MachineExit]] = []
         self.stops: list[tuple[bool, float]] = []
+        self.commands: list[str] = []
+        self.state = "inmigrate" if spec.incoming else "running"
+        #: A driver action to fail, by name, with this HypervisorError message.
+        self.failing: dict[str, str] = {}
+        #: Deferreds that hold save_state until fired (when set).
+        self.hold_save: Deferred[None] | None = None
+
+    def _do(self, name: str, state: str | None = None) -> Deferred[None]:
+        self.commands.append(name)
+        if self._exit is not None:
+            return fail(HypervisorError(f"{name}: the VM is not running"))
+        if name in self.failing:
+            return fail(HypervisorError(self.failing[name]))
+        if state is not None:
+            self.state = state
+        return succeed(None)
+
+    def pause(self) -> Deferred[None]:
+        return self._do("pause", "paused")
+
+    def resume(self) -> Deferred[None]:
+        return self._do("resume", "running")
+
+    def reset(self) -> Deferred[None]:
+        return self._do("reset")
+
+    def power_button(self) -> Deferred[None]:
+        return self._do("power_button")
+
+    def run_state(self) -> Deferred[str]:
+        if self._exit is not None:
+            return fail(HypervisorError("gone"))
+        return succeed(self.state)
+
+    def save_state(self, path: str) -> Deferred[None]:
+        d = self._do("save_state", "postmigrate")
+        if self._exit is None and "save_state" not in self.failing:
+            with open(path, "wb") as f:
+                f.write(b"state")
+            if self.hold_save is not None:
+                return self.hold_save
+        return d
+
+    def finish_incoming(self) -> Deferred[None]:
+        return self._do("finish_incoming", "paused")
 
     @property
     def ended(self) -> Deferred[MachineExit]:
@@ -63,16 +115,29 @@ class FakeMachine:
 
     def stop(self, graceful: bool, grace: float) -> Deferred[MachineExit]:
         self.stops.append((graceful, grace))
+        if graceful and self.hold_stop:
+            return self.ended
         return self.kill()
+
+    #: A graceful stop waits for :meth:`end` (the guest powering off) when set.
+    hold_stop = False
 
 
 @implementer(IHypervisor)
 class FakeDriver:
-    capabilities = Capabilities(can_pause=True, can_suspend=False)
+    """
+    Starts fake machines.  Machines stay in :attr:`machines` after a
+    "daemon restart" (a new fleet on the same driver), so the new fleet can
+    adopt the ones still running.
+    """
+
+    capabilities = Capabilities(can_pause=True, can_suspend=True)
     description = "fake"
 
-    def __init__(self) -> None:
+    def __init__(self, can_suspend: bool = True) -> None:
         self.machines: list[FakeMachine] = []
+        self.capabilities = Capabilities(can_pause=True, can_suspend=can_suspend)
+        self.killed_orphans: list[int] = []
 
     def start(self, spec: MachineSpec, log_path: str | None = None) -> Deferred[IMachine]:
         machine = FakeMachine(spec, 1000 + len(self.machines))
@@ -80,6 +145,28 @@ class FakeDriver:
         with open(spec.console_log, "w") as f:
             f.write("".join(f"line {i}\r\n" for i in range(1, 31)))
         return succeed(machine)
+
+    def _alive(self, pid: int) -> FakeMachine | None:
+        for machine in self.machines:
+            if machine.pid == pid and machine._exit is None:
+                return machine
+        return None
+
+    def adopt(self, spec: MachineSpec, pid: int, log_path: str | None = None) -> IMachine:
+        machine = self._alive(pid)
+        if machine is None or machine.spec.qmp_socket != spec.qmp_socket:
+            raise HypervisorError(f"process {pid} is gone")
+        return machine
+
+    def orphans(self, directory: str) -> list[int]:
+        prefix = os.path.join(directory, "")
+        return [m.pid for m in self.machines if m._exit is None and m.spec.qmp_socket.startswith(prefix)]
+
+    def kill_orphan(self, pid: int) -> None:
+        machine = self._alive(pid)
+        if machine is not None:
+            self.killed_orphans.append(pid)
+            machine.kill()
 
 
 class FakeAgent:
@@ -92,6 +179,7 @@ class FakeAgent:
         self._ready: Deferred[None] | None = None
         self._waiters: list[Deferred[None]] = []
         self.is_ready = False
+        self.clocks: list[int] = []
 
     @property
     def connected(self) -> bool:
@@ -116,6 +204,10 @@ class FakeAgent:
         waiters, self._waiters = self._waiters, []
         for d in waiters:
             d.callback(None)
+
+    async def set_clock(self, unix_ns: int) -> int:
+        self.clocks.append(unix_ns)
+        return 0
 
     async def health(self) -> AgentHealth:
         if not self.is_ready:
@@ -150,9 +242,11 @@ def fake_image(directory: str) -> Image:
 class FleetHarness:
     """A fleet on fakes, with a clock and everything it created reachable."""
 
-    def __init__(self, state_dir: str, groups: tuple[HostGroupConfig, ...] | None = None) -> None:
+    def __init__(
+        self, state_dir: str, groups: tuple[HostGroupConfig, ...] | None = None, driver: FakeDriver | None = None
+    ) -> None:
         self.reactor = MemoryReactorClock()
-        self.driver = FakeDriver()
+        self.driver = driver or FakeDriver()
         self.disks = FakeDisks()
         self.agents: list[FakeAgent] = []
         self.boots: list[tuple[str, float]] = []
@@ -176,6 +270,7 @@ class FleetHarness:
             disks=self.disks,
             agent_factory=self._agent,
             on_boot=lambda group, seconds: self.boots.append((group, seconds)),
+            wall_clock=lambda: 1_700_000_000_000_000_000,
         )
 
     def _images(self, name: str) -> Image:

@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-STATUSES = ("Running", "Paused", "Stopped")
+STATUSES = ("Running", "Paused", "Stopped", "Suspended")
 
 
 class _NodesCollector(Collector):

@@ -22,6 +22,7 @@ from twisted.web.server import Site
 from .agent.client import AgentClient
 from .api.app import Api
 from .api.filesystem import FilesystemApi
+from .api.lifecycle import LifecycleApi
 from .api.meta import MetaApi
 from .api.nodes import NodesApi
 from .api.vm import VmApi
@@ -83,13 +84,6 @@ def make_service(config: Config, reactor: Any) -> MultiService:
     def images(name: str) -> Image:
         return resolve_image(config.image_dir, name)
 
-    for index, group in enumerate(config.host_groups):
-        if group.count > 0:
-            raise StartupError(
-                f"config.host_groups[{index}].count: {group.count} nodes kept running by the daemon"
-                " are not supported yet (use count: 0 and create nodes through the API)"
-            )
-
     for name in sorted({config.image, *(g.image for g in config.host_groups)}):
         try:
             images(name)
@@ -120,6 +114,7 @@ def make_service(config: Config, reactor: Any) -> MultiService:
     routes += meta.routes() + NodesApi(fleet).routes() + VmApi(fleet).routes() + FilesystemApi(fleet).routes()
     routes += ExecApi(fleet, reactor).routes()
     routes += CopyApi(fleet).routes()
+    routes += LifecycleApi(fleet).routes()
     api = Api(reactor, routes, metrics, token)
     site = StreamingSite(api.resource(), [streams_exec_body, streams_cp_body])
     site.displayTracebacks = False

@@ -5,6 +5,9 @@ fake process reactor.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -132,7 +135,8 @@ class DriverTests(SynchronousTestCase):
         driver = QemuDriver(reactor, QemuSettings())
         machine = self.successResultOf(driver.start(SPEC, self.mktemp()))
         protocol, argv, fds = reactor.spawned[0]
-        self.assertEqual(argv, qemu_command(SPEC, QemuSettings()))
+        self.assertEqual(argv[-len(qemu_command(SPEC, QemuSettings())):], qemu_command(SPEC, QemuSettings()))
+        self.assertEqual(os.path.basename(argv[0]), "setsid")
         self.assertIsInstance(fds[1], int)
         self.assertEqual(machine.pid, 4242)
         d = machine.kill()
@@ -215,7 +219,7 @@ class _RecordingMachine:
 
         driver = QemuDriver(reactor, QemuSettings())
         machine = testcase.successResultOf(driver.start(SPEC, testcase.mktemp()))
-        recording = Recording(reactor, reactor.transports[-1], reactor.spawned[-1][0], SPEC.qmp_socket)
+        recording = Recording(reactor, reactor.spawned[-1][0], SPEC.qmp_socket)
         recording.commands = []
         del machine
         return recording
@@ -267,3 +271,148 @@ class ExitReportTests(SynchronousTestCase):
         reactor.spawned[0][0].processEnded(Failure(ProcessTerminated(1, None, None)))
         for d in (first, second, machine.ended):
             self.assertIn("Could not open", describe_exit(self.successResultOf(d)))
+
+
+class IncomingTests(SynchronousTestCase):
+    def test_incoming(self) -> None:
+        """A VM started from a saved state loads it through exec:cat, the path quoted for the shell."""
+        from attrs import evolve
+
+        argv = qemu_command(evolve(SPEC, incoming="/s/demo 1/state.bin"), QemuSettings())
+        self.assertEqual(_pairs(argv)["-incoming"], ["exec:cat '/s/demo 1/state.bin'"])
+        self.assertNotIn("-incoming", qemu_command(SPEC, QemuSettings()))
+
+
+class _ScriptedMachine:
+    """A QemuMachine whose QMP answers come from a script (command -> list of answers)."""
+
+    @staticmethod
+    def make(reactor: ProcessReactor, testcase: SynchronousTestCase, answers: dict[str, list[Any]]) -> Any:
+        from vmservice.hypervisors.qemu import QemuMachine
+
+        class Scripted(QemuMachine):
+            commands: list[tuple[str, dict[str, Any]]] = []
+
+            async def qmp(self, command: str, **arguments: Any) -> Any:
+                self.commands.append((command, arguments))
+                queue = answers.get(command, [{}])
+                answer = queue.pop(0) if len(queue) > 1 else queue[0]
+                if isinstance(answer, Exception):
+                    raise answer
+                return answer
+
+        testcase.successResultOf(QemuDriver(reactor, QemuSettings()).start(SPEC, testcase.mktemp()))
+        machine = Scripted(reactor, reactor.spawned[-1][0], SPEC.qmp_socket)
+        machine.commands = []
+        return machine
+
+
+class SaveStateTests(SynchronousTestCase):
+    def test_save_polls_until_completed(self) -> None:
+        """Saving stops the VM, lifts the bandwidth limit, migrates to the file and polls until completed."""
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(
+            reactor, self, {"query-migrate": [{"status": "active"}, {"status": "active"}, {"status": "completed"}]}
+        )
+        d = machine.save_state("/s/demo-1/state.bin")
+        self.assertNoResult(d)
+        reactor.advance(machine.POLL)
+        reactor.advance(machine.POLL)
+        self.successResultOf(d)
+        names = [name for name, _ in machine.commands]
+        self.assertEqual(names, ["stop", "migrate-set-parameters", "migrate", "query-migrate", "query-migrate", "query-migrate"])
+        self.assertEqual(machine.commands[2][1], {"uri": "exec:cat > /s/demo-1/state.bin"})
+
+    def test_save_failure(self) -> None:
+        """A failed migration fails the save with QEMU's reason."""
+        from vmservice.hypervisors.base import HypervisorError
+
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(reactor, self, {"query-migrate": [{"status": "failed", "error-desc": "disk full"}]})
+        failure = self.failureResultOf(machine.save_state("/x"), HypervisorError)
+        self.assertIn("disk full", str(failure.value))
+
+    def test_incoming_waits_for_paused(self) -> None:
+        """Loading a state is finished once QEMU leaves inmigrate for paused."""
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(
+            reactor, self, {"query-status": [{"status": "inmigrate"}, {"status": "paused"}]}
+        )
+        d = machine.finish_incoming()
+        self.assertNoResult(d)
+        reactor.advance(machine.POLL)
+        self.successResultOf(d)
+
+    def test_incoming_bad_state(self) -> None:
+        """A state other than inmigrate, paused or running fails the load."""
+        from vmservice.hypervisors.base import HypervisorError
+
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(reactor, self, {"query-status": [{"status": "internal-error"}]})
+        self.failureResultOf(machine.finish_incoming(), HypervisorError)
+
+
+class AdoptionTests(SynchronousTestCase):
+    """Adoption and orphan handling against a fake /proc that names real processes."""
+
+    def fake_proc(self, pid: int, argv: list[str]) -> str:
+        proc = self.mktemp()
+        os.makedirs(os.path.join(proc, str(pid)))
+        with open(os.path.join(proc, str(pid), "cmdline"), "wb") as f:
+            f.write("\0".join(argv).encode() + b"\0")
+        return proc
+
+    def sleeper(self) -> subprocess.Popen[bytes]:
+        child = subprocess.Popen(["sleep", "60"])
+        self.addCleanup(child.wait)
+        self.addCleanup(lambda: child.poll() is None and child.kill())
+        return child
+
+    def test_adopt_checks_qmp_socket(self) -> None:
+        """A process is adopted only when its command line is the VM of that QMP socket."""
+        from vmservice.hypervisors.base import HypervisorError
+
+        child = self.sleeper()
+        argv = qemu_command(SPEC, QemuSettings())
+        reactor = ProcessReactor()
+        driver = QemuDriver(reactor, QemuSettings(), proc=self.fake_proc(child.pid, argv))
+        machine = driver.adopt(SPEC, child.pid)
+        self.assertEqual(machine.pid, child.pid)
+        self.assertNoResult(machine.ended)
+        from attrs import evolve
+
+        other = evolve(SPEC, qmp_socket="/other/demo-1/qmp.sock")
+        self.assertRaises(HypervisorError, driver.adopt, other, child.pid)
+        machine.kill()
+        child.wait()
+        reader = next(iter(reactor.getReaders()))
+        reader.doRead()
+        self.assertIsNone(self.successResultOf(machine.ended).exit_code)
+
+    def test_adopt_gone(self) -> None:
+        """A pid that no longer exists cannot be adopted."""
+        from vmservice.hypervisors.base import HypervisorError
+
+        child = subprocess.Popen(["true"])
+        child.wait()
+        driver = QemuDriver(ProcessReactor(), QemuSettings(), proc=self.fake_proc(child.pid, ["qemu-system-x86_64"]))
+        self.assertRaises(HypervisorError, driver.adopt, SPEC, child.pid)
+
+    def test_orphans_and_kill(self) -> None:
+        """Orphans are our QEMUs with files under the directory; kill_orphan kills them by pidfd."""
+        child = self.sleeper()
+        argv = qemu_command(SPEC, QemuSettings())
+        driver = QemuDriver(ProcessReactor(), QemuSettings(), proc=self.fake_proc(child.pid, argv))
+        self.assertEqual(driver.orphans("/s"), [child.pid])
+        self.assertEqual(driver.orphans("/s/demo"), [])
+        self.assertEqual(driver.orphans("/elsewhere"), [])
+        driver.kill_orphan(child.pid)
+        self.assertEqual(child.wait(), -signal.SIGKILL)
+
+    def test_not_a_vm_is_not_killed(self) -> None:
+        """A process whose command line is not one of our VMs is left alone."""
+        child = self.sleeper()
+        driver = QemuDriver(ProcessReactor(), QemuSettings(), proc=self.fake_proc(child.pid, ["sleep", "60", "/s/x"]))
+        self.assertEqual(driver.orphans("/s"), [])
+        driver.kill_orphan(child.pid)
+        self.assertIsNone(child.poll())

@@ -170,6 +170,47 @@ class Daemon:
             raise AssertionError(f"{method} {path}: {status} {data!r} (expected {expect})")
         return json.loads(data) if data else None
 
+    def post(self, path: str, body: Any = None, expect: int = 200) -> bytes:
+        """POST ``path`` and return the raw body; fail unless the status is ``expect``."""
+        status, _, data = self.request("POST", path, body)
+        if status != expect:
+            raise AssertionError(f"POST {path}: {status} {data!r} (expected {expect})")
+        return data
+
+    def run(self, hostname: str, cmd: str) -> tuple[int, str]:
+        """Run a shell line in a node (buffered exec): its exit code and stdout."""
+        from urllib.parse import urlencode
+
+        result = self.json("POST", f"/vm/{hostname}/exec?{urlencode({'cmd': cmd, 'buffered': 'true'})}")
+        return result["exit_code"], result["stdout"]
+
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        """The listed nodes by hostname."""
+        return {node["hostname"]: node for node in self.json("GET", "/nodes")}
+
+    def wait_for(self, what: str, predicate: Any, timeout: float = 60.0) -> Any:
+        """Poll ``predicate()`` until it returns something true; fail after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; daemon log:\n{self.log()[-3000:]}")
+            time.sleep(0.1)
+
+    def wait_status(self, hostname: str, status: str | None, timeout: float = 60.0) -> None:
+        """Wait until the node is listed with ``status`` (``None``: until it is not listed)."""
+        def reached() -> bool:
+            node = self.nodes().get(hostname)
+            return node is None if status is None else node is not None and node["status"] == status
+
+        self.wait_for(f"{hostname} to be {status or 'gone'}", reached, timeout)
+
+    def vm_pids(self) -> list[int]:
+        """Pids of QEMU processes of this daemon's state directory."""
+        return processes_under(os.path.join(self.state_dir, "nodes", ""))
+
 
 class SharedDaemonTestCase(SynchronousTestCase):
     """

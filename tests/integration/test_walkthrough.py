@@ -151,10 +151,6 @@ class StartupTests(SynchronousTestCase):
         line = self.refused(Daemon(groups=[{"name": "demo", "storage_size": "2X"}]))
         self.assertIn("config.host_groups[0].storage_size", line)
 
-    def test_count_refused_at_start(self) -> None:
-        """A group with count > 0 (not supported yet) stops twistd with status 1 and one line naming the key."""
-        self.assertIn("config.host_groups[0].count", self.refused(Daemon(groups=[{"name": "demo", "count": 2}])))
-
     def test_auth_token(self) -> None:
         """With auth on, the token is made in <state_dir>/auth/token (0600) and required."""
         daemon = Daemon(api={"auth": {"enabled": True}})

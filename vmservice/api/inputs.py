@@ -186,6 +186,45 @@ def query_duration(request: IRequest, name: str, default: float) -> float:
     return seconds
 
 
+#: How long ``wait`` waits when no ``timeout`` is given (the contract's 5m).
+DEFAULT_WAIT = 300.0
+
+
+def wait_params(request: IRequest) -> tuple[str | None, float]:
+    """
+    ``wait`` and ``timeout`` of create, restore and relaunch: ``wait`` is
+    ``agent`` or absent (``userdata`` is refused: no userdata support yet),
+    ``timeout`` a Go duration, 5m by default.
+    """
+    wait = query_choice(request, "wait", ("agent", "userdata"))
+    if wait == "userdata":
+        raise BadRequest("wait=userdata is not supported yet (userdata is not supported yet)", code="not_supported")
+    return wait, query_duration(request, "timeout", DEFAULT_WAIT)
+
+
+#: The actions of POST /vm/{hostname}/shutdown.
+SHUTDOWN_ACTIONS = ("shutdown", "reboot")
+
+
+def shutdown_action(request: IRequest) -> str:
+    """
+    The ``action`` of a shutdown: from the query (Go clients) or from a JSON
+    body ``{"action": ...}`` (TypeScript clients); the query wins.  Default
+    ``reboot``, as the contract says for QEMU.
+    """
+    text = query(request, "action")
+    if text is None or text == "":
+        value = json_object(request).get("action")
+        if value is not None and not isinstance(value, str):
+            raise BadRequest("action must be a string", code="invalid_action")
+        text = value or ""
+    if text == "":
+        return "reboot"
+    if text not in SHUTDOWN_ACTIONS:
+        raise BadRequest(f"action must be shutdown or reboot, not {text!r}", code="invalid_action")
+    return text
+
+
 #: Octal text of a file mode: 1 to 4 digits after an optional ``0`` or ``0o``.
 _OCTAL_MODE = re.compile(r"(?:0o|0(?=[0-7]))?([0-7]{1,4})")
 

@@ -10,16 +10,12 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.web.iweb import IRequest
 
-from ..errors import BadRequest
 from ..nodes.fleet import Fleet
 from ..nodes.model import NodeRecord
 from . import inputs
 from .models import CreateNodeRequest, CreateNodeResponse, DeleteResponse, HostGroup, Node
 from .rendering import json_body
 from .routing import Param, Reply, Route
-
-#: How long ``wait`` waits when no ``timeout`` is given (the contract's 5m).
-DEFAULT_WAIT = 300.0
 
 _FILTERS = (
     Param("tag", "Only nodes with this exact tag"),
@@ -40,6 +36,14 @@ def node_json(record: NodeRecord) -> Node:
         arch=record.arch,
         status=record.status.value,
         persistent=record.persistent,
+    )
+
+
+def create_response(record: NodeRecord) -> CreateNodeResponse:
+    """The answer of create and relaunch."""
+    return CreateNodeResponse(
+        hostname=record.hostname, hostgroup=record.hostgroup, ip=record.ip,
+        created_at=record.created_at, arch=record.arch,
     )
 
 
@@ -106,16 +110,9 @@ class NodesApi:
 
     async def create(self, request: IRequest, name: str) -> bytes:
         wanted = inputs.create_request(request)
-        wait = inputs.query_choice(request, "wait", ("agent", "userdata"))
-        if wait == "userdata":
-            raise BadRequest("wait=userdata is not supported yet (userdata is not supported yet)", code="not_supported")
-        timeout = inputs.query_duration(request, "timeout", DEFAULT_WAIT)
+        wait, timeout = inputs.wait_params(request)
         record = await shielded(Deferred.fromCoroutine(self._fleet.create(name, wanted, wait, timeout)))
-        response = CreateNodeResponse(
-            hostname=record.hostname, hostgroup=record.hostgroup, ip=record.ip,
-            created_at=record.created_at, arch=record.arch,
-        )
-        return json_body(request, response, 201)
+        return json_body(request, create_response(record), 201)
 
     async def delete(self, request: IRequest, name: str, node: str) -> bytes:
         result = await shielded(Deferred.fromCoroutine(self._fleet.delete(name, node)))

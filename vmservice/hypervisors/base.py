@@ -29,6 +29,8 @@ class MachineSpec:
     :ivar agent_socket: UNIX socket path the agent channel is served on.
     :ivar qmp_socket: UNIX socket path of the QMP monitor.
     :ivar console_log: file the serial console is written to.
+    :ivar incoming: a saved state file (see :meth:`IMachine.save_state`) to
+        start from instead of booting; the VM comes up paused.
     """
 
     name: str
@@ -40,6 +42,7 @@ class MachineSpec:
     agent_socket: str
     qmp_socket: str
     console_log: str
+    incoming: str | None = None
 
 
 @frozen
@@ -47,7 +50,9 @@ class MachineExit:
     """
     How a VM process ended.
 
-    :ivar exit_code: the process exit status, or ``None`` when killed by a signal.
+    :ivar exit_code: the process exit status, or ``None`` when killed by a
+        signal or not known (a VM adopted after a restart is not our child,
+        so its exit status cannot be read).
     :ivar signal: the signal number that ended it, or ``None``.
     :ivar stderr: the tail of what the process wrote on stderr (for errors).
     """
@@ -72,11 +77,12 @@ class Capabilities:
 
 def describe_exit(ended: MachineExit) -> str:
     """Say in one line how a VMM process ended, with the first line of its error output."""
-    how = (
-        f"was killed by signal {ended.signal}"
-        if ended.signal is not None
-        else f"exited with status {ended.exit_code}"
-    )
+    if ended.signal is not None:
+        how = f"was killed by signal {ended.signal}"
+    elif ended.exit_code is not None:
+        how = f"exited with status {ended.exit_code}"
+    else:
+        how = "ended"
     lines = [line for line in ended.stderr.splitlines() if line.strip()]
     detail = f": {lines[0].strip()}" if lines else ""
     return f"the VM process {how}{detail}"
@@ -101,6 +107,37 @@ class IMachine(Interface):
     def kill() -> Deferred[MachineExit]:
         """Kill the VM process at once."""
 
+    def pause() -> Deferred[None]:
+        """Freeze the guest's CPUs (its memory and devices stay as they are)."""
+
+    def resume() -> Deferred[None]:
+        """Let a paused guest run again."""
+
+    def run_state() -> Deferred[str]:
+        """
+        The VMM's own word for the VM's state: ``running``, ``paused``, or
+        something else (e.g. ``inmigrate``, ``shutdown``).
+        """
+
+    def power_button() -> Deferred[None]:
+        """Press the ACPI power button once (the guest decides what to do)."""
+
+    def reset() -> Deferred[None]:
+        """Reset the VM like a hardware reset button: the guest boots again."""
+
+    def save_state(path: str) -> Deferred[None]:
+        """
+        Pause the VM and write its memory and device state to ``path``; fires
+        once the file is complete.  The process keeps running, paused: the
+        caller kills it (or resumes it, to give up the suspend).
+        """
+
+    def finish_incoming() -> Deferred[None]:
+        """
+        For a VM started from a saved state (``MachineSpec.incoming``): fire
+        once the state is loaded (the VM is then paused), fail if it cannot be.
+        """
+
 
 class IHypervisor(Interface):
     """A driver that starts VMs."""
@@ -108,5 +145,18 @@ class IHypervisor(Interface):
     capabilities = Attribute("The Capabilities of this driver.")
     description = Attribute("A short text saying how VMs run, e.g. 'qemu, tcg'.")
 
-    def start(spec: MachineSpec) -> Deferred[IMachine]:
+    def start(spec: MachineSpec, log_path: str | None) -> Deferred[IMachine]:
         """Start a VM from ``spec``; fires once the process runs."""
+
+    def adopt(spec: MachineSpec, pid: int, log_path: str | None) -> IMachine:
+        """
+        Take over a VM started for ``spec`` by an earlier run of the daemon.
+
+        :raise HypervisorError: ``pid`` is not (or no longer) that VM.
+        """
+
+    def orphans(directory: str) -> list[int]:
+        """Pids of running VMs of this driver whose files lie under ``directory``."""
+
+    def kill_orphan(pid: int) -> None:
+        """Kill a VM found by :meth:`orphans` (gone already is fine)."""

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import shutil
+import signal
 from typing import Any
 
 from attrs import frozen
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.endpoints import UNIXClientEndpoint, connectProtocol
-from twisted.internet.error import ProcessDone, ProcessTerminated
+from twisted.internet.error import ConnectError, ProcessDone, ProcessTerminated
 from twisted.internet.protocol import ProcessProtocol
-from twisted.internet.task import LoopingCall
+from twisted.internet.task import LoopingCall, deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -143,8 +146,14 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
         "-device", "virtserialport,chardev=agent,name=agent",
         "-chardev", f"file,id=console,path={spec.console_log}",
         "-serial", "chardev:console",
-        "-qmp", f"unix:{spec.qmp_socket},server=on,wait=off",
+        "-qmp", qmp_address(spec.qmp_socket),
+        *(["-incoming", f"exec:cat {shlex.quote(spec.incoming)}"] if spec.incoming else []),
     ]
+
+
+def qmp_address(path: str) -> str:
+    """The ``-qmp`` argument of a VM whose monitor listens on ``path``."""
+    return f"unix:{path},server=on,wait=off"
 
 
 def probe_command(
@@ -190,6 +199,16 @@ class _QemuProcess(ProcessProtocol):
     def errReceived(self, data: bytes) -> None:
         self._keep(data)
 
+    @property
+    def pid(self) -> int:
+        return int(self.transport.pid)
+
+    def kill(self) -> None:
+        try:
+            self.transport.signalProcess("KILL")
+        except Exception:  # already gone: processEnded will follow
+            pass
+
     def processEnded(self, reason: Failure) -> None:
         value = reason.value
         exit_code: int | None = None
@@ -204,11 +223,56 @@ class _QemuProcess(ProcessProtocol):
         )
 
 
+class _PidWatch:
+    """
+    Watches a QEMU that is not our child (adopted after a daemon restart)
+    through a pidfd, which becomes readable when the process ends.  Its exit
+    status cannot be known: ``ended`` fires with a :class:`MachineExit` that
+    has neither.
+    """
+
+    def __init__(self, reactor: Any, pid: int, pidfd: int) -> None:
+        self._reactor = reactor
+        self.pid = pid
+        self._fd: int | None = pidfd
+        self.ended: Deferred[MachineExit] = Deferred()
+        reactor.addReader(self)
+
+    def fileno(self) -> int:
+        return -1 if self._fd is None else self._fd
+
+    def logPrefix(self) -> str:
+        return f"pidfd {self.pid}"
+
+    def doRead(self) -> None:
+        self._close()
+        if not self.ended.called:
+            self.ended.callback(MachineExit(None, None, ""))
+
+    def connectionLost(self, reason: Failure) -> None:
+        self.doRead()
+
+    def kill(self) -> None:
+        if self._fd is not None:
+            try:
+                signal.pidfd_send_signal(self._fd, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            self._reactor.removeReader(self)
+            os.close(self._fd)
+            self._fd = None
+
+
 @implementer(IMachine)
 class QemuMachine:
     """
-    A running QEMU child.
+    A running QEMU: our child, or one adopted after a restart.
 
+    :param process: what watches the process: has ``pid``, ``ended`` (a
+        Deferred firing once with a :class:`MachineExit`) and ``kill()``.
     :ivar pid: the QEMU process id.
     :ivar ended: fires with a :class:`MachineExit` when the process is gone
         (a new Deferred each time it is read, so many may wait).
@@ -216,19 +280,21 @@ class QemuMachine:
 
     #: Seconds between ACPI power-button presses while a graceful stop waits.
     POWER_BUTTON_REPEAT = 2.0
+    #: Seconds between polls of a migration (save or load) in progress.
+    POLL = 0.02
+    #: Migration bandwidth limit while saving state (QEMU's default throttles
+    #: a stopped VM's save to a crawl).
+    SAVE_BANDWIDTH = 64 << 30
 
-    def __init__(
-        self, reactor: Any, transport: Any, process: _QemuProcess, qmp_socket: str, log_path: str | None = None
-    ) -> None:
+    def __init__(self, reactor: Any, process: Any, qmp_socket: str, log_path: str | None = None) -> None:
         self._reactor = reactor
         self._log_path = log_path
-        self._transport = transport
         self._process = process
         self._qmp_socket = qmp_socket
         self._qmp: QMPProtocol | None = None
         self._exit: MachineExit | None = None
         self._waiters: list[Deferred[MachineExit]] = []
-        self.pid: int = transport.pid
+        self.pid: int = process.pid
         process.ended.addCallback(self._ended)
 
     def _ended(self, result: MachineExit) -> MachineExit:
@@ -256,31 +322,107 @@ class QemuMachine:
 
     async def qmp(self, command: str, **arguments: Any) -> Any:
         """
-        Run one QMP command, connecting to the monitor on first use.
+        Run one QMP command, connecting to the monitor on first use (QEMU
+        creates its socket a moment after it starts: a missing socket is
+        tried again for a few seconds).
 
         :raise QMPError: when QEMU refuses the command or is gone.
         """
         if self._exit is not None:
             raise QMPError("the VM is not running")
         if self._qmp is None or self._qmp.transport is None or self._qmp._lost:
+            self._qmp = await self._connect()
+        return await self._qmp.execute(command, **arguments)
+
+    async def _connect(self, attempts: int = 250) -> QMPProtocol:
+        for attempt in range(attempts):
             endpoint = UNIXClientEndpoint(self._reactor, self._qmp_socket, timeout=5)
             protocol = QMPProtocol()
             try:
                 await connectProtocol(endpoint, protocol)
-            except Exception as error:
+            except ConnectError as error:
+                # Missing, or still the socket file of an earlier QEMU (refused).
+                if self._exit is None and attempt + 1 < attempts:
+                    await deferLater(self._reactor, self.POLL, lambda: None)
+                    continue
                 raise QMPError(f"cannot reach QMP: {error}") from error
             await protocol.ready
-            self._qmp = protocol
-        return await self._qmp.execute(command, **arguments)
+            return protocol
+        raise QMPError("cannot reach QMP")
 
     def kill(self) -> Deferred[MachineExit]:
-        """Kill QEMU with SIGKILL and fire when it has been reaped."""
+        """Kill QEMU with SIGKILL and fire when it is gone."""
         if self._exit is None:
-            try:
-                self._transport.signalProcess("KILL")
-            except Exception:  # already gone: processEnded will follow
-                pass
+            self._process.kill()
         return self.ended
+
+    def pause(self) -> Deferred[None]:
+        return Deferred.fromCoroutine(self._command("stop"))
+
+    def resume(self) -> Deferred[None]:
+        return Deferred.fromCoroutine(self._command("cont"))
+
+    def reset(self) -> Deferred[None]:
+        return Deferred.fromCoroutine(self._command("system_reset"))
+
+    def power_button(self) -> Deferred[None]:
+        return Deferred.fromCoroutine(self._command("system_powerdown"))
+
+    async def _command(self, command: str, **arguments: Any) -> None:
+        try:
+            await self.qmp(command, **arguments)
+        except QMPError as error:
+            raise HypervisorError(f"{command}: {error}") from error
+
+    def run_state(self) -> Deferred[str]:
+        return Deferred.fromCoroutine(self._run_state())
+
+    async def _run_state(self) -> str:
+        try:
+            return str((await self.qmp("query-status"))["status"])
+        except (QMPError, KeyError, TypeError) as error:
+            raise HypervisorError(f"query-status: {error}") from error
+
+    def save_state(self, path: str) -> Deferred[None]:
+        """
+        Stop the VM and migrate its state into ``path`` (QEMU 7.2 has no
+        ``file:`` migration, so through ``exec:cat``); fires once QEMU reports
+        the migration completed.
+        """
+        return Deferred.fromCoroutine(self._save_state(path))
+
+    async def _save_state(self, path: str) -> None:
+        await self._command("stop")
+        await self._command("migrate-set-parameters", **{"max-bandwidth": self.SAVE_BANDWIDTH})
+        await self._command("migrate", uri=f"exec:cat > {shlex.quote(path)}")
+        while True:
+            try:
+                info = await self.qmp("query-migrate")
+            except QMPError as error:
+                raise HypervisorError(f"saving the VM state: {error}") from error
+            status = info.get("status")
+            if status == "completed":
+                return
+            if status in ("failed", "cancelled"):
+                raise HypervisorError(f"saving the VM state {status}: {info.get('error-desc', 'no reason given')}")
+            await deferLater(self._reactor, self.POLL, lambda: None)
+
+    def finish_incoming(self) -> Deferred[None]:
+        return Deferred.fromCoroutine(self._finish_incoming())
+
+    async def _finish_incoming(self) -> None:
+        while True:
+            try:
+                status = await self._run_state()
+            except HypervisorError as error:
+                if self._exit is not None:
+                    raise HypervisorError(f"loading the VM state: {describe_exit(self._exit)}") from None
+                raise HypervisorError(f"loading the VM state: {error}") from error
+            if status in ("paused", "running"):
+                return
+            if status != "inmigrate":
+                raise HypervisorError(f"loading the VM state left it {status!r}")
+            await deferLater(self._reactor, self.POLL, lambda: None)
 
     def stop(self, graceful: bool, grace: float) -> Deferred[MachineExit]:
         """
@@ -326,11 +468,17 @@ class QemuDriver:
     :param settings: the binary, accelerator and TSC frequency to use.
     """
 
-    capabilities = Capabilities(can_pause=True, can_suspend=False)
+    capabilities = Capabilities(can_pause=True, can_suspend=True)
 
-    def __init__(self, reactor: Any, settings: QemuSettings) -> None:
+    def __init__(self, reactor: Any, settings: QemuSettings, proc: str = "/proc") -> None:
         self._reactor = reactor
         self.settings = settings
+        self._proc = proc
+        # QEMU runs in a session of its own: a Ctrl-C meant for the daemon
+        # (sent to its whole process group) must not kill the VMs before the
+        # daemon stops them its own way.
+        setsid = shutil.which("setsid")
+        self._prefix = [setsid] if setsid else []
 
     @property
     def description(self) -> str:
@@ -342,7 +490,7 @@ class QemuDriver:
         (a file beside the node's other files) so QEMU does not depend on the
         daemon's pipes staying open.
         """
-        argv = qemu_command(spec, self.settings)
+        argv = [*self._prefix, *qemu_command(spec, self.settings)]
         process = _QemuProcess()
         output_fd = os.open(log_path or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
         try:
@@ -353,7 +501,77 @@ class QemuDriver:
             raise HypervisorError(f"cannot start {argv[0]}: {error}") from error
         finally:
             os.close(output_fd)
-        return succeed(QemuMachine(self._reactor, transport, process, spec.qmp_socket, log_path))
+        return succeed(QemuMachine(self._reactor, process, spec.qmp_socket, log_path))
+
+    def adopt(self, spec: MachineSpec, pid: int, log_path: str | None = None) -> QemuMachine:
+        """
+        Take over the QEMU of ``spec`` that an earlier run started: ``pid``
+        must still be a QEMU whose monitor is ``spec.qmp_socket``.  The pidfd
+        is opened before the command line is checked, so a recycled pid
+        cannot slip in between.
+
+        :raise HypervisorError: ``pid`` is gone or is not that VM.
+        """
+        pidfd = self._open_vm(pid, spec.qmp_socket)
+        return QemuMachine(self._reactor, _PidWatch(self._reactor, pid, pidfd), spec.qmp_socket, log_path)
+
+    def _open_vm(self, pid: int, qmp_socket: str | None) -> int:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError as error:
+            raise HypervisorError(f"process {pid} is gone: {error.strerror}") from None
+        argv = _cmdline(self._proc, pid)
+        wanted = ["-qmp", qmp_address(qmp_socket)] if qmp_socket else None
+        if not _is_vm(argv) or (wanted is not None and not _contains(argv, wanted)):
+            os.close(pidfd)
+            raise HypervisorError(f"process {pid} is not the VM of {qmp_socket}")
+        return pidfd
+
+    def orphans(self, directory: str) -> list[int]:
+        """Pids of our QEMUs (``-name vmservice-...``) whose files lie under ``directory``."""
+        prefix = os.path.join(directory, "")
+        found = []
+        for entry in os.listdir(self._proc):
+            if not entry.isdigit():
+                continue
+            argv = _cmdline(self._proc, int(entry))
+            if _is_vm(argv) and any(prefix in word for word in argv):
+                found.append(int(entry))
+        return sorted(found)
+
+    def kill_orphan(self, pid: int) -> None:
+        """SIGKILL an orphan found by :meth:`orphans`, through a pidfd (so never a recycled pid)."""
+        try:
+            pidfd = self._open_vm(pid, None)
+        except HypervisorError:
+            return
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except OSError:
+            pass
+        finally:
+            os.close(pidfd)
+
+
+def _cmdline(proc: str, pid: int) -> list[str]:
+    try:
+        with open(os.path.join(proc, str(pid), "cmdline"), "rb") as f:
+            return f.read().decode("utf-8", "replace").split("\0")
+    except OSError:
+        return []
+
+
+def _is_vm(argv: list[str]) -> bool:
+    """Whether ``argv`` is a QEMU this program starts (named ``vmservice-<hostname>``)."""
+    return (
+        bool(argv)
+        and os.path.basename(argv[0]).startswith("qemu-system")
+        and any(word.startswith("vmservice-") for word in argv[1:])
+    )
+
+
+def _contains(argv: list[str], words: list[str]) -> bool:
+    return any(argv[i : i + len(words)] == words for i in range(len(argv)))
 
 
 def _with_log_tail(ended: MachineExit, log_path: str) -> MachineExit:
@@ -447,4 +665,5 @@ __all__ = [
     "probe_accel",
     "probe_command",
     "qemu_command",
+    "qmp_address",
 ]

@@ -4,19 +4,28 @@ The fleet: every node this daemon owns, and the operations on them.
 
 :class:`Fleet` is a Twisted service.  It creates nodes (record first, then
 disk, then the VM, then the agent connection), lists and deletes them, reads
-their console logs and asks their agents for health.  Whatever fails half-way
-is undone completely: process, disk, sockets and record.  On stop it stops
-every VM it started.
+their console logs, asks their agents for health, and drives their lifecycle:
+pause, resume, suspend, restore, relaunch, shutdown and reboot (which
+operation is allowed in which status is :mod:`.transitions`' table).
+
+Every step writes the node's record *before* it acts, so a crash at any point
+leaves a record that says what to finish or undo: at start the fleet
+re-adopts the VMs that still run, cleans up what was half done
+(:mod:`.recovery` decides), kills any VM of its state directory that no record
+claims, and brings host groups with ``count: N`` up to N nodes.  On stop it
+stops every VM it runs: ephemeral nodes are removed, persistent ones kept
+``Stopped``, suspended ones kept as they are.
 """
 
 from __future__ import annotations
 
 import os
-
+import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
-from attrs import define, frozen
+from attrs import define, evolve, frozen
 from twisted.application.service import Service
 from twisted.internet.defer import CancelledError, Deferred, DeferredList, succeed
 from twisted.logger import Logger
@@ -28,13 +37,16 @@ from ..errors import (
     Conflict,
     Internal,
     NotFound,
+    NotSupported,
     Protected,
     WaitTimeout,
 )
-from ..hypervisors.base import IHypervisor, IMachine, MachineExit, MachineSpec, describe_exit
+from ..hypervisors.base import HypervisorError, IHypervisor, IMachine, MachineExit, MachineSpec, describe_exit
 from ..images.store import Image, ImageNotFound
 from .model import NodeRecord, Status, valid_hostname
+from .recovery import decide
 from .store import NodeStore
+from .transitions import Op, Outcome, check
 
 log = Logger()
 
@@ -80,6 +92,8 @@ class AgentLike(Protocol):
 
     async def health(self) -> Any: ...
 
+    async def set_clock(self, unix_ns: int) -> int: ...
+
 
 class DiskLike(Protocol):
     """Creates and removes node disks (see ``vmservice.storage.overlay``)."""
@@ -91,13 +105,21 @@ class DiskLike(Protocol):
 
 @define
 class _Live:
-    """The run-time side of a node: its VM and agent connection."""
+    """
+    The run-time side of a node: its VM and agent connection.
+
+    :ivar removing: the node is being deleted (or the daemon is stopping):
+        its VM's end is expected, not news.
+    :ivar busy: the lifecycle operation in progress, if any: another one
+        meanwhile is answered 409 ``busy``.
+    """
 
     record: NodeRecord
     machine: IMachine | None = None
     agent: AgentLike | None = None
     started: float | None = None
     removing: bool = False
+    busy: str | None = None
 
 
 class Fleet(Service):
@@ -114,6 +136,9 @@ class Fleet(Service):
     :param agent_factory: makes an agent connection for a socket path.
     :param on_boot: called with ``(group, seconds)`` when a node's agent first
         answers, for the boot-duration metric.
+    :param stop_grace: seconds a graceful stop waits before it kills.
+    :param wall_clock: the time in nanoseconds since the epoch, given to
+        guests whose clock stood still (resume, restore).
     """
 
     name = "fleet"
@@ -129,6 +154,7 @@ class Fleet(Service):
         agent_factory: Callable[[str], AgentLike],
         on_boot: Callable[[str, float], None] = lambda group, seconds: None,
         stop_grace: float = 10.0,
+        wall_clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self._reactor = reactor
         self._config = config
@@ -140,14 +166,23 @@ class Fleet(Service):
         self._agent_factory = agent_factory
         self._on_boot = on_boot
         self._stop_grace = stop_grace
+        self._wall_clock = wall_clock
         self._nodes: dict[str, _Live] = {}
+        self._recovered: Deferred[None] | None = None
 
     # -- service ---------------------------------------------------------
 
     def startService(self) -> None:
         super().startService()
-        self._clean_leftovers()
-        self.driver()
+        self._recovered = Deferred.fromCoroutine(self._recover())
+        self._recovered.addErrback(lambda failure: log.failure("recovery at start failed", failure))
+
+    def recovered(self) -> Deferred[None]:
+        """Fires once the start-up recovery (adoption, clean-up, ``count``) is done."""
+        result: Deferred[None] = Deferred()
+        assert self._recovered is not None, "the fleet was not started"
+        self._recovered.addBoth(lambda value: (result.callback(None), value)[1])
+        return result
 
     def driver(self) -> Deferred[IHypervisor]:
         """The hypervisor driver, once (each caller gets its own Deferred)."""
@@ -162,17 +197,24 @@ class Fleet(Service):
         return Deferred.fromCoroutine(self._stop_all())
 
     async def _stop_all(self) -> None:
-        stops = [Deferred.fromCoroutine(self._stop_node(live)) for live in list(self._nodes.values())]
-        if stops:
-            log.info("stopping {count} node(s)", count=len(stops))
+        running = [live for live in self._nodes.values() if live.machine is not None]
+        if running:
+            log.info("stopping {count} node(s)", count=len(running))
+            stops = [Deferred.fromCoroutine(self._stop_node(live)) for live in running]
             await DeferredList(stops, consumeErrors=True)
 
     async def _stop_node(self, live: _Live) -> None:
         group = self._config.group(live.record.hostgroup)
         graceful = group.graceful_shutdown if group is not None else False
         live.removing = True
-        if live.machine is not None:
-            await live.machine.stop(graceful, self._stop_grace)
+        machine = live.machine
+        assert machine is not None
+        if graceful and live.record.status == Status.PAUSED:
+            try:
+                await machine.resume()  # a frozen guest cannot hear the power button
+            except HypervisorError:
+                pass
+        await machine.stop(graceful, self._stop_grace)
         if live.agent is not None:
             await live.agent.stop()
         if live.record.persistent:
@@ -181,28 +223,91 @@ class Fleet(Service):
             self._store.remove(live.record.hostname)
         self._nodes.pop(live.record.hostname, None)
 
-    def _clean_leftovers(self) -> None:
-        """
-        Remove what an earlier run left: kill VMs of ours that still run,
-        remove ephemeral nodes and stray directories, mark persistent nodes
-        stopped.
-        """
+    # -- start-up recovery -----------------------------------------------
+
+    async def _recover(self) -> None:
         records, strays = self._store.load_all()
         for name in strays:
             log.info("removing stray node directory {name}", name=name)
             self._store.remove(name)
         for record in records:
-            if record.pid is not None and _is_our_vm(record.pid, record.hostname):
-                log.info("killing leftover VM {hostname} (pid {pid})", hostname=record.hostname, pid=record.pid)
-                try:
-                    os.kill(record.pid, 9)
-                except OSError:
-                    pass
-            if record.persistent and record.status != Status.CREATING:
-                self._store.save(record.with_status(Status.STOPPED))
-                self._nodes[record.hostname] = _Live(record.with_status(Status.STOPPED))
-            else:
-                self._store.remove(record.hostname)
+            self._nodes[record.hostname] = _Live(record, busy="recovering")
+        driver = await self.driver()
+        adopted: set[int] = set()
+        for record in records:
+            live = self._nodes[record.hostname]
+            try:
+                await self._recover_node(driver, live, adopted)
+            except Exception:
+                log.failure("recovering node {hostname} failed", hostname=record.hostname)
+            finally:
+                live.busy = None
+        for pid in driver.orphans(self._store.nodes_dir):
+            if pid not in adopted:
+                log.info("killing VM process {pid}, which no node record claims", pid=pid)
+                driver.kill_orphan(pid)
+        await self._keep_counts()
+
+    async def _recover_node(self, driver: IHypervisor, live: _Live, adopted: set[int]) -> None:
+        record = live.record
+        hostname = record.hostname
+        paths = self._paths(hostname)
+        machine: IMachine | None = None
+        vm_state: str | None = None
+        if record.pid is not None:
+            spec = self._spec(record, paths, record.kernel, record.initrd)
+            try:
+                machine = driver.adopt(spec, record.pid, paths["qemu_log"])
+                vm_state = await machine.run_state()
+            except HypervisorError as error:
+                log.info("node {hostname}: its VM (pid {pid}) is not running: {error}",
+                         hostname=hostname, pid=record.pid, error=error)
+        plan = decide(record, vm_state, os.path.exists(paths["state"]))
+        _unlink(paths["state"] + ".partial")
+        if machine is not None and not plan.adopt:
+            await machine.kill()
+        if plan.status is None:
+            log.info("removing node {hostname} (was {status})", hostname=hostname, status=record.status.value)
+            self._remove(live)
+            return
+        if plan.status is not Status.SUSPENDED:
+            _unlink(paths["state"])
+        if not plan.adopt or machine is None:
+            self._set(live, plan.status, pid=None)
+            return
+        live.machine = machine
+        machine.ended.addCallback(self._machine_ended, live, machine)
+        adopted.add(machine.pid)
+        if plan.resume:
+            await machine.resume()
+        self._set(live, plan.status)
+        self._connect_agent(live, paths)
+        log.info("adopted node {hostname} ({status}, pid {pid})",
+                 hostname=hostname, status=plan.status.value, pid=machine.pid)
+
+    async def _keep_counts(self) -> None:
+        """Bring every host group with ``count: N`` to N running protected nodes."""
+        work = []
+        for group in self._config.host_groups:
+            if group.count <= 0:
+                continue
+            members = [
+                live for live in self._nodes.values()
+                if live.record.hostgroup == group.name and live.record.protected
+                and live.record.status not in (Status.CREATING, Status.DELETING)
+            ]
+            for live in members:
+                hostname = live.record.hostname
+                if live.record.status == Status.STOPPED:
+                    work.append(Deferred.fromCoroutine(self.relaunch(hostname, None, 0)))
+                elif live.record.status == Status.SUSPENDED:
+                    work.append(Deferred.fromCoroutine(self.restore(hostname, None, 0)))
+            for _ in range(group.count - len(members)):
+                request = CreateRequest(persistent=True, protected=True)
+                work.append(Deferred.fromCoroutine(self.create(group.name, request, None, 0)))
+        for result in await DeferredList(work, consumeErrors=True):
+            if not result[0]:
+                log.failure("keeping a host group's count failed", result[1])
 
     # -- queries ---------------------------------------------------------
 
@@ -231,7 +336,7 @@ class Fleet(Service):
         result = []
         for live in self._nodes.values():
             record = live.record
-            if record.status == Status.CREATING:
+            if record.status in (Status.CREATING, Status.DELETING):
                 continue
             if group is not None and record.hostgroup != group:
                 continue
@@ -239,16 +344,16 @@ class Fleet(Service):
                 continue
             if tag_prefix is not None and not any(t.startswith(tag_prefix) for t in record.tags):
                 continue
-            result.append(record)
+            result.append(_visible(record))
         return sorted(result, key=lambda r: (r.created_at, r.hostname))
 
     def node(self, hostname: str) -> NodeRecord:
         """The node ``hostname``; :class:`NotFound` when there is none."""
-        return self._live(hostname).record
+        return _visible(self._live(hostname).record)
 
     def _live(self, hostname: str) -> _Live:
         live = self._nodes.get(hostname)
-        if live is None or live.record.status == Status.CREATING:
+        if live is None or live.record.status in (Status.CREATING, Status.DELETING):
             raise NotFound(f"node {hostname!r} not found", code="node_not_found")
         return live
 
@@ -283,17 +388,15 @@ class Fleet(Service):
 
         :raise NotFound: no such node.
         :raise Conflict: the node is paused (the contract's 409 for exec, cp,
-            fs and shell while paused).
-        :raise AgentNotConnected: the node is not running or its agent is not
+            fs and shell while paused), stopped or suspended.
+        :raise AgentNotConnected: the node runs but its agent is not
             connected (yet).
         """
         live = self._live(hostname)
-        if live.record.status == Status.PAUSED:
-            raise Conflict(f"node {hostname!r} is paused", code="paused")
-        if live.agent is None or live.record.status != Status.RUNNING or not getattr(live.agent, "connected", True):
+        check(Op.AGENT, hostname, live.record.status)
+        if live.agent is None or not getattr(live.agent, "connected", True):
             raise AgentNotConnected(
-                f"the agent of node {hostname!r} is not connected (status {live.record.status.value})",
-                code="agent_unavailable",
+                f"the agent of node {hostname!r} is not connected (yet)", code="agent_unavailable"
             )
         return live.agent
 
@@ -302,7 +405,7 @@ class Fleet(Service):
         live = self._live(hostname)
         if live.agent is None or live.record.status != Status.RUNNING:
             raise AgentNotConnected(
-                f"node {hostname!r} is {live.record.status.value}: its agent cannot answer",
+                f"node {hostname!r} is {_visible(live.record).status.value}: its agent cannot answer",
                 code="agent_unavailable",
             )
         try:
@@ -336,10 +439,7 @@ class Fleet(Service):
                 f"cpus must be between 1 and {group.vcpu} for host group {group.name!r}",
                 code="limit_exceeded",
             )
-        try:
-            image = self._images(group.image)
-        except ImageNotFound as error:
-            raise Internal(str(error), code="image_not_found") from error
+        image = self._image(group)
         hostname = self._choose_hostname(group, request.hostname)
         paths = self._paths(hostname)
         record = NodeRecord(
@@ -357,7 +457,10 @@ class Fleet(Service):
         self._store.save(record)
         log.info("creating node {hostname} in {group}", hostname=hostname, group=group.name)
         try:
-            await self._launch(live, group, image, paths)
+            await self._disks.create(image.rootfs.path, paths["disk"], group.storage_size)
+            await self._spawn(live, paths, image.kernel.path, image.initrd.path)
+            self._set(live, Status.RUNNING)
+            self._connect_agent(live, paths)
             if wait == "agent":
                 await self._wait_for_agent(live, timeout)
         except BaseException as error:
@@ -371,7 +474,13 @@ class Fleet(Service):
             if isinstance(error, _MachineEnded):
                 raise Internal(f"node {hostname!r} failed to boot: {error}", code="boot_failed") from None
             raise
-        return live.record
+        return _visible(live.record)
+
+    def _image(self, group: HostGroupConfig) -> Image:
+        try:
+            return self._images(group.image)
+        except ImageNotFound as error:
+            raise Internal(str(error), code="image_not_found") from error
 
     def _choose_hostname(self, group: HostGroupConfig, wanted: str | None) -> str:
         if wanted:
@@ -395,6 +504,7 @@ class Fleet(Service):
                 ("qemu_log", "qemu.log"),
                 ("agent", "agent.sock"),
                 ("qmp", "qmp.sock"),
+                ("state", "state.bin"),
             )
         }
         if max(len(paths["agent"]), len(paths["qmp"])) > _MAX_SOCKET_PATH:
@@ -404,33 +514,46 @@ class Fleet(Service):
             )
         return paths
 
-    async def _launch(
-        self, live: _Live, group: HostGroupConfig, image: Image, paths: dict[str, str]
-    ) -> None:
-        record = live.record
-        await self._disks.create(image.rootfs.path, paths["disk"], group.storage_size)
-        driver = await self.driver()
-        spec = MachineSpec(
+    def _spec(
+        self, record: NodeRecord, paths: dict[str, str], kernel: str, initrd: str, incoming: str | None = None
+    ) -> MachineSpec:
+        return MachineSpec(
             name=record.hostname,
             vcpus=record.cpus,
             ram_bytes=record.ram_bytes,
-            kernel=image.kernel.path,
-            initrd=image.initrd.path,
+            kernel=kernel,
+            initrd=initrd,
             disk=paths["disk"],
             agent_socket=paths["agent"],
             qmp_socket=paths["qmp"],
             console_log=paths["console"],
+            incoming=incoming,
         )
+
+    async def _spawn(
+        self, live: _Live, paths: dict[str, str], kernel: str, initrd: str, incoming: str | None = None
+    ) -> IMachine:
+        """Start the node's VM (its disk exists); the caller records the new status."""
+        driver = await self.driver()
+        spec = self._spec(live.record, paths, kernel, initrd, incoming)
         live.started = self._reactor.seconds()
         machine = await driver.start(spec, paths["qemu_log"])
         live.machine = machine
-        live.record = record.with_status(Status.RUNNING, machine.pid)
-        self._store.save(live.record)
-        machine.ended.addCallback(self._machine_ended, live)
+        live.record = evolve(live.record, pid=machine.pid, kernel=kernel, initrd=initrd)
+        machine.ended.addCallback(self._machine_ended, live, machine)
+        return machine
+
+    def _connect_agent(self, live: _Live, paths: dict[str, str]) -> None:
         agent = self._agent_factory(paths["agent"])
         live.agent = agent
         agent.start()
         agent.when_ready().addCallback(self._first_ready, live)
+
+    def _set(self, live: _Live, status: Status, **changes: Any) -> None:
+        """Give the node a new status (and other changes) and persist it, unless it is gone."""
+        live.record = evolve(live.record, status=status, **changes)
+        if not live.removing and self._nodes.get(live.record.hostname) is live:
+            self._store.save(live.record)
 
     def _first_ready(self, _: object, live: _Live) -> None:
         if live.started is not None and not live.removing:
@@ -445,7 +568,7 @@ class Fleet(Service):
             if not outcome.called:
                 outcome.callback(result)
 
-        ready = Deferred.fromCoroutine(self._agent_health(live))
+        ready = Deferred.fromCoroutine(self._agent_health(live.agent))
         ready.addCallbacks(lambda value: settle(("ready", value)), lambda f: settle(("error", f)))
         live.machine.ended.addCallback(lambda ended: settle(("ended", ended)))
         timer = self._reactor.callLater(timeout, settle, ("timeout", None))
@@ -463,12 +586,11 @@ class Fleet(Service):
         if kind == "error":
             value.raiseException()
 
-    async def _agent_health(self, live: _Live) -> Any:
-        assert live.agent is not None
+    async def _agent_health(self, agent: AgentLike) -> Any:
         while True:
-            await live.agent.when_ready()
+            await agent.when_ready()
             try:
-                return await live.agent.health()
+                return await agent.health()
             except CancelledError:
                 raise
             except Exception:
@@ -476,31 +598,250 @@ class Fleet(Service):
                 # restarted its agent): wait for the next hello.
                 continue
 
-    def _machine_ended(self, ended: MachineExit, live: _Live) -> None:
-        if live.removing:
+    def _machine_ended(self, ended: MachineExit, live: _Live, machine: IMachine) -> None:
+        if live.removing or live.machine is not machine:
             return
         hostname = live.record.hostname
         log.info("node {hostname} stopped on its own: {how}", hostname=hostname, how=describe_exit(ended))
+        live.machine = None
         if live.agent is not None:
             live.agent.stop()
-        if live.record.persistent:
-            live.record = live.record.with_status(Status.STOPPED)
-            live.machine = None
             live.agent = None
-            self._store.save(live.record)
+        if live.record.persistent:
+            self._set(live, Status.STOPPED, pid=None)
         else:
-            self._nodes.pop(hostname, None)
-            self._disks.remove(os.path.join(self._store.node_dir(hostname), "disk.qcow2"))
-            self._store.remove(hostname)
+            self._remove(live)
+
+    def _remove(self, live: _Live) -> bool:
+        """Forget the node and delete its files (the VM is gone); whether the disk was removed."""
+        hostname = live.record.hostname
+        if self._nodes.get(hostname) is live:
+            self._nodes.pop(hostname)
+        disk_removed = self._disks.remove(os.path.join(self._store.node_dir(hostname), "disk.qcow2"))
+        self._store.remove(hostname)
+        return disk_removed
+
+    # -- lifecycle -------------------------------------------------------
+
+    @contextmanager
+    def _operation(self, live: _Live, op: Op) -> Iterator[Outcome]:
+        """
+        Run lifecycle operation ``op`` on ``live``, one at a time per node;
+        yields :func:`.transitions.check`'s outcome.
+        """
+        if live.busy is not None:
+            raise Conflict(f"node {live.record.hostname!r} is busy ({live.busy})", code="busy")
+        outcome = check(op, live.record.hostname, live.record.status)
+        live.busy = op.value
+        try:
+            yield outcome
+        finally:
+            live.busy = None
+
+    async def _suspendable(self) -> None:
+        driver = await self.driver()
+        if not driver.capabilities.can_suspend:
+            raise NotSupported(f"{driver.description} cannot suspend VMs to disk", code="not_supported")
+
+    @staticmethod
+    async def _drive(what: str, hostname: str, action: Deferred[Any]) -> Any:
+        """Wait for a driver action; its failure becomes a 500 that says what failed."""
+        try:
+            return await action
+        except HypervisorError as error:
+            raise Internal(f"{what} of node {hostname!r} failed: {error}", code=f"{what}_failed") from error
+
+    async def pause(self, hostname: str) -> str:
+        """Freeze a running node's VM; a paused node stays paused."""
+        live = self._live(hostname)
+        with self._operation(live, Op.PAUSE) as outcome:
+            if outcome is Outcome.DONE:
+                return f"{hostname} is already paused"
+            assert live.machine is not None
+            await self._drive("pause", hostname, live.machine.pause())
+            self._set(live, Status.PAUSED)
+        log.info("paused node {hostname}", hostname=hostname)
+        return f"{hostname} paused"
+
+    async def resume(self, hostname: str) -> str:
+        """Let a paused node run again and set its clock; a running node is left as it is."""
+        live = self._live(hostname)
+        with self._operation(live, Op.RESUME) as outcome:
+            if outcome is Outcome.DONE:
+                return f"{hostname} is already running"
+            assert live.machine is not None
+            await self._drive("resume", hostname, live.machine.resume())
+            self._set(live, Status.RUNNING)
+            self._sync_clock(live)
+        log.info("resumed node {hostname}", hostname=hostname)
+        return f"{hostname} resumed"
+
+    async def shutdown(self, hostname: str, action: str) -> str:
+        """
+        ``action`` ``reboot``: reset the VM (the guest boots again, its agent
+        reconnects).  ``shutdown``: press the ACPI power button (again every
+        few seconds) and kill the VM if it has not powered off within the
+        grace; the node then ends as any VM that stops on its own does
+        (persistent: ``Stopped``; ephemeral: removed).  Answers at once.
+        """
+        live = self._live(hostname)
+        op = Op.REBOOT if action == "reboot" else Op.SHUTDOWN
+        with self._operation(live, op):
+            assert live.machine is not None
+            if op is Op.REBOOT:
+                await self._drive("reboot", hostname, live.machine.reset())
+                log.info("rebooting node {hostname}", hostname=hostname)
+                return f"{hostname} is rebooting"
+            stopping = live.machine.stop(True, self._stop_grace)
+            stopping.addErrback(lambda failure: log.failure("shutdown of {hostname}", failure, hostname=hostname))
+        log.info("shutting down node {hostname}", hostname=hostname)
+        return f"{hostname} is shutting down"
+
+    async def suspend(self, hostname: str) -> str:
+        """
+        Save a running (or paused) node's memory and device state to its
+        snapshot file, then end its VM, which releases its memory.
+        """
+        await self._suspendable()
+        live = self._live(hostname)
+        with self._operation(live, Op.SUSPEND) as outcome:
+            if outcome is Outcome.DONE:
+                return f"{hostname} is already suspended"
+            machine = live.machine
+            assert machine is not None
+            state = self._paths(hostname)["state"]
+            partial = state + ".partial"
+            before = live.record.status
+            self._set(live, Status.SUSPENDING)
+            try:
+                await self._drive("suspend", hostname, machine.save_state(partial))
+                _fsync(partial)
+                os.replace(partial, state)
+                _fsync(os.path.dirname(state))
+            except BaseException:
+                _unlink(partial)
+                if live.machine is machine:
+                    if before == Status.RUNNING:
+                        await Deferred.fromCoroutine(_quietly(machine.resume()))
+                    self._set(live, before)
+                raise
+            live.machine = None
+            agent, live.agent = live.agent, None
+            if agent is not None:
+                await agent.stop()
+            await machine.kill()
+            self._set(live, Status.SUSPENDED, pid=None)
+        log.info("suspended node {hostname}", hostname=hostname)
+        return f"{hostname} suspended"
+
+    async def restore(self, hostname: str, wait: str | None, timeout: float) -> str:
+        """
+        Start a suspended node's VM from its snapshot: the guest continues
+        where it was (its clock is then set).  The snapshot is deleted once
+        the VM runs, since the disk moves on from that point.
+
+        :param wait: ``"agent"`` to answer once the agent answers again.
+        """
+        await self._suspendable()
+        live = self._live(hostname)
+        with self._operation(live, Op.RESTORE):
+            paths = self._paths(hostname)
+            if not os.path.exists(paths["state"]):
+                raise Conflict(f"node {hostname!r} has no snapshot to restore", code="no_snapshot")
+            record = live.record
+            kernel, initrd = record.kernel, record.initrd
+            if not kernel:
+                image = self._image(self.group(record.hostgroup))
+                kernel, initrd = image.kernel.path, image.initrd.path
+            self._set(live, Status.RESTORING)
+            try:
+                machine = await self._spawn(live, paths, kernel, initrd, incoming=paths["state"])
+                await self._drive("restore", hostname, machine.finish_incoming())
+                await self._drive("restore", hostname, machine.resume())
+            except BaseException:
+                failed, live.machine = live.machine, None
+                if failed is not None:
+                    await failed.kill()
+                self._set(live, Status.SUSPENDED, pid=None)
+                raise
+            self._set(live, Status.RUNNING)
+            _unlink(paths["state"])
+            self._connect_agent(live, paths)
+            self._sync_clock(live)
+        log.info("restored node {hostname}", hostname=hostname)
+        await self._wait_after(live, wait, timeout)
+        return f"{hostname} restored"
+
+    async def relaunch(self, hostname: str, wait: str | None, timeout: float) -> NodeRecord:
+        """
+        Boot a stopped (or suspended: its snapshot is discarded) node again
+        from its own disk, with the same hostname, address and tags.
+        """
+        live = self._live(hostname)
+        with self._operation(live, Op.RELAUNCH):
+            record = live.record
+            group = self._config.group(record.hostgroup)
+            if group is None:
+                raise Conflict(
+                    f"the host group {record.hostgroup!r} of node {hostname!r} is no longer configured",
+                    code="hostgroup_gone",
+                )
+            image = self._image(group)
+            paths = self._paths(hostname)
+            if not os.path.exists(paths["disk"]):
+                raise Internal(f"the disk of node {hostname!r} is missing", code="disk_missing")
+            _unlink(paths["state"])
+            try:
+                await self._spawn(live, paths, image.kernel.path, image.initrd.path)
+            except BaseException:
+                failed, live.machine = live.machine, None
+                if failed is not None:
+                    await failed.kill()
+                self._set(live, Status.STOPPED, pid=None)
+                raise
+            self._set(live, Status.RUNNING)
+            self._connect_agent(live, paths)
+        log.info("relaunched node {hostname}", hostname=hostname)
+        await self._wait_after(live, wait, timeout)
+        return _visible(live.record)
+
+    async def _wait_after(self, live: _Live, wait: str | None, timeout: float) -> None:
+        """``wait=agent`` of restore and relaunch: the node stays up when the wait fails."""
+        if wait != "agent" or live.machine is None:
+            return
+        hostname = live.record.hostname
+        try:
+            await self._wait_for_agent(live, timeout)
+        except _Timeout:
+            raise WaitTimeout(f"the agent of node {hostname!r} did not answer within {timeout:g} s") from None
+        except _MachineEnded as error:
+            raise Internal(f"node {hostname!r} failed to start: {error}", code="boot_failed") from None
+
+    def _sync_clock(self, live: _Live) -> None:
+        """Set the guest's clock once its agent answers (it stood still while paused or suspended)."""
+        agent = live.agent
+        if agent is None:
+            return
+        hostname = live.record.hostname
+
+        async def sync() -> None:
+            await agent.when_ready()
+            await agent.set_clock(self._wall_clock())
+
+        Deferred.fromCoroutine(sync()).addErrback(
+            lambda failure: log.info("could not set the clock of {hostname}: {error}",
+                                     hostname=hostname, error=failure.value)
+        )
 
     # -- delete ----------------------------------------------------------
 
     async def delete(self, group_name: str, hostname: str) -> DeleteResult:
         """
-        Delete a node: kill its VM, remove its disk, sockets and record.
+        Delete a node: kill its VM, remove its disk, snapshot, sockets and record.
 
         :raise NotFound: no such group, or no such node in it.
         :raise Protected: the node is protected.
+        :raise Conflict: another operation on the node is in progress.
         """
         self.group(group_name)
         live = self._live(hostname)
@@ -508,6 +849,9 @@ class Fleet(Service):
             raise NotFound(f"node {hostname!r} not found in host group {group_name!r}", code="node_not_found")
         if live.record.protected:
             raise Protected(f"node {hostname!r} is protected and cannot be deleted")
+        if live.busy is not None:
+            raise Conflict(f"node {hostname!r} is busy ({live.busy})", code="busy")
+        self._set(live, Status.DELETING)
         disk_removed = await self._teardown(live)
         log.info("deleted node {hostname}", hostname=hostname)
         return DeleteResult(hostname, disk_removed)
@@ -519,11 +863,36 @@ class Fleet(Service):
             await live.agent.stop()
         if live.machine is not None:
             await live.machine.kill()
-        hostname = live.record.hostname
-        disk_removed = self._disks.remove(os.path.join(self._store.node_dir(hostname), "disk.qcow2"))
-        self._store.remove(hostname)
-        self._nodes.pop(hostname, None)
-        return disk_removed
+        return self._remove(live)
+
+
+def _visible(record: NodeRecord) -> NodeRecord:
+    """The record as clients see it: an internal status shows as the one it comes from."""
+    shown = {Status.SUSPENDING: Status.RUNNING, Status.RESTORING: Status.SUSPENDED}.get(record.status)
+    return record if shown is None else record.with_status(shown, record.pid)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _fsync(path: str) -> None:
+    """Flush a file (or a directory's entries) to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+async def _quietly(action: Deferred[Any]) -> None:
+    try:
+        await action
+    except Exception:
+        pass
 
 
 class _Timeout(Exception):
@@ -532,15 +901,3 @@ class _Timeout(Exception):
 
 class _MachineEnded(Exception):
     """The VM process ended while we waited for its agent."""
-
-
-def _is_our_vm(pid: int, hostname: str) -> bool:
-    """Whether ``pid`` is a QEMU this daemon started for ``hostname``."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-    except OSError:
-        return False
-    return f"vmservice-{hostname}".encode() in argv
-
-

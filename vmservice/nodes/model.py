@@ -14,17 +14,25 @@ from attrs import evolve, frozen
 
 class Status(str, Enum):
     """
-    A node's lifecycle status as the API reports it.
+    A node's lifecycle status.
 
-    ``Creating`` is internal (a record written before the VM exists, so a
-    crash half-way leaves a trace to clean up); it is listed as ``Running``'s
-    predecessor and never returned by the API.
+    ``Running`` and ``Paused`` are the contract's; ``Stopped`` (a persistent
+    node whose VM is not running) and ``Suspended`` (its memory and device
+    state saved to a file, no VM process) are this daemon's extensions.
+
+    The others are internal: written *before* an operation acts, so that a
+    crash half-way leaves a record saying what to finish or undo at the next
+    start (see ``docs/lifecycle.md``).  The API never returns them.
     """
 
     CREATING = "Creating"
     RUNNING = "Running"
     PAUSED = "Paused"
     STOPPED = "Stopped"
+    SUSPENDED = "Suspended"
+    SUSPENDING = "Suspending"
+    RESTORING = "Restoring"
+    DELETING = "Deleting"
 
 
 @frozen
@@ -44,6 +52,9 @@ class NodeRecord:
     :ivar protected: cannot be deleted through the API.
     :ivar arch: the guest architecture.
     :ivar pid: the VMM process id while it runs.
+    :ivar kernel: the kernel the VM was started with (a restore must use the
+        same one: the saved state holds its memory, not its file).
+    :ivar initrd: the initramfs the VM was started with.
     """
 
     hostname: str
@@ -58,6 +69,8 @@ class NodeRecord:
     protected: bool = False
     arch: str = "x86_64"
     pid: int | None = None
+    kernel: str = ""
+    initrd: str = ""
 
     def with_status(self, status: Status, pid: int | None = None) -> "NodeRecord":
         """A copy with another status (and pid)."""

@@ -7,6 +7,7 @@ Layout under ``state_dir``::
 
     nodes/<hostname>/node.json     the NodeRecord
     nodes/<hostname>/disk.qcow2    its root disk (and console.log, sockets, ...)
+    nodes/<hostname>/state.bin     its snapshot while it is suspended
     counters/<group>               the last hostname number handed out
 """
 
@@ -60,6 +61,11 @@ class NodeStore:
         self._counters = os.path.join(state_dir, "counters")
         os.makedirs(self._nodes, mode=0o750, exist_ok=True)
         os.makedirs(self._counters, mode=0o750, exist_ok=True)
+
+    @property
+    def nodes_dir(self) -> str:
+        """The directory that holds every node's directory."""
+        return self._nodes
 
     def node_dir(self, hostname: str) -> str:
         """The directory that holds everything of node ``hostname``."""
