@@ -1,0 +1,89 @@
+"""
+Fault injection: ``kill -9`` of the daemon at random points of create and
+delete, again and again, with a restart after each.  After every restart and
+at the end, the host must hold exactly what the listed nodes account for: one
+QEMU per running node, one directory (disk, record) per node, nothing else.
+
+The seed is printed in the failure message (set ``VMSERVICE_FAULT_SEED`` to
+replay a run); the number of rounds is bounded (``VMSERVICE_FAULT_ROUNDS``,
+default 10).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from tests.integration.daemon import Daemon, ensure_image
+
+ROUNDS = int(os.environ.get("VMSERVICE_FAULT_ROUNDS", "10"))
+
+
+class KillDuringCreateAndDeleteTests(SynchronousTestCase):
+    def in_background(self, daemon: Daemon, method: str, path: str, body: object = None) -> threading.Thread:
+        """Send a request whose answer nobody waits for (the daemon may die first)."""
+
+        def send() -> None:
+            try:
+                daemon.request(method, path, body, timeout=60)
+            except Exception:
+                pass
+
+        thread = threading.Thread(target=send, daemon=True)
+        thread.start()
+        return thread
+
+    def accounted(self, daemon: Daemon) -> str | None:
+        """Why the host does not match the listed nodes, or ``None`` when it does."""
+        nodes = daemon.nodes()
+        running = [h for h, n in nodes.items() if n["status"] in ("Running", "Paused")]
+        pids = daemon.vm_pids()
+        directories = sorted(os.listdir(os.path.join(daemon.state_dir, "nodes")))
+        if len(pids) != len(running):
+            return f"{len(pids)} QEMU processes for running nodes {running}"
+        if directories != sorted(nodes):
+            return f"node directories {directories} for nodes {sorted(nodes)}"
+        for hostname in nodes:
+            record = os.path.join(daemon.state_dir, "nodes", hostname, "node.json")
+            if not os.path.exists(record):
+                return f"{hostname} is listed without a record"
+        return None
+
+    def test_kill_9_at_random_points(self) -> None:
+        """Ten kills at random points of create and delete leave no stray QEMU, disk or record."""
+        seed = int(os.environ.get("VMSERVICE_FAULT_SEED", str(time.time_ns() % 1_000_000)))
+        rng = random.Random(seed)
+        ensure_image()
+        daemon = Daemon(accel="tcg")
+        self.addCleanup(daemon.cleanup)
+        daemon.start()
+        history = []
+        for round_number in range(ROUNDS):
+            nodes = sorted(daemon.nodes())
+            if nodes and rng.random() < 0.4:
+                victim = rng.choice(nodes)
+                delay = rng.uniform(0, 0.3)
+                thread = self.in_background(daemon, "DELETE", f"/hostgroup/demo/nodes/{victim}")
+                history.append(f"delete {victim}, kill after {delay:.3f} s")
+            else:
+                delay = rng.uniform(0, 4.0)
+                thread = self.in_background(daemon, "POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {})
+                history.append(f"create, kill after {delay:.3f} s")
+            time.sleep(delay)
+            daemon.stop(signal.SIGKILL)
+            thread.join(10)
+            daemon.start()
+            try:
+                daemon.wait_for("the host to match the node list", lambda: self.accounted(daemon) is None, 30)
+            except AssertionError:
+                self.fail(f"seed {seed}, round {round_number}: {self.accounted(daemon)}; rounds: {history}")
+        for hostname in sorted(daemon.nodes()):
+            daemon.json("DELETE", f"/hostgroup/demo/nodes/{hostname}")
+        daemon.stop()
+        self.assertEqual(daemon.vm_pids(), [], f"seed {seed}: {history}")
+        self.assertEqual(os.listdir(os.path.join(daemon.state_dir, "nodes")), [], f"seed {seed}: {history}")
