@@ -416,3 +416,27 @@ class AdoptionTests(SynchronousTestCase):
         self.assertEqual(driver.orphans("/s"), [])
         driver.kill_orphan(child.pid)
         self.assertIsNone(child.poll())
+
+
+class QmpTimeoutTests(SynchronousTestCase):
+    def test_stuck_qemu(self) -> None:
+        """A QMP command QEMU does not answer fails after QMP_TIMEOUT and drops the session."""
+        from twisted.internet.testing import StringTransport
+
+        from vmservice.hypervisors.qemu import QemuMachine
+        from vmservice.hypervisors.qmp import QMPError, QMPProtocol
+
+        reactor = ProcessReactor()
+        self.successResultOf(QemuDriver(reactor, QemuSettings()).start(SPEC, self.mktemp()))
+        machine = QemuMachine(reactor, reactor.spawned[-1][0], SPEC.qmp_socket)
+        protocol = QMPProtocol()
+        transport = StringTransport()
+        protocol.makeConnection(transport)
+        protocol.dataReceived(b'{"QMP": {}}\n{"return": {}}\n')
+        machine._qmp = protocol
+        d = Deferred.fromCoroutine(machine.qmp("query-status"))
+        self.assertNoResult(d)
+        reactor.advance(machine.QMP_TIMEOUT)
+        failure = self.failureResultOf(d, QMPError)
+        self.assertIn("no answer", str(failure.value))
+        self.assertTrue(transport.disconnecting)

@@ -19,7 +19,7 @@ import signal
 from typing import Any
 
 from attrs import frozen
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import CancelledError, Deferred, succeed
 from twisted.internet.endpoints import UNIXClientEndpoint, connectProtocol
 from twisted.internet.error import ConnectError, ProcessDone, ProcessTerminated
 from twisted.internet.protocol import ProcessProtocol
@@ -280,6 +280,8 @@ class QemuMachine:
 
     #: Seconds between ACPI power-button presses while a graceful stop waits.
     POWER_BUTTON_REPEAT = 2.0
+    #: Seconds a QMP command may take before QEMU is deemed stuck.
+    QMP_TIMEOUT = 30.0
     #: Seconds between polls of a migration (save or load) in progress.
     POLL = 0.02
     #: Migration bandwidth limit while saving state (QEMU's default throttles
@@ -332,7 +334,17 @@ class QemuMachine:
             raise QMPError("the VM is not running")
         if self._qmp is None or self._qmp.transport is None or self._qmp._lost:
             self._qmp = await self._connect()
-        return await self._qmp.execute(command, **arguments)
+        protocol = self._qmp
+        answer = protocol.execute(command, **arguments)
+        answer.addTimeout(self.QMP_TIMEOUT, self._reactor)
+        try:
+            return await answer
+        except (CancelledError, TimeoutError):
+            # A QEMU that does not answer: drop the session, so that a late
+            # answer is never taken for the next command's.
+            if protocol.transport is not None:
+                protocol.transport.loseConnection()
+            raise QMPError(f"{command}: no answer from QEMU within {self.QMP_TIMEOUT:g} s") from None
 
     async def _connect(self, attempts: int = 250) -> QMPProtocol:
         for attempt in range(attempts):
