@@ -19,7 +19,7 @@ import signal
 from typing import Any
 
 from attrs import frozen
-from twisted.internet.defer import CancelledError, Deferred, succeed
+from twisted.internet.defer import CancelledError, Deferred, TimeoutError as DeferredTimeout, succeed
 from twisted.internet.endpoints import UNIXClientEndpoint, connectProtocol
 from twisted.internet.error import ConnectError, ProcessDone, ProcessTerminated
 from twisted.internet.protocol import ProcessProtocol
@@ -339,7 +339,7 @@ class QemuMachine:
         answer.addTimeout(self.QMP_TIMEOUT, self._reactor)
         try:
             return await answer
-        except (CancelledError, TimeoutError):
+        except (CancelledError, DeferredTimeout):
             # A QEMU that does not answer: drop the session, so that a late
             # answer is never taken for the next command's.
             if protocol.transport is not None:
