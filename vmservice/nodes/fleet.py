@@ -537,7 +537,10 @@ class Fleet(Service):
         driver = await self.driver()
         spec = self._spec(live.record, paths, kernel, initrd, incoming)
         live.started = self._reactor.seconds()
-        machine = await driver.start(spec, paths["qemu_log"])
+        try:
+            machine = await driver.start(spec, paths["qemu_log"])
+        except HypervisorError as error:
+            raise Internal(f"cannot start the VM of node {live.record.hostname!r}: {error}", code="boot_failed") from error
         live.machine = machine
         live.record = evolve(live.record, pid=machine.pid, kernel=kernel, initrd=initrd)
         machine.ended.addCallback(self._machine_ended, live, machine)
