@@ -332,9 +332,6 @@ class SuspendTests(LifecycleTestCase):
         self.fails(self.fleet.suspend("demo-9"), NotFound, "node_not_found")
         self.fails(self.fleet.restore("demo-9", None, 1), NotFound, "node_not_found")
 
-    test_unknown_node_without_suspend_support.todo = (  # type: ignore[attr-defined]
-        "Fleet.suspend/restore check the driver's can_suspend before the node: 501, not 404"
-    )
 
     def test_vm_dies_while_saving(self) -> None:
         """A VM that dies during the save: 500 suspend_failed; a persistent node ends Stopped, no snapshot."""
@@ -474,10 +471,6 @@ class RestoreTests(LifecycleTestCase):
         self.assertEqual(self.stored().status, Status.SUSPENDED)
         self.assertEqual(self.fleet.node("demo-1").status, Status.SUSPENDED)
 
-    test_vm_exits_while_loading_ephemeral.todo = (  # type: ignore[attr-defined]
-        "Fleet._machine_ended treats the restoring VM's exit as the node's end and removes the "
-        "ephemeral node with its snapshot (fleet.py _machine_ended / restore)"
-    )
 
     def test_spawn_failure(self) -> None:
         """A VM that cannot be started: 500 boot_failed, the node Suspended with its snapshot."""

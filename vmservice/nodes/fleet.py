@@ -533,10 +533,13 @@ class Fleet(Service):
     async def _spawn(
         self, live: _Live, paths: dict[str, str], kernel: str, initrd: str, incoming: str | None = None
     ) -> IMachine:
-        """Start the node's VM (its disk exists); the caller records the new status."""
+        """
+        Start the node's VM (its disk exists); the caller records the new
+        status.  A boot (not a restore) is timed for the boot metric.
+        """
         driver = await self.driver()
         spec = self._spec(live.record, paths, kernel, initrd, incoming)
-        live.started = self._reactor.seconds()
+        live.started = None if incoming else self._reactor.seconds()
         try:
             machine = await driver.start(spec, paths["qemu_log"])
         except HypervisorError as error:
@@ -602,7 +605,9 @@ class Fleet(Service):
                 continue
 
     def _machine_ended(self, ended: MachineExit, live: _Live, machine: IMachine) -> None:
-        if live.removing or live.machine is not machine:
+        if live.removing or live.machine is not machine or live.record.status == Status.RESTORING:
+            # Expected, or a restore's own failure path deals with it (the
+            # node stays Suspended with its snapshot).
             return
         hostname = live.record.hostname
         log.info("node {hostname} stopped on its own: {how}", hostname=hostname, how=describe_exit(ended))
@@ -705,8 +710,8 @@ class Fleet(Service):
         Save a running (or paused) node's memory and device state to its
         snapshot file, then end its VM, which releases its memory.
         """
-        await self._suspendable()
         live = self._live(hostname)
+        await self._suspendable()
         with self._operation(live, Op.SUSPEND) as outcome:
             if outcome is Outcome.DONE:
                 return f"{hostname} is already suspended"
@@ -745,8 +750,8 @@ class Fleet(Service):
 
         :param wait: ``"agent"`` to answer once the agent answers again.
         """
-        await self._suspendable()
         live = self._live(hostname)
+        await self._suspendable()
         with self._operation(live, Op.RESTORE):
             paths = self._paths(hostname)
             if not os.path.exists(paths["state"]):
