@@ -49,6 +49,7 @@ test: install
 
 bench: install
 	$(BIN)/python bench/boot.py
+	$(BIN)/python bench/suspend.py
 
 clean:
 	rm -rf $(VENV) _trial_temp *.egg-info
