@@ -1,0 +1,3 @@
+"""
+Host networking of the daemon's VMs.
+"""
