@@ -6,6 +6,7 @@ and disks that record what they are asked and answer as told.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 
 from twisted.internet.defer import Deferred, fail, succeed
@@ -22,6 +23,7 @@ from vmservice.hypervisors.base import (
     IMachine,
     MachineExit,
     MachineSpec,
+    NetSpec,
 )
 from vmservice.images.store import Image, ImageNotFound
 from vmservice.nodes.fleet import Fleet
@@ -215,6 +217,35 @@ class FakeAgent:
         return AgentHealth(agent_uptime=5_000_000_000, agent_version="0.1.0", system_uptime=7_000_000_000, userdata_ran=False)
 
 
+class FakeNetwork:
+    """Records attachments instead of touching the host; ``failing`` makes attach fail."""
+
+    def __init__(self) -> None:
+        self.attached: dict[str, Any] = {}
+        self.detached: list[str] = []
+        self.cleaned: list[list[str]] = []
+        self.closed = False
+        self.failing: str | None = None
+
+    async def attach(self, group: HostGroupConfig, lease: Any) -> NetSpec:
+        if self.failing:
+            raise RuntimeError(self.failing)
+        self.attached[str(lease.ip)] = lease
+        netns = f"vms-{int(lease.ip):08x}" if group.network is not None and group.network.mode == "isolated" else None
+        return NetSpec("tap0", "52:54:00:00:00:01", str(lease.address), str(lease.gateway), netns)
+
+    async def detach(self, network: Any, ip: Any) -> None:
+        self.detached.append(str(ip))
+        self.attached.pop(str(ip), None)
+
+    async def clean_orphans(self, keep: Any) -> list[str]:
+        self.cleaned.append(sorted(str(ip) for ip in keep))
+        return []
+
+    async def close(self) -> None:
+        self.closed = True
+
+
 class FakeDisks:
     def __init__(self) -> None:
         self.created: list[str] = []
@@ -243,11 +274,16 @@ class FleetHarness:
     """A fleet on fakes, with a clock and everything it created reachable."""
 
     def __init__(
-        self, state_dir: str, groups: tuple[HostGroupConfig, ...] | None = None, driver: FakeDriver | None = None
+        self,
+        state_dir: str,
+        groups: tuple[HostGroupConfig, ...] | None = None,
+        driver: FakeDriver | None = None,
+        network: FakeNetwork | None = None,
     ) -> None:
         self.reactor = MemoryReactorClock()
         self.driver = driver or FakeDriver()
         self.disks = FakeDisks()
+        self.network = network or FakeNetwork()
         self.agents: list[FakeAgent] = []
         self.boots: list[tuple[str, float]] = []
         os.makedirs(os.path.join(state_dir, "image"), exist_ok=True)
@@ -271,6 +307,7 @@ class FleetHarness:
             agent_factory=self._agent,
             on_boot=lambda group, seconds: self.boots.append((group, seconds)),
             wall_clock=lambda: 1_700_000_000_000_000_000,
+            network=self.network,
         )
 
     def _images(self, name: str) -> Image:
@@ -284,4 +321,4 @@ class FleetHarness:
         return agent
 
 
-__all__ = ["FleetHarness", "FakeAgent", "FakeDriver", "FakeMachine", "FakeDisks"]
+__all__ = ["FleetHarness", "FakeAgent", "FakeDriver", "FakeMachine", "FakeDisks", "FakeNetwork"]

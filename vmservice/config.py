@@ -284,7 +284,8 @@ class NetworkConfig:
     :ivar drop: Destinations an isolated VM must not reach (``isolated`` only).
     :ivar bridge: The Linux bridge to attach to (``bridge`` only, required).
     :ivar gateway: The gateway address with its prefix length, e.g.
-        ``192.168.137.1/24`` (``bridge`` only, optional).
+        ``192.168.137.1/24`` (``bridge`` only, required): the bridge's
+        address and the VMs' default route.
     """
 
     mode: str
@@ -902,6 +903,8 @@ class _Resolver:
                     (*parts, "bridge"),
                     f"bad bridge name {document.bridge!r} (expected 1-15 letters, digits, '_', '.' or '-')",
                 )
+            if document.gateway is None:
+                raise self.error((*parts, "gateway"), "required for mode bridge (the bridge's address and the VMs' route)")
             if (
                 document.range is not None
                 and document.gateway is not None

@@ -9,11 +9,12 @@ the API listener (which stops first, so no request arrives while VMs go).
 from __future__ import annotations
 
 import ipaddress
+import os
 from collections import Counter
 from typing import Any
 
 from twisted.application.internet import StreamServerEndpointService
-from twisted.application.service import MultiService
+from twisted.application.service import MultiService, Service
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint, UNIXServerEndpoint
 from twisted.logger import Logger
@@ -35,6 +36,9 @@ from .hypervisors.base import IHypervisor
 from .hypervisors.qemu import QemuDriver, QemuSettings, host_tsc_khz, probe_accel
 from .images.store import Image, ImageNotFound, resolve_image
 from .metrics import STATUSES, Metrics
+from .network.claims import RangeClaims, RangeTaken
+from .network.host import HostNetwork, command_runner
+from .network.ipam import pool
 from .nodes.fleet import Fleet
 from .nodes.store import NodeStore
 from .storage.overlay import OverlayDisks
@@ -74,12 +78,39 @@ def _endpoint(reactor: Any, config: Config) -> Any:
     return TCP4ServerEndpoint(reactor, api.port, interface=api.bind_address)
 
 
+class _ClaimsService(Service):
+    """Holds the daemon's host-wide range claims; releases them when the daemon stops."""
+
+    def __init__(self, claims: RangeClaims) -> None:
+        self._claims = claims
+
+    def stopService(self) -> None:
+        super().stopService()
+        self._claims.release()
+
+
+def _claim_ranges(config: Config) -> RangeClaims:
+    """
+    Claim the network ranges of every group host-wide, so that a second
+    daemon with an overlapping range (or on the same state directory)
+    refuses to start.
+    """
+    claims = RangeClaims()
+    ranges = [pool(g.network) for g in config.host_groups if g.network is not None]
+    try:
+        claims.claim(ranges, os.path.abspath(config.state_dir))
+    except (RangeTaken, OSError) as error:
+        raise StartupError(f"network ranges: {error}") from None
+    return claims
+
+
 def make_service(config: Config, reactor: Any) -> MultiService:
     """
     Build the daemon's service tree from ``config``.
 
     :param reactor: the reactor everything runs on (process, time, TCP, UNIX).
-    :raise StartupError: an image named by the configuration is missing.
+    :raise StartupError: an image named by the configuration is missing, or
+        a network range is claimed by another daemon.
     """
     def images(name: str) -> Image:
         return resolve_image(config.image_dir, name)
@@ -90,6 +121,7 @@ def make_service(config: Config, reactor: Any) -> MultiService:
         except ImageNotFound as error:
             raise StartupError(str(error)) from None
 
+    claims = _claim_ranges(config)
     store = NodeStore(config.state_dir)
     metrics = Metrics()
     fleet = Fleet(
@@ -101,6 +133,7 @@ def make_service(config: Config, reactor: Any) -> MultiService:
         disks=OverlayDisks(reactor),
         agent_factory=lambda path: AgentClient(reactor, path),
         on_boot=metrics.observe_boot,
+        network=HostNetwork(config, command_runner(reactor)),
     )
 
     def node_counts() -> list[tuple[str, str, int]]:
@@ -120,6 +153,7 @@ def make_service(config: Config, reactor: Any) -> MultiService:
     site.displayTracebacks = False
 
     top = MultiService()
+    _ClaimsService(claims).setServiceParent(top)
     fleet.setServiceParent(top)
     listener = StreamServerEndpointService(_endpoint(reactor, config), site)
     listener._raiseSynchronously = True

@@ -270,7 +270,6 @@ def fs_mkdir_request(request: IRequest) -> tuple[str, bool, int]:
 
 #: CreateNodeRequest fields the daemon does not support yet, with the reason.
 _UNSUPPORTED = {
-    "ip": "this host group has no network",
     "disk_image": "only the host group's image is supported",
     "import_user": "importing users is not supported",
     "ssh_keys": "SSH keys are not supported (use exec or shell through the agent)",
@@ -309,6 +308,7 @@ def create_request(request: IRequest) -> CreateRequest:
         persistent=body.persistent,
         protected=bool(body.protected),
         tags=tags,
+        ip=body.ip or None,
     )
 
 

@@ -16,6 +16,26 @@ from zope.interface import Attribute, Interface
 
 
 @frozen
+class NetSpec:
+    """
+    A VM's network interface.
+
+    :ivar tap: the tap device QEMU opens.
+    :ivar mac: the guest NIC's MAC address.
+    :ivar address: the guest's address with prefix (``10.77.0.6/30``).
+    :ivar gateway: the guest's default gateway.
+    :ivar netns: the network namespace QEMU runs in (the tap lives there),
+        or ``None`` for the host's.
+    """
+
+    tap: str
+    mac: str
+    address: str
+    gateway: str
+    netns: str | None = None
+
+
+@frozen
 class MachineSpec:
     """
     Everything a driver needs to start one VM.
@@ -31,6 +51,7 @@ class MachineSpec:
     :ivar console_log: file the serial console is written to.
     :ivar incoming: a saved state file (see :meth:`IMachine.save_state`) to
         start from instead of booting; the VM comes up paused.
+    :ivar net: its network interface, or ``None`` for none.
     """
 
     name: str
@@ -43,6 +64,7 @@ class MachineSpec:
     qmp_socket: str
     console_log: str
     incoming: str | None = None
+    net: NetSpec | None = None
 
 
 @frozen

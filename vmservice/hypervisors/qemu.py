@@ -35,6 +35,7 @@ from .base import (
     IMachine,
     MachineExit,
     MachineSpec,
+    NetSpec,
     describe_exit,
 )
 from .qmp import QMPError, QMPProtocol
@@ -88,13 +89,17 @@ def host_tsc_khz(cpuinfo: str) -> int | None:
     return int(float(match.group(1)) * 1000)
 
 
-def kernel_cmdline(hostname: str | None, tsc_khz: int | None, *, probe: bool = False) -> str:
+def kernel_cmdline(
+    hostname: str | None, tsc_khz: int | None, *, probe: bool = False, net: NetSpec | None = None
+) -> str:
     """
     Build the guest kernel command line.
 
     :param hostname: the node's hostname, handed to our init.
     :param tsc_khz: the TSC frequency to skip calibration with, if known.
     :param probe: boot the initramfs in probe mode (print a marker, power off).
+    :param net: the guest's address and gateway, which our init applies
+        (``vmservice.ip=``, ``vmservice.gateway=``).
     """
     words = ["console=ttyS0", "quiet", "reboot=t"]
     if tsc_khz:
@@ -105,6 +110,8 @@ def kernel_cmdline(hostname: str | None, tsc_khz: int | None, *, probe: bool = F
         words += ["root=/dev/vda", "rw"]
     if hostname:
         words.append(f"vmservice.hostname={hostname}")
+    if net is not None:
+        words += [f"vmservice.ip={net.address}", f"vmservice.gateway={net.gateway}"]
     return " ".join(words)
 
 
@@ -138,7 +145,7 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
         *_common_args(settings.accel, spec.vcpus, spec.ram_bytes),
         "-kernel", spec.kernel,
         "-initrd", spec.initrd,
-        "-append", kernel_cmdline(spec.name, settings.tsc_khz),
+        "-append", kernel_cmdline(spec.name, settings.tsc_khz, net=spec.net),
         "-drive", f"id=root,file={spec.disk},format=qcow2,if=none,discard=unmap",
         "-device", "virtio-blk-device,drive=root",
         "-device", "virtio-serial-device",
@@ -147,7 +154,17 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
         "-chardev", f"file,id=console,path={spec.console_log}",
         "-serial", "chardev:console",
         "-qmp", qmp_address(spec.qmp_socket),
+        *_net_args(spec.net),
         *(["-incoming", f"exec:cat {shlex.quote(spec.incoming)}"] if spec.incoming else []),
+    ]
+
+
+def _net_args(net: NetSpec | None) -> list[str]:
+    if net is None:
+        return []
+    return [
+        "-netdev", f"tap,id=net0,ifname={net.tap},script=no,downscript=no",
+        "-device", f"virtio-net-device,netdev=net0,mac={net.mac}",
     ]
 
 
@@ -502,7 +519,10 @@ class QemuDriver:
         (a file beside the node's other files) so QEMU does not depend on the
         daemon's pipes staying open.
         """
-        argv = [*self._prefix, *qemu_command(spec, self.settings)]
+        # In the VM's network namespace when it has one: "ip netns exec" and
+        # setsid both exec in place, so the pid spawned is QEMU's.
+        netns = ["ip", "netns", "exec", spec.net.netns] if spec.net is not None and spec.net.netns else []
+        argv = [*self._prefix, *netns, *qemu_command(spec, self.settings)]
         process = _QemuProcess()
         output_fd = os.open(log_path or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
         try:

@@ -23,14 +23,15 @@ import os
 import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, Protocol
+from ipaddress import IPv4Address
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from attrs import define, evolve, frozen
 from twisted.application.service import Service
 from twisted.internet.defer import CancelledError, Deferred, DeferredList, succeed
 from twisted.logger import Logger
 
-from ..config import Config, HostGroupConfig
+from ..config import Config, HostGroupConfig, NetworkConfig
 from ..errors import (
     AgentNotConnected,
     BadRequest,
@@ -41,8 +42,17 @@ from ..errors import (
     Protected,
     WaitTimeout,
 )
-from ..hypervisors.base import HypervisorError, IHypervisor, IMachine, MachineExit, MachineSpec, describe_exit
+from ..hypervisors.base import (
+    HypervisorError,
+    IHypervisor,
+    IMachine,
+    MachineExit,
+    MachineSpec,
+    NetSpec,
+    describe_exit,
+)
 from ..images.store import Image, ImageNotFound
+from ..network.ipam import Lease, allocate, lease_of
 from .model import NodeRecord, Status, valid_hostname
 from .recovery import decide
 from .store import NodeStore
@@ -71,6 +81,7 @@ class CreateRequest:
     persistent: bool | None = None
     protected: bool = False
     tags: tuple[str, ...] = ()
+    ip: str | None = None
 
 
 @frozen
@@ -93,6 +104,18 @@ class AgentLike(Protocol):
     async def health(self) -> Any: ...
 
     async def set_clock(self, unix_ns: int) -> int: ...
+
+
+class NetworkLike(Protocol):
+    """Attaches VMs to their group's network (see ``vmservice.network.host``)."""
+
+    async def attach(self, group: HostGroupConfig, lease: Lease) -> NetSpec: ...
+
+    async def detach(self, network: NetworkConfig | None, ip: IPv4Address) -> None: ...
+
+    async def clean_orphans(self, keep: Iterable[IPv4Address]) -> list[str]: ...
+
+    async def close(self) -> None: ...
 
 
 class DiskLike(Protocol):
@@ -139,6 +162,7 @@ class Fleet(Service):
     :param stop_grace: seconds a graceful stop waits before it kills.
     :param wall_clock: the time in nanoseconds since the epoch, given to
         guests whose clock stood still (resume, restore).
+    :param network: attaches VMs of groups with a ``network`` section.
     """
 
     name = "fleet"
@@ -155,6 +179,7 @@ class Fleet(Service):
         on_boot: Callable[[str, float], None] = lambda group, seconds: None,
         stop_grace: float = 10.0,
         wall_clock: Callable[[], int] = time.time_ns,
+        network: NetworkLike | None = None,
     ) -> None:
         self._reactor = reactor
         self._config = config
@@ -167,6 +192,7 @@ class Fleet(Service):
         self._on_boot = on_boot
         self._stop_grace = stop_grace
         self._wall_clock = wall_clock
+        self._network = network
         self._nodes: dict[str, _Live] = {}
         self._recovered: Deferred[None] | None = None
 
@@ -202,6 +228,8 @@ class Fleet(Service):
             log.info("stopping {count} node(s)", count=len(running))
             stops = [Deferred.fromCoroutine(self._stop_node(live)) for live in running]
             await DeferredList(stops, consumeErrors=True)
+        if self._network is not None:
+            await self._network.close()
 
     async def _stop_node(self, live: _Live) -> None:
         group = self._config.group(live.record.hostgroup)
@@ -217,6 +245,7 @@ class Fleet(Service):
         await machine.stop(graceful, self._stop_grace)
         if live.agent is not None:
             await live.agent.stop()
+        await self._detach(live)
         if live.record.persistent:
             self._store.save(live.record.with_status(Status.STOPPED))
         else:
@@ -246,6 +275,12 @@ class Fleet(Service):
             if pid not in adopted:
                 log.info("killing VM process {pid}, which no node record claims", pid=pid)
                 driver.kill_orphan(pid)
+        if self._network is not None:
+            # Every node's own objects stay: adopted ones are in use, others
+            # were detached above, and a create may be under way meanwhile.
+            keep = [IPv4Address(live.record.ip) for live in self._nodes.values() if live.record.ip]
+            for name in await self._network.clean_orphans(keep):
+                log.info("removed network leftover {name}", name=name)
         await self._keep_counts()
 
     async def _recover_node(self, driver: IHypervisor, live: _Live, adopted: set[int]) -> None:
@@ -266,6 +301,8 @@ class Fleet(Service):
         _unlink(paths["state"] + ".partial")
         if machine is not None and not plan.adopt:
             await machine.kill()
+        if not plan.adopt:
+            await self._detach(live)
         if plan.status is None:
             log.info("removing node {hostname} (was {status})", hostname=hostname, status=record.status.value)
             self._remove(live)
@@ -440,6 +477,7 @@ class Fleet(Service):
                 code="limit_exceeded",
             )
         image = self._image(group)
+        lease = self._lease(group, request.ip)
         hostname = self._choose_hostname(group, request.hostname)
         paths = self._paths(hostname)
         record = NodeRecord(
@@ -451,14 +489,16 @@ class Fleet(Service):
             tags=request.tags,
             persistent=group.persistent if request.persistent is None else request.persistent,
             protected=request.protected,
+            ip=str(lease.ip) if lease is not None else "",
         )
         live = _Live(record)
         self._nodes[hostname] = live
         self._store.save(record)
         log.info("creating node {hostname} in {group}", hostname=hostname, group=group.name)
         try:
+            net = await self._attach(live)
             await self._disks.create(image.rootfs.path, paths["disk"], group.storage_size)
-            await self._spawn(live, paths, image.kernel.path, image.initrd.path)
+            await self._spawn(live, paths, image.kernel.path, image.initrd.path, net=net)
             self._set(live, Status.RUNNING)
             self._connect_agent(live, paths)
             if wait == "agent":
@@ -475,6 +515,39 @@ class Fleet(Service):
                 raise Internal(f"node {hostname!r} failed to boot: {error}", code="boot_failed") from None
             raise
         return _visible(live.record)
+
+    def _lease(self, group: HostGroupConfig, wanted: str | None) -> Lease | None:
+        """The address of a new node of ``group`` (``None`` without a network)."""
+        if group.network is None:
+            if wanted:
+                raise BadRequest(f"field 'ip': host group {group.name!r} has no network", code="not_supported")
+            return None
+        used = {IPv4Address(live.record.ip) for live in self._nodes.values() if live.record.ip}
+        return allocate(group.network, used, wanted)
+
+    async def _attach(self, live: _Live) -> NetSpec | None:
+        """Build the node's network on the host, if its group has one."""
+        group = self._config.group(live.record.hostgroup)
+        if group is None or group.network is None or not live.record.ip:
+            return None
+        if self._network is None:
+            raise Internal("this daemon has no network support", code="network_failed")
+        lease = lease_of(group.network, IPv4Address(live.record.ip))
+        try:
+            return await self._network.attach(group, lease)
+        except Exception as error:
+            raise Internal(f"cannot attach node {live.record.hostname!r} to its network: {error}",
+                           code="network_failed") from error
+
+    async def _detach(self, live: _Live) -> None:
+        """Remove the node's network from the host (its address stays with the record)."""
+        group = self._config.group(live.record.hostgroup)
+        if self._network is None or group is None or group.network is None or not live.record.ip:
+            return
+        try:
+            await self._network.detach(group.network, IPv4Address(live.record.ip))
+        except Exception:
+            log.failure("detaching node {hostname} from its network", hostname=live.record.hostname)
 
     def _image(self, group: HostGroupConfig) -> Image:
         try:
@@ -515,7 +588,13 @@ class Fleet(Service):
         return paths
 
     def _spec(
-        self, record: NodeRecord, paths: dict[str, str], kernel: str, initrd: str, incoming: str | None = None
+        self,
+        record: NodeRecord,
+        paths: dict[str, str],
+        kernel: str,
+        initrd: str,
+        incoming: str | None = None,
+        net: NetSpec | None = None,
     ) -> MachineSpec:
         return MachineSpec(
             name=record.hostname,
@@ -528,17 +607,24 @@ class Fleet(Service):
             qmp_socket=paths["qmp"],
             console_log=paths["console"],
             incoming=incoming,
+            net=net,
         )
 
     async def _spawn(
-        self, live: _Live, paths: dict[str, str], kernel: str, initrd: str, incoming: str | None = None
+        self,
+        live: _Live,
+        paths: dict[str, str],
+        kernel: str,
+        initrd: str,
+        incoming: str | None = None,
+        net: NetSpec | None = None,
     ) -> IMachine:
         """
         Start the node's VM (its disk exists); the caller records the new
         status.  A boot (not a restore) is timed for the boot metric.
         """
         driver = await self.driver()
-        spec = self._spec(live.record, paths, kernel, initrd, incoming)
+        spec = self._spec(live.record, paths, kernel, initrd, incoming, net)
         live.started = None if incoming else self._reactor.seconds()
         try:
             machine = await driver.start(spec, paths["qemu_log"])
@@ -615,6 +701,7 @@ class Fleet(Service):
         if live.agent is not None:
             live.agent.stop()
             live.agent = None
+        Deferred.fromCoroutine(self._detach(live))
         if live.record.persistent:
             self._set(live, Status.STOPPED, pid=None)
         else:
@@ -738,6 +825,7 @@ class Fleet(Service):
             if agent is not None:
                 await agent.stop()
             await machine.kill()
+            await self._detach(live)
             self._set(live, Status.SUSPENDED, pid=None)
         log.info("suspended node {hostname}", hostname=hostname)
         return f"{hostname} suspended"
@@ -763,13 +851,15 @@ class Fleet(Service):
                 kernel, initrd = image.kernel.path, image.initrd.path
             self._set(live, Status.RESTORING)
             try:
-                machine = await self._spawn(live, paths, kernel, initrd, incoming=paths["state"])
+                net = await self._attach(live)
+                machine = await self._spawn(live, paths, kernel, initrd, incoming=paths["state"], net=net)
                 await self._drive("restore", hostname, machine.finish_incoming())
                 await self._drive("restore", hostname, machine.resume())
             except BaseException:
                 failed, live.machine = live.machine, None
                 if failed is not None:
                     await failed.kill()
+                await self._detach(live)
                 self._set(live, Status.SUSPENDED, pid=None)
                 raise
             self._set(live, Status.RUNNING)
@@ -800,11 +890,13 @@ class Fleet(Service):
                 raise Internal(f"the disk of node {hostname!r} is missing", code="disk_missing")
             _unlink(paths["state"])
             try:
-                await self._spawn(live, paths, image.kernel.path, image.initrd.path)
+                net = await self._attach(live)
+                await self._spawn(live, paths, image.kernel.path, image.initrd.path, net=net)
             except BaseException:
                 failed, live.machine = live.machine, None
                 if failed is not None:
                     await failed.kill()
+                await self._detach(live)
                 self._set(live, Status.STOPPED, pid=None)
                 raise
             self._set(live, Status.RUNNING)
@@ -871,6 +963,7 @@ class Fleet(Service):
             await live.agent.stop()
         if live.machine is not None:
             await live.machine.kill()
+        await self._detach(live)
         return self._remove(live)
 
 

@@ -1,0 +1,171 @@
+# -*- test-case-name: tests.network.test_host -*-
+"""
+The host side of VM networking: runs :mod:`.plans`' commands to attach a VM
+to its group's network and to detach it, makes a bridge when a group's is
+missing, and removes what a crash left behind.
+
+Every command runs through one function, ``run`` (a child process; the
+reactor is passed in), so tests swap it for a recorder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from ipaddress import IPv4Address, IPv4Network
+from typing import Any, Awaitable, Callable, Iterable
+
+from twisted.internet.utils import getProcessOutputAndValue
+from twisted.logger import Logger
+
+from ..config import Config, HostGroupConfig, NetworkConfig
+from ..hypervisors.base import NetSpec
+from . import plans
+from .ipam import Lease, pool
+
+log = Logger()
+
+#: Where iproute2 keeps named network namespaces.
+NETNS_DIR = "/run/netns"
+
+
+class NetworkError(Exception):
+    """A network command failed; the message has its words and error output."""
+
+
+Run = Callable[[plans.Command], Awaitable[str]]
+
+
+def command_runner(reactor: Any) -> Run:
+    """A ``run`` that executes commands as children of ``reactor``; fails with :class:`NetworkError`."""
+
+    async def run(command: plans.Command) -> str:
+        env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LC_ALL": "C"}
+        out, err, code = await getProcessOutputAndValue(
+            command.argv[0], command.argv[1:], env=env, reactor=reactor, stdinBytes=command.stdin
+        )
+        if code != 0:
+            detail = err.decode("utf-8", "replace").strip().splitlines()
+            raise NetworkError(f"{' '.join(command.argv)}: {detail[-1] if detail else f'exit status {code}'}")
+        return out.decode("utf-8", "replace")
+
+    return run
+
+
+class HostNetwork:
+    """
+    Networks of one daemon's VMs.
+
+    :param config: the configuration (groups and their networks).
+    :param run: runs one command (see :func:`command_runner`).
+    :param netns_dir: where named network namespaces are listed.
+    """
+
+    def __init__(self, config: Config, run: Run, netns_dir: str = NETNS_DIR) -> None:
+        self._config = config
+        self._run = run
+        self._netns_dir = netns_dir
+        self._pools = [pool(g.network) for g in config.host_groups if g.network is not None]
+        self._bridges_made: set[str] = set()
+
+    async def attach(self, group: HostGroupConfig, lease: Lease) -> NetSpec:
+        """
+        Build the VM's side of the group's network; on failure nothing of it
+        is left and :class:`NetworkError` is raised.
+        """
+        network = group.network
+        assert network is not None
+        mac = plans.mac_address(lease.ip)
+        spec_address, spec_gateway = str(lease.address), str(lease.gateway)
+        if network.mode == "isolated":
+            protected = await self._protected()
+            steps = plans.isolated_setup(lease, network.allow, network.drop, protected)
+            await self._all_or_nothing(steps, plans.isolated_teardown(lease.ip))
+            return NetSpec(plans.NS_TAP, mac, spec_address, spec_gateway, plans.netns_name(lease.ip))
+        assert network.bridge is not None
+        await self._ensure_bridge(network)
+        await self._all_or_nothing(plans.bridge_setup(lease, network.bridge), plans.bridge_teardown(lease.ip))
+        return NetSpec(plans.tap_name(lease.ip), mac, spec_address, spec_gateway, None)
+
+    async def detach(self, network: NetworkConfig | None, ip: IPv4Address) -> None:
+        """Remove what :meth:`attach` made for ``ip`` (what is already gone is fine)."""
+        if network is None:
+            return
+        steps = plans.isolated_teardown(ip) if network.mode == "isolated" else plans.bridge_teardown(ip)
+        await self._quietly(steps)
+
+    async def clean_orphans(self, keep: Iterable[IPv4Address]) -> list[str]:
+        """
+        Remove namespaces and interfaces named after an address of this
+        daemon's ranges that no VM in ``keep`` uses (left by a crash).
+
+        :return: the names removed.
+        """
+        kept = set(keep)
+        found = []
+        names = sorted(os.listdir(self._netns_dir)) if os.path.isdir(self._netns_dir) else []
+        links = json.loads(await self._run(plans.Command(("ip", "-j", "link", "show"))) or "[]")
+        names += [link.get("ifname", "") for link in links]
+        for name in names:
+            ip = plans.address_of(name)
+            if ip is None or ip in kept or not any(ip in p for p in self._pools):
+                continue
+            found.append(name)
+            if name.startswith(plans.NETNS_PREFIX):
+                await self._quietly([plans.Command(("ip", "netns", "delete", name))])
+            else:
+                await self._quietly([plans.Command(("ip", "link", "delete", name))])
+        return found
+
+    async def close(self) -> None:
+        """Remove the bridges this run made, when no VM is left on them."""
+        for bridge in sorted(self._bridges_made):
+            try:
+                ports = json.loads(await self._run(plans.Command(("ip", "-j", "link", "show", "master", bridge))) or "[]")
+            except NetworkError:
+                continue
+            if not ports:
+                await self._quietly([plans.Command(("ip", "link", "delete", bridge))])
+        self._bridges_made.clear()
+
+    async def _protected(self) -> list[IPv4Network]:
+        """The host's own addresses and this daemon's ranges: out of reach of a VM without ``allow``."""
+        found = list(self._pools)
+        for entry in json.loads(await self._run(plans.Command(("ip", "-4", "-j", "addr", "show"))) or "[]"):
+            for info in entry.get("addr_info", []):
+                local = info.get("local")
+                if local and not IPv4Address(local).is_loopback:
+                    found.append(IPv4Network(f"{local}/32"))
+        return sorted(set(found), key=lambda n: (int(n.network_address), n.prefixlen))
+
+    async def _ensure_bridge(self, network: NetworkConfig) -> None:
+        assert network.bridge is not None and network.gateway is not None
+        try:
+            await self._run(plans.Command(("ip", "link", "show", network.bridge)))
+            return
+        except NetworkError:
+            pass
+        log.info("creating bridge {bridge} ({gateway})", bridge=network.bridge, gateway=str(network.gateway))
+        await self._all_or_nothing(
+            plans.bridge_create(network.bridge, str(network.gateway)),
+            [plans.Command(("ip", "link", "delete", network.bridge))],
+        )
+        self._bridges_made.add(network.bridge)
+
+    async def _all_or_nothing(self, steps: list[plans.Command], undo: list[plans.Command]) -> None:
+        try:
+            for step in steps:
+                await self._run(step)
+        except BaseException:
+            await self._quietly(undo)
+            raise
+
+    async def _quietly(self, steps: list[plans.Command]) -> None:
+        for step in steps:
+            try:
+                await self._run(step)
+            except NetworkError:
+                pass
+
+
+__all__ = ["HostNetwork", "NetworkError", "command_runner"]
