@@ -152,7 +152,7 @@ class Daemon:
         self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None, timeout: float = 120.0
     ) -> tuple[int, dict[str, str], bytes]:
         """One blocking HTTP request; JSON-encodes ``body`` unless it is bytes."""
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        connection = self._connection(timeout)
         try:
             payload = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
             all_headers = dict(headers or {})
@@ -163,6 +163,20 @@ class Daemon:
             return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
         finally:
             connection.close()
+
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        """An HTTP connection to the daemon: TCP, or its UNIX socket when bind_address is a path."""
+        address = str(self.api.get("bind_address", ""))
+        if not address.startswith("/"):
+            return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+        class UnixConnection(http.client.HTTPConnection):
+            def connect(self) -> None:
+                self.sock = socket.socket(socket.AF_UNIX)
+                self.sock.settimeout(timeout)
+                self.sock.connect(address)
+
+        return UnixConnection("localhost", timeout=timeout)
 
     def json(self, method: str, path: str, body: Any = None, expect: int = 200, **kw: Any) -> Any:
         status, _, data = self.request(method, path, body, **kw)

@@ -2,7 +2,8 @@
 Fault injection: ``kill -9`` of the daemon at random points of create and
 delete, again and again, with a restart after each.  After every restart and
 at the end, the host must hold exactly what the listed nodes account for: one
-QEMU per running node, one directory (disk, record) per node, nothing else.
+QEMU, one network namespace and one veth per running node, one directory
+(disk, record) per node, nothing else.
 
 The seed is printed in the failure message (set ``VMSERVICE_FAULT_SEED`` to
 replay a run); the number of rounds is bounded (``VMSERVICE_FAULT_ROUNDS``,
@@ -16,10 +17,12 @@ import random
 import signal
 import threading
 import time
+from ipaddress import IPv4Address
 
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.integration.daemon import Daemon, ensure_image
+from tests.integration.test_network import network_objects
 
 ROUNDS = int(os.environ.get("VMSERVICE_FAULT_ROUNDS", "10"))
 
@@ -48,6 +51,10 @@ class KillDuringCreateAndDeleteTests(SynchronousTestCase):
             return f"{len(pids)} QEMU processes for running nodes {running}"
         if directories != sorted(nodes):
             return f"node directories {directories} for nodes {sorted(nodes)}"
+        wanted = sorted(f"{prefix}{int(IPv4Address(nodes[h]['ip'])):08x}" for h in running for prefix in ("vmh", "vms-"))
+        found = network_objects(("vmh0a50", "vms-0a50"))
+        if found != wanted:
+            return f"network objects {found} for running nodes {running}"
         for hostname in nodes:
             record = os.path.join(daemon.state_dir, "nodes", hostname, "node.json")
             if not os.path.exists(record):
@@ -59,7 +66,10 @@ class KillDuringCreateAndDeleteTests(SynchronousTestCase):
         seed = int(os.environ.get("VMSERVICE_FAULT_SEED", str(time.time_ns() % 1_000_000)))
         rng = random.Random(seed)
         ensure_image()
-        daemon = Daemon(accel="tcg")
+        daemon = Daemon(accel="tcg", groups=[{
+            "name": "demo", "vcpu": 1, "ram_mb": 256, "storage_size": "1G",
+            "network": {"mode": "isolated", "range": "10.80.0.0/24"},
+        }])
         self.addCleanup(daemon.cleanup)
         daemon.start()
         history = []
@@ -87,3 +97,4 @@ class KillDuringCreateAndDeleteTests(SynchronousTestCase):
         daemon.stop()
         self.assertEqual(daemon.vm_pids(), [], f"seed {seed}: {history}")
         self.assertEqual(os.listdir(os.path.join(daemon.state_dir, "nodes")), [], f"seed {seed}: {history}")
+        self.assertEqual(network_objects(("vmh0a50", "vms-0a50")), [], f"seed {seed}: {history}")

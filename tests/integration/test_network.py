@@ -1,0 +1,313 @@
+"""
+Networking against the real daemon, real guests and real TCP connections:
+isolated mode (addresses, allow and drop lists, nothing in from the host,
+VMs apart), bridge mode (VMs reach each other and the host), address
+management (requested ips, exhaustion), tenants (two daemons on UNIX
+sockets, overlapping ranges refused) and cleanup of every network object.
+
+Nothing leaves this machine: the "allowed server" listens on an address the
+tests put on a veth pair of their own in the host's namespace, and no test
+VM has a route anywhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+from typing import Any
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image
+
+#: The address of the tests' own server, in an `allow`ed (or dropped) CIDR.
+SERVER_IP = "10.99.0.1"
+SERVER_NET = "10.99.0.0/24"
+#: The tests' veth pair in the host's namespace (Linux here has no dummy interfaces).
+TEST_LINK = "vmstsrv0"
+
+#: A TCP client for the guest: exit status 0 when it connected and read the greeting.
+CLIENT = (
+    "python3.11 -c \"import socket,sys; s=socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3);"
+    " sys.exit(0 if s.recv(5) == b'hello' else 1)\""
+)
+#: A TCP server for the guest, in the background: answers "hello" on a port.
+SERVER = (
+    "setsid python3.11 -c \"import socket,sys\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)"
+    "\ns.bind(('0.0.0.0',int(sys.argv[1])));s.listen()\nwhile True:\n c,_=s.accept();c.sendall(b'hello');c.close()\""
+    " {port} </dev/null >/dev/null 2>&1 &"
+)
+
+
+def sh(command: str) -> str:
+    return subprocess.run(command, shell=True, check=True, capture_output=True, text=True).stdout
+
+
+def network_objects(prefixes: tuple[str, ...] = ("vms-", "vmh", "vmt")) -> list[str]:
+    """Our namespaces and interfaces on the host (whatever daemon made them)."""
+    names = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
+    names += [link["ifname"] for link in json.loads(sh("ip -j link show"))]
+    return sorted(name for name in names if name.startswith(prefixes))
+
+
+def host_address() -> str:
+    """The host's first address that is not loopback and not the tests'."""
+    for entry in json.loads(sh("ip -4 -j addr show")):
+        for info in entry.get("addr_info", []):
+            local = info.get("local", "")
+            if local and not local.startswith(("127.", "10.99.")):
+                return str(local)
+    raise AssertionError("the host has no address to test against")
+
+
+class HelloServer:
+    """A TCP server in this process that greets every connection with "hello"."""
+
+    def __init__(self, address: str = "0.0.0.0") -> None:
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((address, 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            connection.sendall(b"hello")
+            connection.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def add_test_link() -> None:
+    sh(f"ip link add {TEST_LINK} type veth peer name {TEST_LINK[:-1]}1 && ip addr add {SERVER_IP}/24 dev {TEST_LINK}"
+       f" && ip link set {TEST_LINK} up && ip link set {TEST_LINK[:-1]}1 up")
+
+
+def remove_test_link() -> None:
+    subprocess.run(["ip", "link", "delete", TEST_LINK], capture_output=True)
+
+
+def connects(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=3) as s:
+            return s.recv(5) == b"hello"
+    except OSError:
+        return False
+
+
+class NetworkTestCase(SharedDaemonTestCase):
+    server: HelloServer
+
+    @classmethod
+    def _stop_shared(cls) -> None:
+        super()._stop_shared()
+        server = getattr(cls, "server", None)
+        if server is not None:
+            server.close()
+        remove_test_link()
+
+    def reach(self, hostname: str, ip: str, port: int) -> bool:
+        """Whether ``hostname`` can open a TCP connection to ``ip:port``."""
+        code, _ = self.daemon.run(hostname, f"{CLIENT} {ip} {port}")
+        return code == 0
+
+    def serve_in(self, hostname: str, port: int) -> None:
+        self.assertEqual(self.daemon.run(hostname, SERVER.format(port=port))[0], 0)
+        self.daemon.wait_for("the guest server", lambda: self.reach(hostname, "127.0.0.1", port), 30)
+
+
+class IsolatedTests(NetworkTestCase):
+    """Three isolated VMs: two in a group with `allow`, one in a group with `drop`."""
+
+    @classmethod
+    def start_shared(cls) -> None:
+        ensure_image()
+        remove_test_link()
+        add_test_link()
+        cls.server = HelloServer()
+        base = {"vcpu": 1, "ram_mb": 256, "storage_size": "1G"}
+        cls.daemon = Daemon(groups=[
+            {"name": "iso", **base, "network": {"mode": "isolated", "range": "10.77.0.0/28", "allow": [SERVER_NET]}},
+            {"name": "dro", **base, "network": {"mode": "isolated", "range": "10.77.0.16/29", "drop": [SERVER_NET]}},
+        ])
+        cls.daemon.start()
+        for group in ("iso", "iso", "dro"):
+            cls.daemon.json("POST", f"/hostgroup/{group}/nodes?wait=agent&timeout=2m", {}, expect=201)
+
+    def test_addresses(self) -> None:
+        """Each VM gets the third address of its /30 in order; the guest has it on eth0 with its route."""
+        nodes = self.daemon.nodes()
+        self.assertEqual({h: n["ip"] for h, n in nodes.items()},
+                         {"iso-1": "10.77.0.2", "iso-2": "10.77.0.6", "dro-1": "10.77.0.18"})
+        code, out = self.daemon.run("iso-2", "ip -4 addr show eth0; ip route")
+        self.assertEqual(code, 0)
+        self.assertIn("inet 10.77.0.6/30", out)
+        self.assertIn("default via 10.77.0.5", out)
+        self.assertEqual(self.daemon.json("GET", "/vm/iso-2/health")["ip"], "10.77.0.6")
+
+    def test_allowed_destination(self) -> None:
+        """A VM reaches a server in its group's `allow` list."""
+        self.assertTrue(self.reach("iso-1", SERVER_IP, self.server.port))
+
+    def test_host_and_other_vms_unreachable(self) -> None:
+        """VM→host, VM→VM and host→VM all fail; `drop` blocks its CIDR; the host's own addresses too."""
+        self.serve_in("iso-2", 8080)
+        self.assertFalse(self.reach("iso-1", "10.77.0.6", 8080), "VM reached another VM")
+        self.assertFalse(self.reach("dro-1", "10.77.0.6", 8080), "VM reached a VM of another group")
+        self.assertFalse(connects("10.77.0.6", 8080), "the host opened a connection into a VM")
+        self.assertFalse(self.reach("iso-1", host_address(), self.server.port), "VM reached the host")
+        self.assertFalse(self.reach("iso-1", "10.77.0.5", self.server.port), "VM reached its gateway")
+        self.assertFalse(self.reach("dro-1", SERVER_IP, self.server.port), "VM reached a dropped CIDR")
+        self.assertFalse(self.reach("dro-1", host_address(), self.server.port), "VM reached the host")
+
+    def test_requested_ip_and_exhaustion(self) -> None:
+        """A free requested ip is honoured, a taken one is 409, one outside 400; a full range is 409."""
+        daemon = self.daemon
+
+        def create(group: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+            status, _, data = daemon.request("POST", f"/hostgroup/{group}/nodes", body)
+            return status, json.loads(data)
+
+        status, node = create("iso", {"ip": "10.77.0.14"})
+        self.assertEqual((status, node["ip"]), (201, "10.77.0.14"))
+        self.assertEqual(create("iso", {"ip": "10.77.0.2"})[1]["code"], "ip_taken")
+        self.assertEqual(create("iso", {"ip": "10.77.0.13"})[1]["code"], "ip_out_of_range")
+        self.assertEqual(create("iso", {"ip": "192.168.1.2"})[1]["code"], "ip_out_of_range")
+        self.assertEqual(create("iso", {"ip": "nonsense"})[1]["code"], "invalid_ip")
+        status, extra = create("dro", {})
+        self.assertEqual((status, extra["ip"]), (201, "10.77.0.22"))
+        status, body = create("dro", {})
+        self.assertEqual((status, body["code"]), (409, "no_free_address"))
+        for hostname, group in ((node["hostname"], "iso"), (extra["hostname"], "dro")):
+            daemon.json("DELETE", f"/hostgroup/{group}/nodes/{hostname}")
+        self.assertNotIn("vms-0a4d000e", network_objects())
+        self.assertNotIn("vmh0a4d0016", network_objects())
+        # The freed addresses are handed out again.
+        status, again = create("dro", {})
+        self.assertEqual((status, again["ip"]), (201, "10.77.0.22"))
+        daemon.json("DELETE", f"/hostgroup/dro/nodes/{again['hostname']}")
+
+    def test_objects_follow_nodes(self) -> None:
+        """Each running isolated VM has exactly its namespace and host veth; nothing else of ours exists."""
+        ips = ["0a4d0002", "0a4d0006", "0a4d0012"]
+        expected = sorted([f"vms-{ip}" for ip in ips] + [f"vmh{ip}" for ip in ips])
+        self.daemon.wait_for("network objects", lambda: network_objects() == expected, 10)
+
+
+class BridgeTests(NetworkTestCase):
+    """Two VMs on a bridge the daemon makes: they reach each other and the host."""
+
+    BRIDGE = "vmstbr0"
+
+    @classmethod
+    def start_shared(cls) -> None:
+        ensure_image()
+        cls.server = HelloServer()
+        cls.daemon = Daemon(groups=[{
+            "name": "br", "vcpu": 1, "ram_mb": 256, "storage_size": "1G",
+            "network": {"mode": "bridge", "bridge": cls.BRIDGE, "gateway": "10.78.0.1/24", "range": "10.78.0.0/28"},
+        }])
+        cls.daemon.start()
+        for _ in range(2):
+            cls.daemon.json("POST", "/hostgroup/br/nodes?wait=agent&timeout=2m", {}, expect=201)
+
+    @classmethod
+    def _stop_shared(cls) -> None:
+        super()._stop_shared()
+        subprocess.run(["ip", "link", "delete", cls.BRIDGE], capture_output=True)
+
+    def test_vms_reach_each_other_and_the_host(self) -> None:
+        """br-1 → br-2 and br-1 → the gateway on the host both connect; addresses skip the gateway."""
+        self.assertEqual({h: n["ip"] for h, n in self.daemon.nodes().items()}, {"br-1": "10.78.0.2", "br-2": "10.78.0.3"})
+        self.serve_in("br-2", 8081)
+        self.assertTrue(self.reach("br-1", "10.78.0.3", 8081))
+        self.assertTrue(self.reach("br-1", "10.78.0.1", self.server.port))
+
+
+class BridgeCleanupTests(SynchronousTestCase):
+    def test_stop_removes_bridge_and_taps(self) -> None:
+        """Deleting a node removes its tap; stopping the daemon removes the bridge it made, and its taps."""
+        ensure_image()
+        bridge = "vmstbr1"
+        daemon = Daemon(groups=[{
+            "name": "br", "vcpu": 1, "ram_mb": 256, "storage_size": "1G",
+            "network": {"mode": "bridge", "bridge": bridge, "gateway": "10.78.1.1/24"},
+        }])
+        self.addCleanup(lambda: subprocess.run(["ip", "link", "delete", bridge], capture_output=True))
+        self.addCleanup(daemon.cleanup)
+        daemon.start()
+        first = daemon.json("POST", "/hostgroup/br/nodes", {}, expect=201)
+        daemon.json("POST", "/hostgroup/br/nodes", {}, expect=201)
+        self.assertEqual(network_objects(("vmt0a4e01", bridge)), [bridge, "vmt0a4e0102", "vmt0a4e0103"])
+        daemon.json("DELETE", f"/hostgroup/br/nodes/{first['hostname']}")
+        self.assertEqual(network_objects(("vmt0a4e01", bridge)), [bridge, "vmt0a4e0103"])
+        daemon.stop()
+        self.assertEqual(network_objects(("vmt0a4e01", bridge)), [])
+
+
+class TenantTests(SynchronousTestCase):
+    """Two daemons, one per tenant, each on its own UNIX socket, range and state directory."""
+
+    def tenant(self, name: str, network_range: str) -> Daemon:
+        daemon = Daemon(groups=[{
+            "name": "demo", "vcpu": 1, "ram_mb": 256, "storage_size": "1G",
+            "network": {"mode": "isolated", "range": network_range},
+        }])
+        daemon.api.clear()
+        daemon.api.update({"bind_address": os.path.join(daemon.root, f"{name}.sock")})
+        self.addCleanup(daemon.cleanup)
+        return daemon
+
+    def refused(self, daemon: Daemon) -> str:
+        daemon.write_config()
+        result = subprocess.run(daemon.command(), cwd=daemon.root, capture_output=True, timeout=60)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        lines = [line for line in result.stderr.decode().splitlines() if line.strip()]
+        self.assertEqual(len(lines), 1, result.stderr)
+        return lines[0]
+
+    def test_two_tenants(self) -> None:
+        """Each tenant sees and manages only its own nodes, both named demo-1; an overlapping third is refused."""
+        ensure_image()
+        a = self.tenant("a", "10.79.0.0/28")
+        b = self.tenant("b", "10.79.1.0/28")
+        a.start()
+        b.start()
+        a.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {}, expect=201)
+        b.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {}, expect=201)
+        b.json("POST", "/hostgroup/demo/nodes", {}, expect=201)
+        self.assertEqual({h: n["ip"] for h, n in a.nodes().items()}, {"demo-1": "10.79.0.2"})
+        self.assertEqual(sorted(b.nodes()), ["demo-1", "demo-2"])
+        self.assertEqual(a.run("demo-1", "ip -4 -o addr show eth0")[1].split()[3], "10.79.0.2/30")
+        self.assertEqual(b.run("demo-1", "ip -4 -o addr show eth0")[1].split()[3], "10.79.1.2/30")
+        # b's demo-2 does not exist for a: not listed, no exec, no copy, no delete.
+        self.assertEqual(a.request("POST", "/vm/demo-2/exec?cmd=true")[0], 404)
+        self.assertEqual(a.request("GET", "/vm/demo-2/cp?path=/etc/hostname")[0], 404)
+        self.assertEqual(a.request("DELETE", "/hostgroup/demo/nodes/demo-2")[0], 404)
+        # A third daemon whose range overlaps a's refuses to start, naming both.
+        line = self.refused(self.tenant("c", "10.79.0.8/29"))
+        self.assertIn("10.79.0.8/29 overlaps 10.79.0.0/28", line)
+        self.assertIn(a.state_dir, line)
+        # Deleting a's node leaves b's alone.
+        a.json("DELETE", "/hostgroup/demo/nodes/demo-1")
+        self.assertEqual(b.run("demo-1", "echo alive"), (0, "alive\n"))
+
+    def test_overlap_in_one_config(self) -> None:
+        """Two groups of one configuration with overlapping ranges: the daemon refuses to start."""
+        daemon = Daemon(groups=[
+            {"name": "one", "network": {"mode": "isolated", "range": "10.79.8.0/24"}},
+            {"name": "two", "network": {"mode": "isolated", "range": "10.79.8.128/25"}},
+        ])
+        self.addCleanup(daemon.cleanup)
+        self.assertIn("overlaps", self.refused(daemon))
