@@ -212,10 +212,6 @@ class BridgeTests(SynchronousTestCase):
         self.assertEqual([lease.ip for lease in exhaust(self, two)],
                          [IPv4Address("192.168.1.10"), IPv4Address("192.168.1.11")])
 
-    test_single_address_range.todo = (  # type: ignore[attr-defined]
-        "ipam.lease_of rejects the network/broadcast address of the *range* in bridge mode, while _candidates "
-        "(range.hosts()) yields them for a /31 or /32: slots() says 1-2, allocate() raises BadRequest ip_out_of_range"
-    )
 
     @given(bridge_networks(), st.data())
     @settings(max_examples=200, deadline=None)

@@ -333,22 +333,14 @@ class DetachRaceTests(NetworkFleetTestCase):
         self.assertEqual(self.fleet.node(record.hostname).status, Status.RUNNING)
         self.assertIn("10.77.0.2", self.network.attached, "the running node's network was torn down")
 
-    test_relaunch_after_own_end.todo = (  # type: ignore[attr-defined]
-        "fleet._machine_ended starts _detach without waiting (Deferred.fromCoroutine) and sets Stopped at once: a "
-        "relaunch may attach before the old detach's 'ip netns delete'/'ip link delete' run, which then remove the "
-        "new namespace of the running VM"
-    )
 
     def test_new_node_takes_ended_address(self) -> None:
         """A new node that gets an ended ephemeral node's address keeps its attachment once the old detach completes."""
         self.create()
         self.h.driver.machines[0].end(0)
-        record = self.create()
-        self.assertEqual(record.ip, "10.77.0.2")
+        d = self.do(self.fleet.create("iso", CreateRequest(), None, 300.0))
+        self.assertNoResult(d)  # the new attach waits for the old detach of its address
         self.network.gate.callback(None)
+        self.assertEqual(self.successResultOf(d).ip, "10.77.0.2")
         self.assertIn("10.77.0.2", self.network.attached, "the new node's network was torn down")
 
-    test_new_node_takes_ended_address.todo = (  # type: ignore[attr-defined]
-        "fleet._machine_ended removes an ephemeral node (freeing its address) before its background detach ran: "
-        "the next create gets the same address and names, and the late detach deletes the new node's namespace"
-    )

@@ -9,7 +9,8 @@ them), handed in as a set; nothing here touches the host.
   broadcast)``; the VM takes the third address of a block, the gateway (in
   the VM's own network namespace) the second.  A /22 gives 256 slots.
 - **bridge**: every host address of the range (or of the gateway's network
-  when there is no range) except the gateway's.
+  when there is no range) that is also a host address of the gateway's
+  network, except the gateway's own.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def pool(network: NetworkConfig) -> IPv4Network:
     """The network VM addresses come from."""
     if network.range is not None:
         return network.range
-    assert network.gateway is not None, "bridge mode without range needs a gateway (checked by config)"
+    assert network.gateway is not None, "bridge mode needs a gateway (checked by config)"
     return network.gateway.network
 
 
@@ -64,12 +65,11 @@ def lease_of(network: NetworkConfig, ip: IPv4Address) -> Lease:
         return Lease(IPv4Interface(f"{ip}/{ISOLATED_SLOT_PREFIX}"), block.network_address + 1)
     addresses = pool(network)
     gateway = network.gateway
-    if ip not in addresses or ip in (addresses.network_address, addresses.broadcast_address) or (
-        gateway is not None and ip == gateway.ip
-    ):
+    assert gateway is not None, "bridge mode needs a gateway (checked by config)"
+    link = gateway.network
+    if not _bridge_address(addresses, link, gateway.ip, ip):
         raise BadRequest(f"ip {ip} is not a VM address of {addresses}", code="ip_out_of_range")
-    prefix = gateway.network.prefixlen if gateway is not None else addresses.prefixlen
-    return Lease(IPv4Interface(f"{ip}/{prefix}"), gateway.ip if gateway is not None else addresses.network_address + 1)
+    return Lease(IPv4Interface(f"{ip}/{link.prefixlen}"), gateway.ip)
 
 
 def _candidates(network: NetworkConfig) -> Iterator[IPv4Address]:
@@ -78,10 +78,20 @@ def _candidates(network: NetworkConfig) -> Iterator[IPv4Address]:
         for block in addresses.subnets(new_prefix=ISOLATED_SLOT_PREFIX):
             yield block.network_address + 2
         return
-    gateway = network.gateway.ip if network.gateway is not None else None
+    assert network.gateway is not None
+    link, gateway = network.gateway.network, network.gateway.ip
     for ip in addresses.hosts():
-        if ip != gateway:
+        if _bridge_address(addresses, link, gateway, ip):
             yield ip
+
+
+def _bridge_address(addresses: IPv4Network, link: IPv4Network, gateway: IPv4Address, ip: IPv4Address) -> bool:
+    """
+    Whether ``ip`` may be a bridged VM's: a host address of the range (a /31
+    or /32 range's every address) and of the gateway's network, not the gateway.
+    """
+    ends = (addresses.network_address, addresses.broadcast_address) if addresses.prefixlen < 31 else ()
+    return ip in addresses and ip not in ends and ip not in (link.network_address, link.broadcast_address, gateway)
 
 
 def allocate(network: NetworkConfig, used: AbstractSet[IPv4Address], wanted: str | None = None) -> Lease:

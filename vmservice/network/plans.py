@@ -41,6 +41,7 @@ The namespace's nftables table decides what may pass:
 
 from __future__ import annotations
 
+import re
 from ipaddress import IPv4Address, IPv4Network
 from typing import Sequence
 
@@ -61,6 +62,10 @@ NS_VETH = "veth0"
 NFT_TABLE = "vmservice"
 
 
+#: A name :func:`suffix` made: one of our prefixes and exactly 8 lowercase hex digits.
+_OUR_NAME = re.compile(f"({NETNS_PREFIX}|{VETH_PREFIX}|{TAP_PREFIX})([0-9a-f]{{8}})")
+
+
 @frozen
 class Command:
     """One command to run: ``argv``, and bytes for its standard input."""
@@ -76,14 +81,8 @@ def suffix(ip: IPv4Address) -> str:
 
 def address_of(name: str) -> IPv4Address | None:
     """The VM address a namespace or interface name was derived from, or ``None`` if it is not ours."""
-    for prefix in (NETNS_PREFIX, VETH_PREFIX, TAP_PREFIX):
-        rest = name[len(prefix):]
-        if name.startswith(prefix) and len(rest) == 8:
-            try:
-                return IPv4Address(int(rest, 16))
-            except ValueError:
-                return None
-    return None
+    match = _OUR_NAME.fullmatch(name)
+    return IPv4Address(int(match.group(2), 16)) if match else None
 
 
 def netns_name(ip: IPv4Address) -> str:
@@ -157,6 +156,10 @@ def isolated_setup(
         _ip("netns", "add", netns),
         _ip("link", "add", veth, "type", "veth", "peer", "name", NS_VETH, "netns", netns),
         _ip("link", "set", veth, "up"),
+        # Proxy ARP on the host end too, so that the namespace's device
+        # route reaches beyond the host's own addresses where the operator
+        # lets the host forward (the daemon never turns forwarding on).
+        Command(("sh", "-c", f"echo 1 > /proc/sys/net/ipv4/conf/{veth}/proxy_arp")),
         _ip("route", "replace", str(lease.address.network), "dev", veth),
         _ip("-n", netns, "link", "set", "lo", "up"),
         _ip("-n", netns, "link", "set", NS_VETH, "up"),

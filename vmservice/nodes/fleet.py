@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from attrs import define, evolve, frozen
 from twisted.application.service import Service
-from twisted.internet.defer import CancelledError, Deferred, DeferredList, succeed
+from twisted.internet.defer import CancelledError, Deferred, DeferredList, DeferredLock, succeed
 from twisted.logger import Logger
 
 from ..config import Config, HostGroupConfig, NetworkConfig
@@ -193,6 +193,7 @@ class Fleet(Service):
         self._stop_grace = stop_grace
         self._wall_clock = wall_clock
         self._network = network
+        self._address_locks: dict[str, DeferredLock] = {}
         self._nodes: dict[str, _Live] = {}
         self._recovered: Deferred[None] | None = None
 
@@ -534,7 +535,9 @@ class Fleet(Service):
             raise Internal("this daemon has no network support", code="network_failed")
         lease = lease_of(group.network, IPv4Address(live.record.ip))
         try:
-            return await self._network.attach(group, lease)
+            return await self._address_lock(live.record.ip).run(
+                lambda: Deferred.fromCoroutine(self._network.attach(group, lease))  # type: ignore[union-attr]
+            )
         except Exception as error:
             raise Internal(f"cannot attach node {live.record.hostname!r} to its network: {error}",
                            code="network_failed") from error
@@ -544,10 +547,22 @@ class Fleet(Service):
         group = self._config.group(live.record.hostgroup)
         if self._network is None or group is None or group.network is None or not live.record.ip:
             return
+        network, ip = self._network, IPv4Address(live.record.ip)
         try:
-            await self._network.detach(group.network, IPv4Address(live.record.ip))
+            await self._address_lock(live.record.ip).run(
+                lambda: Deferred.fromCoroutine(network.detach(group.network, ip))
+            )
         except Exception:
             log.failure("detaching node {hostname} from its network", hostname=live.record.hostname)
+
+    def _address_lock(self, ip: str) -> DeferredLock:
+        """
+        One lock per address: the network objects of an address are named
+        after it, so a detach still running (a VM that ended on its own)
+        must finish before the next attach of that address (a relaunch, or a
+        new node given the freed address) begins.
+        """
+        return self._address_locks.setdefault(ip, DeferredLock())
 
     def _image(self, group: HostGroupConfig) -> Image:
         try:
