@@ -198,6 +198,13 @@ class IsolatedTests(NetworkTestCase):
         self.assertEqual((status, again["ip"]), (201, "10.77.0.22"))
         daemon.json("DELETE", f"/hostgroup/dro/nodes/{again['hostname']}")
 
+    def test_failed_create_leaves_no_network(self) -> None:
+        """A create whose wait runs out (408) removes the node's namespace and veth with everything else."""
+        status, _, data = self.daemon.request("POST", "/hostgroup/iso/nodes?wait=agent&timeout=1s", {"ip": "10.77.0.10"})
+        self.assertEqual(status, 408, data)
+        self.assertEqual([n for n in network_objects() if n.endswith("0a4d000a")], [])
+        self.assertNotIn("10.77.0.10", [n["ip"] for n in self.daemon.nodes().values()])
+
     def test_objects_follow_nodes(self) -> None:
         """Each running isolated VM has exactly its namespace and host veth; nothing else of ours exists."""
         ips = ["0a4d0002", "0a4d0006", "0a4d0012"]
