@@ -205,6 +205,14 @@ class IsolatedTests(NetworkTestCase):
         self.assertEqual([n for n in network_objects() if n.endswith("0a4d000a")], [])
         self.assertNotIn("10.77.0.10", [n["ip"] for n in self.daemon.nodes().values()])
 
+    def test_suspend_restore_keeps_network(self) -> None:
+        """A suspended VM's namespace is removed; after restore it is back and the VM reaches its server again."""
+        self.assertEqual(self.daemon.post("/vm/iso-2/suspend"), b"iso-2 suspended\n")
+        self.assertNotIn("vms-0a4d0006", network_objects())
+        self.daemon.post("/vm/iso-2/restore?wait=agent&timeout=60s")
+        self.assertIn("vms-0a4d0006", network_objects())
+        self.assertTrue(self.reach("iso-2", SERVER_IP, self.server.port))
+
     def test_objects_follow_nodes(self) -> None:
         """Each running isolated VM has exactly its namespace and host veth; nothing else of ours exists."""
         ips = ["0a4d0002", "0a4d0006", "0a4d0012"]
