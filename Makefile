@@ -50,6 +50,7 @@ test: install
 bench: install
 	$(BIN)/python bench/boot.py
 	$(BIN)/python bench/suspend.py
+	$(BIN)/python bench/network.py
 
 clean:
 	rm -rf $(VENV) _trial_temp *.egg-info
