@@ -239,7 +239,7 @@ class FakeNetwork:
         self.attached.pop(str(ip), None)
 
     async def clean_orphans(self, keep: Any) -> list[str]:
-        self.cleaned.append(sorted(str(ip) for ip in keep))
+        self.cleaned.append(sorted(str(ip) for ip in keep()))
         return []
 
     async def close(self) -> None:

@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 
 from twisted.application.internet import StreamServerEndpointService
-from twisted.application.service import MultiService, Service
+from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint, UNIXServerEndpoint
 from twisted.logger import Logger
@@ -40,7 +40,7 @@ from .network.claims import RangeClaims, RangeTaken
 from .network.host import HostNetwork, command_runner
 from .network.ipam import pool
 from .nodes.fleet import Fleet
-from .nodes.store import NodeStore
+from .nodes.store import NodeStore, StateDirectoryInUse
 from .storage.overlay import OverlayDisks
 
 log = Logger()
@@ -78,15 +78,21 @@ def _endpoint(reactor: Any, config: Config) -> Any:
     return TCP4ServerEndpoint(reactor, api.port, interface=api.bind_address)
 
 
-class _ClaimsService(Service):
-    """Holds the daemon's host-wide range claims; releases them when the daemon stops."""
+class _Claimed(MultiService):
+    """
+    Holds the daemon's host-wide range claims around its children (the
+    fleet): the claims are released only once every VM is stopped and
+    detached, so no other daemon can take the ranges while they are in use.
+    """
 
     def __init__(self, claims: RangeClaims) -> None:
+        super().__init__()
         self._claims = claims
 
-    def stopService(self) -> None:
-        super().stopService()
-        self._claims.release()
+    def stopService(self) -> Deferred[None]:
+        stopped = super().stopService()
+        stopped.addBoth(lambda result: (self._claims.release(), result)[1])
+        return stopped
 
 
 def _claim_ranges(config: Config) -> RangeClaims:
@@ -121,8 +127,12 @@ def make_service(config: Config, reactor: Any) -> MultiService:
         except ImageNotFound as error:
             raise StartupError(str(error)) from None
 
-    claims = _claim_ranges(config)
     store = NodeStore(config.state_dir)
+    try:
+        store.lock()
+    except StateDirectoryInUse as error:
+        raise StartupError(str(error)) from None
+    claims = _claim_ranges(config)
     metrics = Metrics()
     fleet = Fleet(
         reactor,
@@ -153,8 +163,9 @@ def make_service(config: Config, reactor: Any) -> MultiService:
     site.displayTracebacks = False
 
     top = MultiService()
-    _ClaimsService(claims).setServiceParent(top)
-    fleet.setServiceParent(top)
+    claimed = _Claimed(claims)
+    claimed.setServiceParent(top)
+    fleet.setServiceParent(claimed)
     listener = StreamServerEndpointService(_endpoint(reactor, config), site)
     listener._raiseSynchronously = True
     listener.setServiceParent(top)

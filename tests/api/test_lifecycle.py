@@ -256,8 +256,8 @@ class ShutdownRouteTests(LifecycleApiTestCase):
     def test_action_from_body(self) -> None:
         """A JSON body {"action": ...} is read when the query has none."""
         self.hold()
-        self.assertText(self.post("shutdown", body=b'{"action": "shutdown"}'), self.STOPPING)
         self.assertText(self.post("shutdown", "?action=", b'{"action": "reboot"}'), self.REBOOTING)
+        self.assertText(self.post("shutdown", body=b'{"action": "shutdown"}'), self.STOPPING)
         self.assertEqual((self.machine.commands, self.machine.stops), (["reset"], [(True, 10.0)]))
 
     def test_query_wins(self) -> None:

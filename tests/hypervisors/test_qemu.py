@@ -409,6 +409,16 @@ class AdoptionTests(SynchronousTestCase):
         driver.kill_orphan(child.pid)
         self.assertEqual(child.wait(), -signal.SIGKILL)
 
+    def test_orphans_of_another_state_dir(self) -> None:
+        """A VM under /data/vm/nodes is not an orphan of a daemon whose nodes are in /vm/nodes."""
+        from attrs import evolve
+
+        child = self.sleeper()
+        spec = evolve(SPEC, qmp_socket="/data/vm/nodes/demo-1/qmp.sock")
+        driver = QemuDriver(ProcessReactor(), QemuSettings(), proc=self.fake_proc(child.pid, qemu_command(spec, QemuSettings())))
+        self.assertEqual(driver.orphans("/vm/nodes"), [])
+        self.assertEqual(driver.orphans("/data/vm/nodes"), [child.pid])
+
     def test_not_a_vm_is_not_killed(self) -> None:
         """A process whose command line is not one of our VMs is left alone."""
         child = self.sleeper()

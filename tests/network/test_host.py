@@ -290,11 +290,13 @@ class CleanOrphansTests(HostTestCase):
             "vmh0a000006",   # 10.0.0.6: not ours
             "vmh0a4e0002",   # 10.78.0.2: orphan of the second isolated group
         )
-        found = self.ok(self.host.clean_orphans([IPv4Address("10.77.0.6")]))
+        found = self.ok(self.host.clean_orphans(lambda: [IPv4Address("10.77.0.6")]))
         self.assertEqual(found, ["vms-0a4d000a", "vmh0a4d000a", "vmtc0a88982", "vmh0a4e0002"])
         self.assertEqual(self.recorder.argvs, [
             LINK_SHOW,
+            ("ip", "netns", "pids", "vms-0a4d000a"),
             ("ip", "netns", "delete", "vms-0a4d000a"),
+            ("ip", "netns", "pids", "vms-0a4d000a"),
             ("ip", "link", "delete", "vmh0a4d000a"),
             ("ip", "link", "delete", "vmtc0a88982"),
             ("ip", "link", "delete", "vmh0a4e0002"),
@@ -305,23 +307,23 @@ class CleanOrphansTests(HostTestCase):
         self.entries("vms-0a4d0006", "vms-0a4d000a")
         self.links("vmh0a4d0006", "vmh0a4d000a", "vmtc0a88982")
         keep = [IPv4Address(ip) for ip in ("10.77.0.6", "10.77.0.10", "192.168.137.130")]
-        self.assertEqual(self.ok(self.host.clean_orphans(keep)), [])
+        self.assertEqual(self.ok(self.host.clean_orphans(lambda: keep)), [])
         self.assertEqual(self.recorder.argvs, [LINK_SHOW])
 
     def test_no_netns_dir(self) -> None:
         """Without a netns directory (no namespace ever made) only links are looked at."""
         os.rmdir(self.netns_dir)
         self.links("vmh0a4d000a")
-        self.assertEqual(self.ok(self.host.clean_orphans([])), ["vmh0a4d000a"])
+        self.assertEqual(self.ok(self.host.clean_orphans(lambda: [])), ["vmh0a4d000a"])
 
     def test_removal_failures_ignored(self) -> None:
         """A removal that fails (already gone) does not stop the others."""
         self.entries("vms-0a4d000a", "vms-0a4d000e")
         self.recorder.failing.add(("ip", "netns", "delete", "vms-0a4d000a"))
-        self.assertEqual(self.ok(self.host.clean_orphans([])), ["vms-0a4d000a", "vms-0a4d000e"])
+        self.assertEqual(self.ok(self.host.clean_orphans(lambda: [])), ["vms-0a4d000a", "vms-0a4d000e"])
         self.assertEqual(self.recorder.argvs[-1], ("ip", "netns", "delete", "vms-0a4d000e"))
 
     def test_empty_link_output(self) -> None:
         """An empty answer from ip is no links."""
         self.recorder.outputs[LINK_SHOW] = ""
-        self.assertEqual(self.ok(self.host.clean_orphans([])), [])
+        self.assertEqual(self.ok(self.host.clean_orphans(lambda: [])), [])

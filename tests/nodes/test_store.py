@@ -30,13 +30,27 @@ class StoreTests(SynchronousTestCase):
         self.assertFalse(os.path.exists(store.node_dir("demo-1")))
 
     def test_strays(self) -> None:
-        """Directories without a readable record are reported as strays."""
+        """Directories without a record are strays; one with an unreadable record is set aside, disk and all."""
         store = NodeStore(self.mktemp())
         os.makedirs(store.node_dir("half-1"))
         os.makedirs(store.node_dir("bad-1"))
         with open(os.path.join(store.node_dir("bad-1"), "node.json"), "w") as f:
             f.write("{not json")
-        self.assertEqual(store.load_all(), ([], ["bad-1", "half-1"]))
+        with open(os.path.join(store.node_dir("bad-1"), "disk.qcow2"), "w") as f:
+            f.write("data")
+        self.assertEqual(store.load_all(), ([], ["half-1"]))
+        (aside,) = [name for name in os.listdir(store.nodes_dir) if name.startswith(".broken-bad-1-")]
+        self.assertTrue(os.path.exists(os.path.join(store.nodes_dir, aside, "disk.qcow2")))
+        self.assertEqual(store.load_all(), ([], ["half-1"]))
+
+    def test_lock(self) -> None:
+        """A second lock of one state directory (another daemon) fails naming the holder's pid."""
+        from vmservice.nodes.store import StateDirectoryInUse
+
+        path = self.mktemp()
+        NodeStore(path).lock()
+        error = self.assertRaises(StateDirectoryInUse, NodeStore(path).lock)
+        self.assertIn(f"pid {os.getpid()}", str(error))
 
     def test_counter(self) -> None:
         """Counters start at 1, count per group, and persist."""

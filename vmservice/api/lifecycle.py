@@ -53,14 +53,18 @@ class LifecycleApi:
                                enum=inputs.SHUTDOWN_ACTIONS),)),
         ]
 
+    # Every operation is shielded: a client that goes away must not cut one
+    # in half (the VM paused but the record saying Running, say).
+
     async def pause(self, request: IRequest, hostname: str) -> bytes:
-        return text_body(request, await self._fleet.pause(hostname) + "\n")
+        done = await shielded(Deferred.fromCoroutine(self._fleet.pause(hostname)))
+        return text_body(request, done + "\n")
 
     async def resume(self, request: IRequest, hostname: str) -> bytes:
-        return text_body(request, await self._fleet.resume(hostname) + "\n")
+        done = await shielded(Deferred.fromCoroutine(self._fleet.resume(hostname)))
+        return text_body(request, done + "\n")
 
     async def suspend(self, request: IRequest, hostname: str) -> bytes:
-        # Shielded: a client that goes away must not cut a suspend in half.
         done = await shielded(Deferred.fromCoroutine(self._fleet.suspend(hostname)))
         return text_body(request, done + "\n")
 
@@ -76,4 +80,5 @@ class LifecycleApi:
 
     async def shutdown(self, request: IRequest, hostname: str) -> bytes:
         action = inputs.shutdown_action(request)
-        return text_body(request, await self._fleet.shutdown(hostname, action) + "\n")
+        done = await shielded(Deferred.fromCoroutine(self._fleet.shutdown(hostname, action)))
+        return text_body(request, done + "\n")

@@ -311,6 +311,7 @@ class QemuMachine:
         self._process = process
         self._qmp_socket = qmp_socket
         self._qmp: QMPProtocol | None = None
+        self._session_waiters: list[Deferred[QMPProtocol]] = []
         self._exit: MachineExit | None = None
         self._waiters: list[Deferred[MachineExit]] = []
         self.pid: int = process.pid
@@ -349,8 +350,8 @@ class QemuMachine:
         """
         if self._exit is not None:
             raise QMPError("the VM is not running")
-        if self._qmp is None or self._qmp.transport is None or self._qmp._lost:
-            self._qmp = await self._connect()
+        if self._qmp is None or self._qmp.transport is None or self._qmp.lost:
+            self._qmp = await self._session()
         protocol = self._qmp
         answer = protocol.execute(command, **arguments)
         answer.addTimeout(self.QMP_TIMEOUT, self._reactor)
@@ -362,6 +363,28 @@ class QemuMachine:
             if protocol.transport is not None:
                 protocol.transport.loseConnection()
             raise QMPError(f"{command}: no answer from QEMU within {self.QMP_TIMEOUT:g} s") from None
+
+    async def _session(self) -> QMPProtocol:
+        """
+        One connection for every caller: QEMU serves one QMP client at a time
+        (a second one is accepted by the kernel but never greeted), so
+        callers that arrive while a connection is being made wait for it.
+        """
+        waiter: Deferred[QMPProtocol] = Deferred()
+        self._session_waiters.append(waiter)
+        if len(self._session_waiters) == 1:
+            connecting = Deferred.fromCoroutine(self._connect())
+
+            def settle(result: Any) -> None:
+                waiters, self._session_waiters = self._session_waiters, []
+                for each in waiters:
+                    if isinstance(result, Failure):
+                        each.errback(result)
+                    else:
+                        each.callback(result)
+
+            connecting.addBoth(settle)
+        return await waiter
 
     async def _connect(self, attempts: int = 250) -> QMPProtocol:
         for attempt in range(attempts):
@@ -375,7 +398,14 @@ class QemuMachine:
                     await deferLater(self._reactor, self.POLL, lambda: None)
                     continue
                 raise QMPError(f"cannot reach QMP: {error}") from error
-            await protocol.ready
+            ready = protocol.ready
+            ready.addTimeout(self.QMP_TIMEOUT, self._reactor)
+            try:
+                await ready
+            except (CancelledError, DeferredTimeout):
+                if protocol.transport is not None:
+                    protocol.transport.loseConnection()
+                raise QMPError(f"QEMU did not greet on QMP within {self.QMP_TIMEOUT:g} s") from None
             return protocol
         raise QMPError("cannot reach QMP")
 
@@ -560,14 +590,19 @@ class QemuDriver:
         return pidfd
 
     def orphans(self, directory: str) -> list[int]:
-        """Pids of our QEMUs (``-name vmservice-...``) whose files lie under ``directory``."""
-        prefix = os.path.join(directory, "")
+        """
+        Pids of our QEMUs (``-name vmservice-...``) whose QMP socket is
+        ``<directory>/<node>/qmp.sock``: exactly that directory, never one
+        that merely contains its name (another daemon's).
+        """
+        wanted = os.path.abspath(directory)
         found = []
         for entry in os.listdir(self._proc):
             if not entry.isdigit():
                 continue
             argv = _cmdline(self._proc, int(entry))
-            if _is_vm(argv) and any(prefix in word for word in argv):
+            socket = _qmp_socket(argv) if _is_vm(argv) else None
+            if socket is not None and os.path.dirname(os.path.dirname(os.path.abspath(socket))) == wanted:
                 found.append(int(entry))
         return sorted(found)
 
@@ -600,6 +635,14 @@ def _is_vm(argv: list[str]) -> bool:
         and os.path.basename(argv[0]).startswith("qemu-system")
         and any(word.startswith("vmservice-") for word in argv[1:])
     )
+
+
+def _qmp_socket(argv: list[str]) -> str | None:
+    """The QMP socket path of a QEMU command line (``-qmp unix:PATH,...``), or ``None``."""
+    for flag, value in zip(argv, argv[1:]):
+        if flag == "-qmp" and value.startswith("unix:"):
+            return value[len("unix:"):].split(",", 1)[0]
+    return None
 
 
 def _contains(argv: list[str], words: list[str]) -> bool:

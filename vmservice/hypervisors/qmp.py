@@ -42,6 +42,11 @@ class QMPProtocol(LineOnlyReceiver):
         self._greeting: dict[str, Any] | None = None
         self._lost = False
 
+    @property
+    def lost(self) -> bool:
+        """Whether the connection is gone (commands fail at once)."""
+        return self._lost
+
     def lineReceived(self, line: bytes) -> None:
         line = line.strip()
         if not line:

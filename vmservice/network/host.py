@@ -15,6 +15,7 @@ import os
 from ipaddress import IPv4Address, IPv4Network
 from typing import Any, Awaitable, Callable, Iterable
 
+from twisted.internet.defer import Deferred, DeferredLock
 from twisted.internet.utils import getProcessOutputAndValue
 from twisted.logger import Logger
 
@@ -67,6 +68,7 @@ class HostNetwork:
         self._netns_dir = netns_dir
         self._pools = [pool(g.network) for g in config.host_groups if g.network is not None]
         self._bridges_made: set[str] = set()
+        self._bridge_locks: dict[str, DeferredLock] = {}
 
     async def attach(self, group: HostGroupConfig, lease: Lease) -> NetSpec:
         """
@@ -94,21 +96,27 @@ class HostNetwork:
         steps = plans.isolated_teardown(ip) if network.mode == "isolated" else plans.bridge_teardown(ip)
         await self._quietly(steps)
 
-    async def clean_orphans(self, keep: Iterable[IPv4Address]) -> list[str]:
+    async def clean_orphans(self, keep: Callable[[], Iterable[IPv4Address]]) -> list[str]:
         """
         Remove namespaces and interfaces named after an address of this
-        daemon's ranges that no VM in ``keep`` uses (left by a crash).
+        daemon's ranges that no VM of ``keep()`` uses (left by a crash).
+        ``keep`` is asked once the host's objects are listed, so a VM attached
+        meanwhile is kept.  A namespace that still holds a process (a VM
+        someone else runs) is left alone, and so is its veth.
 
         :return: the names removed.
         """
-        kept = set(keep)
-        found = []
         names = sorted(os.listdir(self._netns_dir)) if os.path.isdir(self._netns_dir) else []
         links = json.loads(await self._run(plans.Command(("ip", "-j", "link", "show"))) or "[]")
         names += [link.get("ifname", "") for link in links]
+        kept = set(keep())
+        found = []
         for name in names:
             ip = plans.address_of(name)
             if ip is None or ip in kept or not any(ip in p for p in self._pools):
+                continue
+            if await self._occupied(ip):
+                log.info("leaving {name}: its namespace still holds processes", name=name)
                 continue
             found.append(name)
             if name.startswith(plans.NETNS_PREFIX):
@@ -116,6 +124,15 @@ class HostNetwork:
             else:
                 await self._quietly([plans.Command(("ip", "link", "delete", name))])
         return found
+
+    async def _occupied(self, ip: IPv4Address) -> bool:
+        netns = plans.netns_name(ip)
+        if not os.path.exists(os.path.join(self._netns_dir, netns)):
+            return False
+        try:
+            return bool((await self._run(plans.Command(("ip", "netns", "pids", netns)))).strip())
+        except NetworkError:
+            return False
 
     async def close(self) -> None:
         """Remove the bridges this run made, when no VM is left on them."""
@@ -139,18 +156,22 @@ class HostNetwork:
         return sorted(set(found), key=lambda n: (int(n.network_address), n.prefixlen))
 
     async def _ensure_bridge(self, network: NetworkConfig) -> None:
+        """Make the group's bridge if it is missing; one attach at a time per bridge."""
         assert network.bridge is not None and network.gateway is not None
+        lock = self._bridge_locks.setdefault(network.bridge, DeferredLock())
+        await lock.run(lambda: Deferred.fromCoroutine(self._make_bridge(network.bridge, str(network.gateway))))
+
+    async def _make_bridge(self, bridge: str, gateway: str) -> None:
         try:
-            await self._run(plans.Command(("ip", "link", "show", network.bridge)))
+            await self._run(plans.Command(("ip", "link", "show", bridge)))
             return
         except NetworkError:
             pass
-        log.info("creating bridge {bridge} ({gateway})", bridge=network.bridge, gateway=str(network.gateway))
-        await self._all_or_nothing(
-            plans.bridge_create(network.bridge, str(network.gateway)),
-            [plans.Command(("ip", "link", "delete", network.bridge))],
-        )
-        self._bridges_made.add(network.bridge)
+        log.info("creating bridge {bridge} ({gateway})", bridge=bridge, gateway=gateway)
+        create, *configure = plans.bridge_create(bridge, gateway)
+        await self._run(create)  # fails (leaving it alone) if someone else made it meanwhile
+        await self._all_or_nothing(configure, [plans.Command(("ip", "link", "delete", bridge))])
+        self._bridges_made.add(bridge)
 
     async def _all_or_nothing(self, steps: list[plans.Command], undo: list[plans.Command]) -> None:
         try:

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.nodes.test_fleet -*-
+# -*- test-case-name: tests.nodes.test_fleet,tests.nodes.test_lifecycle,tests.nodes.test_network -*-
 """
 The fleet: every node this daemon owns, and the operations on them.
 
@@ -113,7 +113,7 @@ class NetworkLike(Protocol):
 
     async def detach(self, network: NetworkConfig | None, ip: IPv4Address) -> None: ...
 
-    async def clean_orphans(self, keep: Iterable[IPv4Address]) -> list[str]: ...
+    async def clean_orphans(self, keep: Callable[[], Iterable[IPv4Address]]) -> list[str]: ...
 
     async def close(self) -> None: ...
 
@@ -272,14 +272,20 @@ class Fleet(Service):
                 log.failure("recovering node {hostname} failed", hostname=record.hostname)
             finally:
                 live.busy = None
+        # Spare every VM this run knows, not only the adopted ones: a create,
+        # relaunch or restore may have started one meanwhile.
+        known = {live.machine.pid for live in self._nodes.values() if live.machine is not None}
         for pid in driver.orphans(self._store.nodes_dir):
-            if pid not in adopted:
+            if pid not in known:
                 log.info("killing VM process {pid}, which no node record claims", pid=pid)
                 driver.kill_orphan(pid)
         if self._network is not None:
             # Every node's own objects stay: adopted ones are in use, others
-            # were detached above, and a create may be under way meanwhile.
-            keep = [IPv4Address(live.record.ip) for live in self._nodes.values() if live.record.ip]
+            # were detached above, and a create may be under way meanwhile
+            # (so the list is taken when the host's objects have been listed).
+            def keep() -> list[IPv4Address]:
+                return [IPv4Address(live.record.ip) for live in self._nodes.values() if live.record.ip]
+
             for name in await self._network.clean_orphans(keep):
                 log.info("removed network leftover {name}", name=name)
         await self._keep_counts()
@@ -331,7 +337,7 @@ class Fleet(Service):
                 continue
             members = [
                 live for live in self._nodes.values()
-                if live.record.hostgroup == group.name and live.record.protected
+                if live.record.hostgroup == group.name and live.record.protected and live.record.persistent
                 and live.record.status not in (Status.CREATING, Status.DELETING)
             ]
             for live in members:
@@ -339,13 +345,21 @@ class Fleet(Service):
                 if live.record.status == Status.STOPPED:
                     work.append(Deferred.fromCoroutine(self.relaunch(hostname, None, 0)))
                 elif live.record.status == Status.SUSPENDED:
-                    work.append(Deferred.fromCoroutine(self.restore(hostname, None, 0)))
+                    work.append(Deferred.fromCoroutine(self._restore_or_relaunch(hostname)))
             for _ in range(group.count - len(members)):
                 request = CreateRequest(persistent=True, protected=True)
                 work.append(Deferred.fromCoroutine(self.create(group.name, request, None, 0)))
         for result in await DeferredList(work, consumeErrors=True):
             if not result[0]:
                 log.failure("keeping a host group's count failed", result[1])
+
+    async def _restore_or_relaunch(self, hostname: str) -> None:
+        """Bring a suspended count node back: from its snapshot, or from its disk when that fails."""
+        try:
+            await self.restore(hostname, None, 0)
+        except Exception as error:
+            log.info("restoring {hostname} failed ({error}); relaunching it from its disk", hostname=hostname, error=error)
+            await self.relaunch(hostname, None, 0)
 
     # -- queries ---------------------------------------------------------
 
@@ -754,11 +768,16 @@ class Fleet(Service):
             raise NotSupported(f"{driver.description} cannot suspend VMs to disk", code="not_supported")
 
     @staticmethod
-    async def _drive(what: str, hostname: str, action: Deferred[Any]) -> Any:
-        """Wait for a driver action; its failure becomes a 500 that says what failed."""
+    async def _drive(what: str, hostname: str, action: Deferred[Any], machine: IMachine | None = None) -> Any:
+        """
+        Wait for a driver action; its failure becomes a 500 that says what
+        failed, or a 409 ``not_running`` when the VM ended meanwhile.
+        """
         try:
             return await action
         except HypervisorError as error:
+            if machine is not None and machine.ended.called:
+                raise Conflict(f"node {hostname!r} is not running (its VM ended)", code="not_running") from error
             raise Internal(f"{what} of node {hostname!r} failed: {error}", code=f"{what}_failed") from error
 
     async def pause(self, hostname: str) -> str:
@@ -768,7 +787,7 @@ class Fleet(Service):
             if outcome is Outcome.DONE:
                 return f"{hostname} is already paused"
             assert live.machine is not None
-            await self._drive("pause", hostname, live.machine.pause())
+            await self._drive("pause", hostname, live.machine.pause(), live.machine)
             self._set(live, Status.PAUSED)
         log.info("paused node {hostname}", hostname=hostname)
         return f"{hostname} paused"
@@ -780,7 +799,7 @@ class Fleet(Service):
             if outcome is Outcome.DONE:
                 return f"{hostname} is already running"
             assert live.machine is not None
-            await self._drive("resume", hostname, live.machine.resume())
+            await self._drive("resume", hostname, live.machine.resume(), live.machine)
             self._set(live, Status.RUNNING)
             self._sync_clock(live)
         log.info("resumed node {hostname}", hostname=hostname)
@@ -799,9 +818,12 @@ class Fleet(Service):
         with self._operation(live, op):
             assert live.machine is not None
             if op is Op.REBOOT:
-                await self._drive("reboot", hostname, live.machine.reset())
+                await self._drive("reboot", hostname, live.machine.reset(), live.machine)
                 log.info("rebooting node {hostname}", hostname=hostname)
                 return f"{hostname} is rebooting"
+            # Until the VM is gone, other lifecycle operations answer 409
+            # busy (a pause would freeze a guest half-way through power-off).
+            self._set(live, Status.STOPPING)
             stopping = live.machine.stop(True, self._stop_grace)
             stopping.addErrback(lambda failure: log.failure("shutdown of {hostname}", failure, hostname=hostname))
         log.info("shutting down node {hostname}", hostname=hostname)
@@ -824,7 +846,7 @@ class Fleet(Service):
             before = live.record.status
             self._set(live, Status.SUSPENDING)
             try:
-                await self._drive("suspend", hostname, machine.save_state(partial))
+                await self._drive("suspend", hostname, machine.save_state(partial), machine)
                 _fsync(partial)
                 os.replace(partial, state)
                 _fsync(os.path.dirname(state))
@@ -903,7 +925,7 @@ class Fleet(Service):
             paths = self._paths(hostname)
             if not os.path.exists(paths["disk"]):
                 raise Internal(f"the disk of node {hostname!r} is missing", code="disk_missing")
-            _unlink(paths["state"])
+            before = record.status
             try:
                 net = await self._attach(live)
                 await self._spawn(live, paths, image.kernel.path, image.initrd.path, net=net)
@@ -912,9 +934,10 @@ class Fleet(Service):
                 if failed is not None:
                     await failed.kill()
                 await self._detach(live)
-                self._set(live, Status.STOPPED, pid=None)
+                self._set(live, before, pid=None)  # a suspended node keeps its snapshot
                 raise
             self._set(live, Status.RUNNING)
+            _unlink(paths["state"])
             self._connect_agent(live, paths)
         log.info("relaunched node {hostname}", hostname=hostname)
         await self._wait_after(live, wait, timeout)
@@ -984,7 +1007,11 @@ class Fleet(Service):
 
 def _visible(record: NodeRecord) -> NodeRecord:
     """The record as clients see it: an internal status shows as the one it comes from."""
-    shown = {Status.SUSPENDING: Status.RUNNING, Status.RESTORING: Status.SUSPENDED}.get(record.status)
+    shown = {
+        Status.SUSPENDING: Status.RUNNING,
+        Status.RESTORING: Status.SUSPENDED,
+        Status.STOPPING: Status.RUNNING,
+    }.get(record.status)
     return record if shown is None else record.with_status(shown, record.pid)
 
 

@@ -32,6 +32,7 @@ class Status(str, Enum):
     SUSPENDED = "Suspended"
     SUSPENDING = "Suspending"
     RESTORING = "Restoring"
+    STOPPING = "Stopping"
     DELETING = "Deleting"
 
 

@@ -13,14 +13,20 @@ Layout under ``state_dir``::
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
+import time
 from datetime import datetime
 
 import cattrs
 
+from twisted.logger import Logger
+
 from .model import NodeRecord, Status
+
+log = Logger()
 
 _converter = cattrs.Converter()
 _converter.register_unstructure_hook(datetime, lambda value: value.isoformat())
@@ -48,6 +54,10 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
         os.close(dir_fd)
 
 
+class StateDirectoryInUse(Exception):
+    """Another daemon runs on this state directory; the message says which pid."""
+
+
 class NodeStore:
     """
     The persisted state of one daemon.
@@ -58,6 +68,7 @@ class NodeStore:
     def __init__(self, state_dir: str) -> None:
         self.state_dir = state_dir
         self._nodes = os.path.join(state_dir, "nodes")
+        self._lock_fd: int | None = None
         self._counters = os.path.join(state_dir, "counters")
         os.makedirs(self._nodes, mode=0o750, exist_ok=True)
         os.makedirs(self._counters, mode=0o750, exist_ok=True)
@@ -92,19 +103,52 @@ class NodeStore:
         """
         Read every record.
 
+        A directory whose record exists but cannot be read (damaged, or
+        written by another version) is set aside as ``.broken-<name>``, with
+        its disk, for a person to look at: it is never deleted.
+
         :return: the records, and the names of node directories that hold no
-            readable record (strays of a crash, for the caller to remove).
+            record at all (strays of a crash, for the caller to remove).
         """
         records: list[NodeRecord] = []
         strays: list[str] = []
         for name in sorted(os.listdir(self._nodes)):
+            if name.startswith("."):
+                continue
             path = os.path.join(self._nodes, name, "node.json")
+            if not os.path.exists(path):
+                strays.append(name)
+                continue
             try:
                 with open(path, "rb") as f:
                     records.append(_converter.structure(json.load(f), NodeRecord))
-            except (OSError, ValueError, cattrs.BaseValidationError):
-                strays.append(name)
+            except (OSError, ValueError, cattrs.BaseValidationError) as error:
+                aside = os.path.join(self._nodes, f".broken-{name}-{int(time.time())}")
+                log.error("node {name}: unreadable record ({error}); moved to {aside}", name=name, error=error, aside=aside)
+                os.replace(os.path.join(self._nodes, name), aside)
         return records, strays
+
+    def lock(self) -> None:
+        """
+        Take the state directory for this process (``daemon.lock``, flock'ed
+        while the process lives): two daemons on one state directory would
+        kill each other's VMs as orphans.
+
+        :raise StateDirectoryInUse: another process holds it.
+        """
+        path = os.path.join(self.state_dir, "daemon.lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StateDirectoryInUse(
+                f"state directory {os.path.abspath(self.state_dir)} is in use by another vmservice daemon (pid {holder})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
 
     def next_index(self, group: str) -> int:
         """
@@ -122,4 +166,4 @@ class NodeStore:
         return index
 
 
-__all__ = ["NodeStore", "Status", "write_atomic"]
+__all__ = ["NodeStore", "StateDirectoryInUse", "Status", "write_atomic"]
