@@ -1,9 +1,9 @@
 """
 Fault injection: ``kill -9`` of the daemon at random points of create and
 delete, again and again, with a restart after each.  After every restart and
-at the end, the host must hold exactly what the listed nodes account for: one
-QEMU, one network namespace and one veth per running node, one directory
-(disk, record) per node, nothing else.
+at the end, the host must hold exactly what the listed nodes account for: for
+each running node the very QEMU process its record names, one network
+namespace and one veth; one directory (disk, record) per node; nothing else.
 
 The seed is printed in the failure message (set ``VMSERVICE_FAULT_SEED`` to
 replay a run); the number of rounds is bounded (``VMSERVICE_FAULT_ROUNDS``,
@@ -12,6 +12,7 @@ default 10).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -45,20 +46,25 @@ class KillDuringCreateAndDeleteTests(SynchronousTestCase):
         """Why the host does not match the listed nodes, or ``None`` when it does."""
         nodes = daemon.nodes()
         running = [h for h, n in nodes.items() if n["status"] in ("Running", "Paused")]
-        pids = daemon.vm_pids()
+        records = {}
+        for hostname in nodes:
+            try:
+                with open(os.path.join(daemon.state_dir, "nodes", hostname, "node.json")) as f:
+                    records[hostname] = json.load(f)
+            except FileNotFoundError:
+                return f"{hostname} is listed without a record"
+        # The very QEMU processes the running nodes' records name, no other.
+        pids = set(daemon.vm_pids())
+        recorded = {h: records[h].get("pid") for h in running}
+        if pids != set(recorded.values()) or len(set(recorded.values())) != len(recorded):
+            return f"QEMU processes {sorted(pids)} for the recorded pids of the running nodes {recorded}"
         directories = sorted(os.listdir(os.path.join(daemon.state_dir, "nodes")))
-        if len(pids) != len(running):
-            return f"{len(pids)} QEMU processes for running nodes {running}"
         if directories != sorted(nodes):
             return f"node directories {directories} for nodes {sorted(nodes)}"
         wanted = sorted(f"{prefix}{int(IPv4Address(nodes[h]['ip'])):08x}" for h in running for prefix in ("vmh", "vms-"))
         found = network_objects(("vmh0a50", "vms-0a50"))
         if found != wanted:
             return f"network objects {found} for running nodes {running}"
-        for hostname in nodes:
-            record = os.path.join(daemon.state_dir, "nodes", hostname, "node.json")
-            if not os.path.exists(record):
-                return f"{hostname} is listed without a record"
         return None
 
     def test_kill_9_at_random_points(self) -> None:

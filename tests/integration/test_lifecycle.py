@@ -1,8 +1,10 @@
 """
 The node lifecycle against the real daemon and real guests: pause and resume,
-suspend to disk and restore, reboot, shutdown and relaunch of persistent
-nodes, a VM killed under the daemon, and daemon restarts (SIGTERM and
-``kill -9``) with re-adoption of running VMs and host groups with ``count``.
+suspend to disk and restore, relaunch of a suspended node, reboot, shutdown
+and relaunch of persistent nodes, a VM killed under the daemon, and daemon
+restarts (SIGTERM and ``kill -9``) with re-adoption of running VMs, suspended
+nodes kept (or restored, with ``count``), ``graceful_shutdown: false`` and
+host groups with ``count``.
 """
 
 from __future__ import annotations
@@ -121,6 +123,38 @@ class SuspendTests(SharedGuestTestCase):
             return abs(int(out) - time.time()) < 2
 
         daemon.wait_for("the guest clock to be set", clock_set, 20)
+
+    def test_relaunch_of_suspended_boots_fresh(self) -> None:
+        """
+        Relaunch of a Suspended node discards its snapshot and boots the guest
+        from its disk: a synced file on disk is kept, a tmpfs file is gone, a
+        process started before is gone, and the node is Running again.
+        """
+        daemon = self.daemon
+        # Found by its command line, not its pid: a fresh boot hands out the same pids again.
+        sleepers = "ps -o args= | awk '$0 == \"sleep 4242\"' | wc -l"
+        self.assertEqual(daemon.run("demo-1", "setsid sleep 4242 </dev/null >/dev/null 2>&1 &")[0], 0)
+        self.assertEqual(daemon.run("demo-1", sleepers), (0, "1\n"))
+        self.assertEqual(
+            daemon.run("demo-1", "echo on-disk > /root/kept && sync && echo in-memory > /dev/shm/lost"), (0, "")
+        )
+        daemon.post("/vm/demo-1/suspend")
+        state = os.path.join(daemon.state_dir, "nodes", "demo-1", "state.bin")
+        self.assertTrue(os.path.exists(state))
+        self.assertEqual(daemon.nodes()["demo-1"]["status"], "Suspended")
+        relaunched_at = time.monotonic()
+        relaunched = daemon.json("POST", "/vm/demo-1/relaunch?wait=agent&timeout=2m")
+        self.assertEqual(relaunched["hostname"], "demo-1")
+        self.assertEqual(daemon.nodes()["demo-1"]["status"], "Running")
+        self.assertFalse(os.path.exists(state), "the snapshot was kept after relaunch")
+        self.assertEqual(len(daemon.vm_pids()), 1)
+        # Booted, not restored: the guest has been up for less time than
+        # has passed since the relaunch, and memory is fresh.
+        health = daemon.json("GET", "/vm/demo-1/health")
+        self.assertLess(health["system_uptime"], (time.monotonic() - relaunched_at) * 1e9)
+        self.assertEqual(daemon.run("demo-1", "cat /root/kept; test -e /dev/shm/lost || echo tmpfs-gone"),
+                         (0, "on-disk\ntmpfs-gone\n"))
+        self.assertEqual(daemon.run("demo-1", sleepers), (0, "0\n"))
 
     def test_reboot_brings_agent_back(self) -> None:
         """action=reboot resets the guest: it boots again and its agent answers with a fresh uptime."""
@@ -258,3 +292,92 @@ class RestartTests(SynchronousTestCase):
         daemon.start()
         daemon.wait_for("both relaunched", lambda: both("Running"), 60)
         self.assertEqual(len(daemon.vm_pids()), 2)
+
+    def test_suspended_survives_sigterm_and_kill_9(self) -> None:
+        """
+        A Suspended node stays Suspended, with its snapshot, across a SIGTERM
+        restart and a kill -9 restart of the daemon (ephemeral as it is); its
+        restore then brings back a process started before the suspend.
+        """
+        daemon = self.daemon()
+        daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {}, expect=201)
+        code, pid = daemon.run("demo-1", "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!")
+        self.assertEqual(code, 0)
+        pid = pid.strip()
+        daemon.post("/vm/demo-1/suspend")
+        state = os.path.join(daemon.state_dir, "nodes", "demo-1", "state.bin")
+        size = os.path.getsize(state)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            self.assertEqual(daemon.stop(sig), -sig, signal.Signals(sig).name)
+            self.assertEqual(daemon.vm_pids(), [])
+            daemon.start()
+            self.assertEqual({h: n["status"] for h, n in daemon.nodes().items()}, {"demo-1": "Suspended"},
+                             signal.Signals(sig).name)
+            self.assertEqual(os.path.getsize(state), size, signal.Signals(sig).name)
+            self.assertEqual(daemon.vm_pids(), [], signal.Signals(sig).name)
+        # The start-up recovery may still hold the node for a moment.
+        def restored() -> bool:
+            status, _, data = daemon.request("POST", "/vm/demo-1/restore?wait=agent&timeout=60s")
+            if status == 409 and _error_code(data) == "busy":
+                return False
+            self.assertEqual(status, 200, data)
+            return True
+
+        daemon.wait_for("the restore", restored, 30)
+        self.assertEqual(daemon.nodes()["demo-1"]["status"], "Running")
+        self.assertFalse(os.path.exists(state))
+        self.assertEqual(len(daemon.vm_pids()), 1)
+        self.assertEqual(daemon.run("demo-1", f"kill -0 {pid} && echo alive"), (0, "alive\n"))
+
+    def test_no_graceful_shutdown_kills_at_once(self) -> None:
+        """
+        With graceful_shutdown: false in its group, SIGTERM stops a persistent
+        VM at once, well within the 10 s grace a graceful stop would wait for
+        a guest that does not power off (its power-button watcher is frozen
+        here, so a graceful stop would take the whole grace); the node is
+        Stopped after the restart and relaunches.
+        """
+        daemon = self.daemon([{
+            "name": "demo", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "graceful_shutdown": False,
+        }])
+        daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {"persistent": True}, expect=201)
+        # Freeze the guest's power-button watcher (SIGSTOP: init does not
+        # respawn a stopped process), so only a kill can end this VM quickly.
+        code, out = daemon.run("demo-1", "kill -STOP $(ps -o pid=,args= | awk '/guest[.]powerbutton/ {print $1}')")
+        self.assertEqual(code, 0, out)
+        code, out = daemon.run("demo-1", "ps -o stat=,args= | awk '/guest[.]powerbutton/ {print $1}'")
+        self.assertEqual((code, out[:1]), (0, "T"), out)  # stopped (the watcher runs niced: "TN")
+        started = time.monotonic()
+        self.assertEqual(daemon.stop(), -signal.SIGTERM)
+        elapsed = time.monotonic() - started
+        self.assertLess(elapsed, 4.0, f"the daemon took {elapsed:.1f} s to stop")
+        self.assertEqual(daemon.vm_pids(), [])
+        daemon.start()
+        self.assertEqual({h: n["status"] for h, n in daemon.nodes().items()}, {"demo-1": "Stopped"})
+        daemon.json("POST", "/vm/demo-1/relaunch?wait=agent&timeout=2m")
+        self.assertEqual(daemon.run("demo-1", "hostname"), (0, "demo-1\n"))
+
+    def test_count_node_suspended_is_restored_at_start(self) -> None:
+        """
+        A count: 1 node that was suspended when the daemon stopped is restored
+        (not booted again) at the next start: Running, its process still there.
+        """
+        daemon = self.daemon([{"name": "pool", "count": 1, "vcpu": 1, "ram_mb": 256, "storage_size": "1G"}])
+        daemon.wait_for("pool-1 Running", lambda: daemon.nodes().get("pool-1", {}).get("status") == "Running", 60)
+        daemon.wait_for("pool-1's agent", lambda: daemon.request("HEAD", "/vm/pool-1/health")[0] == 200, 90)
+        code, pid = daemon.run("pool-1", "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!")
+        self.assertEqual(code, 0)
+        pid = pid.strip()
+        self.assertEqual(daemon.run("pool-1", "echo in-memory > /dev/shm/marker")[0], 0)
+        daemon.post("/vm/pool-1/suspend")
+        state = os.path.join(daemon.state_dir, "nodes", "pool-1", "state.bin")
+        self.assertTrue(os.path.exists(state))
+        self.assertEqual(daemon.stop(), -signal.SIGTERM)
+        self.assertTrue(os.path.exists(state))
+        daemon.start()
+        daemon.wait_for("pool-1 Running", lambda: daemon.nodes().get("pool-1", {}).get("status") == "Running", 60)
+        daemon.wait_for("pool-1's agent", lambda: daemon.request("HEAD", "/vm/pool-1/health")[0] == 200, 60)
+        self.assertEqual(sorted(daemon.nodes()), ["pool-1"])
+        self.assertFalse(os.path.exists(state))
+        self.assertEqual(len(daemon.vm_pids()), 1)
+        self.assertEqual(daemon.run("pool-1", f"kill -0 {pid} && cat /dev/shm/marker"), (0, "in-memory\n"))
