@@ -173,9 +173,6 @@ class IsolatedTests(NetworkTestCase):
         With both lists, `drop` wins: the same server answers on 10.99.0.1 and
         10.99.0.2 (both in `allow`), the VM reaches the first and not the second,
         which is in `drop`; the host itself reaches both.
-
-        iso-1 only: iso-2 must not have used its network before
-        test_suspend_restore_keeps_network (see the todo below).
         """
         self.assertTrue(connects(SERVER_IP, self.server.port))
         self.assertTrue(connects(DROPPED_IP, self.server.port))
@@ -242,14 +239,6 @@ class IsolatedTests(NetworkTestCase):
         A VM that used its network just before suspend reaches its server right
         after restore, like one that did not (test_suspend_restore_keeps_network).
         """
-        def forget_gateway() -> None:
-            # Leave iso-2 as the other tests expect it: no gateway in its neighbour cache.
-            try:
-                self.daemon.run("iso-2", "ip neigh flush dev eth0")
-            except AssertionError:
-                pass
-
-        self.addCleanup(forget_gateway)
         self.assertTrue(self.reach("iso-2", SERVER_IP, self.server.port))
         self.daemon.post("/vm/iso-2/suspend")
         self.daemon.post("/vm/iso-2/restore?wait=agent&timeout=60s")
@@ -258,11 +247,6 @@ class IsolatedTests(NetworkTestCase):
             "no network after restore: " + self.daemon.run("iso-2", "ip neigh show dev eth0")[1]
             + " vs tap0 " + sh("ip -n vms-0a4d0006 -br link show tap0"),
         )
-
-    test_restore_after_traffic_reaches_server_at_once.todo = (  # type: ignore[attr-defined]
-        "restore rebuilds the namespace with a new tap0 whose MAC is random, while the restored guest still has"
-        " the old gateway MAC in its ARP cache (REACHABLE, its clock stood still): no network for ~50 s"
-    )
 
     def test_objects_follow_nodes(self) -> None:
         """Each running isolated VM has exactly its namespace and host veth; nothing else of ours exists."""

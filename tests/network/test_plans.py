@@ -193,6 +193,7 @@ class IsolatedPlanTests(SynchronousTestCase):
             ("ip", "-n", NS, "link", "set", "lo", "up"),
             ("ip", "-n", NS, "link", "set", "veth0", "up"),
             ("ip", "-n", NS, "tuntap", "add", "dev", "tap0", "mode", "tap"),
+            ("ip", "-n", NS, "link", "set", "tap0", "address", "52:55:0a:4d:00:06"),
             ("ip", "-n", NS, "addr", "add", "10.77.0.5/30", "dev", "tap0"),
             ("ip", "-n", NS, "link", "set", "tap0", "up"),
             ("ip", "-n", NS, "route", "add", "default", "dev", "veth0"),

@@ -98,8 +98,17 @@ def tap_name(ip: IPv4Address) -> str:
 
 
 def mac_address(ip: IPv4Address) -> str:
-    """A locally administered MAC address made from ``ip`` (unique as the address is)."""
+    """The MAC address of the VM of ``ip`` (unique as the address is)."""
     return "52:54:" + ":".join(f"{byte:02x}" for byte in ip.packed)
+
+
+def gateway_mac(ip: IPv4Address) -> str:
+    """
+    The MAC address of the gateway (``tap0``) of the VM of ``ip``: fixed, so
+    that a VM restored from a snapshot, whose ARP cache still holds the
+    gateway it had, finds it again on the new namespace's tap.
+    """
+    return "52:55:" + ":".join(f"{byte:02x}" for byte in ip.packed)
 
 
 def _ip(*words: str) -> Command:
@@ -164,6 +173,7 @@ def isolated_setup(
         _ip("-n", netns, "link", "set", "lo", "up"),
         _ip("-n", netns, "link", "set", NS_VETH, "up"),
         _ip("-n", netns, "tuntap", "add", "dev", NS_TAP, "mode", "tap"),
+        _ip("-n", netns, "link", "set", NS_TAP, "address", gateway_mac(ip)),
         _ip("-n", netns, "addr", "add", gateway, "dev", NS_TAP),
         _ip("-n", netns, "link", "set", NS_TAP, "up"),
         _ip("-n", netns, "route", "add", "default", "dev", NS_VETH),
@@ -221,6 +231,7 @@ __all__ = [
     "bridge_teardown",
     "isolated_setup",
     "isolated_teardown",
+    "gateway_mac",
     "mac_address",
     "netns_name",
     "ruleset",
