@@ -874,7 +874,7 @@ class RecoveryTests(LifecycleTestCase):
         self.assertEqual([name[:len(".broken-stray-2")] for name in os.listdir(h.store.nodes_dir)], [".broken-stray-2"])
 
     def test_busy_until_recovered(self) -> None:
-        """Operations wait for recovery: while the driver is not there, a node is 409 busy."""
+        """Operations asked while the recovery waits for the driver wait for it, then go ahead."""
         self.create()
         crash(self.h)
         driver = self.h.driver
@@ -883,12 +883,13 @@ class RecoveryTests(LifecycleTestCase):
         self.patch(h.fleet, "_driver_factory", lambda: pending)
         h.fleet.startService()
         self.h = h
-        self.fails(h.fleet.pause("demo-1"), Conflict, "busy")
+        paused = self.do(h.fleet.pause("demo-1"))
         recovered = h.fleet.recovered()
         self.assertNoResult(recovered)
+        self.assertNoResult(paused)
         pending.callback(driver)
         self.successResultOf(recovered)
-        self.ok(h.fleet.pause("demo-1"))
+        self.assertEqual(self.successResultOf(paused), "demo-1 paused")
 
 
 class CountTests(LifecycleTestCase):

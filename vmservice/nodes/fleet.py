@@ -747,6 +747,18 @@ class Fleet(Service):
 
     # -- lifecycle -------------------------------------------------------
 
+    async def _settled(self, hostname: str) -> _Live:
+        """
+        The node ``hostname`` once the start-up recovery is done with it: a
+        lifecycle operation asked right after the daemon started waits for
+        the recovery instead of answering 409 ``busy``.
+        """
+        live = self._live(hostname)
+        if live.busy == "recovering" and self._recovered is not None and not self._recovered.called:
+            await self.recovered()
+            live = self._live(hostname)
+        return live
+
     @contextmanager
     def _operation(self, live: _Live, op: Op) -> Iterator[Outcome]:
         """
@@ -782,7 +794,7 @@ class Fleet(Service):
 
     async def pause(self, hostname: str) -> str:
         """Freeze a running node's VM; a paused node stays paused."""
-        live = self._live(hostname)
+        live = await self._settled(hostname)
         with self._operation(live, Op.PAUSE) as outcome:
             if outcome is Outcome.DONE:
                 return f"{hostname} is already paused"
@@ -794,7 +806,7 @@ class Fleet(Service):
 
     async def resume(self, hostname: str) -> str:
         """Let a paused node run again and set its clock; a running node is left as it is."""
-        live = self._live(hostname)
+        live = await self._settled(hostname)
         with self._operation(live, Op.RESUME) as outcome:
             if outcome is Outcome.DONE:
                 return f"{hostname} is already running"
@@ -813,7 +825,7 @@ class Fleet(Service):
         grace; the node then ends as any VM that stops on its own does
         (persistent: ``Stopped``; ephemeral: removed).  Answers at once.
         """
-        live = self._live(hostname)
+        live = await self._settled(hostname)
         op = Op.REBOOT if action == "reboot" else Op.SHUTDOWN
         with self._operation(live, op):
             assert live.machine is not None
@@ -834,7 +846,7 @@ class Fleet(Service):
         Save a running (or paused) node's memory and device state to its
         snapshot file, then end its VM, which releases its memory.
         """
-        live = self._live(hostname)
+        live = await self._settled(hostname)
         await self._suspendable()
         with self._operation(live, Op.SUSPEND) as outcome:
             if outcome is Outcome.DONE:
@@ -875,7 +887,7 @@ class Fleet(Service):
 
         :param wait: ``"agent"`` to answer once the agent answers again.
         """
-        live = self._live(hostname)
+        live = await self._settled(hostname)
         await self._suspendable()
         with self._operation(live, Op.RESTORE):
             paths = self._paths(hostname)
@@ -912,7 +924,7 @@ class Fleet(Service):
         Boot a stopped (or suspended: its snapshot is discarded) node again
         from its own disk, with the same hostname, address and tags.
         """
-        live = self._live(hostname)
+        live = await self._settled(hostname)
         with self._operation(live, Op.RELAUNCH):
             record = live.record
             group = self._config.group(record.hostgroup)
@@ -982,7 +994,7 @@ class Fleet(Service):
         :raise Conflict: another operation on the node is in progress.
         """
         self.group(group_name)
-        live = self._live(hostname)
+        live = await self._settled(hostname)
         if live.record.hostgroup != group_name:
             raise NotFound(f"node {hostname!r} not found in host group {group_name!r}", code="node_not_found")
         if live.record.protected:
