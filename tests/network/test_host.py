@@ -155,14 +155,17 @@ class IsolatedAttachTests(HostTestCase):
 
     def test_failing_teardown_keeps_first_error(self) -> None:
         """Teardown steps that fail themselves are ignored: the setup's error is the one raised."""
-        self.recorder.failing |= {
-            ("ip", "netns", "add", NS), ("ip", "netns", "delete", NS), ("ip", "link", "delete", VETH),
-        }
+        failing = ("ip", "link", "add", VETH, "type", "veth", "peer", "name", "veth0", "netns", NS)
+        self.recorder.failing |= {failing, ("ip", "netns", "delete", NS), ("ip", "link", "delete", VETH)}
         error = self.fails(self.host.attach(ISOLATED, LEASE), NetworkError)
-        self.assertIn("netns add", str(error))
-        self.assertEqual(self.recorder.argvs[1:], [
-            ("ip", "netns", "add", NS), ("ip", "netns", "delete", NS), ("ip", "link", "delete", VETH),
-        ])
+        self.assertIn("link add", str(error))
+        self.assertEqual(self.recorder.argvs[-3:], [failing, ("ip", "netns", "delete", NS), ("ip", "link", "delete", VETH)])
+
+    def test_existing_namespace_is_not_undone(self) -> None:
+        """A namespace that exists already (someone else's) makes the attach fail without deleting it."""
+        self.recorder.failing.add(("ip", "netns", "add", NS))
+        self.fails(self.host.attach(ISOLATED, LEASE), NetworkError)
+        self.assertEqual(self.recorder.argvs[-1], ("ip", "netns", "add", NS))
 
     def test_failing_address_query(self) -> None:
         """When the host's addresses cannot be read nothing is made."""

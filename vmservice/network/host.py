@@ -82,11 +82,11 @@ class HostNetwork:
         if network.mode == "isolated":
             protected = await self._protected()
             steps = plans.isolated_setup(lease, network.allow, network.drop, protected)
-            await self._all_or_nothing(steps, plans.isolated_teardown(lease.ip))
+            await self._make(steps, plans.isolated_teardown(lease.ip))
             return NetSpec(plans.NS_TAP, mac, spec_address, spec_gateway, plans.netns_name(lease.ip))
         assert network.bridge is not None
         await self._ensure_bridge(network)
-        await self._all_or_nothing(plans.bridge_setup(lease, network.bridge), plans.bridge_teardown(lease.ip))
+        await self._make(plans.bridge_setup(lease, network.bridge), plans.bridge_teardown(lease.ip))
         return NetSpec(plans.tap_name(lease.ip), mac, spec_address, spec_gateway, None)
 
     async def detach(self, network: NetworkConfig | None, ip: IPv4Address) -> None:
@@ -172,6 +172,16 @@ class HostNetwork:
         await self._run(create)  # fails (leaving it alone) if someone else made it meanwhile
         await self._all_or_nothing(configure, [plans.Command(("ip", "link", "delete", bridge))])
         self._bridges_made.add(bridge)
+
+    async def _make(self, steps: list[plans.Command], undo: list[plans.Command]) -> None:
+        """
+        Run ``steps``, whose first one creates the object the others build
+        on (a namespace, a tap).  When that first one fails, the object
+        belongs to someone else (or was never made): nothing is undone.
+        """
+        first, *rest = steps
+        await self._run(first)
+        await self._all_or_nothing(rest, undo)
 
     async def _all_or_nothing(self, steps: list[plans.Command], undo: list[plans.Command]) -> None:
         try:
