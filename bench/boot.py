@@ -26,6 +26,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image  # noqa: E402
+from bench.recording import peak_rss, write_result  # noqa: E402
 from vmservice.hypervisors.base import MachineSpec  # noqa: E402
 from vmservice.hypervisors.qemu import QemuSettings, host_tsc_khz, qemu_command  # noqa: E402
 from vmservice.images.store import resolve_image  # noqa: E402
@@ -83,17 +84,6 @@ def bare_boot(accel: str, workdir: str) -> float:
         process.wait()
 
 
-def peak_rss(pid: int) -> int | None:
-    """The peak resident set size of process ``pid`` in bytes (VmHWM), if readable."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -128,10 +118,7 @@ def main() -> None:
         "daemon_peak_rss_bytes": daemon_peak_rss,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    os.makedirs(os.path.dirname(options.output), exist_ok=True)
-    with open(options.output, "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
+    write_result(options.output, result)
     print(json.dumps({k: result[k] for k in ("accel", "ratio_api_over_bare", "daemon_peak_rss_bytes")}))
 
 

@@ -48,6 +48,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import Daemon, ensure_image  # noqa: E402
+from bench.recording import peak_rss, write_result  # noqa: E402
 
 MiB = 1024 * 1024
 #: The group's network: its range, and the sink's network as its only allowed destination.
@@ -213,17 +214,6 @@ def netns_transfer(python: str, mib: int, sinks: list[Sink]) -> float:
     return sink.result(mib * MiB)
 
 
-def peak_rss(pid: int) -> int | None:
-    """The peak resident set size of process ``pid`` in bytes (VmHWM), if readable."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -302,10 +292,7 @@ def main() -> None:
         ),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    os.makedirs(os.path.dirname(options.output), exist_ok=True)
-    with open(options.output, "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
+    write_result(options.output, result)
     print(f"vm {result['vm_isolated_to_host_mb_s']['median']:.1f} MB/s, netns {result['netns_veth_mb_s']['median']:.1f}"
           f" MB/s, ratio {result['ratio_vm_over_netns']:.3f}")
     print(json.dumps({k: result[k] for k in ("accel", "ratio_vm_over_netns", "daemon_peak_rss_bytes", "wall_s")}))

@@ -47,6 +47,7 @@ from attrs import evolve
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image  # noqa: E402
+from bench.recording import peak_rss, write_result  # noqa: E402
 from vmservice.agent.execution import ExecRequest  # noqa: E402
 from vmservice.hypervisors.base import MachineSpec  # noqa: E402
 from vmservice.hypervisors.qemu import QemuMachine, QemuSettings, host_tsc_khz, qemu_command  # noqa: E402
@@ -342,17 +343,6 @@ class BareGuest:
             self.process = None
 
 
-def peak_rss(pid: int) -> int | None:
-    """The peak resident set size of process ``pid`` in bytes (VmHWM), if readable."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
 
 def measure_size(daemon: Daemon, group: str, ram_mib: int, fill_mib: int, rounds: int, workdir: str) -> dict[str, Any]:
     created = daemon.json("POST", f"/hostgroup/{group}/nodes?wait=agent&timeout=2m", {}, expect=201)
@@ -442,10 +432,7 @@ def main() -> None:
         ),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    os.makedirs(os.path.dirname(options.output), exist_ok=True)
-    with open(options.output, "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
+    write_result(options.output, result)
     for key, size in sizes.items():
         print(f"{key}: suspend api {size['api_suspend_s']['median']:.2f} s / bare "
               f"{size['bare_suspend_to_exit_s']['median']:.2f} s (x{size['ratio_suspend_api_over_bare']:.2f}); "
