@@ -136,7 +136,20 @@ class ParseTests(SynchronousTestCase):
         self.assertRaises(_Failed, resolve_token, parse("--token-file", path, "info"))
 
 
-class RunTestCase(TestCase):
+class VmctlTestCase(TestCase):
+    """Runs vmctl against ``self.url`` (set by the subclass's setUp)."""
+
+    url: str
+
+    async def vmctl(self, *argv: str, **environ: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = await run(reactor, ["--url", self.url, *argv], out, err, environ)
+        return code, out.getvalue(), err.getvalue()
+
+
+class RunTestCase(VmctlTestCase):
+    """vmctl against the real API on fakes."""
+
     token: str | None = None
 
     async def setUp(self) -> None:
@@ -144,10 +157,13 @@ class RunTestCase(TestCase):
         self.h = self.loop.h
         self.url = await self.loop.serve(self)
 
-    async def vmctl(self, *argv: str, **environ: str) -> tuple[int, str, str]:
-        out, err = io.StringIO(), io.StringIO()
-        code = await run(reactor, ["--url", self.url, *argv], out, err, environ)
-        return code, out.getvalue(), err.getvalue()
+
+class RecorderTestCase(VmctlTestCase):
+    """vmctl against a server that records requests and answers as told."""
+
+    async def setUp(self) -> None:
+        self.server = _Recorder()
+        self.url = await serve(self, self.server)
 
 
 class RunTests(RunTestCase):
@@ -430,16 +446,7 @@ class ExecRunTests(ExecLoopbackCase):
         self.assertIn(b"vmctl: the connection to the daemon was lost", err.buffer.getvalue())  # type: ignore[attr-defined]
 
 
-class FsRunTests(TestCase):
-    async def setUp(self) -> None:
-        self.server = _Recorder()
-        self.url = await serve(self, self.server)
-
-    async def vmctl(self, *argv: str) -> tuple[int, str, str]:
-        out, err = io.StringIO(), io.StringIO()
-        code = await run(reactor, ["--url", self.url, *argv], out, err, {})
-        return code, out.getvalue(), err.getvalue()
-
+class FsRunTests(RecorderTestCase):
     async def test_ls_and_stat(self) -> None:
         """fs ls prints a table of the entries, fs stat a listing; --json the answer."""
         entry = {"name": "hosts", "type": "file", "size": 12, "mtime": "2023-11-14T22:13:20.5Z", "mode": "0644"}
@@ -462,18 +469,8 @@ class FsRunTests(TestCase):
         self.assertEqual(await self.vmctl("fs", "rm", "h", "/a"), (1, "", "vmctl: not empty (409 directory_not_empty)\n"))
 
 
-class LifecycleRunTests(TestCase):
+class LifecycleRunTests(RecorderTestCase):
     """pause, resume, suspend, restore, relaunch, shutdown and reboot against a recording server."""
-
-    async def setUp(self) -> None:
-        self.server = _Recorder()
-        self.url = await serve(self, self.server)
-
-    async def vmctl(self, *argv: str) -> tuple[int, str, str]:
-        out, err = io.StringIO(), io.StringIO()
-        code = await run(reactor, ["--url", self.url, *argv], out, err, {})
-        return code, out.getvalue(), err.getvalue()
-
     async def test_text_replies(self) -> None:
         """Each command POSTs to its route and prints the daemon's text reply with one newline."""
         self.server.content_type = b"text/plain; charset=utf-8"
