@@ -471,6 +471,7 @@ class FsRunTests(RecorderTestCase):
 
 class LifecycleRunTests(RecorderTestCase):
     """pause, resume, suspend, restore, relaunch, shutdown and reboot against a recording server."""
+
     async def test_text_replies(self) -> None:
         """Each command POSTs to its route and prints the daemon's text reply with one newline."""
         self.server.content_type = b"text/plain; charset=utf-8"
