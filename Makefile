@@ -11,7 +11,7 @@ IMAGE_DIR ?= /var/cache/vmservice/images
 APT_PACKAGES := qemu-system-x86 qemu-utils e2fsprogs lz4 cpio kmod dpkg apt iproute2 nftables
 export VMSERVICE_IMAGE_DIR := $(IMAGE_DIR)
 
-.PHONY: install apt venv image run test bench clean
+.PHONY: install apt venv image run typecheck check test-unit test-integration test bench clean
 
 install: apt venv image
 
@@ -40,12 +40,33 @@ image: apt venv
 run: install
 	$(BIN)/twistd -n vmservice --config $(CONFIG)
 
-# trial's own summary, then the plain "N passed, N failed" line CI reads.
+# Unit tests: every test package and module under tests/ except tests/integration (no real process,
+# socket, sleep or QEMU there); integration tests boot real guests and start real processes.
+UNIT_TESTS = $(sort $(patsubst %.py,%,$(subst /,.,$(filter-out tests/integration/ tests/__init__.py tests/summary.py,\
+  $(wildcard tests/*/ tests/test_*.py)))))
+UNIT_TESTS := $(patsubst %.,%,$(UNIT_TESTS))
+TRIAL := $(BIN)/python -b -W 'ignore::BytesWarning:twisted.web.http_headers' -m twisted.trial --random=0
+
+typecheck: venv
+	$(BIN)/mypy
+
+test-unit: venv
+	$(TRIAL) $(UNIT_TESTS)
+
+test-integration: install
+	$(TRIAL) tests.integration
+
+# mypy and the unit tests: fast, needs no image.
+check: typecheck test-unit
+
+# Everything CI runs: mypy, the unit tests, then the integration tests (real guests); trial's own
+# summaries, then the plain "N passed, N failed" line CI reads (both runs counted).
 test: install
-	@set -o pipefail; \
-	$(BIN)/python -b -W 'ignore::BytesWarning:twisted.web.http_headers' -m twisted.trial --random=0 tests \
-	  2>&1 | tee .trial-output.log; status=$$?; \
-	$(BIN)/python tests/summary.py .trial-output.log; rm -f .trial-output.log; exit $$status
+	@set -o pipefail; status=0; rm -f .trial-output.log; \
+	steps=""; $(BIN)/mypy || { status=1; steps="mypy"; }; \
+	$(TRIAL) $(UNIT_TESTS) 2>&1 | tee -a .trial-output.log || status=1; \
+	$(TRIAL) tests.integration 2>&1 | tee -a .trial-output.log || status=1; \
+	$(BIN)/python tests/summary.py .trial-output.log $$steps; rm -f .trial-output.log; exit $$status
 
 bench: install
 	$(BIN)/python bench/boot.py

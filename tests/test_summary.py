@@ -18,3 +18,12 @@ class SummaryTests(SynchronousTestCase):
     def test_none(self) -> None:
         """Output without a result line (trial crashed) gives None."""
         self.assertIsNone(summary("Traceback ...\n"))
+
+    def test_runs_are_added(self) -> None:
+        """The unit run's and the integration run's counts are added up."""
+        text = "PASSED (successes=10)\n...\nFAILED (failures=1, successes=5, skips=2)\n"
+        self.assertEqual(summary(text), "15 passed, 1 failed, 2 skipped")
+
+    def test_failed_steps(self) -> None:
+        """A step that failed before the tests (mypy) counts as a failure and is named."""
+        self.assertEqual(summary("PASSED (successes=3)\n", ("mypy",)), "3 passed, 1 failed (failed before the tests: mypy)")

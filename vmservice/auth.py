@@ -13,7 +13,7 @@ import hmac
 import os
 import secrets
 
-from .nodes.store import write_atomic
+from .durable import write_atomic
 
 #: Bytes of entropy in a new token (encoded as URL-safe base64: 43 characters).
 TOKEN_BYTES = 32

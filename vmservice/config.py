@@ -28,20 +28,15 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from ipaddress import IPv4Interface, IPv4Network
-from typing import Any, NewType, get_args, get_origin
+from typing import NewType
 
 import attrs
 import cattrs
 import yaml
-from cattrs.errors import (
-    ClassValidationError,
-    ForbiddenExtraKeysError,
-    IterableValidationError,
-    IterableValidationNote,
-)
-from cattrs.gen import make_dict_structure_fn
+
+from .structuring import BadValue, Path, describe, format_path, strict_converter, structure_errors
 
 __all__ = [
     "ApiConfig",
@@ -438,71 +433,24 @@ class _ConfigDocument:
     host_groups: tuple[_GroupDocument, ...] = ()
 
 
-class _BadValue(ValueError):
-    """
-    A value of the wrong type or form; its text is the whole message shown to
-    the operator, the key path is added from cattrs' notes.
-    """
-
-
-def _describe(value: object) -> str:
-    """
-    Name a YAML value for a message, with its YAML type, because a value that
-    looks right may have been read as another type (``'8080'`` vs ``8080``).
-    """
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"boolean {str(value).lower()}"
-    if isinstance(value, int):
-        return f"integer {value}"
-    if isinstance(value, float):
-        return f"number {value!r}"
-    if isinstance(value, str):
-        return f"string {value!r}"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return f"{type(value).__name__} {value}"
-
-
-def _structure_int(value: object, _type: object) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise _BadValue(f"expected an integer, got {_describe(value)}")
-
-
-def _structure_str(value: object, _type: object) -> str:
-    if isinstance(value, str):
-        return value
-    raise _BadValue(f"expected a string, got {_describe(value)}")
-
-
-def _structure_bool(value: object, _type: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise _BadValue(f"expected true or false, got {_describe(value)}")
-
-
 def _structure_size(value: object, _type: object) -> _Size:
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 0:
-            raise _BadValue(f"bad size {value} (must not be negative)")
+            raise BadValue(f"bad size {value} (must not be negative)")
         return _Size(value)
     if isinstance(value, str):
         try:
             return _Size(parse_size(value))
         except ValueError as error:
-            raise _BadValue(str(error)) from None
-    raise _BadValue(f"expected a size ({_SIZE_HINT}), got {_describe(value)}")
+            raise BadValue(str(error)) from None
+    raise BadValue(f"expected a size ({_SIZE_HINT}), got {describe(value)}")
 
 
 def _cidr_text(value: object) -> str:
     if not isinstance(value, str):
-        raise _BadValue(f"expected a CIDR such as 10.0.0.0/8, got {_describe(value)}")
+        raise BadValue(f"expected a CIDR such as 10.0.0.0/8, got {describe(value)}")
     if "/" not in value:
-        raise _BadValue(f"bad CIDR {value!r} (missing prefix length, e.g. {value}/32)")
+        raise BadValue(f"bad CIDR {value!r} (missing prefix length, e.g. {value}/32)")
     return value
 
 
@@ -512,16 +460,16 @@ def _ipv4_interface(value: object, what: str, example: str) -> IPv4Interface:
     try:
         interface = ipaddress.ip_interface(text)
     except ValueError:
-        raise _BadValue(f"bad {what} {text!r} (expected e.g. {example})") from None
+        raise BadValue(f"bad {what} {text!r} (expected e.g. {example})") from None
     if interface.version != 4:
-        raise _BadValue(f"bad {what} {text!r} (only IPv4 is supported)")
+        raise BadValue(f"bad {what} {text!r} (only IPv4 is supported)")
     return IPv4Interface(interface)
 
 
 def _structure_network(value: object, _type: object) -> IPv4Network:
     interface = _ipv4_interface(value, "CIDR", "10.0.0.0/8")
     if interface.ip != interface.network.network_address:
-        raise _BadValue(f"bad CIDR {str(interface)!r} (host bits set; did you mean {interface.network}?)")
+        raise BadValue(f"bad CIDR {str(interface)!r} (host bits set; did you mean {interface.network}?)")
     return interface.network
 
 
@@ -529,123 +477,23 @@ def _structure_interface(value: object, _type: object) -> IPv4Interface:
     interface = _ipv4_interface(value, "address", "192.168.137.1/24")
     network = interface.network
     if network.prefixlen < 31 and interface.ip in (network.network_address, network.broadcast_address):
-        raise _BadValue(f"bad address {str(interface)!r} (not a host address of {network})")
+        raise BadValue(f"bad address {str(interface)!r} (not a host address of {network})")
     return interface
-
-
-def _is_homogeneous_tuple(type_: Any) -> bool:
-    args = get_args(type_)
-    return get_origin(type_) is tuple and len(args) == 2 and args[1] is Ellipsis
-
-
-def _strict_tuple_factory(
-    type_: Any, converter: cattrs.Converter
-) -> Callable[[object, object], tuple[Any, ...]]:
-    """
-    Structure ``tuple[X, ...]`` from a YAML list only: cattrs' own hook takes
-    any iterable, so ``allow: 10.0.0.0/8`` would become a tuple of characters.
-    Element errors carry cattrs' index notes, so their paths read ``[i]``.
-    """
-    element = get_args(type_)[0]
-    hook = converter.get_structure_hook(element)
-
-    def structure(value: object, _type: object) -> tuple[Any, ...]:
-        if not isinstance(value, list):
-            raise _BadValue(f"expected a list, got {_describe(value)}")
-        items = []
-        errors: list[Exception] = []
-        for index, item in enumerate(value):
-            try:
-                items.append(hook(item, element))
-            except Exception as error:
-                error.add_note(
-                    IterableValidationNote(f"Structuring {type_!r} @ index {index}", index, element)
-                )
-                errors.append(error)
-        if errors:
-            raise IterableValidationError(f"While structuring {type_!r}", errors, type_)
-        return tuple(items)
-
-    return structure
-
-
-def _mapping_factory(cl: type, converter: cattrs.Converter) -> Callable[[object, object], Any]:
-    """
-    Structure attrs classes from YAML mappings only, so that ``api: 8080`` or
-    an empty ``api:`` says "expected a mapping" instead of a Python error.
-    """
-    inner: Callable[[Mapping[str, Any], Any], Any] = make_dict_structure_fn(cl, converter)
-
-    def structure(value: object, _type: object) -> Any:
-        if not isinstance(value, dict):
-            raise _BadValue(f"expected a mapping, got {_describe(value)}")
-        return inner(value, cl)
-
-    return structure
 
 
 def _make_converter() -> cattrs.Converter:
     """
-    The strict converter. Hooks for the simple types come first, because
-    cattrs' factories look up element and field hooks when they build theirs.
+    The strict converter with the configuration's own value types (sizes,
+    CIDRs, addresses) registered before its first use.
     """
-    converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
-    converter.register_structure_hook(int, _structure_int)
-    converter.register_structure_hook(str, _structure_str)
-    converter.register_structure_hook(bool, _structure_bool)
+    converter = strict_converter()
     converter.register_structure_hook(_Size, _structure_size)
     converter.register_structure_hook(IPv4Network, _structure_network)
     converter.register_structure_hook(IPv4Interface, _structure_interface)
-    converter.register_structure_hook_factory(_is_homogeneous_tuple, _strict_tuple_factory)
-    converter.register_structure_hook_factory(attrs.has, _mapping_factory)
     return converter
 
 
 _CONVERTER = _make_converter()
-
-_PathPart = str | int
-_Path = tuple[_PathPart, ...]
-
-
-def _format_path(parts: _Path) -> str:
-    text = ""
-    for part in parts:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else part
-    return text
-
-
-def _structure_errors(error: BaseException, parts: _Path) -> Iterator[tuple[_Path, str]]:
-    """
-    Walk a cattrs exception group into ``(key path, message)`` pairs.
-
-    :param error: What cattrs raised (or one of its sub-exceptions).
-    :param parts: The key path of the value ``error`` is about.
-    """
-    if isinstance(error, ClassValidationError):
-        with_notes, without = error.group_exceptions()
-        for sub, note in with_notes:
-            yield from _structure_errors(sub, (*parts, note.name))
-        for sub in without:
-            yield from _structure_errors(sub, parts)
-    elif isinstance(error, IterableValidationError):
-        indexed, without = error.group_exceptions()
-        for sub, index_note in indexed:
-            yield from _structure_errors(sub, (*parts, index_note.index))
-        for sub in without:
-            yield from _structure_errors(sub, parts)
-    elif isinstance(error, ForbiddenExtraKeysError):
-        for key in error.extra_fields:
-            yield (*parts, str(key)), "unknown key"
-    elif isinstance(error, KeyError):
-        yield parts, "required key missing"
-    elif isinstance(error, _BadValue):
-        yield parts, str(error)
-    else:
-        yield parts, f"invalid value ({error})"
-
 
 # --------------------------------------------------------------------------
 # Reading the YAML
@@ -680,7 +528,7 @@ def _compose(text: str, source: str) -> tuple[yaml.Node | None, object]:
     return node, data
 
 
-def _find_duplicate_key(node: yaml.Node | None, parts: _Path) -> tuple[_Path, yaml.Node] | None:
+def _find_duplicate_key(node: yaml.Node | None, parts: Path) -> tuple[Path, yaml.Node] | None:
     """
     The first key that occurs twice in one mapping: PyYAML silently keeps the
     last, which hides a typo'd edit, so we refuse it.
@@ -704,7 +552,7 @@ def _find_duplicate_key(node: yaml.Node | None, parts: _Path) -> tuple[_Path, ya
     return None
 
 
-def _line_of(node: yaml.Node | None, parts: _Path) -> int | None:
+def _line_of(node: yaml.Node | None, parts: Path) -> int | None:
     """
     The 1-based line of the key at ``parts``, or of the deepest enclosing
     value that exists (a missing key is reported where its mapping starts).
@@ -747,21 +595,21 @@ class _Resolver:
     root: yaml.Node | None
     environ: Mapping[str, str]
 
-    def error(self, parts: _Path, message: str) -> ConfigError:
-        return ConfigError(_format_path(parts), message, source=self.source, line=_line_of(self.root, parts))
+    def error(self, parts: Path, message: str) -> ConfigError:
+        return ConfigError(format_path(parts), message, source=self.source, line=_line_of(self.root, parts))
 
-    def nonempty(self, value: str, parts: _Path) -> str:
+    def nonempty(self, value: str, parts: Path) -> str:
         if not value.strip():
             raise self.error(parts, "must not be empty")
         return value
 
-    def one_of(self, value: str, allowed: tuple[str, ...], what: str, parts: _Path) -> str:
+    def one_of(self, value: str, allowed: tuple[str, ...], what: str, parts: Path) -> str:
         if value not in allowed:
             raise self.error(parts, f"unknown {what} {value!r} (expected one of: {', '.join(allowed)})")
         return value
 
     def config(self, document: _ConfigDocument) -> Config:
-        base: _Path = ("config",)
+        base: Path = ("config",)
         api = self.api(document.api, (*base, "api"))
         state_dir = self.nonempty(document.state_dir, (*base, "state_dir"))
         if document.image_dir is None:
@@ -777,7 +625,7 @@ class _Resolver:
             parts = (*base, "host_groups", index)
             group = self.group(group_document, parts, document)
             if group.name in names:
-                first = _format_path((*base, "host_groups", names[group.name]))
+                first = format_path((*base, "host_groups", names[group.name]))
                 raise self.error((*parts, "name"), f"duplicate group name {group.name!r} (also {first})")
             names[group.name] = index
             groups.append(group)
@@ -793,7 +641,7 @@ class _Resolver:
             host_groups=tuple(groups),
         )
 
-    def api(self, document: _ApiDocument, parts: _Path) -> ApiConfig:
+    def api(self, document: _ApiDocument, parts: Path) -> ApiConfig:
         address = document.bind_address
         try:
             ipaddress.ip_address(address)
@@ -810,7 +658,7 @@ class _Resolver:
             bind_address=address, port=document.port, auth=AuthConfig(enabled=document.auth.enabled)
         )
 
-    def group(self, document: _GroupDocument, parts: _Path, top: _ConfigDocument) -> HostGroupConfig:
+    def group(self, document: _GroupDocument, parts: Path, top: _ConfigDocument) -> HostGroupConfig:
         if not _GROUP_NAME.fullmatch(document.name):
             raise self.error((*parts, "name"), f"bad group name {document.name!r} ({_GROUP_NAME_RULE})")
         if document.count < 0:
@@ -854,7 +702,7 @@ class _Resolver:
             network=network,
         )
 
-    def ram(self, document: _GroupDocument, parts: _Path) -> int:
+    def ram(self, document: _GroupDocument, parts: Path) -> int:
         given = [
             (key, value, unit)
             for key, value, unit in (
@@ -878,7 +726,7 @@ class _Resolver:
             raise self.error((*parts, key), f"{key} {value} must be a whole number of MiB")
         return value * unit
 
-    def network(self, document: _NetworkDocument, parts: _Path) -> NetworkConfig:
+    def network(self, document: _NetworkDocument, parts: Path) -> NetworkConfig:
         mode = self.one_of(document.mode, NETWORK_MODES, "network mode", (*parts, "mode"))
         if mode == "isolated":
             if document.range is None:
@@ -923,7 +771,7 @@ class _Resolver:
             gateway=document.gateway,
         )
 
-    def check_overlaps(self, groups: list[HostGroupConfig], parts: _Path) -> None:
+    def check_overlaps(self, groups: list[HostGroupConfig], parts: Path) -> None:
         """
         Refuse groups whose ranges overlap: two VMs would get one address.
         """
@@ -937,7 +785,7 @@ class _Resolver:
                     and other.range is not None
                     and group.network.range.overlaps(other.range)
                 ):
-                    other_path = _format_path((*parts, earlier, "network", "range"))
+                    other_path = format_path((*parts, earlier, "network", "range"))
                     raise self.error(
                         (*parts, later, "network", "range"),
                         f"range {group.network.range} overlaps {other_path} ({other.range})",
@@ -964,7 +812,7 @@ def parse_config(text: str, source: str = "<config>", environ: Mapping[str, str]
     if duplicate is not None:
         parts, key_node = duplicate
         raise ConfigError(
-            _format_path(parts), "duplicate key", source=source, line=key_node.start_mark.line + 1
+            format_path(parts), "duplicate key", source=source, line=key_node.start_mark.line + 1
         )
     resolver = _Resolver(source=source, root=node, environ=os.environ if environ is None else environ)
     if not isinstance(data, dict) or "config" not in data:
@@ -977,7 +825,7 @@ def parse_config(text: str, source: str = "<config>", environ: Mapping[str, str]
     try:
         document = _CONVERTER.structure(data["config"], _ConfigDocument)
     except Exception as error:
-        problems = list(_structure_errors(error, ("config",)))
+        problems = list(structure_errors(error, ("config",)))
         if not problems:  # pragma: no cover - cattrs always says something
             raise resolver.error(("config",), f"invalid value ({error})") from None
         located = [

@@ -9,7 +9,7 @@ from hypothesis import given, strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.nodes.model import NodeRecord, Status, valid_hostname
-from vmservice.nodes.store import NodeStore, write_atomic
+from vmservice.nodes.store import NodeStore
 
 
 class StoreTests(SynchronousTestCase):
@@ -58,16 +58,6 @@ class StoreTests(SynchronousTestCase):
         store = NodeStore(path)
         self.assertEqual([store.next_index("a"), store.next_index("a"), store.next_index("b")], [1, 2, 1])
         self.assertEqual(NodeStore(path).next_index("a"), 3)
-
-    def test_write_atomic_leaves_no_temporary(self) -> None:
-        """An atomic write replaces the file and leaves nothing beside it."""
-        directory = self.mktemp()
-        os.makedirs(directory)
-        path = os.path.join(directory, "f")
-        write_atomic(path, b"one")
-        write_atomic(path, b"two", mode=0o600)
-        self.assertEqual(open(path, "rb").read(), b"two")
-        self.assertEqual(os.listdir(directory), ["f"])
 
     @given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=70))
     def test_hostnames(self, name: str) -> None:

@@ -14,8 +14,6 @@ import re
 from typing import Any, TypeVar
 
 
-import cattrs
-from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 from twisted.web.iweb import IRequest
 
 from attrs import frozen
@@ -24,6 +22,7 @@ from ..agent.copying import DownloadRequest, UploadRequest
 from ..agent.execution import ExecRequest
 from ..durations import parse_go_duration
 from ..errors import BadRequest
+from ..structuring import format_path, strict_converter, structure_errors
 from ..nodes.fleet import CreateRequest
 from .models import CreateNodeRequest, FsMkdirRequest
 
@@ -36,61 +35,24 @@ _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no", ""}
 
 
-def _strict(converter: cattrs.Converter) -> cattrs.Converter:
-    """Refuse type coercion: a string is not an int and ``"false"`` is not a bool."""
-
-    def exact(kind: type, name: str) -> Any:
-        def hook(value: Any, _: Any) -> Any:
-            if type(value) is not kind and not (kind is float and type(value) is int):
-                raise TypeError(f"expected {name}")
-            return value
-
-        return hook
-
-    converter.register_structure_hook(int, exact(int, "an integer"))
-    converter.register_structure_hook(bool, exact(bool, "a boolean"))
-    converter.register_structure_hook(str, exact(str, "a string"))
-    converter.register_structure_hook(float, exact(float, "a number"))
-    return converter
-
-
-_converter = _strict(cattrs.Converter(forbid_extra_keys=True))
-
-
-def _describe(error: BaseException, path: str = "") -> str:
-    """Find the first leaf error in a cattrs exception group and name its field."""
-    if isinstance(error, ForbiddenExtraKeysError):
-        names = ", ".join(sorted(error.extra_fields))
-        return f"unknown field{'s' if len(error.extra_fields) > 1 else ''}: {names}"
-    if isinstance(error, (ClassValidationError, IterableValidationError)):
-        for inner in error.exceptions:
-            note = next(iter(getattr(inner, "__notes__", [])), "")
-            name = getattr(note, "name", None)
-            index = getattr(note, "index", None)
-            where = path
-            if name is not None:
-                where = f"{path}.{name}" if path else str(name)
-            elif index is not None:
-                where = f"{path}[{index}]"
-            return _describe(inner, where)
-    message = str(error) or type(error).__name__
-    if isinstance(error, KeyError):
-        message = "is required"
-    return f"field {path!r}: {message}" if path else message
+_converter = strict_converter()
 
 
 def structure(data: Any, cls: type[T]) -> T:
     """
     Build ``cls`` (an attrs class) from decoded JSON, strictly.
 
-    :raise BadRequest: unknown fields, wrong types, missing fields.
+    :raise BadRequest: unknown fields, wrong types, missing fields; the
+        message names the first problem and where it is.
     """
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object", code="invalid_body")
     try:
         return _converter.structure(data, cls)
     except Exception as error:
-        raise BadRequest(_describe(error), code="invalid_body") from None
+        path, message = next(structure_errors(error), ((), str(error)))
+        where = format_path(path)
+        raise BadRequest(f"field {where!r}: {message}" if where else message, code="invalid_body") from None
 
 
 def json_object(request: IRequest, *, empty_ok: bool = True) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from twisted.python.failure import Failure
 from twisted.web.iweb import IBodyProducer
 from zope.interface import implementer
 
+from ..durable import commit
 from ..client import ApiError, Client, FdBodyProducer, body_producer
 from . import output
 
@@ -321,7 +322,7 @@ async def _download(reactor: Any, client: Client, host: str, source: str, destin
         if mode is None:
             mode = _mode_of(entry)
         os.chmod(partial, 0o644 if mode is None else mode & 0o7777)
-        os.replace(partial, target)
+        commit(partial, target)
     except BaseException:
         try:
             os.unlink(partial)

@@ -24,6 +24,7 @@ import cattrs
 
 from twisted.logger import Logger
 
+from ..durable import write_atomic
 from .model import NodeRecord, Status
 
 log = Logger()
@@ -31,27 +32,6 @@ log = Logger()
 _converter = cattrs.Converter()
 _converter.register_unstructure_hook(datetime, lambda value: value.isoformat())
 _converter.register_structure_hook(datetime, lambda value, _: datetime.fromisoformat(value))
-
-
-def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
-    """
-    Replace ``path`` with ``data`` so that a crash leaves either the old or
-    the new content: write beside it, fsync, rename, fsync the directory.
-    """
-    directory = os.path.dirname(path) or "."
-    temporary = f"{path}.tmp{os.getpid()}"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class StateDirectoryInUse(Exception):
@@ -166,4 +146,4 @@ class NodeStore:
         return index
 
 
-__all__ = ["NodeStore", "StateDirectoryInUse", "Status", "write_atomic"]
+__all__ = ["NodeStore", "StateDirectoryInUse", "Status"]
