@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.agent.test_guest_agent -*-
+# -*- test-case-name: tests.guest.test_agent,tests.integration.guest.test_agent -*-
 """
 The guest agent: serves the agent wire protocol inside the VM.
 
