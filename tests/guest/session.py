@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.guest.test_agent -*-
 """
 A guest agent :class:`~vmservice.guest.agent.Session` driven in memory by a
 host-side codec, for the tests of the agent and its operations.

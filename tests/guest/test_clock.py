@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.guest.test_clock -*-
 """
 The guest's ``clock`` operation (:class:`~vmservice.guest.agent.ClockHandler`)
 through a real :class:`~vmservice.guest.agent.Session`, with a fake wall clock:

@@ -1,0 +1,1 @@
+# -*- test-case-name: tests.cli -*-

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.guest.test_copying -*-
+# -*- test-case-name: tests.guest.test_copying,tests.integration.guest.test_copying -*-
 """
 File copy in the guest: ``{"op": "cp-upload"}`` and ``{"op": "cp-download"}`` streams.
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.guest.test_execution -*-
+# -*- test-case-name: tests.guest.test_execution,tests.integration.guest.test_execution -*-
 """
 ``{"op": "exec"}``: run one process in the guest and stream its output back.
 

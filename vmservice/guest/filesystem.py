@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.guest.test_filesystem -*-
+# -*- test-case-name: tests.guest.test_filesystem,tests.integration.guest.test_filesystem -*-
 """
 The guest's file-system operations: ``{"op": "fs", "action": ...}`` streams.
 

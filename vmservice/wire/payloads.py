@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.guest.test_execution -*-
+# -*- test-case-name: tests.wire.test_payloads -*-
 """
 What travels inside some streams, as pure codecs shared by the host and the
 guest (stdlib only, like the rest of :mod:`vmservice.wire`).
