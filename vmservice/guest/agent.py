@@ -37,7 +37,7 @@ import selectors
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, TypeVarTuple, Unpack
 
 if __name__ == "__main__" and not __package__:
     # Run as a script (tests on the host): make the package importable without
@@ -65,7 +65,11 @@ from vmservice.wire.events import (
 from vmservice.wire.frames import MAX_PAYLOAD
 
 if TYPE_CHECKING:
+    import argparse
     import socket
+
+#: The arguments of a handler callback run by :meth:`Session.call_handler`.
+_HandlerArguments = TypeVarTuple("_HandlerArguments")
 
 #: Name of the virtio-serial port the host attaches the agent channel to.
 PORT_NAME = "agent"
@@ -754,12 +758,12 @@ def find_handler(op: object, handlers: Mapping[str, type[StreamHandler]]) -> Opt
     module_name, _, class_name = LAZY_HANDLERS[op].partition(":")
     try:
         module = __import__(module_name, fromlist=[class_name])
-        found = getattr(module, class_name)
+        loaded: type[StreamHandler] = getattr(module, class_name)
     except (ImportError, AttributeError) as e:
         _log(f"op {op!r} is not available: {e!r}")
         return None
-    HANDLERS[op] = found
-    return found
+    HANDLERS[op] = loaded
+    return loaded
 
 
 def set_realtime_ns(unix_ns: int) -> None:
@@ -928,7 +932,9 @@ class Session:
             return
         self.call_handler(stream, stream.handler.start)
 
-    def call_handler(self, stream: GuestStream, method: Callable[..., None], *args: Any) -> None:
+    def call_handler(
+        self, stream: GuestStream, method: Callable[[Unpack[_HandlerArguments]], None], *args: Unpack[_HandlerArguments]
+    ) -> None:
         """
         Run a handler callback; if it raises, reset its stream with INTERNAL_ERROR
         and keep serving the others.
@@ -1165,7 +1171,7 @@ class _Arguments:
     device: Optional[str] = None
 
 
-def _parse_arguments(arguments: list[str], context: "AgentContext") -> Any:
+def _parse_arguments(arguments: list[str], context: "AgentContext") -> argparse.Namespace:
     import argparse
 
     parser = argparse.ArgumentParser(prog="vmservice-agent", description=__doc__.split("\n\n")[0])
@@ -1184,6 +1190,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     """
     context = AgentContext()
     arguments = sys.argv[1:] if argv is None else argv
+    args: _Arguments | argparse.Namespace
     if arguments:
         args = _parse_arguments(arguments, context)
     else:

@@ -65,13 +65,16 @@ import os
 import posixpath
 import stat
 import threading
-from typing import Any, Callable, Deque, Iterable, Iterator, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Deque, Iterable, Iterator, Mapping, Optional
 
 from vmservice.guest.agent import GuestStream, StreamHandler
 from vmservice.guest.filesystem import ERROR_KINDS as FS_ERROR_KINDS
 from vmservice.guest.filesystem import FsError, error_from_os, missing_directories, resolve_path
 from vmservice.wire.errors import ResetCode
 from vmservice.wire.payloads import encode_head
+
+if TYPE_CHECKING:
+    import tarfile
 
 #: Copy modes.
 MODES = ("binary", "tar")
@@ -543,7 +546,7 @@ class _Extraction:
                 pass
             raise
 
-    def add(self, tar: Any, member: Any) -> None:
+    def add(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
         """Extract ``member`` of ``tar`` (a :class:`tarfile.TarFile` read as a stream)."""
         rel = member_path(member.name)
         if rel == "":
@@ -568,6 +571,7 @@ class _Extraction:
         elif member.isreg():
             self._not_a_directory(rel)
             source = tar.extractfile(member)
+            assert source is not None  # always a file object for a regular member
             write_atomically(path, _body_chunks(source.read), mode, self.uid, self.gid, fsync=False,
                              mtime=float(member.mtime))
         elif member.issym():
@@ -624,6 +628,8 @@ def upload_tar(
     make_directories(path, uid, gid)
     extraction = _Extraction(path, uid, gid)
     try:
+        # typeshed asks any file object for read, write, seek, tell and close;
+        # tarfile's stream modes only read ("r|") or only write ("w|").
         with tarfile.open(fileobj=_Reader(read), mode="r|", bufsize=CHUNK) as tar:  # type: ignore[call-overload]
             for member in tar:
                 extraction.add(tar, member)
@@ -721,6 +727,7 @@ def download(path: str, mode: str, write: Callable[[bytes], None]) -> None:
     import tarfile
 
     write(encode_head({"ok": True, "result": {**head, "size": None}}))
+    # The stream mode only writes (typeshed asks for a whole file object, see upload_tar).
     with tarfile.open(fileobj=_Writer(write), mode="w|", bufsize=CHUNK, format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
         names = [(path, _name_of(path))] if not is_dir else ((os.path.join(path, rel), rel) for rel in walk(path))
         for full, arcname in names:

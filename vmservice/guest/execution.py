@@ -567,7 +567,11 @@ class ExecHandler(StreamHandler):
 
     def _watch_outputs(self) -> None:
         for fd in self._outputs:
-            self.stream.loop.watch(fd, lambda fd=fd: self._read_output(fd))
+            self.stream.loop.watch(fd, self._output_reader(fd))
+
+    def _output_reader(self, fd: int) -> Callable[[], None]:
+        """The loop's callback for a readable output pipe ``fd``."""
+        return lambda: self._read_output(fd)
 
     def _read_output(self, fd: int) -> None:
         kind = self._outputs.get(fd)

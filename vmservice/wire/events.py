@@ -65,7 +65,7 @@ class _Event:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self._fields() == other._fields()  # type: ignore[attr-defined]
+        return self._fields() == other._fields()
 
     def __ne__(self, other: object) -> bool:
         equal = self.__eq__(other)
