@@ -1,6 +1,8 @@
 """
-Fakes for the fleet's collaborators: a hypervisor driver, agent connections
-and disks that record what they are asked and answer as told.
+Fakes for the fleet's collaborators: a hypervisor driver and its machines,
+agent connections, the host network and disks, each providing the interface
+it stands in for (see ``tests/nodes/test_fakes.py``), recording what it is
+asked and answering as told; and :class:`FleetHarness`, a fleet built on them.
 """
 
 from __future__ import annotations
@@ -8,14 +10,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, fail, maybeDeferred, succeed
 from twisted.internet.testing import MemoryReactorClock
 from twisted.python.filepath import FilePath
 from zope.interface import implementer
 
-from attrs import frozen
 from vmservice.config import Config, HostGroupConfig
+from vmservice.errors import AgentError, GuestErrorKind
 from vmservice.hypervisors.base import (
     Capabilities,
     HypervisorError,
@@ -26,18 +27,31 @@ from vmservice.hypervisors.base import (
     NetSpec,
 )
 from vmservice.images.store import Image, ImageNotFound
+from vmservice.network.interfaces import INodeNetwork
+from vmservice.nodes.addressing import Addressing
 from vmservice.nodes.fleet import Fleet
+from vmservice.nodes.guest import (
+    AgentHealth,
+    DownloadRequest,
+    ExecRequest,
+    FsEntry,
+    IDownload,
+    IExecProcess,
+    IExecSink,
+    IGuestConnection,
+    IUpload,
+    UploadRequest,
+)
+from vmservice.nodes.parts import DriverChoice, FleetParts
+from vmservice.nodes.runtime import NodeRuntime
 from vmservice.nodes.store import NodeStore
+from vmservice.storage.interfaces import IDisks
 
 
-@frozen
-class AgentHealth:
-    """What a real agent's health reply carries."""
 
-    agent_uptime: int
-    agent_version: str
-    system_uptime: int
-    userdata_ran: bool
+def at_once(call: "Any") -> Deferred[Any]:
+    """Runs a "blocking" call right away (the fleet's reads off the reactor, in tests)."""
+    return maybeDeferred(call)
 
 
 @implementer(IMachine)
@@ -103,6 +117,10 @@ class FakeMachine:
         d: Deferred[MachineExit] = Deferred()
         self._waiters.append(d)
         return d
+
+    def forget_watchers(self) -> None:
+        """Whoever watched for the end stops hearing of it (their process died)."""
+        self._waiters.clear()
 
     def end(self, exit_code: int | None = 0, signal: int | None = None, stderr: str = "") -> None:
         self._exit = MachineExit(exit_code, signal, stderr)
@@ -171,17 +189,19 @@ class FakeDriver:
             machine.kill()
 
 
+@implementer(IGuestConnection)
 class FakeAgent:
-    """An agent connection that becomes ready when told."""
+    """An agent connection that becomes ready when told; guest operations other than health and clock fail."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.started = False
         self.stopped = False
-        self._ready: Deferred[None] | None = None
         self._waiters: list[Deferred[None]] = []
         self.is_ready = False
         self.clocks: list[int] = []
+        #: Health requests wait for this Deferred when set (an agent that never answers).
+        self.hold_health: Deferred[None] | None = None
 
     @property
     def connected(self) -> bool:
@@ -197,7 +217,7 @@ class FakeAgent:
     def when_ready(self) -> Deferred[None]:
         if self.is_ready:
             return succeed(None)
-        d: Deferred[None] = Deferred()
+        d: Deferred[None] = Deferred(lambda d: self._waiters.remove(d) if d in self._waiters else None)
         self._waiters.append(d)
         return d
 
@@ -207,16 +227,43 @@ class FakeAgent:
         for d in waiters:
             d.callback(None)
 
+    def _unavailable(self) -> AgentError:
+        return AgentError(GuestErrorKind.UNAVAILABLE, "not connected")
+
     async def set_clock(self, unix_ns: int) -> int:
         self.clocks.append(unix_ns)
         return 0
 
     async def health(self) -> AgentHealth:
         if not self.is_ready:
-            raise ConnectionError("not connected")
+            raise self._unavailable()
+        if self.hold_health is not None:
+            await self.hold_health
         return AgentHealth(agent_uptime=5_000_000_000, agent_version="0.1.0", system_uptime=7_000_000_000, userdata_ran=False)
 
+    def exec(self, request: ExecRequest, sink: IExecSink) -> IExecProcess:
+        raise self._unavailable()
 
+    def upload(self, request: UploadRequest) -> IUpload:
+        raise self._unavailable()
+
+    def download(self, request: DownloadRequest) -> IDownload:
+        raise self._unavailable()
+
+    async def stat(self, path: str) -> FsEntry:
+        raise self._unavailable()
+
+    async def readdir(self, path: str) -> list[FsEntry]:
+        raise self._unavailable()
+
+    async def mkdir(self, path: str, recursive: bool, mode: int) -> FsEntry:
+        raise self._unavailable()
+
+    async def remove(self, path: str, recursive: bool) -> FsEntry:
+        raise self._unavailable()
+
+
+@implementer(INodeNetwork)
 class FakeNetwork:
     """Records attachments instead of touching the host; ``failing`` makes attach fail."""
 
@@ -246,7 +293,10 @@ class FakeNetwork:
         self.closed = True
 
 
+@implementer(IDisks)
 class FakeDisks:
+    """Disks as small files."""
+
     def __init__(self) -> None:
         self.created: list[str] = []
 
@@ -297,18 +347,33 @@ class FleetHarness:
             ),
         )
         self.store = NodeStore(state_dir)
-        self.fleet = Fleet(
-            self.reactor,
-            self.config,
-            self.store,
-            driver=lambda: succeed(self.driver),
+        self.parts = FleetParts(
+            clock=self.reactor,
+            config=self.config,
+            store=self.store,
+            driver=DriverChoice(lambda: succeed(self.driver)),
             images=self._images,
             disks=self.disks,
-            agent_factory=self._agent,
+            agents=self._agent,
+            addressing=Addressing(self.config, self.network),
+            blocking=at_once,
             on_boot=lambda group, seconds: self.boots.append((group, seconds)),
             wall_clock=lambda: 1_700_000_000_000_000_000,
-            network=self.network,
         )
+        self.fleet = Fleet(self.parts)
+
+    def node(self, hostname: str) -> NodeRuntime:
+        """The fleet's run-time side of node ``hostname`` (for tests that look inside)."""
+        return self.fleet._registry.find(hostname)
+
+    def crash(self) -> None:
+        """
+        Make the fleet's process "die" (``kill -9``): its machines keep
+        running, and nothing they do reaches it any more.  A new harness on
+        the same state directory and driver is the next daemon.
+        """
+        for machine in self.driver.machines:
+            machine.forget_watchers()
 
     def _images(self, name: str) -> Image:
         if name != "default":

@@ -32,3 +32,28 @@ class MappingTests(SynchronousTestCase):
     def test_unknown_exception(self) -> None:
         """Anything else is a 500 that says nothing of the internals."""
         self.assertEqual(errors.http_error(ValueError("secret detail")), (500, {"error": "internal error", "code": "internal_error"}))
+
+
+class GuestErrorTests(SynchronousTestCase):
+    def test_every_kind_has_a_service_error(self) -> None:
+        """The table covers every guest error kind, so no agent error becomes an anonymous 500."""
+        self.assertEqual(set(errors.GUEST_ERRORS), set(errors.GuestErrorKind))
+
+    def test_mapped_at_the_edge(self) -> None:
+        """An agent error is rendered through the table, with its own message."""
+        cases = [
+            (errors.GuestErrorKind.UNAVAILABLE, 503, "agent_unavailable"),
+            (errors.GuestErrorKind.NOT_FOUND, 404, "not_found"),
+            (errors.GuestErrorKind.NOT_EMPTY, 409, "directory_not_empty"),
+            (errors.GuestErrorKind.PERMISSION_DENIED, 403, "permission_denied"),
+            (errors.GuestErrorKind.UNSUPPORTED, 501, "not_supported"),
+            (errors.GuestErrorKind.REJECTED, 400, "invalid_exec"),
+        ]
+        for kind, status, code in cases:
+            self.assertEqual(errors.http_error(errors.AgentError(kind, "m")), (status, {"error": "m", "code": code}))
+
+    def test_guest_names(self) -> None:
+        """A guest's error name becomes its kind; names the daemon does not know are fs_error."""
+        self.assertIs(errors.GuestErrorKind.of_guest("not_found"), errors.GuestErrorKind.NOT_FOUND)
+        self.assertIs(errors.GuestErrorKind.of_guest("unavailable"), errors.GuestErrorKind.FS_ERROR)
+        self.assertIs(errors.GuestErrorKind.of_guest(None), errors.GuestErrorKind.FS_ERROR)

@@ -2,13 +2,17 @@
 """
 The error vocabulary of vmservice and its single mapping to HTTP.
 
-Domain code raises these; only :func:`http_error` (called by the API's error
-renderer) turns them into a status code and an ErrorResponse body.  Every
-error carries a stable snake_case ``code`` that clients may match on.
+Domain code raises :class:`ServiceError` subclasses; the code that talks to a
+guest agent raises :class:`AgentError` with a :class:`GuestErrorKind`, and
+:data:`GUEST_ERRORS` is the one table that says which service error each kind
+is.  Only :func:`http_error` (called by the API's error renderer) turns either
+into a status code and an ErrorResponse body.  Every error carries a stable
+snake_case ``code`` that clients may match on.
 """
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any
 
 
@@ -119,6 +123,111 @@ class Internal(ServiceError):
     code = "internal_error"
 
 
+class GuestErrorKind(Enum):
+    """What went wrong with an operation in a guest, as the agent code tells it."""
+
+    #: The agent is not connected, or the connection (or the agent) went away.
+    UNAVAILABLE = "unavailable"
+    #: The guest agent does not know the operation (its image is older).
+    UNSUPPORTED = "unsupported"
+    #: The guest failed the operation (a stream reset with an error code).
+    FAILED = "failed"
+    #: The guest answered something that does not parse.
+    MALFORMED = "malformed"
+    #: The guest's answer was larger than the daemon accepts.
+    TOO_LARGE = "too_large"
+    #: The guest refused the request itself (an exec's working directory ...).
+    REJECTED = "rejected"
+    #: A copy out of the guest ended after its head without all its content.
+    INTERRUPTED = "interrupted"
+    # The guest's own error kinds of file operations (docs/agent-protocol.md).
+    NOT_FOUND = "not_found"
+    NOT_A_DIRECTORY = "not_a_directory"
+    IS_A_DIRECTORY = "is_a_directory"
+    NOT_EMPTY = "not_empty"
+    EXISTS = "exists"
+    BUSY = "busy"
+    PERMISSION_DENIED = "permission_denied"
+    INVALID = "invalid"
+    UNSAFE_ENTRY = "unsafe_entry"
+    UNSUPPORTED_ENTRY = "unsupported_entry"
+    BAD_ARCHIVE = "bad_archive"
+    #: Any other file-system error the guest reports.
+    FS_ERROR = "fs_error"
+
+    @classmethod
+    def of_guest(cls, name: object) -> "GuestErrorKind":
+        """The kind a guest reply names (``"not_found"`` ...); an unknown name is :attr:`FS_ERROR`."""
+        for kind in _GUEST_NAMED:
+            if kind.value == name:
+                return kind
+        return cls.FS_ERROR
+
+
+class AgentError(Exception):
+    """
+    An operation in a guest failed; raised by the agent code, never an HTTP
+    error itself (:data:`GUEST_ERRORS` maps its kind).
+
+    :ivar kind: what went wrong.
+    :ivar message: says it in words, for the ErrorResponse.
+    """
+
+    def __init__(self, kind: GuestErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+#: The kinds a guest reply may name itself.
+_GUEST_NAMED = (
+    GuestErrorKind.NOT_FOUND,
+    GuestErrorKind.NOT_A_DIRECTORY,
+    GuestErrorKind.IS_A_DIRECTORY,
+    GuestErrorKind.NOT_EMPTY,
+    GuestErrorKind.EXISTS,
+    GuestErrorKind.BUSY,
+    GuestErrorKind.PERMISSION_DENIED,
+    GuestErrorKind.INVALID,
+    GuestErrorKind.UNSAFE_ENTRY,
+    GuestErrorKind.UNSUPPORTED_ENTRY,
+    GuestErrorKind.BAD_ARCHIVE,
+)
+
+#: The one table from guest error kinds to service errors: the class (so the
+#: status) and the ErrorResponse code.
+GUEST_ERRORS: dict[GuestErrorKind, tuple[type[ServiceError], str]] = {
+    GuestErrorKind.UNAVAILABLE: (AgentNotConnected, "agent_unavailable"),
+    GuestErrorKind.UNSUPPORTED: (NotSupported, "not_supported"),
+    GuestErrorKind.FAILED: (Internal, "agent_error"),
+    GuestErrorKind.MALFORMED: (Internal, "agent_error"),
+    GuestErrorKind.TOO_LARGE: (Internal, "reply_too_large"),
+    GuestErrorKind.REJECTED: (BadRequest, "invalid_exec"),
+    GuestErrorKind.INTERRUPTED: (Internal, "copy_interrupted"),
+    GuestErrorKind.NOT_FOUND: (NotFound, "not_found"),
+    GuestErrorKind.NOT_A_DIRECTORY: (BadRequest, "not_a_directory"),
+    GuestErrorKind.IS_A_DIRECTORY: (BadRequest, "is_a_directory"),
+    GuestErrorKind.NOT_EMPTY: (Conflict, "directory_not_empty"),
+    GuestErrorKind.EXISTS: (Conflict, "already_exists"),
+    GuestErrorKind.BUSY: (Conflict, "busy"),
+    GuestErrorKind.PERMISSION_DENIED: (Forbidden, "permission_denied"),
+    GuestErrorKind.INVALID: (BadRequest, "invalid_path"),
+    GuestErrorKind.UNSAFE_ENTRY: (BadRequest, "unsafe_entry"),
+    GuestErrorKind.UNSUPPORTED_ENTRY: (BadRequest, "unsupported_entry"),
+    GuestErrorKind.BAD_ARCHIVE: (BadRequest, "bad_archive"),
+    GuestErrorKind.FS_ERROR: (Internal, "fs_error"),
+}
+
+
+def service_error(error: AgentError) -> ServiceError:
+    """The service error an agent error is, by :data:`GUEST_ERRORS`."""
+    kind, code = GUEST_ERRORS[error.kind]
+    return kind(error.message, code=code)
+
+
 def http_error(error: BaseException) -> tuple[int, dict[str, Any]]:
     """
     Map any exception to an HTTP status and an ErrorResponse body.
@@ -129,6 +238,8 @@ def http_error(error: BaseException) -> tuple[int, dict[str, Any]]:
     :param error: the exception raised while serving a request.
     :return: ``(status, {"error": ..., "code": ...})``
     """
+    if isinstance(error, AgentError):
+        error = service_error(error)
     if isinstance(error, ServiceError):
         return error.status, {"error": error.message, "code": error.code}
     return 500, {"error": "internal error", "code": "internal_error"}

@@ -16,6 +16,7 @@ from typing import Any
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
+from twisted.internet.threads import deferToThreadPool
 from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint, UNIXServerEndpoint
 from twisted.logger import Logger
 from twisted.web.server import Site
@@ -39,7 +40,9 @@ from .metrics import STATUSES, Metrics
 from .network.claims import RangeClaims, RangeTaken
 from .network.host import HostNetwork, command_runner
 from .network.ipam import pool
+from .nodes.addressing import Addressing
 from .nodes.fleet import Fleet
+from .nodes.parts import DriverChoice, FleetParts
 from .nodes.store import NodeStore, StateDirectoryInUse
 from .storage.overlay import OverlayDisks
 
@@ -134,17 +137,19 @@ def make_service(config: Config, reactor: Any) -> MultiService:
         raise StartupError(str(error)) from None
     claims = _claim_ranges(config)
     metrics = Metrics()
-    fleet = Fleet(
-        reactor,
-        config,
-        store,
-        driver=lambda: Deferred.fromCoroutine(decide_driver(reactor, config, images(config.image))),
+    parts = FleetParts(
+        clock=reactor,
+        config=config,
+        store=store,
+        driver=DriverChoice(lambda: Deferred.fromCoroutine(decide_driver(reactor, config, images(config.image)))),
         images=images,
         disks=OverlayDisks(reactor),
-        agent_factory=lambda path: AgentClient(reactor, path),
+        agents=lambda path: AgentClient(reactor, path),
+        addressing=Addressing(config, HostNetwork(config, command_runner(reactor))),
+        blocking=lambda call: deferToThreadPool(reactor, reactor.getThreadPool(), call),
         on_boot=metrics.observe_boot,
-        network=HostNetwork(config, command_runner(reactor)),
     )
+    fleet = Fleet(parts)
 
     def node_counts() -> list[tuple[str, str, int]]:
         counted = Counter((r.hostgroup, r.status.value) for r in fleet.list())

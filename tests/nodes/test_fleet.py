@@ -12,7 +12,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakes import FleetHarness
 from vmservice.errors import BadRequest, Conflict, Internal, NotFound, Protected, WaitTimeout
-from vmservice.nodes.fleet import CreateRequest
+from vmservice.nodes.model import CreateRequest, Wait
 from vmservice.nodes.model import Status
 
 
@@ -22,7 +22,7 @@ class FleetTests(SynchronousTestCase):
         self.h.fleet.startService()
         self.fleet = self.h.fleet
 
-    def create(self, group: str = "demo", request: CreateRequest = CreateRequest(), wait: str | None = None, timeout: float = 300.0) -> Deferred:
+    def create(self, group: str = "demo", request: CreateRequest = CreateRequest(), wait: Wait = Wait.NONE, timeout: float = 300.0) -> Deferred:
         return Deferred.fromCoroutine(self.fleet.create(group, request, wait, timeout))
 
     def test_hostnames_count_up_per_group(self) -> None:
@@ -36,7 +36,7 @@ class FleetTests(SynchronousTestCase):
         self.successResultOf(Deferred.fromCoroutine(self.fleet.delete("demo", "demo-1")))
         again = FleetHarness(self.h.config.state_dir)
         again.fleet.startService()
-        record = self.successResultOf(Deferred.fromCoroutine(again.fleet.create("demo", CreateRequest(), None, 1)))
+        record = self.successResultOf(Deferred.fromCoroutine(again.fleet.create("demo", CreateRequest(), Wait.NONE, 1)))
         self.assertEqual(record.hostname, "demo-2")
 
     def test_requested_hostname(self) -> None:
@@ -71,7 +71,7 @@ class FleetTests(SynchronousTestCase):
 
     def test_wait_agent(self) -> None:
         """wait=agent answers only after the agent's health reply; boot time is reported."""
-        d = self.create(wait="agent")
+        d = self.create(wait=Wait.AGENT)
         self.assertNoResult(d)
         self.h.reactor.advance(2.5)
         self.h.agents[0].ready()
@@ -80,7 +80,7 @@ class FleetTests(SynchronousTestCase):
 
     def test_wait_timeout_removes_everything(self) -> None:
         """A wait that times out kills the VM and removes disk, record and directory."""
-        d = self.create(wait="agent", timeout=30)
+        d = self.create(wait=Wait.AGENT, timeout=30)
         self.h.reactor.advance(30)
         self.failureResultOf(d, WaitTimeout)
         machine = self.h.driver.machines[0]
@@ -92,7 +92,7 @@ class FleetTests(SynchronousTestCase):
 
     def test_vm_dies_while_waiting(self) -> None:
         """A VM that exits while create waits fails the create with its error, leaving nothing."""
-        d = self.create(wait="agent")
+        d = self.create(wait=Wait.AGENT)
         self.h.driver.machines[0].end(1, None, "qemu: boom\n")
         failure = self.failureResultOf(d, Internal)
         self.assertIn("boom", str(failure.value))
@@ -100,7 +100,7 @@ class FleetTests(SynchronousTestCase):
 
     def test_cancelled_create_cleans_up(self) -> None:
         """Cancelling a create while it waits removes the node entirely."""
-        d = self.create(wait="agent")
+        d = self.create(wait=Wait.AGENT)
         d.cancel()
         self.failureResultOf(d)
         self.assertEqual(self.h.store.load_all(), ([], []))
@@ -155,10 +155,11 @@ class FleetTests(SynchronousTestCase):
     def test_logs(self) -> None:
         """logs returns the last N lines with CRLF folded, all of them for 0."""
         self.successResultOf(self.create())
-        text, count = self.fleet.logs("demo-1", 2)
+        logs = lambda hostname, lines: Deferred.fromCoroutine(self.fleet.logs(hostname, lines))
+        text, count = self.successResultOf(logs("demo-1", 2))
         self.assertEqual((text, count), ("line 29\nline 30\n", 2))
-        self.assertEqual(self.fleet.logs("demo-1", 0)[1], 30)
-        self.assertRaises(NotFound, self.fleet.logs, "demo-9", 2)
+        self.assertEqual(self.successResultOf(logs("demo-1", 0))[1], 30)
+        self.failureResultOf(logs("demo-9", 2), NotFound)
 
     def test_stop_service_stops_everything(self) -> None:
         """Stopping the service stops every VM (gracefully as configured) and removes ephemeral nodes."""
@@ -178,17 +179,17 @@ class FleetTests(SynchronousTestCase):
         self.assertEqual(again.store.load_all(), ([], []))
         self.assertFalse(os.path.exists(again.store.node_dir("stray-1")))
 
-    def test_agent_of_node(self) -> None:
-        """agent() gives a running node's agent; paused is a 409 conflict; unknown is NotFound."""
+    def test_guest_of_node(self) -> None:
+        """guest() gives a running node's guest; paused is a 409 conflict; unknown is NotFound."""
         from attrs import evolve
 
         from vmservice.errors import AgentNotConnected
 
         self.successResultOf(self.create())
-        self.assertRaises(AgentNotConnected, self.fleet.agent, "demo-1")
+        self.assertRaises(AgentNotConnected, self.fleet.guest, "demo-1")
         self.h.agents[0].ready()
-        self.assertIs(self.fleet.agent("demo-1"), self.h.agents[0])
-        live = self.fleet._nodes["demo-1"]
-        live.record = evolve(live.record, status=Status.PAUSED)
-        self.assertEqual(self.assertRaises(Conflict, self.fleet.agent, "demo-1").code, "paused")
-        self.assertRaises(NotFound, self.fleet.agent, "demo-9")
+        self.assertIs(self.fleet.guest("demo-1"), self.h.agents[0])
+        node = self.h.node("demo-1")
+        node.record = evolve(node.record, status=Status.PAUSED)
+        self.assertEqual(self.assertRaises(Conflict, self.fleet.guest, "demo-1").code, "paused")
+        self.assertRaises(NotFound, self.fleet.guest, "demo-9")

@@ -18,8 +18,10 @@ from tests.fakes import FakeDriver, FakeMachine, FleetHarness
 from vmservice.config import HostGroupConfig
 from vmservice.errors import Conflict, Internal, NotFound, NotSupported, Protected, WaitTimeout
 from vmservice.hypervisors.base import HypervisorError
-from vmservice.nodes.fleet import CreateRequest
-from vmservice.nodes.model import NodeRecord, Status
+from vmservice.nodes.model import CreateRequest, NodeRecord, Status, Wait
+from vmservice.nodes.operation import Done
+from vmservice.nodes.paths import NodePaths
+from vmservice.nodes.transitions import Op
 
 #: The harness's wall clock, as given to guests.
 NOW_NS = 1_700_000_000_000_000_000
@@ -34,17 +36,6 @@ def short_dir() -> str:
     UNIX socket paths.
     """
     return os.path.relpath(tempfile.mkdtemp(prefix="lc", dir="."))
-
-
-def crash(h: FleetHarness) -> None:
-    """
-    Make ``h``'s fleet forget everything without stopping anything, as if
-    its process had died (``kill -9``): its machines keep running, and their
-    ends no longer reach it.
-    """
-    for live in h.fleet._nodes.values():
-        live.removing = True
-    h.fleet._nodes.clear()
 
 
 class LifecycleTestCase(SynchronousTestCase):
@@ -76,7 +67,7 @@ class LifecycleTestCase(SynchronousTestCase):
         return error
 
     def create(self, group: str = "demo", **request: Any) -> NodeRecord:
-        return self.ok(self.fleet.create(group, CreateRequest(**request), None, 300.0))
+        return self.ok(self.fleet.create(group, CreateRequest(**request), Wait.NONE, 300.0))
 
     def stored(self, hostname: str = "demo-1", h: FleetHarness | None = None) -> NodeRecord | None:
         """The record on disk (None when there is none)."""
@@ -88,7 +79,7 @@ class LifecycleTestCase(SynchronousTestCase):
 
     def restart(self) -> FleetHarness:
         """Crash the daemon and start a new one on the same state and (surviving) machines."""
-        crash(self.h)
+        self.h.crash()
         self.h = self.harness(self.h.driver)
         return self.h
 
@@ -97,7 +88,7 @@ class PauseResumeTests(LifecycleTestCase):
     def test_pause(self) -> None:
         """Pause freezes the VM and persists Paused (same pid)."""
         self.create()
-        self.assertEqual(self.ok(self.fleet.pause("demo-1")), "demo-1 paused")
+        self.assertEqual(self.ok(self.fleet.lifecycle.pause("demo-1")), Done(Op.PAUSE, "demo-1"))
         machine = self.h.driver.machines[0]
         self.assertEqual((machine.commands, machine.state), (["pause"], "paused"))
         self.assertEqual(self.stored().status, Status.PAUSED)
@@ -108,15 +99,15 @@ class PauseResumeTests(LifecycleTestCase):
     def test_pause_again_is_done(self) -> None:
         """A second pause answers 'already paused' and does nothing."""
         self.create()
-        self.ok(self.fleet.pause("demo-1"))
-        self.assertEqual(self.ok(self.fleet.pause("demo-1")), "demo-1 is already paused")
+        self.ok(self.fleet.lifecycle.pause("demo-1"))
+        self.assertEqual(self.ok(self.fleet.lifecycle.pause("demo-1")), Done(Op.PAUSE, "demo-1", changed=False))
         self.assertEqual(self.h.driver.machines[0].commands, ["pause"])
 
     def test_resume(self) -> None:
         """Resume lets the VM run and persists Running."""
         self.create()
-        self.ok(self.fleet.pause("demo-1"))
-        self.assertEqual(self.ok(self.fleet.resume("demo-1")), "demo-1 resumed")
+        self.ok(self.fleet.lifecycle.pause("demo-1"))
+        self.assertEqual(self.ok(self.fleet.lifecycle.resume("demo-1")), Done(Op.RESUME, "demo-1"))
         machine = self.h.driver.machines[0]
         self.assertEqual((machine.commands, machine.state), (["pause", "resume"], "running"))
         self.assertEqual(self.stored().status, Status.RUNNING)
@@ -126,7 +117,7 @@ class PauseResumeTests(LifecycleTestCase):
         """Resume of a running node answers 'already running' and does nothing (no clock either)."""
         self.create()
         self.h.agents[0].ready()
-        self.assertEqual(self.ok(self.fleet.resume("demo-1")), "demo-1 is already running")
+        self.assertEqual(self.ok(self.fleet.lifecycle.resume("demo-1")), Done(Op.RESUME, "demo-1", changed=False))
         self.assertEqual(self.h.driver.machines[0].commands, [])
         self.assertEqual(self.h.agents[0].clocks, [])
 
@@ -134,8 +125,8 @@ class PauseResumeTests(LifecycleTestCase):
         """The guest's clock is set to the wall clock once its agent is ready."""
         self.create()
         agent = self.h.agents[0]
-        self.ok(self.fleet.pause("demo-1"))
-        self.ok(self.fleet.resume("demo-1"))
+        self.ok(self.fleet.lifecycle.pause("demo-1"))
+        self.ok(self.fleet.lifecycle.resume("demo-1"))
         self.assertEqual(agent.clocks, [])
         agent.ready()
         self.assertEqual(agent.clocks, [NOW_NS])
@@ -145,8 +136,8 @@ class PauseResumeTests(LifecycleTestCase):
         self.create()
         agent = self.h.agents[0]
         agent.ready()
-        self.ok(self.fleet.pause("demo-1"))
-        self.ok(self.fleet.resume("demo-1"))
+        self.ok(self.fleet.lifecycle.pause("demo-1"))
+        self.ok(self.fleet.lifecycle.resume("demo-1"))
         self.assertEqual(agent.clocks, [NOW_NS])
 
     def test_pause_failure(self) -> None:
@@ -154,19 +145,19 @@ class PauseResumeTests(LifecycleTestCase):
         self.create()
         machine = self.h.driver.machines[0]
         machine.failing["pause"] = "qmp went away"
-        error = self.fails(self.fleet.pause("demo-1"), Internal, "pause_failed")
+        error = self.fails(self.fleet.lifecycle.pause("demo-1"), Internal, "pause_failed")
         self.assertEqual(error.status, 500)
         self.assertIn("qmp went away", str(error))
         self.assertEqual(self.stored().status, Status.RUNNING)
         del machine.failing["pause"]
-        self.ok(self.fleet.pause("demo-1"))
+        self.ok(self.fleet.lifecycle.pause("demo-1"))
 
     def test_resume_failure(self) -> None:
         """A failed resume is a 500 resume_failed; the node stays Paused."""
         self.create()
-        self.ok(self.fleet.pause("demo-1"))
+        self.ok(self.fleet.lifecycle.pause("demo-1"))
         self.h.driver.machines[0].failing["resume"] = "nope"
-        self.fails(self.fleet.resume("demo-1"), Internal, "resume_failed")
+        self.fails(self.fleet.lifecycle.resume("demo-1"), Internal, "resume_failed")
         self.assertEqual(self.stored().status, Status.PAUSED)
 
     def test_conflicts(self) -> None:
@@ -174,13 +165,13 @@ class PauseResumeTests(LifecycleTestCase):
         self.create(persistent=True)
         self.create()
         self.h.driver.machines[0].end(0)
-        self.ok(self.fleet.suspend("demo-2"))
+        self.ok(self.fleet.snapshots.suspend("demo-2"))
         for hostname in ("demo-1", "demo-2"):
-            error = self.fails(self.fleet.pause(hostname), Conflict, "not_running")
+            error = self.fails(self.fleet.lifecycle.pause(hostname), Conflict, "not_running")
             self.assertEqual(error.status, 409)
-            self.fails(self.fleet.resume(hostname), Conflict, "not_running")
-        self.fails(self.fleet.pause("demo-9"), NotFound, "node_not_found")
-        self.fails(self.fleet.resume("demo-9"), NotFound, "node_not_found")
+            self.fails(self.fleet.lifecycle.resume(hostname), Conflict, "not_running")
+        self.fails(self.fleet.lifecycle.pause("demo-9"), NotFound, "node_not_found")
+        self.fails(self.fleet.lifecycle.resume("demo-9"), NotFound, "node_not_found")
 
 
 class BusyTests(LifecycleTestCase):
@@ -189,7 +180,7 @@ class BusyTests(LifecycleTestCase):
         self.create()
         self.machine = self.h.driver.machines[0]
         self.machine.hold_save = Deferred()
-        self.suspending = self.do(self.fleet.suspend("demo-1"))
+        self.suspending = self.do(self.fleet.snapshots.suspend("demo-1"))
         # Never leave the suspend hanging: a coroutine closed at exit would
         # write its record relative to whatever directory is current then.
         self.addCleanup(lambda: self.machine.hold_save.called or self.machine.hold_save.callback(None))
@@ -198,13 +189,13 @@ class BusyTests(LifecycleTestCase):
     def test_other_operations_are_busy(self) -> None:
         """While a suspend is in flight every other operation is 409 busy."""
         for call in (
-            self.fleet.pause("demo-1"),
-            self.fleet.resume("demo-1"),
-            self.fleet.suspend("demo-1"),
-            self.fleet.restore("demo-1", None, 1),
-            self.fleet.relaunch("demo-1", None, 1),
-            self.fleet.shutdown("demo-1", "reboot"),
-            self.fleet.shutdown("demo-1", "shutdown"),
+            self.fleet.lifecycle.pause("demo-1"),
+            self.fleet.lifecycle.resume("demo-1"),
+            self.fleet.snapshots.suspend("demo-1"),
+            self.fleet.snapshots.restore("demo-1", Wait.NONE, 1),
+            self.fleet.lifecycle.relaunch("demo-1", Wait.NONE, 1),
+            self.fleet.lifecycle.shutdown("demo-1", Op.REBOOT),
+            self.fleet.lifecycle.shutdown("demo-1", Op.SHUTDOWN),
             self.fleet.delete("demo", "demo-1"),
         ):
             error = self.fails(call, Conflict, "busy")
@@ -212,7 +203,7 @@ class BusyTests(LifecycleTestCase):
         self.assertEqual(self.machine.commands, ["save_state"])
         self.assertEqual(self.machine.stops, [])
         self.machine.hold_save.callback(None)
-        self.assertEqual(self.successResultOf(self.suspending), "demo-1 suspended")
+        self.assertEqual(self.successResultOf(self.suspending), Done(Op.SUSPEND, "demo-1"))
 
     def test_record_says_suspending_clients_see_running(self) -> None:
         """The record on disk says Suspending; clients still see Running."""
@@ -225,8 +216,8 @@ class BusyTests(LifecycleTestCase):
         """Once the suspend is done, the node takes operations again."""
         self.machine.hold_save.callback(None)
         self.successResultOf(self.suspending)
-        self.ok(self.fleet.restore("demo-1", None, 1))
-        self.ok(self.fleet.pause("demo-1"))
+        self.ok(self.fleet.snapshots.restore("demo-1", Wait.NONE, 1))
+        self.ok(self.fleet.lifecycle.pause("demo-1"))
 
     def test_failure_while_held(self) -> None:
         """A save that fails late removes the partial file and leaves the node Running and free."""
@@ -238,7 +229,7 @@ class BusyTests(LifecycleTestCase):
         self.assertFalse(os.path.exists(partial))
         self.assertFalse(os.path.exists(self.path("state.bin")))
         self.assertEqual(self.stored().status, Status.RUNNING)
-        self.ok(self.fleet.pause("demo-1"))
+        self.ok(self.fleet.lifecycle.pause("demo-1"))
 
 
 class SuspendTests(LifecycleTestCase):
@@ -246,7 +237,7 @@ class SuspendTests(LifecycleTestCase):
         """The state is saved to state.bin, the VM killed, the agent stopped; the record Suspended without pid."""
         self.create()
         self.h.agents[0].ready()
-        self.assertEqual(self.ok(self.fleet.suspend("demo-1")), "demo-1 suspended")
+        self.assertEqual(self.ok(self.fleet.snapshots.suspend("demo-1")), Done(Op.SUSPEND, "demo-1"))
         machine = self.h.driver.machines[0]
         self.assertEqual(machine.commands, ["save_state"])
         self.assertEqual(machine._exit.signal, 9)
@@ -262,22 +253,22 @@ class SuspendTests(LifecycleTestCase):
     def test_ephemeral_survives_its_vm_end(self) -> None:
         """Killing the VM of an ephemeral node while suspending does not remove the node."""
         self.create(persistent=False)
-        self.ok(self.fleet.suspend("demo-1"))
+        self.ok(self.fleet.snapshots.suspend("demo-1"))
         self.assertEqual([r.hostname for r in self.fleet.list()], ["demo-1"])
         self.assertIsNotNone(self.stored())
 
     def test_suspend_paused(self) -> None:
         """A paused node can be suspended too."""
         self.create()
-        self.ok(self.fleet.pause("demo-1"))
-        self.ok(self.fleet.suspend("demo-1"))
+        self.ok(self.fleet.lifecycle.pause("demo-1"))
+        self.ok(self.fleet.snapshots.suspend("demo-1"))
         self.assertEqual(self.stored().status, Status.SUSPENDED)
 
     def test_suspend_again_is_done(self) -> None:
         """A second suspend answers 'already suspended' and changes nothing."""
         self.create()
-        self.ok(self.fleet.suspend("demo-1"))
-        self.assertEqual(self.ok(self.fleet.suspend("demo-1")), "demo-1 is already suspended")
+        self.ok(self.fleet.snapshots.suspend("demo-1"))
+        self.assertEqual(self.ok(self.fleet.snapshots.suspend("demo-1")), Done(Op.SUSPEND, "demo-1", changed=False))
         self.assertTrue(os.path.exists(self.path("state.bin")))
 
     def test_suspend_failure(self) -> None:
@@ -285,7 +276,7 @@ class SuspendTests(LifecycleTestCase):
         self.create()
         machine = self.h.driver.machines[0]
         machine.failing["save_state"] = "migration failed"
-        error = self.fails(self.fleet.suspend("demo-1"), Internal, "suspend_failed")
+        error = self.fails(self.fleet.snapshots.suspend("demo-1"), Internal, "suspend_failed")
         self.assertEqual(error.status, 500)
         self.assertIn("migration failed", str(error))
         self.assertFalse(os.path.exists(self.path("state.bin")))
@@ -300,10 +291,10 @@ class SuspendTests(LifecycleTestCase):
     def test_suspend_failure_of_paused_node(self) -> None:
         """A failed suspend of a paused node leaves it Paused (not resumed)."""
         self.create()
-        self.ok(self.fleet.pause("demo-1"))
+        self.ok(self.fleet.lifecycle.pause("demo-1"))
         machine = self.h.driver.machines[0]
         machine.failing["save_state"] = "no"
-        self.fails(self.fleet.suspend("demo-1"), Internal, "suspend_failed")
+        self.fails(self.fleet.snapshots.suspend("demo-1"), Internal, "suspend_failed")
         self.assertEqual(machine.commands, ["pause", "save_state"])
         self.assertEqual(self.stored().status, Status.PAUSED)
 
@@ -311,9 +302,9 @@ class SuspendTests(LifecycleTestCase):
         """A driver that cannot suspend: suspend and restore are 501 not_supported."""
         self.h = self.harness(FakeDriver(can_suspend=False))
         self.create()
-        error = self.fails(self.fleet.suspend("demo-1"), NotSupported, "not_supported")
+        error = self.fails(self.fleet.snapshots.suspend("demo-1"), NotSupported, "not_supported")
         self.assertEqual(error.status, 501)
-        self.fails(self.fleet.restore("demo-1", None, 1), NotSupported, "not_supported")
+        self.fails(self.fleet.snapshots.restore("demo-1", Wait.NONE, 1), NotSupported, "not_supported")
         self.assertEqual(self.h.driver.machines[0].commands, [])
         self.assertEqual(self.stored().status, Status.RUNNING)
 
@@ -321,16 +312,16 @@ class SuspendTests(LifecycleTestCase):
         """Suspending a stopped node is 409 not_running."""
         self.create(persistent=True)
         self.h.driver.machines[0].end(0)
-        self.fails(self.fleet.suspend("demo-1"), Conflict, "not_running")
+        self.fails(self.fleet.snapshots.suspend("demo-1"), Conflict, "not_running")
 
     def test_unknown_node(self) -> None:
-        self.fails(self.fleet.suspend("demo-9"), NotFound, "node_not_found")
+        self.fails(self.fleet.snapshots.suspend("demo-9"), NotFound, "node_not_found")
 
     def test_unknown_node_without_suspend_support(self) -> None:
         """docs/lifecycle.md: "Every operation answers 404 for an unknown node", whatever the driver."""
         self.h = self.harness(FakeDriver(can_suspend=False))
-        self.fails(self.fleet.suspend("demo-9"), NotFound, "node_not_found")
-        self.fails(self.fleet.restore("demo-9", None, 1), NotFound, "node_not_found")
+        self.fails(self.fleet.snapshots.suspend("demo-9"), NotFound, "node_not_found")
+        self.fails(self.fleet.snapshots.restore("demo-9", Wait.NONE, 1), NotFound, "node_not_found")
 
 
     def test_vm_dies_while_saving(self) -> None:
@@ -338,7 +329,7 @@ class SuspendTests(LifecycleTestCase):
         self.create(persistent=True)
         machine = self.h.driver.machines[0]
         machine.hold_save = Deferred()
-        d = self.do(self.fleet.suspend("demo-1"))
+        d = self.do(self.fleet.snapshots.suspend("demo-1"))
         machine.end(None, 11)
         machine.hold_save.errback(HypervisorError("QMP connection lost"))
         self.assertEqual(self.failureResultOf(d, Conflict).value.code, "not_running")
@@ -346,7 +337,7 @@ class SuspendTests(LifecycleTestCase):
         self.assertEqual((record.status, record.pid), (Status.STOPPED, None))
         self.assertFalse(os.path.exists(self.path("state.bin.partial")))
         self.assertFalse(os.path.exists(self.path("state.bin")))
-        self.ok(self.fleet.relaunch("demo-1", None, 1))
+        self.ok(self.fleet.lifecycle.relaunch("demo-1", Wait.NONE, 1))
 
 
 class RestoreTests(LifecycleTestCase):
@@ -354,11 +345,11 @@ class RestoreTests(LifecycleTestCase):
         super().setUp()
         self.create(tags=("a",))
         self.kernel = self.h.driver.machines[0].spec.kernel
-        self.ok(self.fleet.suspend("demo-1"))
+        self.ok(self.fleet.snapshots.suspend("demo-1"))
 
     def test_restore(self) -> None:
         """The VM starts from state.bin, is finished and resumed; state.bin goes; Running with the new pid."""
-        self.assertEqual(self.ok(self.fleet.restore("demo-1", None, 300.0)), "demo-1 restored")
+        self.assertEqual(self.ok(self.fleet.snapshots.restore("demo-1", Wait.NONE, 300.0)), Done(Op.RESTORE, "demo-1"))
         machine = self.h.driver.machines[1]
         self.assertEqual(machine.spec.incoming, self.path("state.bin"))
         self.assertEqual(machine.spec.kernel, self.kernel)
@@ -371,24 +362,24 @@ class RestoreTests(LifecycleTestCase):
 
     def test_restore_connects_agent_and_sets_clock(self) -> None:
         """A new agent connection is made; the clock is set once it is ready."""
-        self.ok(self.fleet.restore("demo-1", None, 300.0))
+        self.ok(self.fleet.snapshots.restore("demo-1", Wait.NONE, 300.0))
         agent = self.h.agents[1]
         self.assertTrue(agent.started)
         self.assertEqual(agent.clocks, [])
         agent.ready()
         self.assertEqual(agent.clocks, [NOW_NS])
-        self.assertIs(self.fleet.agent("demo-1"), agent)
+        self.assertIs(self.fleet.guest("demo-1"), agent)
 
     def test_restored_node_ends_as_any(self) -> None:
         """The restored VM is watched: when it ends, the (ephemeral) node is removed."""
-        self.ok(self.fleet.restore("demo-1", None, 300.0))
+        self.ok(self.fleet.snapshots.restore("demo-1", Wait.NONE, 300.0))
         self.h.driver.machines[1].end(0)
         self.assertEqual(self.fleet.list(), [])
 
     def test_restore_again_is_conflict(self) -> None:
         """Restoring a running node is 409 no_snapshot."""
-        self.ok(self.fleet.restore("demo-1", None, 300.0))
-        error = self.fails(self.fleet.restore("demo-1", None, 300.0), Conflict, "no_snapshot")
+        self.ok(self.fleet.snapshots.restore("demo-1", Wait.NONE, 300.0))
+        error = self.fails(self.fleet.snapshots.restore("demo-1", Wait.NONE, 300.0), Conflict, "no_snapshot")
         self.assertEqual(error.status, 409)
 
     def test_restore_failure(self) -> None:
@@ -401,7 +392,7 @@ class RestoreTests(LifecycleTestCase):
             return d
 
         self.patch(self.h.driver, "start", failing_start)
-        error = self.fails(self.fleet.restore("demo-1", None, 300.0), Internal, "restore_failed")
+        error = self.fails(self.fleet.snapshots.restore("demo-1", Wait.NONE, 300.0), Internal, "restore_failed")
         self.assertIn("bad state", str(error))
         failed = self.h.driver.machines[1]
         self.assertEqual(failed._exit.signal, 9)
@@ -409,10 +400,10 @@ class RestoreTests(LifecycleTestCase):
         record = self.stored()
         self.assertEqual((record.status, record.pid), (Status.SUSPENDED, None))
         self.assertEqual(self.fleet.node("demo-1").status, Status.SUSPENDED)
-        self.assertEqual(self.fleet._nodes["demo-1"].machine, None)
+        self.assertEqual(self.h.node("demo-1").machine, None)
         # The node was not removed by its failed VM's end, and can be restored later.
         self.patch(self.h.driver, "start", start)
-        self.ok(self.fleet.restore("demo-1", None, 300.0))
+        self.ok(self.fleet.snapshots.restore("demo-1", Wait.NONE, 300.0))
         self.assertEqual(self.stored().status, Status.RUNNING)
 
     def test_restore_resume_failure(self) -> None:
@@ -425,7 +416,7 @@ class RestoreTests(LifecycleTestCase):
             return d
 
         self.patch(self.h.driver, "start", failing_start)
-        self.fails(self.fleet.restore("demo-1", None, 300.0), Internal, "restore_failed")
+        self.fails(self.fleet.snapshots.restore("demo-1", Wait.NONE, 300.0), Internal, "restore_failed")
         self.assertEqual(self.h.driver.machines[1].commands, ["finish_incoming", "resume"])
         self.assertEqual(self.h.driver.machines[1]._exit.signal, 9)
         self.assertEqual(self.stored().status, Status.SUSPENDED)
@@ -451,9 +442,9 @@ class RestoreTests(LifecycleTestCase):
     def test_vm_exits_while_loading_persistent(self) -> None:
         """A persistent node whose restoring VM exits stays Suspended with its snapshot."""
         self.create(persistent=True)
-        self.ok(self.fleet.suspend("demo-2"))
+        self.ok(self.fleet.snapshots.suspend("demo-2"))
         self.exit_while_loading()
-        self.fails(self.fleet.restore("demo-2", None, 300.0), Internal, "restore_failed")
+        self.fails(self.fleet.snapshots.restore("demo-2", Wait.NONE, 300.0), Internal, "restore_failed")
         record = self.stored("demo-2")
         self.assertEqual((record.status, record.pid), (Status.SUSPENDED, None))
         self.assertTrue(os.path.exists(self.path("state.bin", "demo-2")))
@@ -465,7 +456,7 @@ class RestoreTests(LifecycleTestCase):
         restore does.
         """
         self.exit_while_loading()
-        self.fails(self.fleet.restore("demo-1", None, 300.0), Internal, "restore_failed")
+        self.fails(self.fleet.snapshots.restore("demo-1", Wait.NONE, 300.0), Internal, "restore_failed")
         self.assertTrue(os.path.exists(self.path("state.bin")), "the snapshot was deleted")
         self.assertIsNotNone(self.stored(), "the node's record was deleted")
         self.assertEqual(self.stored().status, Status.SUSPENDED)
@@ -475,7 +466,7 @@ class RestoreTests(LifecycleTestCase):
     def test_spawn_failure(self) -> None:
         """A VM that cannot be started: 500 boot_failed, the node Suspended with its snapshot."""
         self.patch(self.h.driver, "start", lambda spec, log_path=None: fail(HypervisorError("no kvm")))
-        error = self.fails(self.fleet.restore("demo-1", None, 300.0), Internal, "boot_failed")
+        error = self.fails(self.fleet.snapshots.restore("demo-1", Wait.NONE, 300.0), Internal, "boot_failed")
         self.assertIn("no kvm", str(error))
         self.assertEqual(self.stored().status, Status.SUSPENDED)
         self.assertTrue(os.path.exists(self.path("state.bin")))
@@ -483,7 +474,7 @@ class RestoreTests(LifecycleTestCase):
     def test_no_snapshot_file(self) -> None:
         """A suspended node whose state.bin is missing: 409 no_snapshot, still Suspended, no VM started."""
         os.unlink(self.path("state.bin"))
-        self.fails(self.fleet.restore("demo-1", None, 300.0), Conflict, "no_snapshot")
+        self.fails(self.fleet.snapshots.restore("demo-1", Wait.NONE, 300.0), Conflict, "no_snapshot")
         self.assertEqual(len(self.h.driver.machines), 1)
         self.assertEqual(self.stored().status, Status.SUSPENDED)
 
@@ -491,23 +482,23 @@ class RestoreTests(LifecycleTestCase):
         """Restore of a stopped node is 409 no_snapshot."""
         self.create(persistent=True)
         self.h.driver.machines[-1].end(0)
-        self.fails(self.fleet.restore("demo-2", None, 300.0), Conflict, "no_snapshot")
+        self.fails(self.fleet.snapshots.restore("demo-2", Wait.NONE, 300.0), Conflict, "no_snapshot")
 
     def test_paused_has_no_snapshot(self) -> None:
         self.create()
-        self.ok(self.fleet.pause("demo-2"))
-        self.fails(self.fleet.restore("demo-2", None, 300.0), Conflict, "no_snapshot")
+        self.ok(self.fleet.lifecycle.pause("demo-2"))
+        self.fails(self.fleet.snapshots.restore("demo-2", Wait.NONE, 300.0), Conflict, "no_snapshot")
 
     def test_wait_agent(self) -> None:
         """wait=agent answers once the agent answers."""
-        d = self.do(self.fleet.restore("demo-1", "agent", 30.0))
+        d = self.do(self.fleet.snapshots.restore("demo-1", Wait.AGENT, 30.0))
         self.assertNoResult(d)
         self.h.agents[1].ready()
-        self.assertEqual(self.successResultOf(d), "demo-1 restored")
+        self.assertEqual(self.successResultOf(d), Done(Op.RESTORE, "demo-1"))
 
     def test_wait_agent_timeout_keeps_node(self) -> None:
         """A wait that times out is 408; the restored node stays Running."""
-        d = self.do(self.fleet.restore("demo-1", "agent", 30.0))
+        d = self.do(self.fleet.snapshots.restore("demo-1", Wait.AGENT, 30.0))
         self.h.reactor.advance(30)
         self.failureResultOf(d, WaitTimeout)
         self.assertEqual(self.stored().status, Status.RUNNING)
@@ -526,7 +517,7 @@ class RelaunchTests(LifecycleTestCase):
     def test_relaunch_stopped(self) -> None:
         """A stopped node boots again from its own disk with the same hostname, created_at and tags."""
         self.stop()
-        record = self.ok(self.fleet.relaunch("demo-1", None, 300.0))
+        record = self.ok(self.fleet.lifecycle.relaunch("demo-1", Wait.NONE, 300.0))
         self.assertEqual(
             (record.hostname, record.created_at, record.tags, record.status),
             (self.before.hostname, self.before.created_at, ("x", "y"), Status.RUNNING),
@@ -542,32 +533,32 @@ class RelaunchTests(LifecycleTestCase):
 
     def test_relaunch_suspended_discards_snapshot(self) -> None:
         """Relaunching a suspended node boots it afresh and deletes its snapshot."""
-        self.ok(self.fleet.suspend("demo-1"))
-        self.ok(self.fleet.relaunch("demo-1", None, 300.0))
+        self.ok(self.fleet.snapshots.suspend("demo-1"))
+        self.ok(self.fleet.lifecycle.relaunch("demo-1", Wait.NONE, 300.0))
         self.assertFalse(os.path.exists(self.path("state.bin")))
         self.assertIsNone(self.h.driver.machines[1].spec.incoming)
         self.assertEqual(self.stored().status, Status.RUNNING)
 
     def test_running_is_conflict(self) -> None:
         """Relaunch of a running or paused node is 409 already_running."""
-        error = self.fails(self.fleet.relaunch("demo-1", None, 300.0), Conflict, "already_running")
+        error = self.fails(self.fleet.lifecycle.relaunch("demo-1", Wait.NONE, 300.0), Conflict, "already_running")
         self.assertEqual(error.status, 409)
-        self.ok(self.fleet.pause("demo-1"))
-        self.fails(self.fleet.relaunch("demo-1", None, 300.0), Conflict, "already_running")
+        self.ok(self.fleet.lifecycle.pause("demo-1"))
+        self.fails(self.fleet.lifecycle.relaunch("demo-1", Wait.NONE, 300.0), Conflict, "already_running")
         self.assertEqual(len(self.h.driver.machines), 1)
 
     def test_missing_disk(self) -> None:
         """A stopped node without its disk cannot be relaunched (500 disk_missing)."""
         self.stop()
         os.unlink(self.path("disk.qcow2"))
-        self.fails(self.fleet.relaunch("demo-1", None, 300.0), Internal, "disk_missing")
+        self.fails(self.fleet.lifecycle.relaunch("demo-1", Wait.NONE, 300.0), Internal, "disk_missing")
         self.assertEqual(self.stored().status, Status.STOPPED)
 
     def test_spawn_failure(self) -> None:
         """A VM that cannot be started: 500 boot_failed, the node Stopped without pid."""
         self.stop()
         self.patch(self.h.driver, "start", lambda spec, log_path=None: fail(HypervisorError("no kvm")))
-        self.fails(self.fleet.relaunch("demo-1", None, 300.0), Internal, "boot_failed")
+        self.fails(self.fleet.lifecycle.relaunch("demo-1", Wait.NONE, 300.0), Internal, "boot_failed")
         record = self.stored()
         self.assertEqual((record.status, record.pid), (Status.STOPPED, None))
         self.assertEqual(self.fleet.node("demo-1").status, Status.STOPPED)
@@ -575,7 +566,7 @@ class RelaunchTests(LifecycleTestCase):
     def test_boot_failure_while_waiting(self) -> None:
         """A relaunched VM that ends while wait=agent waits: 500 boot_failed, the node Stopped."""
         self.stop()
-        d = self.do(self.fleet.relaunch("demo-1", "agent", 60.0))
+        d = self.do(self.fleet.lifecycle.relaunch("demo-1", Wait.AGENT, 60.0))
         self.h.driver.machines[1].end(1, None, "kernel panic")
         self.assertEqual(self.failureResultOf(d, Internal).value.code, "boot_failed")
         self.assertEqual(self.stored().status, Status.STOPPED)
@@ -583,7 +574,7 @@ class RelaunchTests(LifecycleTestCase):
     def test_wait_agent(self) -> None:
         """wait=agent answers once the relaunched node's agent answers."""
         self.stop()
-        d = self.do(self.fleet.relaunch("demo-1", "agent", 60.0))
+        d = self.do(self.fleet.lifecycle.relaunch("demo-1", Wait.AGENT, 60.0))
         self.assertNoResult(d)
         self.h.reactor.advance(3)
         self.h.agents[1].ready()
@@ -591,14 +582,14 @@ class RelaunchTests(LifecycleTestCase):
         self.assertEqual(self.h.boots[-1], ("demo", 3))
 
     def test_unknown(self) -> None:
-        self.fails(self.fleet.relaunch("demo-9", None, 1), NotFound, "node_not_found")
+        self.fails(self.fleet.lifecycle.relaunch("demo-9", Wait.NONE, 1), NotFound, "node_not_found")
 
 
 class ShutdownTests(LifecycleTestCase):
     def test_reboot_resets(self) -> None:
         """reboot resets the VM; the node stays Running with the same VM."""
         self.create()
-        self.assertEqual(self.ok(self.fleet.shutdown("demo-1", "reboot")), "demo-1 is rebooting")
+        self.assertEqual(self.ok(self.fleet.lifecycle.shutdown("demo-1", Op.REBOOT)), Done(Op.REBOOT, "demo-1"))
         machine = self.h.driver.machines[0]
         self.assertEqual(machine.commands, ["reset"])
         self.assertIsNone(machine._exit)
@@ -607,18 +598,18 @@ class ShutdownTests(LifecycleTestCase):
     def test_reboot_failure(self) -> None:
         self.create()
         self.h.driver.machines[0].failing["reset"] = "nope"
-        self.fails(self.fleet.shutdown("demo-1", "reboot"), Internal, "reboot_failed")
+        self.fails(self.fleet.lifecycle.shutdown("demo-1", Op.REBOOT), Internal, "reboot_failed")
 
     def graceful(self, persistent: bool) -> FakeMachine:
         self.create(persistent=persistent)
         machine = self.h.driver.machines[0]
         machine.hold_stop = True
-        self.assertEqual(self.ok(self.fleet.shutdown("demo-1", "shutdown")), "demo-1 is shutting down")
+        self.assertEqual(self.ok(self.fleet.lifecycle.shutdown("demo-1", Op.SHUTDOWN)), Done(Op.SHUTDOWN, "demo-1"))
         self.assertEqual(machine.stops, [(True, 10.0)])
         # Listed as Running while it powers off; other operations are 409 busy meanwhile.
         self.assertEqual(self.stored().status, Status.STOPPING)
         self.assertEqual(self.fleet.node("demo-1").status, Status.RUNNING)
-        self.fails(self.fleet.pause("demo-1"), Conflict, "busy")
+        self.fails(self.fleet.lifecycle.pause("demo-1"), Conflict, "busy")
         machine.end(0)
         return machine
 
@@ -629,7 +620,7 @@ class ShutdownTests(LifecycleTestCase):
         self.assertEqual((record.status, record.pid), (Status.STOPPED, None))
         self.assertTrue(os.path.exists(self.path("disk.qcow2")))
         self.assertTrue(self.h.agents[0].stopped)
-        self.ok(self.fleet.relaunch("demo-1", None, 1))
+        self.ok(self.fleet.lifecycle.relaunch("demo-1", Wait.NONE, 1))
 
     def test_shutdown_ephemeral_is_removed(self) -> None:
         """Once the VM of an ephemeral node ends after shutdown, the node is gone."""
@@ -640,28 +631,28 @@ class ShutdownTests(LifecycleTestCase):
     def test_conflicts(self) -> None:
         """Shutdown or reboot of a paused node is 409 paused; of a stopped one 409 not_running."""
         self.create(persistent=True)
-        self.ok(self.fleet.pause("demo-1"))
-        for action in ("shutdown", "reboot"):
-            self.fails(self.fleet.shutdown("demo-1", action), Conflict, "paused")
+        self.ok(self.fleet.lifecycle.pause("demo-1"))
+        for action in (Op.SHUTDOWN, Op.REBOOT):
+            self.fails(self.fleet.lifecycle.shutdown("demo-1", action), Conflict, "paused")
         self.assertEqual(self.h.driver.machines[0].commands, ["pause"])
         self.create(persistent=True)
         self.h.driver.machines[1].end(0)
-        for action in ("shutdown", "reboot"):
-            self.fails(self.fleet.shutdown("demo-2", action), Conflict, "not_running")
-        self.fails(self.fleet.shutdown("demo-9", "reboot"), NotFound, "node_not_found")
+        for action in (Op.SHUTDOWN, Op.REBOOT):
+            self.fails(self.fleet.lifecycle.shutdown("demo-2", action), Conflict, "not_running")
+        self.fails(self.fleet.lifecycle.shutdown("demo-9", Op.REBOOT), NotFound, "node_not_found")
 
 
 class DeleteTests(LifecycleTestCase):
     def test_delete_suspended(self) -> None:
         """Deleting a suspended node removes its snapshot, disk, record and directory."""
         self.create()
-        self.ok(self.fleet.suspend("demo-1"))
+        self.ok(self.fleet.snapshots.suspend("demo-1"))
         result = self.ok(self.fleet.delete("demo", "demo-1"))
         self.assertTrue(result.disk_removed)
         self.assertFalse(os.path.exists(self.h.store.node_dir("demo-1")))
         self.assertEqual(self.h.store.load_all(), ([], []))
         self.assertEqual(self.fleet.list(), [])
-        self.fails(self.fleet.restore("demo-1", None, 1), NotFound)
+        self.fails(self.fleet.snapshots.restore("demo-1", Wait.NONE, 1), NotFound)
 
     def test_delete_stopped(self) -> None:
         """Deleting a stopped persistent node removes everything."""
@@ -702,11 +693,11 @@ class RecoveryTests(LifecycleTestCase):
     def test_adopts_paused(self) -> None:
         """A paused VM is adopted as Paused, and can be resumed by the new fleet."""
         self.create()
-        self.ok(self.fleet.pause("demo-1"))
+        self.ok(self.fleet.lifecycle.pause("demo-1"))
         h = self.restart()
         node = h.fleet.node("demo-1")
         self.assertEqual((node.status, node.pid), (Status.PAUSED, 1000))
-        self.ok(h.fleet.resume("demo-1"))
+        self.ok(h.fleet.lifecycle.resume("demo-1"))
         self.assertEqual(self.stored().status, Status.RUNNING)
 
     def test_status_from_machine_state(self) -> None:
@@ -714,7 +705,7 @@ class RecoveryTests(LifecycleTestCase):
         self.create()
         self.create()
         self.h.driver.machines[0].state = "paused"
-        self.ok(self.fleet.pause("demo-2"))
+        self.ok(self.fleet.lifecycle.pause("demo-2"))
         self.h.driver.machines[1].state = "running"
         h = self.restart()
         self.assertEqual([(r.hostname, r.status) for r in h.fleet.list()],
@@ -726,7 +717,7 @@ class RecoveryTests(LifecycleTestCase):
         """A VM that died with the daemon: persistent Stopped without pid, ephemeral removed."""
         self.create()
         self.create(persistent=True)
-        crash(self.h)
+        self.h.crash()
         for machine in self.h.driver.machines:
             machine.end(None, 9)
         h = self.harness(self.h.driver)
@@ -783,7 +774,7 @@ class RecoveryTests(LifecycleTestCase):
         """A VM whose sockets are outside this state directory is not ours to kill."""
         other = FleetHarness(short_dir(), driver=self.h.driver)
         other.fleet.startService()
-        self.ok(other.fleet.create("demo", CreateRequest(), None, 1))
+        self.ok(other.fleet.create("demo", CreateRequest(), Wait.NONE, 1))
         h = self.restart()
         self.assertEqual(h.driver.killed_orphans, [])
         self.assertIsNone(h.driver.machines[0]._exit)
@@ -801,7 +792,7 @@ class RecoveryTests(LifecycleTestCase):
         stored = self.stored()
         self.assertEqual((stored.status, stored.pid), (Status.SUSPENDED, None))
         self.assertTrue(os.path.exists(self.path("state.bin")))
-        self.ok(h.fleet.restore("demo-1", None, 1))
+        self.ok(h.fleet.snapshots.restore("demo-1", Wait.NONE, 1))
         self.assertEqual(h.driver.machines[1].spec.incoming, self.path("state.bin"))
 
     def test_suspending_without_snapshot(self) -> None:
@@ -821,14 +812,14 @@ class RecoveryTests(LifecycleTestCase):
         self.assertEqual(self.stored().pid, 1000)
         self.assertFalse(os.path.exists(self.path("state.bin.partial")))
         self.assertFalse(os.path.exists(self.path("state.bin")))
-        self.ok(h.fleet.pause("demo-1"))
+        self.ok(h.fleet.lifecycle.pause("demo-1"))
 
     def test_restoring_vm_without_pid_is_orphan(self) -> None:
         """A restore cut short before its VM's pid was recorded: that VM is killed as an orphan."""
         self.create()
-        self.ok(self.fleet.suspend("demo-1"))
+        self.ok(self.fleet.snapshots.suspend("demo-1"))
         record = self.stored()
-        self.h.driver.start(self.fleet._spec(record, self.fleet._paths("demo-1"), "k", "i", self.path("state.bin")))
+        self.h.driver.start(NodePaths.of(self.h.store.node_dir("demo-1")).spec(record, "k", "i", self.path("state.bin")))
         self.h.store.save(record.with_status(Status.RESTORING))
         h = self.restart()
         self.assertEqual(h.driver.killed_orphans, [1001])
@@ -837,9 +828,9 @@ class RecoveryTests(LifecycleTestCase):
     def test_restoring_goes_back_to_suspended(self) -> None:
         """A restore cut short: its VM killed, the node Suspended with its snapshot."""
         self.create()
-        self.ok(self.fleet.suspend("demo-1"))
+        self.ok(self.fleet.snapshots.suspend("demo-1"))
         record = self.stored()
-        self.h.driver.start(self.fleet._spec(record, self.fleet._paths("demo-1"), "k", "i", self.path("state.bin")))
+        self.h.driver.start(NodePaths.of(self.h.store.node_dir("demo-1")).spec(record, "k", "i", self.path("state.bin")))
         self.h.store.save(record.with_status(Status.RESTORING, 1001))
         h = self.restart()
         self.assertEqual(h.driver.machines[1]._exit.signal, 9)
@@ -850,7 +841,7 @@ class RecoveryTests(LifecycleTestCase):
     def test_suspended_stays(self) -> None:
         """A suspended node stays Suspended across a restart."""
         self.create()
-        self.ok(self.fleet.suspend("demo-1"))
+        self.ok(self.fleet.snapshots.suspend("demo-1"))
         h = self.restart()
         self.assertEqual(h.fleet.node("demo-1").status, Status.SUSPENDED)
         self.assertTrue(os.path.exists(self.path("state.bin")))
@@ -876,20 +867,20 @@ class RecoveryTests(LifecycleTestCase):
     def test_busy_until_recovered(self) -> None:
         """Operations asked while the recovery waits for the driver wait for it, then go ahead."""
         self.create()
-        crash(self.h)
+        self.h.crash()
         driver = self.h.driver
         pending: Deferred[Any] = Deferred()
         h = FleetHarness(self.state_dir, None, driver)
-        self.patch(h.fleet, "_driver_factory", lambda: pending)
+        self.patch(h.parts.driver, "_decide", lambda: pending)
         h.fleet.startService()
         self.h = h
-        paused = self.do(h.fleet.pause("demo-1"))
+        paused = self.do(h.fleet.lifecycle.pause("demo-1"))
         recovered = h.fleet.recovered()
         self.assertNoResult(recovered)
         self.assertNoResult(paused)
         pending.callback(driver)
         self.successResultOf(recovered)
-        self.assertEqual(self.successResultOf(paused), "demo-1 paused")
+        self.assertEqual(self.successResultOf(paused), Done(Op.PAUSE, "demo-1"))
 
 
 class CountTests(LifecycleTestCase):
@@ -929,7 +920,7 @@ class CountTests(LifecycleTestCase):
 
     def test_restart_restores_suspended(self) -> None:
         """A suspended count node is restored at the next start."""
-        self.ok(self.fleet.suspend("pool-1"))
+        self.ok(self.fleet.snapshots.suspend("pool-1"))
         h = self.restart()
         self.assertEqual([(r.hostname, r.status) for r in h.fleet.list()],
                          [("pool-1", Status.RUNNING), ("pool-2", Status.RUNNING)])
@@ -961,7 +952,7 @@ class StopTests(LifecycleTestCase):
         self.create()
         self.create(persistent=True)
         self.create(persistent=True)
-        self.ok(self.fleet.suspend("demo-3"))
+        self.ok(self.fleet.snapshots.suspend("demo-3"))
         suspended = self.stored("demo-3")
         self.successResultOf(self.fleet.stopService())
         machines = self.h.driver.machines
@@ -977,7 +968,7 @@ class StopTests(LifecycleTestCase):
     def test_paused_resumed_before_graceful_stop(self) -> None:
         """A paused VM is resumed first, so that its guest hears the power button."""
         self.create(persistent=True)
-        self.ok(self.fleet.pause("demo-1"))
+        self.ok(self.fleet.lifecycle.pause("demo-1"))
         self.successResultOf(self.fleet.stopService())
         machine = self.h.driver.machines[0]
         self.assertEqual(machine.commands, ["pause", "resume"])
@@ -987,7 +978,7 @@ class StopTests(LifecycleTestCase):
     def test_paused_not_resumed_when_killed(self) -> None:
         """Without graceful_shutdown a paused VM is killed as it is."""
         self.create("hard", persistent=True)
-        self.ok(self.fleet.pause("hard-1"))
+        self.ok(self.fleet.lifecycle.pause("hard-1"))
         self.successResultOf(self.fleet.stopService())
         machine = self.h.driver.machines[0]
         self.assertEqual(machine.commands, ["pause"])

@@ -21,8 +21,7 @@ from vmservice.config import HostGroupConfig, NetworkConfig
 from vmservice.errors import BadRequest, Conflict, Internal
 from vmservice.hypervisors.base import HypervisorError, NetSpec
 from vmservice.network.ipam import Lease
-from vmservice.nodes.fleet import CreateRequest
-from vmservice.nodes.model import NodeRecord, Status
+from vmservice.nodes.model import CreateRequest, NodeRecord, Status, Wait
 
 MiB = 1024 * 1024
 
@@ -72,7 +71,7 @@ class NetworkFleetTestCase(SynchronousTestCase):
         return error
 
     def create(self, group: str = "iso", **request: Any) -> NodeRecord:
-        return self.ok(self.fleet.create(group, CreateRequest(**request), None, 300.0))
+        return self.ok(self.fleet.create(group, CreateRequest(**request), Wait.NONE, 300.0))
 
     def stored(self, hostname: str) -> NodeRecord | None:
         records, _ = self.h.store.load_all()
@@ -80,9 +79,7 @@ class NetworkFleetTestCase(SynchronousTestCase):
 
     def restart(self, network: FakeNetwork | None = None) -> FleetHarness:
         """Crash the daemon (its VMs keep running) and start a new one on the same state and machines."""
-        for live in self.h.fleet._nodes.values():
-            live.removing = True
-        self.h.fleet._nodes.clear()
+        self.h.crash()
         self.h = self.harness(self.h.driver, network)
         return self.h
 
@@ -129,28 +126,28 @@ class AddressTests(NetworkFleetTestCase):
     def test_requested_ip_taken(self) -> None:
         """A requested address another node holds is 409 ip_taken, and nothing is made."""
         self.create()
-        self.fails(self.fleet.create("iso", CreateRequest(ip="10.77.0.2"), None, 300.0), Conflict, "ip_taken", 409)
+        self.fails(self.fleet.create("iso", CreateRequest(ip="10.77.0.2"), Wait.NONE, 300.0), Conflict, "ip_taken", 409)
         self.assertEqual(len(self.fleet.list()), 1)
         self.assertEqual(len(self.h.driver.machines), 1)
 
     def test_requested_ip_outside(self) -> None:
         """A requested address outside the range (or not a VM address of a slot) is 400 ip_out_of_range."""
         for ip in ("10.78.0.2", "10.77.0.1", "10.77.0.3", "192.168.137.130"):
-            self.fails(self.fleet.create("iso", CreateRequest(ip=ip), None, 300.0), BadRequest, "ip_out_of_range", 400)
-        self.fails(self.fleet.create("iso", CreateRequest(ip="ten"), None, 300.0), BadRequest, "invalid_ip", 400)
+            self.fails(self.fleet.create("iso", CreateRequest(ip=ip), Wait.NONE, 300.0), BadRequest, "ip_out_of_range", 400)
+        self.fails(self.fleet.create("iso", CreateRequest(ip="ten"), Wait.NONE, 300.0), BadRequest, "invalid_ip", 400)
         self.assertEqual((self.fleet.list(), self.h.driver.machines, self.network.attached), ([], [], {}))
         self.assertEqual(self.h.store.load_all(), ([], []))
 
     def test_ip_without_network(self) -> None:
         """An address for a group without a network is 400 not_supported."""
-        self.fails(self.fleet.create("plain", CreateRequest(ip="10.77.0.2"), None, 300.0), BadRequest, "not_supported", 400)
+        self.fails(self.fleet.create("plain", CreateRequest(ip="10.77.0.2"), Wait.NONE, 300.0), BadRequest, "not_supported", 400)
         self.assertEqual(self.fleet.list(), [])
 
     def test_exhausted(self) -> None:
         """Once every slot is used a create is 409 no_free_address, and nothing is left of it."""
         self.create()
         self.create()
-        self.fails(self.fleet.create("iso", CreateRequest(), None, 300.0), Conflict, "no_free_address", 409)
+        self.fails(self.fleet.create("iso", CreateRequest(), Wait.NONE, 300.0), Conflict, "no_free_address", 409)
         self.assertEqual(len(self.fleet.list()), 2)
         self.assertEqual(len(self.h.store.load_all()[0]), 2)
 
@@ -172,7 +169,7 @@ class AttachFailureTests(NetworkFleetTestCase):
     def test_nothing_left(self) -> None:
         """An attach that fails is 500 network_failed: no record, disk, VM or attachment is left, the address is free."""
         self.network.failing = "RTNETLINK answers: Operation not permitted"
-        error = self.fails(self.fleet.create("iso", CreateRequest(), None, 300.0), Internal, "network_failed", 500)
+        error = self.fails(self.fleet.create("iso", CreateRequest(), Wait.NONE, 300.0), Internal, "network_failed", 500)
         self.assertIn("Operation not permitted", str(error))
         self.assertEqual(self.h.store.load_all(), ([], []))
         self.assertFalse(os.path.exists(self.h.store.node_dir("iso-1")))
@@ -185,8 +182,8 @@ class AttachFailureTests(NetworkFleetTestCase):
 
     def test_no_network_support(self) -> None:
         """A fleet without a network attacher refuses nodes of a network group with 500 network_failed."""
-        self.patch(self.fleet, "_network", None)
-        self.fails(self.fleet.create("iso", CreateRequest(), None, 300.0), Internal, "network_failed", 500)
+        self.patch(self.h.parts.addressing, "_network", None)
+        self.fails(self.fleet.create("iso", CreateRequest(), Wait.NONE, 300.0), Internal, "network_failed", 500)
         self.assertEqual(self.h.store.load_all(), ([], []))
         self.assertEqual(self.create("plain").ip, "")
 
@@ -220,17 +217,17 @@ class DetachTests(NetworkFleetTestCase):
         self.assertEqual((self.stored(record.hostname).status, self.stored(record.hostname).ip),
                          (Status.STOPPED, "10.77.0.2"))
         self.assertEqual(self.create().ip, "10.77.0.6", "a stopped node keeps its address")
-        self.ok(self.fleet.relaunch(record.hostname, None, 0))
+        self.ok(self.fleet.lifecycle.relaunch(record.hostname, Wait.NONE, 0))
         self.assertIn("10.77.0.2", self.network.attached)
         self.assertEqual(self.h.driver.machines[-1].spec.net.address, "10.77.0.2/30")
 
     def test_suspend_and_restore(self) -> None:
         """Suspend detaches; restore attaches the same address again."""
         record = self.create()
-        self.ok(self.fleet.suspend(record.hostname))
+        self.ok(self.fleet.snapshots.suspend(record.hostname))
         self.assertEqual(self.network.detached, ["10.77.0.2"])
         self.assertEqual(self.network.attached, {})
-        self.ok(self.fleet.restore(record.hostname, None, 0))
+        self.ok(self.fleet.snapshots.restore(record.hostname, Wait.NONE, 0))
         self.assertIn("10.77.0.2", self.network.attached)
         self.assertEqual(self.h.driver.machines[-1].spec.net.address, "10.77.0.2/30")
 
@@ -239,7 +236,7 @@ class DetachTests(NetworkFleetTestCase):
         record = self.create(persistent=True)
         self.h.driver.machines[0].end(0)
         self.patch(self.h.driver, "start", lambda spec, log_path=None: fail(HypervisorError("no qemu")))
-        failure = self.failureResultOf(self.do(self.fleet.relaunch(record.hostname, None, 0)), Internal)
+        failure = self.failureResultOf(self.do(self.fleet.lifecycle.relaunch(record.hostname, Wait.NONE, 0)), Internal)
         self.assertEqual(failure.value.code, "boot_failed")
         self.assertEqual(self.network.detached, ["10.77.0.2", "10.77.0.2"])
         self.assertEqual(self.network.attached, {})
@@ -250,7 +247,7 @@ class DetachTests(NetworkFleetTestCase):
         record = self.create(persistent=True)
         self.h.driver.machines[0].end(0)
         self.network.failing = "no"
-        self.fails(self.fleet.relaunch(record.hostname, None, 0), Internal, "network_failed", 500)
+        self.fails(self.fleet.lifecycle.relaunch(record.hostname, Wait.NONE, 0), Internal, "network_failed", 500)
         self.assertEqual(len(self.h.driver.machines), 1)
         self.assertEqual(self.stored(record.hostname).status, Status.STOPPED)
 
@@ -288,8 +285,7 @@ class RecoveryTests(NetworkFleetTestCase):
         self.create(persistent=True)
         self.create("lan")
         # The daemon crashes, then the first two VMs die while none runs.
-        for live in self.h.fleet._nodes.values():
-            live.removing = True
+        self.h.crash()
         self.h.driver.machines[0].end(None, 9)
         self.h.driver.machines[1].end(None, 9)
         network = FakeNetwork()
@@ -327,7 +323,7 @@ class DetachRaceTests(NetworkFleetTestCase):
         """A relaunch right after the VM ended keeps its new attachment once the old detach completes."""
         record = self.create(persistent=True)
         self.h.driver.machines[0].end(0)
-        d = self.do(self.fleet.relaunch(record.hostname, None, 0))
+        d = self.do(self.fleet.lifecycle.relaunch(record.hostname, Wait.NONE, 0))
         self.network.gate.callback(None)
         self.successResultOf(d)
         self.assertEqual(self.fleet.node(record.hostname).status, Status.RUNNING)
@@ -338,7 +334,7 @@ class DetachRaceTests(NetworkFleetTestCase):
         """A new node that gets an ended ephemeral node's address keeps its attachment once the old detach completes."""
         self.create()
         self.h.driver.machines[0].end(0)
-        d = self.do(self.fleet.create("iso", CreateRequest(), None, 300.0))
+        d = self.do(self.fleet.create("iso", CreateRequest(), Wait.NONE, 300.0))
         self.assertNoResult(d)  # the new attach waits for the old detach of its address
         self.network.gate.callback(None)
         self.assertEqual(self.successResultOf(d).ip, "10.77.0.2")

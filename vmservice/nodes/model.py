@@ -1,6 +1,7 @@
-# -*- test-case-name: tests.nodes.test_store -*-
+# -*- test-case-name: tests.nodes.test_model -*-
 """
-The node record: what the daemon knows and persists about each VM it owns.
+The node record (what the daemon knows and persists about each VM it owns),
+its statuses, and the requests and results of the node operations.
 """
 
 from __future__ import annotations
@@ -78,9 +79,67 @@ class NodeRecord:
         return evolve(self, status=status, pid=pid)
 
 
-_HOSTNAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+#: Internal statuses and the one a client sees instead.
+_SHOWN_AS = {
+    Status.SUSPENDING: Status.RUNNING,
+    Status.RESTORING: Status.SUSPENDED,
+    Status.STOPPING: Status.RUNNING,
+}
+
+
+def visible(record: NodeRecord) -> NodeRecord:
+    """The record as clients see it: an internal status shows as the one it comes from."""
+    shown = _SHOWN_AS.get(record.status)
+    return record if shown is None else record.with_status(shown, record.pid)
+
+
+class Wait(Enum):
+    """What an operation that starts a VM waits for before it answers."""
+
+    #: Nothing: answer once the VM process runs.
+    NONE = "none"
+    #: The guest agent's first health reply.
+    AGENT = "agent"
+
+
+@frozen
+class CreateRequest:
+    """
+    A validated request for a new node (the API's CreateNodeRequest without
+    what this daemon does not support).
+
+    :ivar hostname: a hostname to use instead of the next ``<group>-<n>``.
+    :ivar ram_bytes: memory, at most the group's; ``None`` for the group's.
+    :ivar cpus: vCPUs, at most the group's; ``None`` for the group's.
+    :ivar persistent: kept when its VM ends; ``None`` for the group's default.
+    :ivar protected: cannot be deleted through the API.
+    :ivar tags: the caller's tags.
+    :ivar ip: a requested address in the group's range.
+    """
+
+    hostname: str | None = None
+    ram_bytes: int | None = None
+    cpus: int | None = None
+    persistent: bool | None = None
+    protected: bool = False
+    tags: tuple[str, ...] = ()
+    ip: str | None = None
+
+
+@frozen
+class DeleteResult:
+    """What a delete did: ``disk_removed`` tells whether the disk is gone."""
+
+    hostname: str
+    disk_removed: bool
+
+
+_HOSTNAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 
 
 def valid_hostname(name: str) -> bool:
     """Whether ``name`` is a lowercase RFC 1123 host label (at most 63 characters)."""
-    return bool(_HOSTNAME.match(name))
+    return _HOSTNAME.fullmatch(name) is not None
+
+
+__all__ = ["CreateRequest", "DeleteResult", "NodeRecord", "Status", "Wait", "valid_hostname", "visible"]

@@ -1,0 +1,126 @@
+# -*- test-case-name: tests.nodes.test_fleet -*-
+"""
+Making a node: the request checked against its group, a hostname and an
+address chosen, then record, network, disk, VM and agent connection, in that
+order.  The record is written first (status ``Creating``), so a crash at any
+point leaves something the next start recognises and removes; a failure (or
+a ``wait`` that runs out) removes everything made so far.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from typing import Callable
+
+from twisted.logger import Logger
+
+from ..config import HostGroupConfig
+from ..errors import BadRequest, Conflict, Internal, WaitTimeout
+from .model import CreateRequest, NodeRecord, Status, Wait, valid_hostname, visible
+from .parts import FleetParts
+from .readiness import NotReady, wait_for_agent
+from .registry import Registry
+from .runtime import NodeRuntime
+
+log = Logger()
+
+
+def _limits(group: HostGroupConfig, request: CreateRequest) -> tuple[int, int]:
+    """
+    The memory and vCPUs of a new node: the request's, at most the group's.
+
+    :raise BadRequest: (``limit_exceeded``) more than the group's, or none.
+    """
+    ram_bytes = request.ram_bytes if request.ram_bytes is not None else group.ram_bytes
+    cpus = request.cpus if request.cpus is not None else group.vcpu
+    if ram_bytes <= 0 or ram_bytes > group.ram_bytes:
+        raise BadRequest(
+            f"ram_bytes must be between 1 and {group.ram_bytes} for host group {group.name!r}", code="limit_exceeded"
+        )
+    if cpus <= 0 or cpus > group.vcpu:
+        raise BadRequest(f"cpus must be between 1 and {group.vcpu} for host group {group.name!r}", code="limit_exceeded")
+    return ram_bytes, cpus
+
+
+class Creation:
+    """
+    :param registry: the nodes.
+    :param parts: the node layer's collaborators.
+    :param make: registers a node for a new record.
+    """
+
+    def __init__(self, registry: Registry, parts: FleetParts, make: Callable[[NodeRecord], NodeRuntime]) -> None:
+        self._registry = registry
+        self._parts = parts
+        self._make = make
+
+    async def create(self, group_name: str, request: CreateRequest, wait: Wait, timeout: float) -> NodeRecord:
+        """
+        Create a node in ``group_name`` and start its VM.
+
+        :param wait: :attr:`Wait.AGENT` to answer only once the agent's health
+            reply arrived; :attr:`Wait.NONE` to answer once the VM process runs.
+        :param timeout: seconds to wait; past them the node is removed
+            completely and :class:`WaitTimeout` raised.
+        """
+        parts = self._parts
+        group = parts.group(group_name)
+        ram_bytes, cpus = _limits(group, request)
+        image = parts.image(group)
+        lease = parts.addressing.lease(group, request.ip, self._registry.addresses())
+        record = NodeRecord(
+            hostname=self._hostname(group, request.hostname),
+            hostgroup=group.name,
+            ram_bytes=ram_bytes,
+            cpus=cpus,
+            created_at=datetime.now(timezone.utc).replace(microsecond=0),
+            tags=request.tags,
+            persistent=group.persistent if request.persistent is None else request.persistent,
+            protected=request.protected,
+            ip=str(lease.ip) if lease is not None else "",
+        )
+        node = self._make(record)
+        parts.store.save(record)
+        log.info("creating node {hostname} in {group}", hostname=record.hostname, group=group.name)
+        try:
+            net = await parts.addressing.attach(record)
+            await parts.disks.create(image.rootfs.path, node.paths.disk, group.storage_size)
+            machine = await node.spawn(image.kernel.path, image.initrd.path, net)
+            node.set(Status.RUNNING)
+            agent = node.connect_agent()
+            node.started()
+            if wait is Wait.AGENT:
+                await wait_for_agent(parts.clock, machine, agent, timeout)
+        except BaseException as error:
+            await node.remove()
+            if isinstance(error, NotReady):
+                if error.ended is None:
+                    raise WaitTimeout(
+                        f"node {record.hostname!r} did not become ready within {timeout:g} s; it was removed"
+                    ) from None
+                raise Internal(f"node {record.hostname!r} failed to boot: {error}", code="boot_failed") from None
+            raise
+        return visible(node.record)
+
+    def _hostname(self, group: HostGroupConfig, wanted: str | None) -> str:
+        """
+        The requested hostname, or the group's next ``<group>-<n>``.
+
+        :raise BadRequest: (``invalid_hostname``) not a host label.
+        :raise Conflict: (``hostname_taken``) a node has it.
+        """
+        if wanted:
+            if not valid_hostname(wanted):
+                raise BadRequest(f"invalid hostname {wanted!r}", code="invalid_hostname")
+            if wanted in self._registry:
+                raise Conflict(f"hostname {wanted!r} is taken", code="hostname_taken")
+            return wanted
+        store = self._parts.store
+        while True:
+            candidate = f"{group.name}-{store.next_index(group.name)}"
+            if candidate not in self._registry and not os.path.exists(store.node_dir(candidate)):
+                return candidate
+
+
+__all__ = ["Creation"]

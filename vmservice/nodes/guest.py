@@ -1,0 +1,320 @@
+# -*- test-case-name: tests.nodes.test_guest -*-
+"""
+What a node's guest offers: the one interface through which everything above
+the domain works inside a VM, and the records that cross it.
+
+:class:`IGuest` is what :meth:`vmservice.nodes.fleet.Fleet.guest` hands out
+for a running node: its health and clock, exec, file copies both ways and
+file-system operations (the shell, tunnels and file watching will join them).
+:class:`IGuestConnection` adds what the fleet needs to run a node's agent
+connection.  ``vmservice.agent`` implements both over the agent channel; the
+API and the fleet know only these interfaces, and the tests stand fakes in
+for them (checked with ``verifyObject``).
+
+Failures of guest operations are :class:`vmservice.errors.AgentError`\\ s with
+a :class:`~vmservice.errors.GuestErrorKind`; what they mean for a client is
+the one table :data:`vmservice.errors.GUEST_ERRORS`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from attrs import field, frozen
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IPushProducer
+from zope.interface import Attribute, Interface
+
+from ..errors import AgentError
+
+
+@frozen
+class AgentHealth:
+    """
+    The agent's answer to a health request.
+
+    :ivar agent_uptime: nanoseconds since the agent started.
+    :ivar agent_version: the vmservice version inside the guest image.
+    :ivar system_uptime: nanoseconds since the guest kernel booted.
+    :ivar userdata_ran: whether the userdata script has finished.
+    """
+
+    agent_uptime: int
+    agent_version: str
+    system_uptime: int
+    userdata_ran: bool
+
+
+@frozen
+class ExecRequest:
+    """
+    One command to run in the guest.
+
+    :ivar cmd: a command line for ``shell``, or the program when ``shell`` is empty.
+    :ivar args: extra words: quoted and appended (shell) or the argv (no shell).
+    :ivar env: ``KEY=VALUE`` entries laid over the guest's default environment.
+    :ivar uid: user id (0 = root).
+    :ivar gid: group id.
+    :ivar cwd: working directory (absolute, ``~``, ``~/x`` or relative to the home).
+    :ivar shell: the shell, ``""`` for none.
+    :ivar umask: the process's umask, ``None`` to keep the agent's (022).
+    :ivar stdin: whether stdin is fed from the host (else ``/dev/null``).
+    :ivar stdout: whether stdout comes back.
+    :ivar stderr: whether stderr comes back.
+    """
+
+    cmd: str
+    args: tuple[str, ...] = field(default=(), converter=tuple)
+    env: tuple[str, ...] = field(default=(), converter=tuple)
+    uid: int = 0
+    gid: int = 0
+    cwd: str = ""
+    shell: str = "/bin/bash"
+    umask: int | None = None
+    stdin: bool = False
+    stdout: bool = True
+    stderr: bool = True
+
+
+class IExecSink(Interface):
+    """
+    Receives what happens to one exec, in order.  Exactly one of
+    :meth:`exited`, :meth:`failed` or :meth:`lost` ends it.
+    """
+
+    def started(pid: int) -> None:
+        """The process runs with ``pid`` (in the guest)."""
+
+    def output(name: str, data: bytes) -> None:
+        """The process wrote ``data`` on ``name`` (``stdout`` or ``stderr``)."""
+
+    def exited(exit_code: int, signal: str | None) -> None:
+        """The process ended; ``signal`` names the one that killed it, if any."""
+
+    def failed(message: str, exit_code: int) -> None:
+        """The process could not be started (127: not found, 126: otherwise)."""
+
+    def lost(error: AgentError) -> None:
+        """
+        The exec ended without a last record: the guest refused the request
+        before starting anything (kind ``REJECTED``: a bad ``cwd`` ...), the
+        stream was reset, the agent went away.
+        """
+
+
+class IExecProcess(IPushProducer):
+    """
+    A running exec, as the caller sees it.  As an ``IPushProducer`` it
+    controls the *output*: pausing it withholds credit from the guest, which
+    stops reading the process's pipes, which blocks the process;
+    ``stopProducing`` kills it.
+    """
+
+    def write_stdin(data: bytes) -> None:
+        """Send ``data`` to the process's stdin (buffered until the guest takes it)."""
+
+    def close_stdin() -> None:
+        """EOF on stdin, after what was written."""
+
+    def register_stdin_producer(producer: IPushProducer) -> None:
+        """Pause ``producer`` while the guest does not take stdin."""
+
+    def unregister_stdin_producer() -> None:
+        """Forget the stdin producer."""
+
+    def kill() -> None:
+        """The guest kills the process group (SIGTERM, then SIGKILL)."""
+
+
+@frozen
+class UploadRequest:
+    """
+    One copy into the guest.
+
+    :ivar path: the guest path (absolute or ``~``/``~/...``).
+    :ivar mode: ``binary`` (the body is the file) or ``tar``.
+    :ivar uid: owner, ``None`` for the default (the replaced file's, else root).
+    :ivar gid: group, ``None`` for the default.
+    :ivar permissions: the file's mode (binary) or ``path``'s (tar), or ``None``.
+    """
+
+    path: str
+    mode: str = "binary"
+    uid: int | None = None
+    gid: int | None = None
+    permissions: int | None = None
+
+
+@frozen
+class UploadResult:
+    """
+    What the guest wrote.
+
+    :ivar path: the file or directory written (``~`` expanded).
+    :ivar size: body bytes received.
+    :ivar entries: tar entries extracted (``None`` for binary).
+    """
+
+    path: str
+    size: int
+    entries: int | None = None
+
+
+class IUpload(Interface):
+    """
+    A copy into the guest in progress: write the body, end it, await
+    :attr:`result` (which may fail before the body was all sent).
+    """
+
+    result = Attribute("A Deferred firing with the UploadResult, or failing with an AgentError.")
+
+    def write(data: bytes) -> None:
+        """Send body bytes (buffered until the guest takes them)."""
+
+    def register_producer(producer: IPushProducer) -> None:
+        """Pause ``producer`` while the guest does not take more."""
+
+    def unregister_producer() -> None:
+        """Forget the producer."""
+
+    def end() -> None:
+        """The body is complete: the guest may commit it."""
+
+    def abort() -> None:
+        """Give up: the guest removes what it was writing."""
+
+
+@frozen
+class DownloadRequest:
+    """
+    One copy out of the guest.
+
+    :ivar path: the guest path.
+    :ivar mode: ``binary`` (a file's bytes) or ``tar``.
+    """
+
+    path: str
+    mode: str = "binary"
+
+
+@frozen
+class DownloadHead:
+    """
+    What the guest says before the content.
+
+    :ivar type: ``file`` or ``directory`` (the source, not the stream's format).
+    :ivar name: the source's base name.
+    :ivar mode: the source's permission bits.
+    :ivar size: bytes that follow for a non-empty binary file, else ``None``.
+    """
+
+    type: str
+    name: str
+    mode: int
+    size: int | None
+
+
+class IDownload(IPushProducer):
+    """
+    A copy out of the guest in progress, and the push producer of its content:
+    pausing it withholds credit from the guest, which stops its reads.
+    """
+
+    head = Attribute("A Deferred firing with the DownloadHead, or failing with an AgentError.")
+    done = Attribute(
+        "A Deferred firing once all content was delivered, or failing with an AgentError of kind INTERRUPTED."
+    )
+
+    def deliver_to(write: Callable[[bytes], None]) -> None:
+        """Send the content to ``write`` from now on (what arrived already first)."""
+
+    def abort() -> None:
+        """Stop the copy (the guest stops); :attr:`done` is left unfired."""
+
+
+@frozen
+class FsEntry:
+    """
+    One file-system entry as the guest saw it (``lstat``: a symlink is itself).
+
+    :ivar name: the base name (``/`` for the root); bytes that are not UTF-8
+        arrive as U+FFFD.
+    :ivar type: ``file``, ``directory``, ``symlink``, ``char_device``,
+        ``block_device``, ``fifo``, ``socket`` or ``other``.
+    :ivar size: ``st_size`` in bytes.
+    :ivar mtime_ns: modification time, integer nanoseconds since the Unix epoch.
+    :ivar mode: permission bits including setuid, setgid and sticky.
+    """
+
+    name: str
+    type: str
+    size: int
+    mtime_ns: int
+    mode: int
+
+
+class IGuest(Interface):
+    """
+    The operations of one guest.  Each fails with an
+    :class:`~vmservice.errors.AgentError` (kind ``UNAVAILABLE`` when the agent
+    is not connected); none waits for a connection.
+    """
+
+    async def health() -> AgentHealth:
+        """Ask the agent how it is."""
+
+    async def set_clock(unix_ns: int) -> int:
+        """Set the guest's wall clock; fires with the guest's time just before."""
+
+    def exec(request: ExecRequest, sink: IExecSink) -> IExecProcess:
+        """Start ``request``; what happens to it goes to ``sink``."""
+
+    def upload(request: UploadRequest) -> IUpload:
+        """Start a copy into the guest."""
+
+    def download(request: DownloadRequest) -> IDownload:
+        """Start a copy out of the guest."""
+
+    async def stat(path: str) -> FsEntry:
+        """Describe ``path`` itself (a symlink is not followed)."""
+
+    async def readdir(path: str) -> list[FsEntry]:
+        """The entries of directory ``path``, sorted by name."""
+
+    async def mkdir(path: str, recursive: bool, mode: int) -> FsEntry:
+        """Make directory ``path`` (with ``recursive``, its parents; an existing one is fine)."""
+
+    async def remove(path: str, recursive: bool) -> FsEntry:
+        """Remove a file, symlink or empty directory (with ``recursive``, a tree); fires with what it was."""
+
+
+class IGuestConnection(IGuest):
+    """A guest's agent connection, as the fleet runs it."""
+
+    connected = Attribute("Whether the agent answers now (its HELLO acknowledged this connection).")
+
+    def start() -> None:
+        """Begin connecting, and reconnecting whenever the connection drops."""
+
+    def stop() -> Deferred[None]:
+        """Stop reconnecting and drop the connection; fires once it is closed."""
+
+    def when_ready() -> Deferred[None]:
+        """Fire as soon as the agent answers (at once if it does); cancel to stop waiting."""
+
+
+__all__ = [
+    "AgentHealth",
+    "DownloadHead",
+    "DownloadRequest",
+    "ExecRequest",
+    "FsEntry",
+    "IDownload",
+    "IExecProcess",
+    "IExecSink",
+    "IGuest",
+    "IGuestConnection",
+    "IUpload",
+    "UploadRequest",
+    "UploadResult",
+]

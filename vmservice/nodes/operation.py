@@ -1,0 +1,112 @@
+# -*- test-case-name: tests.nodes.test_lifecycle -*-
+"""
+The frame of every lifecycle operation: take the node once the start-up
+recovery is done with it, decide with :mod:`.transitions`' table, hold other
+operations off while it runs, drive the hypervisor, wait for the guest.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator, TypeVar
+
+from attrs import frozen
+from twisted.internet.defer import Deferred
+
+from ..errors import Conflict, Internal, NotSupported, WaitTimeout
+from ..hypervisors.base import HypervisorError, IMachine
+from .model import Wait
+from .parts import FleetParts
+from .readiness import NotReady, wait_for_agent
+from .registry import Registry
+from .runtime import NodeRuntime
+from .transitions import Op, Outcome, check
+
+_T = TypeVar("_T")
+
+
+@frozen
+class Done:
+    """
+    What a lifecycle operation did (the API words it).
+
+    :ivar operation: which operation.
+    :ivar hostname: on which node.
+    :ivar changed: ``False`` when the node already was as asked (a repeated call).
+    """
+
+    operation: Op
+    hostname: str
+    changed: bool = True
+
+
+async def settled(registry: Registry, hostname: str) -> NodeRuntime:
+    """
+    The node ``hostname`` once the start-up recovery is done with it: an
+    operation asked right after the daemon started waits for the recovery
+    instead of answering 409 ``busy``.
+
+    :raise NotFound: there is no such node (or the recovery removed it).
+    """
+    node = registry.find(hostname)
+    await node.settled()
+    return registry.find(hostname)
+
+
+@contextmanager
+def running(node: NodeRuntime, op: Op) -> Iterator[Outcome]:
+    """
+    Run ``op`` on ``node``, one operation at a time per node; yields the
+    table's outcome (:func:`.transitions.check`).
+
+    :raise Conflict: another operation runs (``busy``) or the table says no.
+    """
+    node.phase.begin(op.value)
+    try:
+        yield check(op, node.hostname, node.record.status)
+    finally:
+        node.phase.finish()
+
+
+async def drive(what: str, hostname: str, action: "Deferred[_T]", machine: IMachine | None = None) -> _T:
+    """
+    Wait for a driver action; its failure becomes a 500 that says what
+    failed, or a 409 ``not_running`` when the VM ended meanwhile.
+    """
+    try:
+        return await action
+    except HypervisorError as error:
+        if machine is not None and machine.ended.called:
+            raise Conflict(f"node {hostname!r} is not running (its VM ended)", code="not_running") from error
+        raise Internal(f"{what} of node {hostname!r} failed: {error}", code=f"{what}_failed") from error
+
+
+async def suspendable(parts: FleetParts) -> None:
+    """
+    :raise NotSupported: the hypervisor driver cannot suspend VMs to disk (501).
+    """
+    driver = await parts.driver.get()
+    if not driver.capabilities.can_suspend:
+        raise NotSupported(f"{driver.description} cannot suspend VMs to disk", code="not_supported")
+
+
+async def wait_after(parts: FleetParts, node: NodeRuntime, wait: Wait, timeout: float) -> None:
+    """
+    ``wait=agent`` of restore and relaunch: the node stays up when the wait fails.
+
+    :raise WaitTimeout: the agent did not answer within ``timeout`` seconds.
+    :raise Internal: (``boot_failed``) its VM ended first.
+    """
+    if wait is not Wait.AGENT or node.machine is None or node.agent is None:
+        return
+    try:
+        await wait_for_agent(parts.clock, node.machine, node.agent, timeout)
+    except NotReady as error:
+        if error.ended is None:
+            raise WaitTimeout(
+                f"the agent of node {node.hostname!r} did not answer within {timeout:g} s"
+            ) from None
+        raise Internal(f"node {node.hostname!r} failed to start: {error}", code="boot_failed") from None
+
+
+__all__ = ["Done", "drive", "running", "settled", "suspendable", "wait_after"]

@@ -1,0 +1,117 @@
+# -*- test-case-name: tests.nodes.test_fleet -*-
+"""
+What the node layer is built from: the collaborators every part of it uses,
+handed over as one frozen record instead of a long argument list.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Protocol, TypeVar
+
+from attrs import field, frozen
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+
+from ..config import Config, HostGroupConfig
+from ..errors import Internal, NotFound
+from ..hypervisors.base import IHypervisor
+from ..images.store import Image, ImageNotFound
+from ..observer import OneShotObserver
+from ..storage.interfaces import IDisks
+from .addressing import Addressing
+from .guest import IGuestConnection
+from .store import NodeStore
+
+_T = TypeVar("_T")
+
+
+class Blocking(Protocol):
+    """Runs a blocking call (a file read) off the reactor; fires with its result."""
+
+    def __call__(self, call: Callable[[], _T]) -> Deferred[_T]: ...
+
+
+class DriverChoice:
+    """
+    The hypervisor driver, decided once (the KVM probe takes seconds) and
+    handed to everyone who asks, each with a Deferred of their own.
+
+    :param decide: starts the decision; fires with the driver.
+    """
+
+    def __init__(self, decide: Callable[[], Deferred[IHypervisor]]) -> None:
+        self._decide = decide
+        self._decided: OneShotObserver[IHypervisor] | None = None
+
+    def get(self) -> Deferred[IHypervisor]:
+        """The driver, once it is decided."""
+        if self._decided is None:
+            decided: OneShotObserver[IHypervisor] = OneShotObserver()
+            self._decided = decided
+            self._decide().addCallbacks(decided.fire, decided.error)
+        return self._decided.when_fired()
+
+
+def _no_boots(group: str, seconds: float) -> None:
+    """Boot durations go nowhere."""
+
+
+@frozen
+class FleetParts:
+    """
+    The collaborators of the node layer.
+
+    :ivar clock: times boots, waits and timeouts.
+    :ivar config: the loaded configuration.
+    :ivar store: where node records live.
+    :ivar driver: the hypervisor driver, once decided.
+    :ivar images: resolves an image name to an :class:`Image`.
+    :ivar disks: creates and removes node disks.
+    :ivar agents: makes the agent connection of a node from its socket path.
+    :ivar addressing: addresses and the host side of VM networks.
+    :ivar blocking: runs a blocking call off the reactor (console reads).
+    :ivar on_boot: called with ``(group, seconds)`` when a node's agent first
+        answers after a boot, for the boot-duration metric.
+    :ivar stop_grace: seconds a graceful stop waits before it kills.
+    :ivar wall_clock: the time in nanoseconds since the epoch, given to
+        guests whose clock stood still (resume, restore).
+    """
+
+    clock: IReactorTime
+    config: Config
+    store: NodeStore
+    driver: DriverChoice
+    images: Callable[[str], Image]
+    disks: IDisks
+    agents: Callable[[str], IGuestConnection]
+    addressing: Addressing
+    blocking: Blocking
+    on_boot: Callable[[str, float], None] = field(default=_no_boots)
+    stop_grace: float = 10.0
+    wall_clock: Callable[[], int] = field(default=time.time_ns)
+
+    def group(self, name: str) -> HostGroupConfig:
+        """
+        The host group ``name``.
+
+        :raise NotFound: (``hostgroup_not_found``) there is none.
+        """
+        group = self.config.group(name)
+        if group is None:
+            raise NotFound(f"host group {name!r} not found", code="hostgroup_not_found")
+        return group
+
+    def image(self, group: HostGroupConfig) -> Image:
+        """
+        The image of ``group``'s nodes.
+
+        :raise Internal: (``image_not_found``) it is not built.
+        """
+        try:
+            return self.images(group.image)
+        except ImageNotFound as error:
+            raise Internal(str(error), code="image_not_found") from error
+
+
+__all__ = ["Blocking", "DriverChoice", "FleetParts"]

@@ -1,0 +1,123 @@
+# -*- test-case-name: tests.nodes.test_paths -*-
+"""
+Where a node's files live, and the machine spec built from them.
+
+Everything of node ``h`` is in ``<state_dir>/nodes/h/``: its record
+(``node.json``, see :mod:`.store`), its disk, console and QEMU logs, the
+agent's and QMP's UNIX sockets and, while it is suspended, its snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+
+from attrs import frozen
+
+from ..errors import Internal
+from ..hypervisors.base import MachineSpec, NetSpec
+from .model import NodeRecord
+
+#: UNIX socket paths must fit in sun_path (108 bytes with the NUL).
+MAX_SOCKET_PATH = 107
+
+
+@frozen
+class NodePaths:
+    """
+    The files of one node.
+
+    :ivar directory: the node's directory.
+    :ivar disk: its qcow2 root disk.
+    :ivar console: the serial console's log.
+    :ivar qemu_log: what QEMU writes on stderr.
+    :ivar agent: the agent channel's UNIX socket.
+    :ivar qmp: the QMP monitor's UNIX socket.
+    :ivar state: its snapshot (memory and device state) while suspended.
+    """
+
+    directory: str
+    disk: str
+    console: str
+    qemu_log: str
+    agent: str
+    qmp: str
+    state: str
+
+    @property
+    def partial_state(self) -> str:
+        """Where a snapshot is written until it is complete."""
+        return self.state + ".partial"
+
+    def has_snapshot(self) -> bool:
+        """Whether a complete snapshot is there."""
+        return os.path.exists(self.state)
+
+    def discard_snapshot(self) -> None:
+        """Remove the snapshot (and any partial one); a missing one is fine."""
+        for path in (self.state, self.partial_state):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def discard_partial_snapshot(self) -> None:
+        """Remove a snapshot that was not completed; a missing one is fine."""
+        try:
+            os.unlink(self.partial_state)
+        except FileNotFoundError:
+            pass
+
+    @classmethod
+    def of(cls, directory: str) -> "NodePaths":
+        """
+        The files of the node whose directory is ``directory``.
+
+        :raise Internal: the socket paths would not fit in a UNIX socket
+            address (the state directory's path is too long).
+        """
+        paths = cls(
+            directory=directory,
+            disk=os.path.join(directory, "disk.qcow2"),
+            console=os.path.join(directory, "console.log"),
+            qemu_log=os.path.join(directory, "qemu.log"),
+            agent=os.path.join(directory, "agent.sock"),
+            qmp=os.path.join(directory, "qmp.sock"),
+            state=os.path.join(directory, "state.bin"),
+        )
+        if max(len(paths.agent), len(paths.qmp)) > MAX_SOCKET_PATH:
+            state_dir = os.path.dirname(os.path.dirname(directory))
+            raise Internal(
+                f"state_dir {state_dir!r} is too long for UNIX socket paths", code="state_dir_too_long"
+            )
+        return paths
+
+    def spec(
+        self,
+        record: NodeRecord,
+        kernel: str,
+        initrd: str,
+        incoming: str | None = None,
+        net: NetSpec | None = None,
+    ) -> MachineSpec:
+        """
+        The machine spec of ``record``'s VM.
+
+        :param incoming: a snapshot to start from instead of booting.
+        :param net: its network interface, if its group has a network.
+        """
+        return MachineSpec(
+            name=record.hostname,
+            vcpus=record.cpus,
+            ram_bytes=record.ram_bytes,
+            kernel=kernel,
+            initrd=initrd,
+            disk=self.disk,
+            agent_socket=self.agent,
+            qmp_socket=self.qmp,
+            console_log=self.console,
+            incoming=incoming,
+            net=net,
+        )
+
+
+__all__ = ["MAX_SOCKET_PATH", "NodePaths"]

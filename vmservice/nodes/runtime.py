@@ -1,0 +1,185 @@
+# -*- test-case-name: tests.nodes.test_fleet,tests.nodes.test_lifecycle -*-
+"""
+A node at run time: its record, its VM, its agent connection and its phase,
+and the one way all of them are started and ended.
+
+:class:`NodeRuntime` owns the node's VM (:attr:`~NodeRuntime.machine`) and
+agent connection; the end of a VM it no longer owns (an operation took it,
+or it was replaced) is not the node's news.  :meth:`~NodeRuntime.release`
+is the one teardown path: agent connection, VM, network, in that order;
+what becomes of the record afterwards (kept ``Stopped``, ``Suspended``, or
+removed with :meth:`~NodeRuntime.forget`) is the caller's decision.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from attrs import evolve
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from ..errors import Internal
+from ..hypervisors.base import HypervisorError, IMachine, MachineExit, NetSpec, describe_exit
+from ..observer import OneShotObserver
+from .guest import IGuestConnection
+from .model import NodeRecord, Status
+from .parts import FleetParts
+from .paths import NodePaths
+from .phase import NodePhase, node_phase
+
+log = Logger()
+
+
+def _kill(machine: IMachine) -> Deferred[MachineExit]:
+    return machine.kill()
+
+
+class NodeRuntime:
+    """
+    One node of this daemon.
+
+    :param record: its record as loaded or made.
+    :param parts: the node layer's collaborators.
+    :param forgotten: called with this node once it is forgotten (the
+        registry drops it).
+    :ivar machine: its VM while it runs and is this node's.
+    :ivar agent: its agent connection while its VM runs.
+    :ivar phase: what the daemon is doing with it (see :mod:`.phase`).
+    :ivar paths: its files.
+    """
+
+    def __init__(
+        self, record: NodeRecord, parts: FleetParts, forgotten: Callable[["NodeRuntime"], None]
+    ) -> None:
+        self.record = record
+        self._parts = parts
+        self._forgotten = forgotten
+        self.paths = NodePaths.of(parts.store.node_dir(record.hostname))
+        self.machine: IMachine | None = None
+        self.agent: IGuestConnection | None = None
+        self.phase: NodePhase = node_phase(record.hostname)
+        self._up: OneShotObserver[None] = OneShotObserver()
+        self._boot_started: float | None = None
+
+    @property
+    def hostname(self) -> str:
+        """The node's hostname."""
+        return self.record.hostname
+
+    def started(self) -> None:
+        """Its creation or its start-up recovery is done: operations may act on it."""
+        self.phase.started()
+        self._up.fire(None)
+
+    def settled(self) -> Deferred[None]:
+        """Fires once the node has :meth:`started` (at once when it has)."""
+        return self._up.when_fired()
+
+    def set(self, status: Status, **changes: Any) -> None:
+        """Give the node a new status (and other changes), written to its file unless it is being removed."""
+        self.record = evolve(self.record, status=status, **changes)
+        if self.phase.persists():
+            self._parts.store.save(self.record)
+
+    async def spawn(self, kernel: str, initrd: str, net: NetSpec | None, incoming: str | None = None) -> IMachine:
+        """
+        Start the node's VM (its disk exists); the caller records the new
+        status.  A boot (not a restore from ``incoming``) is timed for the
+        boot metric.
+
+        :raise Internal: (``boot_failed``) the VM could not be started.
+        """
+        driver = await self._parts.driver.get()
+        spec = self.paths.spec(self.record, kernel, initrd, incoming, net)
+        self._boot_started = None if incoming else self._parts.clock.seconds()
+        try:
+            machine = await driver.start(spec, self.paths.qemu_log)
+        except HypervisorError as error:
+            raise Internal(f"cannot start the VM of node {self.hostname!r}: {error}", code="boot_failed") from error
+        self.own(machine)
+        self.record = evolve(self.record, pid=machine.pid, kernel=kernel, initrd=initrd)
+        return machine
+
+    def own(self, machine: IMachine) -> None:
+        """Make ``machine`` this node's VM: its end is the node's news from now on."""
+        self.machine = machine
+        machine.ended.addCallback(self._vm_ended, machine)
+
+    def connect_agent(self) -> IGuestConnection:
+        """Start connecting to the agent of the node's VM."""
+        agent = self._parts.agents(self.paths.agent)
+        self.agent = agent
+        agent.start()
+        agent.when_ready().addCallbacks(self._first_ready, lambda failure: None)
+        return agent
+
+    def _first_ready(self, _: object) -> None:
+        started, self._boot_started = self._boot_started, None
+        if started is not None and self.phase.persists():
+            self._parts.on_boot(self.record.hostgroup, self._parts.clock.seconds() - started)
+
+    def take_machine(self) -> IMachine | None:
+        """Take the VM from the node: whatever it does from now on is the taker's business."""
+        machine, self.machine = self.machine, None
+        return machine
+
+    async def release(
+        self, end: Callable[[IMachine], Deferred[MachineExit]] = _kill, machine: IMachine | None = None
+    ) -> None:
+        """
+        End everything that runs for the node: its agent connection, its VM
+        (the node's own, or ``machine``, one an operation took) and its
+        network on the host.
+
+        :param end: how the VM ends; killed by default.
+        """
+        agent, self.agent = self.agent, None
+        machine = machine if machine is not None else self.take_machine()
+        if agent is not None:
+            await agent.stop()
+        if machine is not None:
+            await end(machine)
+        await self._parts.addressing.detach(self.record)
+
+    async def remove(self) -> bool:
+        """
+        Undo everything of the node, whatever it was doing: let it go, end what
+        runs for it, forget it.
+
+        :return: whether the disk was removed.
+        """
+        self.phase.abandon()
+        await self.release()
+        return self.forget()
+
+    def forget(self) -> bool:
+        """
+        Forget the node and delete its files (its VM is gone): disk, snapshot,
+        sockets, record.
+
+        :return: whether the disk was removed.
+        """
+        self.phase.abandon()
+        self._forgotten(self)
+        disk_removed = self._parts.disks.remove(self.paths.disk)
+        self._parts.store.remove(self.hostname)
+        return disk_removed
+
+    def _vm_ended(self, ended: MachineExit, machine: IMachine) -> None:
+        if machine is not self.machine or not self.phase.vm_end_is_news():
+            return
+        log.info("node {hostname} stopped on its own: {how}", hostname=self.hostname, how=describe_exit(ended))
+        self.machine = None
+        if self.record.persistent:
+            self.set(Status.STOPPED, pid=None)
+        else:
+            self.forget()
+        Deferred.fromCoroutine(self.release()).addErrback(self._release_failed)
+
+    def _release_failed(self, failure: Failure) -> None:
+        log.failure("cleaning up after node {hostname}", failure, hostname=self.hostname)
+
+
+__all__ = ["NodeRuntime"]

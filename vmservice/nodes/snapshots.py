@@ -1,0 +1,112 @@
+# -*- test-case-name: tests.nodes.test_lifecycle -*-
+"""
+Suspend to disk and restore: a node's memory and device state saved to its
+snapshot file (its VM then ends and its memory is released), and a VM started
+from that file, which continues where the guest was.
+
+The snapshot is written as ``state.bin.partial`` and committed (flushed,
+renamed) only when complete, so a crash never leaves a snapshot that looks
+whole but is not (:mod:`.recovery` relies on it).
+"""
+
+from __future__ import annotations
+
+from twisted.logger import Logger
+
+from ..durable import commit
+from ..errors import Conflict
+from ..hypervisors.base import IMachine
+from .model import Status, Wait
+from .operation import Done, drive, running, settled, suspendable, wait_after
+from .parts import FleetParts
+from .readiness import sync_clock
+from .registry import Registry
+from .runtime import NodeRuntime
+from .transitions import Op, Outcome
+
+log = Logger()
+
+
+class Snapshots:
+    """
+    :param registry: the nodes.
+    :param parts: the node layer's collaborators.
+    """
+
+    def __init__(self, registry: Registry, parts: FleetParts) -> None:
+        self._registry = registry
+        self._parts = parts
+
+    async def suspend(self, hostname: str) -> Done:
+        """
+        Save a running (or paused) node's memory and device state to its
+        snapshot file, then end its VM, which releases its memory.
+        """
+        node = await settled(self._registry, hostname)
+        await suspendable(self._parts)
+        with running(node, Op.SUSPEND) as outcome:
+            if outcome is Outcome.DONE:
+                return Done(Op.SUSPEND, hostname, changed=False)
+            machine = node.machine
+            assert machine is not None
+            await self._save(node, machine)
+            node.take_machine()
+            await node.release(machine=machine)
+            node.set(Status.SUSPENDED, pid=None)
+        log.info("suspended node {hostname}", hostname=hostname)
+        return Done(Op.SUSPEND, hostname)
+
+    async def _save(self, node: NodeRuntime, machine: IMachine) -> None:
+        """Write and commit the snapshot; on failure the VM carries on as it was."""
+        paths = node.paths
+        before = node.record.status
+        node.set(Status.SUSPENDING)
+        try:
+            await drive("suspend", node.hostname, machine.save_state(paths.partial_state), machine)
+            commit(paths.partial_state, paths.state)
+        except BaseException:
+            paths.discard_partial_snapshot()
+            if node.machine is machine:
+                if before == Status.RUNNING:
+                    try:
+                        await machine.resume()
+                    except Exception:
+                        log.failure("resuming node {hostname} after a failed suspend", hostname=node.hostname)
+                node.set(before)
+            raise
+
+    async def restore(self, hostname: str, wait: Wait, timeout: float) -> Done:
+        """
+        Start a suspended node's VM from its snapshot: the guest continues
+        where it was (its clock is then set).  The snapshot is deleted once
+        the VM runs, since the disk moves on from that point.
+        """
+        node = await settled(self._registry, hostname)
+        await suspendable(self._parts)
+        with running(node, Op.RESTORE):
+            if not node.paths.has_snapshot():
+                raise Conflict(f"node {hostname!r} has no snapshot to restore", code="no_snapshot")
+            kernel, initrd = node.record.kernel, node.record.initrd
+            if not kernel:
+                image = self._parts.image(self._parts.group(node.record.hostgroup))
+                kernel, initrd = image.kernel.path, image.initrd.path
+            node.set(Status.RESTORING)
+            try:
+                net = await self._parts.addressing.attach(node.record)
+                machine = await node.spawn(kernel, initrd, net, incoming=node.paths.state)
+                await drive("restore", hostname, machine.finish_incoming())
+                await drive("restore", hostname, machine.resume())
+            except BaseException:
+                await node.release()
+                node.set(Status.SUSPENDED, pid=None)
+                raise
+            node.set(Status.RUNNING)
+            node.paths.discard_snapshot()
+            agent = node.connect_agent()
+            sync_clock(hostname, agent, self._parts.wall_clock)
+        log.info("restored node {hostname}", hostname=hostname)
+        await wait_after(self._parts, node, wait, timeout)
+        return Done(Op.RESTORE, hostname)
+
+
+__all__ = ["Snapshots"]
