@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_client -*-
+# -*- test-case-name: tests.test_client,tests.test_duplex,tests.integration.test_client -*-
 """
 The Python client of the vmservice HTTP API, built on treq.
 
@@ -19,7 +19,7 @@ Operations whose data can be large stream it both ways instead of holding it:
 - :meth:`Client.exec` hands each NDJSON record to a callback as it arrives
   (read with :func:`treq.collect`); with ``stdin`` the request body streams
   from an ``IBodyProducer`` or a file while the output comes back (full
-  duplex, see :class:`_DuplexPool`);
+  duplex, see :mod:`vmservice._duplex`);
 - :meth:`Client.upload` streams a file, a pipe (chunked) or a producer;
   :meth:`Client.download` hands each chunk to a ``write`` callback.
 """
@@ -31,7 +31,7 @@ import binascii
 import json
 import os
 import stat
-from typing import IO, Any, Callable, Iterable, Mapping, Sequence
+from typing import IO, Any, Callable, Iterable, Mapping, Sequence, TypeVar
 from urllib.parse import quote
 
 import treq
@@ -41,16 +41,30 @@ from twisted.internet import abstract, fdesc
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import UNIXClientEndpoint
 from twisted.internet.error import ConnectError, ConnectionDone, DNSLookupError
-from twisted.internet.interfaces import IConsumer
+from twisted.internet.interfaces import (
+    IConsumer,
+    IReactorFDSet,
+    IReactorPluggableNameResolver,
+    IReactorTCP,
+    IReactorTime,
+    IReactorUNIX,
+)
 from twisted.internet.task import Cooperator
 from twisted.python.failure import Failure
-from twisted.web._newclient import HTTP11ClientProtocol
-from twisted.web.client import Agent, FileBodyProducer, HTTPConnectionPool, _HTTP11ClientFactory
+from twisted.web.client import (
+    URI,
+    Agent,
+    FileBodyProducer,
+    HTTPConnectionPool,
+    RequestTransmissionFailed,
+    ResponseFailed,
+)
 from twisted.web.http import RESPONSES
 from twisted.web.iweb import UNKNOWN_LENGTH, IAgentEndpointFactory, IBodyProducer, IResponse
 from zope.interface import implementer
 
 from . import __version__
+from ._duplex import DuplexBody, DuplexPool
 
 __all__ = [
     "ApiError",
@@ -62,6 +76,8 @@ __all__ = [
     "ExecRecord",
     "ExecResult",
     "FdBodyProducer",
+    "IBodyReactor",
+    "IClientReactor",
     "NdjsonDecoder",
     "body_producer",
     "decode_exec_record",
@@ -78,6 +94,29 @@ _SOCKET_BASE = "http://localhost"
 _USER_AGENT = f"vmservice-client/{__version__}".encode("ascii")
 
 _Params = Mapping[str, "str | int | bool | Sequence[str] | None"]
+
+_T = TypeVar("_T")
+
+
+class IBodyReactor(IReactorTime, IReactorFDSet):
+    """
+    What :func:`body_producer` needs of its reactor: ``IReactorTime`` to read a
+    file in chunks, ``IReactorFDSet`` to read a pipe as data arrives.
+
+    Every reactor Twisted installs provides both; this interface only names
+    the pair for the type checker (no reactor declares it).
+    """
+
+
+class IClientReactor(IBodyReactor, IReactorTCP, IReactorUNIX, IReactorPluggableNameResolver):
+    """
+    What a :class:`Client` needs of its reactor: connections over TCP (with
+    host names resolved) or a UNIX socket, timers, and request bodies read
+    from files and pipes (see :class:`IBodyReactor`).
+
+    Every reactor Twisted installs provides all of these; this interface only
+    names them together for the type checker (no reactor declares it).
+    """
 
 
 class ApiError(Exception):
@@ -216,7 +255,8 @@ class Download:
     content_type: str | None
 
 
-def _payload(value: Any, encoding: Any) -> bytes:
+def _payload(value: object, encoding: object) -> bytes:
+    """The bytes of a record's payload: base64 decoded, or text as UTF-8; ``b""`` when there is none."""
     if not isinstance(value, str):
         return b""
     if encoding == "base64":
@@ -227,7 +267,8 @@ def _payload(value: Any, encoding: Any) -> bytes:
     return value.encode("utf-8", "surrogatepass")
 
 
-def _optional(value: Any, kind: type) -> Any:
+def _optional(value: object, kind: type[_T]) -> _T | None:
+    """``value`` when it is a ``kind`` (a bool is no int here), else ``None``."""
     return value if isinstance(value, kind) and not (kind is int and isinstance(value, bool)) else None
 
 
@@ -313,7 +354,9 @@ class NdjsonDecoder:
 class _FdReader(abstract.FileDescriptor):
     """Reads a non-blocking file descriptor when the reactor says it is readable."""
 
-    def __init__(self, reactor: Any, fd: int, received: Callable[[bytes], None], ended: Callable[[Failure], None]) -> None:
+    def __init__(
+        self, reactor: IReactorFDSet, fd: int, received: Callable[[bytes], None], ended: Callable[[Failure], None]
+    ) -> None:
         super().__init__(reactor)
         self._fd = fd
         self._received = received
@@ -322,8 +365,10 @@ class _FdReader(abstract.FileDescriptor):
     def fileno(self) -> int:
         return self._fd
 
-    def doRead(self) -> Any:
-        return fdesc.readFromFD(self._fd, self._received)
+    def doRead(self) -> Exception | None:
+        """Read what is there; the connection's end (an exception) when the descriptor is done."""
+        ended: Exception | None = fdesc.readFromFD(self._fd, self._received)
+        return ended
 
     def connectionLost(self, reason: Failure) -> None:
         abstract.FileDescriptor.connectionLost(self, reason)
@@ -351,13 +396,13 @@ class FdBodyProducer:
 
     length = UNKNOWN_LENGTH
 
-    def __init__(self, reactor: Any, fd: int) -> None:
+    def __init__(self, reactor: IReactorFDSet, fd: int) -> None:
         self._reactor = reactor
         self._fd = fd
         self._flags: int | None = None
         self._consumer: IConsumer | None = None
         self._done: Deferred[None] = Deferred()
-        self._reader = _FdReader(reactor, fd, self._received, self._ended)
+        self._reader: abstract.FileDescriptor = _FdReader(reactor, fd, self._received, self._ended)
         self._stopped = False
 
     def startProducing(self, consumer: IConsumer) -> Deferred[None]:
@@ -418,13 +463,14 @@ class FdBodyProducer:
         self._restore()
 
 
-def body_producer(reactor: Any, source: IO[bytes]) -> IBodyProducer:
+def body_producer(reactor: IBodyReactor, source: IO[bytes]) -> IBodyProducer:
     """
     A streaming request body read from ``source``: a regular file (or an
     in-memory one) is read in chunks with its length known; a pipe, socket
     or terminal by :class:`FdBodyProducer` (chunked, as data arrives).
 
     :param reactor: an ``IReactorTime`` and ``IReactorFDSet`` provider.
+    :param source: the file, pipe, socket or terminal to read.
     """
     try:
         fd = source.fileno()
@@ -436,66 +482,6 @@ def body_producer(reactor: Any, source: IO[bytes]) -> IBodyProducer:
     cooperator = Cooperator(scheduler=lambda work: reactor.callLater(0, work))
     producer: IBodyProducer = FileBodyProducer(source, cooperator=cooperator)
     return producer
-
-
-@implementer(IBodyProducer)
-class _DuplexBody:
-    """
-    A request body that learns when the response's headers arrive, even
-    while it is still being sent.
-
-    Twisted's HTTP client answers a request only once its body has been
-    written entirely; an exec whose stdin is still streaming would have its
-    output held in memory until then.  :class:`_DuplexProtocol` tells
-    :attr:`response` as soon as the headers are parsed, so output is read
-    while stdin still flows.
-    """
-
-    def __init__(self, inner: IBodyProducer) -> None:
-        self._inner = inner
-        self.length = inner.length
-        self.response: Deferred[IResponse] = Deferred()
-
-    def startProducing(self, consumer: IConsumer) -> Deferred[None]:
-        return self._inner.startProducing(consumer)
-
-    def pauseProducing(self) -> None:
-        self._inner.pauseProducing()
-
-    def resumeProducing(self) -> None:
-        self._inner.resumeProducing()
-
-    def stopProducing(self) -> None:
-        self._inner.stopProducing()
-
-
-class _DuplexProtocol(HTTP11ClientProtocol):
-    """An HTTP/1.1 client connection that reports early responses to a :class:`_DuplexBody`."""
-
-    def request(self, request: Any) -> Deferred[IResponse]:
-        finished: Deferred[IResponse] = super().request(request)
-        body = getattr(request, "bodyProducer", None)
-        parsed = getattr(self, "_responseDeferred", None)
-        if isinstance(body, _DuplexBody) and isinstance(parsed, Deferred):
-
-            def tell(response: IResponse) -> IResponse:
-                if not body.response.called:
-                    body.response.callback(response)
-                return response
-
-            parsed.addCallback(tell)
-        return finished
-
-
-class _DuplexFactory(_HTTP11ClientFactory):
-    def buildProtocol(self, addr: Any) -> HTTP11ClientProtocol:
-        return _DuplexProtocol(self._quiescentCallback)
-
-
-class _DuplexPool(HTTPConnectionPool):
-    """A connection pool whose connections are :class:`_DuplexProtocol`."""
-
-    _factory = _DuplexFactory
 
 
 def is_unix_socket(url: str) -> bool:
@@ -538,7 +524,7 @@ def _params(params: _Params | None) -> list[tuple[str, str]]:
     return pairs
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     """A query value: booleans as ``true``/``false``, anything else as text."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -556,11 +542,11 @@ def _octal(value: int | str | None) -> str | None:
 class _UnixEndpoints:
     """Every URI goes to the one UNIX socket (the Host is meaningless there)."""
 
-    def __init__(self, reactor: Any, path: str) -> None:
+    def __init__(self, reactor: IReactorUNIX, path: str) -> None:
         self._reactor = reactor
         self._path = path
 
-    def endpointForURI(self, uri: Any) -> UNIXClientEndpoint:
+    def endpointForURI(self, uri: URI) -> UNIXClientEndpoint:
         return UNIXClientEndpoint(self._reactor, self._path)
 
 
@@ -568,8 +554,8 @@ class Client:
     """
     A connection to one vmservice daemon.
 
-    :param reactor: an ``IReactorTCP``, ``IReactorUNIX`` and ``IReactorTime``
-        provider the requests run on.
+    :param reactor: the reactor the requests run on (see
+        :class:`IClientReactor`).
     :param url: ``http(s)://host:port``, or a UNIX socket path (see
         :func:`is_unix_socket`).
     :param token: the bearer token; no ``Authorization`` header is sent when
@@ -578,11 +564,11 @@ class Client:
     Connections are kept open between calls; :meth:`close` closes them.
     """
 
-    def __init__(self, reactor: Any, url: str = DEFAULT_URL, token: str | None = None) -> None:
+    def __init__(self, reactor: IClientReactor, url: str = DEFAULT_URL, token: str | None = None) -> None:
         self._reactor = reactor
         self.url = url
         self._token = token
-        self._pool = _DuplexPool(reactor, persistent=True)
+        self._pool: HTTPConnectionPool = DuplexPool(reactor, persistent=True)
         if is_unix_socket(url):
             self._base = _SOCKET_BASE
             agent = Agent.usingEndpointFactory(reactor, _UnixEndpoints(reactor, socket_path(url)), pool=self._pool)
@@ -616,7 +602,7 @@ class Client:
         :param params: query parameters (see :func:`_params`).
         :param json: a JSON body, or ``None`` for no body.
         :param data: a raw body instead: bytes, or a producer streamed as it
-            produces (a :class:`_DuplexBody` is answered as soon as the
+            produces (a :class:`~vmservice._duplex.DuplexBody` is answered as soon as the
             response's headers arrive, before it has been sent whole).
         :param headers: extra headers (``Accept`` replaces the JSON default).
         :param ok: non-2xx statuses the caller handles itself instead of an
@@ -624,7 +610,10 @@ class Client:
         :raise ApiError: the daemon answered another non-2xx status.
         :raise ConnectFailed: the daemon could not be reached.
         """
-        all_headers = {b"User-Agent": [_USER_AGENT], b"Accept": [b"application/json"]}
+        all_headers: dict[bytes | str, list[bytes | str]] = {
+            b"User-Agent": [_USER_AGENT],
+            b"Accept": [b"application/json"],
+        }
         for name, value in (headers or {}).items():
             all_headers[name] = [value]
         if self._token is not None:
@@ -640,11 +629,14 @@ class Client:
             params=_params(params),
             headers=all_headers,
             allow_redirects=False,
-            reactor=self._reactor,
+            # treq names what it needs of a reactor with a private interface
+            # (IReactorTCP, IReactorTime, IReactorPluggableNameResolver), which
+            # IClientReactor includes but cannot name.
+            reactor=self._reactor,  # type: ignore[arg-type]
             **kwargs,
         )
         try:
-            if isinstance(data, _DuplexBody):
+            if isinstance(data, DuplexBody):
                 response = await _first(data.response, sent)
             else:
                 response = await sent
@@ -758,7 +750,8 @@ class Client:
         :raise ApiError: any other status, e.g. 404 for an unknown node.
         """
         response, _ = await self._request("HEAD", _path("vm", hostname, "health"), ok=(503,))
-        return response.code != 503
+        code: int = response.code
+        return code != 503
 
     # -- lifecycle -------------------------------------------------------
 
@@ -898,7 +891,7 @@ class Client:
         body: IBodyProducer | bytes | None = None
         if stdin is not None:
             params["stdin"] = True
-            body = _DuplexBody(self._producer(stdin))
+            body = DuplexBody(self._producer(stdin))
         response = await self._send(
             "POST",
             _path("vm", hostname, "exec"),
@@ -986,12 +979,12 @@ class Client:
 
     def _producer(self, source: IBodyProducer | IO[bytes] | bytes) -> IBodyProducer:
         if IBodyProducer.providedBy(source):
-            return source  # type: ignore[return-value]
+            return source
         if isinstance(source, (bytes, bytearray, memoryview)):
             import io
 
             return body_producer(self._reactor, io.BytesIO(bytes(source)))
-        return body_producer(self._reactor, source)  # type: ignore[arg-type]
+        return body_producer(self._reactor, source)
 
     # -- copies ----------------------------------------------------------
 
@@ -1128,9 +1121,6 @@ async def _first(early: Deferred[IResponse], sent: Deferred[IResponse]) -> IResp
 
 
 def _is_connection_loss(error: Exception) -> bool:
-    from twisted.web.client import ResponseFailed
-    from twisted.web._newclient import RequestTransmissionFailed
-
     return isinstance(error, (ResponseFailed, RequestTransmissionFailed))
 
 

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.cli.test_output -*-
 """
 Tests for :mod:`vmservice.cli.output`: what ``vmctl`` prints, as pure
 functions of the API's JSON.

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.cli.test_copying -*-
+# -*- test-case-name: tests.cli.test_copying,tests.integration.cli.test_copying -*-
 """
 ``vmctl cp``: copy files and directories between this machine and a guest.
 

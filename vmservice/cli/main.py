@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.cli.test_main -*-
+# -*- test-case-name: tests.cli.test_main,tests.integration.cli.test_main -*-
 """
 ``vmctl``: the command line of vmservice.
 
