@@ -1,23 +1,27 @@
+# -*- test-case-name: tests.hypervisors.test_qemu -*-
 """
 Tests for the QEMU driver's pure parts and its process handling, with a
-fake process reactor.
+fake process reactor (no process is started: adoption and orphans with real
+processes are in :mod:`tests.integration.hypervisors.test_qemu`).
 """
 
 from __future__ import annotations
 
+import json
 import os
-import signal
-import subprocess
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.error import ProcessDone, ProcessTerminated
-from twisted.internet.testing import MemoryReactorClock
+from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
+from zope.interface import implementer
 
 from vmservice.hypervisors.base import MachineExit, MachineSpec
 from vmservice.hypervisors.qemu import (
+    IProbeReactor,
+    IQemuReactor,
     QemuDriver,
     QemuSettings,
     describe_exit,
@@ -111,6 +115,7 @@ class _Transport:
         self.signals.append(name)
 
 
+@implementer(IQemuReactor, IProbeReactor)
 class ProcessReactor(MemoryReactorClock):
     """Records spawnProcess calls, as twisted.runner's DummyProcessReactor does."""
 
@@ -188,6 +193,18 @@ class ProbeTests(SynchronousTestCase):
         self.assertNoResult(d)
         self.assertEqual(reactor.transports[0].signals, ["KILL"])
         protocol.processEnded(Failure(ProcessDone(0)))
+        self.assertEqual(self.successResultOf(d).accel, "kvm")
+
+    def test_probe_leaves_no_timer(self) -> None:
+        """Once the probe is decided (here by the marker), its timeout is cancelled."""
+        reactor = ProcessReactor()
+        kvm = self.mktemp()
+        open(kvm, "w").close()
+        d = self.run_probe(reactor, kvm_path=kvm, timeout=10)
+        self.assertEqual(len(reactor.getDelayedCalls()), 1)
+        reactor.spawned[0][0].outReceived(b"VMSERVICE_PROBE_OK\n")
+        self.assertEqual(reactor.getDelayedCalls(), [])
+        reactor.spawned[0][0].processEnded(Failure(ProcessDone(0)))
         self.assertEqual(self.successResultOf(d).accel, "kvm")
 
     def test_probe_hangs(self) -> None:
@@ -352,80 +369,83 @@ class SaveStateTests(SynchronousTestCase):
         self.failureResultOf(machine.finish_incoming(), HypervisorError)
 
 
-class AdoptionTests(SynchronousTestCase):
-    """Adoption and orphan handling against a fake /proc that names real processes."""
+class FakeProcAdoptionTests(SynchronousTestCase):
+    """
+    Adoption and orphan handling against a fake /proc, without starting a
+    process: the pids are this test's own (whose pidfd can be opened and is
+    never signalled) or numbers no process has.  The same with real
+    processes: :mod:`tests.integration.hypervisors.test_qemu`.
+    """
 
-    def fake_proc(self, pid: int, argv: list[str]) -> str:
+    def fake_proc(self, entries: dict[int, list[str]]) -> str:
+        """A directory laid out as /proc with the command line of each pid of ``entries``."""
         proc = self.mktemp()
-        os.makedirs(os.path.join(proc, str(pid)))
-        with open(os.path.join(proc, str(pid), "cmdline"), "wb") as f:
-            f.write("\0".join(argv).encode() + b"\0")
+        os.makedirs(proc)
+        os.makedirs(os.path.join(proc, "self"))
+        for pid, argv in entries.items():
+            os.makedirs(os.path.join(proc, str(pid)))
+            with open(os.path.join(proc, str(pid), "cmdline"), "wb") as f:
+                f.write("\0".join(argv).encode() + b"\0")
         return proc
 
-    def sleeper(self) -> subprocess.Popen[bytes]:
-        child = subprocess.Popen(["sleep", "60"])
-        self.addCleanup(child.wait)
-        self.addCleanup(lambda: child.poll() is None and child.kill())
-        return child
+    def test_adopt_watches_pidfd(self) -> None:
+        """
+        A process whose command line is the VM of the QMP socket is adopted: its pidfd is
+        watched by the reactor, and ``ended`` fires (without an exit status) once it is readable.
+        """
+        from attrs import evolve
 
-    def test_adopt_checks_qmp_socket(self) -> None:
-        """A process is adopted only when its command line is the VM of that QMP socket."""
         from vmservice.hypervisors.base import HypervisorError
 
-        child = self.sleeper()
-        argv = qemu_command(SPEC, QemuSettings())
+        pid = os.getpid()
         reactor = ProcessReactor()
-        driver = QemuDriver(reactor, QemuSettings(), proc=self.fake_proc(child.pid, argv))
-        machine = driver.adopt(SPEC, child.pid)
-        self.assertEqual(machine.pid, child.pid)
-        self.assertNoResult(machine.ended)
-        from attrs import evolve
-
-        other = evolve(SPEC, qmp_socket="/other/demo-1/qmp.sock")
-        self.assertRaises(HypervisorError, driver.adopt, other, child.pid)
-        machine.kill()
-        child.wait()
-        reader = next(iter(reactor.getReaders()))
+        self.addCleanup(lambda: [reader.doRead() for reader in list(reactor.getReaders())])
+        driver = QemuDriver(reactor, QemuSettings(), proc=self.fake_proc({pid: qemu_command(SPEC, QemuSettings())}))
+        self.assertRaises(HypervisorError, driver.adopt, evolve(SPEC, qmp_socket="/other/demo-1/qmp.sock"), pid)
+        self.assertEqual(reactor.getReaders(), [])
+        machine = driver.adopt(SPEC, pid)
+        self.assertEqual(machine.pid, pid)
+        first, second = machine.ended, machine.ended
+        self.assertNoResult(first)
+        [reader] = reactor.getReaders()
         reader.doRead()
-        self.assertIsNone(self.successResultOf(machine.ended).exit_code)
+        self.assertEqual(reactor.getReaders(), [])
+        for d in (first, second, machine.ended):
+            self.assertEqual(self.successResultOf(d), MachineExit(None, None, ""))
+        self.assertFalse(machine.running)
 
-    def test_adopt_gone(self) -> None:
-        """A pid that no longer exists cannot be adopted."""
+    def test_adopt_not_a_vm(self) -> None:
+        """A process whose command line is not one of our VMs is not adopted, and its pidfd is closed."""
         from vmservice.hypervisors.base import HypervisorError
 
-        child = subprocess.Popen(["true"])
-        child.wait()
-        driver = QemuDriver(ProcessReactor(), QemuSettings(), proc=self.fake_proc(child.pid, ["qemu-system-x86_64"]))
-        self.assertRaises(HypervisorError, driver.adopt, SPEC, child.pid)
+        pid = os.getpid()
+        reactor = ProcessReactor()
+        driver = QemuDriver(reactor, QemuSettings(), proc=self.fake_proc({pid: ["sleep", "60", "/s/x"]}))
+        before = len(os.listdir("/proc/self/fd"))
+        self.assertRaises(HypervisorError, driver.adopt, SPEC, pid)
+        self.assertEqual(len(os.listdir("/proc/self/fd")), before)
+        driver.kill_orphan(pid)  # not a VM: left alone (else this test would not go on)
+        self.assertEqual(reactor.getReaders(), [])
 
-    def test_orphans_and_kill(self) -> None:
-        """Orphans are our QEMUs with files under the directory; kill_orphan kills them by pidfd."""
-        child = self.sleeper()
-        argv = qemu_command(SPEC, QemuSettings())
-        driver = QemuDriver(ProcessReactor(), QemuSettings(), proc=self.fake_proc(child.pid, argv))
-        self.assertEqual(driver.orphans("/s"), [child.pid])
-        self.assertEqual(driver.orphans("/s/demo"), [])
-        self.assertEqual(driver.orphans("/elsewhere"), [])
-        driver.kill_orphan(child.pid)
-        self.assertEqual(child.wait(), -signal.SIGKILL)
-
-    def test_orphans_of_another_state_dir(self) -> None:
-        """A VM under /data/vm/nodes is not an orphan of a daemon whose nodes are in /vm/nodes."""
+    def test_orphans(self) -> None:
+        """
+        Orphans are the pids of our QEMUs whose QMP socket lies exactly one node directory
+        under the directory; other programs and other state directories are not.
+        """
         from attrs import evolve
 
-        child = self.sleeper()
-        spec = evolve(SPEC, qmp_socket="/data/vm/nodes/demo-1/qmp.sock")
-        driver = QemuDriver(ProcessReactor(), QemuSettings(), proc=self.fake_proc(child.pid, qemu_command(spec, QemuSettings())))
+        other_dir = evolve(SPEC, qmp_socket="/data/vm/nodes/demo-1/qmp.sock")
+        proc = self.fake_proc({
+            101: qemu_command(SPEC, QemuSettings()),
+            102: qemu_command(other_dir, QemuSettings()),
+            103: ["sleep", "60", "/s/x"],
+            104: ["qemu-system-x86_64", "-qmp", "unix:/s/x/qmp.sock,server=on,wait=off"],
+        })
+        driver = QemuDriver(ProcessReactor(), QemuSettings(), proc=proc)
+        self.assertEqual(driver.orphans("/s"), [101])
+        self.assertEqual(driver.orphans("/s/demo"), [])
+        self.assertEqual(driver.orphans("/data/vm/nodes"), [102])
         self.assertEqual(driver.orphans("/vm/nodes"), [])
-        self.assertEqual(driver.orphans("/data/vm/nodes"), [child.pid])
-
-    def test_not_a_vm_is_not_killed(self) -> None:
-        """A process whose command line is not one of our VMs is left alone."""
-        child = self.sleeper()
-        driver = QemuDriver(ProcessReactor(), QemuSettings(), proc=self.fake_proc(child.pid, ["sleep", "60", "/s/x"]))
-        self.assertEqual(driver.orphans("/s"), [])
-        driver.kill_orphan(child.pid)
-        self.assertIsNone(child.poll())
 
 
 class QmpTimeoutTests(SynchronousTestCase):
@@ -450,3 +470,118 @@ class QmpTimeoutTests(SynchronousTestCase):
         failure = self.failureResultOf(d, QMPError)
         self.assertIn("no answer", str(failure.value))
         self.assertTrue(transport.disconnecting)
+
+
+class QmpSessionTests(SynchronousTestCase):
+    """
+    One connection to the monitor for every caller, made on first use, over
+    the connections a memory reactor records.
+    """
+
+    def machine(self) -> tuple[ProcessReactor, Any]:
+        """A reactor and a QemuMachine of a QEMU started on it, not yet connected to QMP."""
+        from vmservice.hypervisors.qemu import QemuMachine
+
+        reactor = ProcessReactor()
+        self.successResultOf(QemuDriver(reactor, QemuSettings()).start(SPEC, self.mktemp()))
+        return reactor, QemuMachine(reactor, reactor.spawned[-1][0], SPEC.qmp_socket)
+
+    def accept(self, reactor: ProcessReactor, index: int = 0) -> tuple[Any, StringTransport]:
+        """Complete the ``index``-th connection attempt; the protocol and its transport."""
+        address, factory, timeout, check_pid = reactor.unixClients[index]
+        self.assertEqual(address, SPEC.qmp_socket)
+        protocol = factory.buildProtocol(None)
+        transport = StringTransport()
+        protocol.makeConnection(transport)
+        return protocol, transport
+
+    def sent(self, transport: StringTransport) -> list[str]:
+        """The commands written on ``transport`` so far."""
+        return [json.loads(line)["execute"] for line in transport.value().splitlines() if line]
+
+    def test_callers_share_one_connection(self) -> None:
+        """
+        Callers that arrive while the connection is being made wait for it; once QEMU greets,
+        their commands go out in order on it, each caller gets its own answer, and a later
+        caller uses the same connection.
+        """
+        reactor, machine = self.machine()
+        first = Deferred.fromCoroutine(machine.qmp("query-status"))
+        second = Deferred.fromCoroutine(machine.qmp("stop"))
+        self.assertEqual(len(reactor.unixClients), 1)
+        protocol, transport = self.accept(reactor)
+        self.assertEqual(self.sent(transport), [])
+        self.assertNoResult(first)
+        protocol.dataReceived(b'{"QMP": {}}\n{"return": {}}\n')
+        self.assertEqual(self.sent(transport), ["qmp_capabilities", "query-status", "stop"])
+        protocol.dataReceived(b'{"return": {"status": "running"}}\n{"return": {}}\n')
+        self.assertEqual(self.successResultOf(first), {"status": "running"})
+        self.assertEqual(self.successResultOf(second), {})
+        third = Deferred.fromCoroutine(machine.qmp("cont"))
+        self.assertEqual(len(reactor.unixClients), 1)
+        self.assertEqual(self.sent(transport)[-1], "cont")
+        protocol.dataReceived(b'{"return": {}}\n')
+        self.assertEqual(self.successResultOf(third), {})
+
+    def test_cancelled_caller_leaves_the_others(self) -> None:
+        """A caller that gives up while the connection is made fails alone; the others go on."""
+        reactor, machine = self.machine()
+        gone = Deferred.fromCoroutine(machine.qmp("query-status"))
+        staying = Deferred.fromCoroutine(machine.qmp("stop"))
+        gone.cancel()
+        self.failureResultOf(gone, CancelledError)
+        protocol, transport = self.accept(reactor)
+        protocol.dataReceived(b'{"QMP": {}}\n{"return": {}}\n')
+        self.assertEqual(self.sent(transport), ["qmp_capabilities", "stop"])
+        protocol.dataReceived(b'{"return": {}}\n')
+        self.assertEqual(self.successResultOf(staying), {})
+
+    def test_no_greeting_fails_every_caller(self) -> None:
+        """
+        When QEMU does not greet within QMP_TIMEOUT, every waiting caller fails, the connection
+        is dropped, and the next caller connects anew.
+        """
+        from vmservice.hypervisors.qmp import QMPError
+
+        reactor, machine = self.machine()
+        first = Deferred.fromCoroutine(machine.qmp("query-status"))
+        second = Deferred.fromCoroutine(machine.qmp("stop"))
+        protocol, transport = self.accept(reactor)
+        reactor.advance(machine.QMP_TIMEOUT)
+        for d in (first, second):
+            self.assertIn("did not greet", str(self.failureResultOf(d, QMPError).value))
+        self.assertTrue(transport.disconnecting)
+        third = Deferred.fromCoroutine(machine.qmp("cont"))
+        self.assertEqual(len(reactor.unixClients), 2)
+        protocol, transport = self.accept(reactor, 1)
+        protocol.dataReceived(b'{"QMP": {}}\n{"return": {}}\n{"return": {}}\n')
+        self.assertEqual(self.successResultOf(third), {})
+
+    def test_refused_after_exit(self) -> None:
+        """A connection refused once QEMU has ended fails the caller at once (no retry)."""
+        from twisted.internet.error import ConnectionRefusedError
+
+        from vmservice.hypervisors.qmp import QMPError
+
+        reactor, machine = self.machine()
+        d = Deferred.fromCoroutine(machine.qmp("query-status"))
+        reactor.spawned[-1][0].processEnded(Failure(ProcessTerminated(None, 9, None)))
+        factory = reactor.unixClients[0][1]
+        factory.clientConnectionFailed(None, Failure(ConnectionRefusedError()))
+        self.assertIn("cannot reach QMP", str(self.failureResultOf(d, QMPError).value))
+        self.assertEqual(len(reactor.unixClients), 1)
+        self.assertIn("not running", str(self.failureResultOf(Deferred.fromCoroutine(machine.qmp("stop")), QMPError).value))
+
+    def test_missing_socket_retried(self) -> None:
+        """A socket QEMU has not made yet is tried again every POLL seconds while QEMU runs."""
+        from twisted.internet.error import ConnectError
+
+        reactor, machine = self.machine()
+        d = Deferred.fromCoroutine(machine.qmp("query-status"))
+        reactor.unixClients[0][1].clientConnectionFailed(None, Failure(ConnectError("no such file")))
+        self.assertEqual(len(reactor.unixClients), 1)
+        reactor.advance(machine.POLL)
+        self.assertEqual(len(reactor.unixClients), 2)
+        protocol, transport = self.accept(reactor, 1)
+        protocol.dataReceived(b'{"QMP": {}}\n{"return": {}}\n{"return": {"status": "paused"}}\n')
+        self.assertEqual(self.successResultOf(d), {"status": "paused"})

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.hypervisors.test_qemu_network -*-
 """
 Tests for the QEMU driver's networking: the tap netdev and virtio-net device
 on the command line, the guest address on the kernel command line, and QEMU
@@ -51,6 +52,7 @@ class CommandLineTests(SynchronousTestCase):
         self.assertFalse(any("vmservice.ip=" in word or "vmservice.gateway=" in word for word in argv))
 
     def test_kernel_cmdline_net(self) -> None:
+        """The guest's address and gateway come last on the kernel command line, after the hostname."""
         self.assertEqual(
             kernel_cmdline("h", None, net=ISOLATED_NET),
             "console=ttyS0 quiet reboot=t root=/dev/vda rw vmservice.hostname=h "

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.hypervisors.test_qmp -*-
 """Tests for the QMP client protocol over a StringTransport."""
 
 from __future__ import annotations

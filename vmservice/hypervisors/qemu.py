@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.hypervisors.test_qemu -*-
+# -*- test-case-name: tests.hypervisors.test_qemu,tests.hypervisors.test_qemu_network,tests.integration.hypervisors.test_qemu -*-
 """
 The QEMU driver: a pure command-line builder, the child process, and the
 KVM-or-TCG decision.
@@ -16,12 +16,19 @@ import re
 import shlex
 import shutil
 import signal
-from typing import Any
+from typing import Protocol
 
 from attrs import frozen
-from twisted.internet.defer import CancelledError, Deferred, TimeoutError as DeferredTimeout, succeed
+from twisted.internet.defer import CancelledError, Deferred, TimeoutError as DeferredTimeout, race, succeed
 from twisted.internet.endpoints import UNIXClientEndpoint, connectProtocol
 from twisted.internet.error import ConnectError, ProcessDone, ProcessTerminated
+from twisted.internet.interfaces import (
+    IReactorFDSet,
+    IReactorProcess,
+    IReactorTime,
+    IReactorUNIX,
+    IReadDescriptor,
+)
 from twisted.internet.protocol import ProcessProtocol
 from twisted.internet.task import LoopingCall, deferLater
 from twisted.logger import Logger
@@ -38,7 +45,8 @@ from .base import (
     NetSpec,
     describe_exit,
 )
-from .qmp import QMPError, QMPProtocol
+from ..observer import OneShotObserver
+from .qmp import JSON, QMPError, QMPProtocol
 
 log = Logger()
 
@@ -46,6 +54,30 @@ MiB = 1024 * 1024
 
 #: What the initramfs prints in probe mode before it powers off.
 PROBE_MARKER = b"VMSERVICE_PROBE_OK"
+
+
+class IMachineReactor(IReactorTime, IReactorUNIX):
+    """
+    What a :class:`QemuMachine` needs of its reactor: time (timeouts, polls,
+    power-button presses) and UNIX sockets (the QMP monitor).  Every reactor
+    that provides both interfaces will do; this combination only names the
+    pair for the type checker.
+    """
+
+
+class IProbeReactor(IReactorProcess, IReactorTime):
+    """
+    What :func:`probe_accel` needs of its reactor: a child process and a
+    timeout.
+    """
+
+
+class IQemuReactor(IMachineReactor, IReactorProcess, IReactorFDSet):
+    """
+    What a :class:`QemuDriver` needs of its reactor: children (QEMU), a file
+    descriptor set (the pidfds of adopted VMs) and, for its machines, time
+    and UNIX sockets.
+    """
 
 
 @frozen
@@ -191,17 +223,50 @@ def probe_command(
     ]
 
 
+class _Watched(Protocol):
+    """
+    What a :class:`QemuMachine` watches its QEMU process through: a child
+    (:class:`_QemuProcess`) or an adopted process (:class:`_PidWatch`).
+    """
+
+    @property
+    def pid(self) -> int:
+        """The process id."""
+
+    @property
+    def ended(self) -> Deferred[MachineExit]:
+        """A new Deferred that fires with how the process ended."""
+
+    def kill(self) -> None:
+        """Send SIGKILL (a process already gone is fine)."""
+
+
 class _QemuProcess(ProcessProtocol):
     """
-    Watches one QEMU child: keeps the tail of its output and fires ``ended``.
+    Watches one QEMU child: keeps the tail of its output and tells when it
+    ended.
+
+    :ivar output: the last bytes the child wrote on its output pipes.
+    :ivar watch: a marker to look for in the output and the Deferred fired
+        once it appears, or ``None``.
     """
 
     _TAIL = 8192
 
     def __init__(self) -> None:
-        self.ended: Deferred[MachineExit] = Deferred()
+        self._ended: OneShotObserver[MachineExit] = OneShotObserver()
         self.output = b""
         self.watch: tuple[bytes, Deferred[None]] | None = None
+
+    @property
+    def ended(self) -> Deferred[MachineExit]:
+        """A new Deferred that fires with how the child ended (at once if it has)."""
+        return self._ended.when_fired()
+
+    @property
+    def finished(self) -> bool:
+        """Whether the child has ended."""
+        return self._ended.fired
 
     def _keep(self, data: bytes) -> None:
         self.output = (self.output + data)[-self._TAIL :]
@@ -218,10 +283,17 @@ class _QemuProcess(ProcessProtocol):
 
     @property
     def pid(self) -> int:
-        return int(self.transport.pid)
+        """The child's process id."""
+        transport = self.transport
+        if transport is None:
+            raise AttributeError("the process has not started")
+        return int(transport.pid)
 
     def kill(self) -> None:
+        """SIGKILL the child; one already gone is fine (processEnded follows)."""
         try:
+            if self.transport is None:
+                raise AttributeError("the process has not started")
             self.transport.signalProcess("KILL")
         except Exception:  # already gone: processEnded will follow
             pass
@@ -235,25 +307,33 @@ class _QemuProcess(ProcessProtocol):
         elif isinstance(value, ProcessTerminated):
             exit_code = value.exitCode
             sig = value.signal
-        self.ended.callback(
-            MachineExit(exit_code, sig, self.output.decode("utf-8", "replace"))
-        )
+        self._ended.fire(MachineExit(exit_code, sig, self.output.decode("utf-8", "replace")))
 
 
+@implementer(IReadDescriptor)
 class _PidWatch:
     """
     Watches a QEMU that is not our child (adopted after a daemon restart)
     through a pidfd, which becomes readable when the process ends.  Its exit
     status cannot be known: ``ended`` fires with a :class:`MachineExit` that
     has neither.
+
+    :param reactor: watches the pidfd.
+    :param pid: the process id.
+    :param pidfd: a pidfd of ``pid``, closed once the process ended.
     """
 
-    def __init__(self, reactor: Any, pid: int, pidfd: int) -> None:
+    def __init__(self, reactor: IReactorFDSet, pid: int, pidfd: int) -> None:
         self._reactor = reactor
         self.pid = pid
         self._fd: int | None = pidfd
-        self.ended: Deferred[MachineExit] = Deferred()
+        self._ended: OneShotObserver[MachineExit] = OneShotObserver()
         reactor.addReader(self)
+
+    @property
+    def ended(self) -> Deferred[MachineExit]:
+        """A new Deferred that fires once the process is gone (at once if it is)."""
+        return self._ended.when_fired()
 
     def fileno(self) -> int:
         return -1 if self._fd is None else self._fd
@@ -262,14 +342,15 @@ class _PidWatch:
         return f"pidfd {self.pid}"
 
     def doRead(self) -> None:
+        """The pidfd is readable: the process ended."""
         self._close()
-        if not self.ended.called:
-            self.ended.callback(MachineExit(None, None, ""))
+        self._ended.fire(MachineExit(None, None, ""))
 
     def connectionLost(self, reason: Failure) -> None:
         self.doRead()
 
     def kill(self) -> None:
+        """SIGKILL the process through its pidfd (never a recycled pid)."""
         if self._fd is not None:
             try:
                 signal.pidfd_send_signal(self._fd, signal.SIGKILL)
@@ -288,8 +369,12 @@ class QemuMachine:
     """
     A running QEMU: our child, or one adopted after a restart.
 
+    :param reactor: runs timeouts and polls, and connects to the monitor.
     :param process: what watches the process: has ``pid``, ``ended`` (a
         Deferred firing once with a :class:`MachineExit`) and ``kill()``.
+    :param qmp_socket: the path of the VM's QMP socket.
+    :param log_path: the file QEMU writes its output to, whose tail the
+        :class:`MachineExit` carries; ``None`` for none.
     :ivar pid: the QEMU process id.
     :ivar ended: fires with a :class:`MachineExit` when the process is gone
         (a new Deferred each time it is read, so many may wait).
@@ -305,15 +390,18 @@ class QemuMachine:
     #: a stopped VM's save to a crawl).
     SAVE_BANDWIDTH = 64 << 30
 
-    def __init__(self, reactor: Any, process: Any, qmp_socket: str, log_path: str | None = None) -> None:
+    def __init__(
+        self, reactor: IMachineReactor, process: _Watched, qmp_socket: str, log_path: str | None = None
+    ) -> None:
         self._reactor = reactor
         self._log_path = log_path
         self._process = process
         self._qmp_socket = qmp_socket
         self._qmp: QMPProtocol | None = None
-        self._session_waiters: list[Deferred[QMPProtocol]] = []
+        #: The connection being made to the monitor, which callers meanwhile wait for.
+        self._connecting: OneShotObserver[QMPProtocol] | None = None
         self._exit: MachineExit | None = None
-        self._waiters: list[Deferred[MachineExit]] = []
+        self._exited: OneShotObserver[MachineExit] = OneShotObserver()
         self.pid: int = process.pid
         process.ended.addCallback(self._ended)
 
@@ -321,26 +409,22 @@ class QemuMachine:
         if self._log_path is not None:
             result = _with_log_tail(result, self._log_path)
         self._exit = result
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            waiter.callback(result)
+        self._exited.fire(result)
         if self._qmp is not None and self._qmp.transport is not None:
             self._qmp.transport.loseConnection()
         return result
 
     @property
     def ended(self) -> Deferred[MachineExit]:
-        if self._exit is not None:
-            return succeed(self._exit)
-        waiter: Deferred[MachineExit] = Deferred()
-        self._waiters.append(waiter)
-        return waiter
+        """A new Deferred that fires with how QEMU ended (at once if it has)."""
+        return self._exited.when_fired()
 
     @property
     def running(self) -> bool:
+        """Whether QEMU is still running."""
         return self._exit is None
 
-    async def qmp(self, command: str, **arguments: Any) -> Any:
+    async def qmp(self, command: str, **arguments: JSON) -> JSON:
         """
         Run one QMP command, connecting to the monitor on first use (QEMU
         creates its socket a moment after it starts: a missing socket is
@@ -370,21 +454,20 @@ class QemuMachine:
         (a second one is accepted by the kernel but never greeted), so
         callers that arrive while a connection is being made wait for it.
         """
-        waiter: Deferred[QMPProtocol] = Deferred()
-        self._session_waiters.append(waiter)
-        if len(self._session_waiters) == 1:
-            connecting = Deferred.fromCoroutine(self._connect())
+        connecting = self._connecting
+        if connecting is None:
+            connecting = self._connecting = OneShotObserver()
 
-            def settle(result: Any) -> None:
-                waiters, self._session_waiters = self._session_waiters, []
-                for each in waiters:
-                    if isinstance(result, Failure):
-                        each.errback(result)
-                    else:
-                        each.callback(result)
+            def settle(result: QMPProtocol | Failure, connected: OneShotObserver[QMPProtocol]) -> None:
+                # The next caller after this one makes a new connection.
+                self._connecting = None
+                if isinstance(result, Failure):
+                    connected.error(result)
+                else:
+                    connected.fire(result)
 
-            connecting.addBoth(settle)
-        return await waiter
+            Deferred.fromCoroutine(self._connect()).addBoth(settle, connecting)
+        return await connecting.when_fired()
 
     async def _connect(self, attempts: int = 250) -> QMPProtocol:
         for attempt in range(attempts):
@@ -427,7 +510,7 @@ class QemuMachine:
     def power_button(self) -> Deferred[None]:
         return Deferred.fromCoroutine(self._command("system_powerdown"))
 
-    async def _command(self, command: str, **arguments: Any) -> None:
+    async def _command(self, command: str, **arguments: JSON) -> None:
         try:
             await self.qmp(command, **arguments)
         except QMPError as error:
@@ -438,7 +521,7 @@ class QemuMachine:
 
     async def _run_state(self) -> str:
         try:
-            return str((await self.qmp("query-status"))["status"])
+            return str(_member(await self.qmp("query-status"), "status"))
         except (QMPError, KeyError, TypeError) as error:
             raise HypervisorError(f"query-status: {error}") from error
 
@@ -459,6 +542,8 @@ class QemuMachine:
                 info = await self.qmp("query-migrate")
             except QMPError as error:
                 raise HypervisorError(f"saving the VM state: {error}") from error
+            if not isinstance(info, dict):
+                raise HypervisorError(f"saving the VM state: query-migrate answered {info!r}")
             status = info.get("status")
             if status == "completed":
                 return
@@ -522,14 +607,17 @@ class QemuDriver:
     """
     Starts VMs as QEMU children.
 
-    :param reactor: an ``IReactorProcess``, ``IReactorTime`` and
-        ``IReactorUNIX`` provider.
+    :param reactor: starts QEMU children, watches adopted ones, and runs
+        the machines (an ``IReactorProcess``, ``IReactorFDSet``,
+        ``IReactorTime`` and ``IReactorUNIX`` provider).
     :param settings: the binary, accelerator and TSC frequency to use.
+    :param proc: where the process file system is mounted (tests give a
+        fake one).
     """
 
     capabilities = Capabilities(can_pause=True, can_suspend=True)
 
-    def __init__(self, reactor: Any, settings: QemuSettings, proc: str = "/proc") -> None:
+    def __init__(self, reactor: IQemuReactor, settings: QemuSettings, proc: str = "/proc") -> None:
         self._reactor = reactor
         self.settings = settings
         self._proc = proc
@@ -556,7 +644,7 @@ class QemuDriver:
         process = _QemuProcess()
         output_fd = os.open(log_path or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
         try:
-            transport = self._reactor.spawnProcess(
+            self._reactor.spawnProcess(
                 process, argv[0], argv, env=_child_env(), childFDs={0: "w", 1: output_fd, 2: output_fd}
             )
         except OSError as error:
@@ -645,6 +733,13 @@ def _qmp_socket(argv: list[str]) -> str | None:
     return None
 
 
+def _member(answer: JSON, key: str) -> JSON:
+    """``answer[key]`` of a QMP answer: KeyError when absent, TypeError when it is no object."""
+    if not isinstance(answer, dict):
+        raise TypeError(f"{answer!r} is not a JSON object")
+    return answer[key]
+
+
 def _contains(argv: list[str], words: list[str]) -> bool:
     return any(argv[i : i + len(words)] == words for i in range(len(argv)))
 
@@ -671,7 +766,7 @@ def kvm_usable(path: str = "/dev/kvm") -> bool:
 
 
 async def probe_accel(
-    reactor: Any,
+    reactor: IProbeReactor,
     binary: str,
     kernel: str,
     initrd: str,
@@ -689,6 +784,15 @@ async def probe_accel(
     probe guest really boots under it within ``timeout`` seconds (a nested
     KVM may crash QEMU at once or run a guest that never gets anywhere), and
     TCG otherwise.
+
+    :param reactor: runs the probe QEMU and its timeout.
+    :param binary: the QEMU system emulator.
+    :param kernel: the guest kernel the probe boots.
+    :param initrd: the initramfs, which has a probe mode.
+    :param requested: ``kvm``, ``tcg`` or ``auto``.
+    :param tsc_khz: the host TSC frequency for the guest kernel, if known.
+    :param kvm_path: the KVM device.
+    :param timeout: seconds the probe guest has to show a sign of life.
     """
     if requested in ("kvm", "tcg"):
         return AccelChoice(requested, "set in the configuration")
@@ -704,19 +808,16 @@ async def probe_accel(
         )
     except OSError as error:
         return AccelChoice("tcg", f"the KVM probe could not start: {error}")
-    outcome: Deferred[str] = Deferred()
-
-    def settle(result: str) -> None:
-        if not outcome.called:
-            outcome.callback(result)
-
-    seen.addCallback(lambda _: settle("ok"))
-    process.ended.addCallback(lambda ended: settle(describe_exit(ended)))
-    timer = reactor.callLater(timeout, settle, f"no sign of life from the probe guest in {timeout:g} s")
-    result = await outcome
-    if timer.active():
-        timer.cancel()
-    if not process.ended.called:
+    # The first of: the marker, the end of the probe QEMU, the timeout (the
+    # others are cancelled).
+    _, result = await race(
+        [
+            seen.addCallback(lambda _: "ok"),
+            process.ended.addCallback(describe_exit),
+            deferLater(reactor, timeout, lambda: f"no sign of life from the probe guest in {timeout:g} s"),
+        ]
+    )
+    if not process.finished:
         try:
             transport.signalProcess("KILL")
         except Exception:
@@ -729,6 +830,9 @@ async def probe_accel(
 
 __all__ = [
     "AccelChoice",
+    "IMachineReactor",
+    "IProbeReactor",
+    "IQemuReactor",
     "PROBE_MARKER",
     "QemuDriver",
     "QemuMachine",

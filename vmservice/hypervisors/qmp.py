@@ -12,12 +12,19 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from typing import Any, Callable
+from typing import Callable, TypeAlias
 
 from twisted.internet.defer import Deferred, fail
 from twisted.internet.error import ConnectionDone
 from twisted.protocols.basic import LineOnlyReceiver
 from twisted.python.failure import Failure
+
+
+#: A JSON value as QEMU sends it.
+JSON: TypeAlias = "dict[str, JSON] | list[JSON] | str | int | float | bool | None"
+
+#: A JSON object: QMP's greetings, events and most answers.
+JSONObject: TypeAlias = "dict[str, JSON]"
 
 
 class QMPError(Exception):
@@ -35,11 +42,15 @@ class QMPProtocol(LineOnlyReceiver):
     delimiter = b"\n"
     MAX_LENGTH = 1 << 20
 
-    def __init__(self, on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
-        self.ready: Deferred[dict[str, Any]] = Deferred()
+    def __init__(self, on_event: Callable[[JSONObject], None] | None = None) -> None:
+        """
+        :param on_event: called with each event QEMU sends; by default
+            events are dropped.
+        """
+        self.ready: Deferred[JSONObject] = Deferred()
         self.on_event = on_event or (lambda event: None)
-        self._pending: deque[Deferred[Any]] = deque()
-        self._greeting: dict[str, Any] | None = None
+        self._pending: deque[Deferred[JSON]] = deque()
+        self._greeting: JSONObject | None = None
         self._lost = False
 
     @property
@@ -48,6 +59,7 @@ class QMPProtocol(LineOnlyReceiver):
         return self._lost
 
     def lineReceived(self, line: bytes) -> None:
+        """Take one message: the greeting, an event, or the answer to the oldest command."""
         line = line.strip()
         if not line:
             return
@@ -58,7 +70,7 @@ class QMPProtocol(LineOnlyReceiver):
         if "QMP" in message and self._greeting is None:
             self._greeting = message
             self._send({"execute": "qmp_capabilities"})
-            negotiated: Deferred[Any] = Deferred()
+            negotiated: Deferred[JSON] = Deferred()
             self._pending.append(negotiated)
             negotiated.addCallbacks(
                 lambda _: self.ready.callback(message), self.ready.errback
@@ -76,7 +88,7 @@ class QMPProtocol(LineOnlyReceiver):
         else:
             waiting.callback(message.get("return"))
 
-    def execute(self, command: str, **arguments: Any) -> Deferred[Any]:
+    def execute(self, command: str, **arguments: JSON) -> Deferred[JSON]:
         """
         Run a QMP command.
 
@@ -87,18 +99,19 @@ class QMPProtocol(LineOnlyReceiver):
         """
         if self._lost:
             return fail(QMPError("QMP connection lost"))
-        message: dict[str, Any] = {"execute": command}
+        message: JSONObject = {"execute": command}
         if arguments:
             message["arguments"] = arguments
-        result: Deferred[Any] = Deferred()
+        result: Deferred[JSON] = Deferred()
         self._pending.append(result)
         self._send(message)
         return result
 
-    def _send(self, message: dict[str, Any]) -> None:
-        self.sendLine(json.dumps(message).encode())
+    def _send(self, message: JSONObject) -> None:
+        self.sendLine(json.dumps(message).encode())  # type: ignore[no-untyped-call]  # LineOnlyReceiver.sendLine has no annotations
 
     def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
+        """Fail every command still waiting, and the greeting if it never came."""
         self._lost = True
         pending, self._pending = self._pending, deque()
         for waiting in pending:
