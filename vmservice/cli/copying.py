@@ -24,16 +24,17 @@ from typing import Any, Callable, TextIO
 
 from attrs import frozen
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IConsumer, IProducer, IReactorThreads, IReactorTime
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.failure import Failure
 from twisted.web.iweb import IBodyProducer
 from zope.interface import implementer
 
 from ..durable import commit
-from ..client import ApiError, Client, FdBodyProducer, body_producer
+from ..client import ApiError, Client, FdBodyProducer, IBodyReactor, body_producer
 from . import output
 
-__all__ = ["Location", "Progress", "copy", "parse_location", "pack_directory", "unpack_into"]
+__all__ = ["ICopyReactor", "Location", "Progress", "copy", "parse_location", "pack_directory", "unpack_into"]
 
 #: How often the progress line is redrawn, in seconds.
 PROGRESS_INTERVAL = 0.2
@@ -41,6 +42,17 @@ PROGRESS_INTERVAL = 0.2
 
 class CopyFailed(Exception):
     """A copy failed for a reason worded for the user."""
+
+
+class ICopyReactor(IBodyReactor, IReactorThreads):
+    """
+    What :func:`copy` needs of its reactor: a clock for the progress line,
+    pipes read as data arrives (see :class:`~vmservice.client.IBodyReactor`),
+    and threads for :mod:`tarfile`.
+
+    Every reactor Twisted installs provides all of these; this interface only
+    names them together for the type checker (no reactor declares it).
+    """
 
 
 @frozen
@@ -81,7 +93,7 @@ class Progress:
     :param total: the expected number of bytes, or ``None``.
     """
 
-    def __init__(self, clock: Any, err: TextIO, total: int | None) -> None:
+    def __init__(self, clock: IReactorTime, err: TextIO, total: int | None) -> None:
         self._clock = clock
         self._err = err
         self._total = total
@@ -110,11 +122,30 @@ class Progress:
             self._err.flush()
 
 
-def _isatty(stream: Any) -> bool:
+def _isatty(stream: TextIO) -> bool:
     try:
         return bool(stream.isatty())
     except (AttributeError, ValueError):
         return False
+
+
+@implementer(IConsumer)
+class _CountingConsumer:
+    """Passes everything on to ``consumer``, counting the bytes written with ``count``."""
+
+    def __init__(self, consumer: IConsumer, count: Callable[[int], None]) -> None:
+        self._consumer = consumer
+        self._count = count
+
+    def write(self, data: bytes) -> None:
+        self._count(len(data))
+        self._consumer.write(data)
+
+    def registerProducer(self, producer: IProducer, streaming: bool) -> None:
+        self._consumer.registerProducer(producer, streaming)
+
+    def unregisterProducer(self) -> None:
+        self._consumer.unregisterProducer()
 
 
 @implementer(IBodyProducer)
@@ -126,21 +157,9 @@ class _Counted:
         self._count = count
         self.length = inner.length
 
-    def startProducing(self, consumer: Any) -> Deferred[None]:
-        count = self._count
-
-        class _Consumer:
-            def write(self, data: bytes) -> None:
-                count(len(data))
-                consumer.write(data)
-
-            def registerProducer(self, producer: Any, streaming: bool) -> None:
-                consumer.registerProducer(producer, streaming)
-
-            def unregisterProducer(self) -> None:
-                consumer.unregisterProducer()
-
-        return self._inner.startProducing(_Consumer())
+    def startProducing(self, consumer: IConsumer) -> Deferred[None]:
+        done: Deferred[None] = self._inner.startProducing(_CountingConsumer(consumer, self._count))
+        return done
 
     def pauseProducing(self) -> None:
         self._inner.pauseProducing()
@@ -223,7 +242,14 @@ async def _remote_directory(client: Client, host: str, path: str) -> bool:
 
 
 async def _upload(
-    reactor: Any, client: Client, source: str, host: str, destination: str, err: TextIO, uid: int | None, gid: int | None
+    reactor: ICopyReactor,
+    client: Client,
+    source: str,
+    host: str,
+    destination: str,
+    err: TextIO,
+    uid: int | None,
+    gid: int | None,
 ) -> None:
     if os.path.isdir(source):
         progress = Progress(reactor, err, None)
@@ -273,7 +299,9 @@ async def _upload(
     progress.finish()
 
 
-async def _download(reactor: Any, client: Client, host: str, source: str, destination: str, err: TextIO) -> None:
+async def _download(
+    reactor: ICopyReactor, client: Client, host: str, source: str, destination: str, err: TextIO
+) -> None:
     entry = await client.stat(host, source)
     if entry.get("type") == "directory":
         if os.path.exists(destination) and not os.path.isdir(destination):
@@ -341,7 +369,7 @@ def _mode_of(entry: dict[str, Any]) -> int | None:
 
 
 async def copy(
-    reactor: Any,
+    reactor: ICopyReactor,
     client: Client,
     source: Location,
     destination: Location,
@@ -353,7 +381,7 @@ async def copy(
     Copy ``source`` to ``destination``; exactly one of them is in a node.
 
     :param reactor: an ``IReactorTime``, ``IReactorFDSet`` and
-        ``IReactorThreads`` provider.
+        ``IReactorThreads`` provider (see :class:`ICopyReactor`).
     :param err: where the progress bar is drawn (when it is a terminal).
     :param uid: the owner of what is written in the guest.
     :param gid: the group of what is written in the guest.

@@ -30,15 +30,14 @@ from typing import IO, Any, Awaitable, Callable, Mapping, Sequence, TextIO
 
 from attrs import frozen
 from twisted.internet.defer import Deferred
-from twisted.web._newclient import RequestGenerationFailed
-from twisted.web.client import RequestTransmissionFailed, ResponseFailed
+from twisted.web.client import RequestGenerationFailed, RequestTransmissionFailed, ResponseFailed
 
-from ..client import DEFAULT_URL, ApiError, Client, ConnectFailed, ExecInterrupted, ExecRecord
+from ..client import DEFAULT_URL, ApiError, Client, ConnectFailed, ExecInterrupted, ExecRecord, IClientReactor
 from ..config import parse_size
 from ..durations import parse_go_duration
 from . import copying, output
 
-__all__ = ["create_body", "exit_status", "main", "parse_args", "resolve_token", "run"]
+__all__ = ["IVmctlReactor", "create_body", "exit_status", "main", "parse_args", "resolve_token", "run"]
 
 #: Environment variable with the daemon's address.
 URL_VARIABLE = "VMSERVICE_URL"
@@ -53,6 +52,17 @@ class _Failed(Exception):
     """A command failed for a reason already worded for the user."""
 
 
+class IVmctlReactor(IClientReactor, copying.ICopyReactor):
+    """
+    What ``vmctl`` needs of its reactor: the client's (see
+    :class:`~vmservice.client.IClientReactor`) and ``vmctl cp``'s (see
+    :class:`~vmservice.cli.copying.ICopyReactor`).
+
+    Every reactor Twisted installs provides all of these; this interface only
+    names them together for the type checker (no reactor declares it).
+    """
+
+
 @frozen
 class _Context:
     """
@@ -64,7 +74,7 @@ class _Context:
     :ivar stdin: the bytes ``vmctl exec --stdin`` sends, or ``None``.
     """
 
-    reactor: Any
+    reactor: IVmctlReactor
     out: TextIO
     err: TextIO
     stdin: IO[bytes] | None
@@ -149,7 +159,7 @@ def _add_connection_options(parser: argparse.ArgumentParser, suppress: bool) -> 
     value given before the command is not overwritten.
     """
 
-    def default(value: Any) -> Any:
+    def default(value: object) -> object:
         return argparse.SUPPRESS if suppress else value
 
     group = parser.add_argument_group("daemon")
@@ -603,7 +613,7 @@ def _image_build(options: argparse.Namespace, out: TextIO) -> int:
 
 
 async def run(
-    reactor: Any,
+    reactor: IVmctlReactor,
     argv: Sequence[str],
     out: TextIO,
     err: TextIO,
@@ -613,7 +623,8 @@ async def run(
     """
     Run one ``vmctl`` command and answer its exit status.
 
-    :param reactor: the reactor the client's requests run on.
+    :param reactor: the reactor the client's requests run on (see
+        :class:`IVmctlReactor`; ``vmctl image build`` needs none).
     :param argv: the arguments, without the program name.
     :param out: where results go (``vmctl exec`` writes the command's stdout
         to its ``buffer`` when it has one).
@@ -662,7 +673,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     arguments = sys.argv[1:] if argv is None else list(argv)
 
-    async def _main(reactor: Any) -> None:
+    async def _main(reactor: IVmctlReactor) -> None:
         code = await run(reactor, arguments, sys.stdout, sys.stderr, stdin=sys.stdin.buffer)
         if code:
             raise SystemExit(code)

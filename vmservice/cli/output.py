@@ -90,7 +90,7 @@ def format_time(text: str | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _size_cell(value: Any) -> str:
+def _size_cell(value: object) -> str:
     return human_size(value) if isinstance(value, int) else ""
 
 
@@ -138,7 +138,7 @@ def format_info(info: dict[str, Any]) -> str:
     return _listing([(key, str(value)) for key, value in info.items()])
 
 
-def _uptime(nanoseconds: Any) -> str:
+def _uptime(nanoseconds: object) -> str:
     if not isinstance(nanoseconds, int) or nanoseconds < 0:
         return ""
     return format_go_duration(nanoseconds // 1_000_000_000)
