@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_auth -*-
 """Tests for :mod:`vmservice.auth`."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_durable -*-
 """Tests for :mod:`vmservice.durable`: files replaced whole."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_observer -*-
 """Tests for :mod:`vmservice.observer`."""
 
 from __future__ import annotations

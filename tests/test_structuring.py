@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_structuring -*-
 """Tests for :mod:`vmservice.structuring`: the one strict converter."""
 
 from __future__ import annotations

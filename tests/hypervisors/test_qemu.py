@@ -13,15 +13,13 @@ from typing import Any
 
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.error import ProcessDone, ProcessTerminated
-from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
-from zope.interface import implementer
 
 from vmservice.hypervisors.base import MachineExit, MachineSpec
+from tests.processes import ProcessReactor
 from vmservice.hypervisors.qemu import (
-    IProbeReactor,
-    IQemuReactor,
     QemuDriver,
     QemuSettings,
     describe_exit,
@@ -103,34 +101,6 @@ class CommandLineTests(SynchronousTestCase):
         """An exit is described with its status or signal and the first stderr line."""
         self.assertEqual(describe_exit(MachineExit(1, None, "\nqemu: bad thing\nmore\n")), "the VM process exited with status 1: qemu: bad thing")
         self.assertEqual(describe_exit(MachineExit(None, 9, "")), "the VM process was killed by signal 9")
-
-
-class _Transport:
-    def __init__(self, protocol: Any, pid: int) -> None:
-        self.protocol = protocol
-        self.pid = pid
-        self.signals: list[str] = []
-
-    def signalProcess(self, name: str) -> None:
-        self.signals.append(name)
-
-
-@implementer(IQemuReactor, IProbeReactor)
-class ProcessReactor(MemoryReactorClock):
-    """Records spawnProcess calls, as twisted.runner's DummyProcessReactor does."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.spawned: list[tuple[Any, list[str], dict]] = []
-        self.transports: list[_Transport] = []
-
-    def spawnProcess(self, protocol: Any, executable: str, args: list[str], env: dict | None = None, path: str | None = None,
-                     uid: Any = None, gid: Any = None, usePTY: bool = False, childFDs: dict | None = None) -> _Transport:
-        self.spawned.append((protocol, list(args), childFDs or {}))
-        transport = _Transport(protocol, 4242 + len(self.transports))
-        self.transports.append(transport)
-        protocol.makeConnection(transport)
-        return transport
 
 
 class DriverTests(SynchronousTestCase):

@@ -1,8 +1,10 @@
+# -*- test-case-name: tests.network.test_host -*-
 """
 Tests for :class:`vmservice.network.host.HostNetwork` with a recording
 ``run``: the commands of attach and detach in order, the nftables input,
 all-or-nothing setup, bridges made on demand and removed on close when
-empty, and the removal of what a crash left behind.
+empty, and the removal of what a crash left behind; and
+:func:`vmservice.network.host.command_runner` on a recording reactor.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from typing import Any, Coroutine
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.processes import ProcessReactor
 from vmservice.config import Config, HostGroupConfig, NetworkConfig
 from vmservice.hypervisors.base import NetSpec
 from vmservice.network import plans
-from vmservice.network.host import HostNetwork, NetworkError
+from vmservice.network.host import HostNetwork, NetworkError, command_runner
 from vmservice.network.ipam import Lease
 
 MiB = 1024 * 1024
@@ -192,6 +195,7 @@ class DetachTests(HostTestCase):
         self.assertEqual(self.recorder.argvs, [("ip", "link", "delete", TAP)])
 
     def test_no_network(self) -> None:
+        """Detaching a VM of a group without a network runs nothing."""
         self.ok(self.host.detach(None, LEASE.ip))
         self.assertEqual(self.recorder.commands, [])
 
@@ -330,3 +334,51 @@ class CleanOrphansTests(HostTestCase):
         """An empty answer from ip is no links."""
         self.recorder.outputs[LINK_SHOW] = ""
         self.assertEqual(self.ok(self.host.clean_orphans(lambda: [])), [])
+
+
+class CommandRunnerTests(SynchronousTestCase):
+    """
+    :func:`command_runner` on a reactor that records its children instead of
+    starting them.
+    """
+
+    def setUp(self) -> None:
+        self.reactor = ProcessReactor()
+        self.run = command_runner(self.reactor)
+
+    def test_runs_argv_with_stdin(self) -> None:
+        """
+        A command runs as a child with its argv, a plain environment (PATH, LC_ALL=C) and its
+        standard input written then closed; its output is the result.
+        """
+        d = Deferred.fromCoroutine(self.run(plans.Command(("nft", "-f", "-"), b"table inet x {}\n")))
+        protocol, argv, _ = self.reactor.spawned[0]
+        self.assertEqual(argv, ["nft", "-f", "-"])
+        self.assertEqual(set(self.reactor.environments[0] or {}), {"PATH", "LC_ALL"})
+        self.assertEqual((self.reactor.environments[0] or {})["LC_ALL"], "C")
+        transport = self.reactor.transports[0]
+        self.assertEqual((transport.stdin, transport.stdin_closed), (b"table inet x {}\n", True))
+        self.assertNoResult(d)
+        transport.end(0, out=b'[{"ifname": "lo"}]\n')
+        self.assertEqual(self.successResultOf(d), '[{"ifname": "lo"}]\n')
+
+    def test_no_stdin(self) -> None:
+        """A command without standard input gets none, and its standard input is left alone."""
+        d = Deferred.fromCoroutine(self.run(plans.Command(("ip", "link", "show"))))
+        transport = self.reactor.transports[0]
+        self.assertEqual((transport.stdin, transport.stdin_closed), (b"", False))
+        transport.end(0)
+        self.assertEqual(self.successResultOf(d), "")
+
+    def test_failure_names_command_and_last_error_line(self) -> None:
+        """A non-zero exit fails with NetworkError naming the command and the last line of its error output."""
+        d = Deferred.fromCoroutine(self.run(plans.Command(("ip", "netns", "add", NS))))
+        self.reactor.transports[0].end(1, err=b"first\nCannot create namespace file: File exists\n")
+        error = self.failureResultOf(d, NetworkError).value
+        self.assertEqual(str(error), f"ip netns add {NS}: Cannot create namespace file: File exists")
+
+    def test_failure_without_error_output(self) -> None:
+        """A non-zero exit with nothing on standard error says the exit status."""
+        d = Deferred.fromCoroutine(self.run(plans.Command(("ip", "link", "delete", VETH))))
+        self.reactor.transports[0].end(2)
+        self.assertEqual(str(self.failureResultOf(d, NetworkError).value), f"ip link delete {VETH}: exit status 2")

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.network.test_ipam -*-
 """
 Tests for :mod:`vmservice.network.ipam`: isolated /30 slots and bridge hosts,
 requested addresses and their refusals, exhaustion, and ``lease_of`` as the
@@ -192,6 +193,7 @@ class BridgeTests(SynchronousTestCase):
         self.assertEqual(error.code, "ip_out_of_range")
 
     def test_taken(self) -> None:
+        """A wanted bridge address another node has is refused with ip_taken."""
         error = self.assertRaises(Conflict, allocate, BRIDGE, {IPv4Address("192.168.137.9")}, "192.168.137.9")
         self.assertEqual(error.code, "ip_taken")
 

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.network -*-
 """
 Host networking of the daemon's VMs.
 """

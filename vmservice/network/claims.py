@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.network.test_claims -*-
+# -*- test-case-name: tests.network.test_claims,tests.integration.network.test_claims -*-
 """
 Host-wide claims of address ranges, so that two vmservice daemons on one host
 never hand out addresses from overlapping ranges.

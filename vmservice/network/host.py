@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import os
 from ipaddress import IPv4Address, IPv4Network
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Awaitable, Callable, Iterable
 
-from twisted.internet.defer import Deferred, DeferredLock
+from twisted.internet.defer import DeferredLock
+from twisted.internet.interfaces import IReactorProcess
 from twisted.internet.utils import getProcessOutputAndValue
 from twisted.logger import Logger
 
@@ -37,11 +38,18 @@ class NetworkError(Exception):
 Run = Callable[[plans.Command], Awaitable[str]]
 
 
-def command_runner(reactor: Any) -> Run:
-    """A ``run`` that executes commands as children of ``reactor``; fails with :class:`NetworkError`."""
+def command_runner(reactor: IReactorProcess) -> Run:
+    """
+    A ``run`` that executes commands as children of ``reactor``; fails with :class:`NetworkError`.
+
+    :param reactor: starts the commands.
+    """
 
     async def run(command: plans.Command) -> str:
         env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LC_ALL": "C"}
+        out: bytes
+        err: bytes
+        code: int
         out, err, code = await getProcessOutputAndValue(
             command.argv[0], command.argv[1:], env=env, reactor=reactor, stdinBytes=command.stdin
         )
@@ -159,7 +167,7 @@ class HostNetwork:
         """Make the group's bridge if it is missing; one attach at a time per bridge."""
         assert network.bridge is not None and network.gateway is not None
         lock = self._bridge_locks.setdefault(network.bridge, DeferredLock())
-        await lock.run(lambda: Deferred.fromCoroutine(self._make_bridge(network.bridge, str(network.gateway))))
+        await lock.run(self._make_bridge, network.bridge, str(network.gateway))
 
     async def _make_bridge(self, bridge: str, gateway: str) -> None:
         try:

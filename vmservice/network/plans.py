@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.network.test_plans -*-
+# -*- test-case-name: tests.network.test_plans,tests.integration.network.test_plans -*-
 """
 What to run on the host to give one VM its network, and to take it away:
 pure functions from a lease to lists of commands (``argv`` plus optional
