@@ -6,8 +6,6 @@ parsing of a byte stream cut anywhere.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, multiple, rule
