@@ -1,18 +1,27 @@
-# -*- test-case-name: tests.agent.test_mux -*-
+# -*- test-case-name: tests.agent.test_protocol,tests.agent.test_stream,tests.agent.test_outbound -*-
 """
 A fake guest agent for the host-side tests: the real codec behind a
-``StringTransport``, driven step by step by the test.
+``StringTransport``, driven step by step by the test; recording protocols and
+producers; a transport that pauses its producer as a socket does; and a test case
+with a connected :class:`~vmservice.agent.protocol.AgentProtocol`.
 """
 
 from __future__ import annotations
 
-from twisted.internet.interfaces import IProtocol
+from typing import Any
+
+from twisted.internet.interfaces import IHalfCloseableProtocol, IProtocol, IPullProducer, IPushProducer
 from twisted.internet.protocol import Protocol
+from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
+from twisted.trial.unittest import SynchronousTestCase
+from zope.interface import implementer
 
 from tests.wire.pair import drain
-from vmservice.wire import Connection, Role
+from vmservice.agent.protocol import AgentProtocol
+from vmservice.agent.stream import AgentStream
+from vmservice.wire import Connection, Open, Role
 from vmservice.wire.events import Event, Hello
 
 GUEST_NONCE = b"FAKEGST1"
@@ -38,6 +47,12 @@ class FakeGuest:
         """
         data = self.transport.value()
         self.transport.clear()
+        return self.parse(data)
+
+    def parse(self, data: bytes) -> list[Event]:
+        """
+        Parse ``data``, which the host wrote.
+        """
         self.conn.receive_data(data)
         return drain(self.conn)
 
@@ -52,7 +67,7 @@ class FakeGuest:
         Announce this guest session and answer until both sides are established;
         return the other events the host sent meanwhile.
         """
-        others = []
+        others: list[Event] = []
         self.send(self.conn.hello(version))
         for _ in range(4):
             for event in self.receive():
@@ -76,28 +91,34 @@ class Recorder(Protocol):
 
     :ivar data: everything received.
     :ivar reason: the ``connectionLost`` reason, once lost.
+    :ivar losses: how many times ``connectionLost`` was called.
     :ivar read_closed: whether ``readConnectionLost`` was called (only when
         declared half-closeable).
+    :ivar pause_after: pause the transport from ``dataReceived`` once this many
+        bytes have arrived.
     """
 
     def __init__(self) -> None:
         self.data = b""
         self.reason: Failure | None = None
+        self.losses = 0
         self.read_closed = False
         self.pause_after: int | None = None
 
     def dataReceived(self, data: bytes) -> None:
         self.data += data
         if self.pause_after is not None and len(self.data) >= self.pause_after:
-            self.transport.pauseProducing()  # type: ignore[attr-defined]
+            self.transport.pauseProducing()  # type: ignore[union-attr]
 
     def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
         self.reason = reason
+        self.losses += 1
 
 
+@implementer(IPushProducer, IPullProducer)
 class RecordingProducer:
     """
-    A producer that records the calls a consumer makes.
+    A producer (push or pull) that records the calls a consumer makes.
     """
 
     def __init__(self) -> None:
@@ -112,3 +133,95 @@ class RecordingProducer:
     def stopProducing(self) -> None:
         self.calls.append("stop")
 
+
+
+@implementer(IHalfCloseableProtocol)
+class HalfCloseRecorder(Recorder):
+    """
+    A :class:`Recorder` that wants to hear of the guest's half-close.
+    """
+
+    def readConnectionLost(self) -> None:
+        self.read_closed = True
+
+    def writeConnectionLost(self) -> None:
+        pass
+
+
+class SocketTransport(StringTransport):
+    """
+    A ``StringTransport`` whose buffer behaves like a socket's: once more than
+    ``buffer_size`` bytes wait in it, ``write`` pauses the registered streaming
+    producer before it returns (as Twisted's ``FileDescriptor.write`` does), and
+    :meth:`drain`, the peer reading everything, resumes it.
+
+    :ivar buffer_size: bytes the buffer holds before it pauses the producer.
+    :ivar producer_paused: whether this transport paused its producer.
+    """
+
+    def __init__(self, buffer_size: int = 64 * 1024) -> None:
+        super().__init__()
+        self.buffer_size = buffer_size
+        self.producer_paused = False
+
+    def write(self, data: bytes) -> None:
+        super().write(data)
+        if (
+            self.producer is not None
+            and self.streaming
+            and not self.producer_paused
+            and len(self.value()) > self.buffer_size
+        ):
+            self.producer_paused = True
+            self.producer.pauseProducing()
+
+    def drain(self) -> bytes:
+        """
+        The peer reads everything written; a paused producer is resumed.
+        """
+        data: bytes = self.value()
+        self.clear()
+        if self.producer_paused:
+            self.producer_paused = False
+            assert self.producer is not None
+            self.producer.resumeProducing()
+        return data
+
+
+class AgentTestCase(SynchronousTestCase):
+    """
+    A connected :class:`AgentProtocol` and a fake guest.
+    """
+
+    def make_transport(self) -> StringTransport:
+        """
+        The transport under the protocol.
+        """
+        return StringTransport()
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.established: list[AgentProtocol] = []
+        self.proto = AgentProtocol(
+            self.clock, on_established=self.established.append, hello_timeout=5.0,
+            agent_version="host-1",
+        )
+        self.transport = self.make_transport()
+        self.proto.makeConnection(self.transport)
+        self.guest = FakeGuest(self.proto, self.transport)
+
+    def ready(self) -> None:
+        """
+        Finish the HELLO exchange.
+        """
+        self.guest.handshake()
+        self.assertTrue(self.proto.established)
+
+    def open(self, protocol: Recorder | None = None, header: dict[str, Any] | None = None) -> tuple[AgentStream, Recorder]:
+        """
+        Open a stream and let the guest see the OPEN.
+        """
+        protocol = protocol or Recorder()
+        stream = self.proto.open_stream(header or {"op": "test"}, protocol)
+        self.assertEqual(self.guest.receive(), [Open(stream.stream_id, header or {"op": "test"})])
+        return stream, protocol

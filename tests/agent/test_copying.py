@@ -23,7 +23,7 @@ from vmservice.agent.copying import (
     start_download,
     start_upload,
 )
-from vmservice.agent.mux import StreamReset
+from vmservice.agent.stream import StreamReset
 from vmservice.errors import AgentNotConnected, BadRequest, Internal, NotFound, NotSupported
 from vmservice.wire.payloads import encode_head
 from vmservice.wire import ResetCode

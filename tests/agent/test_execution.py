@@ -16,7 +16,7 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.agent.execution import ExecRejected, ExecRequest, run_collected, start_exec
-from vmservice.agent.mux import StreamReset
+from vmservice.agent.stream import StreamReset
 from vmservice.wire.payloads import (
     ERROR,
     EXIT,

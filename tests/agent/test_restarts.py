@@ -19,7 +19,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.agent.fakes import Recorder
 from tests.guest.session import refuse_real_clock
-from vmservice.agent.mux import AgentProtocol, StreamReset
+from vmservice.agent.protocol import AgentProtocol
+from vmservice.agent.stream import StreamReset
 from vmservice.guest import agent
 from vmservice.guest.agent import AgentContext, Loop, Session, StreamHandler
 from vmservice.wire import ResetCode

@@ -21,7 +21,7 @@ from twisted.web.http_headers import Headers
 
 from tests.agent.test_execution import FakeExecAgent
 from tests.api.test_execution import parse_response
-from vmservice.agent.mux import StreamReset
+from vmservice.agent.stream import StreamReset
 from vmservice.api.app import Api
 from vmservice.api.copying import CopyApi, name_header, streams_cp_body
 from vmservice.api.streaming import StreamingSite

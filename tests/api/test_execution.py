@@ -182,7 +182,7 @@ class ExecApiTests(SynchronousTestCase):
 
     def test_lost_before_start_is_503(self) -> None:
         """The agent going away before the first record is a 503."""
-        from vmservice.agent.mux import StreamReset
+        from vmservice.agent.stream import StreamReset
 
         self.post("cmd=x")
         self.stream.end(Failure(StreamReset(ResetCode.PEER_RESTARTED, "gone")))
@@ -190,7 +190,7 @@ class ExecApiTests(SynchronousTestCase):
 
     def test_lost_while_running(self) -> None:
         """The agent going away mid-stream ends it with an error record."""
-        from vmservice.agent.mux import StreamReset
+        from vmservice.agent.stream import StreamReset
 
         self.post("cmd=x")
         self.stream.deliver(encode_json_record(STARTED, {"pid": 1}))

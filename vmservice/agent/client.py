@@ -21,7 +21,8 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from vmservice.agent.mux import AgentProtocol, AgentStream, ChannelNotReady, StreamReset
+from vmservice.agent.protocol import AgentProtocol, ChannelNotReady
+from vmservice.agent.stream import AgentStream, StreamReset
 from vmservice.agent.transports import reconnecting_channel, virtio_serial_endpoint
 from vmservice.wire import ResetCode
 

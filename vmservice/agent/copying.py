@@ -32,7 +32,7 @@ from ..wire.payloads import decode_head
 from ..wire import ResetCode
 from .execution import AgentWithStreams
 from .filesystem import parse_reply
-from .mux import AgentStream, StreamReset
+from .stream import AgentStream, StreamReset
 
 log = Logger()
 

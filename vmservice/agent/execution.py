@@ -21,7 +21,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from vmservice.agent.mux import AgentStream
+from vmservice.agent.stream import AgentStream
 from vmservice.wire.payloads import (
     ERROR,
     EXIT,

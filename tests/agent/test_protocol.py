@@ -1,32 +1,20 @@
-# -*- test-case-name: tests.agent.test_mux -*-
+# -*- test-case-name: tests.agent.test_protocol -*-
 """
-Tests for :mod:`vmservice.agent.mux`: the host's protocol and its streams, against a
-fake guest made of the real codec.
+Tests for :mod:`vmservice.agent.protocol`: the HELLO exchange, pings, streams the
+guest opens, the socket's back-pressure and agent restarts, against a fake guest
+made of the real codec.
 """
 
 from __future__ import annotations
 
-from twisted.internet.error import ConnectionAborted, ConnectionDone, ConnectionLost
-from twisted.internet.interfaces import IHalfCloseableProtocol, IPushProducer, ITransport, IConsumer
-from twisted.internet.task import Clock
-from twisted.internet.testing import StringTransport
+from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.python.failure import Failure
-from twisted.trial.unittest import SynchronousTestCase
-from zope.interface import implementer
-from zope.interface.verify import verifyObject
 
-from tests.agent.fakes import FakeGuest, Recorder, RecordingProducer
-from vmservice.agent.mux import (
-    STREAM_WRITE_HIGH_WATER,
-    AgentProtocol,
-    AgentStream,
-    AgentStreamAddress,
-    ChannelNotReady,
-    StreamReset,
-)
+from tests.agent.fakes import AgentTestCase, HalfCloseRecorder, Recorder, RecordingProducer
+from vmservice.agent.protocol import ChannelNotReady
+from vmservice.agent.stream import AgentStream, StreamReset
 from vmservice.wire import (
     INITIAL_WINDOW,
-    MAX_PAYLOAD,
     NO_NONCE,
     Data,
     HalfClose,
@@ -36,58 +24,11 @@ from vmservice.wire import (
     Pong,
     Reset,
     ResetCode,
-    WindowUpdate,
 )
 from vmservice.wire.frames import encode_event
 
 
-@implementer(IHalfCloseableProtocol)
-class HalfCloseRecorder(Recorder):
-    """
-    A :class:`Recorder` that wants to hear of the guest's half-close.
-    """
-
-    def readConnectionLost(self) -> None:
-        self.read_closed = True
-
-    def writeConnectionLost(self) -> None:
-        pass
-
-
-class MuxTestCase(SynchronousTestCase):
-    """
-    A connected :class:`AgentProtocol` and a fake guest.
-    """
-
-    def setUp(self) -> None:
-        self.clock = Clock()
-        self.established: list[AgentProtocol] = []
-        self.proto = AgentProtocol(
-            self.clock, on_established=self.established.append, hello_timeout=5.0,
-            agent_version="host-1",
-        )
-        self.transport = StringTransport()
-        self.proto.makeConnection(self.transport)
-        self.guest = FakeGuest(self.proto, self.transport)
-
-    def ready(self) -> None:
-        """
-        Finish the HELLO exchange.
-        """
-        self.guest.handshake()
-        self.assertTrue(self.proto.established)
-
-    def open(self, protocol: Recorder | None = None, header: dict | None = None) -> tuple[AgentStream, Recorder]:
-        """
-        Open a stream and let the guest see the OPEN.
-        """
-        protocol = protocol or Recorder()
-        stream = self.proto.open_stream(header or {"op": "test"}, protocol)
-        self.assertEqual(self.guest.receive(), [Open(stream.stream_id, header or {"op": "test"})])
-        return stream, protocol
-
-
-class HelloTests(MuxTestCase):
+class HelloTests(AgentTestCase):
     """
     The HELLO exchange and its timeout.
     """
@@ -151,92 +92,14 @@ class HelloTests(MuxTestCase):
         self.assertTrue(self.transport.disconnected)
 
 
-class StreamTests(MuxTestCase):
+class ChannelTests(AgentTestCase):
     """
-    Streams as transports.
+    Pings, streams the guest opens, losing the connection and agent restarts.
     """
 
     def setUp(self) -> None:
         super().setUp()
         self.ready()
-
-    def test_interfaces(self) -> None:
-        """
-        A stream is a transport, a push producer and a consumer; its addresses name
-        the stream.
-        """
-        stream, _ = self.open()
-        verifyObject(ITransport, stream)
-        verifyObject(IPushProducer, stream)
-        verifyObject(IConsumer, stream)
-        self.assertEqual(stream.getPeer(), AgentStreamAddress(1))
-        self.assertEqual(stream.getHost(), AgentStreamAddress(1))
-
-    def test_exchange(self) -> None:
-        """
-        Data flows both ways; after both half-closes the protocol's connection is
-        done, cleanly.
-        """
-        stream, protocol = self.open()
-        self.assertIs(protocol.transport, stream)
-        stream.write(b"hello")
-        stream.writeSequence([b" ", b"agent"])
-        stream.loseConnection()
-        self.assertEqual(self.guest.receive(), [Data(1, b"hello"), Data(1, b" agent"), HalfClose(1)])
-        self.guest.send(Data(1, b"reply"))
-        self.assertEqual(protocol.data, b"reply")
-        self.assertIsNone(protocol.reason)
-        self.guest.send(HalfClose(1))
-        assert protocol.reason is not None
-        self.assertTrue(protocol.reason.check(ConnectionDone))
-        stream.write(b"ignored")
-        self.assertEqual(self.guest.receive(), [])
-
-    def test_half_closeable(self) -> None:
-        """
-        A half-closeable protocol hears of the guest's half-close before its own
-        side is closed.
-        """
-        stream, protocol = self.open(HalfCloseRecorder())
-        self.guest.send(HalfClose(1))
-        self.assertTrue(protocol.read_closed)
-        self.assertIsNone(protocol.reason)
-        stream.write(b"late answer")
-        stream.loseConnection()
-        self.assertEqual(self.guest.receive(), [Data(1, b"late answer"), HalfClose(1)])
-        assert protocol.reason is not None
-        self.assertTrue(protocol.reason.check(ConnectionDone))
-
-    def test_reset_by_guest(self) -> None:
-        """
-        A RESET from the guest ends that stream with :class:`StreamReset` and
-        leaves the others open.
-        """
-        _, first = self.open()
-        second_stream, second = self.open()
-        self.guest.send(Reset(1, ResetCode.UNKNOWN_OP, "what"))
-        assert first.reason is not None
-        error = first.reason.value
-        assert isinstance(error, StreamReset)
-        self.assertEqual((error.code, error.reason), (ResetCode.UNKNOWN_OP, "what"))
-        self.assertIn("UNKNOWN_OP", str(error))
-        self.assertIsNone(second.reason)
-        second_stream.write(b"still here")
-        self.assertEqual(self.guest.receive(), [Data(3, b"still here")])
-
-    def test_abort(self) -> None:
-        """
-        Aborting sends RESET and ends the protocol with ConnectionAborted.
-        """
-        stream, protocol = self.open()
-        stream.write(b"x" * (INITIAL_WINDOW + 5))
-        self.guest.receive()
-        stream.abortConnection(ResetCode.CANCEL, "bye")
-        self.assertEqual(self.guest.receive(), [Reset(1, ResetCode.CANCEL, "bye")])
-        assert protocol.reason is not None
-        self.assertTrue(protocol.reason.check(ConnectionAborted))
-        stream.abortConnection()
-        self.assertEqual(self.guest.receive(), [])
 
     def test_connection_lost(self) -> None:
         """
@@ -344,104 +207,14 @@ class StreamTests(MuxTestCase):
         self.assertEqual(recorder.transport.stream_id, 2)
 
 
-class FlowControlTests(MuxTestCase):
+class SocketBackpressureTests(AgentTestCase):
     """
-    Credit and producers.
+    The socket pauses and resumes the protocol.
     """
 
     def setUp(self) -> None:
         super().setUp()
         self.ready()
-
-    def test_credit_granted_after_delivery(self) -> None:
-        """
-        Data delivered to the protocol is acknowledged: the guest gets its credit
-        back in WINDOW frames.
-        """
-        self.open()
-        self.guest.send(Data(1, b"x" * INITIAL_WINDOW))
-        self.assertEqual(self.guest.conn.send_window(1), 0)
-        updates = self.guest.receive()
-        self.assertEqual(sum(e.increment for e in updates if isinstance(e, WindowUpdate)), INITIAL_WINDOW)
-        self.assertEqual(self.guest.conn.send_window(1), INITIAL_WINDOW)
-
-    def test_pause_withholds_credit(self) -> None:
-        """
-        While the stream is paused, data is held back and no credit is granted, so
-        the guest stops after one window; resuming delivers it and grants credit.
-        """
-        stream, protocol = self.open()
-        stream.pauseProducing()
-        self.assertTrue(stream.paused)
-        self.guest.send(Data(1, b"a" * (INITIAL_WINDOW // 2)), Data(1, b"b" * (INITIAL_WINDOW // 2)))
-        self.guest.send(HalfClose(1))
-        self.assertEqual(protocol.data, b"")
-        self.assertEqual(self.guest.receive(), [])
-        self.assertEqual(self.guest.conn.send_window(1), 0)
-        stream.loseConnection()
-        self.guest.receive()
-        self.assertIsNone(protocol.reason)
-        stream.resumeProducing()
-        self.assertEqual(len(protocol.data), INITIAL_WINDOW)
-        assert protocol.reason is not None
-        self.assertTrue(protocol.reason.check(ConnectionDone))
-
-    def test_pause_from_data_received(self) -> None:
-        """
-        A protocol that pauses inside ``dataReceived`` gets nothing more until it
-        resumes, and the guest only the credit for what was delivered.
-        """
-        stream, protocol = self.open()
-        protocol.pause_after = 1
-        self.guest.send(Data(1, b"x" * MAX_PAYLOAD), Data(1, b"y" * MAX_PAYLOAD))
-        self.assertEqual(protocol.data, b"x" * MAX_PAYLOAD)
-        self.assertEqual(self.guest.receive(), [WindowUpdate(1, MAX_PAYLOAD)])
-        protocol.pause_after = None
-        stream.resumeProducing()
-        self.assertEqual(protocol.data, b"x" * MAX_PAYLOAD + b"y" * MAX_PAYLOAD)
-
-    def test_write_within_credit(self) -> None:
-        """
-        Writes beyond the guest's credit wait in the stream until credit comes.
-        """
-        stream, _ = self.open()
-        stream.write(b"z" * (INITIAL_WINDOW + 10))
-        sent = self.guest.receive()
-        self.assertEqual(sum(len(e.data) for e in sent if isinstance(e, Data)), INITIAL_WINDOW)
-        self.assertEqual(stream.buffered, 10)
-        stream.loseConnection()
-        self.assertEqual(self.guest.receive(), [])
-        self.guest.send(WindowUpdate(1, 100))
-        self.assertEqual(self.guest.receive(), [Data(1, b"z" * 10), HalfClose(1)])
-
-    def test_streaming_producer(self) -> None:
-        """
-        A registered streaming producer is paused while data waits for credit and
-        resumed once it is all sent.
-        """
-        stream, _ = self.open()
-        producer = RecordingProducer()
-        stream.registerProducer(producer, True)
-        stream.write(b"p" * (INITIAL_WINDOW + STREAM_WRITE_HIGH_WATER))
-        self.assertEqual(producer.calls, ["pause"])
-        self.guest.receive()
-        self.guest.send(WindowUpdate(1, STREAM_WRITE_HIGH_WATER))
-        self.assertEqual(producer.calls, ["pause", "resume"])
-        stream.unregisterProducer()
-        stream.registerProducer(producer, True)
-        self.assertRaises(RuntimeError, stream.registerProducer, RecordingProducer(), True)
-
-    def test_pull_producer(self) -> None:
-        """
-        A pull producer is asked for more on the next turn of the clock whenever
-        the stream has sent everything.
-        """
-        stream, _ = self.open()
-        producer = RecordingProducer()
-        stream.registerProducer(producer, False)
-        self.assertEqual(producer.calls, [])
-        self.clock.advance(0)
-        self.assertEqual(producer.calls, ["resume"])
 
     def test_socket_backpressure(self) -> None:
         """
@@ -469,30 +242,8 @@ class FlowControlTests(MuxTestCase):
         self.proto.resumeProducing()
         self.assertIsNone(self.transport.producer)
 
-    def test_producer_stopped_when_stream_ends(self) -> None:
-        """
-        When the stream ends, its producer is stopped; a producer registered on an
-        ended stream is stopped at once.
-        """
-        stream, _ = self.open()
-        producer = RecordingProducer()
-        stream.registerProducer(producer, True)
-        self.guest.send(Reset(1))
-        self.assertEqual(producer.calls, ["stop"])
-        late = RecordingProducer()
-        stream.registerProducer(late, True)
-        self.assertEqual(late.calls, ["stop"])
 
-    def test_stop_producing_resets(self) -> None:
-        """
-        ``stopProducing`` on a stream (its consumer went away) resets it.
-        """
-        stream, _ = self.open()
-        stream.stopProducing()
-        self.assertEqual(self.guest.receive(), [Reset(1, ResetCode.CANCEL, "")])
-
-
-class AgentRestartTests(MuxTestCase):
+class AgentRestartTests(AgentTestCase):
     """
     A HELLO from a new guest agent session on an established connection: the VM
     rebooted or the agent was respawned while the host stayed connected.
