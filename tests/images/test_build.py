@@ -1,20 +1,17 @@
 # -*- test-case-name: tests.images.test_build -*-
 """
-Tests for :mod:`vmservice.images.build` and the ``python -m vmservice.images`` command line that do not
-fetch packages (the full build runs in :mod:`tests.images.test_boot`).
+Tests for :mod:`vmservice.images.build` that do not fetch packages (the full build runs in
+:mod:`tests.integration.images.test_boot`; the command line is tested in :mod:`tests.images.test_main`).
 """
 
 from __future__ import annotations
 
-import io
 import os
-import sys
 from typing import Sequence
 
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.images.test_store import fake_image
-from vmservice.images.__main__ import main
 from vmservice.images.build import BuildError, build_image, prune_builds
 from vmservice.images.debian import AptError
 from vmservice.images.recipe import load_recipe, recipe_hash
@@ -56,21 +53,6 @@ class UpToDateTests(SynchronousTestCase):
         self.assertEqual(os.readlink(os.path.join(self.base, "default")), self.current)
         self.assertIn("link updated", self.lines[0])
 
-    def test_command_line(self) -> None:
-        """
-        ``build`` exits 0 on an up-to-date image and ``show`` prints its manifest and path.
-        """
-        out = io.StringIO()
-        self.patch(sys, "stdout", out)
-        self.patch(os, "environ", {**os.environ, "VMSERVICE_IMAGE_DIR": self.base})
-        import vmservice.images.__main__ as cli
-        self.patch(cli, "build_image", lambda *a, **k: build_image(*a, **{**k, "run": refuse}))
-        self.assertEqual(main(["build"]), 0)
-        self.assertIn("up to date", out.getvalue())
-        self.assertEqual(main(["show", "--image-dir", self.base]), 0)
-        self.assertIn('"recipe_hash": "0123456789abcdef"', out.getvalue())
-        self.assertIn(os.path.join(self.base, self.current), out.getvalue())
-
 
 class FailureTests(SynchronousTestCase):
     """
@@ -90,15 +72,6 @@ class FailureTests(SynchronousTestCase):
         error = self.assertRaises(BuildError, build_image, base, out=lambda line: None, run=broken)
         self.assertIn("Unable to locate package", str(error))
         self.assertEqual([name for name in os.listdir(base) if name != ".default.lock"], [])
-
-    def test_missing_image_exit_status(self) -> None:
-        """
-        ``show`` on a directory without the image prints an error and exits 1.
-        """
-        err = io.StringIO()
-        self.patch(sys, "stderr", err)
-        self.assertEqual(main(["show", "--image-dir", os.path.abspath(self.mktemp())]), 1)
-        self.assertIn("not found", err.getvalue())
 
 
 class PruneTests(SynchronousTestCase):

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.images -*-
+# -*- test-case-name: tests.images.test_store -*-
 """
 Guest images: built from Debian packages by :mod:`vmservice.images.build` (``python -m vmservice.images
 build``) and found by the daemon with :func:`resolve_image`.

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.images.test_build -*-
+# -*- test-case-name: tests.images.test_build,tests.integration.images.test_boot -*-
 """
 Building a guest image from its recipe: Debian packages in, ``vmlinux`` + ``initrd.img`` + ``rootfs.ext4``
 + ``manifest.json`` out.
@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator, NotRequired, TypedDict
 
 from twisted.python.filepath import FilePath
 
@@ -38,7 +38,8 @@ from vmservice.images.recipe import Recipe, guest_sources, load_recipe, package_
 from vmservice.images.store import (INITRD_FILE, KERNEL_FILE, MANIFEST_FILE, ROOTFS_FILE, Image,
                                     resolve_image)
 
-__all__ = ["BuildError", "DEB_CACHE", "KEEP_BUILDS", "PYTHON_CHECK_MODULES", "build_image", "prune_builds"]
+__all__ = ["ArtefactRecord", "BuildError", "DEB_CACHE", "KEEP_BUILDS", "Manifest", "PYTHON_CHECK_MODULES", "build_image",
+           "prune_builds"]
 
 DEB_CACHE = ".debs"
 # Old builds kept besides the current one (see prune_builds).
@@ -146,7 +147,28 @@ def _check_run(argv: list[str], what: str) -> str:
     return result.stdout
 
 
-def _file_record(path: str) -> dict[str, Any]:
+class ArtefactRecord(TypedDict):
+    """One file of a build in its manifest: its size in bytes and SHA-256 (hex)."""
+
+    size: int
+    sha256: str
+
+
+class Manifest(TypedDict):
+    """What ``manifest.json`` says of a build (see :func:`build_image`)."""
+
+    name: str
+    recipe_hash: str
+    built_at: str
+    kernel_release: str
+    kernel_package: str
+    initramfs_modules: list[str]
+    packages: dict[str, str]
+    artefacts: dict[str, ArtefactRecord]
+    build_seconds: NotRequired[float]
+
+
+def _file_record(path: str) -> ArtefactRecord:
     digest = hashlib.sha256()
     with open(path, "rb") as stream:
         for chunk in iter(lambda: stream.read(1024 * 1024), b""):
@@ -205,7 +227,7 @@ def build_image(image_dir: str | FilePath[str], name: str = "default", force: bo
 
 
 def _build(recipe: Recipe, digest: str, source: str, base: str, work: str, output: str,
-           out: Callable[[str], None], run: debian.Runner) -> dict[str, Any]:
+           out: Callable[[str], None], run: debian.Runner) -> Manifest:
     try:
         kernel_package = debian.resolve_metapackage(recipe.kernel_metapackage, run)
         debs = debian.fetch_packages([kernel_package, *recipe.packages], os.path.join(base, DEB_CACHE), run, out)

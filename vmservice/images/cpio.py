@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.images.test_cpio -*-
+# -*- test-case-name: tests.images.test_cpio,tests.integration.images.test_cpio -*-
 """
 A writer for the ``newc`` cpio format, the only archive format the Linux kernel unpacks as an initramfs.
 

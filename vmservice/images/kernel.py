@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.images.test_kernel -*-
+# -*- test-case-name: tests.images.test_kernel,tests.integration.images.test_kernel -*-
 """
 The guest kernel: the uncompressed ``vmlinux`` taken out of Debian's cloud kernel, and the order in which
 its modules must be loaded.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tomllib
-from typing import Any
+from collections.abc import Mapping
 
 from attrs import frozen
 
@@ -61,7 +61,7 @@ def package_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _string_list(data: dict[str, Any], key: str, path: str) -> tuple[str, ...]:
+def _string_list(data: Mapping[str, object], key: str, path: str) -> tuple[str, ...]:
     value = data.get(key)
     if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
         raise RecipeError(f"{path}: {key} must be a list of non-empty strings")

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.images.test_rootfs -*-
+# -*- test-case-name: tests.images.test_rootfs,tests.integration.images.test_rootfs -*-
 """
 Assembling the guest's root file system from unpacked Debian packages, and checking it before it ships.
 

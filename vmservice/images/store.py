@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
-
 from attrs import frozen
 from twisted.python.filepath import FilePath
 
@@ -73,7 +71,7 @@ class Image:
     kernel: FilePath[str]
     initrd: FilePath[str]
     rootfs: FilePath[str]
-    manifest: dict[str, Any]
+    manifest: dict[str, object]
 
 
 def default_image_dir() -> str:

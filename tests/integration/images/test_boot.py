@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.images.test_boot -*-
+# -*- test-case-name: tests.integration.images.test_boot -*-
 """
 Integration tests: build the real image (cached in ``$VMSERVICE_IMAGE_DIR`` or
 ``/var/cache/vmservice/images``) and boot it with QEMU under TCG, the way the daemon's driver does.
