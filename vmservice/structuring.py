@@ -19,7 +19,7 @@ CIDRs), then say where the problem is in their own words:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, get_args, get_origin
+from typing import get_args, get_origin
 
 import attrs
 import cattrs
@@ -85,14 +85,14 @@ def _structure_bool(value: object, _type: object) -> bool:
     raise BadValue(f"expected true or false, got {describe(value)}")
 
 
-def _is_sequence(type_: Any) -> bool:
+def _is_sequence(type_: object) -> bool:
     args = get_args(type_)
     if get_origin(type_) is list:
         return len(args) == 1
     return get_origin(type_) is tuple and len(args) == 2 and args[1] is Ellipsis
 
 
-def _sequence_factory(type_: Any, converter: cattrs.Converter) -> Callable[[object, object], Any]:
+def _sequence_factory(type_: type, converter: cattrs.Converter) -> Callable[[object, object], object]:
     """
     Structure ``list[X]`` and ``tuple[X, ...]`` from a list only: cattrs' own
     hook takes any iterable, so ``allow: 10.0.0.0/8`` would become a tuple of
@@ -103,7 +103,7 @@ def _sequence_factory(type_: Any, converter: cattrs.Converter) -> Callable[[obje
     hook = converter.get_structure_hook(element)
     make = list if get_origin(type_) is list else tuple
 
-    def structure(value: object, _type: object) -> Any:
+    def structure(value: object, _type: object) -> object:
         if not isinstance(value, list):
             raise BadValue(f"expected a list, got {describe(value)}")
         items = []
@@ -121,14 +121,14 @@ def _sequence_factory(type_: Any, converter: cattrs.Converter) -> Callable[[obje
     return structure
 
 
-def _mapping_factory(cl: type, converter: cattrs.Converter) -> Callable[[object, object], Any]:
+def _mapping_factory(cl: type, converter: cattrs.Converter) -> Callable[[object, object], object]:
     """
     Structure attrs classes from mappings only, so that ``api: 8080`` says
     "expected a mapping" instead of a Python error.
     """
-    inner: Callable[[Mapping[str, Any], Any], Any] = make_dict_structure_fn(cl, converter)
+    inner: Callable[[Mapping[str, object], object], object] = make_dict_structure_fn(cl, converter)
 
-    def structure(value: object, _type: object) -> Any:
+    def structure(value: object, _type: object) -> object:
         if not isinstance(value, dict):
             raise BadValue(f"expected a mapping, got {describe(value)}")
         return inner(value, cl)

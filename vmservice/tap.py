@@ -27,7 +27,13 @@ class Options(usage.Options):
 
 
 def makeService(options: Options) -> IService:
-    """Load the configuration and build the daemon (exit 1 on a bad one)."""
+    """
+    Load the configuration and build the daemon on the global reactor (the
+    one place that takes it); exit with status 1 and one line on stderr when
+    the configuration is bad or the daemon cannot start.
+
+    :param options: the parsed command line.
+    """
     from twisted.internet import reactor
 
     try:

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.api.test_meta -*-
+# -*- test-case-name: tests.test_version,tests.api.test_app -*-
 """
 What this build is: package version, the git commit of the checkout, and the
 platform in the names existing clients expect (Go's GOOS/GOARCH).

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_tap -*-
 """
 The ``vmservice`` twistd plugin: ``twistd -n vmservice --config PATH``.
 """

@@ -1,0 +1,77 @@
+# -*- test-case-name: tests.test_metrics -*-
+"""
+Tests for :mod:`vmservice.metrics`: what each observation adds to the text
+exposition, node gauges read at scrape time, and registries kept apart.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+from twisted.trial.unittest import SynchronousTestCase
+
+from vmservice.metrics import Metrics
+
+
+def samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of the rendered exposition, by name and sorted labels."""
+    text, _ = metrics.render()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text.decode())
+        for sample in family.samples
+    }
+
+
+class MetricsTests(SynchronousTestCase):
+    def test_requests(self) -> None:
+        """Each request counts once by route, method and status, and its time goes to the latency histogram."""
+        metrics = Metrics()
+        metrics.observe_request("/nodes/<name>", "GET", 200, 0.004)
+        metrics.observe_request("/nodes/<name>", "GET", 200, 0.2)
+        metrics.observe_request("/nodes/<name>", "GET", 404, 0.001)
+        found = samples(metrics)
+        labels = (("method", "GET"), ("route", "/nodes/<name>"))
+        self.assertEqual(found[("vmservice_http_requests_total", (*labels, ("status", "200")))], 2)
+        self.assertEqual(found[("vmservice_http_requests_total", (*labels, ("status", "404")))], 1)
+        self.assertEqual(found[("vmservice_http_request_duration_seconds_count", labels)], 3)
+        self.assertAlmostEqual(found[("vmservice_http_request_duration_seconds_sum", labels)], 0.205)
+
+    def test_boot(self) -> None:
+        """Boot times go to a histogram per host group whose buckets reach minutes."""
+        metrics = Metrics()
+        metrics.observe_boot("small", 3.5)
+        metrics.observe_boot("small", 250)
+        found = samples(metrics)
+        self.assertEqual(found[("vmservice_boot_duration_seconds_count", (("hostgroup", "small"),))], 2)
+        self.assertEqual(found[("vmservice_boot_duration_seconds_bucket", (("hostgroup", "small"), ("le", "4.0")))], 1)
+        self.assertEqual(found[("vmservice_boot_duration_seconds_bucket", (("hostgroup", "small"), ("le", "300.0")))], 2)
+
+    def test_nodes_read_at_scrape(self) -> None:
+        """Node gauges come from the counts function at each scrape, so they follow the fleet."""
+        metrics = Metrics()
+        counts = [("small", "Running", 2)]
+        metrics.watch_nodes(lambda: counts)
+        self.assertEqual(samples(metrics)[("vmservice_nodes", (("hostgroup", "small"), ("status", "Running")))], 2)
+        counts[:] = [("small", "Running", 1), ("small", "Stopped", 1)]
+        found = samples(metrics)
+        self.assertEqual(found[("vmservice_nodes", (("hostgroup", "small"), ("status", "Running")))], 1)
+        self.assertEqual(found[("vmservice_nodes", (("hostgroup", "small"), ("status", "Stopped")))], 1)
+
+    def test_render(self) -> None:
+        """The exposition is Prometheus text with its content type; a new registry starts empty of samples."""
+        text, content_type = Metrics().render()
+        self.assertEqual(content_type, CONTENT_TYPE_LATEST)
+        self.assertIn(b"# TYPE vmservice_http_requests_total counter", text)
+        self.assertNotIn(b"vmservice_http_requests_total{", text)
+
+    def test_registries_apart(self) -> None:
+        """Two Metrics do not share counters; a registry given is the one used."""
+        registry = CollectorRegistry()
+        first, second = Metrics(registry), Metrics()
+        self.assertIs(first.registry, registry)
+        first.observe_request("/healthz", "GET", 200, 0.001)
+        self.assertNotIn(("vmservice_http_requests_total", (("method", "GET"), ("route", "/healthz"), ("status", "200"))),
+                         samples(second))
+        self.assertEqual(registry.get_sample_value(
+            "vmservice_http_requests_total", {"route": "/healthz", "method": "GET", "status": "200"}), 1)
