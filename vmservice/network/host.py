@@ -19,10 +19,12 @@ from twisted.internet.defer import DeferredLock
 from twisted.internet.interfaces import IReactorProcess
 from twisted.internet.utils import getProcessOutputAndValue
 from twisted.logger import Logger
+from zope.interface import implementer
 
 from ..config import Config, HostGroupConfig, NetworkConfig
 from ..hypervisors.base import NetSpec
 from . import plans
+from .interfaces import INodeNetwork
 from .ipam import Lease, pool
 
 log = Logger()
@@ -61,6 +63,7 @@ def command_runner(reactor: IReactorProcess) -> Run:
     return run
 
 
+@implementer(INodeNetwork)
 class HostNetwork:
     """
     Networks of one daemon's VMs.

@@ -14,6 +14,9 @@ import os
 
 from twisted.internet.interfaces import IReactorProcess
 from twisted.internet.utils import getProcessOutputAndValue
+from zope.interface import implementer
+
+from .interfaces import IDisks
 
 
 class StorageError(Exception):
@@ -78,6 +81,7 @@ def remove_disk(path: str) -> bool:
     return True
 
 
+@implementer(IDisks)
 class OverlayDisks:
     """
     Node disks as qcow2 overlays (the fleet's disks).
