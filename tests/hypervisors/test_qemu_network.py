@@ -12,7 +12,8 @@ import os
 from attrs import evolve
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.hypervisors.test_qemu import SPEC, ProcessReactor, _pairs
+from tests.hypervisors.test_qemu import SPEC, _pairs
+from tests.processes import ProcessReactor
 from vmservice.hypervisors.base import NetSpec
 from vmservice.hypervisors.qemu import QemuDriver, QemuSettings, kernel_cmdline, qemu_command
 

@@ -19,7 +19,8 @@ from twisted.internet import reactor as global_reactor
 from twisted.internet.defer import Deferred, gatherResults
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from tests.hypervisors.test_qemu import SPEC, ProcessReactor
+from tests.hypervisors.test_qemu import SPEC
+from tests.processes import ProcessReactor
 from vmservice.hypervisors.base import IMachine, MachineSpec
 from vmservice.hypervisors.qemu import QemuDriver, QemuSettings, host_tsc_khz, qemu_command
 from vmservice.images.build import build_image
