@@ -13,7 +13,6 @@ import os
 from collections import Counter
 from typing import Any
 
-from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThreadPool
@@ -28,11 +27,12 @@ from .api.lifecycle import LifecycleApi
 from .api.meta import MetaApi
 from .api.nodes import NodesApi
 from .api.vm import VmApi
-from .api.execution import ExecApi, streams_exec_body
-from .api.copying import CopyApi, streams_cp_body
+from .api.execution import ExecApi
+from .api.copying import CopyApi
 from .api.streaming import StreamingSite
 from .auth import load_or_create_token
 from .config import Config
+from .listening import listening_service
 from .hypervisors.base import IHypervisor
 from .hypervisors.qemu import QemuDriver, QemuSettings, host_tsc_khz, probe_accel
 from .images.store import Image, ImageNotFound, resolve_image
@@ -164,15 +164,14 @@ def make_service(config: Config, reactor: Any) -> MultiService:
     routes += CopyApi(fleet).routes()
     routes += LifecycleApi(fleet).routes()
     api = Api(reactor, routes, metrics, token)
-    site = StreamingSite(api.resource(), [streams_exec_body, streams_cp_body])
+    site = StreamingSite(api.resource(), api.streams_body)
     site.displayTracebacks = False
 
     top = MultiService()
     claimed = _Claimed(claims)
     claimed.setServiceParent(top)
     fleet.setServiceParent(claimed)
-    listener = StreamServerEndpointService(_endpoint(reactor, config), site)
-    listener._raiseSynchronously = True
+    listener = listening_service(_endpoint(reactor, config), site)
     listener.setServiceParent(top)
     where = config.api.unix_socket_path or f"{config.api.bind_address}:{config.api.port}"
     log.info(

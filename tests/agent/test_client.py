@@ -2,7 +2,7 @@
 """
 Unit tests for :mod:`vmservice.agent.client` on a memory reactor: connecting,
 reconnecting with backoff, readiness, and the operations' errors.  The same client
-against a real agent process is tested in :mod:`tests.agent.test_guest_agent`.
+against a real agent process is tested in :mod:`tests.integration.guest.test_agent`.
 """
 
 from __future__ import annotations
@@ -17,12 +17,9 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.agent.fakes import FakeGuest, Recorder
-from vmservice.agent.client import (
-    AgentClient,
-    AgentHealth,
-    AgentRequestFailed,
-    AgentUnavailable,
-)
+from vmservice.agent.client import AgentClient
+from vmservice.agent.errors import AgentRequestFailed, AgentUnavailable
+from vmservice.nodes.guest import AgentHealth
 from vmservice.wire import Data, HalfClose, Open, Ping, Pong, Reset, ResetCode
 
 SOCKET = "/run/vmservice/node-1/agent.sock"

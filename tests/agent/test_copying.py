@@ -14,17 +14,22 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.agent.test_execution import FakeExecAgent
-from vmservice.agent.copying import (
-    CopyInterrupted,
-    DownloadHead,
-    DownloadRequest,
-    UploadRequest,
-    UploadResult,
-    start_download,
-    start_upload,
-)
+from twisted.internet.defer import Deferred
+
+from vmservice.agent.copying import start_download, start_upload
 from vmservice.agent.stream import StreamReset
-from vmservice.errors import AgentNotConnected, BadRequest, Internal, NotFound, NotSupported
+from vmservice.errors import (
+    AgentError,
+    AgentNotConnected,
+    BadRequest,
+    GuestErrorKind,
+    Internal,
+    NotFound,
+    NotSupported,
+    ServiceError,
+    service_error,
+)
+from vmservice.nodes.guest import DownloadHead, DownloadRequest, UploadRequest, UploadResult
 from vmservice.wire.payloads import encode_head
 from vmservice.wire import ResetCode
 
@@ -65,7 +70,7 @@ class UploadTests(SynchronousTestCase):
             upload, stream = self.start()
             stream.deliver(json.dumps({"ok": False, "error": kind, "message": "m"}).encode())
             stream.protocol.readConnectionLost()
-            self.assertEqual(self.failureResultOf(upload.result, error).value.code, code)
+            self.assertEqual(failed_as(self, upload.result, error).code, code)
 
     def test_lost(self) -> None:
         """A lost channel is 503, an unknown op 501, a reset 500, and abort() resets with CANCEL."""
@@ -74,11 +79,18 @@ class UploadTests(SynchronousTestCase):
                               (StreamReset(ResetCode.INTERNAL_ERROR, "x"), Internal)):
             upload, stream = self.start()
             stream.end(Failure(reason))
-            self.failureResultOf(upload.result, error)
+            failed_as(self, upload.result, error)
         upload, stream = self.start()
         upload.abort()
         self.assertEqual(stream.aborted[0], ResetCode.CANCEL)
-        self.failureResultOf(upload.result, Internal)
+        failed_as(self, upload.result, Internal)
+
+
+def failed_as(case: SynchronousTestCase, d: Deferred[object], kind: type[ServiceError]) -> ServiceError:
+    """The service error ``d``'s agent error means for a client, checked to be a ``kind``."""
+    error = service_error(case.failureResultOf(d, AgentError).value)
+    case.assertIsInstance(error, kind)
+    return error
 
 
 class DownloadTests(SynchronousTestCase):
@@ -135,21 +147,21 @@ class DownloadTests(SynchronousTestCase):
         """An error head fails the head with the mapped error."""
         self.stream.deliver(encode_head({"ok": False, "error": "is_a_directory", "message": "must specify a file"}))
         self.stream.end()
-        self.assertEqual(self.failureResultOf(self.download.head, BadRequest).value.code, "is_a_directory")
+        self.assertEqual(failed_as(self, self.download.head, BadRequest).code, "is_a_directory")
 
     def test_interrupted(self) -> None:
-        """A reset after the head fails done with CopyInterrupted."""
+        """A reset after the head fails done with an agent error of kind INTERRUPTED."""
         self.stream.deliver(self.head() + b"he")
         self.download.deliver_to(lambda data: None)
         self.stream.end(Failure(StreamReset(ResetCode.INTERNAL_ERROR, "disk")))
-        self.failureResultOf(self.download.done, CopyInterrupted)
+        self.assertIs(self.failureResultOf(self.download.done, AgentError).value.kind, GuestErrorKind.INTERRUPTED)
 
     def test_lost_before_head(self) -> None:
         """A channel lost before the head fails the head with 503; a bad head resets the stream."""
         self.stream.end(Failure(ConnectionLost()))
-        self.failureResultOf(self.download.head, AgentNotConnected)
+        failed_as(self, self.download.head, AgentNotConnected)
         download = start_download(self.agent, DownloadRequest(path="/x"))
         stream = self.agent.streams[-1]
         stream.deliver(b"\x00\x00\x00\x02[]")
-        self.failureResultOf(download.head, Internal)
+        failed_as(self, download.head, Internal)
         self.assertEqual(stream.aborted[0], ResetCode.PROTOCOL_ERROR)

@@ -15,7 +15,10 @@ from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from vmservice.agent.execution import ExecRejected, ExecRequest, run_collected, start_exec
+from vmservice.agent.execution import run_collected, start_exec
+from vmservice.agent.guest import AgentGuest
+from vmservice.errors import AgentError, GuestErrorKind
+from vmservice.nodes.guest import ExecRequest
 from vmservice.agent.stream import StreamReset
 from vmservice.wire.payloads import (
     ERROR,
@@ -78,17 +81,20 @@ class FakeStream:
             self.protocol.connectionLost(reason)
 
 
-class FakeExecAgent:
-    """An agent client whose streams are :class:`FakeStream` objects."""
+class FakeExecAgent(AgentGuest):
+    """A guest whose agent's streams are :class:`FakeStream` objects."""
 
     def __init__(self) -> None:
         self.streams: list[FakeStream] = []
 
-    def open_stream(self, header: Any, protocol: IProtocol) -> FakeStream:
+    def open_stream(self, header: Any, protocol: IProtocol) -> Any:
         stream = FakeStream(header, protocol)
         self.streams.append(stream)
         protocol.makeConnection(stream)  # type: ignore[arg-type]
         return stream
+
+    async def request(self, header: Any, limit: int) -> bytes:
+        raise AgentError(GuestErrorKind.UNAVAILABLE, "no requests here")
 
 
 class Sink:
@@ -109,11 +115,8 @@ class Sink:
     def failed(self, message: str, exit_code: int) -> None:
         self.calls.append(("failed", message, exit_code))
 
-    def rejected(self, message: str) -> None:
-        self.calls.append(("rejected", message))
-
-    def lost(self, reason: Failure) -> None:
-        self.calls.append(("lost", reason.type))
+    def lost(self, error: AgentError) -> None:
+        self.calls.append(("lost", error.kind))
 
 
 class ExecStreamTests(SynchronousTestCase):
@@ -151,19 +154,19 @@ class ExecStreamTests(SynchronousTestCase):
         self.assertEqual(self.sink.calls, [("started", 42), ("stdout", b"out"), ("stderr", b"err"), ("exited", 0, None)])
 
     def test_failed_and_rejected(self) -> None:
-        """ERROR and REJECTED records end the exec with their message."""
+        """ERROR and REJECTED records end the exec (a refusal as an agent error of kind REJECTED)."""
         start_exec(self.agent, ExecRequest(cmd="x"), self.sink)
         self.agent.streams[0].deliver(encode_json_record(ERROR, {"message": "nope", "exit_code": 127}))
         start_exec(self.agent, ExecRequest(cmd="x"), self.sink)
         self.agent.streams[1].deliver(encode_json_record(REJECTED, {"message": "bad cwd"}))
-        self.assertEqual(self.sink.calls, [("failed", "nope", 127), ("rejected", "bad cwd")])
+        self.assertEqual(self.sink.calls, [("failed", "nope", 127), ("lost", GuestErrorKind.REJECTED)])
 
     def test_lost(self) -> None:
         """A stream that ends without a last record is lost, once."""
         start_exec(self.agent, ExecRequest(cmd="x"), self.sink)
         self.agent.streams[0].deliver(encode_json_record(STARTED, {"pid": 1}))
         self.agent.streams[0].end(Failure(StreamReset(ResetCode.PEER_RESTARTED, "gone")))
-        self.assertEqual(self.sink.calls, [("started", 1), ("lost", StreamReset)])
+        self.assertEqual(self.sink.calls, [("started", 1), ("lost", GuestErrorKind.UNAVAILABLE)])
 
     def test_bad_record_resets(self) -> None:
         """A record that does not parse resets the stream and loses the exec."""
@@ -201,7 +204,7 @@ class ExecStreamTests(SynchronousTestCase):
         self.assertEqual((outcome.started_at, outcome.ended_at), (100, 102))
 
     def test_run_collected_rejected(self) -> None:
-        """A rejection fails run_collected with ExecRejected."""
+        """A rejection fails run_collected with an agent error of kind REJECTED."""
         d = Deferred.fromCoroutine(run_collected(self.agent, ExecRequest(cmd="x"), Clock()))
         self.agent.streams[0].deliver(encode_json_record(REJECTED, {"message": "m"}))
-        self.failureResultOf(d, ExecRejected)
+        self.assertIs(self.failureResultOf(d, AgentError).value.kind, GuestErrorKind.REJECTED)

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from hypothesis import given
-from hypothesis import strategies as st
+from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice import errors
-from vmservice.agent.client import AgentRequestFailed, AgentUnavailable
-from vmservice.agent.filesystem import MAX_FS_REPLY, FsEntry, GuestFileSystem, format_mode
+from vmservice.agent import filesystem
+from vmservice.agent.errors import AgentRequestFailed, AgentUnavailable
+from vmservice.agent.filesystem import MAX_FS_REPLY
+from vmservice.nodes.guest import FsEntry
 from vmservice.wire import ResetCode
 
 ENTRY = {"name": "hosts", "type": "file", "size": 12, "mtime_ns": 1_700_000_000_000_000_001, "mode": 0o644}
@@ -38,35 +39,30 @@ class ScriptedAgent:
         return json.dumps(self.answer).encode()
 
 
-class ModeTests(SynchronousTestCase):
-    """The mode text shared by fs and cp."""
+class _Fs:
+    """The module's operations on one agent, as methods."""
 
-    @given(st.integers(0, 0o7777))
-    def test_format_mode_round_trip(self, bits: int) -> None:
-        """Mode text is at least four octal digits and parses back to the same bits."""
-        text = format_mode(bits)
-        self.assertGreaterEqual(len(text), 4)
-        self.assertEqual(int(text, 8), bits)
+    def __init__(self, agent: ScriptedAgent) -> None:
+        self._agent = agent
 
-    def test_examples(self) -> None:
-        """Usual modes look as ls users expect; file-type bits are dropped."""
-        self.assertEqual(format_mode(0o644), "0644")
-        self.assertEqual(format_mode(0o4755), "4755")
-        self.assertEqual(format_mode(0o40755), "0755")
+    def __getattr__(self, name: str) -> Any:
+        operation = getattr(filesystem, name)
+        return lambda *args, **kwargs: Deferred.fromCoroutine(operation(self._agent, *args, **kwargs))
 
 
 class GuestFileSystemTests(SynchronousTestCase):
-    """:class:`GuestFileSystem` against a scripted agent."""
+    """The file-system operations against a scripted agent."""
 
     def call(self, answer: Any, method: str, *args: Any, **kwargs: Any) -> tuple[Any, ScriptedAgent]:
         agent = ScriptedAgent(answer)
-        result = self.successResultOf(getattr(GuestFileSystem(agent), method)(*args, **kwargs))
+        result = self.successResultOf(getattr(_Fs(agent), method)(*args, **kwargs))
         return result, agent
 
-    def fails(self, answer: Any, kind: type[Exception] = errors.ServiceError) -> Exception:
+    def fails(self, answer: Any) -> errors.ServiceError:
+        """The service error (by the one table) of a stat that gets ``answer``."""
         agent = ScriptedAgent(answer)
-        failure = self.failureResultOf(GuestFileSystem(agent).stat("/x"), kind)
-        return failure.value
+        failure = self.failureResultOf(_Fs(agent).stat("/x"), errors.AgentError)
+        return errors.service_error(failure.value)
 
     def test_stat(self) -> None:
         """stat sends the fs header with the path and parses the entry."""
@@ -83,11 +79,11 @@ class GuestFileSystemTests(SynchronousTestCase):
 
     def test_mkdir_and_remove_headers(self) -> None:
         """mkdir sends recursive and the integer mode; remove sends recursive."""
-        _, agent = self.call({"ok": True, "result": ENTRY}, "mkdir", "/srv/a", recursive=True, mode=0o700)
+        _, agent = self.call({"ok": True, "result": ENTRY}, "mkdir", "/srv/a", True, 0o700)
         self.assertEqual(
             agent.requests[0][0], {"op": "fs", "action": "mkdir", "path": "/srv/a", "recursive": True, "mode": 0o700}
         )
-        _, agent = self.call({"ok": True, "result": ENTRY}, "remove", "/srv/a")
+        _, agent = self.call({"ok": True, "result": ENTRY}, "remove", "/srv/a", False)
         self.assertEqual(agent.requests[0][0], {"op": "fs", "action": "remove", "path": "/srv/a", "recursive": False})
 
     def test_error_kinds(self) -> None:
@@ -138,4 +134,5 @@ class GuestFileSystemTests(SynchronousTestCase):
             assert isinstance(error, errors.ServiceError)
             self.assertEqual((error.status, error.code), (500, "agent_error"), answer)
         agent = ScriptedAgent({"ok": True, "result": ENTRY})
-        self.failureResultOf(GuestFileSystem(agent).readdir("/"), errors.Internal)
+        error = self.failureResultOf(_Fs(agent).readdir("/"), errors.AgentError).value
+        self.assertIsInstance(errors.service_error(error), errors.Internal)

@@ -23,7 +23,7 @@ from tests.agent.test_execution import FakeExecAgent
 from tests.api.test_execution import parse_response
 from vmservice.agent.stream import StreamReset
 from vmservice.api.app import Api
-from vmservice.api.copying import CopyApi, name_header, streams_cp_body
+from vmservice.api.copying import CopyApi, name_header
 from vmservice.api.streaming import StreamingSite
 from vmservice.errors import AgentNotConnected, Conflict, NotFound
 from vmservice.wire.payloads import encode_head
@@ -38,7 +38,7 @@ class FakeFleet:
         self.copy_agent = FakeExecAgent()
         self.state = "running"
 
-    def agent(self, hostname: str) -> FakeExecAgent:
+    def guest(self, hostname: str) -> FakeExecAgent:
         if hostname != "demo-1":
             raise NotFound(f"no node {hostname!r}")
         if self.state == "paused":
@@ -56,8 +56,8 @@ class CopyApiTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.reactor = MemoryReactorClock()
         self.fleet = FakeFleet()
-        api = Api(self.reactor, CopyApi(self.fleet).routes(), Metrics(), None)  # type: ignore[arg-type]
-        self.site = StreamingSite(api.resource(), [streams_cp_body], reactor=self.reactor)
+        self.api = Api(self.reactor, CopyApi(self.fleet).routes(), Metrics(), None)  # type: ignore[arg-type]
+        self.site = StreamingSite(self.api.resource(), self.api.streams_body, reactor=self.reactor)
         self.connect()
 
     def connect(self) -> None:
@@ -263,10 +263,12 @@ class CopyApiTests(SynchronousTestCase):
         self.assertEqual(stream.aborted[0], ResetCode.CANCEL)
 
     def test_predicate(self) -> None:
-        """Only POST /vm/<h>/cp streams its body."""
-        self.assertTrue(streams_cp_body(b"POST", b"/vm/a/cp", {}, Headers()))
-        self.assertFalse(streams_cp_body(b"GET", b"/vm/a/cp", {}, Headers()))
-        self.assertFalse(streams_cp_body(b"POST", b"/vm/a/cpx", {}, Headers()))
+        """Only POST /vm/<h>/cp streams its body (the route's flag, matched like the route)."""
+        self.assertTrue(self.api.streams_body(b"POST", b"/vm/a/cp", Headers()))
+        self.assertTrue(self.api.streams_body(b"POST", b"/vm/a/cp?path=/x&mode=tar", Headers()))
+        self.assertFalse(self.api.streams_body(b"GET", b"/vm/a/cp", Headers()))
+        self.assertFalse(self.api.streams_body(b"POST", b"/vm/a/cpx", Headers()))
+        self.assertFalse(self.api.streams_body(b"POST", b"/vm/a%FF/cp", Headers()))
 
     def test_name_header(self) -> None:
         """The name header is base64url without padding, also for names that need '-' and '_'."""

@@ -19,7 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.agent.test_execution import FakeExecAgent
 from vmservice.api.app import Api
-from vmservice.api.execution import ExecApi, streams_exec_body
+from vmservice.api.execution import ExecApi
 from vmservice.api.streaming import StreamingSite
 from vmservice.errors import AgentNotConnected, NotFound
 from vmservice.wire.payloads import ERROR, EXIT, REJECTED, STARTED, STDERR, STDOUT, encode_json_record, encode_record
@@ -34,7 +34,7 @@ class FakeFleet:
         self.exec_agent = FakeExecAgent()
         self.connected = True
 
-    def agent(self, hostname: str) -> FakeExecAgent:
+    def guest(self, hostname: str) -> FakeExecAgent:
         if hostname != "demo-1":
             raise NotFound(f"no node {hostname!r}")
         if not self.connected:
@@ -68,7 +68,7 @@ class ExecApiTests(SynchronousTestCase):
         self.fleet = FakeFleet()
         routes = ExecApi(self.fleet, self.reactor).routes()  # type: ignore[arg-type]
         api = Api(self.reactor, routes, Metrics(), None)
-        self.site = StreamingSite(api.resource(), [streams_exec_body], reactor=self.reactor)
+        self.site = StreamingSite(api.resource(), api.streams_body, reactor=self.reactor)
         self.channel = self.site.buildProtocol(None)
         self.transport = StringTransport()
         self.channel.makeConnection(self.transport)
@@ -257,7 +257,11 @@ class ExecApiTests(SynchronousTestCase):
         """Only POST exec requests with stdin=true stream their body."""
         from twisted.web.http_headers import Headers
 
-        self.assertTrue(streams_exec_body(b"POST", b"/vm/a/exec", {b"stdin": [b"true"]}, Headers()))
-        self.assertFalse(streams_exec_body(b"POST", b"/vm/a/exec", {b"stdin": [b"false"]}, Headers()))
-        self.assertFalse(streams_exec_body(b"GET", b"/vm/a/exec", {b"stdin": [b"true"]}, Headers()))
-        self.assertFalse(streams_exec_body(b"POST", b"/vm/a/cp", {b"stdin": [b"true"]}, Headers()))
+        streams = self.site.streams_body
+        self.assertTrue(streams(b"POST", b"/vm/a/exec?cmd=x&stdin=true", Headers()))
+        self.assertFalse(streams(b"POST", b"/vm/a/exec?cmd=x&stdin=false", Headers()))
+        self.assertFalse(streams(b"GET", b"/vm/a/exec?cmd=x&stdin=true", Headers()))
+        self.assertFalse(streams(b"POST", b"/vm/a/cp?stdin=true", Headers()))
+        # A query that does not parse is not streamed: the handler answers 400 once the body is in.
+        self.assertFalse(streams(b"POST", b"/vm/a/exec?cmd=x&stdin=maybe", Headers()))
+        self.assertFalse(streams(b"POST", b"/vm/a/exec?cmd=%C3%81&stdin=true&uid=%FF", Headers()))

@@ -17,36 +17,50 @@ from treq.testing import StubTreq
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakes import FakeAgent, FleetHarness
-from vmservice.agent.client import AgentUnavailable
-from vmservice.api import inputs
+from vmservice.agent import filesystem
+from vmservice.agent.errors import AgentUnavailable
+from vmservice.api.query import FILE_MODE
 from vmservice.api.app import Api
 from vmservice.api.filesystem import FilesystemApi, rfc3339_ns
 from vmservice.api.openapi import openapi_document
 from vmservice.errors import BadRequest
 from vmservice.metrics import Metrics
-from vmservice.nodes.model import Status
+from vmservice.nodes.guest import FsEntry as GuestEntry
+from vmservice.nodes.model import Status, Wait
 
 ENTRY = {"name": "hosts", "type": "file", "size": 12, "mtime_ns": 1_700_000_000_500_000_000, "mode": 0o644}
 RENDERED = {"name": "hosts", "type": "file", "size": 12, "mtime": "2023-11-14T22:13:20.5Z", "mode": "0644"}
 
 
 class FsAgent(FakeAgent):
-    """A fake agent that answers ``fs`` requests with :attr:`reply` and records them."""
+    """
+    A fake agent whose file-system operations are the real ones of
+    :mod:`vmservice.agent.filesystem`, over requests answered with
+    :attr:`reply` and recorded.
+    """
 
     def __init__(self, path: str) -> None:
         super().__init__(path)
         self.requests: list[dict[str, Any]] = []
         self.reply: Any = {"ok": True, "result": ENTRY}
 
-    @property
-    def connected(self) -> bool:
-        return self.is_ready
-
     async def request(self, header: Mapping[str, Any], limit: int) -> bytes:
         if not self.is_ready:
             raise AgentUnavailable("not connected")
         self.requests.append(dict(header))
         return json.dumps(self.reply).encode()
+
+    async def stat(self, path: str) -> GuestEntry:
+        return await filesystem.stat(self, path)
+
+    async def readdir(self, path: str) -> list[GuestEntry]:
+        return await filesystem.readdir(self, path)
+
+    async def mkdir(self, path: str, recursive: bool, mode: int) -> GuestEntry:
+        return await filesystem.mkdir(self, path, recursive, mode)
+
+    async def remove(self, path: str, recursive: bool) -> GuestEntry:
+        return await filesystem.remove(self, path, recursive)
 
 
 class FsHarness(FleetHarness):
@@ -63,7 +77,7 @@ class FilesystemApiTests(SynchronousTestCase):
         self.addCleanup(self.h.fleet.stopService)
         self.api = Api(self.h.reactor, FilesystemApi(self.h.fleet).routes(), Metrics(), None)
         self.treq = StubTreq(self.api.resource())
-        self.successResultOf(self.h.fleet.create("demo", _request(), None, 60))
+        self.successResultOf(self.h.fleet.create("demo", _request(), Wait.NONE, 60))
         self.agent: FsAgent = self.h.agents[0]  # type: ignore[assignment]
         self.agent.ready()
 
@@ -156,8 +170,8 @@ class FilesystemApiTests(SynchronousTestCase):
 
     def test_paused(self) -> None:
         """A paused node answers 409, as the contract says for fs while paused."""
-        live = self.h.fleet._nodes["demo-1"]
-        live.record = evolve(live.record, status=Status.PAUSED)
+        node = self.h.node("demo-1")
+        node.record = evolve(node.record, status=Status.PAUSED)
         self.assertError(self.call("GET", "/vm/demo-1/fs/stat?path=/"), 409, "paused")
 
     def test_openapi(self) -> None:
@@ -195,11 +209,11 @@ class FormatTests(SynchronousTestCase):
     @given(st.integers(0, 0o7777), st.sampled_from(["", "0", "0o"]))
     def test_octal_mode(self, bits: int, prefix: str) -> None:
         """Octal mode text parses to its bits with or without a leading 0 or 0o."""
-        self.assertEqual(inputs.octal_mode(prefix + f"{bits:o}"), bits)
+        self.assertEqual(FILE_MODE.parse("mode", prefix + f"{bits:o}"), bits)
 
     def test_octal_mode_refused(self) -> None:
         """Non-octal text, more than 0o7777, signs and spaces are refused with ``invalid mode``."""
         for text in ("", "8", "0x1ff", "17777", "-755", " 755", "rwx", "0o", "0o0o7"):
             with self.assertRaises(BadRequest) as caught:
-                inputs.octal_mode(text)
+                FILE_MODE.parse("mode", text)
             self.assertIn("invalid mode", caught.exception.message)

@@ -74,13 +74,13 @@ class PauseResumeRouteTests(LifecycleApiTestCase):
         self.assertEqual(self.machine.commands, ["pause", "resume"])
 
     def test_paused_conflicts(self) -> None:
-        """A paused node: shutdown, reboot and relaunch are 409s with their codes; health 503."""
+        """A paused node: shutdown, reboot and relaunch are 409s with their codes; so is health (no agent can answer)."""
         self.post("pause")
         self.assertError(self.post("shutdown", "?action=shutdown"), 409, "paused")
         self.assertError(self.post("shutdown", "?action=reboot"), 409, "paused")
         self.assertError(self.post("relaunch"), 409, "already_running")
         self.assertError(self.post("restore"), 409, "no_snapshot")
-        self.assertError(self.call("GET", "/vm/demo-1/health"), 503, "agent_unavailable")
+        self.assertError(self.call("GET", "/vm/demo-1/health"), 409, "paused")
 
     def test_failure_is_500(self) -> None:
         """A driver failure is a JSON 500 with the operation's code."""

@@ -18,7 +18,9 @@ from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
-from vmservice.api.streaming import NdjsonStream, RequestBody, StreamingSite, request_body
+from vmservice.api.ndjson import NdjsonStream
+from vmservice.api.request_body import RequestBody
+from vmservice.api.streaming import StreamingSite, request_body
 
 
 class Network:
@@ -141,7 +143,7 @@ class StreamingRequestTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.reactor = MemoryReactorClock()
         self.resource = Echo()
-        self.site = StreamingSite(self.resource, [lambda m, p, q, h: p == b"/stream"], reactor=self.reactor)
+        self.site = StreamingSite(self.resource, lambda method, uri, headers: uri == b"/stream", reactor=self.reactor)
         self.channel = self.site.buildProtocol(None)
         self.transport = StringTransport()
         self.channel.makeConnection(self.transport)

@@ -10,95 +10,29 @@ connected raises :class:`AgentUnavailable` at once, and callers that want to wai
 
 from __future__ import annotations
 
-import json
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, cast
 
-from attrs import frozen
 from twisted.internet.defer import Deferred, succeed
-from twisted.internet.error import ConnectionDone, ConnectionLost
-from twisted.internet.interfaces import IProtocol, IStreamClientEndpoint
+from twisted.internet.error import ConnectionDone
+from twisted.internet.interfaces import IProtocol, IReactorTime, IReactorUNIX, IStreamClientEndpoint
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
-from vmservice.agent.protocol import AgentProtocol, ChannelNotReady
-from vmservice.agent.stream import AgentStream, StreamReset
-from vmservice.agent.transports import reconnecting_channel, virtio_serial_endpoint
-from vmservice.wire import ResetCode
-
-#: Largest health reply accepted, in bytes.
-MAX_HEALTH_REPLY = 64 * 1024
-#: Largest clock reply accepted, in bytes.
-MAX_CLOCK_REPLY = 4 * 1024
-#: The ``clock`` op accepts positive times below this (signed 64-bit nanoseconds).
-_CLOCK_LIMIT = 2**63
-
-
-class AgentUnavailable(Exception):
-    """
-    The agent cannot be reached now: not connected yet, the connection or the
-    agent's session was lost during the request, or the client was stopped.
-    """
+from ..errors import GuestErrorKind
+from ..nodes.guest import IGuestConnection
+from ..observer import OneShotObserver
+from ..wire import ResetCode
+from .errors import AgentRequestFailed, AgentUnavailable, stream_error
+from .guest import AgentGuest
+from .protocol import AgentProtocol, ChannelNotReady
+from .stream import AgentStream
+from .transports import reconnecting_channel, virtio_serial_endpoint
 
 
-class AgentRequestFailed(Exception):
-    """
-    The agent refused or failed a request (a stream reset by the agent), or answered
-    something that does not parse.
-
-    :ivar code: the reset code, or ``None`` for a malformed answer.
-    """
-
-    def __init__(self, message: str, code: Optional[int] = None) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-@frozen
-class AgentHealth:
-    """
-    The agent's answer to ``{"op": "health"}``; the API's AgentHealth.
-
-    :ivar agent_uptime: nanoseconds since the agent started.
-    :ivar agent_version: the vmservice version inside the guest image.
-    :ivar system_uptime: nanoseconds since the guest kernel booted.
-    :ivar userdata_ran: whether the userdata script has finished.
-    """
-
-    agent_uptime: int
-    agent_version: str
-    system_uptime: int
-    userdata_ran: bool
-
-    @classmethod
-    def from_json(cls, body: bytes) -> "AgentHealth":
-        """
-        Parse the agent's reply.
-
-        :raises AgentRequestFailed: if it is not the expected JSON object.
-        """
-        try:
-            record = json.loads(body)
-        except ValueError:
-            raise AgentRequestFailed("health reply is not JSON") from None
-        if not isinstance(record, dict):
-            raise AgentRequestFailed("health reply is not a JSON object")
-        expected = {
-            "agent_uptime": int,
-            "agent_version": str,
-            "system_uptime": int,
-            "userdata_ran": bool,
-        }
-        for key, kind in expected.items():
-            value = record.get(key)
-            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise AgentRequestFailed(f"health reply has no valid {key!r}")
-        return cls(
-            agent_uptime=record["agent_uptime"],
-            agent_version=record["agent_version"],
-            system_uptime=record["system_uptime"],
-            userdata_ran=record["userdata_ran"],
-        )
+class ClientReactor(IReactorTime, IReactorUNIX):
+    """What an :class:`AgentClient` needs of its reactor: time and UNIX sockets."""
 
 
 class _Collect(Protocol):
@@ -113,14 +47,13 @@ class _Collect(Protocol):
         self.done: Deferred[bytes] = Deferred(lambda d: self._cancel())
 
     def _cancel(self) -> None:
-        transport = self.transport
-        if transport is not None:
-            transport.abortConnection()
+        if self.transport is not None:
+            cast(AgentStream, self.transport).abortConnection()
 
     def dataReceived(self, data: bytes) -> None:
         self._size += len(data)
         if self._size > self._limit:
-            self.transport.abortConnection(
+            cast(AgentStream, self.transport).abortConnection(
                 ResetCode.CANCEL, "reply too large"
             )
             return
@@ -132,30 +65,16 @@ class _Collect(Protocol):
         if reason.check(ConnectionDone):
             self.done.callback(b"".join(self._chunks))
         elif self._size > self._limit:
-            self.done.errback(AgentRequestFailed(f"reply larger than {self._limit} bytes"))
+            self.done.errback(AgentRequestFailed(f"reply larger than {self._limit} bytes", kind=GuestErrorKind.TOO_LARGE))
         else:
             self.done.errback(reason)
 
 
-def _translate(failure: Failure) -> Failure:
+@implementer(IGuestConnection)
+class AgentClient(AgentGuest):
     """
-    Map what a stream or ping fails with to this module's exceptions.
-    """
-    reset = failure.check(StreamReset)
-    if reset is not None:
-        error = failure.value
-        assert isinstance(error, StreamReset)
-        if error.code == ResetCode.PEER_RESTARTED:
-            return Failure(AgentUnavailable("the agent restarted during the request"))
-        return Failure(AgentRequestFailed(str(error), error.code))
-    if failure.check(ConnectionLost, ChannelNotReady):
-        return Failure(AgentUnavailable(failure.getErrorMessage()))
-    return failure
-
-
-class AgentClient:
-    """
-    The host's client of one guest agent.
+    The host's client of one guest agent: its connection, and the guest's
+    operations over it (:class:`~.guest.AgentGuest`).
 
     :param reactor: an ``IReactorUNIX`` and ``IReactorTime`` provider.
     :param socket_path: QEMU's server socket for the agent's virtio-serial port.
@@ -168,7 +87,7 @@ class AgentClient:
 
     def __init__(
         self,
-        reactor: Any,
+        reactor: ClientReactor,
         socket_path: str,
         *,
         log: Optional[Logger] = None,
@@ -180,7 +99,7 @@ class AgentClient:
         self.socket_path = socket_path
         self._log = log if log is not None else Logger()
         self._protocol: Optional[AgentProtocol] = None
-        self._waiters: list[Deferred[None]] = []
+        self._ready: OneShotObserver[None] = OneShotObserver()
         factory = Factory.forProtocol(lambda: self._build_protocol(hello_timeout))
         self._service = reconnecting_channel(
             reactor,
@@ -200,11 +119,8 @@ class AgentClient:
         return protocol
 
     def _established(self, protocol: AgentProtocol) -> None:
-        if protocol is not self._protocol:
-            return
-        waiters, self._waiters = self._waiters, []
-        for d in waiters:
-            d.callback(None)
+        if protocol is self._protocol:
+            self._ready.fire(None)
 
     @property
     def connected(self) -> bool:
@@ -234,9 +150,8 @@ class AgentClient:
 
         :return: fires when the connection is closed.
         """
-        waiters, self._waiters = self._waiters, []
-        for d in waiters:
-            d.errback(AgentUnavailable("agent client stopped"))
+        stopped, self._ready = self._ready, OneShotObserver()
+        stopped.error(AgentUnavailable("agent client stopped"))
         if not self._service.running:
             return succeed(None)
         return self._service.stopService()
@@ -262,14 +177,11 @@ class AgentClient:
         """
         if self.connected:
             return succeed(None)
-
-        def cancel(d: Deferred[None]) -> None:
-            if d in self._waiters:
-                self._waiters.remove(d)
-
-        d: Deferred[None] = Deferred(cancel)
-        self._waiters.append(d)
-        return d
+        if self._ready.fired:
+            # Ready once, on a connection that is gone (or an agent that
+            # started over): wait for the next time.
+            self._ready = OneShotObserver()
+        return self._ready.when_fired()
 
     def _ready_protocol(self) -> AgentProtocol:
         protocol = self._protocol
@@ -280,7 +192,7 @@ class AgentClient:
     def open_stream(self, header: Mapping[str, Any], protocol: IProtocol) -> AgentStream:
         """
         Open a stream for ``header`` (e.g. ``{"op": "echo"}``) served by
-        ``protocol``, which gets the :class:`~vmservice.agent.mux.AgentStream` as its
+        ``protocol``, which gets the :class:`~vmservice.agent.stream.AgentStream` as its
         transport.
 
         :raises AgentUnavailable: if not connected.
@@ -302,45 +214,10 @@ class AgentClient:
         collect = _Collect(limit)
         stream = self.open_stream(header, collect)
         stream.loseConnection()
-        return await collect.done.addErrback(_translate)
-
-    async def health(self) -> AgentHealth:
-        """
-        Ask the agent for its health.
-
-        :raises AgentUnavailable: if not connected, or lost during the request.
-        :raises AgentRequestFailed: if the agent fails the request or answers
-            nonsense.
-        """
-        return AgentHealth.from_json(await self.request({"op": "health"}, MAX_HEALTH_REPLY))
-
-    async def set_clock(self, unix_ns: int) -> int:
-        """
-        Set the guest's wall clock, e.g. after the VM was paused, suspended or
-        restored from a snapshot (the guest's clock stood still meanwhile).
-
-        :param unix_ns: the new time, integer nanoseconds since the Unix epoch
-            (``time.time_ns()`` for the host's clock).
-        :return: the guest's clock just before it was set, in nanoseconds since
-            the epoch.
-        :raises ValueError: if ``unix_ns`` is not a positive integer below 2^63
-            (checked before anything is sent).
-        :raises AgentUnavailable: if not connected, or lost during the request.
-        :raises AgentRequestFailed: if the agent refuses (``BAD_HEADER``: a time
-            the guest kernel does not accept) or fails (``INTERNAL_ERROR``) the
-            request, or answers nonsense.
-        """
-        if isinstance(unix_ns, bool) or not isinstance(unix_ns, int) or not 0 < unix_ns < _CLOCK_LIMIT:
-            raise ValueError(f"unix_ns must be a positive integer below 2**63, not {unix_ns!r}")
-        body = await self.request({"op": "clock", "unix_ns": int(unix_ns)}, MAX_CLOCK_REPLY)
         try:
-            reply = json.loads(body)
-        except ValueError:
-            raise AgentRequestFailed("clock reply is not JSON") from None
-        previous = reply.get("previous_ns") if isinstance(reply, dict) else None
-        if type(previous) is not int:
-            raise AgentRequestFailed("clock reply has no valid 'previous_ns'")
-        return previous
+            return await collect.done
+        except Exception as error:
+            raise stream_error(Failure(error), "the request") from None
 
     async def ping(self) -> float:
         """
@@ -353,12 +230,10 @@ class AgentClient:
             waiting = protocol.ping()
         except ChannelNotReady as e:
             raise AgentUnavailable(str(e)) from None
-        return await waiting.addErrback(_translate)
+        try:
+            return await waiting
+        except Exception as error:
+            raise stream_error(Failure(error), "the ping") from None
 
 
-__all__ = [
-    "AgentClient",
-    "AgentHealth",
-    "AgentRequestFailed",
-    "AgentUnavailable",
-]
+__all__ = ["AgentClient", "ClientReactor"]

@@ -10,147 +10,48 @@ await :attr:`GuestUpload.result`.  :func:`start_download` gives a
 :class:`GuestDownload`: await its :attr:`~GuestDownload.head`, then
 :meth:`~GuestDownload.deliver_to` a writer; as an ``IPushProducer`` it withholds
 credit from the guest while its consumer is paused, which stops the guest's
-reads.  Guest error kinds become service errors here; nothing here knows HTTP.
+reads.  Failures are :class:`~vmservice.errors.AgentError`\ s; nothing here knows HTTP.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
-from attrs import frozen
 from twisted.internet.defer import Deferred
-from twisted.internet.error import ConnectionDone, ConnectionLost
+from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IHalfCloseableProtocol, IPushProducer
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from ..errors import AgentNotConnected, BadRequest, Internal, NotSupported, ServiceError
+from ..errors import AgentError, GuestErrorKind
+from ..nodes.guest import DownloadHead, DownloadRequest, IDownload, IUpload, UploadRequest, UploadResult
 from ..wire.payloads import decode_head
 from ..wire import ResetCode
-from .execution import AgentWithStreams
-from .filesystem import parse_reply
-from .stream import AgentStream, StreamReset
+from .channel import Channel
+from .errors import AgentRequestFailed, stream_error
+from .filesystem import reply_result, reply_value
+from .stream import AgentStream
 
 log = Logger()
 
 #: Largest upload reply accepted from the guest.
 MAX_UPLOAD_REPLY = 64 * 1024
 
-#: Guest error kinds of copies (beyond the fs ones) and their service errors.
-_COPY_ERRORS: dict[str, Callable[[str], ServiceError]] = {
-    "is_a_directory": lambda m: BadRequest(m, code="is_a_directory"),
-    "unsafe_entry": lambda m: BadRequest(m, code="unsafe_entry"),
-    "unsupported_entry": lambda m: BadRequest(m, code="unsupported_entry"),
-    "bad_archive": lambda m: BadRequest(m, code="bad_archive"),
-}
+def upload_header(request: UploadRequest) -> dict[str, Any]:
+    """The OPEN header of an upload (documented in ``docs/agent-protocol.md``)."""
+    return {"op": "cp-upload", "path": request.path, "mode": request.mode, "uid": request.uid, "gid": request.gid,
+            "permissions": request.permissions}
 
 
-class CopyInterrupted(Exception):
-    """
-    A download ended after its head without its whole content (the guest reset
-    the stream, or the agent went away): the caller must not present what
-    arrived as complete.
-    """
+def download_header(request: DownloadRequest) -> dict[str, Any]:
+    """The OPEN header of a download."""
+    return {"op": "cp-download", "path": request.path, "mode": request.mode}
 
 
-@frozen
-class UploadRequest:
-    """
-    One upload; becomes the stream's OPEN header.
-
-    :ivar path: the guest path (absolute or ``~``/``~/...``).
-    :ivar mode: ``binary`` (the body is the file) or ``tar``.
-    :ivar uid: owner, ``None`` for the default (see the guest module).
-    :ivar gid: group, ``None`` for the default.
-    :ivar permissions: the file's mode (binary) or ``path``'s (tar), or ``None``.
-    """
-
-    path: str
-    mode: str = "binary"
-    uid: Optional[int] = None
-    gid: Optional[int] = None
-    permissions: Optional[int] = None
-
-    def header(self) -> dict[str, Any]:
-        """The OPEN header (documented in ``docs/agent-protocol.md``)."""
-        return {"op": "cp-upload", "path": self.path, "mode": self.mode, "uid": self.uid, "gid": self.gid,
-                "permissions": self.permissions}
-
-
-@frozen
-class UploadResult:
-    """
-    What the guest wrote.
-
-    :ivar path: the file or directory written (``~`` expanded).
-    :ivar size: body bytes received.
-    :ivar entries: tar entries extracted (``None`` for binary).
-    """
-
-    path: str
-    size: int
-    entries: Optional[int] = None
-
-
-@frozen
-class DownloadRequest:
-    """
-    One download; becomes the OPEN header.
-
-    :ivar path: the guest path.
-    :ivar mode: ``binary`` (a file's bytes) or ``tar``.
-    """
-
-    path: str
-    mode: str = "binary"
-
-    def header(self) -> dict[str, Any]:
-        """The OPEN header."""
-        return {"op": "cp-download", "path": self.path, "mode": self.mode}
-
-
-@frozen
-class DownloadHead:
-    """
-    What the guest says before the content.
-
-    :ivar type: ``file`` or ``directory`` (the source, not the stream's format).
-    :ivar name: the source's base name.
-    :ivar mode: the source's permission bits.
-    :ivar size: bytes that follow for a non-empty binary file, else ``None``.
-    """
-
-    type: str
-    name: str
-    mode: int
-    size: Optional[int]
-
-
-def _result(reply: Any) -> Any:
-    """The ``result`` of a guest reply, or the mapped service error."""
-    if isinstance(reply, dict) and reply.get("ok") is False and reply.get("error") in _COPY_ERRORS:
-        message = reply.get("message")
-        raise _COPY_ERRORS[reply["error"]](message if isinstance(message, str) else "copy failed")
-    return parse_reply(json.dumps(reply).encode())
-
-
-def _lost(reason: Failure) -> ServiceError:
-    """The service error for a stream that ended without a reply."""
-    error = reason.value
-    if isinstance(error, StreamReset):
-        if error.code == ResetCode.UNKNOWN_OP:
-            return NotSupported("the guest agent cannot copy files (image too old)", code="not_supported")
-        if error.code == ResetCode.PEER_RESTARTED:
-            return AgentNotConnected("the agent restarted during the copy", code="agent_unavailable")
-        return Internal(f"the guest failed the copy: {error}", code="agent_error")
-    if isinstance(error, (ConnectionLost, ConnectionDone)):
-        return AgentNotConnected(f"the agent lost the copy: {reason.getErrorMessage()}", code="agent_unavailable")
-    if isinstance(error, ServiceError):
-        return error
-    return Internal(f"the copy failed: {reason.getErrorMessage()}", code="agent_error")
+def _malformed(message: str) -> AgentError:
+    return AgentRequestFailed(message, kind=GuestErrorKind.MALFORMED)
 
 
 @implementer(IHalfCloseableProtocol)
@@ -165,8 +66,8 @@ class _UploadProtocol(Protocol):
     def dataReceived(self, data: bytes) -> None:
         self._size += len(data)
         if self._size > MAX_UPLOAD_REPLY:
-            self._settle(Failure(Internal("the guest's copy reply is too large", code="agent_error")))
-            self.transport.abortConnection(ResetCode.PROTOCOL_ERROR, "reply too large")
+            self._settle(Failure(AgentRequestFailed("the guest's copy reply is too large", kind=GuestErrorKind.TOO_LARGE)))
+            cast(AgentStream, self.transport).abortConnection(ResetCode.PROTOCOL_ERROR, "reply too large")
             return
         self._chunks.append(data)
 
@@ -180,18 +81,13 @@ class _UploadProtocol(Protocol):
 
     def readConnectionLost(self) -> None:
         try:
-            reply = json.loads(b"".join(self._chunks))
-        except ValueError:
-            self._settle(Failure(Internal("the guest's copy reply is not JSON", code="agent_error")))
-            return
-        try:
-            result = _result(reply)
+            result = reply_result(b"".join(self._chunks), "copy")
             if not isinstance(result, dict) or not isinstance(result.get("path"), str):
-                raise Internal("the guest's copy reply has no path", code="agent_error")
+                raise _malformed("the guest's copy reply has no path")
             entries = result.get("entries")
             self._settle(UploadResult(path=result["path"], size=int(result.get("size") or 0),
                                       entries=entries if isinstance(entries, int) else None))
-        except ServiceError as e:
+        except AgentError as e:
             self._settle(Failure(e))
 
     def writeConnectionLost(self) -> None:
@@ -203,15 +99,16 @@ class _UploadProtocol(Protocol):
         if reason.check(ConnectionDone) and self._chunks:
             self.readConnectionLost()
         else:
-            self._settle(Failure(_lost(reason)))
+            self._settle(Failure(stream_error(reason, "the copy")))
 
 
+@implementer(IUpload)
 class GuestUpload:
     """
     An upload in progress.
 
-    :ivar result: fires with the :class:`UploadResult`, or fails with a
-        :class:`~vmservice.errors.ServiceError` (the guest's refusal may come
+    :ivar result: fires with the :class:`UploadResult`, or fails with an
+        :class:`~vmservice.errors.AgentError` (the guest's refusal may come
         before the body was all sent).
     """
 
@@ -240,14 +137,14 @@ class GuestUpload:
         self._stream.abortConnection(ResetCode.CANCEL, "copy cancelled")
 
 
-def start_upload(agent: AgentWithStreams, request: UploadRequest) -> GuestUpload:
+def start_upload(agent: Channel, request: UploadRequest) -> GuestUpload:
     """
     Open an upload stream.
 
-    :raises vmservice.agent.client.AgentUnavailable: the agent is not connected.
+    :raises vmservice.agent.errors.AgentUnavailable: the agent is not connected.
     """
     protocol = _UploadProtocol()
-    stream = agent.open_stream(request.header(), protocol)
+    stream = agent.open_stream(upload_header(request), protocol)
     return GuestUpload(stream, protocol)
 
 
@@ -268,8 +165,8 @@ class _DownloadProtocol(Protocol):
         try:
             decoded = decode_head(bytes(self._buffer))
         except ValueError as e:
-            self._owner._head_failed(Failure(Internal(f"the guest's copy head is malformed: {e}", code="agent_error")))
-            self.transport.abortConnection(ResetCode.PROTOCOL_ERROR, "bad head")
+            self._owner._head_failed(Failure(_malformed(f"the guest's copy head is malformed: {e}")))
+            cast(AgentStream, self.transport).abortConnection(ResetCode.PROTOCOL_ERROR, "bad head")
             return
         if decoded is None:
             return
@@ -289,16 +186,16 @@ class _DownloadProtocol(Protocol):
         self._owner._ended(reason, self._headed)
 
 
-@implementer(IPushProducer)
+@implementer(IDownload)
 class GuestDownload:
     """
     A download in progress, and the push producer of its content.
 
-    :ivar head: fires with the :class:`DownloadHead`, or fails with a
-        :class:`~vmservice.errors.ServiceError` (not found, a directory in
+    :ivar head: fires with the :class:`DownloadHead`, or fails with an
+        :class:`~vmservice.errors.AgentError` (not found, a directory in
         binary mode ...).
-    :ivar done: fires once all content was delivered, or fails with
-        :class:`CopyInterrupted`.
+    :ivar done: fires once all content was delivered, or fails with an
+        :class:`~vmservice.errors.AgentError` of kind ``INTERRUPTED``.
     """
 
     def __init__(self) -> None:
@@ -321,14 +218,14 @@ class GuestDownload:
 
     def _headed(self, reply: Any, rest: bytes) -> None:
         try:
-            result = _result(reply)
+            result = reply_value(reply, "copy")
             head = DownloadHead(type=str(result["type"]), name=str(result["name"]), mode=int(result["mode"]),
                                 size=result.get("size") if isinstance(result.get("size"), int) else None)
-        except ServiceError as e:
+        except AgentError as e:
             self._head_failed(Failure(e))
             return
         except (KeyError, TypeError, ValueError):
-            self._head_failed(Failure(Internal("the guest's copy head is incomplete", code="agent_error")))
+            self._head_failed(Failure(_malformed("the guest's copy head is incomplete")))
             return
         self._head_ok = True
         if rest:
@@ -348,14 +245,15 @@ class GuestDownload:
         self._finished = True
         clean = reason.check(ConnectionDone) is not None
         if not self.head.called:
-            error = _lost(reason) if not clean else Internal("the guest ended the copy without a head", code="agent_error")
+            error = _malformed("the guest ended the copy without a head") if clean else stream_error(reason, "the copy")
             self._head_failed(Failure(error))
             return
         if not self._head_ok or self.done.called:
             return
         if not clean:
             if not self._aborted:
-                self.done.errback(CopyInterrupted(_lost(reason).message))
+                lost = stream_error(reason, "the copy")
+                self.done.errback(AgentError(GuestErrorKind.INTERRUPTED, f"the copy was cut short: {lost}"))
         elif self._write is not None:
             self.done.callback(None)
 
@@ -402,14 +300,14 @@ class GuestDownload:
             self._stream.abortConnection(ResetCode.CANCEL, "copy cancelled")
 
 
-def start_download(agent: AgentWithStreams, request: DownloadRequest) -> GuestDownload:
+def start_download(agent: Channel, request: DownloadRequest) -> GuestDownload:
     """
     Open a download stream (and half-close it: the host sends nothing).
 
-    :raises vmservice.agent.client.AgentUnavailable: the agent is not connected.
+    :raises vmservice.agent.errors.AgentUnavailable: the agent is not connected.
     """
     download = GuestDownload()
-    stream = agent.open_stream(request.header(), _DownloadProtocol(download))
+    stream = agent.open_stream(download_header(request), _DownloadProtocol(download))
     download._stream = stream
     stream.loseConnection()
     download._regulate()
@@ -417,14 +315,11 @@ def start_download(agent: AgentWithStreams, request: DownloadRequest) -> GuestDo
 
 
 __all__ = [
-    "CopyInterrupted",
-    "DownloadHead",
-    "DownloadRequest",
     "GuestDownload",
     "GuestUpload",
     "MAX_UPLOAD_REPLY",
-    "UploadRequest",
-    "UploadResult",
+    "download_header",
     "start_download",
     "start_upload",
+    "upload_header",
 ]

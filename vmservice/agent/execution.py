@@ -2,7 +2,9 @@
 """
 The host's end of an ``exec`` stream: open it, feed stdin, decode the guest's
 records (:mod:`vmservice.guest.execution` holds the codec, stdlib only, shared
-with the guest) and hand them to an :class:`IExecSink` as they arrive.
+with the guest) and hand them to an :class:`~vmservice.nodes.guest.IExecSink`
+as they arrive; a stream that ends early becomes an
+:class:`~vmservice.errors.AgentError` (:func:`.errors.stream_error`).
 
 Nothing here knows HTTP; the API couples a sink to a response and the stdin
 producer to a request body.
@@ -10,18 +12,22 @@ producer to a request body.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol as TypingProtocol
+from typing import Any, Optional, cast
 
-from attrs import field, frozen
+from attrs import frozen
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IPushProducer, IReactorTime
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from vmservice.agent.stream import AgentStream
+from ..errors import AgentError, GuestErrorKind
+from ..nodes.guest import ExecRequest, IExecProcess, IExecSink
+from .channel import Channel
+from .errors import AgentRequestFailed, stream_error
+from .stream import AgentStream
 from vmservice.wire.payloads import (
     ERROR,
     EXIT,
@@ -38,86 +44,22 @@ from vmservice.wire import ResetCode
 log = Logger()
 
 
-@frozen
-class ExecRequest:
-    """
-    One command to run in the guest; becomes the stream's OPEN header.
-
-    :ivar cmd: a command line for ``shell``, or the program when ``shell`` is empty.
-    :ivar args: extra words: quoted and appended (shell) or the argv (no shell).
-    :ivar env: ``KEY=VALUE`` entries laid over the guest's default environment.
-    :ivar uid: user id (0 = root).
-    :ivar gid: group id.
-    :ivar cwd: working directory (absolute, ``~``, ``~/x`` or relative to the home).
-    :ivar shell: the shell, ``""`` for none.
-    :ivar umask: the process's umask, ``None`` to keep the agent's (022).
-    :ivar stdin: whether stdin is fed from the host (else ``/dev/null``).
-    :ivar stdout: whether stdout comes back.
-    :ivar stderr: whether stderr comes back.
-    """
-
-    cmd: str
-    args: tuple[str, ...] = field(default=(), converter=tuple)
-    env: tuple[str, ...] = field(default=(), converter=tuple)
-    uid: int = 0
-    gid: int = 0
-    cwd: str = ""
-    shell: str = "/bin/bash"
-    umask: Optional[int] = None
-    stdin: bool = False
-    stdout: bool = True
-    stderr: bool = True
-
-    def header(self) -> dict[str, Any]:
-        """
-        The OPEN header of the stream (documented in ``docs/agent-protocol.md``).
-        """
-        return {
-            "op": "exec",
-            "cmd": self.cmd,
-            "args": list(self.args),
-            "env": list(self.env),
-            "uid": self.uid,
-            "gid": self.gid,
-            "cwd": self.cwd,
-            "shell": self.shell,
-            "umask": self.umask,
-            "stdin": self.stdin,
-            "stdout": self.stdout,
-            "stderr": self.stderr,
-        }
-
-
-class ExecRejected(Exception):
-    """
-    The guest refused the request before starting anything (e.g. an unknown
-    ``cwd``): the caller's input is wrong.
-    """
-
-
-class IExecSink(TypingProtocol):
-    """
-    Receives what happens to one exec, in order.  Exactly one of
-    :meth:`exited`, :meth:`failed`, :meth:`rejected` or :meth:`lost` ends it.
-    """
-
-    def started(self, pid: int) -> None:
-        """The process runs with ``pid`` (in the guest)."""
-
-    def output(self, name: str, data: bytes) -> None:
-        """The process wrote ``data`` on ``name`` (``stdout`` or ``stderr``)."""
-
-    def exited(self, exit_code: int, signal: Optional[str]) -> None:
-        """The process ended; ``signal`` names the one that killed it, if any."""
-
-    def failed(self, message: str, exit_code: int) -> None:
-        """The process could not be started (127: not found, 126: otherwise)."""
-
-    def rejected(self, message: str) -> None:
-        """The guest refused the request itself (bad ``cwd`` ...)."""
-
-    def lost(self, reason: Failure) -> None:
-        """The stream ended without a last record: reset, agent lost, aborted."""
+def exec_header(request: ExecRequest) -> dict[str, Any]:
+    """The OPEN header of an exec stream (documented in ``docs/agent-protocol.md``)."""
+    return {
+        "op": "exec",
+        "cmd": request.cmd,
+        "args": list(request.args),
+        "env": list(request.env),
+        "uid": request.uid,
+        "gid": request.gid,
+        "cwd": request.cwd,
+        "shell": request.shell,
+        "umask": request.umask,
+        "stdin": request.stdin,
+        "stdout": request.stdout,
+        "stderr": request.stderr,
+    }
 
 
 class _ExecProtocol(Protocol):
@@ -141,8 +83,8 @@ class _ExecProtocol(Protocol):
         except RecordError as e:
             log.warn("exec stream: bad record from the guest: {error}", error=str(e))
             self._ended = True
-            self.transport.abortConnection(ResetCode.PROTOCOL_ERROR, "bad exec record")
-            self._sink.lost(Failure(e))
+            cast(AgentStream, self.transport).abortConnection(ResetCode.PROTOCOL_ERROR, "bad exec record")
+            self._sink.lost(AgentRequestFailed(f"bad exec record from the guest: {e}", kind=GuestErrorKind.MALFORMED))
 
     def _record(self, record: Record) -> None:
         kind = record.kind
@@ -169,7 +111,7 @@ class _ExecProtocol(Protocol):
             self._sink.failed(str(value.get("message", "")), exit_code if isinstance(exit_code, int) else 127)
         elif kind == REJECTED:
             self._ended = True
-            self._sink.rejected(str(record.json().get("message", "")))
+            self._sink.lost(AgentError(GuestErrorKind.REJECTED, str(record.json().get("message", ""))))
 
     def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
         if self._ended:
@@ -177,17 +119,10 @@ class _ExecProtocol(Protocol):
         self._ended = True
         if reason.check(ConnectionDone):
             reason = Failure(ConnectionDone("the exec stream ended without an exit record"))
-        self._sink.lost(reason)
+        self._sink.lost(stream_error(reason, "the exec stream"))
 
 
-class AgentWithStreams(TypingProtocol):
-    """What :func:`start_exec` needs of an agent client."""
-
-    def open_stream(self, header: Any, protocol: Any) -> AgentStream:
-        """Open a stream served by ``protocol``."""
-
-
-@implementer(IPushProducer)
+@implementer(IExecProcess)
 class ExecProcess:
     """
     A running exec, as the caller sees it.
@@ -241,15 +176,15 @@ class ExecProcess:
         self._stream.abortConnection(ResetCode.CANCEL, "exec cancelled")
 
 
-def start_exec(agent: AgentWithStreams, request: ExecRequest, sink: IExecSink) -> ExecProcess:
+def start_exec(agent: Channel, request: ExecRequest, sink: IExecSink) -> ExecProcess:
     """
     Open an exec stream for ``request`` whose records go to ``sink``.
 
     When ``request.stdin`` is false, stdin is closed at once.
 
-    :raises vmservice.agent.client.AgentUnavailable: the agent is not connected.
+    :raises vmservice.agent.errors.AgentUnavailable: the agent is not connected.
     """
-    stream = agent.open_stream(request.header(), _ExecProtocol(sink))
+    stream = agent.open_stream(exec_header(request), _ExecProtocol(sink))
     process = ExecProcess(stream)
     if not request.stdin:
         process.close_stdin()
@@ -281,12 +216,13 @@ class ExecOutcome:
     ended_at: float
 
 
+@implementer(IExecSink)
 class _Collector:
     """
     An :class:`IExecSink` that keeps everything, for :func:`run_collected`.
     """
 
-    def __init__(self, clock: Any) -> None:
+    def __init__(self, clock: IReactorTime) -> None:
         self._clock = clock
         self.pid: Optional[int] = None
         self.started_at: Optional[float] = None
@@ -320,21 +256,18 @@ class _Collector:
     def failed(self, message: str, exit_code: int) -> None:
         self._finish(exit_code, None, message)
 
-    def rejected(self, message: str) -> None:
-        self.done.errback(ExecRejected(message))
-
-    def lost(self, reason: Failure) -> None:
-        self.done.errback(reason)
+    def lost(self, error: AgentError) -> None:
+        self.done.errback(error)
 
 
-async def run_collected(agent: AgentWithStreams, request: ExecRequest, clock: Any, stdin: bytes = b"") -> ExecOutcome:
+async def run_collected(agent: Channel, request: ExecRequest, clock: IReactorTime, stdin: bytes = b"") -> ExecOutcome:
     """
     Run ``request`` to the end and return all it produced.
 
-    :param clock: an ``IReactorTime`` for the start and end times.
+    :param clock: for the start and end times.
     :param stdin: written to stdin (when ``request.stdin``), then EOF.
-    :raises ExecRejected: the guest refused the request.
-    :raises Exception: whatever the stream was lost with (reset, agent gone).
+    :raises vmservice.errors.AgentError: the guest refused the request (kind
+        ``REJECTED``), or the stream was lost (reset, agent gone).
     """
     collector = _Collector(clock)
     process = start_exec(agent, request, collector)
@@ -348,13 +281,4 @@ async def run_collected(agent: AgentWithStreams, request: ExecRequest, clock: An
         raise
 
 
-__all__ = [
-    "AgentWithStreams",
-    "ExecOutcome",
-    "ExecProcess",
-    "ExecRejected",
-    "ExecRequest",
-    "IExecSink",
-    "run_collected",
-    "start_exec",
-]
+__all__ = ["ExecOutcome", "ExecProcess", "exec_header", "run_collected", "start_exec"]

@@ -7,11 +7,14 @@ renders every error as an ErrorResponse, and counts requests.
 from __future__ import annotations
 
 from typing import Any, Iterable
+from urllib.parse import unquote_to_bytes
 
 from klein import Klein
 from twisted.internet.defer import CancelledError
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from twisted.web.http import parse_qs
+from twisted.web.http_headers import Headers
 from twisted.web.iweb import IRequest
 from twisted.web.resource import IResource
 from twisted.web.server import NOT_DONE_YET
@@ -20,11 +23,12 @@ from zope.interface import implementer
 
 from ..auth import bearer_matches
 from ..errors import MethodNotAllowed as MethodNotAllowedError
-from ..errors import NotFound, Unauthorized, http_error
+from ..errors import AgentError, BadRequest, NotFound, ServiceError, Unauthorized, http_error
 from ..metrics import Metrics
 from .models import ErrorResponse
 from .rendering import json_body
-from .routing import Route
+from .query import parse_query
+from .routing import PATH_KINDS, Route
 
 log = Logger()
 
@@ -32,9 +36,22 @@ log = Logger()
 def error_body(request: IRequest, error: BaseException) -> bytes:
     """Render ``error`` as an ErrorResponse on ``request`` (the one place that does)."""
     status, body = http_error(error)
-    if status >= 500 and not getattr(error, "status", None):
+    if not isinstance(error, (ServiceError, AgentError)):
+        # Not one of ours: a bug, whose traceback goes to the log, never to the client.
         log.failure("internal error serving {uri}", Failure(error), uri=request.uri)
     return json_body(request, ErrorResponse(body["error"], body["code"]), status)
+
+
+def _path_value(name: str, value: str) -> None:
+    """
+    :raise BadRequest: a path value that cannot name anything (``invalid_hostname``
+        for a node, ``invalid_path`` otherwise).
+    """
+    try:
+        PATH_KINDS[name].parse(name, value)
+    except BadRequest as error:
+        code = "invalid_hostname" if name in ("hostname", "node") else "invalid_path"
+        raise BadRequest(f"invalid {name} {value!r} in the path", code=code) from error
 
 
 class Api:
@@ -58,6 +75,29 @@ class Api:
                 self._view(route)
             )
         self.app.handle_errors(HTTPException)(self._routing_error)
+        self._by_endpoint = {f"{route.method} {route.path}": route for route in self.routes}
+        self._urls = self.app.url_map.bind("localhost")
+
+    def streams_body(self, method: bytes, uri: bytes, headers: Headers) -> bool:
+        """
+        Whether a request streams its body, decided at header time from its
+        route's ``stream_body`` (and its query, for a flag such as exec's
+        ``stdin``).  A request whose route or query does not parse is not
+        streamed: its handler reports the error once the body is read.
+        """
+        path, _, query = uri.partition(b"?")
+        try:
+            endpoint, _ = self._urls.match(unquote_to_bytes(path).decode("utf-8"), method=method.decode("ascii"))
+        except (UnicodeDecodeError, HTTPException):
+            return False
+        route = self._by_endpoint.get(endpoint)
+        if route is None or not isinstance(route.stream_body, str):
+            return route is not None and route.stream_body
+        try:
+            parsed = parse_query(parse_qs(query, keep_blank_values=True), route.query)
+        except BadRequest:
+            return False
+        return route.streams(parsed)
 
     def _view(self, route: Route) -> Any:
         async def view(request: IRequest, **values: str) -> bytes:
@@ -65,7 +105,10 @@ class Api:
             try:
                 if not route.public and not self._authorized(request):
                     raise Unauthorized("missing or invalid bearer token")
-                body = await route.handler(request, **values)
+                for name, value in values.items():
+                    _path_value(name, value)
+                query = parse_query(request.args, route.query)
+                body = await route.handler(request, query, **values)
             except CancelledError:
                 raise
             except Exception as error:
@@ -118,6 +161,10 @@ class _Plain:
         raise NotImplementedError
 
     def render(self, request: IRequest) -> bytes | int:
+        try:
+            unquote_to_bytes(request.path).decode("utf-8")
+        except UnicodeDecodeError:
+            return error_body(request, BadRequest("the path is not valid UTF-8", code="invalid_path"))
         try:
             return self._inner.render(request)
         except Exception as error:

@@ -2,11 +2,10 @@
 """
 ``/vm/{hostname}/cp``: file copy between the caller and a guest, streamed both ways.
 
-- ``POST`` uploads: the request body is streamed (see
-  :mod:`vmservice.api.streaming`; :func:`streams_cp_body` selects these
-  requests at header time) into a ``cp-upload`` agent stream with flow
-  control, and the guest's reply becomes a 200 :class:`~.models.CopyResult`
-  (or the error it maps to).
+- ``POST`` uploads: the request body is streamed (the route's
+  ``stream_body``; see :mod:`vmservice.api.streaming`) into the guest's
+  upload with flow control, and the guest's answer becomes a 200
+  :class:`~.models.CopyResult` (or the error it maps to).
 - ``GET`` downloads: the guest's head becomes the status and the headers
   (``X-Service-File-Mode`` and, for existing clients, ``X-Slicer-File-Mode``,
   ``X-Slicer-Source-Type``, ``X-Slicer-Source-Name-Base64``); the content is
@@ -19,36 +18,57 @@
 from __future__ import annotations
 
 import base64
-import re
-from typing import Any, Optional
+from typing import Optional
 
+from attrs import frozen
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web.http_headers import Headers
 from twisted.web.iweb import IRequest
 
-from ..agent.client import AgentUnavailable
-from ..agent.copying import CopyInterrupted, GuestUpload, start_download, start_upload
-from ..agent.filesystem import format_mode
-from ..errors import AgentNotConnected
+from ..errors import AgentError, GuestErrorKind
 from ..nodes.fleet import Fleet
+from ..nodes.guest import DownloadRequest, IUpload, UploadRequest
 from . import inputs
 from .models import CopyResult, ErrorResponse
-from .rendering import json_body
-from .routing import Param, Reply, Route
-from .streaming import RequestBody, request_body
+from .query import CP_MODE, FILE_MODE, GUEST_PATH, UserId, param
+from .rendering import format_mode, json_body
+from .request_body import RequestBody
+from .routing import Reply, Route
+from .streaming import request_body
 
 log = Logger()
 
-_CP_PATH = re.compile(rb"^/vm/[^/]+/cp/?$")
+_PATH = "Guest path: the file (binary) or directory (tar); absolute, ~ or ~/..."
+_MODE = "binary (default) or tar; absent: from Content-Type / Accept"
 
 
-def streams_cp_body(method: bytes, path: bytes, query: dict[bytes, list[bytes]], headers: Headers) -> bool:
-    """
-    A :data:`~vmservice.api.streaming.BodyPredicate`: every upload streams its body.
-    """
-    return method == b"POST" and bool(_CP_PATH.match(path))
+@frozen
+class UploadQuery:
+    """Where and how an upload is written."""
+
+    path: str = param(GUEST_PATH, _PATH, required=True)
+    mode: Optional[str] = param(CP_MODE, _MODE)
+    uid: Optional[int] = param(UserId(), "Owner (default: the replaced file's, else root; 4294967295 = not set)")
+    gid: Optional[int] = param(UserId(), "Group (default like uid)")
+    permissions: Optional[int] = param(FILE_MODE, "Octal mode of the file (binary) or of path (tar), e.g. 0644")
+
+    def upload(self, request: IRequest) -> UploadRequest:
+        """The guest's upload; the mode comes from ``Content-Type`` when not given."""
+        mode = inputs.cp_mode(request, self.mode, b"content-type")
+        return UploadRequest(path=self.path, mode=mode, uid=self.uid, gid=self.gid, permissions=self.permissions)
+
+
+@frozen
+class DownloadQuery:
+    """What a download reads."""
+
+    path: str = param(GUEST_PATH, _PATH, required=True)
+    mode: Optional[str] = param(CP_MODE, _MODE)
+
+    def download(self, request: IRequest) -> DownloadRequest:
+        """The guest's download; the mode comes from ``Accept`` when not given."""
+        return DownloadRequest(path=self.path, mode=inputs.cp_mode(request, self.mode, b"accept"))
 
 
 def name_header(name: str) -> bytes:
@@ -61,7 +81,7 @@ def _errors() -> dict[int, Reply]:
         400: Reply("Bad input: missing or relative path, bad mode (invalid mode: <m>), uid, gid or permissions; "
                    "a directory in binary mode; an unsafe or malformed tar", ErrorResponse),
         404: Reply("No such VM, or (download) no such path in the guest", ErrorResponse),
-        409: Reply("The VM is paused", ErrorResponse),
+        409: Reply("The VM is paused, stopped or suspended", ErrorResponse),
         503: Reply("The VM's agent is not connected", ErrorResponse),
     }
 
@@ -87,36 +107,26 @@ class CopyApi:
         self._fleet = fleet
 
     def routes(self) -> list[Route]:
-        path = Param("path", "Guest path: the file (binary) or directory (tar); absolute, ~ or ~/...", required=True)
-        mode = Param("mode", "binary (default) or tar; absent: from Content-Type / Accept", enum=inputs.CP_MODES)
         return [
             Route(
                 "POST", "/vm/{hostname}/cp", self.upload, "Copy a file or a tar stream into the node", "cp",
                 {200: Reply("Written (a file replaced atomically; a tar extracted)", CopyResult), **_errors()},
-                query=(
-                    path, mode,
-                    Param("uid", "Owner (default: the replaced file's, else root; 4294967295 = not set)", kind="integer"),
-                    Param("gid", "Group (default like uid)", kind="integer"),
-                    Param("permissions", "Octal mode of the file (binary) or of path (tar), e.g. 0644"),
-                ),
+                query=UploadQuery,
+                stream_body=True,
             ),
             Route(
                 "GET", "/vm/{hostname}/cp", self.download, "Copy a file or a tar of a directory out of the node", "cp",
                 {200: Reply("The file's bytes, or a tar of the file or the directory's contents",
                             media="application/octet-stream"), **_errors()},
-                query=(path, mode),
+                query=DownloadQuery,
             ),
         ]
 
-    async def upload(self, request: IRequest, hostname: str) -> bytes:
+    async def upload(self, request: IRequest, query: UploadQuery, hostname: str) -> bytes:
         body = request_body(request)
         try:
-            upload_request = inputs.cp_upload_request(request)
-            agent = self._fleet.agent(hostname)
-            try:
-                upload = start_upload(agent, upload_request)
-            except AgentUnavailable as error:
-                raise AgentNotConnected(str(error)) from None
+            wanted = query.upload(request)
+            upload = self._fleet.guest(hostname).upload(wanted)
         except BaseException:
             body.stopProducing()
             raise
@@ -130,10 +140,9 @@ class CopyApi:
         finally:
             if not sending.called:
                 sending.cancel()
-        return json_body(request, CopyResult(path=result.path, mode=upload_request.mode, size=result.size,
-                                             entries=result.entries))
+        return json_body(request, CopyResult(path=result.path, mode=wanted.mode, size=result.size, entries=result.entries))
 
-    def _send_body(self, body: RequestBody, upload: GuestUpload) -> Deferred[Any]:
+    def _send_body(self, body: RequestBody, upload: IUpload) -> Deferred[None]:
         """Stream ``body`` into the upload with back-pressure; end it with the body, abort it on a lost client."""
         upload.register_producer(body)
         delivered = body.deliver_to(upload.write)
@@ -145,16 +154,11 @@ class CopyApi:
         def lost(failure: Failure) -> None:
             upload.abort()
 
-        delivered.addCallbacks(ended, lost)
-        return delivered
+        return delivered.addCallbacks(ended, lost)
 
-    async def download(self, request: IRequest, hostname: str) -> bytes:
-        download_request = inputs.cp_download_request(request)
-        agent = self._fleet.agent(hostname)
-        try:
-            download = start_download(agent, download_request)
-        except AgentUnavailable as error:
-            raise AgentNotConnected(str(error)) from None
+    async def download(self, request: IRequest, query: DownloadQuery, hostname: str) -> bytes:
+        wanted = query.download(request)
+        download = self._fleet.guest(hostname).download(wanted)
         try:
             head = await download.head
         except BaseException:
@@ -162,7 +166,7 @@ class CopyApi:
             raise
         mode = format_mode(head.mode).encode("ascii")
         request.setResponseCode(200)
-        tar = download_request.mode == "tar"
+        tar = wanted.mode == "tar"
         request.setHeader(b"Content-Type", b"application/x-tar" if tar else b"application/octet-stream")
         request.setHeader(b"X-Service-File-Mode", mode)
         request.setHeader(b"X-Slicer-File-Mode", mode)
@@ -175,13 +179,14 @@ class CopyApi:
         download.deliver_to(request.write)
         try:
             await download.done
-        except CopyInterrupted as error:
-            log.warn("download of {path} from {hostname} interrupted: {error}", path=download_request.path,
+        except AgentError as error:
+            if error.kind is not GuestErrorKind.INTERRUPTED:
+                raise
+            log.warn("download of {path} from {hostname} interrupted: {error}", path=wanted.path,
                      hostname=hostname, error=str(error))
             request.unregisterProducer()
-            finished: Optional[Deferred[None]] = _abort_response(request)
             try:
-                await finished
+                await _abort_response(request)
             except Exception:
                 pass
             return b""
@@ -192,4 +197,4 @@ class CopyApi:
         return b""
 
 
-__all__ = ["CopyApi", "name_header", "streams_cp_body"]
+__all__ = ["CopyApi", "DownloadQuery", "UploadQuery", "name_header"]

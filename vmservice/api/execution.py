@@ -2,226 +2,89 @@
 """
 ``POST /vm/{hostname}/exec``: run a command in the guest, streamed end to end.
 
-The handler parses the query (:func:`vmservice.api.inputs.exec_params`), opens
-an exec stream on the node's agent and waits for the guest's first record:
-``rejected`` becomes a 400, ``started`` or ``error`` commit to a 200.  Then:
+The handler opens an exec on the node's guest (:meth:`~vmservice.nodes.guest.IGuest.exec`)
+and waits for the guest's first event: a refusal becomes a 400, a lost agent
+a 503, a start (or a failure to start) commits to a 200.  Then
+(:mod:`.exec_records`):
 
-- streaming (default): one NDJSON record per guest record, written as it
+- streaming (default): one NDJSON record per guest event, written as it
   arrives; the response ends right after ``exit`` (or ``error``).  The HTTP
-  transport's back-pressure pauses the agent stream (see
-  :class:`~vmservice.api.streaming.NdjsonStream`).
+  transport's back-pressure pauses the guest's output (see
+  :class:`~.ndjson.NdjsonStream`).
 - ``buffered=true``: one ExecResult object once the process has ended.
 
-With ``stdin=true`` the request body (streamed, see
-:mod:`vmservice.api.streaming`) is fed to the process while its output comes
-back: full duplex.  A client that goes away kills the process group.
+With ``stdin=true`` the request body (streamed, see :mod:`.streaming`) is
+fed to the process while its output comes back: full duplex.  A client that
+goes away kills the process group.
 """
 
 from __future__ import annotations
 
-import base64
-import codecs
-import re
-from datetime import datetime, timezone
-from typing import Any, Optional
+from typing import Optional
 
+from attrs import frozen
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.error import ConnectionDone
-from twisted.logger import Logger
+from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
-from twisted.web.http_headers import Headers
 from twisted.web.iweb import IRequest
 
-from ..agent.client import AgentUnavailable
-from ..agent.execution import ExecProcess, ExecRejected, ExecRequest, start_exec
-from ..errors import AgentNotConnected, BadRequest
 from ..nodes.fleet import Fleet
-from . import inputs
-from .rendering import json_body, rfc3339
-from .routing import Param, Reply, Route
-from .streaming import NdjsonStream, RequestBody, request_body
-
-log = Logger()
-
-_EXEC_PATH = re.compile(rb"^/vm/[^/]+/exec/?$")
-
-
-def streams_exec_body(method: bytes, path: bytes, query: dict[bytes, list[bytes]], headers: Headers) -> bool:
-    """
-    A :data:`~vmservice.api.streaming.BodyPredicate`: exec requests with
-    ``stdin=true`` stream their body into the process.
-    """
-    if method != b"POST" or not _EXEC_PATH.match(path):
-        return False
-    values = query.get(b"stdin")
-    return bool(values) and inputs.truthy(values[-1].decode("latin-1"))
+from ..nodes.guest import ExecRequest, IExecProcess
+from .exec_records import BUFFERED_LIMIT, ExecCall
+from .models import ErrorResponse
+from .ndjson import NdjsonStream
+from .query import UMASK, Boolean, Choice, Text, UserId, param
+from .rendering import json_body
+from .request_body import RequestBody
+from .routing import Reply, Route
+from .streaming import request_body
 
 
-def _time(seconds: float) -> str:
-    return rfc3339(datetime.fromtimestamp(seconds, timezone.utc))
+@frozen
+class ExecQuery:
+    """The query of an exec (see docs/api.md)."""
 
+    cmd: str = param(Text(1), "Command line for the shell (or the program when shell is empty)", required=True)
+    args: tuple[str, ...] = param(Text(), "Extra argument; appended as one quoted word", repeated=True)
+    env: tuple[str, ...] = param(Text(2, r"[^=]+=[\s\S]*", "KEY=VALUE"), "KEY=VALUE for the environment", repeated=True)
+    uid: Optional[int] = param(UserId(), "User id (default 0; 4294967295 = not set)")
+    gid: Optional[int] = param(UserId(), "Group id (default 0; 4294967295 = not set)")
+    cwd: str = param(Text(), "Working directory: absolute, ~, ~/dir or relative to the user's home", default="")
+    shell: Optional[str] = param(Text(), "Shell (default /bin/bash, run as SHELL -c); empty runs cmd directly")
+    permissions: Optional[int] = param(UMASK, "The process's umask, octal (e.g. 0022)")
+    stdin: bool = param(Boolean(), "Stream the request body into stdin", default=False)
+    stdout: bool = param(Boolean(), "Return stdout (default true)", default=True)
+    stderr: bool = param(Boolean(), "Return stderr (default true)", default=True)
+    stdio: str = param(Choice(("text", "base64")), "Payload encoding", default="text")
+    buffered: bool = param(
+        Boolean(), f"One ExecResult instead of a stream (at most {BUFFERED_LIMIT >> 20} MiB of each output)",
+        default=False,
+    )
 
-class _Text:
-    """
-    Renders output payloads: UTF-8 text (invalid bytes become U+FFFD; a
-    character split across reads is kept whole) or base64 of the exact bytes.
-    """
-
-    def __init__(self, base64_mode: bool) -> None:
-        self.base64_mode = base64_mode
-        self._decoders = {
-            name: codecs.getincrementaldecoder("utf-8")(errors="replace") for name in ("stdout", "stderr")
-        }
-
-    def render(self, name: str, data: bytes, final: bool = False) -> str:
-        if self.base64_mode:
-            return base64.b64encode(data).decode("ascii")
-        return str(self._decoders[name].decode(data, final))
-
-
-class _Call:
-    """
-    One exec request in flight: an :class:`~vmservice.agent.execution.IExecSink`
-    that first settles :attr:`first` (the guest's first record) and then
-    streams or collects.
-    """
-
-    def __init__(self, clock: Any, base64_mode: bool, buffered: bool) -> None:
-        self._clock = clock
-        self._text = _Text(base64_mode)
-        self._buffered = buffered
-        self.first: Deferred[None] = Deferred()
-        self.done: Deferred[None] = Deferred()
-        self.pid: Optional[int] = None
-        self.started_at: Optional[float] = None
-        self.stream: Optional[NdjsonStream] = None
-        self.chunks: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
-        self.result: dict[str, Any] = {}
-        self._pending: list[dict[str, Any]] = []
-
-    # -- records ----------------------------------------------------------------------
-
-    def _now(self) -> float:
-        return float(self._clock.seconds())
-
-    def _record(self, kind: str, **fields: Any) -> dict[str, Any]:
-        record: dict[str, Any] = {"timestamp": _time(self._now()), "type": kind}
-        if self.pid is not None:
-            record["pid"] = self.pid
-        record.update({k: v for k, v in fields.items() if v is not None})
-        return record
-
-    def _emit(self, record: dict[str, Any]) -> None:
-        if self._buffered:
-            return
-        if self.stream is None:
-            self._pending.append(record)
-        else:
-            self.stream.send(record)
-
-    def attach(self, stream: NdjsonStream) -> None:
-        """Start writing records (the ones so far first)."""
-        self.stream = stream
-        pending, self._pending = self._pending, []
-        for record in pending:
-            stream.send(record)
-
-    def _settle_first(self, error: Optional[BaseException] = None) -> None:
-        if not self.first.called:
-            if error is None:
-                self.first.callback(None)
-            else:
-                self.first.errback(error)
-
-    def _payload(self, name: str, data: bytes, final: bool = False) -> None:
-        text = self._text.render(name, data, final)
-        if text:
-            self._emit(self._record(name, data=text, encoding="base64" if self._text.base64_mode else None))
-
-    def _flush_text(self) -> None:
-        if not self._text.base64_mode:
-            for name in ("stdout", "stderr"):
-                self._payload(name, b"", final=True)
-
-    def _end(self, result: dict[str, Any]) -> None:
-        self.result = result
-        if not self.done.called:
-            self.done.callback(None)
-
-    # -- IExecSink ----------------------------------------------------------------------
-
-    def started(self, pid: int) -> None:
-        self.pid, self.started_at = pid, self._now()
-        self._emit(self._record("started", started_at=_time(self.started_at)))
-        self._settle_first()
-
-    def output(self, name: str, data: bytes) -> None:
-        if self._buffered:
-            self.chunks[name].append(data)
-        else:
-            self._payload(name, data)
-
-    def exited(self, exit_code: int, signal: Optional[str]) -> None:
-        ended = _time(self._now())
-        self._flush_text()
-        self._emit(self._record("exit", exit_code=exit_code, signal=signal, ended_at=ended))
-        self._end({"exit_code": exit_code, "signal": signal, "ended_at": ended})
-
-    def failed(self, message: str, exit_code: int) -> None:
-        now = _time(self._now())
-        self._emit(self._record("error", error=message, exit_code=exit_code, ended_at=now))
-        self._end({"exit_code": exit_code, "error": message, "ended_at": now})
-        self._settle_first()
-
-    def rejected(self, message: str) -> None:
-        self._settle_first(BadRequest(message, code="invalid_exec"))
-        self._end({})
-
-    def lost(self, reason: Failure) -> None:
-        if not self.first.called:
-            error = reason.value
-            if isinstance(error, (ConnectionDone, AgentUnavailable)) or "PEER_RESTARTED" in str(error):
-                self._settle_first(AgentNotConnected(f"the agent lost the exec stream: {error}"))
-            else:
-                self._settle_first(AgentNotConnected(f"the agent failed the exec: {error}"))
-            self._end({})
-            return
-        message = f"the agent lost the exec stream: {reason.getErrorMessage()}"
-        now = _time(self._now())
-        self._flush_text()
-        self._emit(self._record("error", error=message, exit_code=255, ended_at=now))
-        self._end({"exit_code": 255, "error": message, "ended_at": now})
-
-    def buffered_result(self) -> dict[str, Any]:
-        """The ExecResult object."""
-        def text(name: str) -> str:
-            data = b"".join(self.chunks[name])
-            if self._text.base64_mode:
-                return base64.b64encode(data).decode("ascii")
-            return data.decode("utf-8", "replace")
-
-        result: dict[str, Any] = {
-            "stdout": text("stdout"),
-            "stderr": text("stderr"),
-            "pid": self.pid,
-            "started_at": _time(self.started_at) if self.started_at is not None else None,
-            "ended_at": self.result.get("ended_at"),
-            "signal": self.result.get("signal"),
-            "exit_code": self.result.get("exit_code", 0),
-            "error": self.result.get("error"),
-        }
-        if self._text.base64_mode:
-            result["encoding"] = "base64"
-        return {k: v for k, v in result.items() if v is not None}
+    def request(self) -> ExecRequest:
+        """What to run in the guest."""
+        return ExecRequest(
+            cmd=self.cmd,
+            args=self.args,
+            env=self.env,
+            uid=self.uid or 0,
+            gid=self.gid or 0,
+            cwd=self.cwd,
+            shell="/bin/bash" if self.shell is None else self.shell,
+            umask=self.permissions,
+            stdin=self.stdin,
+            stdout=self.stdout,
+            stderr=self.stderr,
+        )
 
 
 class ExecApi:
     """
     :param fleet: the nodes of this daemon.
-    :param clock: an ``IReactorTime`` for the records' times.
+    :param clock: for the records' times.
     """
 
-    def __init__(self, fleet: Fleet, clock: Any) -> None:
+    def __init__(self, fleet: Fleet, clock: IReactorTime) -> None:
         self._fleet = fleet
         self._clock = clock
 
@@ -230,50 +93,31 @@ class ExecApi:
             Route(
                 "POST", "/vm/{hostname}/exec", self.exec, "Run a command in the node", "exec",
                 {200: Reply("NDJSON ExecStreamRecords, or one ExecResult when buffered", media="application/x-ndjson"),
-                 400: Reply("Bad input (no cmd, bad uid/gid/env/permissions/booleans, unknown cwd)"),
-                 404: Reply("No such node"),
-                 503: Reply("The node's agent is not connected")},
-                query=(
-                    Param("cmd", "Command line for the shell (or the program when shell is empty)", required=True),
-                    Param("args", "Extra argument; appended as one quoted word", repeated=True),
-                    Param("env", "KEY=VALUE for the environment", repeated=True),
-                    Param("uid", "User id (default 0; 4294967295 = not set)", kind="integer"),
-                    Param("gid", "Group id (default 0; 4294967295 = not set)", kind="integer"),
-                    Param("cwd", "Working directory: absolute, ~, ~/dir or relative to the user's home"),
-                    Param("shell", "Shell (default /bin/bash, run as SHELL -c); empty runs cmd directly"),
-                    Param("permissions", "The process's umask, octal (e.g. 0022)"),
-                    Param("stdin", "Stream the request body into stdin", kind="boolean"),
-                    Param("stdout", "Return stdout (default true)", kind="boolean"),
-                    Param("stderr", "Return stderr (default true)", kind="boolean"),
-                    Param("stdio", "Payload encoding", enum=("text", "base64")),
-                    Param("buffered", "One ExecResult instead of a stream", kind="boolean"),
-                ),
+                 400: Reply("Bad input (no cmd, bad uid/gid/env/permissions/booleans, unknown cwd)", ErrorResponse),
+                 404: Reply("No such node", ErrorResponse),
+                 409: Reply("The node is paused, stopped or suspended", ErrorResponse),
+                 503: Reply("The node's agent is not connected", ErrorResponse)},
+                query=ExecQuery,
+                stream_body="stdin",
             ),
         ]
 
-    async def exec(self, request: IRequest, hostname: str) -> bytes:
-        params = inputs.exec_params(request)
-        exec_request: ExecRequest = params.request
-        body: Optional[RequestBody] = request_body(request) if exec_request.stdin else None
+    async def exec(self, request: IRequest, query: ExecQuery, hostname: str) -> bytes:
+        body: Optional[RequestBody] = request_body(request) if query.stdin else None
+        call = ExecCall(self._clock, query.stdio == "base64", query.buffered)
         try:
-            agent = self._fleet.agent(hostname)
+            process = self._fleet.guest(hostname).exec(query.request(), call)
         except BaseException:
             if body is not None:
                 body.stopProducing()
             raise
-        call = _Call(self._clock, params.base64, params.buffered)
-        try:
-            process = start_exec(agent, exec_request, call)
-        except AgentUnavailable as error:
-            if body is not None:
-                body.stopProducing()
-            raise AgentNotConnected(str(error)) from None
+        call.process = process
         uploading: Optional[Deferred[int]] = None
         try:
             if body is not None:
                 uploading = self._feed_stdin(body, process)
             await call.first
-            if params.buffered:
+            if query.buffered:
                 await call.done
                 return json_body(request, call.buffered_result())
             stream = NdjsonStream(request, process)
@@ -294,7 +138,7 @@ class ExecApi:
             if uploading is not None and not uploading.called:
                 uploading.cancel()
 
-    def _feed_stdin(self, body: RequestBody, process: ExecProcess) -> Deferred[int]:
+    def _feed_stdin(self, body: RequestBody, process: IExecProcess) -> Deferred[int]:
         """Stream ``body`` into the process's stdin, with back-pressure; EOF at its end."""
         process.register_stdin_producer(body)
         delivered = body.deliver_to(process.write_stdin)
@@ -313,4 +157,4 @@ class ExecApi:
         return delivered
 
 
-__all__ = ["ExecApi", "streams_exec_body"]
+__all__ = ["ExecApi", "ExecQuery"]

@@ -2,29 +2,43 @@
 """
 File-system operations in a guest: ``/vm/{hostname}/fs/{readdir,stat,mkdir,remove}``.
 
-Thin handlers: parse (:mod:`.inputs`), ask the guest through its agent
-(:class:`~vmservice.agent.filesystem.GuestFileSystem`), render FsEntry records.
-Errors come from the guest's reply kinds, mapped in
-:mod:`vmservice.agent.filesystem`.
+Thin handlers: parse, ask the node's guest (:class:`~vmservice.nodes.guest.IGuest`),
+render FsEntry records.  The guest's errors are mapped by the one table,
+:data:`vmservice.errors.GUEST_ERRORS`.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+from attrs import frozen
 from twisted.web.iweb import IRequest
 
-from ..agent.filesystem import FsEntry as GuestEntry
-from ..agent.filesystem import GuestFileSystem, format_mode
 from ..nodes.fleet import Fleet
+from ..nodes.guest import FsEntry as GuestEntry
 from . import inputs
 from .models import ErrorResponse, FsEntry, FsMkdirRequest
-from .rendering import json_body
-from .routing import Param, Reply, Route
+from .query import GUEST_PATH, Boolean, NoQuery, param
+from .rendering import format_mode, json_body
+from .routing import Reply, Route
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_PATH = Param("path", "Absolute path in the guest; ~ and ~/... name root's home directory", required=True)
-_RECURSIVE = Param("recursive", "Remove a directory and everything under it", kind="boolean")
+_PATH = "Absolute path in the guest; ~ and ~/... name root's home directory"
+
+
+@frozen
+class PathQuery:
+    """A path in the guest."""
+
+    path: str = param(GUEST_PATH, _PATH, required=True)
+
+
+@frozen
+class RemoveQuery:
+    """A path in the guest to remove."""
+
+    path: str = param(GUEST_PATH, _PATH, required=True)
+    recursive: bool = param(Boolean(), "Remove a directory and everything under it", default=False)
 
 
 def rfc3339_ns(nanoseconds: int) -> str:
@@ -55,7 +69,7 @@ def _errors(*extra: tuple[int, str]) -> dict[int, Reply]:
     replies = {
         400: Reply("Missing, relative or invalid path, bad boolean or mode", ErrorResponse),
         404: Reply("No such VM, or no such path in the guest", ErrorResponse),
-        409: Reply("The VM is paused", ErrorResponse),
+        409: Reply("The VM is paused, stopped or suspended", ErrorResponse),
         503: Reply("The VM's agent is not connected", ErrorResponse),
     }
     for status, text in extra:
@@ -74,10 +88,10 @@ class FilesystemApi:
             Route("GET", "/vm/{hostname}/fs/readdir", self.readdir, "List a directory in the guest", "fs",
                   {200: Reply("The entries, sorted by name", FsEntry, array=True),
                    **_errors((400, "Missing or relative path, or the path is not a directory"))},
-                  query=(_PATH,)),
+                  query=PathQuery),
             Route("GET", "/vm/{hostname}/fs/stat", self.stat, "Describe a path in the guest (lstat)", "fs",
                   {200: Reply("The entry; a symlink is described, not followed", FsEntry), **_errors()},
-                  query=(_PATH,)),
+                  query=PathQuery),
             Route("POST", "/vm/{hostname}/fs/mkdir", self.mkdir, "Make a directory in the guest", "fs",
                   {200: Reply("The directory's entry", FsEntry),
                    **_errors((409, "The path exists (without recursive, or it is not a directory), or the VM is paused"))},
@@ -86,30 +100,23 @@ class FilesystemApi:
                   {200: Reply("The removed entry, as it was", FsEntry),
                    **_errors((400, "Missing or relative path, or the path is /"),
                              (409, "A non-empty directory without recursive, or the VM is paused"))},
-                  query=(_PATH, _RECURSIVE)),
+                  query=RemoveQuery),
         ]
 
-    def _guest(self, hostname: str) -> GuestFileSystem:
-        return GuestFileSystem(self._fleet.agent(hostname))
-
-    async def readdir(self, request: IRequest, hostname: str) -> bytes:
-        path = inputs.guest_path(inputs.query(request, "path"))
-        entries = await self._guest(hostname).readdir(path)
+    async def readdir(self, request: IRequest, query: PathQuery, hostname: str) -> bytes:
+        entries = await self._fleet.guest(hostname).readdir(query.path)
         return json_body(request, [fs_entry(entry) for entry in entries])
 
-    async def stat(self, request: IRequest, hostname: str) -> bytes:
-        path = inputs.guest_path(inputs.query(request, "path"))
-        return json_body(request, fs_entry(await self._guest(hostname).stat(path)))
+    async def stat(self, request: IRequest, query: PathQuery, hostname: str) -> bytes:
+        return json_body(request, fs_entry(await self._fleet.guest(hostname).stat(query.path)))
 
-    async def mkdir(self, request: IRequest, hostname: str) -> bytes:
+    async def mkdir(self, request: IRequest, query: NoQuery, hostname: str) -> bytes:
         path, recursive, mode = inputs.fs_mkdir_request(request)
-        entry = await self._guest(hostname).mkdir(path, recursive=recursive, mode=mode)
+        entry = await self._fleet.guest(hostname).mkdir(path, recursive, mode)
         return json_body(request, fs_entry(entry))
 
-    async def remove(self, request: IRequest, hostname: str) -> bytes:
-        path = inputs.guest_path(inputs.query(request, "path"))
-        recursive = inputs.query_bool(request, "recursive")
-        entry = await self._guest(hostname).remove(path, recursive=recursive)
+    async def remove(self, request: IRequest, query: RemoveQuery, hostname: str) -> bytes:
+        entry = await self._fleet.guest(hostname).remove(query.path, query.recursive)
         return json_body(request, fs_entry(entry))
 
 

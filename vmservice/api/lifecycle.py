@@ -2,27 +2,61 @@
 """
 Per-VM lifecycle routes: pause, resume, suspend, restore, relaunch, shutdown.
 
-Thin: parse the query (or body), call the fleet, answer plain text (relaunch:
-a CreateNodeResponse).  What each operation does in each status is the
-fleet's table (``vmservice.nodes.transitions``, ``docs/lifecycle.md``).
+Thin: parse the query (or body), call the fleet, word its outcome as plain
+text (relaunch: a CreateNodeResponse).  What each operation does in each
+status is the fleet's table (``vmservice.nodes.transitions``,
+``docs/lifecycle.md``).
 """
 
 from __future__ import annotations
 
+from attrs import frozen
 from twisted.internet.defer import Deferred
 from twisted.web.iweb import IRequest
 
 from ..nodes.fleet import Fleet
+from ..nodes.operation import Done
+from ..nodes.transitions import Op
 from . import inputs
 from .models import CreateNodeResponse
 from .nodes import create_response, shielded
+from .query import Choice, NoQuery, param
 from .rendering import json_body, text_body
-from .routing import Param, Reply, Route
+from .routing import Reply, Route
 
-_WAIT = (
-    Param("wait", "Answer only once the agent answers again", enum=("agent",)),
-    Param("timeout", "How long to wait (Go duration, default 5m); past it 408, the node stays up"),
-)
+#: How each operation's outcome is said: (done now, nothing to do).
+_WORDS = {
+    Op.PAUSE: ("paused", "is already paused"),
+    Op.RESUME: ("resumed", "is already running"),
+    Op.SUSPEND: ("suspended", "is already suspended"),
+    Op.RESTORE: ("restored", "restored"),
+    Op.REBOOT: ("is rebooting", "is rebooting"),
+    Op.SHUTDOWN: ("is shutting down", "is shutting down"),
+}
+
+
+def words(done: Done) -> str:
+    """The plain-text answer of a lifecycle operation: ``demo-1 paused``."""
+    changed, unchanged = _WORDS[done.operation]
+    return f"{done.hostname} {changed if done.changed else unchanged}\n"
+
+
+@frozen
+class WaitQuery:
+    """What restore and relaunch wait for."""
+
+    wait: str | None = inputs.wait_param("Answer only once the agent answers again")
+    timeout: float = inputs.timeout_param("408, the node stays up")
+
+
+@frozen
+class ShutdownQuery:
+    """What a shutdown does."""
+
+    action: str | None = param(
+        Choice(inputs.SHUTDOWN_ACTIONS, code="invalid_action"),
+        "shutdown or reboot (default reboot); also as a JSON body {\"action\": ...}",
+    )
 
 
 def _text(summary: str) -> dict[int, Reply]:
@@ -44,41 +78,39 @@ class LifecycleApi:
             Route("POST", "/vm/{hostname}/suspend", self.suspend, "Save the VM's memory to disk and end it", "lifecycle",
                   _text("Suspended")),
             Route("POST", "/vm/{hostname}/restore", self.restore, "Restore a suspended VM", "lifecycle",
-                  _text("Restored"), query=_WAIT),
+                  _text("Restored"), query=WaitQuery),
             Route("POST", "/vm/{hostname}/relaunch", self.relaunch, "Boot a stopped node from its disk", "lifecycle",
-                  {200: Reply("Relaunched", CreateNodeResponse)}, query=_WAIT),
+                  {200: Reply("Relaunched", CreateNodeResponse)}, query=WaitQuery),
             Route("POST", "/vm/{hostname}/shutdown", self.shutdown, "Power the VM off or reboot it", "lifecycle",
-                  _text("Initiated"),
-                  query=(Param("action", "shutdown or reboot (default reboot); also as a JSON body {\"action\": ...}",
-                               enum=inputs.SHUTDOWN_ACTIONS),)),
+                  _text("Initiated"), query=ShutdownQuery),
         ]
 
     # Every operation is shielded: a client that goes away must not cut one
     # in half (the VM paused but the record saying Running, say).
 
-    async def pause(self, request: IRequest, hostname: str) -> bytes:
-        done = await shielded(Deferred.fromCoroutine(self._fleet.pause(hostname)))
-        return text_body(request, done + "\n")
+    async def pause(self, request: IRequest, query: NoQuery, hostname: str) -> bytes:
+        done = await shielded(Deferred.fromCoroutine(self._fleet.lifecycle.pause(hostname)))
+        return text_body(request, words(done))
 
-    async def resume(self, request: IRequest, hostname: str) -> bytes:
-        done = await shielded(Deferred.fromCoroutine(self._fleet.resume(hostname)))
-        return text_body(request, done + "\n")
+    async def resume(self, request: IRequest, query: NoQuery, hostname: str) -> bytes:
+        done = await shielded(Deferred.fromCoroutine(self._fleet.lifecycle.resume(hostname)))
+        return text_body(request, words(done))
 
-    async def suspend(self, request: IRequest, hostname: str) -> bytes:
-        done = await shielded(Deferred.fromCoroutine(self._fleet.suspend(hostname)))
-        return text_body(request, done + "\n")
+    async def suspend(self, request: IRequest, query: NoQuery, hostname: str) -> bytes:
+        done = await shielded(Deferred.fromCoroutine(self._fleet.snapshots.suspend(hostname)))
+        return text_body(request, words(done))
 
-    async def restore(self, request: IRequest, hostname: str) -> bytes:
-        wait, timeout = inputs.wait_params(request)
-        done = await shielded(Deferred.fromCoroutine(self._fleet.restore(hostname, wait, timeout)))
-        return text_body(request, done + "\n")
+    async def restore(self, request: IRequest, query: WaitQuery, hostname: str) -> bytes:
+        wait = inputs.wait(query.wait)
+        done = await shielded(Deferred.fromCoroutine(self._fleet.snapshots.restore(hostname, wait, query.timeout)))
+        return text_body(request, words(done))
 
-    async def relaunch(self, request: IRequest, hostname: str) -> bytes:
-        wait, timeout = inputs.wait_params(request)
-        record = await shielded(Deferred.fromCoroutine(self._fleet.relaunch(hostname, wait, timeout)))
+    async def relaunch(self, request: IRequest, query: WaitQuery, hostname: str) -> bytes:
+        wait = inputs.wait(query.wait)
+        record = await shielded(Deferred.fromCoroutine(self._fleet.lifecycle.relaunch(hostname, wait, query.timeout)))
         return json_body(request, create_response(record))
 
-    async def shutdown(self, request: IRequest, hostname: str) -> bytes:
-        action = inputs.shutdown_action(request)
-        done = await shielded(Deferred.fromCoroutine(self._fleet.shutdown(hostname, action)))
-        return text_body(request, done + "\n")
+    async def shutdown(self, request: IRequest, query: ShutdownQuery, hostname: str) -> bytes:
+        op = inputs.shutdown_action(request, query.action)
+        done = await shielded(Deferred.fromCoroutine(self._fleet.lifecycle.shutdown(hostname, op)))
+        return text_body(request, words(done))

@@ -16,6 +16,7 @@ from ..metrics import Metrics
 from ..version import git_commit, go_platform
 from .models import Info
 from .openapi import openapi_document
+from .query import NoQuery
 from .rendering import json_body, text_body
 from .routing import Reply, Route
 
@@ -49,17 +50,17 @@ class MetaApi:
             ),
         ]
 
-    async def info(self, request: IRequest) -> bytes:
+    async def info(self, request: IRequest, query: NoQuery) -> bytes:
         return json_body(request, self._info)
 
-    async def healthz(self, request: IRequest) -> bytes:
+    async def healthz(self, request: IRequest, query: NoQuery) -> bytes:
         return text_body(request, "OK")
 
-    async def metrics(self, request: IRequest) -> bytes:
+    async def metrics(self, request: IRequest, query: NoQuery) -> bytes:
         body, content_type = self._metrics.render()
         request.setHeader(b"Content-Type", content_type.encode())
         return body
 
-    async def openapi(self, request: IRequest) -> bytes:
+    async def openapi(self, request: IRequest, query: NoQuery) -> bytes:
         request.setHeader(b"Content-Type", b"application/json")
         return json.dumps(openapi_document(self._routes()), indent=1).encode()

@@ -10,8 +10,26 @@ OpenAPI document is generated from them.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from attrs import field, frozen
+
+from ..nodes.model import HOSTNAME_PATTERN
+from .query import FILE_MODE, GUEST_PATH
+
+
+def constrained(schema: dict[str, Any], default: Any = None) -> Any:
+    """
+    A request field whose JSON schema says more than its type: what the
+    input parser refuses (so that a request valid by the OpenAPI document is
+    never refused as invalid).
+    """
+    return field(default=default, metadata={"schema": schema})
+
+
+#: Fields the daemon does not support yet: only their empty values are accepted.
+_EMPTY_TEXT = {"maxLength": 0, "description": "Not supported yet: only an empty value is accepted"}
+_EMPTY_LIST = {"maxItems": 0, "description": "Not supported yet: only an empty list is accepted"}
 
 
 @frozen
@@ -67,22 +85,24 @@ class CreateNodeRequest:
     Fields the daemon cannot honour yet are refused with 400 when set.
     """
 
-    hostname: str | None = None
+    hostname: str | None = constrained({"pattern": f"^(?:{HOSTNAME_PATTERN})?$"})
     ip: str | None = None
-    ram_bytes: int | None = None
-    cpus: int | None = None
-    gpu_count: int | None = None
+    ram_bytes: int | None = constrained({"minimum": 0})
+    cpus: int | None = constrained({"minimum": 0})
+    gpu_count: int | None = constrained({"minimum": 0, "maximum": 0, "description": "This host has no GPUs"})
     persistent: bool | None = None
-    disk_image: str | None = None
-    import_user: str | None = None
-    ssh_keys: list[str] | None = None
+    disk_image: str | None = constrained(_EMPTY_TEXT)
+    import_user: str | None = constrained(_EMPTY_TEXT)
+    ssh_keys: list[str] | None = constrained(_EMPTY_LIST)
     protected: bool | None = None
-    userdata: str | None = None
-    tags: list[str] | None = None
-    secrets: list[str] | None = None
-    pci_devices: list[str] | None = None
-    codehost_user: str | None = None
-    network: dict[str, list[str]] | None = None
+    userdata: str | None = constrained(_EMPTY_TEXT)
+    tags: list[str] | None = constrained({"items": {"type": "string", "minLength": 1}})
+    secrets: list[str] | None = constrained(_EMPTY_LIST)
+    pci_devices: list[str] | None = constrained(_EMPTY_LIST)
+    codehost_user: str | None = constrained(_EMPTY_TEXT)
+    network: dict[str, list[str]] | None = constrained(
+        {"maxProperties": 0, "description": "Not supported yet: only an empty object is accepted"}
+    )
 
 
 @frozen
@@ -163,6 +183,6 @@ class FsMkdirRequest:
     (``0755``, the default when absent or empty).
     """
 
-    path: str
+    path: str = field(metadata={"schema": GUEST_PATH.schema()})
     recursive: bool | None = None
-    mode: str | None = None
+    mode: str | None = constrained({"pattern": f"^(?:{FILE_MODE.pattern})?$"})

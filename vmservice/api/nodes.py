@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from attrs import frozen
 from twisted.internet.defer import Deferred
 from twisted.web.iweb import IRequest
 
@@ -14,13 +15,25 @@ from ..nodes.fleet import Fleet
 from ..nodes.model import NodeRecord
 from . import inputs
 from .models import CreateNodeRequest, CreateNodeResponse, DeleteResponse, HostGroup, Node
+from .query import NoQuery, Text, param
 from .rendering import json_body
-from .routing import Param, Reply, Route
+from .routing import Reply, Route
 
-_FILTERS = (
-    Param("tag", "Only nodes with this exact tag"),
-    Param("tag_prefix", "Only nodes with a tag starting with this text"),
-)
+
+@frozen
+class NodeFilter:
+    """The filters of a node listing (an empty one is no filter)."""
+
+    tag: str = param(Text(), "Only nodes with this exact tag", default="")
+    tag_prefix: str = param(Text(), "Only nodes with a tag starting with this text; not with tag", default="")
+
+
+@frozen
+class CreateQuery:
+    """What a create waits for."""
+
+    wait: str | None = inputs.wait_param("Answer only once the node is ready")
+    timeout: float = inputs.timeout_param("the node is removed and 408 returned")
 
 
 def node_json(record: NodeRecord) -> Node:
@@ -74,47 +87,43 @@ class NodesApi:
             Route("GET", "/hostgroup", self.list_groups, "List host groups", "nodes",
                   {200: Reply("The host groups", HostGroup, array=True)}),
             Route("GET", "/hostgroup/{name}/nodes", self.list_group_nodes, "List the nodes of a host group", "nodes",
-                  {200: Reply("The nodes", Node, array=True)}, query=_FILTERS),
+                  {200: Reply("The nodes", Node, array=True)}, query=NodeFilter),
             Route(
                 "POST", "/hostgroup/{name}/nodes", self.create, "Create a node", "nodes",
                 {201: Reply("The node was created", CreateNodeResponse)},
-                query=(
-                    Param("wait", "Answer only once the node is ready", enum=("agent", "userdata")),
-                    Param("timeout", "How long to wait (Go duration, default 5m); past it the node is removed and 408 returned"),
-                ),
+                query=CreateQuery,
                 body=CreateNodeRequest,
             ),
             Route("DELETE", "/hostgroup/{name}/nodes/{node}", self.delete, "Delete a node", "nodes",
                   {200: Reply("The node was deleted", DeleteResponse)}),
             Route("GET", "/nodes", self.list_nodes, "List all nodes", "nodes",
-                  {200: Reply("The nodes", Node, array=True)}, query=_FILTERS),
+                  {200: Reply("The nodes", Node, array=True)}, query=NodeFilter),
         ]
 
-    async def list_groups(self, request: IRequest) -> bytes:
+    async def list_groups(self, request: IRequest, query: NoQuery) -> bytes:
         groups = [
             HostGroup(name=g.name, count=g.count, ram_bytes=g.ram_bytes, cpus=g.vcpu, gpu_count=0, arch=g.arch)
             for g in self._fleet.groups()
         ]
         return json_body(request, groups)
 
-    def _filtered(self, request: IRequest, group: str | None) -> list[Node]:
-        tag = inputs.query(request, "tag") or None
-        tag_prefix = inputs.query(request, "tag_prefix") or None
-        return [node_json(r) for r in self._fleet.list(group, tag=tag, tag_prefix=tag_prefix)]
+    def _filtered(self, query: NodeFilter, group: str | None) -> list[Node]:
+        records = self._fleet.list(group, tag=query.tag or None, tag_prefix=query.tag_prefix or None)
+        return [node_json(r) for r in records]
 
-    async def list_group_nodes(self, request: IRequest, name: str) -> bytes:
-        return json_body(request, self._filtered(request, name))
+    async def list_group_nodes(self, request: IRequest, query: NodeFilter, name: str) -> bytes:
+        return json_body(request, self._filtered(query, name))
 
-    async def list_nodes(self, request: IRequest) -> bytes:
-        return json_body(request, self._filtered(request, None))
+    async def list_nodes(self, request: IRequest, query: NodeFilter) -> bytes:
+        return json_body(request, self._filtered(query, None))
 
-    async def create(self, request: IRequest, name: str) -> bytes:
+    async def create(self, request: IRequest, query: CreateQuery, name: str) -> bytes:
         wanted = inputs.create_request(request)
-        wait, timeout = inputs.wait_params(request)
-        record = await shielded(Deferred.fromCoroutine(self._fleet.create(name, wanted, wait, timeout)))
+        wait = inputs.wait(query.wait)
+        record = await shielded(Deferred.fromCoroutine(self._fleet.create(name, wanted, wait, query.timeout)))
         return json_body(request, create_response(record), 201)
 
-    async def delete(self, request: IRequest, name: str, node: str) -> bytes:
+    async def delete(self, request: IRequest, query: NoQuery, name: str, node: str) -> bytes:
         result = await shielded(Deferred.fromCoroutine(self._fleet.delete(name, node)))
         message = f"node {result.hostname} deleted"
         return json_body(request, DeleteResponse(message, "true" if result.disk_removed else "false", ""))

@@ -15,7 +15,8 @@ import attrs
 
 from .. import __version__
 from .models import ErrorResponse
-from .routing import Route
+from .query import parameters as query_parameters
+from .routing import PATH_KINDS, Route
 
 _SCALARS: dict[Any, dict[str, Any]] = {
     str: {"type": "string"},
@@ -55,7 +56,8 @@ def model_schema(model: type, components: dict[str, Any]) -> str:
     required: list[str] = []
     for field in attrs.fields(model):
         schema, nullable = _schema(hints[field.name], components)
-        properties[field.name] = schema
+        # Constraints the input parser enforces beyond the type (see models.py).
+        properties[field.name] = {**schema, **field.metadata.get("schema", {})}
         if field.default is attrs.NOTHING and not nullable:
             required.append(field.name)
     components[name] = {
@@ -75,18 +77,16 @@ def _operation(route: Route, method: str, components: dict[str, Any]) -> dict[st
         "tags": [route.tag],
     }
     parameters = [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        {"name": name, "in": "path", "required": True, "schema": PATH_KINDS[name].schema()}
         for name in _path_names(route.path)
     ]
-    for param in route.query:
-        schema: dict[str, Any] = {"type": param.kind}
-        if param.enum:
-            schema["enum"] = list(param.enum)
-        if param.repeated:
+    for name, kind, description, required, repeated in query_parameters(route.query):
+        schema = kind.schema()
+        if repeated:
             schema = {"type": "array", "items": schema}
         parameters.append(
-            {"name": param.name, "in": "query", "required": param.required, "description": param.description,
-             "schema": schema, **({"explode": True} if param.repeated else {})}
+            {"name": name, "in": "query", "required": required, "description": description,
+             "schema": schema, **({"explode": True} if repeated else {})}
         )
     if parameters:
         operation["parameters"] = parameters

@@ -46,6 +46,14 @@ def to_json(value: Any) -> Any:
     return value
 
 
+def format_mode(bits: int) -> str:
+    """
+    Permission bits as octal text of at least four digits: ``0644``, ``4755``,
+    ``1777``.  The same text is used wherever the API shows a file mode.
+    """
+    return f"{bits & 0o7777:04o}"
+
+
 def json_body(request: IRequest, value: Any, status: int = 200) -> bytes:
     """Set status and content type on ``request`` and return ``value`` as JSON bytes."""
     request.setResponseCode(status)

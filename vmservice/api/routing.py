@@ -3,36 +3,31 @@
 The route table: each route's method, path, handler and documentation.
 
 Resource modules describe their routes as :class:`Route` records; the app
-mounts them on Klein and the OpenAPI document is generated from the same
-records, so the two cannot drift apart.
+mounts them on Klein, parses their query parameters from the route's query
+class (:mod:`.query`) and decides from the route whether a request body is
+streamed; the OpenAPI document is generated from the same records, so none
+of them can drift apart.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from attrs import field, frozen
 
+from ..nodes.model import HOSTNAME_PATTERN
+from .query import Kind, NoQuery, Text
+
+#: What each path parameter takes: a node's hostname, or a host group's name.
+PATH_KINDS: dict[str, Kind] = {
+    "hostname": Text(1, HOSTNAME_PATTERN, "a hostname (lowercase letters, digits and '-')"),
+    "node": Text(1, HOSTNAME_PATTERN, "a hostname (lowercase letters, digits and '-')"),
+    "name": Text(1),
+}
+
+#: ``async (request, query, **path_values) -> bytes``.
 Handler = Callable[..., Awaitable[bytes]]
-
-
-@frozen
-class Param:
-    """
-    A query parameter.
-
-    :ivar kind: its JSON-schema type (``string``, ``integer``, ``boolean``).
-    :ivar repeated: given once per value (``args=a&args=b``).
-    :ivar enum: the allowed values, when it is an enumeration.
-    """
-
-    name: str
-    description: str
-    kind: str = "string"
-    required: bool = False
-    repeated: bool = False
-    enum: tuple[str, ...] = ()
 
 
 @frozen
@@ -58,7 +53,13 @@ class Route:
 
     :ivar method: ``GET``, ``POST``, ``DELETE`` ...
     :ivar path: an OpenAPI path template, e.g. ``/vm/{hostname}/logs``.
-    :ivar handler: ``async (request, **path_values) -> bytes``.
+    :ivar handler: ``async (request, query, **path_values) -> bytes``;
+        ``query`` is an instance of :attr:`query`.
+    :ivar query: the attrs class of its query parameters (see :mod:`.query`).
+    :ivar body: the attrs class of its JSON body, if it takes one.
+    :ivar stream_body: the request body is streamed to the handler as it
+        arrives instead of read first: ``True`` always, or the name of a
+        boolean query parameter that turns streaming on (exec's ``stdin``).
     :ivar head: GET route that also answers HEAD (documented apart).
     :ivar public: needs no authentication.
     """
@@ -69,10 +70,17 @@ class Route:
     summary: str
     tag: str
     replies: dict[int, Reply]
-    query: tuple[Param, ...] = ()
+    query: type = NoQuery
     body: type | None = None
+    stream_body: bool | str = False
     head: bool = False
     public: bool = False
+
+    def streams(self, query: Any) -> bool:
+        """Whether a request with the parsed ``query`` streams its body."""
+        if isinstance(self.stream_body, str):
+            return bool(getattr(query, self.stream_body))
+        return self.stream_body
 
     @property
     def klein_path(self) -> str:
@@ -90,4 +98,4 @@ def documented_methods(route: Route) -> list[str]:
     return [route.method, "HEAD"] if route.head else [route.method]
 
 
-__all__ = ["Handler", "Param", "Reply", "Route", "documented_methods"]
+__all__ = ["Handler", "PATH_KINDS", "Reply", "Route", "documented_methods"]

@@ -1,21 +1,35 @@
 # -*- test-case-name: tests.api.test_vm -*-
 """
 Per-VM routes that read a node: its console log and its agent's health.
+
+Health answers within a bounded time (:data:`vmservice.nodes.readiness.HEALTH_LIMIT`)
+whatever the agent is doing: 200 with the agent's answer; 409 when the node
+is in a state without an agent (paused, stopped, suspended, busy); 503 when
+it should answer but does not.  HEAD answers the same statuses without a body.
 """
 
 from __future__ import annotations
 
+from attrs import frozen
 from twisted.web.iweb import IRequest
 
-from ..errors import AgentNotConnected
+from ..errors import ServiceError
 from ..nodes.fleet import Fleet
-from . import inputs
-from .models import AgentHealth, LogsResponse
+from ..nodes.readiness import HEALTH_LIMIT
+from .models import AgentHealth, ErrorResponse, LogsResponse
+from .query import Integer, NoQuery, param
 from .rendering import json_body
-from .routing import Param, Reply, Route
+from .routing import Reply, Route
 
 #: Lines of the console returned when ``lines`` is not given.
 DEFAULT_LINES = 20
+
+
+@frozen
+class LogsQuery:
+    """How much of the console to return."""
+
+    lines: int = param(Integer(minimum=0), "Lines from the end (default 20; 0 for all)", default=DEFAULT_LINES)
 
 
 class VmApi:
@@ -27,25 +41,26 @@ class VmApi:
     def routes(self) -> list[Route]:
         return [
             Route("GET", "/vm/{hostname}/logs", self.logs, "The node's serial console", "vm",
-                  {200: Reply("The last lines of the console", LogsResponse)},
-                  query=(Param("lines", "Lines from the end (default 20; 0 for all)", kind="integer"),)),
+                  {200: Reply("The last lines of the console", LogsResponse)}, query=LogsQuery),
             Route("GET", "/vm/{hostname}/health", self.health, "Health of the node's agent", "vm",
                   {200: Reply("The agent answered", AgentHealth),
-                   503: Reply("The agent does not answer (HEAD: no body)")}, head=True),
+                   409: Reply("The node is paused, stopped, suspended or busy: no agent can answer (HEAD: no body)",
+                              ErrorResponse),
+                   503: Reply(f"The agent does not answer within {HEALTH_LIMIT:g} s (HEAD: no body)", ErrorResponse)},
+                  head=True),
         ]
 
-    async def logs(self, request: IRequest, hostname: str) -> bytes:
-        lines = inputs.query_int(request, "lines", DEFAULT_LINES, minimum=0)
-        content, count = self._fleet.logs(hostname, lines)
+    async def logs(self, request: IRequest, query: LogsQuery, hostname: str) -> bytes:
+        content, count = await self._fleet.logs(hostname, query.lines)
         return json_body(request, LogsResponse(hostname=hostname, lines=count, content=content))
 
-    async def health(self, request: IRequest, hostname: str) -> bytes:
+    async def health(self, request: IRequest, query: NoQuery, hostname: str) -> bytes:
         record = self._fleet.node(hostname)
         if request.method == b"HEAD":
             try:
                 await self._fleet.health(hostname)
-            except AgentNotConnected:
-                request.setResponseCode(503)
+            except ServiceError as error:
+                request.setResponseCode(error.status)
                 return b""
             request.setResponseCode(200)
             return b""

@@ -134,7 +134,9 @@ class DeleteResult:
     disk_removed: bool
 
 
-_HOSTNAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+#: A hostname: a lowercase RFC 1123 host label.
+HOSTNAME_PATTERN = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+_HOSTNAME = re.compile(HOSTNAME_PATTERN)
 
 
 def valid_hostname(name: str) -> bool:
@@ -142,4 +144,4 @@ def valid_hostname(name: str) -> bool:
     return _HOSTNAME.fullmatch(name) is not None
 
 
-__all__ = ["CreateRequest", "DeleteResult", "NodeRecord", "Status", "Wait", "valid_hostname", "visible"]
+__all__ = ["HOSTNAME_PATTERN", "CreateRequest", "DeleteResult", "NodeRecord", "Status", "Wait", "valid_hostname", "visible"]

@@ -97,6 +97,7 @@ def _build() -> Callable[[PhaseCore], NodePhase]:
     starting.upon(NodePhase.started).to(up).returns(None)
     for state in (up, removing):
         state.upon(NodePhase.started).loop().returns(None)
+    busy.upon(NodePhase.started, nodata=True).loop().returns(None)
 
     @starting.upon(NodePhase.begin).loop()
     def begin_too_early(phase: NodePhase, core: PhaseCore, operation: str) -> None:

@@ -1,0 +1,150 @@
+# -*- test-case-name: tests.agent.test_client -*-
+"""
+:class:`~vmservice.nodes.guest.IGuest` over an agent channel.
+
+:class:`AgentGuest` turns each guest operation into the streams of the agent
+protocol (``docs/agent-protocol.md``): health and clock are one-shot
+requests, exec and copies are streams with flow control
+(:mod:`.execution`, :mod:`.copying`), file-system operations one-shot
+requests (:mod:`.filesystem`).  A subclass provides the channel:
+:class:`~.client.AgentClient` over its connection, tests over fakes.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from typing import Any, Mapping
+
+from twisted.internet.interfaces import IProtocol
+from zope.interface import implementer
+
+from ..nodes.guest import (
+    AgentHealth,
+    DownloadRequest,
+    ExecRequest,
+    FsEntry,
+    IDownload,
+    IExecProcess,
+    IExecSink,
+    IGuest,
+    IUpload,
+    UploadRequest,
+)
+from . import filesystem
+from .copying import start_download, start_upload
+from .errors import AgentRequestFailed
+from .execution import start_exec
+from .stream import AgentStream
+
+#: Largest health reply accepted, in bytes.
+MAX_HEALTH_REPLY = 64 * 1024
+#: Largest clock reply accepted, in bytes.
+MAX_CLOCK_REPLY = 4 * 1024
+#: The ``clock`` op accepts positive times below this (signed 64-bit nanoseconds).
+_CLOCK_LIMIT = 2**63
+
+_HEALTH_FIELDS = {"agent_uptime": int, "agent_version": str, "system_uptime": int, "userdata_ran": bool}
+
+
+def parse_health(body: bytes) -> AgentHealth:
+    """
+    The agent's health reply.
+
+    :raises AgentRequestFailed: it is not the expected JSON object.
+    """
+    try:
+        record = json.loads(body)
+    except ValueError:
+        raise AgentRequestFailed("health reply is not JSON") from None
+    if not isinstance(record, dict):
+        raise AgentRequestFailed("health reply is not a JSON object")
+    for key, kind in _HEALTH_FIELDS.items():
+        value = record.get(key)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise AgentRequestFailed(f"health reply has no valid {key!r}")
+    return AgentHealth(
+        agent_uptime=record["agent_uptime"],
+        agent_version=record["agent_version"],
+        system_uptime=record["system_uptime"],
+        userdata_ran=record["userdata_ran"],
+    )
+
+
+@implementer(IGuest)
+class AgentGuest(ABC):
+    """The operations of one guest, through its agent's channel."""
+
+    @abstractmethod
+    def open_stream(self, header: Mapping[str, Any], protocol: IProtocol) -> AgentStream:
+        """
+        Open a stream for ``header`` served by ``protocol``.
+
+        :raises vmservice.agent.errors.AgentUnavailable: the agent is not connected.
+        """
+
+    @abstractmethod
+    async def request(self, header: Mapping[str, Any], limit: int) -> bytes:
+        """
+        Open a stream, send nothing and return what the agent sends until it
+        half-closes (at most ``limit`` bytes).
+        """
+
+    async def health(self) -> AgentHealth:
+        """Ask the agent for its health."""
+        return parse_health(await self.request({"op": "health"}, MAX_HEALTH_REPLY))
+
+    async def set_clock(self, unix_ns: int) -> int:
+        """
+        Set the guest's wall clock, e.g. after the VM was paused, suspended or
+        restored from a snapshot (the guest's clock stood still meanwhile).
+
+        :param unix_ns: the new time, integer nanoseconds since the Unix epoch.
+        :return: the guest's clock just before it was set.
+        :raises ValueError: ``unix_ns`` is not a positive integer below 2^63
+            (checked before anything is sent).
+        :raises AgentRequestFailed: the agent refuses (a time the guest kernel
+            does not accept) or fails the request, or answers nonsense.
+        """
+        if isinstance(unix_ns, bool) or not isinstance(unix_ns, int) or not 0 < unix_ns < _CLOCK_LIMIT:
+            raise ValueError(f"unix_ns must be a positive integer below 2**63, not {unix_ns!r}")
+        body = await self.request({"op": "clock", "unix_ns": int(unix_ns)}, MAX_CLOCK_REPLY)
+        try:
+            reply = json.loads(body)
+        except ValueError:
+            raise AgentRequestFailed("clock reply is not JSON") from None
+        previous = reply.get("previous_ns") if isinstance(reply, dict) else None
+        if type(previous) is not int:
+            raise AgentRequestFailed("clock reply has no valid 'previous_ns'")
+        return previous
+
+    def exec(self, request: ExecRequest, sink: IExecSink) -> IExecProcess:
+        """Start ``request``; what happens to it goes to ``sink``."""
+        return start_exec(self, request, sink)
+
+    def upload(self, request: UploadRequest) -> IUpload:
+        """Start a copy into the guest."""
+        return start_upload(self, request)
+
+    def download(self, request: DownloadRequest) -> IDownload:
+        """Start a copy out of the guest."""
+        return start_download(self, request)
+
+    async def stat(self, path: str) -> FsEntry:
+        """Describe ``path`` itself (a symlink is not followed)."""
+        return await filesystem.stat(self, path)
+
+    async def readdir(self, path: str) -> list[FsEntry]:
+        """The entries of directory ``path``, sorted by name."""
+        return await filesystem.readdir(self, path)
+
+    async def mkdir(self, path: str, recursive: bool, mode: int) -> FsEntry:
+        """Make directory ``path`` with exactly ``mode`` (with ``recursive``, its parents too)."""
+        return await filesystem.mkdir(self, path, recursive, mode)
+
+    async def remove(self, path: str, recursive: bool) -> FsEntry:
+        """Remove a file, symlink or empty directory (with ``recursive``, a tree)."""
+        return await filesystem.remove(self, path, recursive)
+
+
+__all__ = ["AgentGuest", "MAX_CLOCK_REPLY", "MAX_HEALTH_REPLY", "parse_health"]

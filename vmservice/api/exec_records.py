@@ -1,0 +1,215 @@
+# -*- test-case-name: tests.api.test_execution -*-
+"""
+What an exec sends back: the guest's events as NDJSON stream records, or
+collected into one ExecResult (``buffered=true``).
+
+:class:`ExecCall` is the :class:`~vmservice.nodes.guest.IExecSink` of one exec
+request.  It first settles :attr:`ExecCall.first` (the guest's first event: a
+start commits the response to 200; a refusal or a lost agent is an error
+status), then streams records to an :class:`~.ndjson.NdjsonStream` or collects
+the output.  A buffered exec collects at most :data:`BUFFERED_LIMIT` bytes per
+stream: past it the process is stopped and the result says so in ``error``.
+"""
+
+from __future__ import annotations
+
+import base64
+import codecs
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+from zope.interface import implementer
+
+from ..errors import AgentError
+from ..nodes.guest import IExecProcess, IExecSink
+from .ndjson import NdjsonStream
+from .rendering import rfc3339
+
+#: Most bytes a buffered exec keeps of each of stdout and stderr (16 MiB).
+BUFFERED_LIMIT = 16 * 1024 * 1024
+
+#: The exit code of an exec the daemon had to give up on (agent lost, output
+#: past the buffered limit): like a shell's "killed" status, never the
+#: program's own.
+LOST_EXIT_CODE = 255
+
+
+def _time(seconds: float) -> str:
+    return rfc3339(datetime.fromtimestamp(seconds, timezone.utc))
+
+
+class _Text:
+    """
+    Renders output payloads: UTF-8 text (invalid bytes become U+FFFD; a
+    character split across reads is kept whole) or base64 of the exact bytes.
+    """
+
+    def __init__(self, base64_mode: bool) -> None:
+        self.base64_mode = base64_mode
+        self._decoders = {
+            name: codecs.getincrementaldecoder("utf-8")(errors="replace") for name in ("stdout", "stderr")
+        }
+
+    def render(self, name: str, data: bytes, final: bool = False) -> str:
+        if self.base64_mode:
+            return base64.b64encode(data).decode("ascii")
+        return str(self._decoders[name].decode(data, final))
+
+
+@implementer(IExecSink)
+class ExecCall:
+    """
+    One exec request in flight.
+
+    :param clock: for the records' times.
+    :param base64_mode: payloads as base64 of the exact bytes.
+    :param buffered: collect everything into one result.
+    :param limit: most bytes collected per stream when buffered.
+    :ivar first: fires at the guest's first event; fails with the
+        :class:`~vmservice.errors.AgentError` of an exec that never started.
+    :ivar done: fires once the exec ended (whatever way).
+    """
+
+    def __init__(self, clock: IReactorTime, base64_mode: bool, buffered: bool, limit: int = BUFFERED_LIMIT) -> None:
+        self._clock = clock
+        self._text = _Text(base64_mode)
+        self._buffered = buffered
+        self._limit = limit
+        self.first: Deferred[None] = Deferred()
+        self.done: Deferred[None] = Deferred()
+        self.pid: Optional[int] = None
+        self.started_at: Optional[float] = None
+        self.process: Optional[IExecProcess] = None
+        self._stream: Optional[NdjsonStream] = None
+        self._chunks: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
+        self._sizes = {"stdout": 0, "stderr": 0}
+        self._overflow: Optional[str] = None
+        self._result: dict[str, Any] = {}
+        self._pending: list[dict[str, Any]] = []
+
+    # -- records ----------------------------------------------------------------------
+
+    def _now(self) -> float:
+        return float(self._clock.seconds())
+
+    def _record(self, kind: str, **fields: Any) -> dict[str, Any]:
+        record: dict[str, Any] = {"timestamp": _time(self._now()), "type": kind}
+        if self.pid is not None:
+            record["pid"] = self.pid
+        record.update({k: v for k, v in fields.items() if v is not None})
+        return record
+
+    def _emit(self, record: dict[str, Any]) -> None:
+        if self._buffered:
+            return
+        if self._stream is None:
+            self._pending.append(record)
+        else:
+            self._stream.send(record)
+
+    def attach(self, stream: NdjsonStream) -> None:
+        """Start writing records (the ones so far first)."""
+        self._stream = stream
+        pending, self._pending = self._pending, []
+        for record in pending:
+            stream.send(record)
+
+    def _settle_first(self, error: Optional[AgentError] = None) -> None:
+        if not self.first.called:
+            if error is None:
+                self.first.callback(None)
+            else:
+                self.first.errback(error)
+
+    def _payload(self, name: str, data: bytes, final: bool = False) -> None:
+        text = self._text.render(name, data, final)
+        if text:
+            self._emit(self._record(name, data=text, encoding="base64" if self._text.base64_mode else None))
+
+    def _flush_text(self) -> None:
+        if not self._text.base64_mode:
+            for name in ("stdout", "stderr"):
+                self._payload(name, b"", final=True)
+
+    def _end(self, result: dict[str, Any]) -> None:
+        self._result = result
+        if not self.done.called:
+            self.done.callback(None)
+
+    # -- IExecSink ----------------------------------------------------------------------
+
+    def started(self, pid: int) -> None:
+        self.pid, self.started_at = pid, self._now()
+        self._emit(self._record("started", started_at=_time(self.started_at)))
+        self._settle_first()
+
+    def output(self, name: str, data: bytes) -> None:
+        if not self._buffered:
+            self._payload(name, data)
+            return
+        if self._overflow is not None:
+            return
+        room = self._limit - self._sizes[name]
+        self._chunks[name].append(data[:room])
+        self._sizes[name] += min(len(data), room)
+        if len(data) > room:
+            self._overflow = name
+            if self.process is not None:
+                self.process.kill()
+
+    def exited(self, exit_code: int, signal: Optional[str]) -> None:
+        ended = _time(self._now())
+        self._flush_text()
+        self._emit(self._record("exit", exit_code=exit_code, signal=signal, ended_at=ended))
+        self._end({"exit_code": exit_code, "signal": signal, "ended_at": ended})
+
+    def failed(self, message: str, exit_code: int) -> None:
+        now = _time(self._now())
+        self._emit(self._record("error", error=message, exit_code=exit_code, ended_at=now))
+        self._end({"exit_code": exit_code, "error": message, "ended_at": now})
+        self._settle_first()
+
+    def lost(self, error: AgentError) -> None:
+        if not self.first.called:
+            self._settle_first(error)
+            self._end({})
+            return
+        if self._overflow is not None:
+            message = (
+                f"{self._overflow} passed the {self._limit} byte limit of a buffered exec: the process was "
+                "stopped (the streamed exec has no limit)"
+            )
+        else:
+            message = f"the agent lost the exec stream: {error}"
+        now = _time(self._now())
+        self._flush_text()
+        self._emit(self._record("error", error=message, exit_code=LOST_EXIT_CODE, ended_at=now))
+        self._end({"exit_code": LOST_EXIT_CODE, "error": message, "ended_at": now})
+
+    def buffered_result(self) -> dict[str, Any]:
+        """The ExecResult object."""
+
+        def text(name: str) -> str:
+            data = b"".join(self._chunks[name])
+            if self._text.base64_mode:
+                return base64.b64encode(data).decode("ascii")
+            return data.decode("utf-8", "replace")
+
+        result: dict[str, Any] = {
+            "stdout": text("stdout"),
+            "stderr": text("stderr"),
+            "pid": self.pid,
+            "started_at": _time(self.started_at) if self.started_at is not None else None,
+            "ended_at": self._result.get("ended_at"),
+            "signal": self._result.get("signal"),
+            "exit_code": self._result.get("exit_code", 0),
+            "error": self._result.get("error"),
+        }
+        if self._text.base64_mode:
+            result["encoding"] = "base64"
+        return {k: v for k, v in result.items() if v is not None}
+
+
+__all__ = ["BUFFERED_LIMIT", "ExecCall", "LOST_EXIT_CODE"]
