@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 import tempfile
 
 from hypothesis import given
@@ -256,8 +257,13 @@ class OperationTests(SynchronousTestCase):
         os.mkdir(outside)
         with open(os.path.join(outside, "keep"), "w"):
             pass
+        # Deeper than Python's recursion limit, lowered for the test so that the
+        # tree stays small (each level costs a walk of the whole path).
+        limit = _stack_depth() + 200
+        self.addCleanup(sys.setrecursionlimit, sys.getrecursionlimit())
+        sys.setrecursionlimit(limit)
         deep = self.dir
-        for _ in range(1100):  # deeper than Python's recursion limit
+        for _ in range(limit + 100):
             deep = os.path.join(deep, "d")
             os.mkdir(deep)
         with open(os.path.join(deep, "leaf"), "w"):
@@ -296,3 +302,11 @@ class OperationTests(SynchronousTestCase):
         with self.assertRaises(fs._Cancelled):
             fs.do_remove(self.dir, True, lambda: True)
         self.assertTrue(os.path.exists(self.dir))
+
+
+def _stack_depth() -> int:
+    """How many frames the stack holds now."""
+    frame, depth = sys._getframe(), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+    return depth
