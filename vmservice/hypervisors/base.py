@@ -168,12 +168,19 @@ class IHypervisor(Interface):
     description = Attribute("A short text saying how VMs run, e.g. 'qemu, tcg'.")
 
     def start(spec: MachineSpec, log_path: str | None) -> Deferred[IMachine]:
-        """Start a VM from ``spec``; fires once the process runs."""
+        """
+        Start a VM from ``spec``; fires once the process runs.
+
+        :param log_path: the file the VMM's output goes to (its tail
+            explains a VM that ends at once), or ``None`` for none.
+        """
 
     def adopt(spec: MachineSpec, pid: int, log_path: str | None) -> IMachine:
         """
         Take over a VM started for ``spec`` by an earlier run of the daemon.
 
+        :param pid: the VMM's process id, as the earlier run recorded it.
+        :param log_path: as for :meth:`start`.
         :raise HypervisorError: ``pid`` is not (or no longer) that VM.
         """
 
@@ -181,4 +188,4 @@ class IHypervisor(Interface):
         """Pids of running VMs of this driver whose files lie under ``directory``."""
 
     def kill_orphan(pid: int) -> None:
-        """Kill a VM found by :meth:`orphans` (gone already is fine)."""
+        """Kill the VM of ``pid`` found by :meth:`orphans` (gone already is fine)."""

@@ -170,6 +170,9 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
     Build the full argv that starts the VM described by ``spec``.
 
     Pure: no file is touched, so it is unit-tested as a list of words.
+
+    :param spec: the VM.
+    :param settings: the binary, accelerator and TSC frequency of this host.
     """
     return [
         settings.binary,
@@ -211,6 +214,12 @@ def probe_command(
     """
     Build the argv of the probe guest: kernel and initramfs only, console on
     stdout, which prints :data:`PROBE_MARKER` and powers off.
+
+    :param binary: the QEMU system emulator.
+    :param kernel: the guest kernel.
+    :param initrd: the initramfs, booted in probe mode.
+    :param accel: the accelerator to try (``kvm``).
+    :param tsc_khz: the host TSC frequency for the guest kernel, if known.
     """
     return [
         binary,
@@ -499,15 +508,19 @@ class QemuMachine:
         return self.ended
 
     def pause(self) -> Deferred[None]:
+        """QMP ``stop``; see :meth:`IMachine.pause`."""
         return Deferred.fromCoroutine(self._command("stop"))
 
     def resume(self) -> Deferred[None]:
+        """QMP ``cont``; see :meth:`IMachine.resume`."""
         return Deferred.fromCoroutine(self._command("cont"))
 
     def reset(self) -> Deferred[None]:
+        """QMP ``system_reset``; see :meth:`IMachine.reset`."""
         return Deferred.fromCoroutine(self._command("system_reset"))
 
     def power_button(self) -> Deferred[None]:
+        """QMP ``system_powerdown``; see :meth:`IMachine.power_button`."""
         return Deferred.fromCoroutine(self._command("system_powerdown"))
 
     async def _command(self, command: str, **arguments: JSON) -> None:
@@ -517,6 +530,7 @@ class QemuMachine:
             raise HypervisorError(f"{command}: {error}") from error
 
     def run_state(self) -> Deferred[str]:
+        """The ``status`` of QMP ``query-status``; see :meth:`IMachine.run_state`."""
         return Deferred.fromCoroutine(self._run_state())
 
     async def _run_state(self) -> str:
@@ -552,6 +566,7 @@ class QemuMachine:
             await deferLater(self._reactor, self.POLL, lambda: None)
 
     def finish_incoming(self) -> Deferred[None]:
+        """Poll ``query-status`` until QEMU leaves ``inmigrate``; see :meth:`IMachine.finish_incoming`."""
         return Deferred.fromCoroutine(self._finish_incoming())
 
     async def _finish_incoming(self) -> None:
@@ -629,6 +644,7 @@ class QemuDriver:
 
     @property
     def description(self) -> str:
+        """How VMs run: ``qemu microvm, kvm`` or ``qemu microvm, tcg``."""
         return f"qemu microvm, {self.settings.accel}"
 
     def start(self, spec: MachineSpec, log_path: str | None = None) -> Deferred[IMachine]:
@@ -660,6 +676,9 @@ class QemuDriver:
         is opened before the command line is checked, so a recycled pid
         cannot slip in between.
 
+        :param spec: the VM as it was started.
+        :param pid: the process id recorded for it.
+        :param log_path: the file the earlier run sent QEMU's output to.
         :raise HypervisorError: ``pid`` is gone or is not that VM.
         """
         pidfd = self._open_vm(pid, spec.qmp_socket)
@@ -761,7 +780,11 @@ def _child_env() -> dict[str, str]:
 
 
 def kvm_usable(path: str = "/dev/kvm") -> bool:
-    """Whether the KVM device exists and can be opened for reading and writing."""
+    """
+    Whether the KVM device exists and can be opened for reading and writing.
+
+    :param path: the KVM device.
+    """
     return os.access(path, os.R_OK | os.W_OK)
 
 

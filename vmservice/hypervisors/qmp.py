@@ -59,7 +59,11 @@ class QMPProtocol(LineOnlyReceiver):
         return self._lost
 
     def lineReceived(self, line: bytes) -> None:
-        """Take one message: the greeting, an event, or the answer to the oldest command."""
+        """
+        Take one message: the greeting, an event, or the answer to the oldest command.
+
+        :param line: one line of JSON (other lines are ignored).
+        """
         line = line.strip()
         if not line:
             return
@@ -111,7 +115,12 @@ class QMPProtocol(LineOnlyReceiver):
         self.sendLine(json.dumps(message).encode())  # type: ignore[no-untyped-call]  # LineOnlyReceiver.sendLine has no annotations
 
     def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
-        """Fail every command still waiting, and the greeting if it never came."""
+        """
+        Fail every command still waiting, and the greeting if it never came.
+
+        :param reason: why the connection ended (each waiting command fails
+            with :class:`QMPError` whatever it is).
+        """
         self._lost = True
         pending, self._pending = self._pending, deque()
         for waiting in pending:
