@@ -85,6 +85,10 @@ class HostNetwork:
         """
         Build the VM's side of the group's network; on failure nothing of it
         is left and :class:`NetworkError` is raised.
+
+        :param group: the VM's host group, which has a network.
+        :param lease: the VM's address in it.
+        :return: how QEMU joins the network.
         """
         network = group.network
         assert network is not None
@@ -101,7 +105,13 @@ class HostNetwork:
         return NetSpec(plans.tap_name(lease.ip), mac, spec_address, spec_gateway, None)
 
     async def detach(self, network: NetworkConfig | None, ip: IPv4Address) -> None:
-        """Remove what :meth:`attach` made for ``ip`` (what is already gone is fine)."""
+        """
+        Remove what :meth:`attach` made for ``ip`` (what is already gone is fine).
+
+        :param network: the network of the VM's group; ``None`` (no network)
+            removes nothing.
+        :param ip: the VM's address.
+        """
         if network is None:
             return
         steps = plans.isolated_teardown(ip) if network.mode == "isolated" else plans.bridge_teardown(ip)

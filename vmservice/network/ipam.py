@@ -38,6 +38,7 @@ class Lease:
 
     @property
     def ip(self) -> IPv4Address:
+        """The VM's address without its prefix."""
         return self.address.ip
 
 
@@ -120,7 +121,7 @@ def allocate(network: NetworkConfig, used: AbstractSet[IPv4Address], wanted: str
 
 
 def slots(network: NetworkConfig) -> int:
-    """How many VMs the range holds."""
+    """How many VMs the range of ``network`` holds."""
     return sum(1 for _ in _candidates(network))
 
 

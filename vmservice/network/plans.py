@@ -86,14 +86,17 @@ def address_of(name: str) -> IPv4Address | None:
 
 
 def netns_name(ip: IPv4Address) -> str:
+    """The network namespace of the isolated VM of ``ip``."""
     return NETNS_PREFIX + suffix(ip)
 
 
 def veth_name(ip: IPv4Address) -> str:
+    """The host end of the veth of the isolated VM of ``ip``."""
     return VETH_PREFIX + suffix(ip)
 
 
 def tap_name(ip: IPv4Address) -> str:
+    """The tap of the bridged VM of ``ip``."""
     return TAP_PREFIX + suffix(ip)
 
 
@@ -157,7 +160,14 @@ def ruleset(allow: Sequence[IPv4Network], drop: Sequence[IPv4Network], protected
 def isolated_setup(
     lease: Lease, allow: Sequence[IPv4Network], drop: Sequence[IPv4Network], protected: Sequence[IPv4Network]
 ) -> list[Command]:
-    """The commands that build an isolated VM's namespace, in order."""
+    """
+    The commands that build an isolated VM's namespace, in order.
+
+    :param lease: the VM's address and gateway.
+    :param allow: the group's ``allow`` list.
+    :param drop: the group's ``drop`` list.
+    :param protected: what the VM may not reach without an ``allow`` list.
+    """
     ip = lease.ip
     netns, veth = netns_name(ip), veth_name(ip)
     gateway = f"{lease.gateway}/{lease.address.network.prefixlen}"
@@ -187,15 +197,15 @@ def isolated_setup(
 
 def isolated_teardown(ip: IPv4Address) -> list[Command]:
     """
-    The commands that remove an isolated VM's namespace (its tap, veth end and
-    nftables table go with it; the host end of the veth and its route too).
-    Each may fail when the object is already gone; the caller ignores that.
+    The commands that remove the namespace of the isolated VM of ``ip`` (its
+    tap, veth end and nftables table go with it; the host end of the veth and
+    its route too).  Each may fail when the object is already gone; the caller ignores that.
     """
     return [_ip("netns", "delete", netns_name(ip)), _ip("link", "delete", veth_name(ip))]
 
 
 def bridge_setup(lease: Lease, bridge: str) -> list[Command]:
-    """The commands that give a bridged VM its tap on ``bridge``."""
+    """The commands that give the bridged VM of ``lease`` its tap on ``bridge``."""
     tap = tap_name(lease.ip)
     return [
         _ip("tuntap", "add", "dev", tap, "mode", "tap"),
@@ -205,6 +215,7 @@ def bridge_setup(lease: Lease, bridge: str) -> list[Command]:
 
 
 def bridge_teardown(ip: IPv4Address) -> list[Command]:
+    """The command that removes the tap of the bridged VM of ``ip`` (it may be gone already)."""
     return [_ip("link", "delete", tap_name(ip))]
 
 

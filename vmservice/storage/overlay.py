@@ -95,7 +95,7 @@ class OverlayDisks:
         self._qemu_img = qemu_img
 
     async def create(self, base: str, path: str, size_bytes: int) -> None:
-        """Create the overlay ``path`` on ``base``; see :func:`create_overlay`."""
+        """Create the overlay ``path`` on ``base``, ``size_bytes`` large; see :func:`create_overlay`."""
         await create_overlay(self._reactor, base, path, size_bytes, qemu_img=self._qemu_img)
 
     def remove(self, path: str) -> bool:
