@@ -26,7 +26,8 @@ def token_path(state_dir: str) -> str:
 
 def load_or_create_token(state_dir: str) -> str:
     """
-    Read the API token, creating it (and its directory) on first use.
+    Read the API token of the daemon with ``state_dir``, creating it (and
+    its directory) on first use.
 
     Permissions are tightened to 0700/0600 even when the files already exist.
     """

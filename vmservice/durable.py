@@ -17,7 +17,7 @@ import os
 
 
 def fsync_path(path: str) -> None:
-    """Flush a file (or a directory's entries) to the disk."""
+    """Flush the file ``path`` (or a directory's entries) to the disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

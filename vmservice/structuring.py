@@ -152,7 +152,7 @@ def strict_converter() -> cattrs.Converter:
 
 
 def format_path(parts: Path) -> str:
-    """A key path as text: ``host_groups[0].network.range``."""
+    """The key path ``parts`` as text: ``host_groups[0].network.range``."""
     text = ""
     for part in parts:
         if isinstance(part, int):

@@ -18,6 +18,8 @@ def git_commit(start: str | None = None) -> str:
     """
     The commit checked out where the package lives, read from ``.git``
     without running git; ``unknown`` when it is not a checkout.
+
+    :param start: the directory to look up from (this package's by default).
     """
     directory = os.path.abspath(start or os.path.dirname(__file__))
     while True:

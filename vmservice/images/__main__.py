@@ -41,6 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     Run the command line; return the process exit status (0 on success, 1 on a failed build or a missing
     image).
+
+    :param argv: the arguments after the program name (``sys.argv[1:]`` by default).
     """
     options = _parser().parse_args(argv)
     image_dir = options.image_dir or default_image_dir()

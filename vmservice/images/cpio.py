@@ -102,29 +102,30 @@ class CpioEntry:
 
 def directory(name: str, perm: int = 0o755) -> CpioEntry:
     """
-    A directory member.
+    A directory member ``name`` with permissions ``perm``.
     """
     return CpioEntry(name=name, mode=stat.S_IFDIR | perm)
 
 
 def regular_file(name: str, data: bytes, perm: int = 0o644) -> CpioEntry:
     """
-    A regular file member holding ``data``.
+    A regular file member ``name`` holding ``data``, with permissions ``perm``.
     """
     return CpioEntry(name=name, mode=stat.S_IFREG | perm, data=data)
 
 
 def symlink(name: str, target: str) -> CpioEntry:
     """
-    A symbolic link member pointing at ``target`` (not checked: it may point outside the archive).
+    A symbolic link member ``name`` pointing at ``target`` (not checked: it may point outside the archive).
     """
     return CpioEntry(name=name, mode=stat.S_IFLNK | 0o777, data=os.fsencode(target))
 
 
 def char_device(name: str, major: int, minor: int, perm: int = 0o600) -> CpioEntry:
     """
-    A character device node, e.g. ``char_device("dev/console", 5, 1)``: the kernel opens it for ``/init``'s
-    standard streams before any ``devtmpfs`` is mounted.
+    A character device node ``name`` of device numbers ``major``, ``minor`` and permissions ``perm``, e.g.
+    ``char_device("dev/console", 5, 1)``: the kernel opens it for ``/init``'s standard streams before any
+    ``devtmpfs`` is mounted.
     """
     return CpioEntry(name=name, mode=stat.S_IFCHR | perm, rdev_major=major, rdev_minor=minor)
 
