@@ -3,8 +3,9 @@
 Tests for :mod:`vmservice.tap` and the ``vmservice`` twistd plugin: the
 options, and ``makeService``'s exit with status 1 and one line on a bad
 configuration or a failed start.  The daemon's service tree itself is built
-by :func:`vmservice.service.make_service` (replaced here by a recorder), so
-nothing is started and the reactor is never run.
+by :func:`vmservice.service.make_service` (replaced here by a recorder), and
+the global reactor ``makeService`` takes is replaced by a memory reactor, so
+nothing is started.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import io
 import sys
 from typing import Any
 
+import twisted.internet
 from twisted.application.service import IServiceMaker, MultiService
-from twisted.internet.interfaces import IReactorProcess
+from twisted.internet.testing import MemoryReactorClock
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -48,6 +50,9 @@ class MakeServiceTests(SynchronousTestCase):
         self.stderr = io.StringIO()
         self.patch(sys, "stderr", self.stderr)
         self.made: list[tuple[Config, Any]] = []
+        # makeService takes the global reactor; it gets this one instead.
+        self.reactor = MemoryReactorClock()
+        self.patch(twisted.internet, "reactor", self.reactor)
 
     def options(self, path: str) -> tap.Options:
         """Options naming the configuration ``path``."""
@@ -74,7 +79,7 @@ class MakeServiceTests(SynchronousTestCase):
         self.assertIs(tap.makeService(self.options("/etc/vmservice.yaml")), service)
         self.assertEqual(loaded, ["/etc/vmservice.yaml"])
         self.assertIs(self.made[0][0], config)
-        self.assertTrue(IReactorProcess.providedBy(self.made[0][1]))
+        self.assertIs(self.made[0][1], self.reactor)
         self.assertEqual(self.stderr.getvalue(), "")
 
     def test_bad_config_exits_1(self) -> None:
