@@ -16,13 +16,16 @@ export VMSERVICE_IMAGE_DIR := $(IMAGE_DIR)
 install: apt venv image
 
 # Install the Debian packages the daemon and the image builder need, when any is missing.
+# No Recommends (GTK/SDL/audio UI, ovmf, qemu-block-extra): headless microvm loads only
+# pvh.bin and bios-microvm.bin (qemu-system-data) and accel-tcg-x86_64.so (qemu-system-common),
+# which qemu-system-x86 Depends on, like seabios and ipxe-qemu.
 apt:
 	@missing=""; for p in $(APT_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
 venv: $(VENV)/.installed
