@@ -18,17 +18,10 @@ from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThreadPool
 from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint, UNIXServerEndpoint
 from twisted.logger import Logger
-from twisted.web.server import Site
 
 from .agent.client import AgentClient
 from .api.app import Api
-from .api.filesystem import FilesystemApi
-from .api.lifecycle import LifecycleApi
-from .api.meta import MetaApi
-from .api.nodes import NodesApi
-from .api.vm import VmApi
-from .api.execution import ExecApi
-from .api.copying import CopyApi
+from .api.resources import every_route
 from .api.streaming import StreamingSite
 from .auth import load_or_create_token
 from .config import Config
@@ -157,13 +150,7 @@ def make_service(config: Config, reactor: Any) -> MultiService:
 
     metrics.watch_nodes(node_counts)
     token = load_or_create_token(config.state_dir) if config.api.auth.enabled else None
-    routes: list[Any] = []
-    meta = MetaApi(metrics, lambda: routes)
-    routes += meta.routes() + NodesApi(fleet).routes() + VmApi(fleet).routes() + FilesystemApi(fleet).routes()
-    routes += ExecApi(fleet, reactor).routes()
-    routes += CopyApi(fleet).routes()
-    routes += LifecycleApi(fleet).routes()
-    api = Api(reactor, routes, metrics, token)
+    api = Api(reactor, every_route(fleet, reactor, metrics), metrics, token)
     site = StreamingSite(api.resource(), api.streams_body)
     site.displayTracebacks = False
 

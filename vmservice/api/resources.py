@@ -1,0 +1,38 @@
+# -*- test-case-name: tests.api.test_fuzzing -*-
+"""
+Every route of the API, from every resource module: the one list the daemon
+serves and the OpenAPI document describes.
+"""
+
+from __future__ import annotations
+
+from twisted.internet.interfaces import IReactorTime
+
+from ..metrics import Metrics
+from ..nodes.fleet import Fleet
+from .copying import CopyApi
+from .execution import ExecApi
+from .filesystem import FilesystemApi
+from .lifecycle import LifecycleApi
+from .meta import MetaApi
+from .nodes import NodesApi
+from .routing import Route
+from .vm import VmApi
+
+
+def every_route(fleet: Fleet, clock: IReactorTime, metrics: Metrics) -> list[Route]:
+    """
+    The routes of the daemon.
+
+    :param fleet: the nodes they act on.
+    :param clock: for request and record times.
+    :param metrics: what ``/metrics`` shows.
+    """
+    routes: list[Route] = []
+    routes += MetaApi(metrics, lambda: routes).routes()
+    routes += NodesApi(fleet).routes() + VmApi(fleet).routes() + FilesystemApi(fleet).routes()
+    routes += ExecApi(fleet, clock).routes() + CopyApi(fleet).routes() + LifecycleApi(fleet).routes()
+    return routes
+
+
+__all__ = ["every_route"]
