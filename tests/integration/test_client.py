@@ -463,14 +463,14 @@ class ExecLoopbackCase(Pipes, TestCase):
 
     async def setUp(self) -> None:
         from tests.api.test_execution import FakeFleet
-        from vmservice.api.execution import ExecApi, streams_exec_body
+        from vmservice.api.execution import ExecApi
         from vmservice.api.streaming import StreamingSite
 
         self.fleet = FakeFleet()
         clock = MemoryReactorClock()
         clock.advance(1_700_000_000)
         api = Api(clock, ExecApi(self.fleet, clock).routes(), Metrics(), None)  # type: ignore[arg-type]
-        site = StreamingSite(api.resource(), [streams_exec_body])
+        site = StreamingSite(api.resource(), api.streams_body)
         self.url = await serve(self, None, site=site)
         self.client = Client(reactor, self.url)
         self.addCleanup(lambda: Deferred.fromCoroutine(self.client.close()))
