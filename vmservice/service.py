@@ -82,13 +82,17 @@ class _Claimed(MultiService):
     """
 
     def __init__(self, claims: RangeClaims) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # Twisted's MultiService is not annotated
         self._claims = claims
 
     def stopService(self) -> Deferred[None]:
-        stopped = super().stopService()
-        stopped.addBoth(lambda result: (self._claims.release(), result)[1])
-        return stopped
+        stopped: Deferred[None] = super().stopService()  # type: ignore[no-untyped-call]  # Twisted's MultiService is not annotated
+
+        def release(result: object) -> object:
+            self._claims.release()
+            return result
+
+        return stopped.addBoth(release)
 
 
 def _claim_ranges(config: Config) -> RangeClaims:
@@ -156,8 +160,8 @@ def make_service(config: Config, reactor: Any) -> MultiService:
 
     top = MultiService()
     claimed = _Claimed(claims)
-    claimed.setServiceParent(top)
-    fleet.setServiceParent(claimed)
+    claimed.setServiceParent(top)  # type: ignore[no-untyped-call]  # Twisted's services are not annotated
+    fleet.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
     listener = listening_service(_endpoint(reactor, config), site)
     listener.setServiceParent(top)
     where = config.api.unix_socket_path or f"{config.api.bind_address}:{config.api.port}"

@@ -17,7 +17,7 @@ from twisted.web.http import parse_qs
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IRequest
 from twisted.web.resource import IResource
-from twisted.web.server import NOT_DONE_YET
+from twisted.web.server import NOT_DONE_YET, Request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound as RouteNotFound
 from zope.interface import implementer
 
@@ -92,22 +92,22 @@ class Api:
             return False
         route = self._by_endpoint.get(endpoint)
         if route is None or not isinstance(route.stream_body, str):
-            return route is not None and route.stream_body
+            return route is not None and route.stream_body is True
         try:
-            parsed = parse_query(parse_qs(query, keep_blank_values=True), route.query)
+            parsed: object = parse_query(parse_qs(query, keep_blank_values=True), route.query)
         except BadRequest:
             return False
         return route.streams(parsed)
 
     def _view(self, route: Route) -> Any:
-        async def view(request: IRequest, **values: str) -> bytes:
+        async def view(request: Request, **values: str) -> bytes:
             started = self._reactor.seconds()
             try:
                 if not route.public and not self._authorized(request):
                     raise Unauthorized("missing or invalid bearer token")
                 for name, value in values.items():
                     _path_value(name, value)
-                query = parse_query(request.args, route.query)
+                query: object = parse_query(request.args, route.query)
                 body = await route.handler(request, query, **values)
             except CancelledError:
                 raise
@@ -124,7 +124,7 @@ class Api:
         return bearer_matches(request.getHeader(b"authorization"), self._token)
 
     def _routing_error(self, request: IRequest, failure: Failure) -> bytes:
-        error = failure.value
+        error: BaseException | None = failure.value
         if isinstance(error, MethodNotAllowed):
             if error.valid_methods:
                 request.setHeader(b"Allow", ", ".join(error.valid_methods).encode())
@@ -132,9 +132,10 @@ class Api:
         elif isinstance(error, RouteNotFound):
             mapped = NotFound(f"no route for {request.path.decode(errors='replace')}", code="route_not_found")
         else:
-            mapped = error
+            mapped = error if isinstance(error, Exception) else Exception(failure.getErrorMessage())
         body = error_body(request, mapped)
-        self._metrics.observe_request("unmatched", request.method.decode(errors="replace"), request.code, 0.0)
+        code = int(getattr(request, "code", 200))
+        self._metrics.observe_request("unmatched", request.method.decode(errors="replace"), code, 0.0)
         return body
 
     def resource(self) -> IResource:
@@ -166,7 +167,8 @@ class _Plain:
         except UnicodeDecodeError:
             return error_body(request, BadRequest("the path is not valid UTF-8", code="invalid_path"))
         try:
-            return self._inner.render(request)
+            rendered: bytes | int = self._inner.render(request)
+            return rendered
         except Exception as error:
             return error_body(request, error)
 

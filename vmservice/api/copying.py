@@ -25,6 +25,7 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.iweb import IRequest
+from twisted.web.server import Request
 
 from ..errors import AgentError, GuestErrorKind
 from ..nodes.fleet import Fleet
@@ -86,7 +87,7 @@ def _errors() -> dict[int, Reply]:
     }
 
 
-def _abort_response(request: IRequest) -> Deferred[None]:
+def _abort_response(request: Request) -> Deferred[None]:
     """
     Drop the connection of a response whose headers are out: the client must
     see the body as truncated.  Fires (or fails) once the connection is gone.
@@ -156,7 +157,7 @@ class CopyApi:
 
         return delivered.addCallbacks(ended, lost)
 
-    async def download(self, request: IRequest, query: DownloadQuery, hostname: str) -> bytes:
+    async def download(self, request: Request, query: DownloadQuery, hostname: str) -> bytes:
         wanted = query.download(request)
         download = self._fleet.guest(hostname).download(wanted)
         try:

@@ -26,7 +26,7 @@ from attrs import frozen
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
-from twisted.web.iweb import IRequest
+from twisted.web.server import Request
 
 from ..nodes.fleet import Fleet
 from ..nodes.guest import ExecRequest, IExecProcess
@@ -102,7 +102,7 @@ class ExecApi:
             ),
         ]
 
-    async def exec(self, request: IRequest, query: ExecQuery, hostname: str) -> bytes:
+    async def exec(self, request: Request, query: ExecQuery, hostname: str) -> bytes:
         body: Optional[RequestBody] = request_body(request) if query.stdin else None
         call = ExecCall(self._clock, query.stdio == "base64", query.buffered)
         try:

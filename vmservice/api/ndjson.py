@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from twisted.internet.interfaces import IPushProducer
-from twisted.web.iweb import IRequest
+from twisted.web.server import Request
 from zope.interface import implementer
 
 
@@ -28,7 +28,7 @@ class NdjsonStream:
     :param upstream: where the records come from.
     """
 
-    def __init__(self, request: IRequest, upstream: IPushProducer) -> None:
+    def __init__(self, request: Request, upstream: IPushProducer) -> None:
         self._request = request
         self._upstream = upstream
         self._closed = False

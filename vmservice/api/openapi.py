@@ -91,10 +91,10 @@ def _operation(route: Route, method: str, components: dict[str, Any]) -> dict[st
     if parameters:
         operation["parameters"] = parameters
     if route.body is not None and method == route.method:
-        ref = model_schema(route.body, components)
+        body_name = model_schema(route.body, components)
         operation["requestBody"] = {
             "required": False,
-            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}},
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{body_name}"}}},
         }
     responses: dict[str, Any] = {}
     for status, reply in sorted(route.replies.items()):
@@ -104,8 +104,9 @@ def _operation(route: Route, method: str, components: dict[str, Any]) -> dict[st
             continue
         if reply.model is not None:
             ref = {"$ref": f"#/components/schemas/{model_schema(reply.model, components)}"}
-            schema = {"type": "array", "items": ref} if reply.array else ref
-            entry["content"] = {reply.media or "application/json": {"schema": schema}}
+            entry["content"] = {
+                reply.media or "application/json": {"schema": {"type": "array", "items": ref} if reply.array else ref}
+            }
         elif reply.media is not None:
             entry["content"] = {reply.media: {"schema": {"type": "string"}}}
         responses[str(status)] = entry

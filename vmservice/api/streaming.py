@@ -57,7 +57,7 @@ class StreamingRequest(Request):
         site = getattr(self.channel, "site", None)
         wants = getattr(site, "streams_body", None)
         if line is None or wants is None or not wants(line[0], line[1], self.requestHeaders):
-            super().gotLength(length)
+            super().gotLength(length)  # type: ignore[no-untyped-call]  # twisted.web's Request is not annotated
             return
         self.content = BytesIO()
         self.body = RequestBody(self._pause_network, self._resume_network)
@@ -89,11 +89,11 @@ class StreamingRequest(Request):
         if self.body is not None:
             self.body.feed(data)
         else:
-            super().handleContentChunk(data)
+            super().handleContentChunk(data)  # type: ignore[no-untyped-call]  # twisted.web's Request is not annotated
 
     def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
         if self.body is None:
-            super().requestReceived(command, path, version)
+            super().requestReceived(command, path, version)  # type: ignore[no-untyped-call]  # twisted.web's Request is not annotated
             return
         self.body.end()
         if not self._dispatched:
@@ -107,7 +107,7 @@ class StreamingRequest(Request):
             # The response ends before the body did: the rest of the body cannot
             # be skipped reliably, so this connection is not reused.
             self.channel.persistent = False
-        super().finish()
+        super().finish()  # type: ignore[no-untyped-call]  # twisted.web's Request is not annotated
         if unfinished and self.body is not None:
             self.body.stopProducing()
 
@@ -116,7 +116,7 @@ class StreamingRequest(Request):
             self._pending_dispatch.cancel()
         if self.body is not None:
             self.body.fail(reason)
-        super().connectionLost(reason)
+        super().connectionLost(reason)  # type: ignore[no-untyped-call]  # twisted.web's Request is not annotated
 
 
 class StreamingSite(Site):
@@ -132,7 +132,7 @@ class StreamingSite(Site):
     requestFactory = StreamingRequest
 
     def __init__(self, resource: IResource, streams_body: BodyPredicate, **kwargs: Any) -> None:
-        super().__init__(resource, **kwargs)
+        super().__init__(resource, **kwargs)  # type: ignore[no-untyped-call]  # twisted.web's Request is not annotated
         self.requestFactory = StreamingRequest
         self.streams_body = streams_body
 

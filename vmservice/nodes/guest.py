@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from attrs import field, frozen
+from attrs import frozen
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import Attribute, Interface
@@ -64,8 +64,8 @@ class ExecRequest:
     """
 
     cmd: str
-    args: tuple[str, ...] = field(default=(), converter=tuple)
-    env: tuple[str, ...] = field(default=(), converter=tuple)
+    args: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
     uid: int = 0
     gid: int = 0
     cwd: str = ""
