@@ -8,15 +8,19 @@ asked and answering as told; and :class:`FleetHarness`, a fleet built on them.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Mapping
 
 from twisted.internet.defer import Deferred, fail, maybeDeferred, succeed
+from twisted.internet.interfaces import IProtocol
 from twisted.internet.testing import MemoryReactorClock
 from twisted.python.filepath import FilePath
 from zope.interface import implementer
 
 from vmservice.config import Config, HostGroupConfig
-from vmservice.errors import AgentError, GuestErrorKind
+from vmservice.errors import AgentNotConnected, Conflict, NotFound
+from vmservice.agent.errors import AgentUnavailable
+from vmservice.agent.guest import AgentGuest
+from vmservice.agent.stream import AgentStream
 from vmservice.hypervisors.base import (
     Capabilities,
     HypervisorError,
@@ -30,18 +34,7 @@ from vmservice.images.store import Image, ImageNotFound
 from vmservice.network.interfaces import INodeNetwork
 from vmservice.nodes.addressing import Addressing
 from vmservice.nodes.fleet import Fleet
-from vmservice.nodes.guest import (
-    AgentHealth,
-    DownloadRequest,
-    ExecRequest,
-    FsEntry,
-    IDownload,
-    IExecProcess,
-    IExecSink,
-    IGuestConnection,
-    IUpload,
-    UploadRequest,
-)
+from vmservice.nodes.guest import AgentHealth, IGuestConnection
 from vmservice.nodes.parts import DriverChoice, FleetParts
 from vmservice.nodes.runtime import NodeRuntime
 from vmservice.nodes.store import NodeStore
@@ -190,8 +183,14 @@ class FakeDriver:
 
 
 @implementer(IGuestConnection)
-class FakeAgent:
-    """An agent connection that becomes ready when told; guest operations other than health and clock fail."""
+class FakeAgent(AgentGuest):
+    """
+    An agent connection that becomes ready when told.  Health and clock are
+    answered here; the other guest operations are the real ones of
+    :class:`~vmservice.agent.guest.AgentGuest`, over a channel that has no
+    streams (they fail as unavailable) unless a subclass answers
+    :meth:`request` or :meth:`open_stream`.
+    """
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -227,8 +226,11 @@ class FakeAgent:
         for d in waiters:
             d.callback(None)
 
-    def _unavailable(self) -> AgentError:
-        return AgentError(GuestErrorKind.UNAVAILABLE, "not connected")
+    def open_stream(self, header: Mapping[str, Any], protocol: IProtocol) -> AgentStream:
+        raise AgentUnavailable("the fake agent has no streams")
+
+    async def request(self, header: Mapping[str, Any], limit: int) -> bytes:
+        raise AgentUnavailable("the fake agent answers no requests")
 
     async def set_clock(self, unix_ns: int) -> int:
         self.clocks.append(unix_ns)
@@ -236,31 +238,10 @@ class FakeAgent:
 
     async def health(self) -> AgentHealth:
         if not self.is_ready:
-            raise self._unavailable()
+            raise AgentUnavailable("not connected")
         if self.hold_health is not None:
             await self.hold_health
         return AgentHealth(agent_uptime=5_000_000_000, agent_version="0.1.0", system_uptime=7_000_000_000, userdata_ran=False)
-
-    def exec(self, request: ExecRequest, sink: IExecSink) -> IExecProcess:
-        raise self._unavailable()
-
-    def upload(self, request: UploadRequest) -> IUpload:
-        raise self._unavailable()
-
-    def download(self, request: DownloadRequest) -> IDownload:
-        raise self._unavailable()
-
-    async def stat(self, path: str) -> FsEntry:
-        raise self._unavailable()
-
-    async def readdir(self, path: str) -> list[FsEntry]:
-        raise self._unavailable()
-
-    async def mkdir(self, path: str, recursive: bool, mode: int) -> FsEntry:
-        raise self._unavailable()
-
-    async def remove(self, path: str, recursive: bool) -> FsEntry:
-        raise self._unavailable()
 
 
 @implementer(INodeNetwork)
@@ -386,4 +367,29 @@ class FleetHarness:
         return agent
 
 
-__all__ = ["FleetHarness", "FakeAgent", "FakeDriver", "FakeMachine", "FakeDisks", "FakeNetwork"]
+class OneNodeFleet:
+    """
+    A fleet of one running node, ``demo-1``, whose guest is
+    :class:`~tests.agent.fakes.FakeExecAgent`: the real guest operations over
+    fake agent streams the test drives.  ``state`` makes the node ``paused``
+    or its agent ``down``.
+    """
+
+    def __init__(self) -> None:
+        from tests.agent.fakes import FakeExecAgent
+
+        self.agent = FakeExecAgent()
+        self.state = "running"
+
+    def guest(self, hostname: str) -> Any:
+        if hostname != "demo-1":
+            raise NotFound(f"no node {hostname!r}", code="node_not_found")
+        if self.state == "paused":
+            raise Conflict("paused", code="paused")
+        if self.state == "down":
+            raise AgentNotConnected("not connected")
+        return self.agent
+
+
+__all__ = [
+    "OneNodeFleet","FleetHarness", "FakeAgent", "FakeDriver", "FakeMachine", "FakeDisks", "FakeNetwork"]

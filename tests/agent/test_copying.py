@@ -13,7 +13,7 @@ from twisted.internet.error import ConnectionLost
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.agent.test_execution import FakeExecAgent
+from tests.agent.fakes import FakeExecAgent
 from twisted.internet.defer import Deferred
 
 from vmservice.agent.copying import start_download, start_upload

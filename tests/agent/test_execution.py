@@ -9,14 +9,12 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from twisted.internet.defer import Deferred
-from twisted.internet.error import ConnectionDone
-from twisted.internet.interfaces import IProtocol
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.agent.fakes import FakeExecAgent
 from vmservice.agent.execution import run_collected, start_exec
-from vmservice.agent.guest import AgentGuest
 from vmservice.errors import AgentError, GuestErrorKind
 from vmservice.nodes.guest import ExecRequest
 from vmservice.agent.stream import StreamReset
@@ -31,70 +29,6 @@ from vmservice.wire.payloads import (
     encode_record,
 )
 from vmservice.wire import ResetCode
-
-
-class FakeStream:
-    """An AgentStream stand-in that records what the host does to it."""
-
-    stream_id = 1
-
-    def __init__(self, header: Any, protocol: IProtocol) -> None:
-        self.header = header
-        self.protocol = protocol
-        self.written = bytearray()
-        self.half_closed = False
-        self.aborted: Optional[tuple[int, str]] = None
-        self.paused = False
-        self.producer: Any = None
-        self.ended = False
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    def loseConnection(self) -> None:
-        self.half_closed = True
-
-    def abortConnection(self, code: int = 0, reason: str = "") -> None:
-        if not self.ended:
-            self.aborted = (code, reason)
-            self.end(Failure(StreamReset(code, reason)))
-
-    def pauseProducing(self) -> None:
-        self.paused = True
-
-    def resumeProducing(self) -> None:
-        self.paused = False
-
-    def registerProducer(self, producer: Any, streaming: bool) -> None:
-        self.producer = producer
-
-    def unregisterProducer(self) -> None:
-        self.producer = None
-
-    def deliver(self, *records: bytes) -> None:
-        """The guest sends ``records`` (in one DATA)."""
-        self.protocol.dataReceived(b"".join(records))
-
-    def end(self, reason: Failure = Failure(ConnectionDone())) -> None:
-        if not self.ended:
-            self.ended = True
-            self.protocol.connectionLost(reason)
-
-
-class FakeExecAgent(AgentGuest):
-    """A guest whose agent's streams are :class:`FakeStream` objects."""
-
-    def __init__(self) -> None:
-        self.streams: list[FakeStream] = []
-
-    def open_stream(self, header: Any, protocol: IProtocol) -> Any:
-        stream = FakeStream(header, protocol)
-        self.streams.append(stream)
-        protocol.makeConnection(stream)  # type: ignore[arg-type]
-        return stream
-
-    async def request(self, header: Any, limit: int) -> bytes:
-        raise AgentError(GuestErrorKind.UNAVAILABLE, "no requests here")
 
 
 class Sink:

@@ -6,8 +6,6 @@ model of its two directions, and its diagram against the machine.
 
 from __future__ import annotations
 
-import os
-import re
 from typing import Callable
 
 from automat import NoTransition
@@ -19,17 +17,12 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.agent.fakes import HalfCloseRecorder, RecordingProducer
+from tests.diagrams import drawn_transitions, machine_transitions
 from vmservice.agent.inbound import Inbox
 from vmservice.agent.lifecycle import StreamCore, StreamInputs, StreamLifecycle
 from vmservice.agent.outbound import Outbound
 from vmservice.agent.stream import StreamReset
 from vmservice.wire.events import Event
-
-DIAGRAM = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    "docs", "state-machines", "agent-stream.dot",
-)
-
 
 class Harness:
     """
@@ -227,13 +220,4 @@ class DiagramTests(SynchronousTestCase):
         included (an edge's label lists its inputs, one a line, then what happens
         in parentheses).
         """
-        with open(DIAGRAM) as f:
-            text = f.read()
-        drawn = set()
-        for old, new, label in re.findall(r'^\s*(\w+) -> (\w+) \[label="([^"]*)"', text, re.M):
-            for line in label.split("\\n"):
-                if not line.startswith("("):
-                    drawn.add((old, line, new))
-        automaton = StreamLifecycle.__automat_automaton__
-        actual = {(old.name, symbol, new.name) for old, symbol, new, _ in automaton.allTransitions()}
-        self.assertEqual(drawn, actual)
+        self.assertEqual(drawn_transitions("agent-stream.dot"), machine_transitions(StreamLifecycle))

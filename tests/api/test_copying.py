@@ -19,33 +19,17 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.http_headers import Headers
 
-from tests.agent.test_execution import FakeExecAgent
+from tests.fakes import OneNodeFleet
 from tests.api.test_execution import parse_response
 from vmservice.agent.stream import StreamReset
 from vmservice.api.app import Api
 from vmservice.api.copying import CopyApi, name_header
 from vmservice.api.streaming import StreamingSite
-from vmservice.errors import AgentNotConnected, Conflict, NotFound
 from vmservice.wire.payloads import encode_head
 from vmservice.metrics import Metrics
 from vmservice.wire import ResetCode
 
 
-class FakeFleet:
-    """One node, ``demo-1``; ``state`` makes it paused or its agent absent."""
-
-    def __init__(self) -> None:
-        self.copy_agent = FakeExecAgent()
-        self.state = "running"
-
-    def guest(self, hostname: str) -> FakeExecAgent:
-        if hostname != "demo-1":
-            raise NotFound(f"no node {hostname!r}")
-        if self.state == "paused":
-            raise Conflict("paused", code="paused")
-        if self.state == "down":
-            raise AgentNotConnected("not connected")
-        return self.copy_agent
 
 
 def _ok(**result: Any) -> bytes:
@@ -55,7 +39,7 @@ def _ok(**result: Any) -> bytes:
 class CopyApiTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.reactor = MemoryReactorClock()
-        self.fleet = FakeFleet()
+        self.fleet = OneNodeFleet()
         self.api = Api(self.reactor, CopyApi(self.fleet).routes(), Metrics(), None)  # type: ignore[arg-type]
         self.site = StreamingSite(self.api.resource(), self.api.streams_body, reactor=self.reactor)
         self.connect()
@@ -82,7 +66,7 @@ class CopyApiTests(SynchronousTestCase):
 
     @property
     def streams(self) -> list[Any]:
-        return self.fleet.copy_agent.streams
+        return self.fleet.agent.streams
 
     def response(self) -> tuple[int, dict[bytes, bytes], bytes]:
         return parse_response(self.transport.value())
@@ -281,12 +265,12 @@ class StubTreqTests(SynchronousTestCase):
 
     def test_round_trip(self) -> None:
         """An upload answers 200 JSON and a download returns the bytes, through treq."""
-        fleet = FakeFleet()
+        fleet = OneNodeFleet()
         api = Api(MemoryReactorClock(), CopyApi(fleet).routes(), Metrics(), None)  # type: ignore[arg-type]
         treq = StubTreq(api.resource())
         d = treq.post("http://x/vm/demo-1/cp?path=/f", data=b"payload")
         treq.flush()
-        stream = fleet.copy_agent.streams[-1]
+        stream = fleet.agent.streams[-1]
         self.assertEqual((bytes(stream.written), stream.half_closed), (b"payload", True))
         stream.deliver(_ok(path="/f", size=7))
         stream.protocol.readConnectionLost()
@@ -296,7 +280,7 @@ class StubTreqTests(SynchronousTestCase):
         self.assertEqual(json.loads(self.successResultOf(response.content()))["size"], 7)
         d = treq.get("http://x/vm/demo-1/cp?path=/f")
         treq.flush()
-        stream = fleet.copy_agent.streams[-1]
+        stream = fleet.agent.streams[-1]
         stream.deliver(encode_head({"ok": True, "result": {"type": "file", "name": "f", "mode": 0o600, "size": 7}})
                        + b"payload")
         stream.end()

@@ -17,29 +17,15 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.agent.test_execution import FakeExecAgent
+from tests.fakes import OneNodeFleet
 from vmservice.api.app import Api
 from vmservice.api.execution import ExecApi
 from vmservice.api.streaming import StreamingSite
-from vmservice.errors import AgentNotConnected, NotFound
 from vmservice.wire.payloads import ERROR, EXIT, REJECTED, STARTED, STDERR, STDOUT, encode_json_record, encode_record
 from vmservice.metrics import Metrics
 from vmservice.wire import ResetCode
 
 
-class FakeFleet:
-    """One node, ``demo-1``, whose agent is fake (or not connected)."""
-
-    def __init__(self) -> None:
-        self.exec_agent = FakeExecAgent()
-        self.connected = True
-
-    def guest(self, hostname: str) -> FakeExecAgent:
-        if hostname != "demo-1":
-            raise NotFound(f"no node {hostname!r}")
-        if not self.connected:
-            raise AgentNotConnected("not connected")
-        return self.exec_agent
 
 
 def parse_response(raw: bytes) -> tuple[int, dict[bytes, bytes], bytes]:
@@ -65,7 +51,7 @@ class ExecApiTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.reactor = MemoryReactorClock()
         self.reactor.advance(1_700_000_000)
-        self.fleet = FakeFleet()
+        self.fleet = OneNodeFleet()
         routes = ExecApi(self.fleet, self.reactor).routes()  # type: ignore[arg-type]
         api = Api(self.reactor, routes, Metrics(), None)
         self.site = StreamingSite(api.resource(), api.streams_body, reactor=self.reactor)
@@ -89,7 +75,7 @@ class ExecApiTests(SynchronousTestCase):
 
     @property
     def stream(self) -> Any:
-        return self.fleet.exec_agent.streams[-1]
+        return self.fleet.agent.streams[-1]
 
     def response(self) -> tuple[int, dict[bytes, bytes], bytes]:
         return parse_response(self.transport.value())
@@ -108,7 +94,7 @@ class ExecApiTests(SynchronousTestCase):
             status, _, body = self.response()
             self.assertEqual(status, 400, (query, body))
             self.assertIn(b'"error"', body)
-        self.assertEqual(self.fleet.exec_agent.streams, [])
+        self.assertEqual(self.fleet.agent.streams, [])
 
     def test_header_from_query(self) -> None:
         """Every query parameter lands in the OPEN header; 4294967295 means 0."""
@@ -127,7 +113,7 @@ class ExecApiTests(SynchronousTestCase):
         self.channel.dataReceived(b"POST /vm/demo-9/exec?cmd=x HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
         self.assertEqual(self.response()[0], 404)
         self.transport.clear()
-        self.fleet.connected = False
+        self.fleet.state = "down"
         self.post("cmd=x")
         self.assertEqual(self.response()[0], 503)
 

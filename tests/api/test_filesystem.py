@@ -17,7 +17,6 @@ from treq.testing import StubTreq
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakes import FakeAgent, FleetHarness
-from vmservice.agent import filesystem
 from vmservice.agent.errors import AgentUnavailable
 from vmservice.api.query import FILE_MODE
 from vmservice.api.app import Api
@@ -25,7 +24,6 @@ from vmservice.api.filesystem import FilesystemApi, rfc3339_ns
 from vmservice.api.openapi import openapi_document
 from vmservice.errors import BadRequest
 from vmservice.metrics import Metrics
-from vmservice.nodes.guest import FsEntry as GuestEntry
 from vmservice.nodes.model import Status, Wait
 
 ENTRY = {"name": "hosts", "type": "file", "size": 12, "mtime_ns": 1_700_000_000_500_000_000, "mode": 0o644}
@@ -34,9 +32,8 @@ RENDERED = {"name": "hosts", "type": "file", "size": 12, "mtime": "2023-11-14T22
 
 class FsAgent(FakeAgent):
     """
-    A fake agent whose file-system operations are the real ones of
-    :mod:`vmservice.agent.filesystem`, over requests answered with
-    :attr:`reply` and recorded.
+    A fake agent whose file-system operations (the real ones) get requests
+    answered with :attr:`reply`, and recorded.
     """
 
     def __init__(self, path: str) -> None:
@@ -49,18 +46,6 @@ class FsAgent(FakeAgent):
             raise AgentUnavailable("not connected")
         self.requests.append(dict(header))
         return json.dumps(self.reply).encode()
-
-    async def stat(self, path: str) -> GuestEntry:
-        return await filesystem.stat(self, path)
-
-    async def readdir(self, path: str) -> list[GuestEntry]:
-        return await filesystem.readdir(self, path)
-
-    async def mkdir(self, path: str, recursive: bool, mode: int) -> GuestEntry:
-        return await filesystem.mkdir(self, path, recursive, mode)
-
-    async def remove(self, path: str, recursive: bool) -> GuestEntry:
-        return await filesystem.remove(self, path, recursive)
 
 
 class FsHarness(FleetHarness):

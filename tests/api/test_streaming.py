@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from hypothesis import given, strategies as st
-from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionLost
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure

@@ -462,11 +462,11 @@ class ExecLoopbackCase(Pipes, TestCase):
     """
 
     async def setUp(self) -> None:
-        from tests.api.test_execution import FakeFleet
+        from tests.fakes import OneNodeFleet
         from vmservice.api.execution import ExecApi
         from vmservice.api.streaming import StreamingSite
 
-        self.fleet = FakeFleet()
+        self.fleet = OneNodeFleet()
         clock = MemoryReactorClock()
         clock.advance(1_700_000_000)
         api = Api(clock, ExecApi(self.fleet, clock).routes(), Metrics(), None)  # type: ignore[arg-type]
@@ -481,8 +481,8 @@ class ExecLoopbackCase(Pipes, TestCase):
         return Deferred.fromCoroutine(self.client.exec("demo-1", *args, **kwargs))
 
     async def stream(self, count: int = 1) -> Any:
-        await until(lambda: len(self.fleet.exec_agent.streams) >= count)
-        return self.fleet.exec_agent.streams[count - 1]
+        await until(lambda: len(self.fleet.agent.streams) >= count)
+        return self.fleet.agent.streams[count - 1]
 
     def cut_connections(self) -> None:
         """Abort every connection the server has, as a daemon that dies would."""
@@ -560,11 +560,11 @@ class ExecClientTests(ExecLoopbackCase):
             with self.assertRaises(ApiError) as raised:
                 await self.client.exec(host, "true", on_record=self.records.append)
             self.assertEqual(raised.exception.status, status)
-        self.fleet.connected = False
+        self.fleet.state = "down"
         with self.assertRaises(ApiError) as raised:
             await self.client.exec("demo-1", "true", on_record=self.records.append)
         self.assertEqual(raised.exception.status, 503)
-        self.fleet.connected = True
+        self.fleet.state = "running"
         pending = self.run_exec("true", cwd="/nope")
         (await self.stream()).deliver(encode_json_record(REJECTED, {"message": "no /nope"}))
         try:

@@ -179,6 +179,23 @@ class ExecTests(SharedGuestTestCase):
         result = self.run_buffered([("cmd", r"printf 'o\377'"), ("stdio", "base64")])
         self.assertEqual((base64.b64decode(result["stdout"]), result["encoding"]), (b"o\xff", "base64"))
 
+    def test_buffered_output_is_capped(self) -> None:
+        """
+        A buffered exec keeps at most 16 MiB of a stream: past it the process
+        group is stopped and the result says so (the daemon's memory is not
+        the limit of a command's output).
+        """
+        self.run_buffered([("cmd", "rm -f /tmp/finished")])
+        command = "head -c 40M /dev/zero | tr '\\0' a; touch /tmp/finished"
+        result = self.run_buffered([("cmd", command)])
+        self.assertEqual(len(result["stdout"]), 16 * 1024 * 1024)
+        self.assertEqual(set(result["stdout"]), {"a"})
+        self.assertEqual(result["exit_code"], 255)
+        self.assertIn("stdout passed the 16777216 byte limit", result["error"])
+        time.sleep(1)
+        check = self.run_buffered([("cmd", "test -e /tmp/finished; echo $?")])
+        self.assertEqual(check["stdout"], "1\n")
+
     def test_signal(self) -> None:
         """A process killed by a signal reports its name and 128 + its number."""
         records = self.records([("cmd", "kill -TERM $$")])

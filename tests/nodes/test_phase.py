@@ -6,8 +6,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.diagrams import drawn_transitions, machine_transitions
 from vmservice.errors import Conflict
-from vmservice.nodes.phase import NodePhase, node_phase
+from vmservice.nodes.phase import NODE_PHASE, NodePhase, node_phase
 
 #: Inputs a test may send, with their arguments.
 _INPUTS = st.sampled_from(["started", "begin:pause", "begin:restore", "finish", "abandon"])
@@ -101,3 +102,11 @@ class PhaseTests(SynchronousTestCase):
         for step in steps:
             self.assertEqual(_send(phase, step), model.send(step), steps)
             self.assertEqual((phase.persists(), phase.vm_end_is_news()), (model.persists, model.news), steps)
+
+
+class DiagramTests(SynchronousTestCase):
+    """``docs/state-machines/node-phase.dot`` against the machine."""
+
+    def test_every_transition(self) -> None:
+        """The diagram has an edge for exactly the machine's transitions, loops included."""
+        self.assertEqual(drawn_transitions("node-phase.dot"), machine_transitions(NODE_PHASE))
