@@ -34,10 +34,10 @@ in its own way (:meth:`~NodePhase.persists`, :meth:`~NodePhase.vm_end_is_news`).
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Protocol
 
 from attrs import define
-from automat import TypeMachineBuilder
+from automat import TypeMachine, TypeMachineBuilder
 
 from ..errors import Conflict
 
@@ -87,7 +87,7 @@ class PhaseCore:
         return Conflict(f"node {self.hostname!r} is busy ({doing})", code="busy")
 
 
-def _build() -> Callable[[PhaseCore], NodePhase]:
+def _build() -> TypeMachine[NodePhase, PhaseCore]:
     builder = TypeMachineBuilder(NodePhase, PhaseCore)
     starting = builder.state("Starting")
     up = builder.state("Up")
@@ -134,12 +134,13 @@ def _build() -> Callable[[PhaseCore], NodePhase]:
     return builder.build()
 
 
-_factory = _build()
+#: The machine; calling it with a core gives a node's phase.
+NODE_PHASE = _build()
 
 
 def node_phase(hostname: str) -> NodePhase:
     """A new node's phase: Starting."""
-    return _factory(PhaseCore(hostname))
+    return NODE_PHASE(PhaseCore(hostname))
 
 
-__all__ = ["NodePhase", "PhaseCore", "node_phase"]
+__all__ = ["NODE_PHASE", "NodePhase", "PhaseCore", "node_phase"]
