@@ -16,24 +16,15 @@ from twisted.logger import Logger
 
 from ..errors import Conflict, Internal
 from .model import NodeRecord, Status, Wait, visible
-from .operation import Done, drive, running, settled, wait_after
-from .parts import FleetParts
+from .operation import Done, NodeOperations, drive, running, settled, wait_after
 from .readiness import sync_clock
-from .registry import Registry
 from .transitions import Op, Outcome
 
 log = Logger()
 
 
-class Lifecycle:
-    """
-    :param registry: the nodes.
-    :param parts: the node layer's collaborators.
-    """
-
-    def __init__(self, registry: Registry, parts: FleetParts) -> None:
-        self._registry = registry
-        self._parts = parts
+class Lifecycle(NodeOperations):
+    """Pause, resume, reboot, shutdown and relaunch."""
 
     async def pause(self, hostname: str) -> Done:
         """Freeze a running node's VM; a paused node stays paused."""

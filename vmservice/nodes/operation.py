@@ -40,6 +40,19 @@ class Done:
     changed: bool = True
 
 
+class NodeOperations:
+    """
+    Operations on the nodes of one daemon (:mod:`.lifecycle`, :mod:`.snapshots`).
+
+    :param registry: the nodes.
+    :param parts: the node layer's collaborators.
+    """
+
+    def __init__(self, registry: Registry, parts: FleetParts) -> None:
+        self._registry = registry
+        self._parts = parts
+
+
 async def settled(registry: Registry, hostname: str) -> NodeRuntime:
     """
     The node ``hostname`` once the start-up recovery is done with it: an
@@ -109,4 +122,4 @@ async def wait_after(parts: FleetParts, node: NodeRuntime, wait: Wait, timeout: 
         raise Internal(f"node {node.hostname!r} failed to start: {error}", code="boot_failed") from None
 
 
-__all__ = ["Done", "drive", "running", "settled", "suspendable", "wait_after"]
+__all__ = ["Done", "NodeOperations", "drive", "running", "settled", "suspendable", "wait_after"]

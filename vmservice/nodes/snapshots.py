@@ -17,25 +17,16 @@ from ..durable import commit
 from ..errors import Conflict
 from ..hypervisors.base import IMachine
 from .model import Status, Wait
-from .operation import Done, drive, running, settled, suspendable, wait_after
-from .parts import FleetParts
+from .operation import Done, NodeOperations, drive, running, settled, suspendable, wait_after
 from .readiness import sync_clock
-from .registry import Registry
 from .runtime import NodeRuntime
 from .transitions import Op, Outcome
 
 log = Logger()
 
 
-class Snapshots:
-    """
-    :param registry: the nodes.
-    :param parts: the node layer's collaborators.
-    """
-
-    def __init__(self, registry: Registry, parts: FleetParts) -> None:
-        self._registry = registry
-        self._parts = parts
+class Snapshots(NodeOperations):
+    """Suspend to disk and restore."""
 
     async def suspend(self, hostname: str) -> Done:
         """
