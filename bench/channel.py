@@ -44,7 +44,8 @@ from twisted.internet.threads import deferToThread  # noqa: E402
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image  # noqa: E402
 from vmservice.agent.client import AgentClient  # noqa: E402
-from vmservice.agent.execution import ExecRequest, run_collected  # noqa: E402
+from vmservice.agent.execution import run_collected  # noqa: E402
+from vmservice.nodes.guest import ExecRequest  # noqa: E402
 from vmservice.hypervisors.base import MachineSpec  # noqa: E402
 from vmservice.hypervisors.qemu import QemuSettings, host_tsc_khz, qemu_command  # noqa: E402
 from vmservice.images.store import resolve_image  # noqa: E402
