@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from hypothesis import given, strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from vmservice.nodes.model import NodeRecord, Status, valid_hostname
+from vmservice.nodes.model import NodeRecord, Status, valid_hostname, visible
 from vmservice.nodes.store import NodeStore
 
 
@@ -58,6 +58,18 @@ class StoreTests(SynchronousTestCase):
         store = NodeStore(path)
         self.assertEqual([store.next_index("a"), store.next_index("a"), store.next_index("b")], [1, 2, 1])
         self.assertEqual(NodeStore(path).next_index("a"), 3)
+
+    def test_visible(self) -> None:
+        """Clients see an internal status as the one it comes from; the record itself keeps it."""
+        record = NodeRecord("demo-1", "demo", 1, 1, datetime(2026, 1, 1, tzinfo=timezone.utc), pid=7)
+        for internal, shown in ((Status.SUSPENDING, Status.RUNNING), (Status.RESTORING, Status.SUSPENDED),
+                                (Status.STOPPING, Status.RUNNING), (Status.PAUSED, Status.PAUSED)):
+            seen = visible(record.with_status(internal, 7))
+            self.assertEqual((seen.status, seen.pid), (shown, 7))
+
+    def test_hostname_no_trailing_newline(self) -> None:
+        """A hostname with a trailing newline is not one (the whole text must be a label)."""
+        self.assertFalse(valid_hostname("web\n"))
 
     @given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=70))
     def test_hostnames(self, name: str) -> None:

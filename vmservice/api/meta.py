@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.api.test_meta -*-
+# -*- test-case-name: tests.api.test_app -*-
 """
 Routes about the daemon itself: ``/info``, ``/healthz``, ``/metrics``,
 ``/openapi.json``.

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.api.test_nodes -*-
+# -*- test-case-name: tests.api.test_app -*-
 """
 Routes of host groups and nodes: list groups, list/create/delete nodes.
 """

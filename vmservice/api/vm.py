@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.api.test_vm -*-
+# -*- test-case-name: tests.api.test_app,tests.nodes.test_readiness -*-
 """
 Per-VM routes that read a node: its console log and its agent's health.
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.nodes.test_guest -*-
+# -*- test-case-name: tests.nodes.test_fakes,tests.agent.test_client -*-
 """
 What a node's guest offers: the one interface through which everything above
 the domain works inside a VM, and the records that cross it.

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.nodes.test_model -*-
+# -*- test-case-name: tests.nodes.test_store -*-
 """
 The node record (what the daemon knows and persists about each VM it owns),
 its statuses, and the requests and results of the node operations.

@@ -1,0 +1,60 @@
+"""
+Tests for :mod:`vmservice.service`: the daemon's service tree from a
+configuration, on a memory reactor (nothing is started, so no VM, socket
+or process).  The assembled daemon running for real is tested in
+``tests/integration/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from twisted.internet.testing import MemoryReactorClock
+from twisted.trial.unittest import SynchronousTestCase
+
+from vmservice.config import ApiConfig, Config, HostGroupConfig
+from vmservice.service import StartupError, make_service
+
+
+class MakeServiceTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.base = os.path.abspath(self.mktemp())
+        self.image_dir = os.path.join(self.base, "images")
+        os.makedirs(os.path.join(self.image_dir, "default-1"))
+        for name in ("vmlinux", "initrd.img", "rootfs.ext4"):
+            with open(os.path.join(self.image_dir, "default-1", name), "wb") as f:
+                f.write(b"x")
+        with open(os.path.join(self.image_dir, "default-1", "manifest.json"), "w") as f:
+            json.dump({"name": "default"}, f)
+        os.symlink("default-1", os.path.join(self.image_dir, "default"))
+
+    def config(self, image: str = "default") -> Config:
+        return Config(
+            state_dir=os.path.join(self.base, "state"),
+            image_dir=self.image_dir,
+            image=image,
+            api=ApiConfig(bind_address="127.0.0.1", port=18080),
+            host_groups=(HostGroupConfig(name="demo", vcpu=1, ram_bytes=256 << 20),),
+        )
+
+    def test_tree(self) -> None:
+        """The daemon is the fleet (inside the range claims) and the API listener, not started yet."""
+        top = make_service(self.config(), MemoryReactorClock())
+        names = sorted(type(service).__name__ for service in top)
+        self.assertEqual(names, ["StreamServerEndpointService", "_Claimed"])
+        [claimed] = [service for service in top if type(service).__name__ == "_Claimed"]
+        self.assertEqual([service.name for service in claimed], ["fleet"])
+        self.assertFalse(top.running)
+
+    def test_missing_image(self) -> None:
+        """An image the configuration names that is not built stops the start with one line."""
+        error = self.assertRaises(StartupError, make_service, self.config(image="other"), MemoryReactorClock())
+        self.assertIn("other", str(error))
+
+    def test_state_directory_in_use(self) -> None:
+        """A second daemon on the same state directory refuses to start."""
+        config = self.config()
+        make_service(config, MemoryReactorClock())
+        error = self.assertRaises(StartupError, make_service, config, MemoryReactorClock())
+        self.assertIn("in use", str(error))
