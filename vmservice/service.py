@@ -11,15 +11,15 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections import Counter
-from typing import Any
 
 from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThreadPool
 from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint, UNIXServerEndpoint
+from twisted.internet.interfaces import IReactorTCP, IReactorThreads, IStreamServerEndpoint
 from twisted.logger import Logger
 
-from .agent.client import AgentClient
+from .agent.client import AgentClient, ClientReactor
 from .api.app import Api
 from .api.resources import every_route
 from .api.streaming import StreamingSite
@@ -27,7 +27,7 @@ from .auth import load_or_create_token
 from .config import Config
 from .listening import listening_service
 from .hypervisors.base import IHypervisor
-from .hypervisors.qemu import QemuDriver, QemuSettings, host_tsc_khz, probe_accel
+from .hypervisors.qemu import IProbeReactor, IQemuReactor, QemuDriver, QemuSettings, host_tsc_khz, probe_accel
 from .images.store import Image, ImageNotFound, resolve_image
 from .metrics import STATUSES, Metrics
 from .network.claims import RangeClaims, RangeTaken
@@ -42,6 +42,15 @@ from .storage.overlay import OverlayDisks
 log = Logger()
 
 
+class IDaemonReactor(IQemuReactor, IProbeReactor, ClientReactor, IReactorTCP, IReactorThreads):
+    """
+    What the daemon needs of its reactor: QEMU children and their sockets and
+    pidfds (:class:`~vmservice.hypervisors.qemu.IQemuReactor`), TCP and UNIX
+    listeners, threads for file reads off the loop.  Twisted's reactors
+    provide each part; this combination only names them for the type checker.
+    """
+
+
 class StartupError(Exception):
     """The daemon cannot start; the message is one line for the operator."""
 
@@ -54,7 +63,7 @@ def _read_tsc_khz() -> int | None:
         return None
 
 
-async def decide_driver(reactor: Any, config: Config, image: Image) -> IHypervisor:
+async def decide_driver(reactor: IDaemonReactor, config: Config, image: Image) -> IHypervisor:
     """Probe for KVM (as configured), log the choice and why, and make the QEMU driver."""
     tsc_khz = _read_tsc_khz()
     settings = QemuSettings(tsc_khz=tsc_khz)
@@ -65,7 +74,7 @@ async def decide_driver(reactor: Any, config: Config, image: Image) -> IHypervis
     return QemuDriver(reactor, QemuSettings(binary=settings.binary, accel=choice.accel, tsc_khz=tsc_khz))
 
 
-def _endpoint(reactor: Any, config: Config) -> Any:
+def _endpoint(reactor: IDaemonReactor, config: Config) -> IStreamServerEndpoint:
     api = config.api
     if api.unix_socket_path is not None:
         return UNIXServerEndpoint(reactor, api.unix_socket_path, mode=0o660, wantPID=True)
@@ -110,7 +119,7 @@ def _claim_ranges(config: Config) -> RangeClaims:
     return claims
 
 
-def make_service(config: Config, reactor: Any) -> MultiService:
+def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
     """
     Build the daemon's service tree from ``config``.
 

@@ -10,12 +10,13 @@ and one line naming the key and what is wrong.
 from __future__ import annotations
 
 import sys
+from typing import cast
 
 from twisted.application.service import IService
 from twisted.python import usage
 
 from .config import ConfigError, load_config
-from .service import StartupError, make_service
+from .service import IDaemonReactor, StartupError, make_service
 
 
 class Options(usage.Options):
@@ -38,7 +39,8 @@ def makeService(options: Options) -> IService:
 
     try:
         config = load_config(options["config"])
-        return make_service(config, reactor)
+        # The global reactor provides every part IDaemonReactor names.
+        return make_service(config, cast(IDaemonReactor, reactor))
     except (ConfigError, StartupError) as error:
         sys.stderr.write(f"vmservice: {error}\n")
         sys.stderr.flush()

@@ -11,6 +11,7 @@ from urllib.parse import unquote_to_bytes
 
 from klein import Klein
 from twisted.internet.defer import CancelledError
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.http import parse_qs
@@ -64,7 +65,7 @@ class Api:
     :param token: the bearer token, or ``None`` when authentication is off.
     """
 
-    def __init__(self, reactor: Any, routes: Iterable[Route], metrics: Metrics, token: str | None) -> None:
+    def __init__(self, reactor: IReactorTime, routes: Iterable[Route], metrics: Metrics, token: str | None) -> None:
         self._reactor = reactor
         self.routes = list(routes)
         self._metrics = metrics

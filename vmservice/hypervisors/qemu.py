@@ -65,7 +65,7 @@ class IMachineReactor(IReactorTime, IReactorUNIX):
     """
 
 
-class IProbeReactor(IReactorProcess, IReactorTime):
+class IProbeReactor(IReactorTime, IReactorProcess):
     """
     What :func:`probe_accel` needs of its reactor: a child process and a
     timeout.
