@@ -745,13 +745,14 @@ class Client:
     async def healthy(self, hostname: str) -> bool:
         """
         Whether the node's agent answers, asked with ``HEAD`` (no body):
-        ``True`` on 200, ``False`` on 503.
+        ``True`` on 200, ``False`` on 503 (it should but does not) and 409 (the
+        node is paused, stopped or suspended: no agent can answer).
 
         :raise ApiError: any other status, e.g. 404 for an unknown node.
         """
-        response, _ = await self._request("HEAD", _path("vm", hostname, "health"), ok=(503,))
+        response, _ = await self._request("HEAD", _path("vm", hostname, "health"), ok=(409, 503))
         code: int = response.code
-        return code != 503
+        return code == 200
 
     # -- lifecycle -------------------------------------------------------
 

@@ -33,9 +33,7 @@ from twisted.web.server import Site
 from tests.fakes import FleetHarness
 from tests.test_client import Pipes
 from vmservice.api.app import Api
-from vmservice.api.meta import MetaApi
-from vmservice.api.nodes import NodesApi
-from vmservice.api.vm import VmApi
+from vmservice.api.resources import every_route
 from vmservice.client import (
     ApiError,
     Client,
@@ -113,18 +111,15 @@ def state_dir(test: TestCase) -> str:
 
 class LoopbackApi:
     """
-    The daemon's API application (meta, nodes and vm routes) on a fleet of
-    fakes (see :class:`tests.fakes.FleetHarness`), ready to be served.
+    The daemon's API application (every route) on a fleet of fakes (see
+    :class:`tests.fakes.FleetHarness`), ready to be served.
     """
 
     def __init__(self, state_dir: str, token: str | None = None) -> None:
         self.h = FleetHarness(state_dir)
         self.h.fleet.startService()
         metrics = Metrics()
-        routes: list[Any] = []
-        routes += MetaApi(metrics, lambda: routes).routes()
-        routes += NodesApi(self.h.fleet).routes() + VmApi(self.h.fleet).routes()
-        self.api = Api(self.h.reactor, routes, metrics, token)
+        self.api = Api(self.h.reactor, every_route(self.h.fleet, self.h.reactor, metrics), metrics, token)
 
     async def serve(self, test: TestCase, unix: bool = False) -> str:
         return await serve(test, self.api.resource(), unix)
@@ -230,6 +225,14 @@ class ClientTests(ClientTestCase):
         self.assertIs(await self.client.healthy("demo-1"), True)
         health = await self.client.health("demo-1")
         self.assertEqual((health["hostname"], health["agent_uptime"]), ("demo-1", 5_000_000_000))
+
+    async def test_healthy_paused(self) -> None:
+        """healthy() of a paused node is False (409: no agent can answer), not an error."""
+        await self.client.create_node("demo")
+        self.h.agents[-1].ready()
+        await self.client.pause("demo-1")
+        self.assertIs(await self.client.healthy("demo-1"), False)
+        await self.assertApiError(self.client.health("demo-1"), 409, "paused")
 
     async def test_healthy_unknown_node(self) -> None:
         """healthy() of an unknown node raises ApiError 404 (a HEAD answer has no body to read a code from)."""
