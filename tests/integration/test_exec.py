@@ -186,7 +186,7 @@ class ExecTests(SharedGuestTestCase):
         the limit of a command's output).
         """
         self.run_buffered([("cmd", "rm -f /tmp/finished")])
-        command = "head -c 40M /dev/zero | tr '\\0' a; touch /tmp/finished"
+        command = "head -c 41943040 /dev/zero | tr '\\0' a; touch /tmp/finished"
         result = self.run_buffered([("cmd", command)])
         self.assertEqual(len(result["stdout"]), 16 * 1024 * 1024)
         self.assertEqual(set(result["stdout"]), {"a"})
