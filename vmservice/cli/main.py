@@ -441,7 +441,9 @@ async def _health(client: Client, options: argparse.Namespace, context: _Context
     try:
         health = await client.health(options.hostname)
     except ApiError as error:
-        if error.status != 503:
+        # 503: the agent should answer but does not; 409: the node has none
+        # (paused, stopped, suspended).  Anything else is an ordinary error.
+        if error.status not in (409, 503):
             raise
         out.write(f"{options.hostname}: unhealthy: {error.message}\n")
         return 1

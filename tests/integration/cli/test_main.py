@@ -88,6 +88,10 @@ class RunTests(RunTestCase):
         self.assertEqual((code, err), (0, ""))
         self.assertIn("demo-1: healthy\n", out)
         self.assertIn("agent uptime   5s", out)
+        await self.vmctl("pause", "demo-1")
+        code, out, err = await self.vmctl("health", "demo-1")
+        self.assertEqual((code, err), (1, ""))
+        self.assertEqual(out, "demo-1: unhealthy: node 'demo-1' is paused\n")
 
     async def test_info_and_groups(self) -> None:
         """info and groups print the daemon's version and the group table."""
