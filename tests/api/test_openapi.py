@@ -6,29 +6,24 @@ that are mounted, and every model it references.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakes import FleetHarness
 from vmservice.api.app import Api
-from vmservice.api.meta import MetaApi
-from vmservice.api.nodes import NodesApi
 from vmservice.api.openapi import openapi_document
+from vmservice.api.resources import every_route
 from vmservice.api.routing import documented_methods
-from vmservice.api.vm import VmApi
 from vmservice.metrics import Metrics
 
 
 class OpenApiTests(SynchronousTestCase):
     def setUp(self) -> None:
         h = FleetHarness(self.mktemp())
-        routes: list[Any] = []
-        routes += MetaApi(Metrics(), lambda: routes).routes()
-        routes += NodesApi(h.fleet).routes() + VmApi(h.fleet).routes()
-        self.routes = routes
-        self.api = Api(h.reactor, routes, Metrics(), None)
-        self.document = openapi_document(routes)
+        metrics = Metrics()
+        self.routes = every_route(h.fleet, h.reactor, metrics)
+        self.api = Api(h.reactor, self.routes, metrics, None)
+        self.document = openapi_document(self.routes)
 
     def test_every_route_described_and_every_description_routed(self) -> None:
         """The (method, path) pairs of the document are exactly those Klein routes."""
