@@ -50,7 +50,7 @@ class _Fs:
         return lambda *args, **kwargs: Deferred.fromCoroutine(operation(self._agent, *args, **kwargs))
 
 
-class GuestFileSystemTests(SynchronousTestCase):
+class FileSystemOperationTests(SynchronousTestCase):
     """The file-system operations against a scripted agent."""
 
     def call(self, answer: Any, method: str, *args: Any, **kwargs: Any) -> tuple[Any, ScriptedAgent]:

@@ -1,5 +1,5 @@
 """
-The host's :class:`~vmservice.agent.mux.AgentProtocol` and the guest's
+The host's :class:`~vmservice.agent.protocol.AgentProtocol` and the guest's
 :class:`~vmservice.guest.agent.Session` joined in memory, when either side starts
 over while the byte stream between them stays open: the guest agent restarts (the
 VM rebooted), or a new host connection meets a guest session that carries on (the

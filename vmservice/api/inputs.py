@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any, TypeVar
 
+import attrs
+
 from twisted.web.iweb import IRequest
 
 from ..errors import BadRequest
@@ -132,19 +134,6 @@ def fs_mkdir_request(request: IRequest) -> tuple[str, bool, int]:
     return GUEST_PATH.parse("path", body.path), bool(body.recursive), mode
 
 
-#: CreateNodeRequest fields the daemon does not support yet, with the reason.
-_UNSUPPORTED = {
-    "disk_image": "only the host group's image is supported",
-    "import_user": "importing users is not supported",
-    "ssh_keys": "SSH keys are not supported (use exec or shell through the agent)",
-    "userdata": "userdata is not supported yet",
-    "secrets": "secrets are not supported yet",
-    "pci_devices": "PCI passthrough is not supported",
-    "codehost_user": "importing keys from a code host is not supported",
-    "network": "per-node network policy is not supported yet",
-}
-
-
 def create_request(request: IRequest) -> CreateRequest:
     """
     Parse the body of a create-node request into the domain's request.
@@ -153,9 +142,10 @@ def create_request(request: IRequest) -> CreateRequest:
     are accepted, as clients send zero values; anything else is refused.
     """
     body = structure(json_object(request), CreateNodeRequest)
-    for name, reason in _UNSUPPORTED.items():
-        if getattr(body, name):
-            raise BadRequest(f"field {name!r}: {reason}", code="not_supported")
+    for field in attrs.fields(CreateNodeRequest):
+        reason = field.metadata.get("unsupported")
+        if reason is not None and getattr(body, field.name):
+            raise BadRequest(f"field {field.name!r}: {reason}", code="not_supported")
     if body.gpu_count:
         raise BadRequest("field 'gpu_count': this host has no GPUs to pass through", code="limit_exceeded")
     for name in ("ram_bytes", "cpus"):

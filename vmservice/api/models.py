@@ -27,9 +27,21 @@ def constrained(schema: dict[str, Any], default: Any = None) -> Any:
     return field(default=default, metadata={"schema": schema})
 
 
-#: Fields the daemon does not support yet: only their empty values are accepted.
-_EMPTY_TEXT = {"maxLength": 0, "description": "Not supported yet: only an empty value is accepted"}
-_EMPTY_LIST = {"maxItems": 0, "description": "Not supported yet: only an empty list is accepted"}
+def unsupported(reason: str, empty: dict[str, Any]) -> Any:
+    """
+    A request field the daemon cannot honour yet: only its empty value is
+    accepted (clients send zero values).  The one declaration of it: the
+    input parser refuses anything else with ``reason`` (400 ``not_supported``),
+    and the OpenAPI document shows the field as empty-only.
+
+    :param empty: the JSON-schema words for "empty" (``maxLength: 0`` ...).
+    """
+    return field(default=None, metadata={"schema": {**empty, "description": f"Not supported: {reason}"},
+                                         "unsupported": reason})
+
+
+_EMPTY_TEXT = {"maxLength": 0}
+_EMPTY_LIST = {"maxItems": 0}
 
 
 @frozen
@@ -91,18 +103,19 @@ class CreateNodeRequest:
     cpus: int | None = constrained({"minimum": 0})
     gpu_count: int | None = constrained({"minimum": 0, "maximum": 0, "description": "This host has no GPUs"})
     persistent: bool | None = None
-    disk_image: str | None = constrained(_EMPTY_TEXT)
-    import_user: str | None = constrained(_EMPTY_TEXT)
-    ssh_keys: list[str] | None = constrained(_EMPTY_LIST)
-    protected: bool | None = None
-    userdata: str | None = constrained(_EMPTY_TEXT)
-    tags: list[str] | None = constrained({"items": {"type": "string", "minLength": 1}})
-    secrets: list[str] | None = constrained(_EMPTY_LIST)
-    pci_devices: list[str] | None = constrained(_EMPTY_LIST)
-    codehost_user: str | None = constrained(_EMPTY_TEXT)
-    network: dict[str, list[str]] | None = constrained(
-        {"maxProperties": 0, "description": "Not supported yet: only an empty object is accepted"}
+    disk_image: str | None = unsupported("only the host group's image is supported", _EMPTY_TEXT)
+    import_user: str | None = unsupported("importing users is not supported", _EMPTY_TEXT)
+    ssh_keys: list[str] | None = unsupported(
+        "SSH keys are not supported (use exec or shell through the agent)", _EMPTY_LIST
     )
+    protected: bool | None = None
+    userdata: str | None = unsupported("userdata is not supported yet", _EMPTY_TEXT)
+    tags: list[str] | None = constrained({"items": {"type": "string", "minLength": 1}})
+    secrets: list[str] | None = unsupported("secrets are not supported yet", _EMPTY_LIST)
+    pci_devices: list[str] | None = unsupported("PCI passthrough is not supported", _EMPTY_LIST)
+    codehost_user: str | None = unsupported("importing keys from a code host is not supported", _EMPTY_TEXT)
+    network: dict[str, list[str]] | None = unsupported("per-node network policy is not supported yet",
+                                                       {"maxProperties": 0})
 
 
 @frozen

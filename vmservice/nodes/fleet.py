@@ -194,11 +194,7 @@ class Fleet(Service):
             stopped, suspended, or busy with an operation that ends its VM.
         :raise AgentNotConnected: it should answer but does not (in time).
         """
-        node = self._registry.find(hostname)
-        check(Op.AGENT, hostname, node.record.status)
-        if node.agent is None:
-            raise AgentNotConnected(f"the agent of node {hostname!r} is not connected (yet)", code="agent_unavailable")
-        return await bounded_health(self._parts.clock, hostname, node.agent)
+        return await bounded_health(self._parts.clock, hostname, self.guest(hostname))
 
     # -- create and delete ----------------------------------------------
 

@@ -20,7 +20,7 @@ from twisted.python.failure import Failure
 
 from ..errors import AgentNotConnected
 from ..hypervisors.base import IMachine, MachineExit, describe_exit
-from .guest import AgentHealth, IGuestConnection
+from .guest import AgentHealth, IGuest, IGuestConnection
 
 log = Logger()
 
@@ -85,7 +85,7 @@ async def wait_for_agent(clock: IReactorTime, machine: IMachine, agent: IGuestCo
         raise NotReady(f"no answer within {timeout:g} s")
 
 
-async def bounded_health(clock: IReactorTime, hostname: str, agent: IGuestConnection) -> AgentHealth:
+async def bounded_health(clock: IReactorTime, hostname: str, agent: IGuest) -> AgentHealth:
     """
     The health of a node's agent, in at most :data:`HEALTH_LIMIT` seconds.
 
