@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from datetime import datetime, timezone
 
 from twisted.trial.unittest import SynchronousTestCase
@@ -41,9 +43,10 @@ class NodePathsTests(SynchronousTestCase):
 
     def test_snapshot_files(self) -> None:
         """Discarding a snapshot removes it and any partial one; missing files are fine."""
-        directory = self.mktemp()
-        os.makedirs(directory)
-        paths = NodePaths.of(os.path.abspath(directory))
+        # Short and independent of where the checkout lives: a node directory must fit socket paths.
+        directory = tempfile.mkdtemp(prefix="vms-", dir="/tmp")
+        self.addCleanup(shutil.rmtree, directory, True)
+        paths = NodePaths.of(directory)
         for path in (paths.state, paths.partial_state):
             with open(path, "wb") as f:
                 f.write(b"x")
