@@ -128,6 +128,9 @@ class ExecApiTests(SynchronousTestCase):
         records = self.records()
         self.assertEqual([r["type"] for r in records], ["started", "stdout", "stderr", "exit"])
         self.assertEqual(records[0]["started_at"], "2023-11-14T22:13:20Z")
+        # The payload in data and in the field named after the type, never in the other one.
+        self.assertEqual((records[1]["data"], records[1]["stdout"], "stderr" in records[1]), ("hi\n", "hi\n", False))
+        self.assertEqual((records[2]["data"], records[2]["stderr"], "stdout" in records[2]), ("e", "e", False))
         self.assertEqual((records[-1]["exit_code"], records[-1]["pid"]), (2, 9))
         self.assertNotIn("signal", records[-1])
         self.assertTrue(self.transport.value().endswith(b"0\r\n\r\n"))
@@ -148,6 +151,7 @@ class ExecApiTests(SynchronousTestCase):
                             encode_json_record(EXIT, {"exit_code": 0, "signal": None}))
         records = self.records()
         self.assertEqual((base64.b64decode(records[1]["data"]), records[1]["encoding"]), (b"\xff\x00", "base64"))
+        self.assertEqual(records[1]["stdout"], records[1]["data"])
         self.assertNotIn("encoding", records[0])
 
     def test_failed_to_start(self) -> None:

@@ -123,6 +123,8 @@ class ExecTests(SharedGuestTestCase):
         self.assertEqual(self.output(records), b"hello\n")
         self.assertEqual(self.output(records, "stderr"), b"oops\n")
         self.assertTrue(all("timestamp" in r and r["pid"] == records[0]["pid"] for r in records))
+        # Typed frames carry their payload in data and in the field named after the type.
+        self.assertTrue(all(r[r["type"]] == r["data"] for r in records if r["type"] in ("stdout", "stderr")))
 
     def test_args_env_shell(self) -> None:
         """args are appended as quoted words, env entries reach the process, pipes work in the shell."""
@@ -277,6 +279,37 @@ class ExecTests(SharedGuestTestCase):
                 break
             time.sleep(0.2)
         self.assertEqual(out, b"1\n1\n")
+
+    def test_leftovers_survive(self) -> None:
+        """
+        What a command leaves running in the background (``nohup … &``, in its own process group) keeps
+        running after the command exits normally, whichever way it was run: streamed, buffered or with stdin.
+        """
+        ports = {"streamed": 8101, "buffered": 8102, "stdin": 8103}
+        line = "nohup python3 -m http.server {} >/dev/null 2>&1 &"
+        self.assertEqual(self.records([("cmd", line.format(ports["streamed"]))])[-1]["exit_code"], 0)
+        self.assertEqual(self.run_buffered([("cmd", line.format(ports["buffered"]))])["exit_code"], 0)
+        records = self.records([("cmd", "read -r port; " + line.format("$port")), ("stdin", "true")],
+                               body=b"%d\n" % ports["stdin"])
+        self.assertEqual(records[-1]["exit_code"], 0)
+        try:
+            for mode, port in ports.items():
+                deadline = time.monotonic() + 30
+                while True:
+                    answer = self.run_buffered([("cmd", f"curl -s -o /dev/null -w '%{{http_code}}' localhost:{port}")])
+                    if answer["stdout"] == "200" or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.3)
+                self.assertEqual(answer["stdout"], "200", mode)
+        finally:
+            self.run_buffered([("cmd", "pkill -f 'http.server 810[123]'")])
+
+    def test_usual_commands(self) -> None:
+        """The names users type first on a Debian system are there (python3, not only python3.11)."""
+        names = "python3 nohup setsid timeout env stdbuf curl wget pgrep pkill ps top free ip less vi"
+        result = self.run_buffered([("cmd", f"for c in {names}; do command -v $c >/dev/null || echo $c; done")])
+        self.assertEqual(result["stdout"], "")
+        self.assertEqual(self.run_buffered([("cmd", "python3 -c 'print(6*7)'")])["stdout"], "42\n")
 
     def test_concurrent(self) -> None:
         """Several execs on one node run at once, each with its own output."""

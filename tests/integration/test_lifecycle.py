@@ -99,6 +99,9 @@ class SuspendTests(SharedGuestTestCase):
         code, pid = daemon.run("demo-1", "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!")
         self.assertEqual(code, 0)
         pid = pid.strip()
+        # What an exec leaves running the classic way (not a session of its own) survives too.
+        self.assertEqual(daemon.run("demo-1", "nohup python3 -m http.server 8000 >/dev/null 2>&1 &")[0], 0)
+        daemon.wait_for("the web server", lambda: daemon.run("demo-1", "curl -sf localhost:8000 >/dev/null")[0] == 0, 30)
         self.assertEqual(daemon.run("demo-1", "echo in-memory > /dev/shm/marker")[0], 0)
         before = daemon.vm_pids()
         self.assertEqual(len(before), 1)
@@ -123,6 +126,7 @@ class SuspendTests(SharedGuestTestCase):
         self.assertFalse(os.path.exists(state))
         self.assertEqual(len(daemon.vm_pids()), 1)
         self.assertEqual(daemon.run("demo-1", f"kill -0 {pid} && cat /dev/shm/marker"), (0, "in-memory\n"))
+        self.assertEqual(daemon.run("demo-1", "curl -s -o /dev/null -w '%{http_code}' localhost:8000"), (0, "200"))
 
         def clock_set() -> bool:
             _, out = daemon.run("demo-1", "date +%s")
@@ -313,6 +317,9 @@ class RestartTests(SynchronousTestCase):
         code, pid = daemon.run("demo-1", "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!")
         self.assertEqual(code, 0)
         pid = pid.strip()
+        # What an exec leaves running the classic way (not a session of its own) survives too.
+        self.assertEqual(daemon.run("demo-1", "nohup python3 -m http.server 8000 >/dev/null 2>&1 &")[0], 0)
+        daemon.wait_for("the web server", lambda: daemon.run("demo-1", "curl -sf localhost:8000 >/dev/null")[0] == 0, 30)
         daemon.post("/vm/demo-1/suspend")
         state = os.path.join(daemon.state_dir, "nodes", "demo-1", "state.bin")
         size = os.path.getsize(state)

@@ -126,7 +126,9 @@ class ExecCall:
     def _payload(self, name: str, data: bytes, final: bool = False) -> None:
         text = self._text.render(name, data, final)
         if text:
-            self._emit(self._record(name, data=text, encoding="base64" if self._text.base64_mode else None))
+            # The payload in ``data`` and in the field named after the type: clients read one or the other.
+            fields = {"data": text, name: text, "encoding": "base64" if self._text.base64_mode else None}
+            self._emit(self._record(name, **fields))
 
     def _flush_text(self) -> None:
         if not self._text.base64_mode:
