@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.guest import copying as cp
-from vmservice.wire import payloads
+from vmservice.guest.excludes import Excludes
 from vmservice.guest.filesystem import FsError
+from vmservice.wire import payloads
 
 
 def _temp_dir(case: SynchronousTestCase) -> str:
@@ -366,3 +367,311 @@ class DownloadTests(SynchronousTestCase):
         self.assertEqual(head["result"]["type"], "file")
         with tarfile.open(fileobj=io.BytesIO(body)) as tar:
             self.assertEqual(tar.getnames(), ["one"])
+
+
+def _write(path: str, data: bytes = b"x") -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class PlacementTests(SynchronousTestCase):
+    """The cp-v1 placement rules, on real directories."""
+
+    def setUp(self) -> None:
+        self.root = _temp_dir(self)
+        self.dir = os.path.join(self.root, "dir")
+        self.file = os.path.join(self.root, "file")
+        os.mkdir(self.dir)
+        _write(self.file)
+
+    def assertKind(self, kind: str, call: Callable[[], object]) -> None:
+        with self.assertRaises(FsError) as caught:
+            call()
+        self.assertEqual(caught.exception.kind, kind, caught.exception.message)
+
+    def test_file_rules(self) -> None:
+        """File: existing directory -> dir/name; existing file -> itself; missing -> itself; missing with / -> error."""
+        self.assertEqual(cp.file_target(self.dir, "n"), os.path.join(self.dir, "n"))
+        self.assertEqual(cp.file_target(self.dir + "/", "n"), os.path.join(self.dir, "n"))
+        self.assertEqual(cp.file_target(self.dir + "/.", "n"), os.path.join(self.dir, "n"))
+        self.assertEqual(cp.file_target(self.file, "n"), self.file)
+        missing = os.path.join(self.root, "new")
+        self.assertEqual(cp.file_target(missing, "n"), missing)
+        self.assertEqual(cp.file_target(os.path.join(missing, "deeper"), "n"), os.path.join(missing, "deeper"))
+        self.assertKind("missing_destination", lambda: cp.file_target(missing + "/", "n"))
+
+    def test_file_rule_errors(self) -> None:
+        """A directory destination needs a name, and dir/name must not be a directory; a file's child is not_a_directory."""
+        self.assertKind("invalid", lambda: cp.file_target(self.dir, None))
+        os.mkdir(os.path.join(self.dir, "taken"))
+        self.assertKind("is_a_directory", lambda: cp.file_target(self.dir, "taken"))
+        self.assertKind("not_a_directory", lambda: cp.file_target(self.file + "/x", "n"))
+
+    def test_file_rule_follows_symlink_to_directory(self) -> None:
+        """A symlink to a directory is that directory: the file lands inside it."""
+        link = os.path.join(self.root, "link")
+        os.symlink(self.dir, link)
+        self.assertEqual(cp.file_target(link, "n"), os.path.join(link, "n"))
+
+    def test_directory_rules(self) -> None:
+        """Directory: non-directory -> error; copy-contents -> merge; existing -> dest/name; missing -> create."""
+        self.assertKind("not_a_directory", lambda: cp.directory_target(self.file, "n", False))
+        self.assertEqual(cp.directory_target(self.dir, "n", True), (self.dir, True))
+        self.assertEqual(cp.directory_target(self.dir + "/", None, True), (self.dir, True))
+        self.assertEqual(cp.directory_target(self.dir, "n", False), (os.path.join(self.dir, "n"), False))
+        os.mkdir(os.path.join(self.dir, "n"))
+        self.assertEqual(cp.directory_target(self.dir, "n", False), (os.path.join(self.dir, "n"), True))
+        missing = os.path.join(self.root, "new")
+        self.assertEqual(cp.directory_target(missing + "/", "n", False), (missing, False))
+        self.assertEqual(cp.directory_target(missing, None, True), (missing, False))
+
+    def test_directory_rule_errors(self) -> None:
+        """dest/name that is a file is not_a_directory; a needed name that is absent is invalid."""
+        _write(os.path.join(self.dir, "f"))
+        self.assertKind("not_a_directory", lambda: cp.directory_target(self.dir, "f", False))
+        self.assertKind("invalid", lambda: cp.directory_target(self.dir, None, False))
+
+    def test_source_name(self) -> None:
+        """A source name is a base name; empty is absent."""
+        self.assertIsNone(cp.source_name(None))
+        self.assertIsNone(cp.source_name(""))
+        self.assertEqual(cp.source_name("a b.é"), "a b.é")
+        for bad in ("a/b", ".", "..", "x\x00", 3):
+            self.assertKind("invalid", lambda: cp.source_name(bad))
+
+
+class UploadV1Tests(SynchronousTestCase):
+    """cp-v1 uploads: placement, staging, merges and what a failure leaves."""
+
+    def setUp(self) -> None:
+        self.root = _temp_dir(self)
+
+    def test_file_into_directory(self) -> None:
+        """A file sent to an existing directory lands inside it under its name."""
+        result = cp.upload_file_v1(self.root, "f.txt", _reader(b"hello"), permissions=0o600)
+        target = os.path.join(self.root, "f.txt")
+        self.assertEqual(result, {"path": target, "size": 5})
+        self.assertEqual(_read(target), b"hello")
+        self.assertEqual(stat.S_IMODE(os.stat(target).st_mode), 0o600)
+
+    def test_file_failure_leaves_nothing(self) -> None:
+        """A file whose body fails leaves neither the file nor the parents made for it."""
+        def read(size: int) -> bytes:
+            raise cp._Cancelled()
+
+        with self.assertRaises(cp._Cancelled):
+            cp.upload_file_v1(os.path.join(self.root, "a", "b", "f"), "f", read)
+        self.assertEqual(os.listdir(self.root), [])
+
+    def test_new_directory(self) -> None:
+        """A directory to a missing path becomes it (0755, or permissions); no staging is left."""
+        dest = os.path.join(self.root, "p", "new")
+        result = cp.upload_tar_v1(dest, "src", False, _reader(make_tar([("a", b"1"), ("d", None), ("d/b", b"2")])),
+                                  permissions=0o750)
+        self.assertEqual(result, {"path": dest, "entries": 3})
+        self.assertEqual(_tree(dest), {"a": (b"1", 0o640), "d": ("dir", 0o750), "d/b": (b"2", 0o640)})
+        self.assertEqual(stat.S_IMODE(os.stat(dest).st_mode), 0o750)
+        self.assertEqual(os.listdir(os.path.dirname(dest)), ["new"])
+
+    def test_into_existing_directory(self) -> None:
+        """A directory to an existing one lands as dest/name, and a second copy merges into dest/name."""
+        result = cp.upload_tar_v1(self.root, "src", False, _reader(make_tar([("a", b"1")])))
+        target = os.path.join(self.root, "src")
+        self.assertEqual(result["path"], target)
+        self.assertEqual(_tree(target), {"a": (b"1", 0o640)})
+        cp.upload_tar_v1(self.root, "src", False, _reader(make_tar([("b", b"2")])))
+        self.assertEqual(_tree(target), {"a": (b"1", 0o640), "b": (b"2", 0o640)})
+        self.assertEqual(os.listdir(self.root), ["src"])
+
+    def test_copy_contents_merges(self) -> None:
+        """copy_contents merges: files kept, replaced and added; directories merged; no staging left."""
+        _write(os.path.join(self.root, "keep"), b"keep")
+        _write(os.path.join(self.root, "over"), b"old")
+        _write(os.path.join(self.root, "d", "old"), b"old")
+        data = make_tar([("over", b"new"), ("d", None), ("d/new", b"n"), ("e", None), ("e/f", b"f")])
+        result = cp.upload_tar_v1(self.root, None, True, _reader(data))
+        self.assertEqual(result, {"path": self.root, "entries": 5})
+        tree = _tree(self.root)
+        self.assertEqual({rel: value[0] for rel, value in tree.items()},
+                         {"keep": b"keep", "over": b"new", "d": "dir", "d/old": b"old", "d/new": b"n", "e": "dir",
+                          "e/f": b"f"})
+        self.assertEqual(tree["d"], ("dir", 0o750))
+
+    def test_refused_new_directory_leaves_nothing(self) -> None:
+        """An unsafe entry after good ones leaves no target, no staging and no parents made."""
+        dest = os.path.join(self.root, "p", "q", "new")
+        with self.assertRaises(FsError) as caught:
+            cp.upload_tar_v1(dest, "n", False, _reader(make_tar([("ok", b"1"), ("../evil", b"x")])))
+        self.assertEqual(caught.exception.kind, "unsafe_entry")
+        self.assertEqual(os.listdir(self.root), [])
+
+    def test_refused_merge_leaves_destination(self) -> None:
+        """A refused or broken archive merged into a directory leaves it exactly as it was."""
+        _write(os.path.join(self.root, "over"), b"old")
+        before = _tree(self.root)
+        for body in (make_tar([("over", b"new"), ("l", ("sym", "/etc"))]),
+                     make_tar([("over", b"new"), ("more", b"x" * 100_000)])[:30_000]):
+            with self.assertRaises(FsError):
+                cp.upload_tar_v1(self.root, None, True, _reader(body))
+            self.assertEqual(_tree(self.root), before)
+
+    def test_merge_conflicts(self) -> None:
+        """A file against a directory, a directory against a file or through a symlink: refused, nothing moved."""
+        _write(os.path.join(self.root, "dir", "x"))
+        _write(os.path.join(self.root, "file"))
+        os.mkdir(os.path.join(self.root, "real"))
+        os.symlink("real", os.path.join(self.root, "link"))
+        before = _tree(self.root)
+        for entries, kind in [([("a", b"1"), ("dir", b"f")], "exists"),
+                              ([("a", b"1"), ("file", None), ("file/y", b"y")], "exists"),
+                              ([("a", b"1"), ("link", None), ("link/y", b"y")], "unsafe_entry")]:
+            with self.assertRaises(FsError) as caught:
+                cp.upload_tar_v1(self.root, None, True, _reader(make_tar(entries)))
+            self.assertEqual(caught.exception.kind, kind, entries)
+            self.assertEqual(_tree(self.root), before, entries)
+
+    def test_excludes(self) -> None:
+        """Excluded entries and their contents are not extracted (nor hard links to them), in both semantics."""
+        data = make_tar([("a.log", b"1"), ("keep", b"2"), ("cache", None), ("cache/x", b"3"), ("sub", None),
+                         ("sub/b.log", b"4"), ("h", ("hard", "a.log"))])
+        excludes = Excludes(["*.log", "cache"])
+        result = cp.upload_tar_v1(os.path.join(self.root, "v1"), None, True, _reader(data), excludes=excludes)
+        self.assertEqual(sorted(_tree(result["path"])), ["keep", "sub"])
+        self.assertEqual(result["entries"], 2)
+        result = cp.upload_tar(os.path.join(self.root, "legacy"), _reader(data), excludes=excludes)
+        self.assertEqual(sorted(_tree(result["path"])), ["keep", "sub"])
+
+    def test_absolute_link_inside_final_target(self) -> None:
+        """An absolute symlink to the final directory is accepted although the archive is staged elsewhere."""
+        dest = os.path.join(self.root, "new")
+        cp.upload_tar_v1(dest, None, False, _reader(make_tar([("f", b"1"), ("l", ("sym", dest + "/f"))])))
+        self.assertEqual(_read(os.path.join(dest, "l")), b"1")
+
+
+class SpaceTests(SynchronousTestCase):
+    """The unpacked-size check: refused before anything is written."""
+
+    def setUp(self) -> None:
+        self.root = _temp_dir(self)
+        status = os.statvfs(self.root)
+        self.free = status.f_bavail * status.f_frsize
+
+    def test_needed(self) -> None:
+        """The margin: 256 KiB plus 1/32 of the size."""
+        self.assertEqual(cp.space_needed(0), 256 * 1024)
+        self.assertEqual(cp.space_needed(32 * 1024 * 1024), 33 * 1024 * 1024 + 256 * 1024)
+
+    def test_check(self) -> None:
+        """A size that fits passes; one beyond the free space is no_space, named in the message."""
+        cp.check_space(self.root, None)
+        cp.check_space(os.path.join(self.root, "missing", "deeper"), 1000)
+        with self.assertRaises(FsError) as caught:
+            cp.check_space(os.path.join(self.root, "missing", "deeper"), self.free)
+        self.assertEqual(caught.exception.kind, "no_space")
+        self.assertIn("nothing was written", caught.exception.message)
+
+    def test_every_upload_refuses_first(self) -> None:
+        """All four kinds of upload refuse a too-large announced size without writing anything or reading the body."""
+        def read(size: int) -> bytes:
+            raise AssertionError("the body was read")
+
+        too_big = self.free
+        dest = os.path.join(self.root, "a", "b")
+        for call in (lambda: cp.upload_file(dest, read, unpacked_size=too_big),
+                     lambda: cp.upload_file_v1(dest, "n", read, unpacked_size=too_big),
+                     lambda: cp.upload_tar(dest, read, unpacked_size=too_big),
+                     lambda: cp.upload_tar_v1(dest, "n", False, read, unpacked_size=too_big),
+                     lambda: cp.upload_tar_v1(self.root, None, True, read, unpacked_size=too_big)):
+            with self.assertRaises(FsError) as caught:
+                call()
+            self.assertEqual(caught.exception.kind, "no_space")
+            self.assertEqual(os.listdir(self.root), [])
+
+    def test_full_file_system_is_no_space(self) -> None:
+        """ENOSPC and EDQUOT met while writing are no_space; other errors keep their kinds."""
+        import errno
+
+        self.assertEqual(cp.os_error(OSError(errno.ENOSPC, "No space left on device"), "/x").kind, "no_space")
+        self.assertEqual(cp.os_error(OSError(errno.EDQUOT, "Disk quota exceeded"), "/x").kind, "no_space")
+        self.assertEqual(cp.os_error(OSError(errno.ENOENT, "No such file"), "/x").kind, "not_found")
+
+
+class HomeTests(SynchronousTestCase):
+    """``~`` for a uid."""
+
+    def test_home_of(self) -> None:
+        """No uid or 0 is root's home; another uid's comes from /etc/passwd; an unknown uid is invalid."""
+        from vmservice.guest.execution import passwd_entry
+        from vmservice.guest.filesystem import root_home
+
+        self.assertEqual(cp.home_of(None), root_home())
+        self.assertEqual(cp.home_of(0), root_home())
+        nobody = passwd_entry(65534)
+        if nobody is not None:
+            self.assertEqual(cp.home_of(65534), nobody[1])
+        with self.assertRaises(FsError) as caught:
+            cp.home_of(4_000_000_000)
+        self.assertEqual(caught.exception.kind, "invalid")
+
+
+class DownloadV1Tests(SynchronousTestCase):
+    """Downloads: recursive, cp-v1 tar, excludes."""
+
+    def setUp(self) -> None:
+        self.root = _temp_dir(self)
+        self.src = os.path.join(self.root, "src")
+        _write(os.path.join(self.src, "a.txt"), b"a")
+        _write(os.path.join(self.src, "b.log"), b"b")
+        _write(os.path.join(self.src, "cache", "c"), b"c")
+        _write(os.path.join(self.src, "sub", "d.log"), b"d")
+
+    def run_download(self, path: str, mode: str, semantics: str = "legacy",
+                     excludes: Excludes | None = None) -> tuple[dict[str, Any], bytes]:
+        out = bytearray()
+        cp.download(path, mode, out.extend, semantics, excludes)
+        decoded = payloads.decode_head(bytes(out))
+        assert decoded is not None
+        head, used = decoded
+        return head, bytes(out[used:])
+
+    def names(self, body: bytes) -> list[str]:
+        with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+            return tar.getnames()
+
+    def test_recursive(self) -> None:
+        """recursive is the raw bytes of a file and a tar of a directory."""
+        head, body = self.run_download(os.path.join(self.src, "a.txt"), "recursive", "cp-v1")
+        self.assertEqual((head["result"]["type"], head["result"]["size"], body), ("file", 1, b"a"))
+        head, body = self.run_download(self.src, "recursive", "cp-v1")
+        self.assertEqual(head["result"]["type"], "directory")
+        self.assertEqual(self.names(body), ["a.txt", "b.log", "cache", "cache/c", "sub", "sub/d.log"])
+
+    def test_cp_v1_tar_of_file(self) -> None:
+        """cp-v1 tar refuses a file (not_a_directory); legacy tar sends a one-entry tar."""
+        path = os.path.join(self.src, "a.txt")
+        head, body = self.run_download(path, "tar", "cp-v1")
+        self.assertEqual((head["error"], body), ("not_a_directory", b""))
+        head, body = self.run_download(path, "tar")
+        self.assertEqual(self.names(body), ["a.txt"])
+
+    def test_binary_of_directory_in_both(self) -> None:
+        """binary of a directory has the words clients look for, in both semantics."""
+        for semantics in cp.SEMANTICS:
+            head, _ = self.run_download(self.src, "binary", semantics)
+            self.assertIn("must specify a file not a directory", head["message"])
+
+    def test_excludes(self) -> None:
+        """Excluded entries and their contents are left out of the tar."""
+        _, body = self.run_download(self.src, "tar", "cp-v1", Excludes(["*.log", "cache/"]))
+        self.assertEqual(self.names(body), ["a.txt", "sub"])
+
+    def test_copy_contents_name(self) -> None:
+        """A path ending in /. is the directory; its name is the directory's."""
+        head, _ = self.run_download(self.src + "/.", "tar", "cp-v1")
+        self.assertEqual((head["result"]["type"], head["result"]["name"]), ("directory", "src"))

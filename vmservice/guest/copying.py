@@ -4,14 +4,23 @@ File copy in the guest: ``{"op": "cp-upload"}`` and ``{"op": "cp-download"}`` st
 
 **Upload** (host to guest).  OPEN header
 ``{"op": "cp-upload", "path": P, "mode": "binary"|"tar", "uid": N|null,
-"gid": N|null, "permissions": N|null}``.  The host's DATA is the body (the
-file, or an uncompressed tar stream) and its HALF_CLOSE ends it.  The agent
-answers one JSON object and half-closes: ``{"ok": true, "result": {"path",
-"size", "entries"}}`` or ``{"ok": false, "error": KIND, "message": TEXT}``
-(KIND from :data:`ERROR_KINDS`).  An error may come before the body ended (an
-unsafe tar entry): the agent then acknowledges and drops the rest, and the
-host resets the stream.  Nothing is committed unless the body ended with
-HALF_CLOSE: a reset removes the file being written.
+"gid": N|null, "permissions": N|null}``, optionally with ``"semantics":
+"legacy"|"cp-v1"`` (absent: legacy), ``"source_name": NAME|null``,
+``"copy_contents": bool``, ``"exclude": [PATTERN, ...]`` and
+``"unpacked_size": N|null``.  ``~`` in ``P`` is the home directory of
+``uid`` (from ``/etc/passwd``; root's when ``uid`` is null).  The host's DATA
+is the body (the file, or an uncompressed tar stream) and its HALF_CLOSE ends
+it.  The agent answers one JSON object and half-closes: ``{"ok": true,
+"result": {"path", "size", "entries"}}`` or ``{"ok": false, "error": KIND,
+"message": TEXT}`` (KIND from :data:`ERROR_KINDS`).  An error may come before
+the body ended (an unsafe tar entry, no room): the agent then acknowledges
+and drops the rest, and the host resets the stream.  Nothing is committed
+unless the body ended with HALF_CLOSE: a reset removes the file being written.
+
+``unpacked_size`` (the client's ``X-Slicer-Unpacked-Size``) is checked
+before anything is written: the target's file system must have
+:func:`space_needed` bytes free, else ``no_space`` (see :func:`check_space`).
+A file system that fills up during the copy is ``no_space`` too.
 
 - ``binary``: ``P`` is the file.  It is written beside its final name
   (``.NAME.vmservice-XXXX``), fsynced and renamed over ``P``, so readers see
@@ -22,31 +31,42 @@ HALF_CLOSE: a reset removes the file being written.
   A directory at ``P`` is refused (``is_a_directory``); a symlink at ``P`` is
   replaced, not followed.
 - ``tar``: ``P`` is a directory (made like the parents above when missing)
-  and every entry is extracted below it.  Regular files, directories,
-  symlinks and hard links are accepted; each file is written beside and
-  renamed like a binary upload (one ``sync`` at the end instead of an fsync
-  per file).  Modes and mtimes come from the archive; owners are ``uid``/``gid``
-  (default root), never the archive's.  ``permissions`` sets ``P``'s mode.
-  The upload stops with ``unsafe_entry`` at the first entry whose name is
-  absolute or climbs out with ``..``, whose link target is absolute outside
-  ``P`` or climbs out, that would be written through a symlink, or that is a
-  device or FIFO (``unsupported_entry``).  Entries before it stay; nothing is
-  ever written outside ``P``.
+  and every entry is extracted below it, in place.  Regular files,
+  directories, symlinks and hard links are accepted; each file is written
+  beside and renamed like a binary upload (one ``sync`` at the end instead of
+  an fsync per file).  Modes and mtimes come from the archive; owners are
+  ``uid``/``gid`` (default root), never the archive's.  ``permissions`` sets
+  ``P``'s mode.  Entries that ``exclude`` names (:mod:`.excludes`) are
+  skipped.  The upload stops with ``unsafe_entry`` at the first entry whose
+  name is absolute or climbs out with ``..``, whose link target is absolute
+  outside ``P`` or climbs out, that would be written through a symlink, or
+  that is a device or FIFO (``unsupported_entry``).  Entries before it stay;
+  nothing is ever written outside ``P``.
+
+With ``"semantics": "cp-v1"`` the upload lands where ``cp`` would put a
+source named ``source_name`` (:func:`file_target`, :func:`directory_target`),
+and nothing is left behind by a failure: a file as above (and the parents made
+for it are removed again); a directory is extracted into a hidden staging
+directory and moved into place only once the whole archive is in (see
+:func:`upload_tar_v1`).
 
 **Download** (guest to host).  OPEN header ``{"op": "cp-download", "path": P,
-"mode": "binary"|"tar"}``; the host half-closes at once.  The agent sends a
-*head*, ``length u32 (big-endian) | JSON``, either ``{"ok": true, "result":
-{"type": "file"|"directory", "name", "mode", "size"}}`` (``size`` is the
-byte count that follows for a non-empty binary file, else ``null``) or an
-error object as above, then the content, then HALF_CLOSE.  A failure after
-the head resets the stream with ``INTERNAL_ERROR``.
+"mode": "binary"|"tar"|"recursive"}``, optionally with ``"semantics"``,
+``"exclude"`` and ``"uid"`` (for ``~``); the host half-closes at once.  The
+agent sends a *head*, ``length u32 (big-endian) | JSON``, either ``{"ok":
+true, "result": {"type": "file"|"directory", "name", "mode", "size"}}``
+(``size`` is the byte count that follows for a non-empty binary file, else
+``null``) or an error object as above, then the content, then HALF_CLOSE.  A
+failure after the head resets the stream with ``INTERNAL_ERROR``.
 
 - ``binary``: the bytes of the regular file ``P`` (symlinks followed).  A
   directory is ``is_a_directory`` with the words clients look for: *must
   specify a file not a directory*.
 - ``tar``: a PAX tar of a file (one entry, its base name) or of a directory's
   contents (entries relative to it, no top-level entry, sorted, symlinks kept
-  as links, sockets left out).
+  as links, sockets and excluded entries left out).  With cp-v1 semantics a
+  file is ``not_a_directory``.
+- ``recursive``: ``binary`` for a file, ``tar`` for a directory.
 
 The file work runs on a thread per stream (disk I/O and ``fsync`` would stall
 every stream under TCG) joined to the agent's loop by a :class:`_Bridge`:
@@ -60,6 +80,7 @@ Standard library only; :mod:`tarfile` is imported on first use of a tar.
 from __future__ import annotations
 
 import collections
+import errno
 import json
 import os
 import posixpath
@@ -68,19 +89,38 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Deque, Iterable, Iterator, Mapping, Optional
 
 from vmservice.guest.agent import GuestStream, StreamHandler
+from vmservice.guest.excludes import Excludes
 from vmservice.guest.filesystem import ERROR_KINDS as FS_ERROR_KINDS
-from vmservice.guest.filesystem import FsError, error_from_os, missing_directories, resolve_path
+from vmservice.guest.filesystem import FsError, error_from_os, missing_directories, resolve_path, root_home
 from vmservice.wire.errors import ResetCode
 from vmservice.wire.payloads import encode_head
 
 if TYPE_CHECKING:
     import tarfile
 
-#: Copy modes.
+#: Copy modes of an upload.
 MODES = ("binary", "tar")
+#: Copy modes of a download: ``recursive`` is ``binary`` for a file, ``tar`` for a directory.
+DOWNLOAD_MODES = ("binary", "tar", "recursive")
+#: Where a copy lands: ``legacy`` (``path`` is the file or the directory
+#: itself) or ``cp-v1`` (the placement rules of ``cp``).
+SEMANTICS = ("legacy", "cp-v1")
 
 #: Every ``error`` kind a reply may carry: the fs kinds and the copy's own.
-ERROR_KINDS = FS_ERROR_KINDS + ("is_a_directory", "unsafe_entry", "unsupported_entry", "bad_archive")
+ERROR_KINDS = FS_ERROR_KINDS + (
+    "is_a_directory",
+    "unsafe_entry",
+    "unsupported_entry",
+    "bad_archive",
+    "missing_destination",
+    "no_space",
+)
+
+#: Free space kept beyond an upload's announced unpacked size, for the file
+#: system's own blocks and metadata: this much, plus :data:`SPACE_SHARE`.
+SPACE_MARGIN = 256 * 1024
+#: ... and one ``SPACE_SHARE``-th of the announced size.
+SPACE_SHARE = 32
 
 #: Mode of the directories a copy makes (parents, a tar's missing directories).
 DIRECTORY_MODE = 0o755
@@ -105,6 +145,16 @@ class CopyFailed(Exception):
 def error_reply(error: FsError) -> dict[str, Any]:
     """The ``{"ok": false, ...}`` object for ``error``."""
     return {"ok": False, "error": error.kind, "message": error.message}
+
+
+def os_error(error: OSError, path: str) -> FsError:
+    """
+    The :class:`FsError` of an ``OSError`` met by a copy: a full file system
+    (``ENOSPC``, ``EDQUOT``) is ``no_space``, the rest as the fs operations say.
+    """
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return FsError("no_space", f"{path}: {error.strerror or 'no space left on device'}")
+    return error_from_os(error, path)
 
 
 # -- the bridge between the loop and a worker thread ------------------------------------------
@@ -314,14 +364,16 @@ def _chown(path: str, uid: Optional[int], gid: Optional[int]) -> None:
         os.lchown(path, -1 if uid is None else uid, -1 if gid is None else gid)
 
 
-def make_directories(path: str, uid: Optional[int] = None, gid: Optional[int] = None) -> None:
+def make_directories(path: str, uid: Optional[int] = None, gid: Optional[int] = None) -> list[str]:
     """
     Make directory ``path`` and its missing parents with mode
     :data:`DIRECTORY_MODE` (exactly: the umask does not apply), owned by
     ``uid``/``gid`` when given.  Existing directories are left alone.
 
+    :return: the directories made, outermost first.
     :raises FsError: ``not_a_directory`` when something on the way is not one.
     """
+    made = []
     for directory in missing_directories(path):
         try:
             os.mkdir(directory, 0o700)
@@ -330,9 +382,99 @@ def make_directories(path: str, uid: Optional[int] = None, gid: Optional[int] = 
                 raise FsError("not_a_directory", f"{directory}: exists and is not a directory") from None
             continue
         except OSError as e:
-            raise error_from_os(e, directory) from None
+            raise os_error(e, directory) from None
+        made.append(directory)
         _chown(directory, uid, gid)
         os.chmod(directory, DIRECTORY_MODE)
+    return made
+
+
+def remove_made(directories: list[str]) -> None:
+    """Remove ``directories`` (as :func:`make_directories` returned them) while they are empty, innermost first."""
+    for directory in reversed(directories):
+        try:
+            os.rmdir(directory)
+        except OSError:
+            return
+
+
+def remove_tree(path: str) -> None:
+    """Remove ``path`` and everything below it, never following a symlink; what cannot be removed stays."""
+    try:
+        status = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISDIR(status.st_mode):
+        try:
+            names = os.listdir(path)
+        except OSError:
+            names = []
+        for name in names:
+            remove_tree(os.path.join(path, name))
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+        return
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def space_needed(size: int) -> int:
+    """The free bytes an upload announcing ``size`` unpacked bytes needs (with the margin)."""
+    return size + size // SPACE_SHARE + SPACE_MARGIN
+
+
+def check_space(path: str, size: Optional[int]) -> None:
+    """
+    Refuse an upload of ``size`` unpacked bytes (``X-Slicer-Unpacked-Size``)
+    into ``path`` when the file system that will hold it (that of ``path``,
+    or of its nearest existing ancestor) has less than :func:`space_needed`
+    free for an unprivileged user (``f_bavail``).  Nothing is written.
+
+    :raises FsError: ``no_space``.
+    """
+    if size is None:
+        return
+    where = path
+    while True:
+        try:
+            status = os.statvfs(where)
+            break
+        except (FileNotFoundError, NotADirectoryError):
+            parent = os.path.dirname(where.rstrip("/")) or "/"
+            if parent == where:
+                return
+            where = parent
+        except OSError:
+            return
+    free = status.f_bavail * status.f_frsize
+    needed = space_needed(size)
+    if needed > free:
+        raise FsError(
+            "no_space",
+            f"{where}: not enough free space: the upload unpacks to {size} bytes and needs {needed} "
+            f"(with a margin of {SPACE_MARGIN} bytes and 1/{SPACE_SHARE}), but {free} are free; nothing was written",
+        )
+
+
+def home_of(uid: Optional[int]) -> str:
+    """
+    The home directory ``~`` names for ``uid``: root's when ``uid`` is
+    ``None`` or 0, else the user's from ``/etc/passwd``.
+
+    :raises FsError: ``invalid`` when ``/etc/passwd`` has no home for ``uid``.
+    """
+    if not uid:
+        return root_home()
+    from vmservice.guest.execution import passwd_entry
+
+    entry = passwd_entry(uid)
+    if entry is None or not entry[1].startswith("/"):
+        raise FsError("invalid", f"~ is the home directory of uid {uid}, which /etc/passwd does not list")
+    return entry[1]
 
 
 def _temp_name(target: str) -> str:
@@ -415,11 +557,16 @@ def upload_file(
     uid: Optional[int] = None,
     gid: Optional[int] = None,
     permissions: Optional[int] = None,
+    unpacked_size: Optional[int] = None,
+    tidy: bool = False,
 ) -> dict[str, Any]:
     """
     A binary upload (see the module docstring): the body from ``read`` becomes
     file ``path``, replaced atomically.
 
+    :param unpacked_size: the announced size, checked against the free space
+        first (:func:`check_space`).
+    :param tidy: on failure, also remove the parent directories made for the file.
     :return: the reply's ``result``.
     """
     try:
@@ -430,17 +577,134 @@ def upload_file(
         raise error_from_os(e, path) from None
     if existing is not None and stat.S_ISDIR(existing.st_mode):
         raise FsError("is_a_directory", f"{path}: is a directory (give the path of the file to write)")
+    check_space(path, unpacked_size)
     regular = existing if existing is not None and stat.S_ISREG(existing.st_mode) else None
-    make_directories(os.path.dirname(path) or "/", uid, gid)
+    made = make_directories(os.path.dirname(path) or "/", uid, gid)
     mode = permissions if permissions is not None else (stat.S_IMODE(regular.st_mode) if regular else FILE_MODE)
     if regular is not None:
         uid = regular.st_uid if uid is None else uid
         gid = regular.st_gid if gid is None else gid
     try:
         size = write_atomically(path, _body_chunks(read), mode, uid, gid)
+    except BaseException as e:
+        if tidy:
+            remove_made(made)
+        if isinstance(e, OSError):
+            raise os_error(e, path) from None
+        raise
+    return {"path": path, "size": size}
+
+
+def source_name(value: object) -> Optional[str]:
+    """
+    A cp-v1 ``source_name``: ``None`` when absent or empty, else a base name.
+
+    :raises FsError: ``invalid`` for a name with ``/`` or NUL, ``.`` or ``..``.
+    """
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or "/" in value or "\x00" in value or value in (".", ".."):
+        raise FsError("invalid", f"source_name must be a base name (no '/', not . or ..), not {value!r}")
+    return value
+
+
+def _named(path: str, name: Optional[str]) -> str:
+    """``path/name``: where a source named ``name`` lands in the existing directory ``path``."""
+    if name is None:
+        raise FsError("invalid", f"{path} is a directory: source_name is needed to place the copy in it")
+    return os.path.join(path, name)
+
+
+def _strip_directory_suffix(path: str) -> str:
+    """``path`` without trailing ``/`` and ``/.`` (``/`` stays ``/``)."""
+    while len(path) > 1 and (path.endswith("/") or path.endswith("/.")):
+        path = path[:-1] if path.endswith("/") else path[:-2]
+    return path or "/"
+
+
+def file_target(path: str, name: Optional[str]) -> str:
+    """
+    Where a cp-v1 upload of a file named ``name`` to ``path`` writes (the
+    rules of ``cp``, symlinks at ``path`` followed):
+
+    - ``path`` is an existing directory: ``path/name`` (which must not be a directory);
+    - ``path`` is an existing file: ``path`` itself (replaced);
+    - ``path`` does not exist and ends in ``/``: ``missing_destination``;
+    - otherwise ``path`` (missing parents are made).
+
+    :raises FsError: ``missing_destination``, ``is_a_directory``, ``invalid``
+        (no ``name`` where one is needed), or what looking at ``path`` met.
+    """
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        if path.endswith("/"):
+            raise FsError("missing_destination", f"{path}: no such directory (a path ending in / must exist)") from None
+        return path
     except OSError as e:
         raise error_from_os(e, path) from None
-    return {"path": path, "size": size}
+    if not stat.S_ISDIR(status.st_mode):
+        return path
+    target = _named(_strip_directory_suffix(path), name)
+    if os.path.isdir(target):
+        raise FsError("is_a_directory", f"{target}: is a directory, which a file cannot replace")
+    return target
+
+
+def directory_target(path: str, name: Optional[str], copy_contents: bool) -> tuple[str, bool]:
+    """
+    Where a cp-v1 upload of a directory named ``name`` to ``path`` lands, and
+    whether that directory exists already (the upload is then merged into it):
+
+    - ``path`` exists and is not a directory: ``not_a_directory``;
+    - ``path`` is a directory and ``copy_contents``: ``path`` (merged);
+    - ``path`` is a directory: ``path/name`` (merged when it is a directory
+      already, ``not_a_directory`` when it is something else);
+    - ``path`` does not exist: ``path`` (created).
+
+    :raises FsError: as above, ``invalid`` when ``name`` is needed and absent.
+    """
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return _strip_directory_suffix(path), False
+    except OSError as e:
+        raise error_from_os(e, path) from None
+    if not stat.S_ISDIR(status.st_mode):
+        raise FsError("not_a_directory", f"{path}: exists and is not a directory")
+    path = _strip_directory_suffix(path)
+    if copy_contents:
+        return path, True
+    target = _named(path, name)
+    try:
+        status = os.stat(target)
+    except FileNotFoundError:
+        return target, False
+    except OSError as e:
+        raise error_from_os(e, target) from None
+    if not stat.S_ISDIR(status.st_mode):
+        raise FsError("not_a_directory", f"{target}: exists and is not a directory")
+    return target, True
+
+
+def upload_file_v1(
+    path: str,
+    name: Optional[str],
+    read: Callable[[int], bytes],
+    uid: Optional[int] = None,
+    gid: Optional[int] = None,
+    permissions: Optional[int] = None,
+    unpacked_size: Optional[int] = None,
+) -> dict[str, Any]:
+    """
+    A cp-v1 binary upload: the file goes where :func:`file_target` says,
+    replaced atomically like a binary upload; on failure nothing is left
+    (neither the file nor the parents made for it).
+
+    :return: the reply's ``result``.
+    """
+    target = file_target(path, name)
+    return upload_file(target, read, uid, gid, permissions, unpacked_size, tidy=True)
 
 
 # -- tar extraction ------------------------------------------------------------------------------
@@ -490,10 +754,25 @@ class _Extraction:
     module docstring).
     """
 
-    def __init__(self, root: str, uid: Optional[int], gid: Optional[int]) -> None:
+    def __init__(
+        self,
+        root: str,
+        uid: Optional[int],
+        gid: Optional[int],
+        excludes: Optional[Excludes] = None,
+        link_root: Optional[str] = None,
+    ) -> None:
+        """
+        :param root: where entries are written.
+        :param excludes: entries left out.
+        :param link_root: where ``root`` ends up (a staging directory is
+            renamed into place): absolute symlink targets must lie below it.
+        """
         self.root = root
         self.uid = uid
         self.gid = gid
+        self.excludes = excludes or Excludes()
+        self.link_root = link_root or root
         self.entries = 0
         self._directories: set[str] = {""}
         self._modes: list[tuple[str, int, float]] = []
@@ -553,6 +832,8 @@ class _Extraction:
             if not member.isdir():
                 raise FsError("unsafe_entry", f"tar entry {member.name!r}: names the destination itself")
             return
+        if self.excludes.excludes(rel):
+            return
         self._ensure_directories(posixpath.dirname(rel))
         path = self._path(rel)
         mode = member.mode & 0o7777
@@ -567,7 +848,7 @@ class _Extraction:
             elif not stat.S_ISDIR(status.st_mode):
                 raise FsError("exists", f"{rel}: exists and is not a directory")
             self._directories.add(rel)
-            self._modes.append((path, mode, float(member.mtime)))
+            self._modes.append((rel, mode, float(member.mtime)))
         elif member.isreg():
             self._not_a_directory(rel)
             source = tar.extractfile(member)
@@ -575,7 +856,7 @@ class _Extraction:
             write_atomically(path, _body_chunks(source.read), mode, self.uid, self.gid, fsync=False,
                              mtime=float(member.mtime))
         elif member.issym():
-            if not link_target_inside(self.root, rel, member.linkname):
+            if not link_target_inside(self.link_root, rel, member.linkname):
                 raise FsError("unsafe_entry", f"tar entry {rel!r}: symlink to {member.linkname!r} points outside")
             self._not_a_directory(rel)
             self._replace_with_link(path, lambda temp: os.symlink(member.linkname, temp))
@@ -586,6 +867,8 @@ class _Extraction:
                 raise FsError("unsafe_entry", f"tar entry {rel!r}: hard link to {member.linkname!r} points outside")
             if source_rel == "":
                 raise FsError("unsafe_entry", f"tar entry {rel!r}: hard link to the destination itself")
+            if self.excludes.excludes(source_rel):
+                return
             self._ensure_directories(posixpath.dirname(source_rel))
             source_path = self._path(source_rel)
             try:
@@ -600,14 +883,33 @@ class _Extraction:
             raise FsError("unsupported_entry", f"tar entry {rel!r}: devices and FIFOs are not extracted")
         self.entries += 1
 
-    def finish(self, permissions: Optional[int]) -> None:
-        """Set directory modes and mtimes (deepest first, after their contents), then sync."""
-        for path, mode, mtime in reversed(self._modes):
+    def apply_modes(self, root: str) -> None:
+        """Set the archive's directory modes and mtimes below ``root`` (deepest first, after their contents)."""
+        for rel, mode, mtime in reversed(self._modes):
+            path = os.path.join(root, rel)
             os.chmod(path, mode)
             os.utime(path, (mtime, mtime))
+
+    def finish(self, permissions: Optional[int]) -> None:
+        """Set directory modes and mtimes, ``permissions`` on the root, then sync."""
+        self.apply_modes(self.root)
         if permissions is not None:
             os.chmod(self.root, permissions)
         os.sync()
+
+
+def _extract(extraction: _Extraction, read: Callable[[int], bytes]) -> None:
+    """Extract the tar stream from ``read`` with ``extraction``, then take the rest of the body."""
+    import tarfile
+
+    # typeshed asks any file object for read, write, seek, tell and close;
+    # tarfile's stream modes only read ("r|") or only write ("w|").
+    with tarfile.open(fileobj=_Reader(read), mode="r|", bufsize=CHUNK) as tar:  # type: ignore[call-overload]
+        for member in tar:
+            extraction.add(tar, member)
+    # The archive's end may be followed by padding: take all of the body.
+    while read(CHUNK):
+        pass
 
 
 def upload_tar(
@@ -616,32 +918,135 @@ def upload_tar(
     uid: Optional[int] = None,
     gid: Optional[int] = None,
     permissions: Optional[int] = None,
+    excludes: Optional[Excludes] = None,
+    unpacked_size: Optional[int] = None,
 ) -> dict[str, Any]:
     """
     A tar upload (see the module docstring): the tar stream from ``read`` is
-    extracted below directory ``path``.
+    extracted below directory ``path``, in place.
+
+    :param excludes: entries left out.
+    :param unpacked_size: the announced size, checked against the free space
+        first (:func:`check_space`).
+    :return: the reply's ``result``.
+    """
+    import tarfile
+
+    check_space(path, unpacked_size)
+    make_directories(path, uid, gid)
+    extraction = _Extraction(path, uid, gid, excludes)
+    try:
+        _extract(extraction, read)
+        extraction.finish(permissions)
+    except tarfile.TarError as e:
+        raise FsError("bad_archive", f"not an uncompressed tar stream: {e}") from None
+    except OSError as e:
+        raise os_error(e, getattr(e, "filename", None) or path) from None
+    return {"path": path, "entries": extraction.entries}
+
+
+def merge_moves(staging: str, target: str) -> list[tuple[str, str]]:
+    """
+    The renames that merge the tree ``staging`` into the directory
+    ``target``: a directory missing in ``target`` moves whole, one present
+    is merged into, and every other entry replaces its namesake.  Every
+    conflict is found before anything moves.
+
+    :raises FsError: ``exists`` for a directory against a non-directory
+        (either way round), ``unsafe_entry`` for a directory that would be
+        merged through a symlink.
+    """
+    moves: list[tuple[str, str]] = []
+
+    def visit(source: str, destination: str, prefix: str) -> None:
+        for name in sorted(os.listdir(source)):
+            inner, outer, rel = os.path.join(source, name), os.path.join(destination, name), prefix + name
+            is_directory = stat.S_ISDIR(os.lstat(inner).st_mode)
+            try:
+                existing = os.lstat(outer)
+            except FileNotFoundError:
+                moves.append((inner, outer))
+                continue
+            if is_directory and stat.S_ISLNK(existing.st_mode):
+                raise FsError("unsafe_entry", f"{rel}: a symlink in the destination: refusing to merge through it")
+            if stat.S_ISDIR(existing.st_mode):
+                if not is_directory:
+                    raise FsError("exists", f"{rel}: is a directory in the destination")
+                visit(inner, outer, rel + "/")
+            elif is_directory:
+                raise FsError("exists", f"{rel}: exists in the destination and is not a directory")
+            else:
+                moves.append((inner, outer))
+
+    visit(staging, target, "")
+    return moves
+
+
+def upload_tar_v1(
+    path: str,
+    name: Optional[str],
+    copy_contents: bool,
+    read: Callable[[int], bytes],
+    uid: Optional[int] = None,
+    gid: Optional[int] = None,
+    permissions: Optional[int] = None,
+    excludes: Optional[Excludes] = None,
+    unpacked_size: Optional[int] = None,
+) -> dict[str, Any]:
+    """
+    A cp-v1 tar upload: the directory lands where :func:`directory_target`
+    says.  The archive is extracted into a hidden staging directory first
+    (``.NAME.vmservice-XXXX`` beside a new directory, ``.vmservice-XXXX``
+    inside one merged into), synced, and only then moved into place: a new
+    directory with one rename, a merge with one rename per entry (all
+    conflicts checked before the first).  Any failure before that removes the
+    staging directory and the parents made, so the destination is as it was.
 
     :return: the reply's ``result``.
     """
     import tarfile
 
-    make_directories(path, uid, gid)
-    extraction = _Extraction(path, uid, gid)
+    target, exists = directory_target(path, name, copy_contents)
+    check_space(target, unpacked_size)
+    made: list[str] = []
+    if exists:
+        staging = os.path.join(target, f".vmservice-{os.urandom(6).hex()}")
+    else:
+        made = make_directories(os.path.dirname(target) or "/", uid, gid)
+        staging = _temp_name(target)
     try:
-        # typeshed asks any file object for read, write, seek, tell and close;
-        # tarfile's stream modes only read ("r|") or only write ("w|").
-        with tarfile.open(fileobj=_Reader(read), mode="r|", bufsize=CHUNK) as tar:  # type: ignore[call-overload]
-            for member in tar:
-                extraction.add(tar, member)
-        # The archive's end may be followed by padding: take all of the body.
-        while read(CHUNK):
-            pass
-        extraction.finish(permissions)
-    except tarfile.TarError as e:
-        raise FsError("bad_archive", f"not an uncompressed tar stream: {e}") from None
-    except OSError as e:
-        raise error_from_os(e, getattr(e, "filename", None) or path) from None
-    return {"path": path, "entries": extraction.entries}
+        try:
+            os.mkdir(staging, 0o700)
+        except OSError as e:
+            raise os_error(e, staging) from None
+        try:
+            extraction = _Extraction(staging, uid, gid, excludes, link_root=target)
+            _extract(extraction, read)
+            if exists:
+                moves = merge_moves(staging, target)
+                os.sync()
+                for source, destination in moves:
+                    os.rename(source, destination)
+                extraction.apply_modes(target)
+                if permissions is not None:
+                    os.chmod(target, permissions)
+            else:
+                _chown(staging, uid, gid)
+                os.chmod(staging, DIRECTORY_MODE if permissions is None else permissions)
+                extraction.apply_modes(staging)
+                os.sync()
+                os.rename(staging, target)
+            os.sync()
+        except tarfile.TarError as e:
+            raise FsError("bad_archive", f"not an uncompressed tar stream: {e}") from None
+        except OSError as e:
+            raise os_error(e, getattr(e, "filename", None) or target) from None
+    except BaseException:
+        remove_tree(staging)
+        remove_made(made)
+        raise
+    remove_tree(staging)
+    return {"path": target, "entries": extraction.entries}
 
 
 # -- downloads -----------------------------------------------------------------------------------
@@ -651,12 +1056,13 @@ def _name_of(path: str) -> str:
     return os.path.basename(os.path.normpath(path)) or "/"
 
 
-def walk(top: str) -> Iterator[str]:
+def walk(top: str, excludes: Optional[Excludes] = None) -> Iterator[str]:
     """
     The paths below directory ``top``, relative to it: sorted, each directory
     before its contents, symlinks not followed; unreadable directories are
-    left out.
+    left out, and so are the entries ``excludes`` names (with their contents).
     """
+    excludes = excludes or Excludes()
     try:
         first = sorted(os.listdir(top))
     except OSError as e:
@@ -670,6 +1076,8 @@ def walk(top: str) -> Iterator[str]:
             prefixes.pop()
             continue
         rel = prefixes[-1] + name
+        if excludes.excludes(rel):
+            continue
         yield rel
         full = os.path.join(top, rel)
         if os.path.isdir(full) and not os.path.islink(full):
@@ -681,23 +1089,42 @@ def walk(top: str) -> Iterator[str]:
             prefixes.append(rel + "/")
 
 
-def download(path: str, mode: str, write: Callable[[bytes], None]) -> None:
+def download(
+    path: str,
+    mode: str,
+    write: Callable[[bytes], None],
+    semantics: str = "legacy",
+    excludes: Optional[Excludes] = None,
+) -> None:
     """
     A download (see the module docstring): the head, then the content, to
     ``write``.  Failures before the head become an error head; later ones raise.
+
+    :param mode: ``binary``, ``tar`` or ``recursive`` (``binary`` for a file,
+        ``tar`` for a directory).
+    :param semantics: with ``cp-v1``, ``tar`` is for directories only.
+    :param excludes: entries left out of a tar.
     """
+    excludes = excludes or Excludes()
     try:
         status = os.stat(path)
     except OSError as e:
         write(encode_head(error_reply(error_from_os(e, path))))
         return
     is_dir = stat.S_ISDIR(status.st_mode)
+    if mode == "recursive":
+        mode = "tar" if is_dir else "binary"
     if mode == "binary" and is_dir:
         error = FsError("is_a_directory", f"{path}: is a directory: must specify a file not a directory (use tar)")
         write(encode_head(error_reply(error)))
         return
     if not is_dir and not stat.S_ISREG(status.st_mode):
         write(encode_head(error_reply(FsError("invalid", f"{path}: not a regular file or directory"))))
+        return
+    if mode == "tar" and not is_dir and semantics == "cp-v1":
+        error = FsError("not_a_directory", f"{path}: is a file, and cp-v1-tar copies a directory "
+                                           "(use cp-v1-binary or cp-v1-recursive for a file)")
+        write(encode_head(error_reply(error)))
         return
     head = {"type": "directory" if is_dir else "file", "name": _name_of(path), "mode": stat.S_IMODE(status.st_mode)}
     if mode == "binary":
@@ -729,7 +1156,11 @@ def download(path: str, mode: str, write: Callable[[bytes], None]) -> None:
     write(encode_head({"ok": True, "result": {**head, "size": None}}))
     # The stream mode only writes (typeshed asks for a whole file object, see upload_tar).
     with tarfile.open(fileobj=_Writer(write), mode="w|", bufsize=CHUNK, format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
-        names = [(path, _name_of(path))] if not is_dir else ((os.path.join(path, rel), rel) for rel in walk(path))
+        names: Iterable[tuple[str, str]]
+        if is_dir:
+            names = ((os.path.join(path, rel), rel) for rel in walk(path, excludes))
+        else:
+            names = [(path, _name_of(path))] if not excludes.excludes(_name_of(path)) else []
         for full, arcname in names:
             try:
                 info = tar.gettarinfo(full, arcname=arcname)
@@ -756,11 +1187,39 @@ def _optional_id(header: Mapping[str, Any], name: str) -> Optional[int]:
     return value
 
 
-def _mode(header: Mapping[str, Any]) -> str:
+def _mode(header: Mapping[str, Any], modes: tuple[str, ...] = MODES) -> str:
     mode = header.get("mode", "binary")
-    if mode not in MODES:
-        raise FsError("invalid", f"invalid mode: {mode} (binary or tar)")
+    if mode not in modes:
+        raise FsError("invalid", f"invalid mode: {mode} ({', '.join(modes)})")
     return str(mode)
+
+
+def _semantics(header: Mapping[str, Any]) -> str:
+    semantics = header.get("semantics") or "legacy"
+    if semantics not in SEMANTICS:
+        raise FsError("invalid", f"invalid copy semantics: {semantics} ({', '.join(SEMANTICS)})")
+    return str(semantics)
+
+
+def _excludes(header: Mapping[str, Any]) -> Excludes:
+    patterns = header.get("exclude") or []
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        raise FsError("invalid", "exclude must be a list of patterns")
+    return Excludes(patterns)
+
+
+def _unpacked_size(header: Mapping[str, Any]) -> Optional[int]:
+    value = header.get("unpacked_size")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise FsError("invalid", "unpacked_size must be null or a byte count")
+    return value
+
+
+def _path(header: Mapping[str, Any], uid: Optional[int]) -> str:
+    """The header's ``path``, with ``~`` as ``uid``'s home directory."""
+    return resolve_path(header.get("path"), home=lambda: home_of(uid))
 
 
 class _CopyHandler(StreamHandler):
@@ -856,23 +1315,32 @@ class UploadHandler(_CopyHandler):
         header = self.header
         try:
             mode = _mode(header)
-            path = resolve_path(header.get("path"))
+            semantics = _semantics(header)
             uid, gid = _optional_id(header, "uid"), _optional_id(header, "gid")
+            path = _path(header, uid)
             permissions = header.get("permissions")
             if permissions is not None and (
                 isinstance(permissions, bool) or not isinstance(permissions, int) or not 0 <= permissions <= 0o7777
             ):
                 raise FsError("invalid", "permissions must be null or 0 .. 0o7777")
-            if mode == "binary":
-                result = upload_file(path, bridge.read, uid, gid, permissions)
+            excludes, unpacked = _excludes(header), _unpacked_size(header)
+            if semantics == "cp-v1":
+                name = source_name(header.get("source_name"))
+                if mode == "binary":
+                    result = upload_file_v1(path, name, bridge.read, uid, gid, permissions, unpacked)
+                else:
+                    result = upload_tar_v1(path, name, header.get("copy_contents") is True, bridge.read, uid, gid,
+                                           permissions, excludes, unpacked)
+            elif mode == "binary":
+                result = upload_file(path, bridge.read, uid, gid, permissions, unpacked)
             else:
-                result = upload_tar(path, bridge.read, uid, gid, permissions)
+                result = upload_tar(path, bridge.read, uid, gid, permissions, excludes, unpacked)
             result["size"] = bridge.received
             reply: dict[str, Any] = {"ok": True, "result": result}
         except FsError as e:
             reply = error_reply(e)
         except OSError as e:
-            reply = error_reply(error_from_os(e, getattr(e, "filename", None) or str(header.get("path"))))
+            reply = error_reply(os_error(e, getattr(e, "filename", None) or str(header.get("path"))))
         bridge.write(json.dumps(reply, separators=(",", ":")).encode("utf-8"))
 
 
@@ -880,29 +1348,48 @@ class DownloadHandler(_CopyHandler):
     """``{"op": "cp-download", ...}``: see the module docstring."""
 
     def work(self, bridge: _Bridge) -> None:
+        header = self.header
         try:
-            mode = _mode(self.header)
-            path = resolve_path(self.header.get("path"))
+            mode = _mode(header, DOWNLOAD_MODES)
+            semantics = _semantics(header)
+            path = _path(header, _optional_id(header, "uid"))
+            excludes = _excludes(header)
         except FsError as e:
             bridge.write(encode_head(error_reply(e)))
             return
-        download(path, mode, bridge.write)
+        download(path, mode, bridge.write, semantics, excludes)
 
 
 __all__ = [
     "CHUNK",
+    "DOWNLOAD_MODES",
     "ERROR_KINDS",
     "MODES",
+    "SEMANTICS",
+    "SPACE_MARGIN",
+    "SPACE_SHARE",
     "CopyFailed",
     "DownloadHandler",
     "UploadHandler",
+    "check_space",
+    "directory_target",
     "download",
     "error_reply",
+    "file_target",
+    "home_of",
     "link_target_inside",
     "make_directories",
     "member_path",
+    "merge_moves",
+    "os_error",
+    "remove_made",
+    "remove_tree",
+    "source_name",
+    "space_needed",
     "upload_file",
+    "upload_file_v1",
     "upload_tar",
+    "upload_tar_v1",
     "walk",
     "write_atomically",
 ]

@@ -156,7 +156,7 @@ class HandlerTests(GuestSessionMixin, SynchronousTestCase):
 
     def test_download_failure_resets(self) -> None:
         """A failure after the head resets the stream with INTERNAL_ERROR."""
-        def failing(path: str, mode: str, write: Callable[[bytes], None]) -> None:
+        def failing(path: str, mode: str, write: Callable[[bytes], None], *options: object) -> None:
             write(payloads.encode_head({"ok": True, "result": {}}))
             raise cp.CopyFailed("disk on fire")
 
@@ -171,7 +171,7 @@ class HandlerTests(GuestSessionMixin, SynchronousTestCase):
         release = threading.Event()
         self.addCleanup(release.set)
 
-        def slow(path: str, mode: str, write: Callable[[bytes], None]) -> None:
+        def slow(path: str, mode: str, write: Callable[[bytes], None], *options: object) -> None:
             release.wait(10)
             write(payloads.encode_head({"ok": True, "result": {}}))
 
