@@ -21,6 +21,7 @@ class MappingTests(SynchronousTestCase):
             (errors.Internal("x"), 500, "internal_error"),
             (errors.NotSupported("x"), 501, "not_supported"),
             (errors.AgentNotConnected("x"), 503, "agent_unavailable"),
+            (errors.InsufficientStorage("x"), 507, "insufficient_storage"),
         ]
         for error, status, code in cases:
             self.assertEqual(errors.http_error(error), (status, {"error": "x", "code": code}))
@@ -48,6 +49,8 @@ class GuestErrorTests(SynchronousTestCase):
             (errors.GuestErrorKind.PERMISSION_DENIED, 403, "permission_denied"),
             (errors.GuestErrorKind.UNSUPPORTED, 501, "not_supported"),
             (errors.GuestErrorKind.REJECTED, 400, "invalid_exec"),
+            (errors.GuestErrorKind.NO_SPACE, 507, "insufficient_storage"),
+            (errors.GuestErrorKind.MISSING_DESTINATION, 400, "missing_destination"),
         ]
         for kind, status, code in cases:
             self.assertEqual(errors.http_error(errors.AgentError(kind, "m")), (status, {"error": "m", "code": code}))
@@ -55,5 +58,6 @@ class GuestErrorTests(SynchronousTestCase):
     def test_guest_names(self) -> None:
         """A guest's error name becomes its kind; names the daemon does not know are fs_error."""
         self.assertIs(errors.GuestErrorKind.of_guest("not_found"), errors.GuestErrorKind.NOT_FOUND)
+        self.assertIs(errors.GuestErrorKind.of_guest("no_space"), errors.GuestErrorKind.NO_SPACE)
         self.assertIs(errors.GuestErrorKind.of_guest("unavailable"), errors.GuestErrorKind.FS_ERROR)
         self.assertIs(errors.GuestErrorKind.of_guest(None), errors.GuestErrorKind.FS_ERROR)

@@ -109,6 +109,17 @@ class AgentNotConnected(ServiceError):
     code = "agent_unavailable"
 
 
+class InsufficientStorage(ServiceError):
+    """
+    The guest's file system has no room for what is copied into it (507):
+    refused before anything was written when the client announced the size,
+    or met while writing (what was written is removed).
+    """
+
+    status = 507
+    code = "insufficient_storage"
+
+
 class NotSupported(ServiceError):
     """The operation is not supported by this driver or not yet (501)."""
 
@@ -152,6 +163,10 @@ class GuestErrorKind(Enum):
     UNSAFE_ENTRY = "unsafe_entry"
     UNSUPPORTED_ENTRY = "unsupported_entry"
     BAD_ARCHIVE = "bad_archive"
+    #: A copy's destination ends in ``/`` but is no directory.
+    MISSING_DESTINATION = "missing_destination"
+    #: The guest's file system has no room for a copy.
+    NO_SPACE = "no_space"
     #: Any other file-system error the guest reports.
     FS_ERROR = "fs_error"
 
@@ -195,6 +210,8 @@ _GUEST_NAMED = (
     GuestErrorKind.UNSAFE_ENTRY,
     GuestErrorKind.UNSUPPORTED_ENTRY,
     GuestErrorKind.BAD_ARCHIVE,
+    GuestErrorKind.MISSING_DESTINATION,
+    GuestErrorKind.NO_SPACE,
 )
 
 #: The one table from guest error kinds to service errors: the class (so the
@@ -218,6 +235,8 @@ GUEST_ERRORS: dict[GuestErrorKind, tuple[type[ServiceError], str]] = {
     GuestErrorKind.UNSAFE_ENTRY: (BadRequest, "unsafe_entry"),
     GuestErrorKind.UNSUPPORTED_ENTRY: (BadRequest, "unsupported_entry"),
     GuestErrorKind.BAD_ARCHIVE: (BadRequest, "bad_archive"),
+    GuestErrorKind.MISSING_DESTINATION: (BadRequest, "missing_destination"),
+    GuestErrorKind.NO_SPACE: (InsufficientStorage, "insufficient_storage"),
     GuestErrorKind.FS_ERROR: (Internal, "fs_error"),
 }
 

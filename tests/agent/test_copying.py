@@ -23,6 +23,7 @@ from vmservice.errors import (
     AgentNotConnected,
     BadRequest,
     GuestErrorKind,
+    InsufficientStorage,
     Internal,
     NotFound,
     NotSupported,
@@ -53,6 +54,22 @@ class UploadTests(SynchronousTestCase):
         upload.end()
         self.assertEqual((bytes(stream.written), stream.half_closed), (b"abc", True))
 
+    def test_cp_v1_header(self) -> None:
+        """cp-v1 fields, excludes and the unpacked size join the header only when they say something."""
+        upload, stream = self.start(mode="tar", semantics="cp-v1", source_name="src", copy_contents=True,
+                                    exclude=("*.log", "tmp"), unpacked_size=0)
+        self.assertEqual(stream.header, {"op": "cp-upload", "path": "/x", "mode": "tar", "uid": None, "gid": None,
+                                         "permissions": None, "semantics": "cp-v1", "source_name": "src",
+                                         "copy_contents": True, "exclude": ["*.log", "tmp"], "unpacked_size": 0})
+
+    def test_guest_kinds_are_named(self) -> None:
+        """Every error kind the guest's copy may answer has its own mapping (only io_error is a plain fs_error)."""
+        from vmservice.guest.copying import ERROR_KINDS
+
+        for kind in ERROR_KINDS:
+            mapped = GuestErrorKind.of_guest(kind)
+            self.assertEqual(mapped is GuestErrorKind.FS_ERROR, kind == "io_error", kind)
+
     def test_result(self) -> None:
         """The guest's reply, once it half-closes, is the result."""
         upload, stream = self.start()
@@ -66,6 +83,8 @@ class UploadTests(SynchronousTestCase):
         for kind, error, code in (("unsafe_entry", BadRequest, "unsafe_entry"),
                                   ("is_a_directory", BadRequest, "is_a_directory"),
                                   ("bad_archive", BadRequest, "bad_archive"),
+                                  ("missing_destination", BadRequest, "missing_destination"),
+                                  ("no_space", InsufficientStorage, "insufficient_storage"),
                                   ("not_found", NotFound, "not_found"), ("io_error", Internal, "fs_error")):
             upload, stream = self.start()
             stream.deliver(json.dumps({"ok": False, "error": kind, "message": "m"}).encode())
@@ -103,6 +122,13 @@ class DownloadTests(SynchronousTestCase):
 
     def head(self, **result: object) -> bytes:
         return encode_head({"ok": True, "result": {"type": "file", "name": "f", "mode": 0o640, "size": 5, **result}})
+
+    def test_cp_v1_header(self) -> None:
+        """Semantics, excludes and uid join the header only when given."""
+        start_download(self.agent, DownloadRequest(path="~/d", mode="recursive", semantics="cp-v1", exclude=("x",),
+                                                   uid=7))
+        self.assertEqual(self.agent.streams[-1].header, {"op": "cp-download", "path": "~/d", "mode": "recursive",
+                                                         "semantics": "cp-v1", "exclude": ["x"], "uid": 7})
 
     def test_header_and_half_close(self) -> None:
         """The OPEN header names path and mode; the host half-closes at once."""

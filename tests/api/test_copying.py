@@ -82,13 +82,90 @@ class CopyApiTests(SynchronousTestCase):
     # -- input ----------------------------------------------------------------------
 
     def test_modes(self) -> None:
-        """cp-v1 modes and unknown modes are 400 "invalid mode: <m>" (Go falls back on it), before any stream."""
+        """Unknown modes are 400 "invalid mode: <m>" before any stream; the cp-v1 modes are modes, never refused so."""
         for method in ("GET", "POST"):
-            for mode in ("cp-v1-binary", "cp-v1-tar", "cp-v1-recursive", "zip"):
+            for mode in ("cp-v2-binary", "zip", "cp-v1"):
                 self.transport.clear()
                 self.send(method, f"path=/x&mode={mode}")
                 self.assertError(400, f"invalid mode: {mode}")
         self.assertEqual(self.streams, [])
+        for method in ("GET", "POST"):
+            for mode in ("cp-v1-binary", "cp-v1-tar", "cp-v1-recursive"):
+                self.connect()
+                self.send(method, f"path=/x&mode={mode}&copy_semantics=cp-v1&source_name=x", b"x")
+                self.assertEqual(self.streams[-1].header["semantics"], "cp-v1", (method, mode))
+                self.assertNotIn(b"invalid mode", self.transport.value())
+        self.assertEqual(len(self.streams), 6)
+
+    def test_cp_v1_upload_headers(self) -> None:
+        """The cp-v1 query becomes the OPEN header: the wire mode, source name, copy_contents, excludes, size."""
+        self.send("POST", "path=/srv/&mode=cp-v1-binary&copy_semantics=cp-v1&source_name=f.txt&source_type=file"
+                          "&uid=0&gid=0&permissions=0600", b"x")
+        self.assertEqual(self.streams[-1].header, {
+            "op": "cp-upload", "path": "/srv/", "mode": "binary", "uid": 0, "gid": 0, "permissions": 0o600,
+            "semantics": "cp-v1", "source_name": "f.txt", "copy_contents": False})
+        self.connect()
+        self.send("POST", "path=/srv&mode=cp-v1-tar&copy_semantics=cp-v1&source_name=&source_type=directory"
+                          "&copy_contents=true&exclude=*.log&exclude=.git&exclude=", b"x",
+                  headers="Content-Type: application/x-tar\r\nX-Slicer-Unpacked-Size: 12345\r\n")
+        self.assertEqual(self.streams[-1].header, {
+            "op": "cp-upload", "path": "/srv", "mode": "tar", "uid": None, "gid": None, "permissions": None,
+            "semantics": "cp-v1", "source_name": None, "copy_contents": True, "exclude": ["*.log", ".git", ""],
+            "unpacked_size": 12345})
+
+    def test_cp_v1_recursive_upload(self) -> None:
+        """cp-v1-recursive uploads by source_type, else by Content-Type; copy_semantics alone makes cp-v1."""
+        for query, headers, mode in (("source_type=directory", "", "tar"), ("source_type=file", "", "binary"),
+                                     ("", "Content-Type: application/x-tar\r\n", "tar")):
+            self.connect()
+            self.send("POST", f"path=/d&mode=cp-v1-recursive&source_name=d&{query}", b"x", headers=headers)
+            self.assertEqual((self.streams[-1].header["mode"], self.streams[-1].header["semantics"]), (mode, "cp-v1"))
+        self.connect()
+        self.send("POST", "path=/d&mode=binary&copy_semantics=cp-v1&source_name=f", b"x")
+        self.assertEqual(self.streams[-1].header["semantics"], "cp-v1")
+
+    def test_legacy_ignores_cp_v1_parameters(self) -> None:
+        """A legacy upload keeps today's header; exclude and the unpacked size are still passed on."""
+        self.send("POST", "path=/d&mode=tar&source_name=a/b&copy_contents=true&exclude=x", b"x",
+                  headers="X-Slicer-Unpacked-Size: 7\r\n")
+        self.assertEqual(self.streams[-1].header, {"op": "cp-upload", "path": "/d", "mode": "tar", "uid": None,
+                                                   "gid": None, "permissions": None, "exclude": ["x"],
+                                                   "unpacked_size": 7})
+
+    def test_cp_v1_bad_input(self) -> None:
+        """Contradictory or malformed cp-v1 parameters, and a bad unpacked size, are 400 before any stream."""
+        for query, headers in (
+            ("mode=cp-v1-binary&source_name=f&source_type=directory", ""),
+            ("mode=cp-v1-tar&source_name=d&source_type=file", ""),
+            ("mode=cp-v1-binary&source_name=f&copy_contents=true", ""),
+            ("mode=cp-v1-binary&source_name=a/b", ""),
+            ("mode=cp-v1-tar&source_name=..", ""),
+            ("mode=cp-v1-binary", ""),
+            ("mode=cp-v1-tar&source_name=", ""),
+            ("mode=binary&copy_semantics=cp-v2&source_name=f", ""),
+            ("mode=cp-v1-binary&source_name=f&source_type=link", ""),
+            ("mode=tar", "X-Slicer-Unpacked-Size: -1\r\n"),
+            ("mode=cp-v1-tar&source_name=d", "X-Slicer-Unpacked-Size: 1.5e3\r\n"),
+        ):
+            self.connect()
+            self.send("POST", f"path=/x&{query}", b"data", headers=headers)
+            error = self.assertError(400)
+            self.assertIn(error["code"], ("invalid_query", "invalid_header"), query)
+        self.assertEqual(self.streams, [])
+
+    def test_upload_guest_refusals(self) -> None:
+        """No room is 507 insufficient_storage; a missing directory destination 400 missing_destination."""
+        for kind, status, code in (("no_space", 507, "insufficient_storage"),
+                                   ("missing_destination", 400, "missing_destination"),
+                                   ("not_a_directory", 400, "not_a_directory")):
+            self.connect()
+            self.send("POST", "path=/x/&mode=cp-v1-binary&source_name=f", chunked=True)
+            stream = self.streams[-1]
+            stream.deliver(json.dumps({"ok": False, "error": kind, "message": f"said {kind}"}).encode())
+            stream.protocol.readConnectionLost()
+            error = self.assertError(status, f"said {kind}")
+            self.assertEqual(error["code"], code)
+            self.assertEqual(stream.aborted[0], ResetCode.CANCEL)
 
     def test_bad_input(self) -> None:
         """Missing or relative path, bad uid/gid/permissions are 400."""
@@ -216,6 +293,53 @@ class CopyApiTests(SynchronousTestCase):
                                               "message": "/etc: must specify a file not a directory"}))
         self.streams[-1].end()
         self.assertError(400, "must specify a file not a directory")
+
+    def download_head(self, query: str, accept: str, result: dict[str, Any]) -> Any:
+        self.connect()
+        self.send("GET", query, headers=f"Accept: {accept}\r\n")
+        stream = self.streams[-1]
+        stream.deliver(encode_head({"ok": True, "result": result}) + b"DATA")
+        stream.end()
+        return stream
+
+    def test_download_recursive(self) -> None:
+        """cp-v1-recursive: a file is raw bytes (with its length), a directory a tar; the header says recursive."""
+        both = "application/octet-stream, application/x-tar"
+        stream = self.download_head("path=/etc/hosts&mode=cp-v1-recursive&copy_semantics=cp-v1", both,
+                                    {"type": "file", "name": "hosts", "mode": 0o644, "size": 4})
+        self.assertEqual(stream.header, {"op": "cp-download", "path": "/etc/hosts", "mode": "recursive",
+                                         "semantics": "cp-v1"})
+        status, headers, body = self.response()
+        self.assertEqual((status, headers[b"content-type"], headers[b"content-length"], body),
+                         (200, b"application/octet-stream", b"4", b"DATA"))
+        self.assertEqual((headers[b"x-slicer-source-type"], headers[b"x-slicer-source-name-base64"]),
+                         (b"file", b"aG9zdHM"))
+        self.download_head("path=/etc&mode=cp-v1-recursive&copy_semantics=cp-v1", both,
+                           {"type": "directory", "name": "etc", "mode": 0o755, "size": None})
+        status, headers, body = self.response()
+        self.assertEqual((status, headers[b"content-type"], headers[b"x-slicer-source-type"],
+                          headers[b"x-slicer-file-mode"], body),
+                         (200, b"application/x-tar", b"directory", b"0755", b"DATA"))
+        self.assertNotIn(b"content-length", headers)
+
+    def test_download_cp_v1_tar(self) -> None:
+        """cp-v1-tar asks the guest for a directory's tar with excludes and uid; a file's refusal is a 400."""
+        self.send("GET", "path=~/src&mode=cp-v1-tar&copy_semantics=cp-v1&exclude=*.o&exclude=build/&uid=1000",
+                  headers="Accept: application/x-tar\r\n")
+        stream = self.streams[-1]
+        self.assertEqual(stream.header, {"op": "cp-download", "path": "~/src", "mode": "tar", "semantics": "cp-v1",
+                                         "exclude": ["*.o", "build/"], "uid": 1000})
+        stream.deliver(encode_head({"ok": False, "error": "not_a_directory", "message": "~/src: is a file"}))
+        stream.end()
+        self.assertEqual(self.assertError(400, "is a file")["code"], "not_a_directory")
+
+    def test_download_root_has_no_name(self) -> None:
+        """The root directory has no name: the name header is left out (clients allow it for copy-contents)."""
+        self.download_head("path=/&mode=cp-v1-tar", "application/x-tar",
+                           {"type": "directory", "name": "/", "mode": 0o755, "size": None})
+        status, headers, _ = self.response()
+        self.assertEqual((status, headers[b"x-slicer-source-type"]), (200, b"directory"))
+        self.assertNotIn(b"x-slicer-source-name-base64", headers)
 
     def test_download_slow_client(self) -> None:
         """The HTTP transport pausing its producer pauses the stream (no credit for the guest)."""

@@ -82,9 +82,12 @@ class ParseTests(SynchronousTestCase):
 
 class KindTests(SynchronousTestCase):
     def test_own_words_and_codes(self) -> None:
-        """Kinds that clients match on refuse in their own words: cp's 'invalid mode: <m>'."""
-        error = self.assertRaises(BadRequest, CP_MODE.parse, "mode", "cp-v1-binary")
-        self.assertEqual((error.code, error.message), ("invalid_mode", "invalid mode: cp-v1-binary (supported: binary, tar)"))
+        """Kinds that clients match on refuse in their own words: cp's 'invalid mode: <m>'; cp-v1 modes are modes."""
+        error = self.assertRaises(BadRequest, CP_MODE.parse, "mode", "cp-v2-binary")
+        self.assertEqual((error.code, error.message), ("invalid_mode", "invalid mode: cp-v2-binary (supported: binary, "
+                                                                       "tar, cp-v1-binary, cp-v1-tar, cp-v1-recursive)"))
+        for mode in ("binary", "tar", "cp-v1-binary", "cp-v1-tar", "cp-v1-recursive"):
+            self.assertEqual(CP_MODE.parse("mode", mode), mode)
         self.assertEqual(self.assertRaises(BadRequest, GUEST_PATH.parse, "path", "etc").code, "invalid_path")
         self.assertIn("invalid mode", self.assertRaises(BadRequest, FILE_MODE.parse, "permissions", "999").message)
 

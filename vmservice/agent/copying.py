@@ -40,14 +40,32 @@ log = Logger()
 MAX_UPLOAD_REPLY = 64 * 1024
 
 def upload_header(request: UploadRequest) -> dict[str, Any]:
-    """The OPEN header of an upload (documented in ``docs/agent-protocol.md``)."""
-    return {"op": "cp-upload", "path": request.path, "mode": request.mode, "uid": request.uid, "gid": request.gid,
-            "permissions": request.permissions}
+    """
+    The OPEN header of an upload (documented in ``docs/agent-protocol.md``);
+    the optional fields only when they say something.
+    """
+    header: dict[str, Any] = {"op": "cp-upload", "path": request.path, "mode": request.mode, "uid": request.uid,
+                              "gid": request.gid, "permissions": request.permissions}
+    if request.semantics != "legacy":
+        header.update(semantics=request.semantics, source_name=request.source_name,
+                      copy_contents=request.copy_contents)
+    if request.exclude:
+        header["exclude"] = list(request.exclude)
+    if request.unpacked_size is not None:
+        header["unpacked_size"] = request.unpacked_size
+    return header
 
 
 def download_header(request: DownloadRequest) -> dict[str, Any]:
-    """The OPEN header of a download."""
-    return {"op": "cp-download", "path": request.path, "mode": request.mode}
+    """The OPEN header of a download; the optional fields only when they say something."""
+    header: dict[str, Any] = {"op": "cp-download", "path": request.path, "mode": request.mode}
+    if request.semantics != "legacy":
+        header["semantics"] = request.semantics
+    if request.exclude:
+        header["exclude"] = list(request.exclude)
+    if request.uid is not None:
+        header["uid"] = request.uid
+    return header
 
 
 def _malformed(message: str) -> AgentError:

@@ -8,8 +8,15 @@
   :class:`~.models.CopyResult` (or the error it maps to).
 - ``GET`` downloads: the guest's head becomes the status and the headers
   (``X-Service-File-Mode`` and, for existing clients, ``X-Slicer-File-Mode``,
-  ``X-Slicer-Source-Type``, ``X-Slicer-Source-Name-Base64``); the content is
-  then written as it arrives.  The download is the response's push producer,
+  ``X-Slicer-Source-Type``, ``X-Slicer-Source-Name-Base64``, the last left
+  out for ``/``, which has no name); the content is then written as it
+  arrives, as a tar or as a file's bytes (``cp-v1-recursive`` answers each
+  the way its source is).
+
+Both speak the legacy modes (``binary``, ``tar``: ``path`` is the file or
+the directory itself) and the ``cp-v1-*`` modes, which place an upload the
+way ``cp`` would (into an existing directory under ``source_name``, merged
+with ``copy_contents``); the rules are in ``docs/api.md``.  The download is the response's push producer,
   so a client that reads slowly withholds the guest's credit.  A failure after
   the headers aborts the connection, so the client sees a truncated body
   rather than a complete-looking one.
@@ -32,7 +39,7 @@ from ..nodes.fleet import Fleet
 from ..nodes.guest import DownloadRequest, IUpload, UploadRequest
 from . import inputs
 from .models import CopyResult, ErrorResponse
-from .query import CP_MODE, FILE_MODE, GUEST_PATH, UserId, param
+from .query import COPY_SEMANTICS, CP_MODE, FILE_MODE, GUEST_PATH, SOURCE_TYPE, Boolean, Text, UserId, param
 from .rendering import format_mode, json_body
 from .request_body import RequestBody
 from .routing import Reply, Route
@@ -40,8 +47,12 @@ from .streaming import request_body
 
 log = Logger()
 
-_PATH = "Guest path: the file (binary) or directory (tar); absolute, ~ or ~/..."
-_MODE = "binary (default) or tar; absent: from Content-Type / Accept"
+_PATH = ("Guest path (absolute, ~ or ~/...): legacy modes: the file (binary) or directory (tar); "
+         "cp-v1 modes: the destination as cp reads it")
+_MODE = ("binary (default) or tar; cp-v1-binary, cp-v1-tar or cp-v1-recursive (cp placement); "
+         "absent: from Content-Type / Accept")
+_SEMANTICS = "cp-v1: place the copy like cp (implied by the cp-v1-* modes)"
+_EXCLUDE = "Pattern of tar entries left out, relative to the copied directory (repeat for more)"
 
 
 @frozen
@@ -50,14 +61,26 @@ class UploadQuery:
 
     path: str = param(GUEST_PATH, _PATH, required=True)
     mode: Optional[str] = param(CP_MODE, _MODE)
-    uid: Optional[int] = param(UserId(), "Owner (default: the replaced file's, else root; 4294967295 = not set)")
+    uid: Optional[int] = param(UserId(), "Owner, and whose ~ (default: the replaced file's, else root; "
+                                         "4294967295 = not set)")
     gid: Optional[int] = param(UserId(), "Group (default like uid)")
-    permissions: Optional[int] = param(FILE_MODE, "Octal mode of the file (binary) or of path (tar), e.g. 0644")
+    permissions: Optional[int] = param(FILE_MODE, "Octal mode of the file (binary) or of the directory (tar), e.g. 0644")
+    copy_semantics: Optional[str] = param(COPY_SEMANTICS, _SEMANTICS)
+    source_name: Optional[str] = param(Text(), "cp-v1: base name of the copied file or directory "
+                                               "(required unless copy_contents)")
+    source_type: Optional[str] = param(SOURCE_TYPE, "cp-v1: file or directory (must match the mode)")
+    copy_contents: bool = param(Boolean(), "cp-v1: the source was dir/. : its contents go into (or merge with) path",
+                                default=False)
+    exclude: tuple[str, ...] = param(Text(), _EXCLUDE, repeated=True)
 
     def upload(self, request: IRequest) -> UploadRequest:
         """The guest's upload; the mode comes from ``Content-Type`` when not given."""
-        mode = inputs.cp_mode(request, self.mode, b"content-type")
-        return UploadRequest(path=self.path, mode=mode, uid=self.uid, gid=self.gid, permissions=self.permissions)
+        mode = inputs.cp_upload_mode(request, self.mode, self.source_type)
+        semantics = inputs.cp_semantics(self.mode, self.copy_semantics)
+        name, contents = inputs.cp_source(semantics, mode, self.source_name, self.source_type, self.copy_contents)
+        return UploadRequest(path=self.path, mode=mode, uid=self.uid, gid=self.gid, permissions=self.permissions,
+                             semantics=semantics, source_name=name, copy_contents=contents, exclude=self.exclude,
+                             unpacked_size=inputs.unpacked_size(request))
 
 
 @frozen
@@ -66,10 +89,15 @@ class DownloadQuery:
 
     path: str = param(GUEST_PATH, _PATH, required=True)
     mode: Optional[str] = param(CP_MODE, _MODE)
+    copy_semantics: Optional[str] = param(COPY_SEMANTICS, _SEMANTICS)
+    exclude: tuple[str, ...] = param(Text(), _EXCLUDE, repeated=True)
+    uid: Optional[int] = param(UserId(), "Whose home directory ~ is (default: root's)")
 
     def download(self, request: IRequest) -> DownloadRequest:
         """The guest's download; the mode comes from ``Accept`` when not given."""
-        return DownloadRequest(path=self.path, mode=inputs.cp_mode(request, self.mode, b"accept"))
+        return DownloadRequest(path=self.path, mode=inputs.cp_download_mode(request, self.mode),
+                               semantics=inputs.cp_semantics(self.mode, self.copy_semantics), exclude=self.exclude,
+                               uid=self.uid)
 
 
 def name_header(name: str) -> bytes:
@@ -77,14 +105,22 @@ def name_header(name: str) -> bytes:
     return base64.urlsafe_b64encode(name.encode("utf-8", "surrogateescape")).rstrip(b"=")
 
 
-def _errors() -> dict[int, Reply]:
-    return {
-        400: Reply("Bad input: missing or relative path, bad mode (invalid mode: <m>), uid, gid or permissions; "
-                   "a directory in binary mode; an unsafe or malformed tar", ErrorResponse),
+def _errors(upload: bool) -> dict[int, Reply]:
+    replies = {
+        400: Reply("Bad input: missing or relative path, bad mode (invalid mode: <m>), uid, gid, permissions, "
+                   "cp-v1 parameters or X-Slicer-Unpacked-Size; a directory in binary mode (must specify a file not "
+                   "a directory), a file in cp-v1-tar mode; a destination that cp would refuse; an unsafe or "
+                   "malformed tar", ErrorResponse),
         404: Reply("No such VM, or (download) no such path in the guest", ErrorResponse),
-        409: Reply("The VM is paused, stopped or suspended", ErrorResponse),
+        409: Reply("The VM is paused, stopped or suspended; (upload) a tar entry against a directory of the "
+                   "other kind", ErrorResponse),
         503: Reply("The VM's agent is not connected", ErrorResponse),
     }
+    if upload:
+        replies[507] = Reply("No room in the guest's file system: refused before writing when "
+                             "X-Slicer-Unpacked-Size does not fit, or ran out while writing (nothing is left)",
+                             ErrorResponse)
+    return replies
 
 
 def _abort_response(request: Request) -> Deferred[None]:
@@ -111,14 +147,14 @@ class CopyApi:
         return [
             Route(
                 "POST", "/vm/{hostname}/cp", self.upload, "Copy a file or a tar stream into the node", "cp",
-                {200: Reply("Written (a file replaced atomically; a tar extracted)", CopyResult), **_errors()},
+                {200: Reply("Written (a file replaced atomically; a tar extracted)", CopyResult), **_errors(True)},
                 query=UploadQuery,
                 stream_body=True,
             ),
             Route(
                 "GET", "/vm/{hostname}/cp", self.download, "Copy a file or a tar of a directory out of the node", "cp",
                 {200: Reply("The file's bytes, or a tar of the file or the directory's contents",
-                            media="application/octet-stream"), **_errors()},
+                            media="application/octet-stream"), **_errors(False)},
                 query=DownloadQuery,
             ),
         ]
@@ -167,12 +203,13 @@ class CopyApi:
             raise
         mode = format_mode(head.mode).encode("ascii")
         request.setResponseCode(200)
-        tar = wanted.mode == "tar"
+        tar = wanted.mode == "tar" or (wanted.mode == "recursive" and head.type == "directory")
         request.setHeader(b"Content-Type", b"application/x-tar" if tar else b"application/octet-stream")
         request.setHeader(b"X-Service-File-Mode", mode)
         request.setHeader(b"X-Slicer-File-Mode", mode)
         request.setHeader(b"X-Slicer-Source-Type", head.type.encode("ascii"))
-        request.setHeader(b"X-Slicer-Source-Name-Base64", name_header(head.name))
+        if head.name != "/":
+            request.setHeader(b"X-Slicer-Source-Name-Base64", name_header(head.name))
         request.setHeader(b"Cache-Control", b"no-store")
         if not tar and head.size is not None:
             request.setHeader(b"Content-Length", str(head.size).encode("ascii"))

@@ -228,10 +228,16 @@ FILE_MODE = Octal(0o7777, code="invalid_mode", message="invalid mode: {text} ({n
 #: A process's umask as octal text.
 UMASK = Octal(0o777, message="query parameter {name!r} must be an octal umask 0 .. 0777, not {text!r}")
 
-#: The copy modes of ``/vm/{hostname}/cp``; anything else is refused as
-#: ``invalid mode: <m>``, the words on which clients fall back from the
-#: ``cp-v1-*`` modes.
-CP_MODE = Choice(("binary", "tar"), code="invalid_mode", message="invalid mode: {text} (supported: binary, tar)")
+#: The copy modes of ``/vm/{hostname}/cp``: the legacy ``binary`` and
+#: ``tar``, and the ``cp-v1-*`` modes (placed like ``cp``).  Anything else is
+#: refused as ``invalid mode: <m>``, the words on which existing clients fall
+#: back to the legacy modes, so a mode listed here is never refused so.
+CP_MODES = ("binary", "tar", "cp-v1-binary", "cp-v1-tar", "cp-v1-recursive")
+CP_MODE = Choice(CP_MODES, code="invalid_mode", message="invalid mode: {text} (supported: " + ", ".join(CP_MODES) + ")")
+#: ``copy_semantics``: only ``cp-v1`` (the ``cp-v1-*`` modes imply it).
+COPY_SEMANTICS = Choice(("cp-v1",), message="query parameter {name!r} must be cp-v1, not {text!r}")
+#: ``source_type`` of a cp-v1 upload.
+SOURCE_TYPE = Choice(("file", "directory"))
 
 @frozen
 class _Param:
@@ -303,7 +309,10 @@ def parse_query(args: Mapping[bytes, list[bytes]] | None, cls: type[_T]) -> _T:
 
 
 __all__ = [
+    "COPY_SEMANTICS",
     "CP_MODE",
+    "CP_MODES",
+    "SOURCE_TYPE",
     "FILE_MODE",
     "GUEST_PATH",
     "UMASK",

@@ -131,11 +131,19 @@ class UploadRequest:
     """
     One copy into the guest.
 
-    :ivar path: the guest path (absolute or ``~``/``~/...``).
+    :ivar path: the guest path (absolute or ``~``/``~/...``; ``~`` is the
+        home directory of ``uid``, root's when it is ``None``).
     :ivar mode: ``binary`` (the body is the file) or ``tar``.
     :ivar uid: owner, ``None`` for the default (the replaced file's, else root).
     :ivar gid: group, ``None`` for the default.
-    :ivar permissions: the file's mode (binary) or ``path``'s (tar), or ``None``.
+    :ivar permissions: the file's mode (binary) or the directory's (tar), or ``None``.
+    :ivar semantics: ``legacy`` (``path`` is the file or directory itself) or
+        ``cp-v1`` (placed like ``cp`` would, see ``docs/api.md``).
+    :ivar source_name: cp-v1: the base name of what was copied.
+    :ivar copy_contents: cp-v1: the directory's contents go into ``path``.
+    :ivar exclude: patterns of tar entries left out.
+    :ivar unpacked_size: bytes the upload unpacks to, checked against the
+        guest's free space before anything is written.
     """
 
     path: str
@@ -143,6 +151,11 @@ class UploadRequest:
     uid: int | None = None
     gid: int | None = None
     permissions: int | None = None
+    semantics: str = "legacy"
+    source_name: str | None = None
+    copy_contents: bool = False
+    exclude: tuple[str, ...] = ()
+    unpacked_size: int | None = None
 
 
 @frozen
@@ -190,11 +203,18 @@ class DownloadRequest:
     One copy out of the guest.
 
     :ivar path: the guest path.
-    :ivar mode: ``binary`` (a file's bytes) or ``tar``.
+    :ivar mode: ``binary`` (a file's bytes), ``tar``, or ``recursive``
+        (``binary`` for a file, ``tar`` for a directory).
+    :ivar semantics: ``legacy`` or ``cp-v1`` (``tar`` is then for directories only).
+    :ivar exclude: patterns of entries left out of a tar.
+    :ivar uid: whose home directory ``~`` is (root's when ``None``).
     """
 
     path: str
     mode: str = "binary"
+    semantics: str = "legacy"
+    exclude: tuple[str, ...] = ()
+    uid: int | None = None
 
 
 @frozen
