@@ -218,18 +218,22 @@ class CopyTests(SharedDaemonTestCase):
         self.assertEqual(sorted(self.stdout("ls /srv/jail").split()), ["ok1", "ok2", "ok3", "ok4", "ok5", "up"])
 
     def test_errors(self) -> None:
-        """Missing path 404, binary of a directory 400 (the words Go looks for), cp-v1 400, bad input 400, unknown VM 404."""
+        """Missing path 404, binary of a directory 400 (the words Go looks for), cp-v1 modes known, bad input 400, unknown VM 404."""
         status, _, body = self.download({"path": "/no/such/file"})
         self.assertEqual(status, 404, body)
         status, _, body = self.download({"path": "/etc"})
         self.assertEqual(status, 400)
         self.assertIn(b"must specify a file not a directory", body)
-        for mode in ("cp-v1-binary", "cp-v1-tar", "cp-v1-recursive"):
+        for mode, expected in (("cp-v1-binary", 200), ("cp-v1-tar", 400), ("cp-v1-recursive", 200)):
             status, _, body = self.download({"path": "/etc/hostname", "mode": mode})
-            self.assertEqual(status, 400)
-            self.assertIn(f"invalid mode: {mode}".encode(), body)
+            self.assertEqual(status, expected, body)
+            self.assertNotIn(b"invalid mode", body)
             status, body = self.upload({"path": "/tmp/x", "mode": mode}, b"x")
-            self.assertIn(f"invalid mode: {mode}".encode(), body)
+            self.assertEqual(json.loads(body)["code"], "invalid_query", body)  # source_name is missing
+            self.assertNotIn(b"invalid mode", body)
+        status, _, body = self.download({"path": "/etc/hostname", "mode": "cp-v2-binary"})
+        self.assertEqual(status, 400)
+        self.assertIn(b"invalid mode: cp-v2-binary", body)
         status, body = self.upload({"path": "relative"}, b"x")
         self.assertEqual(status, 400, body)
         status, body = self.upload({"path": "/etc"}, b"x")
