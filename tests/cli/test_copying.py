@@ -20,7 +20,19 @@ from hypothesis import strategies as st
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from vmservice.cli.copying import Location, Progress, pack_directory, parse_location, unpack_into
+from vmservice.cli.copying import (
+    CopyFailed,
+    Location,
+    Progress,
+    copy_contents,
+    directory_destination,
+    file_destination,
+    pack_directory,
+    parse_location,
+    unpack_into,
+    unpacked_size,
+)
+from vmservice.wire.excludes import Excludes
 
 
 class LocationTests(SynchronousTestCase):
@@ -51,6 +63,46 @@ def make_tree(root: str) -> str:
     os.chmod(os.path.join(root, "sub", "data"), 0o604)
     os.chmod(os.path.join(root, "sub", "deep"), 0o775)
     return root
+
+
+class PlacementTests(SynchronousTestCase):
+    """The cp-v1 rules for downloads, on local directories."""
+
+    def setUp(self) -> None:
+        self.root = self.mktemp()
+        os.makedirs(os.path.join(self.root, "dir", "sub"))
+        with open(os.path.join(self.root, "file"), "wb"):
+            pass
+
+    def test_copy_contents(self) -> None:
+        """dir/., . and / name contents; dir, dir/ and other paths name the directory."""
+        for path in ("dir/.", "dir/./", "/srv/x/.", ".", "./", "/", "//"):
+            self.assertTrue(copy_contents(path), path)
+        for path in ("dir", "dir/", "/srv/x", "./dir", "..", "a.b", "x/.."):
+            self.assertFalse(copy_contents(path), path)
+
+    def test_file(self) -> None:
+        """File: existing directory -> dir/name; existing file -> itself; missing -> itself; missing with / -> error."""
+        d, f = os.path.join(self.root, "dir"), os.path.join(self.root, "file")
+        self.assertEqual(file_destination(d, "n"), os.path.join(d, "n"))
+        self.assertEqual(file_destination(d + "/", "n"), os.path.join(d, "n"))
+        self.assertEqual(file_destination(f, "n"), f)
+        self.assertEqual(file_destination(os.path.join(self.root, "new"), "n"), os.path.join(self.root, "new"))
+        self.assertRaises(CopyFailed, file_destination, os.path.join(self.root, "new") + "/", "n")
+
+    def test_directory(self) -> None:
+        """Directory: non-directory -> error; contents -> merge; existing -> dest/name (merged if there); missing -> create."""
+        d, f = os.path.join(self.root, "dir"), os.path.join(self.root, "file")
+        self.assertRaises(CopyFailed, directory_destination, f, "x", False)
+        self.assertEqual(directory_destination(d, "x", True), (d, True))
+        self.assertEqual(directory_destination(d, "x", False), (os.path.join(d, "x"), False))
+        self.assertEqual(directory_destination(d, "sub", False), (os.path.join(d, "sub"), True))
+        new = os.path.join(self.root, "new")
+        self.assertEqual(directory_destination(new, "x", False), (new, False))
+        self.assertRaises(CopyFailed, directory_destination, d, None, False)
+        with open(os.path.join(d, "taken"), "wb"):
+            pass
+        self.assertRaises(CopyFailed, directory_destination, d, "taken", False)
 
 
 class TarTests(SynchronousTestCase):
@@ -172,3 +224,26 @@ class ProgressTests(SynchronousTestCase):
         progress.add(10)
         progress.finish()
         self.assertEqual((err.getvalue(), progress.done), ("", 10))
+
+
+class ExcludeTests(SynchronousTestCase):
+    """What vmctl leaves out of the tar it packs, and the unpacked size it announces."""
+
+    def test_pack_and_size(self) -> None:
+        """Excluded files and directories (with their contents) are not packed nor counted."""
+        root = make_tree(self.mktemp())
+        with open(os.path.join(root, "x.log"), "wb") as f:
+            f.write(b"12345")
+        os.symlink("a.sh", os.path.join(root, "link"))
+        everything = unpacked_size(root)
+        self.assertEqual(everything, len(b"#!/bin/sh\n") + 300_000 + 5)
+        excludes = Excludes(["*.log", "sub"])
+        self.assertEqual(unpacked_size(root, excludes), len(b"#!/bin/sh\n"))
+        read_end, write_end = os.pipe()
+        thread = threading.Thread(target=pack_directory, args=(root, write_end, excludes))
+        thread.start()
+        with os.fdopen(read_end, "rb") as stream:
+            with tarfile.open(fileobj=stream, mode="r|") as tar:
+                names = [member.name for member in tar]
+        thread.join()
+        self.assertEqual(names, ["a.sh", "link"])

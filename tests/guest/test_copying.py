@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.guest import copying as cp
-from vmservice.guest.excludes import Excludes
+from vmservice.wire.excludes import Excludes
 from vmservice.guest.filesystem import FsError
 from vmservice.wire import payloads
 

@@ -214,7 +214,7 @@ class CopyTests(SharedDaemonTestCase):
             self.assertEqual(status, 400, (entries, reply))
             self.assertEqual(json.loads(reply)["code"], "unsafe_entry", reply)
         self.assertEqual(self.stdout("ls /srv").split(), ["jail"])
-        self.assertEqual(self.shell("ls /escaped")["exit_code"], 1)
+        self.assertEqual(self.shell("test -e /escaped")["exit_code"], 1)
         self.assertEqual(sorted(self.stdout("ls /srv/jail").split()), ["ok1", "ok2", "ok3", "ok4", "ok5", "up"])
 
     def test_errors(self) -> None:

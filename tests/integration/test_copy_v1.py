@@ -14,7 +14,12 @@ import base64
 import http.client
 import io
 import json
+import os
+import shutil
+import subprocess
+import sys
 import tarfile
+import tempfile
 from typing import Any, Iterator
 from urllib.parse import urlencode
 
@@ -358,3 +363,63 @@ class CopyV1Tests(SharedGuestTestCase):
         self.assertEqual((status, members(body)), (200, {"mine": b"tester's"}))
         status, answer = self.upload(self.v1("binary", "~/x", "x", "file", uid=4321), b"nobody's")
         self.assertEqual((status, answer["code"]), (400, "invalid_path"), answer)
+
+
+    # -- vmctl cp: the same rules both ways ----------------------------------------------
+
+    def vmctl(self, *argv: str) -> tuple[int, str]:
+        """Run ``vmctl`` against the daemon: its exit status and stderr."""
+        result = subprocess.run(
+            [sys.executable, "-m", "vmservice.cli.main", "--url", f"http://127.0.0.1:{self.daemon.port}", *argv],
+            capture_output=True, timeout=300, stdin=subprocess.DEVNULL)
+        return result.returncode, result.stderr.decode()
+
+    def local(self) -> str:
+        path = tempfile.mkdtemp(prefix="vms-cp1-", dir="/tmp")
+        self.addCleanup(shutil.rmtree, path, True)
+        return path
+
+    def test_vmctl_upload_placement(self) -> None:
+        """vmctl cp up: a file and a directory into an existing directory by name, DIR/. merged, a missing X/ refused."""
+        r, here = self.root, self.local()
+        os.makedirs(os.path.join(here, "site", "css"))
+        for name, data in (("site/index.html", b"<p>"), ("site/css/a.css", b"a{}"), ("note.txt", b"n")):
+            with open(os.path.join(here, name), "wb") as f:
+                f.write(data)
+        self.sh(f"mkdir -p {r}/www {r}/merge && printf old > {r}/merge/keep")
+        self.assertEqual(self.vmctl("cp", f"{here}/note.txt", f"demo-1:{r}/www"), (0, ""))
+        self.assertEqual(self.vmctl("cp", f"{here}/site", f"demo-1:{r}/www/"), (0, ""))
+        self.assertEqual(self.vmctl("cp", f"{here}/site/.", f"demo-1:{r}/merge"), (0, ""))
+        self.assertEqual(self.vmctl("cp", f"{here}/site", f"demo-1:{r}/fresh"), (0, ""))
+        code, err = self.vmctl("cp", f"{here}/note.txt", f"demo-1:{r}/missing/")
+        self.assertEqual(code, 1)
+        self.assertIn("missing_destination", err)
+        self.assertEqual(self.tree(r), [
+            "fresh/", "fresh/css/", "fresh/css/a.css=a{}", "fresh/index.html=<p>",
+            "merge/", "merge/css/", "merge/css/a.css=a{}", "merge/index.html=<p>", "merge/keep=old",
+            "www/", "www/note.txt=n", "www/site/", "www/site/css/", "www/site/css/a.css=a{}",
+            "www/site/index.html=<p>"])
+
+    def test_vmctl_download_placement(self) -> None:
+        """vmctl cp down: the same rules placed here: by name into a directory, DIR/. merged, refusals."""
+        r, here = self.root, self.local()
+        self.sh(f"mkdir -p {r}/logs/old && printf a > {r}/logs/a.log && printf b > {r}/logs/old/b.log"
+                f" && printf f > {r}/f.txt && chmod 0604 {r}/f.txt")
+        os.makedirs(os.path.join(here, "into"))
+        with open(os.path.join(here, "into", "mine"), "wb") as f:
+            f.write(b"mine")
+        self.assertEqual(self.vmctl("cp", f"demo-1:{r}/logs", f"{here}/into"), (0, ""))
+        self.assertEqual(self.vmctl("cp", f"demo-1:{r}/logs/.", f"{here}/into"), (0, ""))
+        self.assertEqual(self.vmctl("cp", f"demo-1:{r}/logs", f"{here}/new"), (0, ""))
+        self.assertEqual(self.vmctl("cp", f"demo-1:{r}/f.txt", f"{here}/into/"), (0, ""))
+        self.assertEqual(self.vmctl("cp", "--exclude", "old", f"demo-1:{r}/logs", f"{here}/trimmed"), (0, ""))
+        found = sorted(os.path.relpath(os.path.join(d, n), here) for d, ds, fs in os.walk(here) for n in ds + fs)
+        self.assertEqual(found, ["into", "into/a.log", "into/f.txt", "into/logs", "into/logs/a.log", "into/logs/old",
+                                 "into/logs/old/b.log", "into/mine", "into/old", "into/old/b.log", "new", "new/a.log",
+                                 "new/old", "new/old/b.log", "trimmed", "trimmed/a.log"])
+        self.assertEqual(os.stat(os.path.join(here, "into", "f.txt")).st_mode & 0o777, 0o604)
+        code, err = self.vmctl("cp", f"demo-1:{r}/f.txt", f"{here}/nowhere/")
+        self.assertEqual((code, err), (1, f"vmctl: {here}/nowhere/: no such directory\n"))
+        code, err = self.vmctl("cp", f"demo-1:{r}/logs", f"{here}/into/mine")
+        self.assertEqual((code, err), (1, f"vmctl: {here}/into/mine exists and is not a directory\n"))
+        self.assertFalse(os.path.exists(os.path.join(here, "nowhere")))

@@ -1,26 +1,34 @@
 # -*- test-case-name: tests.cli.test_copying,tests.integration.cli.test_copying -*-
 """
-``vmctl cp``: copy files and directories between this machine and a guest.
+``vmctl cp``: copy files and directories between this machine and a guest,
+placed the way ``cp -r`` places them (the daemon's ``cp-v1`` semantics).
 
-A file goes as itself (``mode=binary``) with its permission bits; a directory
-as an uncompressed tar stream of its contents (``mode=tar``), built and
-extracted on the fly: :mod:`tarfile` runs in a thread on one end of a pipe
-and the HTTP body streams through the other end, so neither side is ever
-held whole in memory or on disk, and a slow side blocks the pipe (and so
-the other side) instead of growing a buffer.
+A file goes as itself (``mode=cp-v1-binary``) with its permission bits; a
+directory as an uncompressed tar stream of its contents (``mode=cp-v1-tar``),
+built and extracted on the fly: :mod:`tarfile` runs in a thread on one end of
+a pipe and the HTTP body streams through the other end, so neither side is
+ever held whole in memory or on disk, and a slow side blocks the pipe (and so
+the other side) instead of growing a buffer.  Downloads ask for
+``cp-v1-recursive`` and learn from the headers whether a file or a tar comes.
 
-Destinations: a directory copy puts the *contents* of the source into the
-destination directory, which is created if missing; a file copied to a
-directory (an existing one, or a path ending in ``/``) keeps its base name.
+Destinations, both ways (:func:`file_destination`, :func:`directory_destination`):
+a file goes into an existing directory under its name, over an existing file,
+or to a new path (a missing path ending in ``/`` is an error); a directory
+goes into an existing directory under its name (merged if that exists), or
+becomes a missing path; a source ending in ``/.`` copies a directory's
+*contents* into the destination.  Uploads are placed by the guest, downloads
+here by the same rules.
 """
 
 from __future__ import annotations
 
 import os
 import posixpath
+import shutil
+import stat
 import tarfile
 import tempfile
-from typing import Any, Callable, TextIO
+from typing import Callable, Sequence, TextIO
 
 from attrs import frozen
 from twisted.internet.defer import Deferred
@@ -31,10 +39,23 @@ from twisted.web.iweb import IBodyProducer
 from zope.interface import implementer
 
 from ..durable import commit
-from ..client import ApiError, Client, FdBodyProducer, IBodyReactor, body_producer
+from ..client import Client, Download, FdBodyProducer, IBodyReactor, body_producer
+from ..wire.excludes import Excludes
 from . import output
 
-__all__ = ["ICopyReactor", "Location", "Progress", "copy", "parse_location", "pack_directory", "unpack_into"]
+__all__ = [
+    "ICopyReactor",
+    "Location",
+    "Progress",
+    "copy",
+    "copy_contents",
+    "directory_destination",
+    "file_destination",
+    "pack_directory",
+    "parse_location",
+    "unpack_into",
+    "unpacked_size",
+]
 
 #: How often the progress line is redrawn, in seconds.
 PROGRESS_INTERVAL = 0.2
@@ -174,20 +195,50 @@ class _Counted:
 # -- tar on the fly --------------------------------------------------------
 
 
-def pack_directory(source: str, fd: int) -> None:
+def pack_directory(source: str, fd: int, excludes: Excludes | None = None) -> None:
     """
     Write an uncompressed tar of the contents of directory ``source`` to
     file descriptor ``fd`` (entries relative to ``source``, no top-level
-    directory; modes kept), then close ``fd``.  Runs in a thread: writes
-    block while the pipe is full.  On failure ``fd`` is left open so the
-    caller can fail the upload before the reader sees an end of file.
+    directory; modes kept; what ``excludes`` names left out, with its
+    contents), then close ``fd``.  Runs in a thread: writes block while the
+    pipe is full.  On failure ``fd`` is left open so the caller can fail the
+    upload before the reader sees an end of file.
     """
+    excludes = excludes or Excludes()
+
+    def kept(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        return None if excludes.excludes(info.name) else info
+
     stream = os.fdopen(fd, "wb", closefd=False)
     with tarfile.open(fileobj=stream, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for name in sorted(os.listdir(source)):
-            tar.add(os.path.join(source, name), arcname=name)
+            tar.add(os.path.join(source, name), arcname=name, filter=kept)
     stream.close()
     os.close(fd)
+
+
+def unpacked_size(source: str, excludes: Excludes | None = None) -> int:
+    """
+    The bytes of the regular files :func:`pack_directory` would pack from
+    ``source`` (``X-Slicer-Unpacked-Size``: the guest checks its free space
+    against it before writing).
+    """
+    excludes = excludes or Excludes()
+    total = 0
+    for directory, subdirectories, files in os.walk(source):
+        rel = os.path.relpath(directory, source)
+        prefix = "" if rel == "." else rel + "/"
+        subdirectories[:] = [d for d in subdirectories if not excludes.excludes(prefix + d)]
+        for name in files:
+            if excludes.excludes(prefix + name):
+                continue
+            try:
+                status = os.lstat(os.path.join(directory, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(status.st_mode):
+                total += status.st_size
+    return total
 
 
 def _keep_modes(member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo | None:
@@ -229,16 +280,54 @@ def _write_all(fd: int, data: bytes) -> None:
 # -- the copies ------------------------------------------------------------
 
 
-async def _remote_directory(client: Client, host: str, path: str) -> bool:
-    if path.endswith("/"):
-        return True
-    try:
-        entry = await client.stat(host, path)
-    except ApiError as error:
-        if error.status == 404:
-            return False
-        raise
-    return entry.get("type") == "directory"
+def copy_contents(path: str) -> bool:
+    """
+    Whether ``path`` names a directory's contents rather than the directory
+    itself: ``dir/.``, ``.`` or ``/`` (as ``cp -r dir/. dest`` reads them).
+    """
+    stripped = path.rstrip("/")
+    return stripped in ("", ".") or stripped.endswith("/.")
+
+
+def file_destination(destination: str, name: str) -> str:
+    """
+    Where a file named ``name`` copied to the local ``destination`` goes: an
+    existing directory receives ``destination/name``; an existing file is
+    replaced; a missing path ending in ``/`` is an error; any other path is
+    the file.
+
+    :raise CopyFailed: the destination directory does not exist.
+    """
+    if os.path.isdir(destination):
+        return os.path.join(destination, name)
+    if not os.path.exists(destination) and destination.endswith("/"):
+        raise CopyFailed(f"{destination}: no such directory")
+    return destination
+
+
+def directory_destination(destination: str, name: str | None, contents: bool) -> tuple[str, bool]:
+    """
+    Where a directory named ``name`` copied to the local ``destination``
+    goes, and whether that directory exists (the copy is merged into it):
+    an existing non-directory is an error; an existing directory receives
+    the contents themselves (``contents``) or ``destination/name``; a missing
+    path becomes the directory.
+
+    :raise CopyFailed: the destination is not a directory, or the source's
+        name is unknown where it is needed.
+    """
+    if os.path.exists(destination) and not os.path.isdir(destination):
+        raise CopyFailed(f"{destination} exists and is not a directory")
+    if not os.path.exists(destination):
+        return destination, False
+    if contents:
+        return destination, True
+    if not name:
+        raise CopyFailed("the daemon did not name the directory copied; copy its contents with SRC/.")
+    target = os.path.join(destination, name)
+    if os.path.exists(target) and not os.path.isdir(target):
+        raise CopyFailed(f"{target} exists and is not a directory")
+    return target, os.path.isdir(target)
 
 
 async def _upload(
@@ -250,12 +339,16 @@ async def _upload(
     err: TextIO,
     uid: int | None,
     gid: int | None,
+    excludes: Excludes,
 ) -> None:
+    destination = destination or "~/"
+    name = os.path.basename(os.path.abspath(source))
     if os.path.isdir(source):
+        size = unpacked_size(source, excludes)
         progress = Progress(reactor, err, None)
         read_end, write_end = os.pipe()
         producer = FdBodyProducer(reactor, read_end)
-        packed = deferToThreadPool(reactor, reactor.getThreadPool(), pack_directory, source, write_end)
+        packed = deferToThreadPool(reactor, reactor.getThreadPool(), pack_directory, source, write_end, excludes)
         pack_error: list[Failure] = []
 
         def packing_failed(failure: Failure) -> None:
@@ -266,7 +359,9 @@ async def _upload(
         packed.addErrback(packing_failed)
         try:
             await client.upload(
-                host, destination or ".", _Counted(producer, progress.add), mode="tar", uid=uid, gid=gid
+                host, destination, _Counted(producer, progress.add), mode="cp-v1-tar", uid=uid, gid=gid,
+                source_name=name or None, copy_contents=copy_contents(source), exclude=excludes.patterns,
+                unpacked_size=size,
             )
         except Exception:
             if pack_error:
@@ -284,88 +379,132 @@ async def _upload(
         raise CopyFailed(f"cannot read {source}: {error.strerror or error}") from None
     with source_file:
         info = os.fstat(source_file.fileno())
-        if not destination or await _remote_directory(client, host, destination):
-            destination = posixpath.join(destination or ".", os.path.basename(source.rstrip("/")))
         progress = Progress(reactor, err, info.st_size)
         await client.upload(
             host,
             destination,
             _Counted(body_producer(reactor, source_file), progress.add),
-            mode="binary",
+            mode="cp-v1-binary",
             uid=uid,
             gid=gid,
             permissions=info.st_mode & 0o7777,
+            source_name=name,
+            unpacked_size=info.st_size,
         )
     progress.finish()
 
 
-async def _download(
-    reactor: ICopyReactor, client: Client, host: str, source: str, destination: str, err: TextIO
-) -> None:
-    entry = await client.stat(host, source)
-    if entry.get("type") == "directory":
-        if os.path.exists(destination) and not os.path.isdir(destination):
-            raise CopyFailed(f"{destination} exists and is not a directory")
-        os.makedirs(destination, exist_ok=True)
-        progress = Progress(reactor, err, None)
-        read_end, write_end = os.pipe()
-        unpacked = deferToThreadPool(reactor, reactor.getThreadPool(), unpack_into, read_end, destination)
-        unpack_error: list[Failure] = []
-        unpacked.addErrback(unpack_error.append)
+class _FileSink:
+    """A downloaded file: written beside its target, renamed into place by :meth:`commit`."""
 
-        def write(data: bytes) -> None:
-            progress.add(len(data))
-            _write_all(write_end, data)
-
+    def __init__(self, target: str, progress: Progress) -> None:
+        directory = os.path.dirname(os.path.abspath(target))
         try:
-            await client.download(host, source, write=write, mode="tar")
-        except BrokenPipeError:
-            pass  # the extraction stopped: its error is reported below
-        finally:
-            os.close(write_end)
-            await unpacked
-        if unpack_error:
-            raise CopyFailed(f"cannot extract into {destination}: {unpack_error[0].getErrorMessage()}")
-        progress.finish()
-        return
-    target = destination
-    if os.path.isdir(target) or target.endswith("/"):
-        target = os.path.join(target, posixpath.basename(source.rstrip("/")) or "file")
-    directory = os.path.dirname(os.path.abspath(target))
-    try:
-        fd, partial = tempfile.mkstemp(prefix=".vmctl-", dir=directory)
-    except OSError as error:
-        raise CopyFailed(f"cannot write into {directory}: {error.strerror or error}") from None
-    size = entry.get("size")
-    progress = Progress(reactor, err, size if isinstance(size, int) else None)
-    try:
-        with os.fdopen(fd, "wb") as sink:
+            fd, self.partial = tempfile.mkstemp(prefix=".vmctl-", dir=directory)
+        except OSError as error:
+            raise CopyFailed(f"cannot write into {directory}: {error.strerror or error}") from None
+        self.target = target
+        self._file = os.fdopen(fd, "wb")
+        self.progress = progress
 
-            def write(data: bytes) -> None:
-                progress.add(len(data))
-                sink.write(data)
+    def write(self, data: bytes) -> None:
+        self.progress.add(len(data))
+        self._file.write(data)
 
-            download = await client.download(host, source, write=write, mode="binary")
-        mode = download.mode
-        if mode is None:
-            mode = _mode_of(entry)
-        os.chmod(partial, 0o644 if mode is None else mode & 0o7777)
-        commit(partial, target)
-    except BaseException:
+    def commit(self, mode: int | None) -> None:
+        self._file.close()
+        os.chmod(self.partial, 0o644 if mode is None else mode & 0o7777)
+        commit(self.partial, self.target)
+
+    def discard(self) -> None:
+        self._file.close()
         try:
-            os.unlink(partial)
+            os.unlink(self.partial)
         except OSError:
             pass
-        raise
-    progress.finish()
 
 
-def _mode_of(entry: dict[str, Any]) -> int | None:
-    text = entry.get("mode")
+class _TreeSink:
+    """
+    A downloaded tar, extracted on a thread from a pipe: into a new hidden
+    directory renamed into place at the end, or into an existing directory.
+    """
+
+    def __init__(self, reactor: ICopyReactor, target: str, exists: bool, progress: Progress) -> None:
+        self.target = target
+        self.staging: str | None = None
+        into = target
+        if not exists:
+            parent = os.path.dirname(os.path.abspath(target))
+            os.makedirs(parent, exist_ok=True)
+            self.staging = into = tempfile.mkdtemp(prefix=".vmctl-", dir=parent)
+        self.progress = progress
+        read_end, self._write_end = os.pipe()
+        self._failure: list[Failure] = []
+        self.unpacked = deferToThreadPool(reactor, reactor.getThreadPool(), unpack_into, read_end, into)
+        self.unpacked.addErrback(self._failure.append)
+
+    def write(self, data: bytes) -> None:
+        self.progress.add(len(data))
+        try:
+            _write_all(self._write_end, data)
+        except BrokenPipeError:
+            pass  # the extraction stopped: its error is reported by finish()
+
+    async def finish(self, complete: bool) -> None:
+        """Wait for the extraction; put a new directory in place when it and the download succeeded."""
+        os.close(self._write_end)
+        await self.unpacked
+        if self._failure or not complete:
+            self._discard()
+            if self._failure and complete:
+                raise CopyFailed(f"cannot extract into {self.target}: {self._failure[0].getErrorMessage()}")
+            return
+        if self.staging is not None:
+            os.chmod(self.staging, 0o755)
+            os.rename(self.staging, self.target)
+
+    def _discard(self) -> None:
+        if self.staging is not None:
+            shutil.rmtree(self.staging, ignore_errors=True)
+
+
+async def _download(
+    reactor: ICopyReactor, client: Client, host: str, source: str, destination: str, err: TextIO, excludes: Excludes
+) -> None:
+    sinks: list[_FileSink | _TreeSink] = []
+    contents = copy_contents(source)
+
+    def sink(info: Download) -> Callable[[bytes], None]:
+        progress = Progress(reactor, err, info.length)
+        name = info.source_name or posixpath.basename(source.rstrip("/")) or "file"
+        if not info.tar:
+            chosen: _FileSink | _TreeSink = _FileSink(file_destination(destination, name), progress)
+        else:
+            target, exists = directory_destination(destination, info.source_name, contents)
+            chosen = _TreeSink(reactor, target, exists, progress)
+        sinks.append(chosen)
+        return chosen.write
+
     try:
-        return int(text, 8) if isinstance(text, str) else None
-    except ValueError:
-        return None
+        download = await client.download(host, source, sink=sink, mode="cp-v1-recursive", exclude=excludes.patterns)
+    except BaseException:
+        for chosen in sinks:
+            if isinstance(chosen, _FileSink):
+                chosen.discard()
+            else:
+                await chosen.finish(complete=False)
+        raise
+    for chosen in sinks:
+        if isinstance(chosen, _FileSink):
+            try:
+                chosen.commit(download.mode)
+            except BaseException:
+                chosen.discard()
+                raise
+        else:
+            await chosen.finish(complete=True)
+        chosen.progress.finish()
 
 
 async def copy(
@@ -376,6 +515,7 @@ async def copy(
     err: TextIO,
     uid: int | None = None,
     gid: int | None = None,
+    exclude: Sequence[str] = (),
 ) -> None:
     """
     Copy ``source`` to ``destination``; exactly one of them is in a node.
@@ -385,14 +525,17 @@ async def copy(
     :param err: where the progress bar is drawn (when it is a terminal).
     :param uid: the owner of what is written in the guest.
     :param gid: the group of what is written in the guest.
+    :param exclude: patterns of entries below a copied directory that are
+        left out (:mod:`vmservice.wire.excludes`).
     :raise CopyFailed: a local problem, worded for the user.
     :raise ApiError: the daemon refused.
     """
+    excludes = Excludes(exclude)
     try:
         if source.host is None and destination.host is not None:
-            await _upload(reactor, client, source.path, destination.host, destination.path, err, uid, gid)
+            await _upload(reactor, client, source.path, destination.host, destination.path, err, uid, gid, excludes)
         elif source.host is not None and destination.host is None:
-            await _download(reactor, client, source.host, source.path, destination.path, err)
+            await _download(reactor, client, source.host, source.path, destination.path, err, excludes)
         else:
             raise CopyFailed("exactly one of SRC and DST must be HOST:PATH")
     except OSError as error:

@@ -274,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("destination", metavar="DST")
     cp.add_argument("--uid", type=_uint32, metavar="N", help="owner of what is written in the node")
     cp.add_argument("--gid", type=_uint32, metavar="N", help="group of what is written in the node")
+    cp.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
+                    help="leave out entries of a directory that match (repeatable; *.log, build/**, **/cache)")
 
     fs = commands.add_parser("fs", help="file-system operations in a node",
                              description="File-system operations in a node.")
@@ -562,7 +564,8 @@ async def _exec(client: Client, options: argparse.Namespace, context: _Context) 
 async def _cp(client: Client, options: argparse.Namespace, context: _Context) -> int:
     try:
         await copying.copy(
-            context.reactor, client, options.source, options.destination, context.err, options.uid, options.gid
+            context.reactor, client, options.source, options.destination, context.err, options.uid, options.gid,
+            options.exclude,
         )
     except copying.CopyFailed as error:
         raise _Failed(str(error)) from None

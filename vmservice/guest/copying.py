@@ -89,7 +89,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Deque, Iterable, Iterator, Mapping, Optional
 
 from vmservice.guest.agent import GuestStream, StreamHandler
-from vmservice.guest.excludes import Excludes
+from vmservice.wire.excludes import Excludes
 from vmservice.guest.filesystem import ERROR_KINDS as FS_ERROR_KINDS
 from vmservice.guest.filesystem import FsError, error_from_os, missing_directories, resolve_path, root_home
 from vmservice.wire.errors import ResetCode

@@ -8,9 +8,11 @@ are tested in :mod:`tests.cli.test_copying`.
 
 from __future__ import annotations
 
+import base64
 import io
 import os
 import stat
+import tarfile
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -26,8 +28,10 @@ from vmservice.cli.main import run
 
 class _FakeGuest(Resource):
     """
-    The cp and fs/stat routes of one node, ``demo-1``, over a dictionary:
-    uploads are kept by path (a tar is kept whole) and served back.
+    The cp route of one node, ``demo-1``, over a dictionary: uploads are
+    placed by the cp-v1 rules (``directories`` exist) and kept by path (a tar
+    is kept whole), and served back as ``cp-v1-recursive`` downloads with the
+    type and name headers.
     """
 
     isLeaf = True
@@ -35,35 +39,39 @@ class _FakeGuest(Resource):
     def __init__(self) -> None:
         super().__init__()
         self.files: dict[str, tuple[str, bytes, str | None]] = {}
+        self.directories = {"/srv"}
         self.requests: list[tuple[bytes, str, dict[str, list[str]]]] = []
+        self.headers: list[Any] = []
 
     def render(self, request: Any) -> bytes:
         url = urlsplit(request.uri.decode())
         query = parse_qs(url.query, keep_blank_values=True)
         self.requests.append((request.method, url.path, query))
+        self.headers.append(request.requestHeaders)
         path = query.get("path", [""])[0]
-        if url.path == "/vm/demo-1/fs/stat":
-            if path not in self.files:
-                request.setResponseCode(404)
-                return b'{"error":"no such path","code":"not_found"}'
-            kind = "directory" if self.files[path][0] == "tar" else "file"
-            body = self.files[path][1]
-            return b'{"name":"x","type":"%s","size":%d,"mtime":"2024-01-01T00:00:00Z","mode":"0600"}' % (
-                kind.encode(), len(body))
         if url.path != "/vm/demo-1/cp":
             request.setResponseCode(404)
             return b'{"error":"no node","code":"node_not_found"}'
         mode = query.get("mode", ["binary"])[0]
         if request.method == b"POST":
-            self.files[path] = (mode, request.content.read(), query.get("permissions", [None])[0])
-            return b""
+            kind = {"cp-v1-binary": "binary", "cp-v1-tar": "tar"}[mode]
+            name = query.get("source_name", [""])[0]
+            if path.rstrip("/") in self.directories:
+                contents = query.get("copy_contents") == ["true"]
+                path = path.rstrip("/") if kind == "tar" and contents else path.rstrip("/") + "/" + name
+            elif path.endswith("/"):
+                request.setResponseCode(400)
+                return b'{"error":"no such directory","code":"missing_destination"}'
+            self.files[path] = (kind, request.content.read(), query.get("permissions", [None])[0])
+            return b'{}'
         if path not in self.files:
             request.setResponseCode(404)
             return b'{"error":"no such path","code":"not_found"}'
         kept_mode, body, permissions = self.files[path]
-        if kept_mode != mode:
-            request.setResponseCode(400)
-            return b'{"error":"must specify a file not a directory","code":"invalid_mode"}'
+        request.setHeader(b"Content-Type", b"application/x-tar" if kept_mode == "tar" else b"application/octet-stream")
+        request.setHeader(b"X-Slicer-Source-Type", b"directory" if kept_mode == "tar" else b"file")
+        request.setHeader(b"X-Slicer-Source-Name-Base64",
+                          base64.urlsafe_b64encode(path.rstrip("/").rsplit("/", 1)[-1].encode()).rstrip(b"="))
         if permissions:
             request.setHeader(b"X-Service-File-Mode", permissions.encode())
         return body
@@ -140,6 +148,71 @@ class CopyRunTests(TestCase):
         code, _, err = await self.vmctl("cp", "demo-1:/f", os.path.join(target, "g"))
         self.assertEqual(os.listdir(target), [])
         self.assertEqual((code, err), (1, "vmctl: Permission denied\n"))
+
+
+    async def test_directory_placement_up(self) -> None:
+        """A directory to an existing remote directory goes in under its name; SRC/. sends its contents."""
+        source = make_tree(os.path.join(self.mktemp(), "site"))
+        self.assertEqual(await self.vmctl("cp", source, "demo-1:/srv"), (0, "", ""))
+        self.assertEqual(self.guest.files["/srv/site"][0], "tar")
+        query = self.guest.requests[-1][2]
+        self.assertEqual((query["mode"], query["source_name"], query["source_type"], query["copy_semantics"]),
+                         (["cp-v1-tar"], ["site"], ["directory"], ["cp-v1"]))
+        self.assertEqual(await self.vmctl("cp", source + "/.", "demo-1:/srv/"), (0, "", ""))
+        self.assertEqual(self.guest.requests[-1][2]["copy_contents"], ["true"])
+        self.assertEqual(self.guest.files["/srv"][0], "tar")
+
+    async def test_exclude_and_unpacked_size(self) -> None:
+        """--exclude leaves entries out of the tar and is passed on; the unpacked size of what is sent is announced."""
+        source = make_tree(self.mktemp())
+        code, _, err = await self.vmctl("cp", "--exclude", "sub", "--exclude", "*.log", source, "demo-1:/srv/x")
+        self.assertEqual((code, err), (0, ""))
+        with tarfile.open(fileobj=io.BytesIO(self.guest.files["/srv/x"][1])) as tar:
+            self.assertEqual(tar.getnames(), ["a.sh"])
+        self.assertEqual(self.guest.requests[-1][2]["exclude"], ["sub", "*.log"])
+        self.assertEqual(self.guest.headers[-1].getRawHeaders(b"x-slicer-unpacked-size"), [b"10"])
+        await self.vmctl("cp", "--exclude", "x", "demo-1:/srv/x", self.mktemp())
+        self.assertEqual(self.guest.requests[-1][2]["exclude"], ["x"])
+        self.assertEqual(self.guest.requests[-1][2]["mode"], ["cp-v1-recursive"])
+        self.assertEqual(self.guest.headers[-1].getRawHeaders(b"accept"),
+                         [b"application/octet-stream, application/x-tar"])
+
+    async def test_directory_placement_down(self) -> None:
+        """A directory into an existing local directory lands under its name; SRC/. merges; onto a file it fails."""
+        source = make_tree(self.mktemp())
+        await self.vmctl("cp", source, "demo-1:/srv/tree")
+        target = self.mktemp()
+        os.makedirs(os.path.join(target, "keep"))
+        self.assertEqual(await self.vmctl("cp", "demo-1:/srv/tree", target), (0, "", ""))
+        self.assertEqual(sorted(os.listdir(target)), ["keep", "tree"])
+        self.assertEqual(sorted(os.listdir(os.path.join(target, "tree"))), ["a.sh", "sub"])
+        self.guest.files["/srv/tree/."] = self.guest.files["/srv/tree"]
+        self.assertEqual(await self.vmctl("cp", "demo-1:/srv/tree/.", target), (0, "", ""))
+        self.assertEqual(sorted(os.listdir(target)), ["a.sh", "keep", "sub", "tree"])
+        code, _, err = await self.vmctl("cp", "demo-1:/srv/tree", os.path.join(target, "a.sh"))
+        self.assertEqual((code, err), (1, f"vmctl: {os.path.join(target, 'a.sh')} exists and is not a directory\n"))
+
+    async def test_file_placement_down(self) -> None:
+        """A file into an existing local directory keeps its name; to a missing DIR/ it fails and writes nothing."""
+        self.guest.files["/srv/f.txt"] = ("binary", b"data", "0640")
+        target = self.mktemp()
+        os.makedirs(target)
+        self.assertEqual(await self.vmctl("cp", "demo-1:/srv/f.txt", target + "/"), (0, "", ""))
+        self.assertEqual(os.listdir(target), ["f.txt"])
+        missing = os.path.join(target, "nope") + "/"
+        code, _, err = await self.vmctl("cp", "demo-1:/srv/f.txt", missing)
+        self.assertEqual((code, err), (1, f"vmctl: {missing}: no such directory\n"))
+        self.assertEqual(os.listdir(target), ["f.txt"])
+
+    async def test_failed_directory_download_leaves_nothing(self) -> None:
+        """A tar that does not extract leaves no new directory and no staging directory."""
+        self.guest.files["/srv/bad"] = ("tar", b"not a tar" * 1000, None)
+        parent = self.mktemp()
+        os.makedirs(parent)
+        code, _, err = await self.vmctl("cp", "demo-1:/srv/bad", os.path.join(parent, "new"))
+        self.assertEqual(code, 1)
+        self.assertIn("cannot extract", err)
+        self.assertEqual(os.listdir(parent), [])
 
 
 def _fail_replace(source: str, target: str) -> None:

@@ -1,6 +1,6 @@
-# -*- test-case-name: tests.guest.test_excludes -*-
+# -*- test-case-name: tests.wire.test_excludes -*-
 """
-Tests for :mod:`vmservice.guest.excludes`: the segment matcher against
+Tests for :mod:`vmservice.wire.excludes`: the segment matcher against
 :mod:`fnmatch` where both speak the same language, ``**``, base names,
 directories taking their contents with them, and patterns that do not parse.
 """
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from vmservice.guest.excludes import Excludes, compile_segment, normalise
+from vmservice.wire.excludes import Excludes, compile_segment, normalise
 
 #: Segments of paths: plain names, dots, spaces, non-ASCII.
 _NAME = st.text(alphabet="abc.é -_", min_size=1, max_size=5).filter(lambda s: s not in (".", "..") and s == s.strip())

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.guest.test_excludes -*-
+# -*- test-case-name: tests.wire.test_excludes -*-
 """
 The ``exclude`` patterns of a copy: which entries below the copied directory
 are left out (of a download's tar, or of what an upload's tar extracts).
@@ -25,9 +25,11 @@ A pattern that does not parse (an unclosed ``[``, a trailing ``\\``, a
 reversed range such as ``[z-a]``) matches nothing.
 
 These are the rules existing clients apply to the same patterns on their
-side of a copy, so both ends agree on what is left out.
+side of a copy, so both ends agree on what is left out.  The guest agent
+applies them to copies (:mod:`vmservice.guest.copying`), ``vmctl cp`` to
+the tar it packs (:mod:`vmservice.cli.copying`).
 
-Standard library only: it runs inside the guest.
+Standard library only: the guest image copies it.
 """
 
 from __future__ import annotations
