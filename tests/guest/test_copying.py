@@ -606,7 +606,7 @@ class HomeTests(SynchronousTestCase):
     """``~`` for a uid."""
 
     def test_home_of(self) -> None:
-        """No uid or 0 is root's home; another uid's comes from /etc/passwd; an unknown uid is invalid."""
+        """No uid or 0 is root's home; another uid's comes from /etc/passwd; an unknown uid is root's (as before)."""
         from vmservice.guest.execution import passwd_entry
         from vmservice.guest.filesystem import root_home
 
@@ -615,9 +615,7 @@ class HomeTests(SynchronousTestCase):
         nobody = passwd_entry(65534)
         if nobody is not None:
             self.assertEqual(cp.home_of(65534), nobody[1])
-        with self.assertRaises(FsError) as caught:
-            cp.home_of(4_000_000_000)
-        self.assertEqual(caught.exception.kind, "invalid")
+        self.assertEqual(cp.home_of(4_000_000_000), root_home())
 
 
 class DownloadV1Tests(SynchronousTestCase):

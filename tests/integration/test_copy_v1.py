@@ -347,7 +347,7 @@ class CopyV1Tests(SharedGuestTestCase):
     # -- ~ -------------------------------------------------------------------------------------
 
     def test_home(self) -> None:
-        """~ is root's home without uid, the user's from /etc/passwd with one; a uid with no entry is 400."""
+        """~ is root's home without uid, the user's from /etc/passwd with one; root's for a uid with no entry."""
         self.sh("cp /etc/passwd /etc/passwd.vmservice-test && echo 'tester:x:1234:1234::/home/tester:/bin/sh'"
                 " >> /etc/passwd && mkdir -p /home/tester && chown 1234:1234 /home/tester")
         self.addCleanup(self.sh, "mv /etc/passwd.vmservice-test /etc/passwd && rm -rf /home/tester /root/cp-v1-home")
@@ -361,8 +361,9 @@ class CopyV1Tests(SharedGuestTestCase):
         self.assertEqual((status, body, name_of(headers)), (200, b"tester's", "mine"))
         status, _, body = self.download({"path": "~", "mode": "cp-v1-tar", "uid": 1234}, "application/x-tar")
         self.assertEqual((status, members(body)), (200, {"mine": b"tester's"}))
-        status, answer = self.upload(self.v1("binary", "~/x", "x", "file", uid=4321), b"nobody's")
-        self.assertEqual((status, answer["code"]), (400, "invalid_path"), answer)
+        status, answer = self.upload(self.v1("binary", "~/cp-v1-home", "x", "file", uid=4321), b"a stranger's")
+        self.assertEqual((status, answer["path"]), (200, "/root/cp-v1-home"), answer)
+        self.assertEqual(self.out("stat -c %u /root/cp-v1-home").strip(), "4321")
 
 
     # -- vmctl cp: the same rules both ways ----------------------------------------------

@@ -269,7 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     shell.add_argument("--no-shell", dest="shell", action="store_const", const="",
                        help="run CMD directly with ARGS as its argv")
 
-    cp = command("cp", _cp, "copy a file or directory between here and a node (one side is HOST:PATH)")
+    cp = command("cp", _cp, "copy a file or directory between here and a node (one side is HOST:PATH), placed "
+                             "like cp -r (SRC/. for a directory's contents)")
     cp.add_argument("source", metavar="SRC")
     cp.add_argument("destination", metavar="DST")
     cp.add_argument("--uid", type=_uint32, metavar="N", help="owner of what is written in the node")

@@ -8,7 +8,7 @@ File copy in the guest: ``{"op": "cp-upload"}`` and ``{"op": "cp-download"}`` st
 "legacy"|"cp-v1"`` (absent: legacy), ``"source_name": NAME|null``,
 ``"copy_contents": bool``, ``"exclude": [PATTERN, ...]`` and
 ``"unpacked_size": N|null``.  ``~`` in ``P`` is the home directory of
-``uid`` (from ``/etc/passwd``; root's when ``uid`` is null).  The host's DATA
+``uid`` (from ``/etc/passwd``; root's when ``uid`` is null or unknown).  The host's DATA
 is the body (the file, or an uncompressed tar stream) and its HALF_CLOSE ends
 it.  The agent answers one JSON object and half-closes: ``{"ok": true,
 "result": {"path", "size", "entries"}}`` or ``{"ok": false, "error": KIND,
@@ -462,10 +462,10 @@ def check_space(path: str, size: Optional[int]) -> None:
 
 def home_of(uid: Optional[int]) -> str:
     """
-    The home directory ``~`` names for ``uid``: root's when ``uid`` is
-    ``None`` or 0, else the user's from ``/etc/passwd``.
-
-    :raises FsError: ``invalid`` when ``/etc/passwd`` has no home for ``uid``.
+    The home directory ``~`` names for ``uid``: the user's from
+    ``/etc/passwd``; root's when ``uid`` is ``None`` or 0, or has no entry
+    there (as ``~`` always was: clients send their own local uid, which the
+    guest often does not know).
     """
     if not uid:
         return root_home()
@@ -473,7 +473,7 @@ def home_of(uid: Optional[int]) -> str:
 
     entry = passwd_entry(uid)
     if entry is None or not entry[1].startswith("/"):
-        raise FsError("invalid", f"~ is the home directory of uid {uid}, which /etc/passwd does not list")
+        return root_home()
     return entry[1]
 
 
