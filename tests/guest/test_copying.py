@@ -536,6 +536,35 @@ class UploadV1Tests(SynchronousTestCase):
             self.assertEqual(caught.exception.kind, kind, entries)
             self.assertEqual(_tree(self.root), before, entries)
 
+    def test_merge_across_file_systems(self) -> None:
+        """Where a rename out of the staging crosses file systems (EXDEV), entries are copied beside and renamed."""
+        import errno
+
+        real_rename = os.rename
+        crossed: list[str] = []
+
+        def rename(source: str, destination: str) -> None:
+            if "/.vmservice-" in source and "/.vmservice-" not in destination:
+                crossed.append(os.path.relpath(destination, self.root))
+                raise OSError(errno.EXDEV, "Invalid cross-device link")
+            real_rename(source, destination)
+
+        self.patch(os, "rename", rename)
+        _write(os.path.join(self.root, "d", "old"), b"old")
+        _write(os.path.join(self.root, "over"), b"old")
+        data = make_tar([("over", b"new"), ("d", None), ("d/new", b"n"), ("e", None), ("e/f", b"f"),
+                         ("e/l", ("sym", "f"))])
+        cp.upload_tar_v1(self.root, None, True, _reader(data), uid=1234, gid=2345)
+        self.assertEqual(sorted(crossed), ["d/new", "e", "over"])
+        tree = _tree(self.root)
+        self.assertEqual(tree, {"d": ("dir", 0o750), "d/old": (b"old", 0o644), "d/new": (b"n", 0o640),
+                                "e": ("dir", 0o750), "e/f": (b"f", 0o640), "e/l": ("link", "f"),
+                                "over": (b"new", 0o640)})
+        for rel in ("d/new", "e", "e/f", "e/l", "over"):
+            status = os.lstat(os.path.join(self.root, rel))
+            self.assertEqual((status.st_uid, status.st_gid), (1234, 2345), rel)
+        self.assertEqual(os.stat(os.path.join(self.root, "e", "f")).st_mtime, 1_600_000_000)
+
     def test_excludes(self) -> None:
         """Excluded entries and their contents are not extracted (nor hard links to them), in both semantics."""
         data = make_tar([("a.log", b"1"), ("keep", b"2"), ("cache", None), ("cache/x", b"3"), ("sub", None),

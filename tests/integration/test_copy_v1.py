@@ -344,6 +344,19 @@ class CopyV1Tests(SharedGuestTestCase):
         self.assertEqual((status, answer["code"]), (507, "insufficient_storage"), answer)
         self.assertEqual(self.out(f"ls -A {small}"), "")
 
+    def test_merge_across_a_mount_point(self) -> None:
+        """A merge into a directory with a file system mounted inside it places entries on both."""
+        tree = f"{self.root}/tree"
+        self.sh(f"mkdir -p {tree}/mnt && mount -t tmpfs -o size=4m tmpfs {tree}/mnt && printf old > {tree}/mnt/f")
+        self.addCleanup(self.sh, f"umount {tree}/mnt")
+        archive = tar_of([("top", b"t"), ("mnt/", None), ("mnt/f", b"new"), ("mnt/sub/", None), ("mnt/sub/g", b"g")])
+        status, answer = self.upload(self.v1("tar", tree, None, "directory", copy_contents="true", uid=1234,
+                                             gid=1234), archive, tar=True)
+        self.assertEqual(status, 200, answer)
+        self.assertEqual(self.tree(tree), ["mnt/", "mnt/f=new", "mnt/sub/", "mnt/sub/g=g", "top=t"])
+        self.assertEqual(self.out(f"stat -c %u:%g {tree}/mnt/sub/g {tree}/mnt/f").split(), ["1234:1234"] * 2)
+        self.assertEqual(self.out(f"ls -A {tree}/mnt"), "f\nsub\n")
+
     # -- ~ -------------------------------------------------------------------------------------
 
     def test_home(self) -> None:

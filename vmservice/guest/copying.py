@@ -982,6 +982,47 @@ def merge_moves(staging: str, target: str) -> list[tuple[str, str]]:
     return moves
 
 
+def move_across(source: str, destination: str) -> None:
+    """
+    Move ``source`` over ``destination`` on another file system (where
+    ``rename`` fails with ``EXDEV``, such as a mount point inside a merged
+    directory): copied beside ``destination`` with modes, times, owners and
+    symlinks kept, then renamed over it, so it still appears at once; the
+    copy is removed if anything fails.
+    """
+    import shutil
+
+    temp = _temp_name(destination)
+    try:
+        if stat.S_ISDIR(os.lstat(source).st_mode):
+            shutil.copytree(source, temp, symlinks=True)
+            pairs = [("", source)]
+            for directory, subdirectories, files in os.walk(source):
+                rel = os.path.relpath(directory, source)
+                for name in subdirectories + files:
+                    pairs.append((os.path.normpath(os.path.join(rel, name)), os.path.join(directory, name)))
+        else:
+            shutil.copy2(source, temp, follow_symlinks=False)
+            pairs = [("", source)]
+        for rel, original in pairs:
+            status = os.lstat(original)
+            os.lchown(os.path.join(temp, rel) if rel else temp, status.st_uid, status.st_gid)
+        os.rename(temp, destination)
+    except BaseException:
+        remove_tree(temp)
+        raise
+
+
+def move(source: str, destination: str) -> None:
+    """``rename(source, destination)``, or :func:`move_across` file systems."""
+    try:
+        os.rename(source, destination)
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise
+        move_across(source, destination)
+
+
 def upload_tar_v1(
     path: str,
     name: Optional[str],
@@ -1026,7 +1067,7 @@ def upload_tar_v1(
                 moves = merge_moves(staging, target)
                 os.sync()
                 for source, destination in moves:
-                    os.rename(source, destination)
+                    move(source, destination)
                 extraction.apply_modes(target)
                 if permissions is not None:
                     os.chmod(target, permissions)
@@ -1381,6 +1422,8 @@ __all__ = [
     "make_directories",
     "member_path",
     "merge_moves",
+    "move",
+    "move_across",
     "os_error",
     "remove_made",
     "remove_tree",

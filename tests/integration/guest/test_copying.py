@@ -114,9 +114,46 @@ class HandlerTests(GuestSessionMixin, SynchronousTestCase):
         with open(path, "rb") as f:
             self.assertEqual(f.read(), b"old")
 
+    def test_cp_v1_upload_lands_by_name(self) -> None:
+        """A cp-v1 header places the upload: a tar into an existing directory lands under its source name."""
+        body = make_tar([("f", b"x")])
+        stream_id = self.open(op="cp-upload", path=self.root, mode="tar", semantics="cp-v1", source_name="src",
+                              copy_contents=False, exclude=["nothing"], unpacked_size=len(body))
+        out, how = self.run_stream(stream_id, body)
+        self.assertEqual((how, json.loads(out)["result"]["path"]), ("end", os.path.join(self.root, "src")))
+        self.assertEqual(os.listdir(self.root), ["src"])
+
+    def test_cp_v1_reset_leaves_nothing(self) -> None:
+        """A cp-v1 tar upload reset mid-body leaves neither the new directory nor its staging."""
+        target = os.path.join(self.root, "p", "new")
+        stream_id = self.open(op="cp-upload", path=target, mode="tar", semantics="cp-v1", source_name="new")
+        self.send(Data(stream_id, make_tar([("a", b"1" * 5000), ("b", b"2" * 70_000)])[:40_000]))
+        deadline = time.monotonic() + 5
+        parent = os.path.join(self.root, "p")
+        while not (os.path.isdir(parent) and os.listdir(parent)) and time.monotonic() < deadline:
+            self.loop.run_once(0.02)
+        self.assertEqual(os.listdir(self.root), ["p"])  # the parent and the staging directory in it are made
+        self.assertEqual(len(os.listdir(parent)), 1)
+        self.send(Reset(stream_id, ResetCode.CANCEL, "client went away"))
+        deadline = time.monotonic() + 5
+        while os.listdir(self.root) and time.monotonic() < deadline:
+            self.loop.run_once(0.02)
+        self.assertEqual(os.listdir(self.root), [])
+
+    def test_no_space_answered_before_the_body(self) -> None:
+        """An unpacked size beyond the free space is answered at once; the body is acknowledged and dropped."""
+        status = os.statvfs(self.root)
+        stream_id = self.open(op="cp-upload", path=os.path.join(self.root, "d"), mode="tar", semantics="cp-v1",
+                              source_name="d", unpacked_size=status.f_bavail * status.f_frsize)
+        out, how = self.run_stream(stream_id, b"\0" * (1 << 20))
+        self.assertEqual((json.loads(out)["error"], how), ("no_space", "end"))
+        self.assertEqual(os.listdir(self.root), [])
+
     def test_bad_header(self) -> None:
         """A bad mode or relative path is an error reply (the API's 400)."""
-        for header in ({"path": "/x", "mode": "cp-v1-binary"}, {"path": "relative"}, {"path": "/x", "uid": "0"}):
+        for header in ({"path": "/x", "mode": "cp-v1-binary"}, {"path": "relative"}, {"path": "/x", "uid": "0"},
+                       {"path": "/x", "semantics": "cp-v2"}, {"path": "/x", "exclude": "*"},
+                       {"path": "/x", "unpacked_size": -1}, {"path": "/x", "semantics": "cp-v1", "source_name": "a/b"}):
             stream_id = self.open(op="cp-upload", **header)
             out, _ = self.run_stream(stream_id)
             self.assertEqual(json.loads(out)["error"], "invalid", header)
