@@ -11,15 +11,15 @@
   ``X-Slicer-Source-Type``, ``X-Slicer-Source-Name-Base64``, the last left
   out for ``/``, which has no name); the content is then written as it
   arrives, as a tar or as a file's bytes (``cp-v1-recursive`` answers each
-  the way its source is).
+  the way its source is).  The download is the response's push producer,
+  so a client that reads slowly withholds the guest's credit.  A failure after
+  the headers aborts the connection, so the client sees a truncated body
+  rather than a complete-looking one.
 
 Both speak the legacy modes (``binary``, ``tar``: ``path`` is the file or
 the directory itself) and the ``cp-v1-*`` modes, which place an upload the
 way ``cp`` would (into an existing directory under ``source_name``, merged
-with ``copy_contents``); the rules are in ``docs/api.md``.  The download is the response's push producer,
-  so a client that reads slowly withholds the guest's credit.  A failure after
-  the headers aborts the connection, so the client sees a truncated body
-  rather than a complete-looking one.
+with ``copy_contents``); the rules are in ``docs/api.md``.
 """
 
 from __future__ import annotations

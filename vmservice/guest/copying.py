@@ -1039,7 +1039,7 @@ def upload_tar_v1(
     says.  The archive is extracted into a hidden staging directory first
     (``.NAME.vmservice-XXXX`` beside a new directory, ``.vmservice-XXXX``
     inside one merged into), synced, and only then moved into place: a new
-    directory with one rename, a merge with one rename per entry (all
+    directory with one rename, a merge with one :func:`move` per entry (all
     conflicts checked before the first).  Any failure before that removes the
     staging directory and the parents made, so the destination is as it was.
 
