@@ -97,6 +97,13 @@ class Conflict(ServiceError):
     code = "conflict"
 
 
+class Gone(ServiceError):
+    """The thing asked for existed and was deleted (410): a reaped background exec."""
+
+    status = 410
+    code = "gone"
+
+
 class AgentNotConnected(ServiceError):
     """
     The guest agent of a node does not answer (503).
@@ -152,6 +159,9 @@ class GuestErrorKind(Enum):
     UNSAFE_ENTRY = "unsafe_entry"
     UNSUPPORTED_ENTRY = "unsupported_entry"
     BAD_ARCHIVE = "bad_archive"
+    # The guest's error kinds of background execs.
+    GONE = "gone"
+    RUNNING = "running"
     #: Any other file-system error the guest reports.
     FS_ERROR = "fs_error"
 
@@ -195,6 +205,9 @@ _GUEST_NAMED = (
     GuestErrorKind.UNSAFE_ENTRY,
     GuestErrorKind.UNSUPPORTED_ENTRY,
     GuestErrorKind.BAD_ARCHIVE,
+    GuestErrorKind.REJECTED,
+    GuestErrorKind.GONE,
+    GuestErrorKind.RUNNING,
 )
 
 #: The one table from guest error kinds to service errors: the class (so the
@@ -218,6 +231,8 @@ GUEST_ERRORS: dict[GuestErrorKind, tuple[type[ServiceError], str]] = {
     GuestErrorKind.UNSAFE_ENTRY: (BadRequest, "unsafe_entry"),
     GuestErrorKind.UNSUPPORTED_ENTRY: (BadRequest, "unsupported_entry"),
     GuestErrorKind.BAD_ARCHIVE: (BadRequest, "bad_archive"),
+    GuestErrorKind.GONE: (Gone, "exec_deleted"),
+    GuestErrorKind.RUNNING: (Conflict, "exec_running"),
     GuestErrorKind.FS_ERROR: (Internal, "fs_error"),
 }
 

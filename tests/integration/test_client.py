@@ -33,6 +33,7 @@ from twisted.web.server import Site
 from tests.fakes import FleetHarness
 from tests.test_client import Pipes
 from vmservice.api.app import Api
+from vmservice.api.background import BackgroundApi
 from vmservice.api.resources import every_route
 from vmservice.client import (
     ApiError,
@@ -472,7 +473,7 @@ class ExecLoopbackCase(Pipes, TestCase):
         self.fleet = OneNodeFleet()
         clock = MemoryReactorClock()
         clock.advance(1_700_000_000)
-        api = Api(clock, ExecApi(self.fleet, clock).routes(), Metrics(), None)  # type: ignore[arg-type]
+        api = Api(clock, ExecApi(self.fleet, clock, BackgroundApi(self.fleet)).routes(), Metrics(), None)  # type: ignore[arg-type]
         site = StreamingSite(api.resource(), api.streams_body)
         self.url = await serve(self, None, site=site)
         self.client = Client(reactor, self.url)

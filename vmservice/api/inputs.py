@@ -23,7 +23,7 @@ from ..errors import BadRequest
 from ..nodes.model import CreateRequest, Wait
 from ..nodes.transitions import Op
 from ..structuring import format_path, strict_converter, structure_errors
-from .models import CreateNodeRequest, FsMkdirRequest
+from .models import CreateNodeRequest, FsMkdirRequest, KillRequest
 from .query import FILE_MODE, GUEST_PATH, Choice, Duration, param
 
 T = TypeVar("T")
@@ -97,6 +97,29 @@ def json_object(request: IRequest, *, empty_ok: bool = True) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise BadRequest("the body must be a JSON object", code="invalid_body")
     return value
+
+
+#: The signals a background exec's kill sends, by name without ``SIG``.
+KILL_SIGNALS = ("TERM", "KILL", "HUP", "INT", "QUIT", "USR1", "USR2")
+#: Milliseconds from a terminating signal to ``KILL`` when the kill body gives none.
+DEFAULT_GRACE_MS = 5000
+
+
+def kill_request(request: IRequest) -> tuple[str, int]:
+    """
+    The optional JSON body of a background exec's kill: ``(signal, grace_ms)``,
+    ``TERM`` and 5000 by default (an empty body is the defaults).
+    """
+    body = structure(json_object(request), KillRequest)
+    name = (body.signal or "TERM").upper()
+    name = name[3:] if name.startswith("SIG") else name
+    if name not in KILL_SIGNALS:
+        raise BadRequest(f"field 'signal' must be one of {', '.join(KILL_SIGNALS)}, not {body.signal!r}",
+                         code="invalid_body")
+    grace_ms = DEFAULT_GRACE_MS if body.grace_ms is None else body.grace_ms
+    if not 0 <= grace_ms <= 3_600_000:
+        raise BadRequest("field 'grace_ms' must be 0 .. 3600000", code="invalid_body")
+    return name, grace_ms
 
 
 #: The actions of POST /vm/{hostname}/shutdown.
@@ -195,12 +218,15 @@ def cp_mode(request: IRequest, mode: str | None, header: bytes) -> str:
 
 
 __all__ = [
+    "DEFAULT_GRACE_MS",
     "DEFAULT_WAIT",
+    "KILL_SIGNALS",
     "SHUTDOWN_ACTIONS",
     "cp_mode",
     "create_request",
     "fs_mkdir_request",
     "json_object",
+    "kill_request",
     "shutdown_action",
     "structure",
     "timeout_param",

@@ -10,6 +10,7 @@ from twisted.internet.interfaces import IReactorTime
 
 from ..metrics import Metrics
 from ..nodes.fleet import Fleet
+from .background import BackgroundApi
 from .copying import CopyApi
 from .execution import ExecApi
 from .filesystem import FilesystemApi
@@ -31,7 +32,9 @@ def every_route(fleet: Fleet, clock: IReactorTime, metrics: Metrics) -> list[Rou
     routes: list[Route] = []
     routes += MetaApi(metrics, lambda: routes).routes()
     routes += NodesApi(fleet).routes() + VmApi(fleet).routes() + FilesystemApi(fleet).routes()
-    routes += ExecApi(fleet, clock).routes() + CopyApi(fleet).routes() + LifecycleApi(fleet).routes()
+    background = BackgroundApi(fleet)
+    routes += ExecApi(fleet, clock, background).routes() + background.routes()
+    routes += CopyApi(fleet).routes() + LifecycleApi(fleet).routes()
     return routes
 
 
