@@ -215,10 +215,14 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("group", metavar="GROUP")
     delete.add_argument("hostname", metavar="HOSTNAME")
 
-    logs = command("logs", _logs, "print the tail of a node's serial console")
+    logs = command("logs", _logs, "print the tail of a node's serial console, or a background exec's output")
     logs.add_argument("hostname", metavar="HOSTNAME")
+    logs.add_argument("exec_id", nargs="?", metavar="EXEC_ID",
+                      help="a background exec: print its output (stdout here, stderr to stderr)")
     logs.add_argument("--lines", type=_non_negative_int, metavar="N",
-                      help="lines from the end (daemon default 20; 0 for all)")
+                      help="console: lines from the end (daemon default 20; 0 for all)")
+    logs.add_argument("-f", "--follow", action="store_true", help="exec: go on until it ends")
+    logs.add_argument("--from-id", type=_non_negative_int, metavar="N", help="exec: the first frame (default the oldest kept)")
 
     health = command("health", _health, "ask a node's guest agent; exit 0 if it answers, 1 otherwise")
     health.add_argument("hostname", metavar="HOSTNAME")
@@ -268,6 +272,22 @@ def build_parser() -> argparse.ArgumentParser:
     shell.add_argument("--shell", metavar="SHELL", help="the shell that runs CMD (daemon default /bin/bash)")
     shell.add_argument("--no-shell", dest="shell", action="store_const", const="",
                        help="run CMD directly with ARGS as its argv")
+    execute.add_argument("--background", action="store_true",
+                         help="start it in the background and print its exec id (see ps, logs, kill)")
+    execute.add_argument("--ring-bytes", type=_size, metavar="SIZE",
+                         help="background: how much output the guest keeps, e.g. 4M (daemon default 1M)")
+
+    ps = command("ps", _ps, "list a node's background execs")
+    ps.add_argument("hostname", metavar="HOST")
+    ps.add_argument("--json", action="store_true", help="print the JSON answer")
+
+    kill = command("kill", _kill, "signal a background exec (TERM, then KILL after the grace period)")
+    kill.add_argument("hostname", metavar="HOST")
+    kill.add_argument("exec_id", metavar="EXEC_ID")
+    kill.add_argument("--signal", choices=("TERM", "KILL", "HUP", "INT", "QUIT", "USR1", "USR2"),
+                      help="the signal (daemon default TERM)")
+    kill.add_argument("--grace-ms", type=_non_negative_int, metavar="MS",
+                      help="milliseconds before KILL follows TERM, HUP, INT or QUIT (daemon default 5000)")
 
     cp = command("cp", _cp, "copy a file or directory between here and a node (one side is HOST:PATH)")
     cp.add_argument("source", metavar="SRC")
@@ -430,9 +450,47 @@ async def _delete(client: Client, options: argparse.Namespace, context: _Context
 
 
 async def _logs(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    if options.exec_id is not None:
+        return await _exec_logs(client, options, context)
+    if options.follow or options.from_id is not None:
+        raise _Failed("--follow and --from-id need an EXEC_ID")
     out = context.out
     content = (await client.logs(options.hostname, options.lines)).get("content", "")
     out.write(content if not content or content.endswith("\n") else content + "\n")
+    return 0
+
+
+async def _exec_logs(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    write_out, write_err = _binary_writer(context.out), _binary_writer(context.err)
+
+    def on_record(record: ExecRecord) -> None:
+        if record.type == "stdout":
+            write_out(record.data)
+        elif record.type == "stderr":
+            write_err(record.data)
+        elif record.type == "gap":
+            context.err.write(f"vmctl: {record.message or 'output was dropped'}\n")
+        elif record.type == "error":
+            context.err.write(f"vmctl: {record.error}\n")
+
+    await client.exec_logs(options.hostname, options.exec_id, on_record=on_record, from_id=options.from_id,
+                           follow=options.follow)
+    return 0
+
+
+async def _ps(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    execs = await client.background_execs(options.hostname)
+    if options.json:
+        context.out.write(output.format_json(execs))
+    else:
+        context.out.write(output.format_table(output.EXEC_HEADERS, output.exec_rows(execs)))
+    return 0
+
+
+async def _kill(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    result = await client.kill_exec(options.hostname, options.exec_id, options.signal, options.grace_ms)
+    sent = result.get("signal_sent")
+    context.out.write(f"sent {sent} to {options.exec_id}\n" if sent else f"{options.exec_id} had already ended\n")
     return 0
 
 
@@ -529,6 +587,10 @@ def exit_status(record: ExecRecord) -> int:
 
 
 async def _exec(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    if options.background:
+        return await _exec_background(client, options, context)
+    if options.ring_bytes is not None:
+        raise _Failed("--ring-bytes needs --background")
     if options.stdin and context.stdin is None:
         raise _Failed("--stdin: there is no stdin to read")
     write_out, write_err = _binary_writer(context.out), _binary_writer(context.err)
@@ -557,6 +619,18 @@ async def _exec(client: Client, options: argparse.Namespace, context: _Context) 
     if last.type == "error":
         context.err.write(f"vmctl: {last.error or 'the command could not be started'}\n")
     return exit_status(last)
+
+
+async def _exec_background(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    if options.stdin:
+        raise _Failed("--stdin cannot be used with --background")
+    cmd, *args = options.words
+    started = await client.exec_background(
+        options.hostname, cmd, args, env=options.env, uid=options.uid, gid=options.gid, cwd=options.cwd,
+        shell=options.shell, permissions=options.umask, ring_bytes=options.ring_bytes,
+    )
+    context.out.write(f"{started['exec_id']}\n")
+    return 0
 
 
 async def _cp(client: Client, options: argparse.Namespace, context: _Context) -> int:

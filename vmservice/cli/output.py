@@ -17,9 +17,12 @@ from ..client import ApiError
 from ..durations import format_go_duration
 
 __all__ = [
+    "EXEC_HEADERS",
     "FS_HEADERS",
     "GROUP_HEADERS",
     "NODE_HEADERS",
+    "exec_rows",
+    "exec_status",
     "format_entry",
     "format_error",
     "format_health",
@@ -108,6 +111,33 @@ def node_rows(nodes: Iterable[dict[str, Any]]) -> list[list[str]]:
             ",".join(node.get("tags") or ()),
         ]
         for node in nodes
+    ]
+
+
+#: The columns of ``vmctl ps``.
+EXEC_HEADERS = ("EXEC_ID", "PID", "STATUS", "STARTED", "OUTPUT", "COMMAND")
+
+
+def exec_status(info: dict[str, Any]) -> str:
+    """``running``, ``exit 3`` or ``SIGKILL`` for a background exec."""
+    if info.get("running"):
+        return "running"
+    signal = info.get("signal")
+    return str(signal) if signal else f"exit {info.get('exit_code')}"
+
+
+def exec_rows(execs: Iterable[dict[str, Any]]) -> list[list[str]]:
+    """The cells of ``vmctl ps`` (see :data:`EXEC_HEADERS`) for background execs."""
+    return [
+        [
+            str(info.get("exec_id", "")),
+            str(info.get("pid", "")),
+            exec_status(info),
+            format_time(info.get("started_at")),
+            _size_cell(info.get("bytes_written")),
+            " ".join([str(info.get("command", ""))] + [str(a) for a in info.get("args") or ()]),
+        ]
+        for info in execs
     ]
 
 

@@ -572,12 +572,14 @@ class BackgroundHandler(StreamHandler):
     def _send_frames(self, entry: BackgroundExec) -> None:
         ring = entry.ring
         stream = self.stream
-        if self._cursor < ring.first_id:
-            missed = ring.first_id - self._cursor
-            dropped = ring.first_offset - (self._offset if self._offset is not None else 0)
-            self._cursor, self._offset = ring.first_id, ring.first_offset
-            stream.write(encode_frame(gap_frame(time.time_ns(), missed, max(dropped, 0))))
         while not self._done and stream.pending < LOGS_HIGH_WATER and self._cursor < ring.next_id:
+            if self._cursor < ring.first_id:
+                # Evicted before this reader got to it: say how much, once, when it can take more.
+                missed = ring.first_id - self._cursor
+                dropped = ring.first_offset - (self._offset if self._offset is not None else 0)
+                self._cursor, self._offset = ring.first_id, ring.first_offset
+                stream.write(encode_frame(gap_frame(time.time_ns(), missed, max(dropped, 0))))
+                continue
             frame, offset = ring.get(self._cursor)
             self._cursor += 1
             self._offset = offset + len(frame.payload)
