@@ -12,6 +12,7 @@ modules named after it:
 - :mod:`.lifecycle` and :mod:`.snapshots`: pause, resume, reboot, shutdown,
   relaunch; suspend and restore (reached as :attr:`Fleet.lifecycle` and
   :attr:`Fleet.snapshots`);
+- :mod:`.tagging`: reading and changing a node's tags (:attr:`Fleet.tagging`);
 - :mod:`.startup` and :mod:`.counts`: what becomes of the nodes on disk at
   start, and groups kept at N nodes;
 - :mod:`.runtime` and :mod:`.phase`: one node at run time, its VM, agent
@@ -48,6 +49,7 @@ from .registry import Registry
 from .runtime import NodeRuntime
 from .snapshots import Snapshots
 from .startup import Startup
+from .tagging import Tagging
 from .transitions import Op, check
 
 log = Logger()
@@ -60,6 +62,7 @@ class Fleet(Service):
     :param parts: the node layer's collaborators.
     :ivar lifecycle: pause, resume, reboot, shutdown, relaunch.
     :ivar snapshots: suspend and restore.
+    :ivar tagging: a node's tags, read and changed.
     """
 
     name = "fleet"
@@ -71,6 +74,7 @@ class Fleet(Service):
         self._creation = Creation(self._registry, parts, self._register)
         self.lifecycle = Lifecycle(self._registry, parts)
         self.snapshots = Snapshots(self._registry, parts)
+        self.tagging = Tagging(self._registry)
 
     def _register(self, record: NodeRecord) -> NodeRuntime:
         node = NodeRuntime(record, self._parts, self._registry.drop)
