@@ -14,7 +14,7 @@ from typing import Any
 
 from attrs import field, frozen
 
-from ..nodes.model import HOSTNAME_PATTERN
+from ..nodes.model import HOSTNAME_PATTERN, MAX_TAG_LENGTH, MAX_TAGS, TAG_PATTERN
 from .query import FILE_MODE, GUEST_PATH
 
 
@@ -42,6 +42,18 @@ def unsupported(reason: str, empty: dict[str, Any]) -> Any:
 
 _EMPTY_TEXT = {"maxLength": 0}
 _EMPTY_LIST = {"maxItems": 0}
+
+#: A list of tags in a request: what :func:`vmservice.nodes.model.tag_problem`
+#: accepts, at most MAX_TAGS of them.
+_TAG_LIST = {
+    "items": {"type": "string", "minLength": 1, "maxLength": MAX_TAG_LENGTH, "pattern": f"^{TAG_PATTERN}$"},
+    "maxItems": MAX_TAGS,
+}
+
+
+def tag_list(description: str) -> Any:
+    """A request field that is a list of tags (see :data:`_TAG_LIST`)."""
+    return constrained({**_TAG_LIST, "description": description})
 
 
 @frozen
@@ -110,7 +122,7 @@ class CreateNodeRequest:
     )
     protected: bool | None = None
     userdata: str | None = unsupported("userdata is not supported yet", _EMPTY_TEXT)
-    tags: list[str] | None = constrained({"items": {"type": "string", "minLength": 1}})
+    tags: list[str] | None = tag_list("The node's tags; duplicates collapse")
     secrets: list[str] | None = unsupported("secrets are not supported yet", _EMPTY_LIST)
     pci_devices: list[str] | None = unsupported("PCI passthrough is not supported", _EMPTY_LIST)
     codehost_user: str | None = unsupported("importing keys from a code host is not supported", _EMPTY_TEXT)
@@ -199,3 +211,24 @@ class FsMkdirRequest:
     path: str = field(metadata={"schema": GUEST_PATH.schema()})
     recursive: bool | None = None
     mode: str | None = constrained({"pattern": f"^(?:{FILE_MODE.pattern})?$"})
+
+
+@frozen
+class TagsUpdate:
+    """
+    The body of ``PATCH /vm/{hostname}/tags``: ``replace`` alone, or ``add``
+    and/or ``remove`` (applied together, atomically).  ``null`` counts as
+    absent; ``[]`` is present (``{"replace": []}`` clears the tags).
+    """
+
+    add: list[str] | None = tag_list("Tags to append unless the node has them, in this order")
+    remove: list[str] | None = tag_list("Tags to drop (those the node does not have are no matter)")
+    replace: list[str] | None = tag_list("The node's tags from now on; not with add or remove")
+
+
+@frozen
+class NodeTags:
+    """A node's tags, in their order (``GET`` and ``PATCH /vm/{hostname}/tags``)."""
+
+    hostname: str
+    tags: list[str]

@@ -17,6 +17,7 @@ from .lifecycle import LifecycleApi
 from .meta import MetaApi
 from .nodes import NodesApi
 from .routing import Route
+from .tags import TagsApi
 from .vm import VmApi
 
 
@@ -30,7 +31,8 @@ def every_route(fleet: Fleet, clock: IReactorTime, metrics: Metrics) -> list[Rou
     """
     routes: list[Route] = []
     routes += MetaApi(metrics, lambda: routes).routes()
-    routes += NodesApi(fleet).routes() + VmApi(fleet).routes() + FilesystemApi(fleet).routes()
+    routes += NodesApi(fleet).routes() + VmApi(fleet).routes() + TagsApi(fleet).routes()
+    routes += FilesystemApi(fleet).routes()
     routes += ExecApi(fleet, clock).routes() + CopyApi(fleet).routes() + LifecycleApi(fleet).routes()
     return routes
 
