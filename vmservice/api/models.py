@@ -103,6 +103,69 @@ class Node:
 
 
 @frozen
+class NetworkPolicy:
+    """Where a node's VM may connect to: CIDR lists (an empty ``allow`` limits nothing)."""
+
+    allow: list[str]
+    drop: list[str]
+
+
+@frozen
+class NetworkDescription:
+    """
+    A node's network: the mode and policy of its host group (there is no
+    per-node policy, so ``effective`` is ``host_group``'s and no
+    ``override`` is ever sent), its address, gateway, MAC and bridge.
+    """
+
+    mode: str = field(metadata={"schema": {"enum": ["none", "isolated", "bridge"]}})
+    policy_source: str = field(metadata={"schema": {"enum": ["host_group"]}})
+    host_group: NetworkPolicy
+    effective: NetworkPolicy
+    address: str | None = None
+    gateway: str | None = None
+    mac: str | None = None
+    bridge: str | None = None
+
+
+@frozen
+class DiskDescription:
+    """
+    A node's disk as read from the file: its format, the size the guest sees,
+    the space it takes on the host, and the image file it is an overlay on.
+    """
+
+    path: str
+    format: str
+    size_bytes: int
+    allocated_bytes: int
+    backing_file: str | None = None
+
+
+@frozen
+class NodeDescription(Node):
+    """
+    One node described (``GET /vm/{hostname}``): the Node fields, then its
+    storage kind and image name (strings, as existing clients decode them),
+    its network, and what is found on the host.  Fields that are not known
+    are left out; ``commit_id`` and ``parent_commit_id`` always are (this
+    daemon has no commits).
+    """
+
+    protected: bool
+    snapshot: bool
+    agent_connected: bool
+    storage: str | None = None
+    image: str | None = None
+    network: NetworkDescription | None = None
+    disk: DiskDescription | None = None
+    pid: int | None = None
+    kernel: str | None = None
+    initrd: str | None = None
+    hypervisor: str | None = None
+
+
+@frozen
 class CreateNodeRequest:
     """
     The body of ``POST /hostgroup/{name}/nodes``; every field optional.

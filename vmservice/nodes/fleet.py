@@ -13,6 +13,7 @@ modules named after it:
   relaunch; suspend and restore (reached as :attr:`Fleet.lifecycle` and
   :attr:`Fleet.snapshots`);
 - :mod:`.tagging`: reading and changing a node's tags (:attr:`Fleet.tagging`);
+- :mod:`.description`: everything a user needs to see of one node;
 - :mod:`.startup` and :mod:`.counts`: what becomes of the nodes on disk at
   start, and groups kept at N nodes;
 - :mod:`.runtime` and :mod:`.phase`: one node at run time, its VM, agent
@@ -39,6 +40,7 @@ from ..observer import OneShotObserver
 from . import console
 from .counts import keep_counts
 from .creation import Creation
+from .description import NodeDescription, describe
 from .guest import AgentHealth, IGuest
 from .lifecycle import Lifecycle
 from .model import CreateRequest, DeleteResult, NodeRecord, Status, Wait, visible
@@ -161,6 +163,10 @@ class Fleet(Service):
     def node(self, hostname: str) -> NodeRecord:
         """The node ``hostname``; :class:`NotFound` when there is none."""
         return visible(self._registry.find(hostname).record)
+
+    async def describe(self, hostname: str) -> NodeDescription:
+        """Everything a user needs to see of node ``hostname``; :class:`NotFound` when there is none."""
+        return await describe(self._registry.find(hostname), self._parts)
 
     async def logs(self, hostname: str, lines: int) -> tuple[str, int]:
         """
