@@ -734,6 +734,44 @@ class Client:
 
     # -- one node --------------------------------------------------------
 
+    async def describe(self, hostname: str) -> dict[str, Any]:
+        """
+        Everything the daemon tells of node ``hostname`` (``GET
+        /vm/{hostname}``): the Node fields, ``storage``, ``image``,
+        ``network``, ``disk``, ``snapshot``, ``agent_connected``, ``pid`` ...
+        """
+        result: dict[str, Any] = await self._json("GET", _path("vm", hostname))
+        return result
+
+    async def tags(self, hostname: str) -> list[str]:
+        """The tags of node ``hostname``, in their order (``GET /vm/{hostname}/tags``)."""
+        result: dict[str, Any] = await self._json("GET", _path("vm", hostname, "tags"))
+        tags: list[str] = result["tags"]
+        return tags
+
+    async def set_tags(
+        self,
+        hostname: str,
+        *,
+        add: Sequence[str] | None = None,
+        remove: Sequence[str] | None = None,
+        replace: Sequence[str] | None = None,
+    ) -> list[str]:
+        """
+        Change the tags of node ``hostname`` in one atomic step (``PATCH
+        /vm/{hostname}/tags``): ``replace`` them all (``[]`` clears them), or
+        ``remove`` some and ``add`` others (appended unless there already).
+        Only the arguments given are sent; the daemon refuses ``replace``
+        with another, and a call with none.
+
+        :return: the node's tags from now on.
+        """
+        body = {name: list(value) for name, value in (("add", add), ("remove", remove), ("replace", replace))
+                if value is not None}
+        result: dict[str, Any] = await self._json("PATCH", _path("vm", hostname, "tags"), json=body)
+        tags: list[str] = result["tags"]
+        return tags
+
     async def logs(self, hostname: str, lines: int | None = None) -> dict[str, Any]:
         """
         The tail of the node's serial console: the last ``lines`` lines (the

@@ -208,6 +208,27 @@ class ClientTests(ClientTestCase):
         self.h.reactor.advance(1.5)
         await self.assertApiError(late, 408, "wait_timeout")
 
+    async def test_describe(self) -> None:
+        """describe() answers the node's description; an unknown node is an ApiError 404."""
+        await self.client.create_node("demo", {"tags": ["a"]})
+        description = await self.client.describe("demo-1")
+        self.assertEqual((description["hostname"], description["tags"], description["storage"]), ("demo-1", ["a"], "image"))
+        self.assertEqual(description["network"]["mode"], "none")
+        await self.assertApiError(self.client.describe("demo-9"), 404, "node_not_found")
+
+    async def test_tags(self) -> None:
+        """tags() reads; set_tags() adds and removes in one call, replaces, clears; the listing agrees."""
+        await self.client.create_node("demo", {"tags": ["a", "b"]})
+        self.assertEqual(await self.client.tags("demo-1"), ["a", "b"])
+        self.assertEqual(await self.client.set_tags("demo-1", add=["c"], remove=["a"]), ["b", "c"])
+        self.assertEqual([n["hostname"] for n in await self.client.nodes(tag="c")], ["demo-1"])
+        self.assertEqual(await self.client.set_tags("demo-1", replace=["x", "x"]), ["x"])
+        self.assertEqual(await self.client.set_tags("demo-1", replace=[]), [])
+        self.assertEqual(await self.client.tags("demo-1"), [])
+        await self.assertApiError(self.client.set_tags("demo-1"), 400, "invalid_body")
+        await self.assertApiError(self.client.set_tags("demo-1", add=["a"], replace=["b"]), 400, "invalid_body")
+        await self.assertApiError(self.client.tags("demo-9"), 404, "node_not_found")
+
     async def test_logs(self) -> None:
         """logs() gives the console's last lines, the daemon's default without ``lines``."""
         await self.client.create_node("demo")

@@ -20,10 +20,11 @@ import attrs
 from twisted.web.iweb import IRequest
 
 from ..errors import BadRequest
-from ..nodes.model import CreateRequest, Wait
+from ..nodes.model import MAX_TAGS, CreateRequest, Wait, tag_problem, unique
+from ..nodes.tagging import TagEdit
 from ..nodes.transitions import Op
 from ..structuring import format_path, strict_converter, structure_errors
-from .models import CreateNodeRequest, FsMkdirRequest, KillRequest
+from .models import CreateNodeRequest, FsMkdirRequest, KillRequest, TagsUpdate
 from .query import FILE_MODE, GUEST_PATH, Choice, Duration, param
 
 T = TypeVar("T")
@@ -175,9 +176,7 @@ def create_request(request: IRequest) -> CreateRequest:
         value = getattr(body, name)
         if value is not None and value < 0:
             raise BadRequest(f"field {name!r} must not be negative", code="invalid_body")
-    tags = tuple(body.tags or ())
-    if any(not tag for tag in tags):
-        raise BadRequest("field 'tags': tags must not be empty strings", code="invalid_body")
+    tags = _tags("tags", body.tags or [])
     return CreateRequest(
         hostname=body.hostname or None,
         ram_bytes=body.ram_bytes or None,
@@ -187,6 +186,44 @@ def create_request(request: IRequest) -> CreateRequest:
         tags=tags,
         ip=body.ip or None,
     )
+
+
+def _tags(name: str, tags: list[str]) -> tuple[str, ...]:
+    """
+    The tags of field ``name``, each once, in their order.
+
+    :raise BadRequest: (``invalid_body``) more than MAX_TAGS, or a tag that
+        is not one (:func:`~vmservice.nodes.model.tag_problem`).
+    """
+    if len(tags) > MAX_TAGS:
+        raise BadRequest(f"field {name!r}: at most {MAX_TAGS} tags", code="invalid_body")
+    for index, tag in enumerate(tags):
+        problem = tag_problem(tag)
+        if problem is not None:
+            raise BadRequest(f"field '{name}[{index}]': {problem}", code="invalid_body")
+    return unique(tags)
+
+
+def tag_edit(request: IRequest) -> TagEdit:
+    """
+    Parse the body of a tag change: ``{"replace": [...]}``, or ``{"add": [...]}``
+    and/or ``{"remove": [...]}``.
+
+    :raise BadRequest: (``invalid_body``) none of them, ``replace`` with
+        another, a tag both added and removed, or a bad tag.
+    """
+    body = structure(json_object(request, empty_ok=False), TagsUpdate)
+    if body.add is None and body.remove is None and body.replace is None:
+        raise BadRequest("one of 'add', 'remove' or 'replace' is required", code="invalid_body")
+    if body.replace is not None:
+        if body.add is not None or body.remove is not None:
+            raise BadRequest("'replace' cannot be combined with 'add' or 'remove'", code="invalid_body")
+        return TagEdit(replace=_tags("replace", body.replace))
+    add, remove = _tags("add", body.add or []), _tags("remove", body.remove or [])
+    both = [tag for tag in add if tag in remove]
+    if both:
+        raise BadRequest(f"tag {both[0]!r} is both added and removed", code="invalid_body")
+    return TagEdit(add=add, remove=remove)
 
 
 #: The media type of a tar stream.
@@ -229,6 +266,7 @@ __all__ = [
     "kill_request",
     "shutdown_action",
     "structure",
+    "tag_edit",
     "timeout_param",
     "wait",
     "wait_param",

@@ -37,7 +37,17 @@ from ..config import parse_size
 from ..durations import parse_go_duration
 from . import copying, output
 
-__all__ = ["IVmctlReactor", "create_body", "exit_status", "main", "parse_args", "resolve_token", "run"]
+__all__ = [
+    "IVmctlReactor",
+    "TagWords",
+    "create_body",
+    "exit_status",
+    "main",
+    "parse_args",
+    "resolve_token",
+    "run",
+    "tag_words",
+]
 
 #: Environment variable with the daemon's address.
 URL_VARIABLE = "VMSERVICE_URL"
@@ -152,6 +162,108 @@ def _env(text: str) -> str:
     return text
 
 
+@frozen
+class TagWords:
+    """
+    What the words of ``vmctl tag`` ask for: nothing (show the tags), or one
+    change, sent as one request.
+
+    :ivar add: the tags of ``+TAG`` words.
+    :ivar remove: the tags of ``-TAG`` words.
+    :ivar replace: the tags of ``=TAG`` words (none for a lone ``=``), or
+        ``None`` when there is no ``=`` word.
+    """
+
+    add: tuple[str, ...] = ()
+    remove: tuple[str, ...] = ()
+    replace: tuple[str, ...] | None = None
+
+    @property
+    def changes(self) -> bool:
+        """Whether the words ask for a change (otherwise the tags are shown)."""
+        return bool(self.add or self.remove) or self.replace is not None
+
+
+def tag_words(words: Sequence[str]) -> TagWords:
+    """
+    Read the edits of ``vmctl tag``: ``+TAG`` adds, ``-TAG`` removes,
+    ``=TAG`` (repeated) replaces all tags with those given, a lone ``=``
+    clears them.  Tags themselves are checked by the daemon.
+
+    :raise ValueError: a word that is not an edit, an empty tag, or ``=``
+        words with ``+``/``-`` words.
+    """
+    add: list[str] = []
+    remove: list[str] = []
+    replace: list[str] | None = None
+    for word in words:
+        sign, tag = word[:1], word[1:]
+        if sign == "=":
+            replace = (replace or []) + ([tag] if tag else [])
+        elif sign in ("+", "-") and tag:
+            (add if sign == "+" else remove).append(tag)
+        elif sign in ("+", "-"):
+            raise ValueError(f"{word!r}: the tag is missing")
+        else:
+            raise ValueError(f"{word!r} is not +TAG, -TAG or =TAG")
+    if replace is not None and (add or remove):
+        raise ValueError("=TAG (replace) cannot be combined with +TAG or -TAG")
+    return TagWords(tuple(add), tuple(remove), tuple(replace) if replace is not None else None)
+
+
+#: Options that take a value, before or after any command.
+_VALUE_OPTIONS = ("--url", "--token", "--token-file")
+#: Options of ``vmctl tag`` that take none.
+_TAG_FLAGS = ("-h", "--help", "--json")
+
+
+def _command_at(argv: Sequence[str]) -> int | None:
+    """Where the command is in ``argv`` (after the options before it), or ``None``."""
+    index = 0
+    while index < len(argv):
+        word = argv[index]
+        if word in _VALUE_OPTIONS:
+            index += 2
+        elif word.startswith("-"):
+            if word.split("=", 1)[0] not in _VALUE_OPTIONS:
+                return None  # -h, or a usage error argparse will word
+            index += 1
+        else:
+            return index
+    return None
+
+
+def _take_tag_edits(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """
+    Take the edits out of a ``vmctl tag`` command line before argparse
+    reads it (it would take ``-b`` for an option): after the command, every
+    word that starts with ``+``, ``-`` or ``=`` and is not one of the
+    command's options, and every word after ``--``.
+
+    :return: the rest of ``argv`` and the edits, or ``argv`` and ``None``
+        for another command.
+    """
+    at = _command_at(argv)
+    if at is None or argv[at] != "tag":
+        return argv, None
+    rest = argv[: at + 1]
+    edits: list[str] = []
+    words = iter(argv[at + 1:])
+    for word in words:
+        if word == "--":
+            edits.extend(words)
+        elif word in _TAG_FLAGS or word.split("=", 1)[0] in _VALUE_OPTIONS:
+            rest.append(word)
+            value = next(words, None) if word in _VALUE_OPTIONS else None
+            if value is not None:
+                rest.append(value)
+        elif word[:1] in ("+", "-", "="):
+            edits.append(word)
+        else:
+            rest.append(word)
+    return rest, edits
+
+
 def _add_connection_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     """
     The options saying which daemon to talk to.  They are accepted before and
@@ -214,6 +326,14 @@ def build_parser() -> argparse.ArgumentParser:
     delete = command("delete", _delete, "delete node HOSTNAME of GROUP")
     delete.add_argument("group", metavar="GROUP")
     delete.add_argument("hostname", metavar="HOSTNAME")
+
+    describe = command("describe", _describe, "describe a node: its resources, storage, image, network and state")
+    describe.add_argument("hostname", metavar="HOST")
+    describe.add_argument("--json", action="store_true", help="print the JSON answer")
+
+    tag = command("tag", _tag, "show or change a node's tags: +TAG adds, -TAG removes, =TAG... replaces all")
+    tag.add_argument("hostname", metavar="HOST")
+    tag.add_argument("--json", action="store_true", help="print the JSON answer")
 
     logs = command("logs", _logs, "print the tail of a node's serial console, or a background exec's output")
     logs.add_argument("hostname", metavar="HOSTNAME")
@@ -340,7 +460,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Name
         ``sys.stderr``), 0 after ``--help``.
     """
     parser = build_parser()
-    argv = list(argv)
+    argv, edits = _take_tag_edits(list(argv))
     # Everything after the first ``--`` of ``exec`` is the command, taken
     # verbatim (argparse would drop a later ``--`` among the words).
     words: list[str] = []
@@ -356,6 +476,11 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Name
         options.words = list(options.words) + words
         if not options.words:
             parser.error("exec: the command is missing (vmctl exec HOST [options] -- CMD [ARGS...])")
+    if options.command == "tag":
+        try:
+            options.edits = tag_words(edits or [])
+        except ValueError as error:
+            parser.error(f"tag: {error} (a tag starting with - goes after --: vmctl tag HOST -- -TAG)")
     if options.command == "cp":
         options.source = copying.parse_location(options.source)
         options.destination = copying.parse_location(options.destination)
@@ -446,6 +571,26 @@ async def _delete(client: Client, options: argparse.Namespace, context: _Context
     out.write(f"{result.get('message') or 'deleted ' + options.hostname}\n")
     if result.get("error"):
         raise _Failed(str(result["error"]))
+    return 0
+
+
+async def _describe(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    description = await client.describe(options.hostname)
+    context.out.write(output.format_json(description) if options.json else output.format_description(description))
+    return 0
+
+
+async def _tag(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    edits: TagWords = options.edits
+    if edits.changes:
+        tags = await client.set_tags(options.hostname, add=edits.add or None, remove=edits.remove or None,
+                                     replace=edits.replace)
+    else:
+        tags = await client.tags(options.hostname)
+    if options.json:
+        context.out.write(output.format_json({"hostname": options.hostname, "tags": tags}))
+    else:
+        context.out.write("".join(f"{tag}\n" for tag in tags))
     return 0
 
 
