@@ -541,20 +541,16 @@ async def _info(client: Client, options: argparse.Namespace, context: _Context) 
 async def _groups(client: Client, options: argparse.Namespace, context: _Context) -> int:
     out = context.out
     groups = await client.hostgroups()
-    if options.json:
-        out.write(output.format_json(groups))
-    else:
-        out.write(output.format_table(output.GROUP_HEADERS, output.group_rows(groups)))
+    out.write(output.format_json(groups) if options.json
+              else output.format_table(output.GROUP_HEADERS, output.group_rows(groups)))
     return 0
 
 
 async def _list(client: Client, options: argparse.Namespace, context: _Context) -> int:
     out = context.out
     nodes = await client.nodes(options.group, tag=options.tag, tag_prefix=options.tag_prefix)
-    if options.json:
-        out.write(output.format_json(nodes))
-    else:
-        out.write(output.format_table(output.NODE_HEADERS, output.node_rows(nodes)))
+    out.write(output.format_json(nodes) if options.json
+              else output.format_table(output.NODE_HEADERS, output.node_rows(nodes)))
     return 0
 
 
@@ -625,10 +621,8 @@ async def _exec_logs(client: Client, options: argparse.Namespace, context: _Cont
 
 async def _ps(client: Client, options: argparse.Namespace, context: _Context) -> int:
     execs = await client.background_execs(options.hostname)
-    if options.json:
-        context.out.write(output.format_json(execs))
-    else:
-        context.out.write(output.format_table(output.EXEC_HEADERS, output.exec_rows(execs)))
+    context.out.write(output.format_json(execs) if options.json
+                      else output.format_table(output.EXEC_HEADERS, output.exec_rows(execs)))
     return 0
 
 
@@ -790,10 +784,8 @@ async def _cp(client: Client, options: argparse.Namespace, context: _Context) ->
 
 async def _fs_ls(client: Client, options: argparse.Namespace, context: _Context) -> int:
     entries = await client.readdir(options.hostname, options.path)
-    if options.json:
-        context.out.write(output.format_json(entries))
-    else:
-        context.out.write(output.format_table(output.FS_HEADERS, output.entry_rows(entries)))
+    context.out.write(output.format_json(entries) if options.json
+                      else output.format_table(output.FS_HEADERS, output.entry_rows(entries)))
     return 0
 
 
