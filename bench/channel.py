@@ -10,6 +10,12 @@ Channel benchmark (exec and raw-channel parts): in one run, side by side,
 - exec ``true`` latency through the daemon's HTTP API
   (``POST /vm/demo-1/exec?cmd=true``, whole NDJSON response read).
 
+- background exec logs through the daemon's HTTP API: ``cat`` of a
+  ``--bg-mib`` MiB file (default 64, the largest ring) started with
+  ``background=true`` and followed with ``logs?follow=true`` to its exit
+  frame, MB/s of output decoded, against a cp download of the same file in
+  the same run;
+
 - cp through the daemon's HTTP API: upload (``POST /vm/demo-1/cp``) and
   download (``GET``) of ``--cp-mib`` MiB (default 1024), MB/s each and the
   ratio to the raw echo's MB/s (target >= 0.8), and the twistd process's peak
@@ -19,7 +25,7 @@ Channel benchmark (exec and raw-channel parts): in one run, side by side,
 Writes samples, p50/p95 and the ratio ``exec_api_p50 / raw_round_trip_p50``
 (target <= 2) to ``bench/results/channel.json`` (merged into what is there).
 
-    .venv/bin/python bench/channel.py [--rounds 30] [--echo-mib 32] [--cp-mib 1024]
+    .venv/bin/python bench/channel.py [--rounds 30] [--echo-mib 32] [--cp-mib 1024] [--bg-mib 64]
 """
 
 from __future__ import annotations
@@ -146,6 +152,65 @@ def measure_cp(daemon: Daemon, size: int) -> dict[str, Any]:
     }
 
 
+def measure_background_logs(daemon: Daemon, size: int) -> dict[str, Any]:
+    """
+    ``cat`` of a ``size``-byte file as a background exec, followed through its
+    log to the end, against a cp download of the same file (blocking; run on a
+    thread).
+    """
+    import base64
+    from urllib.parse import urlencode
+
+    path = "/root/bg-bench.bin"
+    status, _, body = daemon.request("POST", "/vm/demo-1/exec?" + urlencode(
+        {"cmd": f"head -c {size} /dev/urandom > {path}", "buffered": "true"}))
+    if status != 200 or json.loads(body)["exit_code"] != 0:
+        raise RuntimeError(f"making the file failed: {status} {body!r}")
+    started = time.monotonic()
+    status, _, body = daemon.request("POST", "/vm/demo-1/exec?" + urlencode(
+        {"background": "true", "cmd": f"cat {path}", "ring_bytes": str(max(size, 1))}))
+    if status != 201:
+        raise RuntimeError(f"background start failed: {status} {body!r}")
+    exec_id = json.loads(body)["exec_id"]
+    conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=600)
+    conn.request("GET", f"/vm/demo-1/exec/{exec_id}/logs?follow=true")
+    response = conn.getresponse()
+    received, last = 0, None
+    for line in response:
+        frame = json.loads(line)
+        if frame["type"] == "stdout":
+            received += len(base64.b64decode(frame["data"]))
+        last = frame
+    logs_seconds = time.monotonic() - started
+    conn.close()
+    if last is None or last["type"] != "exit" or received != size:
+        raise RuntimeError(f"background logs: {received} of {size} bytes, last frame {last!r}")
+    daemon.request("DELETE", f"/vm/demo-1/exec/{exec_id}")
+    conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=600)
+    started = time.monotonic()
+    conn.request("GET", "/vm/demo-1/cp?" + urlencode({"path": path}))
+    response = conn.getresponse()
+    copied = 0
+    while True:
+        chunk = response.read(1 << 20)
+        if not chunk:
+            break
+        copied += len(chunk)
+    cp_seconds = time.monotonic() - started
+    conn.close()
+    daemon.request("POST", "/vm/demo-1/exec?" + urlencode({"cmd": f"rm -f {path}"}))
+    if copied != size:
+        raise RuntimeError(f"cp download: {copied} of {size} bytes")
+    return {
+        "bytes": size,
+        "logs_follow_seconds": logs_seconds,
+        "logs_follow_mb_per_s": size / logs_seconds / 1e6,
+        "cp_download_seconds": cp_seconds,
+        "cp_download_mb_per_s": size / cp_seconds / 1e6,
+        "ratio_logs_over_cp_download": cp_seconds / logs_seconds,
+    }
+
+
 class _Echo(Protocol):
     def __init__(self) -> None:
         self.received = 0
@@ -220,6 +285,7 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
         await deferToThread(api_exec)  # warm-up
         api = [await deferToThread(api_exec) for _ in range(options.rounds)]
         cp = await deferToThread(measure_cp, daemon, options.cp_mib << 20)
+        background = await deferToThread(measure_background_logs, daemon, options.bg_mib << 20)
     finally:
         if client is not None:
             await client.stop()
@@ -244,6 +310,7 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
         "ratio_cp_upload_over_raw_echo": cp["upload_mb_per_s"] / (size / echo / 1e6),
         "ratio_cp_download_over_raw_echo": cp["download_mb_per_s"] / (size / echo / 1e6),
         "target_ratio_cp": 0.8,
+        "background_logs": background,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
@@ -253,6 +320,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--echo-mib", type=int, default=32)
     parser.add_argument("--cp-mib", type=int, default=1024)
+    parser.add_argument("--bg-mib", type=int, default=64, help="background exec log size (at most 64)")
     parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "channel.json"))
     options = parser.parse_args()
     ensure_image()
@@ -283,7 +351,8 @@ def main() -> None:
         json.dump(existing, f, indent=2)
         f.write("\n")
     print(json.dumps({k: outcome[k] for k in ("raw_round_trip_s", "raw_echo", "ratio_exec_api_p50_over_raw_round_trip_p50",
-                                              "cp", "ratio_cp_upload_over_raw_echo", "ratio_cp_download_over_raw_echo")}
+                                              "cp", "ratio_cp_upload_over_raw_echo", "ratio_cp_download_over_raw_echo",
+                                              "background_logs")}
                      | {"exec_api_p50": outcome["exec_true_api_s"]["p50"], "exec_agent_p50": outcome["exec_true_agent_s"]["p50"],
                         "exec_no_shell_agent_p50": outcome["exec_true_no_shell_agent_s"]["p50"]},
                      default=str)[:2000])

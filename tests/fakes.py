@@ -38,7 +38,7 @@ from vmservice.nodes.guest import AgentHealth, IGuestConnection
 from vmservice.nodes.parts import DriverChoice, FleetParts
 from vmservice.nodes.runtime import NodeRuntime
 from vmservice.nodes.store import NodeStore
-from vmservice.storage.interfaces import IDisks
+from vmservice.storage.interfaces import DiskInfo, IDisks
 
 
 
@@ -280,11 +280,20 @@ class FakeDisks:
 
     def __init__(self) -> None:
         self.created: list[str] = []
+        self._made: dict[str, tuple[str, int]] = {}
 
     async def create(self, base: str, path: str, size_bytes: int) -> None:
         with open(path, "wb") as f:
             f.write(b"disk")
         self.created.append(path)
+        self._made[path] = (base, size_bytes)
+
+    def info(self, path: str) -> DiskInfo | None:
+        """A qcow2 of the size asked for over the base it was made on, 4 bytes used (while the file is there)."""
+        if not os.path.exists(path) or path not in self._made:
+            return None
+        base, size_bytes = self._made[path]
+        return DiskInfo(path, "qcow2", size_bytes, 4, base)
 
     def remove(self, path: str) -> bool:
         try:

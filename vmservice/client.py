@@ -203,6 +203,9 @@ class ExecRecord:
     :ivar started_at: RFC 3339, on ``started`` records.
     :ivar ended_at: RFC 3339, on ``exit`` records.
     :ivar timestamp: when the daemon wrote the record.
+    :ivar id: the frame's place in a background exec's log (from 1); ``None`` elsewhere.
+    :ivar message: what a ``gap`` record of a background exec's log says was dropped.
+    :ivar dropped_bytes: the output bytes a ``gap`` record says were dropped.
     """
 
     type: str
@@ -214,6 +217,9 @@ class ExecRecord:
     started_at: str | None = None
     ended_at: str | None = None
     timestamp: str | None = None
+    id: int | None = None
+    message: str | None = None
+    dropped_bytes: int | None = None
 
     @property
     def final(self) -> bool:
@@ -360,6 +366,9 @@ def decode_exec_record(obj: Any) -> ExecRecord:
         started_at=_optional(obj.get("started_at"), str),
         ended_at=_optional(obj.get("ended_at"), str),
         timestamp=_optional(obj.get("timestamp"), str),
+        id=_optional(obj.get("id"), int),
+        message=_optional(obj.get("message"), str),
+        dropped_bytes=_optional(obj.get("dropped_bytes"), int),
     )
 
 
@@ -778,6 +787,44 @@ class Client:
 
     # -- one node --------------------------------------------------------
 
+    async def describe(self, hostname: str) -> dict[str, Any]:
+        """
+        Everything the daemon tells of node ``hostname`` (``GET
+        /vm/{hostname}``): the Node fields, ``storage``, ``image``,
+        ``network``, ``disk``, ``snapshot``, ``agent_connected``, ``pid`` ...
+        """
+        result: dict[str, Any] = await self._json("GET", _path("vm", hostname))
+        return result
+
+    async def tags(self, hostname: str) -> list[str]:
+        """The tags of node ``hostname``, in their order (``GET /vm/{hostname}/tags``)."""
+        result: dict[str, Any] = await self._json("GET", _path("vm", hostname, "tags"))
+        tags: list[str] = result["tags"]
+        return tags
+
+    async def set_tags(
+        self,
+        hostname: str,
+        *,
+        add: Sequence[str] | None = None,
+        remove: Sequence[str] | None = None,
+        replace: Sequence[str] | None = None,
+    ) -> list[str]:
+        """
+        Change the tags of node ``hostname`` in one atomic step (``PATCH
+        /vm/{hostname}/tags``): ``replace`` them all (``[]`` clears them), or
+        ``remove`` some and ``add`` others (appended unless there already).
+        Only the arguments given are sent; the daemon refuses ``replace``
+        with another, and a call with none.
+
+        :return: the node's tags from now on.
+        """
+        body = {name: list(value) for name, value in (("add", add), ("remove", remove), ("replace", replace))
+                if value is not None}
+        result: dict[str, Any] = await self._json("PATCH", _path("vm", hostname, "tags"), json=body)
+        tags: list[str] = result["tags"]
+        return tags
+
     async def logs(self, hostname: str, lines: int | None = None) -> dict[str, Any]:
         """
         The tail of the node's serial console: the last ``lines`` lines (the
@@ -1039,6 +1086,103 @@ class Client:
 
             return body_producer(self._reactor, io.BytesIO(bytes(source)))
         return body_producer(self._reactor, source)
+
+    # -- background execs ------------------------------------------------
+
+    async def exec_background(
+        self,
+        hostname: str,
+        cmd: str,
+        args: Sequence[str] = (),
+        *,
+        env: Mapping[str, str] | Sequence[str] | None = None,
+        uid: int | None = None,
+        gid: int | None = None,
+        cwd: str | None = None,
+        shell: str | None = None,
+        permissions: int | str | None = None,
+        ring_bytes: int | None = None,
+    ) -> dict[str, Any]:
+        """
+        Start a command in the background (``background=true``): it runs in the
+        guest on its own, its output kept there in a ring of ``ring_bytes``
+        (the daemon's default: 1 MiB).  The other parameters are those of :meth:`exec`.
+
+        :return: ``{exec_id, pid, started_at, ring_bytes}``.
+        """
+        params = self._exec_params(cmd, args, env, uid, gid, cwd, shell, permissions, None, None, "base64")
+        params.update(background=True, ring_bytes=ring_bytes)
+        result: dict[str, Any] = await self._json("POST", _path("vm", hostname, "exec"), params)
+        return result
+
+    async def background_execs(self, hostname: str) -> list[dict[str, Any]]:
+        """The node's background execs, running or ended and not deleted (``GET /vm/{hostname}/exec``)."""
+        result: list[dict[str, Any]] = await self._json("GET", _path("vm", hostname, "exec"))
+        return result
+
+    async def background_exec(self, hostname: str, exec_id: str) -> dict[str, Any]:
+        """One background exec."""
+        result: dict[str, Any] = await self._json("GET", _path("vm", hostname, "exec", exec_id))
+        return result
+
+    async def exec_logs(
+        self,
+        hostname: str,
+        exec_id: str,
+        *,
+        on_record: Callable[[ExecRecord], None],
+        from_id: int | None = None,
+        follow: bool = False,
+    ) -> None:
+        """
+        Hand each frame of a background exec's log to ``on_record`` as it
+        arrives (``stdout``/``stderr`` with their bytes and ``id``, ``gap``
+        when frames were dropped before they were read, ``exit`` last).
+
+        :param from_id: the first frame wanted (a client resuming gives its
+            last id + 1); ``None`` for the oldest kept.
+        :param follow: go on until the exec ends instead of stopping at the
+            end of what is kept now.
+        """
+        params = {"from_id": from_id, "follow": True if follow else None}
+        response = await self._send("GET", _path("vm", hostname, "exec", exec_id, "logs"), params,
+                                    headers={b"Accept": b"application/x-ndjson"})
+        decoder = NdjsonDecoder()
+
+        def deliver(values: list[Any]) -> None:
+            for value in values:
+                on_record(decode_exec_record(value))
+
+        await treq.collect(response, lambda chunk: deliver(decoder.feed(chunk)))
+        deliver(decoder.finish())
+
+    async def kill_exec(
+        self, hostname: str, exec_id: str, signal: str | None = None, grace_ms: int | None = None
+    ) -> dict[str, Any]:
+        """
+        Signal a background exec's process group (``TERM`` by default, then
+        ``KILL`` after ``grace_ms``, 5000 by default).
+
+        :return: ``{exec_id, pid, running, signal_sent}``.
+        """
+        body = {key: value for key, value in (("signal", signal), ("grace_ms", grace_ms)) if value is not None}
+        result: dict[str, Any] = await self._json("POST", _path("vm", hostname, "exec", exec_id, "kill"), json=body)
+        return result
+
+    async def wait_exec(self, hostname: str, exec_id: str, timeout: int | None = None) -> dict[str, Any]:
+        """
+        Wait up to ``timeout`` whole seconds (the daemon's default: 30) for a
+        background exec to end; ``timed_out`` says whether it still runs.
+        """
+        result: dict[str, Any] = await self._json(
+            "GET", _path("vm", hostname, "exec", exec_id, "wait-exit"), {"timeout": timeout}
+        )
+        return result
+
+    async def delete_exec(self, hostname: str, exec_id: str) -> dict[str, Any]:
+        """Forget a background exec that has ended (409 while it runs)."""
+        result: dict[str, Any] = await self._json("DELETE", _path("vm", hostname, "exec", exec_id))
+        return result
 
     # -- copies ----------------------------------------------------------
 

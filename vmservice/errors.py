@@ -97,6 +97,13 @@ class Conflict(ServiceError):
     code = "conflict"
 
 
+class Gone(ServiceError):
+    """The thing asked for existed and was deleted (410): a reaped background exec."""
+
+    status = 410
+    code = "gone"
+
+
 class AgentNotConnected(ServiceError):
     """
     The guest agent of a node does not answer (503).
@@ -167,6 +174,9 @@ class GuestErrorKind(Enum):
     MISSING_DESTINATION = "missing_destination"
     #: The guest's file system has no room for a copy.
     NO_SPACE = "no_space"
+    # The guest's error kinds of background execs.
+    GONE = "gone"
+    RUNNING = "running"
     #: Any other file-system error the guest reports.
     FS_ERROR = "fs_error"
 
@@ -212,6 +222,9 @@ _GUEST_NAMED = (
     GuestErrorKind.BAD_ARCHIVE,
     GuestErrorKind.MISSING_DESTINATION,
     GuestErrorKind.NO_SPACE,
+    GuestErrorKind.REJECTED,
+    GuestErrorKind.GONE,
+    GuestErrorKind.RUNNING,
 )
 
 #: The one table from guest error kinds to service errors: the class (so the
@@ -237,6 +250,8 @@ GUEST_ERRORS: dict[GuestErrorKind, tuple[type[ServiceError], str]] = {
     GuestErrorKind.BAD_ARCHIVE: (BadRequest, "bad_archive"),
     GuestErrorKind.MISSING_DESTINATION: (BadRequest, "missing_destination"),
     GuestErrorKind.NO_SPACE: (InsufficientStorage, "insufficient_storage"),
+    GuestErrorKind.GONE: (Gone, "exec_deleted"),
+    GuestErrorKind.RUNNING: (Conflict, "exec_running"),
     GuestErrorKind.FS_ERROR: (Internal, "fs_error"),
 }
 

@@ -19,6 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakes import OneNodeFleet
 from vmservice.api.app import Api
+from vmservice.api.background import BackgroundApi
 from vmservice.api.execution import ExecApi
 from vmservice.api.streaming import StreamingSite
 from vmservice.wire.payloads import ERROR, EXIT, REJECTED, STARTED, STDERR, STDOUT, encode_json_record, encode_record
@@ -52,7 +53,7 @@ class ExecApiTests(SynchronousTestCase):
         self.reactor = MemoryReactorClock()
         self.reactor.advance(1_700_000_000)
         self.fleet = OneNodeFleet()
-        routes = ExecApi(self.fleet, self.reactor).routes()  # type: ignore[arg-type]
+        routes = ExecApi(self.fleet, self.reactor, BackgroundApi(self.fleet)).routes()  # type: ignore[arg-type]
         api = Api(self.reactor, routes, Metrics(), None)
         self.site = StreamingSite(api.resource(), api.streams_body, reactor=self.reactor)
         self.channel = self.site.buildProtocol(None)

@@ -13,6 +13,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from vmservice.cli.output import (
     GROUP_HEADERS,
     NODE_HEADERS,
+    format_description,
     format_error,
     format_health,
     format_info,
@@ -121,3 +122,58 @@ class ValueTests(SynchronousTestCase):
     def test_json(self) -> None:
         """--json output is indented JSON ending in a newline."""
         self.assertEqual(format_json({"a": [1]}), '{\n  "a": [\n    1\n  ]\n}\n')
+
+
+class DescriptionTests(SynchronousTestCase):
+    def test_full(self) -> None:
+        """Every field of a description, aligned; the disk with its sizes, the address with its gateway."""
+        text = format_description({
+            **NODE, "ip": "10.77.0.2", "protected": True, "snapshot": False, "agent_connected": True, "pid": 4242,
+            "storage": "image", "image": "default", "kernel": "/i/vmlinux", "initrd": "/i/initrd.img",
+            "hypervisor": "qemu microvm, tcg",
+            "disk": {"path": "/s/disk.qcow2", "format": "qcow2", "size_bytes": 1 << 30, "allocated_bytes": 3 << 20,
+                     "backing_file": "/i/rootfs.ext4"},
+            "network": {"mode": "isolated", "policy_source": "host_group",
+                        "host_group": {"allow": [], "drop": ["10.9.0.0/16"]},
+                        "effective": {"allow": ["10.0.0.0/8", "1.1.1.1/32"], "drop": ["10.9.0.0/16"]},
+                        "address": "10.77.0.2/30", "gateway": "10.77.0.1", "mac": "52:54:0a:4d:00:02"},
+        })
+        self.assertEqual(
+            text,
+            "hostname      demo-1\n"
+            "group         demo\n"
+            "status        Running\n"
+            "tags          a, b\n"
+            "created       2026-11-22 10:59:26\n"
+            "cpus          2\n"
+            "ram           512M\n"
+            "arch          x86_64\n"
+            "persistent    no\n"
+            "protected     yes\n"
+            "agent         connected\n"
+            "pid           4242\n"
+            "snapshot      no\n"
+            "storage       image\n"
+            "image         default\n"
+            "disk          /s/disk.qcow2 (qcow2, 1G, 3M on the host)\n"
+            "backing file  /i/rootfs.ext4\n"
+            "kernel        /i/vmlinux\n"
+            "initrd        /i/initrd.img\n"
+            "hypervisor    qemu microvm, tcg\n"
+            "network       isolated\n"
+            "ip            10.77.0.2\n"
+            "address       10.77.0.2/30 via 10.77.0.1\n"
+            "mac           52:54:0a:4d:00:02\n"
+            "bridge        -\n"
+            "allow         10.0.0.0/8, 1.1.1.1/32\n"
+            "drop          10.9.0.0/16\n",
+        )
+
+    def test_left_out_fields(self) -> None:
+        """Fields the daemon left out (a suspended node of a group that is gone) show as -, never fail."""
+        lines = dict(line.split(None, 1) if " " in line.strip() else (line.strip(), "")
+                     for line in format_description({**NODE, "status": "Suspended", "snapshot": True,
+                                                     "agent_connected": False}).splitlines())
+        self.assertEqual((lines["status"], lines["snapshot"], lines["agent"]), ("Suspended", "yes", "not connected"))
+        for key in ("pid", "disk", "network", "image", "hypervisor", "protected"):
+            self.assertEqual(lines[key], "-", key)

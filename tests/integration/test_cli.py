@@ -102,6 +102,34 @@ class CliTests(SharedDaemonTestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(hashlib.sha256(result.stdout).hexdigest(), hashlib.sha256(data).hexdigest())
 
+    def test_background(self) -> None:
+        """exec --background prints an exec id; ps lists it; logs -f streams its output; kill ends it."""
+        started = self.vmctl("exec", "demo-1", "--background", "--ring-bytes", "64K", "--",
+                             "echo out; echo err >&2; trap 'echo bye; exit 9' TERM; while true; do sleep 0.1; done")
+        self.assertEqual(started.returncode, 0, started.stderr)
+        exec_id = started.stdout.decode().strip()
+        self.assertRegex(exec_id, r"^ex_[0-9a-f]+$")
+        listing = self.vmctl("ps", "demo-1")
+        self.assertIn(exec_id, listing.stdout.decode())
+        self.assertIn("running", listing.stdout.decode())
+        self.daemon.wait_for("the output", lambda: self.vmctl("logs", "demo-1", exec_id).stdout == b"out\n", 30)
+        follow = subprocess.Popen(self.command("logs", "demo-1", exec_id, "--follow"), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)
+        try:
+            killed = self.vmctl("kill", "demo-1", exec_id, "--signal", "TERM")
+            self.assertEqual(killed.stdout, f"sent TERM to {exec_id}\n".encode())
+            out, err = follow.communicate(timeout=60)
+        finally:
+            if follow.poll() is None:
+                follow.kill()
+                follow.wait()
+        # TERM goes to the whole group: bash also reports the sleep it killed.
+        self.assertEqual((follow.returncode, out, err.splitlines()[0]), (0, b"out\nbye\n", b"err"))
+        self.assertIn("exit 9", self.vmctl("ps", "demo-1").stdout.decode())
+        self.assertEqual(self.vmctl("kill", "demo-1", exec_id).stdout, f"{exec_id} had already ended\n".encode())
+        self.assertEqual(self.vmctl("logs", "demo-1", "ex_000000000000000000000000").returncode, 1)
+        self.assertEqual(self.vmctl("exec", "demo-1", "--ring-bytes", "1K", "--", "true").returncode, 1)
+
     def test_fs(self) -> None:
         """fs mkdir -p, ls, stat and rm -r work; errors exit 1 with the daemon's code."""
         self.assertEqual(self.vmctl("fs", "mkdir", "-p", "--mode", "0750", "demo-1", "/tmp/cli/a/b").returncode, 0)

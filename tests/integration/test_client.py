@@ -33,6 +33,7 @@ from twisted.web.server import Site
 from tests.fakes import FleetHarness
 from tests.test_client import Pipes
 from vmservice.api.app import Api
+from vmservice.api.background import BackgroundApi
 from vmservice.api.resources import every_route
 from vmservice.client import (
     ApiError,
@@ -206,6 +207,27 @@ class ClientTests(ClientTestCase):
         await until(lambda: len(self.h.agents) == 2)
         self.h.reactor.advance(1.5)
         await self.assertApiError(late, 408, "wait_timeout")
+
+    async def test_describe(self) -> None:
+        """describe() answers the node's description; an unknown node is an ApiError 404."""
+        await self.client.create_node("demo", {"tags": ["a"]})
+        description = await self.client.describe("demo-1")
+        self.assertEqual((description["hostname"], description["tags"], description["storage"]), ("demo-1", ["a"], "image"))
+        self.assertEqual(description["network"]["mode"], "none")
+        await self.assertApiError(self.client.describe("demo-9"), 404, "node_not_found")
+
+    async def test_tags(self) -> None:
+        """tags() reads; set_tags() adds and removes in one call, replaces, clears; the listing agrees."""
+        await self.client.create_node("demo", {"tags": ["a", "b"]})
+        self.assertEqual(await self.client.tags("demo-1"), ["a", "b"])
+        self.assertEqual(await self.client.set_tags("demo-1", add=["c"], remove=["a"]), ["b", "c"])
+        self.assertEqual([n["hostname"] for n in await self.client.nodes(tag="c")], ["demo-1"])
+        self.assertEqual(await self.client.set_tags("demo-1", replace=["x", "x"]), ["x"])
+        self.assertEqual(await self.client.set_tags("demo-1", replace=[]), [])
+        self.assertEqual(await self.client.tags("demo-1"), [])
+        await self.assertApiError(self.client.set_tags("demo-1"), 400, "invalid_body")
+        await self.assertApiError(self.client.set_tags("demo-1", add=["a"], replace=["b"]), 400, "invalid_body")
+        await self.assertApiError(self.client.tags("demo-9"), 404, "node_not_found")
 
     async def test_logs(self) -> None:
         """logs() gives the console's last lines, the daemon's default without ``lines``."""
@@ -472,7 +494,7 @@ class ExecLoopbackCase(Pipes, TestCase):
         self.fleet = OneNodeFleet()
         clock = MemoryReactorClock()
         clock.advance(1_700_000_000)
-        api = Api(clock, ExecApi(self.fleet, clock).routes(), Metrics(), None)  # type: ignore[arg-type]
+        api = Api(clock, ExecApi(self.fleet, clock, BackgroundApi(self.fleet)).routes(), Metrics(), None)  # type: ignore[arg-type]
         site = StreamingSite(api.resource(), api.streams_body)
         self.url = await serve(self, None, site=site)
         self.client = Client(reactor, self.url)

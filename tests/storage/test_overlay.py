@@ -9,12 +9,22 @@ itself runs in :mod:`tests.integration.storage.test_overlay`.
 from __future__ import annotations
 
 import os
+import struct
 
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.processes import ProcessReactor
-from vmservice.storage.overlay import OverlayDisks, StorageError, create_overlay, overlay_command, remove_disk
+from vmservice.storage.interfaces import DiskInfo
+from vmservice.storage.overlay import (
+    QCOW2_MAGIC,
+    OverlayDisks,
+    StorageError,
+    create_overlay,
+    disk_info,
+    overlay_command,
+    remove_disk,
+)
 
 GiB = 1 << 30
 
@@ -107,3 +117,46 @@ class RemoveDiskTests(SynchronousTestCase):
         os.mkdir(path)
         self.assertFalse(remove_disk(path))
         self.assertTrue(os.path.isdir(path))
+
+
+def _qcow2_header(size: int, backing: bytes = b"", version: int = 3) -> bytes:
+    """The start of a qcow2 file: the header fields read, then the backing file name at offset 512."""
+    offset = 512 if backing else 0
+    header = QCOW2_MAGIC + struct.pack(">IQIIQ", version, offset, len(backing), 16, size)
+    return header.ljust(512, b"\0") + backing
+
+
+class DiskInfoTests(SynchronousTestCase):
+    """:func:`disk_info` reads what a disk is from the file."""
+
+    def write(self, data: bytes) -> str:
+        path = os.path.abspath(self.mktemp())
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+
+    def test_qcow2_overlay(self) -> None:
+        """A qcow2 header gives the format, the virtual size and the backing file; stat the allocation."""
+        path = self.write(_qcow2_header(2 * GiB, b"/img/default-abc/rootfs.ext4"))
+        info = disk_info(path)
+        assert info is not None
+        self.assertEqual((info.path, info.format, info.size_bytes, info.backing_file),
+                         (path, "qcow2", 2 * GiB, "/img/default-abc/rootfs.ext4"))
+        self.assertEqual(info.allocated_bytes, os.stat(path).st_blocks * 512)
+
+    def test_qcow2_without_backing_file(self) -> None:
+        """A qcow2 without a backing file has none."""
+        path = self.write(_qcow2_header(GiB))
+        self.assertEqual(disk_info(path), DiskInfo(path, "qcow2", GiB, os.stat(path).st_blocks * 512))
+
+    def test_raw(self) -> None:
+        """A file without a qcow2 header (or too short for one) is raw, of its own size."""
+        for data in (b"x" * 5000, b"QFI"):
+            info = disk_info(self.write(data))
+            assert info is not None
+            self.assertEqual((info.format, info.size_bytes, info.backing_file), ("raw", len(data), None))
+
+    def test_missing(self) -> None:
+        """No file, no disk."""
+        self.assertIsNone(disk_info(self.mktemp()))
+        self.assertIsNone(OverlayDisks(ProcessReactor()).info(self.mktemp()))

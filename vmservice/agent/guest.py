@@ -32,6 +32,7 @@ from ..nodes.guest import (
     UploadRequest,
 )
 from . import filesystem
+from .background import AgentBackground
 from .copying import start_download, start_upload
 from .errors import AgentRequestFailed
 from .execution import start_exec
@@ -117,6 +118,11 @@ class AgentGuest(ABC):
         if type(previous) is not int:
             raise AgentRequestFailed("clock reply has no valid 'previous_ns'")
         return previous
+
+    @property
+    def background(self) -> AgentBackground:
+        """The guest's background execs."""
+        return AgentBackground(self)
 
     def exec(self, request: ExecRequest, sink: IExecSink) -> IExecProcess:
         """Start ``request``; what happens to it goes to ``sink``."""

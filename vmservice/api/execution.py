@@ -30,10 +30,11 @@ from twisted.web.server import Request
 
 from ..nodes.fleet import Fleet
 from ..nodes.guest import ExecRequest, IExecProcess
+from .background import DEFAULT_RING_BYTES, MAX_RING_BYTES, BackgroundApi, check_background
 from .exec_records import BUFFERED_LIMIT, ExecCall
-from .models import ErrorResponse
+from .models import BackgroundStarted, ErrorResponse
 from .ndjson import NdjsonStream
-from .query import UMASK, Boolean, Choice, Text, UserId, param
+from .query import UMASK, Boolean, Choice, Integer, Text, UserId, param
 from .rendering import json_body
 from .request_body import RequestBody
 from .routing import Reply, Route
@@ -60,6 +61,13 @@ class ExecQuery:
         Boolean(), f"One ExecResult instead of a stream (at most {BUFFERED_LIMIT >> 20} MiB of each output)",
         default=False,
     )
+    background: bool = param(
+        Boolean(), "Start it in the background: 201 with its exec_id; its output is kept in the guest", default=False,
+    )
+    ring_bytes: int = param(
+        Integer(1, MAX_RING_BYTES), "Background: most output bytes kept in the guest (default 1 MiB)",
+        default=DEFAULT_RING_BYTES,
+    )
 
     def request(self) -> ExecRequest:
         """What to run in the guest."""
@@ -84,15 +92,17 @@ class ExecApi:
     :param clock: for the records' times.
     """
 
-    def __init__(self, fleet: Fleet, clock: IReactorTime) -> None:
+    def __init__(self, fleet: Fleet, clock: IReactorTime, background: BackgroundApi) -> None:
         self._fleet = fleet
         self._clock = clock
+        self._background = background
 
     def routes(self) -> list[Route]:
         return [
             Route(
                 "POST", "/vm/{hostname}/exec", self.exec, "Run a command in the node", "exec",
                 {200: Reply("NDJSON ExecStreamRecords, or one ExecResult when buffered", media="application/x-ndjson"),
+                 201: Reply("background=true: the exec started", BackgroundStarted),
                  400: Reply("Bad input (no cmd, bad uid/gid/env/permissions/booleans, unknown cwd)", ErrorResponse),
                  404: Reply("No such node", ErrorResponse),
                  409: Reply("The node is paused, stopped or suspended", ErrorResponse),
@@ -103,6 +113,9 @@ class ExecApi:
         ]
 
     async def exec(self, request: Request, query: ExecQuery, hostname: str) -> bytes:
+        check_background(query)
+        if query.background:
+            return await self._background.start(request, query.request(), query.ring_bytes, hostname)
         body: Optional[RequestBody] = request_body(request) if query.stdin else None
         call = ExecCall(self._clock, query.stdio == "base64", query.buffered)
         try:

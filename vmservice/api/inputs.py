@@ -21,10 +21,11 @@ import attrs
 from twisted.web.iweb import IRequest
 
 from ..errors import BadRequest
-from ..nodes.model import CreateRequest, Wait
+from ..nodes.model import MAX_TAGS, CreateRequest, Wait, tag_problem, unique
+from ..nodes.tagging import TagEdit
 from ..nodes.transitions import Op
 from ..structuring import format_path, strict_converter, structure_errors
-from .models import CreateNodeRequest, FsMkdirRequest
+from .models import CreateNodeRequest, FsMkdirRequest, KillRequest, TagsUpdate
 from .query import FILE_MODE, GUEST_PATH, Choice, Duration, param
 
 T = TypeVar("T")
@@ -100,6 +101,29 @@ def json_object(request: IRequest, *, empty_ok: bool = True) -> dict[str, Any]:
     return value
 
 
+#: The signals a background exec's kill sends, by name without ``SIG``.
+KILL_SIGNALS = ("TERM", "KILL", "HUP", "INT", "QUIT", "USR1", "USR2")
+#: Milliseconds from a terminating signal to ``KILL`` when the kill body gives none.
+DEFAULT_GRACE_MS = 5000
+
+
+def kill_request(request: IRequest) -> tuple[str, int]:
+    """
+    The optional JSON body of a background exec's kill: ``(signal, grace_ms)``,
+    ``TERM`` and 5000 by default (an empty body is the defaults).
+    """
+    body = structure(json_object(request), KillRequest)
+    name = (body.signal or "TERM").upper()
+    name = name[3:] if name.startswith("SIG") else name
+    if name not in KILL_SIGNALS:
+        raise BadRequest(f"field 'signal' must be one of {', '.join(KILL_SIGNALS)}, not {body.signal!r}",
+                         code="invalid_body")
+    grace_ms = DEFAULT_GRACE_MS if body.grace_ms is None else body.grace_ms
+    if not 0 <= grace_ms <= 3_600_000:
+        raise BadRequest("field 'grace_ms' must be 0 .. 3600000", code="invalid_body")
+    return name, grace_ms
+
+
 #: The actions of POST /vm/{hostname}/shutdown.
 SHUTDOWN_ACTIONS = ("shutdown", "reboot")
 
@@ -153,9 +177,7 @@ def create_request(request: IRequest) -> CreateRequest:
         value = getattr(body, name)
         if value is not None and value < 0:
             raise BadRequest(f"field {name!r} must not be negative", code="invalid_body")
-    tags = tuple(body.tags or ())
-    if any(not tag for tag in tags):
-        raise BadRequest("field 'tags': tags must not be empty strings", code="invalid_body")
+    tags = _tags("tags", body.tags or [])
     return CreateRequest(
         hostname=body.hostname or None,
         ram_bytes=body.ram_bytes or None,
@@ -165,6 +187,44 @@ def create_request(request: IRequest) -> CreateRequest:
         tags=tags,
         ip=body.ip or None,
     )
+
+
+def _tags(name: str, tags: list[str]) -> tuple[str, ...]:
+    """
+    The tags of field ``name``, each once, in their order.
+
+    :raise BadRequest: (``invalid_body``) more than MAX_TAGS, or a tag that
+        is not one (:func:`~vmservice.nodes.model.tag_problem`).
+    """
+    if len(tags) > MAX_TAGS:
+        raise BadRequest(f"field {name!r}: at most {MAX_TAGS} tags", code="invalid_body")
+    for index, tag in enumerate(tags):
+        problem = tag_problem(tag)
+        if problem is not None:
+            raise BadRequest(f"field '{name}[{index}]': {problem}", code="invalid_body")
+    return unique(tags)
+
+
+def tag_edit(request: IRequest) -> TagEdit:
+    """
+    Parse the body of a tag change: ``{"replace": [...]}``, or ``{"add": [...]}``
+    and/or ``{"remove": [...]}``.
+
+    :raise BadRequest: (``invalid_body``) none of them, ``replace`` with
+        another, a tag both added and removed, or a bad tag.
+    """
+    body = structure(json_object(request, empty_ok=False), TagsUpdate)
+    if body.add is None and body.remove is None and body.replace is None:
+        raise BadRequest("one of 'add', 'remove' or 'replace' is required", code="invalid_body")
+    if body.replace is not None:
+        if body.add is not None or body.remove is not None:
+            raise BadRequest("'replace' cannot be combined with 'add' or 'remove'", code="invalid_body")
+        return TagEdit(replace=_tags("replace", body.replace))
+    add, remove = _tags("add", body.add or []), _tags("remove", body.remove or [])
+    both = [tag for tag in add if tag in remove]
+    if both:
+        raise BadRequest(f"tag {both[0]!r} is both added and removed", code="invalid_body")
+    return TagEdit(add=add, remove=remove)
 
 
 #: The media type of a tar stream.
@@ -279,7 +339,9 @@ def unpacked_size(request: IRequest) -> int | None:
 
 __all__ = [
     "CP_V1",
+    "DEFAULT_GRACE_MS",
     "DEFAULT_WAIT",
+    "KILL_SIGNALS",
     "SHUTDOWN_ACTIONS",
     "UNPACKED_SIZE_HEADER",
     "cp_download_mode",
@@ -290,8 +352,10 @@ __all__ = [
     "create_request",
     "fs_mkdir_request",
     "json_object",
+    "kill_request",
     "shutdown_action",
     "structure",
+    "tag_edit",
     "timeout_param",
     "unpacked_size",
     "wait",

@@ -14,7 +14,7 @@ from typing import Any
 
 from attrs import field, frozen
 
-from ..nodes.model import HOSTNAME_PATTERN
+from ..nodes.model import HOSTNAME_PATTERN, MAX_TAG_LENGTH, MAX_TAGS, TAG_PATTERN
 from .query import FILE_MODE, GUEST_PATH
 
 
@@ -42,6 +42,18 @@ def unsupported(reason: str, empty: dict[str, Any]) -> Any:
 
 _EMPTY_TEXT = {"maxLength": 0}
 _EMPTY_LIST = {"maxItems": 0}
+
+#: A list of tags in a request: what :func:`vmservice.nodes.model.tag_problem`
+#: accepts, at most MAX_TAGS of them.
+_TAG_LIST = {
+    "items": {"type": "string", "minLength": 1, "maxLength": MAX_TAG_LENGTH, "pattern": f"^{TAG_PATTERN}$"},
+    "maxItems": MAX_TAGS,
+}
+
+
+def tag_list(description: str) -> Any:
+    """A request field that is a list of tags (see :data:`_TAG_LIST`)."""
+    return constrained({**_TAG_LIST, "description": description})
 
 
 @frozen
@@ -91,6 +103,69 @@ class Node:
 
 
 @frozen
+class NetworkPolicy:
+    """Where a node's VM may connect to: CIDR lists (an empty ``allow`` limits nothing)."""
+
+    allow: list[str]
+    drop: list[str]
+
+
+@frozen
+class NetworkDescription:
+    """
+    A node's network: the mode and policy of its host group (there is no
+    per-node policy, so ``effective`` is ``host_group``'s and no
+    ``override`` is ever sent), its address, gateway, MAC and bridge.
+    """
+
+    mode: str = field(metadata={"schema": {"enum": ["none", "isolated", "bridge"]}})
+    policy_source: str = field(metadata={"schema": {"enum": ["host_group"]}})
+    host_group: NetworkPolicy
+    effective: NetworkPolicy
+    address: str | None = None
+    gateway: str | None = None
+    mac: str | None = None
+    bridge: str | None = None
+
+
+@frozen
+class DiskDescription:
+    """
+    A node's disk as read from the file: its format, the size the guest sees,
+    the space it takes on the host, and the image file it is an overlay on.
+    """
+
+    path: str
+    format: str
+    size_bytes: int
+    allocated_bytes: int
+    backing_file: str | None = None
+
+
+@frozen
+class NodeDescription(Node):
+    """
+    One node described (``GET /vm/{hostname}``): the Node fields, then its
+    storage kind and image name (strings, as existing clients decode them),
+    its network, and what is found on the host.  Fields that are not known
+    are left out; ``commit_id`` and ``parent_commit_id`` always are (this
+    daemon has no commits).
+    """
+
+    protected: bool
+    snapshot: bool
+    agent_connected: bool
+    storage: str | None = None
+    image: str | None = None
+    network: NetworkDescription | None = None
+    disk: DiskDescription | None = None
+    pid: int | None = None
+    kernel: str | None = None
+    initrd: str | None = None
+    hypervisor: str | None = None
+
+
+@frozen
 class CreateNodeRequest:
     """
     The body of ``POST /hostgroup/{name}/nodes``; every field optional.
@@ -110,7 +185,7 @@ class CreateNodeRequest:
     )
     protected: bool | None = None
     userdata: str | None = unsupported("userdata is not supported yet", _EMPTY_TEXT)
-    tags: list[str] | None = constrained({"items": {"type": "string", "minLength": 1}})
+    tags: list[str] | None = tag_list("The node's tags; duplicates collapse")
     secrets: list[str] | None = unsupported("secrets are not supported yet", _EMPTY_LIST)
     pci_devices: list[str] | None = unsupported("PCI passthrough is not supported", _EMPTY_LIST)
     codehost_user: str | None = unsupported("importing keys from a code host is not supported", _EMPTY_TEXT)
@@ -199,3 +274,103 @@ class FsMkdirRequest:
     path: str = field(metadata={"schema": GUEST_PATH.schema()})
     recursive: bool | None = None
     mode: str | None = constrained({"pattern": f"^(?:{FILE_MODE.pattern})?$"})
+
+
+@frozen
+class BackgroundStarted:
+    """What ``POST /vm/{hostname}/exec?background=true`` answers (201)."""
+
+    exec_id: str
+    pid: int
+    started_at: datetime
+    ring_bytes: int
+
+
+@frozen
+class BackgroundExec:
+    """
+    A background exec (``GET /vm/{hostname}/exec/{exec_id}`` and the list):
+    ``exit_code``, ``signal`` and ``ended_at`` once it has ended; output
+    counts in bytes; ``next_id`` is the id the next log frame gets.
+    """
+
+    exec_id: str
+    pid: int
+    command: str
+    args: list[str]
+    cwd: str
+    uid: int
+    gid: int
+    started_at: datetime
+    running: bool
+    bytes_written: int
+    bytes_dropped: int
+    next_id: int
+    ring_bytes: int
+    exit_code: int | None = None
+    signal: str | None = None
+    ended_at: datetime | None = None
+
+
+@frozen
+class KillRequest:
+    """
+    The optional body of ``POST /vm/{hostname}/exec/{exec_id}/kill``: the
+    signal (default ``TERM``; ``SIG`` prefix and case do not matter) and, for
+    ``TERM``, ``HUP``, ``INT`` and ``QUIT``, the milliseconds before ``KILL``
+    follows (default 5000).
+    """
+
+    signal: str | None = constrained({"pattern": "^(?i:(SIG)?(TERM|KILL|HUP|INT|QUIT|USR1|USR2))?$"})
+    grace_ms: int | None = constrained({"minimum": 0, "maximum": 3_600_000})
+
+
+@frozen
+class KillResponse:
+    """What a kill did: ``signal_sent`` is empty when the exec had already ended."""
+
+    exec_id: str
+    pid: int
+    running: bool
+    signal_sent: str
+
+
+@frozen
+class WaitExitResponse:
+    """Where a wait for an exec's end stopped (200 even when it timed out)."""
+
+    exec_id: str
+    running: bool
+    timed_out: bool
+    exit_code: int | None = None
+    signal: str | None = None
+    ended_at: datetime | None = None
+
+
+@frozen
+class ExecDeleted:
+    """What deleting an ended background exec answers."""
+
+    exec_id: str
+    reaped: bool
+
+
+@frozen
+class TagsUpdate:
+    """
+    The body of ``PATCH /vm/{hostname}/tags``: ``replace`` alone, or ``add``
+    and/or ``remove`` (applied together, atomically).  ``null`` counts as
+    absent; ``[]`` is present (``{"replace": []}`` clears the tags).
+    """
+
+    add: list[str] | None = tag_list("Tags to append unless the node has them, in this order")
+    remove: list[str] | None = tag_list("Tags to drop (those the node does not have are no matter)")
+    replace: list[str] | None = tag_list("The node's tags from now on; not with add or remove")
+
+
+@frozen
+class NodeTags:
+    """A node's tags, in their order (``GET`` and ``PATCH /vm/{hostname}/tags``)."""
+
+    hostname: str
+    tags: list[str]

@@ -10,6 +10,7 @@ from twisted.internet.interfaces import IReactorTime
 
 from ..metrics import Metrics
 from ..nodes.fleet import Fleet
+from .background import BackgroundApi
 from .copying import CopyApi
 from .execution import ExecApi
 from .filesystem import FilesystemApi
@@ -17,6 +18,7 @@ from .lifecycle import LifecycleApi
 from .meta import MetaApi
 from .nodes import NodesApi
 from .routing import Route
+from .tags import TagsApi
 from .vm import VmApi
 
 
@@ -30,8 +32,11 @@ def every_route(fleet: Fleet, clock: IReactorTime, metrics: Metrics) -> list[Rou
     """
     routes: list[Route] = []
     routes += MetaApi(metrics, lambda: routes).routes()
-    routes += NodesApi(fleet).routes() + VmApi(fleet).routes() + FilesystemApi(fleet).routes()
-    routes += ExecApi(fleet, clock).routes() + CopyApi(fleet).routes() + LifecycleApi(fleet).routes()
+    routes += NodesApi(fleet).routes() + VmApi(fleet).routes() + TagsApi(fleet).routes()
+    routes += FilesystemApi(fleet).routes()
+    background = BackgroundApi(fleet)
+    routes += ExecApi(fleet, clock, background).routes() + background.routes()
+    routes += CopyApi(fleet).routes() + LifecycleApi(fleet).routes()
     return routes
 
 

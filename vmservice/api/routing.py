@@ -19,11 +19,12 @@ from attrs import field, frozen
 from ..nodes.model import HOSTNAME_PATTERN
 from .query import Kind, NoQuery, Text
 
-#: What each path parameter takes: a node's hostname, or a host group's name.
+#: What each path parameter takes: a node's hostname, a host group's name, a background exec's id.
 PATH_KINDS: dict[str, Kind] = {
     "hostname": Text(1, HOSTNAME_PATTERN, "a hostname (lowercase letters, digits and '-')"),
     "node": Text(1, HOSTNAME_PATTERN, "a hostname (lowercase letters, digits and '-')"),
     "name": Text(1),
+    "exec_id": Text(1, r"[A-Za-z0-9_-]{1,64}", "an exec id (ex_ and hexadecimal digits)"),
 }
 
 #: ``async (request, query, **path_values) -> bytes``.

@@ -1,6 +1,11 @@
-# -*- test-case-name: tests.api.test_app,tests.nodes.test_readiness -*-
+# -*- test-case-name: tests.api.test_app,tests.api.test_vm,tests.nodes.test_readiness -*-
 """
-Per-VM routes that read a node: its console log and its agent's health.
+Per-VM routes that read a node: its description, its console log and its
+agent's health.
+
+The description (``GET /vm/{hostname}``) is the node's listing entry plus
+what a user needs to see of it (:mod:`vmservice.nodes.description`): fields
+the daemon does not know are left out.
 
 Health answers within a bounded time (:data:`vmservice.nodes.readiness.HEALTH_LIMIT`)
 whatever the agent is doing: 200 with the agent's answer; 409 when the node
@@ -10,13 +15,24 @@ it should answer but does not.  HEAD answers the same statuses without a body.
 
 from __future__ import annotations
 
+import attrs
 from attrs import frozen
 from twisted.web.iweb import IRequest
 
 from ..errors import ServiceError
+from ..nodes.description import NetworkFacts, NodeDescription as Description
 from ..nodes.fleet import Fleet
 from ..nodes.readiness import HEALTH_LIMIT
-from .models import AgentHealth, ErrorResponse, LogsResponse
+from .models import (
+    AgentHealth,
+    DiskDescription,
+    ErrorResponse,
+    LogsResponse,
+    NetworkDescription,
+    NetworkPolicy,
+    NodeDescription,
+)
+from .nodes import node_json
 from .query import Integer, NoQuery, param
 from .rendering import json_body
 from .routing import Reply, Route
@@ -32,6 +48,36 @@ class LogsQuery:
     lines: int = param(Integer(minimum=0), "Lines from the end (default 20; 0 for all)", default=DEFAULT_LINES)
 
 
+def _network_json(facts: NetworkFacts) -> NetworkDescription:
+    policy = NetworkPolicy(allow=list(facts.allow), drop=list(facts.drop))
+    return NetworkDescription(
+        mode=facts.mode, policy_source="host_group", host_group=policy, effective=policy,
+        address=facts.address, gateway=facts.gateway, mac=facts.mac, bridge=facts.bridge,
+    )
+
+
+def description_json(description: Description) -> NodeDescription:
+    """The answer of ``GET /vm/{hostname}``."""
+    record, disk, network = description.record, description.disk, description.network
+    node = node_json(record)
+    return NodeDescription(
+        **{name: getattr(node, name) for name in attrs.fields_dict(type(node))},
+        protected=record.protected,
+        snapshot=description.snapshot,
+        agent_connected=description.agent_connected,
+        storage=description.storage,
+        image=description.image,
+        network=_network_json(network) if network is not None else None,
+        disk=DiskDescription(path=disk.path, format=disk.format, size_bytes=disk.size_bytes,
+                             allocated_bytes=disk.allocated_bytes, backing_file=disk.backing_file)
+        if disk is not None else None,
+        pid=record.pid,
+        kernel=record.kernel or None,
+        initrd=record.initrd or None,
+        hypervisor=record.hypervisor or None,
+    )
+
+
 class VmApi:
     """:param fleet: the nodes of this daemon."""
 
@@ -40,6 +86,9 @@ class VmApi:
 
     def routes(self) -> list[Route]:
         return [
+            Route("GET", "/vm/{hostname}", self.describe, "Describe the node", "vm",
+                  {200: Reply("The node, its storage, image and network, and what is found on the host",
+                              NodeDescription)}),
             Route("GET", "/vm/{hostname}/logs", self.logs, "The node's serial console", "vm",
                   {200: Reply("The last lines of the console", LogsResponse)}, query=LogsQuery),
             Route("GET", "/vm/{hostname}/health", self.health, "Health of the node's agent", "vm",
@@ -49,6 +98,9 @@ class VmApi:
                    503: Reply(f"The agent does not answer within {HEALTH_LIMIT:g} s (HEAD: no body)", ErrorResponse)},
                   head=True),
         ]
+
+    async def describe(self, request: IRequest, query: NoQuery, hostname: str) -> bytes:
+        return json_body(request, description_json(await self._fleet.describe(hostname)))
 
     async def logs(self, request: IRequest, query: LogsQuery, hostname: str) -> bytes:
         content, count = await self._fleet.logs(hostname, query.lines)

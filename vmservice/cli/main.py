@@ -37,7 +37,17 @@ from ..config import parse_size
 from ..durations import parse_go_duration
 from . import copying, output
 
-__all__ = ["IVmctlReactor", "create_body", "exit_status", "main", "parse_args", "resolve_token", "run"]
+__all__ = [
+    "IVmctlReactor",
+    "TagWords",
+    "create_body",
+    "exit_status",
+    "main",
+    "parse_args",
+    "resolve_token",
+    "run",
+    "tag_words",
+]
 
 #: Environment variable with the daemon's address.
 URL_VARIABLE = "VMSERVICE_URL"
@@ -152,6 +162,108 @@ def _env(text: str) -> str:
     return text
 
 
+@frozen
+class TagWords:
+    """
+    What the words of ``vmctl tag`` ask for: nothing (show the tags), or one
+    change, sent as one request.
+
+    :ivar add: the tags of ``+TAG`` words.
+    :ivar remove: the tags of ``-TAG`` words.
+    :ivar replace: the tags of ``=TAG`` words (none for a lone ``=``), or
+        ``None`` when there is no ``=`` word.
+    """
+
+    add: tuple[str, ...] = ()
+    remove: tuple[str, ...] = ()
+    replace: tuple[str, ...] | None = None
+
+    @property
+    def changes(self) -> bool:
+        """Whether the words ask for a change (otherwise the tags are shown)."""
+        return bool(self.add or self.remove) or self.replace is not None
+
+
+def tag_words(words: Sequence[str]) -> TagWords:
+    """
+    Read the edits of ``vmctl tag``: ``+TAG`` adds, ``-TAG`` removes,
+    ``=TAG`` (repeated) replaces all tags with those given, a lone ``=``
+    clears them.  Tags themselves are checked by the daemon.
+
+    :raise ValueError: a word that is not an edit, an empty tag, or ``=``
+        words with ``+``/``-`` words.
+    """
+    add: list[str] = []
+    remove: list[str] = []
+    replace: list[str] | None = None
+    for word in words:
+        sign, tag = word[:1], word[1:]
+        if sign == "=":
+            replace = (replace or []) + ([tag] if tag else [])
+        elif sign in ("+", "-") and tag:
+            (add if sign == "+" else remove).append(tag)
+        elif sign in ("+", "-"):
+            raise ValueError(f"{word!r}: the tag is missing")
+        else:
+            raise ValueError(f"{word!r} is not +TAG, -TAG or =TAG")
+    if replace is not None and (add or remove):
+        raise ValueError("=TAG (replace) cannot be combined with +TAG or -TAG")
+    return TagWords(tuple(add), tuple(remove), tuple(replace) if replace is not None else None)
+
+
+#: Options that take a value, before or after any command.
+_VALUE_OPTIONS = ("--url", "--token", "--token-file")
+#: Options of ``vmctl tag`` that take none.
+_TAG_FLAGS = ("-h", "--help", "--json")
+
+
+def _command_at(argv: Sequence[str]) -> int | None:
+    """Where the command is in ``argv`` (after the options before it), or ``None``."""
+    index = 0
+    while index < len(argv):
+        word = argv[index]
+        if word in _VALUE_OPTIONS:
+            index += 2
+        elif word.startswith("-"):
+            if word.split("=", 1)[0] not in _VALUE_OPTIONS:
+                return None  # -h, or a usage error argparse will word
+            index += 1
+        else:
+            return index
+    return None
+
+
+def _take_tag_edits(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """
+    Take the edits out of a ``vmctl tag`` command line before argparse
+    reads it (it would take ``-b`` for an option): after the command, every
+    word that starts with ``+``, ``-`` or ``=`` and is not one of the
+    command's options, and every word after ``--``.
+
+    :return: the rest of ``argv`` and the edits, or ``argv`` and ``None``
+        for another command.
+    """
+    at = _command_at(argv)
+    if at is None or argv[at] != "tag":
+        return argv, None
+    rest = argv[: at + 1]
+    edits: list[str] = []
+    words = iter(argv[at + 1:])
+    for word in words:
+        if word == "--":
+            edits.extend(words)
+        elif word in _TAG_FLAGS or word.split("=", 1)[0] in _VALUE_OPTIONS:
+            rest.append(word)
+            value = next(words, None) if word in _VALUE_OPTIONS else None
+            if value is not None:
+                rest.append(value)
+        elif word[:1] in ("+", "-", "="):
+            edits.append(word)
+        else:
+            rest.append(word)
+    return rest, edits
+
+
 def _add_connection_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     """
     The options saying which daemon to talk to.  They are accepted before and
@@ -215,10 +327,22 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("group", metavar="GROUP")
     delete.add_argument("hostname", metavar="HOSTNAME")
 
-    logs = command("logs", _logs, "print the tail of a node's serial console")
+    describe = command("describe", _describe, "describe a node: its resources, storage, image, network and state")
+    describe.add_argument("hostname", metavar="HOST")
+    describe.add_argument("--json", action="store_true", help="print the JSON answer")
+
+    tag = command("tag", _tag, "show or change a node's tags: +TAG adds, -TAG removes, =TAG... replaces all")
+    tag.add_argument("hostname", metavar="HOST")
+    tag.add_argument("--json", action="store_true", help="print the JSON answer")
+
+    logs = command("logs", _logs, "print the tail of a node's serial console, or a background exec's output")
     logs.add_argument("hostname", metavar="HOSTNAME")
+    logs.add_argument("exec_id", nargs="?", metavar="EXEC_ID",
+                      help="a background exec: print its output (stdout here, stderr to stderr)")
     logs.add_argument("--lines", type=_non_negative_int, metavar="N",
-                      help="lines from the end (daemon default 20; 0 for all)")
+                      help="console: lines from the end (daemon default 20; 0 for all)")
+    logs.add_argument("-f", "--follow", action="store_true", help="exec: go on until it ends")
+    logs.add_argument("--from-id", type=_non_negative_int, metavar="N", help="exec: the first frame (default the oldest kept)")
 
     health = command("health", _health, "ask a node's guest agent; exit 0 if it answers, 1 otherwise")
     health.add_argument("hostname", metavar="HOSTNAME")
@@ -268,6 +392,22 @@ def build_parser() -> argparse.ArgumentParser:
     shell.add_argument("--shell", metavar="SHELL", help="the shell that runs CMD (daemon default /bin/bash)")
     shell.add_argument("--no-shell", dest="shell", action="store_const", const="",
                        help="run CMD directly with ARGS as its argv")
+    execute.add_argument("--background", action="store_true",
+                         help="start it in the background and print its exec id (see ps, logs, kill)")
+    execute.add_argument("--ring-bytes", type=_size, metavar="SIZE",
+                         help="background: how much output the guest keeps, e.g. 4M (daemon default 1M)")
+
+    ps = command("ps", _ps, "list a node's background execs")
+    ps.add_argument("hostname", metavar="HOST")
+    ps.add_argument("--json", action="store_true", help="print the JSON answer")
+
+    kill = command("kill", _kill, "signal a background exec (TERM, then KILL after the grace period)")
+    kill.add_argument("hostname", metavar="HOST")
+    kill.add_argument("exec_id", metavar="EXEC_ID")
+    kill.add_argument("--signal", choices=("TERM", "KILL", "HUP", "INT", "QUIT", "USR1", "USR2"),
+                      help="the signal (daemon default TERM)")
+    kill.add_argument("--grace-ms", type=_non_negative_int, metavar="MS",
+                      help="milliseconds before KILL follows TERM, HUP, INT or QUIT (daemon default 5000)")
 
     cp = command("cp", _cp, "copy a file or directory between here and a node (one side is HOST:PATH), placed "
                              "like cp -r (SRC/. for a directory's contents)")
@@ -323,7 +463,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Name
         ``sys.stderr``), 0 after ``--help``.
     """
     parser = build_parser()
-    argv = list(argv)
+    argv, edits = _take_tag_edits(list(argv))
     # Everything after the first ``--`` of ``exec`` is the command, taken
     # verbatim (argparse would drop a later ``--`` among the words).
     words: list[str] = []
@@ -339,6 +479,11 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Name
         options.words = list(options.words) + words
         if not options.words:
             parser.error("exec: the command is missing (vmctl exec HOST [options] -- CMD [ARGS...])")
+    if options.command == "tag":
+        try:
+            options.edits = tag_words(edits or [])
+        except ValueError as error:
+            parser.error(f"tag: {error} (a tag starting with - goes after --: vmctl tag HOST -- -TAG)")
     if options.command == "cp":
         options.source = copying.parse_location(options.source)
         options.destination = copying.parse_location(options.destination)
@@ -399,20 +544,16 @@ async def _info(client: Client, options: argparse.Namespace, context: _Context) 
 async def _groups(client: Client, options: argparse.Namespace, context: _Context) -> int:
     out = context.out
     groups = await client.hostgroups()
-    if options.json:
-        out.write(output.format_json(groups))
-    else:
-        out.write(output.format_table(output.GROUP_HEADERS, output.group_rows(groups)))
+    out.write(output.format_json(groups) if options.json
+              else output.format_table(output.GROUP_HEADERS, output.group_rows(groups)))
     return 0
 
 
 async def _list(client: Client, options: argparse.Namespace, context: _Context) -> int:
     out = context.out
     nodes = await client.nodes(options.group, tag=options.tag, tag_prefix=options.tag_prefix)
-    if options.json:
-        out.write(output.format_json(nodes))
-    else:
-        out.write(output.format_table(output.NODE_HEADERS, output.node_rows(nodes)))
+    out.write(output.format_json(nodes) if options.json
+              else output.format_table(output.NODE_HEADERS, output.node_rows(nodes)))
     return 0
 
 
@@ -432,10 +573,66 @@ async def _delete(client: Client, options: argparse.Namespace, context: _Context
     return 0
 
 
+async def _describe(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    description = await client.describe(options.hostname)
+    context.out.write(output.format_json(description) if options.json else output.format_description(description))
+    return 0
+
+
+async def _tag(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    edits: TagWords = options.edits
+    if edits.changes:
+        tags = await client.set_tags(options.hostname, add=edits.add or None, remove=edits.remove or None,
+                                     replace=edits.replace)
+    else:
+        tags = await client.tags(options.hostname)
+    if options.json:
+        context.out.write(output.format_json({"hostname": options.hostname, "tags": tags}))
+    else:
+        context.out.write("".join(f"{tag}\n" for tag in tags))
+    return 0
+
+
 async def _logs(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    if options.exec_id is not None:
+        return await _exec_logs(client, options, context)
+    if options.follow or options.from_id is not None:
+        raise _Failed("--follow and --from-id need an EXEC_ID")
     out = context.out
     content = (await client.logs(options.hostname, options.lines)).get("content", "")
     out.write(content if not content or content.endswith("\n") else content + "\n")
+    return 0
+
+
+async def _exec_logs(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    write_out, write_err = _binary_writer(context.out), _binary_writer(context.err)
+
+    def on_record(record: ExecRecord) -> None:
+        if record.type == "stdout":
+            write_out(record.data)
+        elif record.type == "stderr":
+            write_err(record.data)
+        elif record.type == "gap":
+            context.err.write(f"vmctl: {record.message or 'output was dropped'}\n")
+        elif record.type == "error":
+            context.err.write(f"vmctl: {record.error}\n")
+
+    await client.exec_logs(options.hostname, options.exec_id, on_record=on_record, from_id=options.from_id,
+                           follow=options.follow)
+    return 0
+
+
+async def _ps(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    execs = await client.background_execs(options.hostname)
+    context.out.write(output.format_json(execs) if options.json
+                      else output.format_table(output.EXEC_HEADERS, output.exec_rows(execs)))
+    return 0
+
+
+async def _kill(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    result = await client.kill_exec(options.hostname, options.exec_id, options.signal, options.grace_ms)
+    sent = result.get("signal_sent")
+    context.out.write(f"sent {sent} to {options.exec_id}\n" if sent else f"{options.exec_id} had already ended\n")
     return 0
 
 
@@ -532,6 +729,10 @@ def exit_status(record: ExecRecord) -> int:
 
 
 async def _exec(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    if options.background:
+        return await _exec_background(client, options, context)
+    if options.ring_bytes is not None:
+        raise _Failed("--ring-bytes needs --background")
     if options.stdin and context.stdin is None:
         raise _Failed("--stdin: there is no stdin to read")
     write_out, write_err = _binary_writer(context.out), _binary_writer(context.err)
@@ -562,6 +763,18 @@ async def _exec(client: Client, options: argparse.Namespace, context: _Context) 
     return exit_status(last)
 
 
+async def _exec_background(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    if options.stdin:
+        raise _Failed("--stdin cannot be used with --background")
+    cmd, *args = options.words
+    started = await client.exec_background(
+        options.hostname, cmd, args, env=options.env, uid=options.uid, gid=options.gid, cwd=options.cwd,
+        shell=options.shell, permissions=options.umask, ring_bytes=options.ring_bytes,
+    )
+    context.out.write(f"{started['exec_id']}\n")
+    return 0
+
+
 async def _cp(client: Client, options: argparse.Namespace, context: _Context) -> int:
     try:
         await copying.copy(
@@ -575,10 +788,8 @@ async def _cp(client: Client, options: argparse.Namespace, context: _Context) ->
 
 async def _fs_ls(client: Client, options: argparse.Namespace, context: _Context) -> int:
     entries = await client.readdir(options.hostname, options.path)
-    if options.json:
-        context.out.write(output.format_json(entries))
-    else:
-        context.out.write(output.format_table(output.FS_HEADERS, output.entry_rows(entries)))
+    context.out.write(output.format_json(entries) if options.json
+                      else output.format_table(output.FS_HEADERS, output.entry_rows(entries)))
     return 0
 
 

@@ -17,9 +17,13 @@ from ..client import ApiError
 from ..durations import format_go_duration
 
 __all__ = [
+    "EXEC_HEADERS",
     "FS_HEADERS",
     "GROUP_HEADERS",
     "NODE_HEADERS",
+    "exec_rows",
+    "exec_status",
+    "format_description",
     "format_entry",
     "format_error",
     "format_health",
@@ -111,6 +115,33 @@ def node_rows(nodes: Iterable[dict[str, Any]]) -> list[list[str]]:
     ]
 
 
+#: The columns of ``vmctl ps``.
+EXEC_HEADERS = ("EXEC_ID", "PID", "STATUS", "STARTED", "OUTPUT", "COMMAND")
+
+
+def exec_status(info: dict[str, Any]) -> str:
+    """``running``, ``exit 3`` or ``SIGKILL`` for a background exec."""
+    if info.get("running"):
+        return "running"
+    signal = info.get("signal")
+    return str(signal) if signal else f"exit {info.get('exit_code')}"
+
+
+def exec_rows(execs: Iterable[dict[str, Any]]) -> list[list[str]]:
+    """The cells of ``vmctl ps`` (see :data:`EXEC_HEADERS`) for background execs."""
+    return [
+        [
+            str(info.get("exec_id", "")),
+            str(info.get("pid", "")),
+            exec_status(info),
+            format_time(info.get("started_at")),
+            _size_cell(info.get("bytes_written")),
+            " ".join([str(info.get("command", ""))] + [str(a) for a in info.get("args") or ()]),
+        ]
+        for info in execs
+    ]
+
+
 def group_rows(groups: Iterable[dict[str, Any]]) -> list[list[str]]:
     """The cells of ``vmctl groups`` (see :data:`GROUP_HEADERS`) for HostGroup objects."""
     return [
@@ -160,6 +191,69 @@ def format_health(health: dict[str, Any]) -> str:
     return f"{health.get('hostname', '')}: healthy\n" + "".join(
         "  " + line for line in _listing(pairs).splitlines(keepends=True)
     )
+
+
+def _yes_no(value: object) -> str:
+    return "" if value is None else ("yes" if value else "no")
+
+
+def _disk(disk: dict[str, Any]) -> str:
+    """``/path/disk.qcow2 (qcow2, 1G, 12.5M on the host)``."""
+    size, used = disk.get("size_bytes"), disk.get("allocated_bytes")
+    details = [str(disk.get("format") or "")]
+    if isinstance(size, int):
+        details.append(human_size(size))
+    if isinstance(used, int):
+        details.append(f"{human_size(used)} on the host")
+    return f"{disk.get('path', '')} ({', '.join(d for d in details if d)})"
+
+
+def _policy(network: dict[str, Any], key: str) -> str:
+    return ", ".join((network.get("effective") or {}).get(key) or ())
+
+
+def format_description(node: dict[str, Any]) -> str:
+    """
+    A node's description (``GET /vm/{hostname}``) as aligned ``key  value``
+    lines: identity and state, resources, the host's side (disk, files,
+    process) and the network; what the daemon left out shows as ``-``.
+    """
+    disk = node.get("disk")
+    network = node.get("network") or {}
+    address = network.get("address") or ""
+    if address and network.get("gateway"):
+        address += f" via {network['gateway']}"
+    agent = node.get("agent_connected")
+    pairs = [
+        ("hostname", str(node.get("hostname", ""))),
+        ("group", str(node.get("hostgroup", ""))),
+        ("status", str(node.get("status", ""))),
+        ("tags", ", ".join(node.get("tags") or ())),
+        ("created", format_time(node.get("created_at"))),
+        ("cpus", str(node.get("cpus", ""))),
+        ("ram", _size_cell(node.get("ram_bytes"))),
+        ("arch", str(node.get("arch", ""))),
+        ("persistent", _yes_no(node.get("persistent"))),
+        ("protected", _yes_no(node.get("protected"))),
+        ("agent", "" if agent is None else ("connected" if agent else "not connected")),
+        ("pid", str(node.get("pid") or "")),
+        ("snapshot", _yes_no(node.get("snapshot"))),
+        ("storage", str(node.get("storage") or "")),
+        ("image", str(node.get("image") or "")),
+        ("disk", _disk(disk) if isinstance(disk, dict) else ""),
+        ("backing file", str(disk.get("backing_file") or "") if isinstance(disk, dict) else ""),
+        ("kernel", str(node.get("kernel") or "")),
+        ("initrd", str(node.get("initrd") or "")),
+        ("hypervisor", str(node.get("hypervisor") or "")),
+        ("network", str(network.get("mode") or "")),
+        ("ip", str(node.get("ip") or "")),
+        ("address", address),
+        ("mac", str(network.get("mac") or "")),
+        ("bridge", str(network.get("bridge") or "")),
+        ("allow", _policy(network, "allow")),
+        ("drop", _policy(network, "drop")),
+    ]
+    return _listing(pairs)
 
 
 def format_error(error: ApiError) -> str:

@@ -230,6 +230,132 @@ def build_env(spec: ExecSpec, user: Optional[tuple[str, str]]) -> dict[str, str]
 # -- starting the child ---------------------------------------------------------------------
 
 
+class Rejected(ValueError):
+    """
+    The request itself is wrong (a ``cwd`` that does not exist ...): the host answers 400.
+    """
+
+
+class CannotStart(Exception):
+    """
+    The process cannot be started.
+
+    :ivar message: why, for a person.
+    :ivar exit_code: 127 (the program was not found) or 126 (anything else).
+    """
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class Launch:
+    """
+    Everything :func:`spawn` needs, resolved from an :class:`ExecSpec` by :func:`prepare`.
+    """
+
+    spec: ExecSpec
+    program: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+
+
+def prepare(spec: ExecSpec) -> Launch:
+    """
+    Resolve the user, working directory, environment and program of ``spec``.
+
+    :raises Rejected: the working directory cannot be used.
+    :raises CannotStart: the program is not found (127).
+    """
+    user = passwd_entry(spec.uid)
+    try:
+        cwd = resolve_cwd(spec.cwd, user[1] if user else None)
+    except ValueError as e:
+        raise Rejected(str(e)) from None
+    if not os.path.isdir(cwd):
+        raise Rejected(f"cwd {cwd!r} is not a directory in the guest")
+    env = build_env(spec, user)
+    argv = spec.argv()
+    try:
+        program = _find_program(argv[0], env.get("PATH", DEFAULT_PATH))
+    except OSError as e:
+        raise CannotStart(f"{argv[0]}: command not found" if e.errno == errno.ENOENT else str(e), 127) from None
+    return Launch(spec, program, argv, env, cwd)
+
+
+def spawn(launch: Launch, stdio: tuple[int, int, int], opened: list[int]) -> int:
+    """
+    Start ``launch`` in a new session with ``stdio`` as its descriptors, which
+    are closed here (and removed from ``opened``, the caller's list of
+    descriptors to close on failure).  Returns the pid.
+
+    :raises CannotStart: the program could not be executed.
+    """
+    spec = launch.spec
+    failure: Optional[tuple[int, str]] = None
+    pid = -1
+    if _identity_is_set(spec):
+        try:
+            pid = _spawn_inheriting(spec, launch.program, launch.argv, launch.env, launch.cwd, stdio)
+        except OSError as e:
+            failure = (e.errno or 0, e.strerror or str(e))
+        for fd in stdio:
+            os.close(fd)
+            opened.remove(fd)
+    else:
+        pid, failure = _fork(spec, launch.program, launch.argv, launch.env, launch.cwd, stdio, opened)
+    if failure is not None:
+        failed_errno, message = failure
+        if failed_errno == errno.ENOENT:
+            raise CannotStart(f"{launch.argv[0]}: command not found ({message})", 127)
+        raise CannotStart(f"{launch.argv[0]}: {message}", 126)
+    return pid
+
+
+def _fork(
+    spec: ExecSpec,
+    program: str,
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    stdio: tuple[int, int, int],
+    opened: list[int],
+) -> tuple[int, Optional[tuple[int, str]]]:
+    """
+    Start the process with :func:`os.fork` and :func:`_child` (another
+    identity); closes ``stdio``.  Returns the pid and, if the child failed
+    before exec (it has been reaped then), ``(errno, message)``.
+    """
+    report_r, report_w = os.pipe()
+    opened.extend((report_r, report_w))
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child execs or exits
+        _child(spec, program, argv, env, cwd, stdio, report_w)
+    for fd in (*stdio, report_w):
+        os.close(fd)
+        opened.remove(fd)
+    # The child writes here only if it fails before exec (CLOEXEC closes it).
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(report_r, 4096)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(report_r)
+    opened.remove(report_r)
+    if not chunks:
+        return pid, None
+    os.waitpid(pid, 0)
+    code_text, _, message = b"".join(chunks).decode("utf-8", "replace").partition(":")
+    return pid, (int(code_text) if code_text.isdigit() else 0, message)
+
+
 def _find_program(name: str, path: str) -> str:
     """
     Where ``execvpe`` would find ``name``; raises ``FileNotFoundError`` if nowhere.
@@ -333,6 +459,21 @@ def _spawn_inheriting(spec: ExecSpec, program: str, argv: list[str], env: dict[s
         os.close(here)
 
 
+def exit_status(status: int) -> tuple[int, Optional[str]]:
+    """
+    ``(exit_code, signal name or None)`` of a wait status: a process killed by
+    signal N has exit code 128 + N, as in a shell.
+    """
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name: Optional[str] = signal.Signals(number).name
+        except ValueError:
+            name = f"SIG{number}"
+        return 128 + number, name
+    return os.waitstatus_to_exitcode(status), None
+
+
 class ExecHandler(StreamHandler):
     """
     Serves ``{"op": "exec", ...}`` (see the module docstring and :class:`ExecSpec`).
@@ -362,23 +503,15 @@ class ExecHandler(StreamHandler):
 
             self.stream.reset(ResetCode.BAD_HEADER, str(e))
             return
-        user = passwd_entry(spec.uid)
         try:
-            cwd = resolve_cwd(spec.cwd, user[1] if user else None)
-        except ValueError as e:
+            launch = prepare(spec)
+        except Rejected as e:
             self._reject(str(e))
             return
-        if not os.path.isdir(cwd):
-            self._reject(f"cwd {cwd!r} is not a directory in the guest")
+        except CannotStart as e:
+            self._fail(e.message, e.exit_code)
             return
-        env = build_env(spec, user)
-        argv = spec.argv()
-        try:
-            program = _find_program(argv[0], env.get("PATH", DEFAULT_PATH))
-        except OSError as e:
-            self._fail(f"{argv[0]}: command not found" if e.errno == errno.ENOENT else str(e), 127)
-            return
-        self._spawn(spec, program, argv, env, cwd)
+        self._spawn(spec, launch)
 
     def data_received(self, data: bytes) -> None:
         if self._stdin < 0:
@@ -423,7 +556,7 @@ class ExecHandler(StreamHandler):
         self._finished = True
         self.stream.end()
 
-    def _spawn(self, spec: ExecSpec, program: str, argv: list[str], env: dict[str, str], cwd: str) -> None:
+    def _spawn(self, spec: ExecSpec, launch: Launch) -> None:
         opened: list[int] = []
 
         def pipe() -> tuple[int, int]:
@@ -449,34 +582,19 @@ class ExecHandler(StreamHandler):
                     child_fds.append(w)
                 else:
                     child_fds.append(null(os.O_WRONLY))
-            stdio = (child_fds[0], child_fds[1], child_fds[2])
-            failure: Optional[tuple[int, str]] = None
-            if _identity_is_set(spec):
-                try:
-                    pid = _spawn_inheriting(spec, program, argv, env, cwd, stdio)
-                except OSError as e:
-                    failure = (e.errno or 0, e.strerror or str(e))
-                for fd in child_fds:
-                    os.close(fd)
-                    opened.remove(fd)
-            else:
-                pid, failure = self._fork(spec, program, argv, env, cwd, stdio, pipe, opened)
+            pid = spawn(launch, (child_fds[0], child_fds[1], child_fds[2]), opened)
+        except CannotStart as e:
+            self._close_stdin()
+            for fd in list(self._outputs):
+                self._close_output(fd)
+            self._fail(e.message, e.exit_code)
+            return
         except BaseException:
             for fd in opened:
                 os.close(fd)
             self._stdin = -1
             self._outputs.clear()
             raise
-        if failure is not None:
-            failed_errno, message = failure
-            self._close_stdin()
-            for fd in list(self._outputs):
-                self._close_output(fd)
-            if failed_errno == errno.ENOENT:
-                self._fail(f"{argv[0]}: command not found ({message})", 127)
-            else:
-                self._fail(f"{argv[0]}: {message}", 126)
-            return
         self.pid = pid
         self._pidfd = os.pidfd_open(pid)
         self.stream.loop.watch(self._pidfd, self._child_exited)
@@ -486,47 +604,6 @@ class ExecHandler(StreamHandler):
             os.set_blocking(self._stdin, False)
         self.stream.write(started_record(pid))
         self._watch_outputs()
-
-    @staticmethod
-    def _fork(
-        spec: ExecSpec,
-        program: str,
-        argv: list[str],
-        env: dict[str, str],
-        cwd: str,
-        stdio: tuple[int, int, int],
-        pipe: Callable[[], tuple[int, int]],
-        opened: list[int],
-    ) -> tuple[int, Optional[tuple[int, str]]]:
-        """
-        Start the process with :func:`os.fork` and :func:`_child` (another
-        identity); closes ``stdio``.  Returns the pid and, if the child failed
-        before exec (it has been reaped then), ``(errno, message)``.
-        """
-        report_r, report_w = pipe()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child execs or exits
-            _child(spec, program, argv, env, cwd, stdio, report_w)
-        for fd in (*stdio, report_w):
-            os.close(fd)
-            opened.remove(fd)
-        # The child writes here only if it fails before exec (CLOEXEC closes it).
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(report_r, 4096)
-            except InterruptedError:
-                continue
-            if not chunk:
-                break
-            chunks.append(chunk)
-        os.close(report_r)
-        opened.remove(report_r)
-        if not chunks:
-            return pid, None
-        os.waitpid(pid, 0)
-        code_text, _, message = b"".join(chunks).decode("utf-8", "replace").partition(":")
-        return pid, (int(code_text) if code_text.isdigit() else 0, message)
 
     # -- stdin -------------------------------------------------------------------------
 
@@ -635,17 +712,7 @@ class ExecHandler(StreamHandler):
             return
         self._finished = True
         self._close_stdin()
-        status = self._status
-        if os.WIFSIGNALED(status):
-            number = os.WTERMSIG(status)
-            try:
-                name: Optional[str] = signal.Signals(number).name
-            except ValueError:
-                name = f"SIG{number}"
-            record = exit_record(128 + number, name)
-        else:
-            record = exit_record(os.waitstatus_to_exitcode(status), None)
-        self.stream.write(record)
+        self.stream.write(exit_record(*exit_status(self._status)))
         self.stream.end()
 
     def _signal_group(self, number: int) -> None:
@@ -669,7 +736,13 @@ class ExecHandler(StreamHandler):
 
 
 __all__ = [
+    "CannotStart",
     "ExecHandler",
     "ExecSpec",
+    "Launch",
+    "Rejected",
+    "exit_status",
+    "prepare",
     "shell_quote",
+    "spawn",
 ]

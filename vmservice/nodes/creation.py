@@ -17,7 +17,7 @@ from twisted.logger import Logger
 
 from ..config import HostGroupConfig
 from ..errors import BadRequest, Conflict, Internal, WaitTimeout
-from .model import CreateRequest, NodeRecord, Status, Wait, valid_hostname, visible
+from .model import CreateRequest, NodeRecord, Status, Wait, unique, valid_hostname, visible
 from .parts import FleetParts
 from .readiness import NotReady, wait_for_agent
 from .registry import Registry
@@ -75,7 +75,7 @@ class Creation:
             ram_bytes=ram_bytes,
             cpus=cpus,
             created_at=datetime.now(timezone.utc).replace(microsecond=0),
-            tags=request.tags,
+            tags=unique(request.tags),
             persistent=group.persistent if request.persistent is None else request.persistent,
             protected=request.protected,
             ip=str(lease.ip) if lease is not None else "",

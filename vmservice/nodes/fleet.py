@@ -12,6 +12,8 @@ modules named after it:
 - :mod:`.lifecycle` and :mod:`.snapshots`: pause, resume, reboot, shutdown,
   relaunch; suspend and restore (reached as :attr:`Fleet.lifecycle` and
   :attr:`Fleet.snapshots`);
+- :mod:`.tagging`: reading and changing a node's tags (:attr:`Fleet.tagging`);
+- :mod:`.description`: everything a user needs to see of one node;
 - :mod:`.startup` and :mod:`.counts`: what becomes of the nodes on disk at
   start, and groups kept at N nodes;
 - :mod:`.runtime` and :mod:`.phase`: one node at run time, its VM, agent
@@ -38,6 +40,7 @@ from ..observer import OneShotObserver
 from . import console
 from .counts import keep_counts
 from .creation import Creation
+from .description import NodeDescription, describe
 from .guest import AgentHealth, IGuest
 from .lifecycle import Lifecycle
 from .model import CreateRequest, DeleteResult, NodeRecord, Status, Wait, visible
@@ -48,6 +51,7 @@ from .registry import Registry
 from .runtime import NodeRuntime
 from .snapshots import Snapshots
 from .startup import Startup
+from .tagging import Tagging
 from .transitions import Op, check
 
 log = Logger()
@@ -60,6 +64,7 @@ class Fleet(Service):
     :param parts: the node layer's collaborators.
     :ivar lifecycle: pause, resume, reboot, shutdown, relaunch.
     :ivar snapshots: suspend and restore.
+    :ivar tagging: a node's tags, read and changed.
     """
 
     name = "fleet"
@@ -71,6 +76,7 @@ class Fleet(Service):
         self._creation = Creation(self._registry, parts, self._register)
         self.lifecycle = Lifecycle(self._registry, parts)
         self.snapshots = Snapshots(self._registry, parts)
+        self.tagging = Tagging(self._registry)
 
     def _register(self, record: NodeRecord) -> NodeRuntime:
         node = NodeRuntime(record, self._parts, self._registry.drop)
@@ -157,6 +163,10 @@ class Fleet(Service):
     def node(self, hostname: str) -> NodeRecord:
         """The node ``hostname``; :class:`NotFound` when there is none."""
         return visible(self._registry.find(hostname).record)
+
+    async def describe(self, hostname: str) -> NodeDescription:
+        """Everything a user needs to see of node ``hostname``; :class:`NotFound` when there is none."""
+        return await describe(self._registry.find(hostname), self._parts)
 
     async def logs(self, hostname: str, lines: int) -> tuple[str, int]:
         """

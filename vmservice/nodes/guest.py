@@ -286,6 +286,11 @@ class IGuest(Interface):
     async def set_clock(unix_ns: int) -> int:
         """Set the guest's wall clock; fires with the guest's time just before."""
 
+    background = Attribute(
+        "Its background execs, a vmservice.nodes.background.IBackgroundExecs: processes that run on their own, "
+        "their output kept in the guest."
+    )
+
     def exec(request: ExecRequest, sink: IExecSink) -> IExecProcess:
         """Start ``request``; what happens to it goes to ``sink``."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import Enum
+from typing import Iterable
 
 from attrs import evolve, frozen
 
@@ -57,6 +58,8 @@ class NodeRecord:
     :ivar kernel: the kernel the VM was started with (a restore must use the
         same one: the saved state holds its memory, not its file).
     :ivar initrd: the initramfs the VM was started with.
+    :ivar hypervisor: how the VM was last started (the driver's description,
+        ``qemu microvm, tcg``); empty in records written before it was kept.
     """
 
     hostname: str
@@ -73,6 +76,7 @@ class NodeRecord:
     pid: int | None = None
     kernel: str = ""
     initrd: str = ""
+    hypervisor: str = ""
 
     def with_status(self, status: Status, pid: int | None = None) -> "NodeRecord":
         """A copy with another status (and pid)."""
@@ -113,7 +117,8 @@ class CreateRequest:
     :ivar cpus: vCPUs, at most the group's; ``None`` for the group's.
     :ivar persistent: kept when its VM ends; ``None`` for the group's default.
     :ivar protected: cannot be deleted through the API.
-    :ivar tags: the caller's tags.
+    :ivar tags: the caller's tags (valid, see :func:`tag_problem`; duplicates
+        collapse).
     :ivar ip: a requested address in the group's range.
     """
 
@@ -144,4 +149,49 @@ def valid_hostname(name: str) -> bool:
     return _HOSTNAME.fullmatch(name) is not None
 
 
-__all__ = ["HOSTNAME_PATTERN", "CreateRequest", "DeleteResult", "NodeRecord", "Status", "Wait", "valid_hostname", "visible"]
+#: At most this many tags per node.
+MAX_TAGS = 64
+#: At most this many characters per tag.
+MAX_TAG_LENGTH = 256
+#: What a tag may hold: anything but control characters (NUL cannot even be
+#: asked for by a listing's ``tag`` filter; the others break every display).
+#: A JSON-schema pattern as much as a Python one.
+TAG_PATTERN = r"[^\u0000-\u001f\u007f]*"
+_TAG = re.compile(TAG_PATTERN)
+
+
+def tag_problem(tag: str) -> str | None:
+    """
+    What is wrong with ``tag``, or ``None`` when it is a valid tag: 1 to
+    :data:`MAX_TAG_LENGTH` characters, none of them a control character.
+    The one rule of tags, for create and for tag changes alike.
+    """
+    if not tag:
+        return "tags must not be empty strings"
+    if len(tag) > MAX_TAG_LENGTH:
+        return f"a tag has at most {MAX_TAG_LENGTH} characters"
+    if _TAG.fullmatch(tag) is None:
+        return "tags must not contain control characters"
+    return None
+
+
+def unique(tags: Iterable[str]) -> tuple[str, ...]:
+    """``tags`` in their order, each only once (its first place kept)."""
+    return tuple(dict.fromkeys(tags))
+
+
+__all__ = [
+    "HOSTNAME_PATTERN",
+    "MAX_TAGS",
+    "MAX_TAG_LENGTH",
+    "TAG_PATTERN",
+    "CreateRequest",
+    "DeleteResult",
+    "NodeRecord",
+    "Status",
+    "Wait",
+    "tag_problem",
+    "unique",
+    "valid_hostname",
+    "visible",
+]

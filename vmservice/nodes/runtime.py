@@ -20,7 +20,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ..errors import Internal
+from ..errors import Conflict, Internal
 from ..hypervisors.base import HypervisorError, IMachine, MachineExit, NetSpec, describe_exit
 from ..observer import OneShotObserver
 from .guest import IGuestConnection
@@ -83,6 +83,30 @@ class NodeRuntime:
         if self.phase.persists():
             self._parts.store.save(self.record)
 
+    def retag(self, tags: tuple[str, ...]) -> None:
+        """
+        Give the node other tags, whatever it is doing (they touch neither its
+        VM nor its status): the record is written first and taken in memory
+        only once it is on the disk, so a failed write changes nothing and
+        an answered change survives any crash.  The record written is the
+        one in memory, so an operation under way keeps its status in it.
+
+        :raise Conflict: (``busy``) the node is being removed: its record is
+            no longer written.
+        :raise Internal: (``record_write_failed``) the record could not be written.
+        """
+        if not self.phase.persists():
+            raise Conflict(f"node {self.hostname!r} is busy (being removed)", code="busy")
+        record = evolve(self.record, tags=tags)
+        try:
+            self._parts.store.save(record)
+        except OSError as error:
+            raise Internal(
+                f"cannot write the record of node {self.hostname!r}: {error.strerror or error}",
+                code="record_write_failed",
+            ) from error
+        self.record = record
+
     async def spawn(self, kernel: str, initrd: str, net: NetSpec | None, incoming: str | None = None) -> IMachine:
         """
         Start the node's VM (its disk exists); the caller records the new
@@ -99,7 +123,9 @@ class NodeRuntime:
         except HypervisorError as error:
             raise Internal(f"cannot start the VM of node {self.hostname!r}: {error}", code="boot_failed") from error
         self.own(machine)
-        self.record = evolve(self.record, pid=machine.pid, kernel=kernel, initrd=initrd)
+        self.record = evolve(
+            self.record, pid=machine.pid, kernel=kernel, initrd=initrd, hypervisor=driver.description
+        )
         return machine
 
     def own(self, machine: IMachine) -> None:

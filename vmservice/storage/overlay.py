@@ -11,12 +11,21 @@ guest's init grows the file system to fill it.
 from __future__ import annotations
 
 import os
+import struct
 
 from twisted.internet.interfaces import IReactorProcess
 from twisted.internet.utils import getProcessOutputAndValue
 from zope.interface import implementer
 
-from .interfaces import IDisks
+from .interfaces import DiskInfo, IDisks
+
+#: The first bytes of every qcow2 file.
+QCOW2_MAGIC = b"QFI\xfb"
+#: The fields of a qcow2 header this module reads: magic, version, backing
+#: file offset and length, cluster bits, virtual size (big-endian).
+_QCOW2_HEADER = struct.Struct(">4sIQIIQ")
+#: qcow2 limits a backing file name to this many bytes.
+_MAX_BACKING_NAME = 1023
 
 
 class StorageError(Exception):
@@ -81,6 +90,30 @@ def remove_disk(path: str) -> bool:
     return True
 
 
+def disk_info(path: str) -> DiskInfo | None:
+    """
+    What the disk ``path`` is: its qcow2 header read (format, virtual size,
+    backing file), its allocation from ``stat``; a file without a qcow2
+    header is ``raw`` of its own size.  Blocking.
+
+    :return: ``None`` when there is no such file.
+    """
+    try:
+        with open(path, "rb") as f:
+            header = f.read(_QCOW2_HEADER.size)
+            allocated = os.fstat(f.fileno()).st_blocks * 512
+            if len(header) < _QCOW2_HEADER.size or not header.startswith(QCOW2_MAGIC):
+                return DiskInfo(path, "raw", os.fstat(f.fileno()).st_size, allocated)
+            _, _, backing_offset, backing_length, _, size = _QCOW2_HEADER.unpack(header)
+            backing = None
+            if backing_offset and 0 < backing_length <= _MAX_BACKING_NAME:
+                f.seek(backing_offset)
+                backing = f.read(backing_length).decode("utf-8", "replace")
+    except FileNotFoundError:
+        return None
+    return DiskInfo(path, "qcow2", size, allocated, backing)
+
+
 @implementer(IDisks)
 class OverlayDisks:
     """
@@ -102,5 +135,9 @@ class OverlayDisks:
         """Remove the disk ``path``; see :func:`remove_disk`."""
         return remove_disk(path)
 
+    def info(self, path: str) -> DiskInfo | None:
+        """What the disk ``path`` is; see :func:`disk_info`."""
+        return disk_info(path)
 
-__all__ = ["OverlayDisks", "StorageError", "create_overlay", "overlay_command", "remove_disk"]
+
+__all__ = ["QCOW2_MAGIC", "OverlayDisks", "StorageError", "create_overlay", "disk_info", "overlay_command", "remove_disk"]

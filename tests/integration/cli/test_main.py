@@ -93,6 +93,34 @@ class RunTests(RunTestCase):
         self.assertEqual((code, err), (1, ""))
         self.assertEqual(out, "demo-1: unhealthy: node 'demo-1' is paused\n")
 
+    async def test_describe(self) -> None:
+        """vmctl describe prints the node's description aligned, or its JSON; an unknown node fails."""
+        await self.vmctl("create", "demo", "--tag", "t1")
+        code, out, err = await self.vmctl("describe", "demo-1")
+        self.assertEqual((code, err), (0, ""))
+        lines = {line.split()[0]: line.split(None, 1)[1] for line in out.splitlines()}
+        self.assertEqual((lines["hostname"], lines["tags"], lines["storage"], lines["network"]),
+                         ("demo-1", "t1", "image", "none"))
+        code, out, _ = await self.vmctl("describe", "demo-1", "--json")
+        self.assertEqual((code, json.loads(out)["hostname"]), (0, "demo-1"))
+        self.assertEqual(await self.vmctl("describe", "demo-9"),
+                         (1, "", "vmctl: node 'demo-9' not found (404 node_not_found)\n"))
+
+    async def test_tag(self) -> None:
+        """vmctl tag shows the tags, adds and removes in one go (-TAG included), replaces and clears."""
+        await self.vmctl("create", "demo", "--tag", "a", "--tag", "b")
+        self.assertEqual(await self.vmctl("tag", "demo-1"), (0, "a\nb\n", ""))
+        self.assertEqual(await self.vmctl("tag", "demo-1", "+c", "-a"), (0, "b\nc\n", ""))
+        self.assertEqual(await self.vmctl("tag", "demo-1", "--", "+-x"), (0, "b\nc\n-x\n", ""))
+        self.assertEqual(await self.vmctl("tag", "demo-1", "--", "--x"), (0, "b\nc\n", ""))
+        code, out, _ = await self.vmctl("tag", "demo-1", "=z", "=y", "--json")
+        self.assertEqual((code, json.loads(out)), (0, {"hostname": "demo-1", "tags": ["z", "y"]}))
+        self.assertEqual((await self.vmctl("list", "--tag", "y"))[1].splitlines()[1].split()[0], "demo-1")
+        self.assertEqual(await self.vmctl("tag", "demo-1", "="), (0, "", ""))
+        self.assertEqual(await self.vmctl("tag", "demo-1", "+a", "-a"),
+                         (1, "", "vmctl: tag 'a' is both added and removed (400 invalid_body)\n"))
+        self.assertEqual((await self.vmctl("tag", "demo-1", "=a", "+b"))[0], 2)
+
     async def test_info_and_groups(self) -> None:
         """info and groups print the daemon's version and the group table."""
         code, out, _ = await self.vmctl("info")

@@ -14,7 +14,7 @@ from twisted.internet import reactor as global_reactor
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
-from vmservice.storage.overlay import StorageError, create_overlay
+from vmservice.storage.overlay import StorageError, create_overlay, disk_info
 
 GiB = 1 << 30
 
@@ -37,6 +37,11 @@ class QemuImgTests(TestCase):
                                          stdout=subprocess.PIPE).stdout)
         self.assertEqual((info["format"], info["virtual-size"]), ("qcow2", 2 * GiB))
         self.assertEqual((info["backing-filename"], info["backing-filename-format"]), (self.base, "raw"))
+        # What the daemon reads of it agrees with qemu-img.
+        read = disk_info(disk)
+        assert read is not None
+        self.assertEqual((read.format, read.size_bytes, read.backing_file), ("qcow2", 2 * GiB, self.base))
+        self.assertEqual(read.allocated_bytes, info["actual-size"])
 
     async def test_qemu_img_fails(self) -> None:
         """An overlay qemu-img cannot write fails with qemu-img's own error."""
