@@ -57,3 +57,13 @@ class RingTests(SynchronousTestCase):
         frame = ring.append_exit(1, None)
         self.assertEqual((frame.kind, frame.id, ring.first_id, ring.next_id), (EXIT, 2, 1, 3))
         self.assertEqual(frame.control(), {"exit_code": 1, "signal": None})
+
+
+class PhaseDiagramTests(SynchronousTestCase):
+    def test_diagram_is_the_table(self) -> None:
+        """docs/state-machines/background-exec.dot draws exactly the transitions of the table."""
+        from tests.diagrams import drawn_transitions
+        from vmservice.guest.background import TRANSITIONS
+
+        table = {(phase, event, new) for (phase, event), new in TRANSITIONS.items()}
+        self.assertEqual(drawn_transitions("background-exec.dot"), table)

@@ -80,6 +80,20 @@ ESCALATED = frozenset({"TERM", "HUP", "INT", "QUIT"})
 #: What ``action`` may be.
 ACTIONS = ("start", "list", "info", "kill", "wait", "delete", "logs")
 
+#: The phases of a background exec (``docs/state-machines/background-exec.md``): the leader
+#: runs (``Running``); it was reaped but output pipes are still open (``Draining``); it runs
+#: with both outputs closed (``Quiet``); both happened and the EXIT frame is in the ring
+#: (``Ended``); it was forgotten (``Deleted``).
+RUNNING, DRAINING, QUIET, ENDED, DELETED = "Running", "Draining", "Quiet", "Ended", "Deleted"
+#: ``(phase, input) -> next phase``; any other pair is a bug.
+TRANSITIONS = {
+    (RUNNING, "exited"): DRAINING,
+    (RUNNING, "drained"): QUIET,
+    (DRAINING, "drained"): ENDED,
+    (QUIET, "exited"): ENDED,
+    (ENDED, "deleted"): DELETED,
+}
+
 
 class BackgroundError(Exception):
     """
@@ -191,14 +205,21 @@ class BackgroundExec:
         self._clock_ns = clock_ns
         self._pidfd = -1
         self._outputs: dict[int, int] = {}  # fd -> frame kind
-        self._status: Optional[int] = None
+        self._status = 0  # the leader's wait status, once reaped
         self._listeners: list[Callable[[], None]] = []
         self._kill_timer: Optional[Timer] = None
+        self.phase = RUNNING
+
+    def _advance(self, event: str) -> None:
+        """Take ``event`` (``exited``, ``drained``, ``deleted``) by :data:`TRANSITIONS`."""
+        self.phase = TRANSITIONS[(self.phase, event)]
+        if self.phase == ENDED:
+            self._ended()
 
     @property
     def running(self) -> bool:
         """Whether its last frame (EXIT) is still to come."""
-        return self.exit_code is None
+        return self.phase in (RUNNING, DRAINING, QUIET)
 
     def start(self, launch: Any) -> None:
         """
@@ -238,7 +259,7 @@ class BackgroundExec:
         try:
             chunk = os.read(fd, size)
         except (BlockingIOError, InterruptedError):
-            if self._status is not None:
+            if self.phase == DRAINING:
                 # The process is gone and the pipe is empty: only something it left running
                 # holds the pipe; the exec has ended all the same.
                 self._close(fd)
@@ -255,7 +276,8 @@ class BackgroundExec:
         if self._outputs.pop(fd, None) is not None:
             self._loop.watch(fd)
             os.close(fd)
-        self._maybe_finish()
+            if not self._outputs:
+                self._advance("drained")
 
     def _exited(self) -> None:
         self._loop.watch(self._pidfd)
@@ -264,16 +286,14 @@ class BackgroundExec:
         try:
             _, self._status = os.waitpid(self.pid, 0)
         except ChildProcessError:
-            self._status = 0
+            pass
+        self._advance("exited")
         # Take what is in the pipes now; an empty pipe is closed at once.
         size = min(READ_SIZE, self.ring.capacity)
         for fd in list(self._outputs):
             self._read(fd, size)
-        self._maybe_finish()
 
-    def _maybe_finish(self) -> None:
-        if self._status is None or self._outputs or not self.running:
-            return
+    def _ended(self) -> None:
         self.exit_code, self.signal = exit_status(self._status)
         self.ended_ns = self._clock_ns()
         if self._kill_timer is not None:
@@ -304,8 +324,8 @@ class BackgroundExec:
         while the exec runs; for a terminating signal, SIGKILL follows after
         ``grace_ms`` if it still runs.  Returns what was sent (``""`` after the end).
         """
-        if not self.running or self._status is not None:
-            return ""
+        if self.phase not in (RUNNING, QUIET):
+            return ""  # ended, or its leader reaped: its process group id may be another's now
         self._signal_group(SIGNALS[name])
         if name in ESCALATED and self._kill_timer is None:
             self._kill_timer = self._loop.call_later(grace_ms / 1000.0, self._escalate)
@@ -313,7 +333,7 @@ class BackgroundExec:
 
     def _escalate(self) -> None:
         self._kill_timer = None
-        if self._status is None:
+        if self.phase in (RUNNING, QUIET):
             self._signal_group(signal.SIGKILL)
 
     def _signal_group(self, number: int) -> None:
@@ -322,14 +342,12 @@ class BackgroundExec:
         except (ProcessLookupError, PermissionError):
             pass
 
-    def release(self) -> None:
-        """Forget the exec (it has ended): drop the ring and any descriptor left."""
-        for fd in list(self._outputs):
-            self._loop.watch(fd)
-            os.close(fd)
-        self._outputs.clear()
-        self._listeners.clear()
-        self.ring = Ring(1, self._clock_ns)
+    def delete(self) -> None:
+        """
+        The registry forgets the exec (it has ended, so it holds no descriptor); a
+        reading under way keeps its ring until it is done.
+        """
+        self._advance("deleted")
 
     # -- what the host sees -----------------------------------------------------------
 
@@ -427,7 +445,7 @@ class Registry:
         if entry.running:
             raise BackgroundError("running", f"background exec {entry.exec_id} is still running: kill it first")
         del self.execs[entry.exec_id]
-        entry.release()
+        entry.delete()
         self._deleted.append(entry.exec_id)
         self._deleted_set.add(entry.exec_id)
         if len(self._deleted) > REMEMBERED_DELETED:
