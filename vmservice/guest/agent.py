@@ -742,6 +742,7 @@ LAZY_HANDLERS: dict[str, str] = {
     "fs": "vmservice.guest.filesystem:FsHandler",
     "cp-upload": "vmservice.guest.copying:UploadHandler",
     "cp-download": "vmservice.guest.copying:DownloadHandler",
+    "watch": "vmservice.guest.watching:WatchHandler",
 }
 
 
