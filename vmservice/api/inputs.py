@@ -99,6 +99,27 @@ def json_object(request: IRequest, *, empty_ok: bool = True) -> dict[str, Any]:
     return value
 
 
+#: The largest ``Last-Event-ID`` (Go clients send a uint64).
+MAX_EVENT_ID = 2**64 - 1
+
+
+def last_event_id(request: IRequest) -> int:
+    """
+    The ``Last-Event-ID`` header of an event stream: a decimal uint64, 0 when
+    absent or empty.
+
+    :raise BadRequest: (``invalid_header``) anything else.
+    """
+    raw = request.getHeader(b"last-event-id")
+    text = (raw or b"").decode("latin-1").strip()
+    if not text:
+        return 0
+    if not text.isascii() or not text.isdigit() or int(text) > MAX_EVENT_ID:
+        raise BadRequest(f"Last-Event-ID must be a decimal integer 0 .. {MAX_EVENT_ID}, not {text[:40]!r}",
+                         code="invalid_header")
+    return int(text)
+
+
 #: The actions of POST /vm/{hostname}/shutdown.
 SHUTDOWN_ACTIONS = ("shutdown", "reboot")
 

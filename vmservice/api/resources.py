@@ -18,6 +18,7 @@ from .meta import MetaApi
 from .nodes import NodesApi
 from .routing import Route
 from .vm import VmApi
+from .watching import WatchApi
 
 
 def every_route(fleet: Fleet, clock: IReactorTime, metrics: Metrics) -> list[Route]:
@@ -32,6 +33,7 @@ def every_route(fleet: Fleet, clock: IReactorTime, metrics: Metrics) -> list[Rou
     routes += MetaApi(metrics, lambda: routes).routes()
     routes += NodesApi(fleet).routes() + VmApi(fleet).routes() + FilesystemApi(fleet).routes()
     routes += ExecApi(fleet, clock).routes() + CopyApi(fleet).routes() + LifecycleApi(fleet).routes()
+    routes += WatchApi(fleet, clock).routes()
     return routes
 
 
