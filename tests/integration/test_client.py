@@ -797,6 +797,7 @@ class WatchLoopbackCase(TestCase):
     def event(self, kind: str, path: str) -> bytes:
         return self.message(type=kind, path=path, size=0, is_dir=False)
 
+
 class WatchClientTests(WatchLoopbackCase):
     """:meth:`Client.watch` against :class:`WatchLoopbackCase`."""
 
