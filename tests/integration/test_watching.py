@@ -95,7 +95,8 @@ class WatchTests(SharedGuestTestCase):
 
     def ok(self, **query: Any) -> SseClient:
         client = self.watch(**query)
-        self.assertEqual(client.status, 200, client.response.read())
+        if client.status != 200:
+            self.fail(f"{client.status}: {client.response.read()!r}")
         self.assertEqual((client.headers["content-type"], client.headers["cache-control"]),
                          ("text/event-stream", "no-cache"))
         return client
