@@ -489,7 +489,10 @@ class _EventBody(Protocol):
                     return None
                 raise WatchInterrupted(f"the connection to the daemon was lost: {self._ended.getErrorMessage()}")
             self._waiter = Deferred()
-            await self._waiter
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
         event = self._queue.popleft()
         if self._paused and len(self._queue) < self._low and self._ended is None and self._producer is not None:
             self._paused = False
