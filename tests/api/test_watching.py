@@ -270,6 +270,19 @@ class WatchApiTests(SynchronousTestCase):
         self.channel.connectionLost(Failure(ConnectionLost()))
         self.assertEqual(self.stream.aborted[0], ResetCode.CANCEL)
 
+    def test_head(self) -> None:
+        """HEAD answers the status and headers once the guest watches, then ends (no events follow)."""
+        self.channel.dataReceived(b"HEAD /vm/demo-1/fs/watch?paths=/srv HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.reactor.advance(0)
+        self.stream.deliver(OK)
+        self.assertTrue(self.transport.value().startswith(b"HTTP/1.1 200 OK"))
+        self.assertIn(b"Content-Type: text/event-stream", self.transport.value())
+        self.assertEqual(self.stream.aborted[0], ResetCode.CANCEL)
+        self.assertEqual(self.timers(), [])
+        self.transport.clear()
+        self.get("paths=/srv", host="demo-9")  # the connection serves the next request
+        self.assertError(404, "node_not_found")
+
     def test_slow_client_pauses_stream(self) -> None:
         """When the HTTP transport is full, the agent stream is paused (no credit to the guest)."""
         self.get("paths=/srv")

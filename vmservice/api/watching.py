@@ -183,6 +183,8 @@ class WatchApi:
             await watch.ready
             stream = SseStream(request, watch, self._clock, self._heartbeat, last_event_id + 1)
             call.attach(stream)
+            if request.method == b"HEAD":
+                call.finish()  # the status and headers are the answer: no events follow
             if query.timeout is not None and not call.done.called:
                 timer = self._clock.callLater(query.timeout, call.finish)
             await call.done

@@ -732,10 +732,27 @@ class WatchHandler(StreamHandler):
             return
         assert self._spec is not None
         self._inotify, self._tree, paths = setup
-        self._debouncer = Debouncer(self._spec.debounce, self._send, time.monotonic, self.stream.loop.call_later)
+        self._debouncer = Debouncer(self._spec.debounce, self._send, time.monotonic,
+                                    lambda delay, callback: self.stream.loop.call_later(delay, self._guarded(callback)))
         self.stream.write(encode_message({"ok": True, "result": {"paths": [display_name(p) for p in paths],
                                                                  "watches": self._tree.count}}))
-        self.stream.loop.watch(self._inotify.fd, self._readable)
+        self.stream.loop.watch(self._inotify.fd, self._guarded(self._readable))
+
+    def _guarded(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """
+        ``callback`` for the agent's loop, which runs it outside any handler
+        call: a failure resets this stream only, never the agent.
+        """
+
+        def run() -> None:
+            try:
+                callback()
+            except Exception as e:
+                self._finished = True
+                self._close()
+                self.stream.reset(ResetCode.INTERNAL_ERROR, f"watch failed: {e!r}"[:200])
+
+        return run
 
     def _refuse(self, error: FsError) -> None:
         self._finished = True

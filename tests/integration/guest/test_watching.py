@@ -209,3 +209,18 @@ class HandlerTests(GuestSessionMixin, SynchronousTestCase):
         self.assertGreater(dropped, 0)
         self.assertEqual(len(creates) + dropped, 5000)
         self.assertIn("did not take them", overflow["message"])
+
+    def test_failure_resets_the_stream_only(self) -> None:
+        """A failure while reading events resets this stream with INTERNAL_ERROR and releases its watches."""
+        before = inotify_descriptors()
+        self.watch()
+
+        def broken(raw: watching.RawEvent) -> list[watching.Report]:
+            raise RuntimeError("a bug")
+
+        tree = self.session.streams[1].handler._tree  # type: ignore[attr-defined]
+        self.patch(tree, "handle", broken)
+        open(os.path.join(self.root, "f"), "w").close()
+        self.run_until(lambda: self.ended != "")
+        self.assertEqual(self.ended, "reset")
+        self.assertEqual(inotify_descriptors(), before)
