@@ -689,9 +689,11 @@ class WatchHandler(StreamHandler):
 
     def flushed(self) -> None:
         if self._dropped and self.stream.pending < PENDING_LOW_WATER:
-            count, self._dropped = self._dropped, 0
-            self._write(Report(OVERFLOW, "", False,
-                               f"{count} events were dropped: the host did not take them fast enough"))
+            self._report_dropped()
+
+    def _report_dropped(self) -> None:
+        count, self._dropped = self._dropped, 0
+        self._write(Report(OVERFLOW, "", False, f"{count} events were dropped: the host did not take them fast enough"))
 
     def reset(self, code: int, reason: str) -> None:
         # The worker notices between directories; its wake-up closes the pipe
@@ -778,6 +780,8 @@ class WatchHandler(StreamHandler):
             self._finished = True
             debouncer.flush()
             self._close()
+            if self._dropped:
+                self._report_dropped()  # the last message: the count is not lost with the stream
             self.stream.end()
 
     def _send(self, report: Report) -> None:

@@ -224,3 +224,25 @@ class HandlerTests(GuestSessionMixin, SynchronousTestCase):
         self.run_until(lambda: self.ended != "")
         self.assertEqual(self.ended, "reset")
         self.assertEqual(inotify_descriptors(), before)
+
+    def test_drops_reported_before_the_end(self) -> None:
+        """Events dropped just before the watched paths are gone are still counted, in the last message."""
+        self.patch(watching, "PENDING_HIGH_WATER", 2048)
+        self.patch(watching, "PENDING_LOW_WATER", 1024)
+        self.acknowledge = False
+        stream_id = self.watch()
+        for index in range(4000):
+            open(os.path.join(self.root, f"file-{index:04}"), "w").close()
+        handler = self.session.streams[stream_id].handler
+        shutil.rmtree(self.root)
+        self.run_until(lambda: handler._finished)  # type: ignore[attr-defined]
+        self.acknowledge = True
+        self.session.data_received(self.host.acknowledge_received_data(stream_id, self.unacknowledged))
+        self.unacknowledged = 0
+        self.run_until(lambda: self.ended != "")
+        self.assertEqual(self.ended, "end")
+        self.assertEqual(self.messages[-1]["type"], "overflow")
+        dropped = int(self.messages[-1]["message"].split()[0])
+        # 4,000 creates, 4,000 removes (each file's link count change is a chmod of the file, which a
+        # directory watch does not see) and the directory's own removal.
+        self.assertEqual(len(self.messages) - 2 + dropped, 8001)
