@@ -22,15 +22,27 @@ Channel benchmark (exec and raw-channel parts): in one run, side by side,
   RSS during those copies: ``VmRSS`` before, peak reset through
   ``/proc/PID/clear_refs`` (``5``), ``VmHWM`` after (target growth <= 32 MiB).
 
+- watch latency through the daemon's HTTP API: a shell in the guest (an exec
+  whose stdin streams from the client, full duplex) makes one file per line it
+  reads and echoes the line; for each of ``--watch-writes`` lines (default 50),
+  the time from the line leaving the client to the ``create`` event of
+  ``GET /vm/demo-1/fs/watch`` reaching the client (``watch_event_s``), beside
+  the time to the shell's echo on the exec's own stdout (``watch_exec_echo_s``,
+  the same trip without the watch), p50/p95.
+
 Writes samples, p50/p95 and the ratio ``exec_api_p50 / raw_round_trip_p50``
 (target <= 2) to ``bench/results/channel.json`` (merged into what is there).
+``--parts watch`` measures the watch latency alone (one node, no bare guest,
+no copies) and merges only that into the file.
 
     .venv/bin/python bench/channel.py [--rounds 30] [--echo-mib 32] [--cp-mib 1024] [--bg-mib 64]
+                                      [--watch-writes 50] [--parts all|watch]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -44,13 +56,16 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from twisted.internet import reactor  # noqa: E402
-from twisted.internet.defer import Deferred  # noqa: E402
+from twisted.internet.defer import CancelledError, Deferred  # noqa: E402
 from twisted.internet.protocol import Protocol  # noqa: E402
 from twisted.internet.threads import deferToThread  # noqa: E402
+from twisted.web.iweb import UNKNOWN_LENGTH, IBodyProducer  # noqa: E402
+from zope.interface import implementer  # noqa: E402
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image  # noqa: E402
 from vmservice.agent.client import AgentClient  # noqa: E402
 from vmservice.agent.execution import run_collected  # noqa: E402
+from vmservice.client import Client, ExecRecord  # noqa: E402
 from vmservice.nodes.guest import ExecRequest  # noqa: E402
 from vmservice.hypervisors.base import MachineSpec  # noqa: E402
 from vmservice.hypervisors.qemu import QemuSettings, host_tsc_khz, qemu_command  # noqa: E402
@@ -208,6 +223,127 @@ def measure_background_logs(daemon: Daemon, size: int) -> dict[str, Any]:
         "cp_download_seconds": cp_seconds,
         "cp_download_mb_per_s": size / cp_seconds / 1e6,
         "ratio_logs_over_cp_download": cp_seconds / logs_seconds,
+@implementer(IBodyProducer)
+class _Lines:
+    """An exec's stdin that sends lines when told (the shell of the watch measure reads them)."""
+
+    length = UNKNOWN_LENGTH
+
+    def __init__(self) -> None:
+        self._consumer: Any = None
+        self._ready: Deferred[None] = Deferred()
+        self._done: Deferred[None] = Deferred()
+
+    def startProducing(self, consumer: Any) -> Deferred[None]:
+        self._consumer = consumer
+        self._ready.callback(None)
+        return self._done
+
+    async def send(self, line: str) -> None:
+        await self._ready
+        self._consumer.write(line.encode() + b"\n")
+
+    def finish(self) -> None:
+        if not self._done.called:
+            self._done.callback(None)
+
+    def pauseProducing(self) -> None:
+        pass
+
+    def resumeProducing(self) -> None:
+        pass
+
+    def stopProducing(self) -> None:
+        self.finish()
+
+
+async def measure_watch(daemon: Daemon, writes: int) -> dict[str, Any]:
+    """
+    Watch latency through the API (see the module docstring): one file per
+    line, made by a shell in the guest, until its ``create`` event reaches the
+    client; and until the shell's echo of the line does.
+    """
+    client = Client(reactor, f"http://127.0.0.1:{daemon.port}")
+    directory = "/root/bench-watch"
+    arrived: dict[str, dict[str, float]] = {"event": {}, "echo": {}}
+    wake: list[Deferred[None]] = []
+
+    def note(kind: str, name: str) -> None:
+        arrived[kind].setdefault(name, time.monotonic())
+        waiting, wake[:] = list(wake), []
+        for waiter in waiting:
+            if not waiter.called:
+                waiter.callback(None)
+
+    async def until(predicate: Any, seconds: float = 60.0) -> None:
+        deadline = time.monotonic() + seconds
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise RuntimeError("watch measure: nothing arrived in time")
+            waiter: Deferred[None] = Deferred()
+            wake.append(waiter)
+            timer = reactor.callLater(0.5, waiter.callback, None)
+            await waiter
+            if timer.active():
+                timer.cancel()
+            if waiter in wake:
+                wake.remove(waiter)
+
+    lines = _Lines()
+    echoed = bytearray()
+
+    def on_record(record: ExecRecord) -> None:
+        if record.type == "stdout":
+            echoed.extend(record.data)
+            *done, rest = echoed.split(b"\n")
+            echoed[:] = rest
+            for name in done:
+                note("echo", name.decode())
+
+    try:
+        await client.exec_buffered("demo-1", f"rm -rf {directory} && mkdir {directory}")
+        shell = Deferred.fromCoroutine(client.exec(
+            "demo-1", f"cd {directory} && while read -r n; do : > \"$n\"; echo \"$n\"; done",
+            on_record=on_record, stdin=lines))
+        events = client.watch("demo-1", [directory], events=["create"])
+
+        async def consume() -> None:
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    note("event", os.path.basename(event["path"]))
+
+        watching = Deferred.fromCoroutine(consume())
+        watching.addErrback(lambda failure: failure.trap(CancelledError))
+        # The watch is in place once its first event arrives: send warm-up lines until one does.
+        warm = 0
+        while not arrived["event"]:
+            warm += 1
+            await lines.send(f"warm-{warm}")
+            await until(lambda: f"warm-{warm}" in arrived["echo"])
+            pause: Deferred[None] = Deferred()
+            reactor.callLater(0.2, pause.callback, None)
+            await pause
+        event_s, echo_s = [], []
+        for number in range(writes):
+            name = f"w-{number:04}"
+            started = time.monotonic()
+            await lines.send(name)
+            await until(lambda: name in arrived["event"] and name in arrived["echo"])
+            event_s.append(arrived["event"][name] - started)
+            echo_s.append(arrived["echo"][name] - started)
+        lines.finish()
+        last = await shell
+        if last.exit_code != 0:
+            raise RuntimeError(f"watch measure: the shell failed: {last}")
+        watching.cancel()
+        await client.exec_buffered("demo-1", f"rm -rf {directory}")
+    finally:
+        lines.finish()
+        await client.close()
+    return {
+        "writes": writes,
+        "watch_event_s": percentiles(event_s),
+        "watch_exec_echo_s": percentiles(echo_s),
     }
 
 
@@ -284,6 +420,7 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
 
         await deferToThread(api_exec)  # warm-up
         api = [await deferToThread(api_exec) for _ in range(options.rounds)]
+        watch = await measure_watch(daemon, options.watch_writes)
         cp = await deferToThread(measure_cp, daemon, options.cp_mib << 20)
         background = await deferToThread(measure_background_logs, daemon, options.bg_mib << 20)
     finally:
@@ -311,8 +448,22 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
         "ratio_cp_download_over_raw_echo": cp["download_mb_per_s"] / (size / echo / 1e6),
         "target_ratio_cp": 0.8,
         "background_logs": background,
+        "watch": watch,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+async def measure_watch_only(options: argparse.Namespace) -> dict[str, Any]:
+    """``--parts watch``: one node of the daemon, the watch latency, nothing else."""
+    daemon = Daemon(groups=[{"name": "demo", "vcpu": 1, "ram_mb": RAM >> 20, "storage_size": "1G"}])
+    try:
+        await deferToThread(daemon.start)
+        await deferToThread(daemon.json, "POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {}, expect=201)
+        watch = await measure_watch(daemon, options.watch_writes)
+    finally:
+        await deferToThread(daemon.cleanup)
+    watch["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {"watch": watch}
 
 
 def main() -> None:
@@ -321,6 +472,8 @@ def main() -> None:
     parser.add_argument("--echo-mib", type=int, default=32)
     parser.add_argument("--cp-mib", type=int, default=1024)
     parser.add_argument("--bg-mib", type=int, default=64, help="background exec log size (at most 64)")
+    parser.add_argument("--watch-writes", type=int, default=50)
+    parser.add_argument("--parts", choices=("all", "watch"), default="all")
     parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "channel.json"))
     options = parser.parse_args()
     ensure_image()
@@ -329,7 +482,10 @@ def main() -> None:
 
     def run() -> Deferred[None]:
         async def go() -> None:
-            outcome.update(await measure(options, workdir))
+            if options.parts == "watch":
+                outcome.update(await measure_watch_only(options))
+            else:
+                outcome.update(await measure(options, workdir))
 
         d = Deferred.fromCoroutine(go())
         d.addErrback(lambda failure: outcome.update(error=failure))
@@ -350,11 +506,17 @@ def main() -> None:
     with open(options.output, "w") as f:
         json.dump(existing, f, indent=2)
         f.write("\n")
+    watch = {"watch_event_p50": outcome["watch"]["watch_event_s"]["p50"],
+             "watch_event_p95": outcome["watch"]["watch_event_s"]["p95"],
+             "watch_exec_echo_p50": outcome["watch"]["watch_exec_echo_s"]["p50"]}
+    if options.parts == "watch":
+        print(json.dumps(watch))
+        return
     print(json.dumps({k: outcome[k] for k in ("raw_round_trip_s", "raw_echo", "ratio_exec_api_p50_over_raw_round_trip_p50",
                                               "cp", "ratio_cp_upload_over_raw_echo", "ratio_cp_download_over_raw_echo",
                                               "background_logs")}
                      | {"exec_api_p50": outcome["exec_true_api_s"]["p50"], "exec_agent_p50": outcome["exec_true_agent_s"]["p50"],
-                        "exec_no_shell_agent_p50": outcome["exec_true_no_shell_agent_s"]["p50"]},
+                        "exec_no_shell_agent_p50": outcome["exec_true_no_shell_agent_s"]["p50"]} | watch,
                      default=str)[:2000])
 
 

@@ -21,7 +21,10 @@ Operations whose data can be large stream it both ways instead of holding it:
   from an ``IBodyProducer`` or a file while the output comes back (full
   duplex, see :mod:`vmservice._duplex`);
 - :meth:`Client.upload` streams a file, a pipe (chunked) or a producer;
-  :meth:`Client.download` hands each chunk to a ``write`` callback.
+  :meth:`Client.download` hands each chunk to a ``write`` callback;
+- :meth:`Client.watch` is an asynchronous iterator of file-system events
+  (Server-Sent Events, decoded by :class:`SseDecoder`); a consumer that
+  falls behind pauses the connection, and leaving the loop closes it.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ import binascii
 import json
 import os
 import stat
-from typing import IO, Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from collections import deque
+from typing import IO, Any, AsyncIterator, Callable, Iterable, Mapping, Sequence, TypeVar, cast
 from urllib.parse import quote
 
 import treq
@@ -41,6 +45,7 @@ from twisted.internet import abstract, fdesc
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import UNIXClientEndpoint
 from twisted.internet.error import ConnectError, ConnectionDone, DNSLookupError
+from twisted.internet.protocol import Protocol
 from twisted.internet.interfaces import (
     IConsumer,
     IPushProducer,
@@ -59,9 +64,10 @@ from twisted.web.client import (
     FileBodyProducer,
     HTTPConnectionPool,
     RequestTransmissionFailed,
+    ResponseDone,
     ResponseFailed,
 )
-from twisted.web.http import RESPONSES
+from twisted.web.http import RESPONSES, PotentialDataLoss
 from twisted.web.iweb import UNKNOWN_LENGTH, IAgentEndpointFactory, IBodyProducer, IResponse
 from zope.interface import implementer
 
@@ -82,6 +88,8 @@ __all__ = [
     "IBodyReactor",
     "IClientReactor",
     "NdjsonDecoder",
+    "SseDecoder",
+    "WatchInterrupted",
     "body_producer",
     "decode_exec_record",
     "is_unix_socket",
@@ -411,6 +419,151 @@ class NdjsonDecoder:
         """The value of a last line without its ``\n``, if any; call at the end."""
         line, self._pending = bytes(self._pending).strip(), bytearray()
         return [json.loads(line.decode("utf-8"))] if line else []
+
+
+class WatchInterrupted(Exception):
+    """
+    A watch stream ended without the daemon closing it: the connection was
+    lost, or the daemon sent something that is not an event.
+    """
+
+
+class SseDecoder:
+    """
+    Splits a Server-Sent Events stream into its events' data, whatever the
+    chunking: ``data:`` lines (joined with ``\n``) up to a blank line make one
+    event, whose data must be a JSON object; the last ``id:`` line fills in
+    an ``"id"`` the JSON lacks.  Comment lines (``:``, heartbeats) and other
+    fields (``event:``, ``retry:``) are skipped; lines end with LF or CRLF.
+    A line longer than ``max_line`` bytes is an error rather than unbounded
+    memory.
+
+    :param max_line: the longest line accepted, in bytes.
+    """
+
+    def __init__(self, max_line: int = 1024 * 1024) -> None:
+        self._max_line = max_line
+        self._pending = bytearray()
+        self._data: list[str] = []
+        self._id: int | None = None
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        """
+        The events completed by ``data``.
+
+        :raise ValueError: an event's data is not a JSON object, or a line is too long.
+        """
+        self._pending += data
+        events = []
+        start = 0
+        while True:
+            end = self._pending.find(b"\n", start)
+            if end < 0:
+                break
+            line = bytes(self._pending[start:end]).removesuffix(b"\r").decode("utf-8")
+            start = end + 1
+            event = self._line(line)
+            if event is not None:
+                events.append(event)
+        del self._pending[:start]
+        if len(self._pending) > self._max_line:
+            raise ValueError(f"a line longer than {self._max_line} bytes")
+        return events
+
+    def _line(self, line: str) -> dict[str, Any] | None:
+        if not line:
+            if not self._data:
+                return None
+            text, self._data = "\n".join(self._data), []
+            value = json.loads(text)
+            if not isinstance(value, dict):
+                raise ValueError(f"an event's data is not a JSON object: {text[:80]!r}")
+            if "id" not in value and self._id is not None:
+                value["id"] = self._id
+            return value
+        if line.startswith(":"):
+            return None
+        name, _, field = line.partition(":")
+        field = field[1:] if field.startswith(" ") else field
+        if name == "data":
+            self._data.append(field)
+        elif name == "id" and field.isascii() and field.isdigit():
+            self._id = int(field)
+        return None
+
+
+class _EventBody(Protocol):
+    """
+    Receives a watch response's body: decodes its events into a queue that
+    :meth:`next_event` empties, pausing the connection while more than
+    ``high`` events wait and resuming it below ``low``.
+    """
+
+    def __init__(self, high: int = 256, low: int = 64) -> None:
+        self._decoder = SseDecoder()
+        self._queue: deque[dict[str, Any]] = deque()
+        self._high, self._low = high, low
+        self._paused = False
+        self._ended: Failure | None = None
+        self._error: Exception | None = None
+        self._waiter: Deferred[None] | None = None
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._error is not None:
+            return
+        try:
+            self._queue.extend(self._decoder.feed(data))
+        except ValueError as error:
+            self._error = WatchInterrupted(f"the daemon sent something that is not an event: {error}")
+            self.stop()
+        if len(self._queue) > self._high and not self._paused and self._producer is not None:
+            self._paused = True
+            self._producer.pauseProducing()
+        self._wake()
+
+    @property
+    def _producer(self) -> IPushProducer | None:
+        # A response body's transport is its connection as a push producer
+        # (twisted.web._newclient's TransportProxyProducer).
+        return cast(IPushProducer, self.transport) if self.transport is not None else None
+
+    def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
+        self._ended = reason
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            waiter.callback(None)
+
+    async def next_event(self) -> dict[str, Any] | None:
+        """
+        The next event, or ``None`` once the daemon closed the stream.
+
+        :raise WatchInterrupted: the connection was lost, or the stream does not parse.
+        """
+        while not self._queue:
+            if self._error is not None:
+                raise self._error
+            if self._ended is not None:
+                if self._ended.check(ResponseDone, PotentialDataLoss):
+                    return None
+                raise WatchInterrupted(f"the connection to the daemon was lost: {self._ended.getErrorMessage()}")
+            self._waiter = Deferred()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        event = self._queue.popleft()
+        if self._paused and len(self._queue) < self._low and self._ended is None and self._producer is not None:
+            self._paused = False
+            self._producer.resumeProducing()
+        return event
+
+    def stop(self) -> None:
+        """Close the connection, if the stream is still open (the daemon removes the watch)."""
+        if self._ended is None and self._producer is not None:
+            self._producer.stopProducing()
 
 
 class _FdReader(abstract.FileDescriptor):
@@ -1344,6 +1497,80 @@ class Client:
             "DELETE", _path("vm", hostname, "fs", "remove"), {"path": path, "recursive": recursive or None}
         )
         return result
+
+
+    async def watch(
+        self,
+        hostname: str,
+        paths: Sequence[str],
+        *,
+        patterns: Sequence[str] = (),
+        events: Sequence[str] = (),
+        recursive: bool = False,
+        one_shot: bool = False,
+        debounce: str | None = None,
+        timeout: str | None = None,
+        max_events: int | None = None,
+        uid: int | None = None,
+        last_event_id: int | None = None,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """
+        Watch paths in node ``hostname`` (``GET /vm/{hostname}/fs/watch``): an
+        asynchronous iterator of events, each the decoded JSON object ``{id,
+        type, path, timestamp, size, isDir, message?}``, as they happen::
+
+            async for event in client.watch("demo-1", ["/srv"], recursive=True):
+                print(event["type"], event["path"])
+
+        The request is made when iteration starts; iteration ends when the
+        daemon closes the stream (``one_shot``, ``max_events``, ``timeout``,
+        or nothing left to watch).  Leaving the loop early closes the
+        connection (at once with ``contextlib.aclosing``, else when the
+        iterator is collected), and the daemon removes the watch.  A
+        consumer slower than the events pauses the connection; the guest
+        then drops events and reports an ``overflow``.
+
+        :param paths: what to watch: absolute, ``~`` or ``~/...`` (the home of ``uid``).
+        :param patterns: globs on an entry's base name (any matches).
+        :param events: the types to report (``create``, ``write``, ``remove``,
+            ``rename``, ``chmod``); all when empty.
+        :param recursive: watch below directories too, new ones included.
+        :param one_shot: end after the first event.
+        :param debounce: a Go duration within which events of one type and
+            path become one (``"200ms"``).
+        :param timeout: a Go duration after which the stream ends.
+        :param max_events: end after this many events.
+        :param uid: whose home ``~`` is (the daemon's default: root).
+        :param last_event_id: sent as ``Last-Event-ID``: ids continue after it.
+        :raise ApiError: before the first event (400 bad input, 404 unknown
+            node or missing path, 409 paused, 503 agent not connected).
+        :raise WatchInterrupted: the connection was lost mid-stream.
+        """
+        headers = {b"Accept": b"text/event-stream"}
+        if last_event_id is not None:
+            headers[b"Last-Event-ID"] = str(last_event_id).encode("ascii")
+        params = {
+            "paths": list(paths),
+            "patterns": list(patterns),
+            "events": list(events),
+            "recursive": recursive or None,
+            "one_shot": one_shot or None,
+            "debounce": debounce,
+            "timeout": timeout,
+            "max_events": max_events,
+            "uid": uid,
+        }
+        response = await self._send("GET", _path("vm", hostname, "fs", "watch"), params, headers=headers)
+        body = _EventBody()
+        response.deliverBody(body)
+        try:
+            while True:
+                event = await body.next_event()
+                if event is None:
+                    return
+                yield event
+        finally:
+            body.stop()
 
 
 async def _first(early: Deferred[IResponse], sent: Deferred[IResponse]) -> IResponse:

@@ -66,7 +66,8 @@ def _queries(operation: dict[str, Any]) -> st.SearchStrategy[dict[bytes, list[by
             continue
         name, schema = parameter["name"].encode(), parameter["schema"]
         if schema.get("type") == "array":
-            values = st.lists(_values(schema["items"]).map(str.encode), max_size=3)
+            values = st.lists(_values(schema["items"]).map(str.encode), min_size=schema.get("minItems", 0),
+                              max_size=3)
         else:
             values = _values(schema).map(lambda text: [text.encode()])
         if not parameter["required"]:

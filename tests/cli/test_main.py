@@ -253,6 +253,24 @@ class ExecFsParseTests(SynchronousTestCase):
         self.assertUsageError("fs", "ls", "h")
         self.assertUsageError("fs", "chmod", "h", "/x")
 
+    def test_watch(self) -> None:
+        """watch takes HOST and paths, repeatable patterns and checked event types, limits and durations."""
+        options = parse("watch", "demo-1", "/srv", "~/x", "--pattern", "*.py", "--pattern", "*.md", "--event",
+                        "create", "-r", "--one-shot", "--max-events", "3", "--timeout", "30s", "--debounce", "200ms",
+                        "--uid", "1000", "--json")
+        self.assertEqual((options.hostname, options.paths, options.patterns, options.events, options.recursive,
+                          options.one_shot, options.max_events, options.timeout, options.debounce, options.uid,
+                          options.json),
+                         ("demo-1", ["/srv", "~/x"], ["*.py", "*.md"], ["create"], True, True, 3, "30s", "200ms",
+                          1000, True))
+        options = parse("watch", "h", "/")
+        self.assertEqual((options.patterns, options.events, options.recursive, options.timeout), (None, None, False,
+                                                                                                  None))
+        self.assertUsageError("watch", "h")
+        self.assertUsageError("watch", "h", "/x", "--event", "open")
+        self.assertUsageError("watch", "h", "/x", "--max-events", "0")
+        self.assertUsageError("watch", "h", "/x", "--timeout", "soon")
+
     def test_exit_status(self) -> None:
         """The exit status is the command's, an error record never 0, out-of-range codes 255."""
         self.assertEqual(exit_status(ExecRecord("exit", exit_code=3)), 3)

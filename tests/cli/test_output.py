@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.cli.output import (
+    format_watch_event,
     GROUP_HEADERS,
     NODE_HEADERS,
     format_description,
@@ -177,3 +178,20 @@ class DescriptionTests(SynchronousTestCase):
         self.assertEqual((lines["status"], lines["snapshot"], lines["agent"]), ("Suspended", "yes", "not connected"))
         for key in ("pid", "disk", "network", "image", "hypervisor", "protected"):
             self.assertEqual(lines[key], "-", key)
+class WatchEventTests(SynchronousTestCase):
+    def test_lines(self) -> None:
+        """An event is one line: timestamp, type and path (a directory's ending in /), an overflow its message."""
+        event = {"id": 1, "type": "create", "path": "/srv/a", "timestamp": "2024-01-02T03:04:05.5Z", "size": 0,
+                 "isDir": False}
+        self.assertEqual(format_watch_event(event), "2024-01-02T03:04:05.5Z create /srv/a\n")
+        self.assertEqual(format_watch_event({**event, "isDir": True}), "2024-01-02T03:04:05.5Z create /srv/a/\n")
+        self.assertEqual(format_watch_event({**event, "type": "overflow", "path": "", "message": "12 dropped"}),
+                         "2024-01-02T03:04:05.5Z overflow 12 dropped\n")
+
+    def test_json(self) -> None:
+        """With --json an event is its JSON object on one line."""
+        import json
+
+        event = {"id": 1, "type": "write", "path": "/a\nb", "size": 3, "isDir": False}
+        line = format_watch_event(event, as_json=True)
+        self.assertEqual((line.count("\n"), json.loads(line)), (1, event))

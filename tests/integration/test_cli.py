@@ -3,7 +3,7 @@
 daemon and a real guest: the command's exit status (codes, signals, a
 command that cannot start, errors before the stream), byte-exact output,
 stdin streamed from a pipe and from a file with a sha256 check in the guest,
-and the file-system commands with their errors.
+the file-system commands with their errors, and ``vmctl watch``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from typing import Any
 
 from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image
@@ -147,6 +148,31 @@ class CliTests(SharedDaemonTestCase):
         self.assertIn(b"(409 directory_not_empty)", result.stderr)
         self.assertEqual(self.vmctl("fs", "rm", "-r", "demo-1", "/tmp/cli").returncode, 0)
         result = self.vmctl("fs", "stat", "demo-1", "/tmp/cli")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn(b"(404 not_found)", result.stderr)
+
+    def test_watch(self) -> None:
+        """vmctl watch prints one line per event and exits 0 once --max-events were printed; a missing path exits 1."""
+        self.daemon.run("demo-1", "rm -rf /tmp/cli-watch && mkdir /tmp/cli-watch")
+        watcher = subprocess.Popen(self.command("watch", "demo-1", "/tmp/cli-watch", "--event", "create",
+                                                "--max-events", "2", "--timeout", "2m"),
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.addCleanup(lambda: watcher.poll() is not None or (watcher.kill(), watcher.wait()))
+        # The watch is set up once the command has connected: touch new names until it has seen two.
+        deadline = time.monotonic() + 120
+        number = 0
+        while watcher.poll() is None and time.monotonic() < deadline:
+            number += 1
+            self.daemon.run("demo-1", f"touch /tmp/cli-watch/f{number}")
+            time.sleep(0.3)
+        out, err = watcher.communicate(timeout=60)
+        self.assertEqual(watcher.returncode, 0, err)
+        lines = out.decode().splitlines()
+        self.assertEqual(len(lines), 2, lines)
+        first = int(lines[0].split()[-1].rsplit("f", 1)[1])
+        self.assertEqual([line.split()[1:] for line in lines],
+                         [["create", f"/tmp/cli-watch/f{first}"], ["create", f"/tmp/cli-watch/f{first + 1}"]])
+        result = self.vmctl("watch", "demo-1", "/tmp/cli-watch/missing")
         self.assertEqual(result.returncode, 1)
         self.assertIn(b"(404 not_found)", result.stderr)
 

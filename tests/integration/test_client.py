@@ -3,8 +3,8 @@
 Tests for :mod:`vmservice.client` on the global reactor: the client against
 the real API app served on loopback (TCP and a UNIX socket) by a real
 ``Site``, with the fleet on fakes; exec, copies and the file system against
-a recording server and the real exec route; :class:`FdBodyProducer` on real
-pipes.  Its parts without a server are tested in :mod:`tests.test_client`.
+a recording server and the real exec route; watches against the real watch
+route; :class:`FdBodyProducer` on real pipes.  Its parts without a server are tested in :mod:`tests.test_client`.
 
 The servers here (:func:`serve`, :class:`LoopbackApi`, :class:`_Recorder`,
 :class:`ExecLoopbackCase`) also serve the ``vmctl`` tests in
@@ -42,6 +42,7 @@ from vmservice.client import (
     ExecInterrupted,
     ExecRecord,
     FdBodyProducer,
+    WatchInterrupted,
 )
 from vmservice.wire.payloads import ERROR, EXIT, REJECTED, STARTED, STDERR, STDOUT, encode_json_record, encode_record
 from vmservice.metrics import Metrics
@@ -770,3 +771,115 @@ class FdBodyProducerTests(Pipes, TestCase):
         self.assertEqual(consumer.value(), b"")
         self.assertNoResult(later)
 
+
+
+# -- watches ---------------------------------------------------------------
+
+
+class WatchLoopbackCase(TestCase):
+    """
+    The real watch route on loopback, with a fake agent whose watch stream the
+    test drives as the guest would.
+    """
+
+    async def setUp(self) -> None:
+        from tests.fakes import OneNodeFleet
+        from vmservice.api.watching import WatchApi
+
+        self.fleet = OneNodeFleet()
+        clock = MemoryReactorClock()
+        clock.advance(1_700_000_000)
+        api = Api(clock, WatchApi(self.fleet, clock).routes(), Metrics(), None)  # type: ignore[arg-type]
+        self.url = await serve(self, api.resource())
+        self.client = Client(reactor, self.url)
+        self.addCleanup(lambda: Deferred.fromCoroutine(self.client.close()))
+        self.events: list[dict[str, Any]] = []
+
+    def consume(self, *paths: str, stop_after: int | None = None, **options: Any) -> Deferred[None]:
+        """Iterate a watch in the background, keeping its events; leave the loop after ``stop_after``."""
+
+        async def run() -> None:
+            async for event in self.client.watch("demo-1", list(paths), **options):
+                self.events.append(event)
+                if stop_after is not None and len(self.events) >= stop_after:
+                    break
+
+        return Deferred.fromCoroutine(run())
+
+    async def stream(self, count: int = 1) -> Any:
+        await until(lambda: len(self.fleet.agent.streams) >= count)
+        return self.fleet.agent.streams[count - 1]
+
+    @staticmethod
+    def message(**fields: Any) -> bytes:
+        from vmservice.wire.messages import encode_message
+
+        return encode_message(fields)
+
+    def event(self, kind: str, path: str) -> bytes:
+        return self.message(type=kind, path=path, size=0, is_dir=False)
+
+
+class WatchClientTests(WatchLoopbackCase):
+    """:meth:`Client.watch` against :class:`WatchLoopbackCase`."""
+
+    async def test_events_as_they_arrive(self) -> None:
+        """Each event comes out of the iterator as it arrives; the loop ends when the daemon closes the stream."""
+        done = self.consume("/srv", "~/x", patterns=["*.py"], events=["create", "write"], recursive=True,
+                            debounce="100ms", uid=1000)
+        stream = await self.stream()
+        self.assertEqual(stream.header, {"op": "watch", "paths": ["/srv", "~/x"], "patterns": ["*.py"],
+                                         "events": ["create", "write"], "recursive": True, "debounce": 0.1,
+                                         "uid": 1000})
+        stream.deliver(self.message(ok=True, result={"paths": ["/srv"], "watches": 1}), self.event("create", "/srv/a"))
+        await until(lambda: len(self.events) == 1)
+        self.assertNoResult(done)
+        stream.deliver(self.event("write", "/srv/a"))
+        stream.end()
+        await done
+        self.assertEqual([(e["id"], e["type"], e["path"]) for e in self.events],
+                         [(1, "create", "/srv/a"), (2, "write", "/srv/a")])
+        self.assertEqual(set(self.events[0]), {"id", "type", "path", "timestamp", "size", "isDir"})
+
+    async def test_limits_and_last_event_id(self) -> None:
+        """one_shot, max_events and timeout are sent; ids continue after last_event_id."""
+        done = self.consume("/srv", one_shot=True, max_events=5, timeout="1m", last_event_id=10)
+        stream = await self.stream()
+        stream.deliver(self.message(ok=True, result={}), self.event("create", "/srv/a"), self.event("create", "/srv/b"))
+        await done
+        self.assertEqual([e["id"] for e in self.events], [11])
+        self.assertEqual(stream.aborted[0], 0)
+
+    async def test_errors_before_the_stream(self) -> None:
+        """A missing path (the guest's refusal) and a paused node are ApiErrors from the first iteration."""
+        done = self.consume("/nope")
+        stream = await self.stream()
+        stream.deliver(self.message(ok=False, error="not_found", message="/nope: No such file or directory"))
+        with self.assertRaises(ApiError) as caught:
+            await done
+        self.assertEqual((caught.exception.status, caught.exception.code), (404, "not_found"))
+        self.fleet.state = "paused"
+        with self.assertRaises(ApiError) as caught:
+            await self.consume("/srv")
+        self.assertEqual(caught.exception.status, 409)
+
+    async def test_leaving_the_loop_removes_the_watch(self) -> None:
+        """Breaking out of the loop closes the connection; the daemon resets the guest's stream."""
+        done = self.consume("/srv", stop_after=1)
+        stream = await self.stream()
+        stream.deliver(self.message(ok=True, result={}), self.event("create", "/srv/a"), self.event("write", "/srv/a"))
+        await done
+        await until(lambda: stream.aborted is not None)
+        self.assertEqual(len(self.events), 1)
+
+    async def test_interrupted(self) -> None:
+        """A connection lost mid-stream raises WatchInterrupted."""
+        done = self.consume("/srv")
+        stream = await self.stream()
+        stream.deliver(self.message(ok=True, result={}), self.event("create", "/srv/a"))
+        await until(lambda: len(self.events) == 1)
+        for factory in self.served:  # type: ignore[attr-defined]
+            for protocol in list(factory.protocols):
+                protocol.transport.abortConnection()
+        with self.assertRaises(WatchInterrupted):
+            await done

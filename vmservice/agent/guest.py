@@ -6,7 +6,7 @@
 protocol (``docs/agent-protocol.md``): health and clock are one-shot
 requests, exec and copies are streams with flow control
 (:mod:`.execution`, :mod:`.copying`), file-system operations one-shot
-requests (:mod:`.filesystem`).  A subclass provides the channel:
+requests (:mod:`.filesystem`), a watch a stream of events (:mod:`.watching`).  A subclass provides the channel:
 :class:`~.client.AgentClient` over its connection, tests over fakes.
 """
 
@@ -29,7 +29,10 @@ from ..nodes.guest import (
     IExecSink,
     IGuest,
     IUpload,
+    IWatch,
+    IWatchSink,
     UploadRequest,
+    WatchRequest,
 )
 from . import filesystem
 from .background import AgentBackground
@@ -37,6 +40,7 @@ from .copying import start_download, start_upload
 from .errors import AgentRequestFailed
 from .execution import start_exec
 from .stream import AgentStream
+from .watching import start_watch
 
 #: Largest health reply accepted, in bytes.
 MAX_HEALTH_REPLY = 64 * 1024
@@ -151,6 +155,10 @@ class AgentGuest(ABC):
     async def remove(self, path: str, recursive: bool) -> FsEntry:
         """Remove a file, symlink or empty directory (with ``recursive``, a tree)."""
         return await filesystem.remove(self, path, recursive)
+
+    def watch(self, request: WatchRequest, sink: IWatchSink) -> IWatch:
+        """Start watching; the events go to ``sink``."""
+        return start_watch(self, request, sink)
 
 
 __all__ = ["AgentGuest", "MAX_CLOCK_REPLY", "MAX_HEALTH_REPLY", "parse_health"]

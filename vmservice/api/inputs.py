@@ -122,6 +122,25 @@ def kill_request(request: IRequest) -> tuple[str, int]:
     if not 0 <= grace_ms <= 3_600_000:
         raise BadRequest("field 'grace_ms' must be 0 .. 3600000", code="invalid_body")
     return name, grace_ms
+#: The largest ``Last-Event-ID`` (Go clients send a uint64).
+MAX_EVENT_ID = 2**64 - 1
+
+
+def last_event_id(request: IRequest) -> int:
+    """
+    The ``Last-Event-ID`` header of an event stream: a decimal uint64, 0 when
+    absent or empty.
+
+    :raise BadRequest: (``invalid_header``) anything else.
+    """
+    raw = request.getHeader(b"last-event-id")
+    text = (raw or b"").decode("latin-1").strip()
+    if not text:
+        return 0
+    if not text.isascii() or not text.isdigit() or int(text) > MAX_EVENT_ID:
+        raise BadRequest(f"Last-Event-ID must be a decimal integer 0 .. {MAX_EVENT_ID}, not {text[:40]!r}",
+                         code="invalid_header")
+    return int(text)
 
 
 #: The actions of POST /vm/{hostname}/shutdown.
@@ -353,6 +372,7 @@ __all__ = [
     "fs_mkdir_request",
     "json_object",
     "kill_request",
+    "last_event_id",
     "shutdown_action",
     "structure",
     "tag_edit",

@@ -83,7 +83,7 @@ def _operation(route: Route, method: str, components: dict[str, Any]) -> dict[st
     for name, kind, description, required, repeated in query_parameters(route.query):
         schema = kind.schema()
         if repeated:
-            schema = {"type": "array", "items": schema}
+            schema = {"type": "array", "items": schema, **({"minItems": 1} if required else {})}
         parameters.append(
             {"name": name, "in": "query", "required": required, "description": description,
              "schema": schema, **({"explode": True} if repeated else {})}

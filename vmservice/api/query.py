@@ -254,7 +254,8 @@ def param(kind: Kind, description: str, *, default: Any = None, required: bool =
     :param kind: what values it takes.
     :param default: its value when absent (or empty, for most kinds); ``()``
         for repeated ones.
-    :param required: absent (or empty) is a 400.
+    :param required: absent (or empty) is a 400; for a repeated one, given
+        no value at all.
     :param repeated: given once per value (``args=a&args=b``): a tuple.
     """
     if repeated:
@@ -297,6 +298,8 @@ def parse_query(args: Mapping[bytes, list[bytes]] | None, cls: type[_T]) -> _T:
         raw = (args or {}).get(field.name.encode()) or []
         texts = [_decode(field.name, item) for item in raw]
         if spec.repeated:
+            if spec.required and not texts:
+                raise BadRequest(f"query parameter {field.name!r} is required", code=spec.kind.code)
             values[field.name] = tuple(spec.kind.parse(field.name, text) for text in texts)
             continue
         text = texts[-1] if texts else None

@@ -20,6 +20,7 @@ from .nodes import NodesApi
 from .routing import Route
 from .tags import TagsApi
 from .vm import VmApi
+from .watching import WatchApi
 
 
 def every_route(fleet: Fleet, clock: IReactorTime, metrics: Metrics) -> list[Route]:
@@ -37,6 +38,7 @@ def every_route(fleet: Fleet, clock: IReactorTime, metrics: Metrics) -> list[Rou
     background = BackgroundApi(fleet)
     routes += ExecApi(fleet, clock, background).routes() + background.routes()
     routes += CopyApi(fleet).routes() + LifecycleApi(fleet).routes()
+    routes += WatchApi(fleet, clock).routes()
     return routes
 
 

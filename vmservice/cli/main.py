@@ -14,9 +14,11 @@ The work is split so that each part can be tested on its own:
   :func:`twisted.internet.task.react`.
 
 Exit statuses: 0 success, 1 failure (an error answer, an unreachable daemon,
-an unhealthy node, a failed image build), 2 usage error; ``vmctl exec``
-exits with the command's status (128+N for signal N), 255 when the stream
-was cut.
+an unhealthy node, a failed image build, a watch whose stream was cut), 2
+usage error; ``vmctl exec`` exits with the command's status (128+N for signal
+N), 255 when the stream was cut; ``vmctl watch`` exits 0 when the daemon ends
+the stream (``--one-shot``, ``--max-events``, ``--timeout``, nothing left to
+watch).
 """
 
 from __future__ import annotations
@@ -32,7 +34,16 @@ from attrs import frozen
 from twisted.internet.defer import Deferred
 from twisted.web.client import RequestGenerationFailed, RequestTransmissionFailed, ResponseFailed
 
-from ..client import DEFAULT_URL, ApiError, Client, ConnectFailed, ExecInterrupted, ExecRecord, IClientReactor
+from ..client import (
+    DEFAULT_URL,
+    ApiError,
+    Client,
+    ConnectFailed,
+    ExecInterrupted,
+    ExecRecord,
+    IClientReactor,
+    WatchInterrupted,
+)
 from ..config import parse_size
 from ..durations import parse_go_duration
 from . import copying, output
@@ -418,6 +429,24 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                     help="leave out entries of a directory that match (repeatable; *.log, build/**, **/cache)")
 
+    watch = command("watch", _watch, "print file-system events of a node, one line each, until the stream ends")
+    watch.add_argument("hostname", metavar="HOST")
+    watch.add_argument("paths", nargs="+", metavar="PATH", help="what to watch: absolute, or ~ / ~/... (the home "
+                                                                "of --uid, default root)")
+    watch.add_argument("--pattern", action="append", dest="patterns", metavar="GLOB",
+                       help="only entries whose base name matches this glob (repeat for more)")
+    watch.add_argument("--event", action="append", dest="events", metavar="TYPE",
+                       choices=("create", "write", "remove", "rename", "chmod"),
+                       help="only events of this type: create, write, remove, rename, chmod (repeat for more)")
+    watch.add_argument("-r", "--recursive", action="store_true", help="watch every directory below, new ones too")
+    watch.add_argument("--one-shot", action="store_true", help="stop after the first event")
+    watch.add_argument("--max-events", type=_positive_int, metavar="N", help="stop after N events")
+    watch.add_argument("--timeout", type=_duration, metavar="DURATION", help="stop after this long, e.g. 30s")
+    watch.add_argument("--debounce", type=_duration, metavar="DURATION",
+                       help="one event per type and path within this window, e.g. 200ms")
+    watch.add_argument("--uid", type=_uint32, metavar="N", help="whose home ~ is (daemon default root)")
+    watch.add_argument("--json", action="store_true", help="print each event as one line of JSON")
+
     fs = commands.add_parser("fs", help="file-system operations in a node",
                              description="File-system operations in a node.")
     _add_connection_options(fs, suppress=True)
@@ -786,6 +815,25 @@ async def _cp(client: Client, options: argparse.Namespace, context: _Context) ->
     return 0
 
 
+async def _watch(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    events = client.watch(
+        options.hostname,
+        options.paths,
+        patterns=options.patterns or (),
+        events=options.events or (),
+        recursive=options.recursive,
+        one_shot=options.one_shot,
+        debounce=options.debounce,
+        timeout=options.timeout,
+        max_events=options.max_events,
+        uid=options.uid,
+    )
+    async for event in events:
+        context.out.write(output.format_watch_event(event, options.json))
+        context.out.flush()
+    return 0
+
+
 async def _fs_ls(client: Client, options: argparse.Namespace, context: _Context) -> int:
     entries = await client.readdir(options.hostname, options.path)
     context.out.write(output.format_json(entries) if options.json
@@ -879,6 +927,8 @@ async def run(
     except ExecInterrupted as error:
         err.write(f"vmctl: {error}\n")
         return 255
+    except WatchInterrupted as error:
+        err.write(f"vmctl: {error}\n")
     except BrokenPipeError:
         return 141  # our stdout was closed (``| head``): quietly, like any command killed by SIGPIPE
     return 1

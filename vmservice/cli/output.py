@@ -32,6 +32,7 @@ __all__ = [
     "format_progress",
     "format_table",
     "format_time",
+    "format_watch_event",
     "entry_rows",
     "group_rows",
     "human_size",
@@ -300,3 +301,19 @@ def format_progress(done: int, total: int | None, seconds: float) -> str:
         return f"{human_size(done)}  {rate}"
     percent = 100 if total <= 0 else min(100, done * 100 // total)
     return f"{human_size(done)} / {human_size(total)}  {percent}%  {rate}"
+
+
+def format_watch_event(event: dict[str, Any], as_json: bool = False) -> str:
+    """
+    One line for a watch event: ``<timestamp> <type> <path>`` (a directory's
+    path ending in ``/``; an overflow's message instead of a path), or the
+    event as compact JSON with ``as_json``.
+    """
+    if as_json:
+        return json.dumps(event, separators=(",", ":")) + "\n"
+    kind = str(event.get("type", ""))
+    if kind == "overflow":
+        what = str(event.get("message") or "events were lost")
+    else:
+        what = str(event.get("path", "")) + ("/" if event.get("isDir") and event.get("path") != "/" else "")
+    return f"{event.get('timestamp', '')} {kind} {what}\n"

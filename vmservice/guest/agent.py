@@ -743,6 +743,7 @@ LAZY_HANDLERS: dict[str, str] = {
     "cp-upload": "vmservice.guest.copying:UploadHandler",
     "cp-download": "vmservice.guest.copying:DownloadHandler",
     "background": "vmservice.guest.background:BackgroundHandler",
+    "watch": "vmservice.guest.watching:WatchHandler",
 }
 
 

@@ -45,7 +45,7 @@ DEB_CACHE = ".debs"
 # Old builds kept besides the current one (see prune_builds).
 KEEP_BUILDS = 2
 PYTHON_CHECK_MODULES = ("json", "struct", "selectors", "os", "socket", "time", "hashlib", "base64", "tarfile",
-                        "subprocess", "pty", "signal")
+                        "subprocess", "pty", "signal", "ctypes")
 # Programs whose shared libraries must all be present; a Python extension module without its library
 # (say _dbm without libdb) is only reported.
 _REQUIRED_PROGRAM_DIRS = ("usr/bin", "usr/sbin")

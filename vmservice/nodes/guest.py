@@ -5,7 +5,7 @@ the domain works inside a VM, and the records that cross it.
 
 :class:`IGuest` is what :meth:`vmservice.nodes.fleet.Fleet.guest` hands out
 for a running node: its health and clock, exec, file copies both ways and
-file-system operations (the shell, tunnels and file watching will join them).
+file-system operations and file watching (the shell and tunnels will join them).
 :class:`IGuestConnection` adds what the fleet needs to run a node's agent
 connection.  ``vmservice.agent`` implements both over the agent channel; the
 API and the fleet know only these interfaces, and the tests stand fakes in
@@ -273,6 +273,82 @@ class FsEntry:
     mode: int
 
 
+#: The event types a watch may ask for (``overflow`` is always reported).
+WATCH_EVENT_TYPES = ("create", "write", "remove", "rename", "chmod")
+
+
+@frozen
+class WatchRequest:
+    """
+    What to watch in the guest.
+
+    :ivar paths: absolute, or ``~``/``~/...`` (the home of ``uid``).
+    :ivar patterns: globs on an entry's base name; empty for every name.
+    :ivar events: the types reported (of :data:`WATCH_EVENT_TYPES`); empty for all.
+    :ivar recursive: watch every directory below, and new ones as they appear.
+    :ivar debounce: seconds within which events of one type and path become one; 0 for none.
+    :ivar uid: whose home directory ``~`` is.
+    """
+
+    paths: tuple[str, ...]
+    patterns: tuple[str, ...] = ()
+    events: tuple[str, ...] = ()
+    recursive: bool = False
+    debounce: float = 0.0
+    uid: int = 0
+
+
+@frozen
+class WatchEvent:
+    """
+    One file-system event in the guest.
+
+    :ivar type: ``create``, ``write``, ``remove``, ``rename``, ``chmod``, or
+        ``overflow`` (events were lost; :attr:`message` says why).
+    :ivar path: the entry's path in the guest (``""`` for an overflow).
+    :ivar size: the entry's size when the guest sent the event (0 for
+        ``remove`` and ``rename``).
+    :ivar is_dir: whether the entry is a directory.
+    :ivar message: why events were lost, for an overflow.
+    """
+
+    type: str
+    path: str
+    size: int
+    is_dir: bool
+    message: str | None = None
+
+
+class IWatchSink(Interface):
+    """Receives the events of one watch, in order, then its end (once)."""
+
+    def event(event: WatchEvent) -> None:
+        """Something happened in the guest."""
+
+    def ended(error: AgentError | None) -> None:
+        """
+        The watch is over: ``None`` when the guest ended it (nothing it watched
+        is left), else why it was lost.  Not called for a watch that never got
+        ready, nor after :meth:`IWatch.cancel`.
+        """
+
+
+class IWatch(IPushProducer):
+    """
+    A watch in progress.  As an ``IPushProducer`` it controls the events:
+    pausing it withholds credit from the guest, which drops what it cannot
+    send and reports an ``overflow`` once the host catches up.
+    """
+
+    ready = Attribute(
+        "A Deferred firing once the guest watches every path, or failing with an AgentError "
+        "(kind NOT_FOUND for a missing path, ...)."
+    )
+
+    def cancel() -> None:
+        """Stop watching: the guest removes every watch."""
+
+
 class IGuest(Interface):
     """
     The operations of one guest.  Each fails with an
@@ -312,6 +388,9 @@ class IGuest(Interface):
     async def remove(path: str, recursive: bool) -> FsEntry:
         """Remove a file, symlink or empty directory (with ``recursive``, a tree); fires with what it was."""
 
+    def watch(request: WatchRequest, sink: IWatchSink) -> IWatch:
+        """Start watching; the events go to ``sink``."""
+
 
 class IGuestConnection(IGuest):
     """A guest's agent connection, as the fleet runs it."""
@@ -340,6 +419,11 @@ __all__ = [
     "IGuest",
     "IGuestConnection",
     "IUpload",
+    "IWatch",
+    "IWatchSink",
     "UploadRequest",
     "UploadResult",
+    "WATCH_EVENT_TYPES",
+    "WatchEvent",
+    "WatchRequest",
 ]

@@ -17,7 +17,16 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
-from tests.integration.test_client import TOKEN, ExecLoopbackCase, LoopbackApi, _Recorder, serve, state_dir, until
+from tests.integration.test_client import (
+    TOKEN,
+    ExecLoopbackCase,
+    LoopbackApi,
+    WatchLoopbackCase,
+    _Recorder,
+    serve,
+    state_dir,
+    until,
+)
 from vmservice.cli.main import run
 from vmservice.wire.payloads import ERROR, EXIT, STARTED, STDERR, STDOUT, encode_json_record, encode_record
 
@@ -235,6 +244,48 @@ class ExecRunTests(ExecLoopbackCase):
         self.assertEqual(await code, 255)
         err.flush()
         self.assertIn(b"vmctl: the connection to the daemon was lost", err.buffer.getvalue())  # type: ignore[attr-defined]
+
+
+class WatchRunTests(WatchLoopbackCase):
+    """``vmctl watch`` in-process against the watch route and a fake agent (see :class:`WatchLoopbackCase`)."""
+
+    def vmctl(self, *argv: str) -> tuple[Deferred[int], io.StringIO, io.StringIO]:
+        out, err = io.StringIO(), io.StringIO()
+        code = Deferred.fromCoroutine(run(reactor, ["--url", self.url, *argv], out, err, {}))
+        return code, out, err
+
+    async def test_lines_until_the_end(self) -> None:
+        """Each event is printed as it arrives; the command exits 0 when the daemon ends the stream."""
+        code, out, err = self.vmctl("watch", "demo-1", "/srv", "--event", "write", "--pattern", "*.py", "-r",
+                                    "--max-events", "2")
+        stream = await self.stream()
+        self.assertEqual((stream.header["events"], stream.header["patterns"], stream.header["recursive"]),
+                         (["write"], ["*.py"], True))
+        stream.deliver(self.message(ok=True, result={}), self.event("write", "/srv/a.py"))
+        await until(lambda: out.getvalue().endswith("write /srv/a.py\n"))
+        stream.deliver(self.event("write", "/srv/b.py"))
+        self.assertEqual(await code, 0)
+        self.assertEqual([line.split(" ", 1)[1] for line in out.getvalue().splitlines()],
+                         ["write /srv/a.py", "write /srv/b.py"])
+        self.assertEqual(err.getvalue(), "")
+
+    async def test_missing_path_and_cut(self) -> None:
+        """A missing path exits 1 with the error line; a stream cut mid-way exits 1 with a message."""
+        code, out, err = self.vmctl("watch", "demo-1", "/nope")
+        stream = await self.stream()
+        stream.deliver(self.message(ok=False, error="not_found", message="/nope: No such file or directory"))
+        self.assertEqual(await code, 1)
+        self.assertIn("(404 not_found)", err.getvalue())
+        code, out, err = self.vmctl("watch", "demo-1", "/srv", "--json")
+        stream = await self.stream(2)
+        stream.deliver(self.message(ok=True, result={}), self.event("create", "/srv/a"))
+        await until(lambda: bool(out.getvalue()))
+        self.assertEqual(json.loads(out.getvalue())["path"], "/srv/a")
+        for factory in self.served:  # type: ignore[attr-defined]
+            for protocol in list(factory.protocols):
+                protocol.transport.abortConnection()
+        self.assertEqual(await code, 1)
+        self.assertIn("vmctl: the connection to the daemon was lost", err.getvalue())
 
 
 class FsRunTests(RecorderTestCase):
