@@ -202,6 +202,8 @@ class FakeRequest:
         self.headers: dict[bytes, bytes] = {}
         self.written: list[bytes] = []
         self.producer: Any = None
+        #: The connection (twisted.web sets it to None once the client has gone).
+        self.channel: Any = object()
 
     def setResponseCode(self, code: int) -> None:
         self.code = code

@@ -11,53 +11,31 @@ from typing import Any
 
 from twisted.internet.interfaces import IPushProducer
 from twisted.web.server import Request
-from zope.interface import implementer
+
+from .relay import UpstreamRelay
 
 
-@implementer(IPushProducer)
-class NdjsonStream:
+class NdjsonStream(UpstreamRelay):
     """
     A 200 ``application/x-ndjson`` response: one compact JSON object per line,
-    written (and so flushed) as soon as it is sent.
-
-    Registered as the request's push producer: when the client reads slowly the
-    HTTP transport pauses us and we pause ``upstream``; when the client goes
-    away ``upstream`` is stopped.
+    written (and so flushed) as soon as it is sent; the client's pace is passed
+    to ``upstream`` (:class:`~.relay.UpstreamRelay`).
 
     :param request: the response to write.
     :param upstream: where the records come from.
     """
 
     def __init__(self, request: Request, upstream: IPushProducer) -> None:
-        self._request = request
-        self._upstream = upstream
-        self._closed = False
         request.setResponseCode(200)
         request.setHeader(b"Content-Type", b"application/x-ndjson")
         request.setHeader(b"Cache-Control", b"no-store")
         request.setHeader(b"X-Content-Type-Options", b"nosniff")
-        request.registerProducer(self, True)
+        super().__init__(request, upstream)
 
     def send(self, record: dict[str, Any]) -> None:
         """Write ``record`` as one line."""
         if not self._closed:
             self._request.write(json.dumps(record, separators=(",", ":")).encode("utf-8") + b"\n")
-
-    def close(self) -> None:
-        """No more records: stop relaying flow control (the caller finishes the request)."""
-        if not self._closed:
-            self._closed = True
-            self._request.unregisterProducer()
-
-    def pauseProducing(self) -> None:
-        self._upstream.pauseProducing()
-
-    def resumeProducing(self) -> None:
-        self._upstream.resumeProducing()
-
-    def stopProducing(self) -> None:
-        if not self._closed:
-            self._upstream.stopProducing()
 
 
 __all__ = ["NdjsonStream"]

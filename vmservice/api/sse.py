@@ -13,7 +13,8 @@ from typing import Any, Optional
 
 from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTime
 from twisted.web.server import Request
-from zope.interface import implementer
+
+from .relay import UpstreamRelay
 
 #: Seconds without anything written after which a heartbeat comment is sent.
 HEARTBEAT_INTERVAL = 15.0
@@ -27,8 +28,7 @@ def sse_event(event_id: int, data: dict[str, Any]) -> bytes:
     return b"id: %d\ndata: %s\n\n" % (event_id, json.dumps(data, separators=(",", ":")).encode("utf-8"))
 
 
-@implementer(IPushProducer)
-class SseStream:
+class SseStream(UpstreamRelay):
     """
     A 200 ``text/event-stream`` response, its headers written at once.
 
@@ -47,18 +47,15 @@ class SseStream:
 
     def __init__(self, request: Request, upstream: IPushProducer, clock: IReactorTime, heartbeat: float,
                  first_id: int = 1) -> None:
-        self._request = request
-        self._upstream = upstream
         self._clock = clock
         self._heartbeat = heartbeat
         self.next_id = first_id
-        self._closed = False
         request.setResponseCode(200)
         request.setHeader(b"Content-Type", b"text/event-stream")
         request.setHeader(b"Cache-Control", b"no-cache")
         request.setHeader(b"X-Accel-Buffering", b"no")
         request.setHeader(b"X-Content-Type-Options", b"nosniff")
-        request.registerProducer(self, True)
+        super().__init__(request, upstream)
         request.write(b"")  # the headers, now: the client knows the stream is open
         self._beat: Optional[IDelayedCall] = clock.callLater(heartbeat, self._send_heartbeat)
 
@@ -84,24 +81,10 @@ class SseStream:
 
     def close(self) -> None:
         """No more events: stop the heartbeats and the relaying of flow control (the caller finishes the request)."""
-        if self._closed:
-            return
-        self._closed = True
         if self._beat is not None and self._beat.active():
             self._beat.cancel()
         self._beat = None
-        if self._request.channel is not None:  # None once the client went away
-            self._request.unregisterProducer()
-
-    def pauseProducing(self) -> None:
-        self._upstream.pauseProducing()
-
-    def resumeProducing(self) -> None:
-        self._upstream.resumeProducing()
-
-    def stopProducing(self) -> None:
-        if not self._closed:
-            self._upstream.stopProducing()
+        super().close()
 
 
 __all__ = ["HEARTBEAT", "HEARTBEAT_INTERVAL", "SseStream", "sse_event"]
