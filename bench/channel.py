@@ -33,10 +33,11 @@ Channel benchmark (exec and raw-channel parts): in one run, side by side,
 Writes samples, p50/p95 and the ratio ``exec_api_p50 / raw_round_trip_p50``
 (target <= 2) to ``bench/results/channel.json`` (merged into what is there).
 ``--parts watch`` measures the watch latency alone (one node, no bare guest,
-no copies) and merges only that into the file.
+no copies) and merges only that into the file; ``--parts background`` the
+same for the background exec logs beside their cp download.
 
     .venv/bin/python bench/channel.py [--rounds 30] [--echo-mib 32] [--cp-mib 1024] [--bg-mib 64]
-                                      [--watch-writes 50] [--parts all|watch]
+                                      [--watch-writes 50] [--parts all|watch|background]
 """
 
 from __future__ import annotations
@@ -223,6 +224,9 @@ def measure_background_logs(daemon: Daemon, size: int) -> dict[str, Any]:
         "cp_download_seconds": cp_seconds,
         "cp_download_mb_per_s": size / cp_seconds / 1e6,
         "ratio_logs_over_cp_download": cp_seconds / logs_seconds,
+    }
+
+
 @implementer(IBodyProducer)
 class _Lines:
     """An exec's stdin that sends lines when told (the shell of the watch measure reads them)."""
@@ -453,17 +457,24 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
     }
 
 
-async def measure_watch_only(options: argparse.Namespace) -> dict[str, Any]:
-    """``--parts watch``: one node of the daemon, the watch latency, nothing else."""
-    daemon = Daemon(groups=[{"name": "demo", "vcpu": 1, "ram_mb": RAM >> 20, "storage_size": "1G"}])
+async def measure_part(options: argparse.Namespace) -> dict[str, Any]:
+    """
+    ``--parts watch`` or ``--parts background``: one node of the daemon and
+    that measure alone (the background one beside its cp download).
+    """
+    storage = "1G" if options.parts == "watch" else STORAGE
+    daemon = Daemon(groups=[{"name": "demo", "vcpu": 1, "ram_mb": RAM >> 20, "storage_size": storage}])
     try:
         await deferToThread(daemon.start)
         await deferToThread(daemon.json, "POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {}, expect=201)
-        watch = await measure_watch(daemon, options.watch_writes)
+        if options.parts == "watch":
+            part = await measure_watch(daemon, options.watch_writes)
+        else:
+            part = await deferToThread(measure_background_logs, daemon, options.bg_mib << 20)
     finally:
         await deferToThread(daemon.cleanup)
-    watch["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {"watch": watch}
+    part["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {"watch" if options.parts == "watch" else "background_logs": part}
 
 
 def main() -> None:
@@ -473,7 +484,7 @@ def main() -> None:
     parser.add_argument("--cp-mib", type=int, default=1024)
     parser.add_argument("--bg-mib", type=int, default=64, help="background exec log size (at most 64)")
     parser.add_argument("--watch-writes", type=int, default=50)
-    parser.add_argument("--parts", choices=("all", "watch"), default="all")
+    parser.add_argument("--parts", choices=("all", "watch", "background"), default="all")
     parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "channel.json"))
     options = parser.parse_args()
     ensure_image()
@@ -482,8 +493,8 @@ def main() -> None:
 
     def run() -> Deferred[None]:
         async def go() -> None:
-            if options.parts == "watch":
-                outcome.update(await measure_watch_only(options))
+            if options.parts != "all":
+                outcome.update(await measure_part(options))
             else:
                 outcome.update(await measure(options, workdir))
 
@@ -506,6 +517,9 @@ def main() -> None:
     with open(options.output, "w") as f:
         json.dump(existing, f, indent=2)
         f.write("\n")
+    if options.parts == "background":
+        print(json.dumps(outcome["background_logs"]))
+        return
     watch = {"watch_event_p50": outcome["watch"]["watch_event_s"]["p50"],
              "watch_event_p95": outcome["watch"]["watch_event_s"]["p95"],
              "watch_exec_echo_p50": outcome["watch"]["watch_exec_echo_s"]["p50"]}
