@@ -55,6 +55,9 @@ from vmservice.wire.shellframes import (
 
 log = Logger()
 
+#: The close code when the shell was lost rather than ended (agent gone,
+#: stream reset); autobahn lets an application send only 1000 or 3000-4999.
+LOST_CLOSE_CODE = 4000
 #: The shell when the query names none (the contract's default).
 DEFAULT_SHELL = "/bin/bash"
 
@@ -115,7 +118,7 @@ class ShellBridge:
         if not self.ready.called:
             self.ready.errback(error)
             return
-        self._finish(1011, f"the shell was lost: {error}"[:120])
+        self._finish(LOST_CLOSE_CODE, f"the shell was lost: {error}"[:120])
 
     # -- the socket --------------------------------------------------------------------
 
@@ -129,9 +132,8 @@ class ShellBridge:
             socket.close_session(*self._end)
             return
         if self.session is not None and not self._ended:
-            take_transport_producer(socket, self.session)
-            assert socket.transport is not None
-            self.session.register_input_producer(socket.transport)  # type: ignore[arg-type]
+            take_transport_producer(socket, OutputPause(self.session))
+            self.session.register_input_producer(ReadingPause(socket))
             self.session.resumeProducing()
 
     def detach(self) -> None:
@@ -145,10 +147,62 @@ class ShellBridge:
             session.hangup()
 
     def _finish(self, code: int, reason: str) -> None:
+        if self.session is not None:
+            self.session.unregister_input_producer()
         if self._socket is None:
             self._end = (code, reason)
         else:
             self._socket.close_session(code, reason)
+
+
+@implementer(IPushProducer)
+class OutputPause:
+    """
+    The shell's output as the WebSocket transport's producer: a full socket
+    buffer pauses it.  Stopping it does nothing: the socket's close
+    (``onClose``) hangs the shell up.
+
+    :param session: the shell.
+    """
+
+    def __init__(self, session: IShellSession) -> None:
+        self._session = session
+
+    def pauseProducing(self) -> None:
+        self._session.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        self._session.resumeProducing()
+
+    def stopProducing(self) -> None:
+        pass
+
+
+@implementer(IPushProducer)
+class ReadingPause:
+    """
+    The input side of a WebSocket as the agent stream's producer: while the
+    guest takes no input the socket is not read.  Stopping it does nothing:
+    the socket outlives the stream long enough to send its close frames.
+
+    :param socket: the WebSocket protocol whose transport is paused.
+    """
+
+    def __init__(self, socket: WebSocketServerProtocol) -> None:
+        self._socket = socket
+
+    def pauseProducing(self) -> None:
+        transport = self._socket.transport
+        if transport is not None:
+            IPushProducer(transport).pauseProducing()
+
+    def resumeProducing(self) -> None:
+        transport = self._socket.transport
+        if transport is not None:
+            IPushProducer(transport).resumeProducing()
+
+    def stopProducing(self) -> None:
+        pass
 
 
 class ShellProtocol(WebSocketServerProtocol):
@@ -186,8 +240,11 @@ class ShellProtocol(WebSocketServerProtocol):
                 return
             session.resize(cols, rows)
         elif frame.kind == SHUTDOWN:
+            # Hang up; the client closes the socket next (autobahn answers its
+            # close).  Closing from here too would race with that close, whose
+            # answer drops the connection before our frames are flushed.
+            self._closing = True
             self._bridge.detach()
-            self.close_session(1000, "shutdown")
         elif frame.kind == HEARTBEAT:
             pass
 
@@ -197,14 +254,14 @@ class ShellProtocol(WebSocketServerProtocol):
 
     def send_output(self, data: bytes) -> None:
         """Terminal output, as DATA messages."""
-        if self._closing:
+        if self._closing or self.state != self.STATE_OPEN:
             return
         for message in encode_data(data):
             self.sendMessage(message, isBinary=True)  # type: ignore[no-untyped-call]
 
     def close_session(self, code: int, reason: str) -> None:
         """SESSION_CLOSE, then the close handshake with ``code``."""
-        if self._closing:
+        if self._closing or self.state != self.STATE_OPEN:
             return
         self._closing = True
         self.sendMessage(encode_frame(SESSION_CLOSE), isBinary=True)  # type: ignore[no-untyped-call]

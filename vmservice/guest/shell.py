@@ -58,7 +58,7 @@ READ_SIZE = 16 * 1024
 #: The handler stops reading the pty while this much output waits for credit.
 PENDING_HIGH_WATER = 128 * 1024
 #: Seconds between SIGHUP and SIGKILL when the stream is reset.
-KILL_GRACE = 1.0
+KILL_GRACE = 2.0
 #: Largest frame the host may send (its messages are at most 32 KiB).
 MAX_INPUT_FRAME = 64 * 1024
 
@@ -166,7 +166,12 @@ class ShellHandler(StreamHandler):
         self._maybe_finish()
 
     def reset(self, code: int, reason: str) -> None:
-        """The client went away: hang the session up."""
+        """
+        The client went away: hang the session up as a terminal does.  The
+        pty is closed (the shell reading it gets EOF, the kernel sends SIGHUP
+        to the session leader), then every process of the session gets
+        SIGHUP and SIGCONT, and SIGKILL after :data:`KILL_GRACE` seconds.
+        """
         self._finished = True
         self._close_master()
         if self.pid is not None and self._status is None and not self._hungup:
@@ -287,7 +292,8 @@ class ShellHandler(StreamHandler):
         assert self.pid is not None
         self.stream.loop.watch(self._pidfd)
         if self._hungup:
-            # Reaped after the group's SIGKILL: the zombie holds the group id.
+            # Reaped after the session's SIGKILL: the zombie holds the session id.
+            self._close_master()
             return
         os.close(self._pidfd)
         self._pidfd = -1
@@ -335,6 +341,7 @@ class ShellHandler(StreamHandler):
 
     def _kill_now(self) -> None:
         self._signal_group(signal.SIGKILL)
+        self._close_master()
         if self._pidfd >= 0:
             self.stream.loop.watch(self._pidfd)
             os.close(self._pidfd)
