@@ -46,7 +46,7 @@ from .routing import Reply, Route
 log = Logger()
 
 #: The header existing clients name the upstream with.
-UPSTREAM_HEADER = "X-Inlets-Upstream"
+UPSTREAM_HEADER = b"x-inlets-upstream"
 
 #: What the daemon answers before the connection becomes the tunnel.
 PIPE_HEAD = (
@@ -77,7 +77,10 @@ def upstream_of(request: Request, query: ForwardQuery) -> ForwardRequest:
     :raise BadRequest: neither, or not ``host:port`` / ``unix:/path`` (code ``invalid_upstream``).
     """
     raw = request.getHeader(UPSTREAM_HEADER)
-    text = raw if raw is not None else query.upstream
+    try:
+        text = raw.decode("utf-8") if raw is not None else query.upstream
+    except UnicodeDecodeError:
+        raise BadRequest("the X-Inlets-Upstream header is not UTF-8", code="invalid_upstream") from None
     if not text:
         raise BadRequest("name the upstream with the X-Inlets-Upstream header or the upstream query parameter",
                          code="invalid_upstream")
@@ -89,8 +92,8 @@ def upstream_of(request: Request, query: ForwardQuery) -> ForwardRequest:
 
 def is_websocket(request: Request) -> bool:
     """Whether the request asks for a WebSocket upgrade."""
-    upgrade = request.getHeader("upgrade") or ""
-    return "websocket" in [word.strip().lower() for word in upgrade.split(",")]
+    upgrade = request.getHeader(b"upgrade") or b""
+    return b"websocket" in [word.strip().lower() for word in upgrade.split(b",")]
 
 
 @implementer(ITunnelPeer)
