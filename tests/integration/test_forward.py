@@ -172,6 +172,7 @@ class ForwardTests(SharedGuestTestCase):
             with sock:
                 if status != b"HTTP/1.1 200 OK":
                     results[index] = False
+                    progress[index] = -1
                     return
                 sender = threading.Thread(target=sock.sendall, args=(payload,))
                 sender.start()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import time
 from typing import Any, Mapping, Optional
 
 from vmservice.guest.agent import GuestStream, StreamHandler, Timer
@@ -35,6 +36,8 @@ from vmservice.wire.payloads import encode_head
 
 #: Seconds a connection to the upstream may take.
 CONNECT_TIMEOUT = 10.0
+#: Seconds between attempts to connect to a UNIX socket whose backlog is full.
+UNIX_RETRY_INTERVAL = 0.02
 #: Bytes read from the socket at a time.
 READ_SIZE = 256 * 1024
 #: Stop reading the socket while this many bytes wait for the host's credit ...
@@ -113,7 +116,10 @@ class ForwardHandler(StreamHandler):
         self._sock: Optional[socket.socket] = None
         self._fd = -1
         self._timer: Optional[Timer] = None
-        self._target: object = None
+        self._retry: Optional[Timer] = None
+        self._family: int = socket.AF_INET
+        self._deadline = 0.0
+        self._target: Any = None
         self._connected = False
         self._reading = False
         self._to_socket = bytearray()
@@ -129,17 +135,34 @@ class ForwardHandler(StreamHandler):
             self._refuse(e)
             return
         self._target = address
-        sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
+        self._family = family
+        self._deadline = time.monotonic() + CONNECT_TIMEOUT
+        self._connect()
+
+    def _connect(self) -> None:
+        self._retry = None
+        if self._closed:
+            return
+        sock = socket.socket(self._family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
         self._sock = sock
         self._fd = sock.fileno()
-        code = sock.connect_ex(address)
+        code = sock.connect_ex(self._target)
         if code == 0:
             self._established()
-        elif code in (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
+        elif code == errno.EINPROGRESS:
             self.stream.loop.watch(self._fd, None, self._connect_done)
-            self._timer = self.stream.loop.call_later(CONNECT_TIMEOUT, self._connect_timed_out)
+            self._timer = self.stream.loop.call_later(max(0.0, self._deadline - time.monotonic()),
+                                                      self._connect_timed_out)
+        elif code == errno.EAGAIN:
+            # A UNIX socket whose listener's backlog is full: nothing is in
+            # progress, try again shortly (until the connect timeout).
+            self._close_socket()
+            if time.monotonic() >= self._deadline:
+                self._connect_timed_out()
+            else:
+                self._retry = self.stream.loop.call_later(UNIX_RETRY_INTERVAL, self._connect)
         else:
-            self._refuse(connect_error(code, address))
+            self._refuse(connect_error(code, self._target))
 
     def _connect_done(self) -> None:
         assert self._sock is not None
@@ -254,6 +277,9 @@ class ForwardHandler(StreamHandler):
         self._close_socket()
 
     def _close_socket(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -144,6 +144,33 @@ class ForwardHandlerTests(GuestSessionMixin, SynchronousTestCase):
         peer.sendall(b"hello")
         self.pump(stream_id, lambda: bytes(self.received) == b"hello")
 
+    def test_unix_backlog_full(self) -> None:
+        """A UNIX listener whose backlog is full: the agent tries again until it gets in."""
+        path = os.path.join(tempfile.mkdtemp(), "s")
+        self.addCleanup(os.rmdir, os.path.dirname(path))
+        self.addCleanup(os.unlink, path)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(server.close)
+        server.bind(path)
+        server.listen(0)
+        fillers = []
+        for _ in range(4):
+            filler = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
+            self.addCleanup(filler.close)
+            if filler.connect_ex(path) != 0:
+                break
+            fillers.append(filler)
+        stream_id = self.open(unix=path)
+        self.loop.run_once(0.05)
+        self.assertNotIn(b"ok", bytes(self.received))
+        server.setblocking(False)
+        for _ in fillers:
+            server.accept()[0].close()
+        peer = self.accept(server, stream_id)
+        self.assertEqual(self.head(stream_id), {"ok": True})
+        peer.sendall(b"in")
+        self.pump(stream_id, lambda: bytes(self.received) == b"in")
+
     def test_refused(self) -> None:
         """Nothing listening: a ``refused`` head, then the stream's end."""
         server = self.listener()
