@@ -11,7 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -136,6 +139,33 @@ class ForwardTests(SharedGuestTestCase):
             answer = read_all(sock)
         self.assertTrue(answer.startswith(b"HTTP/1.0 200"), answer[:100])
         self.assertTrue(answer.endswith(b"\r\n\r\nhello from the guest"), answer[-100:])
+
+    def test_vmctl_forward(self) -> None:
+        """``vmctl forward`` with curl on the host; a refused upstream is logged; Ctrl-C stops it cleanly."""
+        vmctl = os.path.join(os.path.dirname(sys.executable), "vmctl")
+        process = subprocess.Popen(
+            [vmctl, "--url", f"http://127.0.0.1:{self.daemon.port}", "forward", "demo-1", "0:127.0.0.1:8000",
+             "127.0.0.1:0:127.0.0.1:1"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.addCleanup(lambda: process.poll() is not None or (process.kill(), process.wait()))
+        assert process.stdout is not None
+        first = process.stdout.readline().decode()
+        second = process.stdout.readline().decode()
+        self.assertRegex(first, r"^forwarding 127\.0\.0\.1:\d+ -> demo-1 127\.0\.0\.1:8000$")
+        port = first.split()[1].rsplit(":", 1)[1]
+        fetched = subprocess.run(["curl", "-sS", "--max-time", "60", f"http://127.0.0.1:{port}/hello.txt"],
+                                 capture_output=True)
+        self.assertEqual((fetched.returncode, fetched.stdout), (0, b"hello from the guest"), fetched.stderr)
+        refused_port = second.split()[1].rsplit(":", 1)[1]
+        refused = subprocess.run(["curl", "-sS", "--max-time", "60", f"http://127.0.0.1:{refused_port}/"],
+                                 capture_output=True)
+        self.assertNotEqual(refused.returncode, 0)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+        self.assertEqual(process.returncode, 0, err)
+        self.assertIn(b"opening a tunnel to 127.0.0.1:8000", err)
+        self.assertIn(b"upstream_refused", err)
+        self.assertIn(b"forwarding stopped", err)
 
     def test_query_parameter(self) -> None:
         """The ``upstream`` query parameter names the upstream too; the client's close ends the tunnel."""
