@@ -37,7 +37,7 @@ import json
 import os
 import stat
 from collections import deque
-from typing import IO, Any, AsyncIterator, Callable, Iterable, Mapping, Sequence, TypeVar, cast
+from typing import IO, TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Mapping, Sequence, TypeVar, cast
 from urllib.parse import quote
 
 import treq
@@ -76,6 +76,9 @@ from zope.interface import implementer
 from . import __version__
 from ._duplex import DuplexBody, DuplexPool
 from .shell_session import ShellError, ShellSession, open_shell, shell_path
+
+if TYPE_CHECKING:
+    from .tunneling import TunnelEndpoint
 
 __all__ = [
     "ApiError",
@@ -796,6 +799,19 @@ class Client:
             self._base = _base_url(url)
             agent = Agent(reactor, pool=self._pool)
         self._http = HTTPClient(agent)
+
+    def tunnel_endpoint(self, hostname: str, upstream: str) -> "TunnelEndpoint":
+        """
+        A client endpoint whose connections are tunnels to ``upstream``
+        (``host:port`` or ``unix:/path``) inside node ``hostname``, through
+        ``GET /vm/{hostname}/forward`` as a plain byte pipe (see
+        :mod:`vmservice.tunneling`).
+
+        :raise ValueError: an ``https`` URL.
+        """
+        from .tunneling import TunnelEndpoint, daemon_endpoint
+
+        return TunnelEndpoint(daemon_endpoint(self._reactor, self.url), hostname, upstream, self._token)
 
     async def close(self) -> None:
         """Close the connections kept for reuse; call it when done with the client."""

@@ -127,6 +127,20 @@ class InsufficientStorage(ServiceError):
     code = "insufficient_storage"
 
 
+class BadGateway(ServiceError):
+    """The guest cannot reach a tunnel's upstream: refused, unreachable (502)."""
+
+    status = 502
+    code = "bad_gateway"
+
+
+class GatewayTimeout(ServiceError):
+    """Connecting to a tunnel's upstream in the guest timed out (504)."""
+
+    status = 504
+    code = "gateway_timeout"
+
+
 class NotSupported(ServiceError):
     """The operation is not supported by this driver or not yet (501)."""
 
@@ -179,6 +193,12 @@ class GuestErrorKind(Enum):
     RUNNING = "running"
     #: Any other file-system error the guest reports.
     FS_ERROR = "fs_error"
+    # Why a tunnel's upstream cannot be reached (the guest's head of a forward).
+    UPSTREAM_REFUSED = "upstream_refused"
+    UPSTREAM_UNREACHABLE = "upstream_unreachable"
+    UPSTREAM_TIMEOUT = "upstream_timeout"
+    UPSTREAM_NOT_FOUND = "upstream_not_found"
+    UPSTREAM_INVALID = "upstream_invalid"
 
     @classmethod
     def of_guest(cls, name: object) -> "GuestErrorKind":
@@ -253,6 +273,11 @@ GUEST_ERRORS: dict[GuestErrorKind, tuple[type[ServiceError], str]] = {
     GuestErrorKind.GONE: (Gone, "exec_deleted"),
     GuestErrorKind.RUNNING: (Conflict, "exec_running"),
     GuestErrorKind.FS_ERROR: (Internal, "fs_error"),
+    GuestErrorKind.UPSTREAM_REFUSED: (BadGateway, "upstream_refused"),
+    GuestErrorKind.UPSTREAM_UNREACHABLE: (BadGateway, "upstream_unreachable"),
+    GuestErrorKind.UPSTREAM_TIMEOUT: (GatewayTimeout, "upstream_timeout"),
+    GuestErrorKind.UPSTREAM_NOT_FOUND: (BadGateway, "upstream_not_found"),
+    GuestErrorKind.UPSTREAM_INVALID: (BadRequest, "invalid_upstream"),
 }
 
 

@@ -6,7 +6,8 @@
 protocol (``docs/agent-protocol.md``): health and clock are one-shot
 requests, exec and copies are streams with flow control
 (:mod:`.execution`, :mod:`.copying`), file-system operations one-shot
-requests (:mod:`.filesystem`), a watch a stream of events (:mod:`.watching`), a shell a stream of terminal frames (:mod:`.shell`).  A subclass provides the channel:
+requests (:mod:`.filesystem`), a watch a stream of events (:mod:`.watching`), a shell a
+stream of terminal frames (:mod:`.shell`), a tunnel a byte stream (:mod:`.forwarding`).  A subclass provides the channel:
 :class:`~.client.AgentClient` over its connection, tests over fakes.
 """
 
@@ -16,6 +17,7 @@ import json
 from abc import ABC, abstractmethod
 from typing import Any, Mapping
 
+from twisted.internet.defer import Deferred, fail
 from twisted.internet.interfaces import IProtocol
 from zope.interface import implementer
 
@@ -23,6 +25,7 @@ from ..nodes.guest import (
     AgentHealth,
     DownloadRequest,
     ExecRequest,
+    ForwardRequest,
     FsEntry,
     IDownload,
     IExecProcess,
@@ -30,6 +33,7 @@ from ..nodes.guest import (
     IGuest,
     IShellSession,
     IShellSink,
+    ITunnel,
     IUpload,
     IWatch,
     IWatchSink,
@@ -37,12 +41,14 @@ from ..nodes.guest import (
     UploadRequest,
     WatchRequest,
 )
+from ..errors import AgentError
 from . import filesystem
 from .background import AgentBackground
 from .copying import start_download, start_upload
 from .errors import AgentRequestFailed
 from .execution import start_exec
 from .shell import start_shell
+from .forwarding import start_forward
 from .stream import AgentStream
 from .watching import start_watch
 
@@ -167,6 +173,12 @@ class AgentGuest(ABC):
     def shell(self, request: ShellRequest, sink: IShellSink) -> IShellSession:
         """Start an interactive shell; what happens to it goes to ``sink``."""
         return start_shell(self, request, sink)
+    def forward(self, request: ForwardRequest) -> "Deferred[ITunnel]":
+        """Open a tunnel to an upstream in the guest (fires once the guest connected)."""
+        try:
+            return start_forward(self, request)
+        except AgentError as e:
+            return fail(e)
 
 
 __all__ = ["AgentGuest", "MAX_CLOCK_REPLY", "MAX_HEALTH_REPLY", "parse_health"]

@@ -14,6 +14,7 @@ from .background import BackgroundApi
 from .copying import CopyApi
 from .execution import ExecApi
 from .filesystem import FilesystemApi
+from .forwarding import ForwardApi
 from .lifecycle import LifecycleApi
 from .meta import MetaApi
 from .nodes import NodesApi
@@ -41,6 +42,7 @@ def every_route(fleet: Fleet, clock: IReactorTime, metrics: Metrics) -> list[Rou
     routes += CopyApi(fleet).routes() + LifecycleApi(fleet).routes()
     routes += WatchApi(fleet, clock).routes()
     routes += ShellApi(fleet).routes()
+    routes += ForwardApi(fleet).routes()
     return routes
 
 

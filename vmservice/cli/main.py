@@ -32,6 +32,7 @@ from typing import IO, Any, Awaitable, Callable, Mapping, Sequence, TextIO
 
 from attrs import frozen
 from twisted.internet.defer import Deferred
+from twisted.internet.error import CannotListenError
 from twisted.web.client import RequestGenerationFailed, RequestTransmissionFailed, ResponseFailed
 
 from ..client import (
@@ -46,7 +47,7 @@ from ..client import (
 )
 from ..config import parse_size
 from ..durations import parse_go_duration
-from . import copying, output
+from . import copying, forwarding, output
 
 __all__ = [
     "IVmctlReactor",
@@ -447,6 +448,13 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--uid", type=_uint32, metavar="N", help="whose home ~ is (daemon default root)")
     watch.add_argument("--json", action="store_true", help="print each event as one line of JSON")
 
+    forward = command("forward", _forward, "forward local ports or UNIX sockets to ports or UNIX sockets in a node, "
+                                           "through the daemon (until Ctrl-C)")
+    forward.add_argument("hostname", metavar="NODE")
+    forward.add_argument("specs", nargs="+", metavar="SPEC",
+                         help="[LOCAL_ADDR:]LOCAL_PORT:REMOTE_HOST:REMOTE_PORT, unix:/path on either side "
+                              "(LOCAL_ADDR defaults to 127.0.0.1; LOCAL_PORT 0 picks a free port)")
+
     fs = commands.add_parser("fs", help="file-system operations in a node",
                              description="File-system operations in a node.")
     _add_connection_options(fs, suppress=True)
@@ -831,6 +839,38 @@ async def _watch(client: Client, options: argparse.Namespace, context: _Context)
     async for event in events:
         context.out.write(output.format_watch_event(event, options.json))
         context.out.flush()
+    return 0
+
+
+async def _forward(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    try:
+        specs = [forwarding.parse_spec(text) for text in options.specs]
+    except ValueError as error:
+        raise _Failed(str(error)) from None
+    ports = []
+    try:
+        for spec in specs:
+            try:
+                endpoint = client.tunnel_endpoint(options.hostname, spec.remote.describe())
+            except ValueError as error:
+                raise _Failed(str(error)) from None
+            proxy = forwarding.ForwardProxy(endpoint, spec, context.err)
+            try:
+                port = forwarding.listen(context.reactor, proxy)
+            except CannotListenError as error:
+                raise _Failed(f"cannot listen on {spec.describe_local()}: {error.socketError}") from None
+            ports.append(port)
+            context.out.write(f"forwarding {forwarding.listening_on(port, spec)} -> {options.hostname} "
+                              f"{spec.remote.describe()}\n")
+        context.out.flush()
+        stopped: Deferred[None] = Deferred()
+        core: Any = context.reactor
+        core.addSystemEventTrigger("before", "shutdown", stopped.callback, None)  # Ctrl-C stops the reactor
+        await stopped
+    finally:
+        for port in ports:
+            port.stopListening()
+    context.err.write("forwarding stopped\n")
     return 0
 
 

@@ -745,6 +745,7 @@ LAZY_HANDLERS: dict[str, str] = {
     "background": "vmservice.guest.background:BackgroundHandler",
     "watch": "vmservice.guest.watching:WatchHandler",
     "shell": "vmservice.guest.shell:ShellHandler",
+    "forward": "vmservice.guest.forwarding:ForwardHandler",
 }
 
 

@@ -1,0 +1,115 @@
+# -*- test-case-name: tests.agent.test_forwarding -*-
+"""
+The host's end of tunnels (:mod:`vmservice.agent.forwarding`) over fake
+streams, and the upstream records of :mod:`vmservice.nodes.guest`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, strategies as st
+from twisted.internet.error import ConnectionLost
+from twisted.python.failure import Failure
+from twisted.trial.unittest import SynchronousTestCase
+
+from tests.agent.fakes import FakeExecAgent
+from vmservice.agent.stream import StreamReset
+from vmservice.errors import AgentError, GuestErrorKind
+from vmservice.nodes.guest import ForwardRequest, ITunnel
+from vmservice.wire import ResetCode
+from vmservice.wire.payloads import encode_head
+
+
+class Peer:
+    def __init__(self) -> None:
+        self.data = b""
+        self.producer: Any = None
+        self.lost = False
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def registerProducer(self, producer: Any, streaming: bool) -> None:
+        self.producer = producer
+
+    def unregisterProducer(self) -> None:
+        self.producer = None
+
+    def loseConnection(self) -> None:
+        self.lost = True
+
+
+class ForwardRequestTests(SynchronousTestCase):
+    def test_parse(self) -> None:
+        """host:port, [v6]:port and unix:/path; anything else is a ValueError."""
+        self.assertEqual(ForwardRequest.parse("127.0.0.1:80"), ForwardRequest(host="127.0.0.1", port=80))
+        self.assertEqual(ForwardRequest.parse("[::1]:22"), ForwardRequest(host="::1", port=22))
+        self.assertEqual(ForwardRequest.parse("unix:/run/a.sock"), ForwardRequest(unix="/run/a.sock"))
+        for bad in ("", "x", ":80", "h:", "h:0", "h:65536", "h:-1", "unix:a", "a b:1", "unix:/" + "a" * 200):
+            self.assertRaises(ValueError, ForwardRequest.parse, bad)
+
+    @given(st.text(max_size=40))
+    def test_parse_any(self, text: str) -> None:
+        """Any text parses or raises ValueError; what parses describes itself back."""
+        try:
+            parsed = ForwardRequest.parse(text)
+        except ValueError:
+            return
+        self.assertEqual(ForwardRequest.parse(parsed.describe()), parsed)
+
+
+class TunnelTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.agent = FakeExecAgent()
+        self.opened = self.agent.forward(ForwardRequest(host="localhost", port=8000))
+        self.stream = self.agent.streams[-1]
+
+    def test_opened(self) -> None:
+        """The head ``ok`` opens the tunnel; bytes before the join are kept and credit withheld."""
+        self.assertEqual(self.stream.header, {"op": "forward", "host": "localhost", "port": 8000})
+        self.assertNoResult(self.opened)
+        self.stream.deliver(encode_head({"ok": True}) + b"early")
+        tunnel = self.successResultOf(self.opened)
+        self.assertTrue(ITunnel.providedBy(tunnel))
+        self.assertTrue(self.stream.paused)
+        peer = Peer()
+        tunnel.join(peer)
+        self.assertEqual((peer.data, peer.producer, self.stream.paused), (b"early", tunnel, False))
+        tunnel.write(b"up")
+        self.assertEqual(bytes(self.stream.written), b"up")
+        tunnel.pauseProducing()
+        self.assertTrue(self.stream.paused)
+        tunnel.resumeProducing()
+        self.stream.deliver(b"down")
+        self.assertEqual(peer.data, b"earlydown")
+        self.stream.protocol.readConnectionLost()
+        self.assertTrue(self.stream.half_closed)
+        self.stream.end()
+        self.assertTrue(peer.lost)
+        self.assertIsNone(peer.producer)
+        self.successResultOf(tunnel.done)
+
+    def test_refused(self) -> None:
+        """An error head fails ``opened`` with the upstream kind."""
+        self.stream.deliver(encode_head({"ok": False, "error": "refused", "message": "connection refused"}))
+        error = self.failureResultOf(self.opened, AgentError).value
+        self.assertEqual(error.kind, GuestErrorKind.UPSTREAM_REFUSED)
+        self.assertIn("localhost:8000", str(error))
+
+    def test_malformed_and_lost(self) -> None:
+        """A head that is no object, or a stream lost before the head, fail ``opened``."""
+        self.stream.deliver(encode_head([1]))  # type: ignore[arg-type]
+        self.assertEqual(self.failureResultOf(self.opened, AgentError).value.kind, GuestErrorKind.MALFORMED)
+        opened = self.agent.forward(ForwardRequest(unix="/a"))
+        self.agent.streams[-1].end(Failure(ConnectionLost()))
+        self.assertEqual(self.failureResultOf(opened, AgentError).value.kind, GuestErrorKind.UNAVAILABLE)
+        opened = self.agent.forward(ForwardRequest(unix="/a"))
+        self.agent.streams[-1].end(Failure(StreamReset(ResetCode.UNKNOWN_OP, "unknown op")))
+        self.assertEqual(self.failureResultOf(opened, AgentError).value.kind, GuestErrorKind.UNSUPPORTED)
+
+    def test_cancel(self) -> None:
+        """Cancelling ``opened`` resets the stream."""
+        self.opened.cancel()
+        self.failureResultOf(self.opened)
+        self.assertIsNotNone(self.stream.aborted)
