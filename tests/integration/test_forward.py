@@ -269,10 +269,10 @@ class ForwardTests(SharedGuestTestCase):
         self.assertEqual((status, body["code"]), (502, "upstream_not_found"))
 
     def test_bad_requests(self) -> None:
-        """No or a bad upstream: 400; an unknown node: 404; a WebSocket upgrade: 501 for now."""
+        """No or a bad upstream: 400; an unknown node: 404; an incomplete WebSocket upgrade: 400."""
         self.assertEqual(self.error(None)[0], 400)
         status, body = self.error("no-port")
         self.assertEqual((status, body["code"]), (400, "invalid_upstream"))
         self.assertEqual(self.error("127.0.0.1:8000", hostname="demo-99")[0], 404)
         status, body = self.error("127.0.0.1:8000", Upgrade="websocket", Connection="Upgrade")
-        self.assertEqual((status, body["code"]), (501, "not_supported"))
+        self.assertEqual((status, body["code"]), (400, "websocket_required"))

@@ -33,6 +33,7 @@ from twisted.internet.interfaces import IPushProducer, ITransport
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from twisted.web.resource import IResource
 from twisted.web.server import Request
 from zope.interface import implementer
 
@@ -57,8 +58,8 @@ PIPE_HEAD = (
     b"\r\n"
 )
 
-#: ``async (request, hostname, upstream) -> bytes``: serves a WebSocket upgrade.
-WebSocketHandler = Callable[[Request, str, ForwardRequest], Awaitable[bytes]]
+#: ``async (request, hostname, upstream) -> bytes | IResource``: serves a WebSocket upgrade.
+WebSocketHandler = Callable[[Request, str, ForwardRequest], Awaitable["bytes | IResource"]]
 
 
 @frozen
@@ -202,7 +203,8 @@ class ForwardApi:
                  400: Reply("No upstream, or not host:port / unix:/path", ErrorResponse),
                  404: Reply("No such node", ErrorResponse),
                  409: Reply("The node is paused, stopped or suspended", ErrorResponse),
-                 501: Reply("A WebSocket upgrade (not served yet)", ErrorResponse),
+                 101: Reply("With Upgrade: websocket: the WebSocket carries the tunnel, raw bytes in binary messages "
+                            "both ways (text messages are dropped); either side's end closes it with 1000"),
                  502: Reply("The guest cannot connect to the upstream: refused, unreachable, no such UNIX socket",
                             ErrorResponse),
                  503: Reply("The node's agent is not connected", ErrorResponse),
@@ -220,7 +222,7 @@ class ForwardApi:
         """
         return self._fleet.guest(hostname).forward(upstream)
 
-    async def forward(self, request: Request, query: ForwardQuery, hostname: str) -> bytes:
+    async def forward(self, request: Request, query: ForwardQuery, hostname: str) -> bytes | IResource:
         upstream = upstream_of(request, query)
         if is_websocket(request):
             if self._websocket is None:

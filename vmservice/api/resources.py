@@ -15,6 +15,7 @@ from .copying import CopyApi
 from .execution import ExecApi
 from .filesystem import FilesystemApi
 from .forwarding import ForwardApi
+from .tunnel_socket import tunnel_socket_handler
 from .lifecycle import LifecycleApi
 from .meta import MetaApi
 from .nodes import NodesApi
@@ -42,7 +43,7 @@ def every_route(fleet: Fleet, clock: IReactorTime, metrics: Metrics) -> list[Rou
     routes += CopyApi(fleet).routes() + LifecycleApi(fleet).routes()
     routes += WatchApi(fleet, clock).routes()
     routes += ShellApi(fleet).routes()
-    routes += ForwardApi(fleet).routes()
+    routes += ForwardApi(fleet, tunnel_socket_handler(fleet)).routes()
     return routes
 
 
