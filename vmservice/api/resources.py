@@ -40,7 +40,7 @@ def every_route(fleet: Fleet, clock: IReactorTime, metrics: Metrics) -> list[Rou
     routes += ExecApi(fleet, clock, background).routes() + background.routes()
     routes += CopyApi(fleet).routes() + LifecycleApi(fleet).routes()
     routes += WatchApi(fleet, clock).routes()
-    routes += ShellApi(fleet).routes()
+    routes += ShellApi(fleet, clock).routes()
     return routes
 
 
