@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.api.test_websocket -*-
+# -*- test-case-name: tests.api.test_shell -*-
 """
 WebSocket routes: checks before the upgrade, then autobahn takes the connection.
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import signal
 import termios
 import tty
@@ -88,6 +89,9 @@ async def pump(reactor: Any, session: ShellSession, stdin_fd: int, stdout_fd: in
                 try:
                     written = os.write(stdout_fd, view)
                 except BlockingIOError:
+                    # A terminal shares its file description between stdin
+                    # and stdout, so stdout is non-blocking too: wait for room.
+                    select.select([], [stdout_fd], [])
                     continue
                 view = view[written:]
     finally:
