@@ -22,6 +22,8 @@ Operations whose data can be large stream it both ways instead of holding it:
   duplex, see :mod:`vmservice._duplex`);
 - :meth:`Client.upload` streams a file, a pipe (chunked) or a producer;
   :meth:`Client.download` hands each chunk to a ``write`` callback;
+- :meth:`Client.shell` opens an interactive shell over a WebSocket
+  (:mod:`vmservice.shell_session`);
 - :meth:`Client.watch` is an asynchronous iterator of file-system events
   (Server-Sent Events, decoded by :class:`SseDecoder`); a consumer that
   falls behind pauses the connection, and leaving the loop closes it.
@@ -73,6 +75,7 @@ from zope.interface import implementer
 
 from . import __version__
 from ._duplex import DuplexBody, DuplexPool
+from .shell_session import ShellError, ShellSession, open_shell, shell_path
 
 __all__ = [
     "ApiError",
@@ -88,6 +91,8 @@ __all__ = [
     "IBodyReactor",
     "IClientReactor",
     "NdjsonDecoder",
+    "ShellError",
+    "ShellSession",
     "SseDecoder",
     "WatchInterrupted",
     "body_producer",
@@ -1498,6 +1503,33 @@ class Client:
         )
         return result
 
+
+    async def shell(
+        self,
+        hostname: str,
+        *,
+        uid: int | None = None,
+        gid: int | None = None,
+        shell: str | None = None,
+        cwd: str | None = None,
+    ) -> ShellSession:
+        """
+        Open an interactive shell in node ``hostname`` (``GET /vm/{hostname}/shell``,
+        a WebSocket, over TCP or the UNIX socket): an open
+        :class:`~vmservice.shell_session.ShellSession`::
+
+            session = await client.shell("demo-1")
+            session.resize(80, 24)
+            session.write(b"ls\r")
+            while (chunk := await session.read()) is not None:
+                ...
+
+        :raise ShellError: the daemon refused (its status and ErrorResponse:
+            404 no node, 409 paused, 400 bad cwd or shell ...), or could not be reached.
+        """
+        path = shell_path(hostname, uid, gid, shell, cwd)
+        unix = socket_path(self.url) if is_unix_socket(self.url) else None
+        return await open_shell(self._reactor, self._base, unix, self._token, path)
 
     async def watch(
         self,

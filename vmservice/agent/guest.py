@@ -6,7 +6,7 @@
 protocol (``docs/agent-protocol.md``): health and clock are one-shot
 requests, exec and copies are streams with flow control
 (:mod:`.execution`, :mod:`.copying`), file-system operations one-shot
-requests (:mod:`.filesystem`), a watch a stream of events (:mod:`.watching`).  A subclass provides the channel:
+requests (:mod:`.filesystem`), a watch a stream of events (:mod:`.watching`), a shell a stream of terminal frames (:mod:`.shell`).  A subclass provides the channel:
 :class:`~.client.AgentClient` over its connection, tests over fakes.
 """
 
@@ -28,9 +28,12 @@ from ..nodes.guest import (
     IExecProcess,
     IExecSink,
     IGuest,
+    IShellSession,
+    IShellSink,
     IUpload,
     IWatch,
     IWatchSink,
+    ShellRequest,
     UploadRequest,
     WatchRequest,
 )
@@ -39,6 +42,7 @@ from .background import AgentBackground
 from .copying import start_download, start_upload
 from .errors import AgentRequestFailed
 from .execution import start_exec
+from .shell import start_shell
 from .stream import AgentStream
 from .watching import start_watch
 
@@ -159,6 +163,10 @@ class AgentGuest(ABC):
     def watch(self, request: WatchRequest, sink: IWatchSink) -> IWatch:
         """Start watching; the events go to ``sink``."""
         return start_watch(self, request, sink)
+
+    def shell(self, request: ShellRequest, sink: IShellSink) -> IShellSession:
+        """Start an interactive shell; what happens to it goes to ``sink``."""
+        return start_shell(self, request, sink)
 
 
 __all__ = ["AgentGuest", "MAX_CLOCK_REPLY", "MAX_HEALTH_REPLY", "parse_health"]

@@ -101,7 +101,7 @@ class Api:
         return route.streams(parsed)
 
     def _view(self, route: Route) -> Any:
-        async def view(request: Request, **values: str) -> bytes:
+        async def view(request: Request, **values: str) -> bytes | IResource:
             started = self._reactor.seconds()
             try:
                 if not route.public and not self._authorized(request):
@@ -109,7 +109,7 @@ class Api:
                 for name, value in values.items():
                     _path_value(name, value)
                 query: object = parse_query(request.args, route.query)
-                body = await route.handler(request, query, **values)
+                body: bytes | IResource = await route.handler(request, query, **values)
             except CancelledError:
                 raise
             except Exception as error:

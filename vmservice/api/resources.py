@@ -18,6 +18,7 @@ from .lifecycle import LifecycleApi
 from .meta import MetaApi
 from .nodes import NodesApi
 from .routing import Route
+from .shell import ShellApi
 from .tags import TagsApi
 from .vm import VmApi
 from .watching import WatchApi
@@ -39,6 +40,7 @@ def every_route(fleet: Fleet, clock: IReactorTime, metrics: Metrics) -> list[Rou
     routes += ExecApi(fleet, clock, background).routes() + background.routes()
     routes += CopyApi(fleet).routes() + LifecycleApi(fleet).routes()
     routes += WatchApi(fleet, clock).routes()
+    routes += ShellApi(fleet, clock).routes()
     return routes
 
 

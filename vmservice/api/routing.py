@@ -15,6 +15,7 @@ import re
 from typing import Any, Awaitable, Callable
 
 from attrs import field, frozen
+from twisted.web.resource import IResource
 
 from ..nodes.model import HOSTNAME_PATTERN
 from .query import Kind, NoQuery, Text
@@ -27,8 +28,9 @@ PATH_KINDS: dict[str, Kind] = {
     "exec_id": Text(1, r"[A-Za-z0-9_-]{1,64}", "an exec id (ex_ and hexadecimal digits)"),
 }
 
-#: ``async (request, query, **path_values) -> bytes``.
-Handler = Callable[..., Awaitable[bytes]]
+#: ``async (request, query, **path_values) -> bytes``, or an ``IResource``
+#: that Klein renders (a WebSocket upgrade, see :mod:`.websocket`).
+Handler = Callable[..., Awaitable[bytes | IResource]]
 
 
 @frozen

@@ -744,6 +744,7 @@ LAZY_HANDLERS: dict[str, str] = {
     "cp-download": "vmservice.guest.copying:DownloadHandler",
     "background": "vmservice.guest.background:BackgroundHandler",
     "watch": "vmservice.guest.watching:WatchHandler",
+    "shell": "vmservice.guest.shell:ShellHandler",
 }
 
 

@@ -5,7 +5,7 @@ the domain works inside a VM, and the records that cross it.
 
 :class:`IGuest` is what :meth:`vmservice.nodes.fleet.Fleet.guest` hands out
 for a running node: its health and clock, exec, file copies both ways and
-file-system operations and file watching (the shell and tunnels will join them).
+file-system operations, file watching and interactive shells (tunnels will join them).
 :class:`IGuestConnection` adds what the fleet needs to run a node's agent
 connection.  ``vmservice.agent`` implements both over the agent channel; the
 API and the fleet know only these interfaces, and the tests stand fakes in
@@ -349,6 +349,73 @@ class IWatch(IPushProducer):
         """Stop watching: the guest removes every watch."""
 
 
+@frozen
+class ShellRequest:
+    """
+    An interactive login shell on a terminal in the guest.
+
+    :ivar uid: user id (0 = root).
+    :ivar gid: group id.
+    :ivar shell: the shell program, run as ``shell -l``.
+    :ivar cwd: working directory (as :class:`ExecRequest`'s; empty = the user's home).
+    :ivar cols: the terminal's width at start.
+    :ivar rows: the terminal's height at start.
+    """
+
+    uid: int = 0
+    gid: int = 0
+    shell: str = "/bin/bash"
+    cwd: str = ""
+    cols: int = 80
+    rows: int = 24
+
+
+class IShellSink(Interface):
+    """
+    Receives what happens to one shell, in order: :meth:`started` (or
+    :meth:`lost`), terminal output, then exactly one of :meth:`exited` or :meth:`lost`.
+    """
+
+    def started(pid: int) -> None:
+        """The shell runs with ``pid`` (in the guest)."""
+
+    def output(data: bytes) -> None:
+        """The terminal wrote ``data``."""
+
+    def exited(exit_code: int, signal: str | None) -> None:
+        """The shell ended and its output was delivered."""
+
+    def lost(error: AgentError) -> None:
+        """
+        The shell ended otherwise: refused before it started (kind ``REJECTED``:
+        a bad ``cwd`` or shell), hung up, the stream reset, the agent gone.
+        """
+
+
+class IShellSession(IPushProducer):
+    """
+    A running shell.  As an ``IPushProducer`` it controls the terminal's
+    *output*: pausing withholds credit from the guest, which stops reading
+    the terminal, which blocks the programs writing to it; ``stopProducing``
+    hangs up.
+    """
+
+    def write(data: bytes) -> None:
+        """Type ``data`` into the terminal (buffered until the guest takes it)."""
+
+    def resize(cols: int, rows: int) -> None:
+        """Set the terminal's size (the foreground program gets SIGWINCH)."""
+
+    def register_input_producer(producer: IPushProducer) -> None:
+        """Pause ``producer`` while the guest does not take input."""
+
+    def unregister_input_producer() -> None:
+        """Forget the input producer."""
+
+    def hangup() -> None:
+        """End the session: the guest sends SIGHUP to it, then SIGKILL."""
+
+
 class IGuest(Interface):
     """
     The operations of one guest.  Each fails with an
@@ -391,6 +458,9 @@ class IGuest(Interface):
     def watch(request: WatchRequest, sink: IWatchSink) -> IWatch:
         """Start watching; the events go to ``sink``."""
 
+    def shell(request: ShellRequest, sink: IShellSink) -> IShellSession:
+        """Start an interactive shell; what happens to it goes to ``sink``."""
+
 
 class IGuestConnection(IGuest):
     """A guest's agent connection, as the fleet runs it."""
@@ -416,11 +486,14 @@ __all__ = [
     "IDownload",
     "IExecProcess",
     "IExecSink",
+    "IShellSession",
+    "IShellSink",
     "IGuest",
     "IGuestConnection",
     "IUpload",
     "IWatch",
     "IWatchSink",
+    "ShellRequest",
     "UploadRequest",
     "UploadResult",
     "WATCH_EVENT_TYPES",
