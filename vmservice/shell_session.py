@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_shell_session,tests.integration.test_shell -*-
+# -*- test-case-name: tests.cli.test_terminal,tests.integration.test_shell -*-
 """
 The client's end of ``GET /vm/{hostname}/shell``: an autobahn WebSocket
 client over TCP or the daemon's UNIX socket, offered as an asynchronous

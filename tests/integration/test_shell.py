@@ -6,7 +6,8 @@ by the real daemon, driven through the autobahn client of
 global reactor: the prompt, ``stty size`` after a resize, ``exit`` ending the
 session, SIGHUP on disconnect, two sessions at once beside an exec, the
 errors before the upgrade (404, 400, 409 while paused) and a flood of output
-to a client that does not read, with the daemon's memory flat.
+to a client that does not read, with the daemon's memory flat; and
+``vmctl shell`` in a real terminal (tmux).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import base64
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 from typing import Any, Callable, Optional
 
@@ -246,3 +249,39 @@ class ShellTests(SharedGuestTestCase, TestCase):
             self.assertEqual(session.close_code, 1000)
 
         return Deferred.fromCoroutine(go())
+
+    def test_vmctl_shell_in_tmux(self) -> None:
+        """
+        vmctl shows the remote prompt, the remote ``stty size`` follows the
+        tmux window through a resize (SIGWINCH), and ``exit`` ends vmctl with status 0.
+        """
+        server = f"vmctl-shell-{os.getpid()}-{os.urandom(3).hex()}"
+        vmctl = os.path.join(os.path.dirname(sys.executable), "vmctl")
+        token = f" --token {self.daemon.token}" if self.daemon.token else ""
+        line = f"{vmctl} --url http://127.0.0.1:{self.daemon.port}{token} shell demo-1; echo VMCTL_EXIT=$?; sleep 600"
+
+        def tmux(*args: str) -> str:
+            return subprocess.run(["tmux", "-L", server, *args], check=True, capture_output=True,
+                                  text=True, timeout=30).stdout
+
+        tmux("new-session", "-d", "-s", "t", "-x", "100", "-y", "30", line)
+        self.addCleanup(subprocess.run, ["tmux", "-L", server, "kill-server"], capture_output=True)
+
+        def screen_until(predicate: Callable[[str], bool], timeout: float = 60.0) -> str:
+            deadline = time.monotonic() + timeout
+            text = ""
+            while time.monotonic() < deadline:
+                text = tmux("capture-pane", "-p", "-t", "t")
+                if predicate(text):
+                    return text
+                time.sleep(0.3)
+            raise AssertionError(f"timed out; pane:\n{text}")
+
+        screen_until(lambda text: re.search(r"[#$] ?$", text, re.M) is not None)
+        tmux("send-keys", "-t", "t", "stty size", "Enter")
+        screen_until(lambda text: "30 100" in text)
+        tmux("resize-window", "-t", "t", "-x", "120", "-y", "40")
+        tmux("send-keys", "-t", "t", "clear; stty size", "Enter")
+        screen_until(lambda text: "40 120" in text)
+        tmux("send-keys", "-t", "t", "exit", "Enter")
+        screen_until(lambda text: "VMCTL_EXIT=0" in text)

@@ -42,8 +42,8 @@ def every_route(fleet: Fleet, clock: IReactorTime, metrics: Metrics) -> list[Rou
     routes += ExecApi(fleet, clock, background).routes() + background.routes()
     routes += CopyApi(fleet).routes() + LifecycleApi(fleet).routes()
     routes += WatchApi(fleet, clock).routes()
-    routes += ShellApi(fleet).routes()
-    routes += ForwardApi(fleet, tunnel_socket_handler(fleet)).routes()
+    routes += ShellApi(fleet, clock).routes()
+    routes += ForwardApi(fleet, tunnel_socket_handler(fleet, clock)).routes()
     return routes
 
 

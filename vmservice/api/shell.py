@@ -27,7 +27,7 @@ from typing import Optional
 from attrs import frozen
 from autobahn.twisted.websocket import WebSocketServerProtocol
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IPushProducer, IReactorTime
 from twisted.logger import Logger
 from twisted.web.resource import IResource
 from twisted.web.server import Request
@@ -271,10 +271,12 @@ class ShellProtocol(WebSocketServerProtocol):
 class ShellApi:
     """
     :param fleet: the nodes of this daemon.
+    :param reactor: the reactor the WebSockets run on.
     """
 
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: Fleet, reactor: IReactorTime) -> None:
         self._fleet = fleet
+        self._reactor = reactor
 
     def routes(self) -> list[Route]:
         return [
@@ -301,7 +303,7 @@ class ShellApi:
             session.hangup()
             raise
         request.setResponseCode(101)
-        return accept(lambda: ShellProtocol(bridge), MAX_MESSAGE)
+        return accept(self._reactor, lambda: ShellProtocol(bridge), MAX_MESSAGE)
 
 
 __all__ = ["ShellApi", "ShellBridge", "ShellProtocol", "ShellQuery"]

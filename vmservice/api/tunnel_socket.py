@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Optional
 
 from autobahn.twisted.websocket import WebSocketServerProtocol
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IPushProducer, IReactorTime
 from twisted.logger import Logger
 from twisted.web.resource import IResource
 from twisted.web.server import Request
@@ -87,7 +87,7 @@ class TunnelSocket(WebSocketServerProtocol):
             self.sendClose(code=1000)
 
 
-def tunnel_socket_handler(fleet: Fleet) -> WebSocketHandler:
+def tunnel_socket_handler(fleet: Fleet, reactor: IReactorTime) -> WebSocketHandler:
     """
     The handler :class:`~.forwarding.ForwardApi` gives requests with
     ``Upgrade: websocket``: check the upgrade, open the tunnel in ``fleet``'s
@@ -102,7 +102,7 @@ def tunnel_socket_handler(fleet: Fleet) -> WebSocketHandler:
             return b""
         log.info("WebSocket tunnel to {upstream} in {hostname} opened", upstream=upstream.describe(),
                  hostname=hostname)
-        return accept(lambda: TunnelSocket(tunnel), MAX_MESSAGE)
+        return accept(reactor, lambda: TunnelSocket(tunnel), MAX_MESSAGE)
 
     return serve
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.api.test_websocket -*-
+# -*- test-case-name: tests.api.test_shell -*-
 """
 WebSocket routes: checks before the upgrade, then autobahn takes the connection.
 
@@ -11,7 +11,7 @@ A WebSocket route is an ordinary :class:`~.routing.Route` whose handler:
    request): any error raised here is rendered by the app as an
    ErrorResponse with its status, like any route's; authentication has
    already been checked by the app;
-3. returns :func:`accept` ``(protocol)``, an ``IResource`` that Klein renders:
+3. returns :func:`accept` ``(reactor, protocol, max_message)``, an ``IResource`` that Klein renders:
    autobahn's :class:`~autobahn.twisted.resource.WebSocketResource` answers
    ``101 Switching Protocols`` and hands the connection (taken from
    twisted.web) to the protocol that ``protocol()`` makes for this request.
@@ -29,7 +29,7 @@ from typing import Callable
 
 from autobahn.twisted.resource import WebSocketResource
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
-from twisted.internet.interfaces import IConsumer, IPushProducer
+from twisted.internet.interfaces import IConsumer, IPushProducer, IReactorTime
 from twisted.web.iweb import IRequest
 from twisted.web.resource import IResource
 
@@ -76,18 +76,23 @@ def take_transport_producer(protocol: WebSocketServerProtocol, producer: IPushPr
     transport.registerProducer(producer, True)
 
 
-def accept(protocol: Callable[[], WebSocketServerProtocol], max_message: int) -> IResource:
+def accept(reactor: IReactorTime, protocol: Callable[[], WebSocketServerProtocol], max_message: int) -> IResource:
     """
     The resource that upgrades the current request and runs ``protocol()`` on it.
 
+    :param reactor: the reactor of the connection (autobahn's factory takes it).
     :param protocol: makes the protocol of this one connection.
     :param max_message: the largest message (and frame) payload accepted.
+
+    The opening handshake has no timeout: twisted.web has read the whole
+    request before the route runs, so autobahn completes it at once.
     """
-    factory = WebSocketServerFactory()  # type: ignore[no-untyped-call]
+    factory = WebSocketServerFactory(reactor=reactor)  # type: ignore[no-untyped-call]
     factory.protocol = protocol  # type: ignore[assignment]  # autobahn calls it with no arguments
     factory.setProtocolOptions(  # type: ignore[no-untyped-call]
         maxMessagePayloadSize=max_message,
         maxFramePayloadSize=max_message,
+        openHandshakeTimeout=0,
         closeHandshakeTimeout=CLOSE_TIMEOUT,
         perMessageCompressionAccept=lambda offers: None,
     )

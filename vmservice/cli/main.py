@@ -430,6 +430,13 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                     help="leave out entries of a directory that match (repeatable; *.log, build/**, **/cache)")
 
+    shell_cmd = command("shell", _shell, "an interactive shell in a node, on this terminal (exits 0 when it ends)")
+    shell_cmd.add_argument("hostname", metavar="HOST")
+    shell_cmd.add_argument("--uid", type=_uint32, metavar="UID", help="user id (default 0, root)")
+    shell_cmd.add_argument("--gid", type=_uint32, metavar="GID", help="group id (default 0)")
+    shell_cmd.add_argument("--cwd", metavar="DIR", help="working directory (default: the user's home)")
+    shell_cmd.add_argument("--shell", metavar="PATH", help="the shell, run as a login shell (default /bin/bash)")
+
     watch = command("watch", _watch, "print file-system events of a node, one line each, until the stream ends")
     watch.add_argument("hostname", metavar="HOST")
     watch.add_argument("paths", nargs="+", metavar="PATH", help="what to watch: absolute, or ~ / ~/... (the home "
@@ -872,6 +879,12 @@ async def _forward(client: Client, options: argparse.Namespace, context: _Contex
             port.stopListening()
     context.err.write("forwarding stopped\n")
     return 0
+
+
+async def _shell(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    from .terminal import shell_command
+
+    return await shell_command(client, options, context.reactor, context.out, context.err, context.stdin)
 
 
 async def _fs_ls(client: Client, options: argparse.Namespace, context: _Context) -> int:
