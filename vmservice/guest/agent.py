@@ -402,6 +402,9 @@ class Pipe:
         self._flush()
         if self._out:
             self._watch()
+        else:
+            # All taken at once: no writability wake-up will come to say so.
+            self._report_drained()
 
     def _flush(self) -> None:
         while self._out and not self._closed:
@@ -432,7 +435,11 @@ class Pipe:
             return
         if not self._out:
             self._watch()
-        if self._was_full and self.buffered < OUTPUT_LOW_WATER:
+        self._report_drained()
+
+    def _report_drained(self) -> None:
+        """Tell the writers once the output that filled the pipe has gone below the low water."""
+        if self._was_full and not self._closed and self.buffered < OUTPUT_LOW_WATER:
             self._was_full = False
             self._on_drained()
 

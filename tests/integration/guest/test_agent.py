@@ -134,6 +134,29 @@ class PipeTests(SynchronousTestCase):
         self.assertEqual(received, [payload])
         self.assertIs(type(received[0]), bytes)
 
+    def test_pipe_drained_when_all_was_taken_at_once(self) -> None:
+        """
+        Writers told there is no room (more than the high water queued within
+        one loop iteration) hear that the pipe drained even when the
+        descriptor takes everything in the first write, so it never waits for
+        writability: streams held back then would otherwise wait forever.
+        """
+        ours, theirs = socket.socketpair()
+        self.addCleanup(ours.close)
+        self.addCleanup(theirs.close)
+        ours.setblocking(False)
+        theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 * 1024 * 1024)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 * 1024 * 1024)
+        events: list[str] = []
+        pipe = Pipe(self.loop, ours.fileno(), lambda data: None, lambda: None, lambda: events.append("drained"))
+        pipe.start()
+        for _ in range(5):
+            pipe.write(b"x" * (agent.OUTPUT_HIGH_WATER // 4))
+        self.assertFalse(pipe.has_room)
+        self.loop.run_once(0)
+        self.assertEqual(pipe.buffered, 0)
+        self.assertEqual(events, ["drained"])
+
     def test_pipe(self) -> None:
         """
         A pipe buffers what the socket does not take (EAGAIN), reports when it
