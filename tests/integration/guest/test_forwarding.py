@@ -171,6 +171,20 @@ class ForwardHandlerTests(GuestSessionMixin, SynchronousTestCase):
         peer.sendall(b"in")
         self.pump(stream_id, lambda: bytes(self.received) == b"in")
 
+    def test_stale_registration(self) -> None:
+        """A descriptor number the loop still watches (closed without being unwatched) is polled anew."""
+        server = self.listener()
+        stale = socket.socket()
+        number = stale.fileno()
+        self.loop.watch(number, lambda: None)
+        stale.close()  # leaked: still registered in the loop
+        stream_id = self.open(host="127.0.0.1", port=server.getsockname()[1])
+        self.assertEqual(self.session.streams[stream_id].handler._fd, number)  # type: ignore[attr-defined]
+        peer = self.accept(server, stream_id)
+        self.assertEqual(self.head(stream_id), {"ok": True})
+        peer.sendall(b"polled")
+        self.pump(stream_id, lambda: bytes(self.received) == b"polled", timeout=5)
+
     def test_refused(self) -> None:
         """Nothing listening: a ``refused`` head, then the stream's end."""
         server = self.listener()
