@@ -146,6 +146,11 @@ class ForwardHandler(StreamHandler):
         sock = socket.socket(self._family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
         self._sock = sock
         self._fd = sock.fileno()
+        # Forget whatever the loop still holds for this descriptor number (an
+        # earlier descriptor closed without being unwatched): the selector would
+        # take our first watch for a change of that stale registration, and the
+        # socket would never be polled.
+        self.stream.loop.watch(self._fd)
         code = sock.connect_ex(self._target)
         if code == 0:
             self._established()

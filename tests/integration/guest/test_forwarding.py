@@ -171,6 +171,20 @@ class ForwardHandlerTests(GuestSessionMixin, SynchronousTestCase):
         peer.sendall(b"in")
         self.pump(stream_id, lambda: bytes(self.received) == b"in")
 
+    def test_stale_registration(self) -> None:
+        """A descriptor number the loop still watches (closed without being unwatched) is polled anew."""
+        server = self.listener()
+        stale = socket.socket()
+        number = stale.fileno()
+        self.loop.watch(number, lambda: None)
+        stale.close()  # leaked: still registered in the loop
+        stream_id = self.open(host="127.0.0.1", port=server.getsockname()[1])
+        self.assertEqual(self.session.streams[stream_id].handler._fd, number)  # type: ignore[attr-defined]
+        peer = self.accept(server, stream_id)
+        self.assertEqual(self.head(stream_id), {"ok": True})
+        peer.sendall(b"polled")
+        self.pump(stream_id, lambda: bytes(self.received) == b"polled", timeout=5)
+
     def test_refused(self) -> None:
         """Nothing listening: a ``refused`` head, then the stream's end."""
         server = self.listener()
@@ -201,3 +215,73 @@ def _recv(peer: socket.socket) -> bytes:
         return peer.recv(65536)
     except BlockingIOError:
         return b""
+
+
+class ParallelTests(GuestSessionMixin, SynchronousTestCase):
+    """Many ``forward`` streams at once against one threaded echo server."""
+
+    def setUp(self) -> None:
+        self.start_session({"forward": forwarding.ForwardHandler}, AgentContext("t"))
+        self.handshake()
+
+    def test_many_echo(self) -> None:
+        import threading
+
+        server = socket.socket()
+        self.addCleanup(server.close)
+        server.bind(("127.0.0.1", 0))
+        server.listen(64)
+
+        def serve() -> None:
+            while True:
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    return
+
+                def echo(conn: socket.socket = conn) -> None:
+                    with conn:
+                        while True:
+                            data = conn.recv(65536)
+                            if not data:
+                                return
+                            conn.sendall(data)
+
+                threading.Thread(target=echo, daemon=True).start()
+
+        threading.Thread(target=serve, daemon=True).start()
+        port = server.getsockname()[1]
+        payloads = {}
+        received: dict[int, bytearray] = {}
+        for _ in range(32):
+            stream_id = self.host.next_stream_id()
+            self.send(Open(stream_id, {"op": "forward", "host": "127.0.0.1", "port": port}))
+            payloads[stream_id] = os.urandom(256 * 1024)
+            received[stream_id] = bytearray()
+        headed: set[int] = set()
+        sent = {stream_id: 0 for stream_id in payloads}
+        deadline = time.monotonic() + 30
+        while any(len(received[s]) < len(payloads[s]) for s in payloads):
+            self.assertLess(time.monotonic(), deadline, {s: len(r) for s, r in received.items()})
+            self.loop.run_once(0.01)
+            for event in self.receive():
+                if isinstance(event, Data):
+                    stream_id = event.stream_id
+                    data = event.data
+                    if stream_id not in headed:
+                        decoded = decode_head(data)
+                        assert decoded is not None
+                        self.assertEqual(decoded[0], {"ok": True})
+                        data = data[decoded[1]:]
+                        headed.add(stream_id)
+                    received[stream_id] += data
+                    self.session.data_received(self.host.acknowledge_received_data(stream_id, len(event.data)))
+            for stream_id in headed:
+                window = self.host.send_window(stream_id)
+                left = len(payloads[stream_id]) - sent[stream_id]
+                if window > 0 and left > 0:
+                    size = min(window, left, 16384)
+                    self.send(Data(stream_id, payloads[stream_id][sent[stream_id]:sent[stream_id] + size]))
+                    sent[stream_id] += size
+        for stream_id, payload in payloads.items():
+            self.assertEqual(bytes(received[stream_id]), payload)
