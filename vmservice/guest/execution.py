@@ -315,6 +315,24 @@ def spawn(launch: Launch, stdio: tuple[int, int, int], opened: list[int]) -> int
     return pid
 
 
+def read_report(fd: int) -> bytes:
+    """
+    Everything a forked child wrote on its report pipe ``fd`` before it exec'd
+    (nothing when the exec succeeded: close-on-exec ends the pipe); closes ``fd``.
+    """
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
 def _fork(
     spec: ExecSpec,
     program: str,
@@ -338,21 +356,12 @@ def _fork(
         os.close(fd)
         opened.remove(fd)
     # The child writes here only if it fails before exec (CLOEXEC closes it).
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(report_r, 4096)
-        except InterruptedError:
-            continue
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(report_r)
+    report = read_report(report_r)
     opened.remove(report_r)
-    if not chunks:
+    if not report:
         return pid, None
     os.waitpid(pid, 0)
-    code_text, _, message = b"".join(chunks).decode("utf-8", "replace").partition(":")
+    code_text, _, message = report.decode("utf-8", "replace").partition(":")
     return pid, (int(code_text) if code_text.isdigit() else 0, message)
 
 
@@ -743,6 +752,7 @@ __all__ = [
     "Rejected",
     "exit_status",
     "prepare",
+    "read_report",
     "shell_quote",
     "spawn",
 ]

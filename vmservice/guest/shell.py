@@ -39,7 +39,7 @@ import termios
 from typing import Any, Mapping, Optional
 
 from vmservice.guest.agent import GuestStream, StreamHandler, Timer
-from vmservice.guest.execution import ExecSpec, build_env, exit_status, passwd_entry, resolve_cwd
+from vmservice.guest.execution import ExecSpec, build_env, exit_status, passwd_entry, read_report, resolve_cwd
 from vmservice.wire.shellframes import (
     DATA,
     EXIT,
@@ -203,20 +203,11 @@ class ShellHandler(StreamHandler):
             _child(spec, env, directory, slave, report_w)
         os.close(slave)
         os.close(report_w)
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(report_r, 4096)
-            except InterruptedError:
-                continue
-            if not chunk:
-                break
-            chunks.append(chunk)
-        os.close(report_r)
-        if chunks:
+        report = read_report(report_r)
+        if report:
             os.close(master)
             os.waitpid(pid, 0)
-            self._reject(b"".join(chunks).decode("utf-8", "replace"))
+            self._reject(report.decode("utf-8", "replace"))
             return
         self.pid = pid
         self._master = master
