@@ -39,7 +39,8 @@ from ..nodes.guest import IShellSession, IShellSink, ShellRequest
 from .models import ErrorResponse
 from .query import Text, UserId, param
 from .routing import Reply, Route
-from .websocket import accept, check_upgrade, take_transport_producer
+from .shell_bridge import ShellBridge
+from .websocket import accept, check_upgrade
 from vmservice.wire.shellframes import (
     DATA,
     HEARTBEAT,
@@ -55,9 +56,6 @@ from vmservice.wire.shellframes import (
 
 log = Logger()
 
-#: The close code when the shell was lost rather than ended (agent gone,
-#: stream reset); autobahn lets an application send only 1000 or 3000-4999.
-LOST_CLOSE_CODE = 4000
 #: The shell when the query names none (the contract's default).
 DEFAULT_SHELL = "/bin/bash"
 
@@ -74,135 +72,6 @@ class ShellQuery:
     def request(self) -> ShellRequest:
         """What to start in the guest."""
         return ShellRequest(uid=self.uid or 0, gid=self.gid or 0, shell=self.shell or DEFAULT_SHELL, cwd=self.cwd)
-
-
-@implementer(IShellSink)
-class ShellBridge:
-    """
-    Joins a guest's shell to one WebSocket.
-
-    Until the socket is open (:meth:`attach`) the shell's output is held
-    (and the shell paused); then everything goes to the socket.
-
-    :ivar ready: fires once the shell runs, or fails with the guest's
-        AgentError (before the upgrade that is the HTTP answer).
-    """
-
-    def __init__(self) -> None:
-        self.ready: Deferred[None] = Deferred()
-        self.session: Optional[IShellSession] = None
-        self._socket: Optional["ShellProtocol"] = None
-        self._held: list[bytes] = []
-        self._ended = False
-        self._end: Optional[tuple[int, str]] = None
-
-    # -- IShellSink --------------------------------------------------------------------
-
-    def started(self, pid: int) -> None:
-        if self.session is not None:
-            self.session.pauseProducing()  # until the socket is open
-        self.ready.callback(None)
-
-    def output(self, data: bytes) -> None:
-        if self._socket is None:
-            self._held.append(data)
-            return
-        self._socket.send_output(data)
-
-    def exited(self, exit_code: int, signal: Optional[str]) -> None:
-        self._ended = True
-        self._finish(1000, "the shell exited")
-
-    def lost(self, error: AgentError) -> None:
-        self._ended = True
-        if not self.ready.called:
-            self.ready.errback(error)
-            return
-        self._finish(LOST_CLOSE_CODE, f"the shell was lost: {error}"[:120])
-
-    # -- the socket --------------------------------------------------------------------
-
-    def attach(self, socket: "ShellProtocol") -> None:
-        """The socket is open: deliver what was held, then let output flow."""
-        self._socket = socket
-        for data in self._held:
-            socket.send_output(data)
-        self._held.clear()
-        if self._end is not None:
-            socket.close_session(*self._end)
-            return
-        if self.session is not None and not self._ended:
-            take_transport_producer(socket, OutputPause(self.session))
-            self.session.register_input_producer(ReadingPause(socket))
-            self.session.resumeProducing()
-
-    def detach(self) -> None:
-        """The socket closed: hang the shell up unless it already ended."""
-        session, self._socket = self.session, None
-        if session is None:
-            return
-        if not self._ended:
-            self._ended = True
-            session.unregister_input_producer()
-            session.hangup()
-
-    def _finish(self, code: int, reason: str) -> None:
-        if self.session is not None:
-            self.session.unregister_input_producer()
-        if self._socket is None:
-            self._end = (code, reason)
-        else:
-            self._socket.close_session(code, reason)
-
-
-@implementer(IPushProducer)
-class OutputPause:
-    """
-    The shell's output as the WebSocket transport's producer: a full socket
-    buffer pauses it.  Stopping it does nothing: the socket's close
-    (``onClose``) hangs the shell up.
-
-    :param session: the shell.
-    """
-
-    def __init__(self, session: IShellSession) -> None:
-        self._session = session
-
-    def pauseProducing(self) -> None:
-        self._session.pauseProducing()
-
-    def resumeProducing(self) -> None:
-        self._session.resumeProducing()
-
-    def stopProducing(self) -> None:
-        pass
-
-
-@implementer(IPushProducer)
-class ReadingPause:
-    """
-    The input side of a WebSocket as the agent stream's producer: while the
-    guest takes no input the socket is not read.  Stopping it does nothing:
-    the socket outlives the stream long enough to send its close frames.
-
-    :param socket: the WebSocket protocol whose transport is paused.
-    """
-
-    def __init__(self, socket: WebSocketServerProtocol) -> None:
-        self._socket = socket
-
-    def pauseProducing(self) -> None:
-        transport = self._socket.transport
-        if transport is not None:
-            IPushProducer(transport).pauseProducing()
-
-    def resumeProducing(self) -> None:
-        transport = self._socket.transport
-        if transport is not None:
-            IPushProducer(transport).resumeProducing()
-
-    def stopProducing(self) -> None:
-        pass
 
 
 class ShellProtocol(WebSocketServerProtocol):
