@@ -89,6 +89,7 @@ __all__ = [
     "Download",
     "ExecInterrupted",
     "ExecRecord",
+    "FdReader",
     "ExecResult",
     "FdBodyProducer",
     "IBodyReactor",
@@ -574,7 +575,7 @@ class _EventBody(Protocol):
             self._producer.stopProducing()
 
 
-class _FdReader(abstract.FileDescriptor):
+class FdReader(abstract.FileDescriptor):
     """Reads a non-blocking file descriptor when the reactor says it is readable."""
 
     def __init__(
@@ -625,7 +626,7 @@ class FdBodyProducer:
         self._flags: int | None = None
         self._consumer: IConsumer | None = None
         self._done: Deferred[None] = Deferred()
-        self._reader: abstract.FileDescriptor = _FdReader(reactor, fd, self._received, self._ended)
+        self._reader: abstract.FileDescriptor = FdReader(reactor, fd, self._received, self._ended)
         self._stopped = False
 
     def startProducing(self, consumer: IConsumer) -> Deferred[None]:

@@ -21,11 +21,9 @@ import termios
 import tty
 from typing import IO, Any, Callable, Optional, TextIO
 
-from twisted.internet import abstract, fdesc
 from twisted.internet.task import LoopingCall
-from twisted.python.failure import Failure
 
-from ..client import Client
+from ..client import Client, FdReader
 from ..shell_session import ShellError, ShellSession
 
 #: Seconds between HEARTBEATs (what existing clients send).
@@ -41,34 +39,13 @@ def terminal_size(fd: int) -> tuple[int, int]:
     return size.columns or 80, size.lines or 24
 
 
-class _Keys(abstract.FileDescriptor):
-    """Reads the keyboard (a non-blocking descriptor) into the session."""
-
-    def __init__(self, reactor: Any, fd: int, received: Callable[[bytes], None], ended: Callable[[], None]) -> None:
-        super().__init__(reactor)
-        self._fd = fd
-        self._received = received
-        self._ended = ended
-
-    def fileno(self) -> int:
-        return self._fd
-
-    def doRead(self) -> Exception | None:
-        ended: Exception | None = fdesc.readFromFD(self._fd, self._received)
-        return ended
-
-    def connectionLost(self, reason: Failure) -> None:
-        abstract.FileDescriptor.connectionLost(self, reason)
-        self._ended()
-
-
 async def pump(reactor: Any, session: ShellSession, stdin_fd: int, stdout_fd: int) -> int:
     """
     Join ``session`` to the descriptors until the remote shell ends.
 
     :return: 0 when it ended (SESSION_CLOSE or close 1000), 1 when it was lost.
     """
-    keys = _Keys(reactor, stdin_fd, session.write, session.close)
+    keys = FdReader(reactor, stdin_fd, session.write, lambda reason: session.close())
     blocking = os.get_blocking(stdin_fd)
     os.set_blocking(stdin_fd, False)
     beat = LoopingCall(session.heartbeat)
