@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import http.client
 import json
 import os
-import statistics
 import sys
 import time
 from typing import Any
@@ -35,50 +33,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.integration.daemon import Daemon, ensure_image  # noqa: E402
 from tests.integration.test_forward import GUEST_SERVER, open_pipe, read_all  # noqa: E402
 
-
-def percentiles(samples: list[float]) -> dict[str, Any]:
-    ordered = sorted(samples)
-    return {
-        "p50": statistics.median(ordered),
-        "p95": ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))],
-        "samples": samples,
-    }
-
-
-def measure_cp(daemon: Daemon, size: int) -> dict[str, float]:
-    """Upload ``size`` bytes through ``POST /vm/demo-1/cp``, then download them with ``GET``."""
-    block = os.urandom(1 << 20)
-
-    def body() -> Any:
-        for _ in range(size >> 20):
-            yield block
-
-    conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=600)
-    started = time.monotonic()
-    conn.request("POST", "/vm/demo-1/cp?path=/root/bench.bin", body=body(),
-                 headers={"Content-Length": str(size), "Content-Type": "application/octet-stream"})
-    response = conn.getresponse()
-    reply = response.read()
-    upload = time.monotonic() - started
-    conn.close()
-    if response.status != 200:
-        raise RuntimeError(f"cp upload failed: {response.status} {reply!r}")
-    conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=600)
-    started = time.monotonic()
-    conn.request("GET", "/vm/demo-1/cp?path=/root/bench.bin")
-    response = conn.getresponse()
-    received = 0
-    while True:
-        chunk = response.read(1 << 20)
-        if not chunk:
-            break
-        received += len(chunk)
-    download = time.monotonic() - started
-    conn.close()
-    if response.status != 200 or received != size:
-        raise RuntimeError(f"cp download failed: {response.status}, {received} of {size} bytes")
-    return {"upload_seconds": upload, "upload_mb_per_s": size / upload / 1e6,
-            "download_seconds": download, "download_mb_per_s": size / download / 1e6}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from channel import measure_cp, percentiles  # noqa: E402  (the same cp measure as bench/channel.py)
 
 
 def start_servers(daemon: Daemon, size: int) -> None:
