@@ -7,8 +7,9 @@ asked and answering as told; and :class:`FleetHarness`, a fleet built on them.
 
 from __future__ import annotations
 
+import json
 import os
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from twisted.internet.defer import Deferred, fail, maybeDeferred, succeed
 from twisted.internet.interfaces import IProtocol
@@ -201,6 +202,12 @@ class FakeAgent(AgentGuest):
         self.clocks: list[int] = []
         #: Health requests wait for this Deferred when set (an agent that never answers).
         self.hold_health: Deferred[None] | None = None
+        self._ready_callbacks: list[Callable[[], None]] = []
+        #: The configuring requests answered: ``(header, body)``.
+        self.requests: list[tuple[dict[str, Any], bytes]] = []
+        #: Userdata requests wait for this Deferred when set; then they answer this exit code.
+        self.hold_userdata: Deferred[None] | None = None
+        self.userdata_exit_code = 0
 
     @property
     def connected(self) -> bool:
@@ -225,12 +232,30 @@ class FakeAgent(AgentGuest):
         waiters, self._waiters = self._waiters, []
         for d in waiters:
             d.callback(None)
+        for callback in list(self._ready_callbacks):
+            callback()
+
+    def on_ready(self, callback: Callable[[], None]) -> Callable[[], None]:
+        self._ready_callbacks.append(callback)
+        return lambda: self._ready_callbacks.remove(callback)
 
     def open_stream(self, header: Mapping[str, Any], protocol: IProtocol) -> AgentStream:
         raise AgentUnavailable("the fake agent has no streams")
 
-    async def request(self, header: Mapping[str, Any], limit: int) -> bytes:
-        raise AgentUnavailable("the fake agent answers no requests")
+    async def request(self, header: Mapping[str, Any], limit: int, body: bytes = b"") -> bytes:
+        """Answers the requests that configure a guest (recorded in :attr:`requests`); no others."""
+        op = header.get("op")
+        if not self.is_ready or op not in ("secrets", "login", "userdata"):
+            raise AgentUnavailable("the fake agent answers no requests")
+        self.requests.append((dict(header), body))
+        if op == "secrets":
+            return json.dumps({"placed": [e["name"] for e in header["entries"]], "removed": []}).encode()
+        if op == "login":
+            return json.dumps({"user": header["user"], "uid": 0, "home": "/root", "created": False,
+                               "sshd": "started" if body else "off"}).encode()
+        if self.hold_userdata is not None:
+            await self.hold_userdata
+        return json.dumps({"state": "finished", "exit_code": self.userdata_exit_code, "ran_script": True}).encode()
 
     async def set_clock(self, unix_ns: int) -> int:
         self.clocks.append(unix_ns)

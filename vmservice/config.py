@@ -72,6 +72,8 @@ IMAGE_DIR_ENVIRONMENT = "VMSERVICE_IMAGE_DIR"
 DEFAULT_RAM_BYTES = 256 * MiB
 #: Disk size of a node when a group gives no ``storage_size``.
 DEFAULT_STORAGE_SIZE = 2 * GiB
+#: Most bytes of userdata, a group's and a node's together (the guest takes no more).
+MAX_USERDATA = 512 * 1024
 #: Each VM of an isolated network takes a /30 (network, host side, guest,
 #: broadcast), so a /22 holds 256 VM slots as the API specification says.
 ISOLATED_SLOT_PREFIX = 30
@@ -313,6 +315,8 @@ class HostGroupConfig:
         it) when a node is stopped.
     :ivar persistent: Keep a node's disk across relaunches and daemon restarts.
     :ivar network: The network section, or ``None`` when absent.
+    :ivar userdata: A shell script run at the first boot of each node of the
+        group, before the node's own userdata (both in one script).
     """
 
     name: str
@@ -326,6 +330,7 @@ class HostGroupConfig:
     graceful_shutdown: bool = True
     persistent: bool = False
     network: NetworkConfig | None = None
+    userdata: str = ""
 
     @property
     def arch(self) -> str:
@@ -419,6 +424,7 @@ class _GroupDocument:
     graceful_shutdown: bool | None = None
     persistent: bool = False
     network: _NetworkDocument | None = None
+    userdata: str = ""
 
 
 @attrs.frozen
@@ -700,7 +706,14 @@ class _Resolver:
             graceful_shutdown=graceful,
             persistent=document.persistent,
             network=network,
+            userdata=self.userdata(document.userdata, (*parts, "userdata")),
         )
+
+    def userdata(self, text: str, parts: Path) -> str:
+        size = len(text.encode("utf-8"))
+        if size > MAX_USERDATA:
+            raise self.error(parts, f"userdata is {size} bytes; at most {MAX_USERDATA} bytes are allowed")
+        return text
 
     def ram(self, document: _GroupDocument, parts: Path) -> int:
         given = [

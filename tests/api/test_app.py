@@ -145,15 +145,13 @@ class NodeRouteTests(ApiTestCase):
         """Limits above the group's and unsupported fields are 400; zero values are accepted."""
         self.assertError(self.create(b'{"cpus": 3}'), 400, "limit_exceeded")
         self.assertError(self.create(b'{"ram_bytes": 9999999999}'), 400, "limit_exceeded")
-        self.assertError(self.create(b'{"userdata": "echo hi"}'), 400, "not_supported")
         self.assertError(self.create(b'{"gpu_count": 1}'), 400, "limit_exceeded")
         code, _, _ = self.create(b'{"userdata": "", "ssh_keys": [], "gpu_count": 0, "secrets": null, "ip": ""}')
         self.assertEqual(code, 201)
 
     def test_query_validation(self) -> None:
-        """Bad wait values and bad timeouts are 400; wait=userdata is not supported yet."""
+        """Bad wait values and bad timeouts are 400."""
         self.assertError(self.create(query="?wait=later"), 400, "invalid_query")
-        self.assertError(self.create(query="?wait=userdata"), 400, "not_supported")
         self.assertError(self.create(query="?wait=agent&timeout=soon"), 400, "invalid_query")
         self.assertError(self.create(query="?wait=agent&timeout=-1s"), 400, "invalid_query")
         self.assertEqual(self.h.driver.machines, [])
@@ -218,7 +216,10 @@ class VmRouteTests(ApiTestCase):
         self.assertError(self.call("GET", "/vm/nope/logs"), 404, "node_not_found")
 
     def test_health(self) -> None:
-        """health answers 503 until the agent is up, then the agent's health; HEAD follows."""
+        """
+        health answers 503 until the agent is up, then the agent's health (userdata_ran at once: the node
+        has no userdata); HEAD follows.
+        """
         self.assertError(self.call("GET", "/vm/demo-1/health"), 503, "agent_unavailable")
         self.assertEqual(self.call("HEAD", "/vm/demo-1/health")[:2], (503, b""))
         self.h.agents[0].ready()
@@ -226,7 +227,7 @@ class VmRouteTests(ApiTestCase):
         self.assertEqual(
             (code, body),
             (200, {"hostname": "demo-1", "agent_uptime": 5_000_000_000, "agent_version": "0.1.0",
-                   "system_uptime": 7_000_000_000, "userdata_ran": False, "ip": ""}),
+                   "system_uptime": 7_000_000_000, "userdata_ran": True, "ip": ""}),
         )
         self.assertEqual(self.call("HEAD", "/vm/demo-1/health")[:2], (200, b""))
         self.assertError(self.call("GET", "/vm/nope/health"), 404, "node_not_found")

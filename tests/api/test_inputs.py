@@ -35,7 +35,14 @@ class BodyTests(SynchronousTestCase):
     def test_create_refusals(self) -> None:
         """Unsupported values, negative sizes, empty tags, wrong types and unknown fields are 400s with codes."""
         cases = [
-            ({"userdata": "echo"}, "not_supported"),
+            ({"userdata": "x" * (512 * 1024 + 1)}, "userdata_too_large"),
+            ({"secrets": ["../etc"]}, "invalid_body"),
+            ({"secrets": [".hidden"]}, "invalid_body"),
+            ({"secrets": ["s"] * 65}, "invalid_body"),
+            ({"ssh_keys": ["ssh-ed25519"]}, "invalid_ssh_key"),
+            ({"ssh_keys": ["ssh-ed25519 AAAA\nssh-rsa BBBB"]}, "invalid_ssh_key"),
+            ({"import_user": "Root"}, "invalid_import_user"),
+            ({"import_user": "a b"}, "invalid_import_user"),
             ({"gpu_count": 1}, "limit_exceeded"),
             ({"ram_bytes": -1}, "invalid_body"),
             ({"tags": [""]}, "invalid_body"),
@@ -61,9 +68,9 @@ class BodyTests(SynchronousTestCase):
 
 class ChoiceTests(SynchronousTestCase):
     def test_wait(self) -> None:
-        """wait=agent waits for the agent, absent waits for nothing, userdata is not supported yet."""
-        self.assertEqual((inputs.wait("agent"), inputs.wait(None)), (Wait.AGENT, Wait.NONE))
-        self.assertEqual(self.assertRaises(BadRequest, inputs.wait, "userdata").code, "not_supported")
+        """wait=agent waits for the agent, wait=userdata for the userdata too, absent waits for nothing."""
+        self.assertEqual((inputs.wait("agent"), inputs.wait("userdata"), inputs.wait(None)),
+                         (Wait.AGENT, Wait.USERDATA, Wait.NONE))
 
     def test_shutdown_action(self) -> None:
         """The query's action wins over the body's; reboot is the default; others are refused."""

@@ -20,8 +20,8 @@ class Channel(Protocol):
     def open_stream(self, header: Mapping[str, Any], protocol: IProtocol) -> AgentStream:
         """Open a stream for ``header`` served by ``protocol`` (its transport is the stream)."""
 
-    async def request(self, header: Mapping[str, Any], limit: int) -> bytes:
-        """Send ``header`` and nothing else; return what the agent answers (at most ``limit`` bytes)."""
+    async def request(self, header: Mapping[str, Any], limit: int, body: bytes = b"") -> bytes:
+        """Send ``header`` and ``body``; return what the agent answers (at most ``limit`` bytes)."""
 
 
 __all__ = ["Channel"]

@@ -100,6 +100,7 @@ class AgentClient(AgentGuest):
         self._log = log if log is not None else Logger()
         self._protocol: Optional[AgentProtocol] = None
         self._ready: OneShotObserver[None] = OneShotObserver()
+        self._ready_callbacks: list[Callable[[], None]] = []
         factory = Factory.forProtocol(lambda: self._build_protocol(hello_timeout))
         self._service = reconnecting_channel(
             reactor,
@@ -121,6 +122,19 @@ class AgentClient(AgentGuest):
     def _established(self, protocol: AgentProtocol) -> None:
         if protocol is self._protocol:
             self._ready.fire(None)
+            for callback in list(self._ready_callbacks):
+                try:
+                    callback()
+                except Exception:
+                    self._log.failure("a callback of the agent's readiness failed")
+
+    def on_ready(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """
+        Call ``callback`` every time the agent answers on a new connection (or
+        a restarted agent behind the same one); returns a function that stops it.
+        """
+        self._ready_callbacks.append(callback)
+        return lambda: self._ready_callbacks.remove(callback) if callback in self._ready_callbacks else None
 
     @property
     def connected(self) -> bool:
@@ -202,10 +216,10 @@ class AgentClient(AgentGuest):
         except ChannelNotReady as e:
             raise AgentUnavailable(str(e)) from None
 
-    async def request(self, header: Mapping[str, Any], limit: int) -> bytes:
+    async def request(self, header: Mapping[str, Any], limit: int, body: bytes = b"") -> bytes:
         """
-        Open a stream, send nothing (half-close at once) and return everything the
-        agent sends until it half-closes.
+        Open a stream, send ``body`` (nothing by default), half-close, and
+        return everything the agent sends until it half-closes.
 
         :param limit: most bytes accepted; more fails the request.
         :raises AgentUnavailable: if not connected or lost during the request.
@@ -213,6 +227,8 @@ class AgentClient(AgentGuest):
         """
         collect = _Collect(limit)
         stream = self.open_stream(header, collect)
+        if body:
+            stream.write(body)
         stream.loseConnection()
         try:
             return await collect.done

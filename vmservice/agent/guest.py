@@ -27,6 +27,7 @@ from ..nodes.guest import (
     ExecRequest,
     ForwardRequest,
     FsEntry,
+    GuestSecret,
     IDownload,
     IExecProcess,
     IExecSink,
@@ -37,12 +38,14 @@ from ..nodes.guest import (
     IUpload,
     IWatch,
     IWatchSink,
+    LoginOutcome,
     ShellRequest,
     UploadRequest,
+    UserdataOutcome,
     WatchRequest,
 )
 from ..errors import AgentError
-from . import filesystem
+from . import filesystem, provisioning
 from .background import AgentBackground
 from .copying import start_download, start_upload
 from .errors import AgentRequestFailed
@@ -83,6 +86,7 @@ def parse_health(body: bytes) -> AgentHealth:
         agent_version=record["agent_version"],
         system_uptime=record["system_uptime"],
         userdata_ran=record["userdata_ran"],
+        userdata_exit_code=exit_code if type(exit_code := record.get("userdata_exit_code")) is int else None,
     )
 
 
@@ -99,10 +103,10 @@ class AgentGuest(ABC):
         """
 
     @abstractmethod
-    async def request(self, header: Mapping[str, Any], limit: int) -> bytes:
+    async def request(self, header: Mapping[str, Any], limit: int, body: bytes = b"") -> bytes:
         """
-        Open a stream, send nothing and return what the agent sends until it
-        half-closes (at most ``limit`` bytes).
+        Open a stream, send ``body`` (nothing by default) and return what the
+        agent sends until it half-closes (at most ``limit`` bytes).
         """
 
     async def health(self) -> AgentHealth:
@@ -132,6 +136,18 @@ class AgentGuest(ABC):
         if type(previous) is not int:
             raise AgentRequestFailed("clock reply has no valid 'previous_ns'")
         return previous
+
+    async def place_secrets(self, secrets: tuple[GuestSecret, ...]) -> tuple[str, ...]:
+        """Make ``/run/secrets`` hold exactly ``secrets``; fires with the names removed."""
+        return await provisioning.place_secrets(self, secrets)
+
+    async def run_userdata(self, script: bytes) -> UserdataOutcome:
+        """Run the node's userdata unless it ran before; fires once it is over."""
+        return await provisioning.run_userdata(self, script)
+
+    async def login(self, user: str, keys: tuple[str, ...]) -> LoginOutcome:
+        """Make ``user`` (when missing), install its SSH keys, start the SSH server when there are keys."""
+        return await provisioning.login(self, user, keys)
 
     @property
     def background(self) -> AgentBackground:

@@ -21,7 +21,9 @@ import attrs
 from twisted.web.iweb import IRequest
 
 from ..errors import BadRequest
-from ..nodes.model import MAX_TAGS, CreateRequest, Wait, tag_problem, unique
+from ..config import MAX_USERDATA
+from ..nodes.model import (LOGIN_USER_PATTERN, MAX_NODE_SECRETS, MAX_SSH_KEY_LENGTH, MAX_SSH_KEYS, MAX_TAGS,
+                           SECRET_NAME_PATTERN, CreateRequest, Wait, tag_problem, unique)
 from ..nodes.tagging import TagEdit
 from ..nodes.transitions import Op
 from ..structuring import format_path, strict_converter, structure_errors
@@ -41,7 +43,7 @@ DEFAULT_WAIT = 300.0
 
 def wait_param(answers: str) -> Any:
     """The ``wait`` parameter of routes that start a VM; ``answers`` says when they answer."""
-    return param(Choice(("agent", "userdata")), f"{answers} (userdata: not supported yet, 400 not_supported)")
+    return param(Choice(("agent", "userdata")), answers)
 
 
 def timeout_param(past: str) -> Any:
@@ -50,14 +52,8 @@ def timeout_param(past: str) -> Any:
 
 
 def wait(value: str | None) -> Wait:
-    """
-    The domain's wait for a ``wait`` parameter.
-
-    :raise BadRequest: (``not_supported``) ``userdata``: no userdata support yet.
-    """
-    if value == "userdata":
-        raise BadRequest("wait=userdata is not supported yet (userdata is not supported yet)", code="not_supported")
-    return Wait.AGENT if value == "agent" else Wait.NONE
+    """The domain's wait for a ``wait`` parameter."""
+    return {"agent": Wait.AGENT, "userdata": Wait.USERDATA}.get(value or "", Wait.NONE)
 
 
 def structure(data: Any, cls: type[T]) -> T:
@@ -205,7 +201,52 @@ def create_request(request: IRequest) -> CreateRequest:
         protected=bool(body.protected),
         tags=tags,
         ip=body.ip or None,
+        userdata=_userdata(body.userdata or ""),
+        secrets=_secret_names(body.secrets or []),
+        ssh_keys=_ssh_keys(body.ssh_keys or []),
+        import_user=_login_user(body.import_user or "") or None,
+        codehost_user=body.codehost_user or None,
     )
+
+
+def _userdata(script: str) -> str:
+    """:raise BadRequest: (``userdata_too_large``) more than MAX_USERDATA bytes."""
+    size = len(script.encode("utf-8"))
+    if size > MAX_USERDATA:
+        raise BadRequest(f"field 'userdata' is {size} bytes; at most {MAX_USERDATA} are allowed", code="userdata_too_large")
+    return script
+
+
+def _secret_names(names: list[str]) -> tuple[str, ...]:
+    """:raise BadRequest: (``invalid_body``) too many, or one that cannot be a secret's name."""
+    if len(names) > MAX_NODE_SECRETS:
+        raise BadRequest(f"field 'secrets': at most {MAX_NODE_SECRETS} secrets", code="invalid_body")
+    for index, name in enumerate(names):
+        if not re.fullmatch(SECRET_NAME_PATTERN, name):
+            raise BadRequest(f"field 'secrets[{index}]': {name[:64]!r} is not a secret's name", code="invalid_body")
+    return unique(names)
+
+
+def _ssh_keys(keys: list[str]) -> tuple[str, ...]:
+    """
+    :raise BadRequest: (``invalid_ssh_key``) too many, or one that is not a
+        single line ``TYPE BASE64 [COMMENT]``.
+    """
+    if len(keys) > MAX_SSH_KEYS:
+        raise BadRequest(f"field 'ssh_keys': at most {MAX_SSH_KEYS} keys", code="invalid_ssh_key")
+    for index, key in enumerate(keys):
+        words = key.split()
+        if len(key) > MAX_SSH_KEY_LENGTH or "\n" in key or "\r" in key or len(words) < 2:
+            raise BadRequest(f"field 'ssh_keys[{index}]' is not an OpenSSH public key line", code="invalid_ssh_key")
+    return unique(key.strip() for key in keys)
+
+
+def _login_user(name: str) -> str:
+    """:raise BadRequest: (``invalid_import_user``) not a user name."""
+    if name and not re.fullmatch(LOGIN_USER_PATTERN, name):
+        raise BadRequest(f"field 'import_user': {name[:64]!r} is not a user name ({LOGIN_USER_PATTERN})",
+                         code="invalid_import_user")
+    return name
 
 
 def _tags(name: str, tags: list[str]) -> tuple[str, ...]:

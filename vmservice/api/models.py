@@ -14,7 +14,9 @@ from typing import Any
 
 from attrs import field, frozen
 
-from ..nodes.model import HOSTNAME_PATTERN, MAX_TAG_LENGTH, MAX_TAGS, TAG_PATTERN
+from ..config import MAX_USERDATA
+from ..nodes.model import (HOSTNAME_PATTERN, LOGIN_USER_PATTERN, MAX_NODE_SECRETS, MAX_SSH_KEY_LENGTH, MAX_SSH_KEYS,
+                           MAX_TAG_LENGTH, MAX_TAGS, TAG_PATTERN)
 from .query import FILE_MODE, GUEST_PATH
 
 
@@ -179,16 +181,28 @@ class CreateNodeRequest:
     gpu_count: int | None = constrained({"minimum": 0, "maximum": 0, "description": "This host has no GPUs"})
     persistent: bool | None = None
     disk_image: str | None = unsupported("only the host group's image is supported", _EMPTY_TEXT)
-    import_user: str | None = unsupported("importing users is not supported", _EMPTY_TEXT)
-    ssh_keys: list[str] | None = unsupported(
-        "SSH keys are not supported (use exec or shell through the agent)", _EMPTY_LIST
-    )
+    import_user: str | None = constrained({
+        "pattern": f"^(?:{LOGIN_USER_PATTERN})?$",
+        "description": "The login user made in the guest for SSH (default root when keys are given)",
+    })
+    ssh_keys: list[str] | None = constrained({
+        "maxItems": MAX_SSH_KEYS, "items": {"type": "string", "maxLength": MAX_SSH_KEY_LENGTH},
+        "description": "OpenSSH public keys of the login user; the SSH server starts when there are any",
+    })
     protected: bool | None = None
-    userdata: str | None = unsupported("userdata is not supported yet", _EMPTY_TEXT)
+    userdata: str | None = constrained({
+        "description": f"A shell script run once as root at the first boot (at most {MAX_USERDATA} bytes "
+                       "with the host group's)",
+    })
     tags: list[str] | None = tag_list("The node's tags; duplicates collapse")
-    secrets: list[str] | None = unsupported("secrets are not supported yet", _EMPTY_LIST)
+    secrets: list[str] | None = constrained({
+        "maxItems": MAX_NODE_SECRETS, "items": {"type": "string"},
+        "description": "Names of stored secrets placed in the guest as /run/secrets/NAME",
+    })
     pci_devices: list[str] | None = unsupported("PCI passthrough is not supported", _EMPTY_LIST)
-    codehost_user: str | None = unsupported("importing keys from a code host is not supported", _EMPTY_TEXT)
+    codehost_user: str | None = constrained({
+        "description": "Take the login user's keys from this user of the code host instead of ssh_keys",
+    })
     network: dict[str, list[str]] | None = unsupported("per-node network policy is not supported yet",
                                                        {"maxProperties": 0})
 
@@ -232,6 +246,7 @@ class AgentHealth:
     system_uptime: int
     userdata_ran: bool
     ip: str = field(default="")
+    userdata_exit_code: int | None = None
 
 
 @frozen

@@ -125,6 +125,7 @@ class VmApi:
                 agent_version=health.agent_version,
                 system_uptime=health.system_uptime,
                 userdata_ran=health.userdata_ran,
+                userdata_exit_code=health.userdata_exit_code,
                 ip=record.ip,
             ),
         )

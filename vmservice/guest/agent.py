@@ -655,17 +655,22 @@ class HealthHandler(StreamHandler):
     ``{"op": "health"}``: one DATA with the agent's health as JSON, then HALF_CLOSE.
 
     The reply has ``agent_uptime`` and ``system_uptime`` (integer nanoseconds),
-    ``agent_version`` and ``userdata_ran``, the fields of the API's AgentHealth.
+    ``agent_version`` and ``userdata_ran``, the fields of the API's AgentHealth,
+    and ``userdata_exit_code`` once userdata has exited.
     """
 
     def start(self) -> None:
         context = self.stream.context
-        report = {
+        marker = read_userdata_marker(context.userdata_marker)
+        report: dict[str, Any] = {
             "agent_uptime": time.monotonic_ns() - context.started_ns,
             "agent_version": context.version,
             "system_uptime": system_uptime_ns(context.proc_uptime),
-            "userdata_ran": context.userdata_ran(),
+            "userdata_ran": userdata_ran(marker),
         }
+        exit_code = marker.get("exit_code") if marker is not None else None
+        if type(exit_code) is int:
+            report["userdata_exit_code"] = exit_code
         self.stream.write(json.dumps(report, separators=(",", ":")).encode("utf-8"))
         self.stream.end()
 
@@ -735,6 +740,34 @@ class ClockHandler(StreamHandler):
         self.stream.end()
 
 
+#: Where the outcome of the node's userdata is kept, on the node's disk: a JSON object
+#: whose ``state`` is ``running``, ``finished`` or ``interrupted`` (see
+#: :mod:`vmservice.guest.userdata`, which writes it).  Read here, by every health reply,
+#: so that health does not import the userdata module.
+USERDATA_MARKER = "/var/lib/vmservice/userdata.json"
+#: The states of :data:`USERDATA_MARKER` in which userdata is over.
+USERDATA_OVER = ("finished", "interrupted")
+
+
+def read_userdata_marker(path: str) -> Optional[dict[str, Any]]:
+    """
+    The userdata marker at ``path`` as a dict, or None when there is none (or it
+    is unreadable: a write never leaves half a marker, see
+    :func:`vmservice.guest.userdata.write_marker`).
+    """
+    try:
+        with open(path, "rb") as stream:
+            marker = json.loads(stream.read(65536))
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) else None
+
+
+def userdata_ran(marker: Optional[Mapping[str, Any]]) -> bool:
+    """Whether the node's userdata is over (or there was none to run)."""
+    return marker is not None and marker.get("state") in USERDATA_OVER
+
+
 #: The operations the agent serves, by the ``op`` of the OPEN header.
 HANDLERS: dict[str, type[StreamHandler]] = {
     "health": HealthHandler,
@@ -753,6 +786,9 @@ LAZY_HANDLERS: dict[str, str] = {
     "watch": "vmservice.guest.watching:WatchHandler",
     "shell": "vmservice.guest.shell:ShellHandler",
     "forward": "vmservice.guest.forwarding:ForwardHandler",
+    "secrets": "vmservice.guest.secrets:SecretsHandler",
+    "userdata": "vmservice.guest.userdata:UserdataHandler",
+    "login": "vmservice.guest.login:LoginHandler",
 }
 
 
@@ -795,6 +831,8 @@ class AgentContext:
     :ivar realtime_ns: reads the wall clock, in nanoseconds since the epoch.
     :ivar set_realtime_ns: sets the wall clock (the ``clock`` op); tests replace
         it, so that they never set the clock of the machine they run on.
+    :ivar userdata_marker: the file saying whether and how userdata ran (see
+        :mod:`vmservice.guest.userdata`); tests point it elsewhere.
     """
 
     def __init__(
@@ -805,18 +843,15 @@ class AgentContext:
         *,
         realtime_ns: Callable[[], int] = time.time_ns,
         set_realtime_ns: Callable[[int], None] = set_realtime_ns,
+        userdata_marker: str = USERDATA_MARKER,
     ) -> None:
+        self.userdata_marker = userdata_marker
         self.version = agent_version() if version is None else version
         self.started_ns = time.monotonic_ns() if started_ns is None else started_ns
         self.proc_uptime = proc_uptime
         self.realtime_ns = realtime_ns
         self.set_realtime_ns = set_realtime_ns
 
-    def userdata_ran(self) -> bool:
-        """
-        Whether the userdata script has finished (not implemented yet: always False).
-        """
-        return False
 
 
 # -- one session over one pipe ------------------------------------------------------------

@@ -15,15 +15,22 @@ from typing import Callable
 
 from twisted.logger import Logger
 
-from ..config import HostGroupConfig
+from twisted.internet.defer import Deferred
+
+from ..config import MAX_USERDATA, HostGroupConfig
+from ..durable import write_atomic
 from ..errors import BadRequest, Conflict, Internal, WaitTimeout
 from .model import CreateRequest, NodeRecord, Status, Wait, unique, valid_hostname, visible
 from .parts import FleetParts
-from .readiness import NotReady, wait_for_agent
+from .guest import IGuestConnection
+from .readiness import NotReady, answered, wait_for_guest
 from .registry import Registry
 from .runtime import NodeRuntime
 
 log = Logger()
+
+#: The login user of a node given SSH keys without ``import_user``.
+DEFAULT_LOGIN_USER = "root"
 
 
 def _limits(group: HostGroupConfig, request: CreateRequest) -> tuple[int, int]:
@@ -41,6 +48,32 @@ def _limits(group: HostGroupConfig, request: CreateRequest) -> tuple[int, int]:
     if cpus <= 0 or cpus > group.vcpu:
         raise BadRequest(f"cpus must be between 1 and {group.vcpu} for host group {group.name!r}", code="limit_exceeded")
     return ram_bytes, cpus
+
+
+def _userdata(group: HostGroupConfig, request: CreateRequest) -> bytes:
+    """
+    The userdata of a new node: the group's, then the request's, as one script.
+
+    :raise BadRequest: (``userdata_too_large``) more than :data:`MAX_USERDATA` bytes.
+    """
+    script = "\n".join(part for part in (group.userdata, request.userdata) if part).encode("utf-8")
+    if len(script) > MAX_USERDATA:
+        raise BadRequest(f"userdata is {len(script)} bytes with the host group's; at most {MAX_USERDATA} are allowed",
+                         code="userdata_too_large")
+    return script
+
+
+async def _ready(node: NodeRuntime, agent: IGuestConnection, wait: Wait) -> None:
+    """
+    Wait until a new node is ready for its creator: its agent answered, its
+    secrets and login are in place, and with :attr:`Wait.USERDATA` its
+    userdata is over.
+    """
+    await answered(agent)
+    if node.record.secrets or node.record.login_user:
+        await node.provisioning.configured()
+    if wait is Wait.USERDATA and node.record.userdata:
+        await node.provisioning.userdata_over()
 
 
 class Creation:
@@ -68,6 +101,15 @@ class Creation:
         group = parts.group(group_name)
         ram_bytes, cpus = _limits(group, request)
         image = parts.image(group)
+        userdata = _userdata(group, request)
+        if request.secrets:
+            if parts.secrets is None:
+                raise BadRequest("this daemon has no secrets store", code="unknown_secret")
+            parts.secrets.resolve(request.secrets)
+        user, keys = await self._login(request)
+        if keys and image.manifest.get("ssh_server") is False:
+            raise BadRequest(f"image {image.name!r} has no SSH server: ssh_keys cannot be used with it",
+                             code="no_ssh_server")
         lease = parts.addressing.lease(group, request.ip, self._registry.addresses())
         record = NodeRecord(
             hostname=self._hostname(group, request.hostname),
@@ -79,19 +121,26 @@ class Creation:
             persistent=group.persistent if request.persistent is None else request.persistent,
             protected=request.protected,
             ip=str(lease.ip) if lease is not None else "",
+            secrets=request.secrets,
+            login_user=user,
+            ssh_keys=keys,
+            userdata=bool(userdata),
         )
         node = self._make(record)
         parts.store.save(record)
         log.info("creating node {hostname} in {group}", hostname=record.hostname, group=group.name)
         try:
+            if userdata:
+                write_atomic(node.paths.userdata, userdata, mode=0o600)
             net = await parts.addressing.attach(record)
             await parts.disks.create(image.rootfs.path, node.paths.disk, group.storage_size)
             machine = await node.spawn(image.kernel.path, image.initrd.path, net)
             node.set(Status.RUNNING)
             agent = node.connect_agent()
             node.started()
-            if wait is Wait.AGENT:
-                await wait_for_agent(parts.clock, machine, agent, timeout)
+            if wait is not Wait.NONE:
+                ready = Deferred.fromCoroutine(_ready(node, agent, wait))
+                await wait_for_guest(parts.clock, machine, ready, timeout)
         except BaseException as error:
             await node.remove()
             if isinstance(error, NotReady):
@@ -102,6 +151,25 @@ class Creation:
                 raise Internal(f"node {record.hostname!r} failed to boot: {error}", code="boot_failed") from None
             raise
         return visible(node.record)
+
+    async def _login(self, request: CreateRequest) -> tuple[str, tuple[str, ...]]:
+        """
+        The login user and its keys: the code host user's keys instead of
+        ``ssh_keys`` when ``codehost_user`` is given; the user is
+        :data:`DEFAULT_LOGIN_USER` unless ``import_user`` names one, and none
+        without keys or ``import_user``.
+
+        :raise BadRequest: (``not_supported``) ``codehost_user`` without a code host configured.
+        """
+        keys = request.ssh_keys
+        if request.codehost_user:
+            fetch = self._parts.codehost_keys
+            if fetch is None:
+                raise BadRequest("codehost_user: no code host is configured", code="not_supported")
+            keys = await fetch(request.codehost_user)
+        if request.import_user:
+            return request.import_user, keys
+        return (DEFAULT_LOGIN_USER if keys else ""), keys
 
     def _hostname(self, group: HostGroupConfig, wanted: str | None) -> str:
         """

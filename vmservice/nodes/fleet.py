@@ -29,9 +29,11 @@ from __future__ import annotations
 
 from typing import Callable
 
+from attrs import evolve
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from ..config import HostGroupConfig
 from ..errors import AgentNotConnected, NotFound, Protected
@@ -57,6 +59,10 @@ from .transitions import Op, check
 log = Logger()
 
 
+def _resync_failed(failure: Failure, hostname: str) -> None:
+    log.error("could not place the secrets of node {hostname} again: {error}", hostname=hostname, error=failure.value)
+
+
 class Fleet(Service):
     """
     The nodes of one daemon.
@@ -77,6 +83,7 @@ class Fleet(Service):
         self.lifecycle = Lifecycle(self._registry, parts)
         self.snapshots = Snapshots(self._registry, parts)
         self.tagging = Tagging(self._registry)
+        self._unsubscribe: Callable[[], None] = lambda: None
 
     def _register(self, record: NodeRecord) -> NodeRuntime:
         node = NodeRuntime(record, self._parts, self._registry.drop)
@@ -87,6 +94,8 @@ class Fleet(Service):
 
     def startService(self) -> None:
         super().startService()  # type: ignore[no-untyped-call]  # Twisted's Service is not annotated
+        if self._parts.secrets is not None:
+            self._unsubscribe = self._parts.secrets.subscribe(self._secret_changed)
         Deferred.fromCoroutine(self._start()).addBoth(self._recovered.fire)
 
     async def _start(self) -> None:
@@ -104,6 +113,7 @@ class Fleet(Service):
 
     def stopService(self) -> Deferred[None]:
         super().stopService()  # type: ignore[no-untyped-call]  # Twisted's Service is not annotated
+        self._unsubscribe()
         return Deferred.fromCoroutine(self._stop_all())
 
     async def _stop_all(self) -> None:
@@ -204,7 +214,21 @@ class Fleet(Service):
             stopped, suspended, or busy with an operation that ends its VM.
         :raise AgentNotConnected: it should answer but does not (in time).
         """
-        return await bounded_health(self._parts.clock, hostname, self.guest(hostname))
+        health = await bounded_health(self._parts.clock, hostname, self.guest(hostname))
+        if not self._registry.find(hostname).record.userdata:
+            # Nothing to run: over as soon as the agent answers.
+            health = evolve(health, userdata_ran=True)
+        return health
+
+    def _secret_changed(self, name: str) -> None:
+        """A secret was created, changed or deleted: place it again in the running nodes that hold it."""
+        for node in self._registry.all():
+            agent = node.agent
+            if name in node.record.secrets and agent is not None and agent.connected:
+                log.info("placing secret {name} again in node {hostname}", name=name, hostname=node.hostname)
+                Deferred.fromCoroutine(node.provisioning.resync_secrets(agent)).addErrback(
+                    _resync_failed, node.hostname
+                )
 
     # -- create and delete ----------------------------------------------
 

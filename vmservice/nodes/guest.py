@@ -36,13 +36,72 @@ class AgentHealth:
     :ivar agent_uptime: nanoseconds since the agent started.
     :ivar agent_version: the vmservice version inside the guest image.
     :ivar system_uptime: nanoseconds since the guest kernel booted.
-    :ivar userdata_ran: whether the userdata script has finished.
+    :ivar userdata_ran: whether the node's userdata is over (at once for a
+        node without userdata).
+    :ivar userdata_exit_code: its exit code once it exited; None before, for
+        none, or when a reboot interrupted it.
     """
 
     agent_uptime: int
     agent_version: str
     system_uptime: int
     userdata_ran: bool
+    userdata_exit_code: int | None = None
+
+
+@frozen
+class GuestSecret:
+    """
+    A secret as placed in the guest (``/run/secrets/<name>``).
+
+    :ivar name: the file's name.
+    :ivar data: its content.
+    :ivar mode: its permission bits.
+    :ivar uid: its owner.
+    :ivar gid: its group.
+    """
+
+    name: str
+    data: bytes
+    mode: int
+    uid: int
+    gid: int
+
+
+@frozen
+class UserdataOutcome:
+    """
+    How the node's userdata ended.
+
+    :ivar state: ``finished`` or ``interrupted`` (the VM went down while it ran).
+    :ivar exit_code: the script's exit status; None when interrupted or when
+        there was no script.
+    :ivar ran_script: whether there was a script to run.
+    """
+
+    state: str
+    exit_code: int | None
+    ran_script: bool
+
+
+@frozen
+class LoginOutcome:
+    """
+    The login user as the guest has it.
+
+    :ivar user: its name.
+    :ivar uid: its user id.
+    :ivar home: its home directory.
+    :ivar created: whether it was just created.
+    :ivar sshd: the SSH server: ``started``, ``running``, ``absent`` (the image
+        has none) or ``off`` (no keys, so not started).
+    """
+
+    user: str
+    uid: int
+    home: str
+    created: bool
+    sshd: str
 
 
 @frozen
@@ -517,6 +576,15 @@ class IGuest(Interface):
     async def set_clock(unix_ns: int) -> int:
         """Set the guest's wall clock; fires with the guest's time just before."""
 
+    async def place_secrets(secrets: "tuple[GuestSecret, ...]") -> tuple[str, ...]:
+        """Make ``/run/secrets`` hold exactly ``secrets``; fires with the names removed."""
+
+    async def run_userdata(script: bytes) -> UserdataOutcome:
+        """Run the node's userdata unless it ran before; fires once it is over."""
+
+    async def login(user: str, keys: "tuple[str, ...]") -> LoginOutcome:
+        """Make ``user`` (when missing), install its SSH keys, start the SSH server when there are keys."""
+
     background = Attribute(
         "Its background execs, a vmservice.nodes.background.IBackgroundExecs: processes that run on their own, "
         "their output kept in the guest."
@@ -571,6 +639,9 @@ class IGuestConnection(IGuest):
     def when_ready() -> Deferred[None]:
         """Fire as soon as the agent answers (at once if it does); cancel to stop waiting."""
 
+    def on_ready(callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` each time the agent answers on a new connection or after it restarted; returns a stop."""
+
 
 __all__ = [
     "AgentHealth",
@@ -579,6 +650,7 @@ __all__ = [
     "ExecRequest",
     "ForwardRequest",
     "FsEntry",
+    "GuestSecret",
     "IDownload",
     "IExecProcess",
     "IExecSink",
@@ -588,12 +660,14 @@ __all__ = [
     "IGuestConnection",
     "ITunnel",
     "ITunnelPeer",
+    "LoginOutcome",
     "IUpload",
     "IWatch",
     "IWatchSink",
     "ShellRequest",
     "UploadRequest",
     "UploadResult",
+    "UserdataOutcome",
     "WATCH_EVENT_TYPES",
     "WatchEvent",
     "WatchRequest",

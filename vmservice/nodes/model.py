@@ -14,6 +14,17 @@ from typing import Iterable
 from attrs import evolve, frozen
 
 
+#: Most secrets one node holds (the guest takes no more).
+MAX_NODE_SECRETS = 64
+#: Most SSH keys of a node, and most characters of one.
+MAX_SSH_KEYS = 100
+MAX_SSH_KEY_LENGTH = 16 * 1024
+#: Secret names: no path separators, no dot-files, at most 128 characters.
+SECRET_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+#: Login user names: what Debian's ``adduser`` accepts by default, without upper case.
+LOGIN_USER_PATTERN = "[a-z_][a-z0-9_-]{0,31}"
+
+
 class Status(str, Enum):
     """
     A node's lifecycle status.
@@ -60,6 +71,11 @@ class NodeRecord:
     :ivar initrd: the initramfs the VM was started with.
     :ivar hypervisor: how the VM was last started (the driver's description,
         ``qemu microvm, tcg``); empty in records written before it was kept.
+    :ivar secrets: the names of the secrets placed in its guest.
+    :ivar login_user: the user made in its guest for SSH logins; empty for none.
+    :ivar ssh_keys: that user's authorized keys.
+    :ivar userdata: whether it has userdata (kept in its directory, see
+        :attr:`~.paths.NodePaths.userdata`).
     """
 
     hostname: str
@@ -77,6 +93,10 @@ class NodeRecord:
     kernel: str = ""
     initrd: str = ""
     hypervisor: str = ""
+    secrets: tuple[str, ...] = ()
+    login_user: str = ""
+    ssh_keys: tuple[str, ...] = ()
+    userdata: bool = False
 
     def with_status(self, status: Status, pid: int | None = None) -> "NodeRecord":
         """A copy with another status (and pid)."""
@@ -102,8 +122,10 @@ class Wait(Enum):
 
     #: Nothing: answer once the VM process runs.
     NONE = "none"
-    #: The guest agent's first health reply.
+    #: The guest agent's first health reply, and its secrets and login in place.
     AGENT = "agent"
+    #: All of that, and the node's userdata over.
+    USERDATA = "userdata"
 
 
 @frozen
@@ -120,6 +142,12 @@ class CreateRequest:
     :ivar tags: the caller's tags (valid, see :func:`tag_problem`; duplicates
         collapse).
     :ivar ip: a requested address in the group's range.
+    :ivar userdata: a shell script run once at the first boot; empty for none.
+    :ivar secrets: names of stored secrets placed in the guest.
+    :ivar ssh_keys: OpenSSH public keys of the login user.
+    :ivar import_user: the login user; ``None`` for the default.
+    :ivar codehost_user: take the login user's keys from this user of the
+        code host instead of ``ssh_keys``.
     """
 
     hostname: str | None = None
@@ -129,6 +157,11 @@ class CreateRequest:
     protected: bool = False
     tags: tuple[str, ...] = ()
     ip: str | None = None
+    userdata: str = ""
+    secrets: tuple[str, ...] = ()
+    ssh_keys: tuple[str, ...] = ()
+    import_user: str | None = None
+    codehost_user: str | None = None
 
 
 @frozen

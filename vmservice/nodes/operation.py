@@ -105,12 +105,13 @@ async def suspendable(parts: FleetParts) -> None:
 
 async def wait_after(parts: FleetParts, node: NodeRuntime, wait: Wait, timeout: float) -> None:
     """
-    ``wait=agent`` of restore and relaunch: the node stays up when the wait fails.
+    ``wait=agent`` of restore and relaunch (``wait=userdata`` waits the same:
+    userdata runs at the first boot only): the node stays up when the wait fails.
 
     :raise WaitTimeout: the agent did not answer within ``timeout`` seconds.
     :raise Internal: (``boot_failed``) its VM ended first.
     """
-    if wait is not Wait.AGENT or node.machine is None or node.agent is None:
+    if wait is Wait.NONE or node.machine is None or node.agent is None:
         return
     try:
         await wait_for_agent(parts.clock, node.machine, node.agent, timeout)

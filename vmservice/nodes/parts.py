@@ -21,6 +21,7 @@ from ..observer import OneShotObserver
 from ..storage.interfaces import IDisks
 from .addressing import Addressing
 from .guest import IGuestConnection
+from .provisioning import SecretSource
 from .store import NodeStore
 
 _T = TypeVar("_T")
@@ -71,6 +72,9 @@ class FleetParts:
     :ivar agents: makes the agent connection of a node from its socket path.
     :ivar addressing: addresses and the host side of VM networks.
     :ivar blocking: runs a blocking call off the reactor (console reads).
+    :ivar secrets: the secrets store, whose secrets nodes get.
+    :ivar codehost_keys: fetches the SSH keys a user publishes on the code
+        host (``codehost_user``); None when no code host is configured.
     :ivar on_boot: called with ``(group, seconds)`` when a node's agent first
         answers after a boot, for the boot-duration metric.
     :ivar stop_grace: seconds a graceful stop waits before it kills.
@@ -87,6 +91,8 @@ class FleetParts:
     agents: Callable[[str], IGuestConnection]
     addressing: Addressing
     blocking: Blocking
+    secrets: SecretSource | None = None
+    codehost_keys: Callable[[str], Deferred[tuple[str, ...]]] | None = None
     on_boot: Callable[[str, float], None] = field(default=_no_boots)
     stop_grace: float = 10.0
     wall_clock: Callable[[], int] = field(default=time.time_ns)

@@ -33,6 +33,7 @@ class NodePaths:
     :ivar agent: the agent channel's UNIX socket.
     :ivar qmp: the QMP monitor's UNIX socket.
     :ivar state: its snapshot (memory and device state) while suspended.
+    :ivar userdata: its userdata script (mode 0600), when it has one.
     """
 
     directory: str
@@ -42,6 +43,7 @@ class NodePaths:
     agent: str
     qmp: str
     state: str
+    userdata: str
 
     @property
     def partial_state(self) -> str:
@@ -83,6 +85,7 @@ class NodePaths:
             agent=os.path.join(directory, "agent.sock"),
             qmp=os.path.join(directory, "qmp.sock"),
             state=os.path.join(directory, "state.bin"),
+            userdata=os.path.join(directory, "userdata.sh"),
         )
         if max(len(paths.agent), len(paths.qmp)) > MAX_SOCKET_PATH:
             state_dir = os.path.dirname(os.path.dirname(directory))

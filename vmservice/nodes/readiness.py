@@ -54,7 +54,7 @@ async def first_of(*ds: "Deferred[Any]") -> tuple[int, Any]:
     return index, value
 
 
-async def _answered(agent: IGuestConnection) -> AgentHealth:
+async def answered(agent: IGuestConnection) -> AgentHealth:
     """The agent's first health reply, across agent restarts between its hello and its reply."""
     while True:
         await agent.when_ready()
@@ -74,15 +74,23 @@ async def wait_for_agent(clock: IReactorTime, machine: IMachine, agent: IGuestCo
 
     :raise NotReady: ``timeout`` seconds passed, or the VM ended first.
     """
-    index, value = await first_of(
-        Deferred.fromCoroutine(_answered(agent)),
-        machine.ended,
-        deferLater(clock, timeout, lambda: None),
-    )
+    await wait_for_guest(clock, machine, Deferred.fromCoroutine(answered(agent)), timeout)
+
+
+async def wait_for_guest(clock: IReactorTime, machine: IMachine, ready: "Deferred[Any]", timeout: float) -> Any:
+    """
+    Wait until ``ready`` fires (something the guest does: its agent answers,
+    its userdata is over); its result, or its failure raised.
+
+    :raise NotReady: ``timeout`` seconds passed, or the VM ended first
+        (``ready`` is cancelled then).
+    """
+    index, value = await first_of(ready, machine.ended, deferLater(clock, timeout, lambda: None))
     if index == 1:
         raise NotReady(describe_exit(value), ended=value)
     if index == 2:
         raise NotReady(f"no answer within {timeout:g} s")
+    return value
 
 
 async def bounded_health(clock: IReactorTime, hostname: str, agent: IGuest) -> AgentHealth:
@@ -117,4 +125,4 @@ def sync_clock(hostname: str, agent: IGuestConnection, wall_clock: Callable[[], 
     )
 
 
-__all__ = ["HEALTH_LIMIT", "NotReady", "bounded_health", "first_of", "sync_clock", "wait_for_agent"]
+__all__ = ["HEALTH_LIMIT", "NotReady", "answered", "bounded_health", "first_of", "sync_clock", "wait_for_agent", "wait_for_guest"]

@@ -28,6 +28,7 @@ from .model import NodeRecord, Status
 from .parts import FleetParts
 from .paths import NodePaths
 from .phase import NodePhase, node_phase
+from .provisioning import GuestSetup, Provisioning
 
 log = Logger()
 
@@ -48,6 +49,7 @@ class NodeRuntime:
     :ivar agent: its agent connection while its VM runs.
     :ivar phase: what the daemon is doing with it (see :mod:`.phase`).
     :ivar paths: its files.
+    :ivar provisioning: its guest's secrets, login and userdata.
     """
 
     def __init__(
@@ -62,6 +64,16 @@ class NodeRuntime:
         self.phase: NodePhase = node_phase(record.hostname)
         self._up: OneShotObserver[None] = OneShotObserver()
         self._boot_started: float | None = None
+        self.provisioning = Provisioning(record.hostname, self._guest_setup, parts.secrets)
+
+    def _guest_setup(self) -> GuestSetup:
+        """What the node's guest is made into, from its record and its userdata file."""
+        record = self.record
+        userdata = b""
+        if record.userdata:
+            with open(self.paths.userdata, "rb") as stream:
+                userdata = stream.read()
+        return GuestSetup(secrets=record.secrets, user=record.login_user, ssh_keys=record.ssh_keys, userdata=userdata)
 
     @property
     def hostname(self) -> str:
@@ -139,6 +151,7 @@ class NodeRuntime:
         self.agent = agent
         agent.start()
         agent.when_ready().addCallbacks(self._first_ready, lambda failure: None)
+        agent.on_ready(lambda: self.provisioning.agent_ready(agent))
         return agent
 
     def _first_ready(self, _: object) -> None:

@@ -1,0 +1,198 @@
+# -*- test-case-name: tests.guest.test_login -*-
+"""
+The node's login user and SSH keys, and its SSH server.
+
+``{"op": "login", "user": NAME}`` with the user's authorized keys as the body
+(OpenSSH lines, possibly none):
+
+- the user is created when missing (``/etc/passwd``, ``/etc/group``,
+  ``/etc/shadow``; the first free id from 1000, a home directory
+  ``/home/NAME``, bash as the shell when the image has it, no password);
+- with keys, ``~/.ssh/authorized_keys`` is replaced by them (mode 0600, the
+  directory 0700, both the user's), and the SSH server is started unless it
+  runs: host keys made when missing (ed25519: quick even without hardware
+  acceleration), ``/run/sshd``, the configuration
+  :data:`SSHD_CONFIG` (keys only, no PAM, no passwords);
+- without keys, no SSH server is started.
+
+The answer is ``{"user", "uid", "home", "created": bool, "sshd": "started" |
+"running" | "absent" | "off"}`` ("absent": the image has no SSH server).
+Keys a user adds inside the guest belong in ``~/.ssh/authorized_keys2``,
+which the daemon never touches.
+
+Standard library only: it runs inside the guest.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from typing import Any, Optional
+
+from vmservice.guest.bodies import BodyHandler
+
+__all__ = ["LoginHandler", "SSHD", "SSHD_CONFIG", "System", "ensure_user", "sshd_config"]
+
+SSHD = "/usr/sbin/sshd"
+SSHD_CONFIG = "/etc/vmservice/sshd_config"
+SSHD_PID = "/run/sshd.pid"
+_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
+#: Most bytes of authorized keys.
+MAX_KEYS = 256 * 1024
+
+
+def sshd_config(host_key: str) -> str:
+    """The SSH server's configuration: public keys only, for any user that has them (root too)."""
+    return "\n".join([
+        "# Written by the vmservice agent: public-key logins only.",
+        f"HostKey {host_key}",
+        "UsePAM no",
+        "PermitRootLogin prohibit-password",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "PubkeyAuthentication yes",
+        "AuthorizedKeysFile .ssh/authorized_keys .ssh/authorized_keys2",
+        "Subsystem sftp /usr/lib/openssh/sftp-server",
+        f"PidFile {SSHD_PID}",
+        "PrintMotd no",
+        "",
+    ])
+
+
+class System:
+    """
+    The files and programs :class:`LoginHandler` works on; tests root them in a
+    temporary directory and leave the SSH server alone.
+    """
+
+    def __init__(self, root: str = "/", sshd: str = SSHD) -> None:
+        self.root = root
+        self.sshd = sshd
+
+    def path(self, absolute: str) -> str:
+        """``absolute`` inside this system's root."""
+        return os.path.join(self.root, absolute.lstrip("/"))
+
+    def run(self, argv: list[str]) -> None:
+        """Run a program to its end; OSError if it fails."""
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              close_fds=True)
+        if done.returncode != 0:
+            raise OSError(f"{argv[0]} failed ({done.returncode}): {done.stdout.decode(errors='replace')[:300]}")
+
+    def sshd_running(self) -> bool:
+        """Whether the SSH server started earlier still runs."""
+        try:
+            with open(self.path(SSHD_PID)) as stream:
+                pid = int(stream.read().strip())
+            with open(f"/proc/{pid}/comm") as stream:
+                return stream.read().strip() == "sshd"
+        except (OSError, ValueError):
+            return False
+
+
+def _replace(path: str, text: str, mode: int) -> None:
+    temporary = f"{path}.vmservice-new"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    with os.fdopen(fd, "w") as stream:
+        stream.write(text)
+    os.chmod(temporary, mode)
+    os.rename(temporary, path)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as stream:
+            return stream.read()
+    except FileNotFoundError:
+        return ""
+
+
+def ensure_user(system: System, name: str) -> tuple[int, int, str, bool]:
+    """
+    ``(uid, gid, home, created)`` of user ``name``, created when missing.
+    """
+    passwd_path = system.path("/etc/passwd")
+    passwd = _read(passwd_path)
+    used = set()
+    for line in passwd.splitlines():
+        fields = line.split(":")
+        if len(fields) >= 7 and fields[2].isdigit() and fields[3].isdigit():
+            if fields[0] == name:
+                return int(fields[2]), int(fields[3]), fields[5], False
+            used.add(int(fields[2]))
+    group_path = system.path("/etc/group")
+    group = _read(group_path)
+    used_gids = {int(f[2]) for f in (line.split(":") for line in group.splitlines()) if len(f) >= 3 and f[2].isdigit()}
+    uid = 1000
+    while uid in used or uid in used_gids:
+        uid += 1
+    home = f"/home/{name}"
+    shell = "/bin/bash" if os.path.exists(system.path("/bin/bash")) else "/bin/sh"
+    if not any(line.split(":")[0] == name for line in group.splitlines()):
+        _replace(group_path, group + ("" if not group or group.endswith("\n") else "\n") + f"{name}:x:{uid}:\n", 0o644)
+    shadow_path = system.path("/etc/shadow")
+    if os.path.exists(shadow_path):
+        shadow = _read(shadow_path)
+        _replace(shadow_path, shadow + ("" if not shadow or shadow.endswith("\n") else "\n") + f"{name}:*:19000:0:99999:7:::\n",
+                 0o640)
+    _replace(passwd_path, passwd + ("" if not passwd or passwd.endswith("\n") else "\n")
+             + f"{name}:x:{uid}:{uid}::{home}:{shell}\n", 0o644)
+    home_path = system.path(home)
+    os.makedirs(home_path, mode=0o755, exist_ok=True)
+    os.chown(home_path, uid, uid)
+    return uid, uid, home, True
+
+
+def install_keys(system: System, uid: int, gid: int, home: str, keys: str) -> None:
+    """Replace the user's ``~/.ssh/authorized_keys`` with ``keys``."""
+    directory = system.path(os.path.join(home, ".ssh"))
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    os.chown(directory, uid, gid)
+    os.chmod(directory, 0o700)
+    path = os.path.join(directory, "authorized_keys")
+    _replace(path, keys, 0o600)
+    os.chown(path, uid, gid)
+
+
+def start_sshd(system: System) -> str:
+    """Start the SSH server unless it runs: ``started``, ``running`` or ``absent``."""
+    if not os.access(system.path(system.sshd), os.X_OK):
+        return "absent"
+    if system.sshd_running():
+        return "running"
+    host_key = "/etc/ssh/ssh_host_ed25519_key"
+    if not os.path.exists(system.path(host_key)):
+        os.makedirs(system.path("/etc/ssh"), mode=0o755, exist_ok=True)
+        system.run(["/usr/bin/ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "", "-f", system.path(host_key)])
+    os.makedirs(system.path("/run/sshd"), mode=0o755, exist_ok=True)
+    os.makedirs(os.path.dirname(system.path(SSHD_CONFIG)), mode=0o755, exist_ok=True)
+    _replace(system.path(SSHD_CONFIG), sshd_config(host_key), 0o644)
+    system.run([system.sshd, "-f", SSHD_CONFIG])
+    return "started"
+
+
+class LoginHandler(BodyHandler):
+    """Makes the login user, installs its keys, starts the SSH server (see the module's description)."""
+
+    limit = MAX_KEYS
+    #: The system worked on; tests replace it.
+    system: Optional[System] = None
+
+    def start(self) -> None:
+        user = self.header.get("user")
+        if not isinstance(user, str) or not _USER.match(user):
+            self.refuse(f"bad user name {user!r}")
+
+    def complete(self, body: bytes) -> None:
+        system = self.system if self.system is not None else System()
+        name: str = self.header["user"]
+        keys = body.decode("utf-8")
+        uid, gid, home, created = ensure_user(system, name)
+        sshd = "off"
+        if keys.strip():
+            install_keys(system, uid, gid, home, keys)
+            sshd = start_sshd(system)
+        answer: dict[str, Any] = {"user": name, "uid": uid, "home": home, "created": created, "sshd": sshd}
+        self.reply(answer)
