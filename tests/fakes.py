@@ -14,11 +14,12 @@ from typing import Any, Callable, Mapping
 from twisted.internet.defer import Deferred, fail, maybeDeferred, succeed
 from twisted.internet.interfaces import IProtocol
 from twisted.internet.testing import MemoryReactorClock
+from attrs import frozen
 from twisted.python.filepath import FilePath
 from zope.interface import implementer
 
 from vmservice.config import Config, HostGroupConfig
-from vmservice.errors import AgentNotConnected, Conflict, NotFound
+from vmservice.errors import AgentNotConnected, BadRequest, Conflict, NotFound
 from vmservice.agent.errors import AgentUnavailable
 from vmservice.agent.guest import AgentGuest
 from vmservice.agent.stream import AgentStream
@@ -335,6 +336,53 @@ def fake_image(directory: str) -> Image:
     return Image("default", root, root.child("vmlinux"), root.child("initrd.img"), root.child("rootfs.ext4"), {})
 
 
+@frozen
+class FakeSecretMeta:
+    permissions: int = 0o600
+    uid: int = 0
+    gid: int = 0
+
+
+@frozen
+class FakeSecret:
+    meta: FakeSecretMeta
+    data: bytes
+
+
+class FakeSecrets:
+    """A secrets store in memory: ``put`` and ``delete`` tell the subscribers, as the real one does."""
+
+    def __init__(self) -> None:
+        self.secrets: dict[str, FakeSecret] = {}
+        self._subscribers: list[Callable[[str], None]] = []
+
+    def put(self, name: str, data: bytes, permissions: int = 0o600, uid: int = 0, gid: int = 0) -> None:
+        self.secrets[name] = FakeSecret(FakeSecretMeta(permissions, uid, gid), data)
+        for callback in list(self._subscribers):
+            callback(name)
+
+    def delete(self, name: str) -> None:
+        del self.secrets[name]
+        for callback in list(self._subscribers):
+            callback(name)
+
+    def get(self, name: str) -> FakeSecret:
+        try:
+            return self.secrets[name]
+        except KeyError:
+            raise NotFound(f"secret {name!r} not found", code="secret_not_found") from None
+
+    def resolve(self, names: Any) -> tuple[FakeSecret, ...]:
+        unknown = [name for name in names if name not in self.secrets]
+        if unknown:
+            raise BadRequest(f"unknown secrets: {', '.join(unknown)}", code="unknown_secret")
+        return tuple(self.secrets[name] for name in names)
+
+    def subscribe(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        self._subscribers.append(callback)
+        return lambda: self._subscribers.remove(callback)
+
+
 class FleetHarness:
     """A fleet on fakes, with a clock and everything it created reachable."""
 
@@ -344,8 +392,12 @@ class FleetHarness:
         groups: tuple[HostGroupConfig, ...] | None = None,
         driver: FakeDriver | None = None,
         network: FakeNetwork | None = None,
+        codehost: dict[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.reactor = MemoryReactorClock()
+        self.secrets = FakeSecrets()
+        #: The keys of code-host users; None: no code host configured.
+        self.codehost = codehost
         self.driver = driver or FakeDriver()
         self.disks = FakeDisks()
         self.network = network or FakeNetwork()
@@ -372,6 +424,8 @@ class FleetHarness:
             agents=self._agent,
             addressing=Addressing(self.config, self.network),
             blocking=at_once,
+            secrets=self.secrets,
+            codehost_keys=self._codehost_keys if codehost is not None else None,
             on_boot=lambda group, seconds: self.boots.append((group, seconds)),
             wall_clock=lambda: 1_700_000_000_000_000_000,
         )
@@ -394,6 +448,12 @@ class FleetHarness:
         if name != "default":
             raise ImageNotFound(name, "/nowhere", "never built")
         return self.image
+
+    def _codehost_keys(self, user: str) -> Deferred[tuple[str, ...]]:
+        assert self.codehost is not None
+        if user not in self.codehost:
+            return fail(BadRequest(f"code host user {user!r} not found", code="codehost_user_unknown"))
+        return succeed(self.codehost[user])
 
     def _agent(self, path: str) -> FakeAgent:
         agent = FakeAgent(path)

@@ -67,10 +67,14 @@ class GuestSessionMixin:
         context: Optional[AgentContext] = None,
         room: Callable[[], bool] = lambda: True,
         log: Callable[[str], None] = lambda message: None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Make the session (with ``handlers`` beside the agent's own) and the host codec."""
+        """
+        Make the session (with ``handlers`` beside the agent's own) and the host codec; the loop's
+        timers run on ``clock``.
+        """
         test: Any = self
-        self.loop = Loop()
+        self.loop = Loop(clock)
         test.addCleanup(self.loop.close)
         test.patch(agent, "_log", log)
         self.written = bytearray()

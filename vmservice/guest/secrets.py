@@ -105,6 +105,8 @@ class SecretsHandler(BodyHandler):
     directory = SECRETS_DIR
     #: Whether the directory must be on a tmpfs (it is refused otherwise).
     require_tmpfs = True
+    #: Where the mounts are listed; tests point it elsewhere.
+    mounts = "/proc/mounts"
 
     def start(self) -> None:
         try:
@@ -120,7 +122,7 @@ class SecretsHandler(BodyHandler):
         os.makedirs(directory, mode=0o755, exist_ok=True)
         os.chmod(directory, 0o755)
         if self.require_tmpfs:
-            with open("/proc/mounts") as stream:
+            with open(self.mounts) as stream:
                 kind = mount_point_type(os.path.realpath(directory), stream.read())
             if kind != "tmpfs":
                 self.refuse(f"{directory} is on {kind}, not on a tmpfs: secrets must not reach a disk")

@@ -19,7 +19,7 @@ from twisted.internet.defer import Deferred
 
 from ..config import MAX_USERDATA, HostGroupConfig
 from ..durable import write_atomic
-from ..errors import BadRequest, Conflict, Internal, WaitTimeout
+from ..errors import AgentError, BadRequest, Conflict, Internal, WaitTimeout
 from .model import CreateRequest, NodeRecord, Status, Wait, unique, valid_hostname, visible
 from .parts import FleetParts
 from .guest import IGuestConnection
@@ -149,6 +149,9 @@ class Creation:
                         f"node {record.hostname!r} did not become ready within {timeout:g} s; it was removed"
                     ) from None
                 raise Internal(f"node {record.hostname!r} failed to boot: {error}", code="boot_failed") from None
+            if isinstance(error, AgentError):
+                raise Internal(f"node {record.hostname!r} could not be configured: {error}; it was removed",
+                               code="guest_setup_failed") from None
             raise
         return visible(node.record)
 
