@@ -59,7 +59,7 @@ class ProvisioningTests(SynchronousTestCase):
     def test_nonsense(self) -> None:
         """Answers that are not what the guest should say fail as malformed."""
         cases = [
-            (provisioning.place_secrets, (), [b"not json", [1], {"removed": "x"}]),
+            (provisioning.place_secrets, ((),), [b"not json", [1], {"removed": "x"}]),
             (provisioning.run_userdata, (b"",), [{"state": "running"}, {"state": "finished", "exit_code": "0"}]),
             (provisioning.login, ("root", ()), [{"user": "root"}, b"{"]),
         ]
