@@ -211,7 +211,8 @@ def _shell() -> list[str]:
 def run(argv: Optional[list[str]] = None) -> None:
     """
     The runner (its own process): run the script, copy its output to the log and
-    the console, then mark userdata ``finished`` with the exit code (128 + the
+    the console, flush every file system to its disk, then mark userdata
+    ``finished`` with the exit code (128 + the
     signal's number when a signal ended it, as shells report it).
 
     ``argv``: marker, script, log, console (empty for none); ``sys.argv[1:]`` by default.
@@ -254,6 +255,9 @@ def run(argv: Optional[list[str]] = None) -> None:
         finally:
             if console is not None:
                 console.close()
+    # What the script wrote reaches the disk before it counts as done: a reset right after
+    # (a reboot that is a reset) must not find the marker without the script's work.
+    os.sync()
     write_marker(marker_path, dict(marker, state="finished", exit_code=exit_code, ended=time.time()))
     try:
         os.unlink(script)
