@@ -943,9 +943,12 @@ class Client:
         """
         Create a node in ``group``.
 
-        :param body: a CreateNodeRequest (``{"tags": [...], "cpus": 1}``);
-            ``None`` for the group's defaults.
-        :param wait: ``"agent"`` to answer only once the guest agent is up.
+        :param body: a CreateNodeRequest (``{"tags": [...], "cpus": 1,
+            "userdata": "...", "secrets": [...], "ssh_keys": [...]}``); ``None``
+            for the group's defaults.
+        :param wait: ``"agent"`` to answer only once the guest agent is up
+            (and the node's secrets and login are in place); ``"userdata"``
+            once its userdata is over too.
         :param timeout: how long ``wait`` may take, as a Go duration
             (``"2m"``); past it the daemon removes the node and answers 408.
         :return: the CreateNodeResponse (``hostname``, ``ip``, ...).

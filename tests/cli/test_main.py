@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
+import tempfile
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -79,6 +81,22 @@ class ParseTests(SynchronousTestCase):
                          {"tags": ["a", "b"], "cpus": 1, "ram_bytes": 256 << 20, "persistent": True, "protected": True})
         self.assertEqual(create_body(parse("create", "demo")), {})
         self.assertEqual(create_body(parse("create", "demo", "--ram-bytes", "1000"))["ram_bytes"], 1000)
+
+    def test_create_guest_configuration(self) -> None:
+        """--userdata and --ssh-key read files (keys one per line, comments skipped); the other options pass."""
+        directory = tempfile.mkdtemp(dir="/tmp")
+        self.addCleanup(shutil.rmtree, directory)
+        script, keys = os.path.join(directory, "setup.sh"), os.path.join(directory, "id.pub")
+        with open(script, "w") as stream:
+            stream.write("echo hi\n")
+        with open(keys, "w") as stream:
+            stream.write("# mine\nssh-ed25519 AAAA a@b\n\nssh-rsa BBBB\n")
+        options = parse("create", "demo", "--hostname", "web", "--userdata", script, "--secret", "db", "--secret", "api",
+                        "--ssh-key", keys, "--import-user", "alice", "--codehost-user", "octocat")
+        self.assertEqual(create_body(options), {
+            "hostname": "web", "userdata": "echo hi\n", "secrets": ["db", "api"],
+            "ssh_keys": ["ssh-ed25519 AAAA a@b", "ssh-rsa BBBB"], "import_user": "alice", "codehost_user": "octocat"})
+        self.assertRaises(_Failed, create_body, parse("create", "demo", "--userdata", os.path.join(directory, "none")))
 
     def test_create_usage_errors(self) -> None:
         """Bad sizes, durations, counts and waits, and both RAM options at once, are usage errors."""

@@ -323,7 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
     create = command("create", _create, "create a node in GROUP and print its hostname")
     create.add_argument("group", metavar="GROUP")
     create.add_argument("--wait", choices=("agent", "userdata"),
-                        help="answer only once the node is ready (agent: its guest agent answers)")
+                        help="answer only once the node is ready (agent: its guest agent answers and its secrets "
+                             "and login are in place; userdata: its userdata is over too)")
     create.add_argument("--timeout", type=_duration, metavar="DURATION",
                         help="how long --wait may take, e.g. 2m (daemon default 5m); past it the node is removed")
     create.add_argument("--tag", action="append", dest="tags", metavar="T", help="a tag (repeat for more)")
@@ -333,6 +334,15 @@ def build_parser() -> argparse.ArgumentParser:
     ram.add_argument("--ram", type=_size, dest="ram_bytes", metavar="SIZE", help="memory as a size: 512M, 1G")
     create.add_argument("--persistent", action="store_true", default=None, help="keep the disk when the node is deleted")
     create.add_argument("--protected", action="store_true", default=None, help="refuse to delete the node")
+    create.add_argument("--hostname", metavar="NAME", help="the node's hostname instead of GROUP-N")
+    create.add_argument("--userdata", metavar="FILE",
+                        help="a shell script run once as root at the first boot ('-' reads standard input)")
+    create.add_argument("--secret", action="append", dest="secrets", metavar="NAME",
+                        help="a stored secret placed in /run/secrets/NAME (repeat for more)")
+    create.add_argument("--ssh-key", action="append", dest="ssh_key_files", metavar="FILE",
+                        help="a file of OpenSSH public keys (e.g. ~/.ssh/id_ed25519.pub) for the login user")
+    create.add_argument("--import-user", metavar="USER", help="the login user (default root when keys are given)")
+    create.add_argument("--codehost-user", metavar="USER", help="take the login user's keys from this code-host user")
     create.add_argument("--json", action="store_true", help="print the JSON answer instead of the hostname")
 
     delete = command("delete", _delete, "delete node HOSTNAME of GROUP")
@@ -572,7 +582,31 @@ def create_body(options: argparse.Namespace) -> dict[str, Any]:
         body["persistent"] = True
     if options.protected:
         body["protected"] = True
+    if options.hostname:
+        body["hostname"] = options.hostname
+    if options.userdata:
+        body["userdata"] = _read_text(options.userdata)
+    if options.secrets:
+        body["secrets"] = list(options.secrets)
+    if options.ssh_key_files:
+        body["ssh_keys"] = [line.strip() for path in options.ssh_key_files for line in _read_text(path).splitlines()
+                            if line.strip() and not line.startswith("#")]
+    if options.import_user:
+        body["import_user"] = options.import_user
+    if options.codehost_user:
+        body["codehost_user"] = options.codehost_user
     return body
+
+
+def _read_text(path: str) -> str:
+    """The text of file ``path`` (``-``: standard input); :class:`_Failed` when it cannot be read."""
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        with open(os.path.expanduser(path), encoding="utf-8") as stream:
+            return stream.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise _Failed(f"cannot read {path}: {error}") from None
 
 
 # -- commands --------------------------------------------------------------
