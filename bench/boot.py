@@ -1,7 +1,8 @@
 """
 Boot benchmark: ``POST /hostgroup/demo/nodes?wait=agent`` through the daemon
 against the same QEMU command started by hand until the agent's first byte,
-alternating, several rounds each, in one run.
+alternating, several rounds each, in one run; and ``wait=userdata`` with a
+trivial userdata (``true``) next to them, for what running userdata adds.
 
 Writes medians, samples and the ratio to ``bench/results/boot.json``.  The
 ratio (API / bare) is what to compare across machines; absolute seconds
@@ -35,10 +36,10 @@ from vmservice.wire import Connection, Role  # noqa: E402
 RAM = 256 * 1024 * 1024
 
 
-def api_boot(daemon: Daemon) -> float:
-    """Seconds for one create with wait=agent; the node is deleted afterwards (not timed)."""
+def api_boot(daemon: Daemon, wait: str = "agent", body: dict[str, str] | None = None) -> float:
+    """Seconds for one create with ``wait``; the node is deleted afterwards (not timed)."""
     started = time.monotonic()
-    created = daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {}, expect=201)
+    created = daemon.json("POST", f"/hostgroup/demo/nodes?wait={wait}&timeout=2m", body or {}, expect=201)
     elapsed = time.monotonic() - started
     daemon.json("DELETE", f"/hostgroup/demo/nodes/{created['hostname']}")
     return elapsed
@@ -98,11 +99,13 @@ def main() -> None:
         api_boot(daemon)  # warm-up: the accelerator probe and page cache
         accel = re.search(r"accelerator: (\w+)", daemon.log())
         accel_name = accel.group(1) if accel else "tcg"
-        api, bare = [], []
+        api, bare, userdata = [], [], []
         for round_ in range(options.rounds):
             api.append(api_boot(daemon))
             bare.append(bare_boot(accel_name, workdir))
-            print(f"round {round_ + 1}: api {api[-1]:.2f} s, bare {bare[-1]:.2f} s", flush=True)
+            userdata.append(api_boot(daemon, "userdata", {"userdata": "true"}))
+            print(f"round {round_ + 1}: api {api[-1]:.2f} s, bare {bare[-1]:.2f} s, "
+                  f"api to userdata done {userdata[-1]:.2f} s", flush=True)
         daemon_peak_rss = peak_rss(daemon.process.pid) if daemon.process else None
     finally:
         daemon.cleanup()
@@ -115,11 +118,14 @@ def main() -> None:
         "api_create_wait_agent_s": {"median": statistics.median(api), "samples": api},
         "bare_qemu_to_agent_first_byte_s": {"median": statistics.median(bare), "samples": bare},
         "ratio_api_over_bare": statistics.median(api) / statistics.median(bare),
+        "api_create_wait_userdata_trivial_s": {"median": statistics.median(userdata), "samples": userdata},
+        "ratio_userdata_over_agent": statistics.median(userdata) / statistics.median(api),
         "daemon_peak_rss_bytes": daemon_peak_rss,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     write_result(options.output, result)
-    print(json.dumps({k: result[k] for k in ("accel", "ratio_api_over_bare", "daemon_peak_rss_bytes")}))
+    print(json.dumps({k: result[k] for k in ("accel", "ratio_api_over_bare", "ratio_userdata_over_agent",
+                                              "daemon_peak_rss_bytes")}))
 
 
 if __name__ == "__main__":
