@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 CONFIG ?= conf/vmservice.yaml
 # The guest image cache lives outside the clone, keyed by the hash of its recipe.
 IMAGE_DIR ?= /var/cache/vmservice/images
-APT_PACKAGES := qemu-system-x86 qemu-utils e2fsprogs lz4 cpio kmod dpkg apt iproute2 nftables tmux
+APT_PACKAGES := qemu-system-x86 qemu-utils e2fsprogs lz4 cpio kmod dpkg apt iproute2 nftables tmux openssh-client
 export VMSERVICE_IMAGE_DIR := $(IMAGE_DIR)
 
 .PHONY: install apt venv image run typecheck check test-unit test-integration test bench clean
