@@ -28,6 +28,7 @@ from urllib.parse import quote, urlsplit
 from attrs import frozen
 from treq.client import HTTPClient
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError
+from twisted.internet.error import ConnectingCancelledError
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.protocol import Protocol, connectionDone
 from twisted.logger import Logger
@@ -155,9 +156,9 @@ class CodeHost:
         """The page at ``url``; :raise BadRequest, BadGateway: as :meth:`public_keys` says."""
         try:
             response = await self.http.get(url, unbuffered=True, headers=Headers({b"Accept": [b"text/plain"]}))
-        except CancelledError:
-            raise
         except Exception as error:
+            if _cancelled(error):
+                raise CancelledError() from None
             raise BadGateway(f"code host {self._site} cannot be reached: {_reason(error)}",
                              code="codehost_unreachable") from None
         if response.code != 200:
@@ -172,12 +173,12 @@ class CodeHost:
         response.deliverBody(reader)
         try:
             return await reader.done
-        except CancelledError:
-            raise
         except _TooLarge:
             raise BadGateway(f"code host {self._site} sent more than {MAX_KEYS_BODY} bytes of keys",
                              code="codehost_bad_answer") from None
         except Exception as error:
+            if _cancelled(error):
+                raise CancelledError() from None
             raise BadGateway(f"code host {self._site} broke off its answer: {_reason(error)}",
                              code="codehost_unreachable") from None
 
@@ -207,6 +208,17 @@ class CodeHost:
             log.warn("code host {site}: {user} publishes {count} keys; the first {most} are used",
                      site=self._site, user=user, count=len(found), most=MAX_SSH_KEYS)
         return found[:MAX_SSH_KEYS]
+
+
+def _cancelled(error: Exception) -> bool:
+    """
+    Whether ``error`` is a cancellation: of the connection attempt
+    (``ConnectingCancelledError``), or of the request, maybe wrapped by the
+    HTTP client (``ResponseNeverReceived``).
+    """
+    reasons = getattr(error, "reasons", None) or []
+    return isinstance(error, (CancelledError, ConnectingCancelledError)) or any(
+        isinstance(reason, Failure) and reason.check(CancelledError) for reason in reasons)
 
 
 def _reason(error: Exception) -> str:

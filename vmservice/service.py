@@ -127,7 +127,8 @@ def _codehost(config: Config, reactor: IDaemonReactor) -> Callable[[str], Deferr
     """What fetches a ``codehost_user``'s keys from ``codehost_url``; ``None`` when it is disabled."""
     if config.codehost_url is None:
         return None
-    client = HTTPClient(Agent(reactor, connectTimeout=config.codehost_timeout))
+    # No connect timeout of its own: CodeHost's timeout covers the whole fetch and cancels the attempt.
+    client = HTTPClient(Agent(reactor))
     return CodeHost(reactor, client, config.codehost_url, config.codehost_timeout).public_keys
 
 
