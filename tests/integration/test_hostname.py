@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
 from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image
@@ -46,6 +47,19 @@ class HostnameTests(SharedDaemonTestCase):
         """A chosen hostname is the node's and its guest's (hostname, /etc/hostname, /etc/hosts)."""
         self.assertEqual(self.chosen["hostname"], CHOSEN)
         self.assertIn(CHOSEN, self.daemon.nodes())
+        self.assertEqual(self.guest_names(CHOSEN), (0, f"{CHOSEN}\n{CHOSEN}\n127.0.1.1\t{CHOSEN}\n"))
+
+    def test_after_a_reboot(self) -> None:
+        """A rebooted guest comes back with its node's name."""
+        self.daemon.post(f"/vm/{CHOSEN}/shutdown?action=reboot")
+        reset_at = time.monotonic()
+
+        def rebooted() -> bool:
+            # A guest that booted again has been up for less time than has passed since the reset.
+            status, _, body = self.daemon.request("GET", f"/vm/{CHOSEN}/health", timeout=10)
+            return status == 200 and json.loads(body)["system_uptime"] < (time.monotonic() - reset_at) * 1e9
+
+        self.daemon.wait_for("the reboot", rebooted, timeout=180)
         self.assertEqual(self.guest_names(CHOSEN), (0, f"{CHOSEN}\n{CHOSEN}\n127.0.1.1\t{CHOSEN}\n"))
 
     def test_named_by_the_group(self) -> None:
