@@ -452,7 +452,7 @@ class FleetHarness:
     def _codehost_keys(self, user: str) -> Deferred[tuple[str, ...]]:
         assert self.codehost is not None
         if user not in self.codehost:
-            return fail(BadRequest(f"code host user {user!r} not found", code="codehost_user_unknown"))
+            return fail(BadRequest(f"code host user {user!r} not found", code="codehost_user_has_no_keys"))
         return succeed(self.codehost[user])
 
     def _agent(self, path: str) -> FakeAgent:

@@ -14,7 +14,8 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.config import ApiConfig, Config, HostGroupConfig
-from vmservice.service import StartupError, make_service
+from vmservice.errors import BadGateway
+from vmservice.service import StartupError, _codehost, make_service
 
 
 class MakeServiceTests(SynchronousTestCase):
@@ -58,3 +59,22 @@ class MakeServiceTests(SynchronousTestCase):
         make_service(config, MemoryReactorClock())
         error = self.assertRaises(StartupError, make_service, config, MemoryReactorClock())
         self.assertIn("in use", str(error))
+
+
+class CodehostTests(SynchronousTestCase):
+    def test_disabled(self) -> None:
+        """Without codehost_url there is nothing to fetch keys with (create answers not_supported)."""
+        self.assertIsNone(_codehost(Config(codehost_url=None), MemoryReactorClock()))
+
+    def test_fetch_on_the_reactor(self) -> None:
+        """The keys are fetched from codehost_url over the daemon's reactor, within codehost_timeout."""
+        reactor = MemoryReactorClock()
+        fetch = _codehost(Config(codehost_url="http://127.0.0.1:8123", codehost_timeout=2.0), reactor)
+        assert fetch is not None
+        fetching = fetch("alice")
+        self.assertEqual(reactor.tcpClients[0][:2], ("127.0.0.1", 8123))
+        reactor.advance(1.9)
+        self.assertNoResult(fetching)
+        reactor.advance(0.2)
+        error = self.failureResultOf(fetching, BadGateway).value
+        self.assertEqual(str(error), "code host 127.0.0.1:8123 did not answer within 2 s")

@@ -20,12 +20,14 @@ import attrs
 
 from twisted.web.iweb import IRequest
 
+from ..codehost import CODEHOST_USER_PATTERN
 from ..errors import BadRequest
 from ..config import MAX_USERDATA
-from ..nodes.model import (LOGIN_USER_PATTERN, MAX_NODE_SECRETS, MAX_SSH_KEY_LENGTH, MAX_SSH_KEYS, MAX_TAGS,
+from ..nodes.model import (LOGIN_USER_PATTERN, MAX_NODE_SECRETS, MAX_SSH_KEYS, MAX_TAGS,
                            SECRET_NAME_PATTERN, CreateRequest, Wait, tag_problem, unique)
 from ..nodes.tagging import TagEdit
 from ..nodes.transitions import Op
+from ..sshkeys import InvalidPublicKey, parse_public_key
 from ..structuring import format_path, strict_converter, structure_errors
 from .models import CreateNodeRequest, FsMkdirRequest, KillRequest, TagsUpdate
 from .query import FILE_MODE, GUEST_PATH, Choice, Duration, param
@@ -205,7 +207,7 @@ def create_request(request: IRequest) -> CreateRequest:
         secrets=_secret_names(body.secrets or []),
         ssh_keys=_ssh_keys(body.ssh_keys or []),
         import_user=_login_user(body.import_user or "") or None,
-        codehost_user=body.codehost_user or None,
+        codehost_user=_codehost_user(body.codehost_user or "") or None,
     )
 
 
@@ -229,16 +231,29 @@ def _secret_names(names: list[str]) -> tuple[str, ...]:
 
 def _ssh_keys(keys: list[str]) -> tuple[str, ...]:
     """
-    :raise BadRequest: (``invalid_ssh_key``) too many, or one that is not a
-        single line ``TYPE BASE64 [COMMENT]``.
+    The keys, each as its normalised line (:func:`~vmservice.sshkeys.parse_public_key`), once.
+
+    :raise BadRequest: (``invalid_ssh_key``) too many, or one that is not an
+        accepted OpenSSH public key line; the message names its index.
     """
     if len(keys) > MAX_SSH_KEYS:
         raise BadRequest(f"field 'ssh_keys': at most {MAX_SSH_KEYS} keys", code="invalid_ssh_key")
+    lines = []
     for index, key in enumerate(keys):
-        words = key.split()
-        if len(key) > MAX_SSH_KEY_LENGTH or "\n" in key or "\r" in key or len(words) < 2:
-            raise BadRequest(f"field 'ssh_keys[{index}]' is not an OpenSSH public key line", code="invalid_ssh_key")
-    return unique(key.strip() for key in keys)
+        try:
+            lines.append(parse_public_key(key).line())
+        except InvalidPublicKey as error:
+            raise BadRequest(f"field 'ssh_keys[{index}]' is not an OpenSSH public key: {error}",
+                             code="invalid_ssh_key") from None
+    return unique(lines)
+
+
+def _codehost_user(name: str) -> str:
+    """:raise BadRequest: (``invalid_codehost_user``) not a code-host user name."""
+    if name and not re.fullmatch(CODEHOST_USER_PATTERN, name):
+        raise BadRequest(f"field 'codehost_user': {name[:64]!r} is not a code-host user name "
+                         "(letters, digits and single hyphens inside, at most 39)", code="invalid_codehost_user")
+    return name
 
 
 def _login_user(name: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from attrs import field, frozen
 
+from ..codehost import CODEHOST_USER_PATTERN
 from ..config import MAX_USERDATA
 from ..nodes.model import (HOSTNAME_PATTERN, LOGIN_USER_PATTERN, MAX_NODE_SECRETS, MAX_SSH_KEY_LENGTH, MAX_SSH_KEYS,
                            MAX_TAG_LENGTH, MAX_TAGS, TAG_PATTERN)
@@ -187,7 +188,8 @@ class CreateNodeRequest:
     })
     ssh_keys: list[str] | None = constrained({
         "maxItems": MAX_SSH_KEYS, "items": {"type": "string", "maxLength": MAX_SSH_KEY_LENGTH},
-        "description": "OpenSSH public keys of the login user; the SSH server starts when there are any",
+        "description": "OpenSSH public keys of the login user (TYPE BASE64 [COMMENT], no options); the SSH "
+                       "server starts when there are any",
     })
     protected: bool | None = None
     userdata: str | None = constrained({
@@ -201,6 +203,7 @@ class CreateNodeRequest:
     })
     pci_devices: list[str] | None = unsupported("PCI passthrough is not supported", _EMPTY_LIST)
     codehost_user: str | None = constrained({
+        "pattern": f"^(?:{CODEHOST_USER_PATTERN})?$",
         "description": "Take the login user's keys from this user of the code host instead of ssh_keys",
     })
     network: dict[str, list[str]] | None = unsupported("per-node network policy is not supported yet",
