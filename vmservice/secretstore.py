@@ -238,6 +238,7 @@ class SecretStore:
         try:
             with open(self._path(name), "rb") as stream:
                 line = stream.readline(_MAX_META_LINE)
+                rest = os.fstat(stream.fileno()).st_size - len(line)
                 data = stream.read(MAX_SECRET_SIZE + 1) if content else b""
         except FileNotFoundError:
             raise NotFound(f"secret {name!r} not found", code="secret_not_found") from None
@@ -248,7 +249,7 @@ class SecretStore:
         except ValueError:
             log.error("secrets store: the file of secret {name} is damaged", name=name)
             raise _Damaged(f"the secrets store's file of secret {name!r} is damaged") from None
-        if content and len(data) != meta.size:
+        if rest != meta.size or (content and len(data) != meta.size):
             log.error("secrets store: the file of secret {name} is truncated", name=name)
             raise _Damaged(f"the secrets store's file of secret {name!r} is damaged")
         return Secret(meta, data)
