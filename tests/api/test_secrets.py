@@ -19,16 +19,22 @@ from typing import Any
 from attrs import evolve
 from treq.testing import StubTreq
 from twisted.internet.defer import Deferred
+from twisted.internet.error import ConnectionLost
+from twisted.internet.testing import StringTransport
+from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
+from twisted.web.http_headers import Headers
 from twisted.web.test.requesthelper import DummyRequest
 
 from tests.api.test_app import ApiTestCase
+from tests.api.test_execution import parse_response
 from tests.fakes import FleetHarness
 from vmservice import durable
 from vmservice.api.app import Api
-from vmservice.api.inputs import secret_create, secret_update
+from vmservice.api.inputs import MAX_SECRET_BODY, secret_create, secret_update
 from vmservice.api.openapi import openapi_document
 from vmservice.api.resources import every_route
+from vmservice.api.streaming import StreamingSite
 from vmservice.errors import BadRequest
 from vmservice.metrics import Metrics
 from vmservice.nodes.fleet import Fleet
@@ -194,6 +200,49 @@ class SecretRouteTests(ApiTestCase):
         """A node asking for a secret the store does not hold is a 400 unknown_secret, and nothing is made."""
         self.assertError(self.send("POST", "/hostgroup/demo/nodes", {"secrets": ["nope"]}), 400, "unknown_secret")
         self.assertEqual(self.h.fleet.list(), [])
+
+    def streamed(self, body: bytes, chunk: int = 65536) -> tuple[int, dict[bytes, bytes], bytes, bool]:
+        """
+        POST /secrets through the daemon's streaming site on an in-memory
+        connection, the body in chunks: status, headers, body, and whether
+        the connection was closed.
+        """
+        site = StreamingSite(self.api.resource(), self.api.streams_body, reactor=self.h.reactor)
+        channel = site.buildProtocol(None)
+        transport = StringTransport()
+        channel.makeConnection(transport)
+        channel.dataReceived(b"POST /secrets HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n" % len(body))
+        self.h.reactor.advance(0)
+        for start in range(0, len(body), chunk):
+            if transport.disconnecting:
+                break  # as a real transport stops reading once it is closing
+            channel.dataReceived(body[start:start + chunk])
+        self.h.reactor.advance(0)
+        status, headers, content = parse_response(transport.value())
+        closing = transport.disconnecting
+        if not closing:
+            channel.connectionLost(Failure(ConnectionLost()))
+        return status, headers, content, closing
+
+    def test_streamed_body(self) -> None:
+        """
+        Through the daemon's site the body is taken as it arrives (never spooled to a file): a 1 MiB
+        secret is stored; a body past the limit is read to its end without being held, then answered
+        400 body_too_large, storing nothing.
+        """
+        self.assertTrue(self.api.streams_body(b"POST", b"/secrets", Headers()))
+        self.assertTrue(self.api.streams_body(b"PATCH", b"/secrets/db", Headers()))
+        content = os.urandom(MAX_SECRET_SIZE)
+        status, _, _, _ = self.streamed(json.dumps({"name": "big", "data": base64.b64encode(content).decode()}).encode())
+        self.assertEqual(status, 201)
+        self.assertEqual(self.store.get("big").data, content)
+        too_large = json.dumps({"name": "k", "data": "A" * (MAX_SECRET_BODY + 8)}).encode()
+        status, _, body, _ = self.streamed(too_large)
+        self.assertEqual((status, json.loads(body)["code"]), (400, "body_too_large"))
+        status, _, body, _ = self.streamed(too_large * 3, chunk=len(too_large) + 1)
+        self.assertEqual((status, json.loads(body)["code"]), (400, "body_too_large"))
+        self.assertEqual([m.name for m in self.store.list()], ["big"])
 
     def test_openapi(self) -> None:
         """The document describes the four routes and the Secret model, with no example anywhere."""

@@ -497,6 +497,7 @@ __all__ = [
     "DEFAULT_GRACE_MS",
     "DEFAULT_WAIT",
     "KILL_SIGNALS",
+    "MAX_SECRET_BODY",
     "SHUTDOWN_ACTIONS",
     "UNPACKED_SIZE_HEADER",
     "cp_download_mode",
