@@ -142,12 +142,12 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
         store.lock()
     except StateDirectoryInUse as error:
         raise StartupError(str(error)) from None
-    claims = _claim_ranges(config)
-    metrics = Metrics()
     try:
         secrets = SecretStore(config.state_dir, reactor)
     except OSError as error:
         raise StartupError(f"secrets store: {error}") from None
+    claims = _claim_ranges(config)
+    metrics = Metrics()
     parts = FleetParts(
         clock=reactor,
         config=config,
