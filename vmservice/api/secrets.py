@@ -7,9 +7,9 @@ Thin: the body is parsed by :mod:`.inputs`, the store
 (:class:`vmservice.secretstore.SecretStore`) checks names and limits and says
 what went wrong, and only metadata is ever rendered.  Bodies of create and
 update are streamed into memory as they arrive (twisted.web would spool a
-large one to a temporary file first), and refused past their limit.  Nodes that hold a
-changed or deleted secret get the new set through the fleet, which the store
-tells.
+large one to a temporary file first), and refused past their limit.  Nodes
+that hold a changed or deleted secret get the new set through the fleet,
+which the store tells.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from io import BytesIO
 from twisted.web.iweb import IRequest
 
 from ..errors import BadRequest
-
 from ..secretstore import SecretMeta, SecretStore
 from . import inputs
 from .models import CreateSecretRequest, ErrorResponse, Secret, UpdateSecretRequest
