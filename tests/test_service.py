@@ -60,6 +60,19 @@ class MakeServiceTests(SynchronousTestCase):
         error = self.assertRaises(StartupError, make_service, config, MemoryReactorClock())
         self.assertIn("in use", str(error))
 
+    def test_secrets_store(self) -> None:
+        """The daemon's one secrets store is made 0700 in the state directory; one that cannot be made stops the start."""
+        config = self.config()
+        make_service(config, MemoryReactorClock())
+        directory = os.path.join(config.state_dir, "secrets")
+        self.assertEqual(os.stat(directory).st_mode & 0o777, 0o700)
+        other = Config(state_dir=os.path.join(self.base, "other"), image_dir=self.image_dir,
+                       api=ApiConfig(bind_address="127.0.0.1", port=18081))
+        os.makedirs(other.state_dir)
+        with open(os.path.join(other.state_dir, "secrets"), "w"):
+            pass
+        error = self.assertRaises(StartupError, make_service, other, MemoryReactorClock())
+        self.assertIn("secrets store", str(error))
 
 class CodehostTests(SynchronousTestCase):
     def test_disabled(self) -> None:

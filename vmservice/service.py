@@ -41,6 +41,7 @@ from .nodes.addressing import Addressing
 from .nodes.fleet import Fleet
 from .nodes.parts import DriverChoice, FleetParts
 from .nodes.store import NodeStore, StateDirectoryInUse
+from .secretstore import SecretStore
 from .storage.overlay import OverlayDisks
 
 log = Logger()
@@ -154,6 +155,10 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
         store.lock()
     except StateDirectoryInUse as error:
         raise StartupError(str(error)) from None
+    try:
+        secrets = SecretStore(config.state_dir, reactor)
+    except OSError as error:
+        raise StartupError(f"secrets store: {error}") from None
     claims = _claim_ranges(config)
     metrics = Metrics()
     parts = FleetParts(
@@ -166,6 +171,7 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
         agents=lambda path: AgentClient(reactor, path),
         addressing=Addressing(config, HostNetwork(config, command_runner(reactor))),
         blocking=lambda call: deferToThreadPool(reactor, reactor.getThreadPool(), call),
+        secrets=secrets,
         on_boot=metrics.observe_boot,
         codehost_keys=_codehost(config, reactor),
     )
@@ -177,7 +183,7 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
 
     metrics.watch_nodes(node_counts)
     token = load_or_create_token(config.state_dir) if config.api.auth.enabled else None
-    api = Api(reactor, every_route(fleet, reactor, metrics), metrics, token)
+    api = Api(reactor, every_route(fleet, reactor, metrics, secrets), metrics, token)
     site = StreamingSite(api.resource(), api.streams_body)
     site.displayTracebacks = False
 

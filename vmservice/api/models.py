@@ -17,7 +17,8 @@ from attrs import field, frozen
 from ..codehost import CODEHOST_USER_PATTERN
 from ..config import MAX_USERDATA
 from ..nodes.model import (HOSTNAME_PATTERN, LOGIN_USER_PATTERN, MAX_NODE_SECRETS, MAX_SSH_KEY_LENGTH, MAX_SSH_KEYS,
-                           MAX_TAG_LENGTH, MAX_TAGS, TAG_PATTERN)
+                           MAX_TAG_LENGTH, MAX_TAGS, SECRET_NAME_PATTERN, TAG_PATTERN)
+from ..secretstore import MAX_ID, MAX_SECRET_SIZE
 from .query import FILE_MODE, GUEST_PATH
 
 
@@ -392,3 +393,49 @@ class NodeTags:
 
     hostname: str
     tags: list[str]
+
+
+#: The uid and gid of a secret's file: a uint32 (4294967295 is no owner to the kernel).
+_SECRET_ID = {"format": "uint32", "minimum": 0, "maximum": MAX_ID}
+#: A secret's permission bits: octal text.
+_SECRET_PERMISSIONS = {"pattern": "^0?[0-7]{1,3}$", "description": "Octal permission bits, e.g. 0400 (at most 0777)"}
+
+
+@frozen
+class Secret:
+    """A stored secret's metadata; its content is never returned."""
+
+    name: str
+    size: int
+    permissions: str = field(metadata={"schema": {"description": "Octal text, e.g. 0600"}})
+    uid: int = field(metadata={"schema": _SECRET_ID})
+    gid: int = field(metadata={"schema": _SECRET_ID})
+    mod_time: datetime
+
+
+@frozen
+class CreateSecretRequest:
+    """
+    The body of ``POST /secrets``: the name, the content as base64, and the
+    guest file's permissions (default 0600), uid and gid (default 0).
+    """
+
+    name: str = field(metadata={"schema": {"pattern": f"^{SECRET_NAME_PATTERN}$"}})
+    data: str = field(metadata={"schema": {
+        "contentEncoding": "base64", "description": f"The content, standard base64 (at most {MAX_SECRET_SIZE} bytes "
+                                                   "once decoded)"}})
+    permissions: str | None = constrained(_SECRET_PERMISSIONS)
+    uid: int | None = constrained(_SECRET_ID)
+    gid: int | None = constrained(_SECRET_ID)
+
+
+@frozen
+class UpdateSecretRequest:
+    """The body of ``PATCH /secrets/{name}``: what changes; absent fields stay as they are."""
+
+    data: str | None = constrained({
+        "contentEncoding": "base64", "description": f"The new content, standard base64 (at most {MAX_SECRET_SIZE} "
+                                                   "bytes once decoded)"})
+    permissions: str | None = constrained(_SECRET_PERMISSIONS)
+    uid: int | None = constrained(_SECRET_ID)
+    gid: int | None = constrained(_SECRET_ID)

@@ -21,6 +21,7 @@ __all__ = [
     "FS_HEADERS",
     "GROUP_HEADERS",
     "NODE_HEADERS",
+    "SECRET_HEADERS",
     "exec_rows",
     "exec_status",
     "format_description",
@@ -37,6 +38,7 @@ __all__ = [
     "group_rows",
     "human_size",
     "node_rows",
+    "secret_rows",
 ]
 
 #: Columns of ``vmctl list``.
@@ -113,6 +115,25 @@ def node_rows(nodes: Iterable[dict[str, Any]]) -> list[list[str]]:
             ",".join(node.get("tags") or ()),
         ]
         for node in nodes
+    ]
+
+
+#: The columns of ``vmctl secret list``.
+SECRET_HEADERS = ("NAME", "SIZE", "MODE", "UID", "GID", "MODIFIED")
+
+
+def secret_rows(secrets: Iterable[dict[str, Any]]) -> list[list[str]]:
+    """The cells of ``vmctl secret list`` (see :data:`SECRET_HEADERS`) for Secret objects."""
+    return [
+        [
+            str(secret.get("name", "")),
+            str(secret.get("size", "")),
+            str(secret.get("permissions", "")),
+            str(secret.get("uid", "")),
+            str(secret.get("gid", "")),
+            format_time(secret.get("mod_time")),
+        ]
+        for secret in secrets
     ]
 
 
