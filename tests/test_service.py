@@ -74,6 +74,7 @@ class MakeServiceTests(SynchronousTestCase):
         error = self.assertRaises(StartupError, make_service, other, MemoryReactorClock())
         self.assertIn("secrets store", str(error))
 
+
 class CodehostTests(SynchronousTestCase):
     def test_disabled(self) -> None:
         """Without codehost_url there is nothing to fetch keys with (create answers not_supported)."""
