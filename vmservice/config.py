@@ -36,6 +36,8 @@ import attrs
 import cattrs
 import yaml
 
+from .devices.pci import normalise_address
+from .errors import BadRequest
 from .structuring import BadValue, Path, describe, format_path, strict_converter, structure_errors
 
 __all__ = [
@@ -317,6 +319,8 @@ class HostGroupConfig:
     :ivar network: The network section, or ``None`` when absent.
     :ivar userdata: A shell script run at the first boot of each node of the
         group, before the node's own userdata (both in one script).
+    :ivar gpus: The host's GPUs (full PCI addresses) that ``gpu_count``
+        hands out to the group's nodes, in this order.
     """
 
     name: str
@@ -331,6 +335,7 @@ class HostGroupConfig:
     persistent: bool = False
     network: NetworkConfig | None = None
     userdata: str = ""
+    gpus: tuple[str, ...] = ()
 
     @property
     def arch(self) -> str:
@@ -425,6 +430,7 @@ class _GroupDocument:
     persistent: bool = False
     network: _NetworkDocument | None = None
     userdata: str = ""
+    gpus: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -707,7 +713,21 @@ class _Resolver:
             persistent=document.persistent,
             network=network,
             userdata=self.userdata(document.userdata, (*parts, "userdata")),
+            gpus=self.gpus(document.gpus, (*parts, "gpus")),
         )
+
+    def gpus(self, addresses: tuple[str, ...], parts: Path) -> tuple[str, ...]:
+        """The GPU addresses in their full form, each once."""
+        seen: list[str] = []
+        for index, text in enumerate(addresses):
+            try:
+                address = normalise_address(text)
+            except BadRequest as error:
+                raise self.error((*parts, index), error.message) from None
+            if address in seen:
+                raise self.error((*parts, index), f"duplicate GPU {address}")
+            seen.append(address)
+        return tuple(seen)
 
     def userdata(self, text: str, parts: Path) -> str:
         size = len(text.encode("utf-8"))
