@@ -387,6 +387,10 @@ class Config:
 #: A byte count written as an integer or a size string (see :func:`parse_size`).
 _Size = NewType("_Size", int)
 
+#: A PCI address as written; YAML 1.1 reads an unquoted ``01:00.0`` as a
+#: base-60 number, so the message says to quote it.
+_PciText = NewType("_PciText", str)
+
 # The ``_*Document`` classes mirror the file key for key. ``None`` means "not
 # given" where the meaning of absence is decided later (inheritance, the
 # environment, "exactly one of"); everything else has its default here.
@@ -430,7 +434,7 @@ class _GroupDocument:
     persistent: bool = False
     network: _NetworkDocument | None = None
     userdata: str = ""
-    gpus: tuple[str, ...] = ()
+    gpus: tuple[_PciText, ...] = ()
 
 
 @attrs.frozen
@@ -456,6 +460,13 @@ def _structure_size(value: object, _type: object) -> _Size:
         except ValueError as error:
             raise BadValue(str(error)) from None
     raise BadValue(f"expected a size ({_SIZE_HINT}), got {describe(value)}")
+
+
+def _structure_pci_text(value: object, _type: object) -> _PciText:
+    if not isinstance(value, str):
+        raise BadValue(f"expected a PCI address in quotes, e.g. \"0000:01:00.0\" (YAML reads one without quotes "
+                       f"as a number), got {describe(value)}")
+    return _PciText(value)
 
 
 def _cidr_text(value: object) -> str:
@@ -500,6 +511,7 @@ def _make_converter() -> cattrs.Converter:
     """
     converter = strict_converter()
     converter.register_structure_hook(_Size, _structure_size)
+    converter.register_structure_hook(_PciText, _structure_pci_text)
     converter.register_structure_hook(IPv4Network, _structure_network)
     converter.register_structure_hook(IPv4Interface, _structure_interface)
     return converter
@@ -716,7 +728,7 @@ class _Resolver:
             gpus=self.gpus(document.gpus, (*parts, "gpus")),
         )
 
-    def gpus(self, addresses: tuple[str, ...], parts: Path) -> tuple[str, ...]:
+    def gpus(self, addresses: tuple[_PciText, ...], parts: Path) -> tuple[str, ...]:
         """The GPU addresses in their full form, each once."""
         seen: list[str] = []
         for index, text in enumerate(addresses):
