@@ -17,6 +17,7 @@ from tests.fakes import FleetHarness
 from vmservice.api.app import Api
 from vmservice.api.meta import MetaApi
 from vmservice.api.nodes import NodesApi
+from vmservice.api.vm import VmApi
 from vmservice.config import HostGroupConfig
 from vmservice.metrics import Metrics
 
@@ -39,7 +40,7 @@ class DeviceRouteTests(ApiTestCase):
         self.metrics = Metrics()
         routes: list[Any] = []
         routes += MetaApi(self.metrics, lambda: routes).routes()
-        routes += NodesApi(self.h.fleet).routes()
+        routes += NodesApi(self.h.fleet).routes() + VmApi(self.h.fleet).routes()
         self.api = Api(self.h.reactor, routes, self.metrics, None)
         self.treq = StubTreq(self.api.resource())
 
@@ -76,8 +77,13 @@ class DeviceRouteTests(ApiTestCase):
         code, body, _ = self.create(b'{"gpu_count": 1}')
         self.assertEqual(code, 201, body)
         self.assertEqual(self.h.driver.machines[0].spec.pci_devices, (GPUS[0],))
+        self.assertEqual(self.call("GET", f"/vm/{body['hostname']}")[1]["pci_devices"], [GPUS[0]])
         result = self.create(b'{"pci_devices": ["0000:01:00.0"]}')
         self.assertError(result, 400, "pci_device_in_use")
         self.assertIn(body["hostname"], result[1]["error"])
         self.assertEqual(self.call("DELETE", f"/hostgroup/demo/nodes/{body['hostname']}")[0], 200)
-        self.assertEqual(self.create(b'{"pci_devices": ["01:00.0"]}')[0], 201)
+        code, body, _ = self.create(b'{"pci_devices": ["01:00.0"]}')
+        self.assertEqual(code, 201, body)
+        code, plain, _ = self.create(b'{}')
+        self.assertEqual(code, 201, plain)
+        self.assertNotIn("pci_devices", self.call("GET", f"/vm/{plain['hostname']}")[1])

@@ -165,6 +165,7 @@ class NodeDescription(Node):
     kernel: str | None = None
     initrd: str | None = None
     hypervisor: str | None = None
+    pci_devices: list[str] | None = None
 
 
 @frozen
