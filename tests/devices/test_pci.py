@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from hypothesis import given, strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.devices.pci import PciDevice, PciHost, normalise_address
@@ -22,6 +23,14 @@ class AddressTests(SynchronousTestCase):
         self.assertEqual(normalise_address("01:00.0"), "0000:01:00.0")
         self.assertEqual(normalise_address("0000:AF:1F.7"), "0000:af:1f.7")
         self.assertEqual(normalise_address("10de:3b:00.1"), "10de:3b:00.1")
+
+    @given(st.from_regex(r"\A(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[01][0-9a-fA-F]\.[0-7]\Z"))
+    def test_any_address(self, text: str) -> None:
+        """Every address of the pattern normalises to the full lower-case form, which normalises to itself."""
+        full = normalise_address(text)
+        self.assertRegex(full, r"^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$")
+        self.assertTrue(full.endswith(text.lower()))
+        self.assertEqual(normalise_address(full), full)
 
     def test_refused(self) -> None:
         """Anything else is a 400 invalid_pci_address quoting it."""

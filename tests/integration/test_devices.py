@@ -70,3 +70,24 @@ class DeviceTests(SharedDaemonTestCase):
         self.refused("demo", {"gpu_count": 1}, "not_enough_gpus", "2 GPU(s) configured", "0 free",
                      f"{HOST_BRIDGE}: not bound to vfio-pci", f"{ABSENT}: no such device")
         self.refused("plain", {"gpu_count": 1}, "not_enough_gpus", "no GPUs configured")
+
+    def test_node_without_devices(self) -> None:
+        """
+        After refusals, a node of the group with GPUs that asks for none boots on plain microvm and
+        is the group's first (a refused create uses no hostname number); deleted, nothing is left.
+        """
+        self.refused("demo", {"gpu_count": 1}, "not_enough_gpus")
+        created = self.daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=3m", {"gpu_count": 0}, expect=201)
+        hostname = created["hostname"]
+        try:
+            self.assertEqual(hostname, "demo-1")
+            self.assertNotIn("pci_devices", self.daemon.json("GET", f"/vm/{hostname}"))
+            [pid] = self.daemon.vm_pids()
+            with open(f"/proc/{pid}/cmdline", "rb") as stream:
+                argv = stream.read().split(b"\0")
+            self.assertIn(b"microvm", argv)
+            self.assertFalse([word for word in argv if b"vfio" in word or b"pcie" in word])
+        finally:
+            self.daemon.json("DELETE", f"/hostgroup/demo/nodes/{hostname}")
+        self.assertEqual(self.daemon.json("GET", "/nodes"), [])
+        self.assertEqual(self.daemon.vm_pids(), [])
