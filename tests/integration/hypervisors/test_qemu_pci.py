@@ -3,8 +3,10 @@
 A real guest of the built image on the machine a node with host PCI devices
 gets, ``microvm,pcie=on``.  This host has no device bound to ``vfio-pci``, so
 QEMU is started through a small wrapper that records the driver's command
-line and stands a virtio PCI device in for each ``vfio-pci`` one; everything
-else (machine, kernel, initramfs, disk, ACPI power button) is the real thing.
+line, stands a virtio PCI device in for each ``vfio-pci`` one and drops
+``quiet`` from the kernel's command line (so that the guest kernel's PCI
+enumeration shows on the console); everything else (machine, kernel,
+initramfs, disk, ACPI power button) is the real thing.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ argv = sys.argv[1:]
 with open({record!r}, "w") as stream:
     json.dump(argv, stream)
 argv = ["virtio-rng-pci," + word.split(",", 2)[2] if word.startswith("vfio-pci,") else word for word in argv]
+argv = [word.replace(" quiet", "") if word.startswith("console=") else word for word in argv]
 os.execvp("qemu-system-x86_64", ["qemu-system-x86_64", *argv])
 """
 
@@ -58,8 +61,8 @@ class PcieMachineTests(TestCase):
     async def test_boots_with_pci_devices(self) -> None:
         """
         A VM given a host PCI device runs microvm with its PCIe host bridge and the device as
-        vfio-pci; with a PCI device on that bridge the guest boots and powers off on the power
-        button (ACPI works), and QEMU exits 0.
+        vfio-pci; with a PCI device on that bridge the guest kernel finds the device on the bridge,
+        boots, and powers off on the power button (ACPI works), and QEMU exits 0.
         """
         spec = MachineSpec(
             name="itest-1", vcpus=1, ram_bytes=256 << 20, kernel=self.image.kernel.path,
@@ -84,3 +87,5 @@ class PcieMachineTests(TestCase):
         ended = await machine.stop(True, BOOT_TIMEOUT)
         self.assertEqual((ended.exit_code, ended.signal), (0, None), self.console()[-3000:])
         self.assertIn("vmservice-init: power button pressed", self.console())
+        # The stand-in (virtio-rng-pci, vendor 1af4, transitional device 1005) as the guest enumerated it.
+        self.assertRegex(self.console(), r"pci 0000:00:[0-9a-f]{2}\.0: \[1af4:1005\]")
