@@ -107,6 +107,22 @@ class DeviceTests(SynchronousTestCase):
         self.successResultOf(self.do(self.h.fleet.lifecycle.relaunch("keep-1", Wait.NONE, 1)))
         self.assertEqual(self.h.driver.machines[-1].spec.pci_devices, GPUS[:1])
 
+    def test_relaunch_checks_devices_again(self) -> None:
+        """A stopped node whose GPU was rebound meanwhile is not relaunched: 409 with the check's code, still Stopped."""
+        self.create("keep", gpu_count=1)
+        self.h.driver.machines[0].end(0)
+        link = os.path.join(self.sysfs.sys, "bus", "pci", "devices", GPUS[0], "driver")
+        os.unlink(link)
+        os.symlink("../../drivers/nvidia", link)
+        machines = len(self.h.driver.machines)
+        d = self.do(self.h.fleet.lifecycle.relaunch("keep-1", Wait.NONE, 1))
+        error = self.failureResultOf(d, Conflict).value
+        self.assertEqual(error.code, "pci_device_not_vfio")
+        self.assertIn("nvidia", error.message)
+        self.assertEqual(len(self.h.driver.machines), machines)
+        self.assertEqual(self.h.fleet.node("keep-1").status, Status.STOPPED)
+        self.assertEqual(self.h.fleet.node("keep-1").pci_devices, GPUS[:1])
+
     def test_claims_survive_restart(self) -> None:
         """After a daemon restart the adopted node still holds its devices."""
         self.create(pci_devices=(NIC,))
