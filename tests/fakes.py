@@ -19,6 +19,7 @@ from twisted.python.filepath import FilePath
 from zope.interface import implementer
 
 from vmservice.config import Config, HostGroupConfig
+from vmservice.devices.pci import PciHost
 from vmservice.errors import AgentNotConnected, BadRequest, Conflict, NotFound
 from vmservice.agent.errors import AgentUnavailable
 from vmservice.agent.guest import AgentGuest
@@ -393,6 +394,7 @@ class FleetHarness:
         driver: FakeDriver | None = None,
         network: FakeNetwork | None = None,
         codehost: dict[str, tuple[str, ...]] | None = None,
+        pci: PciHost | None = None,
     ) -> None:
         self.reactor = MemoryReactorClock()
         self.secrets = FakeSecrets()
@@ -428,6 +430,8 @@ class FleetHarness:
             codehost_keys=self._codehost_keys if codehost is not None else None,
             on_boot=lambda group, seconds: self.boots.append((group, seconds)),
             wall_clock=lambda: 1_700_000_000_000_000_000,
+            # An empty tree of the test's own unless given: never the host's.
+            pci=pci or PciHost(os.path.join(state_dir, "sys"), os.path.join(state_dir, "dev")),
         )
         self.fleet = Fleet(self.parts)
 

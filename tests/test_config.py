@@ -978,3 +978,45 @@ class CodehostTests(SynchronousTestCase):
             error = self.assertRaises(ConfigError, _parse, f"config:\n  state_dir: /tmp/x\n  {line}\n")
             self.assertEqual((str(error), error.line), (f"config.{key}: {message}", 3))
             self.assertNotIn("s3cret", str(error))
+
+
+class GpuTests(SynchronousTestCase):
+    """``host_groups[].gpus``: the PCI addresses of a group's GPUs."""
+
+    def test_gpus(self) -> None:
+        """Addresses are kept in order, short ones made full and lower case; none by default."""
+        config = _parse(_group("""
+            name: gpu
+            gpus: ["01:00.0", "0000:AF:00.0"]
+        """))
+        self.assertEqual(config.host_groups[0].gpus, ("0000:01:00.0", "0000:af:00.0"))
+        self.assertEqual(_parse(_group("name: demo")).host_groups[0].gpus, ())
+
+    def test_bad_address(self) -> None:
+        """A GPU that is not a PCI address is refused at its key path and line."""
+        error = self.assertRaises(ConfigError, _parse, _group("""
+            name: gpu
+            gpus:
+              - "01:00.0"
+              - gpu0
+        """))
+        self.assertEqual(error.path, "config.host_groups[0].gpus[1]")
+        self.assertIn("'gpu0' is not a PCI address", error.message)
+        self.assertEqual(error.line, 6)
+
+    def test_duplicate(self) -> None:
+        """The same GPU twice in a group (in any spelling) is refused."""
+        error = self.assertRaises(ConfigError, _parse, _group("""
+            name: gpu
+            gpus: ["01:00.0", "0000:01:00.0"]
+        """))
+        self.assertEqual(str(error), "config.host_groups[0].gpus[1]: duplicate GPU 0000:01:00.0")
+
+    def test_unquoted(self) -> None:
+        """An unquoted address that YAML reads as a number is refused with a hint to quote it."""
+        error = self.assertRaises(ConfigError, _parse, _group("""
+            name: gpu
+            gpus: [0000:01:00.0]
+        """))
+        self.assertEqual(error.path, "config.host_groups[0].gpus[0]")
+        self.assertIn("in quotes", error.message)

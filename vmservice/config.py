@@ -37,6 +37,8 @@ import attrs
 import cattrs
 import yaml
 
+from .devices.pci import normalise_address
+from .errors import BadRequest
 from .structuring import BadValue, Path, describe, format_path, strict_converter, structure_errors
 
 __all__ = [
@@ -327,6 +329,8 @@ class HostGroupConfig:
     :ivar network: The network section, or ``None`` when absent.
     :ivar userdata: A shell script run at the first boot of each node of the
         group, before the node's own userdata (both in one script).
+    :ivar gpus: The host's GPUs (full PCI addresses) that ``gpu_count``
+        hands out to the group's nodes, in this order.
     """
 
     name: str
@@ -341,6 +345,7 @@ class HostGroupConfig:
     persistent: bool = False
     network: NetworkConfig | None = None
     userdata: str = ""
+    gpus: tuple[str, ...] = ()
 
     @property
     def arch(self) -> str:
@@ -398,6 +403,10 @@ class Config:
 #: A byte count written as an integer or a size string (see :func:`parse_size`).
 _Size = NewType("_Size", int)
 
+#: A PCI address as written; YAML 1.1 reads an unquoted ``01:00.0`` as a
+#: base-60 number, so the message says to quote it.
+_PciText = NewType("_PciText", str)
+
 # The ``_*Document`` classes mirror the file key for key. ``None`` means "not
 # given" where the meaning of absence is decided later (inheritance, the
 # environment, "exactly one of"); everything else has its default here.
@@ -441,6 +450,7 @@ class _GroupDocument:
     persistent: bool = False
     network: _NetworkDocument | None = None
     userdata: str = ""
+    gpus: tuple[_PciText, ...] = ()
 
 
 @attrs.frozen
@@ -468,6 +478,13 @@ def _structure_size(value: object, _type: object) -> _Size:
         except ValueError as error:
             raise BadValue(str(error)) from None
     raise BadValue(f"expected a size ({_SIZE_HINT}), got {describe(value)}")
+
+
+def _structure_pci_text(value: object, _type: object) -> _PciText:
+    if not isinstance(value, str):
+        raise BadValue(f"expected a PCI address in quotes, e.g. \"0000:01:00.0\" (YAML reads one without quotes "
+                       f"as a number), got {describe(value)}")
+    return _PciText(value)
 
 
 def _cidr_text(value: object) -> str:
@@ -512,6 +529,7 @@ def _make_converter() -> cattrs.Converter:
     """
     converter = strict_converter()
     converter.register_structure_hook(_Size, _structure_size)
+    converter.register_structure_hook(_PciText, _structure_pci_text)
     converter.register_structure_hook(IPv4Network, _structure_network)
     converter.register_structure_hook(IPv4Interface, _structure_interface)
     return converter
@@ -751,7 +769,21 @@ class _Resolver:
             persistent=document.persistent,
             network=network,
             userdata=self.userdata(document.userdata, (*parts, "userdata")),
+            gpus=self.gpus(document.gpus, (*parts, "gpus")),
         )
+
+    def gpus(self, addresses: tuple[_PciText, ...], parts: Path) -> tuple[str, ...]:
+        """The GPU addresses in their full form, each once."""
+        seen: list[str] = []
+        for index, text in enumerate(addresses):
+            try:
+                address = normalise_address(text)
+            except BadRequest as error:
+                raise self.error((*parts, index), error.message) from None
+            if address in seen:
+                raise self.error((*parts, index), f"duplicate GPU {address}")
+            seen.append(address)
+        return tuple(seen)
 
     def userdata(self, text: str, parts: Path) -> str:
         size = len(text.encode("utf-8"))

@@ -34,6 +34,16 @@ class BodyTests(SynchronousTestCase):
         self.assertEqual(request, CreateRequest(hostname="web", tags=("a",)))
         self.assertEqual(inputs.create_request(_request()), CreateRequest())
 
+    def test_create_devices(self) -> None:
+        """PCI addresses are made full, each once; gpu_count is taken as given (0 when null)."""
+        request = inputs.create_request(_request({"pci_devices": ["01:00.0", "0000:01:00.0", "0000:0A:00.1"],
+                                                  "gpu_count": 2}))
+        self.assertEqual((request.pci_devices, request.gpu_count), (("0000:01:00.0", "0000:0a:00.1"), 2))
+        request = inputs.create_request(_request({"pci_devices": None, "gpu_count": None}))
+        self.assertEqual((request.pci_devices, request.gpu_count), ((), 0))
+        error = self.assertRaises(BadRequest, inputs.create_request, _request({"pci_devices": ["01:00.0", "x"]}))
+        self.assertIn("pci_devices[1]", error.message)
+
     def test_create_refusals(self) -> None:
         """Unsupported values, negative sizes, empty tags, wrong types and unknown fields are 400s with codes."""
         cases = [
@@ -51,7 +61,11 @@ class BodyTests(SynchronousTestCase):
             ({"codehost_user": "x" * 40}, "invalid_codehost_user"),
             ({"import_user": "Root"}, "invalid_import_user"),
             ({"import_user": "a b"}, "invalid_import_user"),
-            ({"gpu_count": 1}, "limit_exceeded"),
+            ({"gpu_count": -1}, "invalid_body"),
+            ({"gpu_count": 17}, "too_many_pci_devices"),
+            ({"pci_devices": ["gpu0"]}, "invalid_pci_address"),
+            ({"pci_devices": ["01:00.0"] * 17}, "too_many_pci_devices"),
+            ({"pci_devices": "01:00.0"}, "invalid_body"),
             ({"ram_bytes": -1}, "invalid_body"),
             ({"tags": [""]}, "invalid_body"),
             ({"cpus": "2"}, "invalid_body"),

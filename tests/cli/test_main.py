@@ -82,6 +82,12 @@ class ParseTests(SynchronousTestCase):
         self.assertEqual(create_body(parse("create", "demo")), {})
         self.assertEqual(create_body(parse("create", "demo", "--ram-bytes", "1000"))["ram_bytes"], 1000)
 
+    def test_create_devices(self) -> None:
+        """--gpus and --pci-device (repeated) become gpu_count and pci_devices."""
+        options = parse("create", "demo", "--gpus", "2", "--pci-device", "01:00.0", "--pci-device", "0000:02:00.0")
+        self.assertEqual(create_body(options), {"gpu_count": 2, "pci_devices": ["01:00.0", "0000:02:00.0"]})
+        self.assertUsageError("create", "demo", "--gpus", "0")
+
     def test_create_guest_configuration(self) -> None:
         """--userdata and --ssh-key read files (keys one per line, comments skipped); the other options pass."""
         directory = tempfile.mkdtemp(dir="/tmp")

@@ -25,6 +25,7 @@ from twisted.web.iweb import IRequest
 from ..codehost import CODEHOST_USER_PATTERN
 from ..errors import BadRequest
 from ..config import MAX_USERDATA
+from ..devices.pci import MAX_NODE_DEVICES, normalise_address
 from ..nodes.model import (LOGIN_USER_PATTERN, MAX_NODE_SECRETS, MAX_SSH_KEYS, MAX_TAGS,
                            SECRET_NAME_PATTERN, CreateRequest, Wait, tag_problem, unique)
 from ..nodes.tagging import TagEdit
@@ -184,20 +185,22 @@ def create_request(request: IRequest) -> CreateRequest:
     """
     Parse the body of a create-node request into the domain's request.
 
-    Empty values (``""``, ``[]``, ``null``, ``0`` GPUs) of unsupported fields
-    are accepted, as clients send zero values; anything else is refused.
+    Empty values (``""``, ``[]``, ``null``) of unsupported fields are
+    accepted, as clients send zero values; anything else is refused.  PCI
+    addresses are checked for their syntax here and against the host when
+    the node is made.
     """
     body = structure(json_object(request), CreateNodeRequest)
     for field in attrs.fields(CreateNodeRequest):
         reason = field.metadata.get("unsupported")
         if reason is not None and getattr(body, field.name):
             raise BadRequest(f"field {field.name!r}: {reason}", code="not_supported")
-    if body.gpu_count:
-        raise BadRequest("field 'gpu_count': this host has no GPUs to pass through", code="limit_exceeded")
-    for name in ("ram_bytes", "cpus"):
+    for name in ("ram_bytes", "cpus", "gpu_count"):
         value = getattr(body, name)
         if value is not None and value < 0:
             raise BadRequest(f"field {name!r} must not be negative", code="invalid_body")
+    if (body.gpu_count or 0) > MAX_NODE_DEVICES:
+        raise BadRequest(f"field 'gpu_count': at most {MAX_NODE_DEVICES}", code="too_many_pci_devices")
     tags = _tags("tags", body.tags or [])
     return CreateRequest(
         hostname=body.hostname or None,
@@ -212,7 +215,22 @@ def create_request(request: IRequest) -> CreateRequest:
         ssh_keys=_ssh_keys(body.ssh_keys or []),
         import_user=_login_user(body.import_user or "") or None,
         codehost_user=_codehost_user(body.codehost_user or "") or None,
+        pci_devices=_pci_devices(body.pci_devices or []),
+        gpu_count=body.gpu_count or 0,
     )
+
+
+def _pci_devices(addresses: list[str]) -> tuple[str, ...]:
+    """:raise BadRequest: (``invalid_pci_address``) one is not a PCI address; (``too_many_pci_devices``)."""
+    if len(addresses) > MAX_NODE_DEVICES:
+        raise BadRequest(f"field 'pci_devices': at most {MAX_NODE_DEVICES} devices", code="too_many_pci_devices")
+    found = []
+    for index, address in enumerate(addresses):
+        try:
+            found.append(normalise_address(address))
+        except BadRequest as error:
+            raise BadRequest(f"field 'pci_devices[{index}]': {error.message}", code=error.code) from None
+    return unique(found)
 
 
 def _userdata(script: str) -> str:

@@ -19,6 +19,7 @@ from ..config import MAX_USERDATA
 from ..nodes.model import (HOSTNAME_PATTERN, LOGIN_USER_PATTERN, MAX_NODE_SECRETS, MAX_SSH_KEY_LENGTH, MAX_SSH_KEYS,
                            MAX_TAG_LENGTH, MAX_TAGS, SECRET_NAME_PATTERN, TAG_PATTERN)
 from ..secretstore import MAX_ID, MAX_SECRET_SIZE
+from ..devices.pci import MAX_NODE_DEVICES, PCI_ADDRESS_PATTERN
 from .query import FILE_MODE, GUEST_PATH
 
 
@@ -45,7 +46,6 @@ def unsupported(reason: str, empty: dict[str, Any]) -> Any:
 
 
 _EMPTY_TEXT = {"maxLength": 0}
-_EMPTY_LIST = {"maxItems": 0}
 
 #: A list of tags in a request: what :func:`vmservice.nodes.model.tag_problem`
 #: accepts, at most MAX_TAGS of them.
@@ -167,6 +167,7 @@ class NodeDescription(Node):
     kernel: str | None = None
     initrd: str | None = None
     hypervisor: str | None = None
+    pci_devices: list[str] | None = None
 
 
 @frozen
@@ -180,7 +181,10 @@ class CreateNodeRequest:
     ip: str | None = None
     ram_bytes: int | None = constrained({"minimum": 0})
     cpus: int | None = constrained({"minimum": 0})
-    gpu_count: int | None = constrained({"minimum": 0, "maximum": 0, "description": "This host has no GPUs"})
+    gpu_count: int | None = constrained({
+        "minimum": 0, "maximum": MAX_NODE_DEVICES,
+        "description": "How many of the host group's GPUs (its gpus list) to pass through; 400 when not enough are free",
+    })
     persistent: bool | None = None
     disk_image: str | None = unsupported("only the host group's image is supported", _EMPTY_TEXT)
     import_user: str | None = constrained({
@@ -202,7 +206,11 @@ class CreateNodeRequest:
         "maxItems": MAX_NODE_SECRETS, "items": {"type": "string"},
         "description": "Names of stored secrets placed in the guest as /run/secrets/NAME",
     })
-    pci_devices: list[str] | None = unsupported("PCI passthrough is not supported", _EMPTY_LIST)
+    pci_devices: list[str] | None = constrained({
+        "maxItems": MAX_NODE_DEVICES, "items": {"type": "string", "pattern": f"^{PCI_ADDRESS_PATTERN}$"},
+        "description": "Host PCI devices (0000:01:00.0 or 01:00.0) to pass through; each must be bound to vfio-pci "
+                       "in a viable IOMMU group and held by no other node",
+    })
     codehost_user: str | None = constrained({
         "pattern": f"^(?:{CODEHOST_USER_PATTERN})?$",
         "description": "Take the login user's keys from this user of the code host instead of ssh_keys",

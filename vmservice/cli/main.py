@@ -343,6 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a file of OpenSSH public keys (e.g. ~/.ssh/id_ed25519.pub) for the login user")
     create.add_argument("--import-user", metavar="USER", help="the login user (default root when keys are given)")
     create.add_argument("--codehost-user", metavar="USER", help="take the login user's keys from this code-host user")
+    create.add_argument("--gpus", type=_positive_int, dest="gpu_count", metavar="N",
+                        help="pass N of the group's GPUs through to the node")
+    create.add_argument("--pci-device", action="append", dest="pci_devices", metavar="ADDRESS",
+                        help="pass the host's PCI device ADDRESS (0000:01:00.0) through to the node (repeat for more)")
     create.add_argument("--json", action="store_true", help="print the JSON answer instead of the hostname")
 
     delete = command("delete", _delete, "delete node HOSTNAME of GROUP")
@@ -627,6 +631,10 @@ def create_body(options: argparse.Namespace) -> dict[str, Any]:
         body["import_user"] = options.import_user
     if options.codehost_user:
         body["codehost_user"] = options.codehost_user
+    if options.gpu_count:
+        body["gpu_count"] = options.gpu_count
+    if options.pci_devices:
+        body["pci_devices"] = list(options.pci_devices)
     return body
 
 

@@ -76,6 +76,8 @@ class NodeRecord:
     :ivar ssh_keys: that user's authorized keys.
     :ivar userdata: whether it has userdata (kept in its directory, see
         :attr:`~.paths.NodePaths.userdata`).
+    :ivar pci_devices: the host's PCI devices passed through to its VM
+        (full addresses), held for it until it is removed.
     """
 
     hostname: str
@@ -97,6 +99,7 @@ class NodeRecord:
     login_user: str = ""
     ssh_keys: tuple[str, ...] = ()
     userdata: bool = False
+    pci_devices: tuple[str, ...] = ()
 
     def with_status(self, status: Status, pid: int | None = None) -> "NodeRecord":
         """A copy with another status (and pid)."""
@@ -148,6 +151,8 @@ class CreateRequest:
     :ivar import_user: the login user; ``None`` for the default.
     :ivar codehost_user: take the login user's keys from this user of the
         code host instead of ``ssh_keys``.
+    :ivar pci_devices: host PCI devices to pass through (full addresses).
+    :ivar gpu_count: how many of the group's GPUs to pass through.
     """
 
     hostname: str | None = None
@@ -162,6 +167,8 @@ class CreateRequest:
     ssh_keys: tuple[str, ...] = ()
     import_user: str | None = None
     codehost_user: str | None = None
+    pci_devices: tuple[str, ...] = ()
+    gpu_count: int = 0
 
 
 @frozen
