@@ -143,7 +143,7 @@ class SecretRouteTests(ApiTestCase):
         code, body, _ = self.send("GET", "/secrets")
         self.assertEqual(code, 200)
         self.assertEqual(body, [{"name": "db", "size": len(CONTENT), "permissions": "0440", "uid": 1000, "gid": 1000,
-                                 "mod_time": "1970-01-01T00:00:00Z"}])
+                                 "mod_time": "1970-01-01T00:00:00Z", "modified_at": "1970-01-01T00:00:00Z"}])
         self.h.reactor.advance(10)
         self.assertEqual(self.send("PATCH", "/secrets/db", {"data": base64.b64encode(b"xyz").decode()})[:2], (200, b""))
         [listed] = self.send("GET", "/secrets")[1]
@@ -251,6 +251,6 @@ class SecretRouteTests(ApiTestCase):
         self.assertEqual(set(document["paths"]["/secrets/{name}"]), {"patch", "delete"})
         schemas = document["components"]["schemas"]
         self.assertEqual(sorted(schemas["Secret"]["properties"]),
-                         ["gid", "mod_time", "name", "permissions", "size", "uid"])
+                         ["gid", "mod_time", "modified_at", "name", "permissions", "size", "uid"])
         self.assertEqual(schemas["CreateSecretRequest"]["required"], ["name", "data"])
         self.assertNotIn("example", json.dumps(document))

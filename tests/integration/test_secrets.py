@@ -74,7 +74,7 @@ class SecretsTests(SharedDaemonTestCase):
         status, listed = self.send("GET", "/secrets")
         self.assertEqual(status, 200)
         [secret] = listed
-        self.assertEqual(sorted(secret), ["gid", "mod_time", "name", "permissions", "size", "uid"])
+        self.assertEqual(sorted(secret), ["gid", "mod_time", "modified_at", "name", "permissions", "size", "uid"])
         self.assertEqual((secret["name"], secret["size"], secret["permissions"], secret["uid"], secret["gid"]),
                          ("db-password", len(CONTENT), "0440", 1000, 1001))
         self.assertTrue(secret["mod_time"].endswith("Z"))

@@ -419,6 +419,8 @@ class Secret:
     uid: int = field(metadata={"schema": _SECRET_ID})
     gid: int = field(metadata={"schema": _SECRET_ID})
     mod_time: datetime
+    modified_at: datetime = field(metadata={"schema": {"description": "The same as mod_time, under the "
+                                                                      "name existing clients read"}})
 
 
 @frozen

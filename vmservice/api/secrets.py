@@ -31,7 +31,7 @@ from .streaming import request_body
 def secret_json(meta: SecretMeta) -> Secret:
     """The listing entry of a secret: its metadata, never its content."""
     return Secret(name=meta.name, size=meta.size, permissions=format_mode(meta.permissions), uid=meta.uid,
-                  gid=meta.gid, mod_time=meta.mod_time)
+                  gid=meta.gid, mod_time=meta.mod_time, modified_at=meta.mod_time)
 
 
 async def _read_body(request: IRequest, limit: int) -> None:
