@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections import Counter
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 from treq.client import HTTPClient
 from twisted.application.service import MultiService
@@ -23,6 +23,7 @@ from twisted.logger import Logger
 from twisted.web.client import Agent
 
 from .agent.client import AgentClient, ClientReactor
+from .agent.metrics import MetricsClient
 from .api.app import Api
 from .api.resources import every_route
 from .api.streaming import StreamingSite
@@ -133,6 +134,12 @@ def _codehost(config: Config, reactor: IDaemonReactor) -> Callable[[str], Deferr
     return CodeHost(reactor, client, config.codehost_url, config.codehost_timeout).public_keys
 
 
+def _snapshots(reactor: IDaemonReactor) -> Callable[[str, float], Deferred[Mapping[str, Any]]]:
+    """What asks a node's metrics agent for a snapshot."""
+    client = MetricsClient(reactor)
+    return lambda socket, deadline: Deferred.fromCoroutine(client.snapshot(socket, deadline))
+
+
 def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
     """
     Build the daemon's service tree from ``config``.
@@ -174,6 +181,7 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
         secrets=secrets,
         on_boot=metrics.observe_boot,
         codehost_keys=_codehost(config, reactor),
+        snapshots=_snapshots(reactor),
     )
     fleet = Fleet(parts)
 

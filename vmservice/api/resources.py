@@ -20,6 +20,7 @@ from .tunnel_socket import tunnel_socket_handler
 from .lifecycle import LifecycleApi
 from .meta import MetaApi
 from .nodes import NodesApi
+from .stats import StatsApi
 from .routing import Route
 from .secrets import SecretsApi
 from .shell import ShellApi
@@ -44,6 +45,7 @@ def every_route(
     routes: list[Route] = []
     routes += MetaApi(metrics, lambda: routes).routes()
     routes += NodesApi(fleet).routes() + VmApi(fleet).routes() + TagsApi(fleet).routes()
+    routes += StatsApi(fleet).routes()
     routes += FilesystemApi(fleet).routes()
     background = BackgroundApi(fleet)
     routes += ExecApi(fleet, clock, background).routes() + background.routes()

@@ -53,6 +53,7 @@ class MachineSpec:
         start from instead of booting; the VM comes up paused.
     :ivar net: its network interface, or ``None`` for none.
     :ivar pci_devices: host PCI devices passed through with VFIO (full addresses).
+    :ivar metrics_socket: UNIX socket path the metrics channel is served on, or ``None`` for none.
     """
 
     name: str
@@ -67,6 +68,7 @@ class MachineSpec:
     incoming: str | None = None
     net: NetSpec | None = None
     pci_devices: tuple[str, ...] = ()
+    metrics_socket: str | None = None
 
 
 @frozen

@@ -188,12 +188,23 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
         "-device", "virtio-serial-device",
         "-chardev", f"socket,id=agent,path={spec.agent_socket},server=on,wait=off",
         "-device", "virtserialport,chardev=agent,name=agent",
+        *_metrics_args(spec.metrics_socket),
         "-chardev", f"file,id=console,path={spec.console_log}",
         "-serial", "chardev:console",
         "-qmp", qmp_address(spec.qmp_socket),
         *_net_args(spec.net),
         *_pci_args(spec.pci_devices),
         *(["-incoming", f"exec:cat {shlex.quote(spec.incoming)}"] if spec.incoming else []),
+    ]
+
+
+def _metrics_args(socket: str | None) -> list[str]:
+    """The metrics channel: a second virtio-serial port, ``metrics``, served on its own UNIX socket."""
+    if socket is None:
+        return []
+    return [
+        "-chardev", f"socket,id=metrics,path={socket},server=on,wait=off",
+        "-device", "virtserialport,chardev=metrics,name=metrics",
     ]
 
 

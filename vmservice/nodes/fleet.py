@@ -52,6 +52,7 @@ from .readiness import bounded_health
 from .registry import Registry
 from .runtime import NodeRuntime
 from .snapshots import Snapshots
+from .stats import NodeStats
 from .startup import Startup
 from .tagging import Tagging
 from .transitions import Op, check
@@ -71,6 +72,7 @@ class Fleet(Service):
     :ivar lifecycle: pause, resume, reboot, shutdown, relaunch.
     :ivar snapshots: suspend and restore.
     :ivar tagging: a node's tags, read and changed.
+    :ivar stats: the statistics of the nodes' guests.
     """
 
     name = "fleet"
@@ -83,6 +85,7 @@ class Fleet(Service):
         self.lifecycle = Lifecycle(self._registry, parts)
         self.snapshots = Snapshots(self._registry, parts)
         self.tagging = Tagging(self._registry)
+        self.stats = NodeStats(self._registry, parts.clock, parts.snapshots)
         self._unsubscribe: Callable[[], None] = lambda: None
 
     def _register(self, record: NodeRecord) -> NodeRuntime:

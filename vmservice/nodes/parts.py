@@ -7,10 +7,10 @@ handed over as one frozen record instead of a long argument list.
 from __future__ import annotations
 
 import time
-from typing import Callable, Protocol, TypeVar
+from typing import Any, Callable, Mapping, Protocol, TypeVar
 
 from attrs import field, frozen
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail
 from twisted.internet.interfaces import IReactorTime
 
 from ..config import Config, HostGroupConfig
@@ -59,6 +59,11 @@ def _no_boots(group: str, seconds: float) -> None:
     """Boot durations go nowhere."""
 
 
+def _no_metrics(socket: str, deadline: float) -> Deferred[Mapping[str, Any]]:
+    """No metrics channel: every snapshot fails."""
+    return fail(LookupError("no metrics channel is configured"))
+
+
 @frozen
 class FleetParts:
     """
@@ -82,6 +87,8 @@ class FleetParts:
     :ivar wall_clock: the time in nanoseconds since the epoch, given to
         guests whose clock stood still (resume, restore).
     :ivar pci: the host's PCI devices, checked before one is given to a node.
+    :ivar snapshots: asks a node's metrics socket for one snapshot's fields
+        within a deadline (seconds).
     """
 
     clock: IReactorTime
@@ -99,6 +106,7 @@ class FleetParts:
     stop_grace: float = 10.0
     wall_clock: Callable[[], int] = field(default=time.time_ns)
     pci: PciHost = field(factory=PciHost)
+    snapshots: Callable[[str, float], Deferred[Mapping[str, Any]]] = field(default=_no_metrics)
 
     def group(self, name: str) -> HostGroupConfig:
         """

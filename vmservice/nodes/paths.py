@@ -4,7 +4,7 @@ Where a node's files live, and the machine spec built from them.
 
 Everything of node ``h`` is in ``<state_dir>/nodes/h/``: its record
 (``node.json``, see :mod:`.store`), its disk, console and QEMU logs, the
-agent's and QMP's UNIX sockets and, while it is suspended, its snapshot.
+agent's, metrics channel's and QMP's UNIX sockets and, while it is suspended, its snapshot.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ class NodePaths:
     :ivar console: the serial console's log.
     :ivar qemu_log: what QEMU writes on stderr.
     :ivar agent: the agent channel's UNIX socket.
+    :ivar metrics: the metrics channel's UNIX socket.
     :ivar qmp: the QMP monitor's UNIX socket.
     :ivar state: its snapshot (memory and device state) while suspended.
     :ivar userdata: its userdata script (mode 0600), when it has one.
@@ -44,6 +45,7 @@ class NodePaths:
     qmp: str
     state: str
     userdata: str
+    metrics: str
 
     @property
     def partial_state(self) -> str:
@@ -86,8 +88,9 @@ class NodePaths:
             qmp=os.path.join(directory, "qmp.sock"),
             state=os.path.join(directory, "state.bin"),
             userdata=os.path.join(directory, "userdata.sh"),
+            metrics=os.path.join(directory, "metrics.sock"),
         )
-        if max(len(paths.agent), len(paths.qmp)) > MAX_SOCKET_PATH:
+        if max(len(paths.agent), len(paths.qmp), len(paths.metrics)) > MAX_SOCKET_PATH:
             state_dir = os.path.dirname(os.path.dirname(directory))
             raise Internal(
                 f"state_dir {state_dir!r} is too long for UNIX socket paths", code="state_dir_too_long"
@@ -121,6 +124,7 @@ class NodePaths:
             incoming=incoming,
             net=net,
             pci_devices=record.pci_devices,
+            metrics_socket=self.metrics,
         )
 
 

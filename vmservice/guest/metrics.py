@@ -1,0 +1,412 @@
+# -*- test-case-name: tests.guest.test_metrics,tests.integration.test_stats -*-
+"""
+The guest's metrics agent: answers the host's requests for a statistics snapshot.
+
+A process of its own, separate from the guest agent (a busy or stuck agent does not hide the numbers,
+and the other way round), run and respawned by busybox init through ``/opt/vmservice/bin/metrics``.
+Standard library only, no imports from the rest of ``vmservice``.
+
+It serves the virtio-serial port named ``metrics``.  The protocol is one line each way: the host
+writes ``snapshot ID\\n`` (``ID`` a token of its choosing), the agent samples ``/proc`` and
+``statvfs("/")`` at that moment and answers one JSON object on one line, ``{"id": ID, ...fields}``
+(``{"id": ID, "error": "..."}`` when sampling failed).  The id lets the host drop an answer that was
+meant for an earlier connection.  Nothing is sampled between requests.
+
+Fields (all sizes and counters in bytes; counters since the guest booted): ``hostname``, ``arch``,
+``timestamp`` (RFC 3339, UTC), ``uptimeSeconds``, ``totalCpus``, ``totalMemory``, ``memoryUsed``
+(``MemTotal - MemAvailable``), ``memoryAvailable``, ``memoryUsedPercent``, ``loadAvg1/5/15``,
+``diskReadTotal``/``diskWriteTotal`` (sectors of whole disks times 512), ``networkReadTotal``/
+``networkWriteTotal`` (every interface but ``lo``), ``diskIOInflight`` (I/Os in progress),
+``openConnections`` (established TCP connections, IPv4 and IPv6), ``openFiles`` (open file
+descriptors of every process), ``entropy`` (bits), ``diskSpaceTotal``/``diskSpaceUsed``/``diskSpaceFree`` (the root file
+system; free is what an unprivileged user may use) and ``diskSpaceUsedPercent`` (as ``df``:
+used / (used + free)).
+
+While no host is connected the port reports POLLHUP (level-triggered) and reads return 0, so the agent
+looks again every :data:`DISCONNECTED_POLL_INTERVAL` seconds; while one is connected it sleeps in
+``poll``.  ``--listen-unix PATH`` serves a UNIX socket instead, for tests on the host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import sys
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Callable
+
+__all__ = [
+    "PORT_NAME",
+    "disk_totals",
+    "entropy",
+    "established_connections",
+    "handle_line",
+    "load_average",
+    "main",
+    "memory",
+    "network_totals",
+    "open_files",
+    "sample",
+    "space",
+    "whole_disks",
+]
+
+#: Name of the virtio-serial port the host attaches the metrics channel to.
+PORT_NAME = "metrics"
+SYSFS_PORTS = "/sys/class/virtio-ports"
+#: How often to look again while no host is connected, or the port is missing.
+DISCONNECTED_POLL_INTERVAL = 0.1
+#: Longest request line; a longer one is dropped.
+MAX_LINE = 256
+#: Most seconds an answer may wait for the port to take it before it is dropped.
+WRITE_DEADLINE = 2.0
+#: Where the agent writes its process id (tests and operators find it there).
+PID_FILE = "/run/vmservice-metrics.pid"
+SECTOR = 512
+_TCP_ESTABLISHED = "01"
+
+
+def _log(message: str) -> None:
+    try:
+        sys.stderr.write(f"vmservice-metrics: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+# -- pure parsers of /proc texts -------------------------------------------------------------
+
+
+def memory(meminfo: str) -> dict[str, object]:
+    """
+    ``totalMemory``, ``memoryAvailable``, ``memoryUsed`` (bytes) and ``memoryUsedPercent`` from the
+    text of ``/proc/meminfo`` (whose values are in KiB).  Kernels without ``MemAvailable`` count
+    ``MemFree + Buffers + Cached`` as available.
+    """
+    values: dict[str, int] = {}
+    for line in meminfo.splitlines():
+        key, _, rest = line.partition(":")
+        words = rest.split()
+        if words and words[0].isdigit():
+            values[key.strip()] = int(words[0]) * (1024 if words[1:2] == ["kB"] else 1)
+    total = values.get("MemTotal", 0)
+    if "MemAvailable" in values:
+        available = values["MemAvailable"]
+    else:
+        available = values.get("MemFree", 0) + values.get("Buffers", 0) + values.get("Cached", 0)
+    available = min(available, total)
+    used = total - available
+    return {
+        "totalMemory": total,
+        "memoryAvailable": available,
+        "memoryUsed": used,
+        "memoryUsedPercent": (100.0 * used / total) if total else 0.0,
+    }
+
+
+def load_average(loadavg: str) -> dict[str, object]:
+    """``loadAvg1``, ``loadAvg5`` and ``loadAvg15`` from the text of ``/proc/loadavg``."""
+    words = loadavg.split()
+    return {"loadAvg1": float(words[0]), "loadAvg5": float(words[1]), "loadAvg15": float(words[2])}
+
+
+def whole_disks(block_devices: list[str]) -> set[str]:
+    """
+    The names of ``/sys/block`` worth counting: real disks, not loop, RAM, zram, device-mapper or
+    md devices (whose I/O is already counted on the disks below them).
+    """
+    skipped = ("loop", "ram", "zram", "dm-", "md", "sr", "fd", "nbd")
+    return {name for name in block_devices if not name.startswith(skipped)}
+
+
+def disk_totals(diskstats: str, disks: set[str]) -> dict[str, object]:
+    """
+    ``diskReadTotal`` and ``diskWriteTotal`` (bytes: sectors times 512, the kernel's unit whatever the
+    disk's block size) and ``diskIOInflight`` from the text of ``/proc/diskstats``, over ``disks``.
+    """
+    read = written = inflight = 0
+    for line in diskstats.splitlines():
+        words = line.split()
+        if len(words) < 12 or words[2] not in disks:
+            continue
+        read += int(words[5])
+        written += int(words[9])
+        inflight += int(words[11])
+    return {
+        "diskReadTotal": float(read * SECTOR),
+        "diskWriteTotal": float(written * SECTOR),
+        "diskIOInflight": inflight,
+    }
+
+
+def network_totals(netdev: str) -> dict[str, object]:
+    """``networkReadTotal`` and ``networkWriteTotal`` (bytes) from ``/proc/net/dev``, without ``lo``."""
+    received = sent = 0
+    for line in netdev.splitlines():
+        name, colon, rest = line.partition(":")
+        words = rest.split()
+        if not colon or len(words) < 9 or name.strip() == "lo" or not words[0].isdigit():
+            continue
+        received += int(words[0])
+        sent += int(words[8])
+    return {"networkReadTotal": float(received), "networkWriteTotal": float(sent)}
+
+
+def established_connections(*tcp_tables: str) -> int:
+    """The established TCP connections in the texts of ``/proc/net/tcp`` and ``/proc/net/tcp6``."""
+    count = 0
+    for table in tcp_tables:
+        for line in table.splitlines()[1:]:
+            words = line.split()
+            if len(words) > 3 and words[3] == _TCP_ESTABLISHED:
+                count += 1
+    return count
+
+
+def open_files(proc: str = "/proc") -> int:
+    """
+    The open file descriptors of every process, counted in ``/proc/PID/fd``.  (The first number of
+    ``/proc/sys/fs/file-nr`` is a per-CPU estimate that reads 0 on small guests.)
+    """
+    count = 0
+    for name in os.listdir(proc):
+        if name.isdigit():
+            try:
+                count += len(os.listdir(f"{proc}/{name}/fd"))
+            except OSError:  # gone, or a kernel thread
+                pass
+    return count
+
+
+def entropy(entropy_avail: str) -> int:
+    """The bits of ``/proc/sys/kernel/random/entropy_avail``."""
+    return int(entropy_avail.strip())
+
+
+def space(frsize: int, blocks: int, bfree: int, bavail: int) -> dict[str, object]:
+    """
+    ``diskSpaceTotal``, ``diskSpaceUsed``, ``diskSpaceFree`` (bytes) and ``diskSpaceUsedPercent`` from
+    a ``statvfs`` result, as ``df`` shows them: free is what unprivileged users may use, and the
+    percentage is used / (used + free), the blocks reserved for root left out.
+    """
+    used = (blocks - bfree) * frsize
+    free = bavail * frsize
+    usable = used + free
+    return {
+        "diskSpaceTotal": blocks * frsize,
+        "diskSpaceUsed": used,
+        "diskSpaceFree": free,
+        "diskSpaceUsedPercent": (100.0 * used / usable) if usable else 0.0,
+    }
+
+
+# -- sampling ------------------------------------------------------------------------------
+
+
+def _read(path: str) -> str:
+    with open(path, "rb") as stream:
+        return stream.read().decode("ascii", "replace")
+
+
+def _optional(path: str) -> str:
+    try:
+        return _read(path)
+    except OSError:
+        return ""
+
+
+def _timestamp(now: float) -> str:
+    seconds = int(now)
+    micros = int((now - seconds) * 1_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{micros:06d}Z"
+
+
+def sample(root: str = "/") -> dict[str, object]:
+    """Every field of one snapshot, read now."""
+    snapshot: dict[str, object] = {
+        "hostname": _read("/proc/sys/kernel/hostname").strip(),
+        "arch": os.uname().machine,
+        "timestamp": _timestamp(time.time()),
+        "uptimeSeconds": float(_read("/proc/uptime").split()[0]),
+        "totalCpus": os.cpu_count() or 1,
+    }
+    snapshot.update(memory(_read("/proc/meminfo")))
+    snapshot.update(load_average(_read("/proc/loadavg")))
+    try:
+        devices = os.listdir("/sys/block")
+    except OSError:
+        devices = []
+    snapshot.update(disk_totals(_read("/proc/diskstats"), whole_disks(devices)))
+    snapshot.update(network_totals(_read("/proc/net/dev")))
+    snapshot["openConnections"] = established_connections(_optional("/proc/net/tcp"), _optional("/proc/net/tcp6"))
+    snapshot["openFiles"] = open_files()
+    snapshot["entropy"] = entropy(_read("/proc/sys/kernel/random/entropy_avail"))
+    vfs = os.statvfs(root)
+    snapshot.update(space(vfs.f_frsize, vfs.f_blocks, vfs.f_bfree, vfs.f_bavail))
+    return snapshot
+
+
+def handle_line(line: bytes, sampler: Callable[[], dict[str, object]] = sample) -> bytes:
+    """
+    The answer line to one request line (without its newline): ``snapshot ID`` gets a snapshot,
+    anything else an error; both carry the request's id.
+    """
+    words = line.decode("utf-8", "replace").split()
+    request_id = words[1] if len(words) > 1 else ""
+    answer: dict[str, object]
+    if not words or words[0] != "snapshot":
+        answer = {"id": request_id, "error": f"unknown request {line[:40]!r}"}
+    else:
+        try:
+            answer = {"id": request_id, **sampler()}
+        except Exception as e:  # a broken /proc must not end the agent
+            answer = {"id": request_id, "error": f"sampling failed: {e}"}
+    return json.dumps(answer, separators=(",", ":")).encode() + b"\n"
+
+
+# -- serving -------------------------------------------------------------------------------
+
+
+def find_port(name: str = PORT_NAME, sysfs: str = SYSFS_PORTS, dev: str = "/dev") -> str | None:
+    """The device node of the virtio-serial port called ``name``, or ``None``."""
+    try:
+        entries = sorted(os.listdir(sysfs))
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            with open(os.path.join(sysfs, entry, "name"), "rb") as f:
+                found = f.read().strip().decode("utf-8", "replace")
+        except OSError:
+            continue
+        if found == name:
+            device = os.path.join(dev, entry)
+            return device if os.path.exists(device) else None
+    return None
+
+
+def _write_all(fd: int, data: bytes) -> bool:
+    """Write ``data`` within :data:`WRITE_DEADLINE`; ``False`` when the host went away or never took it."""
+    deadline = time.monotonic() + WRITE_DEADLINE
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    while data:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        events = poller.poll(remaining * 1000)
+        if not events:
+            return False
+        try:
+            written = os.write(fd, data)
+        except BlockingIOError:
+            time.sleep(0.01)
+            continue
+        except OSError:
+            return False
+        data = data[written:]
+    return True
+
+
+def serve_connection(fd: int) -> None:
+    """
+    Answer requests on ``fd`` until the host hangs up (a read returns 0 or fails).  The port is
+    non-blocking; ``poll`` waits for input, and a hang-up without input ends the session.
+    """
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    pending = b""
+    while True:
+        events = poller.poll()
+        revents = 0
+        for _, revents in events:
+            pass
+        if not revents & select.POLLIN:
+            if revents & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                return
+            continue
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            continue
+        except OSError:
+            return
+        if not chunk:
+            return
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            if not _write_all(fd, handle_line(line.strip())):
+                return
+        if len(pending) > MAX_LINE:
+            pending = b""
+
+
+def _connected(fd: int) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    for _, revents in poller.poll(0):
+        return bool(revents & select.POLLIN) or not revents & (select.POLLHUP | select.POLLERR)
+    return True
+
+
+def serve_port(device: str) -> None:
+    """Serve the virtio-serial port ``device`` forever; hosts come and go."""
+    fd = os.open(device, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    while True:
+        if _connected(fd):
+            serve_connection(fd)
+        time.sleep(DISCONNECTED_POLL_INTERVAL)
+
+
+def serve_unix(path: str) -> None:
+    """Serve a UNIX socket, one connection at a time, as QEMU's server socket does (tests on the host)."""
+    import socket
+
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(8)
+    print(f"vmservice-metrics: ready on {path}", flush=True)
+    while True:
+        conn, _ = listener.accept()
+        conn.setblocking(False)
+        try:
+            serve_connection(conn.fileno())
+        finally:
+            conn.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the metrics agent until killed (``--listen-unix PATH`` for a UNIX socket)."""
+    arguments = sys.argv[1:] if argv is None else argv
+    if arguments[:1] == ["--listen-unix"] and len(arguments) == 2:
+        serve_unix(arguments[1])
+        return
+    try:
+        with open(PID_FILE, "w") as stream:
+            stream.write(f"{os.getpid()}\n")
+    except OSError:
+        pass
+    logged = False
+    while True:
+        device = find_port()
+        if device is not None:
+            break
+        if not logged:
+            _log(f"waiting for virtio-serial port {PORT_NAME!r}")
+            logged = True
+        time.sleep(DISCONNECTED_POLL_INTERVAL * 10)
+    _log(f"ready on {device}")
+    serve_port(device)
+
+
+if __name__ == "__main__":
+    main()
