@@ -86,6 +86,11 @@ DEFAULT_CODEHOST_URL = "https://github.com"
 DEFAULT_CODEHOST_TIMEOUT = 5.0
 #: The longest ``codehost_timeout``: a create waits for the fetch.
 MAX_CODEHOST_TIMEOUT = 60.0
+#: Seconds between two samplings of every node's statistics for ``/metrics``, unless ``stats_interval``
+#: says otherwise; 0 turns the per-node series off.
+DEFAULT_STATS_INTERVAL = 15.0
+#: The longest ``stats_interval``.
+MAX_STATS_INTERVAL = 3600.0
 #: Each VM of an isolated network takes a /30 (network, host side, guest,
 #: broadcast), so a /22 holds 256 VM slots as the API specification says.
 ISOLATED_SLOT_PREFIX = 30
@@ -373,6 +378,8 @@ class Config:
         keys from (``{url}/{user}.keys``), without a final ``/``; ``None``
         when disabled.
     :ivar codehost_timeout: Seconds one such fetch may take.
+    :ivar stats_interval: Seconds between two samplings of every node's
+        statistics for the per-node series of ``/metrics``; 0 for none.
     """
 
     api: ApiConfig = ApiConfig()
@@ -385,6 +392,7 @@ class Config:
     host_groups: tuple[HostGroupConfig, ...] = ()
     codehost_url: str | None = DEFAULT_CODEHOST_URL
     codehost_timeout: float = DEFAULT_CODEHOST_TIMEOUT
+    stats_interval: float = DEFAULT_STATS_INTERVAL
 
     def group(self, name: str) -> HostGroupConfig | None:
         """
@@ -465,6 +473,7 @@ class _ConfigDocument:
     host_groups: tuple[_GroupDocument, ...] = ()
     codehost_url: str | None = DEFAULT_CODEHOST_URL
     codehost_timeout: float = DEFAULT_CODEHOST_TIMEOUT
+    stats_interval: float = DEFAULT_STATS_INTERVAL
 
 
 def _structure_size(value: object, _type: object) -> _Size:
@@ -683,6 +692,7 @@ class _Resolver:
             host_groups=tuple(groups),
             codehost_url=self.codehost_url(document.codehost_url, (*base, "codehost_url")),
             codehost_timeout=self.codehost_timeout(document.codehost_timeout, (*base, "codehost_timeout")),
+            stats_interval=self.stats_interval(document.stats_interval, (*base, "stats_interval")),
         )
 
     def codehost_url(self, url: str | None, parts: Path) -> str | None:
@@ -707,6 +717,12 @@ class _Resolver:
         if not 0 < seconds <= MAX_CODEHOST_TIMEOUT:
             raise self.error(parts, f"codehost_timeout {seconds:g} must be more than 0 and at most "
                                     f"{MAX_CODEHOST_TIMEOUT:g} seconds")
+        return seconds
+
+    def stats_interval(self, seconds: float, parts: Path) -> float:
+        if seconds != 0 and not 1 <= seconds <= MAX_STATS_INTERVAL:
+            raise self.error(parts, f"stats_interval {seconds:g} must be 0 (off) or from 1 to "
+                                    f"{MAX_STATS_INTERVAL:g} seconds")
         return seconds
 
     def api(self, document: _ApiDocument, parts: Path) -> ApiConfig:

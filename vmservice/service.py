@@ -35,6 +35,7 @@ from .hypervisors.base import IHypervisor
 from .hypervisors.qemu import IProbeReactor, IQemuReactor, QemuDriver, QemuSettings, host_tsc_khz, probe_accel
 from .images.store import Image, ImageNotFound, resolve_image
 from .metrics import STATUSES, Metrics
+from .nodestats_metrics import NodeStatsCollector, SnapshotSampler
 from .network.claims import RangeClaims, RangeTaken
 from .network.host import HostNetwork, command_runner
 from .network.ipam import pool
@@ -199,6 +200,10 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
     claimed = _Claimed(claims)
     claimed.setServiceParent(top)  # type: ignore[no-untyped-call]  # Twisted's services are not annotated
     fleet.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
+    if config.stats_interval:
+        sampler = SnapshotSampler(reactor, fleet.stats.all, config.stats_interval)
+        metrics.registry.register(NodeStatsCollector(lambda: sampler.latest, lambda: {r.hostname for r in fleet.list()}))
+        sampler.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
     listener = listening_service(_endpoint(reactor, config), site)
     listener.setServiceParent(top)
     where = config.api.unix_socket_path or f"{config.api.bind_address}:{config.api.port}"

@@ -30,7 +30,7 @@ class StatsTests(SharedDaemonTestCase):
     @classmethod
     def start_shared(cls) -> None:
         ensure_image()
-        cls.daemon = Daemon(groups=GROUPS)
+        cls.daemon = Daemon(groups=GROUPS, stats_interval=1)
         cls.daemon.start()
         cls.node = cls.daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=3m", {}, expect=201)["hostname"]
 
@@ -156,3 +156,23 @@ class StatsTests(SharedDaemonTestCase):
 
         self.daemon.wait_for("a new metrics agent", respawned, timeout=60)
         self.assertIn("totalMemory", self.snapshot())
+
+    def metrics(self) -> str:
+        status, _, body = self.daemon.request("GET", "/metrics")
+        self.assertEqual(status, 200)
+        return body.decode()
+
+    def test_prometheus_series_follow_nodes(self) -> None:
+        """A new node's series appear within a few sampling rounds; deleted, they vanish."""
+        other = self.daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=3m", {}, expect=201)["hostname"]
+        series = f'vmservice_node_memory_total_bytes{{hostgroup="demo",hostname="{other}"}}'
+        try:
+            self.daemon.wait_for(f"the series of {other}", lambda: series in self.metrics(), timeout=60)
+            text = self.metrics()
+            for name in ("vmservice_node_load1", "vmservice_node_disk_written_bytes_total",
+                         "vmservice_node_network_received_bytes_total", "vmservice_node_disk_space_used_bytes"):
+                self.assertIn(f'{name}{{hostgroup="demo",hostname="{other}"}}', text)
+            self.assertIn(f'vmservice_node_stats_up{{hostgroup="demo",hostname="{other}"}} 1.0', text)
+        finally:
+            self.daemon.json("DELETE", f"/hostgroup/demo/nodes/{other}")
+        self.assertNotIn(f'hostname="{other}"', self.metrics())
