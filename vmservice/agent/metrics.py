@@ -3,7 +3,7 @@
 The host side of the metrics channel: one request, one answer, within a deadline.
 
 The guest's metrics agent (:mod:`vmservice.guest.metrics`) serves the virtio-serial port ``metrics``,
-which QEMU exposes on the node's ``metrics.sock``.  :class:`MetricsClient` connects to that socket,
+which QEMU exposes on the node's ``stats.sock``.  :class:`MetricsClient` connects to that socket,
 writes ``snapshot ID\\n`` and waits for the JSON line whose ``id`` is ``ID`` (a line with another id
 was meant for an earlier connection and is skipped), then hangs up.  The whole exchange has a
 deadline: a guest that is paused, booting, or whose metrics agent is dead or stuck costs at most that.

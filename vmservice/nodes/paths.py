@@ -88,7 +88,7 @@ class NodePaths:
             qmp=os.path.join(directory, "qmp.sock"),
             state=os.path.join(directory, "state.bin"),
             userdata=os.path.join(directory, "userdata.sh"),
-            metrics=os.path.join(directory, "metrics.sock"),
+            metrics=os.path.join(directory, "stats.sock"),
         )
         if max(len(paths.agent), len(paths.qmp), len(paths.metrics)) > MAX_SOCKET_PATH:
             state_dir = os.path.dirname(os.path.dirname(directory))
