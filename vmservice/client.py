@@ -943,6 +943,19 @@ class Client:
         result: list[dict[str, Any]] = await self._json("GET", path, {"tag": tag, "tag_prefix": tag_prefix})
         return result
 
+    async def stats(self) -> list[dict[str, Any]]:
+        """
+        Every node with its guest's statistics ``snapshot``, or an ``error`` saying why there is none
+        (``GET /nodes/stats``).
+        """
+        result: list[dict[str, Any]] = await self._json("GET", _path("nodes", "stats"))
+        return result
+
+    async def node_stats(self, hostname: str) -> dict[str, Any]:
+        """One node with its ``snapshot`` or ``error`` (``GET /node/{hostname}/stats``)."""
+        result: dict[str, Any] = await self._json("GET", _path("node", hostname, "stats"))
+        return result
+
     async def create_node(
         self, group: str, body: dict[str, Any] | None = None, *, wait: str | None = None, timeout: str | None = None
     ) -> dict[str, Any]:

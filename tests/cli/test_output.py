@@ -195,3 +195,31 @@ class WatchEventTests(SynchronousTestCase):
         event = {"id": 1, "type": "write", "path": "/a\nb", "size": 3, "isDir": False}
         line = format_watch_event(event, as_json=True)
         self.assertEqual((line.count("\n"), json.loads(line)), (1, event))
+
+
+class StatsRowsTests(SynchronousTestCase):
+    SNAPSHOT = {"totalCpus": 2, "loadAvg1": 1.5, "loadAvg5": 0.5, "memoryUsed": 100 << 20, "totalMemory": 1 << 30,
+                "memoryUsedPercent": 9.77, "diskSpaceUsed": 1 << 29, "diskSpaceUsedPercent": 50.0,
+                "diskReadTotal": 1 << 20, "diskWriteTotal": 2 << 20, "networkReadTotal": 0, "networkWriteTotal": 0,
+                "uptime": "1h2m3s"}
+
+    def test_rows(self) -> None:
+        """A snapshot fills every column; a node without one shows its error."""
+        from vmservice.cli.output import STATS_HEADERS, stats_rows
+
+        rows = stats_rows([{"hostname": "a-1", "status": "Running", "snapshot": self.SNAPSHOT},
+                           {"hostname": "a-2", "status": "Paused", "error": "the node is paused"}])
+        self.assertEqual([len(row) for row in rows], [len(STATS_HEADERS)] * 2)
+        self.assertEqual(rows[0][:4], ["a-1", "Running", "2", "1.50"])
+        self.assertEqual(rows[0][-1], "1h2m3s")
+        self.assertEqual(rows[1][:3], ["a-2", "Paused", "the node is paused"])
+
+    def test_by_load(self) -> None:
+        """Busiest per CPU first; nodes without a snapshot last."""
+        from vmservice.cli.output import by_load
+
+        stats = [{"hostname": "idle", "snapshot": {**self.SNAPSHOT, "loadAvg1": 0.1}},
+                 {"hostname": "off", "error": "paused"},
+                 {"hostname": "busy", "snapshot": {**self.SNAPSHOT, "loadAvg1": 1.9, "totalCpus": 1}},
+                 {"hostname": "wide", "snapshot": {**self.SNAPSHOT, "loadAvg1": 2.0, "totalCpus": 4}}]
+        self.assertEqual([s["hostname"] for s in by_load(stats)], ["busy", "wide", "idle", "off"])

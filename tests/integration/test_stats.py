@@ -8,6 +8,9 @@ killed one), and the per-node Prometheus series appearing and vanishing with the
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from datetime import datetime
 from typing import Any
@@ -176,3 +179,25 @@ class StatsTests(SharedDaemonTestCase):
         finally:
             self.daemon.json("DELETE", f"/hostgroup/demo/nodes/{other}")
         self.assertNotIn(f'hostname="{other}"', self.metrics())
+
+    def vmctl(self, *argv: str) -> subprocess.CompletedProcess[bytes]:
+        command = [sys.executable, "-m", "vmservice.cli.main", "--url", f"http://127.0.0.1:{self.daemon.port}", *argv]
+        return subprocess.run(command, capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+
+    def test_vmctl_stats_and_top(self) -> None:
+        """vmctl stats (table and JSON, all nodes or one) and two refreshes of vmctl top."""
+        self.snapshot()
+        table = self.vmctl("stats")
+        self.assertEqual(table.returncode, 0, table.stderr)
+        lines = table.stdout.decode().splitlines()
+        self.assertTrue(lines[0].startswith("HOSTNAME"), lines)
+        self.assertIn(self.node, table.stdout.decode())
+        one = self.vmctl("stats", self.node, "--json")
+        self.assertEqual(one.returncode, 0, one.stderr)
+        self.assertEqual(json.loads(one.stdout)["snapshot"]["hostname"], self.node)
+        missing = self.vmctl("stats", "nosuch-9")
+        self.assertNotEqual(missing.returncode, 0)
+        top = self.vmctl("top", "--iterations", "2", "--interval", "0.5")
+        self.assertEqual(top.returncode, 0, top.stderr)
+        self.assertEqual(top.stdout.decode().count("vmctl top: "), 2)
+        self.assertIn(self.node, top.stdout.decode())

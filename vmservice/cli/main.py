@@ -27,12 +27,16 @@ import argparse
 import codecs
 import contextlib
 import os
+import select
 import sys
+import termios
+import tty
 from typing import IO, Any, Awaitable, Callable, Mapping, Sequence, TextIO
 
 from attrs import frozen
 from twisted.internet.defer import Deferred
 from twisted.internet.error import CannotListenError
+from twisted.internet.task import deferLater
 from twisted.web.client import RequestGenerationFailed, RequestTransmissionFailed, ResponseFailed
 
 from ..client import (
@@ -103,6 +107,16 @@ class _Context:
 
 
 # -- parsing ---------------------------------------------------------------
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -369,6 +383,16 @@ def build_parser() -> argparse.ArgumentParser:
                       help="console: lines from the end (daemon default 20; 0 for all)")
     logs.add_argument("-f", "--follow", action="store_true", help="exec: go on until it ends")
     logs.add_argument("--from-id", type=_non_negative_int, metavar="N", help="exec: the first frame (default the oldest kept)")
+
+    stats = command("stats", _stats, "show the statistics of every node's guest, or of NODE")
+    stats.add_argument("hostname", nargs="?", metavar="NODE", help="only this node")
+    stats.add_argument("--json", action="store_true", help="print the JSON answer")
+
+    top = command("top", _top, "show the nodes' statistics, busiest first, refreshed every few seconds (q quits)")
+    top.add_argument("--interval", type=_positive_float, default=2.0, metavar="SECONDS",
+                     help="seconds between two refreshes (default 2)")
+    top.add_argument("--iterations", "-n", type=_positive_int, metavar="N", help="stop after N refreshes")
+    top.add_argument("--once", dest="iterations", action="store_const", const=1, help="show one refresh and stop")
 
     health = command("health", _health, "ask a node's guest agent; exit 0 if it answers, 1 otherwise")
     health.add_argument("hostname", metavar="HOSTNAME")
@@ -752,6 +776,56 @@ async def _kill(client: Client, options: argparse.Namespace, context: _Context) 
     sent = result.get("signal_sent")
     context.out.write(f"sent {sent} to {options.exec_id}\n" if sent else f"{options.exec_id} had already ended\n")
     return 0
+
+
+async def _stats(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    stats = [await client.node_stats(options.hostname)] if options.hostname else await client.stats()
+    if options.json:
+        context.out.write(output.format_json(stats[0] if options.hostname else stats))
+    else:
+        context.out.write(output.format_table(output.STATS_HEADERS, output.stats_rows(stats)))
+    return 0
+
+
+def _quit_pressed(fd: int) -> bool:
+    """Whether ``q`` was typed on the terminal ``fd`` (in cbreak mode), reading what is there."""
+    while select.select([fd], [], [], 0)[0]:
+        typed = os.read(fd, 64)
+        if not typed or b"q" in typed.lower():
+            return True
+    return False
+
+
+async def _top(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    out = context.out
+    keys = context.stdin.fileno() if context.stdin is not None and context.stdin.isatty() else None
+    saved = termios.tcgetattr(keys) if keys is not None else None
+    if keys is not None:
+        tty.setcbreak(keys)
+    try:
+        shown = 0
+        while True:
+            stats = output.by_load(await client.stats())
+            if out.isatty():
+                out.write("\x1b[H\x1b[2J")
+            answered = sum(1 for stat in stats if isinstance(stat.get("snapshot"), dict))
+            out.write(f"vmctl top: {len(stats)} nodes, {answered} answered, every {options.interval:g} s"
+                      f"{' (q to quit)' if keys is not None else ''}\n")
+            out.write(output.format_table(output.STATS_HEADERS, output.stats_rows(stats)))
+            out.flush()
+            shown += 1
+            if options.iterations is not None and shown >= options.iterations:
+                return 0
+            waited = 0.0
+            while waited < options.interval:
+                step = min(0.1, options.interval - waited)
+                await deferLater(context.reactor, step, lambda: None)
+                waited += step
+                if keys is not None and _quit_pressed(keys):
+                    return 0
+    finally:
+        if keys is not None and saved is not None:
+            termios.tcsetattr(keys, termios.TCSADRAIN, saved)
 
 
 async def _health(client: Client, options: argparse.Namespace, context: _Context) -> int:

@@ -118,6 +118,57 @@ def node_rows(nodes: Iterable[dict[str, Any]]) -> list[list[str]]:
     ]
 
 
+#: The columns of ``vmctl stats`` and ``vmctl top``.
+STATS_HEADERS = ("HOSTNAME", "STATUS", "CPUS", "LOAD1", "LOAD5", "MEM USED", "MEM TOTAL", "MEM%", "DISK USED",
+                 "DISK%", "DISK R/W", "NET RX/TX", "UPTIME")
+
+
+def _number(snapshot: dict[str, Any], name: str) -> float:
+    value = snapshot.get(name)
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def stats_rows(stats: Iterable[dict[str, Any]]) -> list[list[str]]:
+    """
+    The cells of ``vmctl stats`` (see :data:`STATS_HEADERS`) for NodeStat objects; a node without a
+    snapshot shows its error after its status.
+    """
+    rows = []
+    for stat in stats:
+        snapshot = stat.get("snapshot")
+        head = [str(stat.get("hostname", "")), str(stat.get("status", ""))]
+        if not isinstance(snapshot, dict):
+            rows.append(head + [str(stat.get("error") or "no snapshot")] + [""] * (len(STATS_HEADERS) - 3))
+            continue
+        s = snapshot
+        rows.append(head + [
+            str(s.get("totalCpus", "")),
+            f"{_number(s, 'loadAvg1'):.2f}",
+            f"{_number(s, 'loadAvg5'):.2f}",
+            human_size(int(_number(s, "memoryUsed"))),
+            human_size(int(_number(s, "totalMemory"))),
+            f"{_number(s, 'memoryUsedPercent'):.1f}",
+            human_size(int(_number(s, "diskSpaceUsed"))),
+            f"{_number(s, 'diskSpaceUsedPercent'):.1f}",
+            f"{human_size(int(_number(s, 'diskReadTotal')))}/{human_size(int(_number(s, 'diskWriteTotal')))}",
+            f"{human_size(int(_number(s, 'networkReadTotal')))}/{human_size(int(_number(s, 'networkWriteTotal')))}",
+            str(s.get("uptime", "")),
+        ])
+    return rows
+
+
+def by_load(stats: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Nodes by CPU load (1-minute load per CPU), busiest first; those without a snapshot last, by name."""
+    def key(stat: dict[str, Any]) -> tuple[int, float, str]:
+        snapshot = stat.get("snapshot")
+        if not isinstance(snapshot, dict):
+            return (1, 0.0, str(stat.get("hostname", "")))
+        cpus = _number(snapshot, "totalCpus") or 1.0
+        return (0, -_number(snapshot, "loadAvg1") / cpus, str(stat.get("hostname", "")))
+
+    return sorted(stats, key=key)
+
+
 #: The columns of ``vmctl secret list``.
 SECRET_HEADERS = ("NAME", "SIZE", "MODE", "UID", "GID", "MODIFIED")
 
