@@ -916,6 +916,21 @@ class SizeTests(SynchronousTestCase):
         self.assertEqual(parse_size(text), number * multiplier)
 
 
+class StatsIntervalTests(SynchronousTestCase):
+    """``stats_interval``: how often the nodes' statistics are sampled for ``/metrics``."""
+
+    def test_default_and_given(self) -> None:
+        """15 seconds unless given; 0 turns the sampling off."""
+        self.assertEqual(_parse("config: {}\n").stats_interval, 15.0)
+        self.assertEqual(_parse("config: {stats_interval: 2.5}\n").stats_interval, 2.5)
+        self.assertEqual(_parse("config: {stats_interval: 0}\n").stats_interval, 0)
+
+    def test_out_of_range(self) -> None:
+        for value in ("0.5", "-1", "3601"):
+            with self.assertRaisesRegex(ConfigError, "stats_interval"):
+                _parse(f"config: {{stats_interval: {value}}}\n")
+
+
 class CodehostTests(SynchronousTestCase):
     """
     ``codehost_url`` and ``codehost_timeout``: where ``codehost_user``'s keys

@@ -30,8 +30,9 @@ class MakeServiceTests(SynchronousTestCase):
             json.dump({"name": "default"}, f)
         os.symlink("default-1", os.path.join(self.image_dir, "default"))
 
-    def config(self, image: str = "default") -> Config:
+    def config(self, image: str = "default", stats_interval: float = 15.0) -> Config:
         return Config(
+            stats_interval=stats_interval,
             state_dir=os.path.join(self.base, "state"),
             image_dir=self.image_dir,
             image=image,
@@ -45,8 +46,14 @@ class MakeServiceTests(SynchronousTestCase):
         names = sorted(type(service).__name__ for service in top)
         self.assertEqual(names, ["StreamServerEndpointService", "_Claimed"])
         [claimed] = [service for service in top if type(service).__name__ == "_Claimed"]
-        self.assertEqual([service.name for service in claimed], ["fleet"])
+        self.assertEqual([service.name for service in claimed], ["fleet", "stats-sampler"])
         self.assertFalse(top.running)
+
+    def test_no_stats_sampler(self) -> None:
+        """stats_interval 0: no sampling of the nodes' statistics for /metrics."""
+        top = make_service(self.config(stats_interval=0), MemoryReactorClock())
+        [claimed] = [service for service in top if type(service).__name__ == "_Claimed"]
+        self.assertEqual([service.name for service in claimed], ["fleet"])
 
     def test_missing_image(self) -> None:
         """An image the configuration names that is not built stops the start with one line."""

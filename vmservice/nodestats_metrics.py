@@ -83,6 +83,8 @@ class SnapshotSampler(TimerService):
     :param interval: seconds between the starts of two rounds.
     """
 
+    name = "stats-sampler"
+
     def __init__(self, clock: IReactorTime, sample: Callable[[], Awaitable[list[NodeStat]]], interval: float) -> None:
         super().__init__(interval, self._round)  # type: ignore[no-untyped-call]  # Twisted's services are not annotated
         self.clock = clock

@@ -84,6 +84,15 @@ class CommandLineTests(SynchronousTestCase):
         self.assertIn("virtio-blk-device,drive=root", pairs["-device"])
         self.assertFalse(any(d.startswith("vfio-pci") for d in _pairs(qemu_command(SPEC, QemuSettings()))["-device"]))
 
+    def test_metrics_channel(self) -> None:
+        """A metrics socket adds a second virtio-serial port, ``metrics``, served on it; none without one."""
+        from attrs import evolve
+
+        pairs = _pairs(qemu_command(evolve(SPEC, metrics_socket="/s/demo-1/stats.sock"), QemuSettings()))
+        self.assertIn("socket,id=metrics,path=/s/demo-1/stats.sock,server=on,wait=off", pairs["-chardev"])
+        self.assertIn("virtserialport,chardev=metrics,name=metrics", pairs["-device"])
+        self.assertFalse(any("metrics" in word for word in qemu_command(SPEC, QemuSettings())))
+
     def test_kvm(self) -> None:
         """Under KVM the host CPU model is used."""
         pairs = _pairs(qemu_command(SPEC, QemuSettings(accel="kvm")))

@@ -40,6 +40,8 @@ class NodePathsTests(SynchronousTestCase):
         self.assertEqual((spec.name, spec.vcpus, spec.ram_bytes), ("demo-1", 2, 256 << 20))
         self.assertEqual((spec.disk, spec.qmp_socket, spec.console_log), (paths.disk, paths.qmp, paths.console))
         self.assertEqual((spec.incoming, spec.net), (paths.state, net))
+        self.assertEqual((spec.agent_socket, spec.metrics_socket), ("/s/nodes/demo-1/agent.sock",
+                                                                    "/s/nodes/demo-1/stats.sock"))
 
     def test_spec_pci_devices(self) -> None:
         """The machine spec passes through the PCI devices of the record (none by default)."""
