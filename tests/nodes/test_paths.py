@@ -7,6 +7,7 @@ import shutil
 import tempfile
 from datetime import datetime, timezone
 
+from attrs import evolve
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.errors import Internal
@@ -40,8 +41,11 @@ class NodePathsTests(SynchronousTestCase):
         self.assertEqual((spec.name, spec.vcpus, spec.ram_bytes), ("demo-1", 2, 256 << 20))
         self.assertEqual((spec.disk, spec.qmp_socket, spec.console_log), (paths.disk, paths.qmp, paths.console))
         self.assertEqual((spec.incoming, spec.net), (paths.state, net))
-        self.assertEqual((spec.agent_socket, spec.metrics_socket), ("/s/nodes/demo-1/agent.sock",
-                                                                    "/s/nodes/demo-1/stats.sock"))
+        self.assertEqual(spec.agent_socket, "/s/nodes/demo-1/agent.sock")
+        self.assertIsNone(spec.metrics_socket)  # a state saved without the metrics channel
+        self.assertEqual(paths.spec(evolve(record, metrics_channel=True), "k", "i", paths.state).metrics_socket,
+                         "/s/nodes/demo-1/stats.sock")
+        self.assertEqual(paths.spec(record, "k", "i").metrics_socket, "/s/nodes/demo-1/stats.sock")  # a boot
 
     def test_spec_pci_devices(self) -> None:
         """The machine spec passes through the PCI devices of the record (none by default)."""

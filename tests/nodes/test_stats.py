@@ -101,6 +101,12 @@ class NodeStatsTests(SynchronousTestCase):
     def test_one_unknown(self) -> None:
         self.failureResultOf(Deferred.fromCoroutine(self.stats.one("demo-9")), NotFound)
 
+    def test_boot_has_the_channel(self) -> None:
+        """A booted VM gets the metrics channel, and its record says so (for a later restore)."""
+        self.assertEqual(self.h.driver.machines[0].spec.metrics_socket, self.h.node("demo-1").paths.metrics)
+        self.assertTrue(self.h.node("demo-1").record.metrics_channel)
+        self.assertTrue(next(r for r in self.h.store.load_all()[0] if r.hostname == "demo-1").metrics_channel)
+
     def test_no_channel(self) -> None:
         """Parts without a metrics channel: every running node has an error."""
         stat = self.successResultOf(Deferred.fromCoroutine(self.h.fleet.stats.one("demo-1")))

@@ -78,6 +78,8 @@ class NodeRecord:
         :attr:`~.paths.NodePaths.userdata`).
     :ivar pci_devices: the host's PCI devices passed through to its VM
         (full addresses), held for it until it is removed.
+    :ivar metrics_channel: whether its VM was started with the metrics
+        channel (a restore must give it the same devices as the saved state).
     """
 
     hostname: str
@@ -100,6 +102,7 @@ class NodeRecord:
     ssh_keys: tuple[str, ...] = ()
     userdata: bool = False
     pci_devices: tuple[str, ...] = ()
+    metrics_channel: bool = False
 
     def with_status(self, status: Status, pid: int | None = None) -> "NodeRecord":
         """A copy with another status (and pid)."""

@@ -108,7 +108,8 @@ class NodePaths:
         """
         The machine spec of ``record``'s VM.
 
-        :param incoming: a snapshot to start from instead of booting.
+        :param incoming: a snapshot to start from instead of booting (with the
+            metrics channel only if ``record`` says its VM had it).
         :param net: its network interface, if its group has a network.
         """
         return MachineSpec(
@@ -124,7 +125,9 @@ class NodePaths:
             incoming=incoming,
             net=net,
             pci_devices=record.pci_devices,
-            metrics_socket=self.metrics,
+            # A saved state holds the devices it was taken with: one saved before the metrics
+            # channel existed is restored without it.
+            metrics_socket=self.metrics if incoming is None or record.metrics_channel else None,
         )
 
 

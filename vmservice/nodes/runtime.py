@@ -144,7 +144,8 @@ class NodeRuntime:
             raise Internal(f"cannot start the VM of node {self.hostname!r}: {error}", code="boot_failed") from error
         self.own(machine)
         self.record = evolve(
-            self.record, pid=machine.pid, kernel=kernel, initrd=initrd, hypervisor=driver.description
+            self.record, pid=machine.pid, kernel=kernel, initrd=initrd, hypervisor=driver.description,
+            metrics_channel=spec.metrics_socket is not None,
         )
         return machine
 
