@@ -23,8 +23,8 @@ system; free is what an unprivileged user may use) and ``diskSpaceUsedPercent`` 
 used / (used + free)).
 
 While no host is connected the port reports POLLHUP (level-triggered) and reads return 0, so the agent
-looks again every :data:`DISCONNECTED_POLL_INTERVAL` seconds; while one is connected it sleeps in
-``poll``.  ``--listen-unix PATH`` serves a UNIX socket instead, for tests on the host.
+waits for the SIGIO the kernel sends when a host connects (looking again every
+:data:`DISCONNECTED_POLL_INTERVAL` seconds anyway); while one is connected it sleeps in ``poll``.  ``--listen-unix PATH`` serves a UNIX socket instead, for tests on the host.
 """
 
 from __future__ import annotations
@@ -58,8 +58,10 @@ __all__ = [
 #: Name of the virtio-serial port the host attaches the metrics channel to.
 PORT_NAME = "metrics"
 SYSFS_PORTS = "/sys/class/virtio-ports"
-#: How often to look again while no host is connected, or the port is missing.
-DISCONNECTED_POLL_INTERVAL = 0.1
+#: How often to look again while no host is connected (when no SIGIO says one did).
+DISCONNECTED_POLL_INTERVAL = 0.5
+#: How often to look again for a port that is missing.
+PORT_POLL_INTERVAL = 1.0
 #: Longest request line; a longer one is dropped.
 MAX_LINE = 256
 #: Most seconds an answer may wait for the port to take it before it is dropped.
@@ -355,12 +357,28 @@ def _connected(fd: int) -> bool:
 
 
 def serve_port(device: str) -> None:
-    """Serve the virtio-serial port ``device`` forever; hosts come and go."""
+    """
+    Serve the virtio-serial port ``device`` forever; hosts come and go.
+
+    The port is opened ``O_ASYNC``: the kernel sends SIGIO when a host connects, so the agent sleeps in
+    ``sigtimedwait`` (SIGIO blocked, so one that comes between the check and the wait is not lost)
+    instead of polling; :data:`DISCONNECTED_POLL_INTERVAL` is only the fallback.
+    """
+    import fcntl
+    import signal
+
     fd = os.open(device, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGIO})
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
+    except OSError as e:
+        _log(f"no SIGIO on {device} ({e}); polling")
     while True:
         if _connected(fd):
             serve_connection(fd)
-        time.sleep(DISCONNECTED_POLL_INTERVAL)
+        else:
+            signal.sigtimedwait({signal.SIGIO}, DISCONNECTED_POLL_INTERVAL)
 
 
 def serve_unix(path: str) -> None:
@@ -403,7 +421,7 @@ def main(argv: list[str] | None = None) -> None:
         if not logged:
             _log(f"waiting for virtio-serial port {PORT_NAME!r}")
             logged = True
-        time.sleep(DISCONNECTED_POLL_INTERVAL * 10)
+        time.sleep(PORT_POLL_INTERVAL)
     _log(f"ready on {device}")
     serve_port(device)
 
