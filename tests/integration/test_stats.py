@@ -9,8 +9,11 @@ killed one), and the per-node Prometheus series appearing and vanishing with the
 from __future__ import annotations
 
 import json
+import os
+import pty
 import subprocess
 import sys
+import termios
 import time
 from datetime import datetime
 from typing import Any
@@ -201,3 +204,28 @@ class StatsTests(SharedDaemonTestCase):
         self.assertEqual(top.returncode, 0, top.stderr)
         self.assertEqual(top.stdout.decode().count("vmctl top: "), 2)
         self.assertIn(self.node, top.stdout.decode())
+
+    def test_vmctl_top_quits_on_q(self) -> None:
+        """On a terminal, vmctl top refreshes until q is typed, then gives the terminal back as it was."""
+        self.snapshot()
+        master, slave = pty.openpty()
+        self.addCleanup(os.close, master)
+        self.addCleanup(os.close, slave)
+        before = termios.tcgetattr(slave)
+        command = [sys.executable, "-m", "vmservice.cli.main", "--url", f"http://127.0.0.1:{self.daemon.port}",
+                   "top", "--interval", "0.5"]
+        process = subprocess.Popen(command, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            assert process.stdout is not None
+            first = process.stdout.readline()
+            self.assertIn(b"vmctl top: ", first)
+            self.assertIn(b"(q to quit)", first)
+            os.write(master, b"q")
+            self.assertEqual(process.wait(timeout=30), 0)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            process.stdout.close()  # type: ignore[union-attr]
+            process.stderr.close()  # type: ignore[union-attr]
+        self.assertEqual(termios.tcgetattr(slave), before)

@@ -24,6 +24,7 @@ watch).
 from __future__ import annotations
 
 import argparse
+import atexit
 import codecs
 import contextlib
 import os
@@ -800,8 +801,14 @@ async def _top(client: Client, options: argparse.Namespace, context: _Context) -
     out = context.out
     keys = context.stdin.fileno() if context.stdin is not None and context.stdin.isatty() else None
     saved = termios.tcgetattr(keys) if keys is not None else None
+
+    def restore() -> None:
+        if keys is not None and saved is not None:
+            termios.tcsetattr(keys, termios.TCSADRAIN, saved)
+
     if keys is not None:
         tty.setcbreak(keys)
+        atexit.register(restore)  # Ctrl-C stops the reactor without resuming this coroutine
     try:
         shown = 0
         while True:
@@ -824,8 +831,8 @@ async def _top(client: Client, options: argparse.Namespace, context: _Context) -
                 if keys is not None and _quit_pressed(keys):
                     return 0
     finally:
-        if keys is not None and saved is not None:
-            termios.tcsetattr(keys, termios.TCSADRAIN, saved)
+        restore()
+        atexit.unregister(restore)
 
 
 async def _health(client: Client, options: argparse.Namespace, context: _Context) -> int:
