@@ -206,6 +206,7 @@ def create_request(request: IRequest) -> CreateRequest:
         ssh_keys=_ssh_keys(body.ssh_keys or []),
         import_user=_login_user(body.import_user or "") or None,
         codehost_user=body.codehost_user or None,
+        disk_image=body.disk_image or None,
     )
 
 

@@ -1,0 +1,78 @@
+# -*- test-case-name: tests.integration.test_images -*-
+"""
+Named images against a real daemon and guest: a node made from the ``dev`` image (``disk_image``) has
+git, curl with the CA bundle, a working C compiler and the SSH server; ``GET /images`` lists what is
+built; an image that is not built is a 400 naming those that are.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.integration.daemon import IMAGE_DIR, Daemon, SharedDaemonTestCase, ensure_image
+from vmservice.images.store import resolve_image
+
+
+class DevImageTests(SharedDaemonTestCase):
+    created: dict[str, Any]
+
+    @classmethod
+    def start_shared(cls) -> None:
+        ensure_image()
+        ensure_image("dev")
+        cls.daemon = Daemon()
+        cls.daemon.start()
+        cls.created = cls.daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=3m",
+                                      {"disk_image": "dev"}, expect=201)
+
+    def run_ok(self, command: str) -> str:
+        code, output = self.daemon.run(self.created["hostname"], command)
+        self.assertEqual(code, 0, f"{command}: {output}")
+        return output
+
+    def test_tools(self) -> None:
+        """
+        git, curl and gcc answer; the CA bundle exists and holds certificates; cc compiles and links a
+        program that runs; the SSH server and its privilege-separation user are there.
+        """
+        self.assertRegex(self.run_ok("git --version"), r"^git version 2\.")
+        self.assertIn("gcc (Debian", self.run_ok("gcc --version"))
+        self.assertRegex(self.run_ok("curl --version"), r"^curl \d")
+        self.assertIn("/etc/ssl/certs/ca-certificates.crt", self.run_ok("ls /etc/ssl/certs/ca-certificates.crt"))
+        self.assertGreater(int(self.run_ok("grep -c 'BEGIN CERTIFICATE' /etc/ssl/certs/ca-certificates.crt")), 100)
+        self.assertEqual(self.run_ok(
+            "cd /tmp && printf '#include <stdio.h>\\nint main(void){puts(\"compiled\");return 0;}\\n' > c.c"
+            " && cc -o c c.c && ./c && make --version | head -1"),
+            "compiled\nGNU Make 4.3\n")
+        self.assertEqual(self.run_ok("test -x /usr/sbin/sshd && id -un sshd"), "sshd\n")
+        # Python finds the certificates through OpenSSL's hash links, as a client of an HTTPS site would.
+        self.assertEqual(self.run_ok(
+            "python3 -c 'import ssl; print(len(ssl.create_default_context().get_ca_certs()) > 0 or "
+            "ssl.get_default_verify_paths().capath)'"), "/usr/lib/ssl/certs\n")
+
+    def test_describe_and_listing(self) -> None:
+        """The node reports its own image; GET /images lists default and dev with their sources and hashes."""
+        described = self.daemon.json("GET", f"/vm/{self.created['hostname']}")
+        self.assertEqual(described["image"], "dev")
+        self.assertIn("/dev-", described["disk"]["backing_file"])
+        images = {image["name"]: image for image in self.daemon.json("GET", "/images")}
+        self.assertLessEqual({"default", "dev"}, set(images))
+        dev = images["dev"]
+        manifest = resolve_image(IMAGE_DIR, "dev").manifest
+        self.assertEqual((dev["source"], dev["recipe_hash"], dev["ssh_server"]),
+                         ("recipe:dev", manifest["recipe_hash"], True))
+        self.assertEqual(images["default"]["source"], "recipe:default")
+        self.assertGreater(dev["size"], images["default"]["size"])
+        self.assertEqual(dev["created"][:19], str(manifest["built_at"])[:19])
+
+    def test_unknown_image(self) -> None:
+        """An image that is not built is a 400 naming the built ones, and no node is made."""
+        before = set(self.daemon.nodes())
+        status, _, body = self.daemon.request("POST", "/hostgroup/demo/nodes", json.dumps({"disk_image": "nope"}).encode())
+        error = json.loads(body)
+        self.assertEqual((status, error["code"]), (400, "unknown_image"), body)
+        self.assertIn("'nope'", error["error"])
+        for name in ("default", "dev"):
+            self.assertIn(name, error["error"])
+        self.assertEqual(set(self.daemon.nodes()), before)
