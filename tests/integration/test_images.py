@@ -8,6 +8,9 @@ built; an image that is not built is a 400 naming those that are.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, SharedDaemonTestCase, ensure_image
@@ -76,3 +79,26 @@ class DevImageTests(SharedDaemonTestCase):
         for name in ("default", "dev"):
             self.assertIn(name, error["error"])
         self.assertEqual(set(self.daemon.nodes()), before)
+
+    def vmctl(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "vmservice.cli.main", *argv], capture_output=True, text=True,
+                              timeout=600, stdin=subprocess.DEVNULL,
+                              env={**os.environ, "VMSERVICE_IMAGE_DIR": IMAGE_DIR})
+
+    def test_vmctl(self) -> None:
+        """
+        vmctl image list shows the images through the client (a table, or JSON); vmctl image build NAME
+        finds the dev image up to date and says where it is.
+        """
+        url = f"http://127.0.0.1:{self.daemon.port}"
+        table = self.vmctl("image", "list", "--url", url)
+        self.assertEqual(table.returncode, 0, table.stderr)
+        lines = table.stdout.splitlines()
+        self.assertEqual(lines[0].split(), ["NAME", "SIZE", "CREATED", "SOURCE", "RECIPE", "HASH"])
+        dev_hash = resolve_image(IMAGE_DIR, "dev").manifest["recipe_hash"]
+        self.assertIn(["dev", "recipe:dev", dev_hash], [[line.split()[0], *line.split()[-2:]] for line in lines[1:]])
+        listed = self.vmctl("image", "list", "--json", "--url", url)
+        self.assertLessEqual({"default", "dev"}, {image["name"] for image in json.loads(listed.stdout)})
+        built = self.vmctl("image", "build", "dev")
+        self.assertEqual((built.returncode, built.stderr), (0, ""))
+        self.assertIn(f"image dev: up to date ({IMAGE_DIR}/dev-{dev_hash})", built.stdout)
