@@ -60,7 +60,7 @@ class ResolveTests(SynchronousTestCase):
         self.assertEqual((error.name, error.image_dir), ("default", self.base))
         self.assertIn("'default'", str(error))
         self.assertIn(self.base, str(error))
-        self.assertIn("python -m vmservice.images build", str(error))
+        self.assertIn(f"vmctl image build default --image-dir {self.base}", str(error))
 
     def test_dangling_link(self) -> None:
         """

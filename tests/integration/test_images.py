@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from typing import Any
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, SharedDaemonTestCase, ensure_image
@@ -20,14 +22,26 @@ from vmservice.images.store import resolve_image
 class DevImageTests(SharedDaemonTestCase):
     created: dict[str, Any]
 
+    key: str
+
     @classmethod
     def start_shared(cls) -> None:
         ensure_image()
         ensure_image("dev")
+        keys = tempfile.mkdtemp(prefix="vms-images-", dir="/tmp")
+        try:
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "test", "-f", f"{keys}/id"],
+                           check=True)
+            with open(f"{keys}/id") as stream:
+                cls.key = stream.read()
+            with open(f"{keys}/id.pub") as stream:
+                public = stream.read().strip()
+        finally:
+            shutil.rmtree(keys)
         cls.daemon = Daemon()
         cls.daemon.start()
         cls.created = cls.daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=3m",
-                                      {"disk_image": "dev"}, expect=201)
+                                      {"disk_image": "dev", "ssh_keys": [public]}, expect=201)
 
     def run_ok(self, command: str) -> str:
         code, output = self.daemon.run(self.created["hostname"], command)
@@ -53,6 +67,18 @@ class DevImageTests(SharedDaemonTestCase):
         self.assertGreater(int(self.run_ok("ls /etc/ssl/certs | grep -c '[.]0$'")), 100)
         self.assertGreater(int(self.run_ok(
             "python3 -c 'import ssl; print(len(ssl.create_default_context().get_ca_certs()))'")), 100)
+
+    def test_ssh_login(self) -> None:
+        """
+        With keys, the image's SSH server runs (it needs its privilege-separation user and /run/sshd) and
+        takes a key login, here from the guest's own ssh client over loopback.
+        """
+        self.assertEqual(self.run_ok("pgrep -x sshd >/dev/null && echo running"), "running\n")
+        self.run_ok(f"umask 077 && cat > /tmp/id <<'EOF'\n{self.key}EOF")
+        self.assertEqual(self.run_ok(
+            "ssh -i /tmp/id -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
+            " -o LogLevel=ERROR root@127.0.0.1 'id -un; hostname'"),
+            f"root\n{self.created['hostname']}\n")
 
     def test_describe_and_listing(self) -> None:
         """The node reports its own image; GET /images lists default and dev with their sources and hashes."""

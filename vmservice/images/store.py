@@ -53,7 +53,7 @@ class ImageNotFound(Exception):
 
     def __str__(self) -> str:
         return (f"guest image {self.name!r} not found in {self.image_dir}: {self.reason} "
-                f"(build it with: python -m vmservice.images build --image-dir {self.image_dir})")
+                f"(build it with: vmctl image build {self.name} --image-dir {self.image_dir})")
 
 
 @frozen
