@@ -241,6 +241,15 @@ class DiskImageTests(SynchronousTestCase):
         self.assertIn("the images are: dev", str(failure.value))
         self.assertEqual((self.fleet.list(), self.h.driver.machines, self.h.disks.created), ([], [], []))
 
+    def test_image_larger_than_disk(self) -> None:
+        """An image whose root file system exceeds the group's storage_size is a BadRequest; nothing is made."""
+        with open(self.h.dev_image.rootfs.path, "wb") as stream:
+            stream.truncate(self.h.config.host_groups[0].storage_size + 1)
+        failure = self.failureResultOf(self.create(CreateRequest(disk_image="dev")), BadRequest)
+        self.assertEqual(failure.value.code, "image_too_large")
+        self.assertIn("storage_size", str(failure.value))
+        self.assertEqual((self.fleet.list(), self.h.driver.machines), ([], []))
+
     def test_listing(self) -> None:
         """The fleet lists the images of the configured image directory."""
         images = self.successResultOf(Deferred.fromCoroutine(self.fleet.images()))

@@ -126,17 +126,24 @@ class FleetParts:
         ``group``'s image when it is ``None``.
 
         :raise BadRequest: (``unknown_image``) there is no built image
-            ``name``; the message names those there are.
+            ``name``; the message names those there are.  (``image_too_large``)
+            its root file system is larger than the group's ``storage_size``.
         :raise Internal: (``image_not_found``) the group's image is not built.
         """
         if name is None:
             return self.image(group)
         try:
-            return self.images(name)
+            image = self.images(name)
         except ImageNotFound:
             built = ", ".join(info.name for info in self.image_list()) or "none"
             raise BadRequest(f"disk_image: no image {name[:64]!r} is built; the images are: {built}",
                              code="unknown_image") from None
+        size = image.rootfs.getsize()
+        if size > group.storage_size:
+            raise BadRequest(f"disk_image: the root file system of image {name!r} ({size} bytes) is larger than "
+                             f"host group {group.name!r}'s storage_size ({group.storage_size} bytes)",
+                             code="image_too_large")
+        return image
 
     def image_list(self) -> list[ImageInfo]:
         """The images built in the configured image directory (blocking: reads their manifests)."""
