@@ -19,6 +19,7 @@ from twisted.python.filepath import FilePath
 from zope.interface import implementer
 
 from vmservice.config import Config, HostGroupConfig
+from vmservice.devices.pci import PciHost
 from vmservice.errors import AgentNotConnected, BadRequest, Conflict, NotFound
 from vmservice.agent.errors import AgentUnavailable
 from vmservice.agent.guest import AgentGuest
@@ -395,6 +396,7 @@ class FleetHarness:
         driver: FakeDriver | None = None,
         network: FakeNetwork | None = None,
         codehost: dict[str, tuple[str, ...]] | None = None,
+        pci: PciHost | None = None,
     ) -> None:
         self.reactor = MemoryReactorClock()
         self.secrets = FakeSecrets()
@@ -437,6 +439,8 @@ class FleetHarness:
             codehost_keys=self._codehost_keys if codehost is not None else None,
             on_boot=lambda group, seconds: self.boots.append((group, seconds)),
             wall_clock=lambda: 1_700_000_000_000_000_000,
+            # An empty tree of the test's own unless given: never the host's.
+            pci=pci or PciHost(os.path.join(state_dir, "sys"), os.path.join(state_dir, "dev")),
         )
         self.fleet = Fleet(self.parts)
 
@@ -463,7 +467,7 @@ class FleetHarness:
     def _codehost_keys(self, user: str) -> Deferred[tuple[str, ...]]:
         assert self.codehost is not None
         if user not in self.codehost:
-            return fail(BadRequest(f"code host user {user!r} not found", code="codehost_user_unknown"))
+            return fail(BadRequest(f"code host user {user!r} not found", code="codehost_user_has_no_keys"))
         return succeed(self.codehost[user])
 
     def _agent(self, path: str) -> FakeAgent:

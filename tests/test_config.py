@@ -914,3 +914,109 @@ class SizeTests(SynchronousTestCase):
         letter, multiplier = unit
         text = f"{number}{letter.lower() if lower else letter}{suffix}"
         self.assertEqual(parse_size(text), number * multiplier)
+
+
+class CodehostTests(SynchronousTestCase):
+    """
+    ``codehost_url`` and ``codehost_timeout``: where ``codehost_user``'s keys
+    come from, and how long fetching them may take.
+    """
+
+    def test_defaults(self) -> None:
+        """
+        Without the keys, keys come from GitHub within 5 seconds.
+        """
+        config = _parse("config: {}\n")
+        self.assertEqual((config.codehost_url, config.codehost_timeout), ("https://github.com", 5.0))
+
+    def test_given(self) -> None:
+        """
+        Another site (its final ``/`` dropped, a path kept) and a timeout in
+        seconds, integer or not.
+        """
+        config = _parse("config:\n  codehost_url: http://127.0.0.1:8000/git/\n  codehost_timeout: 2.5\n")
+        self.assertEqual((config.codehost_url, config.codehost_timeout), ("http://127.0.0.1:8000/git", 2.5))
+        self.assertEqual(_parse("config:\n  codehost_timeout: 10\n").codehost_timeout, 10.0)
+
+    def test_disabled(self) -> None:
+        """
+        An empty value or ``null`` turns the code host off.
+        """
+        for value in ('""', "null", "", "'  '"):
+            self.assertIsNone(_parse(f"config:\n  codehost_url: {value}\n").codehost_url, value)
+
+    def test_refused(self) -> None:
+        """
+        Anything but an http(s) URL with a host, and credentials, a query or a
+        fragment in it, are refused with the key's line; so is a timeout out of
+        (0, 60] or not a number.  Credentials are not repeated in the message.
+        """
+        cases = [
+            ("codehost_url: github.com", "bad URL 'github.com' (expected http:// or https:// and a host, e.g. "
+                                          "https://github.com)"),
+            ("codehost_url: ftp://example.com", "bad URL 'ftp://example.com' (expected http:// or https:// and a "
+                                                 "host, e.g. https://github.com)"),
+            ("codehost_url: 'https://'", "bad URL 'https://' (expected http:// or https:// and a host, e.g. "
+                                          "https://github.com)"),
+            ("codehost_url: https://example.com:http", "bad URL 'https://example.com:http' (expected e.g. "
+                                                        "https://github.com)"),
+            ("codehost_url: https://me:s3cret@example.com", "bad URL: credentials in it are not accepted"),
+            ("codehost_url: https://example.com/?tab=keys", "bad URL 'https://example.com/?tab=keys' (no query, "
+                                                             "fragment or white space)"),
+            ("codehost_url: https://example.com/#keys", "bad URL 'https://example.com/#keys' (no query, fragment "
+                                                         "or white space)"),
+            ("codehost_url: 'https://exa mple.com'", "bad URL 'https://exa mple.com' (no query, fragment or white "
+                                                      "space)"),
+            ("codehost_url: 8080", "expected a string, got integer 8080"),
+            ("codehost_timeout: 0", "codehost_timeout 0 must be more than 0 and at most 60 seconds"),
+            ("codehost_timeout: -1", "codehost_timeout -1 must be more than 0 and at most 60 seconds"),
+            ("codehost_timeout: 61", "codehost_timeout 61 must be more than 0 and at most 60 seconds"),
+            ("codehost_timeout: 5s", "expected a number, got string '5s'"),
+        ]
+        for line, message in cases:
+            key = line.split(":", 1)[0]
+            error = self.assertRaises(ConfigError, _parse, f"config:\n  state_dir: /tmp/x\n  {line}\n")
+            self.assertEqual((str(error), error.line), (f"config.{key}: {message}", 3))
+            self.assertNotIn("s3cret", str(error))
+
+
+class GpuTests(SynchronousTestCase):
+    """``host_groups[].gpus``: the PCI addresses of a group's GPUs."""
+
+    def test_gpus(self) -> None:
+        """Addresses are kept in order, short ones made full and lower case; none by default."""
+        config = _parse(_group("""
+            name: gpu
+            gpus: ["01:00.0", "0000:AF:00.0"]
+        """))
+        self.assertEqual(config.host_groups[0].gpus, ("0000:01:00.0", "0000:af:00.0"))
+        self.assertEqual(_parse(_group("name: demo")).host_groups[0].gpus, ())
+
+    def test_bad_address(self) -> None:
+        """A GPU that is not a PCI address is refused at its key path and line."""
+        error = self.assertRaises(ConfigError, _parse, _group("""
+            name: gpu
+            gpus:
+              - "01:00.0"
+              - gpu0
+        """))
+        self.assertEqual(error.path, "config.host_groups[0].gpus[1]")
+        self.assertIn("'gpu0' is not a PCI address", error.message)
+        self.assertEqual(error.line, 6)
+
+    def test_duplicate(self) -> None:
+        """The same GPU twice in a group (in any spelling) is refused."""
+        error = self.assertRaises(ConfigError, _parse, _group("""
+            name: gpu
+            gpus: ["01:00.0", "0000:01:00.0"]
+        """))
+        self.assertEqual(str(error), "config.host_groups[0].gpus[1]: duplicate GPU 0000:01:00.0")
+
+    def test_unquoted(self) -> None:
+        """An unquoted address that YAML reads as a number is refused with a hint to quote it."""
+        error = self.assertRaises(ConfigError, _parse, _group("""
+            name: gpu
+            gpus: [0000:01:00.0]
+        """))
+        self.assertEqual(error.path, "config.host_groups[0].gpus[0]")
+        self.assertIn("in quotes", error.message)

@@ -14,7 +14,8 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.config import ApiConfig, Config, HostGroupConfig
-from vmservice.service import StartupError, make_service
+from vmservice.errors import BadGateway
+from vmservice.service import StartupError, _codehost, make_service
 
 
 class MakeServiceTests(SynchronousTestCase):
@@ -58,3 +59,36 @@ class MakeServiceTests(SynchronousTestCase):
         make_service(config, MemoryReactorClock())
         error = self.assertRaises(StartupError, make_service, config, MemoryReactorClock())
         self.assertIn("in use", str(error))
+
+    def test_secrets_store(self) -> None:
+        """The daemon's one secrets store is made 0700 in the state directory; one that cannot be made stops the start."""
+        config = self.config()
+        make_service(config, MemoryReactorClock())
+        directory = os.path.join(config.state_dir, "secrets")
+        self.assertEqual(os.stat(directory).st_mode & 0o777, 0o700)
+        other = Config(state_dir=os.path.join(self.base, "other"), image_dir=self.image_dir,
+                       api=ApiConfig(bind_address="127.0.0.1", port=18081))
+        os.makedirs(other.state_dir)
+        with open(os.path.join(other.state_dir, "secrets"), "w"):
+            pass
+        error = self.assertRaises(StartupError, make_service, other, MemoryReactorClock())
+        self.assertIn("secrets store", str(error))
+
+
+class CodehostTests(SynchronousTestCase):
+    def test_disabled(self) -> None:
+        """Without codehost_url there is nothing to fetch keys with (create answers not_supported)."""
+        self.assertIsNone(_codehost(Config(codehost_url=None), MemoryReactorClock()))
+
+    def test_fetch_on_the_reactor(self) -> None:
+        """The keys are fetched from codehost_url over the daemon's reactor, within codehost_timeout."""
+        reactor = MemoryReactorClock()
+        fetch = _codehost(Config(codehost_url="http://127.0.0.1:8123", codehost_timeout=2.0), reactor)
+        assert fetch is not None
+        fetching = fetch("alice")
+        self.assertEqual(reactor.tcpClients[0][:2], ("127.0.0.1", 8123))
+        reactor.advance(1.9)
+        self.assertNoResult(fetching)
+        reactor.advance(0.2)
+        error = self.failureResultOf(fetching, BadGateway).value
+        self.assertEqual(str(error), "code host 127.0.0.1:8123 did not answer within 2 s")

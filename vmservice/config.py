@@ -28,6 +28,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import urllib.parse
 from collections.abc import Mapping
 from ipaddress import IPv4Interface, IPv4Network
 from typing import NewType
@@ -36,6 +37,8 @@ import attrs
 import cattrs
 import yaml
 
+from .devices.pci import normalise_address
+from .errors import BadRequest
 from .structuring import BadValue, Path, describe, format_path, strict_converter, structure_errors
 
 __all__ = [
@@ -43,6 +46,8 @@ __all__ = [
     "AuthConfig",
     "Config",
     "ConfigError",
+    "DEFAULT_CODEHOST_TIMEOUT",
+    "DEFAULT_CODEHOST_URL",
     "DEFAULT_IMAGE_DIR",
     "DEFAULT_RAM_BYTES",
     "DEFAULT_STATE_DIR",
@@ -74,6 +79,13 @@ DEFAULT_RAM_BYTES = 256 * MiB
 DEFAULT_STORAGE_SIZE = 2 * GiB
 #: Most bytes of userdata, a group's and a node's together (the guest takes no more).
 MAX_USERDATA = 512 * 1024
+#: The code host whose users' published SSH keys ``codehost_user`` takes,
+#: unless ``codehost_url`` names another (or none).
+DEFAULT_CODEHOST_URL = "https://github.com"
+#: Seconds a fetch of those keys may take unless ``codehost_timeout`` says otherwise.
+DEFAULT_CODEHOST_TIMEOUT = 5.0
+#: The longest ``codehost_timeout``: a create waits for the fetch.
+MAX_CODEHOST_TIMEOUT = 60.0
 #: Each VM of an isolated network takes a /30 (network, host side, guest,
 #: broadcast), so a /22 holds 256 VM slots as the API specification says.
 ISOLATED_SLOT_PREFIX = 30
@@ -317,6 +329,8 @@ class HostGroupConfig:
     :ivar network: The network section, or ``None`` when absent.
     :ivar userdata: A shell script run at the first boot of each node of the
         group, before the node's own userdata (both in one script).
+    :ivar gpus: The host's GPUs (full PCI addresses) that ``gpu_count``
+        hands out to the group's nodes, in this order.
     """
 
     name: str
@@ -331,6 +345,7 @@ class HostGroupConfig:
     persistent: bool = False
     network: NetworkConfig | None = None
     userdata: str = ""
+    gpus: tuple[str, ...] = ()
 
     @property
     def arch(self) -> str:
@@ -354,6 +369,10 @@ class Config:
     :ivar graceful_shutdown: The default of groups' ``graceful_shutdown``.
     :ivar accel: ``auto`` (probe KVM, fall back to TCG), ``kvm`` or ``tcg``.
     :ivar host_groups: The host groups, in file order, names unique.
+    :ivar codehost_url: The code-hosting site ``codehost_user`` fetches SSH
+        keys from (``{url}/{user}.keys``), without a final ``/``; ``None``
+        when disabled.
+    :ivar codehost_timeout: Seconds one such fetch may take.
     """
 
     api: ApiConfig = ApiConfig()
@@ -364,6 +383,8 @@ class Config:
     graceful_shutdown: bool = True
     accel: str = "auto"
     host_groups: tuple[HostGroupConfig, ...] = ()
+    codehost_url: str | None = DEFAULT_CODEHOST_URL
+    codehost_timeout: float = DEFAULT_CODEHOST_TIMEOUT
 
     def group(self, name: str) -> HostGroupConfig | None:
         """
@@ -381,6 +402,10 @@ class Config:
 
 #: A byte count written as an integer or a size string (see :func:`parse_size`).
 _Size = NewType("_Size", int)
+
+#: A PCI address as written; YAML 1.1 reads an unquoted ``01:00.0`` as a
+#: base-60 number, so the message says to quote it.
+_PciText = NewType("_PciText", str)
 
 # The ``_*Document`` classes mirror the file key for key. ``None`` means "not
 # given" where the meaning of absence is decided later (inheritance, the
@@ -425,6 +450,7 @@ class _GroupDocument:
     persistent: bool = False
     network: _NetworkDocument | None = None
     userdata: str = ""
+    gpus: tuple[_PciText, ...] = ()
 
 
 @attrs.frozen
@@ -437,6 +463,8 @@ class _ConfigDocument:
     graceful_shutdown: bool = True
     accel: str = "auto"
     host_groups: tuple[_GroupDocument, ...] = ()
+    codehost_url: str | None = DEFAULT_CODEHOST_URL
+    codehost_timeout: float = DEFAULT_CODEHOST_TIMEOUT
 
 
 def _structure_size(value: object, _type: object) -> _Size:
@@ -450,6 +478,13 @@ def _structure_size(value: object, _type: object) -> _Size:
         except ValueError as error:
             raise BadValue(str(error)) from None
     raise BadValue(f"expected a size ({_SIZE_HINT}), got {describe(value)}")
+
+
+def _structure_pci_text(value: object, _type: object) -> _PciText:
+    if not isinstance(value, str):
+        raise BadValue(f"expected a PCI address in quotes, e.g. \"0000:01:00.0\" (YAML reads one without quotes "
+                       f"as a number), got {describe(value)}")
+    return _PciText(value)
 
 
 def _cidr_text(value: object) -> str:
@@ -494,6 +529,7 @@ def _make_converter() -> cattrs.Converter:
     """
     converter = strict_converter()
     converter.register_structure_hook(_Size, _structure_size)
+    converter.register_structure_hook(_PciText, _structure_pci_text)
     converter.register_structure_hook(IPv4Network, _structure_network)
     converter.register_structure_hook(IPv4Interface, _structure_interface)
     return converter
@@ -645,7 +681,33 @@ class _Resolver:
             graceful_shutdown=document.graceful_shutdown,
             accel=accel,
             host_groups=tuple(groups),
+            codehost_url=self.codehost_url(document.codehost_url, (*base, "codehost_url")),
+            codehost_timeout=self.codehost_timeout(document.codehost_timeout, (*base, "codehost_timeout")),
         )
+
+    def codehost_url(self, url: str | None, parts: Path) -> str | None:
+        """An http(s) URL without credentials, query or fragment, its final ``/`` dropped; ``None`` when empty."""
+        if url is None or not url.strip():
+            return None
+        try:
+            split = urllib.parse.urlsplit(url)
+            _ = split.port  # a port that is not a number raises here
+        except ValueError:
+            raise self.error(parts, f"bad URL {url!r} (expected e.g. {DEFAULT_CODEHOST_URL})") from None
+        if split.scheme not in ("http", "https") or not split.hostname:
+            raise self.error(parts, f"bad URL {url!r} (expected http:// or https:// and a host, "
+                                    f"e.g. {DEFAULT_CODEHOST_URL})")
+        if split.username is not None:
+            raise self.error(parts, "bad URL: credentials in it are not accepted")
+        if split.query or split.fragment or len(url.split()) != 1 or url != url.strip():
+            raise self.error(parts, f"bad URL {url!r} (no query, fragment or white space)")
+        return url.rstrip("/")
+
+    def codehost_timeout(self, seconds: float, parts: Path) -> float:
+        if not 0 < seconds <= MAX_CODEHOST_TIMEOUT:
+            raise self.error(parts, f"codehost_timeout {seconds:g} must be more than 0 and at most "
+                                    f"{MAX_CODEHOST_TIMEOUT:g} seconds")
+        return seconds
 
     def api(self, document: _ApiDocument, parts: Path) -> ApiConfig:
         address = document.bind_address
@@ -707,7 +769,21 @@ class _Resolver:
             persistent=document.persistent,
             network=network,
             userdata=self.userdata(document.userdata, (*parts, "userdata")),
+            gpus=self.gpus(document.gpus, (*parts, "gpus")),
         )
+
+    def gpus(self, addresses: tuple[_PciText, ...], parts: Path) -> tuple[str, ...]:
+        """The GPU addresses in their full form, each once."""
+        seen: list[str] = []
+        for index, text in enumerate(addresses):
+            try:
+                address = normalise_address(text)
+            except BadRequest as error:
+                raise self.error((*parts, index), error.message) from None
+            if address in seen:
+                raise self.error((*parts, index), f"duplicate GPU {address}")
+            seen.append(address)
+        return tuple(seen)
 
     def userdata(self, text: str, parts: Path) -> str:
         size = len(text.encode("utf-8"))

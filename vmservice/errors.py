@@ -128,7 +128,11 @@ class InsufficientStorage(ServiceError):
 
 
 class BadGateway(ServiceError):
-    """The guest cannot reach a tunnel's upstream: refused, unreachable (502)."""
+    """
+    Something the daemon relies on upstream failed (502): a tunnel's upstream
+    in the guest (refused, unreachable), or the code host that publishes a
+    ``codehost_user``'s keys.
+    """
 
     status = 502
     code = "bad_gateway"

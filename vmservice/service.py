@@ -11,19 +11,23 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections import Counter
+from typing import Callable
 
+from treq.client import HTTPClient
 from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThreadPool
 from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint, UNIXServerEndpoint
 from twisted.internet.interfaces import IReactorTCP, IReactorThreads, IStreamServerEndpoint
 from twisted.logger import Logger
+from twisted.web.client import Agent
 
 from .agent.client import AgentClient, ClientReactor
 from .api.app import Api
 from .api.resources import every_route
 from .api.streaming import StreamingSite
 from .auth import load_or_create_token
+from .codehost import CodeHost
 from .config import Config
 from .listening import listening_service
 from .hypervisors.base import IHypervisor
@@ -37,6 +41,7 @@ from .nodes.addressing import Addressing
 from .nodes.fleet import Fleet
 from .nodes.parts import DriverChoice, FleetParts
 from .nodes.store import NodeStore, StateDirectoryInUse
+from .secretstore import SecretStore
 from .storage.overlay import OverlayDisks
 
 log = Logger()
@@ -119,6 +124,15 @@ def _claim_ranges(config: Config) -> RangeClaims:
     return claims
 
 
+def _codehost(config: Config, reactor: IDaemonReactor) -> Callable[[str], Deferred[tuple[str, ...]]] | None:
+    """What fetches a ``codehost_user``'s keys from ``codehost_url``; ``None`` when it is disabled."""
+    if config.codehost_url is None:
+        return None
+    # No connect timeout of its own: CodeHost's timeout covers the whole fetch and cancels the attempt.
+    client = HTTPClient(Agent(reactor))
+    return CodeHost(reactor, client, config.codehost_url, config.codehost_timeout).public_keys
+
+
 def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
     """
     Build the daemon's service tree from ``config``.
@@ -141,6 +155,10 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
         store.lock()
     except StateDirectoryInUse as error:
         raise StartupError(str(error)) from None
+    try:
+        secrets = SecretStore(config.state_dir, reactor)
+    except OSError as error:
+        raise StartupError(f"secrets store: {error}") from None
     claims = _claim_ranges(config)
     metrics = Metrics()
     parts = FleetParts(
@@ -153,7 +171,9 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
         agents=lambda path: AgentClient(reactor, path),
         addressing=Addressing(config, HostNetwork(config, command_runner(reactor))),
         blocking=lambda call: deferToThreadPool(reactor, reactor.getThreadPool(), call),
+        secrets=secrets,
         on_boot=metrics.observe_boot,
+        codehost_keys=_codehost(config, reactor),
     )
     fleet = Fleet(parts)
 
@@ -163,7 +183,7 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
 
     metrics.watch_nodes(node_counts)
     token = load_or_create_token(config.state_dir) if config.api.auth.enabled else None
-    api = Api(reactor, every_route(fleet, reactor, metrics), metrics, token)
+    api = Api(reactor, every_route(fleet, reactor, metrics, secrets), metrics, token)
     site = StreamingSite(api.resource(), api.streams_body)
     site.displayTracebacks = False
 

@@ -145,7 +145,7 @@ class NodeRouteTests(ApiTestCase):
         """Limits above the group's and unsupported fields are 400; zero values are accepted."""
         self.assertError(self.create(b'{"cpus": 3}'), 400, "limit_exceeded")
         self.assertError(self.create(b'{"ram_bytes": 9999999999}'), 400, "limit_exceeded")
-        self.assertError(self.create(b'{"gpu_count": 1}'), 400, "limit_exceeded")
+        self.assertError(self.create(b'{"gpu_count": 1}'), 400, "not_enough_gpus")
         code, _, _ = self.create(b'{"userdata": "", "ssh_keys": [], "gpu_count": 0, "secrets": null, "ip": ""}')
         self.assertEqual(code, 201)
 

@@ -31,6 +31,7 @@ from vmservice.api.routing import Route
 from vmservice.api.streaming import StreamingSite
 from vmservice.errors import BadRequest
 from vmservice.metrics import Metrics
+from vmservice.secretstore import SecretStore
 from vmservice.nodes.model import CreateRequest, Wait
 
 #: Lookarounds at the start of a pattern: kept for checking, dropped for generating.
@@ -83,7 +84,8 @@ def _harness(case: SynchronousTestCase) -> tuple[FleetHarness, Api]:
     case.successResultOf(h.fleet.create("demo", CreateRequest(), Wait.NONE, 60))
     h.agents[0].ready()
     metrics = Metrics()
-    return h, Api(h.reactor, every_route(h.fleet, h.reactor, metrics), metrics, None)
+    secrets = SecretStore(h.config.state_dir, h.reactor)
+    return h, Api(h.reactor, every_route(h.fleet, h.reactor, metrics, secrets), metrics, None)
 
 
 class SchemaValidTests(SynchronousTestCase):

@@ -16,6 +16,8 @@ from vmservice.errors import BadRequest
 from vmservice.nodes.model import CreateRequest, Wait
 from vmservice.nodes.transitions import Op
 
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBtvT6HR4TvFsTmVm7wBgXVf0M6RprIaaQJcYmcvtIvz"
+
 
 def _request(body: Any = b"", headers: dict[bytes, bytes] | None = None) -> DummyRequest:
     request = DummyRequest([b""])
@@ -32,6 +34,16 @@ class BodyTests(SynchronousTestCase):
         self.assertEqual(request, CreateRequest(hostname="web", tags=("a",)))
         self.assertEqual(inputs.create_request(_request()), CreateRequest())
 
+    def test_create_devices(self) -> None:
+        """PCI addresses are made full, each once; gpu_count is taken as given (0 when null)."""
+        request = inputs.create_request(_request({"pci_devices": ["01:00.0", "0000:01:00.0", "0000:0A:00.1"],
+                                                  "gpu_count": 2}))
+        self.assertEqual((request.pci_devices, request.gpu_count), (("0000:01:00.0", "0000:0a:00.1"), 2))
+        request = inputs.create_request(_request({"pci_devices": None, "gpu_count": None}))
+        self.assertEqual((request.pci_devices, request.gpu_count), ((), 0))
+        error = self.assertRaises(BadRequest, inputs.create_request, _request({"pci_devices": ["01:00.0", "x"]}))
+        self.assertIn("pci_devices[1]", error.message)
+
     def test_create_refusals(self) -> None:
         """Unsupported values, negative sizes, empty tags, wrong types and unknown fields are 400s with codes."""
         cases = [
@@ -41,9 +53,19 @@ class BodyTests(SynchronousTestCase):
             ({"secrets": ["s"] * 65}, "invalid_body"),
             ({"ssh_keys": ["ssh-ed25519"]}, "invalid_ssh_key"),
             ({"ssh_keys": ["ssh-ed25519 AAAA\nssh-rsa BBBB"]}, "invalid_ssh_key"),
+            ({"ssh_keys": ["ssh-ed25519 AAAA"]}, "invalid_ssh_key"),
+            ({"ssh_keys": [KEY] * 101}, "invalid_ssh_key"),
+            ({"codehost_user": "-octocat"}, "invalid_codehost_user"),
+            ({"codehost_user": "octo--cat"}, "invalid_codehost_user"),
+            ({"codehost_user": "../octocat"}, "invalid_codehost_user"),
+            ({"codehost_user": "x" * 40}, "invalid_codehost_user"),
             ({"import_user": "Root"}, "invalid_import_user"),
             ({"import_user": "a b"}, "invalid_import_user"),
-            ({"gpu_count": 1}, "limit_exceeded"),
+            ({"gpu_count": -1}, "invalid_body"),
+            ({"gpu_count": 17}, "too_many_pci_devices"),
+            ({"pci_devices": ["gpu0"]}, "invalid_pci_address"),
+            ({"pci_devices": ["01:00.0"] * 17}, "too_many_pci_devices"),
+            ({"pci_devices": "01:00.0"}, "invalid_body"),
             ({"ram_bytes": -1}, "invalid_body"),
             ({"tags": [""]}, "invalid_body"),
             ({"cpus": "2"}, "invalid_body"),
@@ -54,6 +76,20 @@ class BodyTests(SynchronousTestCase):
         for body, code in cases:
             error = self.assertRaises(BadRequest, inputs.create_request, _request(body))
             self.assertEqual(error.code, code, body)
+
+    def test_ssh_keys(self) -> None:
+        """
+        Keys are checked by the one parser and kept as its normalised lines, each once; a refusal names
+        the key's index and what is wrong.
+        """
+        request = inputs.create_request(_request({"ssh_keys": [f"  {KEY}  me@laptop\n", f"{KEY} me@laptop"],
+                                                  "codehost_user": "Octo-Cat"}))
+        self.assertEqual((request.ssh_keys, request.codehost_user), ((f"{KEY} me@laptop",), "Octo-Cat"))
+        error = self.assertRaises(BadRequest, inputs.create_request,
+                                  _request({"ssh_keys": [KEY, f'from="10.0.0.1" {KEY}']}))
+        self.assertEqual(error.message, "field 'ssh_keys[1]' is not an OpenSSH public key: options before the key "
+                                        "type are not accepted")
+        self.assertIsNone(inputs.create_request(_request({"codehost_user": ""})).codehost_user)
 
     def test_mkdir(self) -> None:
         """mkdir's body: a guest path, recursive, an octal mode (0755 when empty)."""

@@ -15,13 +15,14 @@ from vmservice.api.openapi import openapi_document
 from vmservice.api.resources import every_route
 from vmservice.api.routing import documented_methods
 from vmservice.metrics import Metrics
+from vmservice.secretstore import SecretStore
 
 
 class OpenApiTests(SynchronousTestCase):
     def setUp(self) -> None:
         h = FleetHarness(self.mktemp())
         metrics = Metrics()
-        self.routes = every_route(h.fleet, h.reactor, metrics)
+        self.routes = every_route(h.fleet, h.reactor, metrics, SecretStore(h.config.state_dir, h.reactor))
         self.api = Api(h.reactor, self.routes, metrics, None)
         self.document = openapi_document(self.routes)
 

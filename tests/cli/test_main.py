@@ -83,6 +83,12 @@ class ParseTests(SynchronousTestCase):
         self.assertEqual(create_body(parse("create", "demo", "--ram-bytes", "1000"))["ram_bytes"], 1000)
         self.assertEqual(create_body(parse("create", "demo", "--image", "dev")), {"disk_image": "dev"})
 
+    def test_create_devices(self) -> None:
+        """--gpus and --pci-device (repeated) become gpu_count and pci_devices."""
+        options = parse("create", "demo", "--gpus", "2", "--pci-device", "01:00.0", "--pci-device", "0000:02:00.0")
+        self.assertEqual(create_body(options), {"gpu_count": 2, "pci_devices": ["01:00.0", "0000:02:00.0"]})
+        self.assertUsageError("create", "demo", "--gpus", "0")
+
     def test_create_guest_configuration(self) -> None:
         """--userdata and --ssh-key read files (keys one per line, comments skipped); the other options pass."""
         directory = tempfile.mkdtemp(dir="/tmp")
@@ -156,6 +162,34 @@ class ParseTests(SynchronousTestCase):
         with open(path, "w"):
             pass
         self.assertRaises(_Failed, resolve_token, parse("--token-file", path, "info"))
+
+
+class SecretParseTests(SynchronousTestCase):
+    def assertUsageError(self, *argv: str) -> None:
+        stderr = io.StringIO()
+        self.patch(cli.sys, "stderr", stderr)
+        with self.assertRaises(SystemExit) as raised:
+            parse(*argv)
+        self.assertEqual(raised.exception.code, 2)
+
+    def test_secret_commands(self) -> None:
+        """secret create/update take NAME, --file, --mode (sent as four octal digits), --uid, --gid; list and rm."""
+        options = parse("secret", "create", "db", "--file", "pw.txt", "--mode", "440", "--uid", "1000", "--gid", "7")
+        self.assertEqual((options.secret_command, options.name, options.file, options.mode, options.uid, options.gid),
+                         ("create", "db", "pw.txt", "0440", 1000, 7))
+        options = parse("secret", "update", "db", "--mode", "0400")
+        self.assertEqual((options.secret_command, options.file, options.mode, options.uid), ("update", None, "0400", None))
+        self.assertEqual(parse("secret", "list", "--json").json, True)
+        self.assertEqual(parse("secret", "rm", "db").name, "db")
+        self.assertEqual(parse("--url", "http://h:1", "secret", "list").url, "http://h:1")
+
+    def test_no_content_on_the_command_line(self) -> None:
+        """There is no option that takes the content itself; NAME is required; a second word is refused."""
+        self.assertUsageError("secret", "create")
+        self.assertUsageError("secret", "create", "db", "the-content")
+        self.assertUsageError("secret", "create", "db", "--data", "x")
+        self.assertUsageError("secret", "update", "db", "--uid", "-1")
+        self.assertUsageError("secret")
 
 
 class ImageBuildTests(SynchronousTestCase):

@@ -72,6 +72,18 @@ class CommandLineTests(SynchronousTestCase):
         self.assertIn("vmservice.hostname=demo-1", append)
         self.assertIn("console=ttyS0", append)
 
+    def test_pci_devices(self) -> None:
+        """Host PCI devices: microvm with its PCIe host bridge, one vfio-pci device each, virtio-mmio kept."""
+        from attrs import evolve
+
+        argv = qemu_command(evolve(SPEC, pci_devices=("0000:01:00.0", "0000:41:00.1")), QemuSettings(accel="kvm"))
+        pairs = _pairs(argv)
+        self.assertEqual(pairs["-machine"], ["microvm,pcie=on"])
+        self.assertEqual([d for d in pairs["-device"] if d.startswith("vfio-pci")],
+                         ["vfio-pci,host=0000:01:00.0,id=hostdev0", "vfio-pci,host=0000:41:00.1,id=hostdev1"])
+        self.assertIn("virtio-blk-device,drive=root", pairs["-device"])
+        self.assertFalse(any(d.startswith("vfio-pci") for d in _pairs(qemu_command(SPEC, QemuSettings()))["-device"]))
+
     def test_kvm(self) -> None:
         """Under KVM the host CPU model is used."""
         pairs = _pairs(qemu_command(SPEC, QemuSettings(accel="kvm")))

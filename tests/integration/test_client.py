@@ -35,6 +35,7 @@ from tests.test_client import Pipes
 from vmservice.api.app import Api
 from vmservice.api.background import BackgroundApi
 from vmservice.api.resources import every_route
+from vmservice.secretstore import SecretStore
 from vmservice.client import (
     ApiError,
     Client,
@@ -121,7 +122,9 @@ class LoopbackApi:
         self.h = FleetHarness(state_dir)
         self.h.fleet.startService()
         metrics = Metrics()
-        self.api = Api(self.h.reactor, every_route(self.h.fleet, self.h.reactor, metrics), metrics, token)
+        self.secrets = SecretStore(state_dir, self.h.reactor)
+        routes = every_route(self.h.fleet, self.h.reactor, metrics, self.secrets)
+        self.api = Api(self.h.reactor, routes, metrics, token)
 
     async def serve(self, test: TestCase, unix: bool = False) -> str:
         return await serve(test, self.api.resource(), unix)
@@ -260,6 +263,32 @@ class ClientTests(ClientTestCase):
     async def test_healthy_unknown_node(self) -> None:
         """healthy() of an unknown node raises ApiError 404 (a HEAD answer has no body to read a code from)."""
         await self.assertApiError(self.client.healthy("ghost"), 404, None)
+
+
+class SecretClientTests(ClientTestCase):
+    async def test_crud(self) -> None:
+        """create_secret, secrets, update_secret and delete_secret round-trip; content is sent as base64."""
+        await self.client.create_secret("db", b"\x00hunter2\xff", permissions=0o440, uid=1000, gid=1001)
+        self.assertEqual(self.loop.secrets.get("db").data, b"\x00hunter2\xff")
+        [listed] = await self.client.secrets()
+        self.assertEqual((listed["name"], listed["size"], listed["permissions"], listed["uid"], listed["gid"]),
+                         ("db", 9, "0440", 1000, 1001))
+        await self.client.update_secret("db", b"new")
+        await self.client.update_secret("db", permissions="0400", gid=0)
+        secret = self.loop.secrets.get("db")
+        self.assertEqual((secret.data, secret.meta.permissions, secret.meta.uid, secret.meta.gid),
+                         (b"new", 0o400, 1000, 0))
+        await self.client.delete_secret("db")
+        self.assertEqual(await self.client.secrets(), [])
+
+    async def test_errors(self) -> None:
+        """An existing name is 409, an unknown one 404, a bad name 400, as ApiErrors with their codes."""
+        await self.client.create_secret("db", b"x")
+        await self.assertApiError(self.client.create_secret("db", b"y"), 409, "secret_exists")
+        await self.assertApiError(self.client.update_secret("nope", b"y"), 404, "secret_not_found")
+        await self.assertApiError(self.client.delete_secret("nope"), 404, "secret_not_found")
+        await self.assertApiError(self.client.create_secret(".x", b"y"), 400, "invalid_secret_name")
+        await self.assertApiError(self.client.delete_secret("a b"), 400, "invalid_secret_name")
 
 
 class AuthTests(ClientTestCase):

@@ -41,6 +41,16 @@ class NodePathsTests(SynchronousTestCase):
         self.assertEqual((spec.disk, spec.qmp_socket, spec.console_log), (paths.disk, paths.qmp, paths.console))
         self.assertEqual((spec.incoming, spec.net), (paths.state, net))
 
+    def test_spec_pci_devices(self) -> None:
+        """The machine spec passes through the PCI devices of the record (none by default)."""
+        from attrs import evolve
+
+        record = NodeRecord("demo-1", "demo", 256 << 20, 2, datetime(2026, 1, 1, tzinfo=timezone.utc))
+        paths = NodePaths.of("/s/nodes/demo-1")
+        self.assertEqual(paths.spec(record, "vmlinux", "initrd.img").pci_devices, ())
+        record = evolve(record, pci_devices=("0000:01:00.0",))
+        self.assertEqual(paths.spec(record, "vmlinux", "initrd.img").pci_devices, ("0000:01:00.0",))
+
     def test_snapshot_files(self) -> None:
         """Discarding a snapshot removes it and any partial one; missing files are fine."""
         # Short and independent of where the checkout lives: a node directory must fit socket paths.

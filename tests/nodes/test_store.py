@@ -21,6 +21,25 @@ class StoreTests(SynchronousTestCase):
         store.save(record)
         self.assertEqual(store.load_all(), ([record], []))
 
+    def test_pci_devices_round_trip(self) -> None:
+        """A record's PCI devices are saved and load back; a record written before them has none."""
+        import json
+
+        store = NodeStore(self.mktemp())
+        record = NodeRecord("demo-1", "demo", 1 << 28, 1, datetime(2026, 11, 22, 10, 0, tzinfo=timezone.utc),
+                            pci_devices=("0000:01:00.0", "0000:02:00.0"))
+        store.save(record)
+        self.assertEqual(store.load_all(), ([record], []))
+        path = os.path.join(store.node_dir("demo-1"), "node.json")
+        with open(path) as stream:
+            data = json.load(stream)
+        self.assertEqual(data["pci_devices"], ["0000:01:00.0", "0000:02:00.0"])
+        del data["pci_devices"]
+        with open(path, "w") as stream:
+            json.dump(data, stream)
+        [loaded], _ = store.load_all()
+        self.assertEqual(loaded.pci_devices, ())
+
     def test_remove(self) -> None:
         """remove takes the record and the whole directory."""
         store = NodeStore(self.mktemp())

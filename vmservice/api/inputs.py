@@ -12,6 +12,8 @@ deeper ever sees raw request data.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 from typing import Any, TypeVar
@@ -20,14 +22,18 @@ import attrs
 
 from twisted.web.iweb import IRequest
 
+from ..codehost import CODEHOST_USER_PATTERN
 from ..errors import BadRequest
 from ..config import MAX_USERDATA
-from ..nodes.model import (LOGIN_USER_PATTERN, MAX_NODE_SECRETS, MAX_SSH_KEY_LENGTH, MAX_SSH_KEYS, MAX_TAGS,
+from ..devices.pci import MAX_NODE_DEVICES, normalise_address
+from ..nodes.model import (LOGIN_USER_PATTERN, MAX_NODE_SECRETS, MAX_SSH_KEYS, MAX_TAGS,
                            SECRET_NAME_PATTERN, CreateRequest, Wait, tag_problem, unique)
 from ..nodes.tagging import TagEdit
 from ..nodes.transitions import Op
+from ..sshkeys import InvalidPublicKey, parse_public_key
 from ..structuring import format_path, strict_converter, structure_errors
-from .models import CreateNodeRequest, FsMkdirRequest, KillRequest, TagsUpdate
+from ..secretstore import DEFAULT_PERMISSIONS, MAX_SECRET_SIZE, SecretChange, SecretSpec
+from .models import CreateNodeRequest, CreateSecretRequest, FsMkdirRequest, KillRequest, TagsUpdate, UpdateSecretRequest
 from .query import FILE_MODE, GUEST_PATH, Choice, Duration, param
 
 T = TypeVar("T")
@@ -73,16 +79,17 @@ def structure(data: Any, cls: type[T]) -> T:
         raise BadRequest(f"field {where!r}: {message}" if where else message, code="invalid_body") from None
 
 
-def json_object(request: IRequest, *, empty_ok: bool = True) -> dict[str, Any]:
+def json_object(request: IRequest, *, empty_ok: bool = True, limit: int = MAX_JSON_BODY) -> dict[str, Any]:
     """
     The request body as a JSON object; an empty body is ``{}`` when
     ``empty_ok``.
 
+    :param limit: the most bytes of body accepted.
     :raise BadRequest: invalid JSON, not an object, or too large.
     """
     content = request.content
-    raw = content.read(MAX_JSON_BODY + 1) if content is not None else b""
-    if len(raw) > MAX_JSON_BODY:
+    raw = content.read(limit + 1) if content is not None else b""
+    if len(raw) > limit:
         raise BadRequest("the body is too large", code="body_too_large")
     if not raw.strip():
         if empty_ok:
@@ -178,20 +185,22 @@ def create_request(request: IRequest) -> CreateRequest:
     """
     Parse the body of a create-node request into the domain's request.
 
-    Empty values (``""``, ``[]``, ``null``, ``0`` GPUs) of unsupported fields
-    are accepted, as clients send zero values; anything else is refused.
+    Empty values (``""``, ``[]``, ``null``) of unsupported fields are
+    accepted, as clients send zero values; anything else is refused.  PCI
+    addresses are checked for their syntax here and against the host when
+    the node is made.
     """
     body = structure(json_object(request), CreateNodeRequest)
     for field in attrs.fields(CreateNodeRequest):
         reason = field.metadata.get("unsupported")
         if reason is not None and getattr(body, field.name):
             raise BadRequest(f"field {field.name!r}: {reason}", code="not_supported")
-    if body.gpu_count:
-        raise BadRequest("field 'gpu_count': this host has no GPUs to pass through", code="limit_exceeded")
-    for name in ("ram_bytes", "cpus"):
+    for name in ("ram_bytes", "cpus", "gpu_count"):
         value = getattr(body, name)
         if value is not None and value < 0:
             raise BadRequest(f"field {name!r} must not be negative", code="invalid_body")
+    if (body.gpu_count or 0) > MAX_NODE_DEVICES:
+        raise BadRequest(f"field 'gpu_count': at most {MAX_NODE_DEVICES}", code="too_many_pci_devices")
     tags = _tags("tags", body.tags or [])
     return CreateRequest(
         hostname=body.hostname or None,
@@ -205,9 +214,24 @@ def create_request(request: IRequest) -> CreateRequest:
         secrets=_secret_names(body.secrets or []),
         ssh_keys=_ssh_keys(body.ssh_keys or []),
         import_user=_login_user(body.import_user or "") or None,
-        codehost_user=body.codehost_user or None,
+        codehost_user=_codehost_user(body.codehost_user or "") or None,
+        pci_devices=_pci_devices(body.pci_devices or []),
+        gpu_count=body.gpu_count or 0,
         disk_image=body.disk_image or None,
     )
+
+
+def _pci_devices(addresses: list[str]) -> tuple[str, ...]:
+    """:raise BadRequest: (``invalid_pci_address``) one is not a PCI address; (``too_many_pci_devices``)."""
+    if len(addresses) > MAX_NODE_DEVICES:
+        raise BadRequest(f"field 'pci_devices': at most {MAX_NODE_DEVICES} devices", code="too_many_pci_devices")
+    found = []
+    for index, address in enumerate(addresses):
+        try:
+            found.append(normalise_address(address))
+        except BadRequest as error:
+            raise BadRequest(f"field 'pci_devices[{index}]': {error.message}", code=error.code) from None
+    return unique(found)
 
 
 def _userdata(script: str) -> str:
@@ -230,16 +254,29 @@ def _secret_names(names: list[str]) -> tuple[str, ...]:
 
 def _ssh_keys(keys: list[str]) -> tuple[str, ...]:
     """
-    :raise BadRequest: (``invalid_ssh_key``) too many, or one that is not a
-        single line ``TYPE BASE64 [COMMENT]``.
+    The keys, each as its normalised line (:func:`~vmservice.sshkeys.parse_public_key`), once.
+
+    :raise BadRequest: (``invalid_ssh_key``) too many, or one that is not an
+        accepted OpenSSH public key line; the message names its index.
     """
     if len(keys) > MAX_SSH_KEYS:
         raise BadRequest(f"field 'ssh_keys': at most {MAX_SSH_KEYS} keys", code="invalid_ssh_key")
+    lines = []
     for index, key in enumerate(keys):
-        words = key.split()
-        if len(key) > MAX_SSH_KEY_LENGTH or "\n" in key or "\r" in key or len(words) < 2:
-            raise BadRequest(f"field 'ssh_keys[{index}]' is not an OpenSSH public key line", code="invalid_ssh_key")
-    return unique(key.strip() for key in keys)
+        try:
+            lines.append(parse_public_key(key).line())
+        except InvalidPublicKey as error:
+            raise BadRequest(f"field 'ssh_keys[{index}]' is not an OpenSSH public key: {error}",
+                             code="invalid_ssh_key") from None
+    return unique(lines)
+
+
+def _codehost_user(name: str) -> str:
+    """:raise BadRequest: (``invalid_codehost_user``) not a code-host user name."""
+    if name and not re.fullmatch(CODEHOST_USER_PATTERN, name):
+        raise BadRequest(f"field 'codehost_user': {name[:64]!r} is not a code-host user name "
+                         "(letters, digits and single hyphens inside, at most 39)", code="invalid_codehost_user")
+    return name
 
 
 def _login_user(name: str) -> str:
@@ -286,6 +323,97 @@ def tag_edit(request: IRequest) -> TagEdit:
     if both:
         raise BadRequest(f"tag {both[0]!r} is both added and removed", code="invalid_body")
     return TagEdit(add=add, remove=remove)
+
+
+#: The largest body of a secret's create or update: its content in base64, and room for the rest.
+MAX_SECRET_BODY = (MAX_SECRET_SIZE + 2) // 3 * 4 + 64 * 1024
+
+
+def _secret_content(raw: dict[str, Any]) -> bytes | None:
+    """
+    The decoded ``data`` of a secret's body, taken out of ``raw``; ``None``
+    when absent.  No message ever quotes the value: it is a secret.
+
+    :raise BadRequest: (``invalid_body``) not a string; (``invalid_base64``)
+        not standard base64 (line breaks and blanks are ignored);
+        (``secret_too_large``) more than MAX_SECRET_SIZE bytes once decoded.
+    """
+    value = raw.pop("data", None)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise BadRequest("field 'data' must be a string (the content in base64)", code="invalid_body")
+    text = "".join(value.split())
+    if len(text) > MAX_SECRET_BODY:
+        raise BadRequest(f"field 'data' holds more than {MAX_SECRET_SIZE} bytes", code="secret_too_large")
+    try:
+        data = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        raise BadRequest("field 'data' is not valid base64", code="invalid_base64") from None
+    if len(data) > MAX_SECRET_SIZE:
+        raise BadRequest(f"field 'data' holds {len(data)} bytes; at most {MAX_SECRET_SIZE} are allowed",
+                         code="secret_too_large")
+    return data
+
+
+def _secret_permissions(text: str | None) -> int | None:
+    """:raise BadRequest: (``invalid_body``) not octal permission bits up to 0777."""
+    if text is None:
+        return None
+    if not re.fullmatch("0?[0-7]{1,3}", text):
+        raise BadRequest(f"field 'permissions' must be octal permission bits such as 0400 (at most 0777), "
+                         f"not {text[:16]!r}", code="invalid_body")
+    return int(text, 8)
+
+
+def _secret_id(name: str, value: int | None) -> int | None:
+    """:raise BadRequest: (``invalid_body``) not a uid or gid."""
+    if value is not None and not 0 <= value <= 2**32 - 2:
+        raise BadRequest(f"field {name!r} must be 0 .. {2**32 - 2}", code="invalid_body")
+    return value
+
+
+def secret_create(request: IRequest) -> SecretSpec:
+    """
+    Parse the body of ``POST /secrets``: a name, ``data`` in base64, and
+    optional ``permissions`` (octal text, default 0600), ``uid`` and ``gid``
+    (default 0).
+
+    :raise BadRequest: what is wrong (never quoting the content); a bad
+        name is the store's to say.
+    """
+    raw = json_object(request, empty_ok=False, limit=MAX_SECRET_BODY)
+    data = _secret_content(raw)
+    if data is None:
+        raise BadRequest("field 'data' is required (the content in base64)", code="invalid_body")
+    body = structure({**raw, "data": ""}, CreateSecretRequest)
+    permissions = _secret_permissions(body.permissions)
+    return SecretSpec(
+        name=body.name,
+        data=data,
+        permissions=DEFAULT_PERMISSIONS if permissions is None else permissions,
+        uid=_secret_id("uid", body.uid) or 0,
+        gid=_secret_id("gid", body.gid) or 0,
+    )
+
+
+def secret_update(request: IRequest) -> SecretChange:
+    """
+    Parse the body of ``PATCH /secrets/{name}``: any of ``data`` (base64),
+    ``permissions``, ``uid`` and ``gid``; absent or ``null`` ones stay as
+    they are (an empty body changes nothing).
+
+    :raise BadRequest: what is wrong (never quoting the content).
+    """
+    raw = json_object(request, limit=MAX_SECRET_BODY)
+    data = _secret_content(raw)
+    body = structure(raw, UpdateSecretRequest)
+    return SecretChange(
+        data=data,
+        permissions=_secret_permissions(body.permissions),
+        uid=_secret_id("uid", body.uid),
+        gid=_secret_id("gid", body.gid),
+    )
 
 
 #: The media type of a tar stream.
@@ -403,6 +531,7 @@ __all__ = [
     "DEFAULT_GRACE_MS",
     "DEFAULT_WAIT",
     "KILL_SIGNALS",
+    "MAX_SECRET_BODY",
     "SHUTDOWN_ACTIONS",
     "UNPACKED_SIZE_HEADER",
     "cp_download_mode",
@@ -415,6 +544,8 @@ __all__ = [
     "json_object",
     "kill_request",
     "last_event_id",
+    "secret_create",
+    "secret_update",
     "shutdown_action",
     "structure",
     "tag_edit",

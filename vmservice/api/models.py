@@ -14,9 +14,12 @@ from typing import Any
 
 from attrs import field, frozen
 
+from ..codehost import CODEHOST_USER_PATTERN
 from ..config import MAX_USERDATA
 from ..nodes.model import (HOSTNAME_PATTERN, LOGIN_USER_PATTERN, MAX_NODE_SECRETS, MAX_SSH_KEY_LENGTH, MAX_SSH_KEYS,
-                           MAX_TAG_LENGTH, MAX_TAGS, TAG_PATTERN)
+                           MAX_TAG_LENGTH, MAX_TAGS, SECRET_NAME_PATTERN, TAG_PATTERN)
+from ..secretstore import MAX_ID, MAX_SECRET_SIZE
+from ..devices.pci import MAX_NODE_DEVICES, PCI_ADDRESS_PATTERN
 from .query import FILE_MODE, GUEST_PATH
 
 
@@ -43,7 +46,6 @@ def unsupported(reason: str, empty: dict[str, Any]) -> Any:
 
 
 _EMPTY_TEXT = {"maxLength": 0}
-_EMPTY_LIST = {"maxItems": 0}
 
 #: A list of tags in a request: what :func:`vmservice.nodes.model.tag_problem`
 #: accepts, at most MAX_TAGS of them.
@@ -181,6 +183,7 @@ class NodeDescription(Node):
     kernel: str | None = None
     initrd: str | None = None
     hypervisor: str | None = None
+    pci_devices: list[str] | None = None
 
 
 @frozen
@@ -194,7 +197,10 @@ class CreateNodeRequest:
     ip: str | None = None
     ram_bytes: int | None = constrained({"minimum": 0})
     cpus: int | None = constrained({"minimum": 0})
-    gpu_count: int | None = constrained({"minimum": 0, "maximum": 0, "description": "This host has no GPUs"})
+    gpu_count: int | None = constrained({
+        "minimum": 0, "maximum": MAX_NODE_DEVICES,
+        "description": "How many of the host group's GPUs (its gpus list) to pass through; 400 when not enough are free",
+    })
     persistent: bool | None = None
     disk_image: str | None = constrained({
         "description": "The name of a built image (GET /images) to make the node from; the host group's image "
@@ -206,7 +212,8 @@ class CreateNodeRequest:
     })
     ssh_keys: list[str] | None = constrained({
         "maxItems": MAX_SSH_KEYS, "items": {"type": "string", "maxLength": MAX_SSH_KEY_LENGTH},
-        "description": "OpenSSH public keys of the login user; the SSH server starts when there are any",
+        "description": "OpenSSH public keys of the login user (TYPE BASE64 [COMMENT], no options); the SSH "
+                       "server starts when there are any",
     })
     protected: bool | None = None
     userdata: str | None = constrained({
@@ -218,8 +225,13 @@ class CreateNodeRequest:
         "maxItems": MAX_NODE_SECRETS, "items": {"type": "string"},
         "description": "Names of stored secrets placed in the guest as /run/secrets/NAME",
     })
-    pci_devices: list[str] | None = unsupported("PCI passthrough is not supported", _EMPTY_LIST)
+    pci_devices: list[str] | None = constrained({
+        "maxItems": MAX_NODE_DEVICES, "items": {"type": "string", "pattern": f"^{PCI_ADDRESS_PATTERN}$"},
+        "description": "Host PCI devices (0000:01:00.0 or 01:00.0) to pass through; each must be bound to vfio-pci "
+                       "in a viable IOMMU group and held by no other node",
+    })
     codehost_user: str | None = constrained({
+        "pattern": f"^(?:{CODEHOST_USER_PATTERN})?$",
         "description": "Take the login user's keys from this user of the code host instead of ssh_keys",
     })
     network: dict[str, list[str]] | None = unsupported("per-node network policy is not supported yet",
@@ -408,3 +420,49 @@ class NodeTags:
 
     hostname: str
     tags: list[str]
+
+
+#: The uid and gid of a secret's file: a uint32 (4294967295 is no owner to the kernel).
+_SECRET_ID = {"format": "uint32", "minimum": 0, "maximum": MAX_ID}
+#: A secret's permission bits: octal text.
+_SECRET_PERMISSIONS = {"pattern": "^0?[0-7]{1,3}$", "description": "Octal permission bits, e.g. 0400 (at most 0777)"}
+
+
+@frozen
+class Secret:
+    """A stored secret's metadata; its content is never returned."""
+
+    name: str
+    size: int
+    permissions: str = field(metadata={"schema": {"description": "Octal text, e.g. 0600"}})
+    uid: int = field(metadata={"schema": _SECRET_ID})
+    gid: int = field(metadata={"schema": _SECRET_ID})
+    mod_time: datetime
+
+
+@frozen
+class CreateSecretRequest:
+    """
+    The body of ``POST /secrets``: the name, the content as base64, and the
+    guest file's permissions (default 0600), uid and gid (default 0).
+    """
+
+    name: str = field(metadata={"schema": {"pattern": f"^{SECRET_NAME_PATTERN}$"}})
+    data: str = field(metadata={"schema": {
+        "contentEncoding": "base64", "description": f"The content, standard base64 (at most {MAX_SECRET_SIZE} bytes "
+                                                   "once decoded)"}})
+    permissions: str | None = constrained(_SECRET_PERMISSIONS)
+    uid: int | None = constrained(_SECRET_ID)
+    gid: int | None = constrained(_SECRET_ID)
+
+
+@frozen
+class UpdateSecretRequest:
+    """The body of ``PATCH /secrets/{name}``: what changes; absent fields stay as they are."""
+
+    data: str | None = constrained({
+        "contentEncoding": "base64", "description": f"The new content, standard base64 (at most {MAX_SECRET_SIZE} "
+                                                   "bytes once decoded)"})
+    permissions: str | None = constrained(_SECRET_PERMISSIONS)
+    uid: int | None = constrained(_SECRET_ID)
+    gid: int | None = constrained(_SECRET_ID)

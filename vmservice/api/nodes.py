@@ -102,7 +102,8 @@ class NodesApi:
 
     async def list_groups(self, request: IRequest, query: NoQuery) -> bytes:
         groups = [
-            HostGroup(name=g.name, count=g.count, ram_bytes=g.ram_bytes, cpus=g.vcpu, gpu_count=0, arch=g.arch)
+            HostGroup(name=g.name, count=g.count, ram_bytes=g.ram_bytes, cpus=g.vcpu, gpu_count=len(g.gpus),
+                      arch=g.arch)
             for g in self._fleet.groups()
         ]
         return json_body(request, groups)

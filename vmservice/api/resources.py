@@ -10,6 +10,7 @@ from twisted.internet.interfaces import IReactorTime
 
 from ..metrics import Metrics
 from ..nodes.fleet import Fleet
+from ..secretstore import SecretStore
 from .background import BackgroundApi
 from .copying import CopyApi
 from .execution import ExecApi
@@ -21,19 +22,25 @@ from .lifecycle import LifecycleApi
 from .meta import MetaApi
 from .nodes import NodesApi
 from .routing import Route
+from .secrets import SecretsApi
 from .shell import ShellApi
 from .tags import TagsApi
 from .vm import VmApi
 from .watching import WatchApi
 
 
-def every_route(fleet: Fleet, clock: IReactorTime, metrics: Metrics) -> list[Route]:
+def every_route(
+    fleet: Fleet, clock: IReactorTime, metrics: Metrics, secrets: SecretStore | None = None
+) -> list[Route]:
     """
     The routes of the daemon.
 
     :param fleet: the nodes they act on.
     :param clock: for request and record times.
     :param metrics: what ``/metrics`` shows.
+    :param secrets: the daemon's secrets store (the one the fleet's nodes
+        get their secrets from); ``None`` leaves out ``/secrets`` (tests of
+        other routes).
     """
     routes: list[Route] = []
     routes += MetaApi(metrics, lambda: routes).routes()
@@ -46,6 +53,8 @@ def every_route(fleet: Fleet, clock: IReactorTime, metrics: Metrics) -> list[Rou
     routes += WatchApi(fleet, clock).routes()
     routes += ShellApi(fleet, clock).routes()
     routes += ForwardApi(fleet, tunnel_socket_handler(fleet, clock)).routes()
+    if secrets is not None:
+        routes += SecretsApi(secrets).routes()
     return routes
 
 

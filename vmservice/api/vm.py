@@ -75,6 +75,7 @@ def description_json(description: Description) -> NodeDescription:
         kernel=record.kernel or None,
         initrd=record.initrd or None,
         hypervisor=record.hypervisor or None,
+        pci_devices=list(record.pci_devices) or None,
     )
 
 

@@ -345,6 +345,10 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--codehost-user", metavar="USER", help="take the login user's keys from this code-host user")
     create.add_argument("--image", dest="disk_image", metavar="IMAGE",
                         help="make the node from this built image (vmctl image list) instead of the group's")
+    create.add_argument("--gpus", type=_positive_int, dest="gpu_count", metavar="N",
+                        help="pass N of the group's GPUs through to the node")
+    create.add_argument("--pci-device", action="append", dest="pci_devices", metavar="ADDRESS",
+                        help="pass the host's PCI device ADDRESS (0000:01:00.0) through to the node (repeat for more)")
     create.add_argument("--json", action="store_true", help="print the JSON answer instead of the hostname")
 
     delete = command("delete", _delete, "delete node HOSTNAME of GROUP")
@@ -497,6 +501,38 @@ def build_parser() -> argparse.ArgumentParser:
     rm = fs_command("rm", _fs_rm, "remove a file or directory in a node")
     rm.add_argument("-r", "--recursive", action="store_true", help="remove a directory and everything in it")
 
+    secret = commands.add_parser("secret", help="the daemon's secrets store (content from a file or stdin)",
+                                 description="The daemon's secrets store.  Content is read from a file or from "
+                                             "standard input, never from the command line.")
+    _add_connection_options(secret, suppress=True)
+    secret_commands = secret.add_subparsers(dest="secret_command", required=True, metavar="COMMAND")
+
+    def secret_command(name: str, handler: _Command, help: str) -> argparse.ArgumentParser:
+        sub = secret_commands.add_parser(name, help=help, description=help)
+        _add_connection_options(sub, suppress=True)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    secret_list = secret_command("list", _secret_list, "list the secrets (metadata only)")
+    secret_list.add_argument("--json", action="store_true", help="print the JSON answer")
+    for name, handler, help in (
+        ("create", _secret_create, "store a new secret NAME, read from --file or standard input"),
+        ("update", _secret_update, "change secret NAME: its content (--file, or standard input when no other "
+                                   "option is given) and/or its mode and owner; running nodes get it at once"),
+    ):
+        sub = secret_command(name, handler, help)
+        sub.add_argument("name", metavar="NAME")
+        sub.add_argument("--file", metavar="FILE", help="read the content from FILE ('-': standard input)")
+        sub.add_argument("--mode", type=_mode, metavar="MODE",
+                         help="octal permissions of /run/secrets/NAME in the guest" +
+                              (" (daemon default 0600)" if name == "create" else ""))
+        sub.add_argument("--uid", type=_uint32, metavar="N", help="its owner in the guest" +
+                         (" (default 0)" if name == "create" else ""))
+        sub.add_argument("--gid", type=_uint32, metavar="N", help="its group in the guest" +
+                         (" (default 0)" if name == "create" else ""))
+    secret_rm = secret_command("rm", _secret_rm, "delete secret NAME; running nodes that hold it lose its file")
+    secret_rm.add_argument("name", metavar="NAME")
+
     image = commands.add_parser("image", help="guest images on this machine", description="Guest images on this machine.")
     image_commands = image.add_subparsers(dest="image_command", required=True, metavar="COMMAND")
     build = image_commands.add_parser("build", help="build a guest image unless it is up to date",
@@ -606,6 +642,10 @@ def create_body(options: argparse.Namespace) -> dict[str, Any]:
         body["codehost_user"] = options.codehost_user
     if options.disk_image:
         body["disk_image"] = options.disk_image
+    if options.gpu_count:
+        body["gpu_count"] = options.gpu_count
+    if options.pci_devices:
+        body["pci_devices"] = list(options.pci_devices)
     return body
 
 
@@ -960,6 +1000,60 @@ async def _image_list(client: Client, options: argparse.Namespace, context: _Con
     images = await client.images()
     out.write(output.format_json(images) if options.json
               else output.format_table(output.IMAGE_HEADERS, output.image_rows(images)))
+    return 0
+
+
+def _secret_content(options: argparse.Namespace, context: _Context) -> bytes:
+    """
+    A secret's content: the file ``options.file``, or standard input when it
+    is ``-`` or not given.
+
+    :raise _Failed: it cannot be read, or it is larger than a secret may be.
+    """
+    from ..secretstore import MAX_SECRET_SIZE
+
+    path = options.file
+    try:
+        if path is None or path == "-":
+            stdin = context.stdin
+            if stdin is None:
+                raise _Failed("no standard input to read the secret from (use --file FILE)")
+            if stdin.isatty():
+                context.err.write("reading the secret from standard input (end with Ctrl-D)\n")
+            data = stdin.read(MAX_SECRET_SIZE + 1)
+        else:
+            with open(os.path.expanduser(path), "rb") as stream:
+                data = stream.read(MAX_SECRET_SIZE + 1)
+    except OSError as error:
+        raise _Failed(f"cannot read {path or 'standard input'}: {error.strerror or error}") from None
+    if len(data) > MAX_SECRET_SIZE:
+        raise _Failed(f"{path or 'standard input'} holds more than {MAX_SECRET_SIZE} bytes, the most a secret may")
+    return data
+
+
+async def _secret_list(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    secrets = await client.secrets()
+    context.out.write(output.format_json(secrets) if options.json
+                      else output.format_table(output.SECRET_HEADERS, output.secret_rows(secrets)))
+    return 0
+
+
+async def _secret_create(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    data = _secret_content(options, context)
+    await client.create_secret(options.name, data, permissions=options.mode, uid=options.uid, gid=options.gid)
+    return 0
+
+
+async def _secret_update(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    attributes = (options.mode, options.uid, options.gid)
+    content = options.file is not None or all(value is None for value in attributes)
+    data = _secret_content(options, context) if content else None
+    await client.update_secret(options.name, data, permissions=options.mode, uid=options.uid, gid=options.gid)
+    return 0
+
+
+async def _secret_rm(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    await client.delete_secret(options.name)
     return 0
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "GROUP_HEADERS",
     "IMAGE_HEADERS",
     "NODE_HEADERS",
+    "SECRET_HEADERS",
     "exec_rows",
     "exec_status",
     "format_description",
@@ -39,6 +40,7 @@ __all__ = [
     "image_rows",
     "human_size",
     "node_rows",
+    "secret_rows",
 ]
 
 #: Columns of ``vmctl list``.
@@ -116,6 +118,25 @@ def node_rows(nodes: Iterable[dict[str, Any]]) -> list[list[str]]:
             ",".join(node.get("tags") or ()),
         ]
         for node in nodes
+    ]
+
+
+#: The columns of ``vmctl secret list``.
+SECRET_HEADERS = ("NAME", "SIZE", "MODE", "UID", "GID", "MODIFIED")
+
+
+def secret_rows(secrets: Iterable[dict[str, Any]]) -> list[list[str]]:
+    """The cells of ``vmctl secret list`` (see :data:`SECRET_HEADERS`) for Secret objects."""
+    return [
+        [
+            str(secret.get("name", "")),
+            str(secret.get("size", "")),
+            str(secret.get("permissions", "")),
+            str(secret.get("uid", "")),
+            str(secret.get("gid", "")),
+            format_time(secret.get("mod_time")),
+        ]
+        for secret in secrets
     ]
 
 

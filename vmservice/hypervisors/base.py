@@ -52,6 +52,7 @@ class MachineSpec:
     :ivar incoming: a saved state file (see :meth:`IMachine.save_state`) to
         start from instead of booting; the VM comes up paused.
     :ivar net: its network interface, or ``None`` for none.
+    :ivar pci_devices: host PCI devices passed through with VFIO (full addresses).
     """
 
     name: str
@@ -65,6 +66,7 @@ class MachineSpec:
     console_log: str
     incoming: str | None = None
     net: NetSpec | None = None
+    pci_devices: tuple[str, ...] = ()
 
 
 @frozen

@@ -7,6 +7,8 @@ VMs run as ``qemu-system-x86_64 -machine microvm`` children of the daemon,
 booting an uncompressed kernel through PVH with a small initramfs that mounts
 the node's qcow2 disk.  The serial console goes to a file, the agent channel
 to a virtio-serial port served on a UNIX socket, the monitor to a QMP socket.
+A VM given host PCI devices runs ``microvm,pcie=on`` (a PCIe host bridge
+described by ACPI) with one ``vfio-pci`` device each.
 """
 
 from __future__ import annotations
@@ -155,9 +157,9 @@ def _accel_args(accel: str) -> list[str]:
     return ["-accel", "tcg", "-cpu", "max,-erms,-fsrm"]
 
 
-def _common_args(accel: str, vcpus: int, ram_bytes: int) -> list[str]:
+def _common_args(accel: str, vcpus: int, ram_bytes: int, *, pcie: bool = False) -> list[str]:
     return [
-        "-machine", "microvm",
+        "-machine", "microvm,pcie=on" if pcie else "microvm",
         *_accel_args(accel),
         "-m", str(max(ram_bytes // MiB, 16)),
         "-smp", str(vcpus),
@@ -177,7 +179,7 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
     return [
         settings.binary,
         "-name", f"vmservice-{spec.name}",
-        *_common_args(settings.accel, spec.vcpus, spec.ram_bytes),
+        *_common_args(settings.accel, spec.vcpus, spec.ram_bytes, pcie=bool(spec.pci_devices)),
         "-kernel", spec.kernel,
         "-initrd", spec.initrd,
         "-append", kernel_cmdline(spec.name, settings.tsc_khz, net=spec.net),
@@ -190,6 +192,7 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
         "-serial", "chardev:console",
         "-qmp", qmp_address(spec.qmp_socket),
         *_net_args(spec.net),
+        *_pci_args(spec.pci_devices),
         *(["-incoming", f"exec:cat {shlex.quote(spec.incoming)}"] if spec.incoming else []),
     ]
 
@@ -201,6 +204,18 @@ def _net_args(net: NetSpec | None) -> list[str]:
         "-netdev", f"tap,id=net0,ifname={net.tap},script=no,downscript=no",
         "-device", f"virtio-net-device,netdev=net0,mac={net.mac}",
     ]
+
+
+def _pci_args(addresses: tuple[str, ...]) -> list[str]:
+    """
+    Host PCI devices passed through with VFIO, each on the root bus of the
+    PCIe host bridge that ``microvm,pcie=on`` adds (microvm has no PCI bus
+    otherwise; its own devices stay virtio-mmio).
+    """
+    args: list[str] = []
+    for index, address in enumerate(addresses):
+        args += ["-device", f"vfio-pci,host={address},id=hostdev{index}"]
+    return args
 
 
 def qmp_address(path: str) -> str:

@@ -166,9 +166,12 @@ def add_base_files(root: str) -> None:
         os.makedirs(path, exist_ok=True)
         os.chmod(path, mode)
     files = {
-        "etc/passwd": b"root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+        "etc/passwd": b"root:x:0:0:root:/root:/bin/bash\n"
+                       # The SSH server's privilege separation user (openssh-server's postinst makes it).
+                       b"sshd:x:100:65534::/run/sshd:/usr/sbin/nologin\n"
+                       b"nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
         "etc/group": b"root:x:0:\ntty:x:5:\nnogroup:x:65534:\n",
-        "etc/shadow": b"root:*:19000:0:99999:7:::\nnobody:*:19000:0:99999:7:::\n",
+        "etc/shadow": b"root:*:19000:0:99999:7:::\nsshd:*:19000:0:99999:7:::\nnobody:*:19000:0:99999:7:::\n",
         "etc/hostname": b"localhost\n",
         "etc/hosts": b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
         "etc/nsswitch.conf": b"passwd: files\ngroup: files\nshadow: files\nhosts: files\n",

@@ -18,6 +18,7 @@ from twisted.logger import Logger
 from twisted.internet.defer import Deferred
 
 from ..config import MAX_USERDATA, HostGroupConfig
+from ..devices import assign
 from ..durable import write_atomic
 from ..errors import AgentError, BadRequest, Conflict, Internal, WaitTimeout
 from .model import CreateRequest, NodeRecord, Status, Wait, unique, valid_hostname, visible
@@ -110,6 +111,9 @@ class Creation:
         if keys and image.manifest.get("ssh_server") is False:
             raise BadRequest(f"image {image.name!r} has no SSH server: ssh_keys cannot be used with it",
                              code="no_ssh_server")
+        # Chosen and recorded (registered below) with no wait in between: the records are the claims.
+        devices = assign(parts.pci, request.pci_devices, request.gpu_count, group.name, group.gpus,
+                         self._registry.pci_claims())
         lease = parts.addressing.lease(group, request.ip, self._registry.addresses())
         record = NodeRecord(
             hostname=self._hostname(group, request.hostname),
@@ -126,6 +130,7 @@ class Creation:
             ssh_keys=keys,
             userdata=bool(userdata),
             image=image.name,
+            pci_devices=devices,
         )
         node = self._make(record)
         parts.store.save(record)

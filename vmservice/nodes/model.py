@@ -79,6 +79,8 @@ class NodeRecord:
     :ivar image: the name of the image it was made from (its disk is an
         overlay on that image's build); empty in records written before it
         was kept, whose image is their group's.
+    :ivar pci_devices: the host's PCI devices passed through to its VM
+        (full addresses), held for it until it is removed.
     """
 
     hostname: str
@@ -101,6 +103,7 @@ class NodeRecord:
     ssh_keys: tuple[str, ...] = ()
     userdata: bool = False
     image: str = ""
+    pci_devices: tuple[str, ...] = ()
 
     def with_status(self, status: Status, pid: int | None = None) -> "NodeRecord":
         """A copy with another status (and pid)."""
@@ -154,6 +157,8 @@ class CreateRequest:
         code host instead of ``ssh_keys``.
     :ivar disk_image: the image to make the node from; ``None`` for its
         group's.
+    :ivar pci_devices: host PCI devices to pass through (full addresses).
+    :ivar gpu_count: how many of the group's GPUs to pass through.
     """
 
     hostname: str | None = None
@@ -169,6 +174,8 @@ class CreateRequest:
     import_user: str | None = None
     codehost_user: str | None = None
     disk_image: str | None = None
+    pci_devices: tuple[str, ...] = ()
+    gpu_count: int = 0
 
 
 @frozen

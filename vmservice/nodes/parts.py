@@ -14,6 +14,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 
 from ..config import Config, HostGroupConfig
+from ..devices.pci import PciHost
 from ..errors import BadRequest, Internal, NotFound
 from ..hypervisors.base import IHypervisor
 from ..images.store import Image, ImageInfo, ImageNotFound, list_images
@@ -80,6 +81,7 @@ class FleetParts:
     :ivar stop_grace: seconds a graceful stop waits before it kills.
     :ivar wall_clock: the time in nanoseconds since the epoch, given to
         guests whose clock stood still (resume, restore).
+    :ivar pci: the host's PCI devices, checked before one is given to a node.
     """
 
     clock: IReactorTime
@@ -96,6 +98,7 @@ class FleetParts:
     on_boot: Callable[[str, float], None] = field(default=_no_boots)
     stop_grace: float = 10.0
     wall_clock: Callable[[], int] = field(default=time.time_ns)
+    pci: PciHost = field(factory=PciHost)
 
     def group(self, name: str) -> HostGroupConfig:
         """

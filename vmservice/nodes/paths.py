@@ -120,6 +120,7 @@ class NodePaths:
             console_log=self.console,
             incoming=incoming,
             net=net,
+            pci_devices=record.pci_devices,
         )
 
 

@@ -55,6 +55,10 @@ class Registry:
         """The addresses held by nodes."""
         return {IPv4Address(node.record.ip) for node in self._nodes.values() if node.record.ip}
 
+    def pci_claims(self) -> dict[str, str]:
+        """The host PCI devices held by nodes: address to hostname."""
+        return {address: node.hostname for node in self._nodes.values() for address in node.record.pci_devices}
+
     def listing(
         self, group: str | None = None, tag: str | None = None, tag_prefix: str | None = None
     ) -> list[NodeRecord]:

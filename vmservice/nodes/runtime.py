@@ -20,7 +20,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ..errors import Conflict, Internal
+from ..errors import BadRequest, Conflict, Internal
 from ..hypervisors.base import HypervisorError, IMachine, MachineExit, NetSpec, describe_exit
 from ..observer import OneShotObserver
 from .guest import IGuestConnection
@@ -126,7 +126,15 @@ class NodeRuntime:
         boot metric.
 
         :raise Internal: (``boot_failed``) the VM could not be started.
+        :raise Conflict: one of its PCI devices fails a host check now (the
+            check's code, e.g. ``pci_device_not_vfio``): it was rebound or
+            removed since the node got it.
         """
+        for address in self.record.pci_devices:
+            try:
+                self._parts.pci.check(address)
+            except BadRequest as error:
+                raise Conflict(f"cannot start the VM of node {self.hostname!r}: {error}", code=error.code) from None
         driver = await self._parts.driver.get()
         spec = self.paths.spec(self.record, kernel, initrd, incoming, net)
         self._boot_started = None if incoming else self._parts.clock.seconds()

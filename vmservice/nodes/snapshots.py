@@ -35,6 +35,9 @@ class Snapshots(NodeOperations):
         """
         node = await settled(self._registry, hostname)
         await suspendable(self._parts)
+        if node.record.pci_devices:
+            raise Conflict(f"node {hostname!r} has host PCI devices passed through, whose state cannot be saved",
+                           code="pci_devices_not_suspendable")
         with running(node, Op.SUSPEND) as outcome:
             if outcome is Outcome.DONE:
                 return Done(Op.SUSPEND, hostname, changed=False)

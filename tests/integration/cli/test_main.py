@@ -53,6 +53,60 @@ class RunTestCase(VmctlTestCase):
         self.url = await self.loop.serve(self)
 
 
+class SecretRunTests(RunTestCase):
+    async def vmctl_in(self, stdin: bytes, *argv: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = await run(reactor, ["--url", self.url, *argv], out, err, {}, io.BytesIO(stdin))
+        return code, out.getvalue(), err.getvalue()
+
+    async def test_create_from_file_and_stdin_list_update_rm(self) -> None:
+        """Content comes from --file or stdin; list shows metadata; update changes content or attributes; rm deletes."""
+        path = self.mktemp()
+        with open(path, "wb") as f:
+            f.write(b"from-file\n")
+        self.assertEqual(await self.vmctl("secret", "create", "db", "--file", path, "--mode", "440", "--uid", "1000"),
+                         (0, "", ""))
+        self.assertEqual(await self.vmctl_in(b"from-stdin", "secret", "create", "token"), (0, "", ""))
+        self.assertEqual(self.loop.secrets.get("db").data, b"from-file\n")
+        self.assertEqual(self.loop.secrets.get("token").data, b"from-stdin")
+        code, out, _ = await self.vmctl("secret", "list")
+        header, first, second = out.splitlines()
+        self.assertEqual(header.split(), ["NAME", "SIZE", "MODE", "UID", "GID", "MODIFIED"])
+        self.assertEqual(first.split()[:5], ["db", "10", "0440", "1000", "0"])
+        self.assertEqual(second.split()[:5], ["token", "10", "0600", "0", "0"])
+        self.assertEqual(json.loads((await self.vmctl("secret", "list", "--json"))[1])[0]["name"], "db")
+        # Attributes only: stdin is not read.
+        self.assertEqual(await self.vmctl_in(b"ignored", "secret", "update", "db", "--mode", "0400"), (0, "", ""))
+        self.assertEqual((self.loop.secrets.get("db").data, self.loop.secrets.get("db").meta.permissions),
+                         (b"from-file\n", 0o400))
+        # No option: the content from stdin.
+        self.assertEqual(await self.vmctl_in(b"rotated", "secret", "update", "db"), (0, "", ""))
+        self.assertEqual(self.loop.secrets.get("db").data, b"rotated")
+        self.assertEqual(await self.vmctl_in(b"x", "secret", "update", "db", "--file", "-", "--uid", "5"), (0, "", ""))
+        self.assertEqual((self.loop.secrets.get("db").data, self.loop.secrets.get("db").meta.uid), (b"x", 5))
+        self.assertEqual(await self.vmctl("secret", "rm", "db"), (0, "", ""))
+        self.assertEqual([m.name for m in self.loop.secrets.list()], ["token"])
+
+    async def test_errors(self) -> None:
+        """An error answer or an unreadable file exits 1 with a message; an oversized file is refused before sending."""
+        await self.vmctl_in(b"x", "secret", "create", "db")
+        code, _, err = await self.vmctl_in(b"y", "secret", "create", "db")
+        self.assertEqual(code, 1)
+        self.assertIn("409", err)
+        code, _, err = await self.vmctl("secret", "rm", "nope")
+        self.assertEqual(code, 1)
+        self.assertIn("404", err)
+        code, _, err = await self.vmctl("secret", "create", "k", "--file", "/nonexistent/file")
+        self.assertEqual((code, err), (1, "vmctl: cannot read /nonexistent/file: No such file or directory\n"))
+        big = self.mktemp()
+        with open(big, "wb") as f:
+            f.write(b"\0" * (1024 * 1024 + 1))
+        code, _, err = await self.vmctl("secret", "create", "k", "--file", big)
+        self.assertEqual(code, 1)
+        self.assertIn("more than 1048576 bytes", err)
+        self.assertEqual([m.name for m in self.loop.secrets.list()], ["db"])
+
+
 class RecorderTestCase(VmctlTestCase):
     """vmctl against a server that records requests and answers as told."""
 
