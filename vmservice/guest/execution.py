@@ -68,6 +68,28 @@ PENDING_HIGH_WATER = 256 * 1024
 KILL_GRACE = 0.5
 #: PATH of a process whose request does not set one.
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: The busybox applets and shell of the runtime an imported image brings
+#: (``vmservice/images/runtime.py``): the end of PATH, and the shell of last resort.
+RUNTIME_BIN = "/opt/vmservice/runtime/bin"
+
+
+def usable_shell(shell: str) -> str:
+    """
+    ``shell`` when it can run here; else the image's ``/bin/sh``; else the
+    runtime's busybox ``sh`` (an imported image without a shell).  Empty
+    stays empty (no shell).
+    """
+    if not shell or os.access(shell, os.X_OK):
+        return shell
+    for candidate in ("/bin/sh", f"{RUNTIME_BIN}/sh"):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return shell
+
+
+def default_path() -> str:
+    """PATH of a process whose request does not set one: :data:`DEFAULT_PATH`, then :data:`RUNTIME_BIN` if present."""
+    return f"{DEFAULT_PATH}:{RUNTIME_BIN}" if os.path.isdir(RUNTIME_BIN) else DEFAULT_PATH
 
 
 # -- the request ---------------------------------------------------------------------------
@@ -156,7 +178,7 @@ class ExecSpec:
             uid=uid,
             gid=gid,
             cwd=get("cwd", str, ""),
-            shell=get("shell", str, "/bin/bash"),
+            shell=usable_shell(get("shell", str, "/bin/bash")),
             umask=umask,
             stdin=get("stdin", bool, False),
             stdout=get("stdout", bool, True),
@@ -216,7 +238,7 @@ def build_env(spec: ExecSpec, user: Optional[tuple[str, str]]) -> dict[str, str]
     The process environment: PATH, HOME, USER, LOGNAME and SHELL, then the
     request's ``KEY=VALUE`` entries in order (later ones win).
     """
-    env = {"PATH": DEFAULT_PATH, "HOME": user[1] if user else "/"}
+    env = {"PATH": default_path(), "HOME": user[1] if user else "/"}
     if user:
         env["USER"] = env["LOGNAME"] = user[0]
     if spec.shell:
@@ -746,13 +768,17 @@ class ExecHandler(StreamHandler):
 
 __all__ = [
     "CannotStart",
+    "DEFAULT_PATH",
     "ExecHandler",
     "ExecSpec",
     "Launch",
+    "RUNTIME_BIN",
     "Rejected",
+    "default_path",
     "exit_status",
     "prepare",
     "read_report",
     "shell_quote",
     "spawn",
+    "usable_shell",
 ]
