@@ -1,0 +1,156 @@
+# -*- test-case-name: tests.integration.images.test_oci -*-
+"""
+Integration tests of importing a container image (:mod:`vmservice.images.imported`): an OCI image layout
+made by the test (two layers: files, a whiteout and an opaque directory; no shell, no Python, no C
+library) is imported with ``python -m vmservice.images import``, a daemon whose host group uses it creates
+a node with ``wait=agent``, and ``exec`` runs in it, on the runtime the import brought.
+
+The imported image is removed from the image directory afterwards; QEMU and the daemon are stopped by
+:class:`tests.integration.daemon.Daemon`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+from tests.images.containers import Entry, layer, oci_layout
+from tests.integration.daemon import IMAGE_DIR, Daemon, SharedDaemonTestCase, ensure_image
+
+#: Under this name the test's image is imported (and removed afterwards).
+IMAGE_NAME = "oci-integration-test"
+
+
+def _remove_image(name: str) -> None:
+    link = os.path.join(IMAGE_DIR, name)
+    if os.path.islink(link):
+        target = os.path.realpath(link)
+        os.unlink(link)
+        shutil.rmtree(target, ignore_errors=True)
+
+
+def _layers() -> list[bytes]:
+    first = layer([
+        Entry("etc", "dir", mode=0o755),
+        Entry("etc/greeting", data=b"hello from layer 1\n"),
+        Entry("data", "dir", mode=0o755),
+        Entry("data/keep", data=b"kept\n"),
+        Entry("data/gone", data=b"whited out\n"),
+        Entry("data/linked", "hardlink", target="data/keep"),
+        Entry("data/pointer", "symlink", target="/etc/greeting"),
+        Entry("opaque", "dir", mode=0o755),
+        Entry("opaque/old", data=b"lower\n"),
+        Entry("opaque/sub", "dir", mode=0o755),
+        Entry("opaque/sub/deep", data=b"lower\n"),
+    ], compress=True)
+    second = layer([
+        Entry("data/.wh.gone"),
+        Entry("opaque", "dir", mode=0o750),
+        Entry("opaque/.wh..wh..opq"),
+        Entry("opaque/new", data=b"upper\n", mode=0o600, uid=1000, gid=1000),
+    ])
+    return [first, second]
+
+
+class ImportedImageTests(SharedDaemonTestCase):
+    """
+    A node of an imported image without shell or Python boots and runs ``exec``.
+    """
+
+    layout: str
+    imported: dict[str, Any]
+    created: dict[str, Any]
+
+    @classmethod
+    def start_shared(cls) -> None:
+        ensure_image()
+        cls.layout = tempfile.mkdtemp(prefix="vms-oci-", dir="/tmp")
+        oci_layout(os.path.join(cls.layout, "image"), _layers(), ref="1.0")
+        result = subprocess.run(
+            [sys.executable, "-m", "vmservice.images", "import", "--image-dir", IMAGE_DIR, "--force", IMAGE_NAME,
+             os.path.join(cls.layout, "image")],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+        if result.returncode != 0:
+            raise AssertionError(f"import failed ({result.returncode}):\n{result.stdout}")
+        shown = subprocess.run(
+            [sys.executable, "-m", "vmservice.images", "show", "--image-dir", IMAGE_DIR, "--name", IMAGE_NAME],
+            stdout=subprocess.PIPE, text=True, check=True)
+        cls.imported = json.loads(shown.stdout)
+        cls.daemon = Daemon(groups=[{"name": "demo", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G",
+                                     "image": IMAGE_NAME}])
+        cls.daemon.start()
+        cls.created = cls.daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=3m", {}, expect=201)
+
+    @classmethod
+    def _stop_shared(cls) -> None:
+        super()._stop_shared()
+        _remove_image(IMAGE_NAME)
+        layout = getattr(cls, "layout", None)
+        if layout:
+            shutil.rmtree(layout, ignore_errors=True)
+
+    def hostname(self) -> str:
+        return str(self.created["hostname"])
+
+    def test_manifest(self) -> None:
+        """
+        The import wrote a manifest like a recipe build's: its source, sums of the three artefacts, the
+        default build it is based on, and no SSH server (the image has no sshd).
+        """
+        self.assertEqual(self.imported["name"], IMAGE_NAME)
+        self.assertTrue(str(self.imported["source"]).startswith(f"oci:{self.layout}/image"), self.imported["source"])
+        self.assertEqual(sorted(self.imported["artefacts"]), ["initrd.img", "rootfs.ext4", "vmlinux"])
+        for record in self.imported["artefacts"].values():
+            self.assertEqual(len(record["sha256"]), 64)
+        self.assertIs(self.imported["ssh_server"], False)
+        self.assertTrue(str(self.imported["base_image"]).startswith("default-"))
+        self.assertEqual(self.imported["oci_config"]["Cmd"], ["/bin/sh"])
+
+    def test_layer_files(self) -> None:
+        """
+        A file of the first layer is there, with its hard link and absolute symbolic link resolving in the
+        guest.
+        """
+        daemon = self.daemon
+        self.assertEqual(daemon.run(self.hostname(), "cat /etc/greeting"), (0, "hello from layer 1\n"))
+        self.assertEqual(daemon.run(self.hostname(), "cat /data/pointer /data/linked"),
+                         (0, "hello from layer 1\nkept\n"))
+        self.assertEqual(daemon.run(self.hostname(), "stat -c %h /data/keep"), (0, "2\n"))
+
+    def test_whiteout(self) -> None:
+        """
+        The file the second layer whited out is absent; its neighbour stays.
+        """
+        self.assertEqual(self.daemon.run(self.hostname(), "ls /data"), (0, "keep\nlinked\npointer\n"))
+        code, _ = self.daemon.run(self.hostname(), "test -e /data/gone")
+        self.assertEqual(code, 1)
+
+    def test_opaque_directory(self) -> None:
+        """
+        The opaque directory holds only the second layer's file, with that layer's mode and owner.
+        """
+        self.assertEqual(self.daemon.run(self.hostname(), "ls -A /opaque"), (0, "new\n"))
+        self.assertEqual(self.daemon.run(self.hostname(), "stat -c '%a %u:%g' /opaque /opaque/new"),
+                         (0, "750 0:0\n600 1000:1000\n"))
+
+    def test_runtime_shell(self) -> None:
+        """
+        Without a shell in the image, the command runs with the runtime's busybox ``sh``, and the image's
+        ``/bin`` is empty of our tools.
+        """
+        self.assertEqual(self.daemon.run(self.hostname(), 'echo "$0"'), (0, "/opt/vmservice/runtime/bin/sh\n"))
+        code, _ = self.daemon.run(self.hostname(), "test -e /bin/sh")
+        self.assertEqual(code, 1)
+
+    def test_health(self) -> None:
+        """
+        The agent answers health with the node's hostname, as in the default image.
+        """
+        health = self.daemon.json("GET", f"/vm/{self.hostname()}/health")
+        self.assertEqual(health.get("hostname", self.hostname()), self.hostname())
+        self.assertEqual(self.daemon.run(self.hostname(), "hostname"), (0, f"{self.hostname()}\n"))
