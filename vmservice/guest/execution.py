@@ -71,25 +71,37 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: The busybox applets and shell of the runtime an imported image brings
 #: (``vmservice/images/runtime.py``): the end of PATH, and the shell of last resort.
 RUNTIME_BIN = "/opt/vmservice/runtime/bin"
+#: The shell of a request that names none (the host's default too).
+DEFAULT_SHELL = "/bin/bash"
 
 
-def usable_shell(shell: str) -> str:
+def _can_run(path: str) -> bool:
+    return os.access(path, os.X_OK)
+
+
+def usable_shell(shell: str, can_run: Callable[[str], bool] = _can_run) -> str:
     """
-    ``shell`` when it can run here; else the image's ``/bin/sh``; else the
-    runtime's busybox ``sh`` (an imported image without a shell).  Empty
-    stays empty (no shell).
+    The shell to run: ``shell`` itself, unless it is the default
+    (:data:`DEFAULT_SHELL`) and the image lacks it: then the image's
+    ``/bin/sh``, else the runtime's busybox ``sh`` (an imported image without
+    a shell).  A shell named otherwise is taken as it is, and fails to start
+    if missing; empty stays empty (no shell).
     """
-    if not shell or os.access(shell, os.X_OK):
+    if shell != DEFAULT_SHELL or can_run(shell):
         return shell
     for candidate in ("/bin/sh", f"{RUNTIME_BIN}/sh"):
-        if os.access(candidate, os.X_OK):
+        if can_run(candidate):
             return candidate
     return shell
 
 
-def default_path() -> str:
-    """PATH of a process whose request does not set one: :data:`DEFAULT_PATH`, then :data:`RUNTIME_BIN` if present."""
-    return f"{DEFAULT_PATH}:{RUNTIME_BIN}" if os.path.isdir(RUNTIME_BIN) else DEFAULT_PATH
+def default_path(is_dir: Callable[[str], bool] = os.path.isdir) -> str:
+    """
+    PATH of a process whose request does not set one: :data:`DEFAULT_PATH`,
+    then :data:`RUNTIME_BIN` when the image has it (busybox applets as a last
+    resort in an image without tools).
+    """
+    return f"{DEFAULT_PATH}:{RUNTIME_BIN}" if is_dir(RUNTIME_BIN) else DEFAULT_PATH
 
 
 # -- the request ---------------------------------------------------------------------------
@@ -769,6 +781,7 @@ class ExecHandler(StreamHandler):
 __all__ = [
     "CannotStart",
     "DEFAULT_PATH",
+    "DEFAULT_SHELL",
     "ExecHandler",
     "ExecSpec",
     "Launch",

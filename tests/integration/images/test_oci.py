@@ -11,6 +11,7 @@ The imported image is removed from the image directory afterwards; QEMU and the 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -19,7 +20,10 @@ import sys
 import tempfile
 from typing import Any
 
+from twisted.trial.unittest import SynchronousTestCase
+
 from tests.images.containers import Entry, layer, oci_layout
+from vmservice.images.oci import apply_layer
 from tests.integration.daemon import IMAGE_DIR, Daemon, SharedDaemonTestCase, ensure_image
 
 #: Under this name the test's image is imported (and removed afterwards).
@@ -154,3 +158,18 @@ class ImportedImageTests(SharedDaemonTestCase):
         health = self.daemon.json("GET", f"/vm/{self.hostname()}/health")
         self.assertEqual(health.get("hostname", self.hostname()), self.hostname())
         self.assertEqual(self.daemon.run(self.hostname(), "hostname"), (0, f"{self.hostname()}\n"))
+
+
+class ZstdLayerTests(SynchronousTestCase):
+    """
+    A zstd-compressed layer is read through the real ``zstd`` program.
+    """
+
+    def test_zstd(self) -> None:
+        root = os.path.abspath(self.mktemp())
+        os.makedirs(root)
+        raw = layer([Entry("zstd/file", data=b"zstd content")])
+        packed = subprocess.run(["zstd", "-q", "-c"], input=raw, stdout=subprocess.PIPE, check=True).stdout
+        apply_layer(io.BytesIO(packed), root)
+        with open(os.path.join(root, "zstd/file"), "rb") as stream:
+            self.assertEqual(stream.read(), b"zstd content")
