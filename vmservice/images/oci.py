@@ -405,11 +405,13 @@ def _layer_tar(stream: IO[bytes]) -> Iterator[tarfile.TarFile]:
             try:
                 with tarfile.open(fileobj=process.stdout, mode="r|") as tar:
                     yield tar
-                    process.stdout.read()
+                while process.stdout.read(1024 * 1024):
+                    pass
             finally:
                 process.stdout.close()
-                if process.wait() != 0:
-                    raise OciError(f"zstd failed ({process.returncode}) on the layer")
+                code = process.wait()
+            if code != 0:
+                raise OciError(f"zstd failed ({code}) on the layer")
         return
     try:
         tar = tarfile.open(fileobj=stream, mode="r|*")

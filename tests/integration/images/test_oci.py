@@ -159,6 +159,35 @@ class ImportedImageTests(SharedDaemonTestCase):
         self.assertEqual(health.get("hostname", self.hostname()), self.hostname())
         self.assertEqual(self.daemon.run(self.hostname(), "hostname"), (0, f"{self.hostname()}\n"))
 
+    def test_root_grown(self) -> None:
+        """
+        The runtime's resize2fs grew the root file system to the node's 1 GiB disk at boot.
+        """
+        code, output = self.daemon.run(self.hostname(), "df -k / | tail -n 1")
+        self.assertEqual(code, 0)
+        self.assertGreater(int(output.split()[1]), 900 * 1024, output)
+
+    def test_shutdown_and_relaunch(self) -> None:
+        """
+        A second, persistent node runs its userdata with the runtime's shell, shuts down cleanly (power
+        button, busybox init, our shutdown script on the runtime) and boots again with its disk.
+        """
+        daemon = self.daemon
+        body = {"persistent": True, "userdata": "echo \"ran with $0\" > /root/userdata\n"}
+        host = str(daemon.json("POST", "/hostgroup/demo/nodes?wait=userdata&timeout=3m", body,
+                               expect=201)["hostname"])
+        self.assertEqual(daemon.run(host, "cat /root/userdata"), (0, "ran with /opt/vmservice/runtime/bin/sh\n"))
+        self.assertEqual(daemon.json("GET", f"/vm/{host}/health")["userdata_exit_code"], 0)
+        self.assertEqual(daemon.run(host, "echo kept > /root/file && sync"), (0, ""))
+        self.assertEqual(daemon.request("POST", f"/vm/{host}/shutdown", {"action": "shutdown"})[0], 200)
+        daemon.wait_status(host, "Stopped", 120)
+        with open(os.path.join(daemon.state_dir, "nodes", host, "console.log"), errors="replace") as stream:
+            console = stream.read()
+        self.assertIn("vmservice-init: syncing disks", console)
+        daemon.json("POST", f"/vm/{host}/relaunch?wait=agent&timeout=3m")
+        self.assertEqual(daemon.run(host, "cat /root/file"), (0, "kept\n"))
+        daemon.json("DELETE", f"/hostgroup/demo/nodes/{host}")
+
 
 class ZstdLayerTests(SynchronousTestCase):
     """
