@@ -3,7 +3,9 @@
 Integration tests of importing a container image (:mod:`vmservice.images.imported`): an OCI image layout
 made by the test (two layers: files, a whiteout and an opaque directory; no shell, no Python, no C
 library) is imported with ``python -m vmservice.images import``, a daemon whose host group uses it creates
-a node with ``wait=agent``, and ``exec`` runs in it, on the runtime the import brought.
+a node with ``wait=agent``, and ``exec`` runs in it, on the runtime the import brought. A ``docker save``
+tar file of an image with busybox as its own shell is imported with ``vmctl image import`` and runs
+``exec`` with that shell.
 
 The imported image is removed from the image directory afterwards; QEMU and the daemon are stopped by
 :class:`tests.integration.daemon.Daemon`.
@@ -22,12 +24,13 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.images.containers import Entry, layer, oci_layout
+from tests.images.containers import Entry, docker_save, layer, oci_layout
 from vmservice.images.oci import apply_layer
 from tests.integration.daemon import IMAGE_DIR, Daemon, SharedDaemonTestCase, ensure_image
 
 #: Under this name the test's image is imported (and removed afterwards).
 IMAGE_NAME = "oci-integration-test"
+DOCKER_IMAGE_NAME = "docker-save-integration-test"
 
 
 def _remove_image(name: str) -> None:
@@ -169,14 +172,15 @@ class ImportedImageTests(SharedDaemonTestCase):
 
     def test_shutdown_and_relaunch(self) -> None:
         """
-        A second, persistent node runs its userdata with the runtime's shell, shuts down cleanly (power
-        button, busybox init, our shutdown script on the runtime) and boots again with its disk.
+        A second, persistent node runs its userdata (with the runtime's shell: the image has none), shuts
+        down cleanly (power button, busybox init, our shutdown script on the runtime) and boots again with
+        its disk.
         """
         daemon = self.daemon
-        body = {"persistent": True, "userdata": "echo \"ran with $0\" > /root/userdata\n"}
+        body = {"persistent": True, "userdata": "echo ran > /root/userdata\n"}
         host = str(daemon.json("POST", "/hostgroup/demo/nodes?wait=userdata&timeout=3m", body,
                                expect=201)["hostname"])
-        self.assertEqual(daemon.run(host, "cat /root/userdata"), (0, "ran with /opt/vmservice/runtime/bin/sh\n"))
+        self.assertEqual(daemon.run(host, "cat /root/userdata"), (0, "ran\n"))
         self.assertEqual(daemon.json("GET", f"/vm/{host}/health")["userdata_exit_code"], 0)
         self.assertEqual(daemon.run(host, "echo kept > /root/file && sync"), (0, ""))
         self.assertEqual(daemon.request("POST", f"/vm/{host}/shutdown", {"action": "shutdown"})[0], 200)
@@ -187,6 +191,68 @@ class ImportedImageTests(SharedDaemonTestCase):
         daemon.json("POST", f"/vm/{host}/relaunch?wait=agent&timeout=3m")
         self.assertEqual(daemon.run(host, "cat /root/file"), (0, "kept\n"))
         daemon.json("DELETE", f"/hostgroup/demo/nodes/{host}")
+
+
+def _busybox() -> bytes:
+    """The static busybox of the default image (read out of its root file system with debugfs)."""
+    from vmservice.images.store import resolve_image
+
+    with tempfile.TemporaryDirectory(prefix="vms-busybox-") as work:
+        subprocess.run(["debugfs", "-R", f"dump /usr/bin/busybox {work}/busybox",
+                        resolve_image(IMAGE_DIR, "default").rootfs.path],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        with open(os.path.join(work, "busybox"), "rb") as stream:
+            return stream.read()
+
+
+class DockerSaveImageTests(SharedDaemonTestCase):
+    """
+    A ``docker save`` tar file of an image with a shell of its own (busybox, as in small distributions),
+    imported with ``vmctl image import``: ``exec`` runs with the image's ``/bin/sh``.
+    """
+
+    layout: str
+    created: dict[str, Any]
+
+    @classmethod
+    def start_shared(cls) -> None:
+        ensure_image()
+        cls.layout = tempfile.mkdtemp(prefix="vms-oci-", dir="/tmp")
+        base = layer([Entry("bin", "dir", mode=0o755), Entry("bin/busybox", data=_busybox(), mode=0o755),
+                      Entry("bin/sh", "symlink", target="busybox"), Entry("bin/cat", "symlink", target="busybox"),
+                      Entry("bin/readlink", "symlink", target="busybox"),
+                      Entry("app", "dir", mode=0o755), Entry("app/version", data=b"1\n")], compress=True)
+        update = layer([Entry("app/version", data=b"2\n")])
+        tarball = os.path.join(cls.layout, "saved.tar")
+        docker_save(tarball, [base, update], tag="example/app:2")
+        vmctl = [sys.executable, "-m", "vmservice.cli.main", "image", "import", "--image-dir", IMAGE_DIR, "--force",
+                 DOCKER_IMAGE_NAME, tarball]
+        result = subprocess.run(vmctl, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+        if result.returncode != 0:
+            raise AssertionError(f"vmctl image import failed ({result.returncode}):\n{result.stdout}")
+        cls.daemon = Daemon(groups=[{"name": "demo", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G",
+                                     "image": DOCKER_IMAGE_NAME}])
+        cls.daemon.start()
+        cls.created = cls.daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=3m", {}, expect=201)
+
+    @classmethod
+    def _stop_shared(cls) -> None:
+        super()._stop_shared()
+        _remove_image(DOCKER_IMAGE_NAME)
+        layout = getattr(cls, "layout", None)
+        if layout:
+            shutil.rmtree(layout, ignore_errors=True)
+
+    def test_image_shell(self) -> None:
+        """
+        The image's ``/bin/sh`` runs the command (the image has no bash), and the upper layer's file won.
+        """
+        host = str(self.created["hostname"])
+        self.assertEqual(self.daemon.run(host, 'echo "$0"; readlink /proc/$$/exe; cat /app/version'),
+                         (0, "/bin/sh\n/bin/busybox\n2\n"))
+        with open(os.path.join(IMAGE_DIR, DOCKER_IMAGE_NAME, "manifest.json")) as stream:
+            manifest = json.load(stream)
+        self.assertTrue(manifest["source"].endswith("saved.tar:example/app:2"), manifest["source"])
 
 
 class ZstdLayerTests(SynchronousTestCase):
