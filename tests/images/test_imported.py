@@ -62,7 +62,7 @@ class ImportTests(SynchronousTestCase):
         Names that cannot be a directory entry of the image directory, or that belong to a recipe, are
         refused before anything is read.
         """
-        for name in ("", ".hidden", "a/b", "sp ace", "x" * 65, "default"):
+        for name in ("", ".hidden", "a/b", "sp ace", "x" * 65, "default", "default-0123456789abcdef", "caf\u00e9"):
             self.assertRaises(ImportFailed, import_image, self.base, name, self.layout, out=self.lines.append)
 
     def test_up_to_date(self) -> None:

@@ -76,8 +76,11 @@ def inittab() -> bytes:
 
 def _validate_name(name: str) -> None:
     if not name or "/" in name or name.startswith(".") or len(name) > 64 or not all(
-            c.isalnum() or c in "-_." for c in name):
+            c.isascii() and (c.isalnum() or c in "-_.") for c in name):
         raise ImportFailed(f"bad image name {name!r}: letters, digits, '-', '_' and '.', not starting with '.'")
+    prefix, _, suffix = name.rpartition("-")
+    if prefix and len(suffix) == 16 and all(c in "0123456789abcdef" for c in suffix):
+        raise ImportFailed(f"bad image name {name!r}: it looks like the directory of a build")
     try:
         load_recipe(name)
     except RecipeError:
