@@ -13,6 +13,7 @@ The imported image is removed from the image directory afterwards; QEMU and the 
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -161,6 +162,16 @@ class ImportedImageTests(SharedDaemonTestCase):
         health = self.daemon.json("GET", f"/vm/{self.hostname()}/health")
         self.assertEqual(health.get("hostname", self.hostname()), self.hostname())
         self.assertEqual(self.daemon.run(self.hostname(), "hostname"), (0, f"{self.hostname()}\n"))
+
+    def test_ssh_keys_refused(self) -> None:
+        """
+        The image has no SSH server (``ssh_server`` false in its manifest): a create with ``ssh_keys`` is
+        400 ``no_ssh_server``.
+        """
+        blob = b"".join(len(part).to_bytes(4, "big") + part for part in (b"ssh-ed25519", bytes(range(32))))
+        key = "ssh-ed25519 " + base64.b64encode(blob).decode() + " test"
+        status, _, data = self.daemon.request("POST", "/hostgroup/demo/nodes", {"ssh_keys": [key]})
+        self.assertEqual((status, json.loads(data).get("code")), (400, "no_ssh_server"), data)
 
     def test_root_grown(self) -> None:
         """
