@@ -249,6 +249,29 @@ class ImageBuildTests(SynchronousTestCase):
         self.assertEqual(seen, [default_image_dir()])
         self.assertTrue(os.path.isabs(seen[0]))
 
+    def test_import(self) -> None:
+        """image import calls the importer with its arguments and prints its progress; a failure exits 1."""
+        import vmservice.images.imported as imported
+
+        calls: list[tuple[Any, ...]] = []
+
+        def fake_import(image_dir: str, name: str, path: str, ref: str = "", force: bool = False,
+                        out: Any = print) -> None:
+            calls.append((image_dir, name, path, ref, force))
+            if name == "broken":
+                raise imported.ImportFailed("no linux/amd64 image")
+            out("image app: imported")
+
+        self.patch(imported, "import_image", fake_import)
+        out, err = io.StringIO(), io.StringIO()
+        code = self.successResultOf(Deferred.fromCoroutine(
+            run(None, ["image", "import", "--image-dir", "/tmp/imgs", "--ref", "1.0", "app", "app.tar"], out, err, {})
+        ))
+        self.assertEqual((code, out.getvalue(), err.getvalue()), (0, "image app: imported\n", ""))
+        code = self.successResultOf(Deferred.fromCoroutine(run(None, ["image", "import", "broken", "x"], out, err, {})))
+        self.assertEqual((code, err.getvalue()), (1, "vmctl: no linux/amd64 image\n"))
+        self.assertEqual(calls[0], ("/tmp/imgs", "app", "app.tar", "1.0", False))
+
 
 class MainTests(SynchronousTestCase):
     def react(self, main: Any) -> None:

@@ -549,6 +549,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_connection_options(image_list, suppress=True)
     image_list.set_defaults(handler=_image_list)
     image_list.add_argument("--json", action="store_true", help="print the JSON answer")
+    imported = image_commands.add_parser(
+        "import", help="make a guest image of an OCI image layout or a docker save tar file",
+        description="Make a guest image of a container image (an OCI image layout directory, or a tar file of one or "
+                    "of docker save), on this machine: its layers, our init and agent, and a runtime of our own.")
+    imported.set_defaults(handler=None)
+    imported.add_argument("--image-dir", metavar="DIR",
+                          help="where images live (default: $VMSERVICE_IMAGE_DIR or /var/cache/vmservice/images)")
+    imported.add_argument("--ref", default="", help="the image to take when FILE holds several (ref name or tag)")
+    imported.add_argument("--force", action="store_true", help="import again even if up to date")
+    imported.add_argument("image_name", metavar="NAME", help="the name of the new image")
+    imported.add_argument("file", metavar="FILE", help="an OCI image layout directory, or a tar file")
     return parser
 
 
@@ -1077,6 +1088,23 @@ def _image_build(options: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _image_import(options: argparse.Namespace, out: TextIO) -> int:
+    """Import a container image on this machine (no daemon involved): ``python -m vmservice.images import``."""
+    from ..images.imported import ImportFailed, import_image
+    from ..images.store import ImageNotFound, default_image_dir
+
+    def progress(line: str) -> None:
+        out.write(line + "\n")
+        out.flush()
+
+    try:
+        import_image(options.image_dir or default_image_dir(), options.image_name, options.file, ref=options.ref,
+                     force=options.force, out=progress)
+    except (ImportFailed, ImageNotFound) as error:
+        raise _Failed(str(error)) from None
+    return 0
+
+
 # -- running ---------------------------------------------------------------
 
 
@@ -1108,7 +1136,7 @@ async def run(
         return stop.code if isinstance(stop.code, int) else 2
     try:
         if options.handler is None:
-            return _image_build(options, out)
+            return _image_import(options, out) if options.image_command == "import" else _image_build(options, out)
         client = Client(reactor, options.url, resolve_token(options))
         try:
             code: int = await options.handler(client, options, _Context(reactor, out, err, stdin))
