@@ -16,6 +16,7 @@ from .copying import CopyApi
 from .execution import ExecApi
 from .filesystem import FilesystemApi
 from .forwarding import ForwardApi
+from .images import ImagesApi
 from .tunnel_socket import tunnel_socket_handler
 from .lifecycle import LifecycleApi
 from .meta import MetaApi
@@ -46,6 +47,7 @@ def every_route(
     routes += MetaApi(metrics, lambda: routes).routes()
     routes += NodesApi(fleet).routes() + VmApi(fleet).routes() + TagsApi(fleet).routes()
     routes += StatsApi(fleet).routes()
+    routes += ImagesApi(fleet).routes()
     routes += FilesystemApi(fleet).routes()
     background = BackgroundApi(fleet)
     routes += ExecApi(fleet, clock, background).routes() + background.routes()
