@@ -5,7 +5,7 @@ real Site, with the fleet on fakes and the metrics agents' answers given by the 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from treq.testing import StubTreq
 from twisted.internet.defer import Deferred, fail, succeed
@@ -23,12 +23,13 @@ class StatsRouteTests(ApiTestCase):
         super().setUp()
         self.call("POST", "/hostgroup/demo/nodes", b"{}")
         self.call("POST", "/hostgroup/demo/nodes", b"{}")
-        self.answers: dict[str, Deferred[Mapping[str, Any]]] = {
-            "demo-1": succeed({**FIELDS, "hostname": "demo-1"}),
-            "demo-2": fail(OSError("connection refused")),
+        # Made when asked: a failed Deferred nobody asks for would be logged as unhandled.
+        self.answers: dict[str, Callable[[], Deferred[Mapping[str, Any]]]] = {
+            "demo-1": lambda: succeed({**FIELDS, "hostname": "demo-1"}),
+            "demo-2": lambda: fail(OSError("connection refused")),
         }
         self.h.fleet.stats = NodeStats(self.h.fleet._registry, self.h.reactor,
-                                       lambda socket, deadline: self.answers[socket.split("/")[-2]])
+                                       lambda socket, deadline: self.answers[socket.split("/")[-2]]())
         routes = StatsApi(self.h.fleet).routes()
         self.treq = StubTreq(Api(self.h.reactor, routes, self.metrics, self.token).resource())
 
