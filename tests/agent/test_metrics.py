@@ -94,3 +94,31 @@ class ClientTests(SynchronousTestCase):
         protocol, _transport = self.connect()
         protocol.dataReceived(b'{"id":"1","error":"sampling failed: x"}\n')
         self.assertIn("sampling failed", str(self.failureResultOf(d, MetricsUnavailable).value))
+
+    def test_turns(self) -> None:
+        """Two requests to one node take turns on one connection at a time; the wait counts in the deadline."""
+        first, second = self.ask(2.0), self.ask(2.0)
+        self.assertEqual(len(self.reactor.unixClients), 1)
+        protocol, _transport = self.connect()
+        self.reactor.advance(1.5)
+        protocol.dataReceived(b'{"id":"1","n":1}\n')
+        self.assertEqual(self.successResultOf(first), {"n": 1})
+        self.assertEqual(len(self.reactor.unixClients), 2)
+        protocol, transport = self.connect()
+        self.assertEqual(transport.value(), b"snapshot 2\n")
+        self.reactor.advance(0.5)
+        self.assertIn("did not answer within 2 s", str(self.failureResultOf(second, MetricsUnavailable).value))
+        self.assertEqual(self.client._locks, {})
+        self.assertFalse(self.reactor.getDelayedCalls())
+
+    def test_no_turn_in_time(self) -> None:
+        """A request still waiting for its turn at its deadline fails without connecting."""
+        first, second = self.ask(5.0), self.ask(1.0)
+        self.reactor.advance(1.0)
+        self.failureResultOf(second, MetricsUnavailable)
+        self.assertEqual(len(self.reactor.unixClients), 1)
+        protocol, _transport = self.connect()
+        protocol.dataReceived(b'{"id":"1","n":1}\n')
+        self.assertEqual(self.successResultOf(first), {"n": 1})
+        self.assertEqual(len(self.reactor.unixClients), 1)
+        self.assertEqual(self.client._locks, {})

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import Any
+from typing import Any, TypeVar
 
-from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.defer import CancelledError, Deferred, DeferredLock
 from twisted.internet.endpoints import UNIXClientEndpoint
 from twisted.internet.interfaces import IReactorTime, IReactorUNIX
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
+
+_T = TypeVar("_T")
 
 #: Longest answer line accepted.
 MAX_ANSWER = 64 * 1024
@@ -96,6 +98,34 @@ class _Exchange(Protocol):
             self.answer.errback(MetricsUnavailable("the metrics channel closed before an answer"))
 
 
+class _Deadline:
+    """A time limit over several waits in turn: when it passes, the wait under way is cancelled."""
+
+    def __init__(self, clock: IReactorTime, seconds: float) -> None:
+        self.seconds = seconds
+        self._guarded: Deferred[Any] | None = None
+        self._expired = False
+        self._call = clock.callLater(seconds, self._expire)
+
+    def guard(self, d: Deferred[_T]) -> Deferred[_T]:
+        """Cancel ``d`` when the limit passes (at once if it has)."""
+        self._guarded = d
+        if self._expired:
+            d.cancel()
+        return d
+
+    def _expire(self) -> None:
+        self._expired = True
+        if self._guarded is not None:
+            self._guarded.cancel()
+
+    def stop(self) -> None:
+        """No more waits: drop the timer."""
+        self._guarded = None
+        if self._call.active():
+            self._call.cancel()
+
+
 class MetricsClient:
     """
     Asks the metrics agents of nodes for snapshots.
@@ -106,16 +136,42 @@ class MetricsClient:
     def __init__(self, reactor: IReactorUNIX) -> None:
         self._reactor = reactor
         self._ids = itertools.count(1)
+        self._locks: dict[str, DeferredLock] = {}
 
     async def snapshot(self, socket: str, deadline: float) -> dict[str, Any]:
         """
         The fields of one snapshot of the guest behind ``socket``.
 
+        Exchanges with one socket take turns (QEMU's server socket keeps a backlog of one: a third
+        connection at once would be refused); the wait for a turn counts in ``deadline``.
+
         :raise MetricsUnavailable: no connection, no answer within ``deadline`` seconds, or a bad one.
         """
         clock: IReactorTime = self._reactor  # type: ignore[assignment]  # every reactor has both
+        limit = _Deadline(clock, deadline)
+        lock = self._locks.setdefault(socket, DeferredLock())
+        try:
+            try:
+                await limit.guard(lock.acquire())
+            except CancelledError:
+                raise MetricsUnavailable(f"the metrics agent did not answer within {deadline:g} s") from None
+            try:
+                return await self._exchange(socket, limit)
+            finally:
+                lock.release()
+        finally:
+            limit.stop()
+            self._forget(socket, lock)
+
+    def _forget(self, socket: str, lock: DeferredLock) -> None:
+        if not lock.locked and not lock.waiting and self._locks.get(socket) is lock:
+            del self._locks[socket]
+
+    async def _exchange(self, socket: str, limit: _Deadline) -> dict[str, Any]:
+        """One connection, request and answer, within ``limit``."""
+        deadline = limit.seconds
         exchange = _Exchange(str(next(self._ids)))
-        timer = clock.callLater(deadline, exchange.answer.cancel)
+        limit.guard(exchange.answer)
         endpoint = UNIXClientEndpoint(self._reactor, socket, timeout=max(1, int(deadline)))
         connecting = endpoint.connect(_Factory(exchange))
 
@@ -134,8 +190,6 @@ class MetricsClient:
         except Exception as error:
             raise MetricsUnavailable(f"cannot reach the metrics agent: {error}") from error
         finally:
-            if timer.active():
-                timer.cancel()
             if exchange.transport is not None:
                 exchange.transport.loseConnection()
 
