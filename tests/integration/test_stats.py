@@ -111,7 +111,10 @@ class StatsTests(SharedDaemonTestCase):
         self.assertEqual(status, 404, body)
 
     def test_paused_and_suspended_listed_with_error(self) -> None:
-        """A paused and a suspended node are listed with an error, fast; the running one with its snapshot."""
+        """
+        A paused and a suspended node are listed with an error, fast; the running one with its snapshot;
+        resumed and restored, they answer again.
+        """
         paused = self.daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=3m", {}, expect=201)["hostname"]
         suspended = self.daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=3m", {},
                                      expect=201)["hostname"]
@@ -129,6 +132,11 @@ class StatsTests(SharedDaemonTestCase):
             self.assertNotIn("snapshot", listed[suspended])
             self.assertIn("snapshot", listed[self.node])
             self.assertEqual((listed[paused]["status"], listed[suspended]["status"]), ("Paused", "Suspended"))
+            # Restored, its metrics channel comes back with the saved state; resumed, the paused one answers.
+            self.daemon.post(f"/vm/{suspended}/restore?wait=agent&timeout=2m")
+            self.daemon.post(f"/vm/{paused}/resume")
+            self.assertEqual(self.snapshot(suspended)["hostname"], suspended)
+            self.assertEqual(self.snapshot(paused)["hostname"], paused)
         finally:
             for hostname in (paused, suspended):
                 self.daemon.request("DELETE", f"/hostgroup/demo/nodes/{hostname}", timeout=120)
