@@ -132,6 +132,19 @@ class ParseTests(SynchronousTestCase):
         self.assertUsageError("image")
         self.assertUsageError()
 
+    def test_stats_and_top(self) -> None:
+        """stats takes an optional NODE and --json; top an interval (default 2 s) and a number of refreshes."""
+        options = parse("stats")
+        self.assertEqual((options.hostname, options.json, options.handler.__name__), (None, False, "_stats"))
+        self.assertEqual((parse("stats", "demo-1", "--json").hostname, parse("stats", "--json").json), ("demo-1", True))
+        options = parse("top")
+        self.assertEqual((options.interval, options.iterations, options.handler.__name__), (2.0, None, "_top"))
+        self.assertEqual(parse("top", "--once").iterations, 1)
+        self.assertEqual((parse("top", "-n", "3", "--interval", "0.5").iterations,
+                          parse("top", "--interval", "0.5").interval), (3, 0.5))
+        for bad in (["--interval", "0"], ["--interval", "x"], ["--interval", "nan"], ["-n", "0"]):
+            self.assertUsageError("top", *bad)
+
     def test_lifecycle(self) -> None:
         """Each lifecycle command takes HOST; restore and relaunch --wait agent and --timeout; each has its action."""
         for name in ("pause", "resume", "suspend", "restore", "relaunch", "shutdown", "reboot"):
