@@ -237,3 +237,21 @@ class StatsTests(SharedDaemonTestCase):
             process.stdout.close()  # type: ignore[union-attr]
             process.stderr.close()  # type: ignore[union-attr]
         self.assertEqual(termios.tcgetattr(slave), before)
+
+    def test_idle_agent_is_cheap(self) -> None:
+        """
+        Between requests the metrics agent sleeps: over 10 s (with the daemon sampling every second) it
+        uses a small part of one CPU, not a spinning loop's whole of it.
+        """
+        self.snapshot()
+        command = "p=$(cat /run/vmservice-metrics.pid); cut -d' ' -f14,15 /proc/$p/stat"
+        code, before = self.daemon.run(self.node, command)
+        self.assertEqual(code, 0)
+        started = time.monotonic()
+        time.sleep(10)
+        after = self.daemon.run(self.node, command)[1]
+        elapsed = time.monotonic() - started
+        user0, system0 = (int(word) for word in before.split())
+        user1, system1 = (int(word) for word in after.split())
+        cpu = (user1 + system1 - user0 - system0) / 100  # USER_HZ
+        self.assertLess(cpu, 0.25 * elapsed, f"{cpu:.2f} s of CPU in {elapsed:.1f} s")

@@ -349,10 +349,14 @@ def serve_connection(fd: int) -> None:
 
 
 def _connected(fd: int) -> bool:
+    """
+    Whether a host is connected to the port: no POLLHUP.  (Without a host the virtio console driver
+    reports POLLIN too, since a read would not block: it returns 0 at once.)
+    """
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     for _, revents in poller.poll(0):
-        return bool(revents & select.POLLIN) or not revents & (select.POLLHUP | select.POLLERR)
+        return not revents & (select.POLLHUP | select.POLLERR | select.POLLNVAL)
     return True
 
 
