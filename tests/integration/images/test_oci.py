@@ -163,6 +163,16 @@ class ImportedImageTests(SharedDaemonTestCase):
         self.assertEqual(health.get("hostname", self.hostname()), self.hostname())
         self.assertEqual(self.daemon.run(self.hostname(), "hostname"), (0, f"{self.hostname()}\n"))
 
+    def test_stats(self) -> None:
+        """
+        The metrics agent runs on the runtime's Python: the node's statistics come, as in the default image.
+        """
+        hostname = self.hostname()
+        stat = self.daemon.wait_for("a snapshot", lambda: self.daemon.json("GET", f"/node/{hostname}/stats")
+                                    .get("snapshot"), timeout=60)
+        self.assertEqual(stat["hostname"], hostname)
+        self.assertGreater(stat["totalMemory"], 0)
+
     def test_ssh_keys_refused(self) -> None:
         """
         The image has no SSH server (``ssh_server`` false in its manifest): a create with ``ssh_keys`` is
