@@ -205,6 +205,7 @@ class FakeAgent(AgentGuest):
         #: Health requests wait for this Deferred when set (an agent that never answers).
         self.hold_health: Deferred[None] | None = None
         self._ready_callbacks: list[Callable[[], None]] = []
+        self._lost_callbacks: list[Callable[[], None]] = []
         #: The configuring requests answered: ``(header, body)``.
         self.requests: list[tuple[dict[str, Any], bytes]] = []
         #: Userdata requests wait for this Deferred when set; then they answer this exit code.
@@ -240,6 +241,16 @@ class FakeAgent(AgentGuest):
     def on_ready(self, callback: Callable[[], None]) -> Callable[[], None]:
         self._ready_callbacks.append(callback)
         return lambda: self._ready_callbacks.remove(callback)
+
+    def lose(self) -> None:
+        """The agent that answered is lost (its connection dropped)."""
+        self.is_ready = False
+        for callback in list(self._lost_callbacks):
+            callback()
+
+    def on_lost(self, callback: Callable[[], None]) -> Callable[[], None]:
+        self._lost_callbacks.append(callback)
+        return lambda: self._lost_callbacks.remove(callback)
 
     def open_stream(self, header: Mapping[str, Any], protocol: IProtocol) -> AgentStream:
         raise AgentUnavailable("the fake agent has no streams")

@@ -71,6 +71,7 @@ class Fleet(Service):
     :ivar lifecycle: pause, resume, reboot, shutdown, relaunch.
     :ivar snapshots: suspend and restore.
     :ivar tagging: a node's tags, read and changed.
+    :ivar events: the nodes' lifecycle events.
     """
 
     name = "fleet"
@@ -83,6 +84,7 @@ class Fleet(Service):
         self.lifecycle = Lifecycle(self._registry, parts)
         self.snapshots = Snapshots(self._registry, parts)
         self.tagging = Tagging(self._registry)
+        self.events = parts.events
         self._unsubscribe: Callable[[], None] = lambda: None
 
     def _register(self, record: NodeRecord) -> NodeRuntime:
