@@ -9,9 +9,11 @@ hub's id and whose data is its JSON (:func:`event_json`).  A client that
 reconnects with ``Last-Event-ID`` (or ``last_event_id`` in the query) gets
 what came after that id first, from the hub's ring; when that id is older
 than the ring holds (or unknown to this run of the daemon) an ``event: gap``
-comes first.  A quiet stream carries a ``: heartbeat`` comment every
+comes first, its id the one before the oldest event held.  A quiet stream carries a ``: heartbeat`` comment every
 :data:`~.sse.HEARTBEAT_INTERVAL` seconds.  The stream never ends on its own:
 the client going away cancels the handler, which cancels the subscription.
+With ``follow=false`` it ends once the replay is over (the events held, for
+``vmctl events`` without ``--follow``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ..nodes.fleet import Fleet
 from . import inputs
 from .filesystem import rfc3339_ns
 from .models import ErrorResponse
-from .query import Integer, Text, param
+from .query import Boolean, Integer, Text, param
 from .routing import Reply, Route
 from .sse import HEARTBEAT_INTERVAL, SseStream
 
@@ -42,6 +44,8 @@ class EventsQuery:
     tag: Optional[str] = param(Text(), "Only events of nodes that have this tag")
     last_event_id: Optional[int] = param(Integer(0, inputs.MAX_EVENT_ID),
                                          "Replay what came after this id (as the Last-Event-ID header does)")
+    follow: bool = param(Boolean(), "Keep the stream open for new events (false: end once the replay is over)",
+                         default=True)
 
     def where(self) -> EventFilter:
         """The filter of the subscription."""
@@ -77,7 +81,10 @@ class _SseSink:
 
     def gap(self, last_id: int, oldest_id: int) -> None:
         if self.stream is not None:
-            self.stream.send_as(None, {"type": "gap", "last_event_id": last_id, "oldest_id": oldest_id}, "gap")
+            # Its id is where the stream now stands: a client reconnecting with it gets no second gap.
+            resumed = oldest_id - 1
+            self.stream.send_as(resumed, {"id": resumed, "type": "gap", "last_event_id": last_id,
+                                          "oldest_id": oldest_id}, "gap")
 
 
 class EventsApi:
@@ -116,8 +123,10 @@ class EventsApi:
         sink.stream = stream
         try:
             if request.method != b"HEAD":  # for HEAD the status and headers are the answer
+                # Following, the stream lasts until the client goes away (the handler is cancelled).
+                end: Deferred[None] = Deferred() if query.follow else subscription.reached(self._hub.newest_id)
                 subscription.start()
-                await Deferred()  # until the client goes away (the handler is cancelled)
+                await end
         finally:
             subscription.cancel()
             stream.close()

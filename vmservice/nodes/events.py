@@ -36,6 +36,7 @@ from enum import Enum
 from typing import Callable, Iterator, Optional
 
 from attrs import frozen
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
 from zope.interface import Interface, implementer
@@ -172,6 +173,7 @@ class Subscription:
         self.last_id = last_id
         self._paused = False
         self._delivering = False
+        self._reached: list[tuple[int, Deferred[None]]] = []
         self.active = False
 
     def start(self) -> None:
@@ -194,7 +196,7 @@ class Subscription:
         self._delivering = True
         try:
             hub = self._hub
-            if hub.newest_id and (self.last_id < hub.oldest_id - 1 or self.last_id > hub.newest_id):
+            if self.last_id < hub.oldest_id - 1 or self.last_id > hub.newest_id:
                 self._sink.gap(self.last_id, hub.oldest_id)
                 self.last_id = hub.oldest_id - 1
             while self.active and not self._paused and self.last_id < hub.newest_id:
@@ -204,6 +206,23 @@ class Subscription:
                     self._sink.event(event)
         finally:
             self._delivering = False
+        self._check_reached()
+
+    def reached(self, event_id: int) -> Deferred[None]:
+        """Fires once every event up to ``event_id`` was considered for the sink (a replay is over)."""
+        waiting: Deferred[None] = Deferred()
+        self._reached.append((event_id, waiting))
+        self._check_reached()
+        return waiting
+
+    def _check_reached(self) -> None:
+        if not self.active:
+            return
+        done = [waiting for event_id, waiting in self._reached if self.last_id >= event_id]
+        self._reached = [(event_id, waiting) for event_id, waiting in self._reached if self.last_id < event_id]
+        for waiting in done:
+            if not waiting.called:
+                waiting.callback(None)
 
     # -- IPushProducer ------------------------------------------------------
 
