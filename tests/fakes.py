@@ -36,6 +36,7 @@ from vmservice.hypervisors.base import (
 from vmservice.images.store import Image, ImageNotFound
 from vmservice.network.interfaces import INodeNetwork
 from vmservice.nodes.addressing import Addressing
+from vmservice.nodes.events import EventHub
 from vmservice.nodes.fleet import Fleet
 from vmservice.nodes.guest import AgentHealth, IGuestConnection
 from vmservice.nodes.parts import DriverChoice, FleetParts
@@ -416,6 +417,9 @@ class FleetHarness:
         self.network = network or FakeNetwork()
         self.agents: list[FakeAgent] = []
         self.boots: list[tuple[str, float]] = []
+        self.restores: list[tuple[str, float]] = []
+        #: The fleet's lifecycle events, timed by the harness's clock.
+        self.events = EventHub(self.reactor.seconds)
         os.makedirs(os.path.join(state_dir, "image"), exist_ok=True)
         self.image = fake_image(os.path.join(state_dir, "image"))
         self.config = Config(
@@ -440,6 +444,8 @@ class FleetHarness:
             secrets=self.secrets,
             codehost_keys=self._codehost_keys if codehost is not None else None,
             on_boot=lambda group, seconds: self.boots.append((group, seconds)),
+            on_restore=lambda group, seconds: self.restores.append((group, seconds)),
+            events=self.events,
             wall_clock=lambda: 1_700_000_000_000_000_000,
             # An empty tree of the test's own unless given: never the host's.
             pci=pci or PciHost(os.path.join(state_dir, "sys"), os.path.join(state_dir, "dev")),

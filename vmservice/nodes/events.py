@@ -191,8 +191,8 @@ class Subscription:
 
     def deliver(self) -> None:
         """Move the cursor to the newest event (unless paused), giving the sink what matches."""
-        if self._delivering:
-            return  # a sink that publishes: the loop below picks it up
+        if self._delivering or self._paused or not self.active:
+            return  # a sink that publishes: the loop below picks it up; paused: the resume does
         self._delivering = True
         try:
             hub = self._hub
