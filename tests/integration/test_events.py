@@ -3,7 +3,8 @@
 ``GET /events`` against a real daemon and a real guest: a subscriber sees a
 node's life in order (created, running, agent up, paused, resumed,
 suspended, restored, deleted) with increasing ids; a reconnect with
-``Last-Event-ID`` replays only what came after; ``vmctl events`` prints the
+``Last-Event-ID`` replays only what came after; a reboot is the agent lost
+and back (a reconnect); ``vmctl events`` prints the
 events the daemon holds; the Prometheus series move with it (the open
 ``events`` stream, the restore histogram, the events counter).
 """
@@ -166,6 +167,25 @@ class EventStreamTests(SharedDaemonTestCase):
         for subscriber in (stream, elsewhere, again):
             subscriber.close()
         self.daemon.wait_for("no open event stream", lambda: open_event_streams(self.daemon) == 0, timeout=30)
+
+    def test_reboot(self) -> None:
+        """
+        A reboot is `rebooted`, then the agent lost and back (`agent_down`,
+        `agent_up`), which counts as a reconnect of its host group.
+        """
+        stream = self.stream("?tag=reboot")
+        created = self.daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=3m", {"tags": ["reboot"]},
+                                   expect=201)
+        hostname = created["hostname"]
+        self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/demo/nodes/{hostname}")
+        stream.until(lambda e: e["type"] == "agent_up")
+        before = samples(self.daemon).get(("vmservice_agent_reconnects_total", (("hostgroup", "demo"),)), 0.0)
+        self.daemon.post(f"/vm/{hostname}/shutdown?action=reboot")
+        events = stream.until(lambda e: e["type"] == "agent_up")
+        self.assertEqual([(e["type"], e["status"]) for e in events],
+                         [("rebooted", "Running"), ("agent_down", "Running"), ("agent_up", "Running")])
+        after = samples(self.daemon)[("vmservice_agent_reconnects_total", (("hostgroup", "demo"),))]
+        self.assertEqual(after, before + 1)
 
     def test_vmctl_events(self) -> None:
         """vmctl events prints the held events (filtered) and ends; --json gives their JSON; an unknown group fails."""
