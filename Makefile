@@ -6,8 +6,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= conf/vmservice.yaml
-# The guest image cache lives outside the clone, keyed by the hash of its recipe.
-IMAGE_DIR ?= /var/cache/vmservice/images
+# The guest image cache lives outside the clone, keyed by the hash of its recipe ($VMSERVICE_IMAGE_DIR
+# when set).
+IMAGE_DIR ?= $(or $(VMSERVICE_IMAGE_DIR),/var/cache/vmservice/images)
 APT_PACKAGES := qemu-system-x86 qemu-utils e2fsprogs lz4 cpio kmod dpkg apt iproute2 nftables tmux openssh-client
 export VMSERVICE_IMAGE_DIR := $(IMAGE_DIR)
 
@@ -37,8 +38,13 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q --config-settings editable_mode=compat -e '.[test]'
 	touch $@
 
+# The images the integration tests boot (each is rebuilt only when its recipe hash changes).
+IMAGES ?= default dev
+
 image: apt venv
-	$(BIN)/python -m vmservice.images build --image-dir $(IMAGE_DIR)
+	@for name in $(IMAGES); do \
+	  $(BIN)/python -m vmservice.images build --image-dir $(IMAGE_DIR) --name $$name || exit 1; \
+	done
 
 run: install
 	$(BIN)/twistd -n vmservice --config $(CONFIG)

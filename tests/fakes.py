@@ -342,11 +342,13 @@ class FakeDisks:
         return True
 
 
-def fake_image(directory: str) -> Image:
+def fake_image(directory: str, name: str = "default") -> Image:
     root = FilePath(directory)
-    for name in ("vmlinux", "initrd.img", "rootfs.ext4"):
-        root.child(name).setContent(b"x")
-    return Image("default", root, root.child("vmlinux"), root.child("initrd.img"), root.child("rootfs.ext4"), {})
+    for file in ("vmlinux", "initrd.img", "rootfs.ext4"):
+        root.child(file).setContent(b"x")
+    manifest = {"name": name, "source": f"recipe:{name}", "built_at": "2026-01-02T03:04:05+00:00"}
+    root.child("manifest.json").setContent(json.dumps(manifest).encode())
+    return Image(name, root, root.child("vmlinux"), root.child("initrd.img"), root.child("rootfs.ext4"), manifest)
 
 
 @frozen
@@ -422,8 +424,15 @@ class FleetHarness:
         self.events = EventHub(self.reactor.seconds)
         os.makedirs(os.path.join(state_dir, "image"), exist_ok=True)
         self.image = fake_image(os.path.join(state_dir, "image"))
+        # A second image, "dev", in an image directory of the store's layout (for the image listing).
+        images = os.path.join(state_dir, "images")
+        os.makedirs(os.path.join(images, "dev-1111111111111111"), exist_ok=True)
+        self.dev_image = fake_image(os.path.join(images, "dev-1111111111111111"), "dev")
+        if not os.path.lexists(os.path.join(images, "dev")):
+            os.symlink("dev-1111111111111111", os.path.join(images, "dev"))
         self.config = Config(
             state_dir=state_dir,
+            image_dir=images,
             host_groups=groups
             or (
                 HostGroupConfig(name="demo", vcpu=2, ram_bytes=512 * 1024 * 1024),
@@ -466,6 +475,8 @@ class FleetHarness:
             machine.forget_watchers()
 
     def _images(self, name: str) -> Image:
+        if name == "dev":
+            return self.dev_image
         if name != "default":
             raise ImageNotFound(name, "/nowhere", "never built")
         return self.image

@@ -925,6 +925,13 @@ class Client:
         result: dict[str, Any] = await self._json("GET", _path("info"))
         return result
 
+    # -- images ----------------------------------------------------------
+
+    async def images(self) -> list[dict[str, Any]]:
+        """The guest images built on the daemon's host (``GET /images``)."""
+        result: list[dict[str, Any]] = await self._json("GET", _path("images"))
+        return result
+
     # -- host groups and nodes -------------------------------------------
 
     async def hostgroups(self) -> list[dict[str, Any]]:

@@ -81,6 +81,7 @@ class ParseTests(SynchronousTestCase):
                          {"tags": ["a", "b"], "cpus": 1, "ram_bytes": 256 << 20, "persistent": True, "protected": True})
         self.assertEqual(create_body(parse("create", "demo")), {})
         self.assertEqual(create_body(parse("create", "demo", "--ram-bytes", "1000"))["ram_bytes"], 1000)
+        self.assertEqual(create_body(parse("create", "demo", "--image", "dev")), {"disk_image": "dev"})
 
     def test_create_devices(self) -> None:
         """--gpus and --pci-device (repeated) become gpu_count and pci_devices."""
@@ -123,7 +124,11 @@ class ParseTests(SynchronousTestCase):
         self.assertUsageError("logs", "demo-1", "--lines", "-1")
         self.assertEqual(parse("health", "demo-1").hostname, "demo-1")
         options = parse("image", "build")
-        self.assertEqual((options.image_dir, options.name, options.force, options.handler), (None, "default", False, None))
+        self.assertEqual((options.image_dir, options.name, options.name_option, options.force, options.handler),
+                         (None, None, None, False, None))
+        self.assertEqual(parse("image", "build", "dev").name, "dev")
+        options = parse("image", "list", "--json", "--url", "http://a:1")
+        self.assertEqual((options.json, options.url, options.handler.__name__), (True, "http://a:1", "_image_list"))
         self.assertUsageError("image")
         self.assertUsageError()
 
@@ -206,6 +211,26 @@ class ImageBuildTests(SynchronousTestCase):
         self.assertEqual((code, out.getvalue(), err.getvalue()), (0, "image x: built\n", ""))
         self.assertEqual(calls, [("/tmp/imgs", "x", True)])
 
+    def test_name(self) -> None:
+        """The image is named by NAME or --name (default: default); two different names are a failure."""
+        import vmservice.images.build as build
+
+        names: list[str] = []
+
+        def fake_build(image_dir: str, name: str = "default", force: bool = False, out: Any = print) -> None:
+            names.append(name)
+
+        self.patch(build, "build_image", fake_build)
+        for argv in (["image", "build", "dev"], ["image", "build"], ["image", "build", "dev", "--name", "dev"]):
+            code = self.successResultOf(Deferred.fromCoroutine(run(None, argv, io.StringIO(), io.StringIO(), {})))
+            self.assertEqual(code, 0)
+        self.assertEqual(names, ["dev", "default", "dev"])
+        err = io.StringIO()
+        code = self.successResultOf(Deferred.fromCoroutine(
+            run(None, ["image", "build", "dev", "--name", "default"], io.StringIO(), err, {})))
+        self.assertEqual(code, 1)
+        self.assertIn("two image names", err.getvalue())
+
     def test_default_dir_and_failure(self) -> None:
         """Without --image-dir the store's default is used; a BuildError prints one line and exits 1."""
         import vmservice.images.build as build
@@ -223,6 +248,29 @@ class ImageBuildTests(SynchronousTestCase):
         self.assertEqual((code, err.getvalue()), (1, "vmctl: apt failed\n"))
         self.assertEqual(seen, [default_image_dir()])
         self.assertTrue(os.path.isabs(seen[0]))
+
+    def test_import(self) -> None:
+        """image import calls the importer with its arguments and prints its progress; a failure exits 1."""
+        import vmservice.images.imported as imported
+
+        calls: list[tuple[Any, ...]] = []
+
+        def fake_import(image_dir: str, name: str, path: str, ref: str = "", force: bool = False,
+                        out: Any = print) -> None:
+            calls.append((image_dir, name, path, ref, force))
+            if name == "broken":
+                raise imported.ImportFailed("no linux/amd64 image")
+            out("image app: imported")
+
+        self.patch(imported, "import_image", fake_import)
+        out, err = io.StringIO(), io.StringIO()
+        code = self.successResultOf(Deferred.fromCoroutine(
+            run(None, ["image", "import", "--image-dir", "/tmp/imgs", "--ref", "1.0", "app", "app.tar"], out, err, {})
+        ))
+        self.assertEqual((code, out.getvalue(), err.getvalue()), (0, "image app: imported\n", ""))
+        code = self.successResultOf(Deferred.fromCoroutine(run(None, ["image", "import", "broken", "x"], out, err, {})))
+        self.assertEqual((code, err.getvalue()), (1, "vmctl: no linux/amd64 image\n"))
+        self.assertEqual(calls[0], ("/tmp/imgs", "app", "app.tar", "1.0", False))
 
 
 class MainTests(SynchronousTestCase):

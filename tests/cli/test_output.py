@@ -26,6 +26,8 @@ from vmservice.cli.output import (
     format_time,
     group_rows,
     human_size,
+    image_rows,
+    IMAGE_HEADERS,
     node_rows,
 )
 from vmservice.client import ApiError
@@ -71,6 +73,15 @@ class TableTests(SynchronousTestCase):
         group = {"name": "demo", "count": 0, "ram_bytes": 1 << 30, "cpus": 2, "gpu_count": 0, "arch": "x86_64"}
         self.assertEqual(len(GROUP_HEADERS), 6)
         self.assertEqual(group_rows([group]), [["demo", "0", "2", "1G", "0", "x86_64"]])
+
+    def test_image_rows(self) -> None:
+        """An ImageSummary becomes NAME SIZE CREATED SOURCE HASH cells; a missing hash is empty."""
+        images = [{"name": "dev", "size": 640 << 20, "created": "2026-11-25T20:08:01Z", "source": "recipe:dev",
+                   "recipe_hash": "d3ea735e5dfb84af", "ssh_server": True},
+                  {"name": "app", "size": 1 << 30, "created": "2026-11-25T20:09:00Z", "source": "oci:app:1"}]
+        self.assertEqual(len(IMAGE_HEADERS), 5)
+        self.assertEqual(image_rows(images), [["dev", "640M", "2026-11-25 20:08:01", "recipe:dev", "d3ea735e5dfb84af"],
+                                              ["app", "1G", "2026-11-25 20:09:00", "oci:app:1", ""]])
 
 
 class ValueTests(SynchronousTestCase):

@@ -18,7 +18,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.guest.session import GuestSessionMixin
 from vmservice.guest import execution
 from vmservice.guest.agent import AgentContext
-from vmservice.guest.execution import BadExecHeader, ExecSpec, resolve_cwd, shell_quote
+from vmservice.guest.execution import (DEFAULT_PATH, BadExecHeader, ExecSpec, default_path, resolve_cwd, shell_quote,
+                                       usable_shell)
 from vmservice.wire import ResetCode
 from vmservice.wire.events import Open, Reset
 
@@ -35,6 +36,25 @@ class HelperTests(SynchronousTestCase):
         """An empty shell: cmd is the program and args its argv."""
         self.assertEqual(ExecSpec(cmd="ls", args=("-l",), shell="").argv(), ["ls", "-l"])
         self.assertEqual(ExecSpec(cmd="ls").argv(), ["/bin/bash", "-c", "ls"])
+
+    def test_usable_shell(self) -> None:
+        """
+        The default shell when it can run; else /bin/sh; else the runtime's busybox sh (an imported
+        image without a shell). Another shell is taken as it is; no shell stays none.
+        """
+        self.assertEqual(usable_shell("/bin/bash", lambda path: True), "/bin/bash")
+        self.assertEqual(usable_shell("/bin/bash", lambda path: path == "/bin/sh"), "/bin/sh")
+        self.assertEqual(usable_shell("/bin/bash", lambda path: path.startswith("/opt/")),
+                         "/opt/vmservice/runtime/bin/sh")
+        self.assertEqual(usable_shell("/bin/bash", lambda path: False), "/bin/bash")
+        self.assertEqual(usable_shell("", lambda path: False), "")
+        self.assertEqual(usable_shell("/no/shell", lambda path: path == "/bin/sh"), "/no/shell")
+
+    def test_default_path(self) -> None:
+        """The runtime's applets come last in PATH, only in an image that has them."""
+        self.assertEqual(default_path(lambda path: False), DEFAULT_PATH)
+        self.assertEqual(default_path(lambda path: path == "/opt/vmservice/runtime/bin"),
+                         DEFAULT_PATH + ":/opt/vmservice/runtime/bin")
 
     def test_resolve_cwd(self) -> None:
         """Absolute stays, ~ and relative are below the home, none without a home is an error."""

@@ -12,7 +12,7 @@ from typing import Sequence
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.images.test_store import fake_image
-from vmservice.images.build import BuildError, build_image, prune_builds
+from vmservice.images.build import BuildError, build_image, has_ssh_server, prune_builds
 from vmservice.images.debian import AptError
 from vmservice.images.recipe import load_recipe, recipe_hash
 
@@ -72,6 +72,47 @@ class FailureTests(SynchronousTestCase):
         error = self.assertRaises(BuildError, build_image, base, out=lambda line: None, run=broken)
         self.assertIn("Unable to locate package", str(error))
         self.assertEqual([name for name in os.listdir(base) if name != ".default.lock"], [])
+
+
+    def test_resolution_failure(self) -> None:
+        """
+        A recipe with resolve_dependencies asks apt for the dependencies of its packages (not of the
+        kernel) after resolving the kernel; a failure there is a BuildError that names the step.
+        """
+        base = os.path.abspath(self.mktemp())
+        commands: list[list[str]] = []
+
+        def apt(argv: Sequence[str], cwd: str | None) -> str:
+            commands.append(list(argv))
+            if argv[:2] == ["apt-cache", "depends"] and "--recurse" not in argv:
+                return "linux-image-cloud-amd64\n  Depends: linux-image-6.1.0-56-cloud-amd64\n"
+            if list(argv) == ["dpkg", "--print-architecture"]:
+                return "amd64\n"
+            return "git\n  Depends: <nothing-provides-this>\n"
+
+        error = self.assertRaises(BuildError, build_image, base, "dev", out=lambda line: None, run=apt)
+        self.assertIn("fetching packages: git depends on nothing-provides-this", str(error))
+        recursive = commands[-1]
+        self.assertEqual(recursive[:3], ["apt-cache", "depends", "--recurse"])
+        self.assertIn("openssh-server", recursive)
+        self.assertNotIn("linux-image-6.1.0-56-cloud-amd64", recursive)
+        self.assertEqual([name for name in os.listdir(base) if name != ".dev.lock"], [])
+
+
+class SshServerTests(SynchronousTestCase):
+    def test_has_ssh_server(self) -> None:
+        """
+        The manifest's ssh_server is whether /usr/sbin/sshd is an executable file in the tree.
+        """
+        root = os.path.abspath(self.mktemp())
+        os.makedirs(os.path.join(root, "usr/sbin"))
+        self.assertFalse(has_ssh_server(root))
+        sshd = os.path.join(root, "usr/sbin/sshd")
+        with open(sshd, "w"):
+            pass
+        self.assertFalse(has_ssh_server(root))
+        os.chmod(sshd, 0o755)
+        self.assertTrue(has_ssh_server(root))
 
 
 class PruneTests(SynchronousTestCase):

@@ -6,12 +6,12 @@ Tests for :mod:`vmservice.images.debian`, with a fake command runner that plays 
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Callable, Sequence
 
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.images.debian import (AptError, DebFile, deb_file_name, fetch_packages, read_deb_fields,
-                                     resolve_metapackage, unpack)
+                                     resolve_dependencies, resolve_metapackage, unpack)
 
 APT_DEPENDS = """\
 linux-image-cloud-amd64
@@ -160,3 +160,120 @@ class DebianTests(SynchronousTestCase):
         self.assertEqual([argv for argv, _ in apt.commands],
                          [["dpkg-deb", "-x", "/c/a.deb", destination], ["dpkg-deb", "-x", "/c/b.deb", destination]])
         self.assertTrue(os.path.isdir(destination))
+
+
+#: ``apt-cache depends --recurse`` as apt prints it: or-groups (``|Depends``), virtual packages with
+#: their providers, ``:any`` and foreign-architecture qualifiers, and virtual packages' own entries.
+RECURSIVE_DEPENDS = """\
+git
+  Depends: libc6
+  Depends: <perl:any>
+    perl
+  Depends: libfoo:i386
+  Depends: git-man
+  Depends: git-man
+ca-certificates
+  Depends: openssl
+ |Depends: debconf
+  Depends: <debconf-2.0>
+    cdebconf
+    debconf
+openssh-server
+  PreDepends: init-system-helpers
+  Depends: lsb-base
+    sysvinit-utils
+ |Depends: <awk>
+    mawk
+    gawk
+  Depends: gawk
+libc6
+  Depends: libgcc-s1
+perl
+  PreDepends: dpkg
+  Depends: perl-base
+git-man
+openssl
+  Depends: libc6
+  Depends: libssl3
+libssl3
+  Depends: libc6
+libgcc-s1
+  Depends: libc6
+perl-base
+mawk
+gawk
+  Depends: libc6
+lsb-base
+  Depends: sysvinit-utils
+sysvinit-utils
+  Depends: libc6
+cdebconf
+  Depends: libnewt
+<perl:any>
+<debconf-2.0>
+"""
+
+
+def fake_depends(output: str) -> tuple[list[list[str]], Callable[[Sequence[str], str | None], str]]:
+    commands: list[list[str]] = []
+
+    def run(argv: Sequence[str], cwd: str | None) -> str:
+        commands.append(list(argv))
+        if list(argv) == ["dpkg", "--print-architecture"]:
+            return "amd64\n"
+        if argv[:2] == ["apt-cache", "depends"]:
+            return output
+        raise AssertionError(f"unexpected command {argv}")
+
+    return commands, run
+
+
+class ResolveDependenciesTests(SynchronousTestCase):
+    """
+    Completing a package list with what it depends on, from a recorded ``apt-cache depends --recurse``.
+    """
+
+    def test_closure(self) -> None:
+        """
+        The packages come first, then what they need in the order found: first alternatives, providers of
+        virtual packages, one package per name; excluded packages and what only they need are left out;
+        a dependency of another architecture is ignored.
+        """
+        commands, run = fake_depends(RECURSIVE_DEPENDS)
+        resolved = resolve_dependencies(["git", "ca-certificates", "openssh-server"],
+                                        ["dpkg", "debconf", "init-system-helpers"], run)
+        self.assertEqual(resolved, ["git", "ca-certificates", "openssh-server", "libc6", "perl", "git-man",
+                                    "openssl", "lsb-base", "mawk", "libgcc-s1", "perl-base", "libssl3",
+                                    "sysvinit-utils"])
+        self.assertEqual(commands[0], ["dpkg", "--print-architecture"])
+        depends = commands[1]
+        self.assertEqual(depends[:3], ["apt-cache", "depends", "--recurse"])
+        for option in ("--no-recommends", "--no-suggests", "APT::Architectures=amd64"):
+            self.assertIn(option, depends)
+        self.assertEqual(depends[-3:], ["git", "ca-certificates", "openssh-server"])
+
+    def test_provider_already_chosen(self) -> None:
+        """
+        A virtual dependency is satisfied by a provider the set already has, not by its first provider.
+        """
+        _commands, run = fake_depends(RECURSIVE_DEPENDS)
+        resolved = resolve_dependencies(["gawk", "openssh-server"], ["dpkg", "init-system-helpers"], run)
+        self.assertNotIn("mawk", resolved)
+        self.assertNotIn("cdebconf", resolve_dependencies(["ca-certificates"], [], run))
+
+    def test_without_exclusions(self) -> None:
+        """
+        Without exclusions, Pre-Depends count as much as Depends.
+        """
+        _commands, run = fake_depends(RECURSIVE_DEPENDS)
+        resolved = resolve_dependencies(["perl"], [], run)
+        self.assertEqual(resolved, ["perl", "dpkg", "perl-base"])
+
+    def test_unsatisfiable(self) -> None:
+        """
+        A dependency on a virtual package nothing provides is an AptError naming both packages.
+        """
+        _commands, run = fake_depends("foo\n  Depends: <bar>\n<bar>\n")
+        with self.assertRaises(AptError) as raised:
+            resolve_dependencies(["foo"], [], run)
+        self.assertIn("foo depends on bar", str(raised.exception))

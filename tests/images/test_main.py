@@ -19,6 +19,7 @@ from tests.images.test_build import refuse
 from tests.images.test_store import fake_image
 from vmservice.images.__main__ import main
 from vmservice.images.build import BuildError, build_image
+from vmservice.images.imported import ImportFailed
 from vmservice.images.recipe import RecipeError, load_recipe, recipe_hash
 from vmservice.images.store import DEFAULT_IMAGE_DIR, IMAGE_DIR_VARIABLE
 
@@ -129,3 +130,22 @@ class ArgumentTests(SynchronousTestCase):
         """``--force`` belongs to ``build``: ``show --force`` is a usage error."""
         error = self.assertRaises(SystemExit, main, ["show", "--force"])
         self.assertEqual(error.code, 2)
+
+    def test_import_arguments(self) -> None:
+        """``import --image-dir D --ref R --force NAME FILE`` imports FILE as NAME into D."""
+        self.patch(cli, "import_image", self.record)
+        self.assertEqual(main(["import", "--image-dir", "/images", "--ref", "1.0", "--force", "app", "/tmp/app.tar"]), 0)
+        [(args, kwargs)] = self.calls
+        self.assertEqual(args, ("/images", "app", "/tmp/app.tar"))
+        self.assertEqual((kwargs["ref"], kwargs["force"]), ("1.0", True))
+        self.assertEqual(self.out.getvalue(), "image: recorded\n")
+
+    def test_import_fails(self) -> None:
+        """A failed import prints ``error:`` and the reason on stderr, and exits 1."""
+
+        def broken(*args: Any, **kwargs: Any) -> None:
+            raise ImportFailed("/tmp/app.tar: no linux/amd64 image (platforms found: linux/arm64)")
+
+        self.patch(cli, "import_image", broken)
+        self.assertEqual(main(["import", "app", "/tmp/app.tar"]), 1)
+        self.assertEqual(self.err.getvalue(), "error: /tmp/app.tar: no linux/amd64 image (platforms found: linux/arm64)\n")

@@ -11,7 +11,7 @@ import shutil
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.images.recipe import (RecipeError, builder_sources, guest_sources, load_recipe, package_root,
-                                     recipe_hash)
+                                     recipe_hash, recipe_names)
 
 
 class RecipeTests(SynchronousTestCase):
@@ -117,3 +117,61 @@ class RecipeTests(SynchronousTestCase):
             stream.write('kernel_metapackage = "k"\npackages = "bash"\ninitramfs_modules = []\n'
                          "rootfs_headroom_mib = 1\n")
         self.assertRaises(RecipeError, load_recipe, "bad", self.root)
+
+    def write(self, name: str, text: str) -> None:
+        with open(os.path.join(self.root, f"images/recipes/{name}.toml"), "w") as stream:
+            stream.write(text)
+
+    def test_dev_recipe(self) -> None:
+        """
+        The shipped dev recipe extends default: default's packages, kernel and modules, plus git, curl,
+        the CA certificates, make, gcc and the SSH server, resolved with their dependencies.
+        """
+        default, dev = load_recipe("default"), load_recipe("dev")
+        self.assertEqual(dev.packages[:len(default.packages)], default.packages)
+        for package in ("git", "curl", "ca-certificates", "make", "gcc", "openssh-server", "openssh-sftp-server",
+                        "openssh-client"):
+            self.assertIn(package, dev.packages)
+        self.assertEqual((dev.kernel_metapackage, dev.initramfs_modules, dev.rootfs_headroom_mib),
+                         (default.kernel_metapackage, default.initramfs_modules, default.rootfs_headroom_mib))
+        self.assertTrue(dev.resolve_dependencies)
+        self.assertFalse(default.resolve_dependencies)
+        self.assertIn("dpkg", dev.exclude_packages)
+        self.assertEqual(recipe_names(), sorted(set(recipe_names()) | {"default", "dev"}))
+
+    def test_extends(self) -> None:
+        """
+        A recipe that extends another adds its packages and exclusions to the other's and overrides the
+        keys it sets; the new keys default to no resolution and no exclusions.
+        """
+        self.write("base", 'kernel_metapackage = "k"\npackages = ["a", "b"]\ninitramfs_modules = ["m"]\n'
+                           'rootfs_headroom_mib = 8\nexclude_packages = ["x"]\n')
+        self.write("more", 'extends = "base"\npackages = ["b", "c"]\nresolve_dependencies = true\n'
+                           'exclude_packages = ["y"]\nrootfs_headroom_mib = 16\n')
+        base, more = load_recipe("base", self.root), load_recipe("more", self.root)
+        self.assertEqual((base.resolve_dependencies, more.resolve_dependencies), (False, True))
+        self.assertEqual(more.packages, ("a", "b", "c"))
+        self.assertEqual(more.exclude_packages, ("x", "y"))
+        self.assertEqual((more.kernel_metapackage, more.initramfs_modules, more.rootfs_headroom_mib),
+                         ("k", ("m",), 16))
+        self.assertIn("more", recipe_names(self.root))
+        before = recipe_hash(more, self.root)
+        self.write("more", 'extends = "base"\npackages = ["b", "c"]\nresolve_dependencies = false\n')
+        self.assertNotEqual(before, recipe_hash(load_recipe("more", self.root), self.root))
+
+    def test_bad_new_keys(self) -> None:
+        """
+        An unknown key, a resolve_dependencies that is not a boolean, a package both wanted and
+        excluded, and a recipe extending itself are refused with the reason.
+        """
+        base = 'kernel_metapackage = "k"\npackages = ["a"]\ninitramfs_modules = []\nrootfs_headroom_mib = 1\n'
+        for extra, reason in (("packgaes = []\n", "unknown key packgaes"),
+                              ('resolve_dependencies = "yes"\n', "resolve_dependencies"),
+                              ('exclude_packages = ["a"]\n', "a both wanted and excluded"),
+                              ('extends = "bad"\n', "extends itself")):
+            self.write("bad", base + extra)
+            error = self.assertRaises(RecipeError, load_recipe, "bad", self.root)
+            self.assertIn(reason, str(error))
+        self.write("loop1", 'extends = "loop2"\n')
+        self.write("loop2", 'extends = "loop1"\n')
+        self.assertIn("extends itself", str(self.assertRaises(RecipeError, load_recipe, "loop1", self.root)))

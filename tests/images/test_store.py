@@ -5,13 +5,14 @@ Tests for :mod:`vmservice.images.store`: finding images through their symbolic l
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 
 from twisted.python.filepath import FilePath
 from twisted.trial.unittest import SynchronousTestCase
 
-from vmservice.images.store import ImageNotFound, default_image_dir, resolve_image
+from vmservice.images.store import ImageNotFound, default_image_dir, list_images, resolve_image
 
 
 def fake_image(directory: str, manifest: object = None) -> None:
@@ -59,7 +60,7 @@ class ResolveTests(SynchronousTestCase):
         self.assertEqual((error.name, error.image_dir), ("default", self.base))
         self.assertIn("'default'", str(error))
         self.assertIn(self.base, str(error))
-        self.assertIn("python -m vmservice.images build", str(error))
+        self.assertIn(f"vmctl image build default --image-dir {self.base}", str(error))
 
     def test_dangling_link(self) -> None:
         """
@@ -103,3 +104,53 @@ class DefaultDirTests(SynchronousTestCase):
         self.assertEqual(default_image_dir(), "/somewhere")
         self.patch(os, "environ", {})
         self.assertEqual(default_image_dir(), "/var/cache/vmservice/images")
+
+
+class ListTests(SynchronousTestCase):
+    """
+    :func:`list_images`.
+    """
+
+    def setUp(self) -> None:
+        self.base = os.path.abspath(self.mktemp())
+        os.makedirs(self.base)
+
+    def add(self, name: str, digest: str, manifest: object) -> None:
+        fake_image(os.path.join(self.base, f"{name}-{digest}"), manifest)
+        os.symlink(f"{name}-{digest}", os.path.join(self.base, name))
+
+    def test_listing(self) -> None:
+        """
+        Each linked, complete image is listed by name with the size of its three files, its build time,
+        source, recipe hash and SSH server; an older manifest without source is a recipe build, one
+        without built_at shows the directory's time. Build directories, broken links, the download cache
+        and lock files are not images.
+        """
+        self.add("dev", "1111111111111111", {"name": "dev", "recipe_hash": "1111111111111111", "source": "recipe:dev",
+                                             "ssh_server": True, "built_at": "2026-11-25T20:00:00+00:00"})
+        self.add("default", "2222222222222222", {"name": "default", "recipe_hash": "2222222222222222"})
+        self.add("mine", "3333333333333333", {"name": "mine", "source": "oci:example/app:1",
+                                              "built_at": "2026-11-24T10:00:00"})
+        os.utime(os.path.join(self.base, "default-2222222222222222"), (1700000000, 1700000000))
+        fake_image(os.path.join(self.base, "old-4444444444444444"))
+        os.symlink("nowhere", os.path.join(self.base, "broken"))
+        os.makedirs(os.path.join(self.base, ".debs"))
+        open(os.path.join(self.base, ".dev.lock"), "w").close()
+        images = {info.name: info for info in list_images(self.base)}
+        self.assertEqual(sorted(images), ["default", "dev", "mine"])
+        dev = images["dev"]
+        self.assertEqual((dev.source, dev.recipe_hash, dev.ssh_server, dev.created),
+                         ("recipe:dev", "1111111111111111", True,
+                          datetime.datetime(2026, 11, 25, 20, 0, tzinfo=datetime.timezone.utc)))
+        self.assertEqual(dev.size, len("vmlinux") + len("initrd.img") + len("rootfs.ext4"))
+        self.assertEqual(dev.path, os.path.join(self.base, "dev-1111111111111111"))
+        default = images["default"]
+        self.assertEqual((default.source, default.ssh_server, default.created),
+                         ("recipe:default", None, datetime.datetime(2023, 11, 14, 22, 13, 20, tzinfo=datetime.timezone.utc)))
+        mine = images["mine"]
+        self.assertEqual((mine.source, mine.recipe_hash, mine.created.tzinfo), ("oci:example/app:1", None,
+                                                                                datetime.timezone.utc))
+
+    def test_no_directory(self) -> None:
+        """A directory that does not exist holds no images."""
+        self.assertEqual(list_images(os.path.join(self.base, "missing")), [])

@@ -29,11 +29,11 @@ from twisted.trial.unittest import SynchronousTestCase
 IMAGE_DIR = os.environ.get("VMSERVICE_IMAGE_DIR", "/var/cache/vmservice/images")
 
 
-def ensure_image() -> None:
-    """Build the default image if it is missing (cached: fast when present)."""
+def ensure_image(name: str = "default") -> None:
+    """Build image ``name`` if it is missing (cached: fast when present)."""
     from vmservice.images.build import build_image
 
-    build_image(IMAGE_DIR, name="default", force=False, out=lambda *a, **k: None)
+    build_image(IMAGE_DIR, name=name, force=False, out=lambda *a, **k: None)
 
 
 def free_port() -> int:

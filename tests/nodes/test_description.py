@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from ipaddress import IPv4Interface, IPv4Network
 
+from attrs import evolve
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -111,13 +112,22 @@ class DescribeTests(LifecycleTestCase):
         self.assertIsNone(self.describe().disk)
 
     def test_group_gone(self) -> None:
-        """A node whose group is no longer configured has no storage, image or network facts."""
+        """
+        A node whose group is no longer configured has no storage or network facts; its image is the one
+        its record names (none for a record from before the image was recorded).
+        """
         self.create("iso")
         self.h.crash()
         h = FleetHarness(self.state_dir, self.groups[:1], self.h.driver)
         h.fleet.startService()
         description: NodeDescription = self.successResultOf(Deferred.fromCoroutine(h.fleet.describe("iso-1")))
-        self.assertEqual((description.storage, description.image, description.network), (None, None, None))
+        self.assertEqual((description.storage, description.image, description.network), (None, "default", None))
+        h.store.save(evolve(h.node("iso-1").record, image=""))
+        h.crash()
+        again = FleetHarness(self.state_dir, self.groups[:1], self.h.driver)
+        again.fleet.startService()
+        description = self.successResultOf(Deferred.fromCoroutine(again.fleet.describe("iso-1")))
+        self.assertIsNone(description.image)
 
     def test_unknown(self) -> None:
         """An unknown node is NotFound."""

@@ -193,3 +193,64 @@ class FleetTests(SynchronousTestCase):
         node.record = evolve(node.record, status=Status.PAUSED)
         self.assertEqual(self.assertRaises(Conflict, self.fleet.guest, "demo-1").code, "paused")
         self.assertRaises(NotFound, self.fleet.guest, "demo-9")
+
+
+class DiskImageTests(SynchronousTestCase):
+    """``disk_image``: a node made from another image than its group's, and kept on it."""
+
+    def setUp(self) -> None:
+        self.h = FleetHarness(self.mktemp())
+        self.h.fleet.startService()
+        self.fleet = self.h.fleet
+
+    def create(self, request: CreateRequest) -> Deferred:
+        return Deferred.fromCoroutine(self.fleet.create("demo", request, Wait.NONE, 300.0))
+
+    def test_named_image(self) -> None:
+        """
+        The node's disk is an overlay on the named image's root file system, its VM boots that image's
+        kernel, and its record and description name the image; without disk_image it is the group's.
+        """
+        record = self.successResultOf(self.create(CreateRequest(disk_image="dev", persistent=True)))
+        self.assertEqual(record.image, "dev")
+        disk = os.path.join(self.h.store.node_dir(record.hostname), "disk.qcow2")
+        self.assertEqual(self.h.disks._made[disk][0], self.h.dev_image.rootfs.path)
+        self.assertEqual(self.h.driver.machines[-1].spec.kernel, self.h.dev_image.kernel.path)
+        self.assertEqual(self.h.store.load_all()[0][0].image, "dev")
+        description = self.successResultOf(Deferred.fromCoroutine(self.fleet.describe(record.hostname)))
+        self.assertEqual(description.image, "dev")
+        plain = self.successResultOf(self.create(CreateRequest()))
+        self.assertEqual(plain.image, "default")
+        self.assertEqual(self.h.driver.machines[-1].spec.kernel, self.h.image.kernel.path)
+
+    def test_relaunch_keeps_image(self) -> None:
+        """A stopped node made from dev boots dev's kernel again on relaunch."""
+        record = self.successResultOf(self.create(CreateRequest(disk_image="dev", persistent=True)))
+        self.h.driver.machines[0].end(0)
+        self.successResultOf(Deferred.fromCoroutine(self.fleet.lifecycle.relaunch(record.hostname, Wait.NONE, 1)))
+        self.assertEqual(len(self.h.driver.machines), 2)
+        self.assertEqual(self.h.driver.machines[-1].spec.kernel, self.h.dev_image.kernel.path)
+
+    def test_unknown_image(self) -> None:
+        """
+        An image that is not built is a BadRequest (unknown_image) naming the built ones; nothing is made.
+        """
+        failure = self.failureResultOf(self.create(CreateRequest(disk_image="nope")), BadRequest)
+        self.assertEqual(failure.value.code, "unknown_image")
+        self.assertIn("'nope'", str(failure.value))
+        self.assertIn("the images are: dev", str(failure.value))
+        self.assertEqual((self.fleet.list(), self.h.driver.machines, self.h.disks.created), ([], [], []))
+
+    def test_image_larger_than_disk(self) -> None:
+        """An image whose root file system exceeds the group's storage_size is a BadRequest; nothing is made."""
+        with open(self.h.dev_image.rootfs.path, "wb") as stream:
+            stream.truncate(self.h.config.host_groups[0].storage_size + 1)
+        failure = self.failureResultOf(self.create(CreateRequest(disk_image="dev")), BadRequest)
+        self.assertEqual(failure.value.code, "image_too_large")
+        self.assertIn("storage_size", str(failure.value))
+        self.assertEqual((self.fleet.list(), self.h.driver.machines), ([], []))
+
+    def test_listing(self) -> None:
+        """The fleet lists the images of the configured image directory."""
+        images = self.successResultOf(Deferred.fromCoroutine(self.fleet.images()))
+        self.assertEqual([(info.name, info.source) for info in images], [("dev", "recipe:dev")])

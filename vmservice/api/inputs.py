@@ -233,6 +233,7 @@ def create_request(request: IRequest) -> CreateRequest:
         codehost_user=_codehost_user(body.codehost_user or "") or None,
         pci_devices=_pci_devices(body.pci_devices or []),
         gpu_count=body.gpu_count or 0,
+        disk_image=body.disk_image or None,
     )
 
 

@@ -91,6 +91,22 @@ class HostGroup:
 
 
 @frozen
+class ImageSummary:
+    """
+    A built guest image (``GET /images``): ``size`` is the bytes of its
+    kernel, initramfs and root file system; ``source`` is ``recipe:NAME`` or
+    ``oci:REFERENCE``; ``recipe_hash`` is the key of its build.
+    """
+
+    name: str
+    size: int
+    created: datetime
+    source: str
+    recipe_hash: str | None = None
+    ssh_server: bool | None = None
+
+
+@frozen
 class Node:
     """One node in a listing."""
 
@@ -186,7 +202,10 @@ class CreateNodeRequest:
         "description": "How many of the host group's GPUs (its gpus list) to pass through; 400 when not enough are free",
     })
     persistent: bool | None = None
-    disk_image: str | None = unsupported("only the host group's image is supported", _EMPTY_TEXT)
+    disk_image: str | None = constrained({
+        "description": "The name of a built image (GET /images) to make the node from; the host group's image "
+                       "when empty",
+    })
     import_user: str | None = constrained({
         "pattern": f"^(?:{LOGIN_USER_PATTERN})?$",
         "description": "The login user made in the guest for SSH (default root when keys are given)",

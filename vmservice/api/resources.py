@@ -17,6 +17,7 @@ from .events import EventsApi
 from .execution import ExecApi
 from .filesystem import FilesystemApi
 from .forwarding import ForwardApi
+from .images import ImagesApi
 from .tunnel_socket import tunnel_socket_handler
 from .lifecycle import LifecycleApi
 from .meta import MetaApi
@@ -45,6 +46,7 @@ def every_route(
     routes: list[Route] = []
     routes += MetaApi(metrics, lambda: routes).routes()
     routes += NodesApi(fleet).routes() + VmApi(fleet).routes() + TagsApi(fleet).routes()
+    routes += ImagesApi(fleet).routes()
     routes += FilesystemApi(fleet).routes()
     background = BackgroundApi(fleet)
     routes += ExecApi(fleet, clock, background).routes() + background.routes()

@@ -343,6 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a file of OpenSSH public keys (e.g. ~/.ssh/id_ed25519.pub) for the login user")
     create.add_argument("--import-user", metavar="USER", help="the login user (default root when keys are given)")
     create.add_argument("--codehost-user", metavar="USER", help="take the login user's keys from this code-host user")
+    create.add_argument("--image", dest="disk_image", metavar="IMAGE",
+                        help="make the node from this built image (vmctl image list) instead of the group's")
     create.add_argument("--gpus", type=_positive_int, dest="gpu_count", metavar="N",
                         help="pass N of the group's GPUs through to the node")
     create.add_argument("--pci-device", action="append", dest="pci_devices", metavar="ADDRESS",
@@ -545,10 +547,28 @@ def build_parser() -> argparse.ArgumentParser:
     build = image_commands.add_parser("build", help="build a guest image unless it is up to date",
                                       description="Build a guest image unless it is up to date.")
     build.set_defaults(handler=None)
+    build.add_argument("name", nargs="?", metavar="NAME",
+                       help="the image (recipe) name: a file vmservice/images/recipes/NAME.toml (default: default)")
     build.add_argument("--image-dir", metavar="DIR",
                        help="where images live (default: $VMSERVICE_IMAGE_DIR or /var/cache/vmservice/images)")
-    build.add_argument("--name", default="default", help="the image (recipe) name (default: default)")
+    build.add_argument("--name", dest="name_option", metavar="NAME", help="the same as NAME")
     build.add_argument("--force", action="store_true", help="rebuild even if an up-to-date build exists")
+    image_list = image_commands.add_parser("list", help="list the images the daemon can make nodes from",
+                                           description="List the images the daemon can make nodes from.")
+    _add_connection_options(image_list, suppress=True)
+    image_list.set_defaults(handler=_image_list)
+    image_list.add_argument("--json", action="store_true", help="print the JSON answer")
+    imported = image_commands.add_parser(
+        "import", help="make a guest image of an OCI image layout or a docker save tar file",
+        description="Make a guest image of a container image (an OCI image layout directory, or a tar file of one or "
+                    "of docker save), on this machine: its layers, our init and agent, and a runtime of our own.")
+    imported.set_defaults(handler=None)
+    imported.add_argument("--image-dir", metavar="DIR",
+                          help="where images live (default: $VMSERVICE_IMAGE_DIR or /var/cache/vmservice/images)")
+    imported.add_argument("--ref", default="", help="the image to take when FILE holds several (ref name or tag)")
+    imported.add_argument("--force", action="store_true", help="import again even if up to date")
+    imported.add_argument("image_name", metavar="NAME", help="the name of the new image")
+    imported.add_argument("file", metavar="FILE", help="an OCI image layout directory, or a tar file")
     return parser
 
 
@@ -640,6 +660,8 @@ def create_body(options: argparse.Namespace) -> dict[str, Any]:
         body["import_user"] = options.import_user
     if options.codehost_user:
         body["codehost_user"] = options.codehost_user
+    if options.disk_image:
+        body["disk_image"] = options.disk_image
     if options.gpu_count:
         body["gpu_count"] = options.gpu_count
     if options.pci_devices:
@@ -1002,6 +1024,14 @@ async def _fs_rm(client: Client, options: argparse.Namespace, context: _Context)
     return 0
 
 
+async def _image_list(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    out = context.out
+    images = await client.images()
+    out.write(output.format_json(images) if options.json
+              else output.format_table(output.IMAGE_HEADERS, output.image_rows(images)))
+    return 0
+
+
 def _secret_content(options: argparse.Namespace, context: _Context) -> bytes:
     """
     A secret's content: the file ``options.file``, or standard input when it
@@ -1066,9 +1096,29 @@ def _image_build(options: argparse.Namespace, out: TextIO) -> int:
         out.write(line + "\n")
         out.flush()
 
+    if options.name and options.name_option and options.name != options.name_option:
+        raise _Failed(f"two image names given: {options.name} and {options.name_option}")
+    name = options.name or options.name_option or "default"
     try:
-        build_image(options.image_dir or default_image_dir(), name=options.name, force=options.force, out=progress)
+        build_image(options.image_dir or default_image_dir(), name=name, force=options.force, out=progress)
     except (BuildError, RecipeError, ImageNotFound) as error:
+        raise _Failed(str(error)) from None
+    return 0
+
+
+def _image_import(options: argparse.Namespace, out: TextIO) -> int:
+    """Import a container image on this machine (no daemon involved): ``python -m vmservice.images import``."""
+    from ..images.imported import ImportFailed, import_image
+    from ..images.store import ImageNotFound, default_image_dir
+
+    def progress(line: str) -> None:
+        out.write(line + "\n")
+        out.flush()
+
+    try:
+        import_image(options.image_dir or default_image_dir(), options.image_name, options.file, ref=options.ref,
+                     force=options.force, out=progress)
+    except (ImportFailed, ImageNotFound) as error:
         raise _Failed(str(error)) from None
     return 0
 
@@ -1104,7 +1154,7 @@ async def run(
         return stop.code if isinstance(stop.code, int) else 2
     try:
         if options.handler is None:
-            return _image_build(options, out)
+            return _image_import(options, out) if options.image_command == "import" else _image_build(options, out)
         client = Client(reactor, options.url, resolve_token(options))
         try:
             code: int = await options.handler(client, options, _Context(reactor, out, err, stdin))

@@ -20,6 +20,7 @@ __all__ = [
     "EXEC_HEADERS",
     "FS_HEADERS",
     "GROUP_HEADERS",
+    "IMAGE_HEADERS",
     "NODE_HEADERS",
     "SECRET_HEADERS",
     "exec_rows",
@@ -37,6 +38,7 @@ __all__ = [
     "format_watch_event",
     "entry_rows",
     "group_rows",
+    "image_rows",
     "human_size",
     "node_rows",
     "secret_rows",
@@ -50,6 +52,7 @@ FS_HEADERS = ("MODE", "TYPE", "SIZE", "MODIFIED", "NAME")
 
 #: Columns of ``vmctl groups``.
 GROUP_HEADERS = ("NAME", "COUNT", "CPUS", "RAM", "GPUS", "ARCH")
+IMAGE_HEADERS = ("NAME", "SIZE", "CREATED", "SOURCE", "RECIPE HASH")
 
 #: Shown in a cell whose value is empty or missing, so columns stay aligned
 #: for ``awk`` and the eye.
@@ -162,6 +165,20 @@ def exec_rows(execs: Iterable[dict[str, Any]]) -> list[list[str]]:
             " ".join([str(info.get("command", ""))] + [str(a) for a in info.get("args") or ()]),
         ]
         for info in execs
+    ]
+
+
+def image_rows(images: Iterable[dict[str, Any]]) -> list[list[str]]:
+    """The cells of ``vmctl image list`` (see :data:`IMAGE_HEADERS`) for ImageSummary objects."""
+    return [
+        [
+            str(image.get("name", "")),
+            _size_cell(image.get("size")),
+            format_time(image.get("created")),
+            str(image.get("source", "")),
+            str(image.get("recipe_hash") or ""),
+        ]
+        for image in images
     ]
 
 

@@ -68,6 +68,40 @@ PENDING_HIGH_WATER = 256 * 1024
 KILL_GRACE = 0.5
 #: PATH of a process whose request does not set one.
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: The busybox applets and shell of the runtime an imported image brings
+#: (``vmservice/images/runtime.py``): the end of PATH, and the shell of last resort.
+RUNTIME_BIN = "/opt/vmservice/runtime/bin"
+#: The shell of a request that names none (the host's default too).
+DEFAULT_SHELL = "/bin/bash"
+
+
+def _can_run(path: str) -> bool:
+    return os.access(path, os.X_OK)
+
+
+def usable_shell(shell: str, can_run: Callable[[str], bool] = _can_run) -> str:
+    """
+    The shell to run: ``shell`` itself, unless it is the default
+    (:data:`DEFAULT_SHELL`) and the image lacks it: then the image's
+    ``/bin/sh``, else the runtime's busybox ``sh`` (an imported image without
+    a shell).  A shell named otherwise is taken as it is, and fails to start
+    if missing; empty stays empty (no shell).
+    """
+    if shell != DEFAULT_SHELL or can_run(shell):
+        return shell
+    for candidate in ("/bin/sh", f"{RUNTIME_BIN}/sh"):
+        if can_run(candidate):
+            return candidate
+    return shell
+
+
+def default_path(is_dir: Callable[[str], bool] = os.path.isdir) -> str:
+    """
+    PATH of a process whose request does not set one: :data:`DEFAULT_PATH`,
+    then :data:`RUNTIME_BIN` when the image has it (busybox applets as a last
+    resort in an image without tools).
+    """
+    return f"{DEFAULT_PATH}:{RUNTIME_BIN}" if is_dir(RUNTIME_BIN) else DEFAULT_PATH
 
 
 # -- the request ---------------------------------------------------------------------------
@@ -156,7 +190,7 @@ class ExecSpec:
             uid=uid,
             gid=gid,
             cwd=get("cwd", str, ""),
-            shell=get("shell", str, "/bin/bash"),
+            shell=usable_shell(get("shell", str, "/bin/bash")),
             umask=umask,
             stdin=get("stdin", bool, False),
             stdout=get("stdout", bool, True),
@@ -216,7 +250,7 @@ def build_env(spec: ExecSpec, user: Optional[tuple[str, str]]) -> dict[str, str]
     The process environment: PATH, HOME, USER, LOGNAME and SHELL, then the
     request's ``KEY=VALUE`` entries in order (later ones win).
     """
-    env = {"PATH": DEFAULT_PATH, "HOME": user[1] if user else "/"}
+    env = {"PATH": default_path(), "HOME": user[1] if user else "/"}
     if user:
         env["USER"] = env["LOGNAME"] = user[0]
     if spec.shell:
@@ -746,13 +780,18 @@ class ExecHandler(StreamHandler):
 
 __all__ = [
     "CannotStart",
+    "DEFAULT_PATH",
+    "DEFAULT_SHELL",
     "ExecHandler",
     "ExecSpec",
     "Launch",
+    "RUNTIME_BIN",
     "Rejected",
+    "default_path",
     "exit_status",
     "prepare",
     "read_report",
     "shell_quote",
     "spawn",
+    "usable_shell",
 ]

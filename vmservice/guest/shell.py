@@ -39,7 +39,8 @@ import termios
 from typing import Any, Mapping, Optional
 
 from vmservice.guest.agent import GuestStream, StreamHandler, Timer
-from vmservice.guest.execution import ExecSpec, build_env, exit_status, passwd_entry, read_report, resolve_cwd
+from vmservice.guest.execution import (ExecSpec, build_env, exit_status, passwd_entry, read_report, resolve_cwd,
+                                       usable_shell)
 from vmservice.wire.shellframes import (
     DATA,
     EXIT,
@@ -111,6 +112,7 @@ class ShellHandler(StreamHandler):
             cwd = self.header.get("cwd", "")
             if not isinstance(shell, str) or not isinstance(cwd, str):
                 raise BadShellHeader("fields 'shell' and 'cwd' must be strings")
+            shell = usable_shell(shell)
         except BadShellHeader as e:
             from vmservice.wire.errors import ResetCode
 

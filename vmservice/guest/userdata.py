@@ -202,7 +202,7 @@ class UserdataHandler(BodyHandler):
 
 
 def _shell() -> list[str]:
-    for candidate in ("/bin/bash", "/usr/bin/bash", "/bin/sh", "/opt/vmservice/bin/sh"):
+    for candidate in ("/bin/bash", "/usr/bin/bash", "/bin/sh", "/opt/vmservice/bin/sh", "/opt/vmservice/runtime/bin/sh"):
         if os.access(candidate, os.X_OK):
             return [candidate]
     return ["/bin/sh"]

@@ -30,7 +30,7 @@ from typing import Callable, Iterator, NotRequired, TypedDict
 
 from twisted.python.filepath import FilePath
 
-from vmservice.images import debian, rootfs
+from vmservice.images import debian, postinst, rootfs
 from vmservice.images.cpio import write_newc
 from vmservice.images.initramfs import initramfs_entries
 from vmservice.images.kernel import extract_vmlinux, module_load_order
@@ -39,7 +39,7 @@ from vmservice.images.store import (INITRD_FILE, KERNEL_FILE, MANIFEST_FILE, ROO
                                     resolve_image)
 
 __all__ = ["ArtefactRecord", "BuildError", "DEB_CACHE", "KEEP_BUILDS", "Manifest", "PYTHON_CHECK_MODULES", "build_image",
-           "prune_builds"]
+           "has_ssh_server", "prune_builds"]
 
 DEB_CACHE = ".debs"
 # Old builds kept besides the current one (see prune_builds).
@@ -158,7 +158,9 @@ class Manifest(TypedDict):
     """What ``manifest.json`` says of a build (see :func:`build_image`)."""
 
     name: str
+    source: str
     recipe_hash: str
+    ssh_server: bool
     built_at: str
     kernel_release: str
     kernel_package: str
@@ -230,7 +232,12 @@ def _build(recipe: Recipe, digest: str, source: str, base: str, work: str, outpu
            out: Callable[[str], None], run: debian.Runner) -> Manifest:
     try:
         kernel_package = debian.resolve_metapackage(recipe.kernel_metapackage, run)
-        debs = debian.fetch_packages([kernel_package, *recipe.packages], os.path.join(base, DEB_CACHE), run, out)
+        packages = list(recipe.packages)
+        if recipe.resolve_dependencies:
+            packages = debian.resolve_dependencies(packages, recipe.exclude_packages, run)
+            out(f"dependencies: {len(recipe.packages)} packages need {len(packages) - len(recipe.packages)} more"
+                f"{f' ({len(recipe.exclude_packages)} excluded)' if recipe.exclude_packages else ''}")
+        debs = debian.fetch_packages([kernel_package, *packages], os.path.join(base, DEB_CACHE), run, out)
     except debian.AptError as error:
         raise BuildError(f"fetching packages: {error}") from None
 
@@ -284,7 +291,9 @@ def _build(recipe: Recipe, digest: str, source: str, base: str, work: str, outpu
 
     return {
         "name": recipe.name,
+        "source": f"recipe:{recipe.name}",
         "recipe_hash": digest,
+        "ssh_server": has_ssh_server(root),
         "built_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "kernel_release": release,
         "kernel_package": kernel_package,
@@ -307,14 +316,42 @@ def _kernel_release(root: str) -> str:
     return releases[0]
 
 
+def has_ssh_server(root: str) -> bool:
+    """
+    Whether the tree at ``root`` has the SSH server the guest agent starts (``/usr/sbin/sshd``), as the
+    manifest's ``ssh_server`` records for the daemon.
+    """
+    path = os.path.join(root, "usr/sbin/sshd")
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def _maintainer_steps(root: str, out: Callable[[str], None]) -> None:
+    """The results of maintainer scripts the guest needs (see :mod:`vmservice.images.postinst`)."""
+    users = postinst.add_system_users(root)
+    if users:
+        out(f"rootfs: system users {', '.join(users)}")
+    certificates = postinst.select_ca_certificates(root)
+    if certificates and os.path.exists(os.path.join(root, "usr/sbin/update-ca-certificates")):
+        _check_run(["chroot", root, "/usr/sbin/update-ca-certificates", "--fresh"], "update-ca-certificates")
+        bundle = os.path.join(root, postinst.CA_BUNDLE)
+        if not os.path.isfile(bundle) or os.path.getsize(bundle) == 0:
+            raise BuildError(f"update-ca-certificates did not write /{postinst.CA_BUNDLE}")
+        out(f"rootfs: /{postinst.CA_BUNDLE} with {certificates} certificates")
+
+
 def _assemble_rootfs(root: str, source: str, out: Callable[[str], None]) -> None:
     rootfs.prune(root)
     rootfs.add_base_files(root)
+    # Before busybox's links, so that a real program gets a name busybox also has (awk).
+    alternatives = postinst.install_alternatives(root)
+    if alternatives:
+        out(f"rootfs: alternatives {', '.join(alternatives)}")
     applets = _check_run([os.path.join(root, "usr/bin/busybox"), "--list-full"], "busybox --list-full")
     links = rootfs.install_busybox_links(root, applets.splitlines())
     rootfs.install_guest_files(root, source, guest_sources(source))
     # The guest has no ldconfig (it is in libc-bin); the host's writes the cache for the tree.
     _check_run(["ldconfig", "-r", root], "ldconfig -r")
+    _maintainer_steps(root, out)
     missing = rootfs.missing_libraries(root, _REQUIRED_PROGRAM_DIRS)
     if missing:
         raise BuildError("programs lack shared libraries (add their packages to the recipe): "

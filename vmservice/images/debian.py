@@ -26,6 +26,7 @@ __all__ = [
     "deb_file_name",
     "fetch_packages",
     "read_deb_fields",
+    "resolve_dependencies",
     "resolve_metapackage",
     "run_command",
     "unpack",
@@ -88,6 +89,101 @@ def resolve_metapackage(metapackage: str, run: Runner) -> str:
             if target and not target.startswith("<"):
                 return target
     raise AptError(f"apt-cache depends {metapackage}: no dependency found")
+
+
+#: A dependency as ``apt-cache depends`` prints it: its alternatives in order, each a package name and
+#: whether it is virtual (no package of that name, only packages that provide it), and the providers
+#: apt lists for it.
+_Alternative = tuple[str, bool, tuple[str, ...]]
+
+
+def _dependency_name(target: str, architecture: str) -> tuple[str, bool] | None:
+    """``(name, virtual)`` of a dependency target such as ``libc6``, ``<perl:any>`` or ``foo:i386``;
+    None for a package of another architecture."""
+    virtual = target.startswith("<") and target.endswith(">")
+    name = target[1:-1] if virtual else target
+    name, _, qualifier = name.partition(":")
+    if qualifier and qualifier not in ("any", "native", architecture):
+        return None
+    return name, virtual
+
+
+def _parse_depends(text: str, architecture: str) -> dict[str, list[list[_Alternative]]]:
+    """
+    ``{package: [dependency, ...]}`` from ``apt-cache depends`` output, each dependency the list of its
+    alternatives (``|Depends:`` joins a line to the next). Only ``Depends`` and ``PreDepends`` are kept;
+    virtual packages' own entries (``<name>`` at the start of a line) are not packages and are skipped.
+    """
+    graph: dict[str, list[list[tuple[str, bool, list[str]]]]] = {}
+    current: list[list[tuple[str, bool, list[str]]]] | None = None
+    last: tuple[str, bool, list[str]] | None = None  # the last dependency line's alternative
+    joined = False
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if not line[0].isspace() and line[0] != "|":
+            current = None if line.startswith("<") else graph.setdefault(line.strip().partition(":")[0], [])
+            last, joined = None, False
+            continue
+        if line.startswith("    "):  # a package providing the last dependency's target
+            named = _dependency_name(line.strip(), architecture)
+            if last is not None and named is not None:
+                last[2].append(named[0])
+            continue
+        if current is None:
+            continue
+        stripped = line.strip()
+        key, _, target = stripped.lstrip("|").partition(":")
+        named = _dependency_name(target.strip(), architecture) if key in ("Depends", "PreDepends") else None
+        if not joined:
+            current.append([])
+        joined = stripped.startswith("|")
+        last = None if named is None else (named[0], named[1], [])
+        if last is not None:
+            current[-1].append(last)
+    return {package: [[(name, virtual, tuple(providers)) for name, virtual, providers in group]
+                      for group in groups if group]
+            for package, groups in graph.items()}
+
+
+def resolve_dependencies(packages: Sequence[str], exclude: Iterable[str], run: Runner) -> list[str]:
+    """
+    ``packages`` and every package they need, recursively: each ``Depends`` and ``Pre-Depends`` of the
+    candidate versions, for the host's architecture (``dpkg --print-architecture``), from one
+    ``apt-cache depends --recurse``. Versions are not compared: the candidate of each package is what
+    gets fetched.
+
+    A dependency already satisfied by a package of the set (one of its alternatives, or a provider of a
+    virtual alternative) adds nothing. One that names an excluded package (or a virtual package an
+    excluded one provides) is left out on purpose. Otherwise its first alternative is taken; a virtual
+    alternative is satisfied by its first provider.
+
+    :return: the names, ``packages`` first, then the others in the order they were found.
+    :raises AptError: if a dependency has no alternative apt knows a package for.
+    """
+    architecture = run(["dpkg", "--print-architecture"], None).strip()
+    output = run(["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests", "--no-conflicts",
+                  "--no-breaks", "--no-replaces", "--no-enhances", "-o", f"APT::Architectures={architecture}",
+                  *packages], None)
+    graph = _parse_depends(output, architecture)
+    excluded = set(exclude)
+    chosen = dict.fromkeys(packages)
+    queue = list(packages)
+    while queue:
+        package = queue.pop(0)
+        for group in graph.get(package, []):
+            candidates = [provider for name, virtual, providers in group
+                          for provider in ((*providers,) if virtual else (name,))]
+            if any(name in chosen for name in candidates) or any(name in excluded for name in candidates):
+                continue
+            if any(name in excluded for name, _virtual, _providers in group):
+                continue
+            if not candidates:
+                names = " | ".join(name for name, _virtual, _providers in group)
+                raise AptError(f"{package} depends on {names}, which no package provides")
+            chosen[candidates[0]] = None
+            queue.append(candidates[0])
+    return list(chosen)
 
 
 def _parse_records(text: str) -> list[dict[str, str]]:

@@ -26,6 +26,8 @@ __all__ = [
     "load_recipe",
     "package_root",
     "recipe_hash",
+    "recipe_names",
+    "recipes_dir",
 ]
 
 
@@ -45,6 +47,11 @@ class Recipe:
     :ivar packages: the other Debian packages unpacked into the root file system.
     :ivar initramfs_modules: kernel modules the initramfs loads before it mounts the root disk.
     :ivar rootfs_headroom_mib: free space left in ``rootfs.ext4`` beyond its content.
+    :ivar resolve_dependencies: whether ``packages`` are only the wanted ones, to be completed with
+        everything they depend on (``Depends`` and ``Pre-Depends``, see
+        :func:`vmservice.images.debian.resolve_dependencies`); otherwise they are the complete list.
+    :ivar exclude_packages: packages the dependency resolution leaves out, with whatever only they
+        would have brought in: those needed only by maintainer scripts, which the builder never runs.
     """
 
     name: str
@@ -52,6 +59,8 @@ class Recipe:
     packages: tuple[str, ...]
     initramfs_modules: tuple[str, ...]
     rootfs_headroom_mib: int
+    resolve_dependencies: bool = False
+    exclude_packages: tuple[str, ...] = ()
 
 
 def package_root() -> str:
@@ -68,35 +77,90 @@ def _string_list(data: Mapping[str, object], key: str, path: str) -> tuple[str, 
     return tuple(value)
 
 
-def load_recipe(name: str, root: str | None = None) -> Recipe:
+def recipes_dir(root: str | None = None) -> str:
     """
-    Read the recipe called ``name`` from ``<root>/images/recipes/<name>.toml``.
+    The directory of the recipe files, ``<root>/images/recipes``.
+    """
+    return os.path.join(root or package_root(), "images", "recipes")
 
-    :param root: the ``vmservice`` package directory; defaults to :func:`package_root`.
-    :raises RecipeError: if the file is missing, not TOML, or lacks a field.
+
+def recipe_names(root: str | None = None) -> list[str]:
     """
+    The names of the recipes there are (the stems of ``images/recipes/*.toml``), sorted.
+    """
+    directory = recipes_dir(root)
+    if not os.path.isdir(directory):
+        return []
+    return sorted(name[:-5] for name in os.listdir(directory) if name.endswith(".toml") and not name.startswith("."))
+
+
+def _read(name: str, root: str | None) -> tuple[str, dict[str, object]]:
     if not name or "/" in name or name.startswith("."):
         raise RecipeError(f"bad image name {name!r}")
-    path = os.path.join(root or package_root(), "images", "recipes", f"{name}.toml")
+    path = os.path.join(recipes_dir(root), f"{name}.toml")
     try:
         with open(path, "rb") as stream:
-            data = tomllib.load(stream)
+            return path, tomllib.load(stream)
     except FileNotFoundError:
         raise RecipeError(f"no recipe for image {name!r}: {path} does not exist") from None
     except tomllib.TOMLDecodeError as error:
         raise RecipeError(f"{path}: {error}") from None
-    kernel = data.get("kernel_metapackage")
-    headroom = data.get("rootfs_headroom_mib")
+
+
+_KEYS = frozenset({"extends", "kernel_metapackage", "packages", "initramfs_modules", "rootfs_headroom_mib",
+                   "resolve_dependencies", "exclude_packages"})
+
+
+def load_recipe(name: str, root: str | None = None, _seen: tuple[str, ...] = ()) -> Recipe:
+    """
+    Read the recipe called ``name`` from ``<root>/images/recipes/<name>.toml``.
+
+    A recipe with ``extends = "other"`` starts from recipe ``other``: its ``packages`` and
+    ``exclude_packages`` are added to the other's, and the keys it leaves out are the other's.
+
+    :param root: the ``vmservice`` package directory; defaults to :func:`package_root`.
+    :raises RecipeError: if the file is missing, not TOML, lacks a field, has a key no recipe has, or
+        extends itself.
+    """
+    path, data = _read(name, root)
+    unknown = sorted(set(data) - _KEYS)
+    if unknown:
+        raise RecipeError(f"{path}: unknown key {', '.join(unknown)}")
+    base: Recipe | None = None
+    extends = data.get("extends")
+    if extends is not None:
+        if not isinstance(extends, str) or not extends:
+            raise RecipeError(f"{path}: extends must be a recipe name")
+        if extends in (*_seen, name):
+            raise RecipeError(f"{path}: recipe {name!r} extends itself through {extends!r}")
+        base = load_recipe(extends, root, (*_seen, name))
+    kernel = data.get("kernel_metapackage", base.kernel_metapackage if base else None)
+    headroom = data.get("rootfs_headroom_mib", base.rootfs_headroom_mib if base else None)
+    resolve = data.get("resolve_dependencies", base.resolve_dependencies if base else False)
     if not isinstance(kernel, str) or not kernel:
         raise RecipeError(f"{path}: kernel_metapackage must be a package name")
-    if not isinstance(headroom, int) or headroom < 0:
+    if not isinstance(headroom, int) or isinstance(headroom, bool) or headroom < 0:
         raise RecipeError(f"{path}: rootfs_headroom_mib must be a non-negative integer")
+    if not isinstance(resolve, bool):
+        raise RecipeError(f"{path}: resolve_dependencies must be true or false")
+    packages = _string_list(data, "packages", path) if "packages" in data or base is None else ()
+    excluded = _string_list(data, "exclude_packages", path) if "exclude_packages" in data else ()
+    modules = (_string_list(data, "initramfs_modules", path) if "initramfs_modules" in data or base is None
+               else base.initramfs_modules)
+    if base is not None:
+        packages = tuple(dict.fromkeys(base.packages + packages))
+        excluded = tuple(dict.fromkeys(base.exclude_packages + excluded))
+    clash = sorted(set(packages) & set(excluded))
+    if clash:
+        raise RecipeError(f"{path}: {', '.join(clash)} both wanted and excluded")
     return Recipe(
         name=name,
         kernel_metapackage=kernel,
-        packages=_string_list(data, "packages", path),
-        initramfs_modules=_string_list(data, "initramfs_modules", path),
+        packages=packages,
+        initramfs_modules=modules,
         rootfs_headroom_mib=headroom,
+        resolve_dependencies=resolve,
+        exclude_packages=excluded,
     )
 
 
@@ -140,7 +204,8 @@ def recipe_hash(recipe: Recipe, root: str | None = None) -> str:
     digest = hashlib.sha256()
     digest.update(b"vmservice-image-v1\x00")
     digest.update(repr((recipe.name, recipe.kernel_metapackage, recipe.packages, recipe.initramfs_modules,
-                        recipe.rootfs_headroom_mib)).encode())
+                        recipe.rootfs_headroom_mib, recipe.resolve_dependencies,
+                        recipe.exclude_packages)).encode())
     for relative in sorted(set(builder_sources(base) + guest_sources(base))):
         with open(os.path.join(base, relative), "rb") as stream:
             content = stream.read()

@@ -10,6 +10,7 @@ disk overlay names the base image by path).
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 from attrs import frozen
@@ -19,8 +20,10 @@ __all__ = [
     "DEFAULT_IMAGE_DIR",
     "IMAGE_DIR_VARIABLE",
     "Image",
+    "ImageInfo",
     "ImageNotFound",
     "default_image_dir",
+    "list_images",
     "resolve_image",
 ]
 
@@ -50,7 +53,7 @@ class ImageNotFound(Exception):
 
     def __str__(self) -> str:
         return (f"guest image {self.name!r} not found in {self.image_dir}: {self.reason} "
-                f"(build it with: python -m vmservice.images build --image-dir {self.image_dir})")
+                f"(build it with: vmctl image build {self.name} --image-dir {self.image_dir})")
 
 
 @frozen
@@ -119,3 +122,76 @@ def resolve_image(image_dir: str | FilePath[str], name: str) -> Image:
         rootfs=files[ROOTFS_FILE],
         manifest=manifest,
     )
+
+
+@frozen
+class ImageInfo:
+    """
+    A built image as listed (``GET /images``, ``vmctl image list``).
+
+    :ivar name: the image name (the symbolic link's).
+    :ivar path: its current build's directory.
+    :ivar size: the bytes of its kernel, initramfs and root file system (apparent sizes).
+    :ivar created: when the build was made: the manifest's ``built_at``, else the directory's
+        modification time (UTC).
+    :ivar source: where it comes from: the manifest's ``source`` (``recipe:<name>``, ``oci:<reference>``),
+        else ``recipe:<name>`` (builds from before the key was written).
+    :ivar recipe_hash: the manifest's ``recipe_hash`` (the build's key); ``None`` when it has none.
+    :ivar ssh_server: whether it has the SSH server (the manifest's ``ssh_server``); ``None`` when the
+        manifest does not say.
+    """
+
+    name: str
+    path: str
+    size: int
+    created: datetime.datetime
+    source: str
+    recipe_hash: str | None
+    ssh_server: bool | None
+
+
+def _created(image: Image) -> datetime.datetime:
+    built = image.manifest.get("built_at")
+    if isinstance(built, str):
+        try:
+            when = datetime.datetime.fromisoformat(built)
+        except ValueError:
+            pass
+        else:
+            return when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
+    mtime = os.stat(image.path.path).st_mtime
+    return datetime.datetime.fromtimestamp(int(mtime), datetime.timezone.utc)
+
+
+def list_images(image_dir: str | FilePath[str]) -> list[ImageInfo]:
+    """
+    Every usable image in ``image_dir``, by name: each ``<name>`` symbolic link that
+    :func:`resolve_image` accepts. Links to incomplete builds, build directories, the download cache and
+    lock files are not images. A missing directory has none.
+    """
+    base = image_dir.path if isinstance(image_dir, FilePath) else os.fspath(image_dir)
+    try:
+        entries = sorted(os.listdir(base))
+    except FileNotFoundError:
+        return []
+    found = []
+    for entry in entries:
+        if entry.startswith(".") or not os.path.islink(os.path.join(base, entry)):
+            continue
+        try:
+            image = resolve_image(base, entry)
+        except ImageNotFound:
+            continue
+        source = image.manifest.get("source")
+        digest = image.manifest.get("recipe_hash")
+        ssh = image.manifest.get("ssh_server")
+        found.append(ImageInfo(
+            name=entry,
+            path=image.path.path,
+            size=sum(file.getsize() for file in (image.kernel, image.initrd, image.rootfs)),
+            created=_created(image),
+            source=source if isinstance(source, str) and source else f"recipe:{entry}",
+            recipe_hash=digest if isinstance(digest, str) else None,
+            ssh_server=ssh if isinstance(ssh, bool) else None,
+        ))
+    return found

@@ -102,7 +102,7 @@ class Creation:
         parts = self._parts
         group = parts.group(group_name)
         ram_bytes, cpus = _limits(group, request)
-        image = parts.image(group)
+        image = parts.requested_image(group, request.disk_image)
         userdata = _userdata(group, request)
         if request.secrets:
             if parts.secrets is None:
@@ -130,6 +130,7 @@ class Creation:
             login_user=user,
             ssh_keys=keys,
             userdata=bool(userdata),
+            image=image.name,
             pci_devices=devices,
         )
         node = self._make(record)

@@ -59,7 +59,9 @@ class NodeDescription:
     :ivar record: its record as clients see it (:func:`~.model.visible`).
     :ivar storage: its group's storage kind (``image``: a qcow2 overlay on
         the image's root file system); ``None`` when the group is gone.
-    :ivar image: its group's image name; ``None`` when the group is gone.
+    :ivar image: the name of the image it was made from (its group's for
+        nodes made before that was recorded; ``None`` then when the group
+        is gone).
     :ivar network: its network; ``None`` when the group is gone.
     :ivar disk: its disk as read from the file; ``None`` when it is missing.
     :ivar snapshot: whether a suspend snapshot of it is on the disk.
@@ -104,7 +106,7 @@ async def describe(node: NodeRuntime, parts: FleetParts) -> NodeDescription:
     return NodeDescription(
         record=record,
         storage=group.storage if group is not None else None,
-        image=group.image if group is not None else None,
+        image=record.image or (group.image if group is not None else None),
         network=network_facts(group, record.ip) if group is not None else None,
         disk=disk,
         snapshot=snapshot,

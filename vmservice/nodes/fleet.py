@@ -27,6 +27,7 @@ kept ``Stopped``, suspended ones kept as they are.
 
 from __future__ import annotations
 
+import builtins
 from typing import Callable
 
 from attrs import evolve
@@ -38,6 +39,7 @@ from twisted.python.failure import Failure
 from ..config import HostGroupConfig
 from ..errors import AgentNotConnected, NotFound, Protected
 from ..hypervisors.base import IMachine, MachineExit
+from ..images.store import ImageInfo
 from ..observer import OneShotObserver
 from . import console
 from .counts import keep_counts
@@ -171,6 +173,10 @@ class Fleet(Service):
         if group is not None:
             self._parts.group(group)
         return self._registry.listing(group, tag, tag_prefix)
+
+    async def images(self) -> builtins.list[ImageInfo]:
+        """The guest images built in the image directory (read off the reactor)."""
+        return await self._parts.blocking(self._parts.image_list)
 
     def node(self, hostname: str) -> NodeRecord:
         """The node ``hostname``; :class:`NotFound` when there is none."""

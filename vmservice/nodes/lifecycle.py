@@ -93,7 +93,7 @@ class Lifecycle(NodeOperations):
                     f"the host group {node.record.hostgroup!r} of node {hostname!r} is no longer configured",
                     code="hostgroup_gone",
                 )
-            image = self._parts.image(group)
+            image = self._parts.image(group, node.record.image)
             if not os.path.exists(node.paths.disk):
                 raise Internal(f"the disk of node {hostname!r} is missing", code="disk_missing")
             before = node.record.status

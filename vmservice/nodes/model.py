@@ -76,6 +76,9 @@ class NodeRecord:
     :ivar ssh_keys: that user's authorized keys.
     :ivar userdata: whether it has userdata (kept in its directory, see
         :attr:`~.paths.NodePaths.userdata`).
+    :ivar image: the name of the image it was made from (its disk is an
+        overlay on that image's build); empty in records written before it
+        was kept, whose image is their group's.
     :ivar pci_devices: the host's PCI devices passed through to its VM
         (full addresses), held for it until it is removed.
     """
@@ -99,6 +102,7 @@ class NodeRecord:
     login_user: str = ""
     ssh_keys: tuple[str, ...] = ()
     userdata: bool = False
+    image: str = ""
     pci_devices: tuple[str, ...] = ()
 
     def with_status(self, status: Status, pid: int | None = None) -> "NodeRecord":
@@ -151,6 +155,8 @@ class CreateRequest:
     :ivar import_user: the login user; ``None`` for the default.
     :ivar codehost_user: take the login user's keys from this user of the
         code host instead of ``ssh_keys``.
+    :ivar disk_image: the image to make the node from; ``None`` for its
+        group's.
     :ivar pci_devices: host PCI devices to pass through (full addresses).
     :ivar gpu_count: how many of the group's GPUs to pass through.
     """
@@ -167,6 +173,7 @@ class CreateRequest:
     ssh_keys: tuple[str, ...] = ()
     import_user: str | None = None
     codehost_user: str | None = None
+    disk_image: str | None = None
     pci_devices: tuple[str, ...] = ()
     gpu_count: int = 0
 

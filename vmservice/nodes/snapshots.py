@@ -82,7 +82,7 @@ class Snapshots(NodeOperations):
                 raise Conflict(f"node {hostname!r} has no snapshot to restore", code="no_snapshot")
             kernel, initrd = node.record.kernel, node.record.initrd
             if not kernel:
-                image = self._parts.image(self._parts.group(node.record.hostgroup))
+                image = self._parts.image(self._parts.group(node.record.hostgroup), node.record.image)
                 kernel, initrd = image.kernel.path, image.initrd.path
             node.set(Status.RESTORING)
             began = self._parts.clock.seconds()

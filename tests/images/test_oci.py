@@ -1,0 +1,379 @@
+# -*- test-case-name: tests.images.test_oci -*-
+"""
+Tests for :mod:`vmservice.images.oci`: layers applied to trees in temporary directories (whiteouts, opaque
+directories, links, paths that try to leave the tree) and images picked from OCI layouts and ``docker save``
+tar files that the tests write (:mod:`tests.images.containers`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import stat
+import tarfile
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from tests.images.containers import Entry, docker_save, layer, oci_layout
+from vmservice.images.oci import OciError, apply_layer, open_source, resolve_inside
+
+
+def read(path: str) -> bytes:
+    with open(path, "rb") as stream:
+        return stream.read()
+
+
+class ApplyLayerTests(SynchronousTestCase):
+    """
+    :func:`apply_layer` on a tree in a temporary directory.
+    """
+
+    def setUp(self) -> None:
+        self.base = os.path.abspath(self.mktemp())
+        self.root = os.path.join(self.base, "root")
+        os.makedirs(self.root)
+
+    def apply(self, *entries: Entry, compress: bool = False) -> int:
+        return apply_layer(io.BytesIO(layer(entries, compress)), self.root)
+
+    def test_files_directories_and_modes(self) -> None:
+        """
+        Files and directories are created with their content, mode, owner and time; a later layer's file
+        replaces the earlier one.
+        """
+        count = self.apply(Entry("etc", "dir", mode=0o755), Entry("etc/app.conf", data=b"one", mode=0o600, uid=7, gid=8),
+                           Entry("./usr/bin/", "dir", mode=0o755), compress=True)
+        self.assertEqual(count, 3)
+        path = os.path.join(self.root, "etc/app.conf")
+        self.assertEqual(read(path), b"one")
+        info = os.stat(path)
+        self.assertEqual((info.st_mode & 0o7777, info.st_uid, info.st_gid, int(info.st_mtime)),
+                         (0o600, 7, 8, 1_700_000_000))
+        self.assertTrue(os.path.isdir(os.path.join(self.root, "usr/bin")))
+        self.apply(Entry("etc/app.conf", data=b"two", mode=0o644))
+        self.assertEqual(read(path), b"two")
+        self.assertEqual(os.stat(path).st_mode & 0o7777, 0o644)
+
+    def test_parents_made(self) -> None:
+        """
+        A member whose directory the layer does not list gets its parents made.
+        """
+        self.apply(Entry("a/b/c/file", data=b"x"))
+        self.assertEqual(read(os.path.join(self.root, "a/b/c/file")), b"x")
+
+    def test_whiteout(self) -> None:
+        """
+        ``.wh.NAME`` removes the file or whole directory ``NAME`` of a lower layer, and nothing else.
+        """
+        self.apply(Entry("data/gone", data=b"x"), Entry("data/keep", data=b"y"), Entry("tree/sub/file", data=b"z"))
+        self.apply(Entry("data/.wh.gone"), Entry(".wh.tree"))
+        self.assertEqual(sorted(os.listdir(self.root)), ["data"])
+        self.assertEqual(os.listdir(os.path.join(self.root, "data")), ["keep"])
+
+    def test_whiteout_of_missing(self) -> None:
+        """
+        A whiteout of something no lower layer has is no error and leaves no file behind.
+        """
+        self.apply(Entry("data", "dir", mode=0o755))
+        self.apply(Entry("data/.wh.nothing"), Entry(".wh.nowhere"))
+        self.assertEqual(os.listdir(self.root), ["data"])
+        self.assertEqual(os.listdir(os.path.join(self.root, "data")), [])
+
+    def test_opaque_directory(self) -> None:
+        """
+        ``.wh..wh..opq`` empties its directory of the lower layers' entries, however deep, and keeps what
+        its own layer put there, wherever the marker is in the layer.
+        """
+        self.apply(Entry("opaque/old", data=b"old"), Entry("opaque/sub/deep", data=b"old"),
+                   Entry("opaque/sub/also", data=b"old"), Entry("other/file", data=b"kept"))
+        self.apply(Entry("opaque/new", data=b"new"), Entry("opaque/sub", "dir", mode=0o755),
+                   Entry("opaque/sub/fresh", data=b"new"), Entry("opaque/.wh..wh..opq"))
+        self.assertEqual(sorted(os.listdir(os.path.join(self.root, "opaque"))), ["new", "sub"])
+        self.assertEqual(os.listdir(os.path.join(self.root, "opaque/sub")), ["fresh"])
+        self.assertEqual(read(os.path.join(self.root, "other/file")), b"kept")
+        self.assertFalse(os.path.lexists(os.path.join(self.root, "opaque/.wh..wh..opq")))
+
+    def test_opaque_new_directory(self) -> None:
+        """
+        An opaque marker in a directory no lower layer had just makes the directory.
+        """
+        self.apply(Entry("fresh/.wh..wh..opq"), Entry("fresh/file", data=b"x"))
+        self.assertEqual(os.listdir(os.path.join(self.root, "fresh")), ["file"])
+
+    def test_type_changes(self) -> None:
+        """
+        A file replaces a directory and a directory a file or symbolic link of a lower layer.
+        """
+        self.apply(Entry("thing/inside", data=b"x"), Entry("other", data=b"y"), Entry("link", "symlink", target="other"))
+        self.apply(Entry("thing", data=b"now a file"), Entry("other", "dir", mode=0o755), Entry("link", "dir", mode=0o700))
+        self.assertEqual(read(os.path.join(self.root, "thing")), b"now a file")
+        self.assertTrue(os.path.isdir(os.path.join(self.root, "other")))
+        self.assertFalse(os.path.islink(os.path.join(self.root, "link")))
+
+    def test_hard_links(self) -> None:
+        """
+        A hard link shares the inode of its target, in the same layer or a lower one.
+        """
+        self.apply(Entry("usr/bin/perl", data=b"perl", mode=0o755))
+        self.apply(Entry("usr/bin/perl5", "hardlink", target="usr/bin/perl"),
+                   Entry("usr/bin/new", data=b"new"), Entry("usr/bin/new2", "hardlink", target="./usr/bin/new"))
+        first = os.stat(os.path.join(self.root, "usr/bin/perl"))
+        self.assertEqual(os.stat(os.path.join(self.root, "usr/bin/perl5")).st_ino, first.st_ino)
+        self.assertEqual(first.st_nlink, 2)
+        self.assertEqual(os.stat(os.path.join(self.root, "usr/bin/new2")).st_ino,
+                         os.stat(os.path.join(self.root, "usr/bin/new")).st_ino)
+
+    def test_hard_link_to_missing(self) -> None:
+        """
+        A hard link to a file the tree does not have is refused.
+        """
+        self.assertRaises(OciError, self.apply, Entry("a", "hardlink", target="nowhere"))
+
+    def test_hard_link_outside(self) -> None:
+        """
+        A hard link whose target climbs out of the tree is refused, and nothing outside is linked.
+        """
+        with open(os.path.join(self.base, "secret"), "wb") as stream:
+            stream.write(b"host")
+        error = self.assertRaises(OciError, self.apply, Entry("stolen", "hardlink", target="../secret"))
+        self.assertIn("outside", str(error))
+        self.assertFalse(os.path.lexists(os.path.join(self.root, "stolen")))
+
+    def test_traversal_refused(self) -> None:
+        """
+        A member whose name climbs out of the tree is refused before anything is written outside it.
+        """
+        for name in ("../escaped", "a/../../escaped", "/../escaped"):
+            error = self.assertRaises(OciError, self.apply, Entry(name, data=b"x"))
+            self.assertIn("outside", str(error))
+        self.assertEqual(sorted(os.listdir(self.base)), ["root"])
+
+    def test_absolute_names(self) -> None:
+        """
+        A member with an absolute name lands inside the tree.
+        """
+        self.apply(Entry("/etc/absolute", data=b"x"))
+        self.assertEqual(read(os.path.join(self.root, "etc/absolute")), b"x")
+
+    def test_symlinks_kept_and_confined(self) -> None:
+        """
+        Symbolic links are kept as they are, absolute ones too; a member written through a directory link
+        lands inside the tree even when the link is absolute (``/``) or climbs (``../..``).
+        """
+        self.apply(Entry("usr/lib", "dir", mode=0o755), Entry("lib", "symlink", target="usr/lib"),
+                   Entry("abs", "symlink", target="/"), Entry("up", "symlink", target="../../.."),
+                   Entry("etc/localtime", "symlink", target="/usr/share/zoneinfo/UTC"))
+        self.assertEqual(os.readlink(os.path.join(self.root, "etc/localtime")), "/usr/share/zoneinfo/UTC")
+        self.apply(Entry("lib/libfoo.so", data=b"lib"), Entry("abs/via-abs", data=b"a"), Entry("up/via-up", data=b"u"))
+        self.assertEqual(read(os.path.join(self.root, "usr/lib/libfoo.so")), b"lib")
+        self.assertEqual(read(os.path.join(self.root, "via-abs")), b"a")
+        self.assertEqual(read(os.path.join(self.root, "via-up")), b"u")
+        self.assertEqual(sorted(os.listdir(self.base)), ["root"])
+
+    def test_whiteout_through_link(self) -> None:
+        """
+        A whiteout below a directory link removes inside the tree, never the host's file.
+        """
+        with open(os.path.join(self.base, "victim"), "wb") as stream:
+            stream.write(b"host")
+        self.apply(Entry("abs", "symlink", target="/"))
+        self.apply(Entry("abs/.wh.victim"))
+        self.assertTrue(os.path.exists(os.path.join(self.base, "victim")))
+
+    def test_fifo(self) -> None:
+        """
+        A named pipe is made as one.
+        """
+        self.apply(Entry("run/pipe", "fifo", mode=0o600))
+        self.assertTrue(stat.S_ISFIFO(os.lstat(os.path.join(self.root, "run/pipe")).st_mode))
+
+    def test_not_a_tar(self) -> None:
+        """
+        Bytes that are not a tar file make an :class:`OciError`.
+        """
+        self.assertRaises(OciError, apply_layer, io.BytesIO(b"not a layer at all" * 100), self.root)
+
+
+class ResolveInsideTests(SynchronousTestCase):
+    """
+    :func:`resolve_inside`.
+    """
+
+    def test_resolution(self) -> None:
+        """
+        Links resolve with the tree as ``/``; the result never leaves it.
+        """
+        root = os.path.abspath(self.mktemp())
+        os.makedirs(os.path.join(root, "usr/sbin"))
+        os.symlink("usr/sbin", os.path.join(root, "sbin"))
+        os.symlink("/usr", os.path.join(root, "abs"))
+        os.symlink("../../../../..", os.path.join(root, "usr/up"))
+        self.assertEqual(resolve_inside(root, "sbin/init", follow_last=False), os.path.join(root, "usr/sbin/init"))
+        self.assertEqual(resolve_inside(root, "abs/sbin"), os.path.join(root, "usr/sbin"))
+        self.assertEqual(resolve_inside(root, "usr/up/etc"), os.path.join(root, "etc"))
+        self.assertEqual(resolve_inside(root, "sbin", follow_last=False), os.path.join(root, "sbin"))
+
+    def test_loop(self) -> None:
+        """
+        A loop of links is an error, not a hang.
+        """
+        root = os.path.abspath(self.mktemp())
+        os.makedirs(root)
+        os.symlink("b", os.path.join(root, "a"))
+        os.symlink("a", os.path.join(root, "b"))
+        self.assertRaises(OciError, resolve_inside, root, "a/x")
+
+
+class OpenSourceTests(SynchronousTestCase):
+    """
+    :func:`open_source` picks the ``linux/amd64`` image of OCI layouts and ``docker save`` tar files.
+    """
+
+    def setUp(self) -> None:
+        self.base = os.path.abspath(self.mktemp())
+        os.makedirs(self.base)
+        self.layers = [layer([Entry("one", data=b"1")], compress=True), layer([Entry("two", data=b"2")])]
+
+    def layer_contents(self, path: str, ref: str = "") -> tuple[str, list[str], str]:
+        source, image = open_source(path, ref)
+        try:
+            root = os.path.join(self.base, "root")
+            shutil.rmtree(root, ignore_errors=True)
+            os.makedirs(root)
+            for name in image.layers:
+                with source.open(name) as stream:
+                    apply_layer(stream, root)
+            return image.digest, sorted(os.listdir(root)), image.ref
+        finally:
+            source.close()
+
+    def test_layout_directory(self) -> None:
+        """
+        An OCI layout directory gives its manifest's digest and layers, lowest first, and its ref name.
+        """
+        digest = oci_layout(os.path.join(self.base, "layout"), self.layers, ref="1.0")
+        self.assertEqual(self.layer_contents(os.path.join(self.base, "layout")), (digest, ["one", "two"], "1.0"))
+
+    def test_multi_platform(self) -> None:
+        """
+        Of a multi-platform image (a nested index, as in a pulled image), the ``linux/amd64`` manifest is
+        taken.
+        """
+        digest = oci_layout(os.path.join(self.base, "layout"), self.layers, nested=True,
+                            others=[("linux", "arm64"), ("windows", "amd64")])
+        self.assertEqual(self.layer_contents(os.path.join(self.base, "layout"))[0], digest)
+
+    def test_flat_multi_platform(self) -> None:
+        """
+        Several platforms listed in ``index.json`` itself: the ``linux/amd64`` one is taken.
+        """
+        digest = oci_layout(os.path.join(self.base, "layout"), self.layers, others=[("linux", "arm64")])
+        self.assertEqual(self.layer_contents(os.path.join(self.base, "layout"))[0], digest)
+
+    def test_platform_from_config(self) -> None:
+        """
+        An index entry without a platform is judged by the image's config.
+        """
+        layout = os.path.join(self.base, "layout")
+        digest = oci_layout(layout, self.layers)
+        with open(os.path.join(layout, "index.json")) as stream:
+            index = json.load(stream)
+        del index["manifests"][0]["platform"]
+        with open(os.path.join(layout, "index.json"), "w") as stream:
+            json.dump(index, stream)
+        self.assertEqual(self.layer_contents(layout)[0], digest)
+
+    def test_no_amd64(self) -> None:
+        """
+        An image for another platform only is refused, naming the platforms found.
+        """
+        layout = os.path.join(self.base, "layout")
+        oci_layout(layout, self.layers, others=[("linux", "arm64")])
+        with open(os.path.join(layout, "index.json")) as stream:
+            index = json.load(stream)
+        index["manifests"] = [entry for entry in index["manifests"] if entry["platform"]["architecture"] == "arm64"]
+        for entry in index["manifests"]:
+            del entry["platform"]
+        with open(os.path.join(layout, "index.json"), "w") as stream:
+            json.dump(index, stream)
+        error = self.assertRaises(OciError, open_source, layout)
+        self.assertIn("no linux/amd64 image (platforms found: linux/arm64)", str(error))
+
+    def test_several_images(self) -> None:
+        """
+        A layout with two amd64 images needs a ref to pick one; a ref that names none is refused.
+        """
+        layout = os.path.join(self.base, "layout")
+        first = oci_layout(layout, self.layers, ref="first")
+        with open(os.path.join(layout, "index.json")) as stream:
+            index = json.load(stream)
+        second = oci_layout(os.path.join(self.base, "other"), self.layers[:1], ref="second")
+        with open(os.path.join(self.base, "other", "index.json")) as stream:
+            index["manifests"] += json.load(stream)["manifests"]
+        shutil.copytree(os.path.join(self.base, "other", "blobs"), os.path.join(layout, "blobs"), dirs_exist_ok=True)
+        with open(os.path.join(layout, "index.json"), "w") as stream:
+            json.dump(index, stream)
+        error = self.assertRaises(OciError, open_source, layout)
+        self.assertIn("several", str(error))
+        self.assertEqual(self.layer_contents(layout, "first")[:2], (first, ["one", "two"]))
+        self.assertEqual(self.layer_contents(layout, "second")[:2], (second, ["one"]))
+        self.assertRaises(OciError, open_source, layout, "third")
+
+    def test_damaged_blob(self) -> None:
+        """
+        A layer that does not match its digest is refused.
+        """
+        layout = os.path.join(self.base, "layout")
+        oci_layout(layout, self.layers)
+        blobs = os.path.join(layout, "blobs", "sha256")
+        for name in os.listdir(blobs):
+            if read(os.path.join(blobs, name))[:2] == b"\x1f\x8b":
+                with open(os.path.join(blobs, name), "ab") as stream:
+                    stream.write(b"tampered")
+        error = self.assertRaises(OciError, open_source, layout)
+        self.assertIn("digest", str(error))
+
+    def test_layout_tar(self) -> None:
+        """
+        An OCI layout packed in a tar file (also what Docker 25 and later save) is read from the tar file.
+        """
+        layout = os.path.join(self.base, "layout")
+        digest = oci_layout(layout, self.layers)
+        packed = os.path.join(self.base, "layout.tar")
+        with tarfile.open(packed, "w") as tar:
+            for name in sorted(os.listdir(layout)):
+                tar.add(os.path.join(layout, name), arcname=name)
+        self.assertEqual(self.layer_contents(packed)[:2], (digest, ["one", "two"]))
+
+    def test_docker_save(self) -> None:
+        """
+        A classic ``docker save`` tar file: its image and layers from ``manifest.json``, its tag as ref.
+        """
+        path = os.path.join(self.base, "saved.tar")
+        docker_save(path, self.layers, tag="example/app:1")
+        digest, names, ref = self.layer_contents(path)
+        self.assertTrue(digest.startswith("sha256:"))
+        self.assertEqual((names, ref), (["one", "two"], "example/app:1"))
+        self.assertEqual(self.layer_contents(path, "example/app")[1], ["one", "two"])
+        self.assertRaises(OciError, open_source, path, "other/app")
+
+    def test_docker_save_other_platform(self) -> None:
+        """
+        A ``docker save`` of an arm64 image is refused.
+        """
+        path = os.path.join(self.base, "saved.tar")
+        docker_save(path, self.layers, platform=("linux", "arm64"))
+        error = self.assertRaises(OciError, open_source, path)
+        self.assertIn("linux/arm64", str(error))
+
+    def test_not_an_image(self) -> None:
+        """
+        A directory or file that is no image is refused with a message saying so.
+        """
+        self.assertIn("neither", str(self.assertRaises(OciError, open_source, self.base)))
+        path = os.path.join(self.base, "plain")
+        with open(path, "wb") as stream:
+            stream.write(b"plain text")
+        self.assertIn("neither", str(self.assertRaises(OciError, open_source, path)))
