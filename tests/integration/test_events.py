@@ -170,8 +170,9 @@ class EventStreamTests(SharedDaemonTestCase):
 
     def test_reboot(self) -> None:
         """
-        A reboot is `rebooted`, then the agent lost and back (`agent_down`,
-        `agent_up`), which counts as a reconnect of its host group.
+        A watch of the node is an open stream until its client leaves; a reboot
+        is `rebooted`, then the agent lost and back (`agent_down`, `agent_up`),
+        which counts as a reconnect of its host group.
         """
         stream = self.stream("?tag=reboot")
         created = self.daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=3m", {"tags": ["reboot"]},
@@ -179,6 +180,15 @@ class EventStreamTests(SharedDaemonTestCase):
         hostname = created["hostname"]
         self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/demo/nodes/{hostname}")
         stream.until(lambda e: e["type"] == "agent_up")
+        # A watch of the guest counts as an open stream while its client reads it.
+        watch = http.client.HTTPConnection("127.0.0.1", self.daemon.port, timeout=60)
+        self.addCleanup(watch.close)
+        watch.request("GET", f"/vm/{hostname}/fs/watch?paths=/tmp", headers={"Accept": "text/event-stream"})
+        self.assertEqual(watch.getresponse().status, 200)
+        kind = ("vmservice_open_streams", (("kind", "watch"),))
+        self.daemon.wait_for("an open watch stream", lambda: samples(self.daemon)[kind] == 1, timeout=30)
+        watch.close()
+        self.daemon.wait_for("no open watch stream", lambda: samples(self.daemon)[kind] == 0, timeout=30)
         before = samples(self.daemon).get(("vmservice_agent_reconnects_total", (("hostgroup", "demo"),)), 0.0)
         self.daemon.post(f"/vm/{hostname}/shutdown?action=reboot")
         events = stream.until(lambda e: e["type"] == "agent_up")
