@@ -10,6 +10,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
@@ -227,6 +229,45 @@ class HubTests(SynchronousTestCase):
         stop()
         self.publish()
         self.assertEqual(heard, [1, 2])
+
+
+class SubscriberPropertyTests(SynchronousTestCase):
+    @given(st.integers(1, 6), st.integers(0, 8), st.lists(st.sampled_from(["a", "b", "pause", "resume"]), max_size=40))
+    def test_in_order_nothing_lost_silently(self, size: int, before: int, steps: list[str]) -> None:
+        """
+        Whatever the ring size and the order of publishing, pausing and
+        resuming, a subscriber gets matching events only, in id order, never
+        one twice; and every matching event it did not get lies before a gap
+        it was told of.
+        """
+        hub = EventHub(Clock().seconds, size=size)
+        for _ in range(before):
+            hub.publish(EventType.PAUSED, record(group="a"))
+        sink = Sink()
+        subscription = hub.subscribe(sink, EventFilter(hostgroup="a"), 0)
+        subscription.start()
+        for step in steps:
+            if step == "pause":
+                subscription.pauseProducing()
+            elif step == "resume":
+                subscription.resumeProducing()
+            else:
+                hub.publish(EventType.PAUSED, record(group=step))
+        subscription.resumeProducing()
+        ids = [item for item in sink.got if isinstance(item, int)]
+        self.assertEqual(ids, sorted(set(ids)))
+        self.assertEqual(subscription.last_id, hub.newest_id)
+        matching = [e for e in range(1, hub.newest_id + 1) if e <= before or steps_group(steps, before, e) == "a"]
+        lost_before = max([oldest for item in sink.got if isinstance(item, tuple) for oldest in [item[2]]],
+                          default=1)
+        self.assertTrue(set(ids) <= set(matching))
+        self.assertEqual([e for e in matching if e >= lost_before and e not in ids], [])
+
+
+def steps_group(steps: list[str], before: int, event_id: int) -> str:
+    """The host group of event ``event_id`` published by ``steps`` after ``before`` others."""
+    published = [step for step in steps if step in ("a", "b")]
+    return published[event_id - before - 1]
 
 
 class FleetEventTests(LifecycleTestCase):
