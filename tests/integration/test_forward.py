@@ -161,7 +161,7 @@ class ForwardTests(SharedGuestTestCase):
                                  capture_output=True)
         self.assertNotEqual(refused.returncode, 0)
         process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=30)
+        out, err = process.communicate(timeout=120)
         self.assertEqual(process.returncode, 0, err)
         self.assertIn(b"opening a tunnel to 127.0.0.1:8000", err)
         self.assertIn(b"upstream_refused", err)

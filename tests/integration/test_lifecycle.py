@@ -101,7 +101,7 @@ class SuspendTests(SharedGuestTestCase):
         pid = pid.strip()
         # What an exec leaves running the classic way (not a session of its own) survives too.
         self.assertEqual(daemon.run("demo-1", "nohup python3 -m http.server 8000 >/dev/null 2>&1 &")[0], 0)
-        daemon.wait_for("the web server", lambda: daemon.run("demo-1", "curl -sf localhost:8000 >/dev/null")[0] == 0, 30)
+        daemon.wait_for("the web server", lambda: daemon.run("demo-1", "curl -sf localhost:8000 >/dev/null")[0] == 0, 120)
         self.assertEqual(daemon.run("demo-1", "echo in-memory > /dev/shm/marker")[0], 0)
         before = daemon.vm_pids()
         self.assertEqual(len(before), 1)

@@ -26,6 +26,7 @@ import subprocess
 import tempfile
 import time
 from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Callable, Iterator, NotRequired, TypedDict
 
 from twisted.python.filepath import FilePath
@@ -38,7 +39,7 @@ from vmservice.images.recipe import Recipe, guest_sources, load_recipe, package_
 from vmservice.images.store import (INITRD_FILE, KERNEL_FILE, MANIFEST_FILE, ROOTFS_FILE, Image,
                                     resolve_image)
 
-__all__ = ["ArtefactRecord", "BuildError", "DEB_CACHE", "KEEP_BUILDS", "Manifest", "PYTHON_CHECK_MODULES", "build_image",
+__all__ = ["ArtefactRecord", "BuildError", "DEB_CACHE", "KEEP_BUILDS", "Manifest", "PYTHON_CHECK_MODULES", "build_image", "publish",
            "has_ssh_server", "prune_builds"]
 
 DEB_CACHE = ".debs"
@@ -212,13 +213,7 @@ def build_image(image_dir: str | FilePath[str], name: str = "default", force: bo
             os.mkdir(output)
             manifest = _build(recipe, digest, source, base, work, output, out, run)
             manifest["build_seconds"] = round(time.monotonic() - started, 1)
-            with open(os.path.join(output, MANIFEST_FILE), "w") as stream:
-                json.dump(manifest, stream, indent=2, sort_keys=True)
-                stream.write("\n")
-            if os.path.exists(final):
-                os.rename(final, os.path.join(work, "replaced"))
-            os.rename(output, final)
-            _point_link(base, name, final_name)
+            publish(base, name, final_name, output, work, manifest)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         for removed in prune_builds(base, name):
@@ -226,6 +221,23 @@ def build_image(image_dir: str | FilePath[str], name: str = "default", force: bo
     sizes = ", ".join(f"{file} {_mib(record['size'])}" for file, record in sorted(manifest["artefacts"].items()))
     out(f"done in {manifest['build_seconds']} s: {final} ({sizes})")
     return resolve_image(base, name)
+
+
+def publish(image_dir: str, name: str, final_name: str, output: str, work: str,
+            manifest: Mapping[str, object]) -> None:
+    """
+    Make the finished build in ``output`` image ``name``'s current one: write its manifest, move it to
+    ``<image_dir>/<final_name>`` (a build already there goes to ``work``, removed with it) and point the
+    ``<name>`` link at it.  Called with the image's lock held.
+    """
+    with open(os.path.join(output, MANIFEST_FILE), "w") as stream:
+        json.dump(manifest, stream, indent=2, sort_keys=True)
+        stream.write("\n")
+    final = os.path.join(image_dir, final_name)
+    if os.path.exists(final):
+        os.rename(final, os.path.join(work, "replaced"))
+    os.rename(output, final)
+    _point_link(image_dir, name, final_name)
 
 
 def _build(recipe: Recipe, digest: str, source: str, base: str, work: str, output: str,

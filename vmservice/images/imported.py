@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import json
 import os
 import shutil
 import stat
@@ -36,11 +35,11 @@ from typing import Callable
 from twisted.python.filepath import FilePath
 
 from vmservice.images import rootfs
-from vmservice.images.build import BuildError, _file_record, _locked, _point_link, build_image, prune_builds
+from vmservice.images.build import BuildError, _file_record, _locked, _point_link, build_image, prune_builds, publish
 from vmservice.images.oci import ContainerImage, ImageSource, OciError, apply_layer, open_source, resolve_inside
 from vmservice.images.recipe import RecipeError, guest_sources, load_recipe, package_root
 from vmservice.images.runtime import RUNTIME_DIR, RUNTIME_SHELL, RuntimeError_, install_runtime
-from vmservice.images.store import (INITRD_FILE, KERNEL_FILE, MANIFEST_FILE, ROOTFS_FILE, Image,
+from vmservice.images.store import (INITRD_FILE, KERNEL_FILE, ROOTFS_FILE, Image,
                                     resolve_image)
 
 __all__ = ["BASE_IMAGE", "ImportFailed", "import_image", "inittab"]
@@ -217,14 +216,7 @@ def import_image(image_dir: str | FilePath[str], name: str, path: str, *, ref: s
                 manifest["name"] = name
                 manifest["source"] = f"oci:{os.path.abspath(path)}" + (f":{container.ref}" if container.ref else "")
                 manifest["build_seconds"] = round(time.monotonic() - started, 1)
-                output = os.path.join(work, "image")
-                with open(os.path.join(output, MANIFEST_FILE), "w") as stream:
-                    json.dump(manifest, stream, indent=2, sort_keys=True)
-                    stream.write("\n")
-                if os.path.exists(final):
-                    os.rename(final, os.path.join(work, "replaced"))
-                os.rename(output, final)
-                _point_link(base_dir, name, final_name)
+                publish(base_dir, name, final_name, os.path.join(work, "image"), work, manifest)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
             for removed in prune_builds(base_dir, name):
