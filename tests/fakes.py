@@ -36,6 +36,7 @@ from vmservice.hypervisors.base import (
 from vmservice.images.store import Image, ImageNotFound
 from vmservice.network.interfaces import INodeNetwork
 from vmservice.nodes.addressing import Addressing
+from vmservice.nodes.events import EventHub
 from vmservice.nodes.fleet import Fleet
 from vmservice.nodes.guest import AgentHealth, IGuestConnection
 from vmservice.nodes.parts import DriverChoice, FleetParts
@@ -205,6 +206,7 @@ class FakeAgent(AgentGuest):
         #: Health requests wait for this Deferred when set (an agent that never answers).
         self.hold_health: Deferred[None] | None = None
         self._ready_callbacks: list[Callable[[], None]] = []
+        self._lost_callbacks: list[Callable[[], None]] = []
         #: The configuring requests answered: ``(header, body)``.
         self.requests: list[tuple[dict[str, Any], bytes]] = []
         #: Userdata requests wait for this Deferred when set; then they answer this exit code.
@@ -240,6 +242,16 @@ class FakeAgent(AgentGuest):
     def on_ready(self, callback: Callable[[], None]) -> Callable[[], None]:
         self._ready_callbacks.append(callback)
         return lambda: self._ready_callbacks.remove(callback)
+
+    def lose(self) -> None:
+        """The agent that answered is lost (its connection dropped)."""
+        self.is_ready = False
+        for callback in list(self._lost_callbacks):
+            callback()
+
+    def on_lost(self, callback: Callable[[], None]) -> Callable[[], None]:
+        self._lost_callbacks.append(callback)
+        return lambda: self._lost_callbacks.remove(callback)
 
     def open_stream(self, header: Mapping[str, Any], protocol: IProtocol) -> AgentStream:
         raise AgentUnavailable("the fake agent has no streams")
@@ -407,6 +419,9 @@ class FleetHarness:
         self.network = network or FakeNetwork()
         self.agents: list[FakeAgent] = []
         self.boots: list[tuple[str, float]] = []
+        self.restores: list[tuple[str, float]] = []
+        #: The fleet's lifecycle events, timed by the harness's clock.
+        self.events = EventHub(self.reactor.seconds)
         os.makedirs(os.path.join(state_dir, "image"), exist_ok=True)
         self.image = fake_image(os.path.join(state_dir, "image"))
         # A second image, "dev", in an image directory of the store's layout (for the image listing).
@@ -438,6 +453,8 @@ class FleetHarness:
             secrets=self.secrets,
             codehost_keys=self._codehost_keys if codehost is not None else None,
             on_boot=lambda group, seconds: self.boots.append((group, seconds)),
+            on_restore=lambda group, seconds: self.restores.append((group, seconds)),
+            events=self.events,
             wall_clock=lambda: 1_700_000_000_000_000_000,
             # An empty tree of the test's own unless given: never the host's.
             pci=pci or PciHost(os.path.join(state_dir, "sys"), os.path.join(state_dir, "dev")),

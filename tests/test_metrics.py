@@ -10,7 +10,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from twisted.trial.unittest import SynchronousTestCase
 
-from vmservice.metrics import Metrics
+from datetime import datetime, timezone
+
+from vmservice.metrics import STREAM_KINDS, Metrics
+from vmservice.nodes.events import EventType, NodeEvent
 
 
 def samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -75,3 +78,47 @@ class MetricsTests(SynchronousTestCase):
                          samples(second))
         self.assertEqual(registry.get_sample_value(
             "vmservice_http_requests_total", {"route": "/healthz", "method": "GET", "status": "200"}), 1)
+
+
+def event(kind: EventType, hostname: str = "demo-1", group: str = "demo") -> NodeEvent:
+    return NodeEvent(1, 0.0, kind, hostname, group, "Running")
+
+
+class LifecycleMetricsTests(SynchronousTestCase):
+    def test_restore(self) -> None:
+        """Each restore's duration goes to the restore histogram of its host group."""
+        metrics = Metrics()
+        metrics.observe_restore("demo", 0.3)
+        metrics.observe_restore("demo", 1.5)
+        found = samples(metrics)
+        self.assertEqual(found[("vmservice_restore_duration_seconds_count", (("hostgroup", "demo"),))], 2)
+        self.assertEqual(found[("vmservice_restore_duration_seconds_bucket", (("hostgroup", "demo"), ("le", "0.5")))], 1)
+
+    def test_events_and_reconnects(self) -> None:
+        """Events count by type (every type shown, 0 at first); an agent back after it was lost is a reconnect."""
+        metrics = Metrics()
+        self.assertEqual(samples(metrics)[("vmservice_node_events_total", (("type", "rebooted"),))], 0)
+        for kind in (EventType.AGENT_UP, EventType.AGENT_DOWN, EventType.AGENT_UP, EventType.AGENT_UP):
+            metrics.observe_event(event(kind))
+        metrics.observe_event(event(EventType.AGENT_DOWN, "other-1", "other"))
+        metrics.observe_event(event(EventType.DELETED, "other-1", "other"))
+        metrics.observe_event(event(EventType.AGENT_UP, "other-1", "other"))  # a new node of the same name
+        found = samples(metrics)
+        self.assertEqual(found[("vmservice_node_events_total", (("type", "agent_up"),))], 4)
+        self.assertEqual(found[("vmservice_agent_reconnects_total", (("hostgroup", "demo"),))], 1)
+        self.assertNotIn(("vmservice_agent_reconnects_total", (("hostgroup", "other"),)), found)
+
+    def test_open_streams(self) -> None:
+        """Every kind is shown (0 when none is open); a stream counts until closed, closing twice counts once."""
+        metrics = Metrics()
+        self.assertEqual({samples(metrics)[("vmservice_open_streams", (("kind", k),))] for k in STREAM_KINDS}, {0})
+        first, second = metrics.open_stream("exec"), metrics.open_stream("exec")
+        shell = metrics.open_stream("shell")
+        self.assertEqual(samples(metrics)[("vmservice_open_streams", (("kind", "exec"),))], 2)
+        first()
+        first()
+        shell()
+        found = samples(metrics)
+        self.assertEqual(found[("vmservice_open_streams", (("kind", "exec"),))], 1)
+        self.assertEqual(found[("vmservice_open_streams", (("kind", "shell"),))], 0)
+        second()

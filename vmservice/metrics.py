@@ -6,18 +6,29 @@ Prometheus metrics of the daemon, in a registry of its own.
 - ``vmservice_http_request_duration_seconds{route,method}``
 - ``vmservice_nodes{hostgroup,status}`` (read from the fleet at scrape time)
 - ``vmservice_boot_duration_seconds{hostgroup}`` (VM start to the agent's hello)
+- ``vmservice_restore_duration_seconds{hostgroup}`` (restore asked to the VM running again)
+- ``vmservice_agent_reconnects_total{hostgroup}`` (an agent back after it was lost)
+- ``vmservice_node_events_total{type}`` (lifecycle events published)
+- ``vmservice_open_streams{kind}`` (streams open now: exec, cp, watch, logs, shell, tunnel, events)
+
+docs/metrics.md describes each.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from .nodes.events import EventType, NodeEvent
+
 STATUSES = ("Running", "Paused", "Stopped", "Suspended")
+
+#: The kinds of open streams, each reported (0 when none is open).
+STREAM_KINDS = ("exec", "cp", "watch", "logs", "shell", "tunnel", "events")
 
 
 class _NodesCollector(Collector):
@@ -63,6 +74,26 @@ class Metrics:
             buckets=(0.5, 1, 2, 3, 4, 5, 7.5, 10, 15, 20, 30, 60, 120, 300),
             registry=self.registry,
         )
+        self.restore = Histogram(
+            "vmservice_restore_duration_seconds",
+            "Time from a restore's start to its VM running again",
+            ["hostgroup"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 20, 30, 60),
+            registry=self.registry,
+        )
+        self.reconnects = Counter(
+            "vmservice_agent_reconnects", "Times a node's agent answered again after it was lost", ["hostgroup"],
+            registry=self.registry,
+        )
+        self.events = Counter(
+            "vmservice_node_events", "Lifecycle events of the nodes, by type", ["type"], registry=self.registry
+        )
+        for kind in EventType:
+            self.events.labels(kind.value)
+        self.streams = Gauge("vmservice_open_streams", "Streams open now, by kind", ["kind"], registry=self.registry)
+        for stream in STREAM_KINDS:
+            self.streams.labels(stream)
+        self._agent_lost: set[str] = set()
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         """
@@ -86,6 +117,46 @@ class Metrics:
         """
         self.boot.labels(group).observe(seconds)
 
+    def observe_restore(self, group: str, seconds: float) -> None:
+        """
+        Record how long a restore took.
+
+        :param group: the node's host group.
+        :param seconds: from the restore's start to its VM running again.
+        """
+        self.restore.labels(group).observe(seconds)
+
+    def observe_event(self, event: NodeEvent) -> None:
+        """
+        Count a lifecycle event; an ``agent_up`` after an ``agent_down`` of the
+        same node is a reconnect.
+        """
+        self.events.labels(event.type.value).inc()
+        if event.type is EventType.AGENT_DOWN:
+            self._agent_lost.add(event.hostname)
+        elif event.type is EventType.AGENT_UP and event.hostname in self._agent_lost:
+            self._agent_lost.discard(event.hostname)
+            self.reconnects.labels(event.hostgroup).inc()
+        elif event.type is EventType.DELETED:
+            self._agent_lost.discard(event.hostname)
+
+    def open_stream(self, kind: str) -> Callable[[], None]:
+        """
+        Count a stream of ``kind`` open; returns what closes it (once, however
+        often it is called).
+        """
+        gauge = self.streams.labels(kind)
+        gauge.inc()
+        closed = False
+
+        def close() -> None:
+            nonlocal closed
+            if not closed:
+                closed = True
+                gauge.dec()
+
+        return close
+
     def watch_nodes(self, counts: Callable[[], Iterable[tuple[str, str, int]]]) -> None:
         """
         Report node counts at each scrape.
@@ -99,4 +170,4 @@ class Metrics:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
-__all__ = ["Metrics", "STATUSES"]
+__all__ = ["Metrics", "STATUSES", "STREAM_KINDS"]

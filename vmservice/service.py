@@ -41,6 +41,7 @@ from .network.host import HostNetwork, command_runner
 from .network.ipam import pool
 from .nodes.addressing import Addressing
 from .nodes.fleet import Fleet
+from .nodes.events import EventHub
 from .nodes.parts import DriverChoice, FleetParts
 from .nodes.store import NodeStore, StateDirectoryInUse
 from .secretstore import SecretStore
@@ -181,10 +182,13 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
         blocking=lambda call: deferToThreadPool(reactor, reactor.getThreadPool(), call),
         secrets=secrets,
         on_boot=metrics.observe_boot,
+        on_restore=metrics.observe_restore,
+        events=EventHub(lambda: reactor.seconds()),
         codehost_keys=_codehost(config, reactor),
         snapshots=_snapshots(reactor),
     )
     fleet = Fleet(parts)
+    parts.events.listen(metrics.observe_event)
 
     def node_counts() -> list[tuple[str, str, int]]:
         counted = Counter((r.hostgroup, r.status.value) for r in fleet.list())

@@ -205,8 +205,9 @@ class AgentTestCase(SynchronousTestCase):
     def setUp(self) -> None:
         self.clock = Clock()
         self.established: list[AgentProtocol] = []
+        self.lost: list[AgentProtocol] = []
         self.proto = AgentProtocol(
-            self.clock, on_established=self.established.append, hello_timeout=5.0,
+            self.clock, on_established=self.established.append, on_lost=self.lost.append, hello_timeout=5.0,
             agent_version="host-1",
         )
         self.transport = self.make_transport()

@@ -123,6 +123,20 @@ class ConnectionTests(ClientTestCase):
         self.assertIsNone(self.successResultOf(self.client.when_ready()))
         self.assertEqual(self.client.agent_version, "7.7.7")
 
+    def test_on_lost(self) -> None:
+        """on_lost callbacks run when a connection that was ready drops, until their stop is called."""
+        lost: list[str] = []
+        stop = self.client.on_lost(lambda: lost.append("lost"))
+        guest = self.connect()
+        guest.protocol.connectionLost(Failure(ConnectionDone()))
+        self.assertEqual(lost, ["lost"])
+        stop()
+        self.reactor.advance(1)
+        guest = self.accept()
+        guest.handshake()
+        guest.protocol.connectionLost(Failure(ConnectionDone()))
+        self.assertEqual(lost, ["lost"])
+
     def test_when_ready_cancel(self) -> None:
         """
         A cancelled when_ready is forgotten.

@@ -115,6 +115,13 @@ class ChannelTests(AgentTestCase):
             self.assertTrue(protocol.reason.check(ConnectionLost))
         self.failureResultOf(ping, ConnectionLost)
         self.assertFalse(self.proto.established)
+        self.assertEqual(self.lost, [self.proto])
+
+    def test_lost_only_once_ready(self) -> None:
+        """``on_lost`` runs when an established session ends, once; a connection never ready is no loss."""
+        self.proto.connectionLost(Failure(ConnectionDone()))
+        self.proto.connectionLost(Failure(ConnectionDone()))
+        self.assertEqual(self.lost, [self.proto])
 
     def test_agent_restart(self) -> None:
         """
@@ -132,6 +139,7 @@ class ChannelTests(AgentTestCase):
         self.assertEqual(error.code, ResetCode.PEER_RESTARTED)
         self.failureResultOf(ping, ConnectionLost)
         self.assertFalse(self.proto.established)
+        self.assertEqual(self.lost, [self.proto])
         self.guest.handshake("9.9.10")
         self.assertEqual(self.established, [self.proto, self.proto])
         self.assertEqual(self.proto.agent_version, "9.9.10")

@@ -81,6 +81,17 @@ class MetaTests(ApiTestCase):
         self.assertIn("vmservice_http_request_duration_seconds_bucket", text)
         self.assertIn("vmservice_boot_duration_seconds", text)
 
+    def test_metrics_by_route_template(self) -> None:
+        """Requests on a node's path count under the route's template: no hostname in any label."""
+        self.call("GET", "/vm/demo-7")
+        self.call("GET", "/vm/other-3/logs")
+        self.call("GET", "/vm/demo-7")
+        text = self.call("GET", "/metrics")[1].decode()
+        self.assertIn('vmservice_http_requests_total{method="GET",route="/vm/{hostname}",status="404"} 2.0', text)
+        self.assertIn('route="/vm/{hostname}/logs",status="404"} 1.0', text)
+        self.assertNotIn("demo-7", text)
+        self.assertNotIn("other-3", text)
+
     def test_unknown_route(self) -> None:
         """An unknown route is a JSON 404, never HTML; so is a trailing slash."""
         self.assertError(self.call("GET", "/nope"), 404, "route_not_found")

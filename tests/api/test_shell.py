@@ -91,7 +91,8 @@ class ShellApiTests(SynchronousTestCase):
         self.addCleanup(forget_timers)
         self.reactor = MemoryReactorClock()
         self.fleet = OneNodeFleet()
-        api = Api(self.reactor, ShellApi(self.fleet, self.reactor).routes(), Metrics(), None)  # type: ignore[arg-type]
+        self.metrics = Metrics()
+        api = Api(self.reactor, ShellApi(self.fleet, self.reactor).routes(), self.metrics, None)  # type: ignore[arg-type]
         self.site = StreamingSite(api.resource(), api.streams_body, reactor=self.reactor)
         self.connect()
         self.addCleanup(self._close)
@@ -139,6 +140,21 @@ class ShellApiTests(SynchronousTestCase):
         frames = server_frames(self.transport.value())
         self.transport.clear()
         return frames
+
+    def open_shells(self) -> float:
+        return self.metrics.registry.get_sample_value("vmservice_open_streams", {"kind": "shell"}) or 0.0
+
+    def test_open_streams(self) -> None:
+        """A shell counts as an open stream from its request until its WebSocket closes; a refused one not after."""
+        self.get()
+        self.assertEqual(self.open_shells(), 1)  # waiting for the guest
+        self.stream.deliver(encode_json_frame(STARTED, {"pid": 42}))
+        self.assertEqual(self.open_shells(), 1)  # upgraded: the WebSocket runs
+        self.transport.protocol.connectionLost(Failure(ConnectionLost()))  # type: ignore[attr-defined]
+        self.assertEqual(self.open_shells(), 0)
+        self.connect()
+        self.get(headers="")
+        self.assertEqual(self.open_shells(), 0)
 
     def test_not_an_upgrade(self) -> None:
         """A plain GET is 400 websocket_required; nothing is started."""

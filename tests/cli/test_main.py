@@ -384,6 +384,16 @@ class ExecFsParseTests(SynchronousTestCase):
         self.assertUsageError("watch", "h", "/x", "--max-events", "0")
         self.assertUsageError("watch", "h", "/x", "--timeout", "soon")
 
+    def test_events(self) -> None:
+        """events: --follow, --hostgroup, --tag, --since (default 0: everything held), --json."""
+        options = parse("events", "-f", "--hostgroup", "demo", "--tag", "ci", "--since", "41", "--json")
+        self.assertEqual((options.follow, options.hostgroup, options.tag, options.since, options.json),
+                         (True, "demo", "ci", 41, True))
+        options = parse("events")
+        self.assertEqual((options.follow, options.hostgroup, options.tag, options.since), (False, None, None, 0))
+        self.assertUsageError("events", "--since", "-1")
+        self.assertUsageError("events", "demo-1")
+
     def test_exit_status(self) -> None:
         """The exit status is the command's, an error record never 0, out-of-range codes 255."""
         self.assertEqual(exit_status(ExecRecord("exit", exit_code=3)), 3)

@@ -6,11 +6,14 @@ functions of the API's JSON.
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.cli.output import (
+    format_node_event,
     format_watch_event,
     GROUP_HEADERS,
     NODE_HEADERS,
@@ -189,6 +192,20 @@ class DescriptionTests(SynchronousTestCase):
         self.assertEqual((lines["status"], lines["snapshot"], lines["agent"]), ("Suspended", "yes", "not connected"))
         for key in ("pid", "disk", "network", "image", "hypervisor", "protected"):
             self.assertEqual(lines[key], "-", key)
+class NodeEventTests(SynchronousTestCase):
+    def test_lines(self) -> None:
+        """An event is one line: id, time, type, node, status (and a userdata's exit code); a gap says what was lost."""
+        event = {"id": 7, "time": "2024-01-02T03:04:05Z", "type": "paused", "hostname": "demo-1", "hostgroup": "demo",
+                 "status": "Paused", "tags": []}
+        self.assertEqual(format_node_event(event), "7 2024-01-02T03:04:05Z paused demo-1 Paused\n")
+        self.assertEqual(format_node_event({**event, "type": "userdata_finished", "status": "Running",
+                                            "exit_code": 0}),
+                         "7 2024-01-02T03:04:05Z userdata_finished demo-1 Running exit=0\n")
+        self.assertEqual(format_node_event({"id": 2, "type": "gap", "last_event_id": 1, "oldest_id": 3}),
+                         "2 gap: events after 1 are no longer held; resuming at 3\n")
+        self.assertEqual(format_node_event(event, as_json=True), json.dumps(event, separators=(",", ":")) + "\n")
+
+
 class WatchEventTests(SynchronousTestCase):
     def test_lines(self) -> None:
         """An event is one line: timestamp, type and path (a directory's ending in /), an overflow its message."""

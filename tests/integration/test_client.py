@@ -912,3 +912,76 @@ class WatchClientTests(WatchLoopbackCase):
                 protocol.transport.abortConnection()
         with self.assertRaises(WatchInterrupted):
             await done
+
+
+# -- lifecycle events ------------------------------------------------------
+
+
+class EventsClientTests(TestCase):
+    """:meth:`Client.events` against the real ``/events`` route on loopback, with a real event hub."""
+
+    async def setUp(self) -> None:
+        from datetime import datetime, timezone
+
+        from vmservice.api.events import EventsApi
+        from vmservice.nodes.events import EventHub
+        from vmservice.nodes.model import NodeRecord, Status
+
+        clock = MemoryReactorClock()
+        clock.advance(1_700_000_000)
+        self.hub = EventHub(clock.seconds, size=3)
+
+        class Fleet:
+            events = self.hub
+
+            def group(self, name: str) -> None:
+                if name != "demo":
+                    from vmservice.errors import NotFound
+
+                    raise NotFound(f"host group {name!r} not found", code="hostgroup_not_found")
+
+        self.record = NodeRecord(hostname="demo-1", hostgroup="demo", ram_bytes=1, cpus=1,
+                                 created_at=datetime(2024, 1, 1, tzinfo=timezone.utc), status=Status.RUNNING,
+                                 tags=("t",))
+        api = Api(clock, EventsApi(Fleet(), clock).routes(), Metrics(), None)  # type: ignore[arg-type]
+        self.url = await serve(self, api.resource())
+        self.client = Client(reactor, self.url)
+        self.addCleanup(lambda: Deferred.fromCoroutine(self.client.close()))
+
+    def publish(self, kind: str) -> None:
+        from vmservice.nodes.events import EventType
+
+        self.hub.publish(EventType(kind), self.record)
+
+    async def test_follow_and_replay(self) -> None:
+        """Following gets new events as they happen; leaving the loop unsubscribes; last_event_id replays after it."""
+        got: list[dict[str, Any]] = []
+
+        async def follow() -> None:
+            async for event in self.client.events(hostgroup="demo", tag="t"):
+                got.append(event)
+                if len(got) == 2:
+                    break
+
+        done = Deferred.fromCoroutine(follow())
+        await until(lambda: self.hub.subscribers == 1)
+        self.publish("paused")
+        self.publish("resumed")
+        await done
+        self.assertEqual([(e["id"], e["type"], e["status"], e["tags"]) for e in got],
+                         [(1, "paused", "Running", ["t"]), (2, "resumed", "Running", ["t"])])
+        await until(lambda: self.hub.subscribers == 0)
+        self.publish("rebooted")
+        self.publish("stopped")
+        replayed = [e async for e in self.client.events(last_event_id=2, follow=False)]
+        self.assertEqual([e["type"] for e in replayed], ["rebooted", "stopped"])
+        held = [e async for e in self.client.events(last_event_id=0, follow=False)]
+        self.assertEqual([e["type"] for e in held], ["gap", "resumed", "rebooted", "stopped"])
+        self.assertEqual((held[0]["last_event_id"], held[0]["oldest_id"]), (0, 2))
+
+    async def test_unknown_group(self) -> None:
+        """An unknown host group is an ApiError (404) from the first iteration."""
+        with self.assertRaises(ApiError) as caught:
+            async for _ in self.client.events(hostgroup="nope"):
+                pass
+        self.assertEqual((caught.exception.status, caught.exception.code), (404, "hostgroup_not_found"))

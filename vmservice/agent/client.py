@@ -101,6 +101,7 @@ class AgentClient(AgentGuest):
         self._protocol: Optional[AgentProtocol] = None
         self._ready: OneShotObserver[None] = OneShotObserver()
         self._ready_callbacks: list[Callable[[], None]] = []
+        self._lost_callbacks: list[Callable[[], None]] = []
         factory = Factory.forProtocol(lambda: self._build_protocol(hello_timeout))
         self._service = reconnecting_channel(
             reactor,
@@ -113,6 +114,7 @@ class AgentClient(AgentGuest):
         protocol = AgentProtocol(
             self._reactor,
             on_established=self._established,
+            on_lost=self._lost,
             hello_timeout=hello_timeout,
             log=self._log,
         )
@@ -127,6 +129,23 @@ class AgentClient(AgentGuest):
                     callback()
                 except Exception:
                     self._log.failure("a callback of the agent's readiness failed")
+
+    def _lost(self, protocol: AgentProtocol) -> None:
+        if protocol is self._protocol:
+            for callback in list(self._lost_callbacks):
+                try:
+                    callback()
+                except Exception:
+                    self._log.failure("a callback of the agent's loss failed")
+
+    def on_lost(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """
+        Call ``callback`` every time an agent that answered is lost (its
+        connection dropped, or it restarted behind it); returns a function that
+        stops it.
+        """
+        self._lost_callbacks.append(callback)
+        return lambda: self._lost_callbacks.remove(callback) if callback in self._lost_callbacks else None
 
     def on_ready(self, callback: Callable[[], None]) -> Callable[[], None]:
         """

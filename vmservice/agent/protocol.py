@@ -85,6 +85,8 @@ class AgentProtocol(Protocol):
     :param on_established: called with this protocol each time the agent
         acknowledges our session (once per connection, again after an agent
         restart).
+    :param on_lost: called with this protocol each time an established
+        session ends (the connection is lost, or the agent restarted).
     :param on_stream: called with the header of a stream the guest opens; returns
         the protocol to serve it, or ``None`` to refuse it.  Default: refuse all.
     :param hello_timeout: seconds to wait for the agent's acknowledgement before
@@ -98,6 +100,7 @@ class AgentProtocol(Protocol):
         clock: IReactorTime,
         *,
         on_established: Callable[["AgentProtocol"], None] = lambda p: None,
+        on_lost: Callable[["AgentProtocol"], None] = lambda p: None,
         on_stream: Optional[Callable[[Mapping[str, Any]], Optional[IProtocol]]] = None,
         hello_timeout: float = 10.0,
         agent_version: str = __version__,
@@ -105,6 +108,7 @@ class AgentProtocol(Protocol):
     ) -> None:
         self._clock = clock
         self._on_established = on_established
+        self._on_lost = on_lost
         self._on_stream = on_stream
         self._hello_timeout = hello_timeout
         self._agent_version = agent_version
@@ -177,6 +181,9 @@ class AgentProtocol(Protocol):
 
     def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
         self._connected = False
+        if self._ready:
+            self._ready = False
+            self._on_lost(self)
         self._cancel_hello_timer()
         lost = Failure(ConnectionLost(f"agent connection lost: {reason.getErrorMessage()}"))
         for stream in list(self._streams.values()):
@@ -286,7 +293,9 @@ class AgentProtocol(Protocol):
             self._log.info("agent ready (version {version})", version=hello.agent_version)
             self._on_established(self)
         elif not self._conn.established:
-            self._ready = False
+            if self._ready:
+                self._ready = False
+                self._on_lost(self)
             if self._hello_timer is None:
                 self._start_hello_timer()
 

@@ -6,11 +6,11 @@ renders every error as an ErrorResponse, and counts requests.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 from urllib.parse import unquote_to_bytes
 
 from klein import Klein
-from twisted.internet.defer import CancelledError
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -103,17 +103,29 @@ class Api:
     def _view(self, route: Route) -> Any:
         async def view(request: Request, **values: str) -> bytes | IResource:
             started = self._reactor.seconds()
+            # The one place open streams are counted: while the handler runs,
+            # and for an upgrade (a WebSocket) until its connection closes.
+            stream_over = self._metrics.open_stream(route.stream) if route.stream else _nothing
+            handed_over = False
             try:
-                if not route.public and not self._authorized(request):
-                    raise Unauthorized("missing or invalid bearer token")
-                for name, value in values.items():
-                    _path_value(name, value)
-                query: object = parse_query(request.args, route.query)
-                body: bytes | IResource = await route.handler(request, query, **values)
-            except CancelledError:
-                raise
-            except Exception as error:
-                body = error_body(request, error)
+                try:
+                    if not route.public and not self._authorized(request):
+                        raise Unauthorized("missing or invalid bearer token")
+                    for name, value in values.items():
+                        _path_value(name, value)
+                    query: object = parse_query(request.args, route.query)
+                    body: bytes | IResource = await route.handler(request, query, **values)
+                except CancelledError:
+                    raise
+                except Exception as error:
+                    body = error_body(request, error)
+                if not isinstance(body, bytes) and route.stream:
+                    body = _UntilClosed(body, stream_over)
+                    handed_over = True
+            finally:
+                if not handed_over:
+                    stream_over()
+            # The route's template, never the path itself: node names do not multiply the series.
             self._metrics.observe_request(route.path, route.method, request.code, self._reactor.seconds() - started)
             return body
 
@@ -142,6 +154,66 @@ class Api:
     def resource(self) -> IResource:
         """The ``IResource`` to serve."""
         return _Plain(self.app.resource())
+
+
+def _nothing() -> None:
+    """Closes no stream."""
+
+
+def _closing_of(transport: object) -> Deferred[object] | None:
+    """
+    What fires when the connection that ``transport`` carries closes, once a
+    WebSocket took it over: autobahn's ``is_closed`` of the protocol it made
+    the transport's (through a protocol wrapper, if any); ``None`` when there
+    is none.
+    """
+    protocol = getattr(transport, "wrappedProtocol", None) or getattr(transport, "protocol", None)
+    protocol = getattr(protocol, "wrappedProtocol", protocol)
+    closing = getattr(protocol, "is_closed", None)
+    return closing if isinstance(closing, Deferred) else None
+
+
+@implementer(IResource)
+class _UntilClosed:
+    """
+    The resource a route answered an upgrade with, which calls ``over`` once
+    the connection it took over closes (at once when the upgrade was refused).
+    """
+
+    isLeaf = True
+
+    def __init__(self, inner: IResource, over: Callable[[], None]) -> None:
+        self._inner = inner
+        self._over = over
+
+    def getChildWithDefault(self, name: bytes, request: IRequest) -> IResource:
+        return self
+
+    def putChild(self, path: bytes, child: IResource) -> None:
+        raise NotImplementedError
+
+    def render(self, request: IRequest) -> bytes | int:
+        channel = getattr(request, "channel", None)
+        transport = getattr(channel, "transport", None)
+        try:
+            rendered: bytes | int = self._inner.render(request)
+        except BaseException:
+            self._over()
+            raise
+        closing = _closing_of(transport) if rendered == NOT_DONE_YET else None
+        if closing is None:
+            self._over()
+        else:
+            closing.addBoth(_passing(self._over))
+        return rendered
+
+
+def _passing(call: Callable[[], None]) -> Callable[[object], object]:
+    def through(result: object) -> object:
+        call()
+        return result
+
+    return through
 
 
 @implementer(IResource)

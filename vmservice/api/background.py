@@ -177,7 +177,7 @@ class BackgroundApi:
                   {200: Reply("The exec", BackgroundExec), **_COMMON, **gone}),
             Route("GET", "/vm/{hostname}/exec/{exec_id}/logs", self.logs, "Replay and follow a background exec's output",
                   "exec", {200: Reply("NDJSON log frames", media="application/x-ndjson"), **_COMMON, **gone},
-                  query=LogsQuery),
+                  query=LogsQuery, stream="logs"),
             Route("POST", "/vm/{hostname}/exec/{exec_id}/kill", self.kill, "Signal a background exec", "exec",
                   {200: Reply("What was sent", KillResponse), **_COMMON, **gone}, body=KillRequest),
             Route("GET", "/vm/{hostname}/exec/{exec_id}/wait-exit", self.wait_exit,

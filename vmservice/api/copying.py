@@ -150,12 +150,14 @@ class CopyApi:
                 {200: Reply("Written (a file replaced atomically; a tar extracted)", CopyResult), **_errors(True)},
                 query=UploadQuery,
                 stream_body=True,
+                stream="cp",
             ),
             Route(
                 "GET", "/vm/{hostname}/cp", self.download, "Copy a file or a tar of a directory out of the node", "cp",
                 {200: Reply("The file's bytes, or a tar of the file or the directory's contents",
                             media="application/octet-stream"), **_errors(False)},
                 query=DownloadQuery,
+                stream="cp",
             ),
         ]
 

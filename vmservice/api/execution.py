@@ -109,6 +109,7 @@ class ExecApi:
                  503: Reply("The node's agent is not connected", ErrorResponse)},
                 query=ExecQuery,
                 stream_body="stdin",
+                stream="exec",
             ),
         ]
 

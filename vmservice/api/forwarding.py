@@ -210,6 +210,7 @@ class ForwardApi:
                  503: Reply("The node's agent is not connected", ErrorResponse),
                  504: Reply("Connecting to the upstream in the guest timed out", ErrorResponse)},
                 query=ForwardQuery,
+                stream="tunnel",
             ),
         ]
 

@@ -146,6 +146,22 @@ def last_event_id(request: IRequest) -> int:
     return int(text)
 
 
+def resume_after(request: IRequest, query_id: int | None) -> int | None:
+    """
+    Where an event stream that can replay resumes: after the id of the
+    ``last_event_id`` query (for clients that cannot set headers), else of
+    the ``Last-Event-ID`` header; ``None`` when neither is given (only new
+    events).
+
+    :raise BadRequest: (``invalid_header``) a header that is not a decimal uint64.
+    """
+    if query_id is not None:
+        return query_id
+    if not (request.getHeader(b"last-event-id") or b"").strip():
+        return None
+    return last_event_id(request)
+
+
 #: The actions of POST /vm/{hostname}/shutdown.
 SHUTDOWN_ACTIONS = ("shutdown", "reboot")
 
@@ -527,6 +543,7 @@ def unpacked_size(request: IRequest) -> int | None:
 
 
 __all__ = [
+    "resume_after",
     "CP_V1",
     "DEFAULT_GRACE_MS",
     "DEFAULT_WAIT",

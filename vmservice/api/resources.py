@@ -13,6 +13,7 @@ from ..nodes.fleet import Fleet
 from ..secretstore import SecretStore
 from .background import BackgroundApi
 from .copying import CopyApi
+from .events import EventsApi
 from .execution import ExecApi
 from .filesystem import FilesystemApi
 from .forwarding import ForwardApi
@@ -52,7 +53,7 @@ def every_route(
     background = BackgroundApi(fleet)
     routes += ExecApi(fleet, clock, background).routes() + background.routes()
     routes += CopyApi(fleet).routes() + LifecycleApi(fleet).routes()
-    routes += WatchApi(fleet, clock).routes()
+    routes += WatchApi(fleet, clock).routes() + EventsApi(fleet, clock).routes()
     routes += ShellApi(fleet, clock).routes()
     routes += ForwardApi(fleet, tunnel_socket_handler(fleet, clock)).routes()
     if secrets is not None:

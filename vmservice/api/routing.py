@@ -65,6 +65,8 @@ class Route:
         boolean query parameter that turns streaming on (exec's ``stdin``).
     :ivar head: GET route that also answers HEAD (documented apart).
     :ivar public: needs no authentication.
+    :ivar stream: the kind of stream a request of this route is while it is
+        served (``vmservice_open_streams{kind}``), empty for none.
     """
 
     method: str
@@ -78,6 +80,7 @@ class Route:
     stream_body: bool | str = False
     head: bool = False
     public: bool = False
+    stream: str = ""
 
     def streams(self, query: Any) -> bool:
         """Whether a request with the parsed ``query`` streams its body."""

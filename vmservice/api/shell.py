@@ -158,6 +158,7 @@ class ShellApi:
                  409: Reply("The node is paused, stopped or suspended", ErrorResponse),
                  503: Reply("The node's agent is not connected", ErrorResponse)},
                 query=ShellQuery,
+                stream="shell",
             ),
         ]
 

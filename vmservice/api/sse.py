@@ -23,9 +23,16 @@ HEARTBEAT_INTERVAL = 15.0
 HEARTBEAT = b": heartbeat\n\n"
 
 
-def sse_event(event_id: int, data: dict[str, Any]) -> bytes:
-    """One event: its ``id:`` line, one ``data:`` line of compact JSON (never a newline in it), a blank line."""
-    return b"id: %d\ndata: %s\n\n" % (event_id, json.dumps(data, separators=(",", ":")).encode("utf-8"))
+def sse_event(event_id: int | None, data: dict[str, Any], name: str | None = None) -> bytes:
+    """
+    One event: its ``id:`` line (none for ``None``), its ``event:`` line
+    (when named), one ``data:`` line of compact JSON (never a newline in
+    it), a blank line.
+    """
+    head = b"" if event_id is None else b"id: %d\n" % event_id
+    if name is not None:
+        head += b"event: %s\n" % name.encode("ascii")
+    return head + b"data: %s\n\n" % json.dumps(data, separators=(",", ":")).encode("utf-8")
 
 
 class SseStream(UpstreamRelay):
@@ -66,6 +73,11 @@ class SseStream(UpstreamRelay):
             self.next_id += 1
             self._write(sse_event(event_id, {"id": event_id, **data}))
         return event_id
+
+    def send_as(self, event_id: int | None, data: dict[str, Any], name: str | None = None) -> None:
+        """Write one event with an id of the caller's (``None``: no ``id:`` line) and an optional name."""
+        if not self._closed:
+            self._write(sse_event(event_id, data, name))
 
     def _write(self, data: bytes) -> None:
         self._request.write(data)

@@ -170,6 +170,7 @@ class WatchApi:
                  409: Reply("The node is paused, stopped or suspended", ErrorResponse),
                  503: Reply("The node's agent is not connected", ErrorResponse)},
                 query=WatchQuery,
+                stream="watch",
             ),
         ]
 

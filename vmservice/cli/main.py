@@ -496,6 +496,15 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--uid", type=_uint32, metavar="N", help="whose home ~ is (daemon default root)")
     watch.add_argument("--json", action="store_true", help="print each event as one line of JSON")
 
+    events = command("events", _events, "print the nodes' lifecycle events the daemon holds, one line each; with "
+                                        "--follow, then new ones as they happen (until Ctrl-C)")
+    events.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
+    events.add_argument("--hostgroup", metavar="GROUP", help="only events of this host group's nodes")
+    events.add_argument("--tag", metavar="TAG", help="only events of nodes with this tag")
+    events.add_argument("--since", type=_non_negative_int, metavar="ID", default=0,
+                        help="only events after this id (default: every event the daemon holds)")
+    events.add_argument("--json", action="store_true", help="print each event as one line of JSON")
+
     forward = command("forward", _forward, "forward local ports or UNIX sockets to ports or UNIX sockets in a node, "
                                            "through the daemon (until Ctrl-C)")
     forward.add_argument("hostname", metavar="NODE")
@@ -1022,6 +1031,15 @@ async def _watch(client: Client, options: argparse.Namespace, context: _Context)
     )
     async for event in events:
         context.out.write(output.format_watch_event(event, options.json))
+        context.out.flush()
+    return 0
+
+
+async def _events(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    events = client.events(hostgroup=options.hostgroup, tag=options.tag, last_event_id=options.since,
+                           follow=options.follow)
+    async for event in events:
+        context.out.write(output.format_node_event(event, options.json))
         context.out.flush()
     return 0
 

@@ -31,6 +31,7 @@ __all__ = [
     "format_health",
     "format_info",
     "format_json",
+    "format_node_event",
     "format_progress",
     "format_table",
     "format_time",
@@ -406,3 +407,21 @@ def format_watch_event(event: dict[str, Any], as_json: bool = False) -> str:
     else:
         what = str(event.get("path", "")) + ("/" if event.get("isDir") and event.get("path") != "/" else "")
     return f"{event.get('timestamp', '')} {kind} {what}\n"
+
+
+def format_node_event(event: dict[str, Any], as_json: bool = False) -> str:
+    """
+    One line for a lifecycle event: ``<id> <time> <type> <hostname> <status>``
+    (``exit=N`` after a userdata's end; a gap says what was lost), or the
+    event as compact JSON with ``as_json``.
+    """
+    if as_json:
+        return json.dumps(event, separators=(",", ":")) + "\n"
+    if event.get("type") == "gap":
+        return (f"{event.get('id', '')} gap: events after {event.get('last_event_id')} are no longer held; "
+                f"resuming at {event.get('oldest_id')}\n")
+    line = f"{event.get('id', '')} {event.get('time', '')} {event.get('type', '')} {event.get('hostname', '')} " \
+           f"{event.get('status', '')}"
+    if event.get("exit_code") is not None:
+        line += f" exit={event['exit_code']}"
+    return line + "\n"

@@ -22,6 +22,7 @@ from ..devices import assign
 from ..durable import write_atomic
 from ..errors import AgentError, BadRequest, Conflict, Internal, WaitTimeout
 from .model import CreateRequest, NodeRecord, Status, Wait, unique, valid_hostname, visible
+from .events import EventType
 from .parts import FleetParts
 from .guest import IGuestConnection
 from .readiness import NotReady, answered, wait_for_guest
@@ -134,6 +135,7 @@ class Creation:
         )
         node = self._make(record)
         parts.store.save(record)
+        node.announce(EventType.CREATED)
         log.info("creating node {hostname} in {group}", hostname=record.hostname, group=group.name)
         try:
             if userdata:

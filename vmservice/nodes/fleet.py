@@ -75,6 +75,7 @@ class Fleet(Service):
     :ivar snapshots: suspend and restore.
     :ivar tagging: a node's tags, read and changed.
     :ivar stats: the statistics of the nodes' guests.
+    :ivar events: the nodes' lifecycle events.
     """
 
     name = "fleet"
@@ -88,6 +89,7 @@ class Fleet(Service):
         self.snapshots = Snapshots(self._registry, parts)
         self.tagging = Tagging(self._registry)
         self.stats = NodeStats(self._registry, parts.clock, parts.snapshots)
+        self.events = parts.events
         self._unsubscribe: Callable[[], None] = lambda: None
 
     def _register(self, record: NodeRecord) -> NodeRuntime:

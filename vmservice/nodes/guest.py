@@ -642,6 +642,9 @@ class IGuestConnection(IGuest):
     def on_ready(callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` each time the agent answers on a new connection or after it restarted; returns a stop."""
 
+    def on_lost(callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` each time an agent that answered is lost (its connection dropped, it restarted); returns a stop."""
+
 
 __all__ = [
     "AgentHealth",

@@ -15,6 +15,7 @@ import os
 from twisted.logger import Logger
 
 from ..errors import Conflict, Internal
+from .events import EventType
 from .model import NodeRecord, Status, Wait, visible
 from .operation import Done, NodeOperations, drive, running, settled, wait_after
 from .readiness import sync_clock
@@ -68,6 +69,7 @@ class Lifecycle(NodeOperations):
             assert machine is not None
             if op is Op.REBOOT:
                 await drive("reboot", hostname, machine.reset(), machine)
+                node.announce(EventType.REBOOTED)
                 log.info("rebooting node {hostname}", hostname=hostname)
                 return Done(op, hostname)
             # Until the VM is gone, other lifecycle operations answer 409

@@ -21,6 +21,7 @@ from ..images.store import Image, ImageInfo, ImageNotFound, list_images
 from ..observer import OneShotObserver
 from ..storage.interfaces import IDisks
 from .addressing import Addressing
+from .events import EventHub
 from .guest import IGuestConnection
 from .provisioning import SecretSource
 from .store import NodeStore
@@ -64,6 +65,10 @@ def _no_metrics(socket: str, deadline: float) -> Deferred[Mapping[str, Any]]:
     return fail(LookupError("no metrics channel is configured"))
 
 
+def _wall_hub() -> EventHub:
+    return EventHub(time.time)
+
+
 @frozen
 class FleetParts:
     """
@@ -83,6 +88,9 @@ class FleetParts:
         host (``codehost_user``); None when no code host is configured.
     :ivar on_boot: called with ``(group, seconds)`` when a node's agent first
         answers after a boot, for the boot-duration metric.
+    :ivar on_restore: called with ``(group, seconds)`` when a node's VM runs
+        again after a restore, for the restore-duration metric.
+    :ivar events: where the nodes' lifecycle events are published.
     :ivar stop_grace: seconds a graceful stop waits before it kills.
     :ivar wall_clock: the time in nanoseconds since the epoch, given to
         guests whose clock stood still (resume, restore).
@@ -103,6 +111,8 @@ class FleetParts:
     secrets: SecretSource | None = None
     codehost_keys: Callable[[str], Deferred[tuple[str, ...]]] | None = None
     on_boot: Callable[[str, float], None] = field(default=_no_boots)
+    on_restore: Callable[[str, float], None] = field(default=_no_boots)
+    events: EventHub = field(factory=_wall_hub)
     stop_grace: float = 10.0
     wall_clock: Callable[[], int] = field(default=time.time_ns)
     pci: PciHost = field(factory=PciHost)

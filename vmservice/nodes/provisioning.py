@@ -124,10 +124,14 @@ class Provisioning:
     :param setup: reads what the guest is made into (the userdata script is
         read from the node's directory each time: it is not kept in memory).
     :param secrets: the secrets store.
+    :param finished: called with the userdata's outcome when it is first
+        known in this run of the daemon (the ``userdata_finished`` event).
     """
 
-    def __init__(self, hostname: str, setup: Callable[[], GuestSetup], secrets: SecretSource | None) -> None:
+    def __init__(self, hostname: str, setup: Callable[[], GuestSetup], secrets: SecretSource | None,
+                 finished: Callable[[UserdataOutcome], None] = lambda outcome: None) -> None:
         self._hostname = hostname
+        self._finished = finished
         self._setup = setup
         self._secrets = secrets
         self._configured: OneShotObserver[None] = OneShotObserver()
@@ -201,3 +205,4 @@ class Provisioning:
             log.info("node {hostname}: userdata {state}{code}", hostname=self._hostname, state=result.state,
                      code="" if result.exit_code is None else f" with exit code {result.exit_code}")
             self._userdata.fire(result)
+            self._finished(result)

@@ -23,7 +23,8 @@ from twisted.python.failure import Failure
 from ..errors import BadRequest, Conflict, Internal
 from ..hypervisors.base import HypervisorError, IMachine, MachineExit, NetSpec, describe_exit
 from ..observer import OneShotObserver
-from .guest import IGuestConnection
+from .events import DELETED, EventType, status_event
+from .guest import IGuestConnection, UserdataOutcome
 from .model import NodeRecord, Status
 from .parts import FleetParts
 from .paths import NodePaths
@@ -64,7 +65,7 @@ class NodeRuntime:
         self.phase: NodePhase = node_phase(record.hostname)
         self._up: OneShotObserver[None] = OneShotObserver()
         self._boot_started: float | None = None
-        self.provisioning = Provisioning(record.hostname, self._guest_setup, parts.secrets)
+        self.provisioning = Provisioning(record.hostname, self._guest_setup, parts.secrets, self._userdata_finished)
 
     def _guest_setup(self) -> GuestSetup:
         """What the node's guest is made into, from its record and its userdata file."""
@@ -90,10 +91,26 @@ class NodeRuntime:
         return self._up.when_fired()
 
     def set(self, status: Status, **changes: Any) -> None:
-        """Give the node a new status (and other changes), written to its file unless it is being removed."""
+        """
+        Give the node a new status (and other changes), written to its file
+        unless it is being removed; the one place a status changes, so the
+        one place its lifecycle events (:func:`.events.status_event`) come from.
+        """
+        before = self.record.status
         self.record = evolve(self.record, status=status, **changes)
         if self.phase.persists():
             self._parts.store.save(self.record)
+        happened = status_event(before, status)
+        if happened is not None:
+            self.announce(happened)
+
+    def announce(self, happened: EventType, exit_code: int | None = None, status: str | None = None) -> None:
+        """Publish that ``happened`` to the node, as it is now."""
+        self._parts.events.publish(happened, self.record, exit_code, status)
+
+    def _userdata_finished(self, outcome: UserdataOutcome) -> None:
+        if outcome.ran_script:
+            self.announce(EventType.USERDATA_FINISHED, outcome.exit_code)
 
     def retag(self, tags: tuple[str, ...]) -> None:
         """
@@ -161,7 +178,14 @@ class NodeRuntime:
         agent.start()
         agent.when_ready().addCallbacks(self._first_ready, lambda failure: None)
         agent.on_ready(lambda: self.provisioning.agent_ready(agent))
+        agent.on_ready(lambda: self._agent_news(agent, EventType.AGENT_UP))
+        agent.on_lost(lambda: self._agent_news(agent, EventType.AGENT_DOWN))
         return agent
+
+    def _agent_news(self, agent: IGuestConnection, happened: EventType) -> None:
+        """The agent came or went: news while it is the node's (not once :meth:`release` let it go)."""
+        if agent is self.agent:
+            self.announce(happened)
 
     def _first_ready(self, _: object) -> None:
         started, self._boot_started = self._boot_started, None
@@ -211,6 +235,7 @@ class NodeRuntime:
         """
         self.phase.abandon()
         self._forgotten(self)
+        self.announce(EventType.DELETED, status=DELETED)
         disk_removed = self._parts.disks.remove(self.paths.disk)
         self._parts.store.remove(self.hostname)
         return disk_removed

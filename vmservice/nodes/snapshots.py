@@ -85,6 +85,7 @@ class Snapshots(NodeOperations):
                 image = self._parts.image(self._parts.group(node.record.hostgroup), node.record.image)
                 kernel, initrd = image.kernel.path, image.initrd.path
             node.set(Status.RESTORING)
+            began = self._parts.clock.seconds()
             try:
                 net = await self._parts.addressing.attach(node.record)
                 machine = await node.spawn(kernel, initrd, net, incoming=node.paths.state)
@@ -94,6 +95,7 @@ class Snapshots(NodeOperations):
                 await node.release()
                 node.set(Status.SUSPENDED, pid=None)
                 raise
+            self._parts.on_restore(node.record.hostgroup, self._parts.clock.seconds() - began)
             node.set(Status.RUNNING)
             node.paths.discard_snapshot()
             agent = node.connect_agent()
