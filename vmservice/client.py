@@ -37,7 +37,8 @@ import json
 import os
 import stat
 from collections import deque
-from typing import IO, TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Mapping, Sequence, TypeVar, cast
+from contextlib import aclosing
+from typing import IO, TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence, TypeVar, cast
 from urllib.parse import quote
 
 import treq
@@ -1690,16 +1691,9 @@ class Client:
             "uid": uid,
         }
         response = await self._send("GET", _path("vm", hostname, "fs", "watch"), params, headers=headers)
-        body = _EventBody()
-        response.deliverBody(body)
-        try:
-            while True:
-                event = await body.next_event()
-                if event is None:
-                    return
+        async with aclosing(_events_of(response)) as stream:
+            async for event in stream:
                 yield event
-        finally:
-            body.stop()
 
     async def events(
         self,
@@ -1735,16 +1729,23 @@ class Client:
             headers[b"Last-Event-ID"] = str(last_event_id).encode("ascii")
         response = await self._send("GET", "/events", {"hostgroup": hostgroup, "tag": tag, "follow": None if follow else False},
                                    headers=headers)
-        body = _EventBody()
-        response.deliverBody(body)
-        try:
-            while True:
-                event = await body.next_event()
-                if event is None:
-                    return
+        async with aclosing(_events_of(response)) as stream:
+            async for event in stream:
                 yield event
-        finally:
-            body.stop()
+
+
+async def _events_of(response: IResponse) -> AsyncGenerator[dict[str, Any], None]:
+    """The events of a Server-Sent Events response, decoded, until it ends; leaving the loop stops reading."""
+    body = _EventBody()
+    response.deliverBody(body)
+    try:
+        while True:
+            event = await body.next_event()
+            if event is None:
+                return
+            yield event
+    finally:
+        body.stop()
 
 
 async def _first(early: Deferred[IResponse], sent: Deferred[IResponse]) -> IResponse:
