@@ -20,12 +20,13 @@ from twisted.trial.unittest import SynchronousTestCase
 import vmservice
 from tests.guest.session import GuestSessionMixin
 from vmservice.guest import agent
+from vmservice.guest.ports import find_port
 from vmservice.guest.agent import (
     AgentContext,
     GuestStream,
     Loop,
     StreamHandler,
-    find_port,
+
     system_uptime_ns,
 )
 from vmservice.wire import (

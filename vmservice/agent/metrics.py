@@ -70,6 +70,11 @@ class _Exchange(Protocol):
 
     def connectionMade(self) -> None:
         assert self.transport is not None
+        if self.answer.called:
+            # Connected after the deadline passed: hang up at once, or this connection would keep the
+            # node's next exchanges waiting (QEMU serves one connection at a time).
+            self.transport.loseConnection()
+            return
         self.transport.write(request_line(self.request_id))
 
     def dataReceived(self, data: bytes) -> None:

@@ -48,6 +48,7 @@ if __name__ == "__main__" and not __package__:
     else:
         sys.path.insert(0, _root)
 
+from vmservice.guest.ports import find_port
 from vmservice.wire.connection import Connection, Role
 from vmservice.wire.errors import LocalProtocolError, RemoteProtocolError, ResetCode
 from vmservice.wire.events import (
@@ -73,8 +74,6 @@ _HandlerArguments = TypeVarTuple("_HandlerArguments")
 
 #: Name of the virtio-serial port the host attaches the agent channel to.
 PORT_NAME = "agent"
-#: Where the kernel lists virtio-serial ports.
-SYSFS_PORTS = "/sys/class/virtio-ports"
 #: How often to look again while no host is connected, or the port is missing.
 DISCONNECTED_POLL_INTERVAL = 0.1
 #: Size of each buffer of one vectored read.  The virtio-serial driver hands out at
@@ -135,27 +134,6 @@ def system_uptime_ns(path: str = "/proc/uptime") -> int:
         text = f.read().split()[0].decode("ascii")
     seconds, _, fraction = text.partition(".")
     return int(seconds) * 1_000_000_000 + int((fraction + "000000000")[:9])
-
-
-def find_port(name: str = PORT_NAME, sysfs: str = SYSFS_PORTS, dev: str = "/dev") -> Optional[str]:
-    """
-    The device node of the virtio-serial port called ``name``, or ``None`` if there
-    is none (yet: the module may still be loading, or init has not mounted /dev).
-    """
-    try:
-        entries = sorted(os.listdir(sysfs))
-    except OSError:
-        return None
-    for entry in entries:
-        try:
-            with open(os.path.join(sysfs, entry, "name"), "rb") as f:
-                found = f.read().strip().decode("utf-8", "replace")
-        except OSError:
-            continue
-        if found == name:
-            device = os.path.join(dev, entry)
-            return device if os.path.exists(device) else None
-    return None
 
 
 # -- the event loop --------------------------------------------------------------------

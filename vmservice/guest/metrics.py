@@ -36,6 +36,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from vmservice.guest.ports import find_port
+
 if TYPE_CHECKING:
     from typing import Callable
 
@@ -57,7 +59,6 @@ __all__ = [
 
 #: Name of the virtio-serial port the host attaches the metrics channel to.
 PORT_NAME = "metrics"
-SYSFS_PORTS = "/sys/class/virtio-ports"
 #: How often to look again while no host is connected (when no SIGIO says one did).
 DISCONNECTED_POLL_INTERVAL = 0.5
 #: How often to look again for a port that is missing.
@@ -273,24 +274,6 @@ def handle_line(line: bytes, sampler: Callable[[], dict[str, object]] = sample) 
 # -- serving -------------------------------------------------------------------------------
 
 
-def find_port(name: str = PORT_NAME, sysfs: str = SYSFS_PORTS, dev: str = "/dev") -> str | None:
-    """The device node of the virtio-serial port called ``name``, or ``None``."""
-    try:
-        entries = sorted(os.listdir(sysfs))
-    except OSError:
-        return None
-    for entry in entries:
-        try:
-            with open(os.path.join(sysfs, entry, "name"), "rb") as f:
-                found = f.read().strip().decode("utf-8", "replace")
-        except OSError:
-            continue
-        if found == name:
-            device = os.path.join(dev, entry)
-            return device if os.path.exists(device) else None
-    return None
-
-
 def _write_all(fd: int, data: bytes) -> bool:
     """Write ``data`` within :data:`WRITE_DEADLINE`; ``False`` when the host went away or never took it."""
     deadline = time.monotonic() + WRITE_DEADLINE
@@ -419,7 +402,7 @@ def main(argv: list[str] | None = None) -> None:
         pass
     logged = False
     while True:
-        device = find_port()
+        device = find_port(PORT_NAME)
         if device is not None:
             break
         if not logged:
