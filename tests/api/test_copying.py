@@ -20,6 +20,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.http_headers import Headers
 
 from tests.fakes import OneNodeFleet
+from tests.api.connections import open_connection
 from tests.api.test_execution import parse_response
 from vmservice.agent.stream import StreamReset
 from vmservice.api.app import Api
@@ -46,14 +47,7 @@ class CopyApiTests(SynchronousTestCase):
 
     def connect(self) -> None:
         """A new HTTP connection (a request that waits for its stream holds its own)."""
-        self.channel = self.site.buildProtocol(None)
-        self.transport = StringTransport()
-        self.channel.makeConnection(self.transport)
-        self.addCleanup(self._close, self.channel, self.transport)
-
-    def _close(self, channel: Any, transport: StringTransport) -> None:
-        if not transport.disconnecting:
-            channel.connectionLost(Failure(ConnectionLost()))
+        self.channel, self.transport = open_connection(self, self.site)
 
     def send(self, method: str, query: str, body: bytes = b"", headers: str = "", chunked: bool = False) -> None:
         head = f"{method} /vm/demo-1/cp?{query} HTTP/1.1\r\nHost: x\r\n{headers}".encode()

@@ -19,6 +19,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.api.connections import open_connection
 from tests.api.test_execution import parse_response
 from vmservice.api.app import Api
 from vmservice.api.events import EventsApi
@@ -76,14 +77,7 @@ class EventsApiTests(SynchronousTestCase):
 
     def connect(self) -> None:
         """A new HTTP connection (a stream holds its connection)."""
-        self.channel = self.site.buildProtocol(None)
-        self.transport = StringTransport()
-        self.channel.makeConnection(self.transport)
-        self.addCleanup(self._close, self.channel, self.transport)
-
-    def _close(self, channel: Any, transport: StringTransport) -> None:
-        if not transport.disconnecting:
-            channel.connectionLost(Failure(ConnectionLost()))
+        self.channel, self.transport = open_connection(self, self.site)
 
     def get(self, query: str = "", headers: str = "", method: str = "GET") -> None:
         self.channel.dataReceived(f"{method} /events?{query} HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode())

@@ -20,7 +20,6 @@ from twisted.trial.unittest import SynchronousTestCase
 import vmservice
 from tests.guest.session import GuestSessionMixin
 from vmservice.guest import agent
-from vmservice.guest.ports import find_port
 from vmservice.guest.agent import (
     AgentContext,
     GuestStream,
@@ -29,6 +28,7 @@ from vmservice.guest.agent import (
 
     system_uptime_ns,
 )
+from vmservice.guest.ports import find_port
 from vmservice.wire import (
     INITIAL_WINDOW,
     Connection,

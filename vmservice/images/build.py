@@ -39,7 +39,7 @@ from vmservice.images.recipe import Recipe, guest_sources, load_recipe, package_
 from vmservice.images.store import (INITRD_FILE, KERNEL_FILE, MANIFEST_FILE, ROOTFS_FILE, Image,
                                     resolve_image)
 
-__all__ = ["ArtefactRecord", "BuildError", "DEB_CACHE", "KEEP_BUILDS", "Manifest", "PYTHON_CHECK_MODULES", "build_image", "publish",
+__all__ = ["ArtefactRecord", "BuildError", "DEB_CACHE", "KEEP_BUILDS", "Manifest", "PYTHON_CHECK_MODULES", "build_image", "publish", "up_to_date",
            "has_ssh_server", "prune_builds"]
 
 DEB_CACHE = ".debs"
@@ -203,9 +203,7 @@ def build_image(image_dir: str | FilePath[str], name: str = "default", force: bo
     os.makedirs(base, exist_ok=True)
     with _locked(base, name):
         if os.path.isdir(final) and not force:
-            moved = _point_link(base, name, final_name)
-            out(f"image {name}: up to date ({final}){' (link updated)' if moved else ''}")
-            return resolve_image(base, name)
+            return up_to_date(base, name, final_name, out)
         out(f"image {name}: building recipe {digest} in {base}")
         work = tempfile.mkdtemp(prefix=f".build-{name}-", dir=base)
         try:
@@ -221,6 +219,16 @@ def build_image(image_dir: str | FilePath[str], name: str = "default", force: bo
     sizes = ", ".join(f"{file} {_mib(record['size'])}" for file, record in sorted(manifest["artefacts"].items()))
     out(f"done in {manifest['build_seconds']} s: {final} ({sizes})")
     return resolve_image(base, name)
+
+
+def up_to_date(image_dir: str, name: str, final_name: str, out: Callable[[str], None]) -> Image:
+    """
+    Image ``name`` whose build ``<image_dir>/<final_name>`` is already there: the ``<name>`` link
+    pointed at it (again, if it had moved), and said so.
+    """
+    moved = _point_link(image_dir, name, final_name)
+    out(f"image {name}: up to date ({os.path.join(image_dir, final_name)}){' (link updated)' if moved else ''}")
+    return resolve_image(image_dir, name)
 
 
 def publish(image_dir: str, name: str, final_name: str, output: str, work: str,

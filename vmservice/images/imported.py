@@ -35,7 +35,7 @@ from typing import Callable
 from twisted.python.filepath import FilePath
 
 from vmservice.images import rootfs
-from vmservice.images.build import BuildError, _file_record, _locked, _point_link, build_image, prune_builds, publish
+from vmservice.images.build import BuildError, _file_record, _locked, build_image, prune_builds, publish, up_to_date
 from vmservice.images.oci import ContainerImage, ImageSource, OciError, apply_layer, open_source, resolve_inside
 from vmservice.images.recipe import RecipeError, guest_sources, load_recipe, package_root
 from vmservice.images.runtime import RUNTIME_DIR, RUNTIME_SHELL, RuntimeError_, install_runtime
@@ -208,9 +208,7 @@ def import_image(image_dir: str | FilePath[str], name: str, path: str, *, ref: s
         final = os.path.join(base_dir, final_name)
         with _locked(base_dir, name):
             if os.path.isdir(final) and not force:
-                moved = _point_link(base_dir, name, final_name)
-                out(f"image {name}: up to date ({final}){' (link updated)' if moved else ''}")
-                return resolve_image(base_dir, name)
+                return up_to_date(base_dir, name, final_name, out)
             out(f"image {name}: importing {container.digest} ({len(container.layers)} layers) from {path}")
             work = tempfile.mkdtemp(prefix=f".import-{name}-", dir=base_dir)
             try:
