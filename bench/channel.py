@@ -67,7 +67,7 @@ from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image  # noqa: E4
 from vmservice.agent.client import AgentClient  # noqa: E402
 from vmservice.agent.execution import run_collected  # noqa: E402
 from vmservice.client import Client, ExecRecord  # noqa: E402
-from vmservice.nodes.guest import ExecRequest  # noqa: E402
+from vmservice.nodes.guest_exec import ExecRequest  # noqa: E402
 from vmservice.hypervisors.base import MachineSpec  # noqa: E402
 from vmservice.hypervisors.qemu import QemuSettings, host_tsc_khz, qemu_command  # noqa: E402
 from vmservice.images.store import resolve_image  # noqa: E402

@@ -21,29 +21,12 @@ from twisted.internet.defer import Deferred, fail
 from twisted.internet.interfaces import IProtocol
 from zope.interface import implementer
 
-from ..nodes.guest import (
-    AgentHealth,
-    DownloadRequest,
-    ExecRequest,
-    ForwardRequest,
-    FsEntry,
-    GuestSecret,
-    IDownload,
-    IExecProcess,
-    IExecSink,
-    IGuest,
-    IShellSession,
-    IShellSink,
-    ITunnel,
-    IUpload,
-    IWatch,
-    IWatchSink,
-    LoginOutcome,
-    ShellRequest,
-    UploadRequest,
-    UserdataOutcome,
-    WatchRequest,
-)
+from ..nodes.guest import AgentHealth, GuestSecret, IGuest, LoginOutcome, UserdataOutcome
+from ..nodes.guest_exec import ExecRequest, IExecProcess, IExecSink
+from ..nodes.guest_files import DownloadRequest, FsEntry, IDownload, IUpload, UploadRequest
+from ..nodes.guest_shell import IShellSession, IShellSink, ShellRequest
+from ..nodes.guest_tunnel import ForwardRequest, ITunnel
+from ..nodes.guest_watch import IWatch, IWatchSink, WatchRequest
 from ..errors import AgentError
 from . import filesystem, provisioning
 from .background import AgentBackground

@@ -25,7 +25,7 @@ from zope.interface import implementer
 from ..errors import AgentError, BadRequest
 from ..nodes.background import BackgroundInfo, BackgroundRequest, ILogSink, LogFrame
 from ..nodes.fleet import Fleet
-from ..nodes.guest import ExecRequest
+from ..nodes.guest_exec import ExecRequest
 from . import inputs
 from .models import (
     BackgroundExec,

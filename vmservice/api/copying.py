@@ -36,7 +36,7 @@ from twisted.web.server import Request
 
 from ..errors import AgentError, GuestErrorKind
 from ..nodes.fleet import Fleet
-from ..nodes.guest import DownloadRequest, IUpload, UploadRequest
+from ..nodes.guest_files import DownloadRequest, IUpload, UploadRequest
 from . import inputs
 from .models import CopyResult, ErrorResponse
 from .query import COPY_SEMANTICS, CP_MODE, FILE_MODE, GUEST_PATH, SOURCE_TYPE, Boolean, Text, UserId, param

@@ -29,7 +29,7 @@ from twisted.python.failure import Failure
 from twisted.web.server import Request
 
 from ..nodes.fleet import Fleet
-from ..nodes.guest import ExecRequest, IExecProcess
+from ..nodes.guest_exec import ExecRequest, IExecProcess
 from .background import DEFAULT_RING_BYTES, MAX_RING_BYTES, BackgroundApi, check_background
 from .exec_records import BUFFERED_LIMIT, ExecCall
 from .models import BackgroundStarted, ErrorResponse

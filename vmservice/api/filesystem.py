@@ -15,7 +15,7 @@ from attrs import frozen
 from twisted.web.iweb import IRequest
 
 from ..nodes.fleet import Fleet
-from ..nodes.guest import FsEntry as GuestEntry
+from ..nodes.guest_files import FsEntry as GuestEntry
 from . import inputs
 from .models import ErrorResponse, FsEntry, FsMkdirRequest
 from .query import GUEST_PATH, Boolean, NoQuery, param

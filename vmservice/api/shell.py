@@ -35,7 +35,7 @@ from zope.interface import implementer
 
 from ..errors import AgentError
 from ..nodes.fleet import Fleet
-from ..nodes.guest import IShellSession, IShellSink, ShellRequest
+from ..nodes.guest_shell import IShellSession, IShellSink, ShellRequest
 from .models import ErrorResponse
 from .query import Text, UserId, param
 from .routing import Reply, Route

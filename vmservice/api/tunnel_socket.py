@@ -27,7 +27,7 @@ from twisted.web.server import Request
 from zope.interface import implementer
 
 from ..nodes.fleet import Fleet
-from ..nodes.guest import ForwardRequest, ITunnel, ITunnelPeer
+from ..nodes.guest_tunnel import ForwardRequest, ITunnel, ITunnelPeer
 from .forwarding import WebSocketHandler
 from .websocket import accept, check_upgrade, take_transport_producer
 

@@ -27,7 +27,7 @@ from zope.interface import implementer
 
 from ..errors import AgentError
 from ..nodes.fleet import Fleet
-from ..nodes.guest import WATCH_EVENT_TYPES, IWatchSink, WatchEvent, WatchRequest
+from ..nodes.guest_watch import IWatchSink, WATCH_EVENT_TYPES, WatchEvent, WatchRequest
 from . import inputs
 from .filesystem import rfc3339_ns
 from .models import ErrorResponse
@@ -77,7 +77,7 @@ class WatchQuery:
 @implementer(IWatchSink)
 class WatchCall:
     """
-    One watch request in flight: the :class:`~vmservice.nodes.guest.IWatchSink`
+    One watch request in flight: the :class:`~vmservice.nodes.guest_watch.IWatchSink`
     that turns guest events into SSE events, counts them, and says when the
     stream is over (:attr:`done`).
 

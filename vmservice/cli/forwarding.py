@@ -22,7 +22,7 @@ from twisted.internet.interfaces import IListeningPort, IProtocol
 from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
 
-from ..nodes.guest import ForwardRequest
+from ..nodes.guest_tunnel import ForwardRequest
 from ..tunneling import TunnelEndpoint, TunnelRefused
 
 #: The local address when a SPEC names none.

@@ -1,0 +1,161 @@
+# -*- test-case-name: tests.agent.test_copying,tests.agent.test_filesystem -*-
+"""
+Files in a node's guest: copies into it (:meth:`vmservice.nodes.guest.IGuest.upload`)
+and out of it (:meth:`~vmservice.nodes.guest.IGuest.download`), and the
+entries its file-system operations describe.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from attrs import frozen
+from twisted.internet.interfaces import IPushProducer
+from zope.interface import Attribute, Interface
+
+
+@frozen
+class UploadRequest:
+    """
+    One copy into the guest.
+
+    :ivar path: the guest path (absolute or ``~``/``~/...``; ``~`` is the
+        home directory of ``uid``, root's when it is ``None``).
+    :ivar mode: ``binary`` (the body is the file) or ``tar``.
+    :ivar uid: owner, ``None`` for the default (the replaced file's, else root).
+    :ivar gid: group, ``None`` for the default.
+    :ivar permissions: the file's mode (binary) or the directory's (tar), or ``None``.
+    :ivar semantics: ``legacy`` (``path`` is the file or directory itself) or
+        ``cp-v1`` (placed like ``cp`` would, see ``docs/api.md``).
+    :ivar source_name: cp-v1: the base name of what was copied.
+    :ivar copy_contents: cp-v1: the directory's contents go into ``path``.
+    :ivar exclude: patterns of tar entries left out.
+    :ivar unpacked_size: bytes the upload unpacks to, checked against the
+        guest's free space before anything is written.
+    """
+
+    path: str
+    mode: str = "binary"
+    uid: int | None = None
+    gid: int | None = None
+    permissions: int | None = None
+    semantics: str = "legacy"
+    source_name: str | None = None
+    copy_contents: bool = False
+    exclude: tuple[str, ...] = ()
+    unpacked_size: int | None = None
+
+
+@frozen
+class UploadResult:
+    """
+    What the guest wrote.
+
+    :ivar path: the file or directory written (``~`` expanded).
+    :ivar size: body bytes received.
+    :ivar entries: tar entries extracted (``None`` for binary).
+    """
+
+    path: str
+    size: int
+    entries: int | None = None
+
+
+class IUpload(Interface):
+    """
+    A copy into the guest in progress: write the body, end it, await
+    :attr:`result` (which may fail before the body was all sent).
+    """
+
+    result = Attribute("A Deferred firing with the UploadResult, or failing with an AgentError.")
+
+    def write(data: bytes) -> None:
+        """Send body bytes (buffered until the guest takes them)."""
+
+    def register_producer(producer: IPushProducer) -> None:
+        """Pause ``producer`` while the guest does not take more."""
+
+    def unregister_producer() -> None:
+        """Forget the producer."""
+
+    def end() -> None:
+        """The body is complete: the guest may commit it."""
+
+    def abort() -> None:
+        """Give up: the guest removes what it was writing."""
+
+
+@frozen
+class DownloadRequest:
+    """
+    One copy out of the guest.
+
+    :ivar path: the guest path.
+    :ivar mode: ``binary`` (a file's bytes), ``tar``, or ``recursive``
+        (``binary`` for a file, ``tar`` for a directory).
+    :ivar semantics: ``legacy`` or ``cp-v1`` (``tar`` is then for directories only).
+    :ivar exclude: patterns of entries left out of a tar.
+    :ivar uid: whose home directory ``~`` is (root's when ``None``).
+    """
+
+    path: str
+    mode: str = "binary"
+    semantics: str = "legacy"
+    exclude: tuple[str, ...] = ()
+    uid: int | None = None
+
+
+@frozen
+class DownloadHead:
+    """
+    What the guest says before the content.
+
+    :ivar type: ``file`` or ``directory`` (the source, not the stream's format).
+    :ivar name: the source's base name.
+    :ivar mode: the source's permission bits.
+    :ivar size: bytes that follow for a non-empty binary file, else ``None``.
+    """
+
+    type: str
+    name: str
+    mode: int
+    size: int | None
+
+
+class IDownload(IPushProducer):
+    """
+    A copy out of the guest in progress, and the push producer of its content:
+    pausing it withholds credit from the guest, which stops its reads.
+    """
+
+    head = Attribute("A Deferred firing with the DownloadHead, or failing with an AgentError.")
+    done = Attribute(
+        "A Deferred firing once all content was delivered, or failing with an AgentError of kind INTERRUPTED."
+    )
+
+    def deliver_to(write: Callable[[bytes], None]) -> None:
+        """Send the content to ``write`` from now on (what arrived already first)."""
+
+    def abort() -> None:
+        """Stop the copy (the guest stops); :attr:`done` is left unfired."""
+
+
+@frozen
+class FsEntry:
+    """
+    One file-system entry as the guest saw it (``lstat``: a symlink is itself).
+
+    :ivar name: the base name (``/`` for the root); bytes that are not UTF-8
+        arrive as U+FFFD.
+    :ivar type: ``file``, ``directory``, ``symlink``, ``char_device``,
+        ``block_device``, ``fifo``, ``socket`` or ``other``.
+    :ivar size: ``st_size`` in bytes.
+    :ivar mtime_ns: modification time, integer nanoseconds since the Unix epoch.
+    :ivar mode: permission bits including setuid, setgid and sticky.
+    """
+
+    name: str
+    type: str
+    size: int
+    mtime_ns: int
+    mode: int
