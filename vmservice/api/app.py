@@ -26,7 +26,7 @@ from ..auth import bearer_matches
 from ..errors import MethodNotAllowed as MethodNotAllowedError
 from ..errors import AgentError, BadRequest, NotFound, ServiceError, Unauthorized, http_error
 from ..metrics import Metrics
-from .models import ErrorResponse
+from .models.meta import ErrorResponse
 from .rendering import json_body
 from .query import parse_query
 from .routing import PATH_KINDS, Route

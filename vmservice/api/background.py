@@ -27,15 +27,8 @@ from ..nodes.background import BackgroundInfo, BackgroundRequest, ILogSink, LogF
 from ..nodes.fleet import Fleet
 from ..nodes.guest_exec import ExecRequest
 from . import inputs
-from .models import (
-    BackgroundExec,
-    BackgroundStarted,
-    ErrorResponse,
-    ExecDeleted,
-    KillRequest,
-    KillResponse,
-    WaitExitResponse,
-)
+from .models.background import BackgroundExec, BackgroundStarted, ExecDeleted, KillRequest, KillResponse, WaitExitResponse
+from .models.meta import ErrorResponse
 from .ndjson import NdjsonStream
 from .query import Boolean, Integer, NoQuery, param
 from .rendering import json_body, rfc3339

@@ -38,7 +38,8 @@ from ..errors import AgentError, GuestErrorKind
 from ..nodes.fleet import Fleet
 from ..nodes.guest_files import DownloadRequest, IUpload, UploadRequest
 from . import inputs
-from .models import CopyResult, ErrorResponse
+from .models.files import CopyResult
+from .models.meta import ErrorResponse
 from .query import COPY_SEMANTICS, CP_MODE, FILE_MODE, GUEST_PATH, SOURCE_TYPE, Boolean, Text, UserId, param
 from .rendering import format_mode, json_body
 from .request_body import RequestBody

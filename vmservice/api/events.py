@@ -30,7 +30,7 @@ from ..nodes.events import EventFilter, EventHub, IEventSink, NodeEvent
 from ..nodes.fleet import Fleet
 from . import inputs
 from .filesystem import rfc3339_ns
-from .models import ErrorResponse
+from .models.meta import ErrorResponse
 from .query import Boolean, Integer, Text, param
 from .routing import Reply, Route
 from .sse import HEARTBEAT_INTERVAL, SseStream

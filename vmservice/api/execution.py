@@ -32,7 +32,8 @@ from ..nodes.fleet import Fleet
 from ..nodes.guest_exec import ExecRequest, IExecProcess
 from .background import DEFAULT_RING_BYTES, MAX_RING_BYTES, BackgroundApi, check_background
 from .exec_records import BUFFERED_LIMIT, ExecCall
-from .models import BackgroundStarted, ErrorResponse
+from .models.background import BackgroundStarted
+from .models.meta import ErrorResponse
 from .ndjson import NdjsonStream
 from .query import UMASK, Boolean, Choice, Integer, Text, UserId, param
 from .rendering import json_body

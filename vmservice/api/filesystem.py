@@ -17,7 +17,8 @@ from twisted.web.iweb import IRequest
 from ..nodes.fleet import Fleet
 from ..nodes.guest_files import FsEntry as GuestEntry
 from . import inputs
-from .models import ErrorResponse, FsEntry, FsMkdirRequest
+from .models.files import FsEntry, FsMkdirRequest
+from .models.meta import ErrorResponse
 from .query import GUEST_PATH, Boolean, NoQuery, param
 from .rendering import format_mode, json_body
 from .routing import Reply, Route

@@ -40,7 +40,7 @@ from zope.interface import implementer
 from ..errors import BadRequest, NotSupported
 from ..nodes.fleet import Fleet
 from ..nodes.guest_tunnel import ForwardRequest, ITunnel, ITunnelPeer
-from .models import ErrorResponse
+from .models.meta import ErrorResponse
 from .query import Text, param
 from .routing import Reply, Route
 

@@ -10,7 +10,7 @@ from twisted.web.iweb import IRequest
 
 from ..images.store import ImageInfo
 from ..nodes.fleet import Fleet
-from .models import ImageSummary
+from .models.meta import ImageSummary
 from .query import NoQuery
 from .rendering import json_body
 from .routing import Reply, Route

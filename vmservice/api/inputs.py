@@ -33,7 +33,10 @@ from ..nodes.transitions import Op
 from ..sshkeys import InvalidPublicKey, parse_public_key
 from ..structuring import format_path, strict_converter, structure_errors
 from ..secretstore import DEFAULT_PERMISSIONS, MAX_SECRET_SIZE, SecretChange, SecretSpec
-from .models import CreateNodeRequest, CreateSecretRequest, FsMkdirRequest, KillRequest, TagsUpdate, UpdateSecretRequest
+from .models.background import KillRequest
+from .models.files import FsMkdirRequest
+from .models.nodes import CreateNodeRequest, TagsUpdate
+from .models.secrets import CreateSecretRequest, UpdateSecretRequest
 from .query import FILE_MODE, GUEST_PATH, Choice, Duration, param
 
 T = TypeVar("T")

@@ -18,7 +18,7 @@ from ..nodes.fleet import Fleet
 from ..nodes.operation import Done
 from ..nodes.transitions import Op
 from . import inputs
-from .models import CreateNodeResponse
+from .models.nodes import CreateNodeResponse
 from .nodes import create_response, shielded
 from .query import Choice, NoQuery, param
 from .rendering import json_body, text_body

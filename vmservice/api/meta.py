@@ -14,7 +14,7 @@ from twisted.web.iweb import IRequest
 from .. import __version__
 from ..metrics import Metrics
 from ..version import git_commit, go_platform
-from .models import Info
+from .models.meta import Info
 from .openapi import openapi_document
 from .query import NoQuery
 from .rendering import json_body, text_body

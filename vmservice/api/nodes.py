@@ -14,7 +14,7 @@ from twisted.web.iweb import IRequest
 from ..nodes.fleet import Fleet
 from ..nodes.model import NodeRecord
 from . import inputs
-from .models import CreateNodeRequest, CreateNodeResponse, DeleteResponse, HostGroup, Node
+from .models.nodes import CreateNodeRequest, CreateNodeResponse, DeleteResponse, HostGroup, Node
 from .query import NoQuery, Text, param
 from .rendering import json_body
 from .routing import Reply, Route

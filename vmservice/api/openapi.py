@@ -14,7 +14,7 @@ from typing import Any, Iterable
 import attrs
 
 from .. import __version__
-from .models import ErrorResponse
+from .models.meta import ErrorResponse
 from .query import parameters as query_parameters
 from .routing import PATH_KINDS, Route
 
@@ -56,7 +56,7 @@ def model_schema(model: type, components: dict[str, Any]) -> str:
     required: list[str] = []
     for field in attrs.fields(model):
         schema, nullable = _schema(hints[field.name], components)
-        # Constraints the input parser enforces beyond the type (see models.py).
+        # Constraints the input parser enforces beyond the type (see models/fields.py).
         properties[field.name] = {**schema, **field.metadata.get("schema", {})}
         if field.default is attrs.NOTHING and not nullable:
             required.append(field.name)

@@ -21,7 +21,8 @@ from twisted.web.iweb import IRequest
 from ..errors import BadRequest
 from ..secretstore import SecretMeta, SecretStore
 from . import inputs
-from .models import CreateSecretRequest, ErrorResponse, Secret, UpdateSecretRequest
+from .models.meta import ErrorResponse
+from .models.secrets import CreateSecretRequest, Secret, UpdateSecretRequest
 from .query import NoQuery
 from .rendering import format_mode, json_body
 from .routing import Reply, Route

@@ -36,7 +36,7 @@ from zope.interface import implementer
 from ..errors import AgentError
 from ..nodes.fleet import Fleet
 from ..nodes.guest_shell import IShellSession, IShellSink, ShellRequest
-from .models import ErrorResponse
+from .models.meta import ErrorResponse
 from .query import Text, UserId, param
 from .routing import Reply, Route
 from .shell_bridge import ShellBridge

@@ -11,7 +11,8 @@ from twisted.web.iweb import IRequest
 
 from ..nodes.fleet import Fleet
 from ..nodes.stats import STATS_DEADLINE, NodeStat as DomainNodeStat, Snapshot as DomainSnapshot
-from .models import Node, NodeStat, Snapshot
+from .models.nodes import Node
+from .models.stats import NodeStat, Snapshot
 from .nodes import node_json
 from .query import NoQuery
 from .rendering import json_body

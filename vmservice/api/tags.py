@@ -13,7 +13,8 @@ from twisted.web.iweb import IRequest
 
 from ..nodes.fleet import Fleet
 from . import inputs
-from .models import ErrorResponse, NodeTags, TagsUpdate
+from .models.meta import ErrorResponse
+from .models.nodes import NodeTags, TagsUpdate
 from .query import NoQuery
 from .rendering import json_body
 from .routing import Reply, Route

@@ -23,15 +23,8 @@ from ..errors import ServiceError
 from ..nodes.description import NetworkFacts, NodeDescription as Description
 from ..nodes.fleet import Fleet
 from ..nodes.readiness import HEALTH_LIMIT
-from .models import (
-    AgentHealth,
-    DiskDescription,
-    ErrorResponse,
-    LogsResponse,
-    NetworkDescription,
-    NetworkPolicy,
-    NodeDescription,
-)
+from .models.meta import ErrorResponse
+from .models.nodes import AgentHealth, DiskDescription, LogsResponse, NetworkDescription, NetworkPolicy, NodeDescription
 from .nodes import node_json
 from .query import Integer, NoQuery, param
 from .rendering import json_body

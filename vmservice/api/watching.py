@@ -30,7 +30,7 @@ from ..nodes.fleet import Fleet
 from ..nodes.guest_watch import IWatchSink, WATCH_EVENT_TYPES, WatchEvent, WatchRequest
 from . import inputs
 from .filesystem import rfc3339_ns
-from .models import ErrorResponse
+from .models.meta import ErrorResponse
 from .query import GUEST_PATH, Boolean, Choice, Duration, Integer, Text, UserId, param
 from .routing import Reply, Route
 from .sse import HEARTBEAT_INTERVAL, SseStream
