@@ -3,7 +3,7 @@
 ``/vm/{hostname}/cp`` (:mod:`vmservice.api.copying`) through the real Api on a
 :class:`~vmservice.api.streaming.StreamingSite` and an HTTP/1.1 channel over a
 ``StringTransport``, with a fake agent whose copy streams the test drives;
-plus the parsers in :mod:`vmservice.api.inputs` and a round trip over
+plus the parsers in :mod:`vmservice.api.inputs.copies` and a round trip over
 treq's StubTreq.
 """
 

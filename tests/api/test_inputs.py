@@ -1,4 +1,4 @@
-"""Tests for :mod:`vmservice.api.inputs`: JSON bodies, modes from headers, wait and shutdown actions."""
+"""Tests for :mod:`vmservice.api.inputs` (its modules): JSON bodies, modes from headers, wait and shutdown actions."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.test.requesthelper import DummyRequest
 
-from vmservice.api import inputs
+from vmservice.api.inputs.copies import cp_download_mode, cp_mode, cp_semantics, cp_source, cp_upload_mode, unpacked_size
+from vmservice.api.inputs.filesystem import fs_mkdir_request
+from vmservice.api.inputs.lifecycle import shutdown_action, wait_for
+from vmservice.api.inputs.nodes import create_request
 from vmservice.errors import BadRequest
 from vmservice.nodes.model import CreateRequest, Wait
 from vmservice.nodes.transitions import Op
@@ -30,18 +33,18 @@ def _request(body: Any = b"", headers: dict[bytes, bytes] | None = None) -> Dumm
 class BodyTests(SynchronousTestCase):
     def test_create(self) -> None:
         """A create body becomes the domain's request; zero values of unsupported fields are fine."""
-        request = inputs.create_request(_request({"hostname": "web", "tags": ["a"], "cpus": 0, "userdata": ""}))
+        request = create_request(_request({"hostname": "web", "tags": ["a"], "cpus": 0, "userdata": ""}))
         self.assertEqual(request, CreateRequest(hostname="web", tags=("a",)))
-        self.assertEqual(inputs.create_request(_request()), CreateRequest())
+        self.assertEqual(create_request(_request()), CreateRequest())
 
     def test_create_devices(self) -> None:
         """PCI addresses are made full, each once; gpu_count is taken as given (0 when null)."""
-        request = inputs.create_request(_request({"pci_devices": ["01:00.0", "0000:01:00.0", "0000:0A:00.1"],
+        request = create_request(_request({"pci_devices": ["01:00.0", "0000:01:00.0", "0000:0A:00.1"],
                                                   "gpu_count": 2}))
         self.assertEqual((request.pci_devices, request.gpu_count), (("0000:01:00.0", "0000:0a:00.1"), 2))
-        request = inputs.create_request(_request({"pci_devices": None, "gpu_count": None}))
+        request = create_request(_request({"pci_devices": None, "gpu_count": None}))
         self.assertEqual((request.pci_devices, request.gpu_count), ((), 0))
-        error = self.assertRaises(BadRequest, inputs.create_request, _request({"pci_devices": ["01:00.0", "x"]}))
+        error = self.assertRaises(BadRequest, create_request, _request({"pci_devices": ["01:00.0", "x"]}))
         self.assertIn("pci_devices[1]", error.message)
 
     def test_create_refusals(self) -> None:
@@ -74,7 +77,7 @@ class BodyTests(SynchronousTestCase):
             (b"{", "invalid_json"),
         ]
         for body, code in cases:
-            error = self.assertRaises(BadRequest, inputs.create_request, _request(body))
+            error = self.assertRaises(BadRequest, create_request, _request(body))
             self.assertEqual(error.code, code, body)
 
     def test_ssh_keys(self) -> None:
@@ -82,49 +85,49 @@ class BodyTests(SynchronousTestCase):
         Keys are checked by the one parser and kept as its normalised lines, each once; a refusal names
         the key's index and what is wrong.
         """
-        request = inputs.create_request(_request({"ssh_keys": [f"  {KEY}  me@laptop\n", f"{KEY} me@laptop"],
+        request = create_request(_request({"ssh_keys": [f"  {KEY}  me@laptop\n", f"{KEY} me@laptop"],
                                                   "codehost_user": "Octo-Cat"}))
         self.assertEqual((request.ssh_keys, request.codehost_user), ((f"{KEY} me@laptop",), "Octo-Cat"))
-        error = self.assertRaises(BadRequest, inputs.create_request,
+        error = self.assertRaises(BadRequest, create_request,
                                   _request({"ssh_keys": [KEY, f'from="10.0.0.1" {KEY}']}))
         self.assertEqual(error.message, "field 'ssh_keys[1]' is not an OpenSSH public key: options before the key "
                                         "type are not accepted")
-        self.assertIsNone(inputs.create_request(_request({"codehost_user": ""})).codehost_user)
+        self.assertIsNone(create_request(_request({"codehost_user": ""})).codehost_user)
 
     def test_mkdir(self) -> None:
         """mkdir's body: a guest path, recursive, an octal mode (0755 when empty)."""
-        self.assertEqual(inputs.fs_mkdir_request(_request({"path": "/srv/a"})), ("/srv/a", False, 0o755))
-        self.assertEqual(inputs.fs_mkdir_request(_request({"path": "~/a", "recursive": True, "mode": "0700"})),
+        self.assertEqual(fs_mkdir_request(_request({"path": "/srv/a"})), ("/srv/a", False, 0o755))
+        self.assertEqual(fs_mkdir_request(_request({"path": "~/a", "recursive": True, "mode": "0700"})),
                          ("~/a", True, 0o700))
-        self.assertEqual(self.assertRaises(BadRequest, inputs.fs_mkdir_request, _request({"path": "a"})).code,
+        self.assertEqual(self.assertRaises(BadRequest, fs_mkdir_request, _request({"path": "a"})).code,
                          "invalid_path")
-        self.assertEqual(self.assertRaises(BadRequest, inputs.fs_mkdir_request,
+        self.assertEqual(self.assertRaises(BadRequest, fs_mkdir_request,
                                            _request({"path": "/a", "mode": "rwx"})).code, "invalid_mode")
 
 
 class ChoiceTests(SynchronousTestCase):
     def test_wait(self) -> None:
         """wait=agent waits for the agent, wait=userdata for the userdata too, absent waits for nothing."""
-        self.assertEqual((inputs.wait("agent"), inputs.wait("userdata"), inputs.wait(None)),
+        self.assertEqual((wait_for("agent"), wait_for("userdata"), wait_for(None)),
                          (Wait.AGENT, Wait.USERDATA, Wait.NONE))
 
     def test_shutdown_action(self) -> None:
         """The query's action wins over the body's; reboot is the default; others are refused."""
-        self.assertIs(inputs.shutdown_action(_request({"action": "reboot"}), "shutdown"), Op.SHUTDOWN)
-        self.assertIs(inputs.shutdown_action(_request({"action": "shutdown"}), None), Op.SHUTDOWN)
-        self.assertIs(inputs.shutdown_action(_request(), None), Op.REBOOT)
+        self.assertIs(shutdown_action(_request({"action": "reboot"}), "shutdown"), Op.SHUTDOWN)
+        self.assertIs(shutdown_action(_request({"action": "shutdown"}), None), Op.SHUTDOWN)
+        self.assertIs(shutdown_action(_request(), None), Op.REBOOT)
         for body in ({"action": "halt"}, {"action": 3}):
-            self.assertEqual(self.assertRaises(BadRequest, inputs.shutdown_action, _request(body), None).code,
+            self.assertEqual(self.assertRaises(BadRequest, shutdown_action, _request(body), None).code,
                              "invalid_action")
 
     def test_cp_mode(self) -> None:
         """The mode parameter wins; else tar when the header names only the tar media type."""
         tar = {b"content-type": b"application/x-tar"}
-        self.assertEqual(inputs.cp_mode(_request(headers=tar), "binary", b"content-type"), "binary")
-        self.assertEqual(inputs.cp_mode(_request(headers=tar), None, b"content-type"), "tar")
+        self.assertEqual(cp_mode(_request(headers=tar), "binary", b"content-type"), "binary")
+        self.assertEqual(cp_mode(_request(headers=tar), None, b"content-type"), "tar")
         both = {b"accept": b"application/octet-stream, application/x-tar"}
-        self.assertEqual(inputs.cp_mode(_request(headers=both), None, b"accept"), "binary")
-        self.assertEqual(inputs.cp_mode(_request(), None, b"accept"), "binary")
+        self.assertEqual(cp_mode(_request(headers=both), None, b"accept"), "binary")
+        self.assertEqual(cp_mode(_request(), None, b"accept"), "binary")
 
 
 class CopyInputTests(SynchronousTestCase):
@@ -133,48 +136,48 @@ class CopyInputTests(SynchronousTestCase):
     def test_semantics(self) -> None:
         """A cp-v1-* mode or copy_semantics=cp-v1 is cp-v1; anything else legacy."""
         for mode in ("cp-v1-binary", "cp-v1-tar", "cp-v1-recursive"):
-            self.assertEqual(inputs.cp_semantics(mode, None), "cp-v1")
-        self.assertEqual(inputs.cp_semantics("binary", "cp-v1"), "cp-v1")
-        self.assertEqual(inputs.cp_semantics(None, "cp-v1"), "cp-v1")
-        self.assertEqual(inputs.cp_semantics("tar", None), "legacy")
-        self.assertEqual(inputs.cp_semantics(None, None), "legacy")
+            self.assertEqual(cp_semantics(mode, None), "cp-v1")
+        self.assertEqual(cp_semantics("binary", "cp-v1"), "cp-v1")
+        self.assertEqual(cp_semantics(None, "cp-v1"), "cp-v1")
+        self.assertEqual(cp_semantics("tar", None), "legacy")
+        self.assertEqual(cp_semantics(None, None), "legacy")
 
     def test_upload_mode(self) -> None:
         """cp-v1-binary/tar are binary/tar; cp-v1-recursive goes by source_type, else by Content-Type."""
         tar = _request(headers={b"content-type": b"application/x-tar"})
-        self.assertEqual(inputs.cp_upload_mode(tar, "cp-v1-binary", None), "binary")
-        self.assertEqual(inputs.cp_upload_mode(_request(), "cp-v1-tar", None), "tar")
-        self.assertEqual(inputs.cp_upload_mode(tar, "cp-v1-recursive", "file"), "binary")
-        self.assertEqual(inputs.cp_upload_mode(_request(), "cp-v1-recursive", "directory"), "tar")
-        self.assertEqual(inputs.cp_upload_mode(tar, "cp-v1-recursive", None), "tar")
-        self.assertEqual(inputs.cp_upload_mode(_request(), "cp-v1-recursive", None), "binary")
-        self.assertEqual(inputs.cp_upload_mode(tar, None, None), "tar")
+        self.assertEqual(cp_upload_mode(tar, "cp-v1-binary", None), "binary")
+        self.assertEqual(cp_upload_mode(_request(), "cp-v1-tar", None), "tar")
+        self.assertEqual(cp_upload_mode(tar, "cp-v1-recursive", "file"), "binary")
+        self.assertEqual(cp_upload_mode(_request(), "cp-v1-recursive", "directory"), "tar")
+        self.assertEqual(cp_upload_mode(tar, "cp-v1-recursive", None), "tar")
+        self.assertEqual(cp_upload_mode(_request(), "cp-v1-recursive", None), "binary")
+        self.assertEqual(cp_upload_mode(tar, None, None), "tar")
 
     def test_download_mode(self) -> None:
         """cp-v1-recursive is recursive; the others as their legacy mode."""
         both = _request(headers={b"accept": b"application/octet-stream, application/x-tar"})
-        self.assertEqual(inputs.cp_download_mode(both, "cp-v1-recursive"), "recursive")
-        self.assertEqual(inputs.cp_download_mode(both, "cp-v1-tar"), "tar")
-        self.assertEqual(inputs.cp_download_mode(both, "cp-v1-binary"), "binary")
-        self.assertEqual(inputs.cp_download_mode(_request(headers={b"accept": b"application/x-tar"}), None), "tar")
+        self.assertEqual(cp_download_mode(both, "cp-v1-recursive"), "recursive")
+        self.assertEqual(cp_download_mode(both, "cp-v1-tar"), "tar")
+        self.assertEqual(cp_download_mode(both, "cp-v1-binary"), "binary")
+        self.assertEqual(cp_download_mode(_request(headers={b"accept": b"application/x-tar"}), None), "tar")
 
     def test_source(self) -> None:
         """Legacy ignores the cp-v1 parameters; cp-v1 checks them against each other and the mode."""
-        self.assertEqual(inputs.cp_source("legacy", "binary", "a/b", "directory", True), (None, False))
-        self.assertEqual(inputs.cp_source("cp-v1", "binary", "f.txt", "file", False), ("f.txt", False))
-        self.assertEqual(inputs.cp_source("cp-v1", "tar", "", "directory", True), (None, True))
-        self.assertEqual(inputs.cp_source("cp-v1", "tar", "src", None, True), ("src", True))
+        self.assertEqual(cp_source("legacy", "binary", "a/b", "directory", True), (None, False))
+        self.assertEqual(cp_source("cp-v1", "binary", "f.txt", "file", False), ("f.txt", False))
+        self.assertEqual(cp_source("cp-v1", "tar", "", "directory", True), (None, True))
+        self.assertEqual(cp_source("cp-v1", "tar", "src", None, True), ("src", True))
         for args in (("binary", "f", "directory", False), ("tar", "d", "file", False), ("binary", "f", "file", True),
                      ("binary", "a/b", None, False), ("tar", "..", None, False), ("tar", ".", None, True),
                      ("binary", None, "file", False), ("tar", "", "directory", False)):
-            error = self.assertRaises(BadRequest, inputs.cp_source, "cp-v1", *args)
+            error = self.assertRaises(BadRequest, cp_source, "cp-v1", *args)
             self.assertEqual(error.code, "invalid_query", args)
 
     @given(st.integers(0, 10**20 - 1), st.sampled_from(["", " ", "\t"]))
     def test_unpacked_size(self, size: int, space: str) -> None:
         """Any count of bytes in decimal digits (around spaces) is read; the last of several wins."""
         text = f"{space}{size}{space}".encode()
-        self.assertEqual(inputs.unpacked_size(_request(headers={b"x-slicer-unpacked-size": text})), size)
+        self.assertEqual(unpacked_size(_request(headers={b"x-slicer-unpacked-size": text})), size)
 
     @given(st.text(min_size=1, max_size=12).filter(lambda t: not t.strip(" \t").isdigit() or not t.strip(" \t").isascii()
                                                     or len(t.strip(" \t")) > 20))
@@ -183,11 +186,11 @@ class CopyInputTests(SynchronousTestCase):
         raw = text.encode("utf-8")
         if b"\r" in raw or b"\n" in raw:
             return
-        error = self.assertRaises(BadRequest, inputs.unpacked_size, _request(headers={b"x-slicer-unpacked-size": raw}))
+        error = self.assertRaises(BadRequest, unpacked_size, _request(headers={b"x-slicer-unpacked-size": raw}))
         self.assertEqual(error.code, "invalid_header")
 
     def test_unpacked_size_absent(self) -> None:
         """No header is None; examples of refused values."""
-        self.assertIsNone(inputs.unpacked_size(_request()))
+        self.assertIsNone(unpacked_size(_request()))
         for bad in (b"-1", b"1.5", b"10MB", b"", b"0x10", b"1" * 21):
-            self.assertRaises(BadRequest, inputs.unpacked_size, _request(headers={b"x-slicer-unpacked-size": bad}))
+            self.assertRaises(BadRequest, unpacked_size, _request(headers={b"x-slicer-unpacked-size": bad}))

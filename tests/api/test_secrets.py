@@ -1,7 +1,7 @@
 """
 Tests for ``/secrets`` (:mod:`vmservice.api.secrets`) and the parsers of
-its bodies (:func:`vmservice.api.inputs.secret_create`,
-:func:`~vmservice.api.inputs.secret_update`), through a real Site and Agent
+its bodies (:func:`vmservice.api.inputs.secrets.secret_create`,
+:func:`~vmservice.api.inputs.secrets.secret_update`), through a real Site and Agent
 over in-memory connections, with a real store in a temporary directory and
 the fleet on fakes.
 """
@@ -31,7 +31,7 @@ from tests.api.test_execution import parse_response
 from tests.fakes import FleetHarness
 from vmservice import durable
 from vmservice.api.app import Api
-from vmservice.api.inputs import MAX_SECRET_BODY, secret_create, secret_update
+from vmservice.api.inputs.secrets import MAX_SECRET_BODY, secret_create, secret_update
 from vmservice.api.openapi import openapi_document
 from vmservice.api.resources import every_route
 from vmservice.api.streaming import StreamingSite

@@ -1,6 +1,6 @@
 """
 Tests for ``GET``/``PATCH /vm/{hostname}/tags`` (:mod:`vmservice.api.tags`)
-and the parser of their body (:func:`vmservice.api.inputs.tag_edit`), through
+and the parser of their body (:func:`vmservice.api.inputs.tags.tag_edit`), through
 a real Site and Agent over in-memory connections, with the fleet on fakes.
 """
 
@@ -17,7 +17,7 @@ from twisted.web.test.requesthelper import DummyRequest
 
 from tests.api.test_app import ApiTestCase
 from vmservice.api.app import Api
-from vmservice.api.inputs import tag_edit
+from vmservice.api.inputs.tags import tag_edit
 from vmservice.api.resources import every_route
 from vmservice.errors import BadRequest
 from vmservice.nodes.model import MAX_TAG_LENGTH, MAX_TAGS, tag_problem

@@ -26,7 +26,7 @@ from ..errors import AgentError, BadRequest
 from ..nodes.background import BackgroundInfo, BackgroundRequest, ILogSink, LogFrame
 from ..nodes.fleet import Fleet
 from ..nodes.guest_exec import ExecRequest
-from . import inputs
+from .inputs.background import kill_request
 from .models.background import BackgroundExec, BackgroundStarted, ExecDeleted, KillRequest, KillResponse, WaitExitResponse
 from .models.meta import ErrorResponse
 from .ndjson import NdjsonStream
@@ -199,7 +199,7 @@ class BackgroundApi:
         return json_body(request, exec_record(await self._fleet.guest(hostname).background.info(exec_id)))
 
     async def kill(self, request: Request, query: NoQuery, hostname: str, exec_id: str) -> bytes:
-        signal, grace_ms = inputs.kill_request(request)
+        signal, grace_ms = kill_request(request)
         outcome = await self._fleet.guest(hostname).background.kill(exec_id, signal, grace_ms)
         return json_body(request, KillResponse(outcome.exec_id, outcome.pid, outcome.running, outcome.signal_sent))
 

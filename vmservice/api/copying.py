@@ -37,7 +37,7 @@ from twisted.web.server import Request
 from ..errors import AgentError, GuestErrorKind
 from ..nodes.fleet import Fleet
 from ..nodes.guest_files import DownloadRequest, IUpload, UploadRequest
-from . import inputs
+from .inputs.copies import cp_download_mode, cp_semantics, cp_source, cp_upload_mode, unpacked_size
 from .models.files import CopyResult
 from .models.meta import ErrorResponse
 from .query import COPY_SEMANTICS, CP_MODE, FILE_MODE, GUEST_PATH, SOURCE_TYPE, Boolean, Text, UserId, param
@@ -76,12 +76,12 @@ class UploadQuery:
 
     def upload(self, request: IRequest) -> UploadRequest:
         """The guest's upload; the mode comes from ``Content-Type`` when not given."""
-        mode = inputs.cp_upload_mode(request, self.mode, self.source_type)
-        semantics = inputs.cp_semantics(self.mode, self.copy_semantics)
-        name, contents = inputs.cp_source(semantics, mode, self.source_name, self.source_type, self.copy_contents)
+        mode = cp_upload_mode(request, self.mode, self.source_type)
+        semantics = cp_semantics(self.mode, self.copy_semantics)
+        name, contents = cp_source(semantics, mode, self.source_name, self.source_type, self.copy_contents)
         return UploadRequest(path=self.path, mode=mode, uid=self.uid, gid=self.gid, permissions=self.permissions,
                              semantics=semantics, source_name=name, copy_contents=contents, exclude=self.exclude,
-                             unpacked_size=inputs.unpacked_size(request))
+                             unpacked_size=unpacked_size(request))
 
 
 @frozen
@@ -96,8 +96,8 @@ class DownloadQuery:
 
     def download(self, request: IRequest) -> DownloadRequest:
         """The guest's download; the mode comes from ``Accept`` when not given."""
-        return DownloadRequest(path=self.path, mode=inputs.cp_download_mode(request, self.mode),
-                               semantics=inputs.cp_semantics(self.mode, self.copy_semantics), exclude=self.exclude,
+        return DownloadRequest(path=self.path, mode=cp_download_mode(request, self.mode),
+                               semantics=cp_semantics(self.mode, self.copy_semantics), exclude=self.exclude,
                                uid=self.uid)
 
 

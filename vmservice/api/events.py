@@ -28,7 +28,7 @@ from zope.interface import implementer
 
 from ..nodes.events import EventFilter, EventHub, IEventSink, NodeEvent
 from ..nodes.fleet import Fleet
-from . import inputs
+from .inputs.events import MAX_EVENT_ID, resume_after
 from .filesystem import rfc3339_ns
 from .models.meta import ErrorResponse
 from .query import Boolean, Integer, Text, param
@@ -42,7 +42,7 @@ class EventsQuery:
 
     hostgroup: Optional[str] = param(Text(), "Only events of nodes of this host group")
     tag: Optional[str] = param(Text(), "Only events of nodes that have this tag")
-    last_event_id: Optional[int] = param(Integer(0, inputs.MAX_EVENT_ID),
+    last_event_id: Optional[int] = param(Integer(0, MAX_EVENT_ID),
                                          "Replay what came after this id (as the Last-Event-ID header does)")
     follow: bool = param(Boolean(), "Keep the stream open for new events (false: end once the replay is over)",
                          default=True)
@@ -114,7 +114,7 @@ class EventsApi:
         ]
 
     async def events(self, request: Request, query: EventsQuery) -> bytes:
-        after = inputs.resume_after(request, query.last_event_id)
+        after = resume_after(request, query.last_event_id)
         if query.hostgroup is not None:
             self._fleet.group(query.hostgroup)
         sink = _SseSink()

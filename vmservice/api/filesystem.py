@@ -16,7 +16,7 @@ from twisted.web.iweb import IRequest
 
 from ..nodes.fleet import Fleet
 from ..nodes.guest_files import FsEntry as GuestEntry
-from . import inputs
+from .inputs.filesystem import fs_mkdir_request
 from .models.files import FsEntry, FsMkdirRequest
 from .models.meta import ErrorResponse
 from .query import GUEST_PATH, Boolean, NoQuery, param
@@ -112,7 +112,7 @@ class FilesystemApi:
         return json_body(request, fs_entry(await self._fleet.guest(hostname).stat(query.path)))
 
     async def mkdir(self, request: IRequest, query: NoQuery, hostname: str) -> bytes:
-        path, recursive, mode = inputs.fs_mkdir_request(request)
+        path, recursive, mode = fs_mkdir_request(request)
         entry = await self._fleet.guest(hostname).mkdir(path, recursive, mode)
         return json_body(request, fs_entry(entry))
 

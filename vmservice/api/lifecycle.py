@@ -17,7 +17,7 @@ from twisted.web.iweb import IRequest
 from ..nodes.fleet import Fleet
 from ..nodes.operation import Done
 from ..nodes.transitions import Op
-from . import inputs
+from .inputs.lifecycle import SHUTDOWN_ACTIONS, shutdown_action, timeout_param, wait_for, wait_param
 from .models.nodes import CreateNodeResponse
 from .nodes import create_response, shielded
 from .query import Choice, NoQuery, param
@@ -45,8 +45,8 @@ def words(done: Done) -> str:
 class WaitQuery:
     """What restore and relaunch wait for."""
 
-    wait: str | None = inputs.wait_param("Answer only once the agent answers again")
-    timeout: float = inputs.timeout_param("408, the node stays up")
+    wait: str | None = wait_param("Answer only once the agent answers again")
+    timeout: float = timeout_param("408, the node stays up")
 
 
 @frozen
@@ -54,7 +54,7 @@ class ShutdownQuery:
     """What a shutdown does."""
 
     action: str | None = param(
-        Choice(inputs.SHUTDOWN_ACTIONS, code="invalid_action"),
+        Choice(SHUTDOWN_ACTIONS, code="invalid_action"),
         "shutdown or reboot (default reboot); also as a JSON body {\"action\": ...}",
     )
 
@@ -101,16 +101,16 @@ class LifecycleApi:
         return text_body(request, words(done))
 
     async def restore(self, request: IRequest, query: WaitQuery, hostname: str) -> bytes:
-        wait = inputs.wait(query.wait)
+        wait = wait_for(query.wait)
         done = await shielded(Deferred.fromCoroutine(self._fleet.snapshots.restore(hostname, wait, query.timeout)))
         return text_body(request, words(done))
 
     async def relaunch(self, request: IRequest, query: WaitQuery, hostname: str) -> bytes:
-        wait = inputs.wait(query.wait)
+        wait = wait_for(query.wait)
         record = await shielded(Deferred.fromCoroutine(self._fleet.lifecycle.relaunch(hostname, wait, query.timeout)))
         return json_body(request, create_response(record))
 
     async def shutdown(self, request: IRequest, query: ShutdownQuery, hostname: str) -> bytes:
-        op = inputs.shutdown_action(request, query.action)
+        op = shutdown_action(request, query.action)
         done = await shielded(Deferred.fromCoroutine(self._fleet.lifecycle.shutdown(hostname, op)))
         return text_body(request, words(done))

@@ -13,7 +13,8 @@ from twisted.web.iweb import IRequest
 
 from ..nodes.fleet import Fleet
 from ..nodes.model import NodeRecord
-from . import inputs
+from .inputs.lifecycle import timeout_param, wait_for, wait_param
+from .inputs.nodes import create_request
 from .models.nodes import CreateNodeRequest, CreateNodeResponse, DeleteResponse, HostGroup, Node
 from .query import NoQuery, Text, param
 from .rendering import json_body
@@ -32,8 +33,8 @@ class NodeFilter:
 class CreateQuery:
     """What a create waits for."""
 
-    wait: str | None = inputs.wait_param("Answer only once the node is ready")
-    timeout: float = inputs.timeout_param("the node is removed and 408 returned")
+    wait: str | None = wait_param("Answer only once the node is ready")
+    timeout: float = timeout_param("the node is removed and 408 returned")
 
 
 def node_json(record: NodeRecord) -> Node:
@@ -119,8 +120,8 @@ class NodesApi:
         return json_body(request, self._filtered(query, None))
 
     async def create(self, request: IRequest, query: CreateQuery, name: str) -> bytes:
-        wanted = inputs.create_request(request)
-        wait = inputs.wait(query.wait)
+        wanted = create_request(request)
+        wait = wait_for(query.wait)
         record = await shielded(Deferred.fromCoroutine(self._fleet.create(name, wanted, wait, query.timeout)))
         return json_body(request, create_response(record), 201)
 

@@ -3,7 +3,7 @@
 The secrets store over HTTP: ``GET``/``POST /secrets``, ``PATCH``/``DELETE
 /secrets/{name}``.
 
-Thin: the body is parsed by :mod:`.inputs`, the store
+Thin: the body is parsed by :mod:`.inputs.secrets`, the store
 (:class:`vmservice.secretstore.SecretStore`) checks names and limits and says
 what went wrong, and only metadata is ever rendered.  Bodies of create and
 update are streamed into memory as they arrive (twisted.web would spool a
@@ -20,7 +20,7 @@ from twisted.web.iweb import IRequest
 
 from ..errors import BadRequest
 from ..secretstore import SecretMeta, SecretStore
-from . import inputs
+from .inputs.secrets import MAX_SECRET_BODY, secret_create, secret_update
 from .models.meta import ErrorResponse
 from .models.secrets import CreateSecretRequest, Secret, UpdateSecretRequest
 from .query import NoQuery
@@ -105,13 +105,13 @@ class SecretsApi:
         return json_body(request, [secret_json(meta) for meta in self._store.list()])
 
     async def create(self, request: IRequest, query: NoQuery) -> bytes:
-        await _read_body(request, inputs.MAX_SECRET_BODY)
-        self._store.create(inputs.secret_create(request))
+        await _read_body(request, MAX_SECRET_BODY)
+        self._store.create(secret_create(request))
         return _empty(request, 201)
 
     async def update(self, request: IRequest, query: NoQuery, name: str) -> bytes:
-        await _read_body(request, inputs.MAX_SECRET_BODY)
-        self._store.update(name, inputs.secret_update(request))
+        await _read_body(request, MAX_SECRET_BODY)
+        self._store.update(name, secret_update(request))
         return _empty(request, 200)
 
     async def delete(self, request: IRequest, query: NoQuery, name: str) -> bytes:

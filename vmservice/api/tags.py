@@ -4,7 +4,7 @@ A node's tags after create: ``GET`` and ``PATCH /vm/{hostname}/tags``.
 
 A change answers once it is written (it survives a crash right after the
 answer) and the listings' tag filters see it at once; the rules of an edit
-are :mod:`vmservice.nodes.tagging`'s, the body's :func:`.inputs.tag_edit`'s.
+are :mod:`vmservice.nodes.tagging`'s, the body's :func:`.inputs.tags.tag_edit`'s.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from twisted.web.iweb import IRequest
 
 from ..nodes.fleet import Fleet
-from . import inputs
+from .inputs.tags import tag_edit
 from .models.meta import ErrorResponse
 from .models.nodes import NodeTags, TagsUpdate
 from .query import NoQuery
@@ -42,6 +42,6 @@ class TagsApi:
         return json_body(request, NodeTags(hostname=hostname, tags=list(tags)))
 
     async def edit(self, request: IRequest, query: NoQuery, hostname: str) -> bytes:
-        edit = inputs.tag_edit(request)
+        edit = tag_edit(request)
         tags = self._fleet.tagging.edit(hostname, edit)
         return json_body(request, NodeTags(hostname=hostname, tags=list(tags)))

@@ -28,7 +28,7 @@ from zope.interface import implementer
 from ..errors import AgentError
 from ..nodes.fleet import Fleet
 from ..nodes.guest_watch import IWatchSink, WATCH_EVENT_TYPES, WatchEvent, WatchRequest
-from . import inputs
+from .inputs.events import MAX_EVENT_ID, last_event_id
 from .filesystem import rfc3339_ns
 from .models.meta import ErrorResponse
 from .query import GUEST_PATH, Boolean, Choice, Duration, Integer, Text, UserId, param
@@ -64,9 +64,9 @@ class WatchQuery:
     def limit(self, last_event_id: int) -> Optional[int]:
         """
         How many events the stream carries at most: 1 with ``one_shot``, else
-        ``max_events``, and never an id past :data:`~.inputs.MAX_EVENT_ID`.
+        ``max_events``, and never an id past :data:`~.inputs.events.MAX_EVENT_ID`.
         """
-        limits = [inputs.MAX_EVENT_ID - last_event_id]
+        limits = [MAX_EVENT_ID - last_event_id]
         if self.one_shot:
             limits.append(1)
         if self.max_events is not None:
@@ -175,14 +175,14 @@ class WatchApi:
         ]
 
     async def watch(self, request: Request, query: WatchQuery, hostname: str) -> bytes:
-        last_event_id = inputs.last_event_id(request)
-        call = WatchCall(self._clock, query.limit(last_event_id))
+        after = last_event_id(request)
+        call = WatchCall(self._clock, query.limit(after))
         watch = self._fleet.guest(hostname).watch(query.request(), call)
         timer = None
         stream: Optional[SseStream] = None
         try:
             await watch.ready
-            stream = SseStream(request, watch, self._clock, self._heartbeat, last_event_id + 1)
+            stream = SseStream(request, watch, self._clock, self._heartbeat, after + 1)
             call.attach(stream)
             if request.method == b"HEAD":
                 call.finish()  # the status and headers are the answer: no events follow
