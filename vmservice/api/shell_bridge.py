@@ -152,77 +152,94 @@ class ReadingPause:
         pass
 
 
+# The behaviours of the transitions, each named after what it does.
+
+
+def _owed_close(inputs: BridgeInputs, core: BridgeCore, error: Optional[AgentError] = None) -> tuple[int, str]:
+    """The close an ended shell owes its socket: 1000 when it exited, 4000 when it was lost."""
+    if error is None:
+        return 1000, "the shell exited"
+    return LOST_CLOSE_CODE, f"the shell was lost: {error}"[:120]
+
+
+def _start(inputs: BridgeInputs, core: BridgeCore) -> None:
+    if core.session is not None:
+        core.session.pauseProducing()  # until a socket takes the output
+    core.ready.callback(None)
+
+
+def _refused(inputs: BridgeInputs, core: BridgeCore, error: AgentError) -> None:
+    core.ready.errback(error)
+
+
+def _hold(inputs: BridgeInputs, core: BridgeCore, data: bytes) -> None:
+    core.held.append(data)
+
+
+def _join(inputs: BridgeInputs, core: BridgeCore, socket: "ShellProtocol") -> None:
+    core.join(socket)
+    if core.session is not None:
+        take_transport_producer(socket, OutputPause(core.session))
+        core.session.register_input_producer(ReadingPause(socket))
+        core.session.resumeProducing()
+
+
+def _forward(inputs: BridgeInputs, core: BridgeCore, data: bytes) -> None:
+    if core.socket is not None:
+        core.socket.send_output(data)
+
+
+def _close_exited(inputs: BridgeInputs, core: BridgeCore) -> None:
+    core.stop_input()
+    if core.socket is not None:
+        core.socket.close_session(1000, "the shell exited")
+
+
+def _close_lost(inputs: BridgeInputs, core: BridgeCore, error: AgentError) -> None:
+    core.stop_input()
+    if core.socket is not None:
+        core.socket.close_session(LOST_CLOSE_CODE, f"the shell was lost: {error}"[:120])
+
+
+def _hang_up(inputs: BridgeInputs, core: BridgeCore) -> None:
+    core.hang_up()
+
+
+def _hold_late(inputs: BridgeInputs, core: BridgeCore, end: tuple[int, str], data: bytes) -> None:
+    core.held.append(data)
+
+
+def _deliver_end(inputs: BridgeInputs, core: BridgeCore, end: tuple[int, str], socket: "ShellProtocol") -> None:
+    core.stop_input()
+    core.join(socket)
+    socket.close_session(*end)
+
+
 def _build() -> TypeMachine[BridgeInputs, BridgeCore]:
+    """The machine: its states, what each input does in them, and the inputs each state ignores."""
     builder = TypeMachineBuilder(BridgeInputs, BridgeCore)
     starting = builder.state("Starting")
     holding = builder.state("Holding")
     joined = builder.state("Joined")
-    def owed_close(inputs: BridgeInputs, core: BridgeCore, error: Optional[AgentError] = None) -> tuple[int, str]:
-        """The close an ended shell owes its socket: 1000 when it exited, 4000 when it was lost."""
-        if error is None:
-            return 1000, "the shell exited"
-        return LOST_CLOSE_CODE, f"the shell was lost: {error}"[:120]
-
-    ended = builder.state("Ended", owed_close)
+    ended = builder.state("Ended", _owed_close)
     closed = builder.state("Closed")
 
-    @starting.upon(BridgeInputs.started).to(holding)
-    def start(inputs: BridgeInputs, core: BridgeCore) -> None:
-        if core.session is not None:
-            core.session.pauseProducing()  # until a socket takes the output
-        core.ready.callback(None)
+    starting.upon(BridgeInputs.started).to(holding)(_start)
+    starting.upon(BridgeInputs.lost).to(closed)(_refused)
 
-    @starting.upon(BridgeInputs.lost).to(closed)
-    def refused(inputs: BridgeInputs, core: BridgeCore, error: AgentError) -> None:
-        core.ready.errback(error)
-
-    @holding.upon(BridgeInputs.output).loop()
-    def hold(inputs: BridgeInputs, core: BridgeCore, data: bytes) -> None:
-        core.held.append(data)
-
-    @holding.upon(BridgeInputs.attach).to(joined)
-    def join(inputs: BridgeInputs, core: BridgeCore, socket: "ShellProtocol") -> None:
-        core.join(socket)
-        if core.session is not None:
-            take_transport_producer(socket, OutputPause(core.session))
-            core.session.register_input_producer(ReadingPause(socket))
-            core.session.resumeProducing()
-
+    holding.upon(BridgeInputs.output).loop()(_hold)
+    holding.upon(BridgeInputs.attach).to(joined)(_join)
     holding.upon(BridgeInputs.exited).to(ended).returns(None)
     holding.upon(BridgeInputs.lost).to(ended).returns(None)
+    holding.upon(BridgeInputs.detach).to(closed)(_hang_up)
 
-    @joined.upon(BridgeInputs.output).loop()
-    def forward(inputs: BridgeInputs, core: BridgeCore, data: bytes) -> None:
-        if core.socket is not None:
-            core.socket.send_output(data)
+    joined.upon(BridgeInputs.output).loop()(_forward)
+    joined.upon(BridgeInputs.exited).to(closed)(_close_exited)
+    joined.upon(BridgeInputs.lost).to(closed)(_close_lost)
+    joined.upon(BridgeInputs.detach).to(closed)(_hang_up)
 
-    @joined.upon(BridgeInputs.exited).to(closed)
-    def close_exited(inputs: BridgeInputs, core: BridgeCore) -> None:
-        core.stop_input()
-        if core.socket is not None:
-            core.socket.close_session(1000, "the shell exited")
-
-    @joined.upon(BridgeInputs.lost).to(closed)
-    def close_lost(inputs: BridgeInputs, core: BridgeCore, error: AgentError) -> None:
-        core.stop_input()
-        if core.socket is not None:
-            core.socket.close_session(LOST_CLOSE_CODE, f"the shell was lost: {error}"[:120])
-
-    for state in (holding, joined):
-        @state.upon(BridgeInputs.detach).to(closed)
-        def hang_up(inputs: BridgeInputs, core: BridgeCore) -> None:
-            core.hang_up()
-
-    @ended.upon(BridgeInputs.output).loop()
-    def hold_late(inputs: BridgeInputs, core: BridgeCore, end: tuple[int, str], data: bytes) -> None:
-        core.held.append(data)
-
-    @ended.upon(BridgeInputs.attach).to(closed)
-    def deliver_end(inputs: BridgeInputs, core: BridgeCore, end: tuple[int, str], socket: "ShellProtocol") -> None:
-        core.stop_input()
-        core.join(socket)
-        socket.close_session(*end)
-
+    ended.upon(BridgeInputs.output).loop()(_hold_late)
+    ended.upon(BridgeInputs.attach).to(closed)(_deliver_end)
     ended.upon(BridgeInputs.detach, nodata=True).to(closed).returns(None)
 
     # Nothing else can happen in a state, or it no longer matters.
