@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_tunneling -*-
+# -*- test-case-name: tests.cli.test_forwarding -*-
 """
 The client's end of ``GET /vm/{hostname}/forward`` as a plain byte pipe: a
 Twisted client endpoint (:class:`TunnelEndpoint`) whose connections are

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.guest.test_forwarding,tests.integration.guest.test_forwarding -*-
+# -*- test-case-name: tests.integration.guest.test_forwarding -*-
 """
 The ``forward`` operation: a byte tunnel from the host to a TCP or UNIX
 socket inside the guest (stdlib only).

@@ -1,0 +1,100 @@
+"""
+The source tree's house rules, read from the files themselves: the size of the
+modules and functions of the packages most work lands in, and the
+``test-case-name`` headers naming test modules that exist.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from twisted.trial.unittest import SynchronousTestCase
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: The packages held to the size limits.
+SIZED_PACKAGES = ("vmservice/nodes", "vmservice/agent", "vmservice/api")
+#: The most lines a module of those packages may have.
+MAX_MODULE_LINES = 400
+#: The most lines (``def`` to its last line) a function of those packages may have.
+MAX_FUNCTION_LINES = 60
+
+#: Functions over the limit for now, as (module path, function name).  Each is
+#: a debt to pay, not a licence: shorten it and take it off this list (the test
+#: fails while a listed function is within the limit, so the list cannot go stale).
+OVER_LIMIT_FOR_NOW = {
+    # Creation's one path (limits, address, record, network, disk, VM, agent), being reworked for warm starts.
+    ("vmservice/nodes/creation.py", "create"),
+}
+
+
+def _modules(packages: tuple[str, ...]) -> list[Path]:
+    return sorted(path for package in packages for path in (ROOT / package).rglob("*.py"))
+
+
+def _functions(path: Path) -> list[tuple[str, int]]:
+    """Every function of ``path`` (nested ones too) with its length in lines."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    return [
+        (node.name, (node.end_lineno or node.lineno) - node.lineno + 1)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
+
+
+class SizeTests(SynchronousTestCase):
+    def test_packages_present(self) -> None:
+        """The limits are checked on real files (a moved package would make the other tests vacuous)."""
+        for package in SIZED_PACKAGES:
+            self.assertGreater(len(_modules((package,))), 5, package)
+
+    def test_modules(self) -> None:
+        """No module of nodes/, agent/ or api/ is over 400 lines."""
+        over = {
+            str(path.relative_to(ROOT)): lines
+            for path in _modules(SIZED_PACKAGES)
+            if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+        }
+        self.assertEqual(over, {})
+
+    def test_functions(self) -> None:
+        """No function of nodes/, agent/ or api/ is over 60 lines, but those listed for now."""
+        over = {
+            (str(path.relative_to(ROOT)), name): lines
+            for path in _modules(SIZED_PACKAGES)
+            for name, lines in _functions(path)
+            if lines > MAX_FUNCTION_LINES
+        }
+        self.assertEqual(set(over), OVER_LIMIT_FOR_NOW, over)
+
+    def test_function_length(self) -> None:
+        """A function's length counts from its ``def`` to its last line."""
+        path = Path(self.mktemp())
+        path.write_text("def f():\n    a = 1\n\n    return a\n\n\nx = 2\n", encoding="utf-8")
+        self.assertEqual(_functions(path), [("f", 4)])
+
+
+#: ``# -*- test-case-name: a.b,c.d -*-`` in the first lines of a file.
+TEST_CASE_NAME = re.compile(r"test-case-name:\s*([\w.,]+)")
+
+
+class TestCaseNameTests(SynchronousTestCase):
+    def test_headers_name_test_modules(self) -> None:
+        """Every ``test-case-name`` header names test modules (or packages) that exist."""
+        named = 0
+        missing = []
+        for path in _modules(("vmservice", "tests", "bench", "twisted")):
+            with path.open(encoding="utf-8", errors="replace") as lines:
+                head = "".join(lines.readline() for _ in range(3))
+            found = TEST_CASE_NAME.search(head)
+            if found is None:
+                continue
+            for name in filter(None, found.group(1).split(",")):
+                named += 1
+                target = ROOT / name.replace(".", "/")
+                if not (target.with_suffix(".py").is_file() or (target / "__init__.py").is_file()):
+                    missing.append(f"{path.relative_to(ROOT)}: {name}")
+        self.assertGreater(named, 50)
+        self.assertEqual(missing, [])
