@@ -27,7 +27,7 @@ from vmservice.api.app import Api
 from vmservice.api.openapi import openapi_document
 from vmservice.api.query import parameters, parse_query
 from vmservice.api.resources import every_route
-from vmservice.api.routing import Route
+from vmservice.api.routing import PATH_KINDS, Route
 from vmservice.api.streaming import StreamingSite
 from vmservice.errors import BadRequest
 from vmservice.metrics import Metrics
@@ -88,6 +88,17 @@ def _harness(case: SynchronousTestCase) -> tuple[FleetHarness, Api]:
     return h, Api(h.reactor, every_route(h.fleet, h.reactor, metrics, secrets), metrics, None)
 
 
+def _accepts_empty(schema: dict[str, Any]) -> bool:
+    """Whether the empty string is valid by ``schema``."""
+    if schema.get("type", "string") != "string":
+        return False
+    if "enum" in schema:
+        return "" in schema["enum"]
+    if schema.get("minLength", 0) > 0:
+        return False
+    return "pattern" not in schema or re.fullmatch(schema["pattern"][1:-1], "") is not None
+
+
 class SchemaValidTests(SynchronousTestCase):
     """What the OpenAPI document allows, the parser accepts."""
 
@@ -109,6 +120,35 @@ class SchemaValidTests(SynchronousTestCase):
         """A query valid by a route's documented parameters (types, patterns, bounds, minLength) parses."""
         route = data.draw(st.sampled_from([r for r in self.api.routes if parameters(r.query)]))
         self._check(route, data)
+
+    def test_empty_refused_is_documented(self) -> None:
+        """
+        Every query parameter and path value the parser refuses empty has a
+        schema that refuses it too (``minLength: 1``, a pattern, an enum or a
+        type without an empty form), so no schema-valid request is refused so.
+        """
+        checked = 0
+        for route in self.api.routes:
+            operation = self.document["paths"][route.path][route.method.lower()]
+            schemas = {(p["in"], p["name"]): p["schema"] for p in operation.get("parameters", [])}
+            for name, kind, _, required, repeated in parameters(route.query):
+                if kind.empty_is_absent:
+                    refused = required
+                else:
+                    try:
+                        kind.parse(name, "")
+                        refused = False
+                    except BadRequest:
+                        refused = True
+                schema = schemas[("query", name)]
+                if refused:
+                    checked += 1
+                    self.assertFalse(_accepts_empty(schema["items"] if repeated else schema), (route.path, name))
+            for name in re.findall(r"\{(\w+)\}", route.path):
+                checked += 1
+                self.assertRaises(BadRequest, PATH_KINDS[name].parse, name, "")
+                self.assertFalse(_accepts_empty(schemas[("path", name)]), (route.path, name))
+        self.assertGreater(checked, 40)
 
     def test_every_parameter_is_documented(self) -> None:
         """Each parameter of each route's query class is in the document, with a schema."""
@@ -159,11 +199,17 @@ class MalformedInputTests(SynchronousTestCase):
         self.assertEqual(headers[b"content-type"], b"application/json", (method, target))
         self.assertIsInstance(json.loads(body)["error"], str)
 
-    def _path(self, route: Route, segment: str | None = None) -> str:
-        values = {"hostname": "demo-1", "node": "demo-1", "name": "demo"}
+    def _path(self, route: Route, segment: str | None = None, at: str | None = None) -> str:
+        """
+        ``route``'s path with valid values, but ``segment`` in place of
+        placeholder ``at`` (of every placeholder when ``at`` is None).
+        """
+        values = {"hostname": "demo-1", "node": "demo-1", "name": "demo", "exec_id": "ex_00"}
         path = route.path
         for name, value in values.items():
-            path = path.replace("{" + name + "}", segment if segment is not None else value)
+            chosen = segment if segment is not None and at in (None, name) else value
+            path = path.replace("{" + name + "}", chosen)
+        self.assertNotIn("{", path, "a placeholder without a value")
         return path
 
     @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
@@ -182,10 +228,11 @@ class MalformedInputTests(SynchronousTestCase):
     @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
     @given(st.data())
     def test_path_segments(self, data: st.DataObject) -> None:
-        """A malformed node or group name in the path is a 400 (or a 404 for a group), never a 500."""
+        """A malformed path segment (node, group, secret or exec id) is a 400 (or a 404 for a name), never a 500."""
         route = data.draw(st.sampled_from([r for r in self.api.routes if "{" in r.path]))
+        at = data.draw(st.sampled_from(re.findall(r"\{(\w+)\}", route.path)))
         segment = data.draw(_NASTY)
-        self.assertRefused(route.method, self._path(route, segment), (400, 404))
+        self.assertRefused(route.method, self._path(route, segment, at), (400, 404))
 
     def test_free_text_with_unicode(self) -> None:
         """Text parameters take any UTF-8, non-ASCII included: a tag filter with é simply matches nothing."""

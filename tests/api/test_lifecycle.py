@@ -99,6 +99,9 @@ class SuspendRestoreRouteTests(LifecycleApiTestCase):
         self.assertError(self.post("pause"), 409, "not_running")
         self.assertError(self.post("resume"), 409, "not_running")
         self.assertError(self.post("shutdown"), 409, "not_running")
+        # No agent can answer: health is the contract's 409 (not 503, which means "should answer, does not").
+        self.assertError(self.call("GET", "/vm/demo-1/health"), 409, "not_running")
+        self.assertEqual(self.call("HEAD", "/vm/demo-1/health")[:2], (409, b""))
         self.assertText(self.post("restore"), "demo-1 restored\n")
         self.assertEqual(self.status(), "Running")
         self.assertError(self.post("restore"), 409, "no_snapshot")
@@ -218,8 +221,10 @@ class RelaunchRouteTests(LifecycleApiTestCase):
         self.assertEqual(self.status(), "Running")
 
     def test_stopped_conflicts(self) -> None:
-        """A stopped node: pause, resume, suspend, restore and shutdown are 409s."""
+        """A stopped node: pause, resume, suspend, restore, shutdown and health are 409s."""
         self.post("shutdown", "?action=shutdown")
+        self.assertError(self.call("GET", "/vm/demo-1/health"), 409, "not_running")
+        self.assertEqual(self.call("HEAD", "/vm/demo-1/health")[:2], (409, b""))
         self.assertError(self.post("pause"), 409, "not_running")
         self.assertError(self.post("resume"), 409, "not_running")
         self.assertError(self.post("suspend"), 409, "not_running")

@@ -5,13 +5,20 @@ that are mounted, and every model it references.
 
 from __future__ import annotations
 
+import io
 import json
+import re
 
+from hypothesis import given
+from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
+from twisted.web.test.requesthelper import DummyRequest
 
 from tests.fakes import FleetHarness
 from vmservice.api.app import Api
+from vmservice.api.inputs.nodes import create_request
 from vmservice.api.openapi import openapi_document
+from vmservice.errors import BadRequest
 from vmservice.api.resources import every_route
 from vmservice.api.routing import documented_methods
 from vmservice.metrics import Metrics
@@ -67,3 +74,35 @@ class OpenApiTests(SynchronousTestCase):
             path for path, item in self.document["paths"].items() for op in item.values() if "security" not in op
         }
         self.assertEqual(public, {"/healthz", "/metrics"})
+
+
+def _create(body: dict[str, object]) -> bool:
+    """Whether the create parser accepts ``body``."""
+    request = DummyRequest([b""])
+    request.content = io.BytesIO(json.dumps(body).encode())
+    try:
+        create_request(request)
+    except BadRequest:
+        return False
+    return True
+
+
+class CreateBodyTests(SynchronousTestCase):
+    """The create body's lists are documented as the parser takes their items."""
+
+    def setUp(self) -> None:
+        h = FleetHarness(self.mktemp())
+        metrics = Metrics()
+        routes = every_route(h.fleet, h.reactor, metrics, SecretStore(h.config.state_dir, h.reactor))
+        self.properties = openapi_document(routes)["components"]["schemas"]["CreateNodeRequest"]["properties"]
+
+    @given(st.one_of(st.text(max_size=8), st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,130}", fullmatch=True)))
+    def test_secret_names(self, name: str) -> None:
+        """A secret's name in ``secrets`` is valid by the document exactly when the parser takes it."""
+        pattern = self.properties["secrets"]["items"]["pattern"]
+        self.assertEqual(re.fullmatch(pattern[1:-1], name) is not None, _create({"secrets": [name]}), name)
+
+    def test_empty_ssh_key(self) -> None:
+        """An empty key is refused, and the document says so."""
+        self.assertFalse(_create({"ssh_keys": [""]}))
+        self.assertEqual(self.properties["ssh_keys"]["items"]["minLength"], 1)

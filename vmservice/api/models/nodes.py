@@ -13,7 +13,8 @@ from attrs import field, frozen
 from ...codehost import CODEHOST_USER_PATTERN
 from ...config import MAX_USERDATA
 from ...devices.pci import MAX_NODE_DEVICES, PCI_ADDRESS_PATTERN
-from ...nodes.model import HOSTNAME_PATTERN, LOGIN_USER_PATTERN, MAX_NODE_SECRETS, MAX_SSH_KEYS, MAX_SSH_KEY_LENGTH
+from ...nodes.model import (HOSTNAME_PATTERN, LOGIN_USER_PATTERN, MAX_NODE_SECRETS, MAX_SSH_KEY_LENGTH, MAX_SSH_KEYS,
+                             SECRET_NAME_PATTERN)
 from .fields import constrained, tag_list, unsupported
 
 
@@ -134,7 +135,7 @@ class CreateNodeRequest:
         "description": "The login user made in the guest for SSH (default root when keys are given)",
     })
     ssh_keys: list[str] | None = constrained({
-        "maxItems": MAX_SSH_KEYS, "items": {"type": "string", "maxLength": MAX_SSH_KEY_LENGTH},
+        "maxItems": MAX_SSH_KEYS, "items": {"type": "string", "minLength": 1, "maxLength": MAX_SSH_KEY_LENGTH},
         "description": "OpenSSH public keys of the login user (TYPE BASE64 [COMMENT], no options); the SSH "
                        "server starts when there are any",
     })
@@ -145,7 +146,7 @@ class CreateNodeRequest:
     })
     tags: list[str] | None = tag_list("The node's tags; duplicates collapse")
     secrets: list[str] | None = constrained({
-        "maxItems": MAX_NODE_SECRETS, "items": {"type": "string"},
+        "maxItems": MAX_NODE_SECRETS, "items": {"type": "string", "pattern": f"^{SECRET_NAME_PATTERN}$"},
         "description": "Names of stored secrets placed in the guest as /run/secrets/NAME",
     })
     pci_devices: list[str] | None = constrained({
