@@ -1,7 +1,8 @@
 """
 The source tree's house rules, read from the files themselves: the size of the
-modules and functions of the packages most work lands in, and the
-``test-case-name`` headers naming test modules that exist.
+modules and functions of the packages most work lands in, their place in the
+module list of docs/architecture.md, and ``test-case-name`` headers that name
+test modules that exist.
 """
 
 from __future__ import annotations
@@ -97,4 +98,16 @@ class TestCaseNameTests(SynchronousTestCase):
                 if not (target.with_suffix(".py").is_file() or (target / "__init__.py").is_file()):
                     missing.append(f"{path.relative_to(ROOT)}: {name}")
         self.assertGreater(named, 50)
+        self.assertEqual(missing, [])
+
+
+class ArchitectureTests(SynchronousTestCase):
+    def test_module_list(self) -> None:
+        """docs/architecture.md names every module of nodes/, agent/ and api/ (its module list is the map)."""
+        doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+        missing = [
+            str(path.relative_to(ROOT))
+            for path in _modules(SIZED_PACKAGES)
+            if path.name != "__init__.py" and not re.search(r"(?<![\w/])" + re.escape(path.name), doc)
+        ]
         self.assertEqual(missing, [])
