@@ -33,7 +33,8 @@ import os
 import struct
 from typing import Any, Callable, Mapping, Optional
 
-from vmservice.guest.agent import GuestStream, _log
+from vmservice.guest import agent
+from vmservice.guest.agent import GuestStream
 from vmservice.guest.bodies import BodyHandler
 from vmservice.wire.adoption import AdoptionError, AdoptionRequest, decode_adoption, entropy_size
 
@@ -150,10 +151,10 @@ class AdoptHandler(BodyHandler):
         try:
             previous = self._adopt(request)
         except AdoptionFailed as failure:
-            _log(f"adoption failed at {failure.step}: {failure}")
+            agent._log(f"adoption failed at {failure.step}: {failure}")
             self.reply({"error": "adoption_failed", "step": failure.step, "message": str(failure)[:500]})
             return
-        _log(f"adopted {request.hostname}")
+        agent._log(f"adopted {request.hostname}")
         self.stream.write(b'{"previous_ns":%d}' % previous)
         # The nonce of the new session is drawn after the reseed.
         self.stream.end_session("adopted a new identity")
