@@ -9,11 +9,16 @@ both together in :mod:`tests.integration.test_identity`.
 
 from __future__ import annotations
 
+from twisted.internet.address import UNIXAddress
 from twisted.internet.defer import Deferred
-from twisted.python.failure import Failure
 from twisted.internet.error import ConnectionDone
+from twisted.internet.testing import StringTransport
+from twisted.python.failure import Failure
 
 from tests.agent.test_client import ClientTestCase
+from tests.guest.test_identity import FakeSteps
+from vmservice.guest import agent
+from vmservice.guest.agent import Loop, Session
 from vmservice.agent.errors import AgentRequestFailed, AgentUnavailable
 from vmservice.errors import GuestErrorKind
 from vmservice.nodes.identity import GuestIdentity, GuestNet
@@ -150,3 +155,59 @@ class AdoptTests(ClientTestCase):
         self.failureResultOf(Deferred.fromCoroutine(self.client.adopt(IDENTITY)), AgentUnavailable)
 
 
+
+
+class JoinedTests(ClientTestCase):
+    """
+    adopt() against the real guest session in memory (its steps faked, as in
+    :mod:`tests.guest.test_identity`): the guest's new session and the client's
+    switch meet.
+    """
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.patch(agent, "_log", lambda message: None)
+        steps = FakeSteps(self)
+        self.steps = steps
+        self.loop = Loop()
+        self.addCleanup(self.loop.close)
+        self.client.start()
+        address, factory, _, _ = self.reactor.unixClients[-1]
+        self.protocol = factory.buildProtocol(UNIXAddress(address))
+        self.transport = StringTransport()
+        self.protocol.makeConnection(self.transport)
+        self.to_host = bytearray()
+        self.session = Session(self.loop, steps.context, self.to_host.extend)
+        self.session.start()
+        self.pump()
+        self.assertTrue(self.client.connected)
+
+    def pump(self) -> None:
+        """Move bytes both ways (the guest's loop writing its pipe) until the wire is quiet."""
+        for _ in range(20):
+            to_guest, to_host = self.transport.value(), bytes(self.to_host)
+            if not to_guest and not to_host:
+                return
+            self.transport.clear()
+            self.to_host.clear()
+            self.session.data_received(to_guest)
+            self.protocol.dataReceived(to_host)
+        raise AssertionError("the wire never went quiet")
+
+    def test_adopt(self) -> None:
+        """The guest adopts, starts a new session, and the client carries on in it."""
+        nonce = self.client.guest_nonce
+        ready: list[str] = []
+        self.client.on_ready(lambda: ready.append("ready"))
+        self.client.on_lost(lambda: ready.append("lost"))
+        result = Deferred.fromCoroutine(self.client.adopt(IDENTITY))
+        self.pump()
+        self.assertIsNone(self.successResultOf(result))
+        self.assertEqual(self.client.guest_nonce, self.session.conn.nonce)
+        self.assertNotEqual(self.client.guest_nonce, nonce)
+        self.assertEqual([call[0] for call in self.steps.calls[:3]], ["ioctl", "ioctl", "clock"])
+        self.assertEqual(ready, [])
+        # Requests work in the new session at once.
+        health = Deferred.fromCoroutine(self.client.health())
+        self.pump()
+        self.assertEqual(self.successResultOf(health).agent_version, "t")

@@ -32,19 +32,27 @@ REQUEST = AdoptionRequest("clone-3", "0123456789abcdef0123456789abcdef", LATER, 
                           "52:54:00:0a:00:09", "10.0.0.9/24", "10.0.0.1")
 
 
-class AdoptTests(GuestSessionMixin, SynchronousTestCase):
-    """``{"op": "adopt", ...}`` and the new session after it."""
+class FakeSteps:
+    """
+    Replaces what :class:`AdoptHandler` touches for ``case``: the ioctl, ``ip``
+    (failing when asked), the files (in a temporary directory) and the clock.
 
-    def setUp(self) -> None:
+    :ivar calls: the ioctls, ``ip`` commands and clock settings, in order.
+    :ivar failing: what fails: ``"ioctl"``, ``"address while up"``, or the words
+        1 to 3 of an ``ip`` command (``"addr add 10.0.0.9/24"``).
+    :ivar context: an agent context whose clock is :attr:`clock`.
+    """
+
+    def __init__(self, case: SynchronousTestCase) -> None:
         self.calls: list[Any] = []
         self.failing: set[str] = set()
-        root = temp_dir(self)
+        root = temp_dir(case)
         self.etc = os.path.join(root, "etc")
         os.mkdir(self.etc)
         for name in ("hostname", "hosts", "machine-id"):
             with open(os.path.join(self.etc, name), "w") as stream:
                 stream.write("template\n")
-        kernel = os.path.join(root, "kernel-hostname")
+        self.kernel = os.path.join(root, "kernel-hostname")
         random_device = os.path.join(root, "urandom")
         open(random_device, "w").close()
         calls, failing = self.calls, self.failing
@@ -71,14 +79,23 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
             calls.append(("clock", unix_ns))
             self.clock.set(unix_ns)
 
-        self.patch(AdoptHandler, "ioctl", staticmethod(ioctl))
-        self.patch(AdoptHandler, "run", staticmethod(run))
-        self.patch(AdoptHandler, "random_device", random_device)
-        self.patch(AdoptHandler, "kernel_hostname", kernel)
-        self.patch(AdoptHandler, "etc", self.etc)
+        case.patch(AdoptHandler, "ioctl", staticmethod(ioctl))
+        case.patch(AdoptHandler, "run", staticmethod(run))
+        case.patch(AdoptHandler, "random_device", random_device)
+        case.patch(AdoptHandler, "kernel_hostname", self.kernel)
+        case.patch(AdoptHandler, "etc", self.etc)
+        self.context = AgentContext("t", time.monotonic_ns(), realtime_ns=self.clock.read, set_realtime_ns=set_clock)
+
+
+class AdoptTests(GuestSessionMixin, SynchronousTestCase):
+    """``{"op": "adopt", ...}`` and the new session after it."""
+
+    def setUp(self) -> None:
+        steps = FakeSteps(self)
+        self.calls, self.failing, self.etc, self.clock = steps.calls, steps.failing, steps.etc, steps.clock
+        kernel, context = steps.kernel, steps.context
         self.kernel = kernel
         self.logged: list[str] = []
-        context = AgentContext("t", time.monotonic_ns(), realtime_ns=self.clock.read, set_realtime_ns=set_clock)
         self.start_session(context=context, log=self.logged.append)
         self.handshake()
 
