@@ -77,8 +77,8 @@ def remove_network() -> None:
     subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True)
 
 
-class AdoptionTests(TestCase):
-    """Two real guests adopt new identities."""
+class AdoptionTestCase(TestCase):
+    """Takes a node's agent over from a daemon killed with ``kill -9``; checks an identity by exec."""
 
     timeout = 900
 
@@ -91,6 +91,32 @@ class AdoptionTests(TestCase):
         await ready
         timer.cancel()
         return client
+
+    async def check(self, agent: AgentClient, identity: GuestIdentity, port: int, server: str = GATEWAY) -> None:
+        """The guest has ``identity`` and reaches ``server`` (through its gateway) at once."""
+        net = identity.net
+        assert net is not None
+
+        async def output(line: str) -> str:
+            code, out = await run(agent, line)
+            self.assertEqual(code, 0, f"{line}: {out}")
+            return out
+
+        self.assertEqual(await output("hostname; cat /etc/hostname"), f"{identity.hostname}\n" * 2)
+        self.assertEqual(await output("cat /etc/hosts"),
+                         f"127.0.0.1\tlocalhost\n127.0.1.1\t{identity.hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+        self.assertEqual(await output("cat /etc/machine-id"), f"{identity.machine_id}\n")
+        self.assertIn(f"link/ether {net.mac} ", await output("ip link show eth0"))
+        addresses = [line.split()[1] for line in (await output("ip -4 addr show eth0")).splitlines()
+                     if line.strip().startswith("inet ")]
+        self.assertEqual(addresses, [net.address])
+        self.assertIn(f"default via {net.gateway} dev eth0", await output("ip route"))
+        reached: Any = await run(agent, f"{CLIENT} {server} {port}")
+        self.assertEqual(reached[0], 0, f"{server} did not answer through the gateway")
+
+
+class AdoptionTests(AdoptionTestCase):
+    """Two real guests on a bridge adopt new identities."""
 
     def identity(self, hostname: str, number: int, wall_clock_ns: int) -> GuestIdentity:
         net = GuestNet(f"52:54:00:ab:07:{number:02x}", f"10.78.7.{number}/24", GATEWAY)
@@ -165,24 +191,57 @@ class AdoptionTests(TestCase):
         for hostname in hostnames:
             daemon.json("DELETE", f"/hostgroup/adopt/nodes/{hostname}")
 
-    async def check(self, agent: AgentClient, identity: GuestIdentity, port: int) -> None:
-        """The guest has ``identity`` and reaches the gateway at once."""
-        net = identity.net
-        assert net is not None
 
-        async def output(line: str) -> str:
-            code, out = await run(agent, line)
-            self.assertEqual(code, 0, f"{line}: {out}")
-            return out
+#: The isolated test's own server: an address on a veth pair of its own (the names differ from
+#: test_network's, which may run at the same time).
+ISOLATED_LINK = "vmstid0"
+ISOLATED_SERVER = "10.98.7.1"
 
-        self.assertEqual(await output("hostname; cat /etc/hostname"), f"{identity.hostname}\n" * 2)
-        self.assertEqual(await output("cat /etc/hosts"),
-                         f"127.0.0.1\tlocalhost\n127.0.1.1\t{identity.hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n")
-        self.assertEqual(await output("cat /etc/machine-id"), f"{identity.machine_id}\n")
-        self.assertIn(f"link/ether {net.mac} ", await output("ip link show eth0"))
-        addresses = [line.split()[1] for line in (await output("ip -4 addr show eth0")).splitlines()
-                     if line.strip().startswith("inet ")]
-        self.assertEqual(addresses, [net.address])
-        self.assertIn(f"default via {net.gateway} dev eth0", await output("ip route"))
-        reached: Any = await run(agent, f"{CLIENT} {GATEWAY} {port}")
-        self.assertEqual(reached[0], 0, "the gateway did not answer")
+
+def remove_isolated_link() -> None:
+    subprocess.run(["ip", "link", "delete", ISOLATED_LINK], capture_output=True)
+
+
+class IsolatedAdoptionTests(AdoptionTestCase):
+    """A real guest in isolated mode (its own namespace, its gateway there) adopts a new identity."""
+
+    async def test_adopt_isolated(self) -> None:
+        """
+        The guest keeps its leased address (the only one its namespace routes) with
+        a new MAC, hostname and machine-id: the address is flushed and added again,
+        the default route is back, and a server in the group's ``allow`` list answers
+        at once; a daemon started afterwards runs commands in it.
+        """
+        ensure_image()
+        remove_isolated_link()
+        subprocess.run(f"ip link add {ISOLATED_LINK} type veth peer name {ISOLATED_LINK[:-1]}1"
+                       f" && ip addr add {ISOLATED_SERVER}/24 dev {ISOLATED_LINK} && ip link set {ISOLATED_LINK} up"
+                       f" && ip link set {ISOLATED_LINK[:-1]}1 up", shell=True, check=True)
+        self.addCleanup(remove_isolated_link)
+        daemon = Daemon(groups=[{
+            "name": "iso", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G",
+            "network": {"mode": "isolated", "range": "10.81.7.0/28", "allow": ["10.98.7.0/24"]},
+        }])
+        self.addCleanup(daemon.cleanup)
+        server = HelloServer()
+        self.addCleanup(server.close)
+        daemon.start()
+        node = daemon.json("POST", "/hostgroup/iso/nodes?wait=agent&timeout=3m", {}, expect=201)
+        daemon.stop(signal.SIGKILL)
+        agent = await self.agent(daemon, node["hostname"])
+        code, route = await run(agent, "ip route show default")
+        gateway = route.split()[2]
+        self.assertEqual(code, 0)
+        identity = new_identity("isolated-one", GuestNet("52:54:00:ab:07:21", f"{node['ip']}/30", gateway),
+                                time.time_ns())
+        nonce = agent.guest_nonce
+        await agent.adopt(identity)
+        self.assertNotIn(agent.guest_nonce, (None, nonce))
+        await self.check(agent, identity, server.port, ISOLATED_SERVER)
+        await agent.stop()
+        daemon.start()
+        daemon.wait_for("the recovered agent", lambda: daemon.request(
+            "GET", f"/vm/{node['hostname']}/health", timeout=10)[0] == 200, 120)
+        self.assertEqual(daemon.run(node["hostname"], f"hostname; {CLIENT} {ISOLATED_SERVER} {server.port}"),
+                         (0, "isolated-one\n"))
+        daemon.json("DELETE", f"/hostgroup/iso/nodes/{node['hostname']}")
