@@ -149,6 +149,18 @@ class AdoptTests(ClientTestCase):
         self.failureResultOf(Deferred.fromCoroutine(self.client.adopt(bad)), ValueError)
         self.assertEqual(self.guest.receive(), [])
 
+    def test_prepare(self) -> None:
+        """prepare_adoption sends the header alone and checks the answer."""
+        result = Deferred.fromCoroutine(self.client.prepare_adoption())
+        self.assertEqual(self.guest.receive(), [Open(1, {"op": "adopt", "prepare": True}), HalfClose(1)])
+        self.guest.send(Data(1, b'{"prepared":true}'), HalfClose(1))
+        self.assertIsNone(self.successResultOf(result))
+        result = Deferred.fromCoroutine(self.client.prepare_adoption())
+        self.guest.receive()
+        self.guest.send(Data(3, b'{"previous_ns":1}'), HalfClose(3))
+        self.assertEqual(self.failureResultOf(result, AgentRequestFailed).value.kind, GuestErrorKind.MALFORMED)
+        self.assertEqual(self.events, [])
+
     def test_not_connected(self) -> None:
         """Without a connection: UNAVAILABLE."""
         self.guest.protocol.connectionLost(Failure(ConnectionDone()))

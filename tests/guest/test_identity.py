@@ -160,6 +160,17 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
         self.assertTrue(self.session.conn.established)
         self.assertIn("adopted clone-3", self.logged)
 
+    def test_prepare(self) -> None:
+        """``prepare`` only answers: no step runs and the session goes on."""
+        nonce = self.session.conn.nonce
+        stream_id = self.host.next_stream_id()
+        self.send(Open(stream_id, {"op": "adopt", "prepare": True}), HalfClose(stream_id))
+        data, end = self.receive()
+        self.assertEqual((json.loads(data.data), end), ({"prepared": True}, HalfClose(stream_id)))
+        self.assertEqual(self.calls, [])
+        self.assertEqual(self.read("hostname"), "template\n")
+        self.assertEqual(self.session.conn.nonce, nonce)
+
     def test_no_network(self) -> None:
         """Without a net nothing runs ``ip``."""
         self.adopt(AdoptionRequest("solo", "1" * 32, LATER, ENTROPY))

@@ -127,7 +127,8 @@ class AdoptionTests(AdoptionTestCase):
         After adopt: the hostname (kernel, /etc/hostname, /etc/hosts), the
         machine-id, eth0's MAC, its only address and the default route are the
         new ones; the gateway answers at once; the clock is what was sent; the
-        agent's nonce changed and exec works in the new session.  A second adopt
+        agent's nonce changed and exec works in the new session (preparing first
+        changes nothing).  A second adopt
         with other entropy changes them again; two guests adopted with different
         entropy read different bytes from /dev/urandom right after.  A daemon
         started afterwards recovers the nodes and runs commands in them.
@@ -150,6 +151,10 @@ class AdoptionTests(AdoptionTestCase):
         identity = self.identity("adopted-one", 12, behind)
         nonce = first.guest_nonce
         self.assertIsNotNone(nonce)
+        # Preparing (what a template does) adopts nothing and keeps the session.
+        await first.prepare_adoption()
+        self.assertEqual(first.guest_nonce, nonce)
+        self.assertNotEqual((await run(first, "hostname"))[1], "adopted-one\n")
         await first.adopt(identity)
         self.assertTrue(first.connected)
         self.assertNotIn(first.guest_nonce, (None, nonce))

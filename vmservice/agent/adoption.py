@@ -15,7 +15,7 @@ from ..nodes.identity import GuestIdentity
 from ..wire.adoption import AdoptionError, AdoptionRequest, encode_adoption
 from .errors import AgentRequestFailed
 
-__all__ = ["MAX_REPLY", "adoption_request", "parse_answer"]
+__all__ = ["MAX_REPLY", "adoption_request", "check_prepared", "parse_answer"]
 
 #: Largest answer accepted, in bytes.
 MAX_REPLY = 4096
@@ -65,3 +65,17 @@ def parse_answer(body: bytes) -> int:
     if type(previous) is not int:
         raise AgentRequestFailed("the adopt answer has no valid 'previous_ns'", kind=GuestErrorKind.MALFORMED)
     return previous
+
+
+def check_prepared(body: bytes) -> None:
+    """
+    Check the guest's answer to the request that only loads its handler.
+
+    :raises AgentRequestFailed: it is not ``{"prepared": true}`` (``MALFORMED``).
+    """
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict) or answer.get("prepared") is not True:
+        raise AgentRequestFailed("the adopt answer to prepare is not {\"prepared\": true}", kind=GuestErrorKind.MALFORMED)

@@ -17,6 +17,10 @@ In this order, each step only once the one before succeeded:
    and the default route via the gateway, with the image's ``ip`` (busybox's, or
    an imported image's runtime's, first in the agent's ``PATH`` as in ``rc``).
 
+``{"op": "adopt", "prepare": true}`` (no body) does none of it and answers
+``{"prepared": true}``: a template sends it before it is frozen, so that this
+module is loaded in its clones already.
+
 Then the answer, ``{"previous_ns": N}``, and a new agent session whose nonce is
 drawn after the reseed.  A failed step answers ``{"error": "adoption_failed",
 "step": ..., "message": ...}`` and the session goes on; an invalid request is
@@ -137,12 +141,19 @@ class AdoptHandler(BodyHandler):
         self._request: Optional[AdoptionRequest] = None
 
     def start(self) -> None:
+        if self.header.get("prepare") is True:
+            return
         try:
             entropy_size(self.header)
         except AdoptionError as error:
             self.refuse(str(error))
 
     def complete(self, body: bytes) -> None:
+        if self.header.get("prepare") is True:
+            # A template loads what adopting needs before it is frozen, so that
+            # its clones do not import it on their first request.
+            self.reply({"prepared": True})
+            return
         try:
             request = decode_adoption(self.header, body)
         except AdoptionError as error:

@@ -16,6 +16,9 @@ route.  The request is one stream:
 - the answer: ``{"previous_ns": N}`` (the guest's wall clock before), or the
   step that failed: ``{"error": "adoption_failed", "step": ..., "message": ...}``.
 
+``{"op": "adopt", "prepare": true}`` without a body only loads the guest's
+handler (a template does it before it is frozen) and answers ``{"prepared": true}``.
+
 Right after answering, the agent starts a new session (a new HELLO with a nonce
 drawn after the reseed); ``docs/agent-protocol.md`` documents it.
 """
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 __all__ = [
+    "PREPARE",
     "AdoptionError",
     "AdoptionRequest",
     "MAX_ENTROPY",
@@ -38,6 +42,8 @@ __all__ = [
 
 #: The operation's name in the OPEN header.
 OP = "adopt"
+#: The header that only loads the guest's handler.
+PREPARE = {"op": OP, "prepare": True}
 #: Fewest and most bytes of entropy a request carries.
 MIN_ENTROPY = 32
 MAX_ENTROPY = 512
