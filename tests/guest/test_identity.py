@@ -53,6 +53,11 @@ class FakeSteps:
             with open(os.path.join(self.etc, name), "w") as stream:
                 stream.write("template\n")
         self.kernel = os.path.join(root, "kernel-hostname")
+        net_sysfs = os.path.join(root, "net")
+        os.makedirs(os.path.join(net_sysfs, "eth0"))
+        self.flags = os.path.join(net_sysfs, "eth0", "flags")
+        with open(self.flags, "w") as stream:
+            stream.write("0x1003\n")
         random_device = os.path.join(root, "urandom")
         open(random_device, "w").close()
         calls, failing = self.calls, self.failing
@@ -84,6 +89,7 @@ class FakeSteps:
         case.patch(AdoptHandler, "random_device", random_device)
         case.patch(AdoptHandler, "kernel_hostname", self.kernel)
         case.patch(AdoptHandler, "etc", self.etc)
+        case.patch(AdoptHandler, "net_sysfs", net_sysfs)
         self.context = AgentContext("t", time.monotonic_ns(), realtime_ns=self.clock.read, set_realtime_ns=set_clock)
 
 
@@ -93,6 +99,7 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
     def setUp(self) -> None:
         steps = FakeSteps(self)
         self.calls, self.failing, self.etc, self.clock = steps.calls, steps.failing, steps.etc, steps.clock
+        self.flags = steps.flags
         kernel, context = steps.kernel, steps.context
         self.kernel = kernel
         self.logged: list[str] = []
@@ -132,7 +139,6 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
             ("ip", "link", "set", "dev", "eth0", "address", "52:54:00:0a:00:09"),
             ("ip", "addr", "flush", "dev", "eth0"),
             ("ip", "addr", "add", "10.0.0.9/24", "dev", "eth0"),
-            ("ip", "link", "set", "dev", "eth0", "up"),
             ("ip", "route", "replace", "default", "via", "10.0.0.1", "dev", "eth0"),
         ])
         with open(self.kernel) as stream:
@@ -158,7 +164,9 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
             self.receive()
         self.assertTrue(self.host.established)
         self.assertTrue(self.session.conn.established)
-        self.assertIn("adopted clone-3", self.logged)
+        self.assertRegex(self.logged[0], r"\Aadopted clone-3 \(entropy \d+ ms, clock \d+ ms, hostname \d+ ms, "
+                                         r"machine_id \d+ ms, network \d+ ms\)\Z")
+        self.assertEqual(self.logged[1], "starting a new session: adopted a new identity")
 
     def test_prepare(self) -> None:
         """``prepare`` only answers: no step runs and the session goes on."""
@@ -176,6 +184,17 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
         self.adopt(AdoptionRequest("solo", "1" * 32, LATER, ENTROPY))
         self.assertEqual([call[0] for call in self.calls], ["ioctl", "ioctl", "clock"])
         self.assertEqual(self.read("hostname"), "solo\n")
+
+    def test_brought_up(self) -> None:
+        """An eth0 that is down (or whose flags cannot be read) is brought up after its address is added."""
+        for flags in ("0x1002\n", "nonsense"):
+            self.calls.clear()
+            with open(self.flags, "w") as stream:
+                stream.write(flags)
+            self.adopt()
+            self.assertEqual(self.calls[5:7], [("ip", "addr", "add", "10.0.0.9/24", "dev", "eth0"),
+                                               ("ip", "link", "set", "dev", "eth0", "up")])
+            self.handshake()
 
     def test_no_gateway(self) -> None:
         """Without a gateway no default route is set."""
