@@ -1,8 +1,8 @@
 """
 The source tree's house rules, read from the files themselves: the size of the
 modules and functions of the packages most work lands in, their place in the
-module list of docs/architecture.md, and ``test-case-name`` headers that name
-test modules that exist.
+module list of docs/architecture.md, ``test-case-name`` headers that name
+test modules that exist, and reactor parameters typed with interfaces.
 """
 
 from __future__ import annotations
@@ -118,3 +118,18 @@ class ArchitectureTests(SynchronousTestCase):
             if path.name != "__init__.py" and not re.search(r"(?<![\w/])" + re.escape(path.name), doc)
         ]
         self.assertEqual(missing, [])
+
+
+class ReactorTypeTests(SynchronousTestCase):
+    def test_reactors_typed(self) -> None:
+        """No ``reactor`` or ``clock`` parameter in vmservice is typed ``Any``: each names the interfaces it needs."""
+        untyped = []
+        for path in _modules(("vmservice",)):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    for arg in node.args.args + node.args.kwonlyargs:
+                        if arg.arg in ("reactor", "clock") and (
+                            arg.annotation is None or ast.unparse(arg.annotation).strip("'\"") == "Any"
+                        ):
+                            untyped.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}({arg.arg})")
+        self.assertEqual(untyped, [])

@@ -16,7 +16,7 @@ remote program back.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 from urllib.parse import urlencode, urlsplit
 
 from autobahn.twisted.websocket import WebSocketClientFactory, WebSocketClientProtocol
@@ -37,6 +37,9 @@ from .wire.shellframes import (
     encode_frame,
     encode_window_size,
 )
+
+if TYPE_CHECKING:
+    from .client import IClientReactor
 
 #: Output chunks held unread before the socket is paused.
 HIGH_WATER = 64
@@ -217,7 +220,7 @@ def shell_path(hostname: str, uid: Optional[int] = None, gid: Optional[int] = No
     return path + ("?" + urlencode(query) if query else "")
 
 
-async def open_shell(reactor: Any, base_url: str, unix_path: Optional[str], token: Optional[str], path: str,
+async def open_shell(reactor: IClientReactor, base_url: str, unix_path: Optional[str], token: Optional[str], path: str,
                      timeout: float = 30.0) -> ShellSession:
     """
     Open a shell: dial the daemon, upgrade, and answer the open session.

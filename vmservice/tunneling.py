@@ -17,7 +17,7 @@ connect with :class:`TunnelRefused`, carrying the daemon's ErrorResponse.
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 from urllib.parse import quote, urlsplit
 
 from twisted.internet.defer import Deferred
@@ -29,6 +29,9 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from . import __version__
+
+if TYPE_CHECKING:
+    from .client import IClientReactor
 
 #: Largest response head read from the daemon.
 MAX_HEAD = 64 * 1024
@@ -192,7 +195,7 @@ class _OneProtocol(Factory):
         return self._protocol
 
 
-def daemon_endpoint(reactor: Any, url: str) -> IStreamClientEndpoint:
+def daemon_endpoint(reactor: IClientReactor, url: str) -> IStreamClientEndpoint:
     """
     The client endpoint of a daemon ``url``: its UNIX socket, or ``http://host:port``.
 

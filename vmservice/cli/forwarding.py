@@ -19,9 +19,10 @@ from typing import Any, Optional, TextIO
 from attrs import frozen
 from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IListeningPort, IProtocol
-from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.protocol import Factory, Protocol, ServerFactory
 from twisted.python.failure import Failure
 
+from ..client import IClientReactor
 from ..nodes.guest_tunnel import ForwardRequest
 from ..tunneling import TunnelEndpoint, TunnelRefused
 
@@ -155,7 +156,7 @@ class _Local(Protocol):
             self.transport.loseConnection()
 
 
-class ForwardProxy(Factory):
+class ForwardProxy(ServerFactory):
     """
     The factory of one listening port: each connection is one tunnel.
 
@@ -177,7 +178,7 @@ class ForwardProxy(Factory):
         return _Local(self)
 
 
-def listen(reactor: Any, proxy: ForwardProxy) -> IListeningPort:
+def listen(reactor: IClientReactor, proxy: ForwardProxy) -> IListeningPort:
     """Start listening for ``proxy``'s spec (a TCP port or a UNIX socket)."""
     spec = proxy.spec
     if spec.local_unix:

@@ -19,12 +19,15 @@ import select
 import signal
 import termios
 import tty
-from typing import IO, Any, Callable, Optional, TextIO
+from typing import IO, TYPE_CHECKING, Any, Callable, Optional, TextIO
 
 from twisted.internet.task import LoopingCall
 
 from ..client import Client, FdReader
 from ..shell_session import ShellError, ShellSession
+
+if TYPE_CHECKING:
+    from .main import IVmctlReactor
 
 #: Seconds between HEARTBEATs (what existing clients send).
 HEARTBEAT_INTERVAL = 30.0
@@ -39,7 +42,7 @@ def terminal_size(fd: int) -> tuple[int, int]:
     return size.columns or 80, size.lines or 24
 
 
-async def pump(reactor: Any, session: ShellSession, stdin_fd: int, stdout_fd: int) -> int:
+async def pump(reactor: IVmctlReactor, session: ShellSession, stdin_fd: int, stdout_fd: int) -> int:
     """
     Join ``session`` to the descriptors until the remote shell ends.
 
@@ -81,7 +84,7 @@ async def pump(reactor: Any, session: ShellSession, stdin_fd: int, stdout_fd: in
     return 0 if session.session_closed or session.close_code == 1000 else 1
 
 
-async def shell_command(client: Client, options: argparse.Namespace, reactor: Any, out: TextIO, err: TextIO,
+async def shell_command(client: Client, options: argparse.Namespace, reactor: IVmctlReactor, out: TextIO, err: TextIO,
                         stdin: Optional[IO[bytes]]) -> int:
     """``vmctl shell``: open the session, raw mode while it runs, the exit status."""
     stdin_fd = stdin.fileno() if stdin is not None else 0
