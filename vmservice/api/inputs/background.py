@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.api.test_inputs,tests.api.test_background -*-
+# -*- test-case-name: tests.api.test_background -*-
 """
 The body of a background exec's kill: the signal and the grace before KILL.
 """

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.api.test_inputs -*-
+# -*- test-case-name: tests.api.inputs -*-
 """
 JSON bodies: the body read as one JSON object (size-limited), and structured
 strictly into a model (:mod:`vmservice.api.models`).

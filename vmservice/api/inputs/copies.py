@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.api.test_inputs,tests.api.test_copying -*-
+# -*- test-case-name: tests.api.inputs.test_copies,tests.api.test_copying -*-
 """
 How a copy is sent: the mode (query, ``Content-Type`` or ``Accept``), the
 copy semantics, a cp-v1 upload's placement, and the unpacked size a tar

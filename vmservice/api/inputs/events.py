@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.api.test_inputs,tests.api.test_events -*-
+# -*- test-case-name: tests.api.test_events -*-
 """
 Where an event stream resumes: ``Last-Event-ID`` and its query twin.
 """

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.api.test_inputs -*-
+# -*- test-case-name: tests.api.inputs.test_filesystem -*-
 """
 The body of an fs mkdir.
 """

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.api.test_inputs -*-
+# -*- test-case-name: tests.api.inputs.test_lifecycle -*-
 """
 What starts, stops or waits for a VM: the ``wait`` and ``timeout`` parameters
 and a shutdown's action.

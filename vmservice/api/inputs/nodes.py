@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.api.test_inputs -*-
+# -*- test-case-name: tests.api.inputs.test_nodes -*-
 """
 The body of a create-node request, into the domain's
 :class:`~vmservice.nodes.model.CreateRequest`: its keys, secrets, login user,

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.api.test_inputs,tests.api.test_secrets -*-
+# -*- test-case-name: tests.api.test_secrets -*-
 """
 The bodies of a secret's create and update; no message ever quotes the content.
 """

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.api.test_inputs,tests.api.test_tags -*-
+# -*- test-case-name: tests.api.test_tags -*-
 """
 Tags in a body: a list of them checked, and the body of a tag change.
 """

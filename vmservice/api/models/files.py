@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.api.test_openapi,tests.api.test_inputs -*-
+# -*- test-case-name: tests.api.test_openapi,tests.api.inputs.test_filesystem -*-
 """
 Files in a guest: file-system entries, the answer to an upload, the body of a mkdir.
 """

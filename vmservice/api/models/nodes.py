@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.api.test_openapi,tests.api.test_inputs -*-
+# -*- test-case-name: tests.api.test_openapi,tests.api.inputs.test_nodes -*-
 """
 Host groups and nodes: listings, one node described, create, delete, the
 console's tail, the agent's health and tags.

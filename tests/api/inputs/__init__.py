@@ -1,0 +1,1 @@
+"""Tests for :mod:`vmservice.api.inputs`, one module per module."""
