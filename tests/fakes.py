@@ -162,6 +162,7 @@ class FakeDriver:
 
     capabilities = Capabilities(can_pause=True, can_suspend=True)
     description = "fake"
+    version = "fake 1"
 
     def __init__(self, can_suspend: bool = True) -> None:
         self.machines: list[FakeMachine] = []

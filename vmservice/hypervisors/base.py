@@ -212,6 +212,9 @@ class IHypervisor(Interface):
 
     capabilities = Attribute("The Capabilities of this driver.")
     description = Attribute("A short text saying how VMs run, e.g. 'qemu, tcg'.")
+    version = Attribute(
+        "What identifies the VMM's build (a saved state loads only into the same one), e.g. its version line."
+    )
 
     def start(spec: MachineSpec, log_path: str | None) -> Deferred[IMachine]:
         """

@@ -740,11 +740,22 @@ class QemuDriver:
         # daemon stops them its own way.
         setsid = shutil.which("setsid")
         self._prefix = [setsid] if setsid else []
+        self._version: str | None = None
 
     @property
     def description(self) -> str:
         """How VMs run: ``qemu microvm, kvm`` or ``qemu microvm, tcg``."""
         return f"qemu microvm, {self.settings.accel}"
+
+    @property
+    def version(self) -> str:
+        """
+        The QEMU build: its binary's real path, size and modification time
+        (a package upgrade changes them), read once.
+        """
+        if self._version is None:
+            self._version = binary_identity(self.settings.binary)
+        return self._version
 
     def start(self, spec: MachineSpec, log_path: str | None = None) -> Deferred[IMachine]:
         """
@@ -824,6 +835,20 @@ class QemuDriver:
             pass
         finally:
             os.close(pidfd)
+
+
+def binary_identity(binary: str) -> str:
+    """
+    What identifies the build of the program ``binary`` (found on ``PATH``):
+    its real path, size and modification time; only the name when it is
+    not found.
+    """
+    found = shutil.which(binary)
+    if found is None:
+        return binary
+    path = os.path.realpath(found)
+    info = os.stat(path)
+    return f"{path} {info.st_size} {info.st_mtime_ns}"
 
 
 def _cmdline(proc: str, pid: int) -> list[str]:
@@ -959,6 +984,7 @@ __all__ = [
     "QemuDriver",
     "QemuMachine",
     "QemuSettings",
+    "binary_identity",
     "describe_exit",
     "host_tsc_khz",
     "kernel_cmdline",

@@ -32,6 +32,10 @@ BOOT_TIMEOUT = 120.0
 WARM_FILE = "/tmp/.vmservice-warm"
 
 
+class WarmUpFailed(Exception):
+    """The template's guest did not run its warm-up; the message says why."""
+
+
 @implementer(IExecSink)
 class _ExitSink:
     """Waits for an exec's end; its output is dropped."""
@@ -49,7 +53,7 @@ class _ExitSink:
         self.done.callback(exit_code)
 
     def failed(self, message: str, exit_code: int) -> None:
-        self.done.errback(AgentError(f"the warm-up exec failed: {message}"))
+        self.done.errback(WarmUpFailed(f"the warm-up exec failed: {message}"))
 
     def lost(self, error: AgentError) -> None:
         self.done.errback(error)
@@ -61,7 +65,7 @@ async def warm_up(agent: IGuestConnection) -> None:
     agent.exec(ExecRequest(cmd="true"), sink)
     code = await sink.done
     if code != 0:
-        raise AgentError(f"the warm-up exec exited {code}")
+        raise WarmUpFailed(f"the warm-up exec exited {code}")
     await agent.stat("/")
     upload = agent.upload(UploadRequest(path=WARM_FILE))
     upload.write(b"warm\n")
@@ -131,4 +135,4 @@ async def _kill(machine: IMachine) -> None:
     await machine.kill()
 
 
-__all__ = ["BOOT_TIMEOUT", "TemplateBuilder", "warm_up"]
+__all__ = ["BOOT_TIMEOUT", "TemplateBuilder", "WarmUpFailed", "warm_up"]

@@ -241,15 +241,19 @@ class TemplateStore:
                 "budget", f"templates being built fill templates_tmpfs_budget ({self._budget} bytes)"
             )
 
-    def discard(self, key: TemplateKey) -> None:
+    def discard(self, key: TemplateKey, only: Template | None = None) -> None:
         """
         Forget the template of ``key`` (broken, replaced or not needed): its
         RAM file and device state go now, its frozen disk once no node names
         it (:meth:`collect`).
+
+        :param only: forget it only if it is this one (not one built since).
         """
-        template = self._ready.pop(key, None)
-        if template is not None:
-            self._delete(template, keep_disk=True)
+        template = self._ready.get(key)
+        if template is None or (only is not None and template != only):
+            return
+        del self._ready[key]
+        self._delete(template, keep_disk=True)
 
     def _delete(self, template: Template, keep_disk: bool) -> None:
         for path in (template.ram_file, template.device_state):
@@ -266,13 +270,12 @@ class TemplateStore:
         """
         live = {template.directory for template in self._ready.values()}
         live |= {os.path.dirname(path) for path in referenced}
-        building = {os.path.basename(t) for t in live}
         for name in _listdir(self.directory):
             path = os.path.join(self.directory, name)
             if path not in live and not self._is_building(name):
                 log.info("removing unused template files {path}", path=path)
                 shutil.rmtree(path, ignore_errors=True)
-        known = {os.path.basename(template.ram_file) for template in self._ready.values()} | building
+        known = {os.path.basename(template.ram_file) for template in self._ready.values()}
         for name in _listdir(self.ram_directory):
             if name not in known and not self._is_building(name):
                 _unlink(os.path.join(self.ram_directory, name))

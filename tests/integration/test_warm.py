@@ -1,0 +1,265 @@
+# -*- test-case-name: tests.integration.test_warm -*-
+"""
+Warm groups against real guests: a node cloned from its group's template
+runs and execs; concurrent creates share one template build; clones never
+change the template's RAM file or frozen disk; a removed template or a
+corrupted device state makes the node boot cold (said in the log and in
+``/metrics``); a clone relaunches, suspends and restores, and is adopted
+again after a daemon kill -9.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import re
+import shutil
+import signal
+import tempfile
+import threading
+from typing import Any
+
+from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image
+
+MiB = 1024 * 1024
+
+GROUPS: list[dict[str, Any]] = [
+    {"name": "warm", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True},
+]
+
+#: Seconds a create may take: the first one of a key builds the template (a cold boot and a save).
+CREATE_TIMEOUT = "4m"
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample of ``/metrics`` (0 when absent)."""
+    want = ",".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{") or line.startswith(f"{name} "):
+            found = line[len(name):].split(" ")[0].strip("{}")
+            if ",".join(sorted(found.split(","))) == want:
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+class WarmTests(SharedDaemonTestCase):
+    @classmethod
+    def start_shared(cls) -> None:
+        ensure_image()
+        cls.shm = tempfile.mkdtemp(prefix="vms-t-", dir="/dev/shm")
+        cls.daemon = Daemon(groups=GROUPS, templates_tmpfs_dir=cls.shm)
+        try:
+            cls.daemon.start()
+        except BaseException:
+            cls.daemon.cleanup()
+            shutil.rmtree(cls.shm, ignore_errors=True)
+            raise
+
+    @classmethod
+    def _stop_shared(cls) -> None:
+        try:
+            super()._stop_shared()
+        finally:
+            shutil.rmtree(cls.shm, ignore_errors=True)
+
+    # -- helpers ---------------------------------------------------------
+
+    def create(self, body: dict[str, Any] | None = None) -> str:
+        created = self.daemon.json("POST", f"/hostgroup/warm/nodes?wait=agent&timeout={CREATE_TIMEOUT}",
+                                   body or {}, expect=201)
+        hostname: str = created["hostname"]
+        self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/warm/nodes/{hostname}")
+        return hostname
+
+    def metrics(self) -> str:
+        status, _, body = self.daemon.request("GET", "/metrics")
+        self.assertEqual(status, 200)
+        return body.decode()
+
+    def templates(self) -> list[str]:
+        return sorted(glob.glob(os.path.join(self.daemon.state_dir, "templates", "*")))
+
+    def ram_files(self) -> list[str]:
+        return sorted(glob.glob(os.path.join(self.shm, "vmservice-*", "*")))
+
+    def qemu_argv(self, hostname: str) -> list[str]:
+        pid = self._pid(hostname)
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode().split("\0")
+
+    def _pid(self, hostname: str) -> int:
+        import json
+
+        with open(os.path.join(self.daemon.state_dir, "nodes", hostname, "node.json")) as f:
+            return int(json.load(f)["pid"])
+
+    def backing_file(self, hostname: str) -> str:
+        from vmservice.storage.overlay import disk_info
+
+        info = disk_info(os.path.join(self.daemon.state_dir, "nodes", hostname, "disk.qcow2"))
+        assert info is not None
+        return info.backing_file or ""
+
+    def assert_clone(self, hostname: str) -> None:
+        """The node's VM maps a template's RAM file privately and its disk lies over the frozen disk."""
+        argv = " ".join(self.qemu_argv(hostname))
+        self.assertIn("share=off", argv)
+        self.assertNotIn("share=on", argv)
+        self.assertIn("-incoming defer", argv)
+        self.assertTrue(self.backing_file(hostname).startswith(os.path.join(self.daemon.state_dir, "templates")))
+
+    def assert_cold(self, hostname: str) -> None:
+        argv = " ".join(self.qemu_argv(hostname))
+        self.assertNotIn("memory-backend", argv)
+        self.assertTrue(self.backing_file(hostname).endswith("rootfs.ext4"))
+
+    # -- tests -----------------------------------------------------------
+
+    def test_burst_shares_one_build(self) -> None:
+        """Three creates at once of a key without a template: one build, three running clones whose exec works."""
+        builds = _metric(self.metrics(), "vmservice_template_builds_total", result="ok")
+        logged = self.daemon.log().count("building template")
+        made: list[str] = []
+        errors: list[BaseException] = []
+
+        def one() -> None:
+            try:
+                made.append(self.create({"ram_bytes": 192 * MiB}))
+            except BaseException as error:
+                errors.append(error)
+
+        threads = [threading.Thread(target=one) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(_metric(self.metrics(), "vmservice_template_builds_total", result="ok"), builds + 1)
+        self.assertEqual(self.daemon.log().count("building template"), logged + 1)
+        for hostname in made:
+            self.assert_clone(hostname)
+            self.assertEqual(self.daemon.run(hostname, "echo hi; hostname >/dev/null"), (0, "hi\n"))
+
+    def test_clone_leaves_the_template_unchanged(self) -> None:
+        """A clone that wrote into its memory and onto its disk changed neither the RAM file nor the frozen disk."""
+        first = self.create()
+        self.assert_clone(first)
+        disk = self.backing_file(first)
+        ram = [path for path in self.ram_files() if os.path.basename(path) == os.path.basename(os.path.dirname(disk))]
+        self.assertEqual(len(ram), 1)
+        before = (_sha256(ram[0]), _sha256(disk))
+        script = ("dd if=/dev/urandom of=/dev/shm/fill bs=1M count=48 2>/dev/null && "
+                  "dd if=/dev/urandom of=/root/fill bs=1M count=16 2>/dev/null && sync && echo done")
+        self.assertEqual(self.daemon.run(first, script), (0, "done\n"))
+        second = self.create()
+        self.assertEqual(self.daemon.run(second, script), (0, "done\n"))
+        self.assertEqual(self.daemon.run(second, "test -e /root/fill && test -e /dev/shm/fill && echo yes"),
+                         (0, "yes\n"))
+        self.assertEqual((_sha256(ram[0]), _sha256(disk)), before)
+        self.assertEqual(oct(os.stat(disk).st_mode & 0o777), oct(0o444))
+
+    def test_removed_template_boots_cold(self) -> None:
+        """With its template's files removed under the daemon, a node boots cold; the log and /metrics say why."""
+        self.create()  # a template exists
+        for path in self.templates():
+            shutil.rmtree(path)
+        for path in self.ram_files():
+            os.unlink(path)
+        fallbacks = _metric(self.metrics(), "vmservice_warm_fallbacks_total", hostgroup="warm", reason="missing")
+        hostname = self.create()
+        self.assert_cold(hostname)
+        self.assertEqual(self.daemon.run(hostname, "echo hi"), (0, "hi\n"))
+        self.assertIn("the template was removed under the daemon", self.daemon.log())
+        self.assertEqual(
+            _metric(self.metrics(), "vmservice_warm_fallbacks_total", hostgroup="warm", reason="missing"),
+            fallbacks + 1,
+        )
+        # The next one builds the template again and is a clone.
+        self.assert_clone(self.create())
+
+    def test_corrupt_device_state_boots_cold(self) -> None:
+        """A template whose device state is corrupted: the node boots cold, and the next one gets a new template."""
+        self.create()
+        states = glob.glob(os.path.join(self.daemon.state_dir, "templates", "*", "dev.bin"))
+        self.assertEqual(len(states), 1)
+        with open(states[0], "r+b") as f:
+            f.seek(64)
+            f.write(os.urandom(4096))
+        hostname = self.create()
+        self.assert_cold(hostname)
+        self.assertEqual(self.daemon.run(hostname, "echo hi"), (0, "hi\n"))
+        self.assertIn("the template's state could not be loaded", self.daemon.log())
+        self.assertGreaterEqual(
+            _metric(self.metrics(), "vmservice_warm_fallbacks_total", hostgroup="warm", reason="load_failed"), 1
+        )
+        self.assert_clone(self.create())
+
+    def test_clone_suspends_restores_and_relaunches(self) -> None:
+        """A clone suspends and restores (same memory block name), keeping its files; relaunched, it boots its own disk."""
+        hostname = self.create()
+        self.assertEqual(self.daemon.run(hostname, "echo kept > /root/kept; echo mem > /dev/shm/mem; sync; echo ok"),
+                         (0, "ok\n"))
+        self.daemon.post(f"/vm/{hostname}/suspend")
+        self.daemon.wait_status(hostname, "Suspended")
+        self.daemon.post(f"/vm/{hostname}/restore?wait=agent&timeout=2m")
+        self.assertEqual(self.daemon.run(hostname, "cat /root/kept /dev/shm/mem"), (0, "kept\nmem\n"))
+        self.assertIn("memory-backend-ram,id=mem0", " ".join(self.qemu_argv(hostname)))
+
+
+class WarmRecoveryTests(SharedDaemonTestCase):
+    """A persistent clone after a daemon kill -9: adopted again, and relaunched cold from its own disk."""
+
+    @classmethod
+    def start_shared(cls) -> None:
+        ensure_image()
+        cls.shm = tempfile.mkdtemp(prefix="vms-t-", dir="/dev/shm")
+        groups = [{**GROUPS[0], "persistent": True}]
+        cls.daemon = Daemon(groups=groups, templates_tmpfs_dir=cls.shm)
+        try:
+            cls.daemon.start()
+        except BaseException:
+            cls.daemon.cleanup()
+            shutil.rmtree(cls.shm, ignore_errors=True)
+            raise
+
+    @classmethod
+    def _stop_shared(cls) -> None:
+        try:
+            super()._stop_shared()
+        finally:
+            shutil.rmtree(cls.shm, ignore_errors=True)
+
+    def test_kill9_then_relaunch(self) -> None:
+        daemon = self.daemon
+        hostname = daemon.json("POST", f"/hostgroup/warm/nodes?wait=agent&timeout={CREATE_TIMEOUT}", {},
+                               expect=201)["hostname"]
+        self.assertEqual(daemon.run(hostname, "echo on-disk > /root/f; sync; echo ok"), (0, "ok\n"))
+        pids = daemon.vm_pids()
+        daemon.stop(signal.SIGKILL)
+        daemon.start()
+        daemon.json("GET", f"/vm/{hostname}")
+        self.assertEqual(daemon.vm_pids(), pids)
+        daemon.wait_for("the adopted clone's agent", lambda: daemon.request(
+            "GET", f"/vm/{hostname}/health", timeout=10)[0] == 200, timeout=60)
+        self.assertEqual(daemon.run(hostname, "cat /root/f"), (0, "on-disk\n"))
+        # Its frozen disk is kept while its record names it.
+        frozen = glob.glob(os.path.join(daemon.state_dir, "templates", "*", "disk.qcow2"))
+        self.assertEqual(len(frozen), 1)
+        # Stopped and relaunched: a cold boot of its own disk (over the frozen disk).
+        daemon.post(f"/vm/{hostname}/shutdown?action=shutdown")
+        daemon.wait_status(hostname, "Stopped", timeout=120)
+        daemon.post(f"/vm/{hostname}/relaunch?wait=agent&timeout=3m")
+        self.assertEqual(daemon.run(hostname, "cat /root/f"), (0, "on-disk\n"))
+        self.assertTrue(os.path.exists(frozen[0]))
+        daemon.json("DELETE", f"/hostgroup/warm/nodes/{hostname}")
+        # The frozen disk outlives its template's RAM file only while a node needs it.
+        self.assertTrue(re.search(r"template \w+ is ready", daemon.log()))

@@ -1,0 +1,124 @@
+# -*- test-case-name: tests.nodes.test_cloning -*-
+"""
+Starting a warm group's node as a clone of its template, and falling back
+to a cold boot of the same node whenever that cannot be done.
+
+A clone's disk is a qcow2 overlay over the template's frozen disk; its VM
+maps the template's RAM file privately (``share=off``: its writes stay its
+own) and waits in ``-incoming defer``; its agent socket is connected first,
+then the template's device state is loaded and the guest continues where
+the template was.  Before anything else reaches it (readiness, secrets,
+login, userdata, the API), it adopts an identity of its own through
+:class:`ICloneAdoption`.
+"""
+
+from __future__ import annotations
+
+from attrs import evolve, frozen
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from ..config import HostGroupConfig
+from ..hypervisors.base import HypervisorError, IHypervisor, IMachine, NetSpec
+from ..images.store import Image
+from .guest import IGuestConnection
+from .model import NodeRecord
+from .parts import FleetParts
+from .runtime import NodeRuntime
+from .template_build import TemplateBuilder
+from .templates import Template, TemplateKey, TemplateUnavailable
+
+log = Logger()
+
+
+def template_key(group: HostGroupConfig, record: NodeRecord, image: Image, driver: IHypervisor) -> TemplateKey:
+    """The key of the template a node of ``group`` described by ``record`` is cloned from."""
+    return TemplateKey(
+        image=image.name,
+        build=image.path.path,
+        qemu=f"{driver.version}, {driver.description}",
+        ram_bytes=record.ram_bytes,
+        vcpus=record.cpus,
+        network=group.network is not None,
+        storage_size=group.storage_size,
+    )
+
+
+@frozen
+class Cloning:
+    """
+    :ivar parts: the node layer's collaborators (with their templates).
+    """
+
+    parts: FleetParts
+
+    async def start(self, node: NodeRuntime, group: HostGroupConfig, image: Image,
+                    net: NetSpec | None) -> tuple[IMachine, IGuestConnection] | None:
+        """
+        Start ``node`` as a clone: its VM and its (adopted) agent connection,
+        or ``None`` when it must boot cold (said in the log, counted).
+        """
+        try:
+            template = await self._template(node.record, group, image, net)
+            return await self._clone(node, template, net)
+        except TemplateUnavailable as error:
+            log.warn("node {hostname} boots cold instead of from a template: {reason}",
+                     hostname=node.hostname, reason=error)
+            self.parts.on_warm_fallback(group.name, error.kind)
+            return None
+
+    async def _template(self, record: NodeRecord, group: HostGroupConfig, image: Image,
+                        net: NetSpec | None) -> Template:
+        if net is not None or record.pci_devices:
+            raise TemplateUnavailable("network" if net is not None else "pci_devices",
+                                      "templates are made for nodes without a network or host devices only")
+        driver = await self.parts.driver.get()
+        key = template_key(group, record, image, driver)
+        builder = TemplateBuilder(self.parts, image.rootfs.path)
+        templates = self.parts.templates
+        if templates is None:
+            raise TemplateUnavailable("no_templates", "this daemon keeps no templates")
+        return await templates.get(key, image.kernel.path, image.initrd.path, builder)
+
+    async def _clone(self, node: NodeRuntime, template: Template,
+                     net: NetSpec | None) -> tuple[IMachine, IGuestConnection]:
+        parts = self.parts
+        node.record = evolve(node.record, frozen_disk=template.disk, clone_memory=True)
+        try:
+            await parts.disks.create(template.disk, node.paths.disk, template.key.storage_size)
+            machine = await node.spawn(template.kernel, template.initrd, net, clone_of=template)
+        except Exception as error:
+            await self._undo(node)
+            raise TemplateUnavailable("load_failed", f"the clone could not be started: {error}") from None
+        agent = node.connect_agent(adopting=True)
+        try:
+            await machine.load_device_state(template.device_state)
+        except HypervisorError as error:
+            await self._undo(node)
+            if self.parts.templates is not None:
+                # Broken: the next create builds it again.
+                self.parts.templates.discard(template.key, only=template)
+            raise TemplateUnavailable("load_failed", f"the template's state could not be loaded: {error}") from None
+        adoption = self.parts.adoption
+        if adoption is not None:
+            try:
+                await adoption.adopt(node.record, net, agent)
+            except Exception as error:
+                await self._undo(node)
+                raise TemplateUnavailable("adopt_failed", f"the clone could not adopt its identity: {error}") from None
+        node.adopted()
+        return machine, agent
+
+    async def _undo(self, node: NodeRuntime) -> None:
+        """End the clone's VM and connection and remove its disk; the node then boots cold."""
+        agent, node.agent = node.agent, None
+        if agent is not None:
+            await agent.stop()
+        machine = node.take_machine()
+        if machine is not None:
+            await machine.kill()
+        self.parts.disks.remove(node.paths.disk)
+        node.record = evolve(node.record, frozen_disk="", clone_memory=False, pid=None)
+
+
+__all__ = ["Cloning", "template_key"]
