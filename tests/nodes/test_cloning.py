@@ -1,0 +1,191 @@
+"""
+Tests for :mod:`vmservice.nodes.cloning` through the fleet on fakes: a warm
+group's node is cloned from its template (the agent connected before the
+device state is loaded, the identity adopted before the guest is
+provisioned), and boots cold when the template cannot be had or loaded.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from attrs import evolve
+from twisted.internet.defer import Deferred, succeed
+from twisted.trial.unittest import SynchronousTestCase
+from zope.interface import implementer
+from zope.interface.verify import verifyObject
+
+from tests.fakes import FakeMachine, FleetHarness
+from vmservice.config import HostGroupConfig
+from vmservice.hypervisors.base import NetSpec
+from vmservice.nodes.adoption import ICloneAdoption
+from vmservice.nodes.cloning import template_key
+from vmservice.nodes.fleet import Fleet
+from vmservice.nodes.guest import IGuestConnection
+from vmservice.nodes.model import CreateRequest, NodeRecord, Status, Wait
+from vmservice.nodes.templates import Template, TemplateStore
+
+MiB = 1024 * 1024
+GROUPS = (HostGroupConfig(name="warm", vcpu=1, ram_bytes=256 * MiB, warm=True, storage_size=1 << 30),
+          HostGroupConfig(name="cold", vcpu=1, ram_bytes=256 * MiB))
+
+
+@implementer(ICloneAdoption)
+class FakeAdoption:
+    """Records each adoption and what the clone's agent had been asked before it."""
+
+    def __init__(self, harness: FleetHarness) -> None:
+        self.harness = harness
+        self.adopted: list[tuple[str, list[str], list[str]]] = []
+        self.fail: Exception | None = None
+
+    def adopt(self, record: NodeRecord, net: NetSpec | None, agent: IGuestConnection) -> Deferred[None]:
+        machine = self.harness.driver.machines[-1]
+        requests = [header["op"] for header, _ in self.harness.agents[-1].requests]
+        self.adopted.append((record.hostname, list(machine.commands), requests))
+        if self.fail is not None:
+            raise self.fail
+        return succeed(None)
+
+
+class CloningTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        state_dir = self.mktemp()
+        self.harness = FleetHarness(state_dir, groups=GROUPS)
+        self.store = TemplateStore(self.harness.reactor, state_dir, os.path.join(state_dir, "shm"), 1 << 30)
+        self.adoption = FakeAdoption(self.harness)
+        self.fallbacks: list[tuple[str, str]] = []
+        self.parts = evolve(self.harness.parts, templates=self.store, adoption=self.adoption,
+                            on_warm_fallback=lambda group, kind: self.fallbacks.append((group, kind)))
+        self.fleet = Fleet(self.parts)
+        self.fleet.startService()
+        self.addCleanup(self.fleet.stopService)
+
+    def template(self) -> Template:
+        """The warm group's template, built (its files written) before any create."""
+        record = NodeRecord(hostname="x", hostgroup="warm", ram_bytes=256 * MiB, cpus=1,
+                            created_at=__import__("datetime").datetime.now())
+        key = template_key(GROUPS[0], record, self.harness.image, self.harness.driver)
+
+        async def build(template: Template) -> None:
+            for path in (template.disk, template.device_state, template.ram_file):
+                with open(path, "wb") as f:
+                    f.write(b"x")
+
+        return self.successResultOf(Deferred.fromCoroutine(
+            self.store.get(key, self.harness.image.kernel.path, self.harness.image.initrd.path, build)))
+
+    def create(self, group: str = "warm", request: CreateRequest | None = None) -> Deferred[Any]:
+        return Deferred.fromCoroutine(self.fleet.create(group, request or CreateRequest(), Wait.NONE, 60))
+
+    def machine(self) -> FakeMachine:
+        return self.harness.driver.machines[-1]
+
+    def test_adoption_fake_is_an_adoption(self) -> None:
+        verifyObject(ICloneAdoption, self.adoption)
+
+    def test_clone(self) -> None:
+        """
+        The node's disk lies over the frozen disk, its VM maps the RAM file
+        private and waits; the agent is connected before the state is loaded;
+        the identity is adopted after the load and before anything is asked
+        of the guest; the record says where it came from.
+        """
+        template = self.template()
+        record = self.successResultOf(self.create())
+        spec = self.machine().spec
+        self.assertEqual((spec.memory.path if spec.memory else None, spec.memory.shared if spec.memory else None),
+                         (template.ram_file, False))
+        self.assertTrue(spec.defer_incoming)
+        self.assertEqual(self.harness.disks._made[spec.disk][0], template.disk)
+        self.assertTrue(self.harness.agents[-1].started)
+        self.assertEqual(self.adoption.adopted, [(record.hostname, ["load_device_state"], [])])
+        stored = self.harness.store.load_all()[0][0]
+        self.assertEqual((stored.frozen_disk, stored.clone_memory, stored.status), (template.disk, True, Status.RUNNING))
+        self.assertEqual(self.fallbacks, [])
+
+    def test_provisioned_after_adoption(self) -> None:
+        """A clone's guest gets its secrets only once its identity is adopted, even if its agent answered before."""
+        self.template()
+        self.harness.secrets.put("token", b"s3cret")
+        adopt = self.adoption.adopt
+
+        def adopt_after_ready(record: NodeRecord, net: NetSpec | None, agent: IGuestConnection) -> Deferred[None]:
+            self.harness.agents[-1].ready()
+            return adopt(record, net, agent)
+
+        self.adoption.adopt = adopt_after_ready  # type: ignore[method-assign]
+        self.successResultOf(self.create(request=CreateRequest(secrets=("token",))))
+        self.assertEqual(self.adoption.adopted[0][2], [])
+        self.assertEqual([header["op"] for header, _ in self.harness.agents[-1].requests], ["secrets"])
+
+    def test_load_fails_boots_cold(self) -> None:
+        """A device state that does not load: the same node boots cold, counted, and the template is dropped."""
+        template = self.template()
+        original = self.harness.driver.start
+
+        def start(spec: Any, log_path: str | None = None) -> Any:
+            d = original(spec, log_path)
+            if spec.defer_incoming:
+                self.machine().failing["load_device_state"] = "Capability x-ignore-shared is off"
+            return d
+
+        self.harness.driver.start = start  # type: ignore[method-assign]
+        record = self.successResultOf(self.create())
+        self.assertEqual(len(self.harness.driver.machines), 2)
+        first, second = self.harness.driver.machines
+        self.assertIsNotNone(first._exit)
+        self.assertIsNone(second.spec.memory)
+        self.assertEqual(self.harness.disks._made[second.spec.disk][0], self.harness.image.rootfs.path)
+        self.assertEqual(self.fallbacks, [("warm", "load_failed")])
+        self.assertEqual(record.status, "Running")
+        self.assertFalse(os.path.exists(template.ram_file))
+        stored = self.harness.store.load_all()[0][0]
+        self.assertEqual((stored.frozen_disk, stored.clone_memory), ("", False))
+
+    def test_adoption_fails_boots_cold(self) -> None:
+        """A clone that cannot adopt its identity is never used: the node boots cold."""
+        self.template()
+        self.adoption.fail = RuntimeError("no reseed")
+        self.successResultOf(self.create())
+        self.assertIsNone(self.machine().spec.memory)
+        self.assertEqual(self.fallbacks, [("warm", "adopt_failed")])
+
+    def test_cold_group(self) -> None:
+        """A group that is not warm boots as always, without asking for a template."""
+        self.successResultOf(self.create("cold"))
+        self.assertIsNone(self.machine().spec.memory)
+        self.assertEqual((self.store.builds, self.fallbacks), (0, []))
+
+    def test_build_fails_boots_cold(self) -> None:
+        """
+        Without a template, the first create builds one: its VM maps the RAM
+        file shared; a guest that never answers fails the build (its VM
+        killed) and the node boots cold, counted.
+        """
+        d = self.create()
+        self.assertNoResult(d)
+        template_vm = self.machine()
+        self.assertEqual(template_vm.spec.memory.shared if template_vm.spec.memory else None, True)
+        self.harness.reactor.advance(120)
+        self.successResultOf(d)
+        self.assertIsNotNone(template_vm._exit)
+        self.assertIsNone(self.machine().spec.memory)
+        self.assertEqual(self.fallbacks, [("warm", "build_failed")])
+        self.assertEqual(os.listdir(os.path.join(self.store.directory)), [])
+
+    def test_restore_of_a_clone(self) -> None:
+        """A suspended clone is restored with the same memory block name; a relaunch boots it plain."""
+        self.template()
+        record = self.successResultOf(self.create(request=CreateRequest(persistent=True)))
+        self.harness.agents[-1].ready()
+        self.successResultOf(Deferred.fromCoroutine(self.fleet.snapshots.suspend(record.hostname)))
+        self.successResultOf(Deferred.fromCoroutine(self.fleet.snapshots.restore(record.hostname, Wait.NONE, 60)))
+        spec = self.machine().spec
+        self.assertEqual((spec.memory.path if spec.memory else "none", spec.incoming is not None), (None, True))
+        self.machine().end(0)
+        self.successResultOf(Deferred.fromCoroutine(self.fleet.lifecycle.relaunch(record.hostname, Wait.NONE, 60)))
+        self.assertIsNone(self.machine().spec.memory)
+        stored = self.harness.store.load_all()[0][0]
+        self.assertEqual((bool(stored.frozen_disk), stored.clone_memory), (True, False))
