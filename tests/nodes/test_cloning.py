@@ -11,14 +11,14 @@ import os
 from typing import Any
 
 from attrs import evolve
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from tests.fakes import FakeMachine, FleetHarness
 from vmservice.config import HostGroupConfig
-from vmservice.hypervisors.base import NetSpec
+from vmservice.hypervisors.base import HypervisorError, NetSpec
 from vmservice.nodes.adoption import ICloneAdoption
 from vmservice.nodes.cloning import template_key
 from vmservice.nodes.fleet import Fleet
@@ -128,7 +128,14 @@ class CloningTests(SynchronousTestCase):
         def start(spec: Any, log_path: str | None = None) -> Any:
             d = original(spec, log_path)
             if spec.defer_incoming:
-                self.machine().failing["load_device_state"] = "Capability x-ignore-shared is off"
+                clone = self.machine()
+
+                def load(path: str) -> Deferred[None]:
+                    # As QEMU does: it exits on a state it cannot load.
+                    clone.end(1, stderr="Received unknown capability")
+                    return fail(HypervisorError("loading the VM state: the VM process exited with status 1"))
+
+                clone.load_device_state = load  # type: ignore[method-assign]
             return d
 
         self.harness.driver.start = start  # type: ignore[method-assign]
@@ -189,3 +196,29 @@ class CloningTests(SynchronousTestCase):
         self.assertIsNone(self.machine().spec.memory)
         stored = self.harness.store.load_all()[0][0]
         self.assertEqual((bool(stored.frozen_disk), stored.clone_memory), (True, False))
+
+
+class OrphanTests(SynchronousTestCase):
+    def test_killed(self) -> None:
+        """A template's VM left running by a daemon that died during the build is killed at the next start."""
+        state_dir = self.mktemp()
+        harness = FleetHarness(state_dir, groups=GROUPS)
+        store = TemplateStore(harness.reactor, state_dir, os.path.join(state_dir, "shm"), 1 << 30)
+        fleet = Fleet(evolve(harness.parts, templates=store))
+        fleet.startService()
+        d = Deferred.fromCoroutine(fleet.create("warm", CreateRequest(), Wait.NONE, 60))
+        self.assertNoResult(d)
+        template_vm = harness.driver.machines[-1]
+        self.assertTrue(template_vm.spec.qmp_socket.startswith(store.directory))
+        harness.crash()
+        later = Fleet(evolve(harness.parts, templates=TemplateStore(harness.reactor, state_dir,
+                                                                     os.path.join(state_dir, "shm"), 1 << 30)))
+        later.startService()
+        self.successResultOf(later.recovered())
+        self.assertIsNotNone(template_vm._exit)
+        self.assertIn(template_vm.pid, harness.driver.killed_orphans)
+        # The first run's create carries on in this test only (its process is "dead"); its end does not matter.
+        d.addErrback(lambda failure: None)
+        harness.reactor.advance(120)
+        self.successResultOf(later.stopService())
+        self.successResultOf(fleet.stopService())

@@ -90,11 +90,13 @@ class Cloning:
         except Exception as error:
             await self._undo(node)
             raise TemplateUnavailable("load_failed", f"the clone could not be started: {error}") from None
+        # Not the node's VM until it is loaded: a clone that exits on a bad state is no news (the node boots cold).
+        node.take_machine()
         agent = node.connect_agent(adopting=True)
         try:
             await machine.load_device_state(template.device_state)
         except HypervisorError as error:
-            await self._undo(node)
+            await self._undo(node, machine)
             if self.parts.templates is not None:
                 # Broken: the next create builds it again.
                 self.parts.templates.discard(template.key, only=template)
@@ -104,17 +106,18 @@ class Cloning:
             try:
                 await adoption.adopt(node.record, net, agent)
             except Exception as error:
-                await self._undo(node)
+                await self._undo(node, machine)
                 raise TemplateUnavailable("adopt_failed", f"the clone could not adopt its identity: {error}") from None
+        node.own(machine)
         node.adopted()
         return machine, agent
 
-    async def _undo(self, node: NodeRuntime) -> None:
+    async def _undo(self, node: NodeRuntime, machine: IMachine | None = None) -> None:
         """End the clone's VM and connection and remove its disk; the node then boots cold."""
         agent, node.agent = node.agent, None
         if agent is not None:
             await agent.stop()
-        machine = node.take_machine()
+        machine = node.take_machine() or machine
         if machine is not None:
             await machine.kill()
         self.parts.disks.remove(node.paths.disk)

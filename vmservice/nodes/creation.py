@@ -117,9 +117,10 @@ class Creation:
             completely and :class:`WaitTimeout` raised.
         """
         group = self._parts.group(group_name)
+        limits = _limits(group, request)
         image = self._parts.requested_image(group, request.disk_image)
         userdata = _userdata(group, request)
-        record = await self._record(group, request, image, bool(userdata))
+        record = await self._record(group, request, limits, image, bool(userdata))
         node = self._make(record)
         self._parts.store.save(record)
         node.announce(EventType.CREATED)
@@ -152,14 +153,16 @@ class Creation:
         machine = await node.spawn(image.kernel.path, image.initrd.path, net)
         return machine, node.connect_agent()
 
-    async def _record(self, group: HostGroupConfig, request: CreateRequest, image: Image, userdata: bool) -> NodeRecord:
+    async def _record(
+        self, group: HostGroupConfig, request: CreateRequest, limits: tuple[int, int], image: Image, userdata: bool
+    ) -> NodeRecord:
         """
         The record of a new node, its request checked against its group and
         its image, its devices and address chosen (recorded by the caller
         with no wait in between: the records are the claims).
         """
         parts = self._parts
-        ram_bytes, cpus = _limits(group, request)
+        ram_bytes, cpus = limits
         if request.secrets:
             if parts.secrets is None:
                 raise BadRequest("this daemon has no secrets store", code="unknown_secret")

@@ -78,7 +78,7 @@ class TemplateKey:
     def digest(self) -> str:
         """A short, stable name of the key."""
         text = json.dumps(asdict(self), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     def supersedes(self, other: "TemplateKey") -> bool:
         """Whether ``other`` is the same template of an older image build or QEMU."""
@@ -150,7 +150,6 @@ class TemplateStore:
         self._building: dict[TemplateKey, OneShotObserver[Template]] = {}
         self._failed: dict[TemplateKey, tuple[float, str]] = {}
         self._used: dict[TemplateKey, float] = {}
-        self._serial = 0
         self.builds = 0
 
     async def get(self, key: TemplateKey, kernel: str, initrd: str, build: Build) -> Template:
@@ -181,9 +180,11 @@ class TemplateStore:
             log.info("template {digest} is replaced (its image build or QEMU changed)", digest=old.digest())
             self.discard(old)
         self._make_room(key)
-        self._serial += 1
         self.builds += 1
-        name = f"{key.digest()}.{os.getpid()}-{self._serial}"
+        # Never an earlier build's name (whose frozen disk nodes may still read from), short for socket paths.
+        name = f"{key.digest()}.{os.urandom(3).hex()}"
+        while os.path.exists(os.path.join(self.directory, name)):
+            name = f"{key.digest()}.{os.urandom(3).hex()}"
         directory = os.path.join(self.directory, name)
         template = Template(
             key=key,
