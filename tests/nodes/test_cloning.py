@@ -59,14 +59,16 @@ class CloningTests(SynchronousTestCase):
         self.parts = evolve(self.harness.parts, templates=self.store, adoption=self.adoption,
                             on_warm_fallback=lambda group, kind: self.fallbacks.append((group, kind)))
         self.fleet = Fleet(self.parts)
-        self.fleet.startService()
-        self.addCleanup(self.fleet.stopService)
+
+    def start(self) -> None:
+        """Start the fleet (once): its start builds the warm group's template unless there is one."""
+        if not self.fleet.running:
+            self.fleet.startService()
+            self.addCleanup(self.fleet.stopService)
 
     def template(self) -> Template:
         """The warm group's template, built (its files written) before any create."""
-        record = NodeRecord(hostname="x", hostgroup="warm", ram_bytes=256 * MiB, cpus=1,
-                            created_at=__import__("datetime").datetime.now())
-        key = template_key(GROUPS[0], record, self.harness.image, self.harness.driver)
+        key = template_key(GROUPS[0], 256 * MiB, 1, self.harness.image, self.harness.driver)
 
         async def build(template: Template) -> None:
             for path in (template.disk, template.device_state, template.ram_file):
@@ -77,6 +79,7 @@ class CloningTests(SynchronousTestCase):
             self.store.get(key, self.harness.image.kernel.path, self.harness.image.initrd.path, build)))
 
     def create(self, group: str = "warm", request: CreateRequest | None = None) -> Deferred[Any]:
+        self.start()
         return Deferred.fromCoroutine(self.fleet.create(group, request or CreateRequest(), Wait.NONE, 60))
 
     def machine(self) -> FakeMachine:
@@ -161,9 +164,19 @@ class CloningTests(SynchronousTestCase):
 
     def test_cold_group(self) -> None:
         """A group that is not warm boots as always, without asking for a template."""
+        self.template()
         self.successResultOf(self.create("cold"))
         self.assertIsNone(self.machine().spec.memory)
-        self.assertEqual((self.store.builds, self.fallbacks), (0, []))
+        self.assertEqual((len(self.harness.driver.machines), self.store.builds, self.fallbacks), (1, 1, []))
+
+    def test_built_at_start(self) -> None:
+        """The fleet's start builds the template of each warm group (its RAM and vCPUs), in the background."""
+        self.start()
+        self.assertEqual(self.store.builds, 1)
+        vm = self.machine()
+        self.assertEqual((vm.spec.ram_bytes, vm.spec.vcpus), (256 * MiB, 1))
+        self.assertTrue(vm.spec.memory is not None and vm.spec.memory.shared)
+        self.successResultOf(self.fleet.recovered())
 
     def test_build_fails_boots_cold(self) -> None:
         """

@@ -31,14 +31,14 @@ from .templates import Template, TemplateKey, TemplateUnavailable
 log = Logger()
 
 
-def template_key(group: HostGroupConfig, record: NodeRecord, image: Image, driver: IHypervisor) -> TemplateKey:
-    """The key of the template a node of ``group`` described by ``record`` is cloned from."""
+def template_key(group: HostGroupConfig, ram_bytes: int, vcpus: int, image: Image, driver: IHypervisor) -> TemplateKey:
+    """The key of the template a node of ``group`` with ``ram_bytes`` and ``vcpus`` is cloned from."""
     return TemplateKey(
         image=image.name,
         build=image.path.path,
         qemu=f"{driver.version}, {driver.description}",
-        ram_bytes=record.ram_bytes,
-        vcpus=record.cpus,
+        ram_bytes=ram_bytes,
+        vcpus=vcpus,
         network=group.network is not None,
         storage_size=group.storage_size,
     )
@@ -72,13 +72,29 @@ class Cloning:
         if net is not None or record.pci_devices:
             raise TemplateUnavailable("network" if net is not None else "pci_devices",
                                       "templates are made for nodes without a network or host devices only")
+        return await self._get(group, record.ram_bytes, record.cpus, image)
+
+    async def _get(self, group: HostGroupConfig, ram_bytes: int, vcpus: int, image: Image) -> Template:
         driver = await self.parts.driver.get()
-        key = template_key(group, record, image, driver)
+        key = template_key(group, ram_bytes, vcpus, image, driver)
         builder = TemplateBuilder(self.parts, image.rootfs.path)
         templates = self.parts.templates
         if templates is None:
             raise TemplateUnavailable("no_templates", "this daemon keeps no templates")
         return await templates.get(key, image.kernel.path, image.initrd.path, builder)
+
+    async def prepare(self, group: HostGroupConfig) -> None:
+        """
+        Build the template of ``group``'s nodes as the group makes them (its
+        image, RAM and vCPUs) ahead of the first create, when the daemon
+        starts; a failure is only logged (creates then boot cold).
+        """
+        if self.parts.templates is None or group.network is not None:
+            return
+        try:
+            await self._get(group, group.ram_bytes, group.vcpu, self.parts.image(group))
+        except Exception as error:
+            log.warn("no template for host group {group} yet: {error}", group=group.name, error=error)
 
     async def _clone(self, node: NodeRuntime, template: Template,
                      net: NetSpec | None) -> tuple[IMachine, IGuestConnection]:

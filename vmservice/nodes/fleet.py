@@ -43,6 +43,7 @@ from ..images.store import ImageInfo
 from ..observer import OneShotObserver
 from . import console
 from .counts import keep_counts
+from .cloning import Cloning
 from .creation import Creation
 from .description import NodeDescription, describe
 from .guest import AgentHealth, IGuest
@@ -120,6 +121,10 @@ class Fleet(Service):
         try:
             await Startup(self._registry, self._parts, self._register).recover()
             self._collect_templates()
+            for group in self._parts.config.host_groups:
+                if group.warm:
+                    # In the background: creates of the group meanwhile wait for this one build.
+                    Deferred.fromCoroutine(Cloning(self._parts).prepare(group))
             await keep_counts(
                 self._parts.config, self._registry, self.create, self.lifecycle.relaunch, self.snapshots.restore
             )
