@@ -672,3 +672,14 @@ class QmpSessionTests(SynchronousTestCase):
         protocol, transport = self.accept(reactor, 1)
         protocol.dataReceived(b'{"QMP": {}}\n{"return": {}}\n{"return": {"status": "paused"}}\n')
         self.assertEqual(self.successResultOf(d), {"status": "paused"})
+
+
+class LooseNicTests(SynchronousTestCase):
+    def test_template_nic(self) -> None:
+        """A template of networked nodes has their network device, on a hub port that reaches nothing."""
+        from attrs import evolve
+
+        argv = qemu_command(evolve(SPEC, loose_nic="02:00:00:00:00:01"), QemuSettings())
+        self.assertEqual(_pairs(argv)["-netdev"], ["hubport,id=net0,hubid=0"])
+        self.assertIn("virtio-net-device,netdev=net0,mac=02:00:00:00:00:01", _pairs(argv)["-device"])
+        self.assertNotIn("-netdev", qemu_command(SPEC, QemuSettings()))

@@ -17,7 +17,9 @@ from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from tests.fakes import FakeMachine, FleetHarness
-from vmservice.config import HostGroupConfig
+from ipaddress import IPv4Network
+
+from vmservice.config import HostGroupConfig, NetworkConfig
 from vmservice.hypervisors.base import HypervisorError, NetSpec
 from vmservice.nodes.adoption import ICloneAdoption
 from vmservice.nodes.cloning import template_key
@@ -29,6 +31,8 @@ from vmservice.nodes.templates import Template, TemplateStore
 MiB = 1024 * 1024
 GROUPS = (HostGroupConfig(name="warm", vcpu=1, ram_bytes=256 * MiB, warm=True, storage_size=1 << 30),
           HostGroupConfig(name="cold", vcpu=1, ram_bytes=256 * MiB))
+NET = HostGroupConfig(name="net", vcpu=1, ram_bytes=256 * MiB, warm=True,
+                      network=NetworkConfig(mode="isolated", range=IPv4Network("10.77.0.0/29")))
 
 
 @implementer(ICloneAdoption)
@@ -51,8 +55,11 @@ class FakeAdoption:
 
 class CloningTests(SynchronousTestCase):
     def setUp(self) -> None:
+        self.make(GROUPS)
+
+    def make(self, groups: tuple[HostGroupConfig, ...]) -> None:
         state_dir = self.mktemp()
-        self.harness = FleetHarness(state_dir, groups=GROUPS)
+        self.harness = FleetHarness(state_dir, groups=groups)
         self.store = TemplateStore(self.harness.reactor, state_dir, os.path.join(state_dir, "shm"), 1 << 30)
         self.adoption = FakeAdoption(self.harness)
         self.fallbacks: list[tuple[str, str]] = []
@@ -168,6 +175,25 @@ class CloningTests(SynchronousTestCase):
         self.successResultOf(self.create("cold"))
         self.assertIsNone(self.machine().spec.memory)
         self.assertEqual((len(self.harness.driver.machines), self.store.builds, self.fallbacks), (1, 1, []))
+
+    def test_network_needs_adoption(self) -> None:
+        """A networked clone must adopt its MAC and address: without an adoption, its node boots cold."""
+        self.make((NET,))
+        self.parts = evolve(self.parts, adoption=None)
+        self.fleet = Fleet(self.parts)
+        self.successResultOf(self.create("net"))
+        self.assertIsNone(self.machine().spec.memory)
+        self.assertIsNotNone(self.machine().spec.net)
+        self.assertIn(("net", "network"), self.fallbacks)
+
+    def test_network_template(self) -> None:
+        """With an adoption, a networked group's template has the nodes' network device, reaching nothing."""
+        self.make((NET,))
+        self.create("net")
+        vm = self.machine()
+        self.assertIsNone(vm.spec.net)
+        self.assertEqual(vm.spec.loose_nic, "02:00:00:00:00:01")
+        self.assertTrue(vm.spec.memory is not None and vm.spec.memory.shared)
 
     def test_built_at_start(self) -> None:
         """The fleet's start builds the template of each warm group (its RAM and vCPUs), in the background."""

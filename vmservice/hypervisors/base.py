@@ -80,6 +80,9 @@ class MachineSpec:
     :ivar memory: its memory backend, or ``None`` for QEMU's plain ``-m``.
     :ivar defer_incoming: start waiting for a device state to load
         (:meth:`IMachine.load_device_state`) instead of booting.
+    :ivar loose_nic: the MAC of a network interface attached to nothing on
+        the host (a template's, without ``net``: its clones have the same
+        device on their own tap), or ``None`` for none.
     """
 
     name: str
@@ -97,6 +100,7 @@ class MachineSpec:
     metrics_socket: str | None = None
     memory: RamBacking | None = None
     defer_incoming: bool = False
+    loose_nic: str | None = None
 
 
 @frozen

@@ -200,7 +200,7 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
         "-chardev", f"file,id=console,path={spec.console_log}",
         "-serial", "chardev:console",
         "-qmp", qmp_address(spec.qmp_socket),
-        *_net_args(spec.net),
+        *_net_args(spec.net, spec.loose_nic),
         *_pci_args(spec.pci_devices),
         *_incoming_args(spec),
     ]
@@ -240,7 +240,13 @@ def _metrics_args(socket: str | None) -> list[str]:
     ]
 
 
-def _net_args(net: NetSpec | None) -> list[str]:
+def _net_args(net: NetSpec | None, loose_nic: str | None = None) -> list[str]:
+    if net is None and loose_nic is not None:
+        # The same device as a node's, on a hub port that reaches nothing.
+        return [
+            "-netdev", "hubport,id=net0,hubid=0",
+            "-device", f"virtio-net-device,netdev=net0,mac={loose_nic}",
+        ]
     if net is None:
         return []
     return [

@@ -69,9 +69,11 @@ class Cloning:
 
     async def _template(self, record: NodeRecord, group: HostGroupConfig, image: Image,
                         net: NetSpec | None) -> Template:
-        if net is not None or record.pci_devices:
-            raise TemplateUnavailable("network" if net is not None else "pci_devices",
-                                      "templates are made for nodes without a network or host devices only")
+        if record.pci_devices:
+            raise TemplateUnavailable("pci_devices", "a node with host PCI devices is never a clone")
+        if net is not None and self.parts.adoption is None:
+            raise TemplateUnavailable("network", "a clone with a network must adopt its own MAC and address, "
+                                                 "and this daemon has no adoption")
         return await self._get(group, record.ram_bytes, record.cpus, image)
 
     async def _get(self, group: HostGroupConfig, ram_bytes: int, vcpus: int, image: Image) -> Template:
@@ -89,7 +91,7 @@ class Cloning:
         image, RAM and vCPUs) ahead of the first create, when the daemon
         starts; a failure is only logged (creates then boot cold).
         """
-        if self.parts.templates is None or group.network is not None:
+        if self.parts.templates is None or (group.network is not None and self.parts.adoption is None):
             return
         try:
             await self._get(group, group.ram_bytes, group.vcpu, self.parts.image(group))

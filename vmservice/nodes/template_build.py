@@ -28,6 +28,8 @@ log = Logger()
 
 #: Seconds a template's guest has to boot and answer.
 BOOT_TIMEOUT = 120.0
+#: The MAC of a template's network interface (locally administered; each clone adopts its own).
+TEMPLATE_MAC = "02:00:00:00:00:01"
 #: Where the warm-up copy goes in the template's guest (removed at once).
 WARM_FILE = "/tmp/.vmservice-warm"
 
@@ -104,6 +106,7 @@ class TemplateBuilder:
             console_log=os.path.join(directory, "console.log"),
             metrics_socket=os.path.join(directory, "stats.sock"),
             memory=RamBacking(template.ram_file, shared=True),
+            loose_nic=TEMPLATE_MAC if key.network else None,
         )
 
     async def __call__(self, template: Template) -> None:
