@@ -58,6 +58,10 @@ class WarmTests(SharedDaemonTestCase):
         cls.daemon = Daemon(groups=GROUPS, templates_tmpfs_dir=cls.shm)
         try:
             cls.daemon.start()
+            # The group's template is built at start, in the background.
+            cls.daemon.wait_for("the template built at start", lambda: _metric(
+                cls.daemon.request("GET", "/metrics")[2].decode(), "vmservice_template_builds_total", result="ok"
+            ) == 1, timeout=240)
         except BaseException:
             cls.daemon.cleanup()
             shutil.rmtree(cls.shm, ignore_errors=True)
@@ -147,6 +151,12 @@ class WarmTests(SharedDaemonTestCase):
         for hostname in made:
             self.assert_clone(hostname)
             self.assertEqual(self.daemon.run(hostname, "echo hi; hostname >/dev/null"), (0, "hi\n"))
+
+    def test_built_at_start(self) -> None:
+        """The group's template was built at start: a create of the group's size builds none."""
+        builds = _metric(self.metrics(), "vmservice_template_builds_total", result="ok")
+        self.assert_clone(self.create())
+        self.assertEqual(_metric(self.metrics(), "vmservice_template_builds_total", result="ok"), builds)
 
     def test_clone_leaves_the_template_unchanged(self) -> None:
         """A clone that wrote into its memory and onto its disk changed neither the RAM file nor the frozen disk."""

@@ -71,7 +71,8 @@ class CloningTests(SynchronousTestCase):
         """Start the fleet (once): its start builds the warm group's template unless there is one."""
         if not self.fleet.running:
             self.fleet.startService()
-            self.addCleanup(self.fleet.stopService)
+            fleet = self.fleet
+            self.addCleanup(lambda: fleet.stopService() if fleet.running else None)
 
     def template(self) -> Template:
         """The warm group's template, built (its files written) before any create."""
@@ -203,6 +204,9 @@ class CloningTests(SynchronousTestCase):
         self.assertEqual((vm.spec.ram_bytes, vm.spec.vcpus), (256 * MiB, 1))
         self.assertTrue(vm.spec.memory is not None and vm.spec.memory.shared)
         self.successResultOf(self.fleet.recovered())
+        # Stopped while it builds: its VM is killed.
+        self.successResultOf(self.fleet.stopService())
+        self.assertIsNotNone(vm._exit)
 
     def test_build_fails_boots_cold(self) -> None:
         """

@@ -161,3 +161,15 @@ class TemplateStoreTests(SynchronousTestCase):
         self.store.close()
         self.assertFalse(os.path.exists(template.ram_file))
         self.assertTrue(os.path.exists(template.disk))
+
+
+class CloseTests(SynchronousTestCase):
+    def test_close_cancels_builds(self) -> None:
+        """A build under way when the daemon stops is cancelled: its asker is told, its files go."""
+        store = TemplateStore(Clock(), self.mktemp(), self.mktemp(), 1 << 30)
+        builds = _Builds()
+        d = Deferred.fromCoroutine(store.get(KEY, "/k", "/i", builds))
+        store.close()
+        self.assertEqual(self.failureResultOf(d, TemplateUnavailable).value.kind, "build_failed")
+        self.assertTrue(builds.release[0].called)
+        self.assertFalse(os.path.exists(builds.started[0].directory))

@@ -150,6 +150,7 @@ class TemplateStore:
         self._building: dict[TemplateKey, OneShotObserver[Template]] = {}
         self._failed: dict[TemplateKey, tuple[float, str]] = {}
         self._used: dict[TemplateKey, float] = {}
+        self._runs: dict[TemplateKey, Deferred[None]] = {}
         self.builds = 0
 
     async def get(self, key: TemplateKey, kernel: str, initrd: str, build: Build) -> Template:
@@ -202,6 +203,7 @@ class TemplateStore:
 
         def done(result: None | Failure) -> None:
             del self._building[key]
+            self._runs.pop(key, None)
             if isinstance(result, Failure):
                 reason = str(result.value) or type(result.value).__name__
                 log.warn("building template {digest} failed: {reason}", digest=key.digest(), reason=reason)
@@ -219,7 +221,9 @@ class TemplateStore:
             building.fire(template)
 
         log.info("building template {digest} ({key})", digest=key.digest(), key=key)
-        Deferred.fromCoroutine(_run(build, template)).addBoth(done)
+        run = Deferred.fromCoroutine(_run(build, template))
+        self._runs[key] = run
+        run.addBoth(done)
         return building
 
     def _ram_in_use(self) -> int:
@@ -285,7 +289,12 @@ class TemplateStore:
         return any(name.startswith(key.digest() + ".") for key in self._building)
 
     def close(self) -> None:
-        """The daemon stops: the RAM files go (the frozen disks stay for the nodes on disk)."""
+        """
+        The daemon stops: builds under way are cancelled (their VMs killed),
+        the RAM files go (the frozen disks stay for the nodes on disk).
+        """
+        for run in list(self._runs.values()):
+            run.cancel()
         for key in list(self._ready):
             self.discard(key)
         try:
