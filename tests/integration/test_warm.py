@@ -158,6 +158,46 @@ class WarmTests(SharedDaemonTestCase):
         self.assert_clone(self.create())
         self.assertEqual(_metric(self.metrics(), "vmservice_template_builds_total", result="ok"), builds)
 
+    def test_clone_works_like_a_node(self) -> None:
+        """
+        A clone with userdata and a secret: both placed (after its start, as for any node), then cp,
+        fs, pause and resume, and a reboot after which its agent answers again.
+        """
+        import base64
+
+        self.daemon.json("POST", "/secrets", {"name": "warm-token", "data": base64.b64encode(b"s3cret").decode()},
+                         expect=201)
+        self.addCleanup(self.daemon.request, "DELETE", "/secrets/warm-token")
+        created = self.daemon.json("POST", f"/hostgroup/warm/nodes?wait=userdata&timeout={CREATE_TIMEOUT}",
+                                   {"userdata": "echo ran > /root/userdata.txt", "secrets": ["warm-token"]},
+                                   expect=201)
+        hostname = created["hostname"]
+        self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/warm/nodes/{hostname}")
+        self.assert_clone(hostname)
+        self.assertEqual(self.daemon.run(hostname, "cat /root/userdata.txt /run/secrets/warm-token"),
+                         (0, "ran\ns3cret"))
+        status, _, _ = self.daemon.request("POST", f"/vm/{hostname}/cp?path=/root/up.bin", b"\x00\x01payload")
+        self.assertEqual(status, 200)
+        entry = self.daemon.json("GET", f"/vm/{hostname}/fs/stat?path=/root/up.bin")
+        self.assertEqual((entry["type"], entry["size"]), ("file", 9))
+        self.daemon.post(f"/vm/{hostname}/pause")
+        self.assertEqual(self.daemon.request("POST", f"/vm/{hostname}/exec?cmd=true")[0], 409)
+        self.daemon.post(f"/vm/{hostname}/resume")
+        self.assertEqual(self.daemon.run(hostname, "echo back"), (0, "back\n"))
+        boot_id = self.daemon.run(hostname, "cat /proc/sys/kernel/random/boot_id")[1]
+        self.daemon.post(f"/vm/{hostname}/shutdown?action=reboot")
+
+        def rebooted() -> bool:
+            try:
+                code, text = self.daemon.run(hostname, "cat /proc/sys/kernel/random/boot_id")
+            except AssertionError:
+                return False
+            return code == 0 and text != boot_id
+
+        self.daemon.wait_for("the clone's reboot", rebooted, timeout=180)
+        # Booted again from its own disk: what it wrote is there, its userdata did not run again.
+        self.assertEqual(self.daemon.run(hostname, "cat /root/userdata.txt; wc -c < /root/up.bin"), (0, "ran\n9\n"))
+
     def test_clone_leaves_the_template_unchanged(self) -> None:
         """A clone that wrote into its memory and onto its disk changed neither the RAM file nor the frozen disk."""
         first = self.create()
