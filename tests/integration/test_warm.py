@@ -39,6 +39,16 @@ def _sha256(path: str) -> str:
     return digest.hexdigest()
 
 
+def _qemu_argv(daemon: Daemon, hostname: str) -> list[str]:
+    """The command line of a node's QEMU (its pid from its record)."""
+    import json
+
+    with open(os.path.join(daemon.state_dir, "nodes", hostname, "node.json")) as f:
+        pid = int(json.load(f)["pid"])
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().decode().split("\0")
+
+
 def _metric(text: str, name: str, **labels: str) -> float:
     """The value of one sample of ``/metrics`` (0 when absent)."""
     want = ",".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
@@ -95,15 +105,7 @@ class WarmTests(SharedDaemonTestCase):
         return sorted(glob.glob(os.path.join(self.shm, "vmservice-*", "*")))
 
     def qemu_argv(self, hostname: str) -> list[str]:
-        pid = self._pid(hostname)
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().decode().split("\0")
-
-    def _pid(self, hostname: str) -> int:
-        import json
-
-        with open(os.path.join(self.daemon.state_dir, "nodes", hostname, "node.json")) as f:
-            return int(json.load(f)["pid"])
+        return _qemu_argv(self.daemon, hostname)
 
     def backing_file(self, hostname: str) -> str:
         from vmservice.storage.overlay import disk_info
@@ -314,3 +316,39 @@ class WarmRecoveryTests(SharedDaemonTestCase):
         # No record names the frozen disk any more (and this run has no template of it): it goes.
         daemon.json("DELETE", f"/hostgroup/warm/nodes/{hostname}")
         self.assertFalse(os.path.exists(os.path.dirname(frozen[0])))
+
+
+class WarmBudgetTests(SharedDaemonTestCase):
+    """A template that does not fit the tmpfs budget is never built: the group's nodes boot cold, counted."""
+
+    @classmethod
+    def start_shared(cls) -> None:
+        ensure_image()
+        cls.shm = tempfile.mkdtemp(prefix="vms-t-", dir="/dev/shm")
+        cls.daemon = Daemon(groups=GROUPS, templates_tmpfs_dir=cls.shm, templates_tmpfs_budget="128MiB")
+        try:
+            cls.daemon.start()
+        except BaseException:
+            cls.daemon.cleanup()
+            shutil.rmtree(cls.shm, ignore_errors=True)
+            raise
+
+    @classmethod
+    def _stop_shared(cls) -> None:
+        try:
+            super()._stop_shared()
+        finally:
+            shutil.rmtree(cls.shm, ignore_errors=True)
+
+    def test_over_budget_boots_cold(self) -> None:
+        daemon = self.daemon
+        hostname = daemon.json("POST", f"/hostgroup/warm/nodes?wait=agent&timeout={CREATE_TIMEOUT}", {},
+                               expect=201)["hostname"]
+        self.assertEqual(daemon.run(hostname, "echo hi"), (0, "hi\n"))
+        self.assertNotIn("memory-backend", " ".join(_qemu_argv(daemon, hostname)))
+        text = daemon.request("GET", "/metrics")[2].decode()
+        self.assertEqual(_metric(text, "vmservice_warm_fallbacks_total", hostgroup="warm", reason="budget"), 1)
+        self.assertEqual(_metric(text, "vmservice_template_builds_total", result="ok"), 0)
+        self.assertIn("exceed templates_tmpfs_budget", daemon.log())
+        self.assertEqual(os.listdir(self.shm), [])
+        daemon.json("DELETE", f"/hostgroup/warm/nodes/{hostname}")
