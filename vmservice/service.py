@@ -191,6 +191,7 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
             reactor, config.state_dir, config.templates_tmpfs_dir, config.templates_tmpfs_budget,
             metrics.observe_template_build,
         ),
+        on_clone=metrics.observe_clone,
         on_warm_fallback=metrics.observe_warm_fallback,
     )
     fleet = Fleet(parts)

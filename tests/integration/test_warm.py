@@ -156,9 +156,14 @@ class WarmTests(SharedDaemonTestCase):
 
     def test_built_at_start(self) -> None:
         """The group's template was built at start: a create of the group's size builds none."""
-        builds = _metric(self.metrics(), "vmservice_template_builds_total", result="ok")
+        before = self.metrics()
         self.assert_clone(self.create())
-        self.assertEqual(_metric(self.metrics(), "vmservice_template_builds_total", result="ok"), builds)
+        after = self.metrics()
+        self.assertEqual(_metric(after, "vmservice_template_builds_total", result="ok"),
+                         _metric(before, "vmservice_template_builds_total", result="ok"))
+        # Its clone time is measured (from its disk to its VM running with its identity).
+        self.assertEqual(_metric(after, "vmservice_clone_duration_seconds_count", hostgroup="warm"),
+                         _metric(before, "vmservice_clone_duration_seconds_count", hostgroup="warm") + 1)
 
     def test_clone_works_like_a_node(self) -> None:
         """

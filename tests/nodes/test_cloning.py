@@ -63,7 +63,9 @@ class CloningTests(SynchronousTestCase):
         self.store = TemplateStore(self.harness.reactor, state_dir, os.path.join(state_dir, "shm"), 1 << 30)
         self.adoption = FakeAdoption(self.harness)
         self.fallbacks: list[tuple[str, str]] = []
+        self.clones: list[tuple[str, float]] = []
         self.parts = evolve(self.harness.parts, templates=self.store, adoption=self.adoption,
+                            on_clone=lambda group, seconds: self.clones.append((group, seconds)),
                             on_warm_fallback=lambda group, kind: self.fallbacks.append((group, kind)))
         self.fleet = Fleet(self.parts)
 
@@ -114,7 +116,7 @@ class CloningTests(SynchronousTestCase):
         self.assertEqual(self.adoption.adopted, [(record.hostname, ["load_device_state"], [])])
         stored = self.harness.store.load_all()[0][0]
         self.assertEqual((stored.frozen_disk, stored.clone_memory, stored.status), (template.disk, True, Status.RUNNING))
-        self.assertEqual(self.fallbacks, [])
+        self.assertEqual((self.fallbacks, self.clones), ([], [("warm", 0.0)]))
 
     def test_provisioned_after_adoption(self) -> None:
         """A clone's guest gets its secrets only once its identity is adopted, even if its agent answered before."""
@@ -156,7 +158,7 @@ class CloningTests(SynchronousTestCase):
         self.assertIsNotNone(first._exit)
         self.assertIsNone(second.spec.memory)
         self.assertEqual(self.harness.disks._made[second.spec.disk][0], self.harness.image.rootfs.path)
-        self.assertEqual(self.fallbacks, [("warm", "load_failed")])
+        self.assertEqual((self.fallbacks, self.clones), ([("warm", "load_failed")], []))
         self.assertEqual(record.status, "Running")
         self.assertFalse(os.path.exists(template.ram_file))
         stored = self.harness.store.load_all()[0][0]

@@ -60,7 +60,10 @@ class Cloning:
         """
         try:
             template = await self._template(node.record, group, image, net)
-            return await self._clone(node, template, net)
+            began = self.parts.clock.seconds()
+            cloned = await self._clone(node, template, net)
+            self.parts.on_clone(group.name, self.parts.clock.seconds() - began)
+            return cloned
         except TemplateUnavailable as error:
             log.warn("node {hostname} boots cold instead of from a template: {reason}",
                      hostname=node.hostname, reason=error)

@@ -107,6 +107,8 @@ class FleetParts:
         ``None`` for none (every node boots cold).
     :ivar adoption: gives each clone an identity of its own before anything
         else reaches it; ``None`` for none.
+    :ivar on_clone: called with ``(group, seconds)`` for each node cloned:
+        from its disk's creation to its VM running with its identity adopted.
     :ivar on_warm_fallback: called with ``(group, kind)`` each time a warm
         group's node boots cold instead (``kind`` says why, for the metric).
     """
@@ -131,6 +133,7 @@ class FleetParts:
     snapshots: Callable[[str, float], Deferred[Mapping[str, Any]]] = field(default=_no_metrics)
     templates: TemplateStore | None = None
     adoption: ICloneAdoption | None = None
+    on_clone: Callable[[str, float], None] = field(default=_no_boots)
     on_warm_fallback: Callable[[str, str], None] = field(default=_no_fallbacks)
 
     def group(self, name: str) -> HostGroupConfig:
