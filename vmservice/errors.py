@@ -197,6 +197,8 @@ class GuestErrorKind(Enum):
     RUNNING = "running"
     #: Any other file-system error the guest reports.
     FS_ERROR = "fs_error"
+    #: A step of adopting an identity (``adopt``) failed in the guest.
+    ADOPTION_FAILED = "adoption_failed"
     # Why a tunnel's upstream cannot be reached (the guest's head of a forward).
     UPSTREAM_REFUSED = "upstream_refused"
     UPSTREAM_UNREACHABLE = "upstream_unreachable"
@@ -277,6 +279,7 @@ GUEST_ERRORS: dict[GuestErrorKind, tuple[type[ServiceError], str]] = {
     GuestErrorKind.GONE: (Gone, "exec_deleted"),
     GuestErrorKind.RUNNING: (Conflict, "exec_running"),
     GuestErrorKind.FS_ERROR: (Internal, "fs_error"),
+    GuestErrorKind.ADOPTION_FAILED: (Internal, "adoption_failed"),
     GuestErrorKind.UPSTREAM_REFUSED: (BadGateway, "upstream_refused"),
     GuestErrorKind.UPSTREAM_UNREACHABLE: (BadGateway, "upstream_unreachable"),
     GuestErrorKind.UPSTREAM_TIMEOUT: (GatewayTimeout, "upstream_timeout"),

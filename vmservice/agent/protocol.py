@@ -123,6 +123,9 @@ class AgentProtocol(Protocol):
         self._connected = False
         self._peer_nonce: Optional[bytes] = None
         self._ready = False
+        # A new guest session asked for (adopt): the peer nonce it replaces, and
+        # what to fire once the agent acknowledged us in the new one.
+        self._switch: Optional[tuple[bytes, Deferred[None]]] = None
 
     # -- state ------------------------------------------------------------------------
 
@@ -140,6 +143,37 @@ class AgentProtocol(Protocol):
         """
         hello = self._conn.peer_hello
         return hello.agent_version if hello is not None else None
+
+    @property
+    def peer_nonce(self) -> Optional[bytes]:
+        """
+        The nonce of the agent's current session, once its HELLO arrived.
+        """
+        return self._peer_nonce
+
+    def expect_new_session(self) -> Deferred[None]:
+        """
+        Expect the agent to start a new session on this connection, because we
+        asked it to (``adopt``): when its HELLO with a new nonce comes, the switch
+        is not an agent restart (no warning, no ``on_lost``/``on_established``),
+        and the Deferred fires once the agent acknowledged us in the new session,
+        or fails with ``ConnectionLost`` if the connection ends first.  Cancel it
+        when the request that asked for the switch failed.
+
+        :raises ChannelNotReady: if the agent has not acknowledged this connection.
+        """
+        if not self.established or self._peer_nonce is None:
+            raise ChannelNotReady("agent not connected")
+        if self._switch is not None:
+            raise ChannelNotReady("a new agent session is already expected")
+
+        def cancel(d: Deferred[None]) -> None:
+            if self._switch is not None and self._switch[1] is d:
+                self._switch = None
+
+        switched: Deferred[None] = Deferred(cancel)
+        self._switch = (self._peer_nonce, switched)
+        return switched
 
     @property
     def transport_paused(self) -> bool:
@@ -186,6 +220,9 @@ class AgentProtocol(Protocol):
             self._on_lost(self)
         self._cancel_hello_timer()
         lost = Failure(ConnectionLost(f"agent connection lost: {reason.getErrorMessage()}"))
+        switch, self._switch = self._switch, None
+        if switch is not None:
+            switch[1].errback(lost)
         for stream in list(self._streams.values()):
             stream.channel_lost(lost)
         self._fail_pings(lost)
@@ -281,12 +318,27 @@ class AgentProtocol(Protocol):
                 stream.received_reset(event.code, event.reason)
 
     def _received_hello(self, hello: Hello) -> None:
+        switching = self._switch is not None and hello.nonce != self._switch[0]
         if self._peer_nonce is not None and hello.nonce != self._peer_nonce:
-            self._log.warn("guest agent restarted (version {version})", version=hello.agent_version)
+            if switching:
+                self._log.info("guest agent started a new session, as asked")
+            else:
+                self._log.warn("guest agent restarted (version {version})", version=hello.agent_version)
             self._fail_pings(Failure(ConnectionLost("agent restarted")))
         self._peer_nonce = hello.nonce
         if self._conn.hello_wanted:
             self._send(self._conn.hello(self._agent_version))
+        if switching:
+            # The session we asked for: the agent stays up for our owner.
+            assert self._switch is not None
+            if self._conn.established:
+                switched, self._switch = self._switch[1], None
+                self._cancel_hello_timer()
+                self._log.info("agent ready in its new session")
+                switched.callback(None)
+            elif self._hello_timer is None:
+                self._start_hello_timer()
+            return
         if self._conn.established and not self._ready:
             self._ready = True
             self._cancel_hello_timer()

@@ -531,6 +531,7 @@ class GuestStream:
         self._out = bytearray()
         self._end_requested = False
         self._gone = False
+        self._start_over: Optional[str] = None
         self.sent_total = 0
 
     @property
@@ -582,6 +583,17 @@ class GuestStream:
         self._end_requested = True
         self.flush()
 
+    def end_session(self, why: str) -> None:
+        """
+        Half-close, and once that went out start a new session on the link
+        (:meth:`Session.start_over`): what was written reaches the host in the old
+        session, everything after in the new one.
+        """
+        if self._gone or self._end_requested:
+            return
+        self._start_over = why
+        self.end()
+
     def reset(self, code: int = ResetCode.CANCEL, reason: str = "") -> None:
         """
         Abort the stream in both directions.
@@ -616,12 +628,17 @@ class GuestStream:
             del self._out[:size]
             session.send(Data(self.stream_id, chunk))
             sent += size
+        ended = False
         if not self._out and self._end_requested and conn.can_send(self.stream_id):
             session.send(HalfClose(self.stream_id))
+            ended = True
         if sent:
             self.sent_total += sent
             session.call_handler(self, self.handler.flushed)
         session.forget_if_closed(self.stream_id)
+        if ended and self._start_over is not None:
+            why, self._start_over = self._start_over, None
+            session.start_over(why)
 
     def _gone_now(self) -> None:
         self._gone = True
@@ -767,6 +784,7 @@ LAZY_HANDLERS: dict[str, str] = {
     "secrets": "vmservice.guest.secrets:SecretsHandler",
     "userdata": "vmservice.guest.userdata:UserdataHandler",
     "login": "vmservice.guest.login:LoginHandler",
+    "adopt": "vmservice.guest.identity:AdoptHandler",
 }
 
 
@@ -1011,6 +1029,22 @@ class Session:
         for stream in streams.values():
             stream._gone_now()
             self.call_handler(stream, stream.handler.reset, code, reason)
+
+    def start_over(self, why: str) -> None:
+        """
+        End this session and start a new one on the same link, with a new nonce
+        drawn now: every stream is dropped (PEER_RESTARTED) and a HELLO goes out
+        after what was written so far.  The host sees an agent that started over,
+        and what it sent for the old session is skipped until its next HELLO.
+        The ``adopt`` operation does it once it answered, so that clones of one
+        template never share a session nonce.
+        """
+        if self._closed:
+            return
+        _log(f"starting a new session: {why}")
+        self._drop_streams(ResetCode.PEER_RESTARTED, why)
+        self.conn = Connection(Role.GUEST)
+        self._send_hello()
 
     def connection_lost(self) -> None:
         """

@@ -1,0 +1,245 @@
+# -*- test-case-name: tests.guest.test_identity -*-
+"""
+The guest's identity: the ``adopt`` operation, which makes a guest cloned from a
+template its own (see :mod:`vmservice.wire.adoption` for the request).
+
+In this order, each step only once the one before succeeded:
+
+1. ``entropy``: the host's bytes into the kernel's pool (``RNDADDENTROPY``) and a
+   reseed of its random generator (``RNDRESEEDCRNG``), first of all: a clone's
+   generator state is the template's, so every clone would otherwise draw the
+   same numbers;
+2. ``clock``: the wall clock (the template's stood still while it was frozen);
+3. ``hostname``: the kernel's host name, ``/etc/hostname`` and ``/etc/hosts``,
+   written as the guest's ``rc`` writes them at boot;
+4. ``machine_id``: ``/etc/machine-id``;
+5. ``network`` (with a net): eth0's MAC, its addresses flushed, the new address
+   (eth0 brought up if it is not), and the default route via the gateway, with the image's ``ip`` (busybox's, or
+   an imported image's runtime's, first in the agent's ``PATH`` as in ``rc``).
+
+``{"op": "adopt", "prepare": true}`` (no body) does none of it and answers
+``{"prepared": true}``: a template sends it before it is frozen, so that this
+module is loaded in its clones already.
+
+Then the answer, ``{"previous_ns": N}``, and a new agent session whose nonce is
+drawn after the reseed.  A failed step answers ``{"error": "adoption_failed",
+"step": ..., "message": ...}`` and the session goes on; an invalid request is
+refused (BAD_HEADER).
+
+Standard library only, and no :mod:`subprocess` (its import costs under TCG, and
+adopting is on the path of every clone): ``ip`` runs through ``posix_spawnp``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import time
+from typing import Any, Callable, Mapping, Optional
+
+from vmservice.guest import agent
+from vmservice.guest.agent import GuestStream
+from vmservice.guest.bodies import BodyHandler
+from vmservice.wire.adoption import AdoptionError, AdoptionRequest, decode_adoption, entropy_size
+
+__all__ = [
+    "AdoptHandler",
+    "AdoptionFailed",
+    "RNDADDENTROPY",
+    "RNDRESEEDCRNG",
+    "add_entropy",
+    "hosts_file",
+    "run_command",
+]
+
+#: ``_IOW('R', 0x03, int[2])``: add bytes to the pool and credit their entropy.
+RNDADDENTROPY = 0x40085203
+#: ``_IO('R', 0x07)``: reseed the CRNG from the pool now.
+RNDRESEEDCRNG = 0x5207
+#: ``struct rand_pool_info``'s head: ``int entropy_count`` (bits), ``int buf_size`` (bytes).
+_POOL_INFO = struct.Struct("=ii")
+
+
+class AdoptionFailed(Exception):
+    """A step of the adoption failed.
+
+    :ivar step: which one (``entropy``, ``clock``, ``hostname``, ``machine_id``, ``network``).
+    """
+
+    def __init__(self, step: str, message: str) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+def add_entropy(fd: int, entropy: bytes, ioctl: Callable[..., Any] = fcntl.ioctl) -> None:
+    """
+    Mix ``entropy`` into the kernel's pool on ``fd`` (``/dev/urandom``), crediting
+    all its bits, then reseed the CRNG from it.
+    """
+    ioctl(fd, RNDADDENTROPY, _POOL_INFO.pack(len(entropy) * 8, len(entropy)) + entropy)
+    ioctl(fd, RNDRESEEDCRNG, 0)
+
+
+def hosts_file(hostname: str) -> str:
+    """``/etc/hosts`` for ``hostname``, exactly as the guest's ``rc`` writes it at boot."""
+    return f"127.0.0.1\tlocalhost\n127.0.1.1\t{hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+
+
+def run_command(argv: list[str]) -> tuple[int, str]:
+    """
+    Run ``argv`` (found in ``PATH``) with its output captured; its exit status
+    and what it printed.
+    """
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    try:
+        pid = os.posix_spawnp(argv[0], argv, os.environ, file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, write_end, 1),
+            (os.POSIX_SPAWN_DUP2, write_end, 2),
+        ])
+    except OSError:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    chunks = []
+    with os.fdopen(read_end, "rb") as output:
+        while chunk := output.read(4096):
+            chunks.append(chunk)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode("utf-8", "replace").strip()
+
+
+def _replace_file(path: str, content: str, mode: int) -> None:
+    """Write ``content`` beside ``path``, then rename it over ``path``."""
+    temporary = f"{path}.adopt"
+    with open(temporary, "w") as stream:
+        stream.write(content)
+        os.fchmod(stream.fileno(), mode)
+    os.rename(temporary, path)
+
+
+class AdoptHandler(BodyHandler):
+    """Adopts the identity the host sends (see the module's description)."""
+
+    limit = 4096
+    #: Where the kernel's random generator is reached; tests point it elsewhere.
+    random_device = "/dev/urandom"
+    #: The ``ioctl`` used on it; tests replace it.
+    ioctl: Callable[..., Any] = staticmethod(fcntl.ioctl)
+    #: The kernel's host name.
+    kernel_hostname = "/proc/sys/kernel/hostname"
+    #: The directory of ``hostname``, ``hosts`` and ``machine-id``.
+    etc = "/etc"
+    #: Runs a command (``ip``); tests replace it.
+    run: Callable[[list[str]], tuple[int, str]] = staticmethod(run_command)
+    #: The interface the network step configures.
+    interface = "eth0"
+    #: Where the kernel shows the interfaces' flags.
+    net_sysfs = "/sys/class/net"
+
+    def __init__(self, stream: GuestStream, header: Mapping[str, Any]) -> None:
+        super().__init__(stream, header)
+        self._request: Optional[AdoptionRequest] = None
+
+    def start(self) -> None:
+        if self.header.get("prepare") is True:
+            return
+        try:
+            entropy_size(self.header)
+        except AdoptionError as error:
+            self.refuse(str(error))
+
+    def complete(self, body: bytes) -> None:
+        if self.header.get("prepare") is True:
+            # A template loads what adopting needs before it is frozen, so that
+            # its clones do not import it on their first request.
+            self.reply({"prepared": True})
+            return
+        try:
+            request = decode_adoption(self.header, body)
+        except AdoptionError as error:
+            self.refuse(str(error))
+            return
+        try:
+            previous = self._adopt(request)
+        except AdoptionFailed as failure:
+            agent._log(f"adoption failed at {failure.step}: {failure}")
+            self.reply({"error": "adoption_failed", "step": failure.step, "message": str(failure)[:500]})
+            return
+        agent._log(f"adopted {request.hostname} ({', '.join(self._timings)})")
+        self.stream.write(b'{"previous_ns":%d}' % previous)
+        # The nonce of the new session is drawn after the reseed.
+        self.stream.end_session("adopted a new identity")
+
+    def _adopt(self, request: AdoptionRequest) -> int:
+        self._timings: list[str] = []
+        self._step("entropy", self._entropy, request.entropy)
+        context = self.stream.context
+        previous = context.realtime_ns()
+        self._step("clock", context.set_realtime_ns, request.wall_clock_ns)
+        self._step("hostname", self._hostname, request.hostname)
+        self._step("machine_id", self._machine_id, request.machine_id)
+        if request.mac is not None:
+            self._step("network", self._network, request)
+        return previous
+
+    def _step(self, name: str, action: Callable[[Any], None], argument: Any) -> None:
+        started = time.monotonic()
+        try:
+            action(argument)
+        except AdoptionFailed:
+            raise
+        except (OSError, ValueError, OverflowError) as error:
+            raise AdoptionFailed(name, f"{name}: {error}") from None
+        self._timings.append(f"{name} {(time.monotonic() - started) * 1000:.0f} ms")
+
+    def _entropy(self, entropy: bytes) -> None:
+        fd = os.open(self.random_device, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            add_entropy(fd, entropy, self.ioctl)
+        finally:
+            os.close(fd)
+
+    def _hostname(self, hostname: str) -> None:
+        with open(self.kernel_hostname, "w") as stream:
+            stream.write(hostname)
+        _replace_file(os.path.join(self.etc, "hostname"), f"{hostname}\n", 0o644)
+        _replace_file(os.path.join(self.etc, "hosts"), hosts_file(hostname), 0o644)
+
+    def _machine_id(self, machine_id: str) -> None:
+        _replace_file(os.path.join(self.etc, "machine-id"), f"{machine_id}\n", 0o444)
+
+    def _ip(self, *arguments: str) -> None:
+        argv = ["ip", *arguments]
+        code, output = self.run(argv)
+        if code != 0:
+            raise AdoptionFailed("network", f"{' '.join(argv)} failed ({code}): {output}"[:500])
+
+    def _is_up(self, device: str) -> bool:
+        """Whether ``device`` is administratively up (``IFF_UP`` in its sysfs flags)."""
+        try:
+            with open(os.path.join(self.net_sysfs, device, "flags")) as stream:
+                return bool(int(stream.read().strip(), 16) & 1)
+        except (OSError, ValueError):
+            return False
+
+    def _network(self, request: AdoptionRequest) -> None:
+        assert request.mac is not None and request.address is not None
+        device = self.interface
+        up = self._is_up(device)
+        try:
+            self._ip("link", "set", "dev", device, "address", request.mac)
+        except AdoptionFailed:
+            # A device that cannot change its address while up.
+            self._ip("link", "set", "dev", device, "down")
+            self._ip("link", "set", "dev", device, "address", request.mac)
+            up = False
+        self._ip("addr", "flush", "dev", device)
+        self._ip("addr", "add", request.address, "dev", device)
+        if not up:
+            # Every command costs a fork and an exec (tens of ms under TCG): only when needed.
+            self._ip("link", "set", "dev", device, "up")
+        if request.gateway is not None:
+            self._ip("route", "replace", "default", "via", request.gateway, "dev", device)
