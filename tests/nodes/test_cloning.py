@@ -16,7 +16,12 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
-from tests.fakes import FakeMachine, FleetHarness
+from datetime import datetime, timezone
+
+from tests.fakes import FakeAgent, FakeMachine, FleetHarness
+from vmservice.agent.errors import AgentUnavailable
+from vmservice.nodes.adoption import IdentityAdoption
+from vmservice.nodes.identity import GuestIdentity, GuestNet, IAdoption
 from ipaddress import IPv4Network
 
 from vmservice.config import HostGroupConfig, NetworkConfig
@@ -42,7 +47,12 @@ class FakeAdoption:
     def __init__(self, harness: FleetHarness) -> None:
         self.harness = harness
         self.adopted: list[tuple[str, list[str], list[str]]] = []
+        self.prepared: list[IGuestConnection] = []
         self.fail: Exception | None = None
+
+    def prepare(self, agent: IGuestConnection) -> Deferred[None]:
+        self.prepared.append(agent)
+        return succeed(None)
 
     def adopt(self, record: NodeRecord, net: NetSpec | None, agent: IGuestConnection) -> Deferred[None]:
         machine = self.harness.driver.machines[-1]
@@ -51,6 +61,54 @@ class FakeAdoption:
         if self.fail is not None:
             raise self.fail
         return succeed(None)
+
+
+@implementer(IAdoption)
+class AdoptingAgent(FakeAgent):
+    """An agent connection that adopts identities (recorded) and prepares for it."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.identities: list[GuestIdentity] = []
+        self.preparations = 0
+
+    async def adopt(self, identity: GuestIdentity) -> None:
+        if not self.connected:
+            raise AgentUnavailable("not connected")
+        self.identities.append(identity)
+
+    async def prepare_adoption(self) -> None:
+        self.preparations += 1
+
+
+class IdentityAdoptionTests(SynchronousTestCase):
+    def test_is_an_adoption(self) -> None:
+        verifyObject(ICloneAdoption, IdentityAdoption(lambda: 0))
+        verifyObject(IAdoption, AdoptingAgent("/a"))
+
+    def test_adopts_a_new_identity_once_the_agent_answers(self) -> None:
+        """The clone's hostname, the clock, fresh entropy and machine-id, and its NIC, once its agent answers."""
+        agent = AdoptingAgent("/a")
+        record = NodeRecord(hostname="warm-3", hostgroup="warm", ram_bytes=256 * MiB, cpus=1,
+                            created_at=datetime.now(timezone.utc))
+        net = NetSpec(tap="vmt1", mac="52:54:00:0A:00:05", address="10.77.0.6/30", gateway="10.77.0.5")
+        adoption = IdentityAdoption(lambda: 1_700_000_000_000_000_000, urandom=lambda n: bytes(range(n)))
+        d = adoption.adopt(record, net, agent)
+        self.assertNoResult(d)
+        agent.ready()
+        self.successResultOf(d)
+        [identity] = agent.identities
+        self.assertEqual((identity.hostname, identity.wall_clock_ns), ("warm-3", 1_700_000_000_000_000_000))
+        self.assertEqual(identity.net, GuestNet(mac="52:54:00:0a:00:05", address="10.77.0.6/30", gateway="10.77.0.5"))
+        self.assertEqual(len(identity.entropy), 64)
+        self.assertEqual(len(identity.machine_id), 32)
+        self.successResultOf(adoption.adopt(evolve(record, hostname="warm-4"), None, agent))
+        self.assertIsNone(agent.identities[1].net)
+
+    def test_prepare(self) -> None:
+        agent = AdoptingAgent("/a")
+        self.successResultOf(IdentityAdoption(lambda: 0).prepare(agent))
+        self.assertEqual(agent.preparations, 1)
 
 
 class CloningTests(SynchronousTestCase):
@@ -197,6 +255,17 @@ class CloningTests(SynchronousTestCase):
         self.assertIsNone(vm.spec.net)
         self.assertEqual(vm.spec.loose_nic, "02:00:00:00:00:01")
         self.assertTrue(vm.spec.memory is not None and vm.spec.memory.shared)
+
+    def test_adoption_times_out(self) -> None:
+        """A clone whose agent never answers its adoption is not used: the node boots cold."""
+        self.template()
+        self.adoption.adopt = lambda record, net, agent: Deferred()  # type: ignore[method-assign, assignment]
+        d = self.create()
+        self.assertNoResult(d)
+        self.harness.reactor.advance(30)
+        self.successResultOf(d)
+        self.assertIsNone(self.machine().spec.memory)
+        self.assertEqual(self.fallbacks, [("warm", "adopt_failed")])
 
     def test_built_at_start(self) -> None:
         """The fleet's start builds the template of each warm group (its RAM and vCPUs), in the background."""

@@ -24,11 +24,15 @@ from ..images.store import Image
 from .guest import IGuestConnection
 from .model import NodeRecord
 from .parts import FleetParts
+from .readiness import wait_for_guest
 from .runtime import NodeRuntime
 from .template_build import TemplateBuilder
 from .templates import Template, TemplateKey, TemplateUnavailable
 
 log = Logger()
+
+#: Seconds a clone's agent has to answer and adopt its identity.
+ADOPT_TIMEOUT = 30.0
 
 
 def template_key(group: HostGroupConfig, ram_bytes: int, vcpus: int, image: Image, driver: IHypervisor) -> TemplateKey:
@@ -125,7 +129,8 @@ class Cloning:
         adoption = self.parts.adoption
         if adoption is not None:
             try:
-                await adoption.adopt(node.record, net, agent)
+                adopted = adoption.adopt(node.record, net, agent)
+                await wait_for_guest(self.parts.clock, machine, adopted, ADOPT_TIMEOUT)
             except Exception as error:
                 await self._undo(node, machine)
                 raise TemplateUnavailable("adopt_failed", f"the clone could not adopt its identity: {error}") from None

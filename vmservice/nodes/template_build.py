@@ -132,6 +132,8 @@ class TemplateBuilder:
     async def _warm(self, agent: IGuestConnection) -> None:
         await answered(agent)
         await warm_up(agent)
+        if self.parts.adoption is not None:
+            await self.parts.adoption.prepare(agent)
 
 
 async def _kill(machine: IMachine) -> None:
