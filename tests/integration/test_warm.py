@@ -17,6 +17,7 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
 from typing import Any
 
 from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image
@@ -164,6 +165,26 @@ class WarmTests(SharedDaemonTestCase):
         # Its clone time is measured (from its disk to its VM running with its identity).
         self.assertEqual(_metric(after, "vmservice_clone_duration_seconds_count", hostgroup="warm"),
                          _metric(before, "vmservice_clone_duration_seconds_count", hostgroup="warm") + 1)
+
+    def test_clones_have_their_own_identity(self) -> None:
+        """
+        Two clones of one template: different random bytes, machine-ids and agent sessions, each its own
+        hostname (its node's, in /etc/hostname too), the host's clock; the template's hostname is gone.
+        """
+        seen = []
+        for hostname in (self.create(), self.create()):
+            self.assert_clone(hostname)
+            code, out = self.daemon.run(hostname, "hostname; cat /etc/hostname /etc/machine-id; "
+                                                  "head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; "
+                                                  "date +%s")
+            self.assertEqual(code, 0)
+            name, etc_hostname, machine_id, random, clock = out.split("\n")[:5]
+            self.assertEqual((name, etc_hostname), (hostname, hostname))
+            self.assertLess(abs(int(clock) - time.time()), 30)
+            seen.append((machine_id, random))
+        self.assertNotEqual(seen[0][0], seen[1][0])
+        self.assertNotEqual(seen[0][1], seen[1][1])
+        self.assertNotIn("template-", self.daemon.run(hostname, "cat /etc/hosts")[1])
 
     def test_clone_works_like_a_node(self) -> None:
         """
@@ -357,3 +378,52 @@ class WarmBudgetTests(SharedDaemonTestCase):
         self.assertIn("exceed templates_tmpfs_budget", daemon.log())
         self.assertEqual(os.listdir(self.shm), [])
         daemon.json("DELETE", f"/hostgroup/warm/nodes/{hostname}")
+
+
+class WarmNetworkTests(SharedDaemonTestCase):
+    """Clones with a network (isolated mode): each its own MAC, address and route, its gateway reached."""
+
+    @classmethod
+    def start_shared(cls) -> None:
+        ensure_image()
+        cls.shm = tempfile.mkdtemp(prefix="vms-t-", dir="/dev/shm")
+        group = {**GROUPS[0], "name": "wnet", "network": {"mode": "isolated", "range": "10.86.9.0/28"}}
+        cls.daemon = Daemon(groups=[group], templates_tmpfs_dir=cls.shm)
+        try:
+            cls.daemon.start()
+        except BaseException:
+            cls.daemon.cleanup()
+            shutil.rmtree(cls.shm, ignore_errors=True)
+            raise
+
+    @classmethod
+    def _stop_shared(cls) -> None:
+        try:
+            super()._stop_shared()
+        finally:
+            shutil.rmtree(cls.shm, ignore_errors=True)
+
+    def test_networked_clones(self) -> None:
+        daemon = self.daemon
+        macs = []
+        for _ in range(2):
+            node = daemon.json("POST", f"/hostgroup/wnet/nodes?wait=agent&timeout={CREATE_TIMEOUT}", {}, expect=201)
+            hostname, ip = node["hostname"], node["ip"]
+            self.addCleanup(daemon.request, "DELETE", f"/hostgroup/wnet/nodes/{hostname}")
+            argv = " ".join(_qemu_argv(daemon, hostname))
+            self.assertIn("share=off", argv)
+            mac = argv.split("virtio-net-device,netdev=net0,mac=")[1].split()[0].lower()
+            code, out = daemon.run(hostname, "cat /sys/class/net/eth0/address; ip -4 addr show eth0; ip route")
+            self.assertEqual(code, 0)
+            self.assertEqual(out.split("\n")[0], mac)
+            self.assertIn(f"inet {ip}/30", out)
+            gateway = out.split("default via ")[1].split()[0]
+            # The gateway answers ARP for the clone's own MAC and address at once.
+            probe = (f"python3 -c \"import socket; s=socket.socket(); s.settimeout(1); s.connect_ex(('{gateway}', 9))\"; "
+                     f"ip neigh show {gateway}")
+            code, out = daemon.run(hostname, probe)
+            self.assertEqual(code, 0)
+            self.assertIn("lladdr", out)
+            macs.append(mac)
+        self.assertNotEqual(macs[0], macs[1])
+        self.assertNotIn("02:00:00:00:00:01", macs)
