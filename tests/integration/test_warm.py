@@ -1,6 +1,17 @@
 # -*- test-case-name: tests.integration.test_warm -*-
 """
 Warm groups against real guests: a node cloned from its group's template
+runs and execs, with userdata, secrets, cp, fs, pause/resume and reboot;
+the template is built at start and concurrent creates share one build;
+clones adopt identities of their own (random bytes, machine-id, hostname,
+clock; with a network their MAC, address and route, the gateway reached)
+and never change the template's RAM file or frozen disk; a removed
+template, a corrupted device state or a template over the tmpfs budget
+makes the node boot cold (said in the log and in ``/metrics``); a clone
+suspends and restores, and after a daemon kill -9 is adopted again and
+relaunched cold from its own disk, its frozen disk deleted with it.
+"""
+Warm groups against real guests: a node cloned from its group's template
 runs and execs; concurrent creates share one template build; clones never
 change the template's RAM file or frozen disk; a removed template or a
 corrupted device state makes the node boot cold (said in the log and in
