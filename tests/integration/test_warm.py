@@ -1,22 +1,15 @@
 # -*- test-case-name: tests.integration.test_warm -*-
 """
 Warm groups against real guests: a node cloned from its group's template
-runs and execs, with userdata, secrets, cp, fs, pause/resume and reboot;
-the template is built at start and concurrent creates share one build;
-clones adopt identities of their own (random bytes, machine-id, hostname,
-clock; with a network their MAC, address and route, the gateway reached)
-and never change the template's RAM file or frozen disk; a removed
+runs and execs, with userdata, secrets, cp, fs, statistics, pause/resume and
+reboot; the template is built at start and concurrent creates share one
+build; clones adopt identities of their own (random bytes, machine-id,
+hostname, clock; with a network their MAC, address and route, the gateway
+reached) and never change the template's RAM file or frozen disk; a removed
 template, a corrupted device state or a template over the tmpfs budget
 makes the node boot cold (said in the log and in ``/metrics``); a clone
 suspends and restores, and after a daemon kill -9 is adopted again and
 relaunched cold from its own disk, its frozen disk deleted with it.
-"""
-Warm groups against real guests: a node cloned from its group's template
-runs and execs; concurrent creates share one template build; clones never
-change the template's RAM file or frozen disk; a removed template or a
-corrupted device state makes the node boot cold (said in the log and in
-``/metrics``); a clone relaunches, suspends and restores, and is adopted
-again after a daemon kill -9.
 """
 
 from __future__ import annotations
@@ -219,6 +212,10 @@ class WarmTests(SharedDaemonTestCase):
         self.assertEqual(status, 200)
         entry = self.daemon.json("GET", f"/vm/{hostname}/fs/stat?path=/root/up.bin")
         self.assertEqual((entry["type"], entry["size"]), ("file", 9))
+        # Its metrics agent answers on the clone's own channel, with its own hostname.
+        stat = self.daemon.wait_for("the clone's statistics", lambda: (
+            lambda answer: answer if "snapshot" in answer else None)(self.daemon.json("GET", f"/node/{hostname}/stats")))
+        self.assertEqual(stat["snapshot"]["hostname"], hostname)
         self.daemon.post(f"/vm/{hostname}/pause")
         self.assertEqual(self.daemon.request("POST", f"/vm/{hostname}/exec?cmd=true")[0], 409)
         self.daemon.post(f"/vm/{hostname}/resume")
