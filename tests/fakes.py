@@ -62,7 +62,7 @@ class FakeMachine:
         self._waiters: list[Deferred[MachineExit]] = []
         self.stops: list[tuple[bool, float]] = []
         self.commands: list[str] = []
-        self.state = "inmigrate" if spec.incoming else "running"
+        self.state = "inmigrate" if spec.incoming or spec.defer_incoming else "running"
         #: A driver action to fail, by name, with this HypervisorError message.
         self.failing: dict[str, str] = {}
         #: Deferreds that hold save_state until fired (when set).
@@ -107,6 +107,18 @@ class FakeMachine:
     def finish_incoming(self) -> Deferred[None]:
         return self._do("finish_incoming", "paused")
 
+    def save_device_state(self, path: str) -> Deferred[None]:
+        d = self._do("save_device_state")
+        if self._exit is None and "save_device_state" not in self.failing:
+            with open(path, "wb") as f:
+                f.write(b"device state")
+        return d
+
+    def load_device_state(self, path: str) -> Deferred[None]:
+        if not os.path.exists(path):
+            self.failing.setdefault("load_device_state", f"cannot read {path}")
+        return self._do("load_device_state", "running")
+
     @property
     def ended(self) -> Deferred[MachineExit]:
         if self._exit is not None:
@@ -150,6 +162,7 @@ class FakeDriver:
 
     capabilities = Capabilities(can_pause=True, can_suspend=True)
     description = "fake"
+    version = "fake 1"
 
     def __init__(self, can_suspend: bool = True) -> None:
         self.machines: list[FakeMachine] = []

@@ -931,6 +931,26 @@ class StatsIntervalTests(SynchronousTestCase):
                 _parse(f"config: {{stats_interval: {value}}}\n")
 
 
+class WarmTests(SynchronousTestCase):
+    """``warm`` per group, and the templates' tmpfs directory and budget."""
+
+    def test_defaults(self) -> None:
+        """Groups boot cold unless they say ``warm: true``; templates use up to 2 GiB of /dev/shm."""
+        config = _parse("config: {host_groups: [{name: a}, {name: b, warm: true}]}\n")
+        self.assertEqual([group.warm for group in config.host_groups], [False, True])
+        self.assertEqual(config.templates_tmpfs_dir, "/dev/shm")
+        self.assertEqual(config.templates_tmpfs_budget, 2 * 1024**3)
+
+    def test_given(self) -> None:
+        config = _parse("config: {templates_tmpfs_dir: /run/t, templates_tmpfs_budget: 512MiB}\n")
+        self.assertEqual((config.templates_tmpfs_dir, config.templates_tmpfs_budget), ("/run/t", 512 * 1024**2))
+
+    def test_bad(self) -> None:
+        for text in ("{templates_tmpfs_dir: ''}", "{templates_tmpfs_budget: lots}", "{host_groups: [{name: a, warm: 3}]}"):
+            with self.assertRaises(ConfigError):
+                _parse(f"config: {text}\n")
+
+
 class CodehostTests(SynchronousTestCase):
     """
     ``codehost_url`` and ``codehost_timeout``: where ``codehost_user``'s keys

@@ -50,6 +50,21 @@ class MetricsTests(SynchronousTestCase):
         self.assertEqual(found[("vmservice_boot_duration_seconds_bucket", (("hostgroup", "small"), ("le", "4.0")))], 1)
         self.assertEqual(found[("vmservice_boot_duration_seconds_bucket", (("hostgroup", "small"), ("le", "300.0")))], 2)
 
+    def test_warm_start(self) -> None:
+        """Template builds by result (both shown at 0 first), warm fallbacks by group and reason, clone times."""
+        metrics = Metrics()
+        found = samples(metrics)
+        self.assertEqual(found[("vmservice_template_builds_total", (("result", "ok"),))], 0)
+        self.assertEqual(found[("vmservice_template_builds_total", (("result", "failed"),))], 0)
+        metrics.observe_template_build("ok")
+        metrics.observe_warm_fallback("small", "missing")
+        metrics.observe_clone("small", 0.15)
+        found = samples(metrics)
+        self.assertEqual(found[("vmservice_template_builds_total", (("result", "ok"),))], 1)
+        self.assertEqual(found[("vmservice_warm_fallbacks_total", (("hostgroup", "small"), ("reason", "missing")))], 1)
+        self.assertEqual(found[("vmservice_clone_duration_seconds_bucket", (("hostgroup", "small"), ("le", "0.2")))], 1)
+        self.assertEqual(found[("vmservice_clone_duration_seconds_bucket", (("hostgroup", "small"), ("le", "0.1")))], 0)
+
     def test_nodes_read_at_scrape(self) -> None:
         """Node gauges come from the counts function at each scrape, so they follow the fleet."""
         metrics = Metrics()

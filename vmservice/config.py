@@ -89,6 +89,10 @@ MAX_CODEHOST_TIMEOUT = 60.0
 #: Seconds between two samplings of every node's statistics for ``/metrics``, unless ``stats_interval``
 #: says otherwise; 0 turns the per-node series off.
 DEFAULT_STATS_INTERVAL = 15.0
+#: Where templates keep their RAM files unless ``templates_tmpfs_dir`` says otherwise (a tmpfs).
+DEFAULT_TEMPLATES_TMPFS_DIR = "/dev/shm"
+#: How much of that tmpfs the templates of one daemon may fill unless ``templates_tmpfs_budget`` says otherwise.
+DEFAULT_TEMPLATES_TMPFS_BUDGET = 2 * GiB
 #: The longest ``stats_interval``.
 MAX_STATS_INTERVAL = 3600.0
 #: Each VM of an isolated network takes a /30 (network, host side, guest,
@@ -336,6 +340,8 @@ class HostGroupConfig:
         group, before the node's own userdata (both in one script).
     :ivar gpus: The host's GPUs (full PCI addresses) that ``gpu_count``
         hands out to the group's nodes, in this order.
+    :ivar warm: Start the group's nodes as clones of a template booted once
+        (see ``docs/warm-start.md``) instead of booting each.
     """
 
     name: str
@@ -351,6 +357,7 @@ class HostGroupConfig:
     network: NetworkConfig | None = None
     userdata: str = ""
     gpus: tuple[str, ...] = ()
+    warm: bool = False
 
     @property
     def arch(self) -> str:
@@ -380,6 +387,10 @@ class Config:
     :ivar codehost_timeout: Seconds one such fetch may take.
     :ivar stats_interval: Seconds between two samplings of every node's
         statistics for the per-node series of ``/metrics``; 0 for none.
+    :ivar templates_tmpfs_dir: The tmpfs directory under which this daemon
+        keeps its templates' RAM files (in a directory of its own).
+    :ivar templates_tmpfs_budget: Bytes of RAM files this daemon's templates
+        may hold at once; a template that would exceed it is not built.
     """
 
     api: ApiConfig = ApiConfig()
@@ -393,6 +404,8 @@ class Config:
     codehost_url: str | None = DEFAULT_CODEHOST_URL
     codehost_timeout: float = DEFAULT_CODEHOST_TIMEOUT
     stats_interval: float = DEFAULT_STATS_INTERVAL
+    templates_tmpfs_dir: str = DEFAULT_TEMPLATES_TMPFS_DIR
+    templates_tmpfs_budget: int = DEFAULT_TEMPLATES_TMPFS_BUDGET
 
     def group(self, name: str) -> HostGroupConfig | None:
         """
@@ -459,6 +472,7 @@ class _GroupDocument:
     network: _NetworkDocument | None = None
     userdata: str = ""
     gpus: tuple[_PciText, ...] = ()
+    warm: bool = False
 
 
 @attrs.frozen
@@ -474,6 +488,8 @@ class _ConfigDocument:
     codehost_url: str | None = DEFAULT_CODEHOST_URL
     codehost_timeout: float = DEFAULT_CODEHOST_TIMEOUT
     stats_interval: float = DEFAULT_STATS_INTERVAL
+    templates_tmpfs_dir: str = DEFAULT_TEMPLATES_TMPFS_DIR
+    templates_tmpfs_budget: _Size = _Size(DEFAULT_TEMPLATES_TMPFS_BUDGET)
 
 
 def _structure_size(value: object, _type: object) -> _Size:
@@ -693,6 +709,8 @@ class _Resolver:
             codehost_url=self.codehost_url(document.codehost_url, (*base, "codehost_url")),
             codehost_timeout=self.codehost_timeout(document.codehost_timeout, (*base, "codehost_timeout")),
             stats_interval=self.stats_interval(document.stats_interval, (*base, "stats_interval")),
+            templates_tmpfs_dir=self.nonempty(document.templates_tmpfs_dir, (*base, "templates_tmpfs_dir")),
+            templates_tmpfs_budget=document.templates_tmpfs_budget,
         )
 
     def codehost_url(self, url: str | None, parts: Path) -> str | None:
@@ -786,6 +804,7 @@ class _Resolver:
             network=network,
             userdata=self.userdata(document.userdata, (*parts, "userdata")),
             gpus=self.gpus(document.gpus, (*parts, "gpus")),
+            warm=document.warm,
         )
 
     def gpus(self, addresses: tuple[_PciText, ...], parts: Path) -> tuple[str, ...]:

@@ -90,6 +90,25 @@ class Metrics:
         )
         for kind in EventType:
             self.events.labels(kind.value)
+        self.clone = Histogram(
+            "vmservice_clone_duration_seconds",
+            "Time from a clone's start (its disk over the template's) to its VM running with its identity adopted",
+            ["hostgroup"],
+            buckets=(0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10),
+            registry=self.registry,
+        )
+        self.template_builds = Counter(
+            "vmservice_template_builds", "Templates built for warm groups, by result (ok, failed)", ["result"],
+            registry=self.registry,
+        )
+        for result in ("ok", "failed"):
+            self.template_builds.labels(result)
+        self.warm_fallbacks = Counter(
+            "vmservice_warm_fallbacks",
+            "Nodes of warm groups booted cold instead of cloned, by host group and reason",
+            ["hostgroup", "reason"],
+            registry=self.registry,
+        )
         self.streams = Gauge("vmservice_open_streams", "Streams open now, by kind", ["kind"], registry=self.registry)
         for stream in STREAM_KINDS:
             self.streams.labels(stream)
@@ -125,6 +144,18 @@ class Metrics:
         :param seconds: from the restore's start to its VM running again.
         """
         self.restore.labels(group).observe(seconds)
+
+    def observe_clone(self, group: str, seconds: float) -> None:
+        """Record how long one clone of ``group`` took to run."""
+        self.clone.labels(group).observe(seconds)
+
+    def observe_template_build(self, result: str) -> None:
+        """Count one template build that ended with ``result`` (``ok`` or ``failed``)."""
+        self.template_builds.labels(result).inc()
+
+    def observe_warm_fallback(self, group: str, reason: str) -> None:
+        """Count one node of warm ``group`` booted cold for ``reason`` (a short word)."""
+        self.warm_fallbacks.labels(group, reason).inc()
 
     def observe_event(self, event: NodeEvent) -> None:
         """

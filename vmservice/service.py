@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import time
 from collections import Counter
 from typing import Any, Callable, Mapping
 
@@ -41,6 +42,8 @@ from .network.host import HostNetwork, command_runner
 from .network.ipam import pool
 from .nodes.addressing import Addressing
 from .nodes.fleet import Fleet
+from .nodes.adoption import IdentityAdoption
+from .nodes.templates import TemplateStore
 from .nodes.events import EventHub
 from .nodes.parts import DriverChoice, FleetParts
 from .nodes.store import NodeStore, StateDirectoryInUse
@@ -186,6 +189,13 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
         events=EventHub(lambda: reactor.seconds()),
         codehost_keys=_codehost(config, reactor),
         snapshots=_snapshots(reactor),
+        templates=TemplateStore(
+            reactor, config.state_dir, config.templates_tmpfs_dir, config.templates_tmpfs_budget,
+            metrics.observe_template_build,
+        ),
+        adoption=IdentityAdoption(time.time_ns),
+        on_clone=metrics.observe_clone,
+        on_warm_fallback=metrics.observe_warm_fallback,
     )
     fleet = Fleet(parts)
     parts.events.listen(metrics.observe_event)

@@ -291,6 +291,55 @@ class IncomingTests(SynchronousTestCase):
         self.assertNotIn("-incoming", qemu_command(SPEC, QemuSettings()))
 
 
+class MemoryBackendTests(SynchronousTestCase):
+    """The command lines of templates, clones and restored clones, as word lists."""
+
+    def _memory(self, argv: list[str]) -> tuple[str, list[str]]:
+        pairs = _pairs(argv)
+        return pairs["-machine"][0], pairs.get("-object", [])
+
+    def test_plain(self) -> None:
+        """A node of its own has no memory backend."""
+        machine, objects = self._memory(qemu_command(SPEC, QemuSettings()))
+        self.assertEqual((machine, objects), ("microvm", []))
+
+    def test_template(self) -> None:
+        """A template maps its RAM file shared: its memory is written into the file."""
+        from attrs import evolve
+        from vmservice.hypervisors.base import RamBacking
+
+        spec = evolve(SPEC, memory=RamBacking("/dev/shm/t/ram", shared=True))
+        machine, objects = self._memory(qemu_command(spec, QemuSettings()))
+        self.assertEqual(machine, "microvm,memory-backend=mem0")
+        self.assertEqual(objects, ["memory-backend-file,id=mem0,size=256M,mem-path=/dev/shm/t/ram,share=on"])
+        self.assertNotIn("-incoming", qemu_command(spec, QemuSettings()))
+
+    def test_clone(self) -> None:
+        """A clone maps the same file private (share=off, never on) and waits for its device state."""
+        from attrs import evolve
+        from vmservice.hypervisors.base import RamBacking
+
+        spec = evolve(SPEC, memory=RamBacking("/dev/shm/t/ram", shared=False), defer_incoming=True)
+        argv = qemu_command(spec, QemuSettings())
+        machine, objects = self._memory(argv)
+        self.assertEqual(machine, "microvm,memory-backend=mem0")
+        self.assertEqual(objects, ["memory-backend-file,id=mem0,size=256M,mem-path=/dev/shm/t/ram,share=off"])
+        self.assertEqual(_pairs(argv)["-incoming"], ["defer"])
+        self.assertNotIn("share=on", " ".join(argv))
+
+    def test_restored_clone(self) -> None:
+        """A restored clone's memory is anonymous under the clone's block name, loaded from its snapshot."""
+        from attrs import evolve
+        from vmservice.hypervisors.base import RamBacking
+
+        spec = evolve(SPEC, memory=RamBacking(None), incoming="/s/demo-1/state.bin")
+        argv = qemu_command(spec, QemuSettings())
+        machine, objects = self._memory(argv)
+        self.assertEqual(machine, "microvm,memory-backend=mem0")
+        self.assertEqual(objects, ["memory-backend-ram,id=mem0,size=256M"])
+        self.assertEqual(_pairs(argv)["-incoming"], ["exec:cat /s/demo-1/state.bin"])
+
+
 class _ScriptedMachine:
     """A QemuMachine whose QMP answers come from a script (command -> list of answers)."""
 
@@ -328,8 +377,10 @@ class SaveStateTests(SynchronousTestCase):
         reactor.advance(machine.POLL)
         self.successResultOf(d)
         names = [name for name, _ in machine.commands]
-        self.assertEqual(names, ["stop", "migrate-set-parameters", "migrate", "query-migrate", "query-migrate", "query-migrate"])
-        self.assertEqual(machine.commands[2][1], {"uri": "exec:cat > /s/demo-1/state.bin"})
+        self.assertEqual(names, ["stop", "migrate-set-capabilities", "migrate-set-parameters", "migrate",
+                                 "query-migrate", "query-migrate", "query-migrate"])
+        self.assertEqual(machine.commands[1][1], {"capabilities": [{"capability": "x-ignore-shared", "state": False}]})
+        self.assertEqual(machine.commands[3][1], {"uri": "exec:cat > /s/demo-1/state.bin"})
 
     def test_save_failure(self) -> None:
         """A failed migration fails the save with QEMU's reason."""
@@ -339,6 +390,51 @@ class SaveStateTests(SynchronousTestCase):
         machine = _ScriptedMachine.make(reactor, self, {"query-migrate": [{"status": "failed", "error-desc": "disk full"}]})
         failure = self.failureResultOf(machine.save_state("/x"), HypervisorError)
         self.assertIn("disk full", str(failure.value))
+
+    def test_save_device_state_without_stop(self) -> None:
+        """A template's device state is saved running (no stop), its shared memory left out."""
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(reactor, self, {"query-migrate": [{"status": "active"}, {"status": "completed"}]})
+        d = machine.save_device_state("/t/dev.bin")
+        self.assertNoResult(d)
+        reactor.advance(machine.POLL)
+        self.successResultOf(d)
+        names = [name for name, _ in machine.commands]
+        self.assertEqual(names, ["migrate-set-capabilities", "migrate-set-parameters", "migrate",
+                                 "query-migrate", "query-migrate"])
+        self.assertEqual(machine.commands[0][1], {"capabilities": [{"capability": "x-ignore-shared", "state": True}]})
+        self.assertEqual(machine.commands[2][1], {"uri": "exec:cat > /t/dev.bin"})
+
+    def test_save_device_state_failure(self) -> None:
+        """A failed save says why."""
+        from vmservice.hypervisors.base import HypervisorError
+
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(reactor, self, {"query-migrate": [{"status": "failed", "error-desc": "no"}]})
+        failure = self.failureResultOf(machine.save_device_state("/t/dev.bin"), HypervisorError)
+        self.assertIn("saving the device state failed: no", str(failure.value))
+
+    def test_load_device_state(self) -> None:
+        """A clone sets x-ignore-shared, then loads the file, and is done once it runs."""
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(
+            reactor, self, {"query-status": [{"status": "inmigrate"}, {"status": "running"}]}
+        )
+        d = machine.load_device_state("/t/dev bin")
+        self.assertNoResult(d)
+        reactor.advance(machine.POLL)
+        self.successResultOf(d)
+        self.assertEqual(machine.commands[0], ("migrate-set-capabilities",
+                                               {"capabilities": [{"capability": "x-ignore-shared", "state": True}]}))
+        self.assertEqual(machine.commands[1], ("migrate-incoming", {"uri": "exec:cat '/t/dev bin'"}))
+
+    def test_load_device_state_paused(self) -> None:
+        """A clone left paused after the load is a failed load (the template was saved running)."""
+        from vmservice.hypervisors.base import HypervisorError
+
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(reactor, self, {"query-status": [{"status": "paused"}]})
+        self.failureResultOf(machine.load_device_state("/t/dev.bin"), HypervisorError)
 
     def test_incoming_waits_for_paused(self) -> None:
         """Loading a state is finished once QEMU leaves inmigrate for paused."""
@@ -576,3 +672,14 @@ class QmpSessionTests(SynchronousTestCase):
         protocol, transport = self.accept(reactor, 1)
         protocol.dataReceived(b'{"QMP": {}}\n{"return": {}}\n{"return": {"status": "paused"}}\n')
         self.assertEqual(self.successResultOf(d), {"status": "paused"})
+
+
+class LooseNicTests(SynchronousTestCase):
+    def test_template_nic(self) -> None:
+        """A template of networked nodes has their network device, on a hub port that reaches nothing."""
+        from attrs import evolve
+
+        argv = qemu_command(evolve(SPEC, loose_nic="02:00:00:00:00:01"), QemuSettings())
+        self.assertEqual(_pairs(argv)["-netdev"], ["hubport,id=net0,hubid=0"])
+        self.assertIn("virtio-net-device,netdev=net0,mac=02:00:00:00:00:01", _pairs(argv)["-device"])
+        self.assertNotIn("-netdev", qemu_command(SPEC, QemuSettings()))

@@ -160,3 +160,14 @@ class DiskInfoTests(SynchronousTestCase):
         """No file, no disk."""
         self.assertIsNone(disk_info(self.mktemp()))
         self.assertIsNone(OverlayDisks(ProcessReactor()).info(self.mktemp()))
+
+
+class QcowBaseTests(SynchronousTestCase):
+    def test_qcow2_base(self) -> None:
+        """An overlay over a qcow2 (a template's frozen disk) names its backing format qcow2."""
+        from vmservice.storage.overlay import overlay_command
+
+        self.assertEqual(
+            overlay_command("qemu-img", "/t/disk.qcow2", "/n/disk.qcow2", 1024, "qcow2"),
+            ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", "/t/disk.qcow2", "/n/disk.qcow2", "1024"],
+        )

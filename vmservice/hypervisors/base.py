@@ -36,6 +36,29 @@ class NetSpec:
 
 
 @frozen
+class RamBacking:
+    """
+    Where a VM's memory lives when it is not QEMU's anonymous memory: a
+    memory backend named :data:`RAM_BACKEND_ID` that the machine uses.
+
+    :ivar path: the file the memory is mapped from (a template's RAM file in
+        a tmpfs), or ``None`` for anonymous memory under the same name (a
+        restore of a clone, whose saved state names that memory block).
+    :ivar shared: map the file shared (a template writes its memory into
+        it) rather than private copy-on-write (a clone: its writes stay its
+        own and the file is never changed).
+    """
+
+    path: str | None = None
+    shared: bool = False
+
+
+#: The id of the memory backend of templates, clones and restored clones: the
+#: memory block's name in their saved states, which must match on load.
+RAM_BACKEND_ID = "mem0"
+
+
+@frozen
 class MachineSpec:
     """
     Everything a driver needs to start one VM.
@@ -54,6 +77,12 @@ class MachineSpec:
     :ivar net: its network interface, or ``None`` for none.
     :ivar pci_devices: host PCI devices passed through with VFIO (full addresses).
     :ivar metrics_socket: UNIX socket path the metrics channel is served on, or ``None`` for none.
+    :ivar memory: its memory backend, or ``None`` for QEMU's plain ``-m``.
+    :ivar defer_incoming: start waiting for a device state to load
+        (:meth:`IMachine.load_device_state`) instead of booting.
+    :ivar loose_nic: the MAC of a network interface attached to nothing on
+        the host (a template's, without ``net``: its clones have the same
+        device on their own tap), or ``None`` for none.
     """
 
     name: str
@@ -69,6 +98,9 @@ class MachineSpec:
     net: NetSpec | None = None
     pci_devices: tuple[str, ...] = ()
     metrics_socket: str | None = None
+    memory: RamBacking | None = None
+    defer_incoming: bool = False
+    loose_nic: str | None = None
 
 
 @frozen
@@ -158,6 +190,20 @@ class IMachine(Interface):
         caller kills it (or resumes it, to give up the suspend).
         """
 
+    def save_device_state(path: str) -> Deferred[None]:
+        """
+        Without pausing, write the VM's device state to ``path``, leaving out
+        its memory, which lives in a shared file (a template's): fires once
+        the file is complete.  The caller then kills the VM.
+        """
+
+    def load_device_state(path: str) -> Deferred[None]:
+        """
+        For a VM started with ``defer_incoming`` over a template's RAM file:
+        load the device state ``path`` saved by :meth:`save_device_state`;
+        fires once the VM runs, fails if it cannot be loaded.
+        """
+
     def finish_incoming() -> Deferred[None]:
         """
         For a VM started from a saved state (``MachineSpec.incoming``): fire
@@ -170,6 +216,9 @@ class IHypervisor(Interface):
 
     capabilities = Attribute("The Capabilities of this driver.")
     description = Attribute("A short text saying how VMs run, e.g. 'qemu, tcg'.")
+    version = Attribute(
+        "What identifies the VMM's build (a saved state loads only into the same one), e.g. its version line."
+    )
 
     def start(spec: MachineSpec, log_path: str | None) -> Deferred[IMachine]:
         """

@@ -45,6 +45,8 @@ from .base import (
     MachineExit,
     MachineSpec,
     NetSpec,
+    RAM_BACKEND_ID,
+    RamBacking,
     describe_exit,
 )
 from ..observer import OneShotObserver
@@ -157,11 +159,17 @@ def _accel_args(accel: str) -> list[str]:
     return ["-accel", "tcg", "-cpu", "max,-erms,-fsrm"]
 
 
-def _common_args(accel: str, vcpus: int, ram_bytes: int, *, pcie: bool = False) -> list[str]:
+def _common_args(
+    accel: str, vcpus: int, ram_bytes: int, *, pcie: bool = False, memory: RamBacking | None = None
+) -> list[str]:
+    machine = "microvm,pcie=on" if pcie else "microvm"
+    if memory is not None:
+        machine += f",memory-backend={RAM_BACKEND_ID}"
     return [
-        "-machine", "microvm,pcie=on" if pcie else "microvm",
+        "-machine", machine,
         *_accel_args(accel),
         "-m", str(max(ram_bytes // MiB, 16)),
+        *_memory_args(memory, ram_bytes),
         "-smp", str(vcpus),
         "-nodefaults", "-no-user-config", "-display", "none",
     ]
@@ -179,7 +187,7 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
     return [
         settings.binary,
         "-name", f"vmservice-{spec.name}",
-        *_common_args(settings.accel, spec.vcpus, spec.ram_bytes, pcie=bool(spec.pci_devices)),
+        *_common_args(settings.accel, spec.vcpus, spec.ram_bytes, pcie=bool(spec.pci_devices), memory=spec.memory),
         "-kernel", spec.kernel,
         "-initrd", spec.initrd,
         "-append", kernel_cmdline(spec.name, settings.tsc_khz, net=spec.net),
@@ -192,10 +200,34 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
         "-chardev", f"file,id=console,path={spec.console_log}",
         "-serial", "chardev:console",
         "-qmp", qmp_address(spec.qmp_socket),
-        *_net_args(spec.net),
+        *_net_args(spec.net, spec.loose_nic),
         *_pci_args(spec.pci_devices),
-        *(["-incoming", f"exec:cat {shlex.quote(spec.incoming)}"] if spec.incoming else []),
+        *_incoming_args(spec),
     ]
+
+
+def _incoming_args(spec: MachineSpec) -> list[str]:
+    if spec.defer_incoming:
+        return ["-incoming", "defer"]
+    if spec.incoming:
+        return ["-incoming", f"exec:cat {shlex.quote(spec.incoming)}"]
+    return []
+
+
+def _memory_args(memory: RamBacking | None, ram_bytes: int) -> list[str]:
+    """
+    The memory backend of a template (its RAM file mapped shared), a clone
+    (the same file mapped private: ``share=off`` is what keeps a clone from
+    writing into the template, QEMU 7.2 having no ``readonly``) or a
+    restored clone (anonymous memory under the same block name).
+    """
+    if memory is None:
+        return []
+    size = f"size={max(ram_bytes // MiB, 16)}M"
+    if memory.path is None:
+        return ["-object", f"memory-backend-ram,id={RAM_BACKEND_ID},{size}"]
+    share = "on" if memory.shared else "off"
+    return ["-object", f"memory-backend-file,id={RAM_BACKEND_ID},{size},mem-path={memory.path},share={share}"]
 
 
 def _metrics_args(socket: str | None) -> list[str]:
@@ -208,7 +240,13 @@ def _metrics_args(socket: str | None) -> list[str]:
     ]
 
 
-def _net_args(net: NetSpec | None) -> list[str]:
+def _net_args(net: NetSpec | None, loose_nic: str | None = None) -> list[str]:
+    if net is None and loose_nic is not None:
+        # The same device as a node's, on a hub port that reaches nothing.
+        return [
+            "-netdev", "hubport,id=net0,hubid=0",
+            "-device", f"virtio-net-device,netdev=net0,mac={loose_nic}",
+        ]
     if net is None:
         return []
     return [
@@ -575,21 +613,62 @@ class QemuMachine:
 
     async def _save_state(self, path: str) -> None:
         await self._command("stop")
+        # A clone loaded its state with x-ignore-shared on: its snapshot holds all of its memory.
+        await self._ignore_shared(False)
         await self._command("migrate-set-parameters", **{"max-bandwidth": self.SAVE_BANDWIDTH})
         await self._command("migrate", uri=f"exec:cat > {shlex.quote(path)}")
+        await self._migration_done("saving the VM state")
+
+    async def _migration_done(self, what: str) -> None:
+        """Poll ``query-migrate`` until the migration under way completed; raise if it failed."""
         while True:
             try:
                 info = await self.qmp("query-migrate")
             except QMPError as error:
-                raise HypervisorError(f"saving the VM state: {error}") from error
+                raise HypervisorError(f"{what}: {error}") from error
             if not isinstance(info, dict):
-                raise HypervisorError(f"saving the VM state: query-migrate answered {info!r}")
+                raise HypervisorError(f"{what}: query-migrate answered {info!r}")
             status = info.get("status")
             if status == "completed":
                 return
             if status in ("failed", "cancelled"):
-                raise HypervisorError(f"saving the VM state {status}: {info.get('error-desc', 'no reason given')}")
+                raise HypervisorError(f"{what} {status}: {info.get('error-desc', 'no reason given')}")
             await deferLater(self._reactor, self.POLL, lambda: None)
+
+    async def _ignore_shared(self, on: bool) -> None:
+        """Whether migrations leave out memory mapped from a shared file (QMP only on QEMU 7.2)."""
+        await self._command(
+            "migrate-set-capabilities", capabilities=[{"capability": "x-ignore-shared", "state": on}]
+        )
+
+    def save_device_state(self, path: str) -> Deferred[None]:
+        """
+        Write the device state of a running template to ``path`` without
+        ``stop`` (``x-ignore-shared``: its memory is its RAM file); see
+        :meth:`IMachine.save_device_state`.
+        """
+        return Deferred.fromCoroutine(self._save_device_state(path))
+
+    async def _save_device_state(self, path: str) -> None:
+        await self._ignore_shared(True)
+        await self._command("migrate-set-parameters", **{"max-bandwidth": self.SAVE_BANDWIDTH})
+        await self._command("migrate", uri=f"exec:cat > {shlex.quote(path)}")
+        await self._migration_done("saving the device state")
+
+    def load_device_state(self, path: str) -> Deferred[None]:
+        """
+        Load a template's device state into a clone waiting in ``-incoming
+        defer``, and fire once it runs; see :meth:`IMachine.load_device_state`.
+        """
+        return Deferred.fromCoroutine(self._load_device_state(path))
+
+    async def _load_device_state(self, path: str) -> None:
+        await self._ignore_shared(True)
+        await self._command("migrate-incoming", uri=f"exec:cat {shlex.quote(path)}")
+        await self._finish_incoming()
+        status = await self._run_state()
+        if status != "running":
+            raise HypervisorError(f"loading the device state left the VM {status!r}")
 
     def finish_incoming(self) -> Deferred[None]:
         """Poll ``query-status`` until QEMU leaves ``inmigrate``; see :meth:`IMachine.finish_incoming`."""
@@ -667,11 +746,22 @@ class QemuDriver:
         # daemon stops them its own way.
         setsid = shutil.which("setsid")
         self._prefix = [setsid] if setsid else []
+        self._version: str | None = None
 
     @property
     def description(self) -> str:
         """How VMs run: ``qemu microvm, kvm`` or ``qemu microvm, tcg``."""
         return f"qemu microvm, {self.settings.accel}"
+
+    @property
+    def version(self) -> str:
+        """
+        The QEMU build: its binary's real path, size and modification time
+        (a package upgrade changes them), read once.
+        """
+        if self._version is None:
+            self._version = binary_identity(self.settings.binary)
+        return self._version
 
     def start(self, spec: MachineSpec, log_path: str | None = None) -> Deferred[IMachine]:
         """
@@ -751,6 +841,20 @@ class QemuDriver:
             pass
         finally:
             os.close(pidfd)
+
+
+def binary_identity(binary: str) -> str:
+    """
+    What identifies the build of the program ``binary`` (found on ``PATH``):
+    its real path, size and modification time; only the name when it is
+    not found.
+    """
+    found = shutil.which(binary)
+    if found is None:
+        return binary
+    path = os.path.realpath(found)
+    info = os.stat(path)
+    return f"{path} {info.st_size} {info.st_mtime_ns}"
 
 
 def _cmdline(proc: str, pid: int) -> list[str]:
@@ -886,6 +990,7 @@ __all__ = [
     "QemuDriver",
     "QemuMachine",
     "QemuSettings",
+    "binary_identity",
     "describe_exit",
     "host_tsc_khz",
     "kernel_cmdline",

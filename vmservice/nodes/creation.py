@@ -20,10 +20,13 @@ from twisted.internet.defer import Deferred
 from ..config import MAX_USERDATA, HostGroupConfig
 from ..devices import assign
 from ..durable import write_atomic
+from ..hypervisors.base import IMachine
+from ..images.store import Image
 from ..errors import AgentError, BadRequest, Conflict, Internal, WaitTimeout
 from .model import CreateRequest, NodeRecord, Status, Wait, unique, valid_hostname, visible
 from .events import EventType
 from .parts import FleetParts
+from .cloning import Cloning
 from .guest import IGuestConnection
 from .readiness import NotReady, answered, wait_for_guest
 from .registry import Registry
@@ -78,6 +81,18 @@ async def _ready(node: NodeRuntime, agent: IGuestConnection, wait: Wait) -> None
         await node.provisioning.userdata_over()
 
 
+def _failed(error: BaseException, hostname: str, timeout: float) -> BaseException:
+    """What a create that failed with ``error`` (its node removed) raises."""
+    if isinstance(error, NotReady):
+        if error.ended is None:
+            return WaitTimeout(f"node {hostname!r} did not become ready within {timeout:g} s; it was removed")
+        return Internal(f"node {hostname!r} failed to boot: {error}", code="boot_failed")
+    if isinstance(error, AgentError):
+        return Internal(f"node {hostname!r} could not be configured: {error}; it was removed",
+                        code="guest_setup_failed")
+    return error
+
+
 class Creation:
     """
     :param registry: the nodes.
@@ -92,18 +107,62 @@ class Creation:
 
     async def create(self, group_name: str, request: CreateRequest, wait: Wait, timeout: float) -> NodeRecord:
         """
-        Create a node in ``group_name`` and start its VM.
+        Create a node in ``group_name`` and start its VM: a clone of the
+        group's template when the group is ``warm`` (a cold boot when that
+        cannot be done), else a boot.
 
         :param wait: :attr:`Wait.AGENT` to answer only once the agent's health
             reply arrived; :attr:`Wait.NONE` to answer once the VM process runs.
         :param timeout: seconds to wait; past them the node is removed
             completely and :class:`WaitTimeout` raised.
         """
-        parts = self._parts
-        group = parts.group(group_name)
-        ram_bytes, cpus = _limits(group, request)
-        image = parts.requested_image(group, request.disk_image)
+        group = self._parts.group(group_name)
+        limits = _limits(group, request)
+        image = self._parts.requested_image(group, request.disk_image)
         userdata = _userdata(group, request)
+        record = await self._record(group, request, limits, image, bool(userdata))
+        node = self._make(record)
+        self._parts.store.save(record)
+        node.announce(EventType.CREATED)
+        log.info("creating node {hostname} in {group}", hostname=record.hostname, group=group.name)
+        try:
+            if userdata:
+                write_atomic(node.paths.userdata, userdata, mode=0o600)
+            machine, agent = await self._launch(node, group, image)
+            node.set(Status.RUNNING)
+            node.started()
+            if wait is not Wait.NONE:
+                ready = Deferred.fromCoroutine(_ready(node, agent, wait))
+                await wait_for_guest(self._parts.clock, machine, ready, timeout)
+        except BaseException as error:
+            await node.remove()
+            raise _failed(error, record.hostname, timeout) from None
+        return visible(node.record)
+
+    async def _launch(
+        self, node: NodeRuntime, group: HostGroupConfig, image: Image
+    ) -> tuple[IMachine, IGuestConnection]:
+        """Network, disk, VM and agent connection of a new node: cloned when its group is warm and that works."""
+        parts = self._parts
+        net = await parts.addressing.attach(node.record)
+        if group.warm:
+            cloned = await Cloning(parts).start(node, group, image, net)
+            if cloned is not None:
+                return cloned
+        await parts.disks.create(image.rootfs.path, node.paths.disk, group.storage_size)
+        machine = await node.spawn(image.kernel.path, image.initrd.path, net)
+        return machine, node.connect_agent()
+
+    async def _record(
+        self, group: HostGroupConfig, request: CreateRequest, limits: tuple[int, int], image: Image, userdata: bool
+    ) -> NodeRecord:
+        """
+        The record of a new node, its request checked against its group and
+        its image, its devices and address chosen (recorded by the caller
+        with no wait in between: the records are the claims).
+        """
+        parts = self._parts
+        ram_bytes, cpus = limits
         if request.secrets:
             if parts.secrets is None:
                 raise BadRequest("this daemon has no secrets store", code="unknown_secret")
@@ -112,11 +171,10 @@ class Creation:
         if keys and image.manifest.get("ssh_server") is False:
             raise BadRequest(f"image {image.name!r} has no SSH server: ssh_keys cannot be used with it",
                              code="no_ssh_server")
-        # Chosen and recorded (registered below) with no wait in between: the records are the claims.
         devices = assign(parts.pci, request.pci_devices, request.gpu_count, group.name, group.gpus,
                          self._registry.pci_claims())
         lease = parts.addressing.lease(group, request.ip, self._registry.addresses())
-        record = NodeRecord(
+        return NodeRecord(
             hostname=self._hostname(group, request.hostname),
             hostgroup=group.name,
             ram_bytes=ram_bytes,
@@ -129,39 +187,10 @@ class Creation:
             secrets=request.secrets,
             login_user=user,
             ssh_keys=keys,
-            userdata=bool(userdata),
+            userdata=userdata,
             image=image.name,
             pci_devices=devices,
         )
-        node = self._make(record)
-        parts.store.save(record)
-        node.announce(EventType.CREATED)
-        log.info("creating node {hostname} in {group}", hostname=record.hostname, group=group.name)
-        try:
-            if userdata:
-                write_atomic(node.paths.userdata, userdata, mode=0o600)
-            net = await parts.addressing.attach(record)
-            await parts.disks.create(image.rootfs.path, node.paths.disk, group.storage_size)
-            machine = await node.spawn(image.kernel.path, image.initrd.path, net)
-            node.set(Status.RUNNING)
-            agent = node.connect_agent()
-            node.started()
-            if wait is not Wait.NONE:
-                ready = Deferred.fromCoroutine(_ready(node, agent, wait))
-                await wait_for_guest(parts.clock, machine, ready, timeout)
-        except BaseException as error:
-            await node.remove()
-            if isinstance(error, NotReady):
-                if error.ended is None:
-                    raise WaitTimeout(
-                        f"node {record.hostname!r} did not become ready within {timeout:g} s; it was removed"
-                    ) from None
-                raise Internal(f"node {record.hostname!r} failed to boot: {error}", code="boot_failed") from None
-            if isinstance(error, AgentError):
-                raise Internal(f"node {record.hostname!r} could not be configured: {error}; it was removed",
-                               code="guest_setup_failed") from None
-            raise
-        return visible(node.record)
 
     async def _login(self, request: CreateRequest) -> tuple[str, tuple[str, ...]]:
         """

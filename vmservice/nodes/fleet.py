@@ -43,6 +43,7 @@ from ..images.store import ImageInfo
 from ..observer import OneShotObserver
 from . import console
 from .counts import keep_counts
+from .cloning import Cloning
 from .creation import Creation
 from .description import NodeDescription, describe
 from .guest import AgentHealth, IGuest
@@ -93,9 +94,20 @@ class Fleet(Service):
         self._unsubscribe: Callable[[], None] = lambda: None
 
     def _register(self, record: NodeRecord) -> NodeRuntime:
-        node = NodeRuntime(record, self._parts, self._registry.drop)
+        node = NodeRuntime(record, self._parts, self._forgotten)
         self._registry.add(node)
         return node
+
+    def _forgotten(self, node: NodeRuntime) -> None:
+        self._registry.drop(node)
+        if node.record.frozen_disk:
+            self._collect_templates()
+
+    def _collect_templates(self) -> None:
+        """Delete the template files that no template in use and no node needs any more."""
+        templates = self._parts.templates
+        if templates is not None:
+            templates.collect({node.record.frozen_disk for node in self._registry.all() if node.record.frozen_disk})
 
     # -- service ---------------------------------------------------------
 
@@ -108,6 +120,11 @@ class Fleet(Service):
     async def _start(self) -> None:
         try:
             await Startup(self._registry, self._parts, self._register).recover()
+            self._collect_templates()
+            for group in self._parts.config.host_groups:
+                if group.warm:
+                    # In the background: creates of the group meanwhile wait for this one build.
+                    Deferred.fromCoroutine(Cloning(self._parts).prepare(group))
             await keep_counts(
                 self._parts.config, self._registry, self.create, self.lifecycle.relaunch, self.snapshots.restore
             )
@@ -130,6 +147,8 @@ class Fleet(Service):
             stops = [Deferred.fromCoroutine(self._stop(node)) for node in running]
             await DeferredList(stops, consumeErrors=True)
         await self._parts.addressing.close()
+        if self._parts.templates is not None:
+            self._parts.templates.close()
 
     async def _stop(self, node: NodeRuntime) -> None:
         """Stop a node's VM for the daemon's stop: ephemeral nodes go, persistent ones are kept Stopped."""

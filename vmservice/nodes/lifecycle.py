@@ -104,7 +104,7 @@ class Lifecycle(NodeOperations):
                 await node.release()
                 node.set(before, pid=None)  # a suspended node keeps its snapshot
                 raise
-            node.set(Status.RUNNING)
+            node.set(Status.RUNNING, clone_memory=False)  # a clone boots as a node of its own
             node.paths.discard_snapshot()
             node.connect_agent()
         log.info("relaunched node {hostname}", hostname=hostname)

@@ -83,6 +83,12 @@ class NodeRecord:
         (full addresses), held for it until it is removed.
     :ivar metrics_channel: whether its VM was started with the metrics
         channel (a restore must give it the same devices as the saved state).
+    :ivar frozen_disk: the frozen disk of the template it was cloned from,
+        which its own disk is an overlay over (kept while a record names it);
+        empty for a node whose disk lies over its image's root file system.
+    :ivar clone_memory: its VM (running, or saved while suspended) is a
+        clone's, whose memory block carries the template's backend name: a
+        restore must start with the same name.  A relaunch clears it.
     """
 
     hostname: str
@@ -107,6 +113,8 @@ class NodeRecord:
     image: str = ""
     pci_devices: tuple[str, ...] = ()
     metrics_channel: bool = False
+    frozen_disk: str = ""
+    clone_memory: bool = False
 
     def with_status(self, status: Status, pid: int | None = None) -> "NodeRecord":
         """A copy with another status (and pid)."""

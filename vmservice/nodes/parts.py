@@ -21,10 +21,12 @@ from ..images.store import Image, ImageInfo, ImageNotFound, list_images
 from ..observer import OneShotObserver
 from ..storage.interfaces import IDisks
 from .addressing import Addressing
+from .adoption import ICloneAdoption
 from .events import EventHub
 from .guest import IGuestConnection
 from .provisioning import SecretSource
 from .store import NodeStore
+from .templates import TemplateStore
 
 _T = TypeVar("_T")
 
@@ -65,6 +67,10 @@ def _no_metrics(socket: str, deadline: float) -> Deferred[Mapping[str, Any]]:
     return fail(LookupError("no metrics channel is configured"))
 
 
+def _no_fallbacks(group: str, kind: str) -> None:
+    """Warm nodes booted cold go uncounted."""
+
+
 def _wall_hub() -> EventHub:
     return EventHub(time.time)
 
@@ -97,6 +103,14 @@ class FleetParts:
     :ivar pci: the host's PCI devices, checked before one is given to a node.
     :ivar snapshots: asks a node's metrics socket for one snapshot's fields
         within a deadline (seconds).
+    :ivar templates: the templates warm groups' nodes are cloned from;
+        ``None`` for none (every node boots cold).
+    :ivar adoption: gives each clone an identity of its own before anything
+        else reaches it; ``None`` for none.
+    :ivar on_clone: called with ``(group, seconds)`` for each node cloned:
+        from its disk's creation to its VM running with its identity adopted.
+    :ivar on_warm_fallback: called with ``(group, kind)`` each time a warm
+        group's node boots cold instead (``kind`` says why, for the metric).
     """
 
     clock: IReactorTime
@@ -117,6 +131,10 @@ class FleetParts:
     wall_clock: Callable[[], int] = field(default=time.time_ns)
     pci: PciHost = field(factory=PciHost)
     snapshots: Callable[[str, float], Deferred[Mapping[str, Any]]] = field(default=_no_metrics)
+    templates: TemplateStore | None = None
+    adoption: ICloneAdoption | None = None
+    on_clone: Callable[[str, float], None] = field(default=_no_boots)
+    on_warm_fallback: Callable[[str, str], None] = field(default=_no_fallbacks)
 
     def group(self, name: str) -> HostGroupConfig:
         """

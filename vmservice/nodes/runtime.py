@@ -21,7 +21,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ..errors import BadRequest, Conflict, Internal
-from ..hypervisors.base import HypervisorError, IMachine, MachineExit, NetSpec, describe_exit
+from ..hypervisors.base import HypervisorError, IMachine, MachineExit, NetSpec, RamBacking, describe_exit
 from ..observer import OneShotObserver
 from .events import DELETED, EventType, status_event
 from .guest import IGuestConnection, UserdataOutcome
@@ -30,6 +30,7 @@ from .parts import FleetParts
 from .paths import NodePaths
 from .phase import NodePhase, node_phase
 from .provisioning import GuestSetup, Provisioning
+from .templates import Template
 
 log = Logger()
 
@@ -136,11 +137,18 @@ class NodeRuntime:
             ) from error
         self.record = record
 
-    async def spawn(self, kernel: str, initrd: str, net: NetSpec | None, incoming: str | None = None) -> IMachine:
+    async def spawn(
+        self, kernel: str, initrd: str, net: NetSpec | None, incoming: str | None = None,
+        clone_of: Template | None = None,
+    ) -> IMachine:
         """
         Start the node's VM (its disk exists); the caller records the new
-        status.  A boot (not a restore from ``incoming``) is timed for the
-        boot metric.
+        status.  A boot (not a restore from ``incoming``, not a clone) is
+        timed for the boot metric.
+
+        :param clone_of: start as a clone of this template: its RAM file
+            mapped privately, waiting for its device state
+            (:meth:`IMachine.load_device_state`).
 
         :raise Internal: (``boot_failed``) the VM could not be started.
         :raise Conflict: one of its PCI devices fails a host check now (the
@@ -154,7 +162,9 @@ class NodeRuntime:
                 raise Conflict(f"cannot start the VM of node {self.hostname!r}: {error}", code=error.code) from None
         driver = await self._parts.driver.get()
         spec = self.paths.spec(self.record, kernel, initrd, incoming, net)
-        self._boot_started = None if incoming else self._parts.clock.seconds()
+        if clone_of is not None:
+            spec = evolve(spec, memory=RamBacking(clone_of.ram_file, shared=False), defer_incoming=True)
+        self._boot_started = None if incoming or clone_of else self._parts.clock.seconds()
         try:
             machine = await driver.start(spec, self.paths.qemu_log)
         except HypervisorError as error:
@@ -171,16 +181,36 @@ class NodeRuntime:
         self.machine = machine
         machine.ended.addCallback(self._vm_ended, machine)
 
-    def connect_agent(self) -> IGuestConnection:
-        """Start connecting to the agent of the node's VM."""
+    def connect_agent(self, adopting: bool = False) -> IGuestConnection:
+        """
+        Start connecting to the agent of the node's VM.
+
+        :param adopting: the VM is a clone that has yet to adopt its
+            identity: its guest is provisioned and its agent's news told only
+            once :meth:`adopted` says it did.
+        """
         agent = self._parts.agents(self.paths.agent)
         self.agent = agent
         agent.start()
+        if not adopting:
+            self._watch_agent(agent)
+        return agent
+
+    def adopted(self) -> None:
+        """The clone adopted its identity: its agent connection is watched (and its guest provisioned) from now on."""
+        agent = self.agent
+        if agent is None:
+            return
+        self._watch_agent(agent)
+        if agent.connected:
+            self.provisioning.agent_ready(agent)
+            self._agent_news(agent, EventType.AGENT_UP)
+
+    def _watch_agent(self, agent: IGuestConnection) -> None:
         agent.when_ready().addCallbacks(self._first_ready, lambda failure: None)
         agent.on_ready(lambda: self.provisioning.agent_ready(agent))
         agent.on_ready(lambda: self._agent_news(agent, EventType.AGENT_UP))
         agent.on_lost(lambda: self._agent_news(agent, EventType.AGENT_DOWN))
-        return agent
 
     def _agent_news(self, agent: IGuestConnection, happened: EventType) -> None:
         """The agent came or went: news while it is the node's (not once :meth:`release` let it go)."""

@@ -64,6 +64,11 @@ class Startup:
             if pid not in known:
                 log.info("killing VM process {pid}, which no node record claims", pid=pid)
                 driver.kill_orphan(pid)
+        # A template's VM left by a run that ended during its build.
+        if self._parts.templates is not None:
+            for pid in driver.orphans(self._parts.templates.directory):
+                log.info("killing template VM process {pid} of an earlier run", pid=pid)
+                driver.kill_orphan(pid)
         # Every node's own network objects stay: adopted ones are in use,
         # others were detached above, and a create may be under way meanwhile
         # (so the list is taken when the host's objects have been listed).

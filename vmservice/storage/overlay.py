@@ -10,6 +10,7 @@ guest's init grows the file system to fill it.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 
@@ -32,26 +33,29 @@ class StorageError(Exception):
     """A disk could not be created; the message says why."""
 
 
-def overlay_command(qemu_img: str, base: str, path: str, size_bytes: int) -> list[str]:
+def overlay_command(qemu_img: str, base: str, path: str, size_bytes: int, base_format: str = "raw") -> list[str]:
     """
     The argv of ``qemu-img`` that creates the overlay (pure).
 
     :param qemu_img: the ``qemu-img`` program.
-    :param base: the raw image the overlay is backed by.
+    :param base: the image the overlay is backed by.
     :param path: the overlay to create.
     :param size_bytes: the overlay's virtual size.
+    :param base_format: ``raw`` (an image's root file system) or ``qcow2``
+        (a template's frozen disk).
     """
-    return [qemu_img, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", base, path, str(size_bytes)]
+    return [qemu_img, "create", "-q", "-f", "qcow2", "-F", base_format, "-b", base, path, str(size_bytes)]
 
 
 async def create_overlay(
     reactor: IReactorProcess, base: str, path: str, size_bytes: int, *, qemu_img: str = "qemu-img"
 ) -> None:
     """
-    Create the qcow2 overlay ``path`` backed by the raw image ``base``.
+    Create the qcow2 overlay ``path`` backed by the image ``base``: raw, or
+    qcow2 (a template's frozen disk, read from and never written).
 
     :param reactor: runs ``qemu-img``.
-    :param base: the raw image (a symbolic link to it is resolved, so the
+    :param base: the image (a symbolic link to it is resolved, so the
         overlay names the file itself).
     :param path: the overlay to create.
     :param size_bytes: the disk's virtual size; at least the base's size.
@@ -59,12 +63,14 @@ async def create_overlay(
     :raise StorageError: when the size is too small or ``qemu-img`` fails.
     """
     base = os.path.realpath(base)
-    base_size = os.path.getsize(base)
-    if size_bytes < base_size:
+    info = disk_info(base)
+    if info is None:
+        raise FileNotFoundError(errno.ENOENT, "the base image is missing", base)
+    if size_bytes < info.size_bytes:
         raise StorageError(
-            f"storage_size {size_bytes} is smaller than the image ({base_size} bytes)"
+            f"storage_size {size_bytes} is smaller than the image ({info.size_bytes} bytes)"
         )
-    argv = overlay_command(qemu_img, base, path, size_bytes)
+    argv = overlay_command(qemu_img, base, path, size_bytes, info.format)
     err: bytes
     code: int
     _, err, code = await getProcessOutputAndValue(

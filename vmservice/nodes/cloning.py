@@ -1,0 +1,153 @@
+# -*- test-case-name: tests.nodes.test_cloning -*-
+"""
+Starting a warm group's node as a clone of its template, and falling back
+to a cold boot of the same node whenever that cannot be done.
+
+A clone's disk is a qcow2 overlay over the template's frozen disk; its VM
+maps the template's RAM file privately (``share=off``: its writes stay its
+own) and waits in ``-incoming defer``; its agent socket is connected first,
+then the template's device state is loaded and the guest continues where
+the template was.  Before anything else reaches it (readiness, secrets,
+login, userdata, the API), it adopts an identity of its own through
+:class:`ICloneAdoption`.
+"""
+
+from __future__ import annotations
+
+from attrs import evolve, frozen
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from ..config import HostGroupConfig
+from ..hypervisors.base import HypervisorError, IHypervisor, IMachine, NetSpec
+from ..images.store import Image
+from .guest import IGuestConnection
+from .model import NodeRecord
+from .parts import FleetParts
+from .readiness import wait_for_guest
+from .runtime import NodeRuntime
+from .template_build import TemplateBuilder
+from .templates import Template, TemplateKey, TemplateUnavailable
+
+log = Logger()
+
+#: Seconds a clone's agent has to answer and adopt its identity.
+ADOPT_TIMEOUT = 30.0
+
+
+def template_key(group: HostGroupConfig, ram_bytes: int, vcpus: int, image: Image, driver: IHypervisor) -> TemplateKey:
+    """The key of the template a node of ``group`` with ``ram_bytes`` and ``vcpus`` is cloned from."""
+    return TemplateKey(
+        image=image.name,
+        build=image.path.path,
+        qemu=f"{driver.version}, {driver.description}",
+        ram_bytes=ram_bytes,
+        vcpus=vcpus,
+        network=group.network is not None,
+        storage_size=group.storage_size,
+    )
+
+
+@frozen
+class Cloning:
+    """
+    :ivar parts: the node layer's collaborators (with their templates).
+    """
+
+    parts: FleetParts
+
+    async def start(self, node: NodeRuntime, group: HostGroupConfig, image: Image,
+                    net: NetSpec | None) -> tuple[IMachine, IGuestConnection] | None:
+        """
+        Start ``node`` as a clone: its VM and its (adopted) agent connection,
+        or ``None`` when it must boot cold (said in the log, counted).
+        """
+        try:
+            template = await self._template(node.record, group, image, net)
+            began = self.parts.clock.seconds()
+            cloned = await self._clone(node, template, net)
+            self.parts.on_clone(group.name, self.parts.clock.seconds() - began)
+            return cloned
+        except TemplateUnavailable as error:
+            log.warn("node {hostname} boots cold instead of from a template: {reason}",
+                     hostname=node.hostname, reason=error)
+            self.parts.on_warm_fallback(group.name, error.kind)
+            return None
+
+    async def _template(self, record: NodeRecord, group: HostGroupConfig, image: Image,
+                        net: NetSpec | None) -> Template:
+        if record.pci_devices:
+            raise TemplateUnavailable("pci_devices", "a node with host PCI devices is never a clone")
+        if net is not None and self.parts.adoption is None:
+            raise TemplateUnavailable("network", "a clone with a network must adopt its own MAC and address, "
+                                                 "and this daemon has no adoption")
+        return await self._get(group, record.ram_bytes, record.cpus, image)
+
+    async def _get(self, group: HostGroupConfig, ram_bytes: int, vcpus: int, image: Image) -> Template:
+        driver = await self.parts.driver.get()
+        key = template_key(group, ram_bytes, vcpus, image, driver)
+        builder = TemplateBuilder(self.parts, image.rootfs.path)
+        templates = self.parts.templates
+        if templates is None:
+            raise TemplateUnavailable("no_templates", "this daemon keeps no templates")
+        return await templates.get(key, image.kernel.path, image.initrd.path, builder)
+
+    async def prepare(self, group: HostGroupConfig) -> None:
+        """
+        Build the template of ``group``'s nodes as the group makes them (its
+        image, RAM and vCPUs) ahead of the first create, when the daemon
+        starts; a failure is only logged (creates then boot cold).
+        """
+        if self.parts.templates is None or (group.network is not None and self.parts.adoption is None):
+            return
+        try:
+            await self._get(group, group.ram_bytes, group.vcpu, self.parts.image(group))
+        except Exception as error:
+            log.warn("no template for host group {group} yet: {error}", group=group.name, error=error)
+
+    async def _clone(self, node: NodeRuntime, template: Template,
+                     net: NetSpec | None) -> tuple[IMachine, IGuestConnection]:
+        parts = self.parts
+        node.record = evolve(node.record, frozen_disk=template.disk, clone_memory=True)
+        try:
+            await parts.disks.create(template.disk, node.paths.disk, template.key.storage_size)
+            machine = await node.spawn(template.kernel, template.initrd, net, clone_of=template)
+        except Exception as error:
+            await self._undo(node)
+            raise TemplateUnavailable("load_failed", f"the clone could not be started: {error}") from None
+        # Not the node's VM until it is loaded: a clone that exits on a bad state is no news (the node boots cold).
+        node.take_machine()
+        agent = node.connect_agent(adopting=True)
+        try:
+            await machine.load_device_state(template.device_state)
+        except HypervisorError as error:
+            await self._undo(node, machine)
+            if self.parts.templates is not None:
+                # Broken: the next create builds it again.
+                self.parts.templates.discard(template.key, only=template)
+            raise TemplateUnavailable("load_failed", f"the template's state could not be loaded: {error}") from None
+        adoption = self.parts.adoption
+        if adoption is not None:
+            try:
+                adopted = adoption.adopt(node.record, net, agent)
+                await wait_for_guest(self.parts.clock, machine, adopted, ADOPT_TIMEOUT)
+            except Exception as error:
+                await self._undo(node, machine)
+                raise TemplateUnavailable("adopt_failed", f"the clone could not adopt its identity: {error}") from None
+        node.own(machine)
+        node.adopted()
+        return machine, agent
+
+    async def _undo(self, node: NodeRuntime, machine: IMachine | None = None) -> None:
+        """End the clone's VM and connection and remove its disk; the node then boots cold."""
+        agent, node.agent = node.agent, None
+        if agent is not None:
+            await agent.stop()
+        machine = node.take_machine() or machine
+        if machine is not None:
+            await machine.kill()
+        self.parts.disks.remove(node.paths.disk)
+        node.record = evolve(node.record, frozen_disk="", clone_memory=False, pid=None)
+
+
+__all__ = ["Cloning", "template_key"]

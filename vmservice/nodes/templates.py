@@ -1,0 +1,324 @@
+# -*- test-case-name: tests.nodes.test_templates -*-
+"""
+The templates of this daemon: one pre-booted, frozen guest per
+:class:`TemplateKey`, which warm groups' nodes are cloned from.
+
+A template is a directory ``<state_dir>/templates/<digest>.<serial>/`` holding
+its frozen disk (``disk.qcow2``, read-only, the backing file of every clone's
+disk) and its device state (``dev.bin``), and a RAM file in a tmpfs directory
+of this daemon alone (``<templates_tmpfs_dir>/vmservice-<state dir digest>/``):
+templates are never shared between daemons, so tenants never share memory
+pages.
+
+:class:`TemplateStore` builds each key once (concurrent asks share one build),
+keeps the RAM files within the tmpfs budget (the least recently used
+templates go first), replaces a template whose image build or QEMU changed,
+and deletes a frozen disk only once no node record names it.  The build
+itself (boot, warm up, save) is the caller's (:mod:`.template_build`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from typing import Awaitable, Callable
+
+from attrs import asdict, frozen
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from ..observer import OneShotObserver
+
+log = Logger()
+
+#: Seconds a failed build of a key is remembered: creates meanwhile boot cold
+#: at once instead of trying again and again.
+RETRY_AFTER = 60.0
+
+
+class TemplateUnavailable(Exception):
+    """
+    No template can be used: the node boots cold.
+
+    :ivar kind: a short word for the metric (``build_failed``, ``budget``,
+        ``missing``, ``load_failed``, ``network``).
+    """
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+
+
+@frozen
+class TemplateKey:
+    """
+    What a template depends on: a clone must equal its template in all of it.
+
+    :ivar image: the image name.
+    :ivar build: the image build's directory (named after its recipe hash).
+    :ivar qemu: the QEMU version that runs it (and its accelerator).
+    :ivar ram_bytes: guest memory.
+    :ivar vcpus: virtual CPUs.
+    :ivar network: whether it has a network interface.
+    :ivar storage_size: its disk's size (the guest grew its file system to it).
+    """
+
+    image: str
+    build: str
+    qemu: str
+    ram_bytes: int
+    vcpus: int
+    network: bool
+    storage_size: int
+
+    def digest(self) -> str:
+        """A short, stable name of the key."""
+        text = json.dumps(asdict(self), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    def supersedes(self, other: "TemplateKey") -> bool:
+        """Whether ``other`` is the same template of an older image build or QEMU."""
+        same = (self.image, self.ram_bytes, self.vcpus, self.network, self.storage_size)
+        return same == (other.image, other.ram_bytes, other.vcpus, other.network, other.storage_size) and self != other
+
+
+@frozen
+class Template:
+    """
+    One template's files.
+
+    :ivar key: what it was built for.
+    :ivar directory: its directory under the state directory.
+    :ivar disk: its frozen disk.
+    :ivar device_state: its saved device state.
+    :ivar ram_file: its memory, in the tmpfs.
+    :ivar kernel: the kernel it booted (its clones run the same).
+    :ivar initrd: the initramfs it booted.
+    """
+
+    key: TemplateKey
+    directory: str
+    disk: str
+    device_state: str
+    ram_file: str
+    kernel: str
+    initrd: str
+
+    def missing(self) -> str | None:
+        """What is gone of it (deleted under the daemon), or ``None`` when it is whole."""
+        for path in (self.disk, self.device_state, self.ram_file):
+            if not os.path.exists(path):
+                return f"{path} is missing"
+        return None
+
+
+#: Builds a template into its (empty, existing) files; fails with why not.
+Build = Callable[[Template], Awaitable[None]]
+
+
+class TemplateStore:
+    """
+    The templates of one daemon.
+
+    :param clock: times the memory of failed builds.
+    :param state_dir: the daemon's state directory (templates go in ``templates/``).
+    :param tmpfs_dir: the tmpfs under which the daemon's RAM files go.
+    :param budget: bytes the RAM files may take at once.
+    :param on_build: called with ``ok`` or ``failed`` after each build.
+    :ivar builds: how many builds were started.
+    """
+
+    def __init__(
+        self,
+        clock: IReactorTime,
+        state_dir: str,
+        tmpfs_dir: str,
+        budget: int,
+        on_build: Callable[[str], None] = lambda result: None,
+    ) -> None:
+        self._clock = clock
+        self.directory = os.path.join(state_dir, "templates")
+        own = hashlib.sha256(os.path.abspath(state_dir).encode()).hexdigest()[:12]
+        self.ram_directory = os.path.join(tmpfs_dir, f"vmservice-{own}")
+        self._budget = budget
+        self._on_build = on_build
+        self._ready: dict[TemplateKey, Template] = {}
+        self._building: dict[TemplateKey, OneShotObserver[Template]] = {}
+        self._failed: dict[TemplateKey, tuple[float, str]] = {}
+        self._used: dict[TemplateKey, float] = {}
+        self._runs: dict[TemplateKey, Deferred[None]] = {}
+        self.builds = 0
+
+    async def get(self, key: TemplateKey, kernel: str, initrd: str, build: Build) -> Template:
+        """
+        The template of ``key``, built with ``build`` unless it is there or
+        being built (then this waits for that build).
+
+        :raise TemplateUnavailable: it cannot be had now; the reason says why.
+        """
+        self._used[key] = self._clock.seconds()
+        template = self._ready.get(key)
+        if template is not None:
+            gone = template.missing()
+            if gone is None:
+                return template
+            self.discard(key)
+            raise TemplateUnavailable("missing", f"the template was removed under the daemon ({gone})")
+        building = self._building.get(key)
+        if building is None:
+            failed = self._failed.get(key)
+            if failed is not None and self._clock.seconds() - failed[0] < RETRY_AFTER:
+                raise TemplateUnavailable("build_failed", f"the template's build failed: {failed[1]}")
+            building = self._start(key, kernel, initrd, build)
+        return await building.when_fired()
+
+    def _start(self, key: TemplateKey, kernel: str, initrd: str, build: Build) -> OneShotObserver[Template]:
+        for old in [k for k in self._ready if key.supersedes(k)]:
+            log.info("template {digest} is replaced (its image build or QEMU changed)", digest=old.digest())
+            self.discard(old)
+        self._make_room(key)
+        self.builds += 1
+        # Never an earlier build's name (whose frozen disk nodes may still read from), short for socket paths.
+        name = f"{key.digest()}.{os.urandom(3).hex()}"
+        while os.path.exists(os.path.join(self.directory, name)):
+            name = f"{key.digest()}.{os.urandom(3).hex()}"
+        directory = os.path.join(self.directory, name)
+        template = Template(
+            key=key,
+            directory=directory,
+            disk=os.path.join(directory, "disk.qcow2"),
+            device_state=os.path.join(directory, "dev.bin"),
+            ram_file=os.path.join(self.ram_directory, name),
+            kernel=kernel,
+            initrd=initrd,
+        )
+        os.makedirs(directory, exist_ok=True)
+        os.makedirs(self.ram_directory, mode=0o700, exist_ok=True)
+        building: OneShotObserver[Template] = OneShotObserver()
+        self._building[key] = building
+
+        def done(result: None | Failure) -> None:
+            del self._building[key]
+            self._runs.pop(key, None)
+            if isinstance(result, Failure):
+                reason = str(result.value) or type(result.value).__name__
+                log.warn("building template {digest} failed: {reason}", digest=key.digest(), reason=reason)
+                self._failed[key] = (self._clock.seconds(), reason)
+                self._on_build("failed")
+                self._delete(template, keep_disk=False)
+                building.error(Failure(TemplateUnavailable("build_failed", f"the template's build failed: {reason}")))
+                return
+            os.chmod(template.disk, 0o444)
+            os.chmod(template.device_state, 0o444)
+            self._failed.pop(key, None)
+            self._ready[key] = template
+            self._on_build("ok")
+            log.info("template {digest} is ready", digest=key.digest())
+            building.fire(template)
+
+        log.info("building template {digest} ({key})", digest=key.digest(), key=key)
+        run = Deferred.fromCoroutine(_run(build, template))
+        self._runs[key] = run
+        run.addBoth(done)
+        return building
+
+    def _ram_in_use(self) -> int:
+        building = sum(key.ram_bytes for key in self._building)
+        return building + sum(key.ram_bytes for key in self._ready)
+
+    def _make_room(self, key: TemplateKey) -> None:
+        """Drop the least recently used templates until ``key``'s RAM fits the budget."""
+        if key.ram_bytes > self._budget:
+            raise TemplateUnavailable(
+                "budget", f"the template's {key.ram_bytes} bytes of RAM exceed templates_tmpfs_budget ({self._budget})"
+            )
+        for old in sorted(self._ready, key=lambda k: self._used.get(k, 0.0)):
+            if self._ram_in_use() + key.ram_bytes <= self._budget:
+                break
+            log.info("template {digest} is dropped to stay within the tmpfs budget", digest=old.digest())
+            self.discard(old)
+        if self._ram_in_use() + key.ram_bytes > self._budget:
+            raise TemplateUnavailable(
+                "budget", f"templates being built fill templates_tmpfs_budget ({self._budget} bytes)"
+            )
+
+    def discard(self, key: TemplateKey, only: Template | None = None) -> None:
+        """
+        Forget the template of ``key`` (broken, replaced or not needed): its
+        RAM file and device state go now, its frozen disk once no node names
+        it (:meth:`collect`).
+
+        :param only: forget it only if it is this one (not one built since).
+        """
+        template = self._ready.get(key)
+        if template is None or (only is not None and template != only):
+            return
+        del self._ready[key]
+        self._delete(template, keep_disk=True)
+
+    def _delete(self, template: Template, keep_disk: bool) -> None:
+        for path in (template.ram_file, template.device_state):
+            _unlink(path)
+        if not keep_disk:
+            shutil.rmtree(template.directory, ignore_errors=True)
+
+    def collect(self, referenced: set[str]) -> None:
+        """
+        Delete what no template in use and no node needs: template
+        directories whose frozen disk no record in ``referenced`` names (the
+        frozen disks of the records' disks), and RAM files of templates this
+        run does not know (an earlier run's).
+        """
+        live = {template.directory for template in self._ready.values()}
+        live |= {os.path.dirname(path) for path in referenced}
+        for name in _listdir(self.directory):
+            path = os.path.join(self.directory, name)
+            if path not in live and not self._is_building(name):
+                log.info("removing unused template files {path}", path=path)
+                shutil.rmtree(path, ignore_errors=True)
+        known = {os.path.basename(template.ram_file) for template in self._ready.values()}
+        for name in _listdir(self.ram_directory):
+            if name not in known and not self._is_building(name):
+                _unlink(os.path.join(self.ram_directory, name))
+
+    def _is_building(self, name: str) -> bool:
+        return any(name.startswith(key.digest() + ".") for key in self._building)
+
+    def close(self) -> None:
+        """
+        The daemon stops: builds under way are cancelled (their VMs killed),
+        the RAM files go (the frozen disks stay for the nodes on disk).
+        """
+        for run in list(self._runs.values()):
+            run.cancel()
+        for key in list(self._ready):
+            self.discard(key)
+        try:
+            os.rmdir(self.ram_directory)
+        except OSError:
+            pass
+
+
+async def _run(build: Build, template: Template) -> None:
+    await build(template)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _listdir(directory: str) -> list[str]:
+    try:
+        return sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+
+
+__all__ = ["Build", "RETRY_AFTER", "Template", "TemplateKey", "TemplateStore", "TemplateUnavailable"]
