@@ -14,7 +14,6 @@ socket.
 
 from __future__ import annotations
 
-import struct
 from typing import Any, Callable, Mapping, Optional, Protocol as TypingProtocol, cast
 
 from twisted.internet.defer import Deferred
@@ -33,6 +32,7 @@ from zope.interface import implementer
 
 from vmservice import __version__
 from vmservice.agent.outbound import Outbound
+from vmservice.agent.pings import Pings
 from vmservice.agent.stream import AgentStream, StreamChannel
 from vmservice.wire import (
     NEED_DATA,
@@ -117,8 +117,7 @@ class AgentProtocol(Protocol):
         self._outbound = Outbound(clock, self._send, self._conn.send_window)
         self._channel = StreamChannel(self._outbound, self._acknowledge, self._send_reset, self._forget)
         self._streams: dict[int, AgentStream] = {}
-        self._pings: dict[bytes, tuple[Deferred[float], float]] = {}
-        self._ping_counter = 0
+        self._pings = Pings(clock)
         self._hello_timer: Optional[IDelayedCall] = None
         self._connected = False
         self._peer_nonce: Optional[bytes] = None
@@ -225,7 +224,7 @@ class AgentProtocol(Protocol):
             switch[1].errback(lost)
         for stream in list(self._streams.values()):
             stream.channel_lost(lost)
-        self._fail_pings(lost)
+        self._pings.fail(lost)
 
     # -- IPushProducer: the socket's buffer ----------------------------------------------
 
@@ -277,14 +276,7 @@ class AgentProtocol(Protocol):
         """
         if not self.established:
             raise ChannelNotReady("agent not connected")
-        self._ping_counter += 1
-        opaque = struct.pack(">Q", self._ping_counter)
-
-        def cancel(d: Deferred[float]) -> None:
-            self._pings.pop(opaque, None)
-
-        d: Deferred[float] = Deferred(cancel)
-        self._pings[opaque] = (d, self._clock.seconds())
+        opaque, d = self._pings.sent()
         self._send(Ping(opaque))
         return d
 
@@ -297,7 +289,7 @@ class AgentProtocol(Protocol):
             case Ping():
                 self._send(Pong(event.opaque))
             case Pong():
-                self._received_pong(event)
+                self._pings.answered(event.opaque)
             case Open():
                 self._received_open(event)
             case _:
@@ -324,7 +316,7 @@ class AgentProtocol(Protocol):
                 self._log.info("guest agent started a new session, as asked")
             else:
                 self._log.warn("guest agent restarted (version {version})", version=hello.agent_version)
-            self._fail_pings(Failure(ConnectionLost("agent restarted")))
+            self._pings.fail(Failure(ConnectionLost("agent restarted")))
         self._peer_nonce = hello.nonce
         if self._conn.hello_wanted:
             self._send(self._conn.hello(self._agent_version))
@@ -350,12 +342,6 @@ class AgentProtocol(Protocol):
                 self._on_lost(self)
             if self._hello_timer is None:
                 self._start_hello_timer()
-
-    def _received_pong(self, pong: Pong) -> None:
-        waiting = self._pings.pop(pong.opaque, None)
-        if waiting is not None:
-            d, sent = waiting
-            d.callback(self._clock.seconds() - sent)
 
     def _received_open(self, event: Open) -> None:
         protocol = self._on_stream(event.header) if self._on_stream is not None else None
@@ -386,11 +372,6 @@ class AgentProtocol(Protocol):
             "agent did not answer within {timeout} s; reconnecting", timeout=self._hello_timeout
         )
         self._socket.abortConnection()
-
-    def _fail_pings(self, reason: Failure) -> None:
-        pings, self._pings = self._pings, {}
-        for d, _ in pings.values():
-            d.errback(reason)
 
     def _send(self, event: Event) -> None:
         if self._connected:

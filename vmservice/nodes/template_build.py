@@ -19,7 +19,9 @@ from zope.interface import implementer
 
 from ..errors import AgentError
 from ..hypervisors.base import IMachine, MachineSpec, RamBacking
-from .guest import ExecRequest, IExecSink, IGuestConnection, UploadRequest
+from .guest import IGuestConnection
+from .guest_exec import ExecRequest, IExecSink
+from .guest_files import UploadRequest
 from .parts import FleetParts
 from .readiness import answered, wait_for_guest
 from .templates import Template
