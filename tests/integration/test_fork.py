@@ -1,0 +1,142 @@
+# -*- test-case-name: tests.integration.test_fork -*-
+"""
+Hot fork against real guests: a running node with a background process and
+a file in /tmp forks into two children that both see them, then diverge;
+each child has its own hostname, machine-id and random bytes; the parent
+runs on (exec works, its disk now an overlay over the fork's frozen disk);
+deleting the parent leaves the children working (their disk chain read
+after the page cache is dropped) and deleting them all removes the frozen
+files and the state file; a paused node answers 409, an unknown one 404, a
+count of 0 is 400.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image
+
+GROUPS: list[dict[str, Any]] = [
+    {"name": "f", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G"},
+]
+
+
+class ForkTests(SharedDaemonTestCase):
+    @classmethod
+    def start_shared(cls) -> None:
+        ensure_image()
+        cls.shm = tempfile.mkdtemp(prefix="vms-f-", dir="/dev/shm")
+        cls.daemon = Daemon(groups=GROUPS, templates_tmpfs_dir=cls.shm)
+        try:
+            cls.daemon.start()
+        except BaseException:
+            cls.daemon.cleanup()
+            shutil.rmtree(cls.shm, ignore_errors=True)
+            raise
+
+    @classmethod
+    def _stop_shared(cls) -> None:
+        try:
+            super()._stop_shared()
+        finally:
+            shutil.rmtree(cls.shm, ignore_errors=True)
+
+    def create(self) -> str:
+        created = self.daemon.json("POST", "/hostgroup/f/nodes?wait=agent&timeout=4m", {}, expect=201)
+        hostname: str = created["hostname"]
+        self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/f/nodes/{hostname}")
+        return hostname
+
+    def fork(self, hostname: str, body: dict[str, Any]) -> list[str]:
+        children = self.daemon.json("POST", f"/vm/{hostname}/fork", body, expect=201, timeout=300)
+        names = [child["hostname"] for child in children]
+        for name in names:
+            self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/f/nodes/{name}")
+        for child in children:
+            self.assertEqual(sorted(child), ["arch", "created_at", "hostgroup", "hostname", "ip"])
+            self.assertEqual(child["hostgroup"], "f")
+        return names
+
+    def forks(self) -> list[str]:
+        return sorted(glob.glob(os.path.join(self.daemon.state_dir, "forks", "*")))
+
+    def backing_file(self, hostname: str) -> str:
+        from vmservice.storage.overlay import disk_info
+
+        info = disk_info(os.path.join(self.daemon.state_dir, "nodes", hostname, "disk.qcow2"))
+        assert info is not None
+        return info.backing_file or ""
+
+    def test_fork_children_continue_then_diverge(self) -> None:
+        """
+        Two children see the parent's file and process, have their own identities and diverge; the
+        parent runs on; deleting the parent leaves the children working; deleting all removes the files.
+        """
+        parent = self.create()
+        code, out = self.daemon.run(parent, "echo from-parent > /tmp/forked.txt; "
+                                            "setsid nohup sleep 1000 >/dev/null 2>&1 < /dev/null & echo $!")
+        self.assertEqual(code, 0)
+        pid = out.strip()
+        children = self.fork(parent, {"count": 2, "tags": ["forked"]})
+        self.assertEqual(len(children), 2)
+        self.assertNotIn(parent, children)
+        # The fork's frozen disk is the backing file of the parent's and of every child's disk.
+        (frozen,) = self.forks()
+        for name in (parent, *children):
+            self.assertEqual(os.path.dirname(self.backing_file(name)), frozen)
+        listed = self.daemon.nodes()
+        identities = []
+        for name in (parent, *children):
+            self.assertEqual(listed[name]["status"], "Running")
+            code, out = self.daemon.run(
+                name, f"cat /tmp/forked.txt; kill -0 {pid} && echo alive; hostname; cat /etc/machine-id; "
+                      "head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo")
+            self.assertEqual(code, 0, out)
+            text, alive, hostname, machine_id, random = out.split("\n")[:5]
+            self.assertEqual((text, alive, hostname), ("from-parent", "alive", name))
+            identities.append((machine_id, random))
+        for child in children:
+            self.assertEqual(listed[child]["tags"], ["forked"])
+        # Each its own machine-id and random bytes.
+        self.assertEqual(len({machine_id for machine_id, _ in identities}), 3)
+        self.assertEqual(len({random for _, random in identities}), 3)
+
+        # They diverge: what one writes the others do not see.
+        for name in (parent, *children):
+            self.assertEqual(self.daemon.run(name, f"echo {name} > /tmp/own-{name}; sync")[0], 0)
+        for name in (parent, *children):
+            code, out = self.daemon.run(name, "ls /tmp | grep '^own-'")
+            self.assertEqual(out.split(), [f"own-{name}"])
+        # The state file was deleted: nothing of the fork is left in the tmpfs.
+        self.assertEqual(glob.glob(os.path.join(self.shm, "vmservice-fork-*")), [])
+
+        # The parent goes; the children read their disk chain (the page cache dropped) and run.
+        self.daemon.json("DELETE", f"/hostgroup/f/nodes/{parent}")
+        self.assertEqual(self.forks(), [frozen])
+        for child in children:
+            code, out = self.daemon.run(child, "echo 3 > /proc/sys/vm/drop_caches; cat /tmp/forked.txt; "
+                                               "md5sum /bin/ls >/dev/null && echo read")
+            self.assertEqual((code, out), (0, "from-parent\nread\n"))
+        for child in children:
+            self.daemon.json("DELETE", f"/hostgroup/f/nodes/{child}")
+        self.assertEqual(self.forks(), [])
+
+    def test_fork_refused(self) -> None:
+        """A paused node: 409 (it resumes fine after); an unknown one: 404; count 0 or 9: 400; nothing left."""
+        parent = self.create()
+        self.daemon.post(f"/vm/{parent}/pause")
+        status, _, body = self.daemon.request("POST", f"/vm/{parent}/fork", {"count": 1})
+        self.assertEqual(status, 409, body)
+        self.daemon.post(f"/vm/{parent}/resume")
+        status, _, body = self.daemon.request("POST", "/vm/no-such-node/fork", {})
+        self.assertEqual(status, 404, body)
+        for count in (0, 9):
+            status, _, body = self.daemon.request("POST", f"/vm/{parent}/fork", {"count": count})
+            self.assertEqual(status, 400, body)
+        self.assertEqual(sorted(self.daemon.nodes()), [parent])
+        self.assertEqual(self.forks(), [])
+        self.assertEqual(self.daemon.run(parent, "echo ok"), (0, "ok\n"))
