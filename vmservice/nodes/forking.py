@@ -132,7 +132,7 @@ class Forking:
         except BaseException:
             for child in reversed(children):
                 await child.remove()
-            if not os.path.exists(frozen_disk) or frozen_disk not in parent.record.forked_disks:
+            if frozen_disk not in parent.record.forked_disks:
                 shutil.rmtree(directory, ignore_errors=True)
             raise
         finally:
@@ -153,16 +153,7 @@ class Forking:
         began = clock.seconds()
         await drive("fork", hostname, machine.pause(), machine)
         try:
-            os.makedirs(os.path.dirname(frozen_disk), exist_ok=True)
-            os.rename(disk, frozen_disk)
-            try:
-                info = self._parts.disks.info(frozen_disk)
-                size = info.size_bytes if info is not None else self._parts.group(parent.record.hostgroup).storage_size
-                await self._parts.disks.create(frozen_disk, disk, size)
-                await drive("fork", hostname, machine.snapshot_disk(disk), machine)
-            except BaseException:
-                os.replace(frozen_disk, disk)
-                raise
+            await self._switch_disk(parent, machine, frozen_disk)
             os.chmod(frozen_disk, 0o444)
             parent.set(parent.record.status, forked_disks=(*parent.record.forked_disks, frozen_disk))
             await drive("fork", hostname, machine.save_state(state), machine)
@@ -172,6 +163,38 @@ class Forking:
             except Exception:
                 log.failure("resuming node {hostname} after a fork", hostname=hostname)
         return clock.seconds() - began
+
+    async def _switch_disk(self, parent: NodeRuntime, machine: IMachine, frozen_disk: str) -> None:
+        """
+        Give the parent's disk a second name, ``frozen_disk``, and switch its
+        VM to a new overlay over it, which then takes the disk's usual name.
+
+        QEMU reopens the frozen disk read-only *by the name it opened it
+        with* when it switches, so that name must still be the frozen disk
+        then: the overlay is made under a name of its own
+        (``disk.<random>.qcow2``, kept as a second name of the parent's disk
+        for the next fork) and renamed over ``disk.qcow2`` only afterwards.
+        """
+        disk = parent.paths.disk
+        directory = os.path.dirname(disk)
+        earlier = [os.path.join(directory, name) for name in os.listdir(directory)
+                   if name.startswith("disk.") and name.endswith(".qcow2") and name != "disk.qcow2"]
+        overlay = os.path.join(directory, f"disk.{secrets.token_hex(4)}.qcow2")
+        os.makedirs(os.path.dirname(frozen_disk), exist_ok=True)
+        os.link(disk, frozen_disk)
+        try:
+            info = self._parts.disks.info(frozen_disk)
+            size = info.size_bytes if info is not None else self._parts.group(parent.record.hostgroup).storage_size
+            await self._parts.disks.create(frozen_disk, overlay, size)
+            await drive("fork", parent.hostname, machine.snapshot_disk(overlay), machine)
+        except BaseException:
+            _unlink(overlay)
+            _unlink(frozen_disk)
+            raise
+        os.link(overlay, disk + ".new")
+        os.replace(disk + ".new", disk)
+        for path in earlier:
+            _unlink(path)
 
     def _child(self, parent: NodeRuntime, group_name: str, request: ForkRequest, frozen_disk: str) -> NodeRuntime:
         """Record and register one child (its status ``Creating``)."""
