@@ -78,5 +78,5 @@ class ForkRouteTests(ApiTestCase):
         self.assertError(self.call("POST", "/vm/demo-1/fork", b'{"count": "2"}'), 400, "invalid_body")
         self.assertError(self.call("POST", "/vm/nope/fork", b"{}"), 404)
         self.call("POST", "/vm/demo-1/pause")
-        self.assertError(self.call("POST", "/vm/demo-1/fork", b"{}"), 409, "not_running")
+        self.assertError(self.call("POST", "/vm/demo-1/fork", b"{}"), 409, "paused")
         self.assertEqual(len(self.call("GET", "/nodes")[1]), 1)

@@ -7,7 +7,7 @@ runs on (exec works, its disk now an overlay over the fork's frozen disk);
 deleting the parent leaves the children working (their disk chain read
 after the page cache is dropped) and deleting them all removes the frozen
 files and the state file; a paused node answers 409, an unknown one 404, a
-count of 0 is 400.
+count of 0 is 400; ``vmctl fork`` prints the new nodes.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from typing import Any
 
@@ -140,3 +142,17 @@ class ForkTests(SharedDaemonTestCase):
         self.assertEqual(sorted(self.daemon.nodes()), [parent])
         self.assertEqual(self.forks(), [])
         self.assertEqual(self.daemon.run(parent, "echo ok"), (0, "ok\n"))
+
+    def test_vmctl_fork(self) -> None:
+        """vmctl fork NODE -n 1 --tag T prints the new node's hostname; the child runs with the tag."""
+        parent = self.create()
+        self.assertEqual(self.daemon.run(parent, "echo cli > /tmp/cli.txt")[0], 0)
+        done = subprocess.run(
+            [sys.executable, "-m", "vmservice.cli.main", "--url", f"http://127.0.0.1:{self.daemon.port}",
+             "fork", parent, "-n", "1", "--tag", "cli"],
+            capture_output=True, timeout=300, stdin=subprocess.DEVNULL)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        child = done.stdout.decode().strip()
+        self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/f/nodes/{child}")
+        self.assertEqual(self.daemon.nodes()[child]["tags"], ["cli"])
+        self.assertEqual(self.daemon.run(child, "cat /tmp/cli.txt; hostname"), (0, f"cli\n{child}\n"))

@@ -154,7 +154,7 @@ class ForkingTests(SynchronousTestCase):
         self.successResultOf(Deferred.fromCoroutine(self.fleet.lifecycle.pause(self.parent)))
         error = self.failureResultOf(self.fork()).value
         self.assertIsInstance(error, Conflict)
-        self.assertEqual(error.code, "not_running")
+        self.assertEqual(error.code, "paused")
         self.assertEqual(len(self.harness.driver.machines), 1)
         self.assertEqual(self.forks(), [])
 

@@ -92,7 +92,8 @@ class Forking:
 
         :raise BadRequest: (``limit_exceeded``) a count out of range.
         :raise NotFound: no such node.
-        :raise Conflict: (``not_running``) the node is not running;
+        :raise Conflict: (``paused``) the node is paused; (``not_running``)
+            stopped or suspended;
             (``busy``) another operation runs on it; (``not_forkable``) it
             has host PCI devices.
         """
@@ -108,6 +109,8 @@ class Forking:
     async def _fork(self, parent: NodeRuntime, request: ForkRequest) -> Forked:
         hostname = parent.hostname
         machine = parent.machine
+        if parent.record.status == Status.PAUSED:
+            raise Conflict(f"node {hostname!r} is paused", code="paused")
         if parent.record.status != Status.RUNNING or machine is None:
             raise Conflict(f"node {hostname!r} is {parent.record.status.value}, not Running", code="not_running")
         if parent.record.pci_devices:
@@ -118,7 +121,7 @@ class Forking:
         if adoption is None:
             raise Conflict("this daemon cannot give forked nodes identities of their own", code="not_forkable")
         if await drive("fork", hostname, machine.run_state(), machine) != "running":
-            raise Conflict(f"node {hostname!r} is paused, not Running", code="not_running")
+            raise Conflict(f"node {hostname!r} is paused", code="paused")
         directory = os.path.join(forks_directory(self._parts.config.state_dir), f"{hostname}.{secrets.token_hex(4)}")
         state = os.path.join(self._parts.config.templates_tmpfs_dir, f"vmservice-fork-{secrets.token_hex(8)}")
         frozen_disk = os.path.join(directory, "disk.qcow2")
