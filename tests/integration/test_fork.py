@@ -24,6 +24,7 @@ from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image
 
 GROUPS: list[dict[str, Any]] = [
     {"name": "f", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G"},
+    {"name": "w", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True, "persistent": True},
 ]
 
 
@@ -47,20 +48,18 @@ class ForkTests(SharedDaemonTestCase):
         finally:
             shutil.rmtree(cls.shm, ignore_errors=True)
 
-    def create(self) -> str:
-        created = self.daemon.json("POST", "/hostgroup/f/nodes?wait=agent&timeout=4m", {}, expect=201)
+    def create(self, group: str = "f") -> str:
+        created = self.daemon.json("POST", f"/hostgroup/{group}/nodes?wait=agent&timeout=4m", {}, expect=201)
         hostname: str = created["hostname"]
-        self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/f/nodes/{hostname}")
+        self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/{group}/nodes/{hostname}")
         return hostname
 
     def fork(self, hostname: str, body: dict[str, Any]) -> list[str]:
         children = self.daemon.json("POST", f"/vm/{hostname}/fork", body, expect=201, timeout=300)
         names = [child["hostname"] for child in children]
-        for name in names:
-            self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/f/nodes/{name}")
         for child in children:
+            self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/{child['hostgroup']}/nodes/{child['hostname']}")
             self.assertEqual(sorted(child), ["arch", "created_at", "hostgroup", "hostname", "ip"])
-            self.assertEqual(child["hostgroup"], "f")
         return names
 
     def forks(self) -> list[str]:
@@ -84,6 +83,7 @@ class ForkTests(SharedDaemonTestCase):
         self.assertEqual(code, 0)
         pid = out.strip()
         children = self.fork(parent, {"count": 2, "tags": ["forked"]})
+        self.assertEqual({self.daemon.nodes()[child]["hostgroup"] for child in children}, {"f"})
         self.assertEqual(len(children), 2)
         self.assertNotIn(parent, children)
         # The fork's frozen disk is the backing file of the parent's and of every child's disk.
@@ -156,3 +156,41 @@ class ForkTests(SharedDaemonTestCase):
         self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/f/nodes/{child}")
         self.assertEqual(self.daemon.nodes()[child]["tags"], ["cli"])
         self.assertEqual(self.daemon.run(child, "cat /tmp/cli.txt; hostname"), (0, f"cli\n{child}\n"))
+
+    def test_fork_a_clone_twice_then_relaunch(self) -> None:
+        """
+        A clone of a warm group's template forks twice (its children get the clone's memory block
+        name); each child sees what the parent had written by then; the parent, shut down and
+        relaunched, boots its own disk, whose chain goes through both frozen disks.
+        """
+        parent = self.create("w")
+        argv = _argv(self.daemon, parent)
+        self.assertIn("share=off", " ".join(argv))
+        self.assertEqual(self.daemon.run(parent, "echo one > /root/kept; sync")[0], 0)
+        (first,) = self.fork(parent, {})
+        self.assertEqual(self.daemon.run(parent, "echo two >> /root/kept; sync")[0], 0)
+        (second,) = self.fork(parent, {"persistent": False})
+        self.assertEqual(self.daemon.run(first, "cat /root/kept; hostname"), (0, f"one\n{first}\n"))
+        self.assertEqual(self.daemon.run(second, "cat /root/kept; hostname"), (0, f"one\ntwo\n{second}\n"))
+        self.assertIn("memory-backend-ram,id=mem0", " ".join(_argv(self.daemon, second)))
+        self.assertEqual((self.daemon.nodes()[first]["persistent"], self.daemon.nodes()[second]["persistent"]),
+                         (True, False))
+        self.assertEqual(len(self.forks()), 2)
+        directory = os.path.join(self.daemon.state_dir, "nodes", parent)
+        self.assertEqual(len([name for name in os.listdir(directory) if name.startswith("disk.")]), 2)
+        self.daemon.post(f"/vm/{parent}/shutdown?action=shutdown")
+        self.daemon.wait_status(parent, "Stopped", timeout=120)
+        self.daemon.json("POST", f"/vm/{parent}/relaunch?wait=agent&timeout=4m")
+        self.assertEqual(self.daemon.run(parent, "cat /root/kept; hostname"), (0, f"one\ntwo\n{parent}\n"))
+        self.assertEqual(self.daemon.run(second, "echo 3 > /proc/sys/vm/drop_caches; cat /root/kept"),
+                         (0, "one\ntwo\n"))
+
+
+def _argv(daemon: Daemon, hostname: str) -> list[str]:
+    """The command line of a node's QEMU (its pid from its record)."""
+    import json
+
+    with open(os.path.join(daemon.state_dir, "nodes", hostname, "node.json")) as f:
+        pid = int(json.load(f)["pid"])
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().decode().split("\0")
