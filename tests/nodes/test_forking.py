@@ -26,7 +26,7 @@ from vmservice.errors import BadRequest, Conflict, Internal, NotFound
 from vmservice.hypervisors.base import IMachine, MachineSpec, NetSpec
 from vmservice.nodes.adoption import ICloneAdoption
 from vmservice.nodes.fleet import Fleet
-from vmservice.nodes.forking import Forked, ForkRequest, forks_directory
+from vmservice.nodes.forking import Forked, ForkRequest, forks_directory, state_prefix
 from vmservice.nodes.guest import IGuestConnection
 from vmservice.nodes.model import CreateRequest, NodeRecord, Status, Wait
 
@@ -205,3 +205,20 @@ class ForkingTests(SynchronousTestCase):
         self.assertEqual(self.parent_machine.state, "running")
         self.assertEqual(len(self.forks()), 1)
         self.assertEqual(len(self.harness.driver.machines), 1)
+
+    def test_state_file_in_the_daemons_own_names(self) -> None:
+        """The state file is named after this daemon's state directory; an earlier run's go at start, others stay."""
+        config = self.harness.config
+        prefix = state_prefix(config.state_dir, self.shm)
+        self.assertTrue(os.path.basename(prefix).startswith("vmservice-fork-"))
+        self.assertNotEqual(prefix, state_prefix(config.state_dir + "2", self.shm))
+        left, foreign = prefix + "0123", os.path.join(self.shm, "vmservice-fork-other-0123")
+        for path in (left, foreign):
+            with open(path, "wb") as f:
+                f.write(b"state")
+        self.fleet.stopService()
+        fleet = Fleet(evolve(self.harness.parts, config=evolve(config, templates_tmpfs_dir=self.shm),
+                             adoption=self.adoption))
+        fleet.startService()
+        self.addCleanup(fleet.stopService)
+        self.assertEqual(os.listdir(self.shm), [os.path.basename(foreign)])

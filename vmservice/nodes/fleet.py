@@ -45,7 +45,7 @@ from . import console
 from .counts import keep_counts
 from .cloning import Cloning
 from .creation import Creation
-from .forking import Forked, Forking, ForkRequest, collect_forks
+from .forking import Forked, Forking, ForkRequest, collect_forks, discard_fork_states
 from .description import NodeDescription, describe
 from .guest import AgentHealth, IGuest
 from .lifecycle import Lifecycle
@@ -131,6 +131,7 @@ class Fleet(Service):
             await Startup(self._registry, self._parts, self._register).recover()
             self._collect_templates()
             self._collect_forks()
+            discard_fork_states(self._parts.config.state_dir, self._parts.config.templates_tmpfs_dir)
             for group in self._parts.config.host_groups:
                 if group.warm:
                     # In the background: creates of the group meanwhile wait for this one build.

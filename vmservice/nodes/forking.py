@@ -19,6 +19,7 @@ runs on.  The frozen disk is kept while a record names it
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import shutil
@@ -123,7 +124,7 @@ class Forking:
         if await drive("fork", hostname, machine.run_state(), machine) != "running":
             raise Conflict(f"node {hostname!r} is paused", code="paused")
         directory = os.path.join(forks_directory(self._parts.config.state_dir), f"{hostname}.{secrets.token_hex(4)}")
-        state = os.path.join(self._parts.config.templates_tmpfs_dir, f"vmservice-fork-{secrets.token_hex(8)}")
+        state = state_prefix(self._parts.config.state_dir, self._parts.config.templates_tmpfs_dir) + secrets.token_hex(8)
         frozen_disk = os.path.join(directory, "disk.qcow2")
         children: list[NodeRuntime] = []
         try:
@@ -156,9 +157,15 @@ class Forking:
         began = clock.seconds()
         await drive("fork", hostname, machine.pause(), machine)
         try:
-            await self._switch_disk(parent, machine, frozen_disk)
+            # The record first: a crash after the switch must not leave the frozen disk unnamed (collected).
+            before = parent.record.forked_disks
+            parent.set(parent.record.status, forked_disks=(*before, frozen_disk))
+            try:
+                await self._switch_disk(parent, machine, frozen_disk)
+            except BaseException:
+                parent.set(parent.record.status, forked_disks=before)
+                raise
             os.chmod(frozen_disk, 0o444)
-            parent.set(parent.record.status, forked_disks=(*parent.record.forked_disks, frozen_disk))
             await drive("fork", hostname, machine.save_state(state), machine)
         finally:
             try:
@@ -264,6 +271,25 @@ def _unlink(path: str) -> None:
         pass
 
 
+def state_prefix(state_dir: str, tmpfs_dir: str) -> str:
+    """How the names of this daemon's fork state files begin (in ``tmpfs_dir``, which daemons may share)."""
+    own = hashlib.sha256(os.path.abspath(state_dir).encode()).hexdigest()[:12]
+    return os.path.join(tmpfs_dir, f"vmservice-fork-{own}-")
+
+
+def discard_fork_states(state_dir: str, tmpfs_dir: str) -> None:
+    """Delete the state files of forks an earlier run of this daemon left (it ended during a fork)."""
+    prefix = state_prefix(state_dir, tmpfs_dir)
+    try:
+        names = os.listdir(tmpfs_dir)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(tmpfs_dir, name)
+        if path.startswith(prefix):
+            _unlink(path)
+
+
 def collect_forks(state_dir: str, referenced: set[str]) -> None:
     """Delete the fork directories whose frozen disk no record in ``referenced`` names."""
     directory = forks_directory(state_dir)
@@ -279,4 +305,4 @@ def collect_forks(state_dir: str, referenced: set[str]) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-__all__ = ["MAX_FORK_COUNT", "ForkRequest", "Forked", "Forking", "collect_forks", "forks_directory"]
+__all__ = ["ForkRequest", "Forked", "Forking", "collect_forks", "discard_fork_states", "forks_directory", "state_prefix"]
