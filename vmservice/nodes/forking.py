@@ -130,9 +130,9 @@ class Forking:
         try:
             pause = await self._freeze(parent, machine, frozen_disk, state)
             for _ in range(request.count):
-                child = self._child(parent, group.name, request, frozen_disk)
+                child = self._child(parent, group.name, request)
                 children.append(child)
-                await self._start(child, state, adoption)
+                await self._start(child, frozen_disk, state, adoption)
         except BaseException:
             for child in reversed(children):
                 await child.remove()
@@ -152,7 +152,6 @@ class Forking:
         seconds.  The parent runs on whatever fails.
         """
         hostname = parent.hostname
-        disk = parent.paths.disk
         clock = self._parts.clock
         began = clock.seconds()
         await drive("fork", hostname, machine.pause(), machine)
@@ -206,7 +205,7 @@ class Forking:
         for path in earlier:
             _unlink(path)
 
-    def _child(self, parent: NodeRuntime, group_name: str, request: ForkRequest, frozen_disk: str) -> NodeRuntime:
+    def _child(self, parent: NodeRuntime, group_name: str, request: ForkRequest) -> NodeRuntime:
         """Record and register one child (its status ``Creating``)."""
         parts = self._parts
         group = parts.group(group_name)
@@ -228,16 +227,14 @@ class Forking:
             kernel=parent.record.kernel,
             initrd=parent.record.initrd,
         )
-        assert frozen_disk in record.forked_disks
         node = self._make(record)
         parts.store.save(record)
         node.announce(EventType.CREATED)
         return node
 
-    async def _start(self, node: NodeRuntime, state: str, adoption: ICloneAdoption) -> None:
+    async def _start(self, node: NodeRuntime, frozen_disk: str, state: str, adoption: ICloneAdoption) -> None:
         """Network, disk and VM of a child, its state loaded and its identity adopted; then it runs."""
         parts = self._parts
-        frozen_disk = node.record.forked_disks[-1]
         net = await parts.addressing.attach(node.record)
         info = parts.disks.info(frozen_disk)
         size = info.size_bytes if info is not None else parts.group(node.record.hostgroup).storage_size
