@@ -85,6 +85,8 @@ class ForkTests(SharedDaemonTestCase):
         children = self.fork(parent, {"count": 2, "tags": ["forked"]})
         self.assertEqual({self.daemon.nodes()[child]["hostgroup"] for child in children}, {"f"})
         self.assertEqual(len(children), 2)
+        # The parent's pause is logged (its length is not asserted: the machine is shared).
+        self.assertIn(f"forked node {parent} into {', '.join(children)} after a pause of", self.daemon.log())
         self.assertNotIn(parent, children)
         # The fork's frozen disk is the backing file of the parent's and of every child's disk.
         (frozen,) = self.forks()
