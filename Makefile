@@ -81,6 +81,7 @@ bench: install
 	$(BIN)/python bench/boot.py
 	$(BIN)/python bench/suspend.py
 	$(BIN)/python bench/network.py
+	$(BIN)/python bench/warm.py
 
 clean:
 	rm -rf $(VENV) _trial_temp *.egg-info

@@ -60,7 +60,7 @@ class ExampleTests(SynchronousTestCase):
     def test_loads(self) -> None:
         """
         The example loads into the configuration the documentation promises:
-        TCP on 127.0.0.1:8080 without auth and one empty ``demo`` group.
+        TCP on 127.0.0.1:8080 without auth and one empty ``demo`` group whose nodes are clones.
         """
         config = load_config(EXAMPLE, environ={})
         self.assertEqual(
@@ -70,7 +70,7 @@ class ExampleTests(SynchronousTestCase):
                 state_dir="/var/lib/vmservice",
                 image_dir=DEFAULT_IMAGE_DIR,
                 host_groups=(
-                    HostGroupConfig(name="demo", count=0, vcpu=1, ram_bytes=256 * MiB, storage_size=2 * GiB),
+                    HostGroupConfig(name="demo", count=0, vcpu=1, ram_bytes=256 * MiB, storage_size=2 * GiB, warm=True),
                 ),
             ),
         )

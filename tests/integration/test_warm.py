@@ -65,22 +65,34 @@ def _metric(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-class WarmTests(SharedDaemonTestCase):
+class _WarmDaemonTestCase(SharedDaemonTestCase):
+    """
+    One daemon per class with warm groups, its templates' RAM files in a
+    tmpfs directory of the class's own.
+
+    :cvar groups: the daemon's host groups.
+    :cvar settings: further configuration.
+    """
+
+    groups: list[dict[str, Any]] = GROUPS
+    settings: dict[str, Any] = {}
+
     @classmethod
     def start_shared(cls) -> None:
         ensure_image()
         cls.shm = tempfile.mkdtemp(prefix="vms-t-", dir="/dev/shm")
-        cls.daemon = Daemon(groups=GROUPS, templates_tmpfs_dir=cls.shm)
+        cls.daemon = Daemon(groups=cls.groups, templates_tmpfs_dir=cls.shm, **cls.settings)
         try:
             cls.daemon.start()
-            # The group's template is built at start, in the background.
-            cls.daemon.wait_for("the template built at start", lambda: _metric(
-                cls.daemon.request("GET", "/metrics")[2].decode(), "vmservice_template_builds_total", result="ok"
-            ) == 1, timeout=240)
+            cls.started()
         except BaseException:
             cls.daemon.cleanup()
             shutil.rmtree(cls.shm, ignore_errors=True)
             raise
+
+    @classmethod
+    def started(cls) -> None:
+        """Called once the daemon runs."""
 
     @classmethod
     def _stop_shared(cls) -> None:
@@ -88,6 +100,15 @@ class WarmTests(SharedDaemonTestCase):
             super()._stop_shared()
         finally:
             shutil.rmtree(cls.shm, ignore_errors=True)
+
+
+class WarmTests(_WarmDaemonTestCase):
+    @classmethod
+    def started(cls) -> None:
+        # The group's template is built at start, in the background.
+        cls.daemon.wait_for("the template built at start", lambda: _metric(
+            cls.daemon.request("GET", "/metrics")[2].decode(), "vmservice_template_builds_total", result="ok"
+        ) == 1, timeout=240)
 
     # -- helpers ---------------------------------------------------------
 
@@ -298,28 +319,10 @@ class WarmTests(SharedDaemonTestCase):
         self.assertIn("memory-backend-ram,id=mem0", " ".join(self.qemu_argv(hostname)))
 
 
-class WarmRecoveryTests(SharedDaemonTestCase):
+class WarmRecoveryTests(_WarmDaemonTestCase):
     """A persistent clone after a daemon kill -9: adopted again, and relaunched cold from its own disk."""
 
-    @classmethod
-    def start_shared(cls) -> None:
-        ensure_image()
-        cls.shm = tempfile.mkdtemp(prefix="vms-t-", dir="/dev/shm")
-        groups = [{**GROUPS[0], "persistent": True}]
-        cls.daemon = Daemon(groups=groups, templates_tmpfs_dir=cls.shm)
-        try:
-            cls.daemon.start()
-        except BaseException:
-            cls.daemon.cleanup()
-            shutil.rmtree(cls.shm, ignore_errors=True)
-            raise
-
-    @classmethod
-    def _stop_shared(cls) -> None:
-        try:
-            super()._stop_shared()
-        finally:
-            shutil.rmtree(cls.shm, ignore_errors=True)
+    groups = [{**GROUPS[0], "persistent": True}]
 
     def test_kill9_then_relaunch(self) -> None:
         daemon = self.daemon
@@ -352,27 +355,10 @@ class WarmRecoveryTests(SharedDaemonTestCase):
         self.assertFalse(os.path.exists(os.path.dirname(frozen[0])))
 
 
-class WarmBudgetTests(SharedDaemonTestCase):
+class WarmBudgetTests(_WarmDaemonTestCase):
     """A template that does not fit the tmpfs budget is never built: the group's nodes boot cold, counted."""
 
-    @classmethod
-    def start_shared(cls) -> None:
-        ensure_image()
-        cls.shm = tempfile.mkdtemp(prefix="vms-t-", dir="/dev/shm")
-        cls.daemon = Daemon(groups=GROUPS, templates_tmpfs_dir=cls.shm, templates_tmpfs_budget="128MiB")
-        try:
-            cls.daemon.start()
-        except BaseException:
-            cls.daemon.cleanup()
-            shutil.rmtree(cls.shm, ignore_errors=True)
-            raise
-
-    @classmethod
-    def _stop_shared(cls) -> None:
-        try:
-            super()._stop_shared()
-        finally:
-            shutil.rmtree(cls.shm, ignore_errors=True)
+    settings = {"templates_tmpfs_budget": "128MiB"}
 
     def test_over_budget_boots_cold(self) -> None:
         daemon = self.daemon
@@ -388,28 +374,10 @@ class WarmBudgetTests(SharedDaemonTestCase):
         daemon.json("DELETE", f"/hostgroup/warm/nodes/{hostname}")
 
 
-class WarmNetworkTests(SharedDaemonTestCase):
+class WarmNetworkTests(_WarmDaemonTestCase):
     """Clones with a network (isolated mode): each its own MAC, address and route, its gateway reached."""
 
-    @classmethod
-    def start_shared(cls) -> None:
-        ensure_image()
-        cls.shm = tempfile.mkdtemp(prefix="vms-t-", dir="/dev/shm")
-        group = {**GROUPS[0], "name": "wnet", "network": {"mode": "isolated", "range": "10.86.9.0/28"}}
-        cls.daemon = Daemon(groups=[group], templates_tmpfs_dir=cls.shm)
-        try:
-            cls.daemon.start()
-        except BaseException:
-            cls.daemon.cleanup()
-            shutil.rmtree(cls.shm, ignore_errors=True)
-            raise
-
-    @classmethod
-    def _stop_shared(cls) -> None:
-        try:
-            super()._stop_shared()
-        finally:
-            shutil.rmtree(cls.shm, ignore_errors=True)
+    groups = [{**GROUPS[0], "name": "wnet", "network": {"mode": "isolated", "range": "10.86.9.0/28"}}]
 
     def test_networked_clones(self) -> None:
         daemon = self.daemon

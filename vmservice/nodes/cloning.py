@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from attrs import evolve, frozen
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from ..config import HostGroupConfig
@@ -108,18 +109,25 @@ class Cloning:
     async def _clone(self, node: NodeRuntime, template: Template,
                      net: NetSpec | None) -> tuple[IMachine, IGuestConnection]:
         parts = self.parts
+        steps = _Steps(parts.clock)
         node.record = evolve(node.record, frozen_disk=template.disk, clone_memory=True)
         try:
             await parts.disks.create(template.disk, node.paths.disk, template.key.storage_size)
+            steps.done("disk")
             machine = await node.spawn(template.kernel, template.initrd, net, clone_of=template)
+            steps.done("spawn")
         except Exception as error:
             await self._undo(node)
             raise TemplateUnavailable("load_failed", f"the clone could not be started: {error}") from None
         # Not the node's VM until it is loaded: a clone that exits on a bad state is no news (the node boots cold).
         node.take_machine()
-        agent = node.connect_agent(adopting=True)
         try:
+            # QEMU answers QMP once its sockets exist: the agent's is then connected at the first attempt,
+            # before the guest runs (a port opened after the load costs the guest agent a poll interval).
+            await machine.run_state()
+            agent = node.connect_agent(adopting=True)
             await machine.load_device_state(template.device_state)
+            steps.done("load")
         except HypervisorError as error:
             await self._undo(node, machine)
             if self.parts.templates is not None:
@@ -131,11 +139,13 @@ class Cloning:
             try:
                 adopted = adoption.adopt(node.record, net, agent)
                 await wait_for_guest(self.parts.clock, machine, adopted, ADOPT_TIMEOUT)
+                steps.done("adopt")
             except Exception as error:
                 await self._undo(node, machine)
                 raise TemplateUnavailable("adopt_failed", f"the clone could not adopt its identity: {error}") from None
         node.own(machine)
         node.adopted()
+        log.info("node {hostname} cloned: {steps}", hostname=node.hostname, steps=steps)
         return machine, agent
 
     async def _undo(self, node: NodeRuntime, machine: IMachine | None = None) -> None:
@@ -148,6 +158,23 @@ class Cloning:
             await machine.kill()
         self.parts.disks.remove(node.paths.disk)
         node.record = evolve(node.record, frozen_disk="", clone_memory=False, pid=None)
+
+
+class _Steps:
+    """The milliseconds each step of a clone took, for the log."""
+
+    def __init__(self, clock: IReactorTime) -> None:
+        self._clock = clock
+        self._last = clock.seconds()
+        self._steps: list[str] = []
+
+    def done(self, step: str) -> None:
+        now = self._clock.seconds()
+        self._steps.append(f"{step} {(now - self._last) * 1000:.0f} ms")
+        self._last = now
+
+    def __str__(self) -> str:
+        return ", ".join(self._steps)
 
 
 __all__ = ["Cloning", "template_key"]

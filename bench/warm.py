@@ -1,0 +1,185 @@
+"""
+Warm start benchmark: ``POST /hostgroup/G/nodes?wait=agent`` for a group
+that cold-boots (``warm: false``) and one that clones its template
+(``warm: true``), side by side in one run with one daemon:
+
+- one after another (``--rounds`` of each, alternating), and N at once;
+- each node's QEMU resident and proportional memory (RSS, PSS) one second
+  after it answered, alone and with N of its kind running (a clone's PSS
+  shares the template's pages with the other clones);
+- the first create of the warm group, which waits for the template build.
+
+Writes medians, samples and the ratios (cold / clone) to
+``bench/results/warm.json``.  Seconds depend on the host (TCG here); the
+ratios are what to compare across machines.
+
+    .venv/bin/python bench/warm.py [--rounds 5] [--together 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import threading
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tests.integration.daemon import Daemon, ensure_image  # noqa: E402
+from bench.recording import peak_rss, write_result  # noqa: E402
+
+RAM_MB = 256
+
+
+def qemu_pid(hostname: str) -> int:
+    """The pid of the QEMU process running ``hostname`` (its ``-name vmservice-HOST``)."""
+    wanted = f"vmservice-{hostname}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if wanted in argv and any(b"qemu-system" in word for word in argv[:1]):
+            return int(entry)
+    raise RuntimeError(f"no QEMU process for {hostname}")
+
+
+def memory(pid: int) -> dict[str, int]:
+    """Resident and proportional set size of ``pid`` in bytes."""
+    figures = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            match = re.match(r"(Rss|Pss):\s+(\d+) kB", line)
+            if match:
+                figures[match.group(1).lower()] = int(match.group(2)) * 1024
+    return figures
+
+
+def create(daemon: Daemon, group: str) -> tuple[float, str]:
+    """Seconds for one create with ``wait=agent``, and the new node's hostname."""
+    started = time.monotonic()
+    created = daemon.json("POST", f"/hostgroup/{group}/nodes?wait=agent&timeout=3m", {}, expect=201)
+    return time.monotonic() - started, created["hostname"]
+
+
+def delete(daemon: Daemon, group: str, hostname: str) -> None:
+    daemon.json("DELETE", f"/hostgroup/{group}/nodes/{hostname}")
+
+
+def one_at_a_time(daemon: Daemon, group: str) -> tuple[float, dict[str, int]]:
+    """One create, its node's memory a second after it answered, then its removal."""
+    elapsed, hostname = create(daemon, group)
+    time.sleep(1.0)
+    figures = memory(qemu_pid(hostname))
+    delete(daemon, group, hostname)
+    return elapsed, figures
+
+
+def together(daemon: Daemon, group: str, count: int) -> tuple[list[float], list[dict[str, int]]]:
+    """
+    ``count`` creates started at once: each one's seconds, and each node's
+    memory one second after the last answered, while all of them run (a
+    clone's PSS shares the template's pages with the others); the nodes are
+    removed afterwards.
+    """
+    results: list[tuple[float, str] | BaseException] = [RuntimeError("not run")] * count
+
+    def run(index: int) -> None:
+        try:
+            results[index] = create(daemon, group)
+        except BaseException as error:  # reported below, after every thread ended
+            results[index] = error
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    created = [result for result in results if not isinstance(result, BaseException)]
+    time.sleep(1.0)
+    figures = [memory(qemu_pid(hostname)) for _, hostname in created]
+    for _, hostname in created:
+        delete(daemon, group, hostname)
+    return [seconds for seconds, _ in created], figures
+
+
+def summary(samples: list[float]) -> dict[str, Any]:
+    return {"median": statistics.median(samples), "max": max(samples), "samples": samples}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--together", type=int, default=4)
+    parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "warm.json"))
+    options = parser.parse_args()
+    ensure_image()
+    group = {"vcpu": 1, "ram_mb": RAM_MB, "storage_size": "1G"}
+    daemon = Daemon(groups=[{"name": "cold", "warm": False, **group}, {"name": "warm", "warm": True, **group}])
+    try:
+        daemon.start()
+        first_warm, _ = one_at_a_time(daemon, "warm")  # includes the template build
+        one_at_a_time(daemon, "cold")  # the page cache, like the template's boot did for the warm group
+        cold, clone, cold_memory, clone_memory = [], [], [], []
+        for round_ in range(options.rounds):
+            seconds, figures = one_at_a_time(daemon, "cold")
+            cold.append(seconds)
+            cold_memory.append(figures)
+            seconds, figures = one_at_a_time(daemon, "warm")
+            clone.append(seconds)
+            clone_memory.append(figures)
+            print(f"round {round_ + 1}: cold {cold[-1]:.3f} s, clone {clone[-1]:.3f} s", flush=True)
+        cold_together, cold_together_memory = together(daemon, "cold", options.together)
+        clone_together, clone_together_memory = together(daemon, "warm", options.together)
+        print(f"{options.together} at once: cold {statistics.median(cold_together):.3f} s, "
+              f"clone {statistics.median(clone_together):.3f} s", flush=True)
+        accel = re.search(r"accelerator: (\w+)", daemon.log())
+        daemon_peak_rss = peak_rss(daemon.process.pid) if daemon.process else None
+    finally:
+        daemon.cleanup()
+
+    def per_node(figures: list[dict[str, int]], key: str) -> dict[str, Any]:
+        return {"median": statistics.median(f[key] for f in figures), "samples": [f[key] for f in figures]}
+
+    result = {
+        "benchmark": "warm",
+        "accel": accel.group(1) if accel else "tcg",
+        "rounds": options.rounds,
+        "ram_bytes": RAM_MB << 20,
+        "first_warm_create_with_template_build_s": first_warm,
+        "cold_create_wait_agent_s": summary(cold),
+        "clone_create_wait_agent_s": summary(clone),
+        "ratio_cold_over_clone": statistics.median(cold) / statistics.median(clone),
+        "together": options.together,
+        "cold_together_s": summary(cold_together),
+        "clone_together_s": summary(clone_together),
+        "ratio_cold_over_clone_together": statistics.median(cold_together) / statistics.median(clone_together),
+        "cold_rss_bytes_together": per_node(cold_together_memory, "rss"),
+        "cold_pss_bytes_together": per_node(cold_together_memory, "pss"),
+        "clone_rss_bytes_together": per_node(clone_together_memory, "rss"),
+        "clone_pss_bytes_together": per_node(clone_together_memory, "pss"),
+        "cold_rss_bytes": per_node(cold_memory, "rss"),
+        "cold_pss_bytes": per_node(cold_memory, "pss"),
+        "clone_rss_bytes": per_node(clone_memory, "rss"),
+        "clone_pss_bytes": per_node(clone_memory, "pss"),
+        "daemon_peak_rss_bytes": daemon_peak_rss,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    write_result(options.output, result)
+    print(json.dumps({k: result[k] for k in ("accel", "ratio_cold_over_clone", "ratio_cold_over_clone_together",
+                                              "clone_pss_bytes_together", "daemon_peak_rss_bytes")}, default=str))
+
+
+if __name__ == "__main__":
+    main()
