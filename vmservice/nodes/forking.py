@@ -244,8 +244,10 @@ class Forking:
             image = parts.image(parts.group(node.record.hostgroup), node.record.image)
             kernel, initrd = image.kernel.path, image.initrd.path
         machine = await node.spawn(kernel, initrd, net, incoming=state, deferred=True)
-        agent = node.connect_agent(adopting=True)
         try:
+            # As a clone's: QEMU answers once its sockets exist, and the agent's is connected before the load.
+            await machine.run_state()
+            agent = node.connect_agent(adopting=True)
             await machine.load_state(state)
             await machine.resume()
             adopted = adoption.adopt(node.record, net, agent)
