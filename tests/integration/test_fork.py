@@ -7,7 +7,7 @@ runs on (exec works, its disk now an overlay over the fork's frozen disk);
 deleting the parent leaves the children working (their disk chain read
 after the page cache is dropped) and deleting them all removes the frozen
 files and the state file; a paused node answers 409, an unknown one 404, a
-count of 0 is 400; ``vmctl fork`` prints the new nodes.
+count of 0 is 400; after a daemon kill -9 the parent and a child are adopted again; ``vmctl fork`` prints the new nodes.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -144,6 +145,24 @@ class ForkTests(SharedDaemonTestCase):
         self.assertEqual(sorted(self.daemon.nodes()), [parent])
         self.assertEqual(self.forks(), [])
         self.assertEqual(self.daemon.run(parent, "echo ok"), (0, "ok\n"))
+
+    def test_fork_survives_a_daemon_kill(self) -> None:
+        """After a kill -9 of the daemon, the parent and its child are adopted again and run; the frozen disk stays."""
+        parent = self.create()
+        self.assertEqual(self.daemon.run(parent, "echo before > /tmp/k.txt")[0], 0)
+        (child,) = self.fork(parent, {})
+        pids = sorted(self.daemon.vm_pids())
+        self.daemon.stop(signal.SIGKILL)
+        self.daemon.start()
+        self.assertEqual(sorted(self.daemon.vm_pids()), pids)
+        for name in (parent, child):
+            self.daemon.wait_for(f"the agent of {name}", lambda name=name: self.daemon.request(
+                "GET", f"/vm/{name}/health", timeout=10)[0] == 200, timeout=60)
+        self.assertEqual(self.daemon.run(child, "cat /tmp/k.txt; hostname"), (0, f"before\n{child}\n"))
+        self.assertEqual(len(self.forks()), 1)
+        for name in (parent, child):
+            self.daemon.json("DELETE", f"/hostgroup/f/nodes/{name}")
+        self.assertEqual(self.forks(), [])
 
     def test_vmctl_fork(self) -> None:
         """vmctl fork NODE -n 1 --tag T prints the new node's hostname; the child runs with the tag."""
