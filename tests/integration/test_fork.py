@@ -7,7 +7,8 @@ runs on (exec works, its disk now an overlay over the fork's frozen disk);
 deleting the parent leaves the children working (their disk chain read
 after the page cache is dropped) and deleting them all removes the frozen
 files and the state file; a paused node answers 409, an unknown one 404, a
-count of 0 is 400; after a daemon kill -9 the parent and a child are adopted again; ``vmctl fork`` prints the new nodes.
+count of 0 is 400; after a daemon kill -9 the parent and a child are adopted again; children of a networked node
+get their own MAC, address and route; ``vmctl fork`` prints the new nodes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image
 GROUPS: list[dict[str, Any]] = [
     {"name": "f", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G"},
     {"name": "w", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True, "persistent": True},
+    {"name": "n", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G",
+     "network": {"mode": "isolated", "range": "10.86.41.0/28"}},
 ]
 
 
@@ -163,6 +166,28 @@ class ForkTests(SharedDaemonTestCase):
         for name in (parent, child):
             self.daemon.json("DELETE", f"/hostgroup/f/nodes/{name}")
         self.assertEqual(self.forks(), [])
+
+    def test_networked_fork(self) -> None:
+        """Children of a networked node: each its own MAC, address and route, its gateway reached; the parent's kept."""
+        parent = self.create("n")
+        children = self.fork(parent, {"count": 2})
+        nodes = self.daemon.nodes()
+        macs = []
+        for name in (parent, *children):
+            ip = nodes[name]["ip"]
+            mac = " ".join(_argv(self.daemon, name)).split("virtio-net-device,netdev=net0,mac=")[1].split()[0].lower()
+            code, out = self.daemon.run(name, "cat /sys/class/net/eth0/address; ip -4 addr show eth0; ip route")
+            self.assertEqual(code, 0)
+            self.assertEqual(out.split("\n")[0], mac)
+            self.assertIn(f"inet {ip}/30", out)
+            gateway = out.split("default via ")[1].split()[0]
+            probe = (f"python3 -c \"import socket; s=socket.socket(); s.settimeout(1); s.connect_ex(('{gateway}', 9))\"; "
+                     f"ip neigh show {gateway}")
+            code, out = self.daemon.run(name, probe)
+            self.assertEqual(code, 0)
+            self.assertIn("lladdr", out)
+            macs.append(mac)
+        self.assertEqual(len(set(macs)), 3)
 
     def test_vmctl_fork(self) -> None:
         """vmctl fork NODE -n 1 --tag T prints the new node's hostname; the child runs with the tag."""
