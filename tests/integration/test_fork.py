@@ -2,13 +2,15 @@
 """
 Hot fork against real guests: a running node with a background process and
 a file in /tmp forks into two children that both see them, then diverge;
-each child has its own hostname, machine-id and random bytes; the parent
-runs on (exec works, its disk now an overlay over the fork's frozen disk);
-deleting the parent leaves the children working (their disk chain read
-after the page cache is dropped) and deleting them all removes the frozen
-files and the state file; a paused node answers 409, an unknown one 404, a
-count of 0 is 400; after a daemon kill -9 the parent and a child are adopted again; children of a networked node
-get their own MAC, address and route; ``vmctl fork`` prints the new nodes.
+each child has its own hostname, machine-id, random bytes and agent session;
+the parent runs on (exec works, its disk now an overlay over the fork's
+frozen disk); deleting the parent leaves the children working (their disk
+chain read after the page cache is dropped) and deleting them all removes
+the frozen files and the state file; a paused node answers 409, an unknown
+one 404, a count of 0 or 9 is 400.  A clone forks twice and is relaunched
+from its disk chain; after a daemon kill -9 a parent and its child are
+adopted again; children of a networked node get their own MAC, address and
+route; ``vmctl fork`` prints the new nodes.
 """
 
 from __future__ import annotations
@@ -86,7 +88,10 @@ class ForkTests(SharedDaemonTestCase):
                                             "setsid nohup sleep 1000 >/dev/null 2>&1 < /dev/null & echo $!")
         self.assertEqual(code, 0)
         pid = out.strip()
+        sessions = self.daemon.log().count("guest agent started a new session")
         children = self.fork(parent, {"count": 2, "tags": ["forked"]})
+        # Each child's agent started a new session (a new nonce) when it adopted its identity.
+        self.assertEqual(self.daemon.log().count("guest agent started a new session"), sessions + 2)
         self.assertEqual({self.daemon.nodes()[child]["hostgroup"] for child in children}, {"f"})
         self.assertEqual(len(children), 2)
         # The parent's pause is logged (its length is not asserted: the machine is shared).
