@@ -222,3 +222,23 @@ class ForkingTests(SynchronousTestCase):
         fleet.startService()
         self.addCleanup(fleet.stopService)
         self.assertEqual(os.listdir(self.shm), [os.path.basename(foreign)])
+
+    def test_second_fork(self) -> None:
+        """
+        A second fork freezes the parent's disk as it is then (the first
+        fork's overlay): the parent keeps one second name of its disk, the
+        overlay its VM opened last; each frozen disk is named by the records
+        whose disk chain goes through it.
+        """
+        first = self.successResultOf(self.fork()).children[0].hostname
+        second = self.successResultOf(self.fork()).children[0].hostname
+        directory = os.path.dirname(self.parent_disk())
+        names = sorted(name for name in os.listdir(directory) if name.startswith("disk."))
+        self.assertEqual(len(names), 2)
+        self.assertEqual(os.path.join(directory, names[0] if names[0] != "disk.qcow2" else names[1]),
+                         self.parent_machine.snapshots[-1])
+        frozen = self.fleet.node(self.parent).forked_disks
+        self.assertEqual(len(frozen), 2)
+        self.assertEqual(self.fleet.node(first).forked_disks, frozen[:1])
+        self.assertEqual(self.fleet.node(second).forked_disks, frozen)
+        self.assertEqual(self.harness.disks._made[self.parent_machine.snapshots[-1]][0], frozen[1])
