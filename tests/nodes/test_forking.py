@@ -43,8 +43,11 @@ class RecordingAdoption:
         self.harness = harness
         self.adopted: list[tuple[str, list[str], bool]] = []
         self.fail_for: str | None = None
+        #: For each preparation, the commands the parent's VM had been given by then.
+        self.prepared: list[list[str]] = []
 
     def prepare(self, agent: IGuestConnection) -> Deferred[None]:
+        self.prepared.append(list(self.harness.driver.machines[0].commands))
         return succeed(None)
 
     def adopt(self, record: NodeRecord, net: NetSpec | None, agent: IGuestConnection) -> Deferred[None]:
@@ -101,7 +104,10 @@ class ForkingTests(SynchronousTestCase):
         resumed.  Each child: over the frozen disk, waiting for the state with
         its agent connected, the state loaded, run, its identity adopted.
         """
+        self.harness.agents[0].ready()
         forked = self.successResultOf(self.fork(count=2, tags=("a",)))
+        # The parent's guest prepared its children's adoption before it was paused.
+        self.assertEqual(self.adoption.prepared, [[]])
         self.assertEqual(self.parent_machine.commands, ["pause", "snapshot_disk", "save_state", "resume"])
         self.assertEqual(self.parent_machine.state, "running")
         [frozen_name] = self.forks()
@@ -159,14 +165,14 @@ class ForkingTests(SynchronousTestCase):
         self.assertEqual(self.forks(), [])
 
     def test_child_failure_removes_children_and_resumes_the_parent(self) -> None:
-        """The second child's state does not load: both children are gone, the parent runs on."""
+        """The second child's state does not load: all three children (started together) are gone, the parent runs on."""
         self.fail_child(2, "load_state")
         error = self.failureResultOf(self.fork(count=3)).value
         self.assertIsInstance(error, Internal)
         self.assertEqual(error.code, "fork_failed")
         self.assertEqual([r.hostname for r in self.fleet.list()], [self.parent])
         self.assertTrue(all(m.ended.called for m in self.harness.driver.machines[1:]))
-        self.assertEqual(len(self.harness.driver.machines), 3)
+        self.assertEqual(len(self.harness.driver.machines), 4)
         self.assertEqual(self.parent_machine.state, "running")
         self.assertEqual(self.fleet.node(self.parent).status, Status.RUNNING)
         self.assertEqual(os.listdir(self.shm), [])
