@@ -67,6 +67,8 @@ class FakeMachine:
         self.failing: dict[str, str] = {}
         #: Deferreds that hold save_state until fired (when set).
         self.hold_save: Deferred[None] | None = None
+        #: The overlays snapshot_disk switched to.
+        self.snapshots: list[str] = []
 
     def _do(self, name: str, state: str | None = None) -> Deferred[None]:
         self.commands.append(name)
@@ -113,6 +115,15 @@ class FakeMachine:
             with open(path, "wb") as f:
                 f.write(b"device state")
         return d
+
+    def snapshot_disk(self, overlay: str) -> Deferred[None]:
+        self.snapshots.append(overlay)
+        return self._do("snapshot_disk")
+
+    def load_state(self, path: str) -> Deferred[None]:
+        if not os.path.exists(path):
+            self.failing.setdefault("load_state", f"cannot read {path}")
+        return self._do("load_state", "paused")
 
     def load_device_state(self, path: str) -> Deferred[None]:
         if not os.path.exists(path):

@@ -1100,6 +1100,22 @@ class Client:
         )
         return result
 
+    async def fork(self, hostname: str, count: int = 1, *, tags: list[str] | None = None,
+                   persistent: bool | None = None) -> list[dict[str, Any]]:
+        """
+        Fork the running node ``hostname`` into ``count`` new nodes that
+        continue from its memory and disk (``POST /vm/{hostname}/fork``).
+
+        :param tags: the children's tags.
+        :param persistent: whether the children are persistent; ``None``: the parent's.
+        :return: the children's CreateNodeResponses, in order.
+        """
+        body: dict[str, Any] = {"count": count, "tags": tags or []}
+        if persistent is not None:
+            body["persistent"] = persistent
+        result: list[dict[str, Any]] = await self._json("POST", _path("vm", hostname, "fork"), None, body)
+        return result
+
     async def shutdown(self, hostname: str, action: str = "shutdown") -> str:
         """
         Ask node ``hostname``'s guest to power off or restart

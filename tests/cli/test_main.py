@@ -162,6 +162,16 @@ class ParseTests(SynchronousTestCase):
         self.assertUsageError("relaunch", "h", "--timeout", "0s")
         self.assertUsageError("pause", "h", "--wait", "agent")
 
+    def test_fork(self) -> None:
+        """fork NODE [-n N] [--tag T]...; one new node by default."""
+        options = parse("fork", "demo-1", "-n", "4", "--tag", "a", "--tag", "b")
+        self.assertEqual((options.hostname, options.count, options.tags, options.json, options.handler.__name__),
+                         ("demo-1", 4, ["a", "b"], False, "_fork"))
+        options = parse("fork", "demo-1")
+        self.assertEqual((options.count, options.tags), (1, None))
+        self.assertUsageError("fork")
+        self.assertUsageError("fork", "h", "-n", "x")
+
     def test_resolve_token(self) -> None:
         """The token file's first line is the token; a missing or empty file is a failure naming it."""
         path = self.mktemp()

@@ -19,6 +19,7 @@ from .filesystem import FilesystemApi
 from .forwarding import ForwardApi
 from .images import ImagesApi
 from .tunnel_socket import tunnel_socket_handler
+from .forking import ForkApi
 from .lifecycle import LifecycleApi
 from .meta import MetaApi
 from .nodes import NodesApi
@@ -52,7 +53,7 @@ def every_route(
     routes += FilesystemApi(fleet).routes()
     background = BackgroundApi(fleet)
     routes += ExecApi(fleet, clock, background).routes() + background.routes()
-    routes += CopyApi(fleet).routes() + LifecycleApi(fleet).routes()
+    routes += CopyApi(fleet).routes() + LifecycleApi(fleet).routes() + ForkApi(fleet).routes()
     routes += WatchApi(fleet, clock).routes() + EventsApi(fleet, clock).routes()
     routes += ShellApi(fleet, clock).routes()
     routes += ForwardApi(fleet, tunnel_socket_handler(fleet, clock)).routes()

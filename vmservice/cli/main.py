@@ -416,6 +416,12 @@ def build_parser() -> argparse.ArgumentParser:
     restore.add_argument("--timeout", type=_duration, metavar="DURATION",
                          help="how long --wait may take, e.g. 2m")
 
+    fork = command("fork", _fork, "fork a running node into new nodes and print their hostnames")
+    fork.add_argument("hostname", metavar="NODE")
+    fork.add_argument("-n", "--count", type=int, default=1, help="how many new nodes (1 to 8; default 1)")
+    fork.add_argument("--tag", action="append", dest="tags", metavar="T", help="a tag of the new nodes (repeat for more)")
+    fork.add_argument("--json", action="store_true", help="print the JSON answer instead of the hostnames")
+
     relaunch = command("relaunch", _relaunch, "start a node's VM again and print its hostname")
     relaunch.add_argument("hostname", metavar="HOST")
     relaunch.add_argument("--wait", choices=("agent",), help="answer only once the node's guest agent answers")
@@ -912,6 +918,13 @@ async def _relaunch(client: Client, options: argparse.Namespace, context: _Conte
     out = context.out
     node = await client.relaunch(options.hostname, wait=options.wait, timeout=options.timeout)
     out.write(output.format_json(node) if options.json else f"{node.get('hostname') or options.hostname}\n")
+    return 0
+
+
+async def _fork(client: Client, options: argparse.Namespace, context: _Context) -> int:
+    children = await client.fork(options.hostname, options.count, tags=options.tags)
+    text = output.format_json(children) if options.json else "".join(f"{child['hostname']}\n" for child in children)
+    context.out.write(text)
     return 0
 
 

@@ -204,6 +204,21 @@ class IMachine(Interface):
         fires once the VM runs, fails if it cannot be loaded.
         """
 
+    def snapshot_disk(overlay: str) -> Deferred[None]:
+        """
+        Make the VM write to ``overlay`` from now on: a qcow2 file that
+        already exists, whose backing file is the disk the VM used so far
+        (moved elsewhere by the caller); that file is then only read.  For a
+        fork: the parent's disk at that instant becomes its children's too.
+        """
+
+    def load_state(path: str) -> Deferred[None]:
+        """
+        For a VM started with ``defer_incoming`` (and anonymous memory): load
+        the full state ``path`` saved by :meth:`save_state`; fires once it is
+        loaded (the VM is then paused), fails if it cannot be.
+        """
+
     def finish_incoming() -> Deferred[None]:
         """
         For a VM started from a saved state (``MachineSpec.incoming``): fire

@@ -670,6 +670,25 @@ class QemuMachine:
         if status != "running":
             raise HypervisorError(f"loading the device state left the VM {status!r}")
 
+    def snapshot_disk(self, overlay: str) -> Deferred[None]:
+        """
+        Switch the root drive to the existing qcow2 ``overlay`` (its header
+        names the old disk's new place; QEMU does not rewrite it); see
+        :meth:`IMachine.snapshot_disk`.
+        """
+        return Deferred.fromCoroutine(
+            self._command("blockdev-snapshot-sync", device="root", **{"snapshot-file": overlay},
+                          format="qcow2", mode="existing")
+        )
+
+    def load_state(self, path: str) -> Deferred[None]:
+        """Load a full saved state into a VM waiting in ``-incoming defer``; see :meth:`IMachine.load_state`."""
+        return Deferred.fromCoroutine(self._load_state(path))
+
+    async def _load_state(self, path: str) -> None:
+        await self._command("migrate-incoming", uri=f"exec:cat {shlex.quote(path)}")
+        await self._finish_incoming()
+
     def finish_incoming(self) -> Deferred[None]:
         """Poll ``query-status`` until QEMU leaves ``inmigrate``; see :meth:`IMachine.finish_incoming`."""
         return Deferred.fromCoroutine(self._finish_incoming())

@@ -224,11 +224,16 @@ class Creation:
             if wanted in self._registry:
                 raise Conflict(f"hostname {wanted!r} is taken", code="hostname_taken")
             return wanted
-        store = self._parts.store
-        while True:
-            candidate = f"{group.name}-{store.next_index(group.name)}"
-            if candidate not in self._registry and not os.path.exists(store.node_dir(candidate)):
-                return candidate
+        return next_hostname(self._registry, self._parts, group)
 
 
-__all__ = ["Creation"]
+def next_hostname(registry: Registry, parts: FleetParts, group: HostGroupConfig) -> str:
+    """The group's next free ``<group>-<n>``."""
+    store = parts.store
+    while True:
+        candidate = f"{group.name}-{store.next_index(group.name)}"
+        if candidate not in registry and not os.path.exists(store.node_dir(candidate)):
+            return candidate
+
+
+__all__ = ["Creation", "next_hostname"]

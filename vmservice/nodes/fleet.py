@@ -45,6 +45,7 @@ from . import console
 from .counts import keep_counts
 from .cloning import Cloning
 from .creation import Creation
+from .forking import Forked, Forking, ForkRequest, collect_forks, discard_fork_states
 from .description import NodeDescription, describe
 from .guest import AgentHealth, IGuest
 from .lifecycle import Lifecycle
@@ -86,6 +87,7 @@ class Fleet(Service):
         self._registry = Registry()
         self._recovered: OneShotObserver[None] = OneShotObserver()
         self._creation = Creation(self._registry, parts, self._register)
+        self._forking = Forking(self._registry, parts, self._register)
         self.lifecycle = Lifecycle(self._registry, parts)
         self.snapshots = Snapshots(self._registry, parts)
         self.tagging = Tagging(self._registry)
@@ -102,6 +104,13 @@ class Fleet(Service):
         self._registry.drop(node)
         if node.record.frozen_disk:
             self._collect_templates()
+        if node.record.forked_disks:
+            self._collect_forks()
+
+    def _collect_forks(self) -> None:
+        """Delete the frozen disks of forks that no node names any more."""
+        collect_forks(self._parts.config.state_dir,
+                      {path for node in self._registry.all() for path in node.record.forked_disks})
 
     def _collect_templates(self) -> None:
         """Delete the template files that no template in use and no node needs any more."""
@@ -121,6 +130,8 @@ class Fleet(Service):
         try:
             await Startup(self._registry, self._parts, self._register).recover()
             self._collect_templates()
+            self._collect_forks()
+            discard_fork_states(self._parts.config.state_dir, self._parts.config.templates_tmpfs_dir)
             for group in self._parts.config.host_groups:
                 if group.warm:
                     # In the background: creates of the group meanwhile wait for this one build.
@@ -265,6 +276,10 @@ class Fleet(Service):
     async def create(self, group_name: str, request: CreateRequest, wait: Wait, timeout: float) -> NodeRecord:
         """Create a node (see :meth:`.creation.Creation.create`)."""
         return await self._creation.create(group_name, request, wait, timeout)
+
+    async def fork(self, hostname: str, request: ForkRequest) -> Forked:
+        """Fork a running node into new ones (see :meth:`.forking.Forking.fork`)."""
+        return await self._forking.fork(hostname, request)
 
     async def delete(self, group_name: str, hostname: str) -> DeleteResult:
         """

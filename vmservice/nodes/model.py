@@ -49,6 +49,10 @@ class Status(str, Enum):
     DELETING = "Deleting"
 
 
+#: The most children one fork makes (``POST /vm/{hostname}/fork``).
+MAX_FORK_COUNT = 8
+
+
 @frozen
 class NodeRecord:
     """
@@ -89,6 +93,9 @@ class NodeRecord:
     :ivar clone_memory: its VM (running, or saved while suspended) is a
         clone's, whose memory block carries the template's backend name: a
         restore must start with the same name.  A relaunch clears it.
+    :ivar forked_disks: the frozen disks of the forks in its disk's backing
+        chain (its own forks' as a parent, its parent's as a child), each
+        kept while a record names it.
     """
 
     hostname: str
@@ -115,6 +122,7 @@ class NodeRecord:
     metrics_channel: bool = False
     frozen_disk: str = ""
     clone_memory: bool = False
+    forked_disks: tuple[str, ...] = ()
 
     def with_status(self, status: Status, pid: int | None = None) -> "NodeRecord":
         """A copy with another status (and pid)."""
@@ -240,6 +248,7 @@ def unique(tags: Iterable[str]) -> tuple[str, ...]:
 
 __all__ = [
     "HOSTNAME_PATTERN",
+    "MAX_FORK_COUNT",
     "MAX_TAGS",
     "MAX_TAG_LENGTH",
     "TAG_PATTERN",

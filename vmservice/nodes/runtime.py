@@ -139,7 +139,7 @@ class NodeRuntime:
 
     async def spawn(
         self, kernel: str, initrd: str, net: NetSpec | None, incoming: str | None = None,
-        clone_of: Template | None = None,
+        clone_of: Template | None = None, deferred: bool = False,
     ) -> IMachine:
         """
         Start the node's VM (its disk exists); the caller records the new
@@ -149,6 +149,9 @@ class NodeRuntime:
         :param clone_of: start as a clone of this template: its RAM file
             mapped privately, waiting for its device state
             (:meth:`IMachine.load_device_state`).
+        :param deferred: start waiting for the state ``incoming`` to be
+            loaded by :meth:`IMachine.load_state` (a fork's child) instead of
+            reading it at once.
 
         :raise Internal: (``boot_failed``) the VM could not be started.
         :raise Conflict: one of its PCI devices fails a host check now (the
@@ -164,6 +167,8 @@ class NodeRuntime:
         spec = self.paths.spec(self.record, kernel, initrd, incoming, net)
         if clone_of is not None:
             spec = evolve(spec, memory=RamBacking(clone_of.ram_file, shared=False), defer_incoming=True)
+        if deferred:
+            spec = evolve(spec, incoming=None, defer_incoming=True)
         self._boot_started = None if incoming or clone_of else self._parts.clock.seconds()
         try:
             machine = await driver.start(spec, self.paths.qemu_log)

@@ -13,7 +13,7 @@ from attrs import field, frozen
 from ...codehost import CODEHOST_USER_PATTERN
 from ...config import MAX_USERDATA
 from ...devices.pci import MAX_NODE_DEVICES, PCI_ADDRESS_PATTERN
-from ...nodes.model import (HOSTNAME_PATTERN, LOGIN_USER_PATTERN, MAX_NODE_SECRETS, MAX_SSH_KEY_LENGTH, MAX_SSH_KEYS,
+from ...nodes.model import (HOSTNAME_PATTERN, MAX_FORK_COUNT, LOGIN_USER_PATTERN, MAX_NODE_SECRETS, MAX_SSH_KEY_LENGTH, MAX_SSH_KEYS,
                              SECRET_NAME_PATTERN)
 from .fields import constrained, tag_list, unsupported
 
@@ -215,6 +215,18 @@ class TagsUpdate:
     add: list[str] | None = tag_list("Tags to append unless the node has them, in this order")
     remove: list[str] | None = tag_list("Tags to drop (those the node does not have are no matter)")
     replace: list[str] | None = tag_list("The node's tags from now on; not with add or remove")
+
+
+@frozen
+class ForkNodeRequest:
+    """The body of ``POST /vm/{hostname}/fork``; every field optional (an empty body forks one child)."""
+
+    count: int | None = constrained({
+        "minimum": 1, "maximum": MAX_FORK_COUNT,
+        "description": f"How many children (default 1, at most {MAX_FORK_COUNT})",
+    })
+    tags: list[str] | None = tag_list("The children's tags")
+    persistent: bool | None = constrained({"description": "Whether the children are persistent (default: the parent's)"})
 
 
 @frozen

@@ -1,0 +1,41 @@
+# -*- test-case-name: tests.api.test_forking -*-
+"""
+The fork route: ``POST /vm/{hostname}/fork`` makes new nodes that continue
+from a running node's memory and disk (see ``docs/warm-start.md``).
+"""
+
+from __future__ import annotations
+
+from twisted.internet.defer import Deferred
+from twisted.web.iweb import IRequest
+
+from ..nodes.fleet import Fleet
+from .inputs.forks import fork_request
+from .models.nodes import CreateNodeResponse, ForkNodeRequest
+from .nodes import create_response, shielded
+from .query import NoQuery
+from .rendering import json_body
+from .routing import Reply, Route
+
+
+class ForkApi:
+    """:param fleet: the nodes of this daemon."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self._fleet = fleet
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("POST", "/vm/{hostname}/fork", self.fork,
+                  "Fork a running node into new nodes that continue from its memory and disk", "lifecycle",
+                  {201: Reply("The new nodes", CreateNodeResponse, array=True)}, body=ForkNodeRequest),
+        ]
+
+    async def fork(self, request: IRequest, query: NoQuery, hostname: str) -> bytes:
+        wanted = fork_request(request)
+        # Shielded: a client that goes away must not leave the parent paused or children half made.
+        forked = await shielded(Deferred.fromCoroutine(self._fleet.fork(hostname, wanted)))
+        return json_body(request, [create_response(child) for child in forked.children], 201)
+
+
+__all__ = ["ForkApi"]

@@ -1,0 +1,336 @@
+# -*- test-case-name: tests.nodes.test_forking -*-
+"""
+A hot fork: N new nodes that continue from a running node's memory and disk
+at one instant, each with an identity of its own, while the parent goes on
+after a short pause.
+
+The parent is paused; its disk is moved to a *fork directory*
+(``<state_dir>/forks/<parent>.<random>/disk.qcow2``, then read-only: the
+*frozen disk* of the fork) and its VM switched to a new overlay over it at
+its usual place (:meth:`IMachine.snapshot_disk`); its full state is saved to
+a file in the templates' tmpfs; then it runs on.  Each child gets its own
+overlay over the frozen disk, starts in ``-incoming defer`` with the parent's
+machine shape, connects its agent, loads the state, adopts its identity and
+runs; the children start together.  The state file is deleted once every child loaded it (or the fork
+failed); a failure removes the children made so far, and the parent always
+runs on.  The frozen disk is kept while a record names it
+(:attr:`NodeRecord.forked_disks`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shutil
+from datetime import datetime, timezone
+from typing import Callable
+
+from attrs import evolve, frozen
+from twisted.internet.defer import Deferred, DeferredList
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from ..errors import BadRequest, Conflict, Internal
+from ..hypervisors.base import HypervisorError, IMachine
+from .adoption import ICloneAdoption
+from .cloning import ADOPT_TIMEOUT
+from .creation import next_hostname
+from .events import EventType
+from .model import MAX_FORK_COUNT, NodeRecord, Status, unique, visible
+from .operation import drive, settled
+from .parts import FleetParts
+from .readiness import wait_for_guest
+from .registry import Registry
+from .runtime import NodeRuntime
+
+log = Logger()
+
+@frozen
+class ForkRequest:
+    """
+    :ivar count: how many children (1 to :data:`MAX_FORK_COUNT`).
+    :ivar tags: the children's tags.
+    :ivar persistent: whether the children are persistent; ``None`` for the parent's.
+    """
+
+    count: int = 1
+    tags: tuple[str, ...] = ()
+    persistent: bool | None = None
+
+
+@frozen
+class Forked:
+    """
+    What a fork made.
+
+    :ivar children: the children's records, in order.
+    :ivar pause: seconds the parent stood still.
+    """
+
+    children: tuple[NodeRecord, ...]
+    pause: float
+
+
+def forks_directory(state_dir: str) -> str:
+    """Where the frozen disks of forks live."""
+    return os.path.join(state_dir, "forks")
+
+
+class Forking:
+    """
+    :param registry: the nodes.
+    :param parts: the node layer's collaborators.
+    :param make: registers a node for a new record.
+    """
+
+    def __init__(self, registry: Registry, parts: FleetParts, make: Callable[[NodeRecord], NodeRuntime]) -> None:
+        self._registry = registry
+        self._parts = parts
+        self._make = make
+
+    async def fork(self, hostname: str, request: ForkRequest) -> Forked:
+        """
+        Fork the running node ``hostname`` into ``request.count`` children.
+
+        :raise BadRequest: (``limit_exceeded``) a count out of range.
+        :raise NotFound: no such node.
+        :raise Conflict: (``paused``) the node is paused; (``not_running``)
+            stopped or suspended;
+            (``busy``) another operation runs on it; (``not_forkable``) it
+            has host PCI devices.
+        """
+        if not 1 <= request.count <= MAX_FORK_COUNT:
+            raise BadRequest(f"count must be between 1 and {MAX_FORK_COUNT}", code="limit_exceeded")
+        parent = await settled(self._registry, hostname)
+        parent.phase.begin("fork")
+        try:
+            return await self._fork(parent, request)
+        finally:
+            parent.phase.finish()
+
+    async def _fork(self, parent: NodeRuntime, request: ForkRequest) -> Forked:
+        hostname = parent.hostname
+        machine = parent.machine
+        if parent.record.status == Status.PAUSED:
+            raise Conflict(f"node {hostname!r} is paused", code="paused")
+        if parent.record.status != Status.RUNNING or machine is None:
+            raise Conflict(f"node {hostname!r} is {parent.record.status.value}, not Running", code="not_running")
+        if parent.record.pci_devices:
+            raise Conflict(f"node {hostname!r} has host PCI devices passed through: it cannot be forked",
+                           code="not_forkable")
+        group = self._parts.group(parent.record.hostgroup)
+        adoption = self._parts.adoption
+        if adoption is None:
+            raise Conflict("this daemon cannot give forked nodes identities of their own", code="not_forkable")
+        if await drive("fork", hostname, machine.run_state(), machine) != "running":
+            raise Conflict(f"node {hostname!r} is paused", code="paused")
+        directory = os.path.join(forks_directory(self._parts.config.state_dir), f"{hostname}.{secrets.token_hex(4)}")
+        state = state_prefix(self._parts.config.state_dir, self._parts.config.templates_tmpfs_dir) + secrets.token_hex(8)
+        frozen_disk = os.path.join(directory, "disk.qcow2")
+        await _prepare(hostname, parent, adoption)
+        children: list[NodeRuntime] = []
+        try:
+            pause = await self._freeze(parent, machine, frozen_disk, state)
+            children.extend(self._child(parent, group.name, request) for _ in range(request.count))
+            # The children start together; the first failure is the fork's (all of them are then removed).
+            started = await DeferredList(
+                [Deferred.fromCoroutine(self._start(child, frozen_disk, state, adoption)) for child in children],
+                consumeErrors=True,
+            )
+            for _, result in started:
+                if isinstance(result, Failure):
+                    result.raiseException()
+        except BaseException:
+            for child in reversed(children):
+                await child.remove()
+            if frozen_disk not in parent.record.forked_disks:
+                shutil.rmtree(directory, ignore_errors=True)
+            raise
+        finally:
+            _unlink(state)
+        log.info("forked node {hostname} into {children} after a pause of {pause:.3f} s",
+                 hostname=hostname, children=", ".join(c.hostname for c in children), pause=pause)
+        return Forked(tuple(visible(child.record) for child in children), pause)
+
+    async def _freeze(self, parent: NodeRuntime, machine: IMachine, frozen_disk: str, state: str) -> float:
+        """
+        Pause the parent, freeze its disk at ``frozen_disk`` (it runs on over
+        a new overlay), save its state to ``state``, let it run: the pause's
+        seconds.  The parent runs on whatever fails.
+        """
+        hostname = parent.hostname
+        clock = self._parts.clock
+        began = clock.seconds()
+        await drive("fork", hostname, machine.pause(), machine)
+        try:
+            # The record first: a crash after the switch must not leave the frozen disk unnamed (collected).
+            before = parent.record.forked_disks
+            parent.set(parent.record.status, forked_disks=(*before, frozen_disk))
+            try:
+                await self._switch_disk(parent, machine, frozen_disk)
+            except BaseException:
+                parent.set(parent.record.status, forked_disks=before)
+                raise
+            os.chmod(frozen_disk, 0o444)
+            await drive("fork", hostname, machine.save_state(state), machine)
+        finally:
+            try:
+                await machine.resume()
+            except Exception:
+                log.failure("resuming node {hostname} after a fork", hostname=hostname)
+        return clock.seconds() - began
+
+    async def _switch_disk(self, parent: NodeRuntime, machine: IMachine, frozen_disk: str) -> None:
+        """
+        Give the parent's disk a second name, ``frozen_disk``, and switch its
+        VM to a new overlay over it, which then takes the disk's usual name.
+
+        QEMU reopens the frozen disk read-only *by the name it opened it
+        with* when it switches, so that name must still be the frozen disk
+        then: the overlay is made under a name of its own
+        (``disk.<random>.qcow2``, kept as a second name of the parent's disk
+        for the next fork) and renamed over ``disk.qcow2`` only afterwards.
+        """
+        disk = parent.paths.disk
+        directory = os.path.dirname(disk)
+        earlier = [os.path.join(directory, name) for name in os.listdir(directory)
+                   if name.startswith("disk.") and name.endswith(".qcow2") and name != "disk.qcow2"]
+        overlay = os.path.join(directory, f"disk.{secrets.token_hex(4)}.qcow2")
+        os.makedirs(os.path.dirname(frozen_disk), exist_ok=True)
+        os.link(disk, frozen_disk)
+        try:
+            info = self._parts.disks.info(frozen_disk)
+            size = info.size_bytes if info is not None else self._parts.group(parent.record.hostgroup).storage_size
+            await self._parts.disks.create(frozen_disk, overlay, size)
+            await drive("fork", parent.hostname, machine.snapshot_disk(overlay), machine)
+        except BaseException:
+            _unlink(overlay)
+            _unlink(frozen_disk)
+            raise
+        os.link(overlay, disk + ".new")
+        os.replace(disk + ".new", disk)
+        for path in earlier:
+            _unlink(path)
+
+    def _child(self, parent: NodeRuntime, group_name: str, request: ForkRequest) -> NodeRuntime:
+        """Record and register one child (its status ``Creating``)."""
+        parts = self._parts
+        group = parts.group(group_name)
+        lease = parts.addressing.lease(group, None, self._registry.addresses())
+        record = NodeRecord(
+            hostname=next_hostname(self._registry, parts, group),
+            hostgroup=group.name,
+            ram_bytes=parent.record.ram_bytes,
+            cpus=parent.record.cpus,
+            created_at=datetime.now(timezone.utc).replace(microsecond=0),
+            tags=unique(request.tags),
+            persistent=parent.record.persistent if request.persistent is None else request.persistent,
+            ip=str(lease.ip) if lease is not None else "",
+            image=parent.record.image,
+            metrics_channel=parent.record.metrics_channel,
+            frozen_disk=parent.record.frozen_disk,
+            clone_memory=parent.record.clone_memory,
+            forked_disks=parent.record.forked_disks,
+            kernel=parent.record.kernel,
+            initrd=parent.record.initrd,
+        )
+        node = self._make(record)
+        parts.store.save(record)
+        node.announce(EventType.CREATED)
+        return node
+
+    async def _start(self, node: NodeRuntime, frozen_disk: str, state: str, adoption: ICloneAdoption) -> None:
+        """Network, disk and VM of a child, its state loaded and its identity adopted; then it runs."""
+        parts = self._parts
+        began = parts.clock.seconds()
+        net = await parts.addressing.attach(node.record)
+        info = parts.disks.info(frozen_disk)
+        size = info.size_bytes if info is not None else parts.group(node.record.hostgroup).storage_size
+        await parts.disks.create(frozen_disk, node.paths.disk, size)
+        kernel, initrd = node.record.kernel, node.record.initrd
+        if not kernel:
+            image = parts.image(parts.group(node.record.hostgroup), node.record.image)
+            kernel, initrd = image.kernel.path, image.initrd.path
+        machine = await node.spawn(kernel, initrd, net, incoming=state, deferred=True)
+        try:
+            # As a clone's: QEMU answers once its sockets exist, and the agent's is connected before the load.
+            await machine.run_state()
+            agent = node.connect_agent(adopting=True)
+            spawned = parts.clock.seconds()
+            await machine.load_state(state)
+            await machine.resume()
+            loaded = parts.clock.seconds()
+            adopted = adoption.adopt(node.record, net, agent)
+            await wait_for_guest(parts.clock, machine, adopted, ADOPT_TIMEOUT)
+        except HypervisorError as error:
+            raise Internal(f"node {node.hostname!r} could not be started from its parent's state: {error}",
+                           code="fork_failed") from None
+        except Exception as error:
+            raise Internal(f"node {node.hostname!r} could not adopt its identity: {error}",
+                           code="fork_failed") from None
+        log.info("node {hostname} forked: disk and spawn {spawn:.0f} ms, load {load:.0f} ms, adopt {adopt:.0f} ms",
+                 hostname=node.hostname, spawn=(spawned - began) * 1000, load=(loaded - spawned) * 1000,
+                 adopt=(parts.clock.seconds() - loaded) * 1000)
+        node.adopted()
+        node.set(Status.RUNNING)
+        node.started()
+
+
+async def _prepare(hostname: str, parent: NodeRuntime, adoption: ICloneAdoption) -> None:
+    """
+    Have the parent's guest load what adopting needs before it is frozen (as
+    a template does), so its children adopt at once; one that cannot (no
+    agent now, an older agent) is forked all the same, its children slower.
+    """
+    agent = parent.agent
+    if agent is None or not agent.connected:
+        return
+    try:
+        await adoption.prepare(agent)
+    except Exception as error:
+        log.info("node {hostname} could not prepare its children's adoption: {error}", hostname=hostname, error=error)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def state_prefix(state_dir: str, tmpfs_dir: str) -> str:
+    """How the names of this daemon's fork state files begin (in ``tmpfs_dir``, which daemons may share)."""
+    own = hashlib.sha256(os.path.abspath(state_dir).encode()).hexdigest()[:12]
+    return os.path.join(tmpfs_dir, f"vmservice-fork-{own}-")
+
+
+def discard_fork_states(state_dir: str, tmpfs_dir: str) -> None:
+    """Delete the state files of forks an earlier run of this daemon left (it ended during a fork)."""
+    prefix = state_prefix(state_dir, tmpfs_dir)
+    try:
+        names = os.listdir(tmpfs_dir)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(tmpfs_dir, name)
+        if path.startswith(prefix):
+            _unlink(path)
+
+
+def collect_forks(state_dir: str, referenced: set[str]) -> None:
+    """Delete the fork directories whose frozen disk no record in ``referenced`` names."""
+    directory = forks_directory(state_dir)
+    live = {os.path.dirname(path) for path in referenced}
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return
+    for name in names:
+        path = os.path.join(directory, name)
+        if path not in live:
+            log.info("removing unused fork files {path}", path=path)
+            shutil.rmtree(path, ignore_errors=True)
+
+
+__all__ = ["ForkRequest", "Forked", "Forking", "collect_forks", "discard_fork_states", "forks_directory", "state_prefix"]
