@@ -7,7 +7,9 @@ that cold-boots (``warm: false``) and one that clones its template
 - each node's QEMU resident and proportional memory (RSS, PSS) one second
   after it answered, alone and with N of its kind running (a clone's PSS
   shares the template's pages with the other clones);
-- the first create of the warm group, which waits for the template build.
+- the first create of the warm group, which waits for the template build;
+- a fork of N children from a running clone: the wall time until all of
+  them answered, and the parent's pause.
 
 Writes medians, samples and the ratios (cold / clone) to
 ``bench/results/warm.json``.  Seconds depend on the host (TCG here); the
@@ -114,6 +116,23 @@ def together(daemon: Daemon, group: str, count: int) -> tuple[list[float], list[
     return [seconds for seconds, _ in created], figures
 
 
+def fork(daemon: Daemon, group: str, count: int) -> tuple[float, float]:
+    """
+    Seconds of one ``POST /vm/{h}/fork`` of ``count`` children from a running
+    clone, until all of them answered, and the parent's pause the daemon
+    logged; every node is removed afterwards.
+    """
+    _, parent = create(daemon, group)
+    started = time.monotonic()
+    children = daemon.json("POST", f"/vm/{parent}/fork", {"count": count}, expect=201)
+    elapsed = time.monotonic() - started
+    pauses = re.findall(rf"forked node {parent} into .* after a pause of ([0-9.]+) s", daemon.log())
+    for child in children:
+        delete(daemon, group, child["hostname"])
+    delete(daemon, group, parent)
+    return elapsed, float(pauses[-1])
+
+
 def summary(samples: list[float]) -> dict[str, Any]:
     return {"median": statistics.median(samples), "max": max(samples), "samples": samples}
 
@@ -144,6 +163,9 @@ def main() -> None:
         clone_together, clone_together_memory = together(daemon, "warm", options.together)
         print(f"{options.together} at once: cold {statistics.median(cold_together):.3f} s, "
               f"clone {statistics.median(clone_together):.3f} s", flush=True)
+        forks = [fork(daemon, "warm", options.together) for _ in range(3)]
+        print(f"fork of {options.together}: {statistics.median(f[0] for f in forks):.3f} s, parent paused "
+              f"{statistics.median(f[1] for f in forks):.3f} s", flush=True)
         accel = re.search(r"accelerator: (\w+)", daemon.log())
         daemon_peak_rss = peak_rss(daemon.process.pid) if daemon.process else None
     finally:
@@ -165,6 +187,8 @@ def main() -> None:
         "cold_together_s": summary(cold_together),
         "clone_together_s": summary(clone_together),
         "ratio_cold_over_clone_together": statistics.median(cold_together) / statistics.median(clone_together),
+        "fork_of_together_s": summary([f[0] for f in forks]),
+        "fork_parent_pause_s": summary([f[1] for f in forks]),
         "cold_rss_bytes_together": per_node(cold_together_memory, "rss"),
         "cold_pss_bytes_together": per_node(cold_together_memory, "pss"),
         "clone_rss_bytes_together": per_node(clone_together_memory, "rss"),
@@ -178,7 +202,7 @@ def main() -> None:
     }
     write_result(options.output, result)
     print(json.dumps({k: result[k] for k in ("accel", "ratio_cold_over_clone", "ratio_cold_over_clone_together",
-                                              "clone_pss_bytes_together", "daemon_peak_rss_bytes")}, default=str))
+                                              "fork_of_together_s", "clone_pss_bytes_together", "daemon_peak_rss_bytes")}, default=str))
 
 
 if __name__ == "__main__":
