@@ -273,6 +273,59 @@ class SharedDaemonTestCase(SynchronousTestCase):
             type(self)._stop_shared()
 
 
+class TemplatesDaemonTestCase(SharedDaemonTestCase):
+    """
+    Tests sharing one daemon whose templates' RAM files (and forks' state
+    files) go to a tmpfs directory of the class's own, ``shm``.
+
+    :cvar groups: the daemon's host groups.
+    :cvar settings: further configuration.
+    """
+
+    groups: list[dict[str, Any]] = []
+    settings: dict[str, Any] = {}
+    shm: str
+
+    @classmethod
+    def start_shared(cls) -> None:
+        ensure_image()
+        cls.shm = tempfile.mkdtemp(prefix="vms-t-", dir="/dev/shm")
+        cls.daemon = Daemon(groups=cls.groups, templates_tmpfs_dir=cls.shm, **cls.settings)
+        try:
+            cls.daemon.start()
+            cls.started()
+        except BaseException:
+            cls.daemon.cleanup()
+            shutil.rmtree(cls.shm, ignore_errors=True)
+            raise
+
+    @classmethod
+    def started(cls) -> None:
+        """Called once the daemon runs."""
+
+    @classmethod
+    def _stop_shared(cls) -> None:
+        try:
+            super()._stop_shared()
+        finally:
+            shutil.rmtree(cls.shm, ignore_errors=True)
+
+    def qemu_argv(self, hostname: str) -> list[str]:
+        """The command line of ``hostname``'s QEMU (its pid from its record)."""
+        with open(os.path.join(self.daemon.state_dir, "nodes", hostname, "node.json")) as f:
+            pid = int(json.load(f)["pid"])
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode().split("\0")
+
+    def backing_file(self, hostname: str) -> str:
+        """The backing file of ``hostname``'s disk ('' when it has none)."""
+        from vmservice.storage.overlay import disk_info
+
+        info = disk_info(os.path.join(self.daemon.state_dir, "nodes", hostname, "disk.qcow2"))
+        assert info is not None
+        return info.backing_file or ""
+
+
 class SharedGuestTestCase(SharedDaemonTestCase):
     """
     Tests sharing one daemon with one booted node, ``demo-1`` (its create

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import glob
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from typing import Any
 
-from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image
+from tests.integration.daemon import TemplatesDaemonTestCase
 
 GROUPS: list[dict[str, Any]] = [
     {"name": "f", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G"},
@@ -34,25 +32,8 @@ GROUPS: list[dict[str, Any]] = [
 ]
 
 
-class ForkTests(SharedDaemonTestCase):
-    @classmethod
-    def start_shared(cls) -> None:
-        ensure_image()
-        cls.shm = tempfile.mkdtemp(prefix="vms-f-", dir="/dev/shm")
-        cls.daemon = Daemon(groups=GROUPS, templates_tmpfs_dir=cls.shm)
-        try:
-            cls.daemon.start()
-        except BaseException:
-            cls.daemon.cleanup()
-            shutil.rmtree(cls.shm, ignore_errors=True)
-            raise
-
-    @classmethod
-    def _stop_shared(cls) -> None:
-        try:
-            super()._stop_shared()
-        finally:
-            shutil.rmtree(cls.shm, ignore_errors=True)
+class ForkTests(TemplatesDaemonTestCase):
+    groups = GROUPS
 
     def create(self, group: str = "f") -> str:
         created = self.daemon.json("POST", f"/hostgroup/{group}/nodes?wait=agent&timeout=4m", {}, expect=201)
@@ -71,12 +52,6 @@ class ForkTests(SharedDaemonTestCase):
     def forks(self) -> list[str]:
         return sorted(glob.glob(os.path.join(self.daemon.state_dir, "forks", "*")))
 
-    def backing_file(self, hostname: str) -> str:
-        from vmservice.storage.overlay import disk_info
-
-        info = disk_info(os.path.join(self.daemon.state_dir, "nodes", hostname, "disk.qcow2"))
-        assert info is not None
-        return info.backing_file or ""
 
     def test_fork_children_continue_then_diverge(self) -> None:
         """
@@ -180,7 +155,7 @@ class ForkTests(SharedDaemonTestCase):
         macs = []
         for name in (parent, *children):
             ip = nodes[name]["ip"]
-            mac = " ".join(_argv(self.daemon, name)).split("virtio-net-device,netdev=net0,mac=")[1].split()[0].lower()
+            mac = " ".join(self.qemu_argv(name)).split("virtio-net-device,netdev=net0,mac=")[1].split()[0].lower()
             code, out = self.daemon.run(name, "cat /sys/class/net/eth0/address; ip -4 addr show eth0; ip route")
             self.assertEqual(code, 0)
             self.assertEqual(out.split("\n")[0], mac)
@@ -215,7 +190,7 @@ class ForkTests(SharedDaemonTestCase):
         relaunched, boots its own disk, whose chain goes through both frozen disks.
         """
         parent = self.create("w")
-        argv = _argv(self.daemon, parent)
+        argv = self.qemu_argv(parent)
         self.assertIn("share=off", " ".join(argv))
         self.assertEqual(self.daemon.run(parent, "echo one > /root/kept; sync")[0], 0)
         (first,) = self.fork(parent, {})
@@ -223,7 +198,7 @@ class ForkTests(SharedDaemonTestCase):
         (second,) = self.fork(parent, {"persistent": False})
         self.assertEqual(self.daemon.run(first, "cat /root/kept; hostname"), (0, f"one\n{first}\n"))
         self.assertEqual(self.daemon.run(second, "cat /root/kept; hostname"), (0, f"one\ntwo\n{second}\n"))
-        self.assertIn("memory-backend-ram,id=mem0", " ".join(_argv(self.daemon, second)))
+        self.assertIn("memory-backend-ram,id=mem0", " ".join(self.qemu_argv(second)))
         self.assertEqual((self.daemon.nodes()[first]["persistent"], self.daemon.nodes()[second]["persistent"]),
                          (True, False))
         self.assertEqual(len(self.forks()), 2)
@@ -237,11 +212,3 @@ class ForkTests(SharedDaemonTestCase):
                          (0, "one\ntwo\n"))
 
 
-def _argv(daemon: Daemon, hostname: str) -> list[str]:
-    """The command line of a node's QEMU (its pid from its record)."""
-    import json
-
-    with open(os.path.join(daemon.state_dir, "nodes", hostname, "node.json")) as f:
-        pid = int(json.load(f)["pid"])
-    with open(f"/proc/{pid}/cmdline", "rb") as f:
-        return f.read().decode().split("\0")

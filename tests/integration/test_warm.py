@@ -19,12 +19,11 @@ import hashlib
 import os
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from typing import Any
 
-from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image
+from tests.integration.daemon import TemplatesDaemonTestCase
 
 MiB = 1024 * 1024
 
@@ -44,14 +43,6 @@ def _sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def _qemu_argv(daemon: Daemon, hostname: str) -> list[str]:
-    """The command line of a node's QEMU (its pid from its record)."""
-    import json
-
-    with open(os.path.join(daemon.state_dir, "nodes", hostname, "node.json")) as f:
-        pid = int(json.load(f)["pid"])
-    with open(f"/proc/{pid}/cmdline", "rb") as f:
-        return f.read().decode().split("\0")
 
 
 def _metric(text: str, name: str, **labels: str) -> float:
@@ -65,44 +56,11 @@ def _metric(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-class _WarmDaemonTestCase(SharedDaemonTestCase):
-    """
-    One daemon per class with warm groups, its templates' RAM files in a
-    tmpfs directory of the class's own.
-
-    :cvar groups: the daemon's host groups.
-    :cvar settings: further configuration.
-    """
-
-    groups: list[dict[str, Any]] = GROUPS
-    settings: dict[str, Any] = {}
-
-    @classmethod
-    def start_shared(cls) -> None:
-        ensure_image()
-        cls.shm = tempfile.mkdtemp(prefix="vms-t-", dir="/dev/shm")
-        cls.daemon = Daemon(groups=cls.groups, templates_tmpfs_dir=cls.shm, **cls.settings)
-        try:
-            cls.daemon.start()
-            cls.started()
-        except BaseException:
-            cls.daemon.cleanup()
-            shutil.rmtree(cls.shm, ignore_errors=True)
-            raise
-
-    @classmethod
-    def started(cls) -> None:
-        """Called once the daemon runs."""
-
-    @classmethod
-    def _stop_shared(cls) -> None:
-        try:
-            super()._stop_shared()
-        finally:
-            shutil.rmtree(cls.shm, ignore_errors=True)
+class _Warm(TemplatesDaemonTestCase):
+    groups = GROUPS
 
 
-class WarmTests(_WarmDaemonTestCase):
+class WarmTests(_Warm):
     @classmethod
     def started(cls) -> None:
         # The group's template is built at start, in the background.
@@ -129,16 +87,6 @@ class WarmTests(_WarmDaemonTestCase):
 
     def ram_files(self) -> list[str]:
         return sorted(glob.glob(os.path.join(self.shm, "vmservice-*", "*")))
-
-    def qemu_argv(self, hostname: str) -> list[str]:
-        return _qemu_argv(self.daemon, hostname)
-
-    def backing_file(self, hostname: str) -> str:
-        from vmservice.storage.overlay import disk_info
-
-        info = disk_info(os.path.join(self.daemon.state_dir, "nodes", hostname, "disk.qcow2"))
-        assert info is not None
-        return info.backing_file or ""
 
     def assert_clone(self, hostname: str) -> None:
         """The node's VM maps a template's RAM file privately and its disk lies over the frozen disk."""
@@ -319,7 +267,7 @@ class WarmTests(_WarmDaemonTestCase):
         self.assertIn("memory-backend-ram,id=mem0", " ".join(self.qemu_argv(hostname)))
 
 
-class WarmRecoveryTests(_WarmDaemonTestCase):
+class WarmRecoveryTests(_Warm):
     """A persistent clone after a daemon kill -9: adopted again, and relaunched cold from its own disk."""
 
     groups = [{**GROUPS[0], "persistent": True}]
@@ -355,7 +303,7 @@ class WarmRecoveryTests(_WarmDaemonTestCase):
         self.assertFalse(os.path.exists(os.path.dirname(frozen[0])))
 
 
-class WarmBudgetTests(_WarmDaemonTestCase):
+class WarmBudgetTests(_Warm):
     """A template that does not fit the tmpfs budget is never built: the group's nodes boot cold, counted."""
 
     settings = {"templates_tmpfs_budget": "128MiB"}
@@ -365,7 +313,7 @@ class WarmBudgetTests(_WarmDaemonTestCase):
         hostname = daemon.json("POST", f"/hostgroup/warm/nodes?wait=agent&timeout={CREATE_TIMEOUT}", {},
                                expect=201)["hostname"]
         self.assertEqual(daemon.run(hostname, "echo hi"), (0, "hi\n"))
-        self.assertNotIn("memory-backend", " ".join(_qemu_argv(daemon, hostname)))
+        self.assertNotIn("memory-backend", " ".join(self.qemu_argv(hostname)))
         text = daemon.request("GET", "/metrics")[2].decode()
         self.assertEqual(_metric(text, "vmservice_warm_fallbacks_total", hostgroup="warm", reason="budget"), 1)
         self.assertEqual(_metric(text, "vmservice_template_builds_total", result="ok"), 0)
@@ -374,7 +322,7 @@ class WarmBudgetTests(_WarmDaemonTestCase):
         daemon.json("DELETE", f"/hostgroup/warm/nodes/{hostname}")
 
 
-class WarmNetworkTests(_WarmDaemonTestCase):
+class WarmNetworkTests(_Warm):
     """Clones with a network (isolated mode): each its own MAC, address and route, its gateway reached."""
 
     groups = [{**GROUPS[0], "name": "wnet", "network": {"mode": "isolated", "range": "10.86.9.0/28"}}]
@@ -386,7 +334,7 @@ class WarmNetworkTests(_WarmDaemonTestCase):
             node = daemon.json("POST", f"/hostgroup/wnet/nodes?wait=agent&timeout={CREATE_TIMEOUT}", {}, expect=201)
             hostname, ip = node["hostname"], node["ip"]
             self.addCleanup(daemon.request, "DELETE", f"/hostgroup/wnet/nodes/{hostname}")
-            argv = " ".join(_qemu_argv(daemon, hostname))
+            argv = " ".join(self.qemu_argv(hostname))
             self.assertIn("share=off", argv)
             mac = argv.split("virtio-net-device,netdev=net0,mac=")[1].split()[0].lower()
             code, out = daemon.run(hostname, "cat /sys/class/net/eth0/address; ip -4 addr show eth0; ip route")
