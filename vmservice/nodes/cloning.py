@@ -109,7 +109,7 @@ class Cloning:
     async def _clone(self, node: NodeRuntime, template: Template,
                      net: NetSpec | None) -> tuple[IMachine, IGuestConnection]:
         parts = self.parts
-        steps = _Steps(parts.clock)
+        steps = StepTimes(parts.clock)
         node.record = evolve(node.record, frozen_disk=template.disk, clone_memory=True)
         try:
             await parts.disks.create(template.disk, node.paths.disk, template.key.storage_size)
@@ -160,8 +160,8 @@ class Cloning:
         node.record = evolve(node.record, frozen_disk="", clone_memory=False, pid=None)
 
 
-class _Steps:
-    """The milliseconds each step of a clone took, for the log."""
+class StepTimes:
+    """The milliseconds each step of starting a node from saved state took, for the log."""
 
     def __init__(self, clock: IReactorTime) -> None:
         self._clock = clock
@@ -177,4 +177,4 @@ class _Steps:
         return ", ".join(self._steps)
 
 
-__all__ = ["Cloning", "template_key"]
+__all__ = ["Cloning", "StepTimes", "template_key"]

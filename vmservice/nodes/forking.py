@@ -19,7 +19,6 @@ runs on.  The frozen disk is kept while a record names it
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 import shutil
@@ -34,7 +33,7 @@ from twisted.python.failure import Failure
 from ..errors import BadRequest, Conflict, Internal
 from ..hypervisors.base import HypervisorError, IMachine
 from .adoption import ICloneAdoption
-from .cloning import ADOPT_TIMEOUT
+from .cloning import ADOPT_TIMEOUT, StepTimes
 from .creation import next_hostname
 from .events import EventType
 from .model import MAX_FORK_COUNT, NodeRecord, Status, unique, visible
@@ -43,6 +42,7 @@ from .parts import FleetParts
 from .readiness import wait_for_guest
 from .registry import Registry
 from .runtime import NodeRuntime
+from .templates import daemon_tag
 
 log = Logger()
 
@@ -243,7 +243,7 @@ class Forking:
     async def _start(self, node: NodeRuntime, frozen_disk: str, state: str, adoption: ICloneAdoption) -> None:
         """Network, disk and VM of a child, its state loaded and its identity adopted; then it runs."""
         parts = self._parts
-        began = parts.clock.seconds()
+        steps = StepTimes(parts.clock)
         net = await parts.addressing.attach(node.record)
         info = parts.disks.info(frozen_disk)
         size = info.size_bytes if info is not None else parts.group(node.record.hostgroup).storage_size
@@ -257,21 +257,20 @@ class Forking:
             # As a clone's: QEMU answers once its sockets exist, and the agent's is connected before the load.
             await machine.run_state()
             agent = node.connect_agent(adopting=True)
-            spawned = parts.clock.seconds()
+            steps.done("disk and spawn")
             await machine.load_state(state)
             await machine.resume()
-            loaded = parts.clock.seconds()
+            steps.done("load")
             adopted = adoption.adopt(node.record, net, agent)
             await wait_for_guest(parts.clock, machine, adopted, ADOPT_TIMEOUT)
+            steps.done("adopt")
         except HypervisorError as error:
             raise Internal(f"node {node.hostname!r} could not be started from its parent's state: {error}",
                            code="fork_failed") from None
         except Exception as error:
             raise Internal(f"node {node.hostname!r} could not adopt its identity: {error}",
                            code="fork_failed") from None
-        log.info("node {hostname} forked: disk and spawn {spawn:.0f} ms, load {load:.0f} ms, adopt {adopt:.0f} ms",
-                 hostname=node.hostname, spawn=(spawned - began) * 1000, load=(loaded - spawned) * 1000,
-                 adopt=(parts.clock.seconds() - loaded) * 1000)
+        log.info("node {hostname} forked: {steps}", hostname=node.hostname, steps=steps)
         node.adopted()
         node.set(Status.RUNNING)
         node.started()
@@ -301,8 +300,7 @@ def _unlink(path: str) -> None:
 
 def state_prefix(state_dir: str, tmpfs_dir: str) -> str:
     """How the names of this daemon's fork state files begin (in ``tmpfs_dir``, which daemons may share)."""
-    own = hashlib.sha256(os.path.abspath(state_dir).encode()).hexdigest()[:12]
-    return os.path.join(tmpfs_dir, f"vmservice-fork-{own}-")
+    return os.path.join(tmpfs_dir, f"vmservice-fork-{daemon_tag(state_dir)}-")
 
 
 def discard_fork_states(state_dir: str, tmpfs_dir: str) -> None:

@@ -120,6 +120,11 @@ class Template:
 Build = Callable[[Template], Awaitable[None]]
 
 
+def daemon_tag(state_dir: str) -> str:
+    """What names this daemon's files in a tmpfs other daemons may share: a digest of its state directory."""
+    return hashlib.sha256(os.path.abspath(state_dir).encode()).hexdigest()[:12]
+
+
 class TemplateStore:
     """
     The templates of one daemon.
@@ -142,8 +147,7 @@ class TemplateStore:
     ) -> None:
         self._clock = clock
         self.directory = os.path.join(state_dir, "templates")
-        own = hashlib.sha256(os.path.abspath(state_dir).encode()).hexdigest()[:12]
-        self.ram_directory = os.path.join(tmpfs_dir, f"vmservice-{own}")
+        self.ram_directory = os.path.join(tmpfs_dir, f"vmservice-{daemon_tag(state_dir)}")
         self._budget = budget
         self._on_build = on_build
         self._ready: dict[TemplateKey, Template] = {}
