@@ -155,17 +155,7 @@ class ForkTests(TemplatesDaemonTestCase):
         macs = []
         for name in (parent, *children):
             ip = nodes[name]["ip"]
-            mac = " ".join(self.qemu_argv(name)).split("virtio-net-device,netdev=net0,mac=")[1].split()[0].lower()
-            code, out = self.daemon.run(name, "cat /sys/class/net/eth0/address; ip -4 addr show eth0; ip route")
-            self.assertEqual(code, 0)
-            self.assertEqual(out.split("\n")[0], mac)
-            self.assertIn(f"inet {ip}/30", out)
-            gateway = out.split("default via ")[1].split()[0]
-            probe = (f"python3 -c \"import socket; s=socket.socket(); s.settimeout(1); s.connect_ex(('{gateway}', 9))\"; "
-                     f"ip neigh show {gateway}")
-            code, out = self.daemon.run(name, probe)
-            self.assertEqual(code, 0)
-            self.assertIn("lladdr", out)
+            mac = self.assert_own_network(name, ip)
             macs.append(mac)
         self.assertEqual(len(set(macs)), 3)
 

@@ -336,18 +336,7 @@ class WarmNetworkTests(_Warm):
             self.addCleanup(daemon.request, "DELETE", f"/hostgroup/wnet/nodes/{hostname}")
             argv = " ".join(self.qemu_argv(hostname))
             self.assertIn("share=off", argv)
-            mac = argv.split("virtio-net-device,netdev=net0,mac=")[1].split()[0].lower()
-            code, out = daemon.run(hostname, "cat /sys/class/net/eth0/address; ip -4 addr show eth0; ip route")
-            self.assertEqual(code, 0)
-            self.assertEqual(out.split("\n")[0], mac)
-            self.assertIn(f"inet {ip}/30", out)
-            gateway = out.split("default via ")[1].split()[0]
-            # The gateway answers ARP for the clone's own MAC and address at once.
-            probe = (f"python3 -c \"import socket; s=socket.socket(); s.settimeout(1); s.connect_ex(('{gateway}', 9))\"; "
-                     f"ip neigh show {gateway}")
-            code, out = daemon.run(hostname, probe)
-            self.assertEqual(code, 0)
-            self.assertIn("lladdr", out)
+            mac = self.assert_own_network(hostname, ip)
             macs.append(mac)
         self.assertNotEqual(macs[0], macs[1])
         self.assertNotIn("02:00:00:00:00:01", macs)
