@@ -12,7 +12,11 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from datetime import datetime, timezone
 
+from twisted.internet.testing import MemoryReactorClock
+
+from vmservice.errors import InsufficientMemory
 from vmservice.metrics import STREAM_KINDS, Metrics
+from vmservice.nodes.admission import Admission, Holder, Limits
 from vmservice.nodes.events import EventType, NodeEvent
 
 
@@ -137,3 +141,25 @@ class LifecycleMetricsTests(SynchronousTestCase):
         self.assertEqual(found[("vmservice_open_streams", (("kind", "exec"),))], 1)
         self.assertEqual(found[("vmservice_open_streams", (("kind", "shell"),))], 0)
         second()
+
+
+class AdmissionMetricsTests(SynchronousTestCase):
+    def test_admission_read_at_scrape(self) -> None:
+        """The budget, its use, the boot slots and queue and the refusals are read from admission at each scrape."""
+        admission = Admission(MemoryReactorClock(), Limits(budget=1000, overhead=10, boot_concurrency=1))
+        admission.watch(lambda: [Holder("a", "g", 90, True)])
+        metrics = Metrics()
+        metrics.watch_admission(admission.state)
+        admission.admit(100, group="g")
+        admission.boots.take(60)
+        admission.boots.take(60)
+        found = samples(metrics)
+        self.assertEqual(found[("vmservice_admission_memory_budget_bytes", ())], 1000)
+        self.assertEqual(found[("vmservice_admission_memory_used_bytes", ())], 210)
+        self.assertEqual(found[("vmservice_admission_memory_reserved_bytes", ())], 110)
+        self.assertEqual(found[("vmservice_admission_boot_slots", ())], 1)
+        self.assertEqual(found[("vmservice_admission_boot_slots_in_use", ())], 1)
+        self.assertEqual(found[("vmservice_admission_boot_queue_length", ())], 1)
+        self.assertEqual(found[("vmservice_admission_refusals_total", (("reason", "memory"),))], 0)
+        self.assertRaises(InsufficientMemory, admission.admit, 1000, group="g")
+        self.assertEqual(samples(metrics)[("vmservice_admission_refusals_total", (("reason", "memory"),))], 1)

@@ -42,6 +42,7 @@ from .errors import BadRequest
 from .structuring import BadValue, Path, describe, format_path, strict_converter, structure_errors
 
 __all__ = [
+    "AdmissionConfig",
     "ApiConfig",
     "AuthConfig",
     "Config",
@@ -95,6 +96,11 @@ DEFAULT_TEMPLATES_TMPFS_DIR = "/dev/shm"
 DEFAULT_TEMPLATES_TMPFS_BUDGET = 2 * GiB
 #: The longest ``stats_interval``.
 MAX_STATS_INTERVAL = 3600.0
+#: What a VM is taken to hold beyond its guest RAM unless ``admission.vm_overhead`` says otherwise: QEMU
+#: itself and, under TCG, its translation cache (measured: 260-295 MB resident for 128 MiB guests).
+DEFAULT_VM_OVERHEAD = 160 * MiB
+#: The most cold boots ``admission.boot_concurrency`` may allow at once.
+MAX_BOOT_CONCURRENCY = 256
 #: Each VM of an isolated network takes a /30 (network, host side, guest,
 #: broadcast), so a /22 holds 256 VM slots as the API specification says.
 ISOLATED_SLOT_PREFIX = 30
@@ -342,6 +348,8 @@ class HostGroupConfig:
         hands out to the group's nodes, in this order.
     :ivar warm: Start the group's nodes as clones of a template booted once
         (see ``docs/warm-start.md``) instead of booting each.
+    :ivar max_nodes: The most nodes the group may have at once (whatever
+        their status); ``None`` for no limit.
     """
 
     name: str
@@ -358,6 +366,7 @@ class HostGroupConfig:
     userdata: str = ""
     gpus: tuple[str, ...] = ()
     warm: bool = False
+    max_nodes: int | None = None
 
     @property
     def arch(self) -> str:
@@ -366,6 +375,25 @@ class HostGroupConfig:
         built and booted for now.
         """
         return "x86_64"
+
+
+@attrs.frozen(kw_only=True)
+class AdmissionConfig:
+    """
+    The ``admission:`` section: what the host may be asked to hold (see
+    :mod:`vmservice.nodes.admission`).
+
+    :ivar memory_budget: Bytes that the VMs of this daemon may hold at once
+        (each counts its guest RAM plus :attr:`vm_overhead`); ``None``: from
+        the host's RAM at start.
+    :ivar vm_overhead: Bytes a VM is taken to hold beyond its guest RAM.
+    :ivar boot_concurrency: Cold boots at once (others wait in order); 0 for
+        no bound; ``None``: the host's CPU count.
+    """
+
+    memory_budget: int | None = None
+    vm_overhead: int = DEFAULT_VM_OVERHEAD
+    boot_concurrency: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -391,6 +419,7 @@ class Config:
         keeps its templates' RAM files (in a directory of its own).
     :ivar templates_tmpfs_budget: Bytes of RAM files this daemon's templates
         may hold at once; a template that would exceed it is not built.
+    :ivar admission: The memory budget and the bound on cold boots.
     """
 
     api: ApiConfig = ApiConfig()
@@ -406,6 +435,7 @@ class Config:
     stats_interval: float = DEFAULT_STATS_INTERVAL
     templates_tmpfs_dir: str = DEFAULT_TEMPLATES_TMPFS_DIR
     templates_tmpfs_budget: int = DEFAULT_TEMPLATES_TMPFS_BUDGET
+    admission: AdmissionConfig = AdmissionConfig()
 
     def group(self, name: str) -> HostGroupConfig | None:
         """
@@ -473,6 +503,14 @@ class _GroupDocument:
     userdata: str = ""
     gpus: tuple[_PciText, ...] = ()
     warm: bool = False
+    max_nodes: int | None = None
+
+
+@attrs.frozen
+class _AdmissionDocument:
+    memory_budget: _Size | None = None
+    vm_overhead: _Size = _Size(DEFAULT_VM_OVERHEAD)
+    boot_concurrency: int | None = None
 
 
 @attrs.frozen
@@ -490,6 +528,7 @@ class _ConfigDocument:
     stats_interval: float = DEFAULT_STATS_INTERVAL
     templates_tmpfs_dir: str = DEFAULT_TEMPLATES_TMPFS_DIR
     templates_tmpfs_budget: _Size = _Size(DEFAULT_TEMPLATES_TMPFS_BUDGET)
+    admission: _AdmissionDocument = _AdmissionDocument()
 
 
 def _structure_size(value: object, _type: object) -> _Size:
@@ -711,7 +750,18 @@ class _Resolver:
             stats_interval=self.stats_interval(document.stats_interval, (*base, "stats_interval")),
             templates_tmpfs_dir=self.nonempty(document.templates_tmpfs_dir, (*base, "templates_tmpfs_dir")),
             templates_tmpfs_budget=document.templates_tmpfs_budget,
+            admission=self.admission(document.admission, (*base, "admission")),
         )
+
+    def admission(self, document: _AdmissionDocument, parts: Path) -> AdmissionConfig:
+        if document.memory_budget is not None and document.memory_budget < MiB:
+            raise self.error((*parts, "memory_budget"), f"memory_budget {document.memory_budget} must be at least 1M")
+        concurrency = document.boot_concurrency
+        if concurrency is not None and not 0 <= concurrency <= MAX_BOOT_CONCURRENCY:
+            raise self.error((*parts, "boot_concurrency"), f"boot_concurrency {concurrency} must be from 0 (no bound) "
+                                                           f"to {MAX_BOOT_CONCURRENCY}")
+        return AdmissionConfig(memory_budget=document.memory_budget, vm_overhead=document.vm_overhead,
+                               boot_concurrency=concurrency)
 
     def codehost_url(self, url: str | None, parts: Path) -> str | None:
         """An http(s) URL without credentials, query or fragment, its final ``/`` dropped; ``None`` when empty."""
@@ -780,6 +830,9 @@ class _Resolver:
         else:
             hypervisor = self.one_of(document.hypervisor, HYPERVISORS, "hypervisor", (*parts, "hypervisor"))
         graceful = top.graceful_shutdown if document.graceful_shutdown is None else document.graceful_shutdown
+        if document.max_nodes is not None and document.max_nodes < max(1, document.count):
+            raise self.error((*parts, "max_nodes"), f"max_nodes {document.max_nodes} must be at least 1 and at least "
+                                                    f"count ({document.count})")
         network = None
         if document.network is not None:
             network = self.network(document.network, (*parts, "network"))
@@ -805,6 +858,7 @@ class _Resolver:
             userdata=self.userdata(document.userdata, (*parts, "userdata")),
             gpus=self.gpus(document.gpus, (*parts, "gpus")),
             warm=document.warm,
+            max_nodes=document.max_nodes,
         )
 
     def gpus(self, addresses: tuple[_PciText, ...], parts: Path) -> tuple[str, ...]:

@@ -116,6 +116,18 @@ class AgentNotConnected(ServiceError):
     code = "agent_unavailable"
 
 
+class InsufficientMemory(ServiceError):
+    """
+    The host cannot hold another VM now (503): starting it would take the
+    VMs of this daemon past the memory budget (``admission.memory_budget``).
+    Refused before anything was made; a retry once other nodes stopped,
+    were suspended or deleted may succeed, hence 503 rather than a 4xx.
+    """
+
+    status = 503
+    code = "insufficient_memory"
+
+
 class InsufficientStorage(ServiceError):
     """
     The guest's file system has no room for what is copied into it (507):

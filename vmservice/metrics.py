@@ -10,6 +10,7 @@ Prometheus metrics of the daemon, in a registry of its own.
 - ``vmservice_agent_reconnects_total{hostgroup}`` (an agent back after it was lost)
 - ``vmservice_node_events_total{type}`` (lifecycle events published)
 - ``vmservice_open_streams{kind}`` (streams open now: exec, cp, watch, logs, shell, tunnel, events)
+- ``vmservice_admission_*``: the memory budget and its use, the cold boot slots and queue, refusals
 
 docs/metrics.md describes each.
 """
@@ -19,10 +20,11 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from .nodes.admission import AdmissionState
 from .nodes.events import EventType, NodeEvent
 
 STATUSES = ("Running", "Paused", "Stopped", "Suspended")
@@ -46,6 +48,36 @@ class _NodesCollector(Collector):
         for group, status, count in self._counts():
             family.add_metric([group, status], count)
         yield family
+
+
+class _AdmissionCollector(Collector):
+    """
+    The ``vmservice_admission_*`` series, read at each scrape.
+
+    :param state: gives admission as it is now.
+    """
+
+    def __init__(self, state: Callable[[], AdmissionState]) -> None:
+        self._state = state
+
+    def collect(self) -> Iterable[Metric]:
+        state = self._state()
+        gauges = (
+            ("memory_budget_bytes", "The memory budget of this daemon's VMs (0: none)", state.budget or 0),
+            ("memory_used_bytes", "Memory held by running VMs (RAM plus overhead) and reserved by starts under way",
+             state.used),
+            ("memory_reserved_bytes", "The part of the memory in use reserved by starts under way", state.reserved),
+            ("boot_slots", "Cold boots allowed at once (0: no bound)", state.boot_slots),
+            ("boot_slots_in_use", "Cold boots holding a slot now", state.booting),
+            ("boot_queue_length", "Cold boots waiting for a slot", state.waiting),
+        )
+        for name, text, value in gauges:
+            yield GaugeMetricFamily(f"vmservice_admission_{name}", text, value=value)
+        refusals = CounterMetricFamily("vmservice_admission_refusals", "Starts refused by admission, by reason",
+                                       labels=["reason"])
+        for reason, count in sorted(state.refusals.items()):
+            refusals.add_metric([reason], count)
+        yield refusals
 
 
 class Metrics:
@@ -195,6 +227,10 @@ class Metrics:
         :param counts: gives ``(group, status, n)`` for each group and status.
         """
         self.registry.register(_NodesCollector(counts))
+
+    def watch_admission(self, state: Callable[[], AdmissionState]) -> None:
+        """Report admission (budget, use, boot slots and queue, refusals) at each scrape."""
+        self.registry.register(_AdmissionCollector(state))
 
     def render(self) -> tuple[bytes, str]:
         """The text exposition and its content type."""

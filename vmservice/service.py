@@ -41,6 +41,7 @@ from .network.claims import RangeClaims, RangeTaken
 from .network.host import HostNetwork, command_runner
 from .network.ipam import pool
 from .nodes.addressing import Addressing
+from .nodes.admission import Admission, limits
 from .nodes.fleet import Fleet
 from .nodes.adoption import IdentityAdoption
 from .nodes.templates import TemplateStore
@@ -145,6 +146,23 @@ def _snapshots(reactor: IDaemonReactor) -> Callable[[str, float], Deferred[Mappi
     return lambda socket, deadline: Deferred.fromCoroutine(client.snapshot(socket, deadline))
 
 
+def _admission(config: Config, reactor: IDaemonReactor) -> Admission:
+    """Admission with its defaults from this host's RAM (``/proc/meminfo``) and CPU count."""
+    try:
+        with open("/proc/meminfo") as f:
+            meminfo: str | None = f.read()
+    except OSError:
+        meminfo = None
+    allowed = limits(config, meminfo, os.cpu_count())
+    log.info(
+        "admission: memory budget {budget} ({explained}), {overhead} MiB per VM beyond its RAM, "
+        "cold boots at once: {boots}",
+        budget="none" if allowed.budget is None else f"{allowed.budget // 2**20} MiB", explained=allowed.explained,
+        overhead=allowed.overhead // 2**20, boots=allowed.boot_concurrency or "no bound",
+    )
+    return Admission(reactor, allowed)
+
+
 def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
     """
     Build the daemon's service tree from ``config``.
@@ -196,6 +214,7 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
         adoption=IdentityAdoption(time.time_ns),
         on_clone=metrics.observe_clone,
         on_warm_fallback=metrics.observe_warm_fallback,
+        admission=_admission(config, reactor),
     )
     fleet = Fleet(parts)
     parts.events.listen(metrics.observe_event)
@@ -205,6 +224,7 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
         return [(g.name, s, counted[(g.name, s)]) for g in config.host_groups for s in STATUSES]
 
     metrics.watch_nodes(node_counts)
+    metrics.watch_admission(parts.admission.state)
     token = load_or_create_token(config.state_dir) if config.api.auth.enabled else None
     api = Api(reactor, every_route(fleet, reactor, metrics, secrets), metrics, token)
     site = StreamingSite(api.resource(), api.streams_body)

@@ -11,6 +11,7 @@ from twisted.web.iweb import IRequest
 
 from ..nodes.fleet import Fleet
 from .inputs.forks import fork_request
+from .models.meta import ErrorResponse
 from .models.nodes import CreateNodeResponse, ForkNodeRequest
 from .nodes import create_response, shielded
 from .query import NoQuery
@@ -28,7 +29,11 @@ class ForkApi:
         return [
             Route("POST", "/vm/{hostname}/fork", self.fork,
                   "Fork a running node into new nodes that continue from its memory and disk", "lifecycle",
-                  {201: Reply("The new nodes", CreateNodeResponse, array=True)}, body=ForkNodeRequest),
+                  {201: Reply("The new nodes", CreateNodeResponse, array=True),
+                   409: Reply("max_nodes_reached: the children would take the group past its max_nodes; paused, "
+                              "not_running, busy, not_forkable", ErrorResponse),
+                   503: Reply("insufficient_memory: the children do not fit in the memory budget (nothing was made)",
+                              ErrorResponse)}, body=ForkNodeRequest),
         ]
 
     async def fork(self, request: IRequest, query: NoQuery, hostname: str) -> bytes:

@@ -18,6 +18,7 @@ from ..nodes.fleet import Fleet
 from ..nodes.operation import Done
 from ..nodes.transitions import Op
 from .inputs.lifecycle import SHUTDOWN_ACTIONS, shutdown_action, timeout_param, wait_for, wait_param
+from .models.meta import ErrorResponse
 from .models.nodes import CreateNodeResponse
 from .nodes import create_response, shielded
 from .query import Choice, NoQuery, param
@@ -59,6 +60,11 @@ class ShutdownQuery:
     )
 
 
+#: The refusal of a start that does not fit in the memory budget.
+_NO_MEMORY = {503: Reply("insufficient_memory: the VM does not fit in the memory budget (the node is left as it was)",
+                         ErrorResponse)}
+
+
 def _text(summary: str) -> dict[int, Reply]:
     return {200: Reply(summary, media="text/plain")}
 
@@ -78,9 +84,9 @@ class LifecycleApi:
             Route("POST", "/vm/{hostname}/suspend", self.suspend, "Save the VM's memory to disk and end it", "lifecycle",
                   _text("Suspended")),
             Route("POST", "/vm/{hostname}/restore", self.restore, "Restore a suspended VM", "lifecycle",
-                  _text("Restored"), query=WaitQuery),
+                  {**_text("Restored"), **_NO_MEMORY}, query=WaitQuery),
             Route("POST", "/vm/{hostname}/relaunch", self.relaunch, "Boot a stopped node from its disk", "lifecycle",
-                  {200: Reply("Relaunched", CreateNodeResponse)}, query=WaitQuery),
+                  {200: Reply("Relaunched", CreateNodeResponse), **_NO_MEMORY}, query=WaitQuery),
             Route("POST", "/vm/{hostname}/shutdown", self.shutdown, "Power the VM off or reboot it", "lifecycle",
                   _text("Initiated"), query=ShutdownQuery),
         ]

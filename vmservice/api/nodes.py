@@ -15,6 +15,7 @@ from ..nodes.fleet import Fleet
 from ..nodes.model import NodeRecord
 from .inputs.lifecycle import timeout_param, wait_for, wait_param
 from .inputs.nodes import create_request
+from .models.meta import ErrorResponse
 from .models.nodes import CreateNodeRequest, CreateNodeResponse, DeleteResponse, HostGroup, Node
 from .query import NoQuery, Text, param
 from .rendering import json_body
@@ -91,7 +92,11 @@ class NodesApi:
                   {200: Reply("The nodes", Node, array=True)}, query=NodeFilter),
             Route(
                 "POST", "/hostgroup/{name}/nodes", self.create, "Create a node", "nodes",
-                {201: Reply("The node was created", CreateNodeResponse)},
+                {201: Reply("The node was created", CreateNodeResponse),
+                 409: Reply("max_nodes_reached: the host group has its max_nodes; hostname_taken, ip_taken ...",
+                            ErrorResponse),
+                 503: Reply("insufficient_memory: the node does not fit in the memory budget (nothing was made)",
+                            ErrorResponse)},
                 query=CreateQuery,
                 body=CreateNodeRequest,
             ),

@@ -26,6 +26,7 @@ from ..errors import AgentError, BadRequest, Conflict, Internal, WaitTimeout
 from .model import CreateRequest, NodeRecord, Status, Wait, unique, valid_hostname, visible
 from .events import EventType
 from .parts import FleetParts
+from .admission import Claim
 from .cloning import Cloning
 from .guest import IGuestConnection
 from .readiness import NotReady, answered, wait_for_guest
@@ -120,29 +121,49 @@ class Creation:
         limits = _limits(group, request)
         image = self._parts.requested_image(group, request.disk_image)
         userdata = _userdata(group, request)
+        # Admitted (memory, max_nodes) before anything is made; the claim
+        # stands in for the node until its VM runs or it was removed.
+        claim = self._parts.admission.admit(limits[0], group=group.name)
+        try:
+            return await self._create(group, request, limits, image, userdata, claim, wait, timeout)
+        finally:
+            claim.release()
+
+    async def _create(
+        self, group: HostGroupConfig, request: CreateRequest, limits: tuple[int, int], image: Image,
+        userdata: bytes, claim: Claim, wait: Wait, timeout: float,
+    ) -> NodeRecord:
+        """The node made once admitted (see :meth:`create`)."""
+        began = self._parts.clock.seconds()
         record = await self._record(group, request, limits, image, bool(userdata))
         node = self._make(record)
+        claim.name(record.hostname)
         self._parts.store.save(record)
         node.announce(EventType.CREATED)
         log.info("creating node {hostname} in {group}", hostname=record.hostname, group=group.name)
         try:
             if userdata:
                 write_atomic(node.paths.userdata, userdata, mode=0o600)
-            machine, agent = await self._launch(node, group, image)
+            machine, agent = await self._launch(node, group, image, began + timeout)
             node.set(Status.RUNNING)
             node.started()
             if wait is not Wait.NONE:
                 ready = Deferred.fromCoroutine(_ready(node, agent, wait))
-                await wait_for_guest(self._parts.clock, machine, ready, timeout)
+                left = max(0.0, began + timeout - self._parts.clock.seconds())
+                await wait_for_guest(self._parts.clock, machine, ready, left)
         except BaseException as error:
             await node.remove()
             raise _failed(error, record.hostname, timeout) from None
         return visible(node.record)
 
     async def _launch(
-        self, node: NodeRuntime, group: HostGroupConfig, image: Image
+        self, node: NodeRuntime, group: HostGroupConfig, image: Image, deadline: float
     ) -> tuple[IMachine, IGuestConnection]:
-        """Network, disk, VM and agent connection of a new node: cloned when its group is warm and that works."""
+        """
+        Network, disk, VM and agent connection of a new node: cloned when its
+        group is warm and that works; a cold boot waits for a boot slot first
+        (until ``deadline``, the create's timeout).
+        """
         parts = self._parts
         net = await parts.addressing.attach(node.record)
         if group.warm:
@@ -150,8 +171,15 @@ class Creation:
             if cloned is not None:
                 return cloned
         await parts.disks.create(image.rootfs.path, node.paths.disk, group.storage_size)
-        machine = await node.spawn(image.kernel.path, image.initrd.path, net)
-        return machine, node.connect_agent()
+        slot = await parts.admission.boot_slot(max(0.0, deadline - parts.clock.seconds()), f"node {node.hostname!r}")
+        try:
+            machine = await node.spawn(image.kernel.path, image.initrd.path, net)
+        except BaseException:
+            slot.release()
+            raise
+        agent = node.connect_agent()
+        slot.hold(agent.when_ready(), machine.ended)
+        return machine, agent
 
     async def _record(
         self, group: HostGroupConfig, request: CreateRequest, limits: tuple[int, int], image: Image, userdata: bool

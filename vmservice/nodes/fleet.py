@@ -42,6 +42,7 @@ from ..hypervisors.base import IMachine, MachineExit
 from ..images.store import ImageInfo
 from ..observer import OneShotObserver
 from . import console
+from .admission import Holder
 from .counts import keep_counts
 from .cloning import Cloning
 from .creation import Creation
@@ -94,6 +95,12 @@ class Fleet(Service):
         self.stats = NodeStats(self._registry, parts.clock, parts.snapshots)
         self.events = parts.events
         self._unsubscribe: Callable[[], None] = lambda: None
+        parts.admission.watch(self._holders)
+
+    def _holders(self) -> builtins.list[Holder]:
+        """The nodes as admission counts them: a node whose VM this daemon runs holds memory."""
+        return [Holder(node.hostname, node.record.hostgroup, node.record.ram_bytes, node.machine is not None)
+                for node in self._registry.all()]
 
     def _register(self, record: NodeRecord) -> NodeRuntime:
         node = NodeRuntime(record, self._parts, self._forgotten)

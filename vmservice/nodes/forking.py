@@ -105,7 +105,8 @@ class Forking:
         parent = await settled(self._registry, hostname)
         parent.phase.begin("fork")
         try:
-            return await self._fork(parent, request)
+            return await self._parts.admission.admitted(
+                self._fork(parent, request), parent.record.ram_bytes, request.count, parent.record.hostgroup)
         finally:
             parent.phase.finish()
 

@@ -97,16 +97,23 @@ class Lifecycle(NodeOperations):
             if not os.path.exists(node.paths.disk):
                 raise Internal(f"the disk of node {hostname!r} is missing", code="disk_missing")
             before = node.record.status
+            admission = self._parts.admission
+            claim = admission.admit(node.record.ram_bytes, hostname=hostname)
             try:
-                net = await self._parts.addressing.attach(node.record)
-                await node.spawn(image.kernel.path, image.initrd.path, net)
-            except BaseException:
-                await node.release()
-                node.set(before, pid=None)  # a suspended node keeps its snapshot
-                raise
-            node.set(Status.RUNNING, clone_memory=False)  # a clone boots as a node of its own
-            node.paths.discard_snapshot()
-            node.connect_agent()
+                slot = await admission.boot_slot(timeout, f"node {hostname!r}")
+                try:
+                    net = await self._parts.addressing.attach(node.record)
+                    machine = await node.spawn(image.kernel.path, image.initrd.path, net)
+                except BaseException:
+                    slot.release()
+                    await node.release()
+                    node.set(before, pid=None)  # a suspended node keeps its snapshot
+                    raise
+                node.set(Status.RUNNING, clone_memory=False)  # a clone boots as a node of its own
+                node.paths.discard_snapshot()
+                slot.hold(node.connect_agent().when_ready(), machine.ended)
+            finally:
+                claim.release()
         log.info("relaunched node {hostname}", hostname=hostname)
         await wait_after(self._parts, node, wait, timeout)
         return visible(node.record)

@@ -21,6 +21,7 @@ from ..images.store import Image, ImageInfo, ImageNotFound, list_images
 from ..observer import OneShotObserver
 from ..storage.interfaces import IDisks
 from .addressing import Addressing
+from .admission import Admission
 from .adoption import ICloneAdoption
 from .events import EventHub
 from .guest import IGuestConnection
@@ -111,6 +112,8 @@ class FleetParts:
         from its disk's creation to its VM running with its identity adopted.
     :ivar on_warm_fallback: called with ``(group, kind)`` each time a warm
         group's node boots cold instead (``kind`` says why, for the metric).
+    :ivar admission: the memory budget, ``max_nodes`` and the cold boots
+        queue every start of a VM goes through; admits everything by default.
     """
 
     clock: IReactorTime
@@ -135,6 +138,7 @@ class FleetParts:
     adoption: ICloneAdoption | None = None
     on_clone: Callable[[str, float], None] = field(default=_no_boots)
     on_warm_fallback: Callable[[str, str], None] = field(default=_no_fallbacks)
+    admission: Admission = field(factory=Admission.unlimited)
 
     def group(self, name: str) -> HostGroupConfig:
         """

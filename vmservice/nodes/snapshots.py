@@ -84,6 +84,7 @@ class Snapshots(NodeOperations):
             if not kernel:
                 image = self._parts.image(self._parts.group(node.record.hostgroup), node.record.image)
                 kernel, initrd = image.kernel.path, image.initrd.path
+            claim = self._parts.admission.admit(node.record.ram_bytes, hostname=hostname)
             node.set(Status.RESTORING)
             began = self._parts.clock.seconds()
             try:
@@ -95,6 +96,8 @@ class Snapshots(NodeOperations):
                 await node.release()
                 node.set(Status.SUSPENDED, pid=None)
                 raise
+            finally:
+                claim.release()  # the node's VM runs (and counts) or it failed
             self._parts.on_restore(node.record.hostgroup, self._parts.clock.seconds() - began)
             node.set(Status.RUNNING)
             node.paths.discard_snapshot()
