@@ -1,0 +1,166 @@
+"""
+Admission benchmark: N creates at once (``POST /hostgroup/demo/nodes?wait=agent``), with the cold boots
+bounded (``admission.boot_concurrency``, default 2) and unbounded (0), side by side in one run, against
+what this machine can do at best: one create alone, and the ideal for N boots on C cores, one boot per
+core at a time (ceil(N / C) x one boot).
+
+For each mode: the wall time until every create answered, each create's time (median, max), the first
+answer, and how many answered. Ratios: unbounded / bounded wall time, each mode's wall time over the
+ideal. Other VMs running on the host (other daemons) are counted and the load average recorded, since
+the figures move with them.
+
+Writes ``bench/results/admission.json``.
+
+    .venv/bin/python bench/admission.py [--count 8] [--bound 2] [--rounds 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import threading
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tests.integration.daemon import Daemon, ensure_image  # noqa: E402
+from bench.recording import write_result  # noqa: E402
+
+RAM_MB = 256
+GROUPS = [{"name": "demo", "count": 0, "vcpu": 1, "ram_mb": RAM_MB, "storage_size": "1G"}]
+
+
+def other_vms() -> int:
+    """QEMU processes on the host (none of ours run between measurements)."""
+    found = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    found += b"qemu-system" in f.read().split(b"\0")[0]
+            except OSError:
+                pass
+    return found
+
+
+def create(daemon: Daemon) -> tuple[int, float, str]:
+    """One create with wait=agent: status, seconds, hostname."""
+    began = time.monotonic()
+    status, _, body = daemon.request("POST", "/hostgroup/demo/nodes?wait=agent&timeout=10m", {}, timeout=900)
+    seconds = time.monotonic() - began
+    hostname = ""
+    if status == 201:
+        hostname = json.loads(body)["hostname"]
+    return status, seconds, hostname
+
+
+def delete_all(daemon: Daemon) -> None:
+    for hostname, node in daemon.nodes().items():
+        daemon.json("DELETE", f"/hostgroup/{node['hostgroup']}/nodes/{hostname}")
+
+
+def together(daemon: Daemon, count: int) -> dict[str, Any]:
+    """``count`` creates at once; every node deleted afterwards."""
+    results: list[tuple[int, float, str]] = []
+    lock = threading.Lock()
+    began = time.monotonic()
+
+    def one() -> None:
+        outcome = create(daemon)
+        with lock:
+            results.append(outcome)
+
+    threads = [threading.Thread(target=one) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.monotonic() - began
+    delete_all(daemon)
+    times = sorted(seconds for status, seconds, _ in results if status == 201)
+    return {
+        "wall_s": wall,
+        "answered_201": len(times),
+        "statuses": sorted(status for status, _, _ in results),
+        "first_s": times[0] if times else None,
+        "median_s": statistics.median(times) if times else None,
+        "max_s": times[-1] if times else None,
+        "samples": times,
+    }
+
+
+def single(daemon: Daemon, rounds: int) -> float:
+    """The median of ``rounds`` creates one at a time: one boot with the machine to itself (or as busy as it is)."""
+    times = []
+    for _ in range(rounds):
+        status, seconds, hostname = create(daemon)
+        if status != 201:
+            raise RuntimeError(f"a single create answered {status}")
+        daemon.json("DELETE", f"/hostgroup/demo/nodes/{hostname}")
+        times.append(seconds)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=8, help="creates at once")
+    parser.add_argument("--bound", type=int, default=2, help="boot_concurrency of the bounded daemon")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of each mode, alternating")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                                      "admission.json"))
+    args = parser.parse_args()
+    ensure_image()
+    cores = os.cpu_count() or 1
+    daemons = {
+        "bounded": Daemon(groups=GROUPS, admission={"boot_concurrency": args.bound}),
+        "unbounded": Daemon(groups=GROUPS, admission={"boot_concurrency": 0}),
+    }
+    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in daemons}
+    busy = {"other_vms_at_start": other_vms(), "loadavg_at_start": os.getloadavg()}
+    try:
+        for daemon in daemons.values():
+            daemon.start()
+        alone = single(daemons["bounded"], 3)
+        for round_ in range(args.rounds):
+            order = list(daemons) if round_ % 2 == 0 else list(reversed(daemons))
+            for mode in order:
+                print(f"round {round_ + 1}: {args.count} at once, {mode}", file=sys.stderr)
+                runs[mode].append(together(daemons[mode], args.count))
+    finally:
+        for daemon in daemons.values():
+            daemon.cleanup()
+    busy["loadavg_at_end"] = os.getloadavg()
+    ideal = math.ceil(args.count / cores) * alone
+    wall = {mode: statistics.median(run["wall_s"] for run in runs[mode]) for mode in runs}
+    result = {
+        "benchmark": "admission",
+        "count": args.count,
+        "bound": args.bound,
+        "cores": cores,
+        "ram_bytes": RAM_MB * 2**20,
+        "rounds": args.rounds,
+        "single_create_wait_agent_s": alone,
+        "ideal_wall_s": ideal,
+        "runs": runs,
+        "wall_s": wall,
+        "ratio_unbounded_over_bounded_wall": wall["unbounded"] / wall["bounded"],
+        "ratio_bounded_over_ideal": wall["bounded"] / ideal,
+        "ratio_unbounded_over_ideal": wall["unbounded"] / ideal,
+        "machine": busy,
+        "note": (
+            "ideal = ceil(count / cores) x one create alone: one boot per core at a time. Taken on a busy "
+            "machine when other_vms_at_start > 0 (other daemons' VMs run beside ours)."
+        ),
+    }
+    write_result(args.out, result)
+    print(f"{args.count} at once: bounded {wall['bounded']:.1f} s, unbounded {wall['unbounded']:.1f} s "
+          f"(x{result['ratio_unbounded_over_bounded_wall']:.2f}); ideal {ideal:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
