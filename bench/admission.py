@@ -11,7 +11,7 @@ the figures move with them.
 
 Writes ``bench/results/admission.json``.
 
-    .venv/bin/python bench/admission.py [--count 8] [--bound 2] [--rounds 1]
+    .venv/bin/python bench/admission.py [--count 8 --count 20] [--bound 2] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -108,49 +108,43 @@ def single(daemon: Daemon, rounds: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--count", type=int, default=8, help="creates at once")
+    parser.add_argument("--count", type=int, action="append", help="creates at once (repeatable; default 8 and 20)")
     parser.add_argument("--bound", type=int, default=2, help="boot_concurrency of the bounded daemon")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of each mode, alternating")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                                       "admission.json"))
     args = parser.parse_args()
+    counts = args.count or [8, 20]
     ensure_image()
     cores = os.cpu_count() or 1
     daemons = {
         "bounded": Daemon(groups=GROUPS, admission={"boot_concurrency": args.bound}),
         "unbounded": Daemon(groups=GROUPS, admission={"boot_concurrency": 0}),
     }
-    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in daemons}
+    runs: dict[int, dict[str, list[dict[str, Any]]]] = {count: {mode: [] for mode in daemons} for count in counts}
     busy = {"other_vms_at_start": other_vms(), "loadavg_at_start": os.getloadavg()}
     try:
         for daemon in daemons.values():
             daemon.start()
         alone = single(daemons["bounded"], 3)
-        for round_ in range(args.rounds):
-            order = list(daemons) if round_ % 2 == 0 else list(reversed(daemons))
-            for mode in order:
-                print(f"round {round_ + 1}: {args.count} at once, {mode}", file=sys.stderr)
-                runs[mode].append(together(daemons[mode], args.count))
+        for count in counts:
+            for round_ in range(args.rounds):
+                order = list(daemons) if round_ % 2 == 0 else list(reversed(daemons))
+                for mode in order:
+                    print(f"round {round_ + 1}: {count} at once, {mode}", file=sys.stderr)
+                    runs[count][mode].append(together(daemons[mode], count))
     finally:
         for daemon in daemons.values():
             daemon.cleanup()
     busy["loadavg_at_end"] = os.getloadavg()
-    ideal = math.ceil(args.count / cores) * alone
-    wall = {mode: statistics.median(run["wall_s"] for run in runs[mode]) for mode in runs}
-    result = {
+    result: dict[str, Any] = {
         "benchmark": "admission",
-        "count": args.count,
         "bound": args.bound,
         "cores": cores,
         "ram_bytes": RAM_MB * 2**20,
         "rounds": args.rounds,
         "single_create_wait_agent_s": alone,
-        "ideal_wall_s": ideal,
-        "runs": runs,
-        "wall_s": wall,
-        "ratio_unbounded_over_bounded_wall": wall["unbounded"] / wall["bounded"],
-        "ratio_bounded_over_ideal": wall["bounded"] / ideal,
-        "ratio_unbounded_over_ideal": wall["unbounded"] / ideal,
+        "together": {str(count): summary(runs[count], count, cores, alone) for count in counts},
         "machine": busy,
         "note": (
             "ideal = ceil(count / cores) x one create alone: one boot per core at a time. Taken on a busy "
@@ -158,8 +152,24 @@ def main() -> None:
         ),
     }
     write_result(args.out, result)
-    print(f"{args.count} at once: bounded {wall['bounded']:.1f} s, unbounded {wall['unbounded']:.1f} s "
-          f"(x{result['ratio_unbounded_over_bounded_wall']:.2f}); ideal {ideal:.1f} s")
+    for count, figures in result["together"].items():
+        wall = figures["wall_s"]
+        print(f"{count} at once: bounded {wall['bounded']:.1f} s, unbounded {wall['unbounded']:.1f} s "
+              f"(x{figures['ratio_unbounded_over_bounded_wall']:.2f}); ideal {figures['ideal_wall_s']:.1f} s")
+
+
+def summary(runs: dict[str, list[dict[str, Any]]], count: int, cores: int, alone: float) -> dict[str, Any]:
+    """The runs of ``count`` creates at once in each mode, their median wall times and the ratios."""
+    ideal = math.ceil(count / cores) * alone
+    wall = {mode: statistics.median(run["wall_s"] for run in runs[mode]) for mode in runs}
+    return {
+        "ideal_wall_s": ideal,
+        "wall_s": wall,
+        "ratio_unbounded_over_bounded_wall": wall["unbounded"] / wall["bounded"],
+        "ratio_bounded_over_ideal": wall["bounded"] / ideal,
+        "ratio_unbounded_over_ideal": wall["unbounded"] / ideal,
+        "runs": runs,
+    }
 
 
 if __name__ == "__main__":

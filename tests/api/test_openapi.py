@@ -75,6 +75,18 @@ class OpenApiTests(SynchronousTestCase):
         }
         self.assertEqual(public, {"/healthz", "/metrics"})
 
+    def test_admission_refusals(self) -> None:
+        """Create, restore, relaunch and fork document 503 (insufficient_memory) with an ErrorResponse; create and fork 409."""
+        paths = self.document["paths"]
+        for path in ("/hostgroup/{name}/nodes", "/vm/{hostname}/restore", "/vm/{hostname}/relaunch",
+                     "/vm/{hostname}/fork"):
+            reply = paths[path]["post"]["responses"]["503"]
+            self.assertIn("insufficient_memory", reply["description"])
+            self.assertEqual(reply["content"]["application/json"]["schema"],
+                             {"$ref": "#/components/schemas/ErrorResponse"})
+        for path in ("/hostgroup/{name}/nodes", "/vm/{hostname}/fork"):
+            self.assertIn("max_nodes_reached", paths[path]["post"]["responses"]["409"]["description"])
+
 
 def _create(body: dict[str, object]) -> bool:
     """Whether the create parser accepts ``body``."""

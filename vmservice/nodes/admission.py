@@ -13,7 +13,9 @@ Every operation that starts a VM asks here first, before it makes anything:
   suspended ones hold nothing), plus the :class:`Claim` of each operation
   under way (a create, restore, relaunch or fork), which covers its VMs
   until they run or the operation failed.  A claim named after its node
-  (:meth:`Claim.name`) stands in for that node, so nothing counts twice.
+  (:meth:`Claim.name`) stands in for that node, so nothing counts twice
+  (a fork's claim is not named: its children count twice for the second
+  the fork takes, never less than they hold).
   Whatever ends a VM (a stop, a suspend, a delete, a crash) gives its memory
   back by the same token: the node no longer has a VM.  A request that does
   not fit is refused with :class:`~vmservice.errors.InsufficientMemory`.
