@@ -2,7 +2,8 @@
 """
 Admission against real guests: a create beyond the memory budget is refused
 (503 ``insufficient_memory``) and leaves nothing (no record, directory, QEMU);
-a suspend gives the memory back; ``max_nodes`` refuses with 409; eight creates
+a fork that does not fit is refused likewise before its parent is touched; a suspend gives the memory
+back and a restore that no longer fits is refused; ``max_nodes`` refuses creates and forks with 409; eight creates
 at once with a boot concurrency of 2 all succeed, never more than two booting
 at once, the others queued in ``/metrics``; a create that waits for a boot slot
 past its timeout is 408 and leaves nothing.
@@ -65,8 +66,8 @@ class BudgetTests(SharedDaemonTestCase):
 
     def test_beyond_budget_is_refused_and_leaves_nothing(self) -> None:
         """
-        Two nodes fit; a third create is 503 insufficient_memory with nothing made (listing, node
-        directories, QEMU processes); /metrics shows the budget and its use; once one node is suspended
+        Two nodes fit; a third create, and a fork, are 503 insufficient_memory with nothing made (listing,
+        node directories, QEMU processes; the fork's parent runs on); /metrics shows the budget and its use; once one node is suspended
         (its memory given back) the same create succeeds, and a restore of the suspended one is refused.
         """
         self.addCleanup(self.delete_all)
@@ -79,6 +80,12 @@ class BudgetTests(SharedDaemonTestCase):
         self.assertEqual(answer["code"], "insufficient_memory")
         self.assertIn("budget", answer["error"])
         self.assertEqual((sorted(self.daemon.nodes()), node_dirs(self.daemon), sorted(self.daemon.vm_pids())), before)
+        # A fork of one child does not fit either: refused before the parent is paused.
+        status, _, body = self.daemon.request("POST", f"/vm/{first['hostname']}/fork", {"count": 1})
+        self.assertEqual((status, json.loads(body)["code"]), (503, "insufficient_memory"), body)
+        self.assertEqual((sorted(self.daemon.nodes()), node_dirs(self.daemon), sorted(self.daemon.vm_pids())), before)
+        self.assertEqual(self.daemon.nodes()[first["hostname"]]["status"], "Running")
+        self.assertEqual(self.daemon.run(first["hostname"], "echo still"), (0, "still\n"))
         gauges = admission_metrics(self.daemon)
         self.assertEqual(gauges["memory_budget_bytes"], (2 * (RAM_MB + OVERHEAD_MB) + 100) * MiB)
         self.assertEqual(gauges["memory_used_bytes"], 2 * (RAM_MB + OVERHEAD_MB) * MiB)
@@ -93,7 +100,7 @@ class BudgetTests(SharedDaemonTestCase):
         self.assertEqual(self.daemon.nodes()[first["hostname"]]["status"], "Suspended")
 
     def test_max_nodes(self) -> None:
-        """A group at its max_nodes refuses another create with 409 max_nodes_reached and makes nothing."""
+        """A group at its max_nodes refuses another create, and a fork, with 409 max_nodes_reached and makes nothing."""
         self.addCleanup(self.delete_all)
         made = self.daemon.json("POST", "/hostgroup/solo/nodes", {}, expect=201)
         dirs = node_dirs(self.daemon)
@@ -101,6 +108,9 @@ class BudgetTests(SharedDaemonTestCase):
         self.assertEqual((status, json.loads(body)["code"]), (409, "max_nodes_reached"), body)
         self.assertEqual(node_dirs(self.daemon), dirs)
         self.assertEqual(sorted(self.daemon.nodes()), [made["hostname"]])
+        status, _, body = self.daemon.request("POST", f"/vm/{made['hostname']}/fork", {"count": 1})
+        self.assertEqual((status, json.loads(body)["code"]), (409, "max_nodes_reached"), body)
+        self.assertEqual(node_dirs(self.daemon), dirs)
         self.daemon.json("DELETE", f"/hostgroup/solo/nodes/{made['hostname']}")
         self.daemon.json("POST", "/hostgroup/solo/nodes", {}, expect=201)
 
