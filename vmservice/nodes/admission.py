@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, Coroutine, Iterable, Mapping, TypeVar
 
-from attrs import frozen
+from attrs import field, frozen
 from twisted.internet.defer import Deferred, TimeoutError as DeferredTimeout, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import Clock
@@ -73,7 +73,7 @@ class Limits:
     budget: int | None = None
     overhead: int = 0
     boot_concurrency: int = 0
-    max_nodes: Mapping[str, int] = {}
+    max_nodes: Mapping[str, int] = field(factory=dict)
     explained: str = "no budget"
 
 
@@ -165,17 +165,17 @@ class Claim:
     until it :meth:`release` s it: the operation's VMs then run (and count as
     running nodes) or failed (and hold nothing).
 
-    :ivar bytes: what it reserves.
+    :ivar size: the bytes it reserves.
     :ivar group: the group it makes new nodes in; ``None`` when it starts an
         existing node again.
     :ivar count: how many new nodes.
     :ivar hostname: the node it stands in for, once there is one.
     """
 
-    def __init__(self, release: Callable[["Claim"], None], bytes: int, group: str | None, count: int,
+    def __init__(self, release: Callable[["Claim"], None], size: int, group: str | None, count: int,
                  hostname: str | None) -> None:
         self._release = release
-        self.bytes = bytes
+        self.size = size
         self.group = group
         self.count = count
         self.hostname = hostname
@@ -309,7 +309,7 @@ class Admission:
     def used(self) -> tuple[int, int]:
         """Bytes in use (running VMs and claims) and the part of them that claims reserve."""
         claimed = {claim.hostname for claim in self._claims if claim.hostname is not None}
-        reserved = sum(claim.bytes for claim in self._claims)
+        reserved = sum(claim.size for claim in self._claims)
         running = sum(self.cost(node.ram_bytes) for node in self._nodes()
                       if node.running and node.hostname not in claimed)
         return running + reserved, reserved
