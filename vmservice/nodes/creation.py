@@ -114,8 +114,13 @@ class Creation:
 
         :param wait: :attr:`Wait.AGENT` to answer only once the agent's health
             reply arrived; :attr:`Wait.NONE` to answer once the VM process runs.
-        :param timeout: seconds to wait; past them the node is removed
-            completely and :class:`WaitTimeout` raised.
+        :param timeout: seconds to wait (for a cold boot slot and for the
+            guest together); past them the node is removed completely and
+            :class:`WaitTimeout` raised.
+        :raise InsufficientMemory: the node does not fit in the memory budget
+            (:mod:`.admission`); nothing was made.
+        :raise Conflict: (``max_nodes_reached``) the group has its
+            ``max_nodes``; nothing was made.
         """
         group = self._parts.group(group_name)
         limits = _limits(group, request)

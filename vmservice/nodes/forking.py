@@ -94,6 +94,8 @@ class Forking:
         Fork the running node ``hostname`` into ``request.count`` children.
 
         :raise BadRequest: (``limit_exceeded``) a count out of range.
+        :raise InsufficientMemory: the children do not fit in the memory
+            budget (:mod:`.admission`); the parent was not touched.
         :raise NotFound: no such node.
         :raise Conflict: (``paused``) the node is paused; (``not_running``)
             stopped or suspended;

@@ -83,7 +83,14 @@ class Lifecycle(NodeOperations):
     async def relaunch(self, hostname: str, wait: Wait, timeout: float) -> NodeRecord:
         """
         Boot a stopped (or suspended: its snapshot is discarded) node again
-        from its own disk, with the same hostname, address and tags.
+        from its own disk, with the same hostname, address and tags.  It is
+        admitted first (:mod:`.admission`: memory, then a cold boot slot
+        within ``timeout``).
+
+        :raise InsufficientMemory: it does not fit in the memory budget; the
+            node is left as it was.
+        :raise WaitTimeout: no boot slot within ``timeout`` (nothing was done),
+            or the agent did not answer in time with ``wait``.
         """
         node = await settled(self._registry, hostname)
         with running(node, Op.RELAUNCH):

@@ -74,6 +74,9 @@ class Snapshots(NodeOperations):
         Start a suspended node's VM from its snapshot: the guest continues
         where it was (its clock is then set).  The snapshot is deleted once
         the VM runs, since the disk moves on from that point.
+
+        :raise InsufficientMemory: its VM does not fit in the memory budget
+            (:mod:`.admission`); the node stays suspended, its snapshot kept.
         """
         node = await settled(self._registry, hostname)
         await suspendable(self._parts)
