@@ -388,7 +388,7 @@ class AdmissionConfig:
         the host's RAM at start.
     :ivar vm_overhead: Bytes a VM is taken to hold beyond its guest RAM.
     :ivar boot_concurrency: Cold boots at once (others wait in order); 0 for
-        no bound; ``None``: the host's CPU count.
+        no bound; ``None``: twice the host's CPU count.
     """
 
     memory_budget: int | None = None

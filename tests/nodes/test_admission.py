@@ -49,7 +49,7 @@ class LimitsTests(SynchronousTestCase):
         found = limits(Config(templates_tmpfs_budget=2 * GiB), MEMINFO, 2)
         self.assertEqual(found.budget, total - total // 10 - 2 * GiB)
         self.assertIn("MemTotal", found.explained)
-        self.assertEqual((found.overhead, found.boot_concurrency), (160 * MiB, 2))
+        self.assertEqual((found.overhead, found.boot_concurrency), (160 * MiB, 4))
 
     def test_small_host(self) -> None:
         """A host too small for the reserve and the templates still gets a quarter of its RAM."""
@@ -67,9 +67,9 @@ class LimitsTests(SynchronousTestCase):
         self.assertEqual(dict(found.max_nodes), {"a": 3})
 
     def test_unknown_host(self) -> None:
-        """No /proc/meminfo and no CPU count: no budget, one boot at a time."""
+        """No /proc/meminfo and no CPU count: no budget, two boots at a time (as for one CPU)."""
         found = limits(Config(), None, None)
-        self.assertEqual((found.budget, found.boot_concurrency), (None, 1))
+        self.assertEqual((found.budget, found.boot_concurrency), (None, 2))
 
     def test_config_keys(self) -> None:
         """The admission section and max_nodes are parsed and checked, each bad value naming its key."""

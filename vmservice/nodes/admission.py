@@ -102,11 +102,13 @@ def limits(config: Config, meminfo: str | None, cpus: int | None) -> Limits:
 
     :param meminfo: the text of ``/proc/meminfo``; ``None`` when unreadable
         (then there is no default budget).
-    :param cpus: the host's CPU count, the default ``boot_concurrency``.
+    :param cpus: the host's CPU count; the default ``boot_concurrency`` is
+        twice it (measured: as quick to drain a burst as no bound, with the
+        first answers twice as early; see ``docs/configuration.md``).
     """
     settings = config.admission
     max_nodes = {g.name: g.max_nodes for g in config.host_groups if g.max_nodes is not None}
-    concurrency = settings.boot_concurrency if settings.boot_concurrency is not None else max(1, cpus or 1)
+    concurrency = settings.boot_concurrency if settings.boot_concurrency is not None else 2 * max(1, cpus or 1)
     budget, explained = settings.memory_budget, "admission.memory_budget"
     total = mem_total(meminfo) if meminfo is not None else None
     if budget is None and total is not None:
