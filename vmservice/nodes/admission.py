@@ -103,8 +103,8 @@ def limits(config: Config, meminfo: str | None, cpus: int | None) -> Limits:
     :param meminfo: the text of ``/proc/meminfo``; ``None`` when unreadable
         (then there is no default budget).
     :param cpus: the host's CPU count; the default ``boot_concurrency`` is
-        twice it (measured: as quick to drain a burst as no bound, with the
-        first answers twice as early; see ``docs/configuration.md``).
+        twice it: a boot also waits, so one per core leaves the CPU partly
+        idle (the measurements are in ``docs/configuration.md``).
     """
     settings = config.admission
     max_nodes = {g.name: g.max_nodes for g in config.host_groups if g.max_nodes is not None}
