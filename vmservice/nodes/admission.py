@@ -222,8 +222,6 @@ class BootSlot:
         outcome: they are the caller's own Deferreds, consumed here), or after
         ``limit`` seconds.
         """
-        if self._freed is None:
-            return
         for event in events:
             event.addBoth(lambda _: self.release())
         if self._freed is not None:
