@@ -30,8 +30,12 @@ Channel benchmark (exec and raw-channel parts): in one run, side by side,
   the time to the shell's echo on the exec's own stdout (``watch_exec_echo_s``,
   the same trip without the watch), p50/p95.
 
-Writes samples, p50/p95 and the ratio ``exec_api_p50 / raw_round_trip_p50``
-(target <= 2) to ``bench/results/channel.json`` (merged into what is there).
+- the channel's ceilings in the same run (``bench/limits.py``: a minimal guest
+  with busybox ``dd`` on a virtio-serial port at each end, 1 MiB blocks), and
+  cp's MB/s as a ratio of the ceiling of its direction (target >= 0.8).
+
+Writes samples, p50/p95 and the ratios ``exec_api_p50 / raw_round_trip_p50``
+with ``/bin/bash`` and without a shell (``shell=``; target <= 3) to ``bench/results/channel.json`` (merged into what is there).
 ``--parts watch`` measures the watch latency alone (one node, no bare guest,
 no copies) and merges only that into the file; ``--parts background`` the
 same for the background exec logs beside their cp download.
@@ -64,6 +68,7 @@ from twisted.web.iweb import UNKNOWN_LENGTH, IBodyProducer  # noqa: E402
 from zope.interface import implementer  # noqa: E402
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image  # noqa: E402
+from bench.limits import channel_ceilings, minimal_initramfs  # noqa: E402
 from vmservice.agent.client import AgentClient  # noqa: E402
 from vmservice.agent.execution import run_collected  # noqa: E402
 from vmservice.client import Client, ExecRecord  # noqa: E402
@@ -422,8 +427,22 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
                 raise RuntimeError(f"exec through the API failed: {status} {body!r}")
             return time.monotonic() - started
 
+        def api_exec_no_shell() -> float:
+            started = time.monotonic()
+            status, _, body = daemon.request("POST", "/vm/demo-1/exec?cmd=/bin/true&shell=")
+            if status != 200 or b'"exit_code": 0' not in body.replace(b'"exit_code":0', b'"exit_code": 0'):
+                raise RuntimeError(f"exec /bin/true without a shell through the API failed: {status} {body!r}")
+            return time.monotonic() - started
+
         await deferToThread(api_exec)  # warm-up
         api = [await deferToThread(api_exec) for _ in range(options.rounds)]
+        api_no_shell = [await deferToThread(api_exec_no_shell) for _ in range(options.rounds)]
+        floor_dir = os.path.join(workdir, "ceilings")
+        os.mkdir(floor_dir)
+        image = resolve_image(IMAGE_DIR, "default")
+        initrd = os.path.join(floor_dir, "minimal.cpio")
+        minimal_initramfs(image, initrd)
+        ceilings = await deferToThread(channel_ceilings, image, floor_dir, initrd, options.ceiling_mib, 50)
         watch = await measure_watch(daemon, options.watch_writes)
         cp = await deferToThread(measure_cp, daemon, options.cp_mib << 20)
         background = await deferToThread(measure_background_logs, daemon, options.bg_mib << 20)
@@ -436,6 +455,7 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
         await deferToThread(daemon.cleanup)
     raw = percentiles(pings)
     api_p = percentiles(api)
+    api_direct = percentiles(api_no_shell)
     return {
         "benchmark": "channel",
         "accel": "tcg",
@@ -446,7 +466,13 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
         "exec_true_no_shell_agent_s": percentiles(agent_exec_direct),
         "exec_true_api_s": api_p,
         "ratio_exec_api_p50_over_raw_round_trip_p50": api_p["p50"] / raw["p50"],
-        "target_ratio_exec": 2.0,
+        "exec_true_no_shell_api_s": api_direct,
+        "ratio_exec_no_shell_api_p50_over_raw_round_trip_p50": api_direct["p50"] / raw["p50"],
+        "target_ratio_exec": 3.0,
+        "ceilings": ceilings,
+        "ratio_cp_upload_over_ceiling": cp["upload_mb_per_s"] / ceilings["host_to_guest"]["mb_per_s"],
+        "ratio_cp_download_over_ceiling": cp["download_mb_per_s"] / ceilings["guest_to_host"]["mb_per_s"],
+        "load_average_after": os.getloadavg(),
         "cp": cp,
         "ratio_cp_upload_over_raw_echo": cp["upload_mb_per_s"] / (size / echo / 1e6),
         "ratio_cp_download_over_raw_echo": cp["download_mb_per_s"] / (size / echo / 1e6),
@@ -482,6 +508,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--echo-mib", type=int, default=32)
     parser.add_argument("--cp-mib", type=int, default=1024)
+    parser.add_argument("--ceiling-mib", type=int, default=256, help="bytes each way for the ceilings")
     parser.add_argument("--bg-mib", type=int, default=64, help="background exec log size (at most 64)")
     parser.add_argument("--watch-writes", type=int, default=50)
     parser.add_argument("--parts", choices=("all", "watch", "background"), default="all")
@@ -528,6 +555,8 @@ def main() -> None:
         return
     print(json.dumps({k: outcome[k] for k in ("raw_round_trip_s", "raw_echo", "ratio_exec_api_p50_over_raw_round_trip_p50",
                                               "cp", "ratio_cp_upload_over_raw_echo", "ratio_cp_download_over_raw_echo",
+                                              "ratio_cp_upload_over_ceiling", "ratio_cp_download_over_ceiling",
+                                              "ratio_exec_no_shell_api_p50_over_raw_round_trip_p50",
                                               "background_logs")}
                      | {"exec_api_p50": outcome["exec_true_api_s"]["p50"], "exec_agent_p50": outcome["exec_true_agent_s"]["p50"],
                         "exec_no_shell_agent_p50": outcome["exec_true_no_shell_agent_s"]["p50"]} | watch,
