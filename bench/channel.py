@@ -67,7 +67,7 @@ from twisted.internet.threads import deferToThread  # noqa: E402
 from twisted.web.iweb import UNKNOWN_LENGTH, IBodyProducer  # noqa: E402
 from zope.interface import implementer  # noqa: E402
 
-from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image  # noqa: E402
+from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image, processes_under  # noqa: E402
 from bench.limits import channel_ceilings, minimal_initramfs  # noqa: E402
 from vmservice.agent.client import AgentClient  # noqa: E402
 from vmservice.agent.execution import run_collected  # noqa: E402
@@ -118,6 +118,21 @@ def _status_kib(pid: int, field: str) -> int:
     raise RuntimeError(f"no {field} for pid {pid}")
 
 
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _node_qemu(daemon: Daemon) -> int:
+    """The pid of the QEMU of the daemon's only node."""
+    for pid in processes_under(daemon.state_dir):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/comm") as f:
+            if f.read().startswith("qemu-system"):
+                return pid
+    raise RuntimeError("the node's QEMU is not running")
+
+
 def measure_cp(daemon: Daemon, size: int) -> dict[str, Any]:
     """
     Upload ``size`` bytes to the node and download them again through the API
@@ -134,6 +149,8 @@ def measure_cp(daemon: Daemon, size: int) -> dict[str, Any]:
         for _ in range(size >> 20):
             yield block
 
+    qemu = _node_qemu(daemon)
+    cpu = _cpu_seconds(qemu), _cpu_seconds(pid)
     conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=600)
     started = time.monotonic()
     conn.request("POST", "/vm/demo-1/cp?path=/root/bench.bin", body=body(),
@@ -144,6 +161,8 @@ def measure_cp(daemon: Daemon, size: int) -> dict[str, Any]:
     conn.close()
     if response.status != 200:
         raise RuntimeError(f"cp upload failed: {response.status} {reply!r}")
+    upload_cpu = _cpu_seconds(qemu) - cpu[0], _cpu_seconds(pid) - cpu[1]
+    cpu = _cpu_seconds(qemu), _cpu_seconds(pid)
     conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=600)
     started = time.monotonic()
     conn.request("GET", "/vm/demo-1/cp?path=/root/bench.bin")
@@ -158,6 +177,7 @@ def measure_cp(daemon: Daemon, size: int) -> dict[str, Any]:
     conn.close()
     if response.status != 200 or received != size:
         raise RuntimeError(f"cp download failed: {response.status}, {received} of {size} bytes")
+    download_cpu = _cpu_seconds(qemu) - cpu[0], _cpu_seconds(pid) - cpu[1]
     peak = _status_kib(pid, "VmHWM")
     daemon.request("POST", "/vm/demo-1/exec?cmd=rm+-f+/root/bench.bin")
     return {
@@ -166,6 +186,11 @@ def measure_cp(daemon: Daemon, size: int) -> dict[str, Any]:
         "upload_mb_per_s": size / upload / 1e6,
         "download_seconds": download,
         "download_mb_per_s": size / download / 1e6,
+        # CPU seconds per second of copy: the node's QEMU (the guest agent runs in its vCPU) and the daemon.
+        "upload_qemu_cores": upload_cpu[0] / upload,
+        "upload_daemon_cores": upload_cpu[1] / upload,
+        "download_qemu_cores": download_cpu[0] / download,
+        "download_daemon_cores": download_cpu[1] / download,
         "daemon_rss_before_kib": rss_before,
         "daemon_peak_rss_kib": peak,
         "daemon_rss_growth_mib": (peak - rss_before) / 1024,
