@@ -37,7 +37,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image, processes_under  # noqa: E402
-from bench.limits import RAM, TIMEOUT, _clean, _connect, _settings, _stop  # noqa: E402
+from bench.limits import RAM, TIMEOUT, clean_workdir, connect_socket, qemu_settings, stop_process  # noqa: E402
 from bench.recording import write_result  # noqa: E402
 from vmservice.hypervisors.base import MachineSpec  # noqa: E402
 from vmservice.hypervisors.qemu import qemu_command  # noqa: E402
@@ -138,7 +138,7 @@ def _tb_argv(argv: list[str], tb_size: int | None) -> list[str]:
 
 def guest_rss(image: Image, workdir: str, tb_size: int | None, settle: float) -> dict[str, float]:
     """The image's guest started by hand: seconds to its agent's first byte, and its RSS ``settle`` s later."""
-    _clean(workdir)
+    clean_workdir(workdir)
     disk = os.path.join(workdir, "disk.qcow2")
     if os.path.exists(disk):
         os.unlink(disk)
@@ -150,12 +150,12 @@ def guest_rss(image: Image, workdir: str, tb_size: int | None, settle: float) ->
         agent_socket=agent, qmp_socket=os.path.join(workdir, "qmp.sock"),
         console_log=os.path.join(workdir, "console.log"),
     )
-    argv = _tb_argv(qemu_command(spec, _settings()), tb_size)
+    argv = _tb_argv(qemu_command(spec, qemu_settings()), tb_size)
     hello = Connection(Role.HOST)
     started = time.monotonic()
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        with _connect(agent, started) as s:
+        with connect_socket(agent, started) as s:
             s.sendall(hello.send(hello.hello("density")))
             s.settimeout(TIMEOUT)
             if not s.recv(1):
@@ -164,7 +164,7 @@ def guest_rss(image: Image, workdir: str, tb_size: int | None, settle: float) ->
             time.sleep(settle)
             return {"agent_first_byte_s": first, "rss_kib": _status_kib(process.pid, "VmRSS")}
     finally:
-        _stop(process)
+        stop_process(process)
 
 
 def tb_size_side_by_side(workdir: str, rounds: int, settle: float) -> dict[str, Any]:

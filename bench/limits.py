@@ -152,7 +152,7 @@ def _tsc_khz() -> int | None:
         return host_tsc_khz(f.read())
 
 
-def _settings() -> QemuSettings:
+def qemu_settings() -> QemuSettings:
     return QemuSettings(accel="tcg", tsc_khz=_tsc_khz())
 
 
@@ -183,16 +183,16 @@ def minimal_command(image: Image, workdir: str, initrd: str, ports: Sequence[str
         disk=os.path.join(workdir, "none.qcow2"), agent_socket=os.path.join(workdir, "agent.sock"),
         qmp_socket=os.path.join(workdir, "qmp.sock"), console_log=os.path.join(workdir, "console.log"),
     )
-    argv = qemu_command(spec, _settings())
+    argv = qemu_command(spec, qemu_settings())
     argv = _without(argv, "id=root,", "virtio-blk-device", "socket,id=agent,", "virtserialport,chardev=agent")
-    argv[argv.index("-append") + 1] = kernel_cmdline(None, _settings().tsc_khz) + " " + append
+    argv[argv.index("-append") + 1] = kernel_cmdline(None, qemu_settings().tsc_khz) + " " + append
     for name in ports:
         argv += ["-chardev", f"socket,id={name},path={os.path.join(workdir, name)}.sock,server=on,wait=off",
                  "-device", f"virtserialport,chardev={name},name={name}"]
     return argv
 
 
-def _connect(path: str, started: float) -> socket.socket:
+def connect_socket(path: str, started: float) -> socket.socket:
     while True:
         if time.monotonic() - started > TIMEOUT:
             raise RuntimeError(f"{path} did not accept a connection in {TIMEOUT} s")
@@ -205,13 +205,13 @@ def _connect(path: str, started: float) -> socket.socket:
             time.sleep(0.005)
 
 
-def _clean(workdir: str) -> None:
+def clean_workdir(workdir: str) -> None:
     for name in os.listdir(workdir):
         if name.endswith(".sock") or name.endswith(".log"):
             os.unlink(os.path.join(workdir, name))
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def stop_process(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         process.kill()
     process.wait()
@@ -234,12 +234,12 @@ def boot_floor_once(image: Image, workdir: str, initrd: str, hung: list[str] | N
     socket; ``None`` if it did not come within :data:`FLOOR_TIMEOUT` (the
     console's last line is appended to ``hung``).
     """
-    _clean(workdir)
+    clean_workdir(workdir)
     argv = minimal_command(image, workdir, initrd, ["agent"], "limits.mode=floor")
     started = time.monotonic()
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        with _connect(os.path.join(workdir, "agent.sock"), started) as s:
+        with connect_socket(os.path.join(workdir, "agent.sock"), started) as s:
             s.settimeout(FLOOR_TIMEOUT)
             try:
                 byte = s.recv(1)
@@ -253,15 +253,7 @@ def boot_floor_once(image: Image, workdir: str, initrd: str, hung: list[str] | N
                 raise RuntimeError("the minimal guest closed the port without its byte")
             return time.monotonic() - started
     finally:
-        _stop(process)
-
-
-def boot_floors(image: Image, workdir: str, initrd: str, rounds: int) -> dict[str, Any]:
-    """:func:`boot_floor_once` ``rounds`` times: the median of those that answered, and the hung ones."""
-    hung: list[str] = []
-    samples = [boot_floor_once(image, workdir, initrd, hung) for _ in range(rounds)]
-    answered = [sample for sample in samples if sample is not None]
-    return {"median": statistics.median(answered), "samples": answered, "hung": hung}
+        stop_process(process)
 
 
 def _expect(ctl: socket.socket, byte: bytes) -> None:
@@ -275,17 +267,17 @@ def channel_ceilings(image: Image, workdir: str, initrd: str, mib: int, pings: i
     MB/s host to guest and guest to host through one virtio-serial port each,
     C tools in the guest, and the one-byte round trip (see the module docstring).
     """
-    _clean(workdir)
+    clean_workdir(workdir)
     argv = minimal_command(image, workdir, initrd, ["ctl", "up", "down", "echo"],
                            f"limits.mode=channel limits.mib={mib}")
     started = time.monotonic()
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     size = mib * MiB
     try:
-        ctl = _connect(os.path.join(workdir, "ctl.sock"), started)
+        ctl = connect_socket(os.path.join(workdir, "ctl.sock"), started)
         ctl.settimeout(TIMEOUT * 5)
         _expect(ctl, b"R")
-        up = _connect(os.path.join(workdir, "up.sock"), started)
+        up = connect_socket(os.path.join(workdir, "up.sock"), started)
         block = b"\xa5" * MiB
         ctl.sendall(b"G")
         qemu_cpu, own_cpu, began = _cpu_seconds(process.pid), _own_cpu(), time.monotonic()
@@ -295,7 +287,7 @@ def channel_ceilings(image: Image, workdir: str, initrd: str, mib: int, pings: i
         _expect(ctl, b"U")
         upload = time.monotonic() - began
         upload_cpu = (_cpu_seconds(process.pid) - qemu_cpu, _own_cpu() - own_cpu)
-        down = _connect(os.path.join(workdir, "down.sock"), started)
+        down = connect_socket(os.path.join(workdir, "down.sock"), started)
         buffer = bytearray(MiB)
         received = 0
         qemu_cpu, own_cpu, began = _cpu_seconds(process.pid), _own_cpu(), time.monotonic()
@@ -307,7 +299,7 @@ def channel_ceilings(image: Image, workdir: str, initrd: str, mib: int, pings: i
         download = time.monotonic() - began
         download_cpu = (_cpu_seconds(process.pid) - qemu_cpu, _own_cpu() - own_cpu)
         down.close()
-        echo = _connect(os.path.join(workdir, "echo.sock"), started)
+        echo = connect_socket(os.path.join(workdir, "echo.sock"), started)
         ctl.sendall(b"G")
         _expect(ctl, b"E")
         echo.settimeout(TIMEOUT)
@@ -321,7 +313,7 @@ def channel_ceilings(image: Image, workdir: str, initrd: str, mib: int, pings: i
         echo.close()
         ctl.close()
     finally:
-        _stop(process)
+        stop_process(process)
     trips = trips[5:]
     return {
         "bytes": size,
@@ -351,7 +343,7 @@ def real_guest(image: Image, workdir: str, pings: int) -> dict[str, Any]:
     when each ``vmservice-init:`` console line arrived, and the agent's
     PING/PONG round trip.
     """
-    _clean(workdir)
+    clean_workdir(workdir)
     disk = os.path.join(workdir, "disk.qcow2")
     if os.path.exists(disk):
         os.unlink(disk)
@@ -363,7 +355,7 @@ def real_guest(image: Image, workdir: str, pings: int) -> dict[str, Any]:
         agent_socket=agent, qmp_socket=os.path.join(workdir, "qmp.sock"),
         console_log=os.path.join(workdir, "console.log"),
     )
-    argv = qemu_command(spec, _settings())
+    argv = qemu_command(spec, qemu_settings())
     # The console on QEMU's standard output, so that each line is stamped as it arrives.
     at = argv.index("-serial")
     argv[at + 1] = "stdio"
@@ -375,7 +367,7 @@ def real_guest(image: Image, workdir: str, pings: int) -> dict[str, Any]:
     console: list[tuple[float, str]] = []
     pending = b""
     try:
-        s = _connect(agent, started)
+        s = connect_socket(agent, started)
         s.sendall(connection.send(connection.hello("limits")))
         first = None
         while first is None:
@@ -413,7 +405,7 @@ def real_guest(image: Image, workdir: str, pings: int) -> dict[str, Any]:
             trips.append(time.monotonic() - began)
         s.close()
     finally:
-        _stop(process)
+        stop_process(process)
     trips = trips[5:]
     return {
         "agent_first_byte_s": first,
