@@ -1240,6 +1240,21 @@ def _parse_arguments(arguments: list[str], context: "AgentContext") -> argparse.
     return parser.parse_args(arguments)
 
 
+def _mark_ready() -> None:
+    """
+    Create the file ``$VMSERVICE_AGENT_READY`` names, if any: the guest's
+    other services wait for it before they start, so that the agent, which
+    the host waits for, has the vCPU to itself at boot.
+    """
+    path = os.environ.get("VMSERVICE_AGENT_READY")
+    if path:
+        try:
+            with open(path, "w"):
+                pass
+        except OSError as error:
+            _log(f"cannot create {path}: {error}")
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """
     Run the agent until killed.
@@ -1273,6 +1288,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     signal.signal(signal.SIGINT, terminate)
     server.start()
     print(f"vmservice-agent: ready on {where}", flush=True)
+    _mark_ready()
     try:
         loop.run()
     finally:
