@@ -11,7 +11,7 @@ makes the node boot cold (said in the log and in ``/metrics``); a clone
 suspends and restores, and after a daemon kill -9 is adopted again and
 relaunched cold from its own disk, its frozen disk deleted with it; clones
 on a bridge (bridge mode) reach each other and the host at once.  Every VM
-runs with a bounded translation cache (``-accel tcg,tb-size=64``).
+runs with a bounded translation cache under TCG (``-accel tcg,tb-size=64``).
 """
 
 from __future__ import annotations
@@ -94,19 +94,24 @@ class WarmTests(_Warm):
 
     def assert_clone(self, hostname: str) -> None:
         """
-        The node's VM maps a template's RAM file privately and its disk lies over the frozen disk; its
-        translation cache is bounded (this machine runs TCG).
+        The node's VM maps a template's RAM file privately and its disk lies over the frozen disk; under
+        TCG its translation cache is bounded.
         """
         argv = " ".join(self.qemu_argv(hostname))
-        self.assertIn("-accel tcg,tb-size=64", argv)
+        self.assert_accel(argv)
         self.assertIn("share=off", argv)
         self.assertNotIn("share=on", argv)
         self.assertIn("-incoming defer", argv)
         self.assertTrue(self.backing_file(hostname).startswith(os.path.join(self.daemon.state_dir, "templates")))
 
+    def assert_accel(self, argv: str) -> None:
+        """KVM, or TCG with the default bounded translation cache (``tcg_tb_size_mb: 64``)."""
+        if "-accel kvm" not in argv:
+            self.assertIn("-accel tcg,tb-size=64 ", argv)
+
     def assert_cold(self, hostname: str) -> None:
         argv = " ".join(self.qemu_argv(hostname))
-        self.assertIn("-accel tcg,tb-size=64", argv)
+        self.assert_accel(argv)
         self.assertNotIn("memory-backend", argv)
         self.assertTrue(self.backing_file(hostname).endswith("rootfs.ext4"))
 
