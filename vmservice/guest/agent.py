@@ -1033,9 +1033,10 @@ class Session:
     def start_over(self, why: str) -> None:
         """
         End this session and start a new one on the same link, with a new nonce
-        drawn now: every stream is dropped (PEER_RESTARTED) and a HELLO that echoes
-        the host's nonce goes out after what was written so far.  The host sees an agent that started over,
-        and what it sent for the old session is skipped until its next HELLO.
+        drawn now: every stream is dropped (PEER_RESTARTED) and a HELLO that
+        echoes the host's nonce goes out after what was written so far.  The
+        host sees an agent that started over, and what it sent for the old
+        session is skipped until its next HELLO.
         The ``adopt`` operation does it once it answered, so that clones of one
         template never share a session nonce.
         """
