@@ -1033,18 +1033,22 @@ class Session:
     def start_over(self, why: str) -> None:
         """
         End this session and start a new one on the same link, with a new nonce
-        drawn now: every stream is dropped (PEER_RESTARTED) and a HELLO goes out
-        after what was written so far.  The host sees an agent that started over,
-        and what it sent for the old session is skipped until its next HELLO.
+        drawn now: every stream is dropped (PEER_RESTARTED) and a HELLO that
+        echoes the host's nonce goes out after what was written so far.  The
+        host sees an agent that started over, and what it sent for the old
+        session is skipped until its next HELLO.
         The ``adopt`` operation does it once it answered, so that clones of one
         template never share a session nonce.
         """
         if self._closed:
             return
-        _log(f"starting a new session: {why}")
         self._drop_streams(ResetCode.PEER_RESTARTED, why)
-        self.conn = Connection(Role.GUEST)
+        # The new session's HELLO echoes the host's nonce: the host is acknowledged
+        # at once, and its answer completes the exchange (no second HELLO from us).
+        peer = self.conn.peer_hello
+        self.conn = Connection(Role.GUEST, peer_nonce=peer.nonce if peer is not None else None)
         self._send_hello()
+        _log(f"starting a new session: {why}")
 
     def connection_lost(self) -> None:
         """
