@@ -38,6 +38,7 @@ import cattrs
 import yaml
 
 from .devices.pci import normalise_address
+from .durations import parse_go_duration
 from .errors import BadRequest
 from .structuring import BadValue, Path, describe, format_path, strict_converter, structure_errors
 
@@ -82,6 +83,8 @@ MAX_USERDATA = 512 * 1024
 #: The code host whose users' published SSH keys ``codehost_user`` takes,
 #: unless ``codehost_url`` names another (or none).
 DEFAULT_CODEHOST_URL = "https://github.com"
+#: The shortest ``idle_suspend`` of a host group, in seconds.
+MIN_IDLE_SUSPEND = 1.0
 #: Seconds a fetch of those keys may take unless ``codehost_timeout`` says otherwise.
 DEFAULT_CODEHOST_TIMEOUT = 5.0
 #: The longest ``codehost_timeout``: a create waits for the fetch.
@@ -342,6 +345,9 @@ class HostGroupConfig:
         hands out to the group's nodes, in this order.
     :ivar warm: Start the group's nodes as clones of a template booted once
         (see ``docs/warm-start.md``) instead of booting each.
+    :ivar idle_suspend: Seconds a node may go without API activity before it
+        is suspended to disk automatically (and woken by the next request
+        that needs its guest); ``None``: never (see ``docs/lifecycle.md``).
     """
 
     name: str
@@ -358,6 +364,7 @@ class HostGroupConfig:
     userdata: str = ""
     gpus: tuple[str, ...] = ()
     warm: bool = False
+    idle_suspend: float | None = None
 
     @property
     def arch(self) -> str:
@@ -473,6 +480,7 @@ class _GroupDocument:
     userdata: str = ""
     gpus: tuple[_PciText, ...] = ()
     warm: bool = False
+    idle_suspend: str | None = None
 
 
 @attrs.frozen
@@ -805,7 +813,21 @@ class _Resolver:
             userdata=self.userdata(document.userdata, (*parts, "userdata")),
             gpus=self.gpus(document.gpus, (*parts, "gpus")),
             warm=document.warm,
+            idle_suspend=self.idle_suspend(document.idle_suspend, (*parts, "idle_suspend")),
         )
+
+    def idle_suspend(self, text: str | None, parts: Path) -> float | None:
+        """A duration of at least 1 s (``10m``, ``30s``); ``None`` (absent or null) for never."""
+        if text is None:
+            return None
+        try:
+            seconds = parse_go_duration(text)
+        except ValueError as error:
+            raise self.error(parts, str(error)) from None
+        if seconds < MIN_IDLE_SUSPEND:
+            raise self.error(parts, f"idle_suspend {text!r} must be at least {MIN_IDLE_SUSPEND:g} s "
+                                    "(leave it out for never)")
+        return seconds
 
     def gpus(self, addresses: tuple[_PciText, ...], parts: Path) -> tuple[str, ...]:
         """The GPU addresses in their full form, each once."""

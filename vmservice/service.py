@@ -196,6 +196,7 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
         adoption=IdentityAdoption(time.time_ns),
         on_clone=metrics.observe_clone,
         on_warm_fallback=metrics.observe_warm_fallback,
+        on_idle=metrics.observe_idle,
     )
     fleet = Fleet(parts)
     parts.events.listen(metrics.observe_event)
@@ -206,7 +207,7 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
 
     metrics.watch_nodes(node_counts)
     token = load_or_create_token(config.state_dir) if config.api.auth.enabled else None
-    api = Api(reactor, every_route(fleet, reactor, metrics, secrets), metrics, token)
+    api = Api(reactor, every_route(fleet, reactor, metrics, secrets), metrics, token, fleet.hold)
     site = StreamingSite(api.resource(), api.streams_body)
     site.displayTracebacks = False
 

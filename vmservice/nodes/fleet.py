@@ -48,6 +48,7 @@ from .creation import Creation
 from .forking import Forked, Forking, ForkRequest, collect_forks, discard_fork_states
 from .description import NodeDescription, describe
 from .guest import AgentHealth, IGuest
+from .idling import IdleNodes
 from .lifecycle import Lifecycle
 from .model import CreateRequest, DeleteResult, NodeRecord, Status, Wait, visible
 from .operation import settled
@@ -91,17 +92,20 @@ class Fleet(Service):
         self.lifecycle = Lifecycle(self._registry, parts)
         self.snapshots = Snapshots(self._registry, parts)
         self.tagging = Tagging(self._registry)
-        self.stats = NodeStats(self._registry, parts.clock, parts.snapshots)
+        self._idle = IdleNodes(parts.clock, self._idle_timeout, self._suspend_idle, self.snapshots.wake, parts.on_idle)
+        self.stats = NodeStats(self._registry, parts.clock, parts.snapshots, awake=self._awake)
         self.events = parts.events
         self._unsubscribe: Callable[[], None] = lambda: None
 
     def _register(self, record: NodeRecord) -> NodeRuntime:
         node = NodeRuntime(record, self._parts, self._forgotten)
         self._registry.add(node)
+        self._idle.track(record)
         return node
 
     def _forgotten(self, node: NodeRuntime) -> None:
         self._registry.drop(node)
+        self._idle.forget(node.hostname)
         if node.record.frozen_disk:
             self._collect_templates()
         if node.record.forked_disks:
@@ -129,6 +133,8 @@ class Fleet(Service):
     async def _start(self) -> None:
         try:
             await Startup(self._registry, self._parts, self._register).recover()
+            for node in self._registry.all():
+                self._idle.track(node.record)  # as recovered: asleep or awake
             self._collect_templates()
             self._collect_forks()
             discard_fork_states(self._parts.config.state_dir, self._parts.config.templates_tmpfs_dir)
@@ -149,6 +155,7 @@ class Fleet(Service):
     def stopService(self) -> Deferred[None]:
         super().stopService()  # type: ignore[no-untyped-call]  # Twisted's Service is not annotated
         self._unsubscribe()
+        self._idle.stop()
         return Deferred.fromCoroutine(self._stop_all())
 
     async def _stop_all(self) -> None:
@@ -229,17 +236,21 @@ class Fleet(Service):
         path = self._registry.find(hostname).paths.console
         return await self._parts.blocking(lambda: console.tail(path, lines))
 
-    def guest(self, hostname: str) -> IGuest:
+    async def guest(self, hostname: str) -> IGuest:
         """
         The guest of a running node, for operations inside it (exec, file
-        copies, file-system operations).
+        copies, file-system operations), woken first when the idle timer
+        suspended it (:mod:`.idle`): the one place requests reach a guest.
 
         :raise NotFound: no such node.
         :raise Conflict: the node is paused (the contract's 409 for exec, cp,
             fs and shell while paused), stopped or suspended, or busy.
         :raise AgentNotConnected: the node runs but its agent is not
             connected (yet).
+        :raise ServiceError: the node slept and its wake failed (see
+            :meth:`.idling.IdleNodes.ready`).
         """
+        await self._awake(hostname)
         node = self._registry.find(hostname)
         check(Op.AGENT, hostname, node.record.status)
         agent = node.agent
@@ -255,11 +266,33 @@ class Fleet(Service):
             stopped, suspended, or busy with an operation that ends its VM.
         :raise AgentNotConnected: it should answer but does not (in time).
         """
-        health = await bounded_health(self._parts.clock, hostname, self.guest(hostname))
+        health = await bounded_health(self._parts.clock, hostname, await self.guest(hostname))
         if not self._registry.find(hostname).record.userdata:
             # Nothing to run: over as soon as the agent answers.
             health = evolve(health, userdata_ran=True)
         return health
+
+    # -- idle suspend ----------------------------------------------------
+
+    def hold(self, hostname: str) -> Callable[[], None]:
+        """
+        A request naming node ``hostname`` is being served (a stream of it
+        is open): its idle timer stands still until the returned function
+        is called (see :meth:`.idling.IdleNodes.hold`).
+        """
+        return self._idle.hold(hostname)
+
+    async def _awake(self, hostname: str) -> None:
+        """Wake node ``hostname`` if the idle timer suspended it; :class:`NotFound` when there is none."""
+        await self._idle.ready(hostname, lambda: self._registry.find(hostname).record)
+
+    def _idle_timeout(self, group: str) -> float | None:
+        config = self._parts.config.group(group)
+        return None if config is None else config.idle_suspend
+
+    async def _suspend_idle(self, hostname: str) -> bool:
+        """The automatic suspend: whether the node now sleeps."""
+        return (await self.snapshots.suspend(hostname, automatic=True)).changed
 
     def _secret_changed(self, name: str) -> None:
         """A secret was created, changed or deleted: place it again in the running nodes that hold it."""

@@ -71,6 +71,10 @@ def _no_fallbacks(group: str, kind: str) -> None:
     """Warm nodes booted cold go uncounted."""
 
 
+def _no_idle(group: str, what: str, seconds: float) -> None:
+    """Automatic suspends and wakes go uncounted."""
+
+
 def _wall_hub() -> EventHub:
     return EventHub(time.time)
 
@@ -111,6 +115,8 @@ class FleetParts:
         from its disk's creation to its VM running with its identity adopted.
     :ivar on_warm_fallback: called with ``(group, kind)`` each time a warm
         group's node boots cold instead (``kind`` says why, for the metric).
+    :ivar on_idle: called with ``(group, what, seconds)`` for each automatic
+        suspend and wake (see :mod:`.idling`), for the metrics.
     """
 
     clock: IReactorTime
@@ -135,6 +141,7 @@ class FleetParts:
     adoption: ICloneAdoption | None = None
     on_clone: Callable[[str, float], None] = field(default=_no_boots)
     on_warm_fallback: Callable[[str, str], None] = field(default=_no_fallbacks)
+    on_idle: Callable[[str, str, float], None] = field(default=_no_idle)
 
     def group(self, name: str) -> HostGroupConfig:
         """

@@ -25,7 +25,7 @@ from ..hypervisors.base import HypervisorError, IMachine, MachineExit, NetSpec, 
 from ..observer import OneShotObserver
 from .events import DELETED, EventType, status_event
 from .guest import IGuestConnection, UserdataOutcome
-from .model import NodeRecord, Status
+from .model import ASLEEP_STATUSES, NodeRecord, Status
 from .parts import FleetParts
 from .paths import NodePaths
 from .phase import NodePhase, node_phase
@@ -98,6 +98,8 @@ class NodeRuntime:
         one place its lifecycle events (:func:`.events.status_event`) come from.
         """
         before = self.record.status
+        if status not in ASLEEP_STATUSES:
+            changes["idle_suspended"] = False
         self.record = evolve(self.record, status=status, **changes)
         if self.phase.persists():
             self._parts.store.save(self.record)
