@@ -15,13 +15,14 @@ from twisted.internet.defer import Deferred, fail
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.diagrams import drawn_transitions, machine_transitions
 from tests.fakes import FleetHarness
 from tests.nodes.test_lifecycle import short_dir
 from vmservice.config import HostGroupConfig
 from vmservice.errors import Conflict, Internal, NotFound
 from vmservice.hypervisors.base import HypervisorError, IMachine, MachineSpec
 from vmservice.nodes.fleet import Fleet
-from vmservice.nodes.idle import IdleCore, IdleNode, idle_node
+from vmservice.nodes.idle import IDLE_NODE, IdleCore, IdleNode, idle_node
 from vmservice.nodes.model import CreateRequest, NodeRecord, Status, Wait
 
 MiB = 1024 * 1024
@@ -256,6 +257,17 @@ class FleetIdleTests(SynchronousTestCase):
         self.assertEqual([r.status for r in self.fleet.list()], [Status.SUSPENDED])
         self.assertEqual([(g, what) for g, what, _ in self.observed], [("demo", "suspend")])
 
+    def test_create_holds(self) -> None:
+        """A node being created (a boot longer than idle_suspend) is not suspended before its create answered."""
+        d = self.do(self.fleet.create("demo", CreateRequest(), Wait.AGENT, 300))
+        self.h.reactor.advance(100)
+        self.assertEqual(self.h.node("demo-2").record.status, Status.RUNNING)
+        self.h.agents[-1].ready()
+        self.h.reactor.advance(1)
+        self.successResultOf(d)
+        self.h.reactor.advance(29)
+        self.assertEqual(self.h.node("demo-2").record.status, Status.SUSPENDED)
+
     def test_hold_keeps_awake(self) -> None:
         """A request held open (a stream) keeps the node awake however long it lasts."""
         release = self.fleet.hold("demo-1")
@@ -422,3 +434,9 @@ class FleetIdleTests(SynchronousTestCase):
 def _refuse(spec: MachineSpec, log_path: str | None = None) -> Deferred[IMachine]:
     """A driver's start that cannot start the VM."""
     return fail(HypervisorError("cannot start"))
+
+
+class DiagramTests(SynchronousTestCase):
+    def test_diagram(self) -> None:
+        """docs/state-machines/idle.dot draws exactly the machine's transitions."""
+        self.assertEqual(drawn_transitions("idle.dot"), machine_transitions(IDLE_NODE))

@@ -69,6 +69,12 @@ def _resync_failed(failure: Failure, hostname: str) -> None:
     log.error("could not place the secrets of node {hostname} again: {error}", hostname=hostname, error=failure.value)
 
 
+def _noted(node: NodeRuntime, found: list[NodeRuntime]) -> NodeRuntime:
+    """``node``, appended to ``found``."""
+    found.append(node)
+    return node
+
+
 class Fleet(Service):
     """
     The nodes of one daemon.
@@ -100,7 +106,7 @@ class Fleet(Service):
     def _register(self, record: NodeRecord) -> NodeRuntime:
         node = NodeRuntime(record, self._parts, self._forgotten)
         self._registry.add(node)
-        self._idle.track(record)
+        self._idle.track(record, new=True)  # held until its create or fork answered (or re-tracked at start)
         return node
 
     def _forgotten(self, node: NodeRuntime) -> None:
@@ -132,9 +138,11 @@ class Fleet(Service):
 
     async def _start(self) -> None:
         try:
-            await Startup(self._registry, self._parts, self._register).recover()
-            for node in self._registry.all():
-                self._idle.track(node.record)  # as recovered: asleep or awake
+            found: list[NodeRuntime] = []
+            await Startup(self._registry, self._parts, lambda record: _noted(self._register(record), found)).recover()
+            for node in found:
+                if node in self._registry.all():
+                    self._idle.track(node.record)  # as recovered (asleep or awake), not held: no create to wait for
             self._collect_templates()
             self._collect_forks()
             discard_fork_states(self._parts.config.state_dir, self._parts.config.templates_tmpfs_dir)
@@ -307,12 +315,17 @@ class Fleet(Service):
     # -- create and delete ----------------------------------------------
 
     async def create(self, group_name: str, request: CreateRequest, wait: Wait, timeout: float) -> NodeRecord:
-        """Create a node (see :meth:`.creation.Creation.create`)."""
-        return await self._creation.create(group_name, request, wait, timeout)
+        """Create a node (see :meth:`.creation.Creation.create`); its idle timer starts once it answered."""
+        record = await self._creation.create(group_name, request, wait, timeout)
+        self._idle.made(record.hostname)
+        return record
 
     async def fork(self, hostname: str, request: ForkRequest) -> Forked:
-        """Fork a running node into new ones (see :meth:`.forking.Forking.fork`)."""
-        return await self._forking.fork(hostname, request)
+        """Fork a running node into new ones (see :meth:`.forking.Forking.fork`); their idle timers start then."""
+        forked = await self._forking.fork(hostname, request)
+        for child in forked.children:
+            self._idle.made(child.hostname)
+        return forked
 
     async def delete(self, group_name: str, hostname: str) -> DeleteResult:
         """

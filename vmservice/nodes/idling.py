@@ -70,9 +70,17 @@ class IdleNodes:
         self._wake = wake
         self._observe = observe
         self._nodes: dict[str, IdleNode] = {}
+        self._new: dict[str, Callable[[], None]] = {}
 
-    def track(self, record: NodeRecord) -> None:
-        """Give the node of ``record`` a new idle machine (Asleep when its record says so), replacing any."""
+    def track(self, record: NodeRecord, new: bool = False) -> None:
+        """
+        Give the node of ``record`` a new idle machine (Asleep when its
+        record says so), replacing any.
+
+        :param new: the node is being created (or forked): it is held until
+            :meth:`made` says it is, so that its timer starts only once its
+            create has answered (a boot may take longer than the idle time).
+        """
         self.forget(record.hostname)
         hostname, group = record.hostname, record.hostgroup
         core = IdleCore(
@@ -81,9 +89,16 @@ class IdleNodes:
             lambda: Deferred.fromCoroutine(self._woken(hostname, group)),
         )
         self._nodes[hostname] = idle_node(core, asleep=record.idle_suspended)
+        if new:
+            self._new[hostname] = self.hold(hostname)
+
+    def made(self, hostname: str) -> None:
+        """The create (or fork) of node ``hostname`` answered: its timer starts."""
+        self._new.pop(hostname, _nothing)()
 
     def forget(self, hostname: str) -> None:
         """The node is gone: its timer stops."""
+        self._new.pop(hostname, None)
         machine = self._nodes.pop(hostname, None)
         if machine is not None:
             machine.forget()
