@@ -248,6 +248,9 @@ class IdleCrashTests(SharedDaemonTestCase):
                                                                                                   "Running"))
         found = daemon.nodes()[hostname]["status"]
         self.assertLessEqual(len(daemon.vm_pids()), 1)  # none left over (it may sleep again by now)
+        # An adopted node answers 503 until its agent is connected again (as after any restart); a
+        # suspended one is woken by this.
+        daemon.wait_for("the agent", lambda: daemon.request("GET", f"/vm/{hostname}/health")[0] == 200, 120)
         self.assertEqual(daemon.run(hostname, "cat /tmp/memory.txt"), (0, "kept\n"))
         self.assertLessEqual(len(processes_under(daemon.state_dir)), 1)
         print(f"after kill -9 during the automatic suspend the node came back {found}")
