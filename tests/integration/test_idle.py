@@ -221,37 +221,55 @@ class IdleCrashTests(SharedDaemonTestCase):
             record: dict[str, Any] = json.load(f)
         return record
 
-    def test_kill_during_suspend(self) -> None:
+    def kill_when(self, what: str, moment: Any) -> tuple[str, str]:
         """
-        kill -9 while the record says Suspending: the next daemon has the node
-        Suspended (wakeable: an exec wakes it) or Running, its memory intact,
-        and no other VM process.
+        Create a node, kill -9 the daemon once ``moment(hostname)`` holds during
+        its automatic suspend, start the daemon again: the node's hostname and
+        the status it came back with (Suspended or Running), with no VM left over.
         """
         daemon = self.daemon
         hostname = daemon.json("POST", "/hostgroup/idle/nodes?wait=agent&timeout=3m", {}, expect=201)["hostname"]
         self.assertEqual(daemon.run(hostname, "echo kept > /tmp/memory.txt"), (0, ""))
+        deadline = time.monotonic() + 120
+        while not moment(hostname):
+            self.assertLess(time.monotonic(), deadline, f"no {what}")
+            time.sleep(0.005)
+        self.assertEqual(daemon.stop(signal.SIGKILL), -signal.SIGKILL)
+        self.assertTrue(self.record(hostname)["idle_suspended"])
+        daemon.start()
+        # The listing shows a Suspending record as Running: the record on disk says when the recovery did it.
+        daemon.wait_for("the recovery", lambda: self.record(hostname)["status"] in ("Suspended", "Running"))
+        found: str = self.record(hostname)["status"]
+        self.assertEqual(daemon.nodes()[hostname]["status"], found)
+        self.assertLessEqual(len(daemon.vm_pids()), 1)  # none left over (it may sleep again by now)
+        print(f"kill -9 at {what}: the node came back {found}")
+        return hostname, found
 
-        def suspending() -> bool:
+    def woken(self, hostname: str) -> None:
+        """The node answers with its memory intact (an adopted one once its agent is back, as after any restart)."""
+        daemon = self.daemon
+        daemon.wait_for("the agent", lambda: daemon.request("GET", f"/vm/{hostname}/health")[0] == 200, 120)
+        self.assertEqual(daemon.run(hostname, "cat /tmp/memory.txt"), (0, "kept\n"))
+        self.assertLessEqual(len(processes_under(daemon.state_dir)), 1)
+        daemon.json("DELETE", f"/hostgroup/idle/nodes/{hostname}")
+
+    def test_kill_during_suspend(self) -> None:
+        """kill -9 as soon as the record says Suspending: the node comes back Running (or Suspended) and answers."""
+
+        def suspending(hostname: str) -> bool:
             try:
                 return self.record(hostname)["status"] == "Suspending"
             except (OSError, ValueError):
                 return False  # read while it was replaced
 
-        deadline = time.monotonic() + 120
-        while not suspending():
-            self.assertLess(time.monotonic(), deadline, "the automatic suspend did not start")
-            time.sleep(0.005)
-        self.assertEqual(daemon.stop(signal.SIGKILL), -signal.SIGKILL)
-        self.assertTrue(self.record(hostname)["idle_suspended"])
-        daemon.start()
-        daemon.wait_for("the recovery", lambda: daemon.nodes().get(hostname, {}).get("status") in ("Suspended",
-                                                                                                  "Running"))
-        found = daemon.nodes()[hostname]["status"]
-        self.assertLessEqual(len(daemon.vm_pids()), 1)  # none left over (it may sleep again by now)
-        # An adopted node answers 503 until its agent is connected again (as after any restart); a
-        # suspended one is woken by this.
-        daemon.wait_for("the agent", lambda: daemon.request("GET", f"/vm/{hostname}/health")[0] == 200, 120)
-        self.assertEqual(daemon.run(hostname, "cat /tmp/memory.txt"), (0, "kept\n"))
-        self.assertLessEqual(len(processes_under(daemon.state_dir)), 1)
-        print(f"after kill -9 during the automatic suspend the node came back {found}")
-        self.assertTrue(re.search(r"(woke|adopted) node " + hostname, daemon.log()), daemon.log()[-2000:])
+        hostname, _ = self.kill_when("Suspending", suspending)
+        self.woken(hostname)
+
+    def test_kill_after_snapshot(self) -> None:
+        """kill -9 once the snapshot is committed: the node comes back Suspended and wakeable, and a request wakes it."""
+        hostname, found = self.kill_when(
+            "the committed snapshot",
+            lambda hostname: os.path.exists(os.path.join(self.daemon.state_dir, "nodes", hostname, "state.bin")))
+        self.assertEqual(found, "Suspended")
+        self.assertTrue(self.daemon.json("GET", f"/vm/{hostname}")["idle_suspended"])
+        self.woken(hostname)
