@@ -136,7 +136,7 @@ class IdleNodes:
 
         :raise NotFound: the node is gone (from ``record_of``).
         :raise ServiceError: the wake failed: what it failed with (e.g.
-            ``restore_failed``, a refusal for lack of memory, 503
+            ``restore_failed``, 503 ``insufficient_memory`` from the memory budget, 503
             ``agent_unavailable`` when the woken agent does not answer).
         """
         # Each turn waits for the machine to move (a suspend or a wake over).
