@@ -82,6 +82,7 @@ bench: install
 	$(BIN)/python bench/suspend.py
 	$(BIN)/python bench/network.py
 	$(BIN)/python bench/warm.py
+	$(BIN)/python bench/idle.py
 
 clean:
 	rm -rf $(VENV) _trial_temp *.egg-info
