@@ -9,7 +9,8 @@ Theory of operation
 -------------------
 
 Each node has an :class:`IdleNode`, one automat machine (diagram:
-``docs/state-machines/idle.dot``) with four states and a count of *holds*
+``docs/state-machines/idle.dot``) with four states (and **Gone**, once the
+node is forgotten) and a count of *holds*
 (requests on the node being served, streams included: an exec, a copy, a
 shell, a tunnel, a watch, followed logs) kept in its :class:`IdleCore`:
 
@@ -39,8 +40,10 @@ Whether a node sleeps is its record's business, not the machine's: the
 record's ``idle_suspended`` survives a daemon crash (see ``recovery.py``),
 and the wake checks it under the node's phase, so a node the user suspended,
 paused, restored or relaunched is never woken by a request.  The machine's
-state only says what to do with the next request; :class:`IdleNodes` asks
-for a wake exactly when the record says the node sleeps.
+state only says what to do with the next request;
+:class:`~.idling.IdleNodes` asks for a wake exactly when the record says the
+node sleeps.  Requests waiting for a suspend or a wake are let go in the
+next turn of the reactor, never from inside a transition.
 
 Nothing here imports the global reactor or knows HTTP.
 """
