@@ -176,9 +176,7 @@ class IdleNodes:
             self._observe(group, WAKE_FAILED, 0.0)
             raise
         if woken:
-            seconds = self._clock.seconds() - began
-            log.info("woke node {hostname} in {seconds:.3f} s", hostname=hostname, seconds=seconds)
-            self._observe(group, WAKE, seconds)
+            self._observe(group, WAKE, self._clock.seconds() - began)
 
 
 __all__ = ["IdleNodes", "SUSPEND", "SUSPEND_FAILED", "WAKE", "WAKE_FAILED", "WAKE_TIMEOUT"]
