@@ -184,6 +184,24 @@ class IdleTests(SharedDaemonTestCase, TestCase):
         self.daemon.post(f"/vm/{self.hostname}/restore?wait=agent")
         self.assertEqual(self.daemon.run(self.hostname, "cat /tmp/memory.txt"), (0, "kept\n"))
 
+    def test_request_during_suspend(self) -> None:
+        """A request that arrives while the automatic suspend runs waits for it, then wakes the node: no 409 busy."""
+        self.assertEqual(self.daemon.run(self.hostname, "true")[0], 0)
+        record = os.path.join(self.daemon.state_dir, "nodes", self.hostname, "node.json")
+
+        def suspending() -> bool:
+            try:
+                with open(record) as f:
+                    return bool(json.load(f)["status"] == "Suspending")
+            except (OSError, ValueError):
+                return False  # read while it was replaced
+
+        deadline = time.monotonic() + 120
+        while not suspending():
+            self.assertLess(time.monotonic(), deadline, "the automatic suspend did not start")
+            time.sleep(0.005)
+        self.assertEqual(self.daemon.run(self.hostname, "cat /tmp/memory.txt"), (0, "kept\n"))
+
     def test_concurrent_requests_wake_once(self) -> None:
         """Eight requests at once for the sleeping node: one wake, all eight answered."""
         self.asleep()

@@ -34,13 +34,16 @@ class Snapshots(NodeOperations):
         snapshot file, then end its VM, which releases its memory.
 
         :param automatic: the idle timer asks (:mod:`.idle`): only a
-            ``Running`` node is suspended (otherwise nothing is done), and its
+            ``Running`` node without PCI devices is suspended (otherwise
+            nothing is done), and its
             record says the snapshot is the timer's, so that the next request
             that needs its guest restores it.  An asked suspend of a node the
             timer suspended makes the suspension the user's: no request
             undoes it any more.
         """
         node = await settled(self._registry, hostname)
+        if automatic and (node.record.status is not Status.RUNNING or node.record.pci_devices):
+            return Done(Op.SUSPEND, hostname, changed=False)  # the timer leaves these alone, quietly
         await suspendable(self._parts)
         if node.record.pci_devices:
             raise Conflict(f"node {hostname!r} has host PCI devices passed through, whose state cannot be saved",
