@@ -82,6 +82,11 @@ class IdleTests(SharedDaemonTestCase, TestCase):
         self.assertEqual(self.daemon.vm_pids(), [])
         self.assertGreaterEqual(metric(self.daemon, 'vmservice_idle_suspend_duration_seconds_count{hostgroup="idle"}'),
                                 1)
+        status, _, body = self.daemon.request("GET", "/events?follow=false&last_event_id=0")
+        self.assertEqual(status, 200)
+        events = [json.loads(line[len("data: "):]) for line in body.decode().splitlines() if line.startswith("data: ")]
+        slept = [e for e in events if e.get("hostname") == self.hostname and e["type"] == "suspended"]
+        self.assertTrue(slept and all(e.get("idle") is True for e in slept), events)
 
     def test_exec_wakes(self) -> None:
         """An exec wakes the node and succeeds; tmpfs contents (memory) are intact; the node runs again, then sleeps again."""

@@ -287,6 +287,15 @@ class FleetIdleTests(SynchronousTestCase):
         self.assertEqual([what for _, what, _ in self.observed], ["suspend", "wake"])
         self.sleep()
 
+    def test_events(self) -> None:
+        """The automatic suspend and the wake are suspended and restored events marked idle; the user's are not."""
+        self.sleep()
+        self.woken(self.guest())
+        self.successResultOf(self.do(self.fleet.snapshots.suspend("demo-1")))
+        self.successResultOf(self.do(self.fleet.snapshots.restore("demo-1", Wait.NONE, 30)))
+        events = [(e.type.value, e.idle) for e in self.h.events.held() if e.type.value in ("suspended", "restored")]
+        self.assertEqual(events, [("suspended", True), ("restored", True), ("suspended", False), ("restored", False)])
+
     def test_health_and_stats_wake(self) -> None:
         """Health and one node's statistics wake it too; every node's statistics do not."""
         self.sleep()
