@@ -78,7 +78,10 @@ test: install
 	$(BIN)/python tests/summary.py .trial-output.log $$steps; rm -f .trial-output.log; exit $$status
 
 bench: install
+	$(BIN)/python bench/limits.py
 	$(BIN)/python bench/boot.py
+	$(BIN)/python bench/channel.py
+	$(BIN)/python bench/density.py
 	$(BIN)/python bench/suspend.py
 	$(BIN)/python bench/network.py
 	$(BIN)/python bench/warm.py

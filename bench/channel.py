@@ -30,8 +30,12 @@ Channel benchmark (exec and raw-channel parts): in one run, side by side,
   the time to the shell's echo on the exec's own stdout (``watch_exec_echo_s``,
   the same trip without the watch), p50/p95.
 
-Writes samples, p50/p95 and the ratio ``exec_api_p50 / raw_round_trip_p50``
-(target <= 2) to ``bench/results/channel.json`` (merged into what is there).
+- the channel's ceilings in the same run (``bench/limits.py``: a minimal guest
+  with busybox ``dd`` on a virtio-serial port at each end, 1 MiB blocks), and
+  cp's MB/s as a ratio of the ceiling of its direction (target >= 0.8).
+
+Writes samples, p50/p95 and the ratios ``exec_api_p50 / raw_round_trip_p50``
+with ``/bin/bash`` and without a shell (``shell=``; target <= 3) to ``bench/results/channel.json`` (merged into what is there).
 ``--parts watch`` measures the watch latency alone (one node, no bare guest,
 no copies) and merges only that into the file; ``--parts background`` the
 same for the background exec logs beside their cp download.
@@ -63,7 +67,8 @@ from twisted.internet.threads import deferToThread  # noqa: E402
 from twisted.web.iweb import UNKNOWN_LENGTH, IBodyProducer  # noqa: E402
 from zope.interface import implementer  # noqa: E402
 
-from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image  # noqa: E402
+from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image, processes_under  # noqa: E402
+from bench.limits import channel_ceilings, minimal_initramfs  # noqa: E402
 from vmservice.agent.client import AgentClient  # noqa: E402
 from vmservice.agent.execution import run_collected  # noqa: E402
 from vmservice.client import Client, ExecRecord  # noqa: E402
@@ -113,6 +118,21 @@ def _status_kib(pid: int, field: str) -> int:
     raise RuntimeError(f"no {field} for pid {pid}")
 
 
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _node_qemu(daemon: Daemon) -> int:
+    """The pid of the QEMU of the daemon's only node."""
+    for pid in processes_under(daemon.state_dir):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/comm") as f:
+            if f.read().startswith("qemu-system"):
+                return pid
+    raise RuntimeError("the node's QEMU is not running")
+
+
 def measure_cp(daemon: Daemon, size: int) -> dict[str, Any]:
     """
     Upload ``size`` bytes to the node and download them again through the API
@@ -129,6 +149,8 @@ def measure_cp(daemon: Daemon, size: int) -> dict[str, Any]:
         for _ in range(size >> 20):
             yield block
 
+    qemu = _node_qemu(daemon)
+    cpu = _cpu_seconds(qemu), _cpu_seconds(pid)
     conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=600)
     started = time.monotonic()
     conn.request("POST", "/vm/demo-1/cp?path=/root/bench.bin", body=body(),
@@ -139,6 +161,8 @@ def measure_cp(daemon: Daemon, size: int) -> dict[str, Any]:
     conn.close()
     if response.status != 200:
         raise RuntimeError(f"cp upload failed: {response.status} {reply!r}")
+    upload_cpu = _cpu_seconds(qemu) - cpu[0], _cpu_seconds(pid) - cpu[1]
+    cpu = _cpu_seconds(qemu), _cpu_seconds(pid)
     conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=600)
     started = time.monotonic()
     conn.request("GET", "/vm/demo-1/cp?path=/root/bench.bin")
@@ -153,6 +177,7 @@ def measure_cp(daemon: Daemon, size: int) -> dict[str, Any]:
     conn.close()
     if response.status != 200 or received != size:
         raise RuntimeError(f"cp download failed: {response.status}, {received} of {size} bytes")
+    download_cpu = _cpu_seconds(qemu) - cpu[0], _cpu_seconds(pid) - cpu[1]
     peak = _status_kib(pid, "VmHWM")
     daemon.request("POST", "/vm/demo-1/exec?cmd=rm+-f+/root/bench.bin")
     return {
@@ -161,6 +186,11 @@ def measure_cp(daemon: Daemon, size: int) -> dict[str, Any]:
         "upload_mb_per_s": size / upload / 1e6,
         "download_seconds": download,
         "download_mb_per_s": size / download / 1e6,
+        # CPU seconds per second of copy: the node's QEMU (the guest agent runs in its vCPU) and the daemon.
+        "upload_qemu_cores": upload_cpu[0] / upload,
+        "upload_daemon_cores": upload_cpu[1] / upload,
+        "download_qemu_cores": download_cpu[0] / download,
+        "download_daemon_cores": download_cpu[1] / download,
         "daemon_rss_before_kib": rss_before,
         "daemon_peak_rss_kib": peak,
         "daemon_rss_growth_mib": (peak - rss_before) / 1024,
@@ -422,8 +452,22 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
                 raise RuntimeError(f"exec through the API failed: {status} {body!r}")
             return time.monotonic() - started
 
+        def api_exec_no_shell() -> float:
+            started = time.monotonic()
+            status, _, body = daemon.request("POST", "/vm/demo-1/exec?cmd=/bin/true&shell=")
+            if status != 200 or b'"exit_code": 0' not in body.replace(b'"exit_code":0', b'"exit_code": 0'):
+                raise RuntimeError(f"exec /bin/true without a shell through the API failed: {status} {body!r}")
+            return time.monotonic() - started
+
         await deferToThread(api_exec)  # warm-up
         api = [await deferToThread(api_exec) for _ in range(options.rounds)]
+        api_no_shell = [await deferToThread(api_exec_no_shell) for _ in range(options.rounds)]
+        floor_dir = os.path.join(workdir, "ceilings")
+        os.mkdir(floor_dir)
+        image = resolve_image(IMAGE_DIR, "default")
+        initrd = os.path.join(floor_dir, "minimal.cpio")
+        minimal_initramfs(image, initrd)
+        ceilings = await deferToThread(channel_ceilings, image, floor_dir, initrd, options.ceiling_mib, 50)
         watch = await measure_watch(daemon, options.watch_writes)
         cp = await deferToThread(measure_cp, daemon, options.cp_mib << 20)
         background = await deferToThread(measure_background_logs, daemon, options.bg_mib << 20)
@@ -436,6 +480,7 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
         await deferToThread(daemon.cleanup)
     raw = percentiles(pings)
     api_p = percentiles(api)
+    api_direct = percentiles(api_no_shell)
     return {
         "benchmark": "channel",
         "accel": "tcg",
@@ -446,7 +491,13 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
         "exec_true_no_shell_agent_s": percentiles(agent_exec_direct),
         "exec_true_api_s": api_p,
         "ratio_exec_api_p50_over_raw_round_trip_p50": api_p["p50"] / raw["p50"],
-        "target_ratio_exec": 2.0,
+        "exec_true_no_shell_api_s": api_direct,
+        "ratio_exec_no_shell_api_p50_over_raw_round_trip_p50": api_direct["p50"] / raw["p50"],
+        "target_ratio_exec": 3.0,
+        "ceilings": ceilings,
+        "ratio_cp_upload_over_ceiling": cp["upload_mb_per_s"] / ceilings["host_to_guest"]["mb_per_s"],
+        "ratio_cp_download_over_ceiling": cp["download_mb_per_s"] / ceilings["guest_to_host"]["mb_per_s"],
+        "load_average_after": os.getloadavg(),
         "cp": cp,
         "ratio_cp_upload_over_raw_echo": cp["upload_mb_per_s"] / (size / echo / 1e6),
         "ratio_cp_download_over_raw_echo": cp["download_mb_per_s"] / (size / echo / 1e6),
@@ -482,6 +533,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--echo-mib", type=int, default=32)
     parser.add_argument("--cp-mib", type=int, default=1024)
+    parser.add_argument("--ceiling-mib", type=int, default=256, help="bytes each way for the ceilings")
     parser.add_argument("--bg-mib", type=int, default=64, help="background exec log size (at most 64)")
     parser.add_argument("--watch-writes", type=int, default=50)
     parser.add_argument("--parts", choices=("all", "watch", "background"), default="all")
@@ -528,6 +580,8 @@ def main() -> None:
         return
     print(json.dumps({k: outcome[k] for k in ("raw_round_trip_s", "raw_echo", "ratio_exec_api_p50_over_raw_round_trip_p50",
                                               "cp", "ratio_cp_upload_over_raw_echo", "ratio_cp_download_over_raw_echo",
+                                              "ratio_cp_upload_over_ceiling", "ratio_cp_download_over_ceiling",
+                                              "ratio_exec_no_shell_api_p50_over_raw_round_trip_p50",
                                               "background_logs")}
                      | {"exec_api_p50": outcome["exec_true_api_s"]["p50"], "exec_agent_p50": outcome["exec_true_agent_s"]["p50"],
                         "exec_no_shell_agent_p50": outcome["exec_true_no_shell_agent_s"]["p50"]} | watch,

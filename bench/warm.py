@@ -133,6 +133,18 @@ def fork(daemon: Daemon, group: str, count: int) -> tuple[float, float]:
     return elapsed, float(pauses[-1])
 
 
+def steps(log: str, verb: str) -> dict[str, dict[str, Any]]:
+    """
+    The daemon's step timings of every ``node … cloned: disk 15 ms, …`` (or
+    ``forked:``) line of ``log``: each step's median and samples, in ms.
+    """
+    found: dict[str, list[float]] = {}
+    for line in re.findall(rf"node \S+ {verb}: (.*)", log):
+        for step, ms in re.findall(r"([a-z ]+?) (\d+) ms", line):
+            found.setdefault(step.strip(), []).append(float(ms))
+    return {step: {"median": statistics.median(values), "samples": values} for step, values in found.items()}
+
+
 def summary(samples: list[float]) -> dict[str, Any]:
     return {"median": statistics.median(samples), "max": max(samples), "samples": samples}
 
@@ -142,8 +154,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--together", type=int, default=4)
     parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "warm.json"))
+    parser.add_argument("--note", default="", help="what to know about the run, e.g. other VMs on the machine")
     options = parser.parse_args()
     ensure_image()
+    load_before = os.getloadavg()[0]
     group = {"vcpu": 1, "ram_mb": RAM_MB, "storage_size": "1G"}
     daemon = Daemon(groups=[{"name": "cold", "warm": False, **group}, {"name": "warm", "warm": True, **group}])
     try:
@@ -167,6 +181,9 @@ def main() -> None:
         print(f"fork of {options.together}: {statistics.median(f[0] for f in forks):.3f} s, parent paused "
               f"{statistics.median(f[1] for f in forks):.3f} s", flush=True)
         accel = re.search(r"accelerator: (\w+)", daemon.log())
+        clone_steps, fork_steps = steps(daemon.log(), "cloned"), steps(daemon.log(), "forked")
+        fork_states = [float(size) * 1e6 for size in re.findall(r"after a pause of [0-9.]+ s \(state (\d+) MB\)",
+                                                               daemon.log())]
         daemon_peak_rss = peak_rss(daemon.process.pid) if daemon.process else None
     finally:
         daemon.cleanup()
@@ -189,6 +206,9 @@ def main() -> None:
         "ratio_cold_over_clone_together": statistics.median(cold_together) / statistics.median(clone_together),
         "fork_of_together_s": summary([f[0] for f in forks]),
         "fork_parent_pause_s": summary([f[1] for f in forks]),
+        "fork_state_bytes": summary(fork_states) if fork_states else None,
+        "clone_steps_ms": clone_steps,
+        "fork_child_steps_ms": fork_steps,
         "cold_rss_bytes_together": per_node(cold_together_memory, "rss"),
         "cold_pss_bytes_together": per_node(cold_together_memory, "pss"),
         "clone_rss_bytes_together": per_node(clone_together_memory, "rss"),
@@ -199,6 +219,8 @@ def main() -> None:
         "clone_pss_bytes": per_node(clone_memory, "pss"),
         "daemon_peak_rss_bytes": daemon_peak_rss,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load_average_before": load_before,
+        "note": options.note,
     }
     write_result(options.output, result)
     print(json.dumps({k: result[k] for k in ("accel", "ratio_cold_over_clone", "ratio_cold_over_clone_together",

@@ -951,6 +951,25 @@ class WarmTests(SynchronousTestCase):
                 _parse(f"config: {text}\n")
 
 
+class TcgTbSizeTests(SynchronousTestCase):
+    """``tcg_tb_size_mb``: the translation cache of each VM under TCG."""
+
+    def test_default(self) -> None:
+        """64 MiB unless said otherwise."""
+        self.assertEqual(_parse("config: {}\n").tcg_tb_size_mb, 64)
+
+    def test_given(self) -> None:
+        """0 (QEMU's default) and a size in MiB are taken."""
+        self.assertEqual(_parse("config: {tcg_tb_size_mb: 0}\n").tcg_tb_size_mb, 0)
+        self.assertEqual(_parse("config: {tcg_tb_size_mb: 128}\n").tcg_tb_size_mb, 128)
+
+    def test_bad(self) -> None:
+        """Negative, too large or not an integer: one line naming the key."""
+        for text in ("-1", "5000", "'64M'"):
+            error = self.assertRaises(ConfigError, _parse, f"config: {{tcg_tb_size_mb: {text}}}\n")
+            self.assertTrue(str(error).startswith("config.tcg_tb_size_mb: "), str(error))
+
+
 class CodehostTests(SynchronousTestCase):
     """
     ``codehost_url`` and ``codehost_timeout``: where ``codehost_user``'s keys

@@ -82,7 +82,8 @@ async def decide_driver(reactor: IDaemonReactor, config: Config, image: Image) -
         reactor, settings.binary, image.kernel.path, image.initrd.path, config.accel, tsc_khz
     )
     log.info("accelerator: {accel}: {reason}", accel=choice.accel, reason=choice.reason)
-    return QemuDriver(reactor, QemuSettings(binary=settings.binary, accel=choice.accel, tsc_khz=tsc_khz))
+    return QemuDriver(reactor, QemuSettings(binary=settings.binary, accel=choice.accel, tsc_khz=tsc_khz,
+                                            tb_size_mb=config.tcg_tb_size_mb))
 
 
 def _endpoint(reactor: IDaemonReactor, config: Config) -> IStreamServerEndpoint:

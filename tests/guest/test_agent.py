@@ -405,3 +405,49 @@ class LoopTests(SynchronousTestCase):
         self.loop.run_once(5.0)
         self.assertLess(time.monotonic() - started, 1.0)
         self.assertEqual(ran, ["first", "second", "third"])
+
+
+class ReadyMarkTests(SynchronousTestCase):
+    def _environment(self, value: str | None) -> None:
+        """Set (or unset) ``VMSERVICE_AGENT_READY`` for this test only."""
+        old = os.environ.pop("VMSERVICE_AGENT_READY", None)
+        if value is not None:
+            os.environ["VMSERVICE_AGENT_READY"] = value
+
+        def restore() -> None:
+            os.environ.pop("VMSERVICE_AGENT_READY", None)
+            if old is not None:
+                os.environ["VMSERVICE_AGENT_READY"] = old
+
+        self.addCleanup(restore)
+    def test_marks_the_named_file(self) -> None:
+        """With ``VMSERVICE_AGENT_READY`` set, the agent creates that file (the guest's other services wait for it)."""
+        directory = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, directory)
+        path = os.path.join(directory, "agent.ready")
+        self._environment(path)
+        agent._mark_ready()
+        self.assertTrue(os.path.exists(path))
+
+    def test_nothing_without_the_variable(self) -> None:
+        """Without ``VMSERVICE_AGENT_READY`` the agent creates no file (as when it runs outside a guest)."""
+        directory = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, directory)
+        self._environment(None)
+        before = os.listdir(directory)
+        agent._mark_ready()
+        self.assertEqual(os.listdir(directory), before)
+        self.assertNotIn("VMSERVICE_AGENT_READY", os.environ)
+
+    def test_unwritable_path_is_logged_not_raised(self) -> None:
+        """A marker the agent cannot create is logged; the agent goes on serving."""
+        directory = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, directory)
+        path = os.path.join(directory, "missing", "agent.ready")
+        self._environment(path)
+        logged: list[str] = []
+        self.patch(agent, "_log", logged.append)
+        agent._mark_ready()
+        self.assertFalse(os.path.exists(path))
+        self.assertEqual(len(logged), 1)
+        self.assertIn(path, logged[0])

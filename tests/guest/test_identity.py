@@ -52,7 +52,7 @@ class FakeSteps:
         for name in ("hostname", "hosts", "machine-id"):
             with open(os.path.join(self.etc, name), "w") as stream:
                 stream.write("template\n")
-        self.kernel = os.path.join(root, "kernel-hostname")
+        self.kernel: list[str] = []
         net_sysfs = os.path.join(root, "net")
         os.makedirs(os.path.join(net_sysfs, "eth0"))
         self.flags = os.path.join(net_sysfs, "eth0", "flags")
@@ -87,7 +87,7 @@ class FakeSteps:
         case.patch(AdoptHandler, "ioctl", staticmethod(ioctl))
         case.patch(AdoptHandler, "run", staticmethod(run))
         case.patch(AdoptHandler, "random_device", random_device)
-        case.patch(AdoptHandler, "kernel_hostname", self.kernel)
+        case.patch(AdoptHandler, "set_kernel_hostname", staticmethod(self.kernel.append))
         case.patch(AdoptHandler, "etc", self.etc)
         case.patch(AdoptHandler, "net_sysfs", net_sysfs)
         self.context = AgentContext("t", time.monotonic_ns(), realtime_ns=self.clock.read, set_realtime_ns=set_clock)
@@ -124,10 +124,11 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
 
     def test_adopts_in_order_then_starts_a_new_session(self) -> None:
         """
-        Entropy (added, then the reseed) comes first, then the clock, the host name
-        and its files, the machine-id, the network; the answer is the clock before,
-        then the guest's HELLO of a new session with a new nonce, which the host
-        meets as a restart and answers until both are established again.
+        Entropy (added, then the reseed) comes first, then the clock, the host
+        name, the network; the answer is the clock before, then the guest's HELLO
+        of a new session with a new nonce that echoes the host's: the host meets
+        it as a restart, is established at once, and its answer establishes the
+        guest (no second HELLO from the guest).
         """
         old_nonce = self.session.conn.nonce
         events = self.adopt()
@@ -141,32 +142,48 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
             ("ip", "addr", "add", "10.0.0.9/24", "dev", "eth0"),
             ("ip", "route", "replace", "default", "via", "10.0.0.1", "dev", "eth0"),
         ])
-        with open(self.kernel) as stream:
-            self.assertEqual(stream.read(), "clone-3")
-        self.assertEqual(self.read("hostname"), "clone-3\n")
-        self.assertEqual(self.read("hosts"), hosts_file("clone-3"))
-        self.assertEqual(self.read("hosts"), "127.0.0.1\tlocalhost\n127.0.1.1\tclone-3\n::1\tlocalhost ip6-localhost ip6-loopback\n")
-        self.assertEqual(self.read("machine-id"), "0123456789abcdef0123456789abcdef\n")
-        self.assertEqual(os.stat(os.path.join(self.etc, "machine-id")).st_mode & 0o777, 0o444)
-        self.assertEqual(sorted(os.listdir(self.etc)), ["hostname", "hosts", "machine-id"])
+        self.assertEqual(self.kernel, ["clone-3"])
         data, end, hello = events
         self.assertEqual(json.loads(data.data), {"previous_ns": BEFORE})
         self.assertEqual(end, HalfClose(1))
         assert isinstance(hello, Hello)
         new_nonce = self.session.conn.nonce
         self.assertNotEqual(new_nonce, old_nonce)
-        self.assertEqual(hello.nonce, new_nonce)
+        self.assertEqual((hello.nonce, hello.echo), (new_nonce, b"HOSTNONC"))
         self.assertFalse(self.session.conn.established)
-        self.assertFalse(self.host.established)
-        for _ in range(4):
-            if self.host.hello_wanted:
-                self.send(self.host.hello("host"))
-            self.receive()
         self.assertTrue(self.host.established)
+        self.assertTrue(self.host.hello_wanted)
+        self.send(self.host.hello("host"))
+        self.assertEqual(self.receive(), [])
         self.assertTrue(self.session.conn.established)
-        self.assertRegex(self.logged[0], r"\Aadopted clone-3 \(entropy \d+ ms, clock \d+ ms, hostname \d+ ms, "
-                                         r"machine_id \d+ ms, network \d+ ms\)\Z")
-        self.assertEqual(self.logged[1], "starting a new session: adopted a new identity")
+        self.assertEqual(self.logged, ["starting a new session: adopted a new identity"])
+
+    def test_files_after_the_answer(self) -> None:
+        """
+        /etc/hostname, /etc/hosts and /etc/machine-id are written once the answer
+        went out, in the same loop iteration (before the agent reads again), then
+        the adoption is logged with its steps.
+        """
+        self.adopt()
+        self.assertEqual(self.read("hostname"), "template\n")
+        self.loop.run_once(0)
+        self.assertEqual(self.read("hostname"), "clone-3\n")
+        self.assertEqual(self.read("hosts"), hosts_file("clone-3"))
+        self.assertEqual(self.read("hosts"), "127.0.0.1\tlocalhost\n127.0.1.1\tclone-3\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+        self.assertEqual(self.read("machine-id"), "0123456789abcdef0123456789abcdef\n")
+        self.assertEqual(os.stat(os.path.join(self.etc, "machine-id")).st_mode & 0o777, 0o444)
+        self.assertEqual(sorted(os.listdir(self.etc)), ["hostname", "hosts", "machine-id"])
+        self.assertRegex(self.logged[-1], r"\Aadopted clone-3 \(entropy \d+ ms, clock \d+ ms, hostname \d+ ms, "
+                                          r"network \d+ ms, files \d+ ms; answered after \d+ ms\)\Z")
+
+    def test_files_fail_after_the_answer(self) -> None:
+        """A file that cannot be written after the answer is logged; the agent goes on."""
+        os.mkdir(os.path.join(self.etc, "hostname.adopt"))  # where the new file would be written first
+        data, _, _ = self.adopt()
+        self.assertEqual(json.loads(data.data), {"previous_ns": BEFORE})
+        self.loop.run_once(0)
+        self.assertRegex(self.logged[-1], r"\Aadoption of clone-3 answered, then failed at files: files: ")
+        self.assertEqual(self.read("hostname"), "template\n")
 
     def test_prepare(self) -> None:
         """``prepare`` only answers: no step runs and the session goes on."""
@@ -182,6 +199,7 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
     def test_no_network(self) -> None:
         """Without a net nothing runs ``ip``."""
         self.adopt(AdoptionRequest("solo", "1" * 32, LATER, ENTROPY))
+        self.loop.run_once(0)
         self.assertEqual([call[0] for call in self.calls], ["ioctl", "ioctl", "clock"])
         self.assertEqual(self.read("hostname"), "solo\n")
 

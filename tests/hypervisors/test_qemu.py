@@ -99,6 +99,24 @@ class CommandLineTests(SynchronousTestCase):
         self.assertEqual((pairs["-accel"], pairs["-cpu"]), (["kvm"], ["host"]))
         self.assertNotIn("tsc_early_khz", pairs["-append"][0])
 
+    def test_tb_size(self) -> None:
+        """Under TCG a size bounds the translation cache; 0 leaves QEMU's default; KVM has none."""
+        pairs = _pairs(qemu_command(SPEC, QemuSettings(accel="tcg", tb_size_mb=64)))
+        self.assertEqual(pairs["-accel"], ["tcg,tb-size=64"])
+        self.assertEqual(_pairs(qemu_command(SPEC, QemuSettings(accel="tcg", tb_size_mb=0)))["-accel"], ["tcg"])
+        self.assertEqual(_pairs(qemu_command(SPEC, QemuSettings(accel="kvm", tb_size_mb=64)))["-accel"], ["kvm"])
+
+    def test_tb_size_template_and_clone(self) -> None:
+        """Templates and clones have the same bounded translation cache as cold boots (it is not migrated)."""
+        from attrs import evolve
+        from vmservice.hypervisors.base import RamBacking
+
+        settings = QemuSettings(accel="tcg", tb_size_mb=64)
+        for memory, incoming in ((RamBacking("/dev/shm/t/ram", shared=True), False),
+                                 (RamBacking("/dev/shm/t/ram", shared=False), True)):
+            argv = qemu_command(evolve(SPEC, memory=memory, defer_incoming=incoming), settings)
+            self.assertEqual(_pairs(argv)["-accel"], ["tcg,tb-size=64"])
+
     def test_probe(self) -> None:
         """The probe boots the initramfs in probe mode, console on stdout, no disk, no reboot."""
         argv = probe_command("qemu", "/k", "/i", "kvm", None)

@@ -317,17 +317,18 @@ class TemplatesDaemonTestCase(SharedDaemonTestCase):
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return f.read().decode().split("\0")
 
-    def assert_own_network(self, hostname: str, ip: str) -> str:
+    def assert_own_network(self, hostname: str, ip: str, prefix: int = 30) -> str:
         """
         ``hostname``'s guest has the MAC of its own QEMU command line, the
-        address ``ip`` and a default route, and its gateway answers ARP for it
-        at once; returns that MAC.
+        address ``ip`` (``/prefix``: an isolated node's /30 by default) and a
+        default route, and its gateway answers ARP for it at once; returns
+        that MAC.
         """
         mac = " ".join(self.qemu_argv(hostname)).split("virtio-net-device,netdev=net0,mac=")[1].split()[0].lower()
         code, out = self.daemon.run(hostname, "cat /sys/class/net/eth0/address; ip -4 addr show eth0; ip route")
         self.assertEqual(code, 0)
         self.assertEqual(out.split("\n")[0], mac)
-        self.assertIn(f"inet {ip}/30", out)
+        self.assertIn(f"inet {ip}/{prefix}", out)
         gateway = out.split("default via ")[1].split()[0]
         probe = (f"python3 -c \"import socket; s=socket.socket(); s.settimeout(1); s.connect_ex(('{gateway}', 9))\"; "
                  f"ip neigh show {gateway}")

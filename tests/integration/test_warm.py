@@ -9,7 +9,9 @@ reached) and never change the template's RAM file or frozen disk; a removed
 template, a corrupted device state or a template over the tmpfs budget
 makes the node boot cold (said in the log and in ``/metrics``); a clone
 suspends and restores, and after a daemon kill -9 is adopted again and
-relaunched cold from its own disk, its frozen disk deleted with it.
+relaunched cold from its own disk, its frozen disk deleted with it; clones
+on a bridge (bridge mode) reach each other and the host at once.  Every VM
+runs with a bounded translation cache under TCG (``-accel tcg,tb-size=64``).
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ import hashlib
 import os
 import shutil
 import signal
+import subprocess
 import threading
 import time
 from typing import Any
 
 from tests.integration.daemon import TemplatesDaemonTestCase
+from tests.integration.test_network import CLIENT, SERVER, HelloServer
 
 MiB = 1024 * 1024
 
@@ -89,15 +93,25 @@ class WarmTests(_Warm):
         return sorted(glob.glob(os.path.join(self.shm, "vmservice-*", "*")))
 
     def assert_clone(self, hostname: str) -> None:
-        """The node's VM maps a template's RAM file privately and its disk lies over the frozen disk."""
+        """
+        The node's VM maps a template's RAM file privately and its disk lies over the frozen disk; under
+        TCG its translation cache is bounded.
+        """
         argv = " ".join(self.qemu_argv(hostname))
+        self.assert_accel(argv)
         self.assertIn("share=off", argv)
         self.assertNotIn("share=on", argv)
         self.assertIn("-incoming defer", argv)
         self.assertTrue(self.backing_file(hostname).startswith(os.path.join(self.daemon.state_dir, "templates")))
 
+    def assert_accel(self, argv: str) -> None:
+        """KVM, or TCG with the default bounded translation cache (``tcg_tb_size_mb: 64``)."""
+        if "-accel kvm" not in argv:
+            self.assertIn("-accel tcg,tb-size=64 ", argv)
+
     def assert_cold(self, hostname: str) -> None:
         argv = " ".join(self.qemu_argv(hostname))
+        self.assert_accel(argv)
         self.assertNotIn("memory-backend", argv)
         self.assertTrue(self.backing_file(hostname).endswith("rootfs.ext4"))
 
@@ -340,3 +354,47 @@ class WarmNetworkTests(_Warm):
             macs.append(mac)
         self.assertNotEqual(macs[0], macs[1])
         self.assertNotIn("02:00:00:00:00:01", macs)
+
+
+class WarmBridgeTests(_Warm):
+    """
+    Clones on a bridge the daemon makes (bridge mode, nothing leaves this machine): each has its own MAC
+    and address on the bridge's subnet and its route via the gateway, and reaches the other clone and
+    the host (the gateway's address) at once.
+    """
+
+    BRIDGE = "vmstbr5"
+    GATEWAY = "10.78.5.1"
+    groups = [{**GROUPS[0], "name": "wbr",
+               "network": {"mode": "bridge", "bridge": BRIDGE, "gateway": f"{GATEWAY}/24", "range": "10.78.5.0/28"}}]
+
+    @classmethod
+    def _stop_shared(cls) -> None:
+        try:
+            super()._stop_shared()
+        finally:
+            subprocess.run(["ip", "link", "delete", cls.BRIDGE], capture_output=True)
+
+    def test_bridged_clones(self) -> None:
+        daemon = self.daemon
+        server = HelloServer()
+        self.addCleanup(server.close)
+        nodes = []
+        for _ in range(2):
+            node = daemon.json("POST", f"/hostgroup/wbr/nodes?wait=agent&timeout={CREATE_TIMEOUT}", {}, expect=201)
+            self.addCleanup(daemon.request, "DELETE", f"/hostgroup/wbr/nodes/{node['hostname']}")
+            nodes.append(node)
+        macs = []
+        for node in nodes:
+            argv = " ".join(self.qemu_argv(node["hostname"]))
+            self.assertIn("share=off", argv)
+            self.assertIn("-incoming defer", argv)
+            self.assertIn("-netdev tap,id=net0,ifname=", argv)
+            macs.append(self.assert_own_network(node["hostname"], node["ip"], prefix=24))
+        self.assertNotEqual(macs[0], macs[1])
+        first, second = nodes
+        self.assertNotEqual(first["ip"], second["ip"])
+        self.assertEqual(daemon.run(first["hostname"], f"{CLIENT} {self.GATEWAY} {server.port}")[0], 0)
+        self.assertEqual(daemon.run(second["hostname"], SERVER.format(port=8081))[0], 0)
+        daemon.wait_for("the first clone reaching the second", lambda: daemon.run(
+            first["hostname"], f"{CLIENT} {second['ip']} 8081")[0] == 0, timeout=30)

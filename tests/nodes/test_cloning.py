@@ -176,6 +176,18 @@ class CloningTests(SynchronousTestCase):
         self.assertEqual((stored.frozen_disk, stored.clone_memory, stored.status), (template.disk, True, Status.RUNNING))
         self.assertEqual((self.fallbacks, self.clones), ([], [("warm", 0.0)]))
 
+    def test_wait_agent_is_the_adoption(self) -> None:
+        """
+        ``wait=agent`` of a clone is over once its adoption is: its agent answered that, in the session
+        it uses from then on, so no health request is waited for (this agent never answers one).
+        """
+        self.template()
+        self.start()
+        record = self.successResultOf(Deferred.fromCoroutine(
+            self.fleet.create("warm", CreateRequest(), Wait.AGENT, 60)))
+        self.assertEqual(self.adoption.adopted[0][0], record.hostname)
+        self.assertFalse(self.harness.agents[-1].is_ready)
+
     def test_provisioned_after_adoption(self) -> None:
         """A clone's guest gets its secrets only once its identity is adopted, even if its agent answered before."""
         self.template()

@@ -78,6 +78,30 @@ class HandshakeTests(SynchronousTestCase):
         self.assertFalse(pair.host.hello_wanted)
         self.assertEqual(pair.host.peer_hello, answer)
 
+    def test_new_session_knowing_the_peer(self) -> None:
+        """
+        A guest session that replaces one on a link whose host is known (after
+        ``adopt``) echoes the host's nonce in its first HELLO: the host is
+        established by it, and its answer establishes the guest without a second
+        HELLO from the guest.
+        """
+        pair = ConnectionPair()
+        pair.handshake()
+        pair.guest = Connection(Role.GUEST, nonce=b"NEWGUEST", peer_nonce=HOST_NONCE)
+        [hello] = pair.send(pair.guest, pair.guest.hello("g"))
+        self.assertEqual(hello, Hello(b"NEWGUEST", HOST_NONCE, "g"))
+        self.assertTrue(pair.host.established)
+        self.assertTrue(pair.host.hello_wanted)
+        [ack] = pair.send(pair.host, pair.host.hello("h"))
+        self.assertEqual(ack, Hello(HOST_NONCE, b"NEWGUEST", "h"))
+        self.assertTrue(pair.guest.established)
+        self.assertFalse(pair.guest.hello_wanted or pair.host.hello_wanted)
+
+    def test_bad_peer_nonce(self) -> None:
+        """A peer nonce of the wrong size, or all zero, is refused."""
+        for nonce in (b"short", NO_NONCE):
+            self.assertRaises(ValueError, Connection, Role.GUEST, peer_nonce=nonce)
+
     def test_both_announce(self) -> None:
         """
         When both sides announce themselves at once (a guest agent starting while the

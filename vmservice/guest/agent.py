@@ -1033,18 +1033,22 @@ class Session:
     def start_over(self, why: str) -> None:
         """
         End this session and start a new one on the same link, with a new nonce
-        drawn now: every stream is dropped (PEER_RESTARTED) and a HELLO goes out
-        after what was written so far.  The host sees an agent that started over,
-        and what it sent for the old session is skipped until its next HELLO.
+        drawn now: every stream is dropped (PEER_RESTARTED) and a HELLO that
+        echoes the host's nonce goes out after what was written so far.  The
+        host sees an agent that started over, and what it sent for the old
+        session is skipped until its next HELLO.
         The ``adopt`` operation does it once it answered, so that clones of one
         template never share a session nonce.
         """
         if self._closed:
             return
-        _log(f"starting a new session: {why}")
         self._drop_streams(ResetCode.PEER_RESTARTED, why)
-        self.conn = Connection(Role.GUEST)
+        # The new session's HELLO echoes the host's nonce: the host is acknowledged
+        # at once, and its answer completes the exchange (no second HELLO from us).
+        peer = self.conn.peer_hello
+        self.conn = Connection(Role.GUEST, peer_nonce=peer.nonce if peer is not None else None)
         self._send_hello()
+        _log(f"starting a new session: {why}")
 
     def connection_lost(self) -> None:
         """
@@ -1240,6 +1244,21 @@ def _parse_arguments(arguments: list[str], context: "AgentContext") -> argparse.
     return parser.parse_args(arguments)
 
 
+def _mark_ready() -> None:
+    """
+    Create the file ``$VMSERVICE_AGENT_READY`` names, if any: the guest's
+    other services wait for it before they start, so that the agent, which
+    the host waits for, has the vCPU to itself at boot.
+    """
+    path = os.environ.get("VMSERVICE_AGENT_READY")
+    if path:
+        try:
+            with open(path, "w"):
+                pass
+        except OSError as error:
+            _log(f"cannot create {path}: {error}")
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """
     Run the agent until killed.
@@ -1273,6 +1292,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     signal.signal(signal.SIGINT, terminate)
     server.start()
     print(f"vmservice-agent: ready on {where}", flush=True)
+    _mark_ready()
     try:
         loop.run()
     finally:

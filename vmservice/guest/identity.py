@@ -10,10 +10,8 @@ In this order, each step only once the one before succeeded:
    generator state is the template's, so every clone would otherwise draw the
    same numbers;
 2. ``clock``: the wall clock (the template's stood still while it was frozen);
-3. ``hostname``: the kernel's host name, ``/etc/hostname`` and ``/etc/hosts``,
-   written as the guest's ``rc`` writes them at boot;
-4. ``machine_id``: ``/etc/machine-id``;
-5. ``network`` (with a net): eth0's MAC, its addresses flushed, the new address
+3. ``hostname``: the kernel's host name;
+4. ``network`` (with a net): eth0's MAC, its addresses flushed, the new address
    (eth0 brought up if it is not), and the default route via the gateway, with the image's ``ip`` (busybox's, or
    an imported image's runtime's, first in the agent's ``PATH`` as in ``rc``).
 
@@ -26,6 +24,15 @@ drawn after the reseed.  A failed step answers ``{"error": "adoption_failed",
 "step": ..., "message": ...}`` and the session goes on; an invalid request is
 refused (BAD_HEADER).
 
+5. ``files``: ``/etc/hostname`` and ``/etc/hosts`` (as the guest's ``rc`` writes
+   them at boot) and ``/etc/machine-id``, each written beside and renamed over
+   the old one, once the answer and the new session's HELLO went out but before
+   the agent reads anything more: no request of the host (on any session) can
+   see the template's files, and the host does not wait for the guest's first
+   file-system writes, the slowest step under TCG (a clone translates every
+   kernel path it runs anew).  A failure there can no longer be answered: it is
+   logged on the console and the files keep the template's content.
+
 Standard library only, and no :mod:`subprocess` (its import costs under TCG, and
 adopting is on the path of every clone): ``ip`` runs through ``posix_spawnp``.
 """
@@ -34,6 +41,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import socket
 import struct
 import time
 from typing import Any, Callable, Mapping, Optional
@@ -64,7 +72,7 @@ _POOL_INFO = struct.Struct("=ii")
 class AdoptionFailed(Exception):
     """A step of the adoption failed.
 
-    :ivar step: which one (``entropy``, ``clock``, ``hostname``, ``machine_id``, ``network``).
+    :ivar step: which one (``entropy``, ``clock``, ``hostname``, ``network``; ``files`` after the answer).
     """
 
     def __init__(self, step: str, message: str) -> None:
@@ -128,8 +136,9 @@ class AdoptHandler(BodyHandler):
     random_device = "/dev/urandom"
     #: The ``ioctl`` used on it; tests replace it.
     ioctl: Callable[..., Any] = staticmethod(fcntl.ioctl)
-    #: The kernel's host name.
-    kernel_hostname = "/proc/sys/kernel/hostname"
+    #: Sets the kernel's host name (``sethostname``: a shorter kernel path than a
+    #: write to ``/proc/sys/kernel/hostname``, so less to translate); tests replace it.
+    set_kernel_hostname: Callable[[str], None] = staticmethod(socket.sethostname)
     #: The directory of ``hostname``, ``hosts`` and ``machine-id``.
     etc = "/etc"
     #: Runs a command (``ip``); tests replace it.
@@ -162,16 +171,28 @@ class AdoptHandler(BodyHandler):
         except AdoptionError as error:
             self.refuse(str(error))
             return
+        started = time.monotonic()
         try:
             previous = self._adopt(request)
         except AdoptionFailed as failure:
             agent._log(f"adoption failed at {failure.step}: {failure}")
             self.reply({"error": "adoption_failed", "step": failure.step, "message": str(failure)[:500]})
             return
-        agent._log(f"adopted {request.hostname} ({', '.join(self._timings)})")
         self.stream.write(b'{"previous_ns":%d}' % previous)
         # The nonce of the new session is drawn after the reseed.
         self.stream.end_session("adopted a new identity")
+        answered = time.monotonic()
+        # After the loop's writes of this iteration (the answer, the HELLO), before its next read.
+        self.stream.loop.call_soon(lambda: self._write_files(request, (answered - started) * 1000))
+
+    def _write_files(self, request: AdoptionRequest, answered_ms: float) -> None:
+        """The ``files`` step, then the log line (the console is slow too: after the answer)."""
+        try:
+            self._step("files", self._files, request)
+        except Exception as failure:  # the loop must go on: the host was answered already
+            agent._log(f"adoption of {request.hostname} answered, then failed at files: {failure}")
+            return
+        agent._log(f"adopted {request.hostname} ({', '.join(self._timings)}; answered after {answered_ms:.0f} ms)")
 
     def _adopt(self, request: AdoptionRequest) -> int:
         self._timings: list[str] = []
@@ -180,7 +201,6 @@ class AdoptHandler(BodyHandler):
         previous = context.realtime_ns()
         self._step("clock", context.set_realtime_ns, request.wall_clock_ns)
         self._step("hostname", self._hostname, request.hostname)
-        self._step("machine_id", self._machine_id, request.machine_id)
         if request.mac is not None:
             self._step("network", self._network, request)
         return previous
@@ -203,13 +223,12 @@ class AdoptHandler(BodyHandler):
             os.close(fd)
 
     def _hostname(self, hostname: str) -> None:
-        with open(self.kernel_hostname, "w") as stream:
-            stream.write(hostname)
-        _replace_file(os.path.join(self.etc, "hostname"), f"{hostname}\n", 0o644)
-        _replace_file(os.path.join(self.etc, "hosts"), hosts_file(hostname), 0o644)
+        self.set_kernel_hostname(hostname)
 
-    def _machine_id(self, machine_id: str) -> None:
-        _replace_file(os.path.join(self.etc, "machine-id"), f"{machine_id}\n", 0o444)
+    def _files(self, request: AdoptionRequest) -> None:
+        _replace_file(os.path.join(self.etc, "hostname"), f"{request.hostname}\n", 0o644)
+        _replace_file(os.path.join(self.etc, "hosts"), hosts_file(request.hostname), 0o644)
+        _replace_file(os.path.join(self.etc, "machine-id"), f"{request.machine_id}\n", 0o444)
 
     def _ip(self, *arguments: str) -> None:
         argv = ["ip", *arguments]

@@ -93,11 +93,15 @@ class QemuSettings:
     :ivar accel: ``kvm`` or ``tcg``.
     :ivar tsc_khz: the host TSC frequency in kHz, given to the guest kernel
         because ``microvm`` has no HPET or PM timer to calibrate against.
+    :ivar tb_size_mb: MiB of translation cache per VM under TCG
+        (``-accel tcg,tb-size=N``), 0 for QEMU's own default.  Not part of
+        a migration's state: a clone may use another size than its template.
     """
 
     binary: str = "qemu-system-x86_64"
     accel: str = "tcg"
     tsc_khz: int | None = None
+    tb_size_mb: int = 0
 
 
 @frozen
@@ -151,23 +155,26 @@ def kernel_cmdline(
     return " ".join(words)
 
 
-def _accel_args(accel: str) -> list[str]:
+def _accel_args(accel: str, tb_size_mb: int = 0) -> list[str]:
     if accel == "kvm":
         return ["-accel", "kvm", "-cpu", "host"]
+    # A bounded translation cache: QEMU's default lets it grow with all the code a guest ever ran.
+    tcg = f"tcg,tb-size={tb_size_mb}" if tb_size_mb else "tcg"
     # Without ERMS/FSRM the guest's memcpy and copy_user avoid "rep movsb",
     # which TCG runs several times slower than the other copy loops.
-    return ["-accel", "tcg", "-cpu", "max,-erms,-fsrm"]
+    return ["-accel", tcg, "-cpu", "max,-erms,-fsrm"]
 
 
 def _common_args(
-    accel: str, vcpus: int, ram_bytes: int, *, pcie: bool = False, memory: RamBacking | None = None
+    accel: str, vcpus: int, ram_bytes: int, *, pcie: bool = False, memory: RamBacking | None = None,
+    tb_size_mb: int = 0,
 ) -> list[str]:
     machine = "microvm,pcie=on" if pcie else "microvm"
     if memory is not None:
         machine += f",memory-backend={RAM_BACKEND_ID}"
     return [
         "-machine", machine,
-        *_accel_args(accel),
+        *_accel_args(accel, tb_size_mb),
         "-m", str(max(ram_bytes // MiB, 16)),
         *_memory_args(memory, ram_bytes),
         "-smp", str(vcpus),
@@ -187,7 +194,8 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
     return [
         settings.binary,
         "-name", f"vmservice-{spec.name}",
-        *_common_args(settings.accel, spec.vcpus, spec.ram_bytes, pcie=bool(spec.pci_devices), memory=spec.memory),
+        *_common_args(settings.accel, spec.vcpus, spec.ram_bytes, pcie=bool(spec.pci_devices), memory=spec.memory,
+                      tb_size_mb=settings.tb_size_mb),
         "-kernel", spec.kernel,
         "-initrd", spec.initrd,
         "-append", kernel_cmdline(spec.name, settings.tsc_khz, net=spec.net),

@@ -125,6 +125,7 @@ class Cloning:
             # QEMU answers QMP once its sockets exist: the agent's is then connected at the first attempt,
             # before the guest runs (a port opened after the load costs the guest agent a poll interval).
             await machine.run_state()
+            steps.done("qmp")
             agent = node.connect_agent(adopting=True)
             await machine.load_device_state(template.device_state)
             steps.done("load")

@@ -68,13 +68,15 @@ def _userdata(group: HostGroupConfig, request: CreateRequest) -> bytes:
     return script
 
 
-async def _ready(node: NodeRuntime, agent: IGuestConnection, wait: Wait) -> None:
+async def _ready(node: NodeRuntime, agent: IGuestConnection, wait: Wait, adopted: bool) -> None:
     """
-    Wait until a new node is ready for its creator: its agent answered, its
-    secrets and login are in place, and with :attr:`Wait.USERDATA` its
-    userdata is over.
+    Wait until a new node is ready for its creator: its agent answered (a
+    clone's did already, to its adoption, in the session it uses from then
+    on: ``adopted``), its secrets and login are in place, and with
+    :attr:`Wait.USERDATA` its userdata is over.
     """
-    await answered(agent)
+    if not adopted:
+        await answered(agent)
     if node.record.secrets or node.record.login_user:
         await node.provisioning.configured()
     if wait is Wait.USERDATA and node.record.userdata:
@@ -128,11 +130,11 @@ class Creation:
         try:
             if userdata:
                 write_atomic(node.paths.userdata, userdata, mode=0o600)
-            machine, agent = await self._launch(node, group, image)
+            machine, agent, adopted = await self._launch(node, group, image)
             node.set(Status.RUNNING)
             node.started()
             if wait is not Wait.NONE:
-                ready = Deferred.fromCoroutine(_ready(node, agent, wait))
+                ready = Deferred.fromCoroutine(_ready(node, agent, wait, adopted))
                 await wait_for_guest(self._parts.clock, machine, ready, timeout)
         except BaseException as error:
             await node.remove()
@@ -141,17 +143,22 @@ class Creation:
 
     async def _launch(
         self, node: NodeRuntime, group: HostGroupConfig, image: Image
-    ) -> tuple[IMachine, IGuestConnection]:
-        """Network, disk, VM and agent connection of a new node: cloned when its group is warm and that works."""
+    ) -> tuple[IMachine, IGuestConnection, bool]:
+        """
+        Network, disk, VM and agent connection of a new node: cloned when its
+        group is warm and that works; and whether it is a clone whose agent
+        answered its adoption.
+        """
         parts = self._parts
         net = await parts.addressing.attach(node.record)
         if group.warm:
             cloned = await Cloning(parts).start(node, group, image, net)
             if cloned is not None:
-                return cloned
+                machine, agent = cloned
+                return machine, agent, parts.adoption is not None
         await parts.disks.create(image.rootfs.path, node.paths.disk, group.storage_size)
         machine = await node.spawn(image.kernel.path, image.initrd.path, net)
-        return machine, node.connect_agent()
+        return machine, node.connect_agent(), False
 
     async def _record(
         self, group: HostGroupConfig, request: CreateRequest, limits: tuple[int, int], image: Image, userdata: bool

@@ -148,9 +148,10 @@ class Forking:
                 shutil.rmtree(directory, ignore_errors=True)
             raise
         finally:
+            size = _size(state)
             _unlink(state)
-        log.info("forked node {hostname} into {children} after a pause of {pause:.3f} s",
-                 hostname=hostname, children=", ".join(c.hostname for c in children), pause=pause)
+        log.info("forked node {hostname} into {children} after a pause of {pause:.3f} s (state {size:.0f} MB)",
+                 hostname=hostname, children=", ".join(c.hostname for c in children), pause=pause, size=size / 1e6)
         return Forked(tuple(visible(child.record) for child in children), pause)
 
     async def _freeze(self, parent: NodeRuntime, machine: IMachine, frozen_disk: str, state: str) -> float:
@@ -289,6 +290,14 @@ async def _prepare(hostname: str, parent: NodeRuntime, adoption: ICloneAdoption)
         await adoption.prepare(agent)
     except Exception as error:
         log.info("node {hostname} could not prepare its children's adoption: {error}", hostname=hostname, error=error)
+
+
+def _size(path: str) -> int:
+    """The size of the file at ``path``, 0 when there is none."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def _unlink(path: str) -> None:

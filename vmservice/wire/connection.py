@@ -138,7 +138,16 @@ class Connection:
     :param nonce: this session's 8-byte nonce; random unless a test fixes it.
     """
 
-    def __init__(self, role: Role, *, nonce: Optional[bytes] = None) -> None:
+    def __init__(self, role: Role, *, nonce: Optional[bytes] = None, peer_nonce: Optional[bytes] = None) -> None:
+        """
+        :param nonce: this session's nonce; drawn now (``os.urandom``) by default.
+        :param peer_nonce: the nonce of the peer's session when this session
+            replaces one of ours on a link whose peer is known (the guest after
+            ``adopt``): our first HELLO echoes it, so the peer is acknowledged in
+            one HELLO and the exchange needs no second one from us.
+        """
+        if peer_nonce is not None and (len(peer_nonce) != NONCE_SIZE or peer_nonce == NO_NONCE):
+            raise ValueError(f"peer_nonce must be {NONCE_SIZE} bytes, not all zero")
         if nonce is None:
             nonce = os.urandom(NONCE_SIZE)
             while nonce == NO_NONCE:
@@ -156,7 +165,7 @@ class Connection:
         self._pending: Deque[Event] = collections.deque()
         self._hunting = True
         self._error: Optional[str] = None
-        self._peer_nonce: Optional[bytes] = None
+        self._peer_nonce: Optional[bytes] = peer_nonce
         self._peer_hello: Optional[Hello] = None
         self._established = False
         self._hello_wanted = True
