@@ -86,6 +86,7 @@ bench: install
 	$(BIN)/python bench/network.py
 	$(BIN)/python bench/warm.py
 	$(BIN)/python bench/admission.py
+	$(BIN)/python bench/idle.py
 
 clean:
 	rm -rf $(VENV) _trial_temp *.egg-info

@@ -531,7 +531,7 @@ class OneNodeFleet:
         self.agent = FakeExecAgent()
         self.state = "running"
 
-    def guest(self, hostname: str) -> Any:
+    async def guest(self, hostname: str) -> Any:
         if hostname != "demo-1":
             raise NotFound(f"no node {hostname!r}", code="node_not_found")
         if self.state == "paused":

@@ -1074,3 +1074,19 @@ class GpuTests(SynchronousTestCase):
         """))
         self.assertEqual(error.path, "config.host_groups[0].gpus[0]")
         self.assertIn("in quotes", error.message)
+
+
+class IdleSuspendTests(SynchronousTestCase):
+    """``idle_suspend`` per group: how long a node may be idle before it is suspended."""
+
+    def test_default_and_given(self) -> None:
+        """Off unless given (or null); a Go duration in seconds otherwise."""
+        config = _parse("config: {host_groups: [{name: a}, {name: b, idle_suspend: 10m}, "
+                        "{name: c, idle_suspend: 1m30s}, {name: d, idle_suspend: null}]}\n")
+        self.assertEqual([group.idle_suspend for group in config.host_groups], [None, 600.0, 90.0, None])
+
+    def test_bad(self) -> None:
+        """Not a duration, shorter than 1 s, or not a string: one line naming the key."""
+        for value in ("abc", "0s", "500ms", "-5m", "10"):
+            with self.assertRaisesRegex(ConfigError, r"config\.host_groups\[0\]\.idle_suspend"):
+                _parse(f"config: {{host_groups: [{{name: a, idle_suspend: {value}}}]}}\n")

@@ -163,3 +163,17 @@ class AdmissionMetricsTests(SynchronousTestCase):
         self.assertEqual(found[("vmservice_admission_refusals_total", (("reason", "memory"),))], 0)
         self.assertRaises(InsufficientMemory, admission.admit, 1000, group="g")
         self.assertEqual(samples(metrics)[("vmservice_admission_refusals_total", (("reason", "memory"),))], 1)
+class IdleMetricsTests(SynchronousTestCase):
+    def test_idle(self) -> None:
+        """Automatic suspends and wakes are timed by group (their counts in _count); failures counted by kind."""
+        metrics = Metrics()
+        metrics.observe_idle("demo", "suspend", 0.4)
+        metrics.observe_idle("demo", "wake", 0.3)
+        metrics.observe_idle("demo", "wake", 0.5)
+        metrics.observe_idle("demo", "wake_failed", 0.0)
+        value = metrics.registry.get_sample_value
+        self.assertEqual(value("vmservice_idle_suspend_duration_seconds_count", {"hostgroup": "demo"}), 1)
+        self.assertEqual(value("vmservice_idle_wake_duration_seconds_count", {"hostgroup": "demo"}), 2)
+        self.assertAlmostEqual(value("vmservice_idle_wake_duration_seconds_sum", {"hostgroup": "demo"}), 0.8)
+        self.assertEqual(value("vmservice_idle_failures_total", {"hostgroup": "demo", "kind": "wake"}), 1)
+        self.assertIsNone(value("vmservice_idle_failures_total", {"hostgroup": "demo", "kind": "suspend"}))

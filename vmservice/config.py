@@ -38,6 +38,7 @@ import cattrs
 import yaml
 
 from .devices.pci import normalise_address
+from .durations import parse_go_duration
 from .errors import BadRequest
 from .structuring import BadValue, Path, describe, format_path, strict_converter, structure_errors
 
@@ -83,6 +84,8 @@ MAX_USERDATA = 512 * 1024
 #: The code host whose users' published SSH keys ``codehost_user`` takes,
 #: unless ``codehost_url`` names another (or none).
 DEFAULT_CODEHOST_URL = "https://github.com"
+#: The shortest ``idle_suspend`` of a host group, in seconds.
+MIN_IDLE_SUSPEND = 1.0
 #: Seconds a fetch of those keys may take unless ``codehost_timeout`` says otherwise.
 DEFAULT_CODEHOST_TIMEOUT = 5.0
 #: The longest ``codehost_timeout``: a create waits for the fetch.
@@ -356,6 +359,9 @@ class HostGroupConfig:
         (see ``docs/warm-start.md``) instead of booting each.
     :ivar max_nodes: The most nodes the group may have at once (whatever
         their status); ``None`` for no limit.
+    :ivar idle_suspend: Seconds a node may go without API activity before it
+        is suspended to disk automatically (and woken by the next request
+        that needs its guest); ``None``: never (see ``docs/lifecycle.md``).
     """
 
     name: str
@@ -373,6 +379,7 @@ class HostGroupConfig:
     gpus: tuple[str, ...] = ()
     warm: bool = False
     max_nodes: int | None = None
+    idle_suspend: float | None = None
 
     @property
     def arch(self) -> str:
@@ -513,6 +520,7 @@ class _GroupDocument:
     gpus: tuple[_PciText, ...] = ()
     warm: bool = False
     max_nodes: int | None = None
+    idle_suspend: str | None = None
 
 
 @attrs.frozen
@@ -876,7 +884,21 @@ class _Resolver:
             gpus=self.gpus(document.gpus, (*parts, "gpus")),
             warm=document.warm,
             max_nodes=document.max_nodes,
+            idle_suspend=self.idle_suspend(document.idle_suspend, (*parts, "idle_suspend")),
         )
+
+    def idle_suspend(self, text: str | None, parts: Path) -> float | None:
+        """A duration of at least 1 s (``10m``, ``30s``); ``None`` (absent or null) for never."""
+        if text is None:
+            return None
+        try:
+            seconds = parse_go_duration(text)
+        except ValueError as error:
+            raise self.error(parts, str(error)) from None
+        if seconds < MIN_IDLE_SUSPEND:
+            raise self.error(parts, f"idle_suspend {text!r} must be at least {MIN_IDLE_SUSPEND:g} s "
+                                    "(leave it out for never)")
+        return seconds
 
     def gpus(self, addresses: tuple[_PciText, ...], parts: Path) -> tuple[str, ...]:
         """The GPU addresses in their full form, each once."""

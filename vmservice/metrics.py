@@ -11,6 +11,8 @@ Prometheus metrics of the daemon, in a registry of its own.
 - ``vmservice_node_events_total{type}`` (lifecycle events published)
 - ``vmservice_open_streams{kind}`` (streams open now: exec, cp, watch, logs, shell, tunnel, events)
 - ``vmservice_admission_*``: the memory budget and its use, the cold boot slots and queue, refusals
+- ``vmservice_idle_suspend_duration_seconds{hostgroup}``, ``vmservice_idle_wake_duration_seconds{hostgroup}``
+  (automatic suspends and wakes: their ``_count`` counts them), ``vmservice_idle_failures_total{hostgroup,kind}``
 
 docs/metrics.md describes each.
 """
@@ -144,6 +146,24 @@ class Metrics:
         self.streams = Gauge("vmservice_open_streams", "Streams open now, by kind", ["kind"], registry=self.registry)
         for stream in STREAM_KINDS:
             self.streams.labels(stream)
+        self.idle_suspends = Histogram(
+            "vmservice_idle_suspend_duration_seconds",
+            "Automatic suspends of idle nodes: from the idle timer's expiry to the VM ended with its snapshot",
+            ["hostgroup"],
+            buckets=(0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 20, 30, 60),
+            registry=self.registry,
+        )
+        self.idle_wakes = Histogram(
+            "vmservice_idle_wake_duration_seconds",
+            "Wakes of nodes the idle timer suspended: from the request that needs the guest to its agent answering",
+            ["hostgroup"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30),
+            registry=self.registry,
+        )
+        self.idle_failures = Counter(
+            "vmservice_idle_failures", "Automatic suspends and wakes that failed, by host group and kind",
+            ["hostgroup", "kind"], registry=self.registry,
+        )
         self._agent_lost: set[str] = set()
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
@@ -188,6 +208,21 @@ class Metrics:
     def observe_warm_fallback(self, group: str, reason: str) -> None:
         """Count one node of warm ``group`` booted cold for ``reason`` (a short word)."""
         self.warm_fallbacks.labels(group, reason).inc()
+
+    def observe_idle(self, group: str, what: str, seconds: float) -> None:
+        """
+        Record an automatic suspend or a wake of a node of ``group``.
+
+        :param what: ``suspend`` or ``wake`` (timed), ``suspend_failed`` or
+            ``wake_failed`` (counted).
+        :param seconds: how long it took.
+        """
+        if what == "suspend":
+            self.idle_suspends.labels(group).observe(seconds)
+        elif what == "wake":
+            self.idle_wakes.labels(group).observe(seconds)
+        else:
+            self.idle_failures.labels(group, what.removesuffix("_failed")).inc()
 
     def observe_event(self, event: NodeEvent) -> None:
         """

@@ -216,6 +216,7 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
         on_clone=metrics.observe_clone,
         on_warm_fallback=metrics.observe_warm_fallback,
         admission=_admission(config, reactor),
+        on_idle=metrics.observe_idle,
     )
     fleet = Fleet(parts)
     parts.events.listen(metrics.observe_event)
@@ -227,7 +228,7 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
     metrics.watch_nodes(node_counts)
     metrics.watch_admission(parts.admission.state)
     token = load_or_create_token(config.state_dir) if config.api.auth.enabled else None
-    api = Api(reactor, every_route(fleet, reactor, metrics, secrets), metrics, token)
+    api = Api(reactor, every_route(fleet, reactor, metrics, secrets), metrics, token, fleet.hold)
     site = StreamingSite(api.resource(), api.streams_body)
     site.displayTracebacks = False
 

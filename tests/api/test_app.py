@@ -268,3 +268,32 @@ class AuthOnTests(ApiTestCase):
         """The right bearer token is accepted."""
         self.assertEqual(self.call("GET", "/nodes", headers={"Authorization": "Bearer " + TOKEN})[0], 200)
         self.assertEqual(self.call("GET", "/nodes", headers={"Authorization": "bearer " + TOKEN})[0], 200)
+
+
+class HoldTests(ApiTestCase):
+    """Requests naming a node hold it (its idle timer) while they are served."""
+
+    token = TOKEN
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.held: list[str] = []
+        self.released: list[str] = []
+
+        def hold(hostname: str) -> Any:
+            self.held.append(hostname)
+            return lambda: self.released.append(hostname)
+
+        routes: list[Any] = NodesApi(self.h.fleet).routes() + VmApi(self.h.fleet).routes()
+        self.treq = StubTreq(Api(self.h.reactor, routes, self.metrics, self.token, hold).resource())
+
+    def test_held_while_served(self) -> None:
+        """An authenticated request naming a node holds it and releases it once answered, whatever the answer."""
+        self.call("GET", "/vm/demo-7", headers={"Authorization": f"Bearer {TOKEN}"})
+        self.assertEqual((self.held, self.released), (["demo-7"], ["demo-7"]))
+
+    def test_not_held(self) -> None:
+        """Requests that name no node, or that are not authenticated, hold nothing."""
+        self.call("GET", "/nodes", headers={"Authorization": f"Bearer {TOKEN}"})
+        self.call("GET", "/vm/demo-7")
+        self.assertEqual((self.held, self.released), ([], []))

@@ -186,13 +186,14 @@ class FleetTests(SynchronousTestCase):
         from vmservice.errors import AgentNotConnected
 
         self.successResultOf(self.create())
-        self.assertRaises(AgentNotConnected, self.fleet.guest, "demo-1")
+        self.failureResultOf(Deferred.fromCoroutine(self.fleet.guest("demo-1")), AgentNotConnected)
         self.h.agents[0].ready()
-        self.assertIs(self.fleet.guest("demo-1"), self.h.agents[0])
+        self.assertIs(self.successResultOf(Deferred.fromCoroutine(self.fleet.guest("demo-1"))), self.h.agents[0])
         node = self.h.node("demo-1")
         node.record = evolve(node.record, status=Status.PAUSED)
-        self.assertEqual(self.assertRaises(Conflict, self.fleet.guest, "demo-1").code, "paused")
-        self.assertRaises(NotFound, self.fleet.guest, "demo-9")
+        failure = self.failureResultOf(Deferred.fromCoroutine(self.fleet.guest("demo-1")), Conflict)
+        self.assertEqual(failure.value.code, "paused")
+        self.failureResultOf(Deferred.fromCoroutine(self.fleet.guest("demo-9")), NotFound)
 
 
 class DiskImageTests(SynchronousTestCase):

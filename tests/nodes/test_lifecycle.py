@@ -368,7 +368,7 @@ class RestoreTests(LifecycleTestCase):
         self.assertEqual(agent.clocks, [])
         agent.ready()
         self.assertEqual(agent.clocks, [NOW_NS])
-        self.assertIs(self.fleet.guest("demo-1"), agent)
+        self.assertIs(self.successResultOf(Deferred.fromCoroutine(self.fleet.guest("demo-1"))), agent)
 
     def test_restored_node_ends_as_any(self) -> None:
         """The restored VM is watched: when it ends, the (ephemeral) node is removed."""

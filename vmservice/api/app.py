@@ -63,10 +63,15 @@ class Api:
     :param routes: every route, from all resource modules.
     :param metrics: where requests are counted.
     :param token: the bearer token, or ``None`` when authentication is off.
+    :param hold: holds a node (by hostname) while a request naming it is
+        served, and returns what releases it: its idle timer stands still
+        meanwhile (``Fleet.hold``); nothing is held by default.
     """
 
-    def __init__(self, reactor: IReactorTime, routes: Iterable[Route], metrics: Metrics, token: str | None) -> None:
+    def __init__(self, reactor: IReactorTime, routes: Iterable[Route], metrics: Metrics, token: str | None,
+                 hold: Callable[[str], Callable[[], None]] | None = None) -> None:
         self._reactor = reactor
+        self._hold = hold if hold is not None else _holding_nothing
         self.routes = list(routes)
         self._metrics = metrics
         self._token = token
@@ -105,12 +110,20 @@ class Api:
             started = self._reactor.seconds()
             # The one place open streams are counted: while the handler runs,
             # and for an upgrade (a WebSocket) until its connection closes.
-            stream_over = self._metrics.open_stream(route.stream) if route.stream else _nothing
+            closes = [self._metrics.open_stream(route.stream)] if route.stream else []
+
+            def stream_over() -> None:
+                for close in closes:
+                    close()
+
             handed_over = False
             try:
                 try:
                     if not route.public and not self._authorized(request):
                         raise Unauthorized("missing or invalid bearer token")
+                    if "hostname" in values:
+                        # The node's idle timer stands still while it is served (a stream until it closes).
+                        closes.append(self._hold(values["hostname"]))
                     for name, value in values.items():
                         _path_value(name, value)
                     query: object = parse_query(request.args, route.query)
@@ -158,6 +171,11 @@ class Api:
 
 def _nothing() -> None:
     """Closes no stream."""
+
+
+def _holding_nothing(hostname: str) -> Callable[[], None]:
+    """Holds no node."""
+    return _nothing
 
 
 def _closing_of(transport: object) -> Deferred[object] | None:

@@ -185,38 +185,39 @@ class BackgroundApi:
 
     async def start(self, request: Request, exec_request: ExecRequest, ring_bytes: int, hostname: str) -> bytes:
         """``POST /vm/{hostname}/exec?background=true`` (routed by the exec handler)."""
-        guest = self._fleet.guest(hostname)
+        guest = await self._fleet.guest(hostname)
         info = await guest.background.start(BackgroundRequest(exec_request, ring_bytes))
         started = BackgroundStarted(exec_id=info.exec_id, pid=info.pid, started_at=_time(info.started_ns),
                                     ring_bytes=info.ring_bytes)
         return json_body(request, started, 201)
 
     async def listing(self, request: Request, query: NoQuery, hostname: str) -> bytes:
-        infos = await self._fleet.guest(hostname).background.listing()
+        infos = await (await self._fleet.guest(hostname)).background.listing()
         return json_body(request, [exec_record(info) for info in infos])
 
     async def info(self, request: Request, query: NoQuery, hostname: str, exec_id: str) -> bytes:
-        return json_body(request, exec_record(await self._fleet.guest(hostname).background.info(exec_id)))
+        return json_body(request, exec_record(await (await self._fleet.guest(hostname)).background.info(exec_id)))
 
     async def kill(self, request: Request, query: NoQuery, hostname: str, exec_id: str) -> bytes:
         signal, grace_ms = kill_request(request)
-        outcome = await self._fleet.guest(hostname).background.kill(exec_id, signal, grace_ms)
+        outcome = await (await self._fleet.guest(hostname)).background.kill(exec_id, signal, grace_ms)
         return json_body(request, KillResponse(outcome.exec_id, outcome.pid, outcome.running, outcome.signal_sent))
 
     async def wait_exit(self, request: Request, query: WaitExitQuery, hostname: str, exec_id: str) -> bytes:
-        outcome = await self._fleet.guest(hostname).background.wait(exec_id, query.timeout * 1000)
+        outcome = await (await self._fleet.guest(hostname)).background.wait(exec_id, query.timeout * 1000)
         return json_body(request, WaitExitResponse(
             exec_id=outcome.exec_id, running=outcome.running, timed_out=outcome.timed_out,
             exit_code=outcome.exit_code, signal=outcome.signal, ended_at=_optional_time(outcome.ended_ns),
         ))
 
     async def delete(self, request: Request, query: NoQuery, hostname: str, exec_id: str) -> bytes:
-        await self._fleet.guest(hostname).background.delete(exec_id)
+        await (await self._fleet.guest(hostname)).background.delete(exec_id)
         return json_body(request, ExecDeleted(exec_id=exec_id, reaped=True))
 
     async def logs(self, request: Request, query: LogsQuery, hostname: str, exec_id: str) -> bytes:
         call = LogsCall()
-        reader: IPushProducer = self._fleet.guest(hostname).background.logs(exec_id, query.from_id, query.follow, call)
+        guest = await self._fleet.guest(hostname)
+        reader: IPushProducer = guest.background.logs(exec_id, query.from_id, query.follow, call)
         try:
             await call.first
             stream = NdjsonStream(request, reader)

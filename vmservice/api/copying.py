@@ -166,7 +166,7 @@ class CopyApi:
         body = request_body(request)
         try:
             wanted = query.upload(request)
-            upload = self._fleet.guest(hostname).upload(wanted)
+            upload = (await self._fleet.guest(hostname)).upload(wanted)
         except BaseException:
             body.stopProducing()
             raise
@@ -198,7 +198,7 @@ class CopyApi:
 
     async def download(self, request: Request, query: DownloadQuery, hostname: str) -> bytes:
         wanted = query.download(request)
-        download = self._fleet.guest(hostname).download(wanted)
+        download = (await self._fleet.guest(hostname)).download(wanted)
         try:
             head = await download.head
         except BaseException:

@@ -53,7 +53,10 @@ class EventsQuery:
 
 
 def event_json(event: NodeEvent) -> dict[str, Any]:
-    """One event as its SSE data: id, time (RFC 3339, UTC), type, hostname, hostgroup, status, tags (, exit_code)."""
+    """
+    One event as its SSE data: id, time (RFC 3339, UTC), type, hostname,
+    hostgroup, status, tags (, exit_code, idle).
+    """
     data: dict[str, Any] = {
         "id": event.id,
         "time": rfc3339_ns(round(event.time * 1_000_000) * 1000),
@@ -65,6 +68,8 @@ def event_json(event: NodeEvent) -> dict[str, Any]:
     }
     if event.exit_code is not None:
         data["exit_code"] = event.exit_code
+    if event.idle:
+        data["idle"] = True
     return data
 
 

@@ -121,7 +121,7 @@ class ExecApi:
         body: Optional[RequestBody] = request_body(request) if query.stdin else None
         call = ExecCall(self._clock, query.stdio == "base64", query.buffered)
         try:
-            process = self._fleet.guest(hostname).exec(query.request(), call)
+            process = (await self._fleet.guest(hostname)).exec(query.request(), call)
         except BaseException:
             if body is not None:
                 body.stopProducing()

@@ -105,19 +105,19 @@ class FilesystemApi:
         ]
 
     async def readdir(self, request: IRequest, query: PathQuery, hostname: str) -> bytes:
-        entries = await self._fleet.guest(hostname).readdir(query.path)
+        entries = await (await self._fleet.guest(hostname)).readdir(query.path)
         return json_body(request, [fs_entry(entry) for entry in entries])
 
     async def stat(self, request: IRequest, query: PathQuery, hostname: str) -> bytes:
-        return json_body(request, fs_entry(await self._fleet.guest(hostname).stat(query.path)))
+        return json_body(request, fs_entry(await (await self._fleet.guest(hostname)).stat(query.path)))
 
     async def mkdir(self, request: IRequest, query: NoQuery, hostname: str) -> bytes:
         path, recursive, mode = fs_mkdir_request(request)
-        entry = await self._fleet.guest(hostname).mkdir(path, recursive, mode)
+        entry = await (await self._fleet.guest(hostname)).mkdir(path, recursive, mode)
         return json_body(request, fs_entry(entry))
 
     async def remove(self, request: IRequest, query: RemoveQuery, hostname: str) -> bytes:
-        entry = await self._fleet.guest(hostname).remove(query.path, query.recursive)
+        entry = await (await self._fleet.guest(hostname)).remove(query.path, query.recursive)
         return json_body(request, fs_entry(entry))
 
 

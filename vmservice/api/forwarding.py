@@ -214,14 +214,14 @@ class ForwardApi:
             ),
         ]
 
-    def open_tunnel(self, hostname: str, upstream: ForwardRequest) -> Deferred[ITunnel]:
+    async def open_tunnel(self, hostname: str, upstream: ForwardRequest) -> ITunnel:
         """
         Open a tunnel to ``upstream`` in node ``hostname``: what any way in
         (the plain pipe, a WebSocket) starts with.
 
         :raise NotFound, Conflict, AgentNotConnected: see :meth:`Fleet.guest`.
         """
-        return self._fleet.guest(hostname).forward(upstream)
+        return await (await self._fleet.guest(hostname)).forward(upstream)
 
     async def forward(self, request: Request, query: ForwardQuery, hostname: str) -> bytes | IResource:
         upstream = upstream_of(request, query)

@@ -165,7 +165,7 @@ class ShellApi:
     async def shell(self, request: Request, query: ShellQuery, hostname: str) -> IResource:
         check_upgrade(request)
         bridge = ShellBridge()
-        session = self._fleet.guest(hostname).shell(query.request(), bridge)
+        session = (await self._fleet.guest(hostname)).shell(query.request(), bridge)
         bridge.session = session
         try:
             await bridge.ready

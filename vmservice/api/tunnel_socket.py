@@ -96,7 +96,7 @@ def tunnel_socket_handler(fleet: Fleet, reactor: IReactorTime) -> WebSocketHandl
 
     async def serve(request: Request, hostname: str, upstream: ForwardRequest) -> bytes | IResource:
         check_upgrade(request)
-        tunnel = await fleet.guest(hostname).forward(upstream)
+        tunnel = await (await fleet.guest(hostname)).forward(upstream)
         if request.channel is None:
             tunnel.abort()  # the client left while the guest connected
             return b""

@@ -69,6 +69,7 @@ def description_json(description: Description) -> NodeDescription:
         initrd=record.initrd or None,
         hypervisor=record.hypervisor or None,
         pci_devices=list(record.pci_devices) or None,
+        idle_suspended=record.idle_suspended or None,
     )
 
 

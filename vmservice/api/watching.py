@@ -177,7 +177,7 @@ class WatchApi:
     async def watch(self, request: Request, query: WatchQuery, hostname: str) -> bytes:
         after = last_event_id(request)
         call = WatchCall(self._clock, query.limit(after))
-        watch = self._fleet.guest(hostname).watch(query.request(), call)
+        watch = (await self._fleet.guest(hostname)).watch(query.request(), call)
         timer = None
         stream: Optional[SseStream] = None
         try:

@@ -114,6 +114,8 @@ class NodeEvent:
     :ivar tags: the node's tags then.
     :ivar exit_code: the userdata's exit code (``userdata_finished`` only;
         ``None`` when it did not exit, e.g. it was killed).
+    :ivar idle: a ``suspended`` or ``restored`` event of a sleep that was
+        the idle timer's: its automatic suspend, the wake that ends it.
     """
 
     id: int
@@ -124,6 +126,7 @@ class NodeEvent:
     status: str
     tags: tuple[str, ...] = ()
     exit_code: Optional[int] = None
+    idle: bool = False
 
 
 @frozen
@@ -279,12 +282,13 @@ class EventHub:
         return len(self._subscriptions)
 
     def publish(self, type: EventType, record: NodeRecord, exit_code: Optional[int] = None,
-                status: Optional[str] = None) -> NodeEvent:
+                status: Optional[str] = None, idle: bool = False) -> NodeEvent:
         """
         Record that ``type`` happened to the node of ``record`` (as it is now)
         and tell every listener and subscriber.
 
         :param status: the status to report instead of the record's.
+        :param idle: the event is of a sleep that was the idle timer's.
         """
         event = NodeEvent(
             id=self._next_id,
@@ -295,6 +299,7 @@ class EventHub:
             status=status if status is not None else visible(record).status.value,
             tags=record.tags,
             exit_code=exit_code,
+            idle=idle,
         )
         self._next_id += 1
         self._ring.append(event)

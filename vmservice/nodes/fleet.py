@@ -49,6 +49,7 @@ from .creation import Creation
 from .forking import Forked, Forking, ForkRequest, collect_forks, discard_fork_states
 from .description import NodeDescription, describe
 from .guest import AgentHealth, IGuest
+from .idling import IdleNodes
 from .lifecycle import Lifecycle
 from .model import CreateRequest, DeleteResult, NodeRecord, Status, Wait, visible
 from .operation import settled
@@ -67,6 +68,12 @@ log = Logger()
 
 def _resync_failed(failure: Failure, hostname: str) -> None:
     log.error("could not place the secrets of node {hostname} again: {error}", hostname=hostname, error=failure.value)
+
+
+def _noted(node: NodeRuntime, found: list[NodeRuntime]) -> NodeRuntime:
+    """``node``, appended to ``found``."""
+    found.append(node)
+    return node
 
 
 class Fleet(Service):
@@ -92,7 +99,8 @@ class Fleet(Service):
         self.lifecycle = Lifecycle(self._registry, parts)
         self.snapshots = Snapshots(self._registry, parts)
         self.tagging = Tagging(self._registry)
-        self.stats = NodeStats(self._registry, parts.clock, parts.snapshots)
+        self._idle = IdleNodes(parts.clock, self._idle_timeout, self._suspend_idle, self.snapshots.wake, parts.on_idle)
+        self.stats = NodeStats(self._registry, parts.clock, parts.snapshots, awake=self._awake)
         self.events = parts.events
         self._unsubscribe: Callable[[], None] = lambda: None
         parts.admission.watch(self._holders)
@@ -105,10 +113,12 @@ class Fleet(Service):
     def _register(self, record: NodeRecord) -> NodeRuntime:
         node = NodeRuntime(record, self._parts, self._forgotten)
         self._registry.add(node)
+        self._idle.track(record, new=True)  # held until its create or fork answered (or re-tracked at start)
         return node
 
     def _forgotten(self, node: NodeRuntime) -> None:
         self._registry.drop(node)
+        self._idle.forget(node.hostname)
         if node.record.frozen_disk:
             self._collect_templates()
         if node.record.forked_disks:
@@ -135,7 +145,11 @@ class Fleet(Service):
 
     async def _start(self) -> None:
         try:
-            await Startup(self._registry, self._parts, self._register).recover()
+            found: list[NodeRuntime] = []
+            await Startup(self._registry, self._parts, lambda record: _noted(self._register(record), found)).recover()
+            for node in found:
+                if node in self._registry.all():
+                    self._idle.track(node.record)  # as recovered (asleep or awake), not held: no create to wait for
             self._collect_templates()
             self._collect_forks()
             discard_fork_states(self._parts.config.state_dir, self._parts.config.templates_tmpfs_dir)
@@ -156,6 +170,7 @@ class Fleet(Service):
     def stopService(self) -> Deferred[None]:
         super().stopService()  # type: ignore[no-untyped-call]  # Twisted's Service is not annotated
         self._unsubscribe()
+        self._idle.stop()
         return Deferred.fromCoroutine(self._stop_all())
 
     async def _stop_all(self) -> None:
@@ -236,17 +251,21 @@ class Fleet(Service):
         path = self._registry.find(hostname).paths.console
         return await self._parts.blocking(lambda: console.tail(path, lines))
 
-    def guest(self, hostname: str) -> IGuest:
+    async def guest(self, hostname: str) -> IGuest:
         """
         The guest of a running node, for operations inside it (exec, file
-        copies, file-system operations).
+        copies, file-system operations), woken first when the idle timer
+        suspended it (:mod:`.idle`): the one place requests reach a guest.
 
         :raise NotFound: no such node.
         :raise Conflict: the node is paused (the contract's 409 for exec, cp,
             fs and shell while paused), stopped or suspended, or busy.
         :raise AgentNotConnected: the node runs but its agent is not
             connected (yet).
+        :raise ServiceError: the node slept and its wake failed (see
+            :meth:`.idling.IdleNodes.ready`).
         """
+        await self._awake(hostname)
         node = self._registry.find(hostname)
         check(Op.AGENT, hostname, node.record.status)
         agent = node.agent
@@ -262,11 +281,33 @@ class Fleet(Service):
             stopped, suspended, or busy with an operation that ends its VM.
         :raise AgentNotConnected: it should answer but does not (in time).
         """
-        health = await bounded_health(self._parts.clock, hostname, self.guest(hostname))
+        health = await bounded_health(self._parts.clock, hostname, await self.guest(hostname))
         if not self._registry.find(hostname).record.userdata:
             # Nothing to run: over as soon as the agent answers.
             health = evolve(health, userdata_ran=True)
         return health
+
+    # -- idle suspend ----------------------------------------------------
+
+    def hold(self, hostname: str) -> Callable[[], None]:
+        """
+        A request naming node ``hostname`` is being served (a stream of it
+        is open): its idle timer stands still until the returned function
+        is called (see :meth:`.idling.IdleNodes.hold`).
+        """
+        return self._idle.hold(hostname)
+
+    async def _awake(self, hostname: str) -> None:
+        """Wake node ``hostname`` if the idle timer suspended it; :class:`NotFound` when there is none."""
+        await self._idle.ready(hostname, lambda: self._registry.find(hostname).record)
+
+    def _idle_timeout(self, group: str) -> float | None:
+        config = self._parts.config.group(group)
+        return None if config is None else config.idle_suspend
+
+    async def _suspend_idle(self, hostname: str) -> bool:
+        """The automatic suspend: whether the node now sleeps."""
+        return (await self.snapshots.suspend(hostname, automatic=True)).changed
 
     def _secret_changed(self, name: str) -> None:
         """A secret was created, changed or deleted: place it again in the running nodes that hold it."""
@@ -281,12 +322,17 @@ class Fleet(Service):
     # -- create and delete ----------------------------------------------
 
     async def create(self, group_name: str, request: CreateRequest, wait: Wait, timeout: float) -> NodeRecord:
-        """Create a node (see :meth:`.creation.Creation.create`)."""
-        return await self._creation.create(group_name, request, wait, timeout)
+        """Create a node (see :meth:`.creation.Creation.create`); its idle timer starts once it answered."""
+        record = await self._creation.create(group_name, request, wait, timeout)
+        self._idle.made(record.hostname)
+        return record
 
     async def fork(self, hostname: str, request: ForkRequest) -> Forked:
-        """Fork a running node into new ones (see :meth:`.forking.Forking.fork`)."""
-        return await self._forking.fork(hostname, request)
+        """Fork a running node into new ones (see :meth:`.forking.Forking.fork`); their idle timers start then."""
+        forked = await self._forking.fork(hostname, request)
+        for child in forked.children:
+            self._idle.made(child.hostname)
+        return forked
 
     async def delete(self, group_name: str, hostname: str) -> DeleteResult:
         """

@@ -96,6 +96,10 @@ class NodeRecord:
     :ivar forked_disks: the frozen disks of the forks in its disk's backing
         chain (its own forks' as a parent, its parent's as a child), each
         kept while a record names it.
+    :ivar idle_suspended: its snapshot (``Suspending``, ``Suspended``,
+        ``Restoring``) was made by the idle timer, not asked for: the next
+        request that needs its guest restores it (see :mod:`.idle`).  Cleared
+        whenever the node takes any other status.
     """
 
     hostname: str
@@ -123,11 +127,15 @@ class NodeRecord:
     frozen_disk: str = ""
     clone_memory: bool = False
     forked_disks: tuple[str, ...] = ()
+    idle_suspended: bool = False
 
     def with_status(self, status: Status, pid: int | None = None) -> "NodeRecord":
         """A copy with another status (and pid)."""
         return evolve(self, status=status, pid=pid)
 
+
+#: The statuses in which a node's snapshot may be the idle timer's (:attr:`NodeRecord.idle_suspended`).
+ASLEEP_STATUSES = frozenset({Status.SUSPENDING, Status.SUSPENDED, Status.RESTORING})
 
 #: Internal statuses and the one a client sees instead.
 _SHOWN_AS = {
@@ -247,6 +255,7 @@ def unique(tags: Iterable[str]) -> tuple[str, ...]:
 
 
 __all__ = [
+    "ASLEEP_STATUSES",
     "HOSTNAME_PATTERN",
     "MAX_FORK_COUNT",
     "MAX_TAGS",

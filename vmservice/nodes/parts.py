@@ -72,6 +72,10 @@ def _no_fallbacks(group: str, kind: str) -> None:
     """Warm nodes booted cold go uncounted."""
 
 
+def _no_idle(group: str, what: str, seconds: float) -> None:
+    """Automatic suspends and wakes go uncounted."""
+
+
 def _wall_hub() -> EventHub:
     return EventHub(time.time)
 
@@ -114,6 +118,8 @@ class FleetParts:
         group's node boots cold instead (``kind`` says why, for the metric).
     :ivar admission: the memory budget, ``max_nodes`` and the cold boots
         queue every start of a VM goes through; admits everything by default.
+    :ivar on_idle: called with ``(group, what, seconds)`` for each automatic
+        suspend and wake (see :mod:`.idling`), for the metrics.
     """
 
     clock: IReactorTime
@@ -139,6 +145,7 @@ class FleetParts:
     on_clone: Callable[[str, float], None] = field(default=_no_boots)
     on_warm_fallback: Callable[[str, str], None] = field(default=_no_fallbacks)
     admission: Admission = field(factory=Admission.unlimited)
+    on_idle: Callable[[str, str, float], None] = field(default=_no_idle)
 
     def group(self, name: str) -> HostGroupConfig:
         """

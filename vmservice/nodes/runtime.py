@@ -25,7 +25,7 @@ from ..hypervisors.base import HypervisorError, IMachine, MachineExit, NetSpec, 
 from ..observer import OneShotObserver
 from .events import DELETED, EventType, status_event
 from .guest import IGuestConnection, UserdataOutcome
-from .model import NodeRecord, Status
+from .model import ASLEEP_STATUSES, NodeRecord, Status
 from .parts import FleetParts
 from .paths import NodePaths
 from .phase import NodePhase, node_phase
@@ -97,17 +97,21 @@ class NodeRuntime:
         unless it is being removed; the one place a status changes, so the
         one place its lifecycle events (:func:`.events.status_event`) come from.
         """
-        before = self.record.status
+        before, slept = self.record.status, self.record.idle_suspended
+        if status not in ASLEEP_STATUSES:
+            changes["idle_suspended"] = False
         self.record = evolve(self.record, status=status, **changes)
         if self.phase.persists():
             self._parts.store.save(self.record)
         happened = status_event(before, status)
         if happened is not None:
-            self.announce(happened)
+            idle = happened in (EventType.SUSPENDED, EventType.RESTORED) and (slept or self.record.idle_suspended)
+            self.announce(happened, idle=idle)
 
-    def announce(self, happened: EventType, exit_code: int | None = None, status: str | None = None) -> None:
-        """Publish that ``happened`` to the node, as it is now."""
-        self._parts.events.publish(happened, self.record, exit_code, status)
+    def announce(self, happened: EventType, exit_code: int | None = None, status: str | None = None,
+                 idle: bool = False) -> None:
+        """Publish that ``happened`` to the node, as it is now (``idle``: of the idle timer's sleep)."""
+        self._parts.events.publish(happened, self.record, exit_code, status, idle)
 
     def _userdata_finished(self, outcome: UserdataOutcome) -> None:
         if outcome.ran_script:

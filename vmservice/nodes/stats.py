@@ -13,7 +13,7 @@ dead socket.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 from attrs import frozen
 from twisted.internet.defer import CancelledError, Deferred, gatherResults
@@ -160,11 +160,15 @@ class NodeStats:
     :param clock: times the deadlines.
     :param fetch: asks one metrics socket for a snapshot's fields.
     :param deadline: seconds each node may take.
+    :param awake: wakes a node the idle timer suspended, before one node's
+        statistics are asked (not for every node's: a listing wakes nothing).
     """
 
     def __init__(self, registry: Registry, clock: IReactorTime, fetch: SnapshotFetch,
-                 deadline: float = STATS_DEADLINE) -> None:
+                 deadline: float = STATS_DEADLINE,
+                 awake: Callable[[str], Awaitable[None]] | None = None) -> None:
         self._registry = registry
+        self._awake = awake
         self._clock = clock
         self._fetch = fetch
         self._deadline = deadline
@@ -185,6 +189,8 @@ class NodeStats:
 
         :raise NotFound: there is no such node.
         """
+        if self._awake is not None:
+            await self._awake(hostname)
         return await self._stat(self._registry.find(hostname))
 
     async def _stat(self, node: NodeRuntime) -> NodeStat:

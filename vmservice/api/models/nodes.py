@@ -93,7 +93,10 @@ class NodeDescription(Node):
     storage kind and image name (strings, as existing clients decode them),
     its network, and what is found on the host.  Fields that are not known
     are left out; ``commit_id`` and ``parent_commit_id`` always are (this
-    daemon has no commits).
+    daemon has no commits).  ``idle_suspended`` is there (true) only while
+    the node sleeps because its group's ``idle_suspend`` timer suspended it:
+    the next request that needs its guest wakes it (the listing shows
+    ``Suspended`` either way).
     """
 
     protected: bool
@@ -108,6 +111,7 @@ class NodeDescription(Node):
     initrd: str | None = None
     hypervisor: str | None = None
     pci_devices: list[str] | None = None
+    idle_suspended: bool | None = None
 
 
 @frozen
