@@ -69,6 +69,7 @@ from zope.interface import implementer  # noqa: E402
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image, processes_under  # noqa: E402
 from bench.limits import channel_ceilings, minimal_initramfs  # noqa: E402
+from bench.recording import cpu_seconds, status_kib  # noqa: E402
 from vmservice.agent.client import AgentClient  # noqa: E402
 from vmservice.agent.execution import run_collected  # noqa: E402
 from vmservice.client import Client, ExecRecord  # noqa: E402
@@ -110,20 +111,6 @@ def start_bare_guest(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), agent
 
 
-def _status_kib(pid: int, field: str) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no {field} for pid {pid}")
-
-
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _node_qemu(daemon: Daemon) -> int:
     """The pid of the QEMU of the daemon's only node."""
     for pid in processes_under(daemon.state_dir):
@@ -140,7 +127,7 @@ def measure_cp(daemon: Daemon, size: int) -> dict[str, Any]:
     """
     assert daemon.process is not None
     pid = daemon.process.pid
-    rss_before = _status_kib(pid, "VmRSS")
+    rss_before = status_kib(pid, "VmRSS")
     with open(f"/proc/{pid}/clear_refs", "w") as f:
         f.write("5")  # reset VmHWM to the current RSS
     block = os.urandom(1 << 20)
@@ -150,7 +137,7 @@ def measure_cp(daemon: Daemon, size: int) -> dict[str, Any]:
             yield block
 
     qemu = _node_qemu(daemon)
-    cpu = _cpu_seconds(qemu), _cpu_seconds(pid)
+    cpu = cpu_seconds(qemu), cpu_seconds(pid)
     conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=600)
     started = time.monotonic()
     conn.request("POST", "/vm/demo-1/cp?path=/root/bench.bin", body=body(),
@@ -161,8 +148,8 @@ def measure_cp(daemon: Daemon, size: int) -> dict[str, Any]:
     conn.close()
     if response.status != 200:
         raise RuntimeError(f"cp upload failed: {response.status} {reply!r}")
-    upload_cpu = _cpu_seconds(qemu) - cpu[0], _cpu_seconds(pid) - cpu[1]
-    cpu = _cpu_seconds(qemu), _cpu_seconds(pid)
+    upload_cpu = cpu_seconds(qemu) - cpu[0], cpu_seconds(pid) - cpu[1]
+    cpu = cpu_seconds(qemu), cpu_seconds(pid)
     conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=600)
     started = time.monotonic()
     conn.request("GET", "/vm/demo-1/cp?path=/root/bench.bin")
@@ -177,8 +164,8 @@ def measure_cp(daemon: Daemon, size: int) -> dict[str, Any]:
     conn.close()
     if response.status != 200 or received != size:
         raise RuntimeError(f"cp download failed: {response.status}, {received} of {size} bytes")
-    download_cpu = _cpu_seconds(qemu) - cpu[0], _cpu_seconds(pid) - cpu[1]
-    peak = _status_kib(pid, "VmHWM")
+    download_cpu = cpu_seconds(qemu) - cpu[0], cpu_seconds(pid) - cpu[1]
+    peak = status_kib(pid, "VmHWM")
     daemon.request("POST", "/vm/demo-1/exec?cmd=rm+-f+/root/bench.bin")
     return {
         "bytes": size,

@@ -37,26 +37,10 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image, processes_under  # noqa: E402
-from bench.limits import RAM, TIMEOUT, clean_workdir, connect_socket, qemu_settings, stop_process  # noqa: E402
-from bench.recording import write_result  # noqa: E402
-from vmservice.hypervisors.base import MachineSpec  # noqa: E402
-from vmservice.hypervisors.qemu import qemu_command  # noqa: E402
+from bench.limits import RAM, TIMEOUT, connect_socket, image_guest, stop_process  # noqa: E402
+from bench.recording import cpu_seconds, status_kib, write_result  # noqa: E402
 from vmservice.images.store import Image, resolve_image  # noqa: E402
 from vmservice.wire import Connection, Role  # noqa: E402
-
-
-def _status_kib(pid: int, field: str) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no {field} for pid {pid}")
-
-
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _qemus(daemon: Daemon) -> list[int]:
@@ -83,7 +67,7 @@ def fleet(daemon: Daemon, options: argparse.Namespace) -> dict[str, Any]:
     """Create the fleet, measure it idle (see the module docstring); its nodes are left to the caller."""
     assert daemon.process is not None
     pid = daemon.process.pid
-    rss_before = _status_kib(pid, "VmRSS")
+    rss_before = status_kib(pid, "VmRSS")
     hostnames: list[str] = []
 
     def create() -> str:
@@ -101,15 +85,15 @@ def fleet(daemon: Daemon, options: argparse.Namespace) -> dict[str, Any]:
     qemus = _qemus(daemon)
     if len(qemus) != options.nodes:
         raise RuntimeError(f"{len(qemus)} QEMU processes for {options.nodes} nodes")
-    cpu_before = {p: _cpu_seconds(p) for p in qemus}
-    daemon_cpu_before = _cpu_seconds(pid)
+    cpu_before = {p: cpu_seconds(p) for p in qemus}
+    daemon_cpu_before = cpu_seconds(pid)
     began = time.monotonic()
     time.sleep(options.idle)
     window = time.monotonic() - began
-    qemu_cpu = sum(_cpu_seconds(p) - cpu_before[p] for p in qemus)
-    daemon_cpu = _cpu_seconds(pid) - daemon_cpu_before
-    rss_after = _status_kib(pid, "VmRSS")
-    qemu_rss = [_status_kib(p, "VmRSS") for p in qemus]
+    qemu_cpu = sum(cpu_seconds(p) - cpu_before[p] for p in qemus)
+    daemon_cpu = cpu_seconds(pid) - daemon_cpu_before
+    rss_after = status_kib(pid, "VmRSS")
+    qemu_rss = [status_kib(p, "VmRSS") for p in qemus]
     return {
         "nodes": options.nodes,
         "batch": options.batch,
@@ -129,28 +113,9 @@ def fleet(daemon: Daemon, options: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _tb_argv(argv: list[str], tb_size: int | None) -> list[str]:
-    if tb_size is None:
-        return argv
-    at = argv.index("-accel")
-    return argv[:at + 1] + [f"{argv[at + 1]},tb-size={tb_size}"] + argv[at + 2:]
-
-
 def guest_rss(image: Image, workdir: str, tb_size: int | None, settle: float) -> dict[str, float]:
     """The image's guest started by hand: seconds to its agent's first byte, and its RSS ``settle`` s later."""
-    clean_workdir(workdir)
-    disk = os.path.join(workdir, "disk.qcow2")
-    if os.path.exists(disk):
-        os.unlink(disk)
-    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", image.rootfs.path, disk,
-                    str(1 << 30)], check=True)
-    agent = os.path.join(workdir, "agent.sock")
-    spec = MachineSpec(
-        name="density", vcpus=1, ram_bytes=RAM, kernel=image.kernel.path, initrd=image.initrd.path, disk=disk,
-        agent_socket=agent, qmp_socket=os.path.join(workdir, "qmp.sock"),
-        console_log=os.path.join(workdir, "console.log"),
-    )
-    argv = _tb_argv(qemu_command(spec, qemu_settings()), tb_size)
+    argv, agent = image_guest(image, workdir, "density", tb_size or 0)
     hello = Connection(Role.HOST)
     started = time.monotonic()
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -162,7 +127,7 @@ def guest_rss(image: Image, workdir: str, tb_size: int | None, settle: float) ->
                 raise RuntimeError("the guest's agent closed the channel")
             first = time.monotonic() - started
             time.sleep(settle)
-            return {"agent_first_byte_s": first, "rss_kib": _status_kib(process.pid, "VmRSS")}
+            return {"agent_first_byte_s": first, "rss_kib": status_kib(process.pid, "VmRSS")}
     finally:
         stop_process(process)
 

@@ -47,7 +47,7 @@ from typing import Any, Sequence
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import IMAGE_DIR, ensure_image  # noqa: E402
-from bench.recording import write_result  # noqa: E402
+from bench.recording import cpu_seconds, write_result  # noqa: E402
 from vmservice.hypervisors.base import MachineSpec  # noqa: E402
 from vmservice.hypervisors.qemu import QemuSettings, host_tsc_khz, kernel_cmdline, qemu_command  # noqa: E402
 from vmservice.images.cpio import encode_newc  # noqa: E402
@@ -152,8 +152,8 @@ def _tsc_khz() -> int | None:
         return host_tsc_khz(f.read())
 
 
-def qemu_settings() -> QemuSettings:
-    return QemuSettings(accel="tcg", tsc_khz=_tsc_khz())
+def qemu_settings(tb_size_mb: int = 0) -> QemuSettings:
+    return QemuSettings(accel="tcg", tsc_khz=_tsc_khz(), tb_size_mb=tb_size_mb)
 
 
 def _without(argv: list[str], *prefixes: str) -> list[str]:
@@ -217,12 +217,6 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _own_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -280,24 +274,24 @@ def channel_ceilings(image: Image, workdir: str, initrd: str, mib: int, pings: i
         up = connect_socket(os.path.join(workdir, "up.sock"), started)
         block = b"\xa5" * MiB
         ctl.sendall(b"G")
-        qemu_cpu, own_cpu, began = _cpu_seconds(process.pid), _own_cpu(), time.monotonic()
+        qemu_cpu, own_cpu, began = cpu_seconds(process.pid), _own_cpu(), time.monotonic()
         for _ in range(mib):
             up.sendall(block)
         up.close()
         _expect(ctl, b"U")
         upload = time.monotonic() - began
-        upload_cpu = (_cpu_seconds(process.pid) - qemu_cpu, _own_cpu() - own_cpu)
+        upload_cpu = (cpu_seconds(process.pid) - qemu_cpu, _own_cpu() - own_cpu)
         down = connect_socket(os.path.join(workdir, "down.sock"), started)
         buffer = bytearray(MiB)
         received = 0
-        qemu_cpu, own_cpu, began = _cpu_seconds(process.pid), _own_cpu(), time.monotonic()
+        qemu_cpu, own_cpu, began = cpu_seconds(process.pid), _own_cpu(), time.monotonic()
         while received < size:
             count = down.recv_into(buffer)
             if not count:
                 raise RuntimeError(f"the channel guest sent {received} of {size} bytes")
             received += count
         download = time.monotonic() - began
-        download_cpu = (_cpu_seconds(process.pid) - qemu_cpu, _own_cpu() - own_cpu)
+        download_cpu = (cpu_seconds(process.pid) - qemu_cpu, _own_cpu() - own_cpu)
         down.close()
         echo = connect_socket(os.path.join(workdir, "echo.sock"), started)
         ctl.sendall(b"G")
@@ -337,11 +331,10 @@ def _wire_read(s: socket.socket, connection: Connection, want: type) -> Any:
             connection.receive_data(data)
 
 
-def real_guest(image: Image, workdir: str, pings: int) -> dict[str, Any]:
+def image_guest(image: Image, workdir: str, name: str, tb_size_mb: int = 0) -> tuple[list[str], str]:
     """
-    The image's real guest, started by hand: seconds to the agent's first byte,
-    when each ``vmservice-init:`` console line arrived, and the agent's
-    PING/PONG round trip.
+    The command line of the image's guest started by hand in ``workdir`` (a
+    fresh overlay disk over its root file system), and its agent socket's path.
     """
     clean_workdir(workdir)
     disk = os.path.join(workdir, "disk.qcow2")
@@ -351,11 +344,20 @@ def real_guest(image: Image, workdir: str, pings: int) -> dict[str, Any]:
                     str(1 << 30)], check=True)
     agent = os.path.join(workdir, "agent.sock")
     spec = MachineSpec(
-        name="limits-real", vcpus=1, ram_bytes=RAM, kernel=image.kernel.path, initrd=image.initrd.path, disk=disk,
+        name=name, vcpus=1, ram_bytes=RAM, kernel=image.kernel.path, initrd=image.initrd.path, disk=disk,
         agent_socket=agent, qmp_socket=os.path.join(workdir, "qmp.sock"),
         console_log=os.path.join(workdir, "console.log"),
     )
-    argv = qemu_command(spec, qemu_settings())
+    return qemu_command(spec, qemu_settings(tb_size_mb)), agent
+
+
+def real_guest(image: Image, workdir: str, pings: int) -> dict[str, Any]:
+    """
+    The image's real guest, started by hand: seconds to the agent's first byte,
+    when each ``vmservice-init:`` console line arrived, and the agent's
+    PING/PONG round trip.
+    """
+    argv, agent = image_guest(image, workdir, "limits-real")
     # The console on QEMU's standard output, so that each line is stamped as it arrives.
     at = argv.index("-serial")
     argv[at + 1] = "stdio"

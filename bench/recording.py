@@ -1,6 +1,7 @@
 """
-What every benchmark records beside its timings: the daemon's peak memory,
-and the result file under ``bench/results/``.
+What every benchmark records beside its timings: a process's memory and CPU
+time (the daemon's peak memory above all), and the result file under
+``bench/results/``.
 """
 
 from __future__ import annotations
@@ -10,16 +11,28 @@ import os
 from typing import Any
 
 
+def status_kib(pid: int, field: str) -> int:
+    """A KiB figure of process ``pid``'s ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``...)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} for pid {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user and system) process ``pid`` has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def peak_rss(pid: int) -> int | None:
     """The peak resident set size of process ``pid`` in bytes (VmHWM), if readable."""
     try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+        return status_kib(pid, "VmHWM") * 1024
+    except (OSError, RuntimeError):
+        return None
 
 
 def write_result(path: str, result: dict[str, Any]) -> None:
