@@ -50,6 +50,14 @@ class HelperTests(SynchronousTestCase):
         self.assertEqual(usable_shell("", lambda path: False), "")
         self.assertEqual(usable_shell("/no/shell", lambda path: path == "/bin/sh"), "/no/shell")
 
+    def test_shell_program(self) -> None:
+        """The default shell runs as the static bash when the image has it; any other program as itself."""
+        self.assertEqual(execution.shell_program("/bin/bash", lambda path: path == "/bin/bash-static"),
+                         "/bin/bash-static")
+        self.assertEqual(execution.shell_program("/bin/bash", lambda path: False), "/bin/bash")
+        self.assertEqual(execution.shell_program("/bin/sh", lambda path: True), "/bin/sh")
+        self.assertEqual(execution.shell_program("/usr/bin/bash", lambda path: True), "/usr/bin/bash")
+
     def test_default_path(self) -> None:
         """The runtime's applets come last in PATH, only in an image that has them."""
         self.assertEqual(default_path(lambda path: False), DEFAULT_PATH)

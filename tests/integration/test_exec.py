@@ -143,6 +143,16 @@ class ExecTests(SharedGuestTestCase):
         records = self.records([("cmd", "echo $0"), ("shell", "/bin/sh")])
         self.assertEqual(self.output(records), b"/bin/sh\n")
 
+    def test_default_shell_is_static_bash(self) -> None:
+        """
+        The default shell runs as the image's statically linked bash, still named /bin/bash, with bash's
+        features; /bin/bash itself is the ordinary one.
+        """
+        records = self.records([("cmd", 'readlink /proc/$$/exe; echo "$0 $BASH $SHELL ${BASH_VERSINFO[0]}"; '
+                                        "[[ abc == a* ]] && echo glob; readlink -f /bin/bash")])
+        self.assertEqual(self.output(records),
+                         b"/usr/bin/bash-static\n/bin/bash /bin/bash /bin/bash 5\nglob\n/usr/bin/bash\n")
+
     def test_identity_cwd_umask(self) -> None:
         """uid, gid, cwd and permissions (the umask) apply; 4294967295 means root; ~ is the home."""
         out = self.output(self.records([
