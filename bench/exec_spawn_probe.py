@@ -57,13 +57,13 @@ def agent_steps():
     return {name: median(values) for name, values in steps.items()}
 
 
-def process_cost(argv):
-    """Median seconds from posix_spawn to the reaped exit of ``argv`` (stdio on /dev/null)."""
+def process_cost(argv, program=None):
+    """Median seconds from posix_spawn of ``program`` (default argv[0]) to the reaped exit (stdio on /dev/null)."""
     null = os.open(os.devnull, os.O_RDWR)
     samples = []
     for _ in range(ROUNDS):
         t0 = time.perf_counter()
-        pid = os.posix_spawn(argv[0], argv, {"PATH": execution.DEFAULT_PATH},
+        pid = os.posix_spawn(program or argv[0], argv, {"PATH": execution.DEFAULT_PATH},
                              file_actions=[(os.POSIX_SPAWN_DUP2, null, n) for n in (0, 1, 2)])
         os.waitpid(pid, 0)
         samples.append(time.perf_counter() - t0)
@@ -84,11 +84,16 @@ def main():
         ("bash -c true", ["/bin/bash", "-c", "true"]),
         ("bash --norc --noprofile -c true", ["/bin/bash", "--norc", "--noprofile", "-c", "true"]),
         ("bash-static -c true", ["/tmp/bash-static", "-c", "true"]),
+        ("/bin/bash-static -c true", ["/bin/bash-static", "-c", "true"]),
         ("busybox sh -c true", ["/opt/vmservice/runtime/bin/sh", "-c", "true"]),
         ("busybox true", ["/bin/busybox", "true"]),
     ):
         if os.access(argv[0], os.X_OK):
             result["process_s"][name] = process_cost(argv)
+    if os.access("/bin/bash-static", os.X_OK):
+        # As the agent runs the default shell: the static bash with argv[0] /bin/bash.
+        result["process_s"]["/bin/bash-static as /bin/bash -c true"] = process_cost(
+            ["/bin/bash", "-c", "true"], "/bin/bash-static")
     print(json.dumps(result))
 
 
