@@ -81,6 +81,7 @@ bench: install
 	$(BIN)/python bench/limits.py
 	$(BIN)/python bench/boot.py
 	$(BIN)/python bench/channel.py
+	$(BIN)/python bench/exec_spawn.py
 	$(BIN)/python bench/density.py
 	$(BIN)/python bench/suspend.py
 	$(BIN)/python bench/network.py
