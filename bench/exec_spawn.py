@@ -12,6 +12,12 @@ started by hand (the daemon's QEMU command, TCG), then through its agent
   an exec timed with the agent's own code, and what each program costs to
   start and exit by itself, from inside the guest.
 
+``--bash-static PATH`` also copies that binary into the guest and measures
+the default shell's ``true`` with it (get it with ``apt-get download
+bash-static`` and ``dpkg-deb -x``): compares the static bash in an image that
+lacks it.  Before and after an image change, side by side: ``--image
+before=DIR --image after=DIR``.
+
 Writes ``bench/results/exec_spawn.json``: p50s and the ratio of each exec to
 the round trip (the target for ``/bin/true`` is 3x).
 """
