@@ -32,7 +32,7 @@ class _OneGuest:
     def __init__(self, guest: AgentClient) -> None:
         self._guest = guest
 
-    def guest(self, hostname: str) -> AgentClient:
+    async def guest(self, hostname: str) -> AgentClient:
         return self._guest
 
 
