@@ -68,14 +68,12 @@ from twisted.web.iweb import UNKNOWN_LENGTH, IBodyProducer  # noqa: E402
 from zope.interface import implementer  # noqa: E402
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image, processes_under  # noqa: E402
-from bench.limits import channel_ceilings, minimal_initramfs  # noqa: E402
+from bench.limits import channel_ceilings, image_guest, minimal_initramfs  # noqa: E402
 from bench.recording import cpu_seconds, status_kib  # noqa: E402
 from vmservice.agent.client import AgentClient  # noqa: E402
 from vmservice.agent.execution import run_collected  # noqa: E402
 from vmservice.client import Client, ExecRecord  # noqa: E402
 from vmservice.nodes.guest_exec import ExecRequest  # noqa: E402
-from vmservice.hypervisors.base import MachineSpec  # noqa: E402
-from vmservice.hypervisors.qemu import QemuSettings, host_tsc_khz, qemu_command  # noqa: E402
 from vmservice.images.store import resolve_image  # noqa: E402
 
 RAM = 256 * 1024 * 1024
@@ -94,21 +92,8 @@ def percentiles(samples: list[float]) -> dict[str, Any]:
 
 def start_bare_guest(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
     """The daemon's QEMU command for one guest, started by hand (TCG here)."""
-    image = resolve_image(IMAGE_DIR, "default")
-    disk = os.path.join(workdir, "disk.qcow2")
-    subprocess.run(
-        ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", image.rootfs.path, disk, str(1 << 30)], check=True
-    )
-    with open("/proc/cpuinfo") as f:
-        tsc = host_tsc_khz(f.read())
-    agent = os.path.join(workdir, "agent.sock")
-    spec = MachineSpec(
-        name="bench-channel", vcpus=1, ram_bytes=RAM, kernel=image.kernel.path, initrd=image.initrd.path, disk=disk,
-        agent_socket=agent, qmp_socket=os.path.join(workdir, "qmp.sock"),
-        console_log=os.path.join(workdir, "console.log"),
-    )
-    command = qemu_command(spec, QemuSettings(accel="tcg", tsc_khz=tsc))
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), agent
+    argv, agent = image_guest(resolve_image(IMAGE_DIR, "default"), workdir, "bench-channel")
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), agent
 
 
 def _node_qemu(daemon: Daemon) -> int:

@@ -40,10 +40,9 @@ from twisted.internet import reactor  # noqa: E402
 from twisted.internet.defer import Deferred  # noqa: E402
 
 from tests.integration.daemon import IMAGE_DIR  # noqa: E402
+from bench.limits import image_guest  # noqa: E402
 from vmservice.agent.client import AgentClient  # noqa: E402
 from vmservice.agent.execution import run_collected  # noqa: E402
-from vmservice.hypervisors.base import MachineSpec  # noqa: E402
-from vmservice.hypervisors.qemu import QemuSettings, host_tsc_khz, qemu_command  # noqa: E402
 from vmservice.images.store import resolve_image  # noqa: E402
 from vmservice.nodes.guest_exec import ExecRequest  # noqa: E402
 
@@ -62,20 +61,8 @@ STATIC_EXECS = {
 
 
 def start_guest(image_dir: str, workdir: str) -> tuple[subprocess.Popen[bytes], str]:
-    image = resolve_image(image_dir, "default")
-    disk = os.path.join(workdir, "disk.qcow2")
-    subprocess.run(
-        ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", image.rootfs.path, disk, str(1 << 30)], check=True
-    )
-    with open("/proc/cpuinfo") as f:
-        tsc = host_tsc_khz(f.read())
-    spec = MachineSpec(
-        name="bench-exec", vcpus=1, ram_bytes=256 << 20, kernel=image.kernel.path, initrd=image.initrd.path, disk=disk,
-        agent_socket=os.path.join(workdir, "agent.sock"), qmp_socket=os.path.join(workdir, "qmp.sock"),
-        console_log=os.path.join(workdir, "console.log"),
-    )
-    command = qemu_command(spec, QemuSettings(accel="tcg", tsc_khz=tsc))
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), spec.agent_socket
+    argv, agent = image_guest(resolve_image(image_dir, "default"), workdir, "bench-exec")
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), agent
 
 
 def p50(samples: list[float]) -> float:
