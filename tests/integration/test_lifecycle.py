@@ -359,7 +359,9 @@ class RestartTests(SynchronousTestCase):
         daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {"persistent": True}, expect=201)
         # Freeze the guest's power-button watcher (SIGSTOP: init does not
         # respawn a stopped process), so only a kill can end this VM quickly.
-        code, out = daemon.run("demo-1", "kill -STOP $(ps -o pid=,args= | awk '/guest[.]powerbutton/ {print $1}')")
+        # The watcher starts only once the agent serves its port: wait for it.
+        code, out = daemon.run("demo-1", "for i in $(seq 600); do ps -o args= | grep -q '[g]uest[.]powerbutton' && break;"
+                                         " sleep 0.1; done; kill -STOP $(ps -o pid=,args= | awk '/guest[.]powerbutton/ {print $1}')")
         self.assertEqual(code, 0, out)
         code, out = daemon.run("demo-1", "ps -o stat=,args= | awk '/guest[.]powerbutton/ {print $1}'")
         self.assertEqual((code, out[:1]), (0, "T"), out)  # stopped (the watcher runs niced: "TN")
