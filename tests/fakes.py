@@ -193,15 +193,22 @@ class FakeDriver:
                 return machine
         return None
 
-    def adopt(self, spec: MachineSpec, pid: int, log_path: str | None = None) -> IMachine:
+    def adopt(self, spec: MachineSpec, pid: int, log_path: str | None = None,
+              started_qmp: str | None = None) -> IMachine:
         machine = self._alive(pid)
-        if machine is None or machine.spec.qmp_socket != spec.qmp_socket:
+        if machine is None or machine.spec.qmp_socket != (started_qmp or spec.qmp_socket):
             raise HypervisorError(f"process {pid} is gone")
         return machine
 
-    def orphans(self, directory: str) -> list[int]:
-        prefix = os.path.join(directory, "")
-        return [m.pid for m in self.machines if m._exit is None and m.spec.qmp_socket.startswith(prefix)]
+    def orphans(self, directory: str, depth: int = 1) -> list[int]:
+        found = []
+        for m in self.machines:
+            parent = os.path.abspath(m.spec.qmp_socket)
+            for _ in range(depth + 1):
+                parent = os.path.dirname(parent)
+            if m._exit is None and parent == os.path.abspath(directory):
+                found.append(m.pid)
+        return found
 
     def kill_orphan(self, pid: int) -> None:
         machine = self._alive(pid)

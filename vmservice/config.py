@@ -357,6 +357,8 @@ class HostGroupConfig:
         hands out to the group's nodes, in this order.
     :ivar warm: Start the group's nodes as clones of a template booted once
         (see ``docs/warm-start.md``) instead of booting each.
+    :ivar warm_spare: Keep one spare VM of a warm group's template started
+        and waiting, so a create only loads and adopts (``docs/warm-start.md``).
     :ivar max_nodes: The most nodes the group may have at once (whatever
         their status); ``None`` for no limit.
     :ivar idle_suspend: Seconds a node may go without API activity before it
@@ -380,6 +382,7 @@ class HostGroupConfig:
     warm: bool = False
     max_nodes: int | None = None
     idle_suspend: float | None = None
+    warm_spare: bool = False
 
     @property
     def arch(self) -> str:
@@ -521,6 +524,7 @@ class _GroupDocument:
     warm: bool = False
     max_nodes: int | None = None
     idle_suspend: str | None = None
+    warm_spare: bool = False
 
 
 @attrs.frozen
@@ -885,6 +889,7 @@ class _Resolver:
             warm=document.warm,
             max_nodes=document.max_nodes,
             idle_suspend=self.idle_suspend(document.idle_suspend, (*parts, "idle_suspend")),
+            warm_spare=document.warm_spare,
         )
 
     def idle_suspend(self, text: str | None, parts: Path) -> float | None:

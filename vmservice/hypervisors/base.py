@@ -243,17 +243,23 @@ class IHypervisor(Interface):
             explains a VM that ends at once), or ``None`` for none.
         """
 
-    def adopt(spec: MachineSpec, pid: int, log_path: str | None) -> IMachine:
+    def adopt(spec: MachineSpec, pid: int, log_path: str | None, started_qmp: str | None) -> IMachine:
         """
         Take over a VM started for ``spec`` by an earlier run of the daemon.
 
         :param pid: the VMM's process id, as the earlier run recorded it.
         :param log_path: as for :meth:`start`.
+        :param started_qmp: the QMP socket the VM was started with when it
+            is not ``spec.qmp_socket`` (a template's spare VM whose sockets
+            were renamed to ``spec``'s); ``None`` when it is.
         :raise HypervisorError: ``pid`` is not (or no longer) that VM.
         """
 
-    def orphans(directory: str) -> list[int]:
-        """Pids of running VMs of this driver whose files lie under ``directory``."""
+    def orphans(directory: str, depth: int) -> list[int]:
+        """
+        Pids of running VMs of this driver whose QMP socket was
+        ``<directory>/<one or more (depth) directories>/qmp.sock`` when they started.
+        """
 
     def kill_orphan(pid: int) -> None:
         """Kill the VM of ``pid`` found by :meth:`orphans` (gone already is fine)."""

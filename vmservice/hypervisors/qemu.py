@@ -812,19 +812,24 @@ class QemuDriver:
             os.close(output_fd)
         return succeed(QemuMachine(self._reactor, process, spec.qmp_socket, log_path))
 
-    def adopt(self, spec: MachineSpec, pid: int, log_path: str | None = None) -> QemuMachine:
+    def adopt(
+        self, spec: MachineSpec, pid: int, log_path: str | None = None, started_qmp: str | None = None
+    ) -> QemuMachine:
         """
         Take over the QEMU of ``spec`` that an earlier run started: ``pid``
-        must still be a QEMU whose monitor is ``spec.qmp_socket``.  The pidfd
-        is opened before the command line is checked, so a recycled pid
-        cannot slip in between.
+        must still be a QEMU whose monitor was ``started_qmp`` (when it was
+        started under other names, those of a template's spare VM) or else
+        ``spec.qmp_socket``; its monitor is reached at ``spec.qmp_socket``.
+        The pidfd is opened before the command line is checked, so a
+        recycled pid cannot slip in between.
 
-        :param spec: the VM as it was started.
+        :param spec: the VM as it runs now.
         :param pid: the process id recorded for it.
         :param log_path: the file the earlier run sent QEMU's output to.
+        :param started_qmp: the QMP socket its command line names, when not ``spec``'s.
         :raise HypervisorError: ``pid`` is gone or is not that VM.
         """
-        pidfd = self._open_vm(pid, spec.qmp_socket)
+        pidfd = self._open_vm(pid, started_qmp or spec.qmp_socket)
         return QemuMachine(self._reactor, _PidWatch(self._reactor, pid, pidfd), spec.qmp_socket, log_path)
 
     def _open_vm(self, pid: int, qmp_socket: str | None) -> int:
@@ -839,11 +844,12 @@ class QemuDriver:
             raise HypervisorError(f"process {pid} is not the VM of {qmp_socket}")
         return pidfd
 
-    def orphans(self, directory: str) -> list[int]:
+    def orphans(self, directory: str, depth: int = 1) -> list[int]:
         """
         Pids of our QEMUs (``-name vmservice-...``) whose QMP socket is
-        ``<directory>/<node>/qmp.sock``: exactly that directory, never one
-        that merely contains its name (another daemon's).
+        ``<directory>/<node>/qmp.sock`` (``depth`` 1; 2 for
+        ``<directory>/<template>/<spare>/qmp.sock``): exactly that
+        directory, never one that merely contains its name (another daemon's).
         """
         wanted = os.path.abspath(directory)
         found = []
@@ -852,7 +858,12 @@ class QemuDriver:
                 continue
             argv = _cmdline(self._proc, int(entry))
             socket = _qmp_socket(argv) if _is_vm(argv) else None
-            if socket is not None and os.path.dirname(os.path.dirname(os.path.abspath(socket))) == wanted:
+            if socket is None:
+                continue
+            parent = os.path.abspath(socket)
+            for _ in range(depth + 1):
+                parent = os.path.dirname(parent)
+            if parent == wanted:
                 found.append(int(entry))
         return sorted(found)
 

@@ -12,7 +12,7 @@ Every operation that starts a VM asks here first, before it makes anything:
   nodes whose VM this daemon runs now (paused ones too; stopped and
   suspended ones hold nothing), plus the :class:`Claim` of each operation
   under way (a create, restore, relaunch or fork), which covers its VMs
-  until they run or the operation failed.  A claim named after its node
+  until they run or the operation failed (and each spare VM, :mod:`.spare`).  A claim named after its node
   (:meth:`Claim.name`) stands in for that node, so nothing counts twice
   (a fork's claim is not named: its children count twice for the second
   the fork takes, never less than they hold).
@@ -123,8 +123,7 @@ def limits(config: Config, meminfo: str | None, cpus: int | None) -> Limits:
 
 @frozen
 class Holder:
-    """
-    One node as admission sees it.
+    """One node as admission sees it.
 
     :ivar hostname: its name.
     :ivar hostgroup: its group.
@@ -176,11 +175,7 @@ class Claim:
 
     def __init__(self, release: Callable[["Claim"], None], size: int, group: str | None, count: int,
                  hostname: str | None) -> None:
-        self._release = release
-        self.size = size
-        self.group = group
-        self.count = count
-        self.hostname = hostname
+        self._release, self.size, self.group, self.count, self.hostname = release, size, group, count, hostname
         self.released = False
 
     def name(self, hostname: str) -> None:
@@ -291,6 +286,7 @@ class Admission:
         self.boots = BootQueue(clock, limits.boot_concurrency)
         self._claims: list[Claim] = []
         self._nodes: Callable[[], Iterable[Holder]] = lambda: ()
+        self._spares: Callable[[], Iterable[int]] = lambda: ()
         self._refusals = {"memory": 0, "max_nodes": 0, "boot_timeout": 0}
 
     @classmethod
@@ -298,9 +294,13 @@ class Admission:
         """Admission that admits everything at once (no budget, no bound)."""
         return cls(Clock(), Limits())
 
-    def watch(self, nodes: Callable[[], Iterable[Holder]]) -> None:
-        """Read the daemon's nodes from ``nodes`` (the fleet's registry)."""
-        self._nodes = nodes
+    def watch(self, nodes: Callable[[], Iterable[Holder]], spares: Callable[[], Iterable[int]] = lambda: ()) -> None:
+        """Read the daemon's nodes from ``nodes`` (the fleet's registry), its spare VMs' RAM from ``spares``."""
+        self._nodes, self._spares = nodes, spares
+
+    def room_for(self, ram_bytes: int) -> bool:
+        """Whether one more VM of ``ram_bytes`` fits the budget now (a spare is started only then)."""
+        return self.limits.budget is None or self.used()[0] + self.cost(ram_bytes) <= self.limits.budget
 
     def cost(self, ram_bytes: int) -> int:
         """What a VM of ``ram_bytes`` guest RAM is taken to hold."""
@@ -312,6 +312,7 @@ class Admission:
         reserved = sum(claim.size for claim in self._claims)
         running = sum(self.cost(node.ram_bytes) for node in self._nodes()
                       if node.running and node.hostname not in claimed)
+        running += sum(self.cost(ram_bytes) for ram_bytes in self._spares())
         return running + reserved, reserved
 
     def admit(self, ram_bytes: int, *, count: int = 1, group: str | None = None, hostname: str | None = None) -> Claim:

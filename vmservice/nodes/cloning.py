@@ -14,6 +14,8 @@ login, userdata, the API), it adopts an identity of its own through
 
 from __future__ import annotations
 
+import os
+
 from attrs import evolve, frozen
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
@@ -27,6 +29,7 @@ from .model import NodeRecord
 from .parts import FleetParts
 from .readiness import wait_for_guest
 from .runtime import NodeRuntime
+from .spare import Spare
 from .template_build import TemplateBuilder
 from .templates import Template, TemplateKey, TemplateUnavailable
 
@@ -66,8 +69,10 @@ class Cloning:
         try:
             template = await self._template(node.record, group, image, net)
             began = self.parts.clock.seconds()
-            cloned = await self._clone(node, template, net)
+            cloned = await self._spare_or_clone(node, template, net)
             self.parts.on_clone(group.name, self.parts.clock.seconds() - began)
+            # Only now (the adoption answered): a spare started earlier would compete with it for the CPU.
+            self.replenish(group, template)
             return cloned
         except TemplateUnavailable as error:
             log.warn("node {hostname} boots cold instead of from a template: {reason}",
@@ -102,9 +107,96 @@ class Cloning:
         if self.parts.templates is None or (group.network is not None and self.parts.adoption is None):
             return
         try:
-            await self._get(group, group.ram_bytes, group.vcpu, self.parts.image(group))
+            template = await self._get(group, group.ram_bytes, group.vcpu, self.parts.image(group))
         except Exception as error:
             log.warn("no template for host group {group} yet: {error}", group=group.name, error=error)
+            return
+        self.replenish(group, template)
+
+    def replenish(self, group: HostGroupConfig, template: Template) -> None:
+        """
+        Start a spare VM of ``template`` in the background when ``group``
+        asks for spares, the template has none, and admission has room for
+        one more VM of its RAM.  A networked template has none (a spare
+        would need a tap of its own handed over to the node).
+        """
+        templates, parts = self.parts.templates, self.parts
+        if templates is None or not group.warm_spare or template.key.network:
+            return
+        if not parts.admission.room_for(template.key.ram_bytes):
+            log.info("no spare VM for template {digest}: the memory budget has no room",
+                     digest=template.key.digest())
+            return
+        spare = templates.add_spare(template)
+        if spare is not None:
+            Deferred.fromCoroutine(self._start_spare(spare))
+
+    async def _start_spare(self, spare: Spare) -> None:
+        await spare.start(await self.parts.driver.get(), self.parts.disks)
+
+    async def _spare_or_clone(self, node: NodeRuntime, template: Template,
+                              net: NetSpec | None) -> tuple[IMachine, IGuestConnection]:
+        """Clone ``node`` from the template's spare VM when it has a ready one, else as usual."""
+        templates = self.parts.templates
+        spare = templates.take_spare(template) if templates is not None and net is None else None
+        if spare is not None:
+            try:
+                return await self._from_spare(node, template, spare, net)
+            except Exception as error:
+                log.warn("node {hostname} could not take spare VM {spare}, cloned the usual way: {error}",
+                         hostname=node.hostname, spare=os.path.basename(spare.directory), error=error)
+        return await self._clone(node, template, net)
+
+    async def _from_spare(self, node: NodeRuntime, template: Template, spare: Spare,
+                          net: NetSpec | None) -> tuple[IMachine, IGuestConnection]:
+        """
+        Hand ``spare`` over to ``node``: its record first (naming the spare's
+        QMP socket, so a crash from here on leaves a VM the next start
+        recognizes), then the files, then load and adopt as any clone.  A
+        failure kills the spare and leaves nothing of it.
+        """
+        steps = StepTimes(self.parts.clock)
+        machine = spare.machine
+        assert machine is not None
+        driver = await self.parts.driver.get()
+        try:
+            node.set(node.record.status, frozen_disk=template.disk, clone_memory=True,
+                     started_qmp=spare.files.qmp, pid=machine.pid, kernel=template.kernel,
+                     initrd=template.initrd, hypervisor=driver.description, metrics_channel=True)
+            spare.hand_over(node.paths)
+            steps.done("hand-over")
+            agent = node.connect_agent(adopting=True)
+            await machine.load_device_state(template.device_state)
+            steps.done("load")
+            await self._adopt(node, machine, net, agent)
+            steps.done("adopt")
+        except BaseException:
+            await self._undo_spare(node, spare)
+            raise
+        node.own(machine)
+        node.adopted()
+        log.info("node {hostname} cloned from spare VM {spare}: {steps}", hostname=node.hostname,
+                 spare=os.path.basename(spare.directory), steps=steps)
+        return machine, agent
+
+    async def _adopt(self, node: NodeRuntime, machine: IMachine, net: NetSpec | None,
+                     agent: IGuestConnection) -> None:
+        adoption = self.parts.adoption
+        if adoption is not None:
+            adopted = adoption.adopt(node.record, net, agent)
+            await wait_for_guest(self.parts.clock, machine, adopted, ADOPT_TIMEOUT)
+
+    async def _undo_spare(self, node: NodeRuntime, spare: Spare) -> None:
+        """End the spare and its connection, remove the names it took in the node's directory."""
+        agent, node.agent = node.agent, None
+        if agent is not None:
+            await agent.stop()
+        await spare.kill()
+        paths = node.paths
+        for path in (paths.agent, paths.qmp, paths.metrics):
+            _unlink(path)
+        self.parts.disks.remove(paths.disk)
+        node.set(node.record.status, frozen_disk="", clone_memory=False, started_qmp="", pid=None)
 
     async def _clone(self, node: NodeRuntime, template: Template,
                      net: NetSpec | None) -> tuple[IMachine, IGuestConnection]:
@@ -135,15 +227,12 @@ class Cloning:
                 # Broken: the next create builds it again.
                 self.parts.templates.discard(template.key, only=template)
             raise TemplateUnavailable("load_failed", f"the template's state could not be loaded: {error}") from None
-        adoption = self.parts.adoption
-        if adoption is not None:
-            try:
-                adopted = adoption.adopt(node.record, net, agent)
-                await wait_for_guest(self.parts.clock, machine, adopted, ADOPT_TIMEOUT)
-                steps.done("adopt")
-            except Exception as error:
-                await self._undo(node, machine)
-                raise TemplateUnavailable("adopt_failed", f"the clone could not adopt its identity: {error}") from None
+        try:
+            await self._adopt(node, machine, net, agent)
+            steps.done("adopt")
+        except Exception as error:
+            await self._undo(node, machine)
+            raise TemplateUnavailable("adopt_failed", f"the clone could not adopt its identity: {error}") from None
         node.own(machine)
         node.adopted()
         log.info("node {hostname} cloned: {steps}", hostname=node.hostname, steps=steps)
@@ -159,6 +248,13 @@ class Cloning:
             await machine.kill()
         self.parts.disks.remove(node.paths.disk)
         node.record = evolve(node.record, frozen_disk="", clone_memory=False, pid=None)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 class StepTimes:

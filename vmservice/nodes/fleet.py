@@ -28,6 +28,7 @@ kept ``Stopped``, suspended ones kept as they are.
 from __future__ import annotations
 
 import builtins
+import os
 from typing import Callable
 
 from attrs import evolve
@@ -103,7 +104,7 @@ class Fleet(Service):
         self.stats = NodeStats(self._registry, parts.clock, parts.snapshots, awake=self._awake)
         self.events = parts.events
         self._unsubscribe: Callable[[], None] = lambda: None
-        parts.admission.watch(self._holders)
+        parts.admission.watch(self._holders, parts.templates.spare_ram if parts.templates is not None else list)
 
     def _holders(self) -> builtins.list[Holder]:
         """The nodes as admission counts them: a node whose VM this daemon runs holds memory."""
@@ -133,7 +134,9 @@ class Fleet(Service):
         """Delete the template files that no template in use and no node needs any more."""
         templates = self._parts.templates
         if templates is not None:
-            templates.collect({node.record.frozen_disk for node in self._registry.all() if node.record.frozen_disk})
+            records = [node.record for node in self._registry.all()]
+            templates.collect({record.frozen_disk for record in records if record.frozen_disk},
+                              {os.path.dirname(record.started_qmp) for record in records if record.started_qmp})
 
     # -- service ---------------------------------------------------------
 

@@ -96,6 +96,11 @@ class NodeRecord:
     :ivar forked_disks: the frozen disks of the forks in its disk's backing
         chain (its own forks' as a parent, its parent's as a child), each
         kept while a record names it.
+    :ivar started_qmp: the QMP socket its running VM was started with when
+        that is not its own (a clone handed over from a template's spare VM,
+        whose sockets were renamed into the node's directory): start-up
+        recovery knows that VM by it.  Empty otherwise; its directory (the
+        spare's) is removed with the node or when another VM replaces it.
     :ivar idle_suspended: its snapshot (``Suspending``, ``Suspended``,
         ``Restoring``) was made by the idle timer, not asked for: the next
         request that needs its guest restores it (see :mod:`.idle`).  Cleared
@@ -128,6 +133,7 @@ class NodeRecord:
     clone_memory: bool = False
     forked_disks: tuple[str, ...] = ()
     idle_suspended: bool = False
+    started_qmp: str = ""
 
     def with_status(self, status: Status, pid: int | None = None) -> "NodeRecord":
         """A copy with another status (and pid)."""

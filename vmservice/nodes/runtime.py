@@ -30,6 +30,7 @@ from .parts import FleetParts
 from .paths import NodePaths
 from .phase import NodePhase, node_phase
 from .provisioning import GuestSetup, Provisioning
+from .spare import remove_spare_directory
 from .templates import Template
 
 log = Logger()
@@ -179,9 +180,11 @@ class NodeRuntime:
         except HypervisorError as error:
             raise Internal(f"cannot start the VM of node {self.hostname!r}: {error}", code="boot_failed") from error
         self.own(machine)
+        # A VM of the node's own names replaces a spare's: its directory goes (see :mod:`.spare`).
+        remove_spare_directory(self.record.started_qmp)
         self.record = evolve(
             self.record, pid=machine.pid, kernel=kernel, initrd=initrd, hypervisor=driver.description,
-            metrics_channel=spec.metrics_socket is not None,
+            metrics_channel=spec.metrics_socket is not None, started_qmp="",
         )
         return machine
 
@@ -276,6 +279,7 @@ class NodeRuntime:
         self._forgotten(self)
         self.announce(EventType.DELETED, status=DELETED)
         disk_removed = self._parts.disks.remove(self.paths.disk)
+        remove_spare_directory(self.record.started_qmp)
         self._parts.store.remove(self.hostname)
         return disk_removed
 

@@ -60,15 +60,17 @@ class Startup:
         # Spare every VM this run knows, not only the adopted ones: a create,
         # relaunch or restore may have started one meanwhile.
         known = {node.machine.pid for node in self._registry.all() if node.machine is not None}
-        for pid in driver.orphans(store.nodes_dir):
+        for pid in driver.orphans(store.nodes_dir, 1):
             if pid not in known:
                 log.info("killing VM process {pid}, which no node record claims", pid=pid)
                 driver.kill_orphan(pid)
-        # A template's VM left by a run that ended during its build.
+        # A template's VM left by a run that ended during its build, and spare VMs no node was handed.
         if self._parts.templates is not None:
-            for pid in driver.orphans(self._parts.templates.directory):
-                log.info("killing template VM process {pid} of an earlier run", pid=pid)
-                driver.kill_orphan(pid)
+            directory = self._parts.templates.directory
+            for pid in driver.orphans(directory, 1) + driver.orphans(directory, 2):
+                if pid not in known:
+                    log.info("killing template or spare VM process {pid} of an earlier run", pid=pid)
+                    driver.kill_orphan(pid)
         # Every node's own network objects stay: adopted ones are in use,
         # others were detached above, and a create may be under way meanwhile
         # (so the list is taken when the host's objects have been listed).
@@ -82,7 +84,7 @@ class Startup:
             return None, None
         spec = node.paths.spec(record, record.kernel, record.initrd)
         try:
-            machine = driver.adopt(spec, record.pid, node.paths.qemu_log)
+            machine = driver.adopt(spec, record.pid, node.paths.qemu_log, record.started_qmp or None)
             return machine, await machine.run_state()
         except HypervisorError as error:
             log.info("node {hostname}: its VM (pid {pid}) is not running: {error}",

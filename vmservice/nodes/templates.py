@@ -23,7 +23,7 @@ import hashlib
 import json
 import os
 import shutil
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Iterable
 
 from attrs import asdict, frozen
 from twisted.internet.defer import Deferred
@@ -32,6 +32,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ..observer import OneShotObserver
+from .spare import SPARE_PREFIX, Spare
 
 log = Logger()
 
@@ -155,6 +156,7 @@ class TemplateStore:
         self._failed: dict[TemplateKey, tuple[float, str]] = {}
         self._used: dict[TemplateKey, float] = {}
         self._runs: dict[TemplateKey, Deferred[None]] = {}
+        self._spares: dict[TemplateKey, Spare] = {}
         self.builds = 0
 
     async def get(self, key: TemplateKey, kernel: str, initrd: str, build: Build) -> Template:
@@ -262,7 +264,39 @@ class TemplateStore:
         if template is None or (only is not None and template != only):
             return
         del self._ready[key]
+        self._kill_spare(key)
         self._delete(template, keep_disk=True)
+
+    def add_spare(self, template: Template) -> Spare | None:
+        """
+        A new spare VM (not started) for ``template``, kept next to it; ``None``
+        when the template is not the ready one of its key or it has a spare
+        (starting or ready) already.
+        """
+        key = template.key
+        current = self._spares.get(key)
+        if self._ready.get(key) != template or (current is not None and current.phase.holds()):
+            return None
+        directory = os.path.join(template.directory, SPARE_PREFIX + os.urandom(4).hex())
+        spare = self._spares[key] = Spare(template, directory)
+        return spare
+
+    def take_spare(self, template: Template) -> Spare | None:
+        """``template``'s ready spare, now the caller's (no other caller gets it), or ``None``."""
+        spare = self._spares.get(template.key)
+        if spare is None or spare.template != template or not spare.phase.take():
+            return None
+        del self._spares[template.key]
+        return spare
+
+    def spare_ram(self) -> list[int]:
+        """The guest RAM of each spare that holds memory (starting or ready), for admission."""
+        return [spare.template.key.ram_bytes for spare in self._spares.values() if spare.phase.holds()]
+
+    def _kill_spare(self, key: TemplateKey) -> None:
+        spare = self._spares.pop(key, None)
+        if spare is not None:
+            spare.kill()
 
     def _delete(self, template: Template, keep_disk: bool) -> None:
         for path in (template.ram_file, template.device_state):
@@ -270,20 +304,29 @@ class TemplateStore:
         if not keep_disk:
             shutil.rmtree(template.directory, ignore_errors=True)
 
-    def collect(self, referenced: set[str]) -> None:
+    def collect(self, referenced: set[str], spares: Iterable[str] = ()) -> None:
         """
         Delete what no template in use and no node needs: template
         directories whose frozen disk no record in ``referenced`` names (the
-        frozen disks of the records' disks), and RAM files of templates this
-        run does not know (an earlier run's).
+        frozen disks of the records' disks), spare directories in the others
+        that are neither a spare of this run nor in ``spares`` (the
+        directories of the spares nodes were handed), and RAM files of
+        templates this run does not know (an earlier run's).
         """
         live = {template.directory for template in self._ready.values()}
         live |= {os.path.dirname(path) for path in referenced}
+        kept = set(spares) | {spare.directory for spare in self._spares.values()}
         for name in _listdir(self.directory):
             path = os.path.join(self.directory, name)
             if path not in live and not self._is_building(name):
                 log.info("removing unused template files {path}", path=path)
                 shutil.rmtree(path, ignore_errors=True)
+            elif path in live:
+                for inner in _listdir(path):
+                    spare = os.path.join(path, inner)
+                    if inner.startswith(SPARE_PREFIX) and spare not in kept:
+                        log.info("removing unused spare VM files {path}", path=spare)
+                        shutil.rmtree(spare, ignore_errors=True)
         known = {os.path.basename(template.ram_file) for template in self._ready.values()}
         for name in _listdir(self.ram_directory):
             if name not in known and not self._is_building(name):
@@ -295,10 +338,12 @@ class TemplateStore:
     def close(self) -> None:
         """
         The daemon stops: builds under way are cancelled (their VMs killed),
-        the RAM files go (the frozen disks stay for the nodes on disk).
+        spare VMs killed, the RAM files go (the frozen disks stay for the nodes on disk).
         """
         for run in list(self._runs.values()):
             run.cancel()
+        for key in list(self._spares):
+            self._kill_spare(key)
         for key in list(self._ready):
             self.discard(key)
         try:
