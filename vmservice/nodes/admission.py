@@ -299,8 +299,8 @@ class Admission:
         self._nodes, self._spares = nodes, spares
 
     def room_for(self, ram_bytes: int) -> bool:
-        """Whether one more VM of ``ram_bytes`` fits the budget now (a spare is started only then)."""
-        return self.limits.budget is None or self.used()[0] + self.cost(ram_bytes) <= self.limits.budget
+        """Whether a spare VM of ``ram_bytes`` and a create's VM of as much fit the budget now."""
+        return self.limits.budget is None or self.used()[0] + 2 * self.cost(ram_bytes) <= self.limits.budget
 
     def cost(self, ram_bytes: int) -> int:
         """What a VM of ``ram_bytes`` guest RAM is taken to hold."""

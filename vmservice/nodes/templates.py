@@ -31,6 +31,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ..errors import Internal
 from ..observer import OneShotObserver
 from .spare import SPARE_PREFIX, Spare
 
@@ -277,8 +278,14 @@ class TemplateStore:
         current = self._spares.get(key)
         if self._ready.get(key) != template or (current is not None and current.phase.holds()):
             return None
-        directory = os.path.join(template.directory, SPARE_PREFIX + os.urandom(4).hex())
-        spare = self._spares[key] = Spare(template, directory)
+        directory = os.path.join(template.directory, SPARE_PREFIX + os.urandom(3).hex())
+        while os.path.exists(directory):
+            directory = os.path.join(template.directory, SPARE_PREFIX + os.urandom(3).hex())
+        try:
+            spare = self._spares[key] = Spare(template, directory)
+        except Internal as error:
+            log.warn("no spare VM for template {digest}: {error}", digest=key.digest(), error=error)
+            return None
         return spare
 
     def take_spare(self, template: Template) -> Spare | None:

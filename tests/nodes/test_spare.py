@@ -1,0 +1,282 @@
+"""
+Tests for :mod:`vmservice.nodes.spare` (the machine) and the hand-over of a
+template's spare VM to a create through the fleet on fakes: the create
+takes the spare (its record names the spare's QMP socket before anything
+else), the next spare starts only afterwards, a failed hand-over leaves
+nothing of the spare and clones the usual way, spares go with their
+template and the daemon, and a spare-born node survives a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from attrs import evolve
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.trial.unittest import SynchronousTestCase
+
+from tests.diagrams import drawn_transitions, machine_transitions
+from tests.fakes import FakeMachine, FleetHarness
+from tests.nodes.test_cloning import FakeAdoption
+from vmservice.config import HostGroupConfig
+from vmservice.hypervisors.base import HypervisorError, MachineSpec
+from vmservice.nodes.admission import Admission, Limits
+from vmservice.nodes.cloning import template_key
+from vmservice.nodes.fleet import Fleet
+from vmservice.nodes.model import CreateRequest, NodeRecord, Wait
+from vmservice.nodes.spare import SPARE_PHASE, SpareCore
+from vmservice.nodes.templates import Template, TemplateStore
+
+MiB = 1024 * 1024
+SPARE = HostGroupConfig(name="warm", vcpu=1, ram_bytes=256 * MiB, warm=True, warm_spare=True, storage_size=1 << 30)
+NO_SPARE = evolve(SPARE, warm_spare=False)
+
+
+class PhaseTests(SynchronousTestCase):
+    def test_diagram(self) -> None:
+        """The diagram has an edge for exactly the machine's transitions, loops included."""
+        self.assertEqual(drawn_transitions("spare.dot"), machine_transitions(SPARE_PHASE))
+
+    def test_taken_once(self) -> None:
+        phase = SPARE_PHASE(SpareCore("spare-1"))
+        self.assertFalse(phase.take())
+        self.assertTrue(phase.holds())
+        self.assertTrue(phase.ready())
+        self.assertTrue(phase.take())
+        self.assertFalse(phase.take())
+        self.assertFalse(phase.holds())
+        self.assertTrue(phase.kill())
+        self.assertFalse(phase.kill())
+
+    def test_killed_while_starting(self) -> None:
+        phase = SPARE_PHASE(SpareCore("spare-1"))
+        self.assertTrue(phase.kill())
+        self.assertFalse(phase.ready())
+        self.assertFalse(phase.take())
+        self.assertFalse(phase.holds())
+
+
+class SpareTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.make(SPARE)
+
+    def make(self, group: HostGroupConfig, budget: int | None = None, driver: Any = None) -> None:
+        if driver is None:
+            # Short: a spare's socket paths lie two directories deep under the templates'.
+            self.state_dir = tempfile.mkdtemp(prefix="spare")
+            self.addCleanup(shutil.rmtree, self.state_dir, True)
+        state_dir = self.state_dir
+        self.harness = FleetHarness(state_dir, groups=(group,), driver=driver)
+        start = self.harness.driver.start
+
+        def start_with_sockets(spec: MachineSpec, log_path: str | None = None) -> Any:
+            # As QEMU does: its sockets exist once it answers.
+            for path in (spec.agent_socket, spec.qmp_socket, spec.metrics_socket):
+                if path is not None:
+                    open(path, "w").close()
+            return start(spec, log_path)
+
+        self.harness.driver.start = start_with_sockets  # type: ignore[method-assign]
+        self.store = TemplateStore(self.harness.reactor, state_dir, os.path.join(state_dir, "shm"), 1 << 30)
+        self.adoption = FakeAdoption(self.harness)
+        admission = Admission(self.harness.reactor, Limits(budget=budget)) if budget else Admission.unlimited()
+        self.parts = evolve(self.harness.parts, templates=self.store, adoption=self.adoption, admission=admission)
+        self.fleet = Fleet(self.parts)
+        self.key = template_key(group, 256 * MiB, 1, self.harness.image, self.harness.driver)
+
+    def template(self) -> Template:
+        async def build(template: Template) -> None:
+            for path in (template.disk, template.device_state, template.ram_file):
+                with open(path, "wb") as f:
+                    f.write(b"x")
+
+        return self.successResultOf(Deferred.fromCoroutine(
+            self.store.get(self.key, self.harness.image.kernel.path, self.harness.image.initrd.path, build)))
+
+    def start(self) -> Template:
+        """The template built, then the fleet started (its start starts the spare)."""
+        template = self.template()
+        self.fleet.startService()
+        fleet = self.fleet
+        self.addCleanup(lambda: fleet.stopService() if fleet.running else None)
+        self.successResultOf(self.fleet.recovered())
+        return template
+
+    def create(self, request: CreateRequest | None = None) -> NodeRecord:
+        record: NodeRecord = self.successResultOf(Deferred.fromCoroutine(
+            self.fleet.create("warm", request or CreateRequest(), Wait.NONE, 60)))
+        return record
+
+    def spares(self) -> list[FakeMachine]:
+        return [m for m in self.harness.driver.machines if "/spare-" in m.spec.qmp_socket]
+
+    def test_started_with_the_template(self) -> None:
+        """The spare is a clone's VM of the template, waiting, in a directory of its own inside the template's."""
+        template = self.start()
+        [spare] = self.spares()
+        self.assertEqual(os.path.dirname(os.path.dirname(spare.spec.qmp_socket)), template.directory)
+        self.assertTrue(spare.spec.defer_incoming)
+        memory = spare.spec.memory
+        self.assertEqual((memory.path, memory.shared) if memory else None, (template.ram_file, False))
+        self.assertEqual(self.harness.disks._made[spare.spec.disk][0], template.disk)
+        self.assertEqual(spare.commands, [])
+
+    def test_create_takes_the_spare(self) -> None:
+        """
+        The create's node is the spare's VM: its record names the spare's QMP
+        socket, its disk is the spare's (a second link), the spare's sockets
+        are in the node's directory; the next spare starts only then.
+        """
+        self.start()
+        [spare] = self.spares()
+        record = self.create()
+        node = self.fleet._registry.find(record.hostname)
+        self.assertIs(node.machine, spare)
+        self.assertEqual(spare.commands, ["load_device_state"])
+        stored = self.harness.store.load_all()[0][0]
+        self.assertEqual((stored.started_qmp, stored.pid), (spare.spec.qmp_socket, spare.pid))
+        self.assertTrue(os.path.samefile(node.paths.disk, spare.spec.disk))
+        self.assertTrue(os.path.exists(node.paths.qmp) and not os.path.exists(spare.spec.qmp_socket))
+        self.assertEqual(self.adoption.adopted, [(record.hostname, ["load_device_state"], [])])
+        spares = self.spares()
+        self.assertEqual(len(spares), 2)
+        self.assertEqual(spares[1].commands, [])
+
+    def test_one_spare_one_create(self) -> None:
+        """A spare is taken once; the next ask finds none until another one is ready."""
+        template = self.start()
+        taken = self.store.take_spare(template)
+        self.assertIsNotNone(taken)
+        self.assertIsNone(self.store.take_spare(template))
+
+    def test_no_spare_without_the_setting(self) -> None:
+        self.make(NO_SPARE)
+        self.start()
+        self.create()
+        self.assertEqual(self.spares(), [])
+
+    def test_load_fails(self) -> None:
+        """A spare that does not load is killed, its files gone, and the node cloned the usual way."""
+        self.start()
+        [spare] = self.spares()
+        spare.load_device_state = lambda path: fail(HypervisorError("bad state"))  # type: ignore[method-assign]
+        record = self.create()
+        node = self.fleet._registry.find(record.hostname)
+        self.assertIsNotNone(spare._exit)
+        self.assertFalse(os.path.exists(os.path.dirname(spare.spec.qmp_socket)))
+        self.assertIsNot(node.machine, spare)
+        assert node.machine is not None
+        self.assertEqual(node.machine.spec.qmp_socket, node.paths.qmp)  # type: ignore[attr-defined]
+        stored = self.harness.store.load_all()[0][0]
+        self.assertEqual((stored.started_qmp, bool(stored.frozen_disk)), ("", True))
+
+    def test_adoption_fails(self) -> None:
+        """A spare whose guest does not adopt is killed; the usual clone is made instead."""
+        self.start()
+        [spare] = self.spares()
+        adopt = self.adoption.adopt
+
+        def fail_first(record: NodeRecord, net: Any, agent: Any) -> Deferred[None]:
+            self.adoption.adopt = adopt  # type: ignore[method-assign]
+            return fail(RuntimeError("no reseed"))
+
+        self.adoption.adopt = fail_first  # type: ignore[method-assign]
+        record = self.create()
+        node = self.fleet._registry.find(record.hostname)
+        self.assertIsNotNone(spare._exit)
+        self.assertFalse(os.path.exists(os.path.dirname(spare.spec.qmp_socket)))
+        self.assertEqual(node.record.started_qmp, "")
+        self.assertTrue(self.harness.agents[0].stopped)
+
+    def test_hand_over_fails(self) -> None:
+        """A spare whose files cannot be handed over (its socket gone) leaves nothing behind."""
+        self.start()
+        [spare] = self.spares()
+        os.unlink(spare.spec.agent_socket)
+        record = self.create()
+        node = self.fleet._registry.find(record.hostname)
+        self.assertIsNotNone(spare._exit)
+        self.assertFalse(os.path.exists(os.path.dirname(spare.spec.qmp_socket)))
+        self.assertIsNot(node.machine, spare)
+
+    def test_discard_kills(self) -> None:
+        """A template dropped takes its spare with it."""
+        template = self.start()
+        [spare] = self.spares()
+        self.store.discard(template.key)
+        self.assertIsNotNone(spare._exit)
+        self.assertFalse(os.path.exists(os.path.dirname(spare.spec.qmp_socket)))
+        self.assertEqual(self.store.spare_ram(), [])
+
+    def test_stop_kills(self) -> None:
+        self.start()
+        [spare] = self.spares()
+        self.successResultOf(self.fleet.stopService())
+        self.assertIsNotNone(spare._exit)
+
+    def test_dies_on_its_own(self) -> None:
+        """A spare whose QEMU ends is killed (its directory removed) and never taken."""
+        template = self.start()
+        [spare] = self.spares()
+        spare.end(1)
+        self.assertFalse(os.path.exists(os.path.dirname(spare.spec.qmp_socket)))
+        self.assertIsNone(self.store.take_spare(template))
+
+    def test_admission_counts_spares(self) -> None:
+        """
+        A spare holds one VM of its template's RAM; one is started only while
+        the budget has room for it and one create more.
+        """
+        self.make(SPARE, budget=3 * 256 * MiB)
+        self.start()
+        self.assertEqual(self.parts.admission.used(), (256 * MiB, 0))
+        self.create()
+        self.assertEqual((self.parts.admission.used(), len(self.spares())), ((2 * 256 * MiB, 0), 2))
+        self.create()
+        # Two nodes: a spare and a create would not fit.
+        self.assertEqual((self.parts.admission.used(), len(self.spares())), ((2 * 256 * MiB, 0), 2))
+        self.assertEqual(self.store.spare_ram(), [])
+
+    def test_delete_removes_the_spare_directory(self) -> None:
+        self.start()
+        [spare] = self.spares()
+        record = self.create()
+        self.successResultOf(Deferred.fromCoroutine(self.fleet.delete("warm", record.hostname)))
+        self.assertFalse(os.path.exists(os.path.dirname(spare.spec.qmp_socket)))
+
+    def test_crash(self) -> None:
+        """
+        After a kill -9, the next daemon adopts the spare-born node by the
+        QMP socket its VM was started with, kills the spare no node was
+        handed and removes its directory, and keeps the node's.
+        """
+        self.start()
+        [spare] = self.spares()
+        record = self.create()
+        replacement = self.spares()[1]
+        self.harness.crash()
+        driver = self.harness.driver
+        self.make(SPARE, driver=driver)
+        self.fleet.startService()
+        fleet = self.fleet
+        self.addCleanup(lambda: fleet.stopService() if fleet.running else None)
+        self.successResultOf(self.fleet.recovered())
+        node = self.fleet._registry.find(record.hostname)
+        self.assertIs(node.machine, spare)
+        self.assertIsNone(spare._exit)
+        self.assertIn(replacement.pid, driver.killed_orphans)
+        self.assertFalse(os.path.exists(os.path.dirname(replacement.spec.qmp_socket)))
+        self.assertTrue(os.path.isdir(os.path.dirname(spare.spec.qmp_socket)))
+
+    def test_relaunch_drops_the_spare_name(self) -> None:
+        """A relaunch boots the node's own names: the record no longer names the spare, its directory goes."""
+        self.start()
+        [spare] = self.spares()
+        record = self.create(CreateRequest(persistent=True))
+        spare.end(0)
+        self.successResultOf(Deferred.fromCoroutine(self.fleet.lifecycle.relaunch(record.hostname, Wait.NONE, 60)))
+        self.assertEqual(self.fleet._registry.find(record.hostname).record.started_qmp, "")
+        self.assertFalse(os.path.exists(os.path.dirname(spare.spec.qmp_socket)))
