@@ -1,0 +1,166 @@
+# -*- test-case-name: tests.integration.test_spare -*-
+"""
+Spare VMs of warm templates against real guests (``warm_spare: true``): a
+create takes the template's spare (its QEMU was started before the create
+and named the spare's QMP socket) and is a working node with an identity of
+its own; a replacement spare starts; a fork of a spare-born node works;
+after a daemon kill -9 the next start adopts the spare-born node and kills
+the spare no node was handed; a removed template takes its spare with it.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import signal
+from typing import Any
+
+from tests.integration.daemon import TemplatesDaemonTestCase
+from tests.integration.test_warm import CREATE_TIMEOUT, _metric
+
+GROUPS: list[dict[str, Any]] = [
+    {"name": "warm", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True, "warm_spare": True},
+]
+
+
+def _argv(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode().split("\0")
+    except OSError:
+        return []
+
+
+class SpareTests(TemplatesDaemonTestCase):
+    groups = GROUPS
+
+    @classmethod
+    def started(cls) -> None:
+        cls.daemon.wait_for("the template built at start", lambda: _metric(
+            cls.daemon.request("GET", "/metrics")[2].decode(), "vmservice_template_builds_total", result="ok"
+        ) == 1, timeout=240)
+
+    def spare_pids(self) -> list[int]:
+        """Running QEMUs whose QMP socket lies in a spare directory of this daemon's templates."""
+        templates = os.path.join(self.daemon.state_dir, "templates", "")
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                argv = " ".join(_argv(int(entry)))
+                if "qemu-system" in argv and f"unix:{templates}" in argv and "/spare-" in argv:
+                    found.append(int(entry))
+        return sorted(found)
+
+    def ready_spare(self) -> int | None:
+        """A running spare VM the daemon logged as ready (none taken since: a taken one is a node's)."""
+        log = self.daemon.log()
+        for pid in self.spare_pids():
+            socket = next(word for word in _argv(pid) if word.startswith("unix:") and "/qmp.sock" in word)
+            name = os.path.basename(os.path.dirname(socket.split(",")[0]))
+            if re.search(rf"spare VM {name} of template \w+ is ready", log) and f"spare VM {name}:" not in log:
+                return pid
+        return None
+
+    def wait_spare(self) -> int:
+        pid: int = self.daemon.wait_for("a ready spare VM", self.ready_spare, timeout=120)
+        return pid
+
+    def create(self) -> str:
+        created = self.daemon.json("POST", f"/hostgroup/warm/nodes?wait=agent&timeout={CREATE_TIMEOUT}", {},
+                                   expect=201)
+        hostname: str = created["hostname"]
+        self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/warm/nodes/{hostname}")
+        return hostname
+
+    def record(self, hostname: str) -> dict[str, Any]:
+        with open(os.path.join(self.daemon.state_dir, "nodes", hostname, "node.json")) as f:
+            record: dict[str, Any] = json.load(f)
+        return record
+
+    def test_create_takes_the_spare(self) -> None:
+        """
+        The spare's QEMU becomes the node (same pid, its record names the
+        spare's QMP socket); it execs, has its own hostname, random bytes and
+        machine-id (unlike another clone's); a new spare starts.
+        """
+        daemon = self.daemon
+        spare = self.wait_spare()
+        first = self.create()
+        record = self.record(first)
+        self.assertEqual(record["pid"], spare)
+        self.assertIn("/spare-", record["started_qmp"])
+        self.assertIn(f"-qmp unix:{record['started_qmp']}", " ".join(_argv(spare)))
+        self.assertIn("cloned from spare VM", daemon.log())
+        replacement = self.wait_spare()
+        self.assertNotEqual(replacement, spare)
+        second = self.create()
+        self.assertEqual(self.record(second)["pid"], replacement)
+        reads = {}
+        for hostname in (first, second):
+            code, out = daemon.run(hostname, "hostname; head -c 16 /dev/urandom | od -An -tx1; cat /etc/machine-id")
+            self.assertEqual(code, 0)
+            lines = out.split("\n")
+            self.assertEqual(lines[0], hostname)
+            reads[hostname] = lines[1:]
+        self.assertNotEqual(reads[first], reads[second])
+
+    def test_fork_of_a_spare_born_node(self) -> None:
+        """A fork switches the disk QEMU opened by the spare's name: parent and child run on."""
+        daemon = self.daemon
+        self.wait_spare()
+        parent = self.create()
+        self.assertTrue(self.record(parent)["started_qmp"])
+        self.assertEqual(daemon.run(parent, "echo before > /root/f; sync; echo ok"), (0, "ok\n"))
+        children = daemon.json("POST", f"/vm/{parent}/fork", {"count": 1}, expect=201, timeout=300)
+        child = children[0]["hostname"]
+        self.addCleanup(daemon.request, "DELETE", f"/hostgroup/warm/nodes/{child}")
+        self.assertEqual(daemon.run(child, "cat /root/f; hostname"), (0, f"before\n{child}\n"))
+        self.assertEqual(daemon.run(parent, "echo after >> /root/f; sync; cat /root/f"), (0, "before\nafter\n"))
+        self.assertEqual(daemon.run(child, "cat /root/f"), (0, "before\n"))
+
+    def test_delete_removes_the_spare_directory(self) -> None:
+        self.wait_spare()
+        hostname = self.create()
+        directory = os.path.dirname(self.record(hostname)["started_qmp"])
+        self.assertTrue(os.path.isdir(directory))
+        self.daemon.json("DELETE", f"/hostgroup/warm/nodes/{hostname}")
+        self.assertFalse(os.path.exists(directory))
+
+    def test_kill9_readopts_and_sweeps(self) -> None:
+        """
+        A daemon killed with -9: the next start adopts the spare-born node by
+        its recorded QMP socket (same pid, exec works) and kills the spare no
+        node was handed; its own template's spare is started anew.
+        """
+        daemon = self.daemon
+        self.wait_spare()
+        hostname = self.create()
+        pid = self.record(hostname)["pid"]
+        left = self.wait_spare()
+        daemon.stop(signal.SIGKILL)
+        daemon.start()
+        daemon.json("GET", f"/vm/{hostname}")
+        daemon.wait_for("the old spare killed", lambda: left not in self.spare_pids(), timeout=30)
+        self.assertEqual(self.record(hostname)["pid"], pid)
+        self.assertTrue(os.path.exists(f"/proc/{pid}"))
+        daemon.wait_for("the adopted node's agent", lambda: daemon.request(
+            "GET", f"/vm/{hostname}/health", timeout=10)[0] == 200, timeout=60)
+        self.assertEqual(daemon.run(hostname, "echo alive"), (0, "alive\n"))
+        # The new run builds its template again and starts a spare of it.
+        daemon.wait_for("a template built by the new run", lambda: _metric(
+            daemon.request("GET", "/metrics")[2].decode(), "vmservice_template_builds_total", result="ok") == 1,
+            timeout=240)
+        self.wait_spare()
+
+    def test_removed_template_kills_its_spare(self) -> None:
+        """A template whose files were removed is dropped at the next create, and its spare killed with it."""
+        daemon = self.daemon
+        spare = self.wait_spare()
+        for path in glob.glob(os.path.join(daemon.state_dir, "templates", "*", "dev.bin")):
+            os.unlink(path)
+        hostname = self.create()
+        self.assertEqual(daemon.run(hostname, "echo ok"), (0, "ok\n"))
+        daemon.wait_for("the spare killed", lambda: spare not in self.spare_pids(), timeout=30)
+        self.assertNotEqual(self.record(hostname)["pid"], spare)
