@@ -1,7 +1,8 @@
 """
 Warm start benchmark: ``POST /hostgroup/G/nodes?wait=agent`` for a group
-that cold-boots (``warm: false``) and one that clones its template
-(``warm: true``), side by side in one run with one daemon:
+that cold-boots (``warm: false``), one that clones its template
+(``warm: true``) and one that also keeps a spare VM of it
+(``warm_spare: true``), side by side in one run with one daemon:
 
 - one after another (``--rounds`` of each, alternating), and N at once;
 - each node's QEMU resident and proportional memory (RSS, PSS) one second
@@ -38,20 +39,10 @@ from bench.recording import peak_rss, write_result  # noqa: E402
 RAM_MB = 256
 
 
-def qemu_pid(hostname: str) -> int:
-    """The pid of the QEMU process running ``hostname`` (its ``-name vmservice-HOST``)."""
-    wanted = f"vmservice-{hostname}".encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if wanted in argv and any(b"qemu-system" in word for word in argv[:1]):
-            return int(entry)
-    raise RuntimeError(f"no QEMU process for {hostname}")
+def qemu_pid(daemon: Daemon, hostname: str) -> int:
+    """The pid of the QEMU process running ``hostname``, as its record says (a spare-born node's QEMU has the spare's name)."""
+    with open(os.path.join(daemon.state_dir, "nodes", hostname, "node.json")) as f:
+        return int(json.load(f)["pid"])
 
 
 def memory(pid: int) -> dict[str, int]:
@@ -80,7 +71,7 @@ def one_at_a_time(daemon: Daemon, group: str) -> tuple[float, dict[str, int]]:
     """One create, its node's memory a second after it answered, then its removal."""
     elapsed, hostname = create(daemon, group)
     time.sleep(1.0)
-    figures = memory(qemu_pid(hostname))
+    figures = memory(qemu_pid(daemon, hostname))
     delete(daemon, group, hostname)
     return elapsed, figures
 
@@ -110,7 +101,7 @@ def together(daemon: Daemon, group: str, count: int) -> tuple[list[float], list[
             raise result
     created = [result for result in results if not isinstance(result, BaseException)]
     time.sleep(1.0)
-    figures = [memory(qemu_pid(hostname)) for _, hostname in created]
+    figures = [memory(qemu_pid(daemon, hostname)) for _, hostname in created]
     for _, hostname in created:
         delete(daemon, group, hostname)
     return [seconds for seconds, _ in created], figures
@@ -159,29 +150,37 @@ def main() -> None:
     ensure_image()
     load_before = os.getloadavg()[0]
     group = {"vcpu": 1, "ram_mb": RAM_MB, "storage_size": "1G"}
-    daemon = Daemon(groups=[{"name": "cold", "warm": False, **group}, {"name": "warm", "warm": True, **group}])
+    daemon = Daemon(groups=[{"name": "cold", "warm": False, **group}, {"name": "warm", "warm": True, **group},
+                            {"name": "spare", "warm": True, "warm_spare": True, **group}])
     try:
         daemon.start()
         first_warm, _ = one_at_a_time(daemon, "warm")  # includes the template build
         one_at_a_time(daemon, "cold")  # the page cache, like the template's boot did for the warm group
-        cold, clone, cold_memory, clone_memory = [], [], [], []
+        cold, clone, spared, cold_memory, clone_memory = [], [], [], [], []
         for round_ in range(options.rounds):
             seconds, figures = one_at_a_time(daemon, "cold")
             cold.append(seconds)
             cold_memory.append(figures)
+            # Clones without and with a spare VM alternate (same template; the cold boot between lets the
+            # replacement spare get ready, as the time between creates does in use).
             seconds, figures = one_at_a_time(daemon, "warm")
             clone.append(seconds)
             clone_memory.append(figures)
-            print(f"round {round_ + 1}: cold {cold[-1]:.3f} s, clone {clone[-1]:.3f} s", flush=True)
+            spared.append(one_at_a_time(daemon, "spare")[0])
+            print(f"round {round_ + 1}: cold {cold[-1]:.3f} s, clone {clone[-1]:.3f} s, "
+                  f"clone from a spare {spared[-1]:.3f} s", flush=True)
         cold_together, cold_together_memory = together(daemon, "cold", options.together)
         clone_together, clone_together_memory = together(daemon, "warm", options.together)
+        spare_together, _ = together(daemon, "spare", options.together)
         print(f"{options.together} at once: cold {statistics.median(cold_together):.3f} s, "
-              f"clone {statistics.median(clone_together):.3f} s", flush=True)
+              f"clone {statistics.median(clone_together):.3f} s, "
+              f"with a spare {statistics.median(spare_together):.3f} s", flush=True)
         forks = [fork(daemon, "warm", options.together) for _ in range(3)]
         print(f"fork of {options.together}: {statistics.median(f[0] for f in forks):.3f} s, parent paused "
               f"{statistics.median(f[1] for f in forks):.3f} s", flush=True)
         accel = re.search(r"accelerator: (\w+)", daemon.log())
         clone_steps, fork_steps = steps(daemon.log(), "cloned"), steps(daemon.log(), "forked")
+        spare_steps = steps(daemon.log(), r"cloned from spare VM \S+")
         fork_states = [float(size) * 1e6 for size in re.findall(r"after a pause of [0-9.]+ s \(state (\d+) MB\)",
                                                                daemon.log())]
         daemon_peak_rss = peak_rss(daemon.process.pid) if daemon.process else None
@@ -200,6 +199,11 @@ def main() -> None:
         "cold_create_wait_agent_s": summary(cold),
         "clone_create_wait_agent_s": summary(clone),
         "ratio_cold_over_clone": statistics.median(cold) / statistics.median(clone),
+        "spare_clone_create_wait_agent_s": summary(spared),
+        "ratio_clone_over_spare_clone": statistics.median(clone) / statistics.median(spared),
+        "ratio_cold_over_spare_clone": statistics.median(cold) / statistics.median(spared),
+        "spare_clone_together_s": summary(spare_together),
+        "spare_clone_steps_ms": spare_steps,
         "together": options.together,
         "cold_together_s": summary(cold_together),
         "clone_together_s": summary(clone_together),
@@ -223,7 +227,8 @@ def main() -> None:
         "note": options.note,
     }
     write_result(options.output, result)
-    print(json.dumps({k: result[k] for k in ("accel", "ratio_cold_over_clone", "ratio_cold_over_clone_together",
+    print(json.dumps({k: result[k] for k in ("accel", "ratio_cold_over_clone", "ratio_clone_over_spare_clone",
+                                              "ratio_cold_over_clone_together",
                                               "fork_of_together_s", "clone_pss_bytes_together", "daemon_peak_rss_bytes")}, default=str))
 
 

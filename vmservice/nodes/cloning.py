@@ -69,7 +69,7 @@ class Cloning:
         try:
             template = await self._template(node.record, group, image, net)
             began = self.parts.clock.seconds()
-            cloned = await self._spare_or_clone(node, template, net)
+            cloned = await self._spare_or_clone(node, group, template, net)
             self.parts.on_clone(group.name, self.parts.clock.seconds() - began)
             # Only now (the adoption answered): a spare started earlier would compete with it for the CPU.
             self.replenish(group, template)
@@ -134,11 +134,12 @@ class Cloning:
     async def _start_spare(self, spare: Spare) -> None:
         await spare.start(await self.parts.driver.get(), self.parts.disks)
 
-    async def _spare_or_clone(self, node: NodeRuntime, template: Template,
+    async def _spare_or_clone(self, node: NodeRuntime, group: HostGroupConfig, template: Template,
                               net: NetSpec | None) -> tuple[IMachine, IGuestConnection]:
-        """Clone ``node`` from the template's spare VM when it has a ready one, else as usual."""
+        """Clone ``node`` from the template's ready spare VM when its group takes spares, else as usual."""
         templates = self.parts.templates
-        spare = templates.take_spare(template) if templates is not None and net is None else None
+        usable = templates is not None and group.warm_spare and net is None
+        spare = templates.take_spare(template) if templates is not None and usable else None
         if spare is not None:
             try:
                 return await self._from_spare(node, template, spare, net)
