@@ -324,6 +324,7 @@ class FakeNetwork:
         self.cleaned: list[list[str]] = []
         self.closed = False
         self.failing: str | None = None
+        self.taken_taps: list[tuple[str, str]] = []
 
     async def attach(self, group: HostGroupConfig, lease: Any) -> NetSpec:
         if self.failing:
@@ -331,6 +332,11 @@ class FakeNetwork:
         self.attached[str(lease.ip)] = lease
         netns = f"vms-{int(lease.ip):08x}" if group.network is not None and group.network.mode == "isolated" else None
         return NetSpec("tap0", "52:54:00:00:00:01", str(lease.address), str(lease.gateway), netns)
+
+    async def take_tap(self, group: HostGroupConfig, lease: Any, tap: str) -> None:
+        if self.failing:
+            raise RuntimeError(self.failing)
+        self.taken_taps.append((str(lease.ip), tap))
 
     async def detach(self, network: Any, ip: Any) -> None:
         self.detached.append(str(ip))

@@ -382,7 +382,7 @@ class HostGroupConfig:
     warm: bool = False
     max_nodes: int | None = None
     idle_suspend: float | None = None
-    warm_spare: bool = False
+    warm_spare: bool = True
 
     @property
     def arch(self) -> str:
@@ -524,7 +524,7 @@ class _GroupDocument:
     warm: bool = False
     max_nodes: int | None = None
     idle_suspend: str | None = None
-    warm_spare: bool = False
+    warm_spare: bool = True
 
 
 @attrs.frozen

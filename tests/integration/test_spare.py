@@ -15,10 +15,14 @@ import json
 import os
 import re
 import signal
+import subprocess
+from ipaddress import IPv4Address
 from typing import Any
 
 from tests.integration.daemon import TemplatesDaemonTestCase
+from tests.integration.test_network import CLIENT, HelloServer
 from tests.integration.test_warm import CREATE_TIMEOUT, _metric
+from vmservice.network import plans
 
 GROUPS: list[dict[str, Any]] = [
     {"name": "warm", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True, "warm_spare": True},
@@ -33,8 +37,9 @@ def _argv(pid: int) -> list[str]:
         return []
 
 
-class SpareTests(TemplatesDaemonTestCase):
+class _Spares(TemplatesDaemonTestCase):
     groups = GROUPS
+    group = "warm"
 
     @classmethod
     def started(cls) -> None:
@@ -68,10 +73,10 @@ class SpareTests(TemplatesDaemonTestCase):
         return pid
 
     def create(self) -> str:
-        created = self.daemon.json("POST", f"/hostgroup/warm/nodes?wait=agent&timeout={CREATE_TIMEOUT}", {},
-                                   expect=201)
+        created = self.daemon.json("POST", f"/hostgroup/{self.group}/nodes?wait=agent&timeout={CREATE_TIMEOUT}",
+                                   {}, expect=201)
         hostname: str = created["hostname"]
-        self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/warm/nodes/{hostname}")
+        self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/{self.group}/nodes/{hostname}")
         return hostname
 
     def record(self, hostname: str) -> dict[str, Any]:
@@ -79,6 +84,8 @@ class SpareTests(TemplatesDaemonTestCase):
             record: dict[str, Any] = json.load(f)
         return record
 
+
+class SpareTests(_Spares):
     def test_create_takes_the_spare(self) -> None:
         """
         The spare's QEMU becomes the node (same pid, its record names the
@@ -164,3 +171,47 @@ class SpareTests(TemplatesDaemonTestCase):
         self.assertEqual(daemon.run(hostname, "echo ok"), (0, "ok\n"))
         daemon.wait_for("the spare killed", lambda: spare not in self.spare_pids(), timeout=30)
         self.assertNotEqual(self.record(hostname)["pid"], spare)
+
+
+class BridgedSpareTests(_Spares):
+    """
+    A bridged group's spare holds a tap its QEMU made; the hand-over renames
+    it to the node's tap on the bridge: the node has its own MAC and address
+    and reaches its gateway (the host) at once.
+    """
+
+    BRIDGE = "vmstbr6"
+    GATEWAY = "10.78.6.1"
+    group = "sbr"
+    groups = [{**GROUPS[0], "name": "sbr",
+               "network": {"mode": "bridge", "bridge": BRIDGE, "gateway": f"{GATEWAY}/24", "range": "10.78.6.0/28"}}]
+
+    @classmethod
+    def _stop_shared(cls) -> None:
+        try:
+            super()._stop_shared()
+        finally:
+            subprocess.run(["ip", "link", "delete", cls.BRIDGE], capture_output=True)
+
+    def test_bridged_spare(self) -> None:
+        daemon = self.daemon
+        server = HelloServer()
+        self.addCleanup(server.close)
+        spare = self.wait_spare()
+        argv = " ".join(_argv(spare))
+        self.assertIn("-netdev tap,id=net0,ifname=vmp", argv)
+        hostname = self.create()
+        record = self.record(hostname)
+        self.assertEqual(record["pid"], spare)
+        tap = plans.tap_name(IPv4Address(record["ip"]))
+        link = subprocess.run(["ip", "-j", "link", "show", tap], capture_output=True, text=True, check=True).stdout
+        self.assertEqual(json.loads(link)[0].get("master"), self.BRIDGE)
+        code, out = daemon.run(hostname, "cat /sys/class/net/eth0/address; ip -4 addr show eth0; ip route")
+        self.assertEqual(code, 0)
+        self.assertEqual(out.split("\n")[0], plans.mac_address(IPv4Address(record["ip"])).lower())
+        self.assertIn(f"inet {record['ip']}/24", out)
+        self.assertIn(f"default via {self.GATEWAY}", out)
+        self.assertEqual(daemon.run(hostname, f"{CLIENT} {self.GATEWAY} {server.port}")[0], 0)
+        # Deleted: the tap goes with its QEMU.
+        daemon.json("DELETE", f"/hostgroup/{self.group}/nodes/{hostname}")
+        self.assertNotEqual(subprocess.run(["ip", "link", "show", tap], capture_output=True).returncode, 0)

@@ -21,7 +21,9 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.diagrams import drawn_transitions, machine_transitions
 from tests.fakes import FakeMachine, FleetHarness
 from tests.nodes.test_cloning import FakeAdoption
-from vmservice.config import HostGroupConfig
+from ipaddress import IPv4Interface, IPv4Network
+
+from vmservice.config import HostGroupConfig, NetworkConfig
 from vmservice.hypervisors.base import HypervisorError, MachineSpec
 from vmservice.nodes.admission import Admission, Limits
 from vmservice.nodes.cloning import template_key
@@ -31,6 +33,9 @@ from vmservice.nodes.spare import SPARE_PHASE, SpareCore
 from vmservice.nodes.templates import Template, TemplateStore
 
 MiB = 1024 * 1024
+BRIDGED = HostGroupConfig(name="warm", vcpu=1, ram_bytes=256 * MiB, warm=True, storage_size=1 << 30,
+                          network=NetworkConfig(mode="bridge", bridge="vmbr9", gateway=IPv4Interface("10.78.9.1/24"),
+                                                range=IPv4Network("10.78.9.0/28")))
 SPARE = HostGroupConfig(name="warm", vcpu=1, ram_bytes=256 * MiB, warm=True, warm_spare=True, storage_size=1 << 30)
 NO_SPARE = evolve(SPARE, warm_spare=False)
 
@@ -86,6 +91,7 @@ class SpareTests(SynchronousTestCase):
         self.parts = evolve(self.harness.parts, templates=self.store, adoption=self.adoption, admission=admission)
         self.fleet = Fleet(self.parts)
         self.key = template_key(group, 256 * MiB, 1, self.harness.image, self.harness.driver)
+        self.group = group
 
     def template(self) -> Template:
         async def build(template: Template) -> None:
@@ -107,7 +113,7 @@ class SpareTests(SynchronousTestCase):
 
     def create(self, request: CreateRequest | None = None) -> NodeRecord:
         record: NodeRecord = self.successResultOf(Deferred.fromCoroutine(
-            self.fleet.create("warm", request or CreateRequest(), Wait.NONE, 60)))
+            self.fleet.create(self.group.name, request or CreateRequest(), Wait.NONE, 60)))
         return record
 
     def spares(self) -> list[FakeMachine]:
@@ -280,3 +286,45 @@ class SpareTests(SynchronousTestCase):
         self.successResultOf(Deferred.fromCoroutine(self.fleet.lifecycle.relaunch(record.hostname, Wait.NONE, 60)))
         self.assertEqual(self.fleet._registry.find(record.hostname).record.started_qmp, "")
         self.assertFalse(os.path.exists(os.path.dirname(spare.spec.qmp_socket)))
+
+
+class NetworkedSpareTests(SpareTests):
+    """A bridged group's spare holds a tap QEMU made, renamed to the node's at the hand-over."""
+
+    def setUp(self) -> None:
+        self.make(BRIDGED)
+
+    def test_bridged(self) -> None:
+        self.start()
+        [spare] = self.spares()
+        assert spare.spec.net is not None
+        tap = spare.spec.net.tap
+        self.assertTrue(tap.startswith("vmp"))
+        record = self.create()
+        self.assertIs(self.fleet._registry.find(record.hostname).machine, spare)
+        self.assertEqual(self.harness.network.taken_taps, [(record.ip, tap)])
+
+    def test_isolated_takes_none(self) -> None:
+        assert BRIDGED.network is not None
+        self.make(evolve(BRIDGED, network=evolve(BRIDGED.network, mode="isolated", bridge=None, gateway=None)))
+        self.start()
+        self.create()
+        self.assertEqual(self.spares(), [])
+
+    def test_tap_fails(self) -> None:
+        """A tap that cannot be taken: the spare is killed, the node gets its own tap again and is cloned as usual."""
+        self.start()
+        [spare] = self.spares()
+
+        async def take_tap(group: Any, lease: Any, tap: str) -> None:
+            raise RuntimeError("no such device")
+
+        self.harness.network.take_tap = take_tap  # type: ignore[method-assign]
+        record = self.create()
+        node = self.fleet._registry.find(record.hostname)
+        self.assertIsNotNone(spare._exit)
+        self.assertIsNot(node.machine, spare)
+        self.assertEqual(self.harness.network.detached, [record.ip])
+        self.assertIn(record.ip, self.harness.network.attached)
+        assert node.machine is not None
+        self.assertIsNotNone(node.machine.spec.net)  # type: ignore[attr-defined]

@@ -104,6 +104,14 @@ class HostNetwork:
         await self._make(plans.bridge_setup(lease, network.bridge), plans.bridge_teardown(lease.ip))
         return NetSpec(plans.tap_name(lease.ip), mac, spec_address, spec_gateway, None)
 
+    async def take_tap(self, group: HostGroupConfig, lease: Lease, tap: str) -> None:
+        """See :meth:`INodeNetwork.take_tap`; the node's own tap is gone once the first step ran."""
+        network = group.network
+        if network is None or network.mode != "bridge" or network.bridge is None:
+            raise NetworkError(f"host group {group.name!r} has no bridge: a spare's tap cannot join it")
+        for step in plans.bridge_takeover(lease, network.bridge, tap):
+            await self._run(step)
+
     async def detach(self, network: NetworkConfig | None, ip: IPv4Address) -> None:
         """
         Remove what :meth:`attach` made for ``ip`` (what is already gone is fine).

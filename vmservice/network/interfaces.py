@@ -23,6 +23,13 @@ class INodeNetwork(Interface):
     async def attach(group: HostGroupConfig, lease: Lease) -> NetSpec:
         """Build the host side of one VM's network (all or nothing); how QEMU joins it."""
 
+    async def take_tap(group: HostGroupConfig, lease: Lease, tap: str) -> None:
+        """
+        Give the VM of ``lease``, attached already, the tap ``tap`` that a
+        running QEMU holds (a spare VM's) instead of its own; only for a
+        group whose network is a bridge.
+        """
+
     async def detach(network: NetworkConfig | None, ip: IPv4Address) -> None:
         """Remove what :meth:`attach` built for the VM with address ``ip``."""
 

@@ -214,6 +214,23 @@ def bridge_setup(lease: Lease, bridge: str) -> list[Command]:
     ]
 
 
+def bridge_takeover(lease: Lease, bridge: str, tap: str) -> list[Command]:
+    """
+    The commands that give the bridged VM of ``lease`` the tap ``tap`` of an
+    already running QEMU (a template's spare VM) in place of the one
+    :func:`bridge_setup` made: that one removed, ``tap`` renamed while it is
+    down (the QEMU holding it follows), put on ``bridge`` and brought up.
+    """
+    own = tap_name(lease.ip)
+    return [
+        _ip("link", "delete", own),
+        _ip("link", "set", "dev", tap, "down"),
+        _ip("link", "set", "dev", tap, "name", own),
+        _ip("link", "set", own, "master", bridge),
+        _ip("link", "set", own, "up"),
+    ]
+
+
 def bridge_teardown(ip: IPv4Address) -> list[Command]:
     """The command that removes the tap of the bridged VM of ``ip`` (it may be gone already)."""
     return [_ip("link", "delete", tap_name(ip))]
@@ -237,6 +254,7 @@ __all__ = [
     "TAP_PREFIX",
     "VETH_PREFIX",
     "address_of",
+    "bridge_takeover",
     "bridge_create",
     "bridge_setup",
     "bridge_teardown",

@@ -86,6 +86,19 @@ class Addressing:
                 f"cannot attach node {record.hostname!r} to its network: {error}", code="network_failed"
             ) from error
 
+    async def take_tap(self, record: NodeRecord, tap: str) -> None:
+        """
+        Give the node (attached already, its group bridged) the tap ``tap`` of
+        a spare VM instead of its own; on failure the node has no tap of its
+        own any more (attach it again once that QEMU is gone).
+        """
+        group = self._group(record)
+        network = self._network
+        if group is None or group.network is None or network is None:
+            raise Internal(f"node {record.hostname!r} has no network to take a tap into", code="network_failed")
+        lease = lease_of(group.network, IPv4Address(record.ip))
+        await self._lock(record.ip).run(lambda: Deferred.fromCoroutine(network.take_tap(group, lease, tap)))
+
     async def detach(self, record: NodeRecord) -> None:
         """Remove the node's network from the host (its address stays with the record); failures are logged."""
         group = self._group(record)

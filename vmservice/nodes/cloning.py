@@ -117,11 +117,11 @@ class Cloning:
         """
         Start a spare VM of ``template`` in the background when ``group``
         asks for spares, the template has none, and admission has room for
-        one more VM of its RAM.  A networked template has none (a spare
-        would need a tap of its own handed over to the node).
+        one more VM of its RAM.  A networked template has one only for a
+        bridged group (its tap is renamed to the node's at the hand-over).
         """
         templates, parts = self.parts.templates, self.parts
-        if templates is None or not group.warm_spare or template.key.network:
+        if templates is None or not _takes_spares(group):
             return
         if not parts.admission.room_for(template.key.ram_bytes):
             log.info("no spare VM for template {digest}: the memory budget has no room",
@@ -138,8 +138,7 @@ class Cloning:
                               net: NetSpec | None) -> tuple[IMachine, IGuestConnection]:
         """Clone ``node`` from the template's ready spare VM when its group takes spares, else as usual."""
         templates = self.parts.templates
-        usable = templates is not None and group.warm_spare and net is None
-        spare = templates.take_spare(template) if templates is not None and usable else None
+        spare = templates.take_spare(template) if templates is not None and _takes_spares(group) else None
         if spare is not None:
             try:
                 return await self._from_spare(node, template, spare, net)
@@ -160,19 +159,23 @@ class Cloning:
         machine = spare.machine
         assert machine is not None
         driver = await self.parts.driver.get()
+        tapped = False
         try:
             node.set(node.record.status, frozen_disk=template.disk, clone_memory=True,
                      started_qmp=spare.files.qmp, pid=machine.pid, kernel=template.kernel,
                      initrd=template.initrd, hypervisor=driver.description, metrics_channel=True)
             spare.hand_over(node.paths)
-            steps.done("hand-over")
+            if spare.tap is not None:
+                tapped = True
+                await self.parts.addressing.take_tap(node.record, spare.tap)
+            steps.done("hand over")
             agent = node.connect_agent(adopting=True)
             await machine.load_device_state(template.device_state)
             steps.done("load")
             await self._adopt(node, machine, net, agent)
             steps.done("adopt")
         except BaseException:
-            await self._undo_spare(node, spare)
+            await self._undo_spare(node, spare, tapped)
             raise
         node.own(machine)
         node.adopted()
@@ -187,8 +190,12 @@ class Cloning:
             adopted = adoption.adopt(node.record, net, agent)
             await wait_for_guest(self.parts.clock, machine, adopted, ADOPT_TIMEOUT)
 
-    async def _undo_spare(self, node: NodeRuntime, spare: Spare) -> None:
-        """End the spare and its connection, remove the names it took in the node's directory."""
+    async def _undo_spare(self, node: NodeRuntime, spare: Spare, tapped: bool) -> None:
+        """
+        End the spare and its connection, remove the names it took in the
+        node's directory, and give the node a tap of its own again when its
+        own was replaced by the spare's (which went with the spare's QEMU).
+        """
         agent, node.agent = node.agent, None
         if agent is not None:
             await agent.stop()
@@ -198,6 +205,9 @@ class Cloning:
             _unlink(path)
         self.parts.disks.remove(paths.disk)
         node.set(node.record.status, frozen_disk="", clone_memory=False, started_qmp="", pid=None)
+        if tapped:
+            await self.parts.addressing.detach(node.record)
+            await self.parts.addressing.attach(node.record)
 
     async def _clone(self, node: NodeRuntime, template: Template,
                      net: NetSpec | None) -> tuple[IMachine, IGuestConnection]:
@@ -249,6 +259,11 @@ class Cloning:
             await machine.kill()
         self.parts.disks.remove(node.paths.disk)
         node.record = evolve(node.record, frozen_disk="", clone_memory=False, pid=None)
+
+
+def _takes_spares(group: HostGroupConfig) -> bool:
+    """Whether ``group``'s nodes are cloned from spare VMs: it asks for them, and has no network or a bridge."""
+    return group.warm_spare and (group.network is None or group.network.mode == "bridge")
 
 
 def _unlink(path: str) -> None:

@@ -43,7 +43,7 @@ from automat import TypeMachine, TypeMachineBuilder
 from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 
-from ..hypervisors.base import IHypervisor, IMachine, MachineExit, MachineSpec, RamBacking
+from ..hypervisors.base import IHypervisor, IMachine, MachineExit, MachineSpec, NetSpec, RamBacking
 from ..storage.interfaces import IDisks
 from .paths import NodePaths
 
@@ -54,6 +54,10 @@ log = Logger()
 
 #: How a spare's directory's name begins.
 SPARE_PREFIX = "spare-"
+#: How a networked spare's tap's name begins (QEMU makes it, and it goes with QEMU).
+SPARE_TAP_PREFIX = "vmp"
+#: The MAC on a networked spare's command line (the loaded state and then the adoption decide the guest's).
+SPARE_MAC = "02:00:00:00:00:02"
 
 
 class SparePhase(Protocol):
@@ -112,14 +116,18 @@ class Spare:
 
     :param template: the template it is a clone of.
     :param directory: its own directory (made by :meth:`start`).
+    :param tap: the tap its QEMU makes and holds (a networked template's,
+        for a bridged group: renamed to the node's at the hand-over); ``None``
+        for none.
     :ivar machine: its QEMU once started.
     :ivar phase: what it is (see the module's docstring).
     :ivar files: its files, named as a node's are in its directory.
     """
 
-    def __init__(self, template: Template, directory: str) -> None:
+    def __init__(self, template: Template, directory: str, tap: str | None = None) -> None:
         self.template = template
         self.directory = directory
+        self.tap = tap
         self.files = NodePaths.of(directory)
         self.machine: IMachine | None = None
         self.phase: SparePhase = SPARE_PHASE(SpareCore(os.path.basename(directory)))
@@ -140,6 +148,7 @@ class Spare:
             metrics_socket=files.metrics,
             memory=RamBacking(self.template.ram_file, shared=False),
             defer_incoming=True,
+            net=NetSpec(self.tap, SPARE_MAC, "", "") if self.tap else None,
         )
 
     async def start(self, driver: IHypervisor, disks: IDisks) -> bool:
@@ -217,4 +226,4 @@ def remove_spare_directory(started_qmp: str) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-__all__ = ["SPARE_PHASE", "SPARE_PREFIX", "Spare", "SparePhase", "is_spare_directory", "remove_spare_directory"]
+__all__ = ["SPARE_MAC", "SPARE_PHASE", "SPARE_PREFIX", "SPARE_TAP_PREFIX", "Spare", "SparePhase", "is_spare_directory", "remove_spare_directory"]

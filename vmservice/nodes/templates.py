@@ -33,7 +33,7 @@ from twisted.python.failure import Failure
 
 from ..errors import Internal
 from ..observer import OneShotObserver
-from .spare import SPARE_PREFIX, Spare
+from .spare import SPARE_PREFIX, SPARE_TAP_PREFIX, Spare
 
 log = Logger()
 
@@ -270,22 +270,25 @@ class TemplateStore:
 
     def add_spare(self, template: Template) -> Spare | None:
         """
-        A new spare VM (not started) for ``template``, kept next to it; ``None``
-        when the template is not the ready one of its key or it has a spare
-        (starting or ready) already.
+        A new spare VM (not started) for ``template``, kept next to it (with
+        a tap of its own when the template has a network); ``None`` when the
+        template is not the ready one of its key or it has a spare (starting
+        or ready) already.
         """
         key = template.key
         current = self._spares.get(key)
         if self._ready.get(key) != template or (current is not None and current.phase.holds()):
             return None
-        directory = os.path.join(template.directory, SPARE_PREFIX + os.urandom(3).hex())
-        while os.path.exists(directory):
-            directory = os.path.join(template.directory, SPARE_PREFIX + os.urandom(3).hex())
+        name = os.urandom(3).hex()
+        while os.path.exists(os.path.join(template.directory, SPARE_PREFIX + name)):
+            name = os.urandom(3).hex()
         try:
-            spare = self._spares[key] = Spare(template, directory)
+            spare = Spare(template, os.path.join(template.directory, SPARE_PREFIX + name),
+                          SPARE_TAP_PREFIX + name if key.network else None)
         except Internal as error:
             log.warn("no spare VM for template {digest}: {error}", digest=key.digest(), error=error)
             return None
+        self._spares[key] = spare
         return spare
 
     def take_spare(self, template: Template) -> Spare | None:
