@@ -552,6 +552,35 @@ class FakeProcAdoptionTests(SynchronousTestCase):
         self.assertEqual(driver.orphans("/data/vm/nodes"), [102])
         self.assertEqual(driver.orphans("/vm/nodes"), [])
 
+    def test_spare_orphans(self) -> None:
+        """A spare VM's QMP socket lies two directories deep (template, spare): found at depth 2 only."""
+        from attrs import evolve
+
+        spare = evolve(SPEC, qmp_socket="/t/templates/abc.123/spare-0a1b2c/qmp.sock")
+        driver = QemuDriver(ProcessReactor(), QemuSettings(), proc=self.fake_proc({105: qemu_command(spare, QemuSettings())}))
+        self.assertEqual(driver.orphans("/t/templates", 2), [105])
+        self.assertEqual(driver.orphans("/t/templates", 1), [])
+        self.assertEqual(driver.orphans("/t/templates/abc.123", 1), [105])
+
+    def test_adopt_started_as_a_spare(self) -> None:
+        """
+        A VM started under a spare's names is adopted by the QMP socket recorded for it; its monitor is
+        then reached at the node's socket, where its socket was renamed.
+        """
+        from attrs import evolve
+
+        from vmservice.hypervisors.base import HypervisorError
+
+        pid = os.getpid()
+        reactor = ProcessReactor()
+        self.addCleanup(lambda: [reader.doRead() for reader in list(reactor.getReaders())])
+        started = "/s/templates/abc.123/spare-0a1b2c/qmp.sock"
+        driver = QemuDriver(reactor, QemuSettings(),
+                            proc=self.fake_proc({pid: qemu_command(evolve(SPEC, qmp_socket=started), QemuSettings())}))
+        self.assertRaises(HypervisorError, driver.adopt, SPEC, pid)
+        machine = driver.adopt(SPEC, pid, None, started)
+        self.assertEqual((machine.pid, machine._qmp_socket), (pid, SPEC.qmp_socket))
+
 
 class QmpTimeoutTests(SynchronousTestCase):
     def test_stuck_qemu(self) -> None:

@@ -212,6 +212,15 @@ class BridgeTests(HostTestCase):
         self.ok(self.host.close())
         self.assertEqual(len(self.recorder.commands), 4, "close leaves a bridge it did not make alone")
 
+    def test_take_tap(self) -> None:
+        """A spare VM's tap takes the place of the node's own."""
+        self.ok(self.host.take_tap(BRIDGED, BRIDGE_LEASE, "vmp0a1b2c"))
+        self.assertEqual(self.recorder.commands, plans.bridge_takeover(BRIDGE_LEASE, "br-vm", "vmp0a1b2c"))
+
+    def test_take_tap_needs_a_bridge(self) -> None:
+        self.fails(self.host.take_tap(ISOLATED, BRIDGE_LEASE, "vmp0a1b2c"), NetworkError)
+        self.assertEqual(self.recorder.commands, [])
+
     def test_missing_bridge_created(self) -> None:
         """When `ip link show BR` fails the bridge is made with the gateway address before the tap."""
         self.recorder.failing.add(self.show)

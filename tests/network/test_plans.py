@@ -24,6 +24,7 @@ from vmservice.network.plans import (
     address_of,
     bridge_create,
     bridge_setup,
+    bridge_takeover,
     bridge_teardown,
     isolated_setup,
     isolated_teardown,
@@ -212,6 +213,17 @@ class BridgePlanTests(SynchronousTestCase):
         lease = Lease(IPv4Interface("192.168.137.10/24"), IPv4Address("192.168.137.1"))
         self.assertEqual([step.argv for step in bridge_setup(lease, "br0")], [
             ("ip", "tuntap", "add", "dev", "vmtc0a8890a", "mode", "tap"),
+            ("ip", "link", "set", "vmtc0a8890a", "master", "br0"),
+            ("ip", "link", "set", "vmtc0a8890a", "up"),
+        ])
+
+    def test_takeover(self) -> None:
+        """A spare VM's tap replaces the node's: that one deleted, the spare's renamed while down, bridged, up."""
+        lease = Lease(IPv4Interface("192.168.137.10/24"), IPv4Address("192.168.137.1"))
+        self.assertEqual([step.argv for step in bridge_takeover(lease, "br0", "vmp0a1b2c")], [
+            ("ip", "link", "delete", "vmtc0a8890a"),
+            ("ip", "link", "set", "dev", "vmp0a1b2c", "down"),
+            ("ip", "link", "set", "dev", "vmp0a1b2c", "name", "vmtc0a8890a"),
             ("ip", "link", "set", "vmtc0a8890a", "master", "br0"),
             ("ip", "link", "set", "vmtc0a8890a", "up"),
         ])
