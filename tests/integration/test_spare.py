@@ -172,6 +172,17 @@ class SpareTests(_Spares):
         daemon.wait_for("the spare killed", lambda: spare not in self.spare_pids(), timeout=30)
         self.assertNotEqual(self.record(hostname)["pid"], spare)
 
+    def test_stop_kills_the_spare(self) -> None:
+        """A daemon that stops kills its spare VMs (and leaves no spare directory no node needs)."""
+        daemon = self.daemon
+        spare = self.wait_spare()
+        socket = next(word for word in _argv(spare) if word.startswith("unix:") and "/qmp.sock" in word)
+        directory = os.path.dirname(socket[len("unix:"):].split(",")[0])
+        daemon.stop()
+        daemon.wait_for("the spare gone", lambda: spare not in self.spare_pids(), timeout=10)
+        daemon.start()
+        daemon.wait_for("its directory removed", lambda: not os.path.exists(directory), timeout=30)
+
 
 class BridgedSpareTests(_Spares):
     """
