@@ -150,7 +150,8 @@ def main() -> None:
     ensure_image()
     load_before = os.getloadavg()[0]
     group = {"vcpu": 1, "ram_mb": RAM_MB, "storage_size": "1G"}
-    daemon = Daemon(groups=[{"name": "cold", "warm": False, **group}, {"name": "warm", "warm": True, **group},
+    daemon = Daemon(groups=[{"name": "cold", "warm": False, **group},
+                            {"name": "warm", "warm": True, "warm_spare": False, **group},
                             {"name": "spare", "warm": True, "warm_spare": True, **group}])
     try:
         daemon.start()

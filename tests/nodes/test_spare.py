@@ -158,6 +158,21 @@ class SpareTests(SynchronousTestCase):
         self.assertIsNotNone(taken)
         self.assertIsNone(self.store.take_spare(template))
 
+    def test_replaced_once_no_clone_adopts(self) -> None:
+        """Creates at once: one takes the spare; the next spare starts only when the last of them adopted."""
+        self.start()
+        pending: list[Deferred[None]] = []
+        self.adoption.adopt = lambda record, net, agent: pending.append(Deferred()) or pending[-1]  # type: ignore
+        creates = [Deferred.fromCoroutine(self.fleet.create(self.group.name, CreateRequest(), Wait.NONE, 60))
+                   for _ in range(2)]
+        self.assertEqual(len(self.spares()), 1)
+        pending[0].callback(None)
+        self.successResultOf(creates[0])
+        self.assertEqual(len(self.spares()), 1)
+        pending[1].callback(None)
+        self.successResultOf(creates[1])
+        self.assertEqual(len(self.spares()), 2)
+
     def test_no_spare_without_the_setting(self) -> None:
         self.make(NO_SPARE)
         self.start()

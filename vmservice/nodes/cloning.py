@@ -69,10 +69,16 @@ class Cloning:
         try:
             template = await self._template(node.record, group, image, net)
             began = self.parts.clock.seconds()
-            cloned = await self._spare_or_clone(node, group, template, net)
+            templates = self.parts.templates
+            assert templates is not None
+            templates.clone_began(template.key)
+            try:
+                cloned = await self._spare_or_clone(node, group, template, net)
+            finally:
+                # Only once no clone of it is adopting: a spare started earlier would compete with them for the CPU.
+                if templates.clone_ended(template.key):
+                    self.replenish(group, template)
             self.parts.on_clone(group.name, self.parts.clock.seconds() - began)
-            # Only now (the adoption answered): a spare started earlier would compete with it for the CPU.
-            self.replenish(group, template)
             return cloned
         except TemplateUnavailable as error:
             log.warn("node {hostname} boots cold instead of from a template: {reason}",

@@ -158,6 +158,7 @@ class TemplateStore:
         self._used: dict[TemplateKey, float] = {}
         self._runs: dict[TemplateKey, Deferred[None]] = {}
         self._spares: dict[TemplateKey, Spare] = {}
+        self._cloning: dict[TemplateKey, int] = {}
         self.builds = 0
 
     async def get(self, key: TemplateKey, kernel: str, initrd: str, build: Build) -> Template:
@@ -272,12 +273,12 @@ class TemplateStore:
         """
         A new spare VM (not started) for ``template``, kept next to it (with
         a tap of its own when the template has a network); ``None`` when the
-        template is not the ready one of its key or it has a spare (starting
-        or ready) already.
+        template is not the ready one of its key, it has a spare (starting
+        or ready) already, or a clone of it is being made.
         """
         key = template.key
         current = self._spares.get(key)
-        if self._ready.get(key) != template or (current is not None and current.phase.holds()):
+        if self._ready.get(key) != template or (current is not None and current.phase.holds()) or self._cloning.get(key):
             return None
         name = os.urandom(3).hex()
         while os.path.exists(os.path.join(template.directory, SPARE_PREFIX + name)):
@@ -298,6 +299,17 @@ class TemplateStore:
             return None
         del self._spares[template.key]
         return spare
+
+    def clone_began(self, key: TemplateKey) -> None:
+        """A clone of ``key``'s template is being made (its spare is then not replaced)."""
+        self._cloning[key] = self._cloning.get(key, 0) + 1
+
+    def clone_ended(self, key: TemplateKey) -> bool:
+        """A clone of ``key``'s template is made or failed: whether no other one is being made."""
+        left = self._cloning.pop(key, 1) - 1
+        if left:
+            self._cloning[key] = left
+        return not left
 
     def spare_ram(self) -> list[int]:
         """The guest RAM of each spare that holds memory (starting or ready), for admission."""
