@@ -182,6 +182,7 @@ def main() -> None:
         accel = re.search(r"accelerator: (\w+)", daemon.log())
         clone_steps, fork_steps = steps(daemon.log(), "cloned"), steps(daemon.log(), "forked")
         spare_steps = steps(daemon.log(), r"cloned from spare VM \S+")
+        spare_events = [line for line in daemon.log().splitlines() if "spare VM" in line]
         fork_states = [float(size) * 1e6 for size in re.findall(r"after a pause of [0-9.]+ s \(state (\d+) MB\)",
                                                                daemon.log())]
         daemon_peak_rss = peak_rss(daemon.process.pid) if daemon.process else None
@@ -205,6 +206,7 @@ def main() -> None:
         "ratio_cold_over_spare_clone": statistics.median(cold) / statistics.median(spared),
         "spare_clone_together_s": summary(spare_together),
         "spare_clone_steps_ms": spare_steps,
+        "spare_events": spare_events,
         "together": options.together,
         "cold_together_s": summary(cold_together),
         "clone_together_s": summary(clone_together),

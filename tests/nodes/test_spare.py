@@ -173,6 +173,17 @@ class SpareTests(SynchronousTestCase):
         self.successResultOf(creates[1])
         self.assertEqual(len(self.spares()), 2)
 
+    def test_replaced_after_another_groups_clone(self) -> None:
+        """
+        A spare wanted by one group of a template is started when the last
+        clone of that template ends, even one of a group without spares.
+        """
+        self.make(evolve(SPARE, warm_spare=False))
+        template = self.template()
+        self.store.wants_spare(template.key, True)  # as a group with spares of this template did
+        self.create()
+        self.assertEqual(len(self.spares()), 1)
+
     def test_no_spare_without_the_setting(self) -> None:
         self.make(NO_SPARE)
         self.start()

@@ -121,13 +121,14 @@ class Cloning:
 
     def replenish(self, group: HostGroupConfig, template: Template) -> None:
         """
-        Start a spare VM of ``template`` in the background when ``group``
-        asks for spares, the template has none, and admission has room for
-        one more VM of its RAM.  A networked template has one only for a
+        Start a spare VM of ``template`` in the background when ``group`` (or
+        another group of it before) asks for spares, the template has none,
+        and admission has room for one more VM of its RAM.  A networked template has one only for a
         bridged group (its tap is renamed to the node's at the hand-over).
         """
         templates, parts = self.parts.templates, self.parts
-        if templates is None or not _takes_spares(group):
+        # The clone that ends last may be of another group of the same template: it starts the spare then.
+        if templates is None or not templates.wants_spare(template.key, _takes_spares(group)):
             return
         if not parts.admission.room_for(template.key.ram_bytes):
             log.info("no spare VM for template {digest}: the memory budget has no room",

@@ -37,14 +37,12 @@ from .spare import SPARE_PREFIX, SPARE_TAP_PREFIX, Spare
 
 log = Logger()
 
-#: Seconds a failed build of a key is remembered: creates meanwhile boot cold
-#: at once instead of trying again and again.
+#: Seconds a failed build of a key is remembered: creates meanwhile boot cold at once instead of trying again.
 RETRY_AFTER = 60.0
 
 
 class TemplateUnavailable(Exception):
-    """
-    No template can be used: the node boots cold.
+    """No template can be used: the node boots cold.
 
     :ivar kind: a short word for the metric (``build_failed``, ``budget``,
         ``missing``, ``load_failed``, ``network``).
@@ -90,8 +88,7 @@ class TemplateKey:
 
 @frozen
 class Template:
-    """
-    One template's files.
+    """One template's files.
 
     :ivar key: what it was built for.
     :ivar directory: its directory under the state directory.
@@ -159,6 +156,7 @@ class TemplateStore:
         self._runs: dict[TemplateKey, Deferred[None]] = {}
         self._spares: dict[TemplateKey, Spare] = {}
         self._cloning: dict[TemplateKey, int] = {}
+        self._wanted: set[TemplateKey] = set()
         self.builds = 0
 
     async def get(self, key: TemplateKey, kernel: str, initrd: str, build: Build) -> Template:
@@ -301,7 +299,7 @@ class TemplateStore:
         return spare
 
     def clone_began(self, key: TemplateKey) -> None:
-        """A clone of ``key``'s template is being made (its spare is then not replaced)."""
+        """A clone of ``key``'s template is being made (no spare is started meanwhile)."""
         self._cloning[key] = self._cloning.get(key, 0) + 1
 
     def clone_ended(self, key: TemplateKey) -> bool:
@@ -310,6 +308,12 @@ class TemplateStore:
         if left:
             self._cloning[key] = left
         return not left
+
+    def wants_spare(self, key: TemplateKey, mark: bool) -> bool:
+        """Whether a group that takes spares uses ``key``'s template (``mark``: one does)."""
+        if mark:
+            self._wanted.add(key)
+        return key in self._wanted
 
     def spare_ram(self) -> list[int]:
         """The guest RAM of each spare that holds memory (starting or ready), for admission."""
