@@ -175,6 +175,8 @@ class SpareTests(_Spares):
     def test_stop_kills_the_spare(self) -> None:
         """A daemon that stops kills its spare VMs (and leaves no spare directory no node needs)."""
         daemon = self.daemon
+        # A create makes sure there is a template (an earlier test may have removed it), then a spare of it.
+        self.daemon.json("DELETE", f"/hostgroup/warm/nodes/{self.create()}")
         spare = self.wait_spare()
         socket = next(word for word in _argv(spare) if word.startswith("unix:") and "/qmp.sock" in word)
         directory = os.path.dirname(socket[len("unix:"):].split(",")[0])
