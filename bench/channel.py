@@ -500,6 +500,89 @@ async def measure_part(options: argparse.Namespace) -> dict[str, Any]:
     return {"watch" if options.parts == "watch" else "background_logs": part}
 
 
+def measure_node_disk(daemon: Daemon, mib: int) -> dict[str, Any]:
+    """
+    What the node's disk takes and gives with C tools in the guest (``dd``
+    with ``O_DIRECT``, 1 MiB blocks, ``mib`` MiB, then ``sync``), MB/s each
+    way: a cp cannot go faster than its file's disk (blocking; run on a thread).
+    """
+    from urllib.parse import urlencode
+
+    def timed(command: str) -> float:
+        script = f"s=$(date +%s%N); {command}; e=$(date +%s%N); echo $((e - s))"
+        status, _, body = daemon.request("POST", "/vm/demo-1/exec?" + urlencode({"cmd": script, "buffered": "true"}),
+                                         timeout=600)
+        reply = json.loads(body)
+        if status != 200 or reply.get("exit_code") != 0:
+            raise RuntimeError(f"dd in the node failed: {status} {body!r}")
+        return int(reply["stdout"].split()[-1]) / 1e9
+
+    size = mib << 20
+    write = timed(f"dd if=/dev/zero of=/root/disk.bin bs=1M count={mib} oflag=direct 2>/dev/null && sync")
+    read = timed("echo 3 > /proc/sys/vm/drop_caches; dd if=/root/disk.bin of=/dev/null bs=1M iflag=direct 2>/dev/null")
+    daemon.request("POST", "/vm/demo-1/exec?cmd=rm+-f+/root/disk.bin")
+    return {"bytes": size, "write_mb_per_s": size / write / 1e6, "read_mb_per_s": size / read / 1e6}
+
+
+async def measure_cp_part(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
+    """
+    ``--parts cp``: the channel's ceilings, the node's disk and cp each way,
+    side by side in one run (``--rounds`` rounds of each, alternating; the
+    medians and every sample are kept).
+    """
+    daemon = Daemon(groups=[{"name": "demo", "vcpu": 1, "ram_mb": RAM >> 20, "storage_size": STORAGE}])
+    load_before = os.getloadavg()
+    rounds: list[dict[str, Any]] = []
+    try:
+        await deferToThread(daemon.start)
+        await deferToThread(daemon.json, "POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {}, expect=201)
+        floor_dir = os.path.join(workdir, "ceilings")
+        os.mkdir(floor_dir)
+        image = resolve_image(IMAGE_DIR, "default")
+        initrd = os.path.join(floor_dir, "minimal.cpio")
+        minimal_initramfs(image, initrd)
+        for _ in range(options.rounds):
+            ceilings = await deferToThread(channel_ceilings, image, floor_dir, initrd, options.ceiling_mib, 10)
+            disk = await deferToThread(measure_node_disk, daemon, options.ceiling_mib)
+            cp = await deferToThread(measure_cp, daemon, options.cp_mib << 20)
+            rounds.append({"ceilings": ceilings, "node_disk": disk, "cp": cp, "load_average": os.getloadavg()})
+    finally:
+        await deferToThread(daemon.cleanup)
+
+    def median(*path: str) -> float:
+        values = []
+        for sample in rounds:
+            value: Any = sample
+            for key in path:
+                value = value[key]
+            values.append(float(value))
+        return statistics.median(values)
+
+    up, down = median("cp", "upload_mb_per_s"), median("cp", "download_mb_per_s")
+    ceiling_up, ceiling_down = median("ceilings", "host_to_guest", "mb_per_s"), median("ceilings", "guest_to_host", "mb_per_s")
+    return {"cp_vs_ceilings": {
+        "bytes": options.cp_mib << 20,
+        "ceiling_bytes": options.ceiling_mib << 20,
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "upload_mb_per_s": up,
+        "download_mb_per_s": down,
+        "ceiling_host_to_guest_mb_per_s": ceiling_up,
+        "ceiling_guest_to_host_mb_per_s": ceiling_down,
+        "node_disk_write_mb_per_s": median("node_disk", "write_mb_per_s"),
+        "node_disk_read_mb_per_s": median("node_disk", "read_mb_per_s"),
+        "ratio_cp_upload_over_ceiling": up / ceiling_up,
+        "ratio_cp_download_over_ceiling": down / ceiling_down,
+        "upload_qemu_cores": median("cp", "upload_qemu_cores"),
+        "download_qemu_cores": median("cp", "download_qemu_cores"),
+        "upload_daemon_cores": median("cp", "upload_daemon_cores"),
+        "download_daemon_cores": median("cp", "download_daemon_cores"),
+        "target_ratio_cp": 0.8,
+        "rounds": rounds,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=30)
@@ -508,7 +591,7 @@ def main() -> None:
     parser.add_argument("--ceiling-mib", type=int, default=256, help="bytes each way for the ceilings")
     parser.add_argument("--bg-mib", type=int, default=64, help="background exec log size (at most 64)")
     parser.add_argument("--watch-writes", type=int, default=50)
-    parser.add_argument("--parts", choices=("all", "watch", "background"), default="all")
+    parser.add_argument("--parts", choices=("all", "watch", "background", "cp"), default="all")
     parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "channel.json"))
     options = parser.parse_args()
     ensure_image()
@@ -517,7 +600,9 @@ def main() -> None:
 
     def run() -> Deferred[None]:
         async def go() -> None:
-            if options.parts != "all":
+            if options.parts == "cp":
+                outcome.update(await measure_cp_part(options, workdir))
+            elif options.parts != "all":
                 outcome.update(await measure_part(options))
             else:
                 outcome.update(await measure(options, workdir))
@@ -543,6 +628,9 @@ def main() -> None:
         f.write("\n")
     if options.parts == "background":
         print(json.dumps(outcome["background_logs"]))
+        return
+    if options.parts == "cp":
+        print(json.dumps({k: v for k, v in outcome["cp_vs_ceilings"].items() if k != "rounds"}))
         return
     watch = {"watch_event_p50": outcome["watch"]["watch_event_s"]["p50"],
              "watch_event_p95": outcome["watch"]["watch_event_s"]["p95"],
