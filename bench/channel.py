@@ -550,7 +550,7 @@ def _round_ratios(sample: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for name, way, disk_way in (("upload", "host_to_guest", "write"), ("download", "guest_to_host", "read")):
         channel = ceilings[way]["mb_per_s"]
-        channel_eff = ceilings[way]["bytes"] / 1e6 / ceilings[way]["qemu_cpu_s"]
+        channel_eff = ceilings["bytes"] / 1e6 / ceilings[way]["qemu_cpu_s"]
         disk_speed = disk[f"{disk_way}_mb_per_s"]
         disk_eff = mb / max(disk[f"{disk_way}_qemu_cpu_s"], 1e-9)
         cp_speed = cp[f"{name}_mb_per_s"]
