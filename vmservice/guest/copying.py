@@ -74,6 +74,14 @@ credit is given back to the host only once the thread took the bytes, and the
 thread blocks while its output waits for the host's credit, so both directions
 keep the agent's memory flat and a slow host slows the guest's reads.
 
+**Over the bulk port** (:mod:`.bulkport`): a ``cp-download`` header with
+``"bulk": TOKEN`` has a non-empty regular file sent on the ``bulk`` port
+(the head says ``"bulk": true``), and ``{"op": "cp-upload-bulk", ...,
+"bulk": TOKEN}`` (:class:`BulkUploadHandler`) takes a binary upload's body
+from it, its size from the stream; the port is one copy's at a time, and a
+copy that cannot have it uses the stream (``docs/agent-protocol.md``, "The
+bulk port").
+
 Standard library only; :mod:`tarfile` is imported on first use of a tar.
 """
 
