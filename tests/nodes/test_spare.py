@@ -79,7 +79,7 @@ class SpareTests(SynchronousTestCase):
 
         def start_with_sockets(spec: MachineSpec, log_path: str | None = None) -> Any:
             # As QEMU does: its sockets exist once it answers.
-            for path in (spec.agent_socket, spec.qmp_socket, spec.metrics_socket):
+            for path in (spec.agent_socket, spec.qmp_socket, spec.metrics_socket, spec.bulk_socket):
                 if path is not None:
                     open(path, "w").close()
             return start(spec, log_path)

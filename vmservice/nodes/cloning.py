@@ -170,7 +170,8 @@ class Cloning:
         try:
             node.set(node.record.status, frozen_disk=template.disk, clone_memory=True,
                      started_qmp=spare.files.qmp, pid=machine.pid, kernel=template.kernel,
-                     initrd=template.initrd, hypervisor=driver.description, metrics_channel=True)
+                     initrd=template.initrd, hypervisor=driver.description, metrics_channel=True,
+                     bulk_channel=True)
             spare.hand_over(node.paths)
             if spare.tap is not None:
                 tapped = True
@@ -208,7 +209,7 @@ class Cloning:
             await agent.stop()
         await spare.kill()
         paths = node.paths
-        for path in (paths.agent, paths.qmp, paths.metrics):
+        for path in (paths.agent, paths.qmp, paths.metrics, paths.bulk):
             _unlink(path)
         self.parts.disks.remove(paths.disk)
         node.set(node.record.status, frozen_disk="", clone_memory=False, started_qmp="", pid=None)

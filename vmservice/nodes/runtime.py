@@ -184,7 +184,8 @@ class NodeRuntime:
         remove_spare_directory(self.record.started_qmp)
         self.record = evolve(
             self.record, pid=machine.pid, kernel=kernel, initrd=initrd, hypervisor=driver.description,
-            metrics_channel=spec.metrics_socket is not None, started_qmp="",
+            metrics_channel=spec.metrics_socket is not None, bulk_channel=spec.bulk_socket is not None,
+            started_qmp="",
         )
         return machine
 

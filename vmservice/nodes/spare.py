@@ -146,6 +146,7 @@ class Spare:
             qmp_socket=files.qmp,
             console_log=files.console,
             metrics_socket=files.metrics,
+            bulk_socket=files.bulk,
             memory=RamBacking(self.template.ram_file, shared=False),
             defer_incoming=True,
             net=NetSpec(self.tap, SPARE_MAC, "", "") if self.tap else None,
@@ -183,7 +184,8 @@ class Spare:
         """
         os.link(self.files.disk, node.disk)
         for own, theirs in ((self.files.agent, node.agent), (self.files.qmp, node.qmp),
-                            (self.files.metrics, node.metrics), (self.files.console, node.console)):
+                            (self.files.metrics, node.metrics), (self.files.bulk, node.bulk),
+                            (self.files.console, node.console)):
             os.replace(own, theirs)
         try:
             os.replace(self.files.qemu_log, node.qemu_log)
