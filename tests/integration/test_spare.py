@@ -112,6 +112,14 @@ class SpareTests(_Spares):
             self.assertEqual(lines[0], hostname)
             reads[hostname] = lines[1:]
         self.assertNotEqual(reads[first], reads[second])
+        # Its copy and metrics channels are the spare's, renamed: they work under the node's names.
+        payload = os.urandom(256 * 1024)
+        status, _, _ = daemon.request("POST", f"/vm/{first}/cp?path=/root/up.bin", payload)
+        self.assertEqual(status, 200)
+        self.assertEqual(daemon.request("GET", f"/vm/{first}/cp?path=/root/up.bin")[2], payload)
+        stat = daemon.wait_for("the node's statistics", lambda: (
+            lambda answer: answer if "snapshot" in answer else None)(daemon.json("GET", f"/node/{first}/stats")))
+        self.assertEqual(stat["snapshot"]["hostname"], first)
 
     def test_fork_of_a_spare_born_node(self) -> None:
         """A fork switches the disk QEMU opened by the spare's name: parent and child run on."""
