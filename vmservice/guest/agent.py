@@ -790,8 +790,9 @@ LAZY_HANDLERS: dict[str, str] = {
 
 #: Start-up work put off until the agent has answered the host (see :func:`run_deferred`).
 DEFERRED: list[Callable[[], None]] = []
-#: Operations that do not wait for :data:`DEFERRED`: what the host asks while a node boots.
-UNDEFERRED_OPS = frozenset({"health", "echo", "clock"})
+#: Operations that do not wait for :data:`DEFERRED`: what the host asks before a create answers (the
+#: health check, the clock, the node's secrets on a tmpfs, its login user's few small files).
+UNDEFERRED_OPS = frozenset({"health", "echo", "clock", "secrets", "login"})
 #: Seconds after the agent is ready when :data:`DEFERRED` runs anyway, if no operation ran it sooner.
 DEFERRED_DELAY = 1.0
 
@@ -1283,8 +1284,8 @@ def _start_guest_duties(loop: Loop) -> None:
     """
     In the guest (the agent started without arguments), once it serves its port: watch the ACPI power
     button (no process of its own for it), and grow the root file system to its disk (one ioctl, no
-    program to run), put off until the host has its first answer but done before any operation that
-    could write to the disk (:func:`run_deferred`).
+    program to run), put off past what the host asks before a create answers but done before any
+    other operation (:func:`run_deferred`).
     """
     from vmservice.guest.powerbutton import PowerButton, power_off
     from vmservice.guest.rootgrowth import grow_root
