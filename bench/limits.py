@@ -27,6 +27,10 @@ Writes ``bench/results/limits.json``.  The other benchmarks import
 :func:`measure_limits` (or the single measures) and divide by these.
 
     .venv/bin/python bench/limits.py [--rounds 5] [--channel-mib 256] [--pings 200]
+
+With ``--pairs-against IMAGE_DIR`` it only boots the default image of ``IMAGE_DIR`` (an older build)
+and this tree's in alternating pairs, each round with a floor beside it (:func:`image_pairs`), and
+writes ``bench/results/boot_pairs.json``: how a change to the image moved the boot, on a busy machine.
 """
 
 from __future__ import annotations
@@ -457,8 +461,58 @@ def measure_limits(rounds: int = 5, channel_mib: int = 256, pings: int = 200,
     }
 
 
+def _steps(console: list[dict[str, Any]]) -> dict[str, float]:
+    """The arrival of each ``vmservice-init:``/``vmservice-agent:`` step of a console, by its words (first 4)."""
+    steps: dict[str, float] = {}
+    for entry in console:
+        line = str(entry["line"])
+        if line.startswith(("vmservice-init:", "vmservice-agent:")):
+            steps.setdefault(" ".join(line.split()[:4]), float(entry["at_s"]))
+    return steps
+
+
+def image_pairs(before_dir: str, rounds: int, workdir: str | None = None) -> dict[str, Any]:
+    """
+    The real guest of the default image in ``before_dir`` and of this tree's (``IMAGE_DIR``), booted
+    by hand in alternating order (before, after; then after, before; ...), each round followed by a
+    boot floor: seconds to the agent's first byte of each, their medians as ratios of the floor's,
+    and each boot's console steps (see docs/performance.md, "Where a cold boot's time goes").
+    """
+    images = {"before": resolve_image(before_dir, "default"), "after": resolve_image(IMAGE_DIR, "default")}
+    work = workdir or tempfile.mkdtemp(prefix="vms-pairs-", dir="/tmp")
+    samples: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+    floors: list[float] = []
+    try:
+        initrd = os.path.join(work, "minimal.cpio")
+        minimal_initramfs(images["after"], initrd)
+        boot_floor_once(images["after"], work, initrd)  # warm-up: page cache
+        for number in range(rounds):
+            for label in ("before", "after") if number % 2 == 0 else ("after", "before"):
+                booted = real_guest(images[label], work, 5)
+                samples[label].append({"agent_first_byte_s": booted["agent_first_byte_s"],
+                                       "steps": _steps(booted["console"])})
+            floor = boot_floor_once(images["after"], work, initrd)
+            if floor is not None:
+                floors.append(floor)
+    finally:
+        if workdir is None:
+            subprocess.run(["rm", "-rf", work])
+    floor_median = statistics.median(floors)
+    result: dict[str, Any] = {"benchmark": "boot_pairs", "images": {k: v.path.path for k, v in images.items()},
+                              "boot_floor_s": {"median": floor_median, "samples": floors}}
+    for label, boots in samples.items():
+        first = [float(sample["agent_first_byte_s"]) for sample in boots]
+        result[label] = {"agent_first_byte_s": {"median": statistics.median(first), "samples": first},
+                         "ratio_over_floor": statistics.median(first) / floor_median,
+                         "boots": boots}
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs-against", metavar="IMAGE_DIR",
+                        help="instead: boot the default image of IMAGE_DIR and this tree's in alternating pairs "
+                             "against the floor (writes bench/results/boot_pairs.json)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--channel-mib", type=int, default=256)
     parser.add_argument("--pings", type=int, default=200)
@@ -467,6 +521,13 @@ def main() -> None:
     options = parser.parse_args()
     ensure_image()
     load = os.getloadavg()
+    if options.pairs_against:
+        pairs = image_pairs(options.pairs_against, options.rounds)
+        pairs["load_average_before"], pairs["load_average_after"] = load, os.getloadavg()
+        pairs["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        write_result(os.path.join(os.path.dirname(options.output), "boot_pairs.json"), pairs)
+        print(json.dumps({label: pairs[label]["ratio_over_floor"] for label in ("before", "after")}))
+        return
     result = measure_limits(options.rounds, options.channel_mib, options.pings)
     result["load_average_before"] = load
     result["load_average_after"] = os.getloadavg()

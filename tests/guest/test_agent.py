@@ -451,3 +451,29 @@ class ReadyMarkTests(SynchronousTestCase):
         self.assertFalse(os.path.exists(path))
         self.assertEqual(len(logged), 1)
         self.assertIn(path, logged[0])
+
+
+class DeferredStartTests(SynchronousTestCase):
+    """
+    Start-up work put off until the host has its first answer (:func:`agent.run_deferred`): the
+    operations the host asks while a node boots do not run it; any other operation runs it first, once.
+    """
+
+    def test_runs_before_the_first_other_operation(self) -> None:
+        ran: list[str] = []
+        self.patch(agent, "DEFERRED", [lambda: ran.append("grown")])
+        for op in sorted(agent.UNDEFERRED_OPS):
+            self.assertIsNotNone(agent.find_handler(op, agent.HANDLERS))
+        self.assertEqual(ran, [])
+        agent.find_handler("no-such-op", agent.HANDLERS)
+        self.assertEqual(ran, ["grown"])
+        agent.find_handler("exec", agent.HANDLERS)
+        self.assertEqual(ran, ["grown"])
+
+    def test_once_in_order(self) -> None:
+        """run_deferred() itself runs each piece of work once, in order."""
+        ran: list[int] = []
+        self.patch(agent, "DEFERRED", [lambda: ran.append(1), lambda: ran.append(2)])
+        agent.run_deferred()
+        agent.run_deferred()
+        self.assertEqual(ran, [1, 2])

@@ -17,7 +17,7 @@ from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from vmservice.hypervisors.base import MachineExit, MachineSpec
+from vmservice.hypervisors.base import MachineExit, MachineSpec, NetSpec
 from tests.processes import ProcessReactor
 from vmservice.hypervisors.qemu import (
     QemuDriver,
@@ -139,6 +139,27 @@ class CommandLineTests(SynchronousTestCase):
         """The kernel command line carries what init needs, without a root in probe mode."""
         self.assertEqual(kernel_cmdline("h", None), "console=ttyS0 quiet reboot=t root=/dev/vda rw vmservice.hostname=h")
         self.assertNotIn("root=", kernel_cmdline(None, 1000, probe=True))
+
+    def test_cmdline_modules(self) -> None:
+        """
+        The initramfs loads the network and PCI drivers only for machines that have such devices: the
+        command line says so with vmservice.nic=1 (a node's network, or a template's loose NIC) and
+        vmservice.pci=1 (host PCI devices).
+        """
+        from attrs import evolve
+
+        plain = _pairs(qemu_command(SPEC, QemuSettings()))["-append"][0].split()
+        self.assertNotIn("vmservice.nic=1", plain)
+        self.assertNotIn("vmservice.pci=1", plain)
+        loose = _pairs(qemu_command(evolve(SPEC, loose_nic="02:00:00:00:00:01"), QemuSettings()))["-append"][0]
+        self.assertIn("vmservice.nic=1", loose.split())
+        net = NetSpec(tap="vms-t", mac="02:00:00:00:00:02", address="10.77.0.6/30", gateway="10.77.0.5")
+        self.assertIn("vmservice.nic=1", _pairs(qemu_command(evolve(SPEC, net=net), QemuSettings()))["-append"][0].split())
+        pci = _pairs(qemu_command(evolve(SPEC, pci_devices=("0000:01:00.0",)), QemuSettings()))["-append"][0]
+        self.assertIn("vmservice.pci=1", pci.split())
+        self.assertNotIn("vmservice.nic=1", pci.split())
+        self.assertEqual(kernel_cmdline("h", None, nic=True, pci=True),
+                         "console=ttyS0 quiet reboot=t root=/dev/vda rw vmservice.nic=1 vmservice.pci=1 vmservice.hostname=h")
 
     def test_tsc(self) -> None:
         """The TSC frequency comes from the first 'cpu MHz' line."""

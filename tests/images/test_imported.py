@@ -34,7 +34,6 @@ class InittabTests(SynchronousTestCase):
         self.assertEqual(lines, [
             "::sysinit:/opt/vmservice/runtime/bin/sh /etc/vmservice/rc",
             "::respawn:/opt/vmservice/runtime/bin/sh /opt/vmservice/bin/agent",
-            "::respawn:/opt/vmservice/runtime/bin/sh /opt/vmservice/bin/powerbutton",
             "::respawn:/opt/vmservice/runtime/bin/sh /opt/vmservice/bin/metrics",
             "::ctrlaltdel:/opt/vmservice/runtime/bin/poweroff",
             "::shutdown:/opt/vmservice/runtime/bin/sh /etc/vmservice/shutdown",

@@ -1,14 +1,16 @@
 # -*- test-case-name: tests.images.test_powerbutton -*-
 """
 Tests for :mod:`vmservice.guest.powerbutton`, the guest's power-button watcher (kept here with the image
-that installs it): parsing input events and what :func:`main` does after a press.  The watcher on FIFOs
-standing in for /dev/input event devices, in a thread, is in :mod:`tests.integration.images.test_powerbutton`.
+that installs it): parsing input events and what :func:`power_off` does after a press.  The watcher on
+FIFOs standing in for /dev/input event devices, in the agent's loop, is in
+:mod:`tests.integration.images.test_powerbutton`.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import signal
 import sys
 
 from hypothesis import given, settings
@@ -57,20 +59,37 @@ class ParseTests(SynchronousTestCase):
         self.assertFalse(is_power_press((0, KEY_POWER, 1)))
 
 
-class MainTests(SynchronousTestCase):
+class PowerOffTests(SynchronousTestCase):
     """
-    :func:`main`, with :func:`watch` and ``exec`` replaced.
+    :func:`power_off`, with ``posix_spawnp`` and ``kill`` replaced.
     """
 
-    def test_main_runs_poweroff(self) -> None:
+    def setUp(self) -> None:
+        self.calls: list[tuple[object, ...]] = []
+        self.console = io.StringIO()
+        self.patch(sys, "stdout", self.console)
+        self.patch(os, "kill", lambda pid, signum: self.calls.append(("kill", pid, signum)))
+
+    def test_runs_poweroff(self) -> None:
         """
-        After a press, main() announces it on the console and execs poweroff.
+        A press is announced on the console and starts poweroff, without waiting for it.
         """
-        calls = []
-        self.patch(powerbutton, "watch", lambda directory: calls.append(("watch", directory)))
-        self.patch(os, "execvp", lambda program, argv: calls.append(("exec", program, tuple(argv))))
-        console = io.StringIO()
-        self.patch(sys, "stdout", console)
-        powerbutton.main(["/dev/input"])
-        self.assertEqual(calls, [("watch", "/dev/input"), ("exec", "poweroff", ("poweroff",))])
-        self.assertEqual(console.getvalue(), "vmservice-init: power button pressed, powering off\n")
+        def spawn(program: str, argv: list[str], environment: dict[str, str]) -> int:
+            self.calls.append(("spawn", program, tuple(argv)))
+            return 4242
+
+        self.patch(os, "posix_spawnp", spawn)
+        powerbutton.power_off()
+        self.assertEqual(self.calls, [("spawn", "poweroff", ("poweroff",))])
+        self.assertEqual(self.console.getvalue(), "vmservice-init: power button pressed, powering off\n")
+
+    def test_signals_init_without_poweroff(self) -> None:
+        """
+        When poweroff cannot be started, init gets the signal busybox's poweroff would send it.
+        """
+        def spawn(program: str, argv: list[str], environment: dict[str, str]) -> int:
+            raise FileNotFoundError(program)
+
+        self.patch(os, "posix_spawnp", spawn)
+        powerbutton.power_off()
+        self.assertEqual(self.calls, [("kill", 1, signal.SIGUSR2)])

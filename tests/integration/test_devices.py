@@ -73,8 +73,9 @@ class DeviceTests(SharedDaemonTestCase):
 
     def test_node_without_devices(self) -> None:
         """
-        After refusals, a node of the group with GPUs that asks for none boots on plain microvm and
-        is the group's first (a refused create uses no hostname number); deleted, nothing is left.
+        After refusals, a node of the group with GPUs that asks for none boots on plain microvm with
+        only the kernel modules its devices need, and is the group's first (a refused create uses no
+        hostname number); deleted, nothing is left.
         """
         self.refused("demo", {"gpu_count": 1}, "not_enough_gpus")
         created = self.daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=3m", {"gpu_count": 0}, expect=201)
@@ -87,6 +88,14 @@ class DeviceTests(SharedDaemonTestCase):
                 argv = stream.read().split(b"\0")
             self.assertIn(b"microvm", argv)
             self.assertFalse([word for word in argv if b"vfio" in word or b"pcie" in word])
+            # The initramfs loaded what the node's devices need and nothing for devices it has not:
+            # no PCI bus, no NIC (the group has no network), no vsock.
+            code, modules = self.daemon.run(hostname, "cut -d' ' -f1 /proc/modules")
+            self.assertEqual(code, 0, modules)
+            loaded = set(modules.split())
+            self.assertLessEqual({"virtio_mmio", "virtio_blk", "virtio_console", "button", "evdev"}, loaded)
+            self.assertFalse(loaded & {"virtio_pci", "virtio_pci_modern_dev", "virtio_pci_legacy_dev", "virtio_net",
+                                       "net_failover", "failover", "vsock", "vmw_vsock_virtio_transport"}, loaded)
         finally:
             self.daemon.json("DELETE", f"/hostgroup/demo/nodes/{hostname}")
         self.assertEqual(self.daemon.json("GET", "/nodes"), [])

@@ -243,6 +243,28 @@ class PersistenceTests(SharedDaemonTestCase):
         self.assertEqual(daemon.vm_pids(), [])
 
 
+    def test_shutdown_right_after_boot(self) -> None:
+        """
+        A shutdown asked for as soon as the VM runs, before its agent (which acts on the power button)
+        is up, answers 200 at once and ends the VM all the same: powered off by the agent once it is up
+        (the host presses the button again every 2 s), else killed after the 10 s grace; never a hang
+        or a 500. A persistent node is then Stopped and relaunches; an ephemeral one is removed.
+        """
+        daemon = self.daemon
+        for persistent in (True, False):
+            node = daemon.json("POST", "/hostgroup/demo/nodes", {"persistent": persistent}, expect=201)
+            host = str(node["hostname"])
+            status, _, data = daemon.request("POST", f"/vm/{host}/shutdown", {"action": "shutdown"}, timeout=10)
+            self.assertEqual(status, 200, data)
+            daemon.wait_status(host, "Stopped" if persistent else None, 60)
+            self.assertEqual(daemon.vm_pids(), [])
+            if persistent:
+                daemon.json("POST", f"/vm/{host}/relaunch?wait=agent&timeout=2m")
+                self.assertEqual(daemon.run(host, "echo up"), (0, "up\n"))
+                daemon.json("DELETE", f"/hostgroup/demo/nodes/{host}")
+        self.assertEqual(daemon.nodes(), {})
+
+
 class RestartTests(SynchronousTestCase):
     """Daemon restarts: each test runs a daemon of its own."""
 
@@ -349,22 +371,21 @@ class RestartTests(SynchronousTestCase):
         """
         With graceful_shutdown: false in its group, SIGTERM stops a persistent
         VM at once, well within the 10 s grace a graceful stop would wait for
-        a guest that does not power off (its power-button watcher is frozen
-        here, so a graceful stop would take the whole grace); the node is
+        a guest that does not power off (its agent, which watches the power
+        button, is frozen here, so a graceful stop would take the whole grace); the node is
         Stopped after the restart and relaunches.
         """
         daemon = self.daemon([{
             "name": "demo", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "graceful_shutdown": False,
         }])
         daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {"persistent": True}, expect=201)
-        # Freeze the guest's power-button watcher (SIGSTOP: init does not
-        # respawn a stopped process), so only a kill can end this VM quickly.
-        # The watcher starts only once the agent serves its port: wait for it.
-        code, out = daemon.run("demo-1", "for i in $(seq 600); do ps -o args= | grep -q '[g]uest[.]powerbutton' && break;"
-                                         " sleep 0.1; done; kill -STOP $(ps -o pid=,args= | awk '/guest[.]powerbutton/ {print $1}')")
+        # Freeze the guest agent, which also watches the power button (SIGSTOP: init does not respawn a
+        # stopped process), so only a kill can end this VM quickly. The exec answers first: the agent is
+        # stopped a second later, from a session of its own; health then finds it silent (503).
+        code, out = daemon.run("demo-1", "setsid sh -c 'sleep 1; kill -STOP $(pgrep -f \"guest[.]agent\")'"
+                                         " >/dev/null 2>&1 </dev/null &")
         self.assertEqual(code, 0, out)
-        code, out = daemon.run("demo-1", "ps -o stat=,args= | awk '/guest[.]powerbutton/ {print $1}'")
-        self.assertEqual((code, out[:1]), (0, "T"), out)  # stopped (the watcher runs niced: "TN")
+        daemon.wait_for("the frozen agent", lambda: daemon.request("GET", "/vm/demo-1/health", timeout=10)[0] == 503)
         started = time.monotonic()
         self.assertEqual(daemon.stop(), -signal.SIGTERM)
         elapsed = time.monotonic() - started

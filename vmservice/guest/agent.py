@@ -789,6 +789,25 @@ LAZY_HANDLERS: dict[str, str] = {
 }
 
 
+#: Start-up work put off until the agent has answered the host (see :func:`run_deferred`).
+DEFERRED: list[Callable[[], None]] = []
+#: Operations that do not wait for :data:`DEFERRED`: what the host asks before a create answers (the
+#: health check, the clock, the node's secrets on a tmpfs, its login user's few small files).
+UNDEFERRED_OPS = frozenset({"health", "echo", "clock", "secrets", "login"})
+#: Seconds after the agent is ready when :data:`DEFERRED` runs anyway, if no operation ran it sooner.
+DEFERRED_DELAY = 1.0
+
+
+def run_deferred() -> None:
+    """
+    Run the start-up work put off in :data:`DEFERRED` (growing the root file system), once: before
+    the first operation other than :data:`UNDEFERRED_OPS`, or :data:`DEFERRED_DELAY` seconds after
+    the agent is ready, whichever comes first.
+    """
+    while DEFERRED:
+        DEFERRED.pop(0)()
+
+
 def find_handler(op: object, handlers: Mapping[str, type[StreamHandler]]) -> Optional[type[StreamHandler]]:
     """
     The handler class of operation ``op``: from ``handlers``, else imported from
@@ -796,6 +815,8 @@ def find_handler(op: object, handlers: Mapping[str, type[StreamHandler]]) -> Opt
     """
     if not isinstance(op, str):
         return None
+    if op not in UNDEFERRED_OPS:
+        run_deferred()
     found = handlers.get(op)
     if found is not None or handlers is not HANDLERS or op not in LAZY_HANDLERS:
         return found
@@ -1260,6 +1281,25 @@ def _mark_ready() -> None:
             _log(f"cannot create {path}: {error}")
 
 
+def _start_guest_duties(loop: Loop) -> None:
+    """
+    In the guest (the agent started without arguments), once it serves its port: watch the ACPI power
+    button (no process of its own for it), and grow the root file system to its disk (one ioctl, no
+    program to run), put off past what the host asks before a create answers but done before any
+    other operation (:func:`run_deferred`).
+    """
+    from vmservice.guest.powerbutton import PowerButton, power_off
+    from vmservice.guest.rootgrowth import grow_root
+
+    PowerButton(loop, power_off).start()
+
+    def grow() -> None:
+        grow_root(lambda line: print(line, flush=True))
+
+    DEFERRED.append(grow)
+    loop.call_later(DEFERRED_DELAY, run_deferred)
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """
     Run the agent until killed.
@@ -1294,6 +1334,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     server.start()
     print(f"vmservice-agent: ready on {where}", flush=True)
     _mark_ready()
+    if not arguments:
+        _start_guest_duties(loop)
     try:
         loop.run()
     finally:

@@ -387,7 +387,7 @@ def _assemble_rootfs(root: str, source: str, out: Callable[[str], None]) -> None
     _check_run(["chroot", root, "/usr/bin/python3.11", "-I", "-S", "-c", "import " + ", ".join(PYTHON_CHECK_MODULES)],
                "importing the standard library in the root file system")
     _check_run(["chroot", root, "/bin/bash", "-c", "true"], "running bash in the root file system")
-    guest_modules = ["vmservice.guest.powerbutton", "vmservice.guest.metrics"]
+    guest_modules = ["vmservice.guest.powerbutton", "vmservice.guest.rootgrowth", "vmservice.guest.metrics"]
     if os.path.exists(os.path.join(root, "opt/vmservice/vmservice/guest/agent.py")):
         guest_modules.append("vmservice.guest.agent")
     _check_run(["chroot", root, "/usr/bin/python3.11", "-I", "-S", "-c",

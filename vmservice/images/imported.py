@@ -68,7 +68,6 @@ def inittab() -> bytes:
             b"# of /opt/vmservice/runtime, not the image's own.\n"
             + f"::sysinit:{RUNTIME_SHELL} /etc/vmservice/rc\n".encode()
             + f"::respawn:{RUNTIME_SHELL} /opt/vmservice/bin/agent\n".encode()
-            + f"::respawn:{RUNTIME_SHELL} /opt/vmservice/bin/powerbutton\n".encode()
             + f"::respawn:{RUNTIME_SHELL} /opt/vmservice/bin/metrics\n".encode()
             + f"::ctrlaltdel:{RUNTIME_DIR}/bin/poweroff\n".encode()
             + f"::shutdown:{RUNTIME_SHELL} /etc/vmservice/shutdown\n".encode())
@@ -147,7 +146,8 @@ def _assemble(root: str, base: Image, out: Callable[[str], None]) -> bool:
     for argv, what in (
             ([python, "-I", "-m", "compileall", "-q", "/opt/vmservice"], "compiling the guest code"),
             ([python, "-I", "-S", "-c", "import sys; sys.path.insert(0, '/opt/vmservice'); "
-              "import vmservice.guest.agent, vmservice.guest.powerbutton, vmservice.guest.metrics"],
+              "import vmservice.guest.agent, vmservice.guest.powerbutton, vmservice.guest.rootgrowth, "
+              "vmservice.guest.metrics"],
              "importing the guest code"),
             ([RUNTIME_SHELL, "-c", "true"], "running the runtime's shell")):
         result = subprocess.run(["chroot", root, *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -200,15 +200,14 @@ def install_guest_files(root: str, package_root: str, guest_sources: Sequence[st
     :param package_root: the ``vmservice`` package directory of the source tree.
     :param guest_sources: paths relative to it (from :func:`vmservice.images.recipe.guest_sources`):
         ``guest/*.py`` and ``wire/*.py`` go below ``/opt/vmservice/vmservice/``; of ``guest/files/*``,
-        ``inittab`` becomes ``/etc/inittab``, ``rc`` and ``shutdown`` go to ``/etc/vmservice/``, ``agent``,
-        ``powerbutton`` and ``metrics`` (launchers) to ``/opt/vmservice/bin/``; ``init`` belongs to the initramfs.
+        ``inittab`` becomes ``/etc/inittab``, ``rc`` and ``shutdown`` go to ``/etc/vmservice/``, ``agent``
+        and ``metrics`` (launchers) to ``/opt/vmservice/bin/``; ``init`` belongs to the initramfs.
     """
     placement = {
         "inittab": ("etc/inittab", 0o644),
         "rc": ("etc/vmservice/rc", 0o755),
         "shutdown": ("etc/vmservice/shutdown", 0o755),
         "agent": ("opt/vmservice/bin/agent", 0o755),
-        "powerbutton": ("opt/vmservice/bin/powerbutton", 0o755),
         "metrics": ("opt/vmservice/bin/metrics", 0o755),
     }
     for relative in guest_sources:

@@ -176,8 +176,8 @@ class BootTests(SynchronousTestCase):
 
     def test_boot_persist_and_power_off(self) -> None:
         """
-        A node boots from a qcow2 overlay of the image: init prints its steps, grows the file system to
-        the 2 GiB disk, starts the agent (which sends its first bytes on the port), and powers off cleanly
+        A node boots from a qcow2 overlay of the image: init prints its steps, starts the agent (which sends
+        its first bytes on the port and then grows the file system to the 2 GiB disk), and powers off cleanly
         on the ACPI power button. The overlay then holds a clean file system of 2 GiB whose /etc/hostname
         is the one given. A second boot of the same overlay sees the grown file system (no second resize)
         and takes the new host name.
@@ -189,6 +189,8 @@ class BootTests(SynchronousTestCase):
         first = Guest(self, self.image, self.workdir, "vmservice.hostname=t1", overlay)
         seconds = first.first_agent_bytes()
         first.wait_for_console("vmservice-init: starting services")
+        # The agent grows the file system once it is up (at most a second later when nothing asks it).
+        first.wait_for_console("vmservice-init: growing /dev/vda")
         self.assertEqual(first.power_down(), 0)
         console = first.console()
         for step in ("vmservice-init: loading modules", "vmservice-init: mounting /dev/vda (rw)",
