@@ -96,6 +96,12 @@ class NodeRecord:
     :ivar forked_disks: the frozen disks of the forks in its disk's backing
         chain (its own forks' as a parent, its parent's as a child), each
         kept while a record names it.
+    :ivar memory_file: the file in a tmpfs its memory lives in, mapped
+        shared (a group with ``fork_memory: file``), or empty for QEMU's own
+        memory; the file exists while its VM runs (see :mod:`.fork_memory`).
+    :ivar memory_copies: the frozen copies of a parent's memory file its VM
+        maps privately (a fork's child), or that a fork under way makes
+        (its parent), each kept while a record names it.
     :ivar idle_suspended: its snapshot (``Suspending``, ``Suspended``,
         ``Restoring``) was made by the idle timer, not asked for: the next
         request that needs its guest restores it (see :mod:`.idle`).  Cleared
@@ -128,6 +134,8 @@ class NodeRecord:
     clone_memory: bool = False
     forked_disks: tuple[str, ...] = ()
     idle_suspended: bool = False
+    memory_file: str = ""
+    memory_copies: tuple[str, ...] = ()
 
     def with_status(self, status: Status, pid: int | None = None) -> "NodeRecord":
         """A copy with another status (and pid)."""
