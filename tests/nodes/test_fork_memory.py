@@ -140,6 +140,11 @@ class FilesTests(SynchronousTestCase):
             (_record(memory_copies=("/c2",)), False),
         ])
         self.assertEqual((running, copies), ({"/a.ram"}, {"/c1", "/c2"}))
+        # At start no fork runs: a copy only a parent names (it has a memory file) is of an unfinished one.
+        self.assertEqual(fork_memory.kept_files([
+            (_record(memory_file="/a.ram", memory_copies=("/c1",)), True),
+            (_record(memory_copies=("/c2",)), False),
+        ], forking=False), ({"/a.ram"}, {"/c2"}))
 
 
 class ForkMemoryFleetTests(SynchronousTestCase):

@@ -163,7 +163,7 @@ class Fleet(Service):
             self._collect_templates()
             self._collect_forks()
             discard_fork_states(self._parts.config.state_dir, self._parts.config.templates_tmpfs_dir)
-            fork_memory.sweep(self._memory_directory(), set.union(*kept_files(self._nodes())))
+            fork_memory.sweep(self._memory_directory(), set.union(*kept_files(self._nodes(), forking=False)))
             for group in self._parts.config.host_groups:
                 if group.warm:
                     # In the background: creates of the group meanwhile wait for this one build.

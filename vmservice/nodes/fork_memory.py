@@ -212,17 +212,22 @@ def _listing(directory: str) -> list[str]:
         return []
 
 
-def kept_files(records: Iterable[tuple[NodeRecord, bool]]) -> tuple[set[str], set[str]]:
+def kept_files(records: Iterable[tuple[NodeRecord, bool]], forking: bool = True) -> tuple[set[str], set[str]]:
     """
     Of ``(record, its VM runs)`` pairs: the memory files of running VMs, and
     the copies some record names.
+
+    :param forking: whether forks may be under way; at start none is, and
+        a copy only a parent's record names (one with a memory file of its
+        own: a child has none) is of a fork that never finished.
     """
     running: set[str] = set()
     copies: set[str] = set()
     for record, runs in records:
         if runs and record.memory_file:
             running.add(record.memory_file)
-        copies.update(record.memory_copies)
+        if forking or not record.memory_file:
+            copies.update(record.memory_copies)
     return running, copies
 
 
