@@ -40,6 +40,10 @@ from bench.recording import peak_rss, write_result  # noqa: E402
 
 RAM_MB = 256
 
+#: Seconds a fork's parent runs before it is forked: its guest starts its power-button watcher and metrics
+#: agent up to 5 s after its agent answered, and a fork is of a node that runs (a clone's template was).
+FORK_SETTLE = 8.0
+
 
 def qemu_pid(hostname: str) -> int:
     """The pid of the QEMU process running ``hostname`` (its ``-name vmservice-HOST``)."""
@@ -121,11 +125,12 @@ def together(daemon: Daemon, group: str, count: int) -> tuple[list[float], list[
 
 def fork(daemon: Daemon, group: str, count: int) -> tuple[float, float]:
     """
-    Seconds of one ``POST /vm/{h}/fork`` of ``count`` children from a running
-    clone, until all of them answered, and the parent's pause the daemon
-    logged; every node is removed afterwards.
+    Seconds of one ``POST /vm/{h}/fork`` of ``count`` children from a node of
+    ``group`` running for :data:`FORK_SETTLE` s, until all of them answered,
+    and the parent's pause the daemon logged; every node is removed afterwards.
     """
     _, parent = create(daemon, group)
+    time.sleep(FORK_SETTLE)  # a running node: its guest's start-up (power button, metrics agent) is over
     started = time.monotonic()
     children = daemon.json("POST", f"/vm/{parent}/fork", {"count": count}, expect=201)
     elapsed = time.monotonic() - started

@@ -71,6 +71,25 @@ class FilesTests(SynchronousTestCase):
         self.assertLess(fork_memory.used_bytes(self.path("b")), MiB)
         self.assertEqual(os.stat(self.path("b")).st_mode & 0o777, 0o600)
 
+    def test_reserve_then_copy(self) -> None:
+        """Reserved (before a pause) where the source has data; the copy (in it) takes what came since too."""
+        with open(self.path("a"), "wb") as f:
+            f.truncate(16 * MiB)
+            f.seek(MiB)
+            f.write(b"a" * 4096)
+        fork_memory.reserve(self.path("a"), self.path("b"))
+        self.assertEqual(os.path.getsize(self.path("b")), 16 * MiB)
+        self.assertEqual(fork_memory.used_bytes(self.path("b")), 4096)
+        with open(self.path("a"), "r+b") as f:
+            f.seek(MiB)
+            f.write(b"b" * 4096)
+            f.seek(8 * MiB)
+            f.write(b"c" * 4096)
+        self.assertEqual(fork_memory.copy_sparse(self.path("a"), self.path("b")), 8192)
+        with open(self.path("a"), "rb") as a, open(self.path("b"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        self.assertRaises(FileExistsError, fork_memory.reserve, self.path("a"), self.path("b"))
+
     def test_copy_sparse_of_an_empty_file(self) -> None:
         with open(self.path("a"), "wb") as f:
             f.truncate(MiB)

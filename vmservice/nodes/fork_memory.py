@@ -27,6 +27,7 @@ deleted once no record names it.
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import secrets
 from typing import TYPE_CHECKING, Callable, Iterable
@@ -143,12 +144,13 @@ def discard(path: str) -> None:
         pass
 
 
-def copy_sparse(source: str, target: str) -> int:
+def reserve(source: str, target: str) -> None:
     """
-    Copy the file ``source`` to the new file ``target`` (mode 0600) in the
-    kernel, its holes left holes: the bytes copied.
+    Make the new file ``target`` (mode 0600) as large as ``source``, its
+    pages allocated where ``source`` has data now (and holes elsewhere): a
+    later :func:`copy_sparse` into it then only copies, which takes about
+    half as long in a tmpfs as allocating the pages too.
     """
-    copied = 0
     src = os.open(source, os.O_RDONLY)
     try:
         dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -156,7 +158,31 @@ def copy_sparse(source: str, target: str) -> int:
             size = os.fstat(src).st_size
             os.ftruncate(dst, size)
             for start, end in _extents(src, size):
-                copied += _copy_range(src, dst, start, end)
+                os.posix_fallocate(dst, start, end - start)
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+
+
+def copy_sparse(source: str, target: str) -> int:
+    """
+    Copy the data of the file ``source`` into ``target`` (made as by
+    :func:`reserve` unless it exists), at the same offsets, holes left
+    holes: the bytes copied.
+    """
+    if not os.path.exists(target):
+        reserve(source, target)
+    copied = 0
+    src = os.open(source, os.O_RDONLY)
+    try:
+        dst = os.open(target, os.O_WRONLY)
+        try:
+            size = os.fstat(src).st_size
+            if size:
+                with mmap.mmap(src, size, prot=mmap.PROT_READ) as view:
+                    for start, end in _extents(src, size):
+                        copied += _copy_range(memoryview(view), dst, start, end)
         finally:
             os.close(dst)
     finally:
@@ -179,13 +205,13 @@ def _extents(fd: int, size: int) -> Iterable[tuple[int, int]]:
         offset = end
 
 
-def _copy_range(src: int, dst: int, start: int, end: int) -> int:
+def _copy_range(view: memoryview, dst: int, start: int, end: int) -> int:
     offset = start
-    while offset < end:
-        done = os.copy_file_range(src, dst, end - offset, offset, offset)
-        if done == 0:
-            break
-        offset += done
+    try:
+        while offset < end:
+            offset += os.pwrite(dst, view[offset:end], offset)
+    finally:
+        view.release()
     return offset - start
 
 
@@ -260,6 +286,12 @@ class MemoryFork:
         ensure_room(directory, used_bytes(source), f"a copy of the memory of node {parent.hostname!r}")
         copy = os.path.join(directory, f"{COPY_PREFIX}{parent.hostname}.{secrets.token_hex(4)}.ram")
         parent.set(parent.record.status, memory_copies=(*parent.record.memory_copies, copy))
+        try:
+            reserve(source, copy)  # not in the pause
+        except OSError:
+            discard(copy)
+            parent.set(parent.record.status, memory_copies=tuple(c for c in parent.record.memory_copies if c != copy))
+            raise
         return cls(copy, clock)
 
     def save(self, machine: IMachine, record: NodeRecord, state: str) -> Deferred[None]:
