@@ -205,6 +205,12 @@ class ForkMemoryFleetTests(SynchronousTestCase):
         self.assertEqual(self.parent_machine.spec.memory, RamBacking(self.file, shared=True))
         self.assertEqual(self.record(self.parent).memory_file, self.file)
 
+    def test_ready_for_forks(self) -> None:
+        """Once its agent answers, the new node's guest prepares its children's adoption (in the background)."""
+        self.assertEqual(self.adoption.prepared, [])
+        self.harness.agents[0].ready()
+        self.assertEqual(self.adoption.prepared, [[]])
+
     def test_fork(self) -> None:
         """Device state only, the file copied once, children on the copy privately, loaded with resume."""
         forked = self.successResultOf(self.fork(count=2))

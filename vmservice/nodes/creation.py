@@ -29,7 +29,7 @@ from .events import EventType
 from .parts import FleetParts
 from .admission import Claim
 from .cloning import Cloning
-from .fork_memory import memory_file
+from .fork_memory import memory_file, ready_for_forks
 from .guest import IGuestConnection
 from .readiness import NotReady, answered, wait_for_guest
 from .registry import Registry
@@ -159,6 +159,8 @@ class Creation:
             machine, agent, adopted = await self._launch(node, group, image, began + timeout)
             node.set(Status.RUNNING)
             node.started()
+            if record.memory_file:
+                ready_for_forks(record.hostname, agent, self._parts.adoption)
             if wait is not Wait.NONE:
                 ready = Deferred.fromCoroutine(_ready(node, agent, wait, adopted))
                 left = max(0.0, began + timeout - self._parts.clock.seconds())

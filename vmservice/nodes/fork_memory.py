@@ -36,6 +36,7 @@ from attrs import evolve, frozen
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from ..errors import InsufficientMemory
 from ..hypervisors.base import IMachine, RamBacking
@@ -43,6 +44,8 @@ from .model import NodeRecord
 from .templates import daemon_tag
 
 if TYPE_CHECKING:
+    from .adoption import ICloneAdoption
+    from .guest import IGuestConnection
     from .runtime import NodeRuntime
 
 log = Logger()
@@ -95,6 +98,25 @@ def release(record: NodeRecord) -> None:
     """``record``'s VM ended: its memory file goes (a snapshot holds the memory, if it was suspended)."""
     if record.memory_file:
         discard(record.memory_file)
+
+
+def ready_for_forks(hostname: str, agent: IGuestConnection, adoption: ICloneAdoption | None) -> None:
+    """
+    In the background, once its agent answers: have a new node's guest load
+    what its children's adoption needs (as a fork does first; a cold-booted
+    guest takes about a second for it under TCG), so that its first fork
+    does not wait for it.  A failure is only logged (the fork tries again).
+    """
+    if adoption is None:
+        return
+
+    def prepare(_: object) -> Deferred[None]:
+        return adoption.prepare(agent)
+
+    def failed(failure: Failure) -> None:
+        log.info("node {hostname} could not prepare its forks: {error}", hostname=hostname, error=failure.value)
+
+    agent.when_ready().addCallback(prepare).addErrback(failed)
 
 
 def ensure_room(directory: str, need: int, what: str,
