@@ -4,7 +4,8 @@ Nodes whose memory is a file (``fork_memory: file``) against real guests:
 the VM maps its memory file shared; a fork copies that file once and the
 children map the copy privately and see the parent's running process and
 /tmp file, then diverge, each with its own identity, while the parent runs
-on; the copy lives as long as a child does.  Suspend (the file goes, the
+on, networked children each with their own address; the copy lives as long
+as a child does.  Suspend (the file goes, the
 snapshot holds the memory), restore (a new file), idle suspend and wake,
 shutdown, relaunch and delete leave no memory file behind; after a daemon
 kill -9 the parent and its child are adopted again with their files and a
@@ -34,6 +35,8 @@ GROUPS: list[dict[str, Any]] = [
      "persistent": True},
     {"name": "i", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "fork_memory": "file",
      "idle_suspend": "3s"},
+    {"name": "n", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "fork_memory": "file",
+     "network": {"mode": "isolated", "range": "10.86.73.0/28"}},
     {"name": "big", "count": 0, "vcpu": 1, "ram_gb": _too_big_gb(), "storage_size": "1G", "fork_memory": "file"},
 ]
 
@@ -113,6 +116,14 @@ class ForkMemoryTests(TemplatesDaemonTestCase):
             self.assertEqual(self.daemon.run(child, "cat /tmp/forked.txt"), (0, "from-parent\n"))
             self.daemon.json("DELETE", f"/hostgroup/m/nodes/{child}")
         self.assertEqual(self.memory_files(), [])
+
+    def test_networked_fork(self) -> None:
+        """Children of a networked node with a memory file: each its own MAC, address and route, its gateway reached."""
+        parent = self.create("n")
+        children = self.fork(parent, {"count": 2})
+        nodes = self.daemon.nodes()
+        macs = {self.assert_own_network(name, nodes[name]["ip"]) for name in (parent, *children)}
+        self.assertEqual(len(macs), 3)
 
     def test_suspend_restore_relaunch_delete(self) -> None:
         """
