@@ -159,10 +159,12 @@ class FilesTests(SynchronousTestCase):
             (_record(memory_copies=("/c2",)), False),
         ])
         self.assertEqual((running, copies), ({"/a.ram"}, {"/c1", "/c2"}))
-        # At start no fork runs: a copy only a parent names (it has a memory file) is of an unfinished one.
+        # At start no fork runs: a copy only a parent names (it has a memory file) is of an unfinished one,
+        # and only a running child maps its copy.
         self.assertEqual(fork_memory.kept_files([
             (_record(memory_file="/a.ram", memory_copies=("/c1",)), True),
-            (_record(memory_copies=("/c2",)), False),
+            (_record(memory_copies=("/c2",)), True),
+            (_record(memory_copies=("/c3",)), False),
         ], forking=False), ({"/a.ram"}, {"/c2"}))
 
 
@@ -259,6 +261,7 @@ class ForkMemoryFleetTests(SynchronousTestCase):
         self.assertEqual(self.copies(), [])
 
     def test_stop_removes_the_file(self) -> None:
-        """The VM's end (here the daemon's stop of an ephemeral node) deletes its memory file."""
+        """The VM's end (here the daemon's stop of an ephemeral node) deletes its memory file; the stop its directory."""
         self.successResultOf(self.fleet.stopService())
         self.assertFalse(os.path.exists(self.file))
+        self.assertFalse(os.path.exists(self.directory))

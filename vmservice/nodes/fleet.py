@@ -191,6 +191,7 @@ class Fleet(Service):
             stops = [Deferred.fromCoroutine(self._stop(node)) for node in running]
             await DeferredList(stops, consumeErrors=True)
         await self._parts.addressing.close()
+        fork_memory.close(self._memory_directory())
         if self._parts.templates is not None:
             self._parts.templates.close()
 

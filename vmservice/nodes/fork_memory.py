@@ -30,6 +30,7 @@ import errno
 import mmap
 import os
 import secrets
+import shutil
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from attrs import evolve, frozen
@@ -265,18 +266,25 @@ def kept_files(records: Iterable[tuple[NodeRecord, bool]], forking: bool = True)
     Of ``(record, its VM runs)`` pairs: the memory files of running VMs, and
     the copies some record names.
 
-    :param forking: whether forks may be under way; at start none is, and
-        a copy only a parent's record names (one with a memory file of its
-        own: a child has none) is of a fork that never finished.
+    :param forking: whether forks may be under way; at start none is: a
+        copy a parent's record names (one with a memory file of its own: a
+        child has none) is of a fork that never finished, and only a
+        running child maps its copy (a child's restore or relaunch never
+        maps it again), so only those are kept.
     """
     running: set[str] = set()
     copies: set[str] = set()
     for record, runs in records:
         if runs and record.memory_file:
             running.add(record.memory_file)
-        if forking or not record.memory_file:
+        if forking or (runs and not record.memory_file):
             copies.update(record.memory_copies)
     return running, copies
+
+
+def close(directory: str) -> None:
+    """The daemon stopped every VM: no file of its memory directory is mapped or needed any more."""
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @frozen
@@ -360,6 +368,6 @@ class MemoryFork:
 
 
 __all__ = [
-    "COPY_PREFIX", "MemoryFork", "backing", "collect_copies", "copy_sparse", "discard", "ensure_room",
+    "COPY_PREFIX", "MemoryFork", "backing", "close", "collect_copies", "copy_sparse", "discard", "ensure_room",
     "kept_files", "memory_directory", "memory_file", "prepare", "release", "sweep", "used_bytes",
 ]
