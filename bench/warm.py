@@ -10,7 +10,10 @@ that cold-boots (``warm: false``), one that clones its template
   shares the template's pages with the other clones);
 - the first create of the warm group, which waits for the template build;
 - a fork of N children from a running clone: the wall time until all of
-  them answered, and the parent's pause.
+  them answered, and the parent's pause; side by side (alternating) with a
+  fork of a node of a ``fork_memory: file`` group (its memory a tmpfs file:
+  the fork saves the device state and copies that file once), with the
+  copy's size and time.
 
 Writes medians, samples and the ratios (cold / clone) to
 ``bench/results/warm.json``.  Seconds depend on the host (TCG here); the
@@ -37,6 +40,10 @@ from tests.integration.daemon import Daemon, ensure_image  # noqa: E402
 from bench.recording import peak_rss, write_result  # noqa: E402
 
 RAM_MB = 256
+
+#: Seconds a fork's parent runs before it is forked: its guest starts its power-button watcher and metrics
+#: agent up to 5 s after its agent answered, and a fork is of a node that runs (a clone's template was).
+FORK_SETTLE = 8.0
 
 
 def qemu_pid(daemon: Daemon, hostname: str) -> int:
@@ -109,11 +116,12 @@ def together(daemon: Daemon, group: str, count: int) -> tuple[list[float], list[
 
 def fork(daemon: Daemon, group: str, count: int) -> tuple[float, float]:
     """
-    Seconds of one ``POST /vm/{h}/fork`` of ``count`` children from a running
-    clone, until all of them answered, and the parent's pause the daemon
-    logged; every node is removed afterwards.
+    Seconds of one ``POST /vm/{h}/fork`` of ``count`` children from a node of
+    ``group`` running for :data:`FORK_SETTLE` s, until all of them answered,
+    and the parent's pause the daemon logged; every node is removed afterwards.
     """
     _, parent = create(daemon, group)
+    time.sleep(FORK_SETTLE)  # a running node: its guest's start-up (power button, metrics agent) is over
     started = time.monotonic()
     children = daemon.json("POST", f"/vm/{parent}/fork", {"count": count}, expect=201)
     elapsed = time.monotonic() - started
@@ -124,13 +132,15 @@ def fork(daemon: Daemon, group: str, count: int) -> tuple[float, float]:
     return elapsed, float(pauses[-1])
 
 
-def steps(log: str, verb: str) -> dict[str, dict[str, Any]]:
+def steps(log: str, verb: str, group: str = "") -> dict[str, dict[str, Any]]:
     """
     The daemon's step timings of every ``node … cloned: disk 15 ms, …`` (or
-    ``forked:``) line of ``log``: each step's median and samples, in ms.
+    ``forked:``) line of ``log`` (of nodes of ``group`` only, if given): each
+    step's median and samples, in ms.
     """
     found: dict[str, list[float]] = {}
-    for line in re.findall(rf"node \S+ {verb}: (.*)", log):
+    named = rf"{group}-\d+" if group else r"\S+"
+    for line in re.findall(rf"node {named} {verb}: (.*)", log):
         for step, ms in re.findall(r"([a-z ]+?) (\d+) ms", line):
             found.setdefault(step.strip(), []).append(float(ms))
     return {step: {"median": statistics.median(values), "samples": values} for step, values in found.items()}
@@ -152,7 +162,8 @@ def main() -> None:
     group = {"vcpu": 1, "ram_mb": RAM_MB, "storage_size": "1G"}
     daemon = Daemon(groups=[{"name": "cold", "warm": False, **group},
                             {"name": "warm", "warm": True, "warm_spare": False, **group},
-                            {"name": "spare", "warm": True, "warm_spare": True, **group}])
+                            {"name": "spare", "warm": True, "warm_spare": True, **group},
+                            {"name": "fmem", "fork_memory": "file", **group}])
     try:
         daemon.start()
         first_warm, _ = one_at_a_time(daemon, "warm")  # includes the template build
@@ -176,15 +187,23 @@ def main() -> None:
         print(f"{options.together} at once: cold {statistics.median(cold_together):.3f} s, "
               f"clone {statistics.median(clone_together):.3f} s, "
               f"with a spare {statistics.median(spare_together):.3f} s", flush=True)
-        forks = [fork(daemon, "warm", options.together) for _ in range(3)]
-        print(f"fork of {options.together}: {statistics.median(f[0] for f in forks):.3f} s, parent paused "
-              f"{statistics.median(f[1] for f in forks):.3f} s", flush=True)
+        forks, file_forks = [], []
+        for _ in range(3):  # alternating: the same load for both
+            forks.append(fork(daemon, "warm", options.together))
+            file_forks.append(fork(daemon, "fmem", options.together))
+        for name, runs in (("", forks), (" (memory file)", file_forks)):
+            print(f"fork of {options.together}{name}: {statistics.median(f[0] for f in runs):.3f} s, parent paused "
+                  f"{statistics.median(f[1] for f in runs):.3f} s", flush=True)
         accel = re.search(r"accelerator: (\w+)", daemon.log())
-        clone_steps, fork_steps = steps(daemon.log(), "cloned"), steps(daemon.log(), "forked")
+        clone_steps, fork_steps = steps(daemon.log(), "cloned"), steps(daemon.log(), "forked", "warm")
         spare_steps = steps(daemon.log(), r"cloned from spare VM \S+")
         spare_events = [line for line in daemon.log().splitlines() if "spare VM" in line]
-        fork_states = [float(size) * 1e6 for size in re.findall(r"after a pause of [0-9.]+ s \(state (\d+) MB\)",
-                                                               daemon.log())]
+        file_fork_steps = steps(daemon.log(), "forked", "fmem")
+        fork_states = [float(size) * 1e6 for size in re.findall(
+            r"forked node warm-\d+ into .* after a pause of [0-9.]+ s \(state (\d+) MB\)", daemon.log())]
+        copies = [(float(size) * 1e6, float(ms) / 1000) for size, ms in re.findall(
+            r"copied the memory of fmem-\d+\.ram \((\d+) MB\) in (\d+) ms", daemon.log())]
+        load_after = os.getloadavg()[0]
         daemon_peak_rss = peak_rss(daemon.process.pid) if daemon.process else None
     finally:
         daemon.cleanup()
@@ -216,6 +235,13 @@ def main() -> None:
         "fork_state_bytes": summary(fork_states) if fork_states else None,
         "clone_steps_ms": clone_steps,
         "fork_child_steps_ms": fork_steps,
+        "fork_memory_file_of_together_s": summary([f[0] for f in file_forks]),
+        "fork_memory_file_parent_pause_s": summary([f[1] for f in file_forks]),
+        "fork_memory_file_copy_bytes": summary([size for size, _ in copies]) if copies else None,
+        "fork_memory_file_copy_s": summary([seconds for _, seconds in copies]) if copies else None,
+        "fork_memory_file_child_steps_ms": file_fork_steps,
+        "ratio_fork_over_fork_memory_file": statistics.median(f[0] for f in forks) / statistics.median(
+            f[0] for f in file_forks),
         "cold_rss_bytes_together": per_node(cold_together_memory, "rss"),
         "cold_pss_bytes_together": per_node(cold_together_memory, "pss"),
         "clone_rss_bytes_together": per_node(clone_together_memory, "rss"),
@@ -227,12 +253,14 @@ def main() -> None:
         "daemon_peak_rss_bytes": daemon_peak_rss,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "load_average_before": load_before,
+        "load_average_after": load_after,
         "note": options.note,
     }
     write_result(options.output, result)
     print(json.dumps({k: result[k] for k in ("accel", "ratio_cold_over_clone", "ratio_clone_over_spare_clone",
                                               "ratio_cold_over_clone_together",
-                                              "fork_of_together_s", "clone_pss_bytes_together", "daemon_peak_rss_bytes")}, default=str))
+                                              "fork_of_together_s", "fork_memory_file_of_together_s",
+                                              "clone_pss_bytes_together", "daemon_peak_rss_bytes")}, default=str))
 
 
 if __name__ == "__main__":

@@ -125,10 +125,14 @@ class FakeMachine:
             self.failing.setdefault("load_state", f"cannot read {path}")
         return self._do("load_state", "paused")
 
-    def load_device_state(self, path: str) -> Deferred[None]:
+    def load_device_state(self, path: str, resume: bool = False) -> Deferred[None]:
         if not os.path.exists(path):
             self.failing.setdefault("load_device_state", f"cannot read {path}")
+        self.resumed_load = resume
         return self._do("load_device_state", "running")
+
+    #: Whether the last load_device_state was told to resume a state saved paused.
+    resumed_load = False
 
     @property
     def ended(self) -> Deferred[MachineExit]:

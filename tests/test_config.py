@@ -951,6 +951,20 @@ class WarmTests(SynchronousTestCase):
                 _parse(f"config: {text}\n")
 
 
+class ForkMemoryTests(SynchronousTestCase):
+    """``fork_memory`` per group: ``copy`` unless ``file`` is asked for; ``file`` not with ``warm``."""
+
+    def test_default_and_given(self) -> None:
+        config = _parse("config: {host_groups: [{name: a}, {name: b, fork_memory: file}, {name: c, fork_memory: copy}]}\n")
+        self.assertEqual([group.fork_memory for group in config.host_groups], ["copy", "file", "copy"])
+
+    def test_bad(self) -> None:
+        with self.assertRaisesRegex(ConfigError, "unknown fork_memory 'shared'"):
+            _parse("config: {host_groups: [{name: a, fork_memory: shared}]}\n")
+        with self.assertRaisesRegex(ConfigError, "cannot be used with warm"):
+            _parse("config: {host_groups: [{name: a, fork_memory: file, warm: true}]}\n")
+
+
 class TcgTbSizeTests(SynchronousTestCase):
     """``tcg_tb_size_mb``: the translation cache of each VM under TCG."""
 

@@ -118,6 +118,8 @@ HYPERVISORS = ("qemu",)
 ACCELERATORS = ("auto", "kvm", "tcg")
 STORAGE_KINDS = ("image",)
 NETWORK_MODES = ("isolated", "bridge")
+#: How a fork gets a node's memory (``host_groups[].fork_memory``).
+FORK_MEMORY_KINDS = ("copy", "file")
 
 #: Group names become hostname prefixes (``<group>-<n>``), so they are kept to
 #: a conservative subset of a DNS label: lowercase letters, digits and '-',
@@ -364,6 +366,11 @@ class HostGroupConfig:
     :ivar idle_suspend: Seconds a node may go without API activity before it
         is suspended to disk automatically (and woken by the next request
         that needs its guest); ``None``: never (see ``docs/lifecycle.md``).
+    :ivar fork_memory: How a fork gets a node's memory: ``copy`` (its
+        memory is QEMU's own; each child loads the whole saved state) or
+        ``file`` (its memory is a file in ``templates_tmpfs_dir`` from its
+        start; a fork saves only the device state and copies that file once,
+        see ``docs/warm-start.md``).  ``file`` excludes ``warm``.
     """
 
     name: str
@@ -383,6 +390,7 @@ class HostGroupConfig:
     max_nodes: int | None = None
     idle_suspend: float | None = None
     warm_spare: bool = True
+    fork_memory: str = "copy"
 
     @property
     def arch(self) -> str:
@@ -525,6 +533,7 @@ class _GroupDocument:
     max_nodes: int | None = None
     idle_suspend: str | None = None
     warm_spare: bool = True
+    fork_memory: str = "copy"
 
 
 @attrs.frozen
@@ -890,7 +899,16 @@ class _Resolver:
             max_nodes=document.max_nodes,
             idle_suspend=self.idle_suspend(document.idle_suspend, (*parts, "idle_suspend")),
             warm_spare=document.warm_spare,
+            fork_memory=self.fork_memory(document, (*parts, "fork_memory")),
         )
+
+    def fork_memory(self, document: _GroupDocument, parts: Path) -> str:
+        """``copy`` or ``file``; ``file`` not with ``warm`` (a clone's memory is its template's file)."""
+        kind = self.one_of(document.fork_memory, FORK_MEMORY_KINDS, "fork_memory", parts)
+        if kind == "file" and document.warm:
+            raise self.error(parts, "fork_memory: file cannot be used with warm: true "
+                                    "(a clone's memory is its template's file)")
+        return kind
 
     def idle_suspend(self, text: str | None, parts: Path) -> float | None:
         """A duration of at least 1 s (``10m``, ``30s``); ``None`` (absent or null) for never."""

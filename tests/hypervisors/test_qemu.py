@@ -484,6 +484,14 @@ class SaveStateTests(SynchronousTestCase):
         machine = _ScriptedMachine.make(reactor, self, {"query-status": [{"status": "paused"}]})
         self.failureResultOf(machine.load_device_state("/t/dev.bin"), HypervisorError)
 
+    def test_load_device_state_resume(self) -> None:
+        """A fork's child of a parent with a memory file (saved paused) is let run once loaded with ``resume``."""
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(reactor, self, {"query-status": [{"status": "paused"}]})
+        self.successResultOf(machine.load_device_state("/t/dev.bin", resume=True))
+        self.assertEqual([name for name, _ in machine.commands],
+                         ["migrate-set-capabilities", "migrate-incoming", "query-status", "query-status", "cont"])
+
     def test_incoming_waits_for_paused(self) -> None:
         """Loading a state is finished once QEMU leaves inmigrate for paused."""
         reactor = ProcessReactor()

@@ -11,7 +11,7 @@ from attrs import evolve
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.errors import Internal
-from vmservice.hypervisors.base import NetSpec
+from vmservice.hypervisors.base import NetSpec, RamBacking
 from vmservice.nodes.model import NodeRecord
 from vmservice.nodes.paths import MAX_SOCKET_PATH, NodePaths
 
@@ -50,6 +50,16 @@ class NodePathsTests(SynchronousTestCase):
         self.assertEqual(paths.spec(evolve(record, bulk_channel=True), "k", "i", paths.state).bulk_socket,
                          "/s/nodes/demo-1/bulk.sock")
         self.assertEqual(paths.spec(record, "k", "i").bulk_socket, "/s/nodes/demo-1/bulk.sock")  # a boot
+
+    def test_spec_memory(self) -> None:
+        """A memory file mapped shared, booted or restored; a clone's restore anonymous under the block name."""
+        record = NodeRecord("demo-1", "demo", 256 << 20, 2, datetime(2026, 1, 1, tzinfo=timezone.utc))
+        paths = NodePaths.of("/s/nodes/demo-1")
+        self.assertIsNone(paths.spec(record, "k", "i").memory)
+        self.assertEqual(paths.spec(evolve(record, clone_memory=True), "k", "i", paths.state).memory, RamBacking(None))
+        filed = evolve(record, memory_file="/dev/shm/m/demo-1.ram")
+        for incoming in (None, paths.state):
+            self.assertEqual(paths.spec(filed, "k", "i", incoming).memory, RamBacking("/dev/shm/m/demo-1.ram", True))
 
     def test_spec_pci_devices(self) -> None:
         """The machine spec passes through the PCI devices of the record (none by default)."""

@@ -195,15 +195,19 @@ class IMachine(Interface):
     def save_device_state(path: str) -> Deferred[None]:
         """
         Without pausing, write the VM's device state to ``path``, leaving out
-        its memory, which lives in a shared file (a template's): fires once
-        the file is complete.  The caller then kills the VM.
+        its memory, which lives in a shared file (a template's, or a node's
+        with a memory file): fires once the file is complete.  The caller then
+        kills the VM, or resumes it (a fork's parent, paused before).
         """
 
-    def load_device_state(path: str) -> Deferred[None]:
+    def load_device_state(path: str, resume: bool = False) -> Deferred[None]:
         """
-        For a VM started with ``defer_incoming`` over a template's RAM file:
-        load the device state ``path`` saved by :meth:`save_device_state`;
-        fires once the VM runs, fails if it cannot be loaded.
+        For a VM started with ``defer_incoming`` over a template's RAM file
+        (or a copy of a fork's parent's memory file): load the device state
+        ``path`` saved by :meth:`save_device_state`; fires once the VM runs,
+        fails if it cannot be loaded.  A state saved from a paused VM leaves
+        it paused, which fails the load unless ``resume`` (a fork's parent,
+        paused for its fork: the VM is then let run).
         """
 
     def snapshot_disk(overlay: str) -> Deferred[None]:

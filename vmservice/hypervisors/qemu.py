@@ -684,18 +684,21 @@ class QemuMachine:
         await self._command("migrate", uri=f"exec:cat > {shlex.quote(path)}")
         await self._migration_done("saving the device state")
 
-    def load_device_state(self, path: str) -> Deferred[None]:
+    def load_device_state(self, path: str, resume: bool = False) -> Deferred[None]:
         """
         Load a template's device state into a clone waiting in ``-incoming
         defer``, and fire once it runs; see :meth:`IMachine.load_device_state`.
         """
-        return Deferred.fromCoroutine(self._load_device_state(path))
+        return Deferred.fromCoroutine(self._load_device_state(path, resume))
 
-    async def _load_device_state(self, path: str) -> None:
+    async def _load_device_state(self, path: str, resume: bool) -> None:
         await self._ignore_shared(True)
         await self._command("migrate-incoming", uri=f"exec:cat {shlex.quote(path)}")
         await self._finish_incoming()
         status = await self._run_state()
+        if status == "paused" and resume:
+            await self._command("cont")
+            status = "running"
         if status != "running":
             raise HypervisorError(f"loading the device state left the VM {status!r}")
 

@@ -13,6 +13,7 @@ import os
 from datetime import datetime, timezone
 from typing import Callable
 
+from attrs import evolve
 from twisted.logger import Logger
 
 from twisted.internet.defer import Deferred
@@ -28,6 +29,7 @@ from .events import EventType
 from .parts import FleetParts
 from .admission import Claim
 from .cloning import Cloning
+from .fork_memory import memory_file, ready_for_forks
 from .guest import IGuestConnection
 from .readiness import NotReady, answered, wait_for_guest
 from .registry import Registry
@@ -143,6 +145,9 @@ class Creation:
         """The node made once admitted (see :meth:`create`)."""
         began = self._parts.clock.seconds()
         record = await self._record(group, request, limits, image, bool(userdata))
+        config = self._parts.config
+        record = evolve(record, memory_file=memory_file(config.state_dir, config.templates_tmpfs_dir,
+                                                        record.hostname, group.fork_memory))
         node = self._make(record)
         claim.name(record.hostname)
         self._parts.store.save(record)
@@ -154,6 +159,8 @@ class Creation:
             machine, agent, adopted = await self._launch(node, group, image, began + timeout)
             node.set(Status.RUNNING)
             node.started()
+            if record.memory_file:
+                ready_for_forks(record.hostname, agent, self._parts.adoption)
             if wait is not Wait.NONE:
                 ready = Deferred.fromCoroutine(_ready(node, agent, wait, adopted))
                 left = max(0.0, began + timeout - self._parts.clock.seconds())

@@ -47,6 +47,8 @@ from .admission import Holder
 from .counts import keep_counts
 from .cloning import Cloning
 from .creation import Creation
+from . import fork_memory
+from .fork_memory import kept_files
 from .forking import Forked, Forking, ForkRequest, collect_forks, discard_fork_states
 from .description import NodeDescription, describe
 from .guest import AgentHealth, IGuest
@@ -124,6 +126,14 @@ class Fleet(Service):
             self._collect_templates()
         if node.record.forked_disks:
             self._collect_forks()
+        if node.record.memory_copies:
+            fork_memory.collect_copies(self._memory_directory(), kept_files(self._nodes())[1])
+
+    def _memory_directory(self) -> str:
+        return fork_memory.memory_directory(self._parts.config.state_dir, self._parts.config.templates_tmpfs_dir)
+
+    def _nodes(self) -> builtins.list[tuple[NodeRecord, bool]]:
+        return [(node.record, node.machine is not None) for node in self._registry.all()]
 
     def _collect_forks(self) -> None:
         """Delete the frozen disks of forks that no node names any more."""
@@ -156,6 +166,7 @@ class Fleet(Service):
             self._collect_templates()
             self._collect_forks()
             discard_fork_states(self._parts.config.state_dir, self._parts.config.templates_tmpfs_dir)
+            fork_memory.sweep(self._memory_directory(), set.union(*kept_files(self._nodes(), forking=False)))
             for group in self._parts.config.host_groups:
                 if group.warm:
                     # In the background: creates of the group meanwhile wait for this one build.
@@ -183,6 +194,7 @@ class Fleet(Service):
             stops = [Deferred.fromCoroutine(self._stop(node)) for node in running]
             await DeferredList(stops, consumeErrors=True)
         await self._parts.addressing.close()
+        fork_memory.close(self._memory_directory())
         if self._parts.templates is not None:
             self._parts.templates.close()
 

@@ -36,6 +36,7 @@ from .adoption import ICloneAdoption
 from .cloning import ADOPT_TIMEOUT, StepTimes
 from .creation import next_hostname
 from .events import EventType
+from .fork_memory import MemoryFork
 from .model import MAX_FORK_COUNT, NodeRecord, Status, unique, visible
 from .operation import drive, settled
 from .parts import FleetParts
@@ -133,12 +134,14 @@ class Forking:
         frozen_disk = os.path.join(directory, "disk.qcow2")
         await _prepare(hostname, parent, adoption)
         children: list[NodeRuntime] = []
+        memory = MemoryFork.begin(parent, self._parts.clock)
         try:
-            pause = await self._freeze(parent, machine, frozen_disk, state)
-            children.extend(self._child(parent, group.name, request) for _ in range(request.count))
+            pause = await self._freeze(parent, machine, frozen_disk, state, memory)
+            children.extend(self._child(parent, group.name, request, memory) for _ in range(request.count))
             # The children start together; the first failure is the fork's (all of them are then removed).
             started = await DeferredList(
-                [Deferred.fromCoroutine(self._start(child, frozen_disk, state, adoption)) for child in children],
+                [Deferred.fromCoroutine(self._start(child, frozen_disk, state, adoption, memory))
+                 for child in children],
                 consumeErrors=True,
             )
             for _, result in started:
@@ -153,11 +156,13 @@ class Forking:
         finally:
             size = _size(state)
             _unlink(state)
+            memory.end(parent, [node.record for node in self._registry.all()])
         log.info("forked node {hostname} into {children} after a pause of {pause:.3f} s (state {size:.0f} MB)",
                  hostname=hostname, children=", ".join(c.hostname for c in children), pause=pause, size=size / 1e6)
         return Forked(tuple(visible(child.record) for child in children), pause)
 
-    async def _freeze(self, parent: NodeRuntime, machine: IMachine, frozen_disk: str, state: str) -> float:
+    async def _freeze(self, parent: NodeRuntime, machine: IMachine, frozen_disk: str, state: str,
+                      memory: MemoryFork) -> float:
         """
         Pause the parent, freeze its disk at ``frozen_disk`` (it runs on over
         a new overlay), save its state to ``state``, let it run: the pause's
@@ -177,7 +182,7 @@ class Forking:
                 parent.set(parent.record.status, forked_disks=before)
                 raise
             os.chmod(frozen_disk, 0o444)
-            await drive("fork", hostname, machine.save_state(state), machine)
+            await drive("fork", hostname, memory.save(machine, parent.record, state), machine)
         finally:
             try:
                 await machine.resume()
@@ -217,12 +222,12 @@ class Forking:
         for path in earlier:
             _unlink(path)
 
-    def _child(self, parent: NodeRuntime, group_name: str, request: ForkRequest) -> NodeRuntime:
+    def _child(self, parent: NodeRuntime, group_name: str, request: ForkRequest, memory: MemoryFork) -> NodeRuntime:
         """Record and register one child (its status ``Creating``)."""
         parts = self._parts
         group = parts.group(group_name)
         lease = parts.addressing.lease(group, None, self._registry.addresses())
-        record = NodeRecord(
+        record = memory.child(NodeRecord(
             hostname=next_hostname(self._registry, parts, group),
             hostgroup=group.name,
             ram_bytes=parent.record.ram_bytes,
@@ -239,13 +244,14 @@ class Forking:
             forked_disks=parent.record.forked_disks,
             kernel=parent.record.kernel,
             initrd=parent.record.initrd,
-        )
+        ))
         node = self._make(record)
         parts.store.save(record)
         node.announce(EventType.CREATED)
         return node
 
-    async def _start(self, node: NodeRuntime, frozen_disk: str, state: str, adoption: ICloneAdoption) -> None:
+    async def _start(self, node: NodeRuntime, frozen_disk: str, state: str, adoption: ICloneAdoption,
+                     memory: MemoryFork) -> None:
         """Network, disk and VM of a child, its state loaded and its identity adopted; then it runs."""
         parts = self._parts
         steps = StepTimes(parts.clock)
@@ -257,14 +263,13 @@ class Forking:
         if not kernel:
             image = parts.image(parts.group(node.record.hostgroup), node.record.image)
             kernel, initrd = image.kernel.path, image.initrd.path
-        machine = await node.spawn(kernel, initrd, net, incoming=state, deferred=True)
+        machine = await node.spawn(kernel, initrd, net, incoming=state, deferred=True, memory=memory.memory())
         try:
             # As a clone's: QEMU answers once its sockets exist, and the agent's is connected before the load.
             await machine.run_state()
             agent = node.connect_agent(adopting=True)
             steps.done("disk and spawn")
-            await machine.load_state(state)
-            await machine.resume()
+            await memory.load(machine, state)
             steps.done("load")
             adopted = adoption.adopt(node.record, net, agent)
             await wait_for_guest(parts.clock, machine, adopted, ADOPT_TIMEOUT)

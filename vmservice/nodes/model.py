@@ -103,6 +103,12 @@ class NodeRecord:
         whose sockets were renamed into the node's directory): start-up
         recovery knows that VM by it.  Empty otherwise; its directory (the
         spare's) is removed with the node or when another VM replaces it.
+    :ivar memory_file: the file in a tmpfs its memory lives in, mapped
+        shared (a group with ``fork_memory: file``), or empty for QEMU's own
+        memory; the file exists while its VM runs (see :mod:`.fork_memory`).
+    :ivar memory_copies: the frozen copies of a parent's memory file its VM
+        maps privately (a fork's child), or that a fork under way makes
+        (its parent), each kept while a record names it.
     :ivar idle_suspended: its snapshot (``Suspending``, ``Suspended``,
         ``Restoring``) was made by the idle timer, not asked for: the next
         request that needs its guest restores it (see :mod:`.idle`).  Cleared
@@ -137,6 +143,8 @@ class NodeRecord:
     forked_disks: tuple[str, ...] = ()
     idle_suspended: bool = False
     started_qmp: str = ""
+    memory_file: str = ""
+    memory_copies: tuple[str, ...] = ()
 
     def with_status(self, status: Status, pid: int | None = None) -> "NodeRecord":
         """A copy with another status (and pid)."""

@@ -14,7 +14,8 @@ import os
 from attrs import frozen
 
 from ..errors import Internal
-from ..hypervisors.base import MachineSpec, NetSpec, RamBacking
+from ..hypervisors.base import MachineSpec, NetSpec
+from .fork_memory import backing
 from .model import NodeRecord
 
 #: UNIX socket paths must fit in sun_path (108 bytes with the NUL).
@@ -132,8 +133,8 @@ class NodePaths:
             # channel existed is restored without it.
             metrics_socket=self.metrics if incoming is None or record.metrics_channel else None,
             bulk_socket=self.bulk if incoming is None or record.bulk_channel else None,
-            # A clone's snapshot names the template's memory block: restored under the same name.
-            memory=RamBacking(None) if incoming is not None and record.clone_memory else None,
+            # A memory file (``fork_memory: file``); a clone's snapshot names the template's memory block.
+            memory=backing(record, incoming),
         )
 
 

@@ -23,6 +23,7 @@ from twisted.python.failure import Failure
 from ..errors import BadRequest, Conflict, Internal
 from ..hypervisors.base import HypervisorError, IMachine, MachineExit, NetSpec, RamBacking, describe_exit
 from ..observer import OneShotObserver
+from . import fork_memory
 from .events import DELETED, EventType, status_event
 from .guest import IGuestConnection, UserdataOutcome
 from .model import ASLEEP_STATUSES, NodeRecord, Status
@@ -144,7 +145,7 @@ class NodeRuntime:
 
     async def spawn(
         self, kernel: str, initrd: str, net: NetSpec | None, incoming: str | None = None,
-        clone_of: Template | None = None, deferred: bool = False,
+        clone_of: Template | None = None, deferred: bool = False, memory: RamBacking | None = None,
     ) -> IMachine:
         """
         Start the node's VM (its disk exists); the caller records the new
@@ -157,11 +158,14 @@ class NodeRuntime:
         :param deferred: start waiting for the state ``incoming`` to be
             loaded by :meth:`IMachine.load_state` (a fork's child) instead of
             reading it at once.
+        :param memory: its memory backend instead of its record's (a fork's
+            child mapping its parent's memory copy).
 
         :raise Internal: (``boot_failed``) the VM could not be started.
         :raise Conflict: one of its PCI devices fails a host check now (the
             check's code, e.g. ``pci_device_not_vfio``): it was rebound or
             removed since the node got it.
+        :raise InsufficientMemory: (``tmpfs_full``) no room for its memory file.
         """
         for address in self.record.pci_devices:
             try:
@@ -174,6 +178,9 @@ class NodeRuntime:
             spec = evolve(spec, memory=RamBacking(clone_of.ram_file, shared=False), defer_incoming=True)
         if deferred:
             spec = evolve(spec, incoming=None, defer_incoming=True)
+        if memory is not None:
+            spec = evolve(spec, memory=memory)
+        fork_memory.prepare(self.record)
         self._boot_started = None if incoming or clone_of else self._parts.clock.seconds()
         try:
             machine = await driver.start(spec, self.paths.qemu_log)
@@ -256,6 +263,7 @@ class NodeRuntime:
             await agent.stop()
         if machine is not None:
             await end(machine)
+        fork_memory.release(self.record)
         await self._parts.addressing.detach(self.record)
 
     async def remove(self) -> bool:
