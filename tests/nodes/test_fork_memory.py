@@ -28,6 +28,7 @@ from vmservice.nodes import fork_memory
 from vmservice.nodes.fleet import Fleet
 from vmservice.nodes.forking import Forked, ForkRequest
 from vmservice.nodes.model import CreateRequest, NodeRecord, Wait
+from vmservice.nodes.paths import backing
 
 MiB = 1024 * 1024
 
@@ -110,11 +111,11 @@ class FilesTests(SynchronousTestCase):
     def test_backing(self) -> None:
         """A memory file mapped shared; a clone's snapshot anonymous under the block's name; else none."""
         path = self.path("m-1.ram")
-        self.assertEqual(fork_memory.backing(_record(memory_file=path), None), RamBacking(path, shared=True))
-        self.assertEqual(fork_memory.backing(_record(memory_file=path), "state.bin"), RamBacking(path, shared=True))
-        self.assertEqual(fork_memory.backing(_record(clone_memory=True), "state.bin"), RamBacking(None))
-        self.assertIsNone(fork_memory.backing(_record(clone_memory=True), None))
-        self.assertIsNone(fork_memory.backing(_record(), "state.bin"))
+        self.assertEqual(backing(_record(memory_file=path), None), RamBacking(path, shared=True))
+        self.assertEqual(backing(_record(memory_file=path), "state.bin"), RamBacking(path, shared=True))
+        self.assertEqual(backing(_record(clone_memory=True), "state.bin"), RamBacking(None))
+        self.assertIsNone(backing(_record(clone_memory=True), None))
+        self.assertIsNone(backing(_record(), "state.bin"))
 
     def test_memory_file(self) -> None:
         directory = fork_memory.memory_directory("/s", "/dev/shm")

@@ -67,19 +67,6 @@ def memory_file(state_dir: str, tmpfs_dir: str, hostname: str, kind: str) -> str
     return os.path.join(memory_directory(state_dir, tmpfs_dir), f"{hostname}.ram")
 
 
-def backing(record: NodeRecord, incoming: str | None) -> RamBacking | None:
-    """
-    The memory backend of ``record``'s VM: its memory file mapped shared; for
-    a clone's (or a fork child's) snapshot, anonymous memory under the memory
-    block name the snapshot has; else none (QEMU's plain memory).
-    """
-    if record.memory_file:
-        return RamBacking(record.memory_file, shared=True)
-    if incoming is not None and record.clone_memory:
-        return RamBacking(None)
-    return None
-
-
 def prepare(record: NodeRecord) -> None:
     """
     Before a VM of ``record`` starts: a memory file left by an earlier VM is
@@ -368,6 +355,6 @@ class MemoryFork:
 
 
 __all__ = [
-    "COPY_PREFIX", "MemoryFork", "backing", "close", "collect_copies", "copy_sparse", "discard", "ensure_room",
+    "COPY_PREFIX", "MemoryFork", "close", "collect_copies", "copy_sparse", "discard", "ensure_room",
     "kept_files", "memory_directory", "memory_file", "prepare", "release", "sweep", "used_bytes",
 ]

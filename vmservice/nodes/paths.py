@@ -14,12 +14,24 @@ import os
 from attrs import frozen
 
 from ..errors import Internal
-from ..hypervisors.base import MachineSpec, NetSpec
-from .fork_memory import backing
+from ..hypervisors.base import MachineSpec, NetSpec, RamBacking
 from .model import NodeRecord
 
 #: UNIX socket paths must fit in sun_path (108 bytes with the NUL).
 MAX_SOCKET_PATH = 107
+
+
+def backing(record: NodeRecord, incoming: str | None) -> RamBacking | None:
+    """
+    The memory backend of ``record``'s VM: its memory file mapped shared; for
+    a clone's (or a fork child's) snapshot, anonymous memory under the memory
+    block name the snapshot has; else none (QEMU's plain memory).
+    """
+    if record.memory_file:
+        return RamBacking(record.memory_file, shared=True)
+    if incoming is not None and record.clone_memory:
+        return RamBacking(None)
+    return None
 
 
 @frozen
@@ -138,4 +150,4 @@ class NodePaths:
         )
 
 
-__all__ = ["MAX_SOCKET_PATH", "NodePaths"]
+__all__ = ["MAX_SOCKET_PATH", "NodePaths", "backing"]
