@@ -362,6 +362,9 @@ class HostGroupConfig:
     :ivar idle_suspend: Seconds a node may go without API activity before it
         is suspended to disk automatically (and woken by the next request
         that needs its guest); ``None``: never (see ``docs/lifecycle.md``).
+    :ivar guest_aslr: Whether the guests' kernels randomize their processes'
+        address spaces (the kernel's default); false boots them with
+        ``norandmaps`` (see ``docs/configuration.md``, ``docs/performance.md``).
     """
 
     name: str
@@ -380,6 +383,7 @@ class HostGroupConfig:
     warm: bool = False
     max_nodes: int | None = None
     idle_suspend: float | None = None
+    guest_aslr: bool = True
 
     @property
     def arch(self) -> str:
@@ -521,6 +525,7 @@ class _GroupDocument:
     warm: bool = False
     max_nodes: int | None = None
     idle_suspend: str | None = None
+    guest_aslr: bool = True
 
 
 @attrs.frozen
@@ -885,6 +890,7 @@ class _Resolver:
             warm=document.warm,
             max_nodes=document.max_nodes,
             idle_suspend=self.idle_suspend(document.idle_suspend, (*parts, "idle_suspend")),
+            guest_aslr=document.guest_aslr,
         )
 
     def idle_suspend(self, text: str | None, parts: Path) -> float | None:

@@ -11,6 +11,7 @@ import json
 import os
 from typing import Any
 
+from attrs import evolve
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.error import ProcessDone, ProcessTerminated
 from twisted.internet.testing import StringTransport
@@ -130,6 +131,14 @@ class CommandLineTests(SynchronousTestCase):
         """The kernel command line carries what init needs, without a root in probe mode."""
         self.assertEqual(kernel_cmdline("h", None), "console=ttyS0 quiet reboot=t root=/dev/vda rw vmservice.hostname=h")
         self.assertNotIn("root=", kernel_cmdline(None, 1000, probe=True))
+
+    def test_cmdline_aslr(self) -> None:
+        """A guest without address space randomization boots with ``norandmaps``; with it (the default), without."""
+        self.assertIn("norandmaps", kernel_cmdline("h", None, aslr=False).split())
+        self.assertNotIn("norandmaps", kernel_cmdline("h", None).split())
+        settings = QemuSettings(accel="tcg", tsc_khz=None)
+        self.assertIn("norandmaps", _pairs(qemu_command(evolve(SPEC, aslr=False), settings))["-append"][0].split())
+        self.assertNotIn("norandmaps", _pairs(qemu_command(SPEC, settings))["-append"][0].split())
 
     def test_tsc(self) -> None:
         """The TSC frequency comes from the first 'cpu MHz' line."""

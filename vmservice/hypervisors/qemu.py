@@ -130,7 +130,8 @@ def host_tsc_khz(cpuinfo: str) -> int | None:
 
 
 def kernel_cmdline(
-    hostname: str | None, tsc_khz: int | None, *, probe: bool = False, net: NetSpec | None = None
+    hostname: str | None, tsc_khz: int | None, *, probe: bool = False, net: NetSpec | None = None,
+    aslr: bool = True,
 ) -> str:
     """
     Build the guest kernel command line.
@@ -140,6 +141,8 @@ def kernel_cmdline(
     :param probe: boot the initramfs in probe mode (print a marker, power off).
     :param net: the guest's address and gateway, which our init applies
         (``vmservice.ip=``, ``vmservice.gateway=``).
+    :param aslr: false turns the guest's address space randomization off
+        (``norandmaps``: ``kernel.randomize_va_space`` reads 0).
     """
     words = ["console=ttyS0", "quiet", "reboot=t"]
     if tsc_khz:
@@ -152,6 +155,8 @@ def kernel_cmdline(
         words.append(f"vmservice.hostname={hostname}")
     if net is not None:
         words += [f"vmservice.ip={net.address}", f"vmservice.gateway={net.gateway}"]
+    if not aslr:
+        words.append("norandmaps")
     return " ".join(words)
 
 
@@ -198,7 +203,7 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
                       tb_size_mb=settings.tb_size_mb),
         "-kernel", spec.kernel,
         "-initrd", spec.initrd,
-        "-append", kernel_cmdline(spec.name, settings.tsc_khz, net=spec.net),
+        "-append", kernel_cmdline(spec.name, settings.tsc_khz, net=spec.net, aslr=spec.aslr),
         "-drive", f"id=root,file={spec.disk},format=qcow2,if=none,discard=unmap",
         "-device", "virtio-blk-device,drive=root",
         "-device", "virtio-serial-device",
