@@ -1,9 +1,13 @@
 """
 Run inside the guest (``python3 -I exec_spawn_probe.py ROUNDS``, sent as an
 exec by ``bench/exec_spawn.py``): times, with the agent's own code, each step
-an exec of ``/bin/true`` goes through in the guest agent, and what starting a
-process costs by itself (``/bin/true``, ``dash``, ``bash``, busybox ``sh``).
-Prints one JSON object of median seconds.  Stdlib only.
+an exec of ``/bin/true`` goes through in the guest agent; the agent's whole
+work for one exec (its session and exec handler in this process, fed an
+OPEN and a HALF_CLOSE as from the host, without the port); and what starting
+a process costs by itself (``/bin/true``, ``bash``, busybox ``sh`` ...).
+Prints one JSON object of median seconds, with the guest's
+``randomize_va_space`` and clock source (a guest that fell back to
+``jiffies`` times in 4 ms steps).  Stdlib only.
 """
 
 import json
@@ -15,13 +19,24 @@ import time
 
 sys.path.insert(0, "/opt/vmservice")
 
+from vmservice.guest import agent  # noqa: E402
 from vmservice.guest import execution  # noqa: E402
+from vmservice.wire import NEED_DATA, Connection, Role  # noqa: E402
+from vmservice.wire.events import Data, HalfClose, Open  # noqa: E402
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 30
 
 
 def median(samples):
     return statistics.median(samples)
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
 
 
 def agent_steps():
@@ -57,6 +72,49 @@ def agent_steps():
     return {name: median(values) for name, values in steps.items()}
 
 
+def in_process_agent():
+    """
+    A function running one exec through the agent's own Session and
+    ExecHandler in this process (no port: what the host would send is fed to
+    the session directly): seconds from the OPEN to the stream's end.
+    """
+    loop = agent.Loop()
+    written = bytearray()
+    session = agent.Session(loop, agent.AgentContext("probe"), written.extend)
+    host = Connection(Role.HOST, nonce=b"PROBENON")
+
+    def received():
+        host.receive_data(bytes(written))
+        written.clear()
+        events = []
+        while True:
+            event = host.next_event()
+            if event is NEED_DATA:
+                return events
+            events.append(event)
+
+    session.start()
+    session.data_received(host.send(host.hello("probe")))
+    for _ in range(4):
+        received()
+        if host.hello_wanted:
+            session.data_received(host.send(host.hello("probe")))
+
+    def one(header):
+        stream_id = host.next_stream_id()
+        started = time.perf_counter()
+        session.data_received(host.send(Open(stream_id, {"op": "exec", **header})) + host.send(HalfClose(stream_id)))
+        while True:
+            for event in received():
+                if isinstance(event, Data):
+                    session.data_received(host.acknowledge_received_data(stream_id, len(event.data)))
+                elif isinstance(event, HalfClose):
+                    return time.perf_counter() - started
+            loop.run_once(5.0)
+
+    return one
+
+
 def process_cost(argv, program=None):
     """Median seconds from posix_spawn of ``program`` (default argv[0]) to the reaped exit (stdio on /dev/null)."""
     null = os.open(os.devnull, os.O_RDWR)
@@ -72,14 +130,25 @@ def process_cost(argv, program=None):
 
 
 def main():
-    if len(sys.argv) > 2:
-        # "norandom": the guest's ASLR off (kernel.randomize_va_space=0) while measuring.
-        with open("/proc/sys/kernel/randomize_va_space", "w") as f:
-            f.write("0" if sys.argv[2] == "norandom" else sys.argv[2])
-    result = {"python": sys.version.split()[0], "bin_sh": os.path.realpath("/bin/sh"), "agent_steps_s": agent_steps(), "process_s": {}}
+    result = {
+        "python": sys.version.split()[0],
+        "bin_sh": os.path.realpath("/bin/sh"),
+        "randomize_va_space": read("/proc/sys/kernel/randomize_va_space"),
+        "clocksource": read("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
+        "agent_steps_s": agent_steps(),
+        "agent_in_process_s": {},
+        "process_s": {},
+    }
+    one = in_process_agent()
+    for name, header in (
+        ("/bin/true, no shell", {"cmd": "/bin/true", "shell": ""}),
+        ("true, default shell", {"cmd": "true"}),
+        ("busybox true, no shell", {"cmd": "/bin/busybox", "args": ["true"], "shell": ""}),
+    ):
+        one(header)
+        result["agent_in_process_s"][name] = median([one(header) for _ in range(ROUNDS)])
     for name, argv in (
         ("/bin/true", ["/bin/true"]),
-        ("dash -c true", ["/bin/dash", "-c", "true"]),
         ("/bin/sh -c true", ["/bin/sh", "-c", "true"]),
         ("bash -c true", ["/bin/bash", "-c", "true"]),
         ("bash --norc --noprofile -c true", ["/bin/bash", "--norc", "--noprofile", "-c", "true"]),
