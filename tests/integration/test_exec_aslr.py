@@ -1,9 +1,9 @@
 # -*- test-case-name: tests.integration.test_exec_aslr -*-
 """
 A host group's ``guest_aslr`` against real guests: by default the guest
-randomizes its processes' address spaces (``randomize_va_space`` 2, libc
-elsewhere in each process); with ``guest_aslr: false`` it boots with
-``norandmaps`` (0, libc at the same address every time) and execs work as
+randomizes its processes' address spaces (``randomize_va_space`` 2, the
+stack elsewhere in each process); with ``guest_aslr: false`` it boots with
+``norandmaps`` (0, the stack at the same address every time) and execs work as
 before; a warm group's clone runs its template's kernel, booted without
 randomization too.
 """
@@ -21,9 +21,9 @@ GROUPS: list[dict[str, Any]] = [
     {"name": "warmfast", "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True, "guest_aslr": False},
 ]
 
-#: Prints the setting, the kernel command line, then where libc is mapped in two processes, one after the other.
+#: Prints the setting, the kernel command line, then where the stack of two processes is, one after the other.
 PROBE = ("cat /proc/sys/kernel/randomize_va_space; cat /proc/cmdline; "
-         "grep -m1 libc /proc/self/maps; grep -m1 libc /proc/self/maps")
+         "grep -m1 '\\[stack\\]' /proc/self/maps; grep -m1 '\\[stack\\]' /proc/self/maps")
 
 
 class GuestAslrTests(TemplatesDaemonTestCase):
@@ -49,14 +49,14 @@ class GuestAslrTests(TemplatesDaemonTestCase):
         return setting, cmdline.split(), first.split()[0], second.split()[0]
 
     def test_default_randomizes(self) -> None:
-        """Without the setting: 2, no ``norandmaps``, libc at another address in each process."""
+        """Without the setting: 2, no ``norandmaps``, the stack at another address in each process."""
         setting, cmdline, first, second = self.probe(self.create("plain"))
         self.assertEqual(setting, "2")
         self.assertNotIn("norandmaps", cmdline)
         self.assertNotEqual(first, second)
 
     def test_off(self) -> None:
-        """``guest_aslr: false``: 0, ``norandmaps``, libc at one address; an exec without a shell works."""
+        """``guest_aslr: false``: 0, ``norandmaps``, the stack at one address; an exec without a shell works."""
         hostname = self.create("fast")
         setting, cmdline, first, second = self.probe(hostname)
         self.assertEqual(setting, "0")
