@@ -3,10 +3,12 @@ Exec spawn benchmark: where an exec of ``true`` spends its time, and what
 the guest's address space randomization (``guest_aslr``) and the daemon add.
 
 For each image given (``--image LABEL=IMAGE_DIR``, by default the one of
-``$VMSERVICE_IMAGE_DIR``), in one run, one after the other, and for each
-guest setting (randomization on, the default, and off: ``norandmaps`` on the
-kernel command line, as ``guest_aslr: false`` boots it): the image's guest
-started by hand (the daemon's QEMU command, TCG), then through its agent
+``$VMSERVICE_IMAGE_DIR``), in one run: the images' guests started by hand at
+once (the daemon's QEMU command, TCG), each measured with its address space
+randomization on (the default) and off (``randomize_va_space`` 0, what
+``norandmaps`` sets at boot for a ``guest_aslr: false`` group), in blocks of
+a few samples taken in turn on every guest and setting (the load of a shared
+machine comes and goes: it weighs on all alike).  Through each agent:
 
 - PING/PONG round trips (the least an exec can cost),
 - exec ``/bin/true`` without a shell, ``true`` through the default ``/bin/bash``,
@@ -35,6 +37,7 @@ the round trip of the same guest (the target for ``/bin/true`` is 3x).
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import statistics
@@ -76,6 +79,8 @@ API_EXECS = {
 }
 SETTINGS = {"aslr_on": True, "aslr_off": False}
 RAM_MB = 256
+#: Samples taken in a row on one guest and setting before the next one's turn.
+BLOCK = 5
 
 
 def start_guest(image_dir: str, workdir: str, aslr: bool) -> tuple[subprocess.Popen[bytes], str]:
@@ -120,34 +125,73 @@ async def timed(client: AgentClient, request: ExecRequest) -> float:
     return time.monotonic() - started
 
 
-async def measure(image_dir: str, rounds: int, aslr: bool, bash_static: str | None) -> dict[str, Any]:
-    async with BareGuest(image_dir, aslr) as client:
-        pings = [await client.ping() for _ in range(rounds)]
-        result: dict[str, Any] = {"image": os.path.realpath(os.path.join(image_dir, "default")),
-                                  "raw_round_trip_p50_s": p50(pings)}
+async def set_aslr(client: AgentClient, value: str) -> None:
+    """``kernel.randomize_va_space`` of a running guest (what ``norandmaps`` sets at boot: 0)."""
+    outcome = await run_collected(
+        client, ExecRequest(cmd=f"echo {value} > /proc/sys/kernel/randomize_va_space"), reactor)
+    if outcome.exit_code != 0:
+        raise RuntimeError(f"setting randomize_va_space failed: {outcome}")
+
+
+async def measure(images: list[tuple[str, str]], rounds: int, bash_static: str | None,
+                  baseline: bytes | None) -> dict[str, Any]:
+    """
+    The images' guests at once, and every exec in blocks of :data:`BLOCK`
+    samples taken in turn on each guest and setting (the setting switched in
+    the running guest), so that a load that comes and goes weighs on all alike.
+    """
+    guests = [BareGuest(directory, True) for _, directory in images]
+    clients = [await guest.__aenter__() for guest in guests]
+    try:
+        combos = [(label, client, name, value) for (label, _), client in zip(images, clients)
+                  for name, value in (("aslr_on", "2"), ("aslr_off", "0"))]
+        result: dict[str, Any] = {label: {name: {"image": os.path.realpath(os.path.join(directory, "default"))}
+                                          for name in SETTINGS} for label, directory in images}
         execs = dict(EXECS)
         if bash_static:
-            with open(bash_static, "rb") as f:
-                outcome = await run_collected(
-                    client, ExecRequest(cmd="cat > /tmp/bash-static && chmod 755 /tmp/bash-static", stdin=True),
-                    reactor, stdin=f.read())
-            if outcome.exit_code != 0:
-                raise RuntimeError(f"copying bash-static failed: {outcome}")
+            for client in clients:
+                await copy_bash_static(client, bash_static)
             execs.update(STATIC_EXECS)
-        for name, request in execs.items():
-            await timed(client, request)  # warm-up
-            samples = [await timed(client, request) for _ in range(rounds)]
-            result[f"exec_{name}_p50_s"] = p50(samples)
-            result[f"ratio_exec_{name}_over_round_trip"] = p50(samples) / p50(pings)
+        samples: dict[tuple[str, str], dict[str, list[float]]] = {(c[0], c[2]): {} for c in combos}
+        for _ in range(0, rounds, BLOCK):
+            for label, client, name, value in combos:
+                await set_aslr(client, value)
+                mine = samples[(label, name)]
+                await client.ping()
+                mine.setdefault("ping", []).extend([await client.ping() for _ in range(BLOCK)])
+                for kind, request in execs.items():
+                    await timed(client, request)  # warm-up after the switch
+                    mine.setdefault(kind, []).extend([await timed(client, request) for _ in range(BLOCK)])
+        for (label, name), mine in samples.items():
+            figures = result[label][name]
+            figures["raw_round_trip_p50_s"] = p50(mine["ping"])
+            for kind in execs:
+                figures[f"exec_{kind}_p50_s"] = p50(mine[kind])
+                figures[f"ratio_exec_{kind}_over_round_trip"] = p50(mine[kind]) / p50(mine["ping"])
         with open(PROBE, "rb") as f:
             probe = f.read()
-        outcome = await run_collected(
-            client, ExecRequest(cmd="/usr/bin/python3", args=("-I", "-", str(rounds)), shell="", stdin=True),
-            reactor, stdin=probe)
-        if outcome.exit_code != 0:
-            raise RuntimeError(f"probe failed: {outcome}")
-        result["in_guest"] = json.loads(outcome.stdout)
+        if baseline is not None:
+            probe = b"BASELINE = %r\n" % base64.b64encode(baseline).decode() + probe
+        for label, client, name, value in combos:
+            outcome = await run_collected(
+                client, ExecRequest(cmd="/usr/bin/python3", args=("-I", "-", str(rounds), value), shell="",
+                                    stdin=True), reactor, stdin=probe)
+            if outcome.exit_code != 0:
+                raise RuntimeError(f"probe failed: {outcome}")
+            result[label][name]["in_guest"] = json.loads(outcome.stdout)
         return result
+    finally:
+        for guest in guests:
+            await guest.__aexit__()
+
+
+async def copy_bash_static(client: AgentClient, path: str) -> None:
+    with open(path, "rb") as f:
+        outcome = await run_collected(
+            client, ExecRequest(cmd="cat > /tmp/bash-static && chmod 755 /tmp/bash-static", stdin=True),
+            reactor, stdin=f.read())
+    if outcome.exit_code != 0:
+        raise RuntimeError(f"copying bash-static failed: {outcome}")
 
 
 def api_exec(daemon: Daemon, hostname: str, query: str) -> Callable[[], float]:
@@ -202,20 +246,24 @@ def main() -> None:
     parser.add_argument("--image", action="append", default=[], help="LABEL=IMAGE_DIR (repeatable)")
     parser.add_argument("--bash-static", help="Debian's bash-static binary, also measured when given")
     parser.add_argument("--api", action="store_true", help="also through the daemon's API, beside a bare guest")
+    parser.add_argument("--baseline", metavar="GIT_REF",
+                        help="also time the agent's work in the guest with vmservice/guest/execution.py of GIT_REF")
     parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                                          "exec_spawn.json"))
     options = parser.parse_args()
-    images = [tuple(item.split("=", 1)) for item in options.image] or [("this", IMAGE_DIR)]
+    images = [(label, directory) for label, _, directory in (item.partition("=") for item in options.image)]
+    images = images or [("this", IMAGE_DIR)]
     outcome: dict[str, Any] = {"benchmark": "exec_spawn", "accel": "tcg", "rounds": options.rounds,
                                "load_average_before": os.getloadavg(), "images": {}}
 
     def run() -> Deferred[None]:
         async def go() -> None:
-            for label, directory in images:
-                outcome["images"][label] = {
-                    name: await measure(directory, options.rounds, aslr, options.bash_static)
-                    for name, aslr in SETTINGS.items()
-                }
+            baseline = None
+            if options.baseline:
+                baseline = subprocess.run(["git", "show", f"{options.baseline}:vmservice/guest/execution.py"],
+                                          check=True, capture_output=True).stdout
+                outcome["baseline"] = options.baseline
+            outcome["images"] = await measure(images, options.rounds, options.bash_static, baseline)
             if options.api:
                 outcome["api"] = await measure_api(options.rounds)
 

@@ -1,21 +1,29 @@
 """
-Run inside the guest (``python3 -I exec_spawn_probe.py ROUNDS``, sent as an
-exec by ``bench/exec_spawn.py``): times, with the agent's own code, each step
+Run inside the guest (``python3 -I exec_spawn_probe.py ROUNDS [ASLR]``, sent
+as an exec by ``bench/exec_spawn.py``; ``ASLR`` is written to
+``/proc/sys/kernel/randomize_va_space`` first, as ``norandmaps`` would set
+it at boot): times, with the agent's own code, each step
 an exec of ``/bin/true`` goes through in the guest agent; the agent's whole
 work for one exec (its session and exec handler in this process, fed an
 OPEN and a HALF_CLOSE as from the host, without the port); and what starting
 a process costs by itself (``/bin/true``, ``bash``, busybox ``sh`` ...).
 Prints one JSON object of median seconds, with the guest's
 ``randomize_va_space`` and clock source (a guest that fell back to
-``jiffies`` times in 4 ms steps).  Stdlib only.
+``jiffies`` times in 4 ms steps).  When the bench prepends
+``BASELINE = "<base64 of another execution.py>"``, the agent's whole work is
+also timed with that exec handler, sample by sample in turn with the
+guest's own: the agent's code before and after a change, in one guest at
+one moment.  Stdlib only.
 """
 
+import base64
 import json
 import os
 import select
 import statistics
 import sys
 import time
+import types
 
 sys.path.insert(0, "/opt/vmservice")
 
@@ -25,6 +33,9 @@ from vmservice.wire import NEED_DATA, Connection, Role  # noqa: E402
 from vmservice.wire.events import Data, HalfClose, Open  # noqa: E402
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+if len(sys.argv) > 2:
+    with open("/proc/sys/kernel/randomize_va_space", "w") as f:
+        f.write(sys.argv[2])
 
 
 def median(samples):
@@ -72,7 +83,18 @@ def agent_steps():
     return {name: median(values) for name, values in steps.items()}
 
 
-def in_process_agent():
+def baseline_module():
+    """The exec handler's module of ``BASELINE`` (set by the bench), or ``None``."""
+    source = globals().get("BASELINE")
+    if not source:
+        return None
+    module = types.ModuleType("baseline_execution")
+    sys.modules[module.__name__] = module
+    exec(compile(base64.b64decode(source).decode(), "baseline_execution.py", "exec"), module.__dict__)
+    return module
+
+
+def in_process_agent(module=execution):
     """
     A function running one exec through the agent's own Session and
     ExecHandler in this process (no port: what the host would send is fed to
@@ -80,7 +102,8 @@ def in_process_agent():
     """
     loop = agent.Loop()
     written = bytearray()
-    session = agent.Session(loop, agent.AgentContext("probe"), written.extend)
+    session = agent.Session(loop, agent.AgentContext("probe"), written.extend, lambda: True,
+                            {**agent.HANDLERS, "exec": module.ExecHandler})
     host = Connection(Role.HOST, nonce=b"PROBENON")
 
     def received():
@@ -139,14 +162,25 @@ def main():
         "agent_in_process_s": {},
         "process_s": {},
     }
-    one = in_process_agent()
+    runs = {"this": in_process_agent()}
+    baseline = baseline_module()
+    if baseline is not None:
+        runs["baseline"] = in_process_agent(baseline)
+        result["agent_in_process_baseline_s"] = {}
     for name, header in (
         ("/bin/true, no shell", {"cmd": "/bin/true", "shell": ""}),
         ("true, default shell", {"cmd": "true"}),
         ("busybox true, no shell", {"cmd": "/bin/busybox", "args": ["true"], "shell": ""}),
     ):
-        one(header)
-        result["agent_in_process_s"][name] = median([one(header) for _ in range(ROUNDS)])
+        samples = {label: [] for label in runs}
+        for one in runs.values():
+            one(header)
+        for _ in range(ROUNDS):
+            for label, one in runs.items():
+                samples[label].append(one(header))
+        result["agent_in_process_s"][name] = median(samples["this"])
+        if baseline is not None:
+            result["agent_in_process_baseline_s"][name] = median(samples["baseline"])
     for name, argv in (
         ("/bin/true", ["/bin/true"]),
         ("/bin/sh -c true", ["/bin/sh", "-c", "true"]),
