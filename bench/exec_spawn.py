@@ -23,7 +23,8 @@ With ``--api``: a daemon (image of ``$VMSERVICE_IMAGE_DIR``) with one node per
 setting, and beside it a guest of the same image started by hand; execs
 through the HTTP API (``POST /vm/NODE/exec``, a new connection each, the
 whole NDJSON response read) alternate with the same execs sent straight to
-the bare guest's agent: what the daemon and HTTP add.
+the bare guest's agent: what the daemon and HTTP add; and ``GET /vm/NODE``
+(answered from the node's record), HTTP and the daemon without the guest.
 
 ``--bash-static PATH`` also copies that binary into the guest and measures
 the default shell's ``true`` with it (get it with ``apt-get download
@@ -206,6 +207,19 @@ def api_exec(daemon: Daemon, hostname: str, query: str) -> Callable[[], float]:
     return run
 
 
+def api_describe(daemon: Daemon, hostname: str) -> Callable[[], float]:
+    """``GET /vm/NODE``: HTTP and the daemon without the guest (answered from the node's record)."""
+    def run() -> float:
+        started = time.monotonic()
+        status, _, body = daemon.request("GET", f"/vm/{hostname}")
+        elapsed = time.monotonic() - started
+        if status != 200:
+            raise RuntimeError(f"describe failed: {status} {body!r}")
+        return elapsed
+
+    return run
+
+
 async def measure_api(rounds: int) -> dict[str, Any]:
     """Execs through the daemon's API and straight to a bare guest's agent, alternating, per setting."""
     groups = [{"name": name.replace("_", ""), "vcpu": 1, "ram_mb": RAM_MB, "storage_size": "1G",
@@ -234,6 +248,9 @@ async def measure_api(rounds: int) -> dict[str, Any]:
                     figures[f"exec_{kind}_agent_p50_s"] = p50(agent)
                     figures[f"exec_{kind}_api_minus_agent_p50_s"] = p50(api) - p50(agent)
                     figures[f"ratio_exec_{kind}_api_over_round_trip"] = p50(api) / p50(pings)
+                describe = api_describe(daemon, hostname)
+                await deferToThread(describe)
+                figures["describe_api_p50_s"] = p50([await deferToThread(describe) for _ in range(rounds)])
                 result[name] = figures
         return result
     finally:
