@@ -24,7 +24,9 @@ setting, and beside it a guest of the same image started by hand; execs
 through the HTTP API (``POST /vm/NODE/exec``, a new connection each, the
 whole NDJSON response read) alternate with the same execs sent straight to
 the bare guest's agent: what the daemon and HTTP add; and ``GET /vm/NODE``
-(answered from the node's record), HTTP and the daemon without the guest.
+(answered from the node's record), HTTP and the daemon without the guest;
+and the host CPU time per exec of the daemon (through the API) and of this
+process's agent client (straight to the agent).
 
 ``--bash-static PATH`` also copies that binary into the guest and measures
 the default shell's ``true`` with it (get it with ``apt-get download
@@ -220,6 +222,39 @@ def api_describe(daemon: Daemon, hostname: str) -> Callable[[], float]:
     return run
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of process ``pid`` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def host_cpu(daemon: Daemon, hostname: str, client: AgentClient, rounds: int) -> dict[str, float]:
+    """
+    Host CPU per exec of ``/bin/true``: the daemon's for one through the API
+    (HTTP, routing, the node's agent connection, NDJSON; less what it spends
+    on its own in as long a time idle), and this process's
+    for one straight to the agent (its agent client alone).  CPU time moves
+    much less with the load than the wall clock does.
+    """
+    assert daemon.process is not None
+    request, query = API_EXECS["true_no_shell"]
+    through_api = api_exec(daemon, hostname, query)
+    before, started = cpu_seconds(daemon.process.pid), time.monotonic()
+    for _ in range(rounds):
+        await deferToThread(through_api)
+    busy = cpu_seconds(daemon.process.pid) - before
+    # What the daemon spends meanwhile on its own (statistics sampling ...), for as long, idle.
+    before, elapsed = cpu_seconds(daemon.process.pid), time.monotonic() - started
+    await deferToThread(time.sleep, elapsed)
+    daemon_cpu = (busy - (cpu_seconds(daemon.process.pid) - before)) / rounds
+    before = cpu_seconds(os.getpid())
+    for _ in range(rounds):
+        await timed(client, request)
+    return {"daemon_cpu_per_api_exec_s": daemon_cpu,
+            "bench_cpu_per_agent_exec_s": (cpu_seconds(os.getpid()) - before) / rounds}
+
+
 async def measure_api(rounds: int) -> dict[str, Any]:
     """Execs through the daemon's API and straight to a bare guest's agent, alternating, per setting."""
     groups = [{"name": name.replace("_", ""), "vcpu": 1, "ram_mb": RAM_MB, "storage_size": "1G",
@@ -248,6 +283,7 @@ async def measure_api(rounds: int) -> dict[str, Any]:
                     figures[f"exec_{kind}_agent_p50_s"] = p50(agent)
                     figures[f"exec_{kind}_api_minus_agent_p50_s"] = p50(api) - p50(agent)
                     figures[f"ratio_exec_{kind}_api_over_round_trip"] = p50(api) / p50(pings)
+                figures.update(await host_cpu(daemon, hostname, client, rounds))
                 describe = api_describe(daemon, hostname)
                 await deferToThread(describe)
                 figures["describe_api_p50_s"] = p50([await deferToThread(describe) for _ in range(rounds)])
@@ -263,6 +299,7 @@ def main() -> None:
     parser.add_argument("--image", action="append", default=[], help="LABEL=IMAGE_DIR (repeatable)")
     parser.add_argument("--bash-static", help="Debian's bash-static binary, also measured when given")
     parser.add_argument("--api", action="store_true", help="also through the daemon's API, beside a bare guest")
+    parser.add_argument("--api-only", action="store_true", help="only the API part")
     parser.add_argument("--baseline", metavar="GIT_REF",
                         help="also time the agent's work in the guest with vmservice/guest/execution.py of GIT_REF")
     parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
@@ -280,8 +317,9 @@ def main() -> None:
                 baseline = subprocess.run(["git", "show", f"{options.baseline}:vmservice/guest/execution.py"],
                                           check=True, capture_output=True).stdout
                 outcome["baseline"] = options.baseline
-            outcome["images"] = await measure(images, options.rounds, options.bash_static, baseline)
-            if options.api:
+            if not options.api_only:
+                outcome["images"] = await measure(images, options.rounds, options.bash_static, baseline)
+            if options.api or options.api_only:
                 outcome["api"] = await measure_api(options.rounds)
 
         d = Deferred.fromCoroutine(go())

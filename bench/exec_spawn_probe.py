@@ -94,6 +94,30 @@ def baseline_module():
     return module
 
 
+def steps_against(baseline, block=100):
+    """
+    The header and ``prepare`` steps of the default exec (``true``, default
+    shell, root) with the guest's code and with ``baseline``'s, in turn, in
+    blocks of ``block`` calls timed together (a guest whose clock fell back
+    to jiffies counts in 4 ms steps): median microseconds per call.
+    """
+    header = {"cmd": "true"}
+    modules = {"this": execution, "baseline": baseline}
+    samples = {f"{step}_{label}": [] for step in ("header", "prepare") for label in modules}
+    for _ in range(ROUNDS):
+        for label, module in modules.items():
+            t0 = time.perf_counter()
+            for _ in range(block):
+                spec = module.ExecSpec.from_header(header)
+            t1 = time.perf_counter()
+            for _ in range(block):
+                module.prepare(spec)
+            t2 = time.perf_counter()
+            samples[f"header_{label}"].append((t1 - t0) / block)
+            samples[f"prepare_{label}"].append((t2 - t1) / block)
+    return {name: round(median(values) * 1e6, 1) for name, values in samples.items()}
+
+
 def in_process_agent(module=execution):
     """
     A function running one exec through the agent's own Session and
@@ -197,6 +221,8 @@ def main():
         # As the agent runs the default shell: the static bash with argv[0] /bin/bash.
         result["process_s"]["/bin/bash-static as /bin/bash -c true"] = process_cost(
             ["/bin/bash", "-c", "true"], "/bin/bash-static")
+    if baseline is not None:
+        result["steps_vs_baseline_us"] = steps_against(baseline)
     print(json.dumps(result))
 
 
