@@ -3,7 +3,7 @@
 Admission against real guests: a create beyond the memory budget is refused
 (503 ``insufficient_memory``) and leaves nothing (no record, directory, QEMU);
 a fork that does not fit is refused likewise before its parent is touched; a suspend gives the memory
-back and a restore that no longer fits is refused; ``max_nodes`` refuses creates and forks with 409; eight creates
+back and a restore or relaunch that no longer fits is refused; ``max_nodes`` refuses creates and forks with 409; eight creates
 at once with a boot concurrency of 2 all succeed, never more than two booting
 at once, the others queued in ``/metrics``; a create that waits for a boot slot
 past its timeout is 408 and leaves nothing.
@@ -68,7 +68,8 @@ class BudgetTests(SharedDaemonTestCase):
         """
         Two nodes fit; a third create, and a fork, are 503 insufficient_memory with nothing made (listing,
         node directories, QEMU processes; the fork's parent runs on); /metrics shows the budget and its use; once one node is suspended
-        (its memory given back) the same create succeeds, and a restore of the suspended one is refused.
+        (its memory given back) the same create succeeds, and a restore or relaunch of the suspended one is
+        refused, leaving it suspended with its snapshot: it restores once the third node is gone.
         """
         self.addCleanup(self.delete_all)
         first = self.daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=5m", {}, expect=201)
@@ -98,6 +99,16 @@ class BudgetTests(SharedDaemonTestCase):
         status, _, body = self.daemon.request("POST", f"/vm/{first['hostname']}/restore")
         self.assertEqual((status, json.loads(body)["code"]), (503, "insufficient_memory"))
         self.assertEqual(self.daemon.nodes()[first["hostname"]]["status"], "Suspended")
+        # A relaunch (a cold boot of its disk, discarding the snapshot) does not fit either; the node keeps
+        # its snapshot and restores once the memory is there again.
+        pids = sorted(self.daemon.vm_pids())
+        status, _, body = self.daemon.request("POST", f"/vm/{first['hostname']}/relaunch?wait=agent&timeout=5m")
+        self.assertEqual((status, json.loads(body)["code"]), (503, "insufficient_memory"), body)
+        self.assertEqual(self.daemon.nodes()[first["hostname"]]["status"], "Suspended")
+        self.assertEqual(sorted(self.daemon.vm_pids()), pids)
+        self.daemon.json("DELETE", f"/hostgroup/demo/nodes/{third['hostname']}")
+        self.daemon.post(f"/vm/{first['hostname']}/restore?wait=agent&timeout=5m")
+        self.assertEqual(self.daemon.run(first["hostname"], "echo back"), (0, "back\n"))
 
     def test_max_nodes(self) -> None:
         """A group at its max_nodes refuses another create, and a fork, with 409 max_nodes_reached and makes nothing."""

@@ -20,6 +20,7 @@ from twisted.internet.threads import deferToThread
 from twisted.trial.unittest import TestCase
 
 from tests.guest.test_agent import temp_dir
+from tests.integration.echo_server import echo_server
 from tests.integration.guest.test_agent import AGENT, AgentProcess
 from vmservice.agent.client import AgentClient
 from vmservice.api.app import Api
@@ -34,32 +35,6 @@ class _OneGuest:
 
     async def guest(self, hostname: str) -> AgentClient:
         return self._guest
-
-
-def _echo_server() -> socket.socket:
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-
-            def echo(conn: socket.socket = conn) -> None:
-                with conn:
-                    while True:
-                        data = conn.recv(65536)
-                        if not data:
-                            return
-                        conn.sendall(data)
-
-            threading.Thread(target=echo, daemon=True).start()
-
-    threading.Thread(target=serve, daemon=True).start()
-    return server
 
 
 def _tunnel_echo(port: int, upstream: str, payload: bytes) -> bool:
@@ -112,7 +87,7 @@ class ForwardThroughAgentProcessTests(TestCase):
         site = StreamingSite(api.resource(), api.streams_body)
         port = global_reactor.listenTCP(0, site, interface="127.0.0.1")  # type: ignore[attr-defined]
         self.addCleanup(port.stopListening)
-        server = _echo_server()
+        server = echo_server()
         self.addCleanup(server.close)
         upstream = f"127.0.0.1:{server.getsockname()[1]}"
         calls: list[Deferred[Any]] = [

@@ -120,24 +120,23 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _positive_int(text: str) -> int:
+def _whole(text: str, low: int, high: int | None, bounds: str) -> int:
+    """A decimal integer from ``low`` to ``high`` (no upper bound: ``None``); ``bounds`` says them."""
     try:
         value = int(text, 10)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    if value < low or (high is not None and value > high):
+        raise argparse.ArgumentTypeError(f"{bounds}: {text!r}")
     return value
+
+
+def _positive_int(text: str) -> int:
+    return _whole(text, 1, None, "must be positive")
 
 
 def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
-    return value
+    return _whole(text, 0, None, "must not be negative")
 
 
 def _size(text: str) -> int:
@@ -162,13 +161,7 @@ def _duration(text: str) -> str:
 
 
 def _uint32(text: str) -> int:
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 0 <= value <= 0xFFFFFFFF:
-        raise argparse.ArgumentTypeError(f"must be 0 to 4294967295: {text!r}")
-    return value
+    return _whole(text, 0, 0xFFFFFFFF, "must be 0 to 4294967295")
 
 
 def _mode(text: str) -> str:

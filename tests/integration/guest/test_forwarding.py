@@ -16,6 +16,7 @@ from typing import Any, Callable
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.guest.session import GuestSessionMixin
+from tests.integration.echo_server import echo_server
 from vmservice.guest import forwarding
 from vmservice.guest.agent import AgentContext
 from vmservice.wire.events import Data, HalfClose, Open, Reset
@@ -225,31 +226,8 @@ class ParallelTests(GuestSessionMixin, SynchronousTestCase):
         self.handshake()
 
     def test_many_echo(self) -> None:
-        import threading
-
-        server = socket.socket()
+        server = echo_server()
         self.addCleanup(server.close)
-        server.bind(("127.0.0.1", 0))
-        server.listen(64)
-
-        def serve() -> None:
-            while True:
-                try:
-                    conn, _ = server.accept()
-                except OSError:
-                    return
-
-                def echo(conn: socket.socket = conn) -> None:
-                    with conn:
-                        while True:
-                            data = conn.recv(65536)
-                            if not data:
-                                return
-                            conn.sendall(data)
-
-                threading.Thread(target=echo, daemon=True).start()
-
-        threading.Thread(target=serve, daemon=True).start()
         port = server.getsockname()[1]
         payloads = {}
         received: dict[int, bytearray] = {}
