@@ -34,6 +34,13 @@ Channel benchmark (exec and raw-channel parts): in one run, side by side,
   with busybox ``dd`` on a virtio-serial port at each end, 1 MiB blocks), and
   cp's MB/s as a ratio of the ceiling of its direction (target >= 0.8).
 
+``--parts cp`` measures cp alone beside the channel's ceilings and the node's
+disk (``dd`` with ``O_DIRECT`` in the guest), ``--rounds`` rounds of each in
+turn, and keeps each round's ratios: MB/s over the ceiling, MB per CPU second
+of the node's QEMU over the ceiling's (the work per byte, which the load does
+not change), and both over the pipeline limit ``1 / (1/channel + 1/disk)``
+(``cp_vs_ceilings`` in the results).
+
 Writes samples, p50/p95 and the ratios ``exec_api_p50 / raw_round_trip_p50``
 with ``/bin/bash`` and without a shell (``shell=``; target <= 3) to ``bench/results/channel.json`` (merged into what is there).
 ``--parts watch`` measures the watch latency alone (one node, no bare guest,
@@ -41,7 +48,7 @@ no copies) and merges only that into the file; ``--parts background`` the
 same for the background exec logs beside their cp download.
 
     .venv/bin/python bench/channel.py [--rounds 30] [--echo-mib 32] [--cp-mib 1024] [--bg-mib 64]
-                                      [--watch-writes 50] [--parts all|watch|background]
+                                      [--watch-writes 50] [--parts all|watch|background|cp]
 """
 
 from __future__ import annotations
@@ -500,6 +507,119 @@ async def measure_part(options: argparse.Namespace) -> dict[str, Any]:
     return {"watch" if options.parts == "watch" else "background_logs": part}
 
 
+def measure_node_disk(daemon: Daemon, mib: int) -> dict[str, Any]:
+    """
+    What the node's disk takes and gives with C tools in the guest (``dd``
+    with ``O_DIRECT``, 1 MiB blocks, ``mib`` MiB, then ``sync``), MB/s each
+    way and the node's QEMU's CPU seconds: a cp cannot go faster than its
+    file's disk (blocking; run on a thread).
+    """
+    from urllib.parse import urlencode
+
+    qemu = _node_qemu(daemon)
+
+    def timed(command: str) -> tuple[float, float]:
+        script = f"s=$(date +%s%N); {command}; e=$(date +%s%N); echo $((e - s))"
+        cpu = cpu_seconds(qemu)
+        status, _, body = daemon.request("POST", "/vm/demo-1/exec?" + urlencode({"cmd": script, "buffered": "true"}),
+                                         timeout=600)
+        reply = json.loads(body)
+        if status != 200 or reply.get("exit_code") != 0:
+            raise RuntimeError(f"dd in the node failed: {status} {body!r}")
+        return int(reply["stdout"].split()[-1]) / 1e9, cpu_seconds(qemu) - cpu
+
+    size = mib << 20
+    write, write_cpu = timed(f"dd if=/dev/zero of=/root/disk.bin bs=1M count={mib} oflag=direct 2>/dev/null && sync")
+    read, read_cpu = timed("echo 3 > /proc/sys/vm/drop_caches; dd if=/root/disk.bin of=/dev/null bs=1M iflag=direct "
+                           "2>/dev/null")
+    daemon.request("POST", "/vm/demo-1/exec?cmd=rm+-f+/root/disk.bin")
+    return {"bytes": size, "write_mb_per_s": size / write / 1e6, "read_mb_per_s": size / read / 1e6,
+            "write_qemu_cpu_s": write_cpu, "read_qemu_cpu_s": read_cpu}
+
+
+def _round_ratios(sample: dict[str, Any]) -> dict[str, float]:
+    """
+    One round's ratios: cp over the ceiling of its direction, in MB/s and in MB
+    per CPU second of the node's QEMU (which runs the guest; under load the
+    scheduler decides the MB/s, the work per byte stays), and the same against
+    the pipeline limit ``1 / (1/channel + 1/disk)``: the guest's one vCPU and
+    QEMU's main loop serve the port and the disk both.
+    """
+    ceilings, disk, cp = sample["ceilings"], sample["node_disk"], sample["cp"]
+    mb = disk["bytes"] / 1e6
+    out: dict[str, float] = {}
+    for name, way, disk_way in (("upload", "host_to_guest", "write"), ("download", "guest_to_host", "read")):
+        channel = ceilings[way]["mb_per_s"]
+        channel_eff = ceilings["bytes"] / 1e6 / ceilings[way]["qemu_cpu_s"]
+        disk_speed = disk[f"{disk_way}_mb_per_s"]
+        disk_eff = mb / max(disk[f"{disk_way}_qemu_cpu_s"], 1e-9)
+        cp_speed = cp[f"{name}_mb_per_s"]
+        cp_eff = cp_speed / cp[f"{name}_qemu_cores"]
+        out[f"{name}_over_ceiling"] = cp_speed / channel
+        out[f"{name}_per_qemu_cpu_over_ceiling"] = cp_eff / channel_eff
+        out[f"{name}_over_pipeline_limit"] = cp_speed * (1 / channel + 1 / disk_speed)
+        out[f"{name}_per_qemu_cpu_over_pipeline_limit"] = cp_eff * (1 / channel_eff + 1 / disk_eff)
+    return out
+
+
+async def measure_cp_part(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
+    """
+    ``--parts cp``: the channel's ceilings, the node's disk and cp each way,
+    side by side in one run (``--rounds`` rounds of each in turn; the medians
+    of each round's figures and ratios, and every round, are kept).
+    """
+    daemon = Daemon(groups=[{"name": "demo", "vcpu": 1, "ram_mb": RAM >> 20, "storage_size": STORAGE}])
+    load_before = os.getloadavg()
+    rounds: list[dict[str, Any]] = []
+    try:
+        await deferToThread(daemon.start)
+        await deferToThread(daemon.json, "POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {}, expect=201)
+        floor_dir = os.path.join(workdir, "ceilings")
+        os.mkdir(floor_dir)
+        image = resolve_image(IMAGE_DIR, "default")
+        initrd = os.path.join(floor_dir, "minimal.cpio")
+        minimal_initramfs(image, initrd)
+        for _ in range(options.rounds):
+            ceilings = await deferToThread(channel_ceilings, image, floor_dir, initrd, options.ceiling_mib, 10)
+            disk = await deferToThread(measure_node_disk, daemon, options.ceiling_mib)
+            cp = await deferToThread(measure_cp, daemon, options.cp_mib << 20)
+            sample = {"ceilings": ceilings, "node_disk": disk, "cp": cp, "load_average": os.getloadavg()}
+            sample["ratios"] = _round_ratios(sample)
+            rounds.append(sample)
+    finally:
+        await deferToThread(daemon.cleanup)
+
+    def median(*path: str) -> float:
+        values = []
+        for sample in rounds:
+            value: Any = sample
+            for key in path:
+                value = value[key]
+            values.append(float(value))
+        return statistics.median(values)
+
+    return {"cp_vs_ceilings": {
+        "bytes": options.cp_mib << 20,
+        "ceiling_bytes": options.ceiling_mib << 20,
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "upload_mb_per_s": median("cp", "upload_mb_per_s"),
+        "download_mb_per_s": median("cp", "download_mb_per_s"),
+        "ceiling_host_to_guest_mb_per_s": median("ceilings", "host_to_guest", "mb_per_s"),
+        "ceiling_guest_to_host_mb_per_s": median("ceilings", "guest_to_host", "mb_per_s"),
+        "node_disk_write_mb_per_s": median("node_disk", "write_mb_per_s"),
+        "node_disk_read_mb_per_s": median("node_disk", "read_mb_per_s"),
+        "upload_qemu_cores": median("cp", "upload_qemu_cores"),
+        "download_qemu_cores": median("cp", "download_qemu_cores"),
+        "upload_daemon_cores": median("cp", "upload_daemon_cores"),
+        "download_daemon_cores": median("cp", "download_daemon_cores"),
+        **{f"ratio_cp_{key}": median("ratios", key) for key in rounds[0]["ratios"]},
+        "target_ratio_cp": 0.8,
+        "rounds": rounds,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=30)
@@ -508,7 +628,7 @@ def main() -> None:
     parser.add_argument("--ceiling-mib", type=int, default=256, help="bytes each way for the ceilings")
     parser.add_argument("--bg-mib", type=int, default=64, help="background exec log size (at most 64)")
     parser.add_argument("--watch-writes", type=int, default=50)
-    parser.add_argument("--parts", choices=("all", "watch", "background"), default="all")
+    parser.add_argument("--parts", choices=("all", "watch", "background", "cp"), default="all")
     parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "channel.json"))
     options = parser.parse_args()
     ensure_image()
@@ -517,7 +637,9 @@ def main() -> None:
 
     def run() -> Deferred[None]:
         async def go() -> None:
-            if options.parts != "all":
+            if options.parts == "cp":
+                outcome.update(await measure_cp_part(options, workdir))
+            elif options.parts != "all":
                 outcome.update(await measure_part(options))
             else:
                 outcome.update(await measure(options, workdir))
@@ -543,6 +665,9 @@ def main() -> None:
         f.write("\n")
     if options.parts == "background":
         print(json.dumps(outcome["background_logs"]))
+        return
+    if options.parts == "cp":
+        print(json.dumps({k: v for k, v in outcome["cp_vs_ceilings"].items() if k != "rounds"}))
         return
     watch = {"watch_event_p50": outcome["watch"]["watch_event_s"]["p50"],
              "watch_event_p95": outcome["watch"]["watch_event_s"]["p95"],

@@ -94,6 +94,15 @@ class CommandLineTests(SynchronousTestCase):
         self.assertIn("virtserialport,chardev=metrics,name=metrics", pairs["-device"])
         self.assertFalse(any("metrics" in word for word in qemu_command(SPEC, QemuSettings())))
 
+    def test_bulk_port(self) -> None:
+        """A bulk socket adds a virtio-serial port, ``bulk``, served on it; none without one."""
+        from attrs import evolve
+
+        pairs = _pairs(qemu_command(evolve(SPEC, bulk_socket="/s/demo-1/bulk.sock"), QemuSettings()))
+        self.assertIn("socket,id=bulk,path=/s/demo-1/bulk.sock,server=on,wait=off", pairs["-chardev"])
+        self.assertIn("virtserialport,chardev=bulk,name=bulk", pairs["-device"])
+        self.assertFalse(any("bulk" in word for word in qemu_command(SPEC, QemuSettings())))
+
     def test_kvm(self) -> None:
         """Under KVM the host CPU model is used."""
         pairs = _pairs(qemu_command(SPEC, QemuSettings(accel="kvm")))

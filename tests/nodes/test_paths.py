@@ -46,6 +46,10 @@ class NodePathsTests(SynchronousTestCase):
         self.assertEqual(paths.spec(evolve(record, metrics_channel=True), "k", "i", paths.state).metrics_socket,
                          "/s/nodes/demo-1/stats.sock")
         self.assertEqual(paths.spec(record, "k", "i").metrics_socket, "/s/nodes/demo-1/stats.sock")  # a boot
+        self.assertIsNone(spec.bulk_socket)  # a state saved without the bulk port
+        self.assertEqual(paths.spec(evolve(record, bulk_channel=True), "k", "i", paths.state).bulk_socket,
+                         "/s/nodes/demo-1/bulk.sock")
+        self.assertEqual(paths.spec(record, "k", "i").bulk_socket, "/s/nodes/demo-1/bulk.sock")  # a boot
 
     def test_spec_pci_devices(self) -> None:
         """The machine spec passes through the PCI devices of the record (none by default)."""

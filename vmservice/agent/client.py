@@ -10,6 +10,7 @@ connected raises :class:`AgentUnavailable` at once, and callers that want to wai
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Mapping, Optional, cast
 
 from twisted.internet.defer import Deferred, succeed
@@ -26,6 +27,7 @@ from ..nodes.identity import GuestIdentity, IAdoption
 from ..observer import OneShotObserver
 from ..wire import ResetCode
 from ..wire.adoption import PREPARE
+from .bulk import BULK_SOCKET, BulkChannel
 from .adoption import MAX_REPLY as MAX_ADOPT_REPLY, adoption_request, check_prepared, parse_answer
 from .errors import AgentRequestFailed, AgentUnavailable, stream_error
 from .guest import AgentGuest
@@ -100,6 +102,8 @@ class AgentClient(AgentGuest):
     ) -> None:
         self._reactor = reactor
         self.socket_path = socket_path
+        # QEMU serves the bulk port beside the agent's (vmservice/nodes/paths.py, template_build.py).
+        self._bulk = BulkChannel(reactor, os.path.join(os.path.dirname(socket_path), BULK_SOCKET))
         self._log = log if log is not None else Logger()
         self._protocol: Optional[AgentProtocol] = None
         self._ready: OneShotObserver[None] = OneShotObserver()
@@ -157,6 +161,11 @@ class AgentClient(AgentGuest):
         """
         self._ready_callbacks.append(callback)
         return lambda: self._ready_callbacks.remove(callback) if callback in self._ready_callbacks else None
+
+    @property
+    def bulk_channel(self) -> Optional[BulkChannel]:
+        """The guest's bulk port (its socket beside the agent's; copies try it only while it exists)."""
+        return self._bulk
 
     @property
     def connected(self) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from twisted.internet.defer import Deferred, fail
 from twisted.internet.interfaces import IProtocol
@@ -30,6 +30,8 @@ from ..nodes.guest_watch import IWatch, IWatchSink, WatchRequest
 from ..errors import AgentError
 from . import filesystem, provisioning
 from .background import AgentBackground
+from .bulk import BulkChannel
+from .bulkcopy import BulkDownload, BulkUpload
 from .copying import start_download, start_upload
 from .errors import AgentRequestFailed
 from .execution import start_exec
@@ -141,13 +143,28 @@ class AgentGuest(ABC):
         """Start ``request``; what happens to it goes to ``sink``."""
         return start_exec(self, request, sink)
 
+    @property
+    def bulk_channel(self) -> Optional[BulkChannel]:
+        """The guest's bulk port, if it has one (binary copies take it when it is free)."""
+        return None
+
     def upload(self, request: UploadRequest) -> IUpload:
-        """Start a copy into the guest."""
-        return start_upload(self, request)
+        """Start a copy into the guest (a binary one over the bulk port when it is free)."""
+        bulk = self.bulk_channel
+        if bulk is None or request.mode != "binary" or not bulk.available:
+            return start_upload(self, request)
+        upload = BulkUpload(self, bulk, request)
+        Deferred.fromCoroutine(upload.open()).addErrback(upload._settle)
+        return upload
 
     def download(self, request: DownloadRequest) -> IDownload:
-        """Start a copy out of the guest."""
-        return start_download(self, request)
+        """Start a copy out of the guest (a binary one over the bulk port when it is free)."""
+        bulk = self.bulk_channel
+        if bulk is None or request.mode == "tar" or not bulk.available:
+            return start_download(self, request)
+        download = BulkDownload(bulk)
+        Deferred.fromCoroutine(download.open(self, request)).addErrback(download._head_failed)
+        return download
 
     async def stat(self, path: str) -> FsEntry:
         """Describe ``path`` itself (a symlink is not followed)."""

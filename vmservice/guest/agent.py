@@ -777,6 +777,7 @@ LAZY_HANDLERS: dict[str, str] = {
     "fs": "vmservice.guest.filesystem:FsHandler",
     "cp-upload": "vmservice.guest.copying:UploadHandler",
     "cp-download": "vmservice.guest.copying:DownloadHandler",
+    "cp-upload-bulk": "vmservice.guest.copying:BulkUploadHandler",
     "background": "vmservice.guest.background:BackgroundHandler",
     "watch": "vmservice.guest.watching:WatchHandler",
     "shell": "vmservice.guest.shell:ShellHandler",

@@ -74,6 +74,14 @@ credit is given back to the host only once the thread took the bytes, and the
 thread blocks while its output waits for the host's credit, so both directions
 keep the agent's memory flat and a slow host slows the guest's reads.
 
+**Over the bulk port** (:mod:`.bulkport`): a ``cp-download`` header with
+``"bulk": TOKEN`` has a non-empty regular file sent on the ``bulk`` port
+(the head says ``"bulk": true``), and ``{"op": "cp-upload-bulk", ...,
+"bulk": TOKEN}`` (:class:`BulkUploadHandler`) takes a binary upload's body
+from it, its size from the stream; the port is one copy's at a time, and a
+copy that cannot have it uses the stream (``docs/agent-protocol.md``, "The
+bulk port").
+
 Standard library only; :mod:`tarfile` is imported on first use of a tar.
 """
 
@@ -89,10 +97,12 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Deque, Iterable, Iterator, Mapping, Optional
 
 from vmservice.guest.agent import GuestStream, StreamHandler
+from vmservice.guest.bulkport import BulkClosed, BulkPort, PortReader, Stop
 from vmservice.wire.excludes import Excludes
 from vmservice.guest.filesystem import ERROR_KINDS as FS_ERROR_KINDS
 from vmservice.guest.filesystem import FsError, error_from_os, missing_directories, resolve_path, root_home
 from vmservice.wire.errors import ResetCode
+from vmservice.wire.bulk import MAX_END, decode_upload_end, parse_token
 from vmservice.wire.payloads import encode_head
 
 if TYPE_CHECKING:
@@ -190,6 +200,7 @@ class _Bridge:
         self.received = 0
         self.finished = False
         self.failure: Optional[str] = None
+        self.code: int = ResetCode.INTERNAL_ERROR
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
 
@@ -323,11 +334,15 @@ class _Bridge:
             self._out_size += len(data)
             self._wake()
 
-    def finish(self, failure: Optional[str] = None) -> None:
-        """The worker is done (``failure`` says why it failed after output began)."""
+    def finish(self, failure: Optional[str] = None, code: int = ResetCode.INTERNAL_ERROR) -> None:
+        """
+        The worker is done (``failure`` says why it failed after output
+        began: the stream is reset with ``code``).
+        """
         with self._lock:
             self.finished = True
             self.failure = failure
+            self.code = code
             self._wake()
 
 
@@ -490,6 +505,7 @@ def write_atomically(
     gid: Optional[int] = None,
     fsync: bool = True,
     mtime: Optional[float] = None,
+    fill: Optional[Callable[[int], int]] = None,
 ) -> int:
     """
     Write ``chunks`` to a new file beside ``target``, set its owner, mode (and
@@ -498,13 +514,17 @@ def write_atomically(
 
     :param fsync: fsync the file and then its directory (binary uploads); tar
         extraction syncs once at the end instead.
+    :param fill: writes the content to the new file's descriptor and returns
+        its size, in place of ``chunks`` (the bulk port's reader).
     :return: the bytes written.
     """
     temp = _temp_name(target)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     size = 0
     try:
-        for chunk in chunks:
+        if fill is not None:
+            size = fill(fd)
+        for chunk in chunks if fill is None else ():
             _write_all(fd, chunk)
             size += len(chunk)
         if uid is not None or gid is not None:
@@ -559,6 +579,7 @@ def upload_file(
     permissions: Optional[int] = None,
     unpacked_size: Optional[int] = None,
     tidy: bool = False,
+    fill: Optional[Callable[[int], int]] = None,
 ) -> dict[str, Any]:
     """
     A binary upload (see the module docstring): the body from ``read`` becomes
@@ -567,6 +588,8 @@ def upload_file(
     :param unpacked_size: the announced size, checked against the free space
         first (:func:`check_space`).
     :param tidy: on failure, also remove the parent directories made for the file.
+    :param fill: writes the body to the new file instead of ``read`` (see
+        :func:`write_atomically`).
     :return: the reply's ``result``.
     """
     try:
@@ -585,7 +608,7 @@ def upload_file(
         uid = regular.st_uid if uid is None else uid
         gid = regular.st_gid if gid is None else gid
     try:
-        size = write_atomically(path, _body_chunks(read), mode, uid, gid)
+        size = write_atomically(path, _body_chunks(read), mode, uid, gid, fill=fill)
     except BaseException as e:
         if tidy:
             remove_made(made)
@@ -695,6 +718,7 @@ def upload_file_v1(
     gid: Optional[int] = None,
     permissions: Optional[int] = None,
     unpacked_size: Optional[int] = None,
+    fill: Optional[Callable[[int], int]] = None,
 ) -> dict[str, Any]:
     """
     A cp-v1 binary upload: the file goes where :func:`file_target` says,
@@ -704,7 +728,7 @@ def upload_file_v1(
     :return: the reply's ``result``.
     """
     target = file_target(path, name)
-    return upload_file(target, read, uid, gid, permissions, unpacked_size, tidy=True)
+    return upload_file(target, read, uid, gid, permissions, unpacked_size, tidy=True, fill=fill)
 
 
 # -- tar extraction ------------------------------------------------------------------------------
@@ -1136,6 +1160,7 @@ def download(
     write: Callable[[bytes], None],
     semantics: str = "legacy",
     excludes: Optional[Excludes] = None,
+    bulk: Optional[Callable[[dict[str, Any], str, int, int], bool]] = None,
 ) -> None:
     """
     A download (see the module docstring): the head, then the content, to
@@ -1145,6 +1170,9 @@ def download(
         ``tar`` for a directory).
     :param semantics: with ``cp-v1``, ``tar`` is for directories only.
     :param excludes: entries left out of a tar.
+    :param bulk: sends a non-empty binary file another way, given the head's
+        ``result``, the file's path, the open file and its size (``False``: it could not, and
+        the file goes to ``write`` after all).
     """
     excludes = excludes or Excludes()
     try:
@@ -1176,7 +1204,10 @@ def download(
             return
         try:
             size = status.st_size
-            write(encode_head({"ok": True, "result": {**head, "size": size or None}}))
+            result = {**head, "size": size or None}
+            if size and bulk is not None and bulk(result, path, fd, size):
+                return
+            write(encode_head({"ok": True, "result": result}))
             sent = 0
             while True:
                 want = CHUNK if not size else min(CHUNK, size - sent)
@@ -1263,11 +1294,18 @@ def _path(header: Mapping[str, Any], uid: Optional[int]) -> str:
     return resolve_path(header.get("path"), home=lambda: home_of(uid))
 
 
+class _Refused(Exception):
+    """The copy cannot take the bulk port: the stream is reset with ``REFUSED`` (the host copies without it)."""
+
+
 class _CopyHandler(StreamHandler):
     """
     Runs :meth:`work` on a thread behind a :class:`_Bridge` and moves its
     output to the stream within the host's credit; ends the stream when the
     work is done (RESET when it failed after output began).
+
+    :ivar _stop: wakes or stops a worker blocked on the bulk port (copies
+        that offer it only).
     """
 
     def __init__(self, stream: GuestStream, header: Mapping[str, Any]) -> None:
@@ -1275,6 +1313,8 @@ class _CopyHandler(StreamHandler):
         self._bridge = _Bridge()
         self._ended = False
         self._pumping = False
+        self._token = parse_token(header.get("bulk"))
+        self._stop: Optional[Stop] = Stop() if self._token is not None else None
 
     def work(self, bridge: _Bridge) -> None:
         """The copy itself, on the worker thread."""
@@ -1287,13 +1327,22 @@ class _CopyHandler(StreamHandler):
 
     def _run(self) -> None:
         failure: Optional[str] = None
+        code: int = ResetCode.INTERNAL_ERROR
         try:
             self.work(self._bridge)
         except _Cancelled:
             pass
+        except _Refused as e:
+            failure, code = str(e), ResetCode.REFUSED
+        except BulkClosed as e:
+            stop = self._stop
+            if stop is None or not stop.stopped:
+                failure = str(e)[:500]
+            elif stop.reason is not None:
+                failure, code = stop.reason, ResetCode.PROTOCOL_ERROR
         except Exception as e:
             failure = str(e)[:500] or repr(e)[:500]
-        self._bridge.finish(failure)
+        self._bridge.finish(failure, code)
 
     def data_received(self, data: bytes) -> None:
         if not self._bridge.feed(data):
@@ -1308,12 +1357,16 @@ class _CopyHandler(StreamHandler):
     def reset(self, code: int, reason: str) -> None:
         self._ended = True
         self._bridge.cancel()
+        if self._stop is not None:
+            self._stop.stop()
         if self._bridge.finished:
             self._close()
 
     def _close(self) -> None:
         self.stream.loop.watch(self._bridge.wake_r)
         self._bridge.close()
+        if self._stop is not None:
+            self._stop.close()
 
     def _woken(self) -> None:
         bridge = self._bridge
@@ -1342,7 +1395,7 @@ class _CopyHandler(StreamHandler):
                 self._ended = True
                 self._close()
                 if bridge.failure is not None:
-                    self.stream.reset(ResetCode.INTERNAL_ERROR, bridge.failure[:200])
+                    self.stream.reset(bridge.code, bridge.failure[:200])
                 else:
                     self.stream.end()
         finally:
@@ -1353,6 +1406,14 @@ class UploadHandler(_CopyHandler):
     """``{"op": "cp-upload", ...}``: see the module docstring."""
 
     def work(self, bridge: _Bridge) -> None:
+        self.respond(bridge, bridge.read, lambda: bridge.received)
+
+    def respond(self, bridge: _Bridge, read: Callable[[int], bytes], received: Callable[[], int],
+                fill: Optional[Callable[[int], int]] = None) -> None:
+        """
+        Make the copy of the body that ``read`` gives (a binary one: that
+        ``fill`` writes to the file, when given), and write the reply.
+        """
         header = self.header
         try:
             mode = _mode(header)
@@ -1368,21 +1429,74 @@ class UploadHandler(_CopyHandler):
             if semantics == "cp-v1":
                 name = source_name(header.get("source_name"))
                 if mode == "binary":
-                    result = upload_file_v1(path, name, bridge.read, uid, gid, permissions, unpacked)
+                    result = upload_file_v1(path, name, read, uid, gid, permissions, unpacked, fill)
                 else:
-                    result = upload_tar_v1(path, name, header.get("copy_contents") is True, bridge.read, uid, gid,
+                    result = upload_tar_v1(path, name, header.get("copy_contents") is True, read, uid, gid,
                                            permissions, excludes, unpacked)
             elif mode == "binary":
-                result = upload_file(path, bridge.read, uid, gid, permissions, unpacked)
+                result = upload_file(path, read, uid, gid, permissions, unpacked, fill=fill)
             else:
-                result = upload_tar(path, bridge.read, uid, gid, permissions, excludes, unpacked)
-            result["size"] = bridge.received
+                result = upload_tar(path, read, uid, gid, permissions, excludes, unpacked)
+            result["size"] = received()
             reply: dict[str, Any] = {"ok": True, "result": result}
         except FsError as e:
             reply = error_reply(e)
         except OSError as e:
             reply = error_reply(os_error(e, getattr(e, "filename", None) or str(header.get("path"))))
         bridge.write(json.dumps(reply, separators=(",", ":")).encode("utf-8"))
+
+
+class BulkUploadHandler(UploadHandler):
+    """
+    ``{"op": "cp-upload-bulk", ..., "bulk": TOKEN}``: a binary upload whose
+    body comes on the bulk port (``docs/agent-protocol.md``).  The agent
+    answers a head ``{"ok": true, "bulk": true}`` once it holds the port (or
+    resets the stream with ``REFUSED``: the host then sends a ``cp-upload``),
+    reads the token and the body from the port, and learns the body's size
+    from the stream (``{"size": N}`` and HALF_CLOSE); then the reply as for
+    ``cp-upload``.
+    """
+
+    def __init__(self, stream: GuestStream, header: Mapping[str, Any]) -> None:
+        super().__init__(stream, header)
+        self._end = b""
+        self._reader: Optional[PortReader] = None
+        self._total: Optional[int] = None
+
+    def work(self, bridge: _Bridge) -> None:
+        token, stop = self._token, self._stop
+        if token is None or stop is None:
+            raise _Refused("a bulk upload needs a token")
+        port = BulkPort.claim(stop)
+        if port is None:
+            raise _Refused("the bulk port is busy or missing")
+        try:
+            bridge.write(encode_head({"ok": True, "bulk": True}))
+            reader = PortReader(port, port.expect(token))
+            self._reader = reader
+            reader.total = self._total
+            self.respond(bridge, reader.read, lambda: reader.received, reader.fill)
+        finally:
+            port.release()
+
+    def data_received(self, data: bytes) -> None:
+        self.stream.consumed(len(data))
+        self._end += data
+        if len(self._end) > MAX_END and self._stop is not None:
+            self._stop.stop("the end of a bulk upload is too long")
+
+    def half_closed(self) -> None:
+        if self._stop is None or self._stop.stopped:
+            return
+        try:
+            total = decode_upload_end(self._end)
+        except ValueError as e:
+            self._stop.stop(f"bad end of a bulk upload: {e}")
+            return
+        self._total = total
+        if self._reader is not None:
+            self._reader.total = total
+        self._stop.wake()
 
 
 class DownloadHandler(_CopyHandler):
@@ -1398,7 +1512,29 @@ class DownloadHandler(_CopyHandler):
         except FsError as e:
             bridge.write(encode_head(error_reply(e)))
             return
-        download(path, mode, bridge.write, semantics, excludes)
+        bulk = self._send_bulk if self._token is not None else None
+        download(path, mode, bridge.write, semantics, excludes, bulk)
+
+    def _send_bulk(self, head: dict[str, Any], path: str, fd: int, size: int) -> bool:
+        """
+        Send file ``fd`` on the bulk port, with ``head`` first on the stream;
+        ``False`` when the port is busy or missing (nothing was written).
+        """
+        token, stop = self._token, self._stop
+        assert token is not None and stop is not None
+        port = BulkPort.claim(stop)
+        if port is None:
+            return False
+        try:
+            self._bridge.write(encode_head({"ok": True, "result": {**head, "bulk": True}}))
+            port.expect(token)
+            port.write_all(token)
+            sent = port.send_file(path, fd, size)
+        finally:
+            port.release()
+        if sent != size:
+            raise CopyFailed(f"the file shrank from {size} to {sent} bytes while it was read")
+        return True
 
 
 __all__ = [
@@ -1409,6 +1545,7 @@ __all__ = [
     "SEMANTICS",
     "SPACE_MARGIN",
     "SPACE_SHARE",
+    "BulkUploadHandler",
     "CopyFailed",
     "DownloadHandler",
     "UploadHandler",

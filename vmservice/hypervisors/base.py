@@ -77,6 +77,7 @@ class MachineSpec:
     :ivar net: its network interface, or ``None`` for none.
     :ivar pci_devices: host PCI devices passed through with VFIO (full addresses).
     :ivar metrics_socket: UNIX socket path the metrics channel is served on, or ``None`` for none.
+    :ivar bulk_socket: UNIX socket path the bulk port (copies' bytes) is served on, or ``None`` for none.
     :ivar memory: its memory backend, or ``None`` for QEMU's plain ``-m``.
     :ivar defer_incoming: start waiting for a device state to load
         (:meth:`IMachine.load_device_state`) instead of booting.
@@ -101,6 +102,7 @@ class MachineSpec:
     net: NetSpec | None = None
     pci_devices: tuple[str, ...] = ()
     metrics_socket: str | None = None
+    bulk_socket: str | None = None
     memory: RamBacking | None = None
     defer_incoming: bool = False
     loose_nic: str | None = None

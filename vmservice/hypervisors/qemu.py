@@ -210,6 +210,7 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
         "-chardev", f"socket,id=agent,path={spec.agent_socket},server=on,wait=off",
         "-device", "virtserialport,chardev=agent,name=agent",
         *_metrics_args(spec.metrics_socket),
+        *_bulk_args(spec.bulk_socket),
         "-chardev", f"file,id=console,path={spec.console_log}",
         "-serial", "chardev:console",
         "-qmp", qmp_address(spec.qmp_socket),
@@ -241,6 +242,16 @@ def _memory_args(memory: RamBacking | None, ram_bytes: int) -> list[str]:
         return ["-object", f"memory-backend-ram,id={RAM_BACKEND_ID},{size}"]
     share = "on" if memory.shared else "off"
     return ["-object", f"memory-backend-file,id={RAM_BACKEND_ID},{size},mem-path={memory.path},share={share}"]
+
+
+def _bulk_args(socket: str | None) -> list[str]:
+    """The bulk port: a third virtio-serial port, ``bulk``, that carries copies' bytes without frames."""
+    if socket is None:
+        return []
+    return [
+        "-chardev", f"socket,id=bulk,path={socket},server=on,wait=off",
+        "-device", "virtserialport,chardev=bulk,name=bulk",
+    ]
 
 
 def _metrics_args(socket: str | None) -> list[str]:

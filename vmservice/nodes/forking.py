@@ -233,6 +233,7 @@ class Forking:
             ip=str(lease.ip) if lease is not None else "",
             image=parent.record.image,
             metrics_channel=parent.record.metrics_channel,
+            bulk_channel=parent.record.bulk_channel,
             frozen_disk=parent.record.frozen_disk,
             clone_memory=parent.record.clone_memory,
             forked_disks=parent.record.forked_disks,

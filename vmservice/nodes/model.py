@@ -87,6 +87,8 @@ class NodeRecord:
         (full addresses), held for it until it is removed.
     :ivar metrics_channel: whether its VM was started with the metrics
         channel (a restore must give it the same devices as the saved state).
+    :ivar bulk_channel: whether its VM was started with the bulk port
+        (copies' bytes; likewise for a restore).
     :ivar frozen_disk: the frozen disk of the template it was cloned from,
         which its own disk is an overlay over (kept while a record names it);
         empty for a node whose disk lies over its image's root file system.
@@ -124,6 +126,7 @@ class NodeRecord:
     image: str = ""
     pci_devices: tuple[str, ...] = ()
     metrics_channel: bool = False
+    bulk_channel: bool = False
     frozen_disk: str = ""
     clone_memory: bool = False
     forked_disks: tuple[str, ...] = ()

@@ -32,6 +32,7 @@ class NodePaths:
     :ivar qemu_log: what QEMU writes on stderr.
     :ivar agent: the agent channel's UNIX socket.
     :ivar metrics: the metrics channel's UNIX socket.
+    :ivar bulk: the bulk port's UNIX socket (copies' bytes).
     :ivar qmp: the QMP monitor's UNIX socket.
     :ivar state: its snapshot (memory and device state) while suspended.
     :ivar userdata: its userdata script (mode 0600), when it has one.
@@ -46,6 +47,7 @@ class NodePaths:
     state: str
     userdata: str
     metrics: str
+    bulk: str
 
     @property
     def partial_state(self) -> str:
@@ -89,8 +91,9 @@ class NodePaths:
             state=os.path.join(directory, "state.bin"),
             userdata=os.path.join(directory, "userdata.sh"),
             metrics=os.path.join(directory, "stats.sock"),
+            bulk=os.path.join(directory, "bulk.sock"),
         )
-        if max(len(paths.agent), len(paths.qmp), len(paths.metrics)) > MAX_SOCKET_PATH:
+        if max(len(paths.agent), len(paths.qmp), len(paths.metrics), len(paths.bulk)) > MAX_SOCKET_PATH:
             state_dir = os.path.dirname(os.path.dirname(directory))
             raise Internal(
                 f"state_dir {state_dir!r} is too long for UNIX socket paths", code="state_dir_too_long"
@@ -128,6 +131,7 @@ class NodePaths:
             # A saved state holds the devices it was taken with: one saved before the metrics
             # channel existed is restored without it.
             metrics_socket=self.metrics if incoming is None or record.metrics_channel else None,
+            bulk_socket=self.bulk if incoming is None or record.bulk_channel else None,
             # A clone's snapshot names the template's memory block: restored under the same name.
             memory=RamBacking(None) if incoming is not None and record.clone_memory else None,
         )

@@ -183,7 +183,7 @@ class NodeRuntime:
         self.own(machine)
         self.record = evolve(
             self.record, pid=machine.pid, kernel=kernel, initrd=initrd, hypervisor=driver.description,
-            metrics_channel=spec.metrics_socket is not None,
+            metrics_channel=spec.metrics_socket is not None, bulk_channel=spec.bulk_socket is not None,
         )
         return machine
 

@@ -107,6 +107,7 @@ class TemplateBuilder:
             qmp_socket=os.path.join(directory, "qmp.sock"),
             console_log=os.path.join(directory, "console.log"),
             metrics_socket=os.path.join(directory, "stats.sock"),
+            bulk_socket=os.path.join(directory, "bulk.sock"),
             memory=RamBacking(template.ram_file, shared=True),
             loose_nic=TEMPLATE_MAC if key.network else None,
             aslr=key.aslr,

@@ -1,0 +1,208 @@
+# -*- test-case-name: tests.agent.test_bulk -*-
+"""
+The host's end of copies over the bulk port (:mod:`vmservice.agent.bulk`,
+:mod:`vmservice.agent.bulkcopy`) with a memory reactor, string transports for
+the port's socket and fake streams: the token, content after the guest's
+echo of it, the upload's end, the fall-backs (busy, refused, an older agent,
+an older head) and a port lost mid-download.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any, Optional
+
+from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.python.failure import Failure
+from twisted.trial.unittest import SynchronousTestCase
+
+from tests.agent.fakes import FakeExecAgent
+from vmservice.agent.bulk import BulkChannel, BulkLink
+from vmservice.agent.bulkcopy import BulkDownload, BulkUpload
+from vmservice.agent.stream import StreamReset
+from vmservice.errors import AgentError, GuestErrorKind
+from vmservice.nodes.guest_files import DownloadRequest, UploadRequest, UploadResult
+from vmservice.wire import ResetCode
+from vmservice.wire.bulk import decode_upload_end
+from vmservice.wire.payloads import encode_head
+
+
+class _BulkAgent(FakeExecAgent):
+    def __init__(self, channel: BulkChannel) -> None:
+        super().__init__()
+        self._channel = channel
+
+    @property
+    def bulk_channel(self) -> Optional[BulkChannel]:
+        return self._channel
+
+
+class _Case(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.reactor = MemoryReactorClock()
+        directory = tempfile.mkdtemp(prefix="vms-bulk-", dir="/tmp")
+        self.path = os.path.join(directory, "bulk.sock")
+        open(self.path, "w").close()  # stands in for QEMU's socket: the channel looks for it
+        self.addCleanup(os.rmdir, directory)
+        self.addCleanup(os.unlink, self.path)
+        self.channel = BulkChannel(self.reactor, self.path)
+        self.agent = _BulkAgent(self.channel)
+
+    def connect(self) -> tuple[BulkLink, StringTransport]:
+        """Complete the newest connection to the port's socket."""
+        factory = self.reactor.unixClients[-1][1]
+        protocol = factory.buildProtocol(None)
+        transport = StringTransport()
+        protocol.makeConnection(transport)
+        return protocol._wrappedProtocol, transport
+
+
+class DownloadTests(_Case):
+    def test_content_over_the_port(self) -> None:
+        """The head says bulk: the token goes out, what follows the guest's echo of it is the content."""
+        download = self.agent.download(DownloadRequest(path="/f"))
+        self.assertIsInstance(download, BulkDownload)
+        link, transport = self.connect()
+        stream = self.agent.streams[-1]
+        self.assertEqual(stream.header, {"op": "cp-download", "path": "/f", "mode": "binary",
+                                         "bulk": link.token.hex()})
+        self.assertTrue(stream.half_closed)
+        stream.deliver(encode_head({"ok": True, "result": {"type": "file", "name": "f", "mode": 0o644,
+                                                           "size": 6, "bulk": True}}))
+        self.assertEqual(self.successResultOf(download.head).size, 6)
+        self.assertEqual(transport.value(), link.token)
+        got: list[bytes] = []
+        download.deliver_to(got.append)
+        link.dataReceived(b"stale" + link.token + b"abc")
+        stream.end()
+        self.assertNoResult(download.done)
+        link.dataReceived(b"def")
+        self.successResultOf(download.done)
+        self.assertEqual(b"".join(got), b"abcdef")
+        self.assertTrue(transport.disconnecting)
+
+    def test_older_agent(self) -> None:
+        """A head without bulk: the link is dropped, the content comes on the stream."""
+        download = self.agent.download(DownloadRequest(path="/f"))
+        link, transport = self.connect()
+        stream = self.agent.streams[-1]
+        stream.deliver(encode_head({"ok": True, "result": {"type": "file", "name": "f", "mode": 0o644, "size": 2}}),
+                       b"hi")
+        self.assertTrue(transport.disconnecting)
+        got: list[bytes] = []
+        download.deliver_to(got.append)
+        stream.end()
+        self.successResultOf(download.done)
+        self.assertEqual(got, [b"hi"])
+
+    def test_port_lost(self) -> None:
+        """The port closing before the content is whole interrupts the copy and resets the stream."""
+        download = self.agent.download(DownloadRequest(path="/f"))
+        link, transport = self.connect()
+        stream = self.agent.streams[-1]
+        stream.deliver(encode_head({"ok": True, "result": {"type": "file", "name": "f", "mode": 0o644,
+                                                           "size": 10, "bulk": True}}))
+        download.deliver_to(lambda data: None)
+        link.dataReceived(link.token + b"abc")
+        link.connectionLost(Failure(ConnectionError()))
+        self.assertEqual(self.failureResultOf(download.done, AgentError).value.kind, GuestErrorKind.INTERRUPTED)
+        self.assertEqual(stream.aborted[0], ResetCode.CANCEL)
+        self.assertFalse(self.channel.busy)
+
+    def test_busy(self) -> None:
+        """While a copy holds the port, others take their streams."""
+        self.agent.download(DownloadRequest(path="/a"))
+        self.connect()
+        other = self.agent.download(DownloadRequest(path="/b"))
+        self.assertNotIsInstance(other, BulkDownload)
+        self.assertNotIn("bulk", self.agent.streams[-1].header)
+
+    def test_back_pressure(self) -> None:
+        """A paused consumer pauses the port's socket."""
+        download = self.agent.download(DownloadRequest(path="/f"))
+        link, transport = self.connect()
+        self.agent.streams[-1].deliver(encode_head({"ok": True, "result": {
+            "type": "file", "name": "f", "mode": 0o644, "size": 10, "bulk": True}}))
+        download.deliver_to(lambda data: None)
+        download.pauseProducing()
+        self.assertEqual(transport.producerState, "paused")
+        download.resumeProducing()
+        self.assertEqual(transport.producerState, "producing")
+
+
+class UploadTests(_Case):
+    def start(self) -> tuple[Any, BulkLink, StringTransport, Any]:
+        upload = self.agent.upload(UploadRequest(path="/f"))
+        self.assertIsInstance(upload, BulkUpload)
+        link, transport = self.connect()
+        return upload, link, transport, self.agent.streams[-1]
+
+    def test_body_over_the_port(self) -> None:
+        """Held until the guest's head, then token and body on the port, the size and HALF_CLOSE on the stream."""
+        upload, link, transport, stream = self.start()
+        self.assertEqual(stream.header["op"], "cp-upload-bulk")
+        self.assertEqual(stream.header["bulk"], link.token.hex())
+        upload.write(b"abc")
+        self.assertEqual(transport.value(), b"")
+        stream.deliver(encode_head({"ok": True, "bulk": True}))
+        upload.write(b"de")
+        upload.end()
+        self.assertEqual(transport.value(), link.token + b"abcde")
+        self.assertEqual(decode_upload_end(bytes(stream.written)), 5)
+        self.assertTrue(stream.half_closed)
+        stream.deliver(json.dumps({"ok": True, "result": {"path": "/f", "size": 5}}).encode())
+        stream.end()
+        self.assertEqual(self.successResultOf(upload.result), UploadResult(path="/f", size=5))
+        self.assertTrue(transport.disconnecting)
+
+    def test_refused(self) -> None:
+        """REFUSED before the head (the guest's port is busy): the body goes on a cp-upload stream."""
+        upload, link, transport, stream = self.start()
+        upload.write(b"abc")
+        stream.end(Failure(StreamReset(ResetCode.REFUSED, "busy")))
+        fallback = self.agent.streams[-1]
+        self.assertEqual(fallback.header["op"], "cp-upload")
+        upload.write(b"d")
+        upload.end()
+        self.assertEqual((bytes(fallback.written), fallback.half_closed), (b"abcd", True))
+        self.assertTrue(self.channel.supported)
+        fallback.deliver(json.dumps({"ok": True, "result": {"path": "/f", "size": 4}}).encode())
+        fallback.end()
+        self.assertEqual(self.successResultOf(upload.result).size, 4)
+
+    def test_older_agent(self) -> None:
+        """UNKNOWN_OP: fall back, and try the port no more."""
+        upload, link, transport, stream = self.start()
+        stream.end(Failure(StreamReset(ResetCode.UNKNOWN_OP, "unknown op")))
+        self.assertEqual(self.agent.streams[-1].header["op"], "cp-upload")
+        self.assertFalse(self.channel.supported)
+        self.assertNotIsInstance(self.agent.upload(UploadRequest(path="/g")), BulkUpload)
+
+    def test_error_reply(self) -> None:
+        """The guest's error reply fails the result."""
+        upload, link, transport, stream = self.start()
+        stream.deliver(encode_head({"ok": True, "bulk": True}),
+                       json.dumps({"ok": False, "error": "is_a_directory", "message": "/f"}).encode())
+        stream.end()
+        self.failureResultOf(upload.result, AgentError)
+        self.assertTrue(transport.disconnecting)
+
+    def test_abort(self) -> None:
+        """Abort resets the stream and drops the link."""
+        upload, link, transport, stream = self.start()
+        stream.deliver(encode_head({"ok": True, "bulk": True}))
+        upload.abort()
+        self.assertEqual(stream.aborted[0], ResetCode.CANCEL)
+        self.assertTrue(transport.disconnecting)
+        self.failureResultOf(upload.result, AgentError)
+
+    def test_no_socket(self) -> None:
+        """Without the port's socket, copies take their streams."""
+        os.unlink(self.path)
+        open(self.path + ".x", "w").close()
+        self.addCleanup(os.unlink, self.path + ".x")
+        self.addCleanup(lambda: open(self.path, "w").close())
+        self.assertNotIsInstance(self.agent.upload(UploadRequest(path="/f")), BulkUpload)
+        self.assertNotIsInstance(self.agent.download(DownloadRequest(path="/f")), BulkDownload)

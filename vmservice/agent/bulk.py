@@ -1,0 +1,167 @@
+# -*- test-case-name: tests.agent.test_bulk -*-
+"""
+The host's end of a guest's bulk port: the virtio-serial port ``bulk`` that
+carries one copy's file bytes at a time without frames
+(``docs/agent-protocol.md``, "The bulk port").
+
+:class:`BulkChannel` is one node's port (QEMU's server socket for it): a copy
+:meth:`~BulkChannel.connect`\\ s for itself and gets a :class:`BulkLink`, or
+``None`` when the node has no such port, another copy holds it, or its agent
+is too old to serve it (then the copy takes its multiplexed stream).  The
+link is the copy's: it writes the transfer's token first, then (an upload)
+the body, or (a download) hunts for the guest's echo of the token and passes
+what follows on to the copy.  Closing the link frees the channel.
+
+Flow control is the socket's: a paused link stops reading, QEMU stops
+filling the guest's port and the guest's ``sendfile`` waits; an upload's
+producer is paused while the socket's buffer is full.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Optional
+
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import UNIXClientEndpoint
+from twisted.internet.interfaces import IReactorTime, IReactorUNIX, ITransport
+from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from ..wire.bulk import TokenHunt, new_token
+
+log = Logger()
+
+#: The port's socket's name, in the directory of the agent's.
+BULK_SOCKET = "bulk.sock"
+#: Seconds a connection to the port's socket may take.
+CONNECT_TIMEOUT = 2.0
+#: Bytes a link holds for a copy that has no writer yet before it stops reading.
+PENDING_HIGH_WATER = 1024 * 1024
+
+
+class BulkChannel:
+    """
+    One node's bulk port, one copy at a time.
+
+    :ivar socket_path: QEMU's server socket for the port.
+    :ivar supported: ``False`` once the agent refused a bulk copy as an
+        operation it does not know (an older agent): no more are tried.
+    """
+
+    def __init__(self, reactor: IReactorUNIX, socket_path: str) -> None:
+        self._reactor = reactor
+        self.socket_path = socket_path
+        self.supported = True
+        self.busy = False
+
+    @property
+    def available(self) -> bool:
+        """Whether a copy may try the port now."""
+        return self.supported and not self.busy and os.path.exists(self.socket_path)
+
+    async def connect(self) -> Optional["BulkLink"]:
+        """A link for one copy, or ``None`` (no port, busy, or no connection)."""
+        if not self.available:
+            return None
+        self.busy = True
+        link = BulkLink(self)
+        endpoint = UNIXClientEndpoint(self._reactor, self.socket_path, timeout=CONNECT_TIMEOUT)
+        factory = Factory.forProtocol(lambda: link)
+        factory.noisy = False
+        try:
+            await endpoint.connect(factory)
+        except Exception as e:
+            self.busy = False
+            log.warn("cannot connect to the bulk port {path}: {error}", path=self.socket_path, error=str(e))
+            return None
+        return link
+
+
+class BulkLink(Protocol):
+    """
+    One copy's connection to the bulk port.
+
+    :ivar token: the transfer's token (named in the copy's OPEN header as hex).
+    :ivar lost: fires (with ``None``) once the connection is gone.
+    """
+
+    transport: ITransport
+
+    def __init__(self, channel: BulkChannel) -> None:
+        self._channel = channel
+        self.token = new_token()
+        self._hunt = TokenHunt(self.token)
+        self._sink: Optional[Callable[[bytes], None]] = None
+        self._pending: list[bytes] = []
+        self._pending_size = 0
+        self._paused = False
+        self._connected = False
+        self.lost: Deferred[None] = Deferred()
+
+    def connectionMade(self) -> None:
+        self._connected = True
+
+    def start(self, sink: Optional[Callable[[bytes], None]] = None) -> None:
+        """
+        Send the token (the guest waits for it before it reads or writes);
+        with ``sink``, the bytes after the guest's echo of it go there.
+        """
+        if sink is not None:
+            self._sink = sink
+            pending, self._pending, self._pending_size = self._pending, [], 0
+            for chunk in pending:
+                sink(chunk)
+        if self._connected:
+            self.transport.write(self.token)
+
+    def write(self, data: bytes) -> None:
+        """Body bytes (an upload)."""
+        if self._connected:
+            self.transport.write(data)
+
+    def dataReceived(self, data: bytes) -> None:
+        try:
+            content = self._hunt.feed(data)
+        except ValueError as e:
+            log.warn("bulk port {path}: {error}", path=self._channel.socket_path, error=str(e))
+            self.close()
+            return
+        if not content:
+            return
+        if self._sink is not None:
+            self._sink(content)
+            return
+        self._pending.append(content)
+        self._pending_size += len(content)
+        if self._pending_size > PENDING_HIGH_WATER:
+            self.pause()
+
+    def pause(self) -> None:
+        """Stop reading (the guest's writes wait)."""
+        if self._connected and not self._paused:
+            self._paused = True
+            self.transport.pauseProducing()  # type: ignore[attr-defined]
+
+    def resume(self) -> None:
+        """Read again."""
+        if self._connected and self._paused:
+            self._paused = False
+            self.transport.resumeProducing()  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        """Drop the connection (the channel is free once it is gone)."""
+        self._sink = None
+        if self._connected:
+            self.transport.abortConnection()  # type: ignore[attr-defined]
+
+    def connectionLost(self, reason: Failure = Failure(ConnectionError())) -> None:
+        self._connected = False
+        self._sink = None
+        self._channel.busy = False
+        if not self.lost.called:
+            self.lost.callback(None)
+
+
+__all__ = ["BULK_SOCKET", "BulkChannel", "BulkLink", "CONNECT_TIMEOUT"]
