@@ -1104,3 +1104,18 @@ class IdleSuspendTests(SynchronousTestCase):
         for value in ("abc", "0s", "500ms", "-5m", "10"):
             with self.assertRaisesRegex(ConfigError, r"config\.host_groups\[0\]\.idle_suspend"):
                 _parse(f"config: {{host_groups: [{{name: a, idle_suspend: {value}}}]}}\n")
+
+
+class GuestAslrTests(SynchronousTestCase):
+    """``guest_aslr`` per group: whether the guests randomize their address spaces."""
+
+    def test_default_and_given(self) -> None:
+        """On unless a group says ``guest_aslr: false``."""
+        config = _parse("config: {host_groups: [{name: a}, {name: b, guest_aslr: false}, {name: c, guest_aslr: true}]}\n")
+        self.assertEqual([group.guest_aslr for group in config.host_groups], [True, False, True])
+
+    def test_bad(self) -> None:
+        """Only a YAML boolean."""
+        for value in ("0", "off2", "'no'"):
+            with self.assertRaisesRegex(ConfigError, "guest_aslr"):
+                _parse(f"config: {{host_groups: [{{name: a, guest_aslr: {value}}}]}}\n")

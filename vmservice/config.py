@@ -371,6 +371,9 @@ class HostGroupConfig:
         ``file`` (its memory is a file in ``templates_tmpfs_dir`` from its
         start; a fork saves only the device state and copies that file once,
         see ``docs/warm-start.md``).  ``file`` excludes ``warm``.
+    :ivar guest_aslr: Whether the guests' kernels randomize their processes'
+        address spaces (the kernel's default); false boots them with
+        ``norandmaps`` (see ``docs/configuration.md``, ``docs/performance.md``).
     """
 
     name: str
@@ -391,6 +394,7 @@ class HostGroupConfig:
     idle_suspend: float | None = None
     warm_spare: bool = True
     fork_memory: str = "copy"
+    guest_aslr: bool = True
 
     @property
     def arch(self) -> str:
@@ -534,6 +538,7 @@ class _GroupDocument:
     idle_suspend: str | None = None
     warm_spare: bool = True
     fork_memory: str = "copy"
+    guest_aslr: bool = True
 
 
 @attrs.frozen
@@ -900,6 +905,7 @@ class _Resolver:
             idle_suspend=self.idle_suspend(document.idle_suspend, (*parts, "idle_suspend")),
             warm_spare=document.warm_spare,
             fork_memory=self.fork_memory(document, (*parts, "fork_memory")),
+            guest_aslr=document.guest_aslr,
         )
 
     def fork_memory(self, document: _GroupDocument, parts: Path) -> str:

@@ -9,8 +9,10 @@ processes in :mod:`tests.integration.guest.test_execution`.
 
 from __future__ import annotations
 
+import builtins
 import os
 import shlex
+from typing import Any
 
 from hypothesis import given, strategies as st
 from twisted.trial.unittest import SynchronousTestCase
@@ -22,6 +24,34 @@ from vmservice.guest.execution import (DEFAULT_PATH, BadExecHeader, ExecSpec, de
                                        usable_shell)
 from vmservice.wire import ResetCode
 from vmservice.wire.events import Open, Reset
+
+
+class PasswdTests(SynchronousTestCase):
+    """``/etc/passwd`` is read again only when it changed."""
+
+    def test_cached_until_changed(self) -> None:
+        """The second ask opens nothing; a changed file (another size, times or inode) is read again."""
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("root:x:0:0:root:/root:/bin/bash\nu:x:1000:1000::/home/u:/bin/sh\nv:x:1000:1000::/v:/bin/sh\n")
+        self.assertEqual(execution.passwd_entry(1000, path), ("u", "/home/u"))
+        opened: list[str] = []
+        real_open = builtins.open
+
+        def counting_open(file: Any, *args: Any, **kwargs: Any) -> Any:
+            opened.append(str(file))
+            return real_open(file, *args, **kwargs)
+
+        self.patch(builtins, "open", counting_open)
+        self.assertEqual(execution.passwd_entry(0, path), ("root", "/root"))
+        self.assertIsNone(execution.passwd_entry(7, path))
+        self.assertEqual(opened, [])
+        with real_open(path, "a") as f:
+            f.write("w:x:7:7::/w:/bin/sh\n")
+        self.assertEqual(execution.passwd_entry(7, path), ("w", "/w"))
+        self.assertEqual(opened, [path])
+        os.rename(path, path + ".old")
+        self.assertIsNone(execution.passwd_entry(7, path))
 
 
 class HelperTests(SynchronousTestCase):

@@ -11,6 +11,7 @@ import json
 import os
 from typing import Any
 
+from attrs import evolve
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.error import ProcessDone, ProcessTerminated
 from twisted.internet.testing import StringTransport
@@ -160,6 +161,14 @@ class CommandLineTests(SynchronousTestCase):
         self.assertNotIn("vmservice.nic=1", pci.split())
         self.assertEqual(kernel_cmdline("h", None, nic=True, pci=True),
                          "console=ttyS0 quiet reboot=t root=/dev/vda rw vmservice.nic=1 vmservice.pci=1 vmservice.hostname=h")
+
+    def test_cmdline_aslr(self) -> None:
+        """A guest without address space randomization boots with ``norandmaps``; with it (the default), without."""
+        self.assertIn("norandmaps", kernel_cmdline("h", None, aslr=False).split())
+        self.assertNotIn("norandmaps", kernel_cmdline("h", None).split())
+        settings = QemuSettings(accel="tcg", tsc_khz=None)
+        self.assertIn("norandmaps", _pairs(qemu_command(evolve(SPEC, aslr=False), settings))["-append"][0].split())
+        self.assertNotIn("norandmaps", _pairs(qemu_command(SPEC, settings))["-append"][0].split())
 
     def test_tsc(self) -> None:
         """The TSC frequency comes from the first 'cpu MHz' line."""

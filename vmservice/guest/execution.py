@@ -121,6 +121,16 @@ def default_path(is_dir: Callable[[str], bool] = os.path.isdir) -> str:
     return f"{DEFAULT_PATH}:{RUNTIME_BIN}" if is_dir(RUNTIME_BIN) else DEFAULT_PATH
 
 
+def _image_path(known: list[str] = []) -> str:
+    """
+    :func:`default_path` of this guest, looked up once: the runtime's
+    directory comes with the image (``vmservice/images/runtime.py``).
+    """
+    if not known:
+        known.append(default_path())
+    return known[0]
+
+
 # -- the request ---------------------------------------------------------------------------
 
 
@@ -224,21 +234,38 @@ class ExecSpec:
         return [self.cmd, *self.args]
 
 
+#: The users of each passwd file read so far: ``path -> (stamp, {uid text: (name, home)})``.
+_passwd_tables: dict[str, tuple[tuple[int, ...], dict[str, tuple[str, str]]]] = {}
+
+
 def passwd_entry(uid: int, path: str = "/etc/passwd") -> Optional[tuple[str, str]]:
     """
     ``(name, home)`` of ``uid`` from ``path``, or ``None`` (read directly: the
     :mod:`pwd` module is not in the guest's minimal stdlib everywhere).
+
+    The file is read and parsed again only when its inode, size, modification
+    or change time differ from the last read (one ``stat`` per call otherwise:
+    every exec asks).
     """
     try:
-        with open(path, "rb") as f:
-            lines = f.read().decode("utf-8", "replace").splitlines()
+        st = os.stat(path)
     except OSError:
         return None
-    for line in lines:
-        fields = line.split(":")
-        if len(fields) >= 6 and fields[2] == str(uid):
-            return fields[0], fields[5]
-    return None
+    stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    known = _passwd_tables.get(path)
+    if known is None or known[0] != stamp:
+        try:
+            with open(path, "rb") as f:
+                lines = f.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            return None
+        table: dict[str, tuple[str, str]] = {}
+        for line in lines:
+            fields = line.split(":")
+            if len(fields) >= 6:
+                table.setdefault(fields[2], (fields[0], fields[5]))  # the first line of a uid wins
+        known = _passwd_tables[path] = (stamp, table)
+    return known[1].get(str(uid))
 
 
 def resolve_cwd(cwd: str, home: Optional[str]) -> str:
@@ -267,7 +294,7 @@ def build_env(spec: ExecSpec, user: Optional[tuple[str, str]]) -> dict[str, str]
     The process environment: PATH, HOME, USER, LOGNAME and SHELL, then the
     request's ``KEY=VALUE`` entries in order (later ones win).
     """
-    env = {"PATH": default_path(), "HOME": user[1] if user else "/"}
+    env = {"PATH": _image_path(), "HOME": user[1] if user else "/"}
     if user:
         env["USER"] = env["LOGNAME"] = user[0]
     if spec.shell:
@@ -326,7 +353,8 @@ def prepare(spec: ExecSpec) -> Launch:
         cwd = resolve_cwd(spec.cwd, user[1] if user else None)
     except ValueError as e:
         raise Rejected(str(e)) from None
-    if not os.path.isdir(cwd):
+    # An empty cwd resolved to a home found a directory just now, or to "/".
+    if spec.cwd and not os.path.isdir(cwd):
         raise Rejected(f"cwd {cwd!r} is not a directory in the guest")
     env = build_env(spec, user)
     argv = spec.argv()
@@ -551,6 +579,7 @@ class ExecHandler(StreamHandler):
         self._stdin_buffer = bytearray()
         self._stdin_eof = False
         self._outputs: dict[int, int] = {}  # fd -> record type
+        self._outputs_watched = False
         self._exited = False
         self._status: Optional[int] = None
         self._finished = False
@@ -707,6 +736,10 @@ class ExecHandler(StreamHandler):
     # -- output ------------------------------------------------------------------------
 
     def _watch_outputs(self) -> None:
+        # Once per change: every write to the stream calls flushed() and so this.
+        if self._outputs_watched:
+            return
+        self._outputs_watched = True
         for fd in self._outputs:
             self.stream.loop.watch(fd, self._output_reader(fd))
 
@@ -735,6 +768,7 @@ class ExecHandler(StreamHandler):
             return
         self.stream.write(encode_record(kind, chunk))
         if self.stream.pending >= PENDING_HIGH_WATER:
+            self._outputs_watched = False
             for out in self._outputs:
                 self.stream.loop.watch(out)
 

@@ -84,6 +84,9 @@ class MachineSpec:
     :ivar loose_nic: the MAC of a network interface attached to nothing on
         the host (a template's, without ``net``: its clones have the same
         device on their own tap), or ``None`` for none.
+    :ivar aslr: whether the guest kernel randomizes the address space of its
+        processes (off: ``norandmaps`` on its command line; see the host
+        group's ``guest_aslr``).
     """
 
     name: str
@@ -103,6 +106,7 @@ class MachineSpec:
     memory: RamBacking | None = None
     defer_incoming: bool = False
     loose_nic: str | None = None
+    aslr: bool = True
 
 
 @frozen

@@ -131,7 +131,7 @@ def host_tsc_khz(cpuinfo: str) -> int | None:
 
 def kernel_cmdline(
     hostname: str | None, tsc_khz: int | None, *, probe: bool = False, net: NetSpec | None = None,
-    nic: bool = False, pci: bool = False,
+    nic: bool = False, pci: bool = False, aslr: bool = True,
 ) -> str:
     """
     Build the guest kernel command line.
@@ -145,6 +145,8 @@ def kernel_cmdline(
         initramfs loads its driver; without it, it does not, which saves boot time).
     :param pci: the machine has a PCI bus (``vmservice.pci=1``: the initramfs
         loads ``virtio_pci`` too).
+    :param aslr: false turns the guest's address space randomization off
+        (``norandmaps``: ``kernel.randomize_va_space`` reads 0).
     """
     words = ["console=ttyS0", "quiet", "reboot=t"]
     if tsc_khz:
@@ -161,6 +163,8 @@ def kernel_cmdline(
         words.append(f"vmservice.hostname={hostname}")
     if net is not None:
         words += [f"vmservice.ip={net.address}", f"vmservice.gateway={net.gateway}"]
+    if not aslr:
+        words.append("norandmaps")
     return " ".join(words)
 
 
@@ -208,7 +212,7 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
         "-kernel", spec.kernel,
         "-initrd", spec.initrd,
         "-append", kernel_cmdline(spec.name, settings.tsc_khz, net=spec.net, nic=spec.net is not None or spec.loose_nic is not None,
-                                  pci=bool(spec.pci_devices)),
+                                  pci=bool(spec.pci_devices), aslr=spec.aslr),
         "-drive", f"id=root,file={spec.disk},format=qcow2,if=none,discard=unmap",
         "-device", "virtio-blk-device,drive=root",
         "-device", "virtio-serial-device",

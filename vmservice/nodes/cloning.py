@@ -49,6 +49,7 @@ def template_key(group: HostGroupConfig, ram_bytes: int, vcpus: int, image: Imag
         vcpus=vcpus,
         network=group.network is not None,
         storage_size=group.storage_size,
+        aslr=group.guest_aslr,
     )
 
 

@@ -174,6 +174,8 @@ class NodeRuntime:
                 raise Conflict(f"cannot start the VM of node {self.hostname!r}: {error}", code=error.code) from None
         driver = await self._parts.driver.get()
         spec = self.paths.spec(self.record, kernel, initrd, incoming, net)
+        group = self._parts.config.group(self.record.hostgroup)
+        spec = evolve(spec, aslr=group is None or group.guest_aslr)
         if clone_of is not None:
             spec = evolve(spec, memory=RamBacking(clone_of.ram_file, shared=False), defer_incoming=True)
         if deferred:

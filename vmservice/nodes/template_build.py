@@ -110,6 +110,7 @@ class TemplateBuilder:
             bulk_socket=os.path.join(directory, "bulk.sock"),
             memory=RamBacking(template.ram_file, shared=True),
             loose_nic=TEMPLATE_MAC if key.network else None,
+            aslr=key.aslr,
         )
 
     async def __call__(self, template: Template) -> None:

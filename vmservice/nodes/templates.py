@@ -65,6 +65,9 @@ class TemplateKey:
     :ivar vcpus: virtual CPUs.
     :ivar network: whether it has a network interface.
     :ivar storage_size: its disk's size (the guest grew its file system to it).
+    :ivar aslr: whether its guest randomizes address spaces (the group's
+        ``guest_aslr``: a clone runs the template's kernel, booted with the
+        template's command line).
     """
 
     image: str
@@ -74,16 +77,21 @@ class TemplateKey:
     vcpus: int
     network: bool
     storage_size: int
+    aslr: bool = True
 
     def digest(self) -> str:
-        """A short, stable name of the key."""
-        text = json.dumps(asdict(self), sort_keys=True)
+        """A short, stable name of the key (the same as before ``aslr`` existed while it is on)."""
+        fields = asdict(self)
+        if self.aslr:
+            del fields["aslr"]
+        text = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     def supersedes(self, other: "TemplateKey") -> bool:
         """Whether ``other`` is the same template of an older image build or QEMU."""
-        same = (self.image, self.ram_bytes, self.vcpus, self.network, self.storage_size)
-        return same == (other.image, other.ram_bytes, other.vcpus, other.network, other.storage_size) and self != other
+        same = (self.image, self.ram_bytes, self.vcpus, self.network, self.storage_size, self.aslr)
+        return same == (other.image, other.ram_bytes, other.vcpus, other.network, other.storage_size,
+                        other.aslr) and self != other
 
 
 @frozen
