@@ -13,7 +13,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from vmservice.nodes.templates import RETRY_AFTER, Template, TemplateKey, TemplateStore, TemplateUnavailable
+from vmservice.nodes.template_key import TemplateKey
+from vmservice.nodes.templates import RETRY_AFTER, Template, TemplateStore, TemplateUnavailable
 
 MiB = 1024 * 1024
 KEY = TemplateKey(image="default", build="/img/default-1", qemu="qemu 7.2", ram_bytes=256 * MiB, vcpus=1,

@@ -31,7 +31,8 @@ from .readiness import wait_for_guest
 from .runtime import NodeRuntime
 from .spare import Spare
 from .template_build import TemplateBuilder
-from .templates import Template, TemplateKey, TemplateUnavailable
+from .template_key import TemplateKey
+from .templates import Template, TemplateUnavailable
 
 log = Logger()
 

@@ -20,12 +20,11 @@ itself (boot, warm up, save) is the caller's (:mod:`.template_build`).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 from typing import Awaitable, Callable, Iterable
 
-from attrs import asdict, frozen
+from attrs import frozen
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -34,6 +33,7 @@ from twisted.python.failure import Failure
 from ..errors import Internal
 from ..observer import OneShotObserver
 from .spare import SPARE_PREFIX, SPARE_TAP_PREFIX, Spare
+from .template_key import TemplateKey
 
 log = Logger()
 
@@ -51,47 +51,6 @@ class TemplateUnavailable(Exception):
     def __init__(self, kind: str, reason: str) -> None:
         super().__init__(reason)
         self.kind = kind
-
-
-@frozen
-class TemplateKey:
-    """
-    What a template depends on: a clone must equal its template in all of it.
-
-    :ivar image: the image name.
-    :ivar build: the image build's directory (named after its recipe hash).
-    :ivar qemu: the QEMU version that runs it (and its accelerator).
-    :ivar ram_bytes: guest memory.
-    :ivar vcpus: virtual CPUs.
-    :ivar network: whether it has a network interface.
-    :ivar storage_size: its disk's size (the guest grew its file system to it).
-    :ivar aslr: whether its guest randomizes address spaces (the group's
-        ``guest_aslr``: a clone runs the template's kernel, booted with the
-        template's command line).
-    """
-
-    image: str
-    build: str
-    qemu: str
-    ram_bytes: int
-    vcpus: int
-    network: bool
-    storage_size: int
-    aslr: bool = True
-
-    def digest(self) -> str:
-        """A short, stable name of the key (the same as before ``aslr`` existed while it is on)."""
-        fields = asdict(self)
-        if self.aslr:
-            del fields["aslr"]
-        text = json.dumps(fields, sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-    def supersedes(self, other: "TemplateKey") -> bool:
-        """Whether ``other`` is the same template of an older image build or QEMU."""
-        same = (self.image, self.ram_bytes, self.vcpus, self.network, self.storage_size, self.aslr)
-        return same == (other.image, other.ram_bytes, other.vcpus, other.network, other.storage_size,
-                        other.aslr) and self != other
 
 
 @frozen
@@ -404,4 +363,4 @@ def _listdir(directory: str) -> list[str]:
         return []
 
 
-__all__ = ["Build", "RETRY_AFTER", "Template", "TemplateKey", "TemplateStore", "TemplateUnavailable"]
+__all__ = ["Build", "RETRY_AFTER", "Template", "TemplateStore", "TemplateUnavailable", "daemon_tag"]

@@ -1,0 +1,56 @@
+# -*- test-case-name: tests.nodes.test_templates -*-
+"""
+What a template depends on (:class:`TemplateKey`): a clone must equal its
+template in all of it, and a template is rebuilt when any of it changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from attrs import asdict, frozen
+
+
+@frozen
+class TemplateKey:
+    """
+    What a template depends on: a clone must equal its template in all of it.
+
+    :ivar image: the image name.
+    :ivar build: the image build's directory (named after its recipe hash).
+    :ivar qemu: the QEMU version that runs it (and its accelerator).
+    :ivar ram_bytes: guest memory.
+    :ivar vcpus: virtual CPUs.
+    :ivar network: whether it has a network interface.
+    :ivar storage_size: its disk's size (the guest grew its file system to it).
+    :ivar aslr: whether its guest randomizes address spaces (the group's
+        ``guest_aslr``: a clone runs the template's kernel, booted with the
+        template's command line).
+    """
+
+    image: str
+    build: str
+    qemu: str
+    ram_bytes: int
+    vcpus: int
+    network: bool
+    storage_size: int
+    aslr: bool = True
+
+    def digest(self) -> str:
+        """A short, stable name of the key (the same as before ``aslr`` existed while it is on)."""
+        fields = asdict(self)
+        if self.aslr:
+            del fields["aslr"]
+        text = json.dumps(fields, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    def supersedes(self, other: "TemplateKey") -> bool:
+        """Whether ``other`` is the same template of an older image build or QEMU."""
+        same = (self.image, self.ram_bytes, self.vcpus, self.network, self.storage_size, self.aslr)
+        return same == (other.image, other.ram_bytes, other.vcpus, other.network, other.storage_size,
+                        other.aslr) and self != other
+
+
+__all__ = ["TemplateKey"]
