@@ -285,6 +285,8 @@ class TemplatesDaemonTestCase(SharedDaemonTestCase):
     groups: list[dict[str, Any]] = []
     settings: dict[str, Any] = {}
     shm: str
+    #: A bridge the groups use (created by the daemon), deleted once the daemon has stopped.
+    bridge: str | None = None
 
     @classmethod
     def start_shared(cls) -> None:
@@ -309,6 +311,24 @@ class TemplatesDaemonTestCase(SharedDaemonTestCase):
             super()._stop_shared()
         finally:
             shutil.rmtree(cls.shm, ignore_errors=True)
+            if cls.bridge:
+                subprocess.run(["ip", "link", "delete", cls.bridge], capture_output=True)
+
+    def create_node(self, group: str, body: dict[str, Any] | None = None, timeout: str = "4m") -> str:
+        """Create a node of ``group`` with ``wait=agent``, deleted when the test ends; its hostname."""
+        created = self.daemon.json("POST", f"/hostgroup/{group}/nodes?wait=agent&timeout={timeout}", body or {},
+                                   expect=201)
+        hostname: str = created["hostname"]
+        self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/{group}/nodes/{hostname}")
+        return hostname
+
+    def fork_node(self, hostname: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """Fork ``hostname`` (201 expected); the children, deleted when the test ends."""
+        children: list[dict[str, Any]] = self.daemon.json("POST", f"/vm/{hostname}/fork", body, expect=201,
+                                                          timeout=300)
+        for child in children:
+            self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/{child['hostgroup']}/nodes/{child['hostname']}")
+        return children
 
     def qemu_argv(self, hostname: str) -> list[str]:
         """The command line of ``hostname``'s QEMU (its pid from its record)."""

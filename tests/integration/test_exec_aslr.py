@@ -36,11 +36,7 @@ class GuestAslrTests(TemplatesDaemonTestCase):
         ) == 1, timeout=240)
 
     def create(self, group: str) -> str:
-        created = self.daemon.json("POST", f"/hostgroup/{group}/nodes?wait=agent&timeout={CREATE_TIMEOUT}", {},
-                                   expect=201)
-        hostname: str = created["hostname"]
-        self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/{group}/nodes/{hostname}")
-        return hostname
+        return self.create_node(group, timeout=CREATE_TIMEOUT)
 
     def probe(self, hostname: str) -> tuple[str, list[str], str, str]:
         code, out = self.daemon.run(hostname, PROBE)

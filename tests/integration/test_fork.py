@@ -36,18 +36,13 @@ class ForkTests(TemplatesDaemonTestCase):
     groups = GROUPS
 
     def create(self, group: str = "f") -> str:
-        created = self.daemon.json("POST", f"/hostgroup/{group}/nodes?wait=agent&timeout=4m", {}, expect=201)
-        hostname: str = created["hostname"]
-        self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/{group}/nodes/{hostname}")
-        return hostname
+        return self.create_node(group)
 
     def fork(self, hostname: str, body: dict[str, Any]) -> list[str]:
-        children = self.daemon.json("POST", f"/vm/{hostname}/fork", body, expect=201, timeout=300)
-        names = [child["hostname"] for child in children]
+        children = self.fork_node(hostname, body)
         for child in children:
-            self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/{child['hostgroup']}/nodes/{child['hostname']}")
             self.assertEqual(sorted(child), ["arch", "created_at", "hostgroup", "hostname", "ip"])
-        return names
+        return [child["hostname"] for child in children]
 
     def forks(self) -> list[str]:
         return sorted(glob.glob(os.path.join(self.daemon.state_dir, "forks", "*")))

@@ -46,16 +46,10 @@ class ForkMemoryTests(TemplatesDaemonTestCase):
     settings = {"admission": {"memory_budget": f"{_too_big_gb() + 64}G"}}
 
     def create(self, group: str = "m") -> str:
-        created = self.daemon.json("POST", f"/hostgroup/{group}/nodes?wait=agent&timeout=4m", {}, expect=201)
-        hostname: str = created["hostname"]
-        self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/{group}/nodes/{hostname}")
-        return hostname
+        return self.create_node(group)
 
     def fork(self, hostname: str, body: dict[str, Any]) -> list[str]:
-        children = self.daemon.json("POST", f"/vm/{hostname}/fork", body, expect=201, timeout=300)
-        for child in children:
-            self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/{child['hostgroup']}/nodes/{child['hostname']}")
-        return [child["hostname"] for child in children]
+        return [child["hostname"] for child in self.fork_node(hostname, body)]
 
     def memory_files(self) -> list[str]:
         """The names in this daemon's memory directory."""

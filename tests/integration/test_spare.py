@@ -73,11 +73,7 @@ class _Spares(TemplatesDaemonTestCase):
         return pid
 
     def create(self) -> str:
-        created = self.daemon.json("POST", f"/hostgroup/{self.group}/nodes?wait=agent&timeout={CREATE_TIMEOUT}",
-                                   {}, expect=201)
-        hostname: str = created["hostname"]
-        self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/{self.group}/nodes/{hostname}")
-        return hostname
+        return self.create_node(self.group, timeout=CREATE_TIMEOUT)
 
     def record(self, hostname: str) -> dict[str, Any]:
         with open(os.path.join(self.daemon.state_dir, "nodes", hostname, "node.json")) as f:
@@ -206,13 +202,7 @@ class BridgedSpareTests(_Spares):
     group = "sbr"
     groups = [{**GROUPS[0], "name": "sbr",
                "network": {"mode": "bridge", "bridge": BRIDGE, "gateway": f"{GATEWAY}/24", "range": "10.78.6.0/28"}}]
-
-    @classmethod
-    def _stop_shared(cls) -> None:
-        try:
-            super()._stop_shared()
-        finally:
-            subprocess.run(["ip", "link", "delete", cls.BRIDGE], capture_output=True)
+    bridge = BRIDGE
 
     def test_bridged_spare(self) -> None:
         daemon = self.daemon

@@ -21,7 +21,6 @@ import hashlib
 import os
 import shutil
 import signal
-import subprocess
 import threading
 import time
 from typing import Any
@@ -75,11 +74,7 @@ class WarmTests(_Warm):
     # -- helpers ---------------------------------------------------------
 
     def create(self, body: dict[str, Any] | None = None) -> str:
-        created = self.daemon.json("POST", f"/hostgroup/warm/nodes?wait=agent&timeout={CREATE_TIMEOUT}",
-                                   body or {}, expect=201)
-        hostname: str = created["hostname"]
-        self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/warm/nodes/{hostname}")
-        return hostname
+        return self.create_node("warm", body, timeout=CREATE_TIMEOUT)
 
     def metrics(self) -> str:
         status, _, body = self.daemon.request("GET", "/metrics")
@@ -369,13 +364,7 @@ class WarmBridgeTests(_Warm):
     # bridge: tests/integration/test_spare.py.
     groups = [{**GROUPS[0], "name": "wbr", "warm_spare": False,
                "network": {"mode": "bridge", "bridge": BRIDGE, "gateway": f"{GATEWAY}/24", "range": "10.78.5.0/28"}}]
-
-    @classmethod
-    def _stop_shared(cls) -> None:
-        try:
-            super()._stop_shared()
-        finally:
-            subprocess.run(["ip", "link", "delete", cls.BRIDGE], capture_output=True)
+    bridge = BRIDGE
 
     def test_bridged_clones(self) -> None:
         daemon = self.daemon
