@@ -26,6 +26,7 @@ from ..hypervisors.base import HypervisorError, IHypervisor, IMachine, NetSpec
 from ..images.store import Image
 from .guest import IGuestConnection
 from .model import NodeRecord
+from .paths import discard
 from .parts import FleetParts
 from .readiness import wait_for_guest
 from .runtime import NodeRuntime
@@ -212,7 +213,7 @@ class Cloning:
         await spare.kill()
         paths = node.paths
         for path in (paths.agent, paths.qmp, paths.metrics, paths.bulk):
-            _unlink(path)
+            discard(path)
         self.parts.disks.remove(paths.disk)
         node.set(node.record.status, frozen_disk="", clone_memory=False, started_qmp="", pid=None)
         if tapped:
@@ -274,13 +275,6 @@ class Cloning:
 def _takes_spares(group: HostGroupConfig) -> bool:
     """Whether ``group``'s nodes are cloned from spare VMs: it asks for them, and has no network or a bridge."""
     return group.warm_spare and (group.network is None or group.network.mode == "bridge")
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 class StepTimes:

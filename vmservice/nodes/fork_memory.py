@@ -42,6 +42,7 @@ from twisted.python.failure import Failure
 from ..errors import InsufficientMemory
 from ..hypervisors.base import IMachine, RamBacking
 from .model import NodeRecord
+from .paths import discard
 from .templates import daemon_tag
 
 if TYPE_CHECKING:
@@ -144,14 +145,6 @@ def used_bytes(path: str) -> int:
         return os.stat(path).st_blocks * 512
     except FileNotFoundError:
         return 0
-
-
-def discard(path: str) -> None:
-    """Delete ``path``; gone already is fine."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def reserve(source: str, target: str) -> None:
@@ -355,6 +348,6 @@ class MemoryFork:
 
 
 __all__ = [
-    "COPY_PREFIX", "MemoryFork", "close", "collect_copies", "copy_sparse", "discard", "ensure_room",
+    "COPY_PREFIX", "MemoryFork", "close", "collect_copies", "copy_sparse", "ensure_room",
     "kept_files", "memory_directory", "memory_file", "prepare", "release", "sweep", "used_bytes",
 ]

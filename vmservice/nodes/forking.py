@@ -40,6 +40,7 @@ from .fork_memory import MemoryFork
 from .model import MAX_FORK_COUNT, NodeRecord, Status, unique, visible
 from .operation import drive, settled
 from .parts import FleetParts
+from .paths import discard
 from .readiness import wait_for_guest
 from .registry import Registry
 from .runtime import NodeRuntime
@@ -155,7 +156,7 @@ class Forking:
             raise
         finally:
             size = _size(state)
-            _unlink(state)
+            discard(state)
             memory.end(parent, [node.record for node in self._registry.all()])
         log.info("forked node {hostname} into {children} after a pause of {pause:.3f} s (state {size:.0f} MB)",
                  hostname=hostname, children=", ".join(c.hostname for c in children), pause=pause, size=size / 1e6)
@@ -214,13 +215,13 @@ class Forking:
             await self._parts.disks.create(frozen_disk, overlay, size)
             await drive("fork", parent.hostname, machine.snapshot_disk(overlay), machine)
         except BaseException:
-            _unlink(overlay)
-            _unlink(frozen_disk)
+            discard(overlay)
+            discard(frozen_disk)
             raise
         os.link(overlay, disk + ".new")
         os.replace(disk + ".new", disk)
         for path in earlier:
-            _unlink(path)
+            discard(path)
 
     def _child(self, parent: NodeRuntime, group_name: str, request: ForkRequest, memory: MemoryFork) -> NodeRuntime:
         """Record and register one child (its status ``Creating``)."""
@@ -309,13 +310,6 @@ def _size(path: str) -> int:
         return 0
 
 
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
 def state_prefix(state_dir: str, tmpfs_dir: str) -> str:
     """How the names of this daemon's fork state files begin (in ``tmpfs_dir``, which daemons may share)."""
     return os.path.join(tmpfs_dir, f"vmservice-fork-{daemon_tag(state_dir)}-")
@@ -331,7 +325,7 @@ def discard_fork_states(state_dir: str, tmpfs_dir: str) -> None:
     for name in names:
         path = os.path.join(tmpfs_dir, name)
         if path.startswith(prefix):
-            _unlink(path)
+            discard(path)
 
 
 def collect_forks(state_dir: str, referenced: set[str]) -> None:

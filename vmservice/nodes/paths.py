@@ -21,6 +21,14 @@ from .model import NodeRecord
 MAX_SOCKET_PATH = 107
 
 
+def discard(path: str) -> None:
+    """Delete the file ``path``; gone already is fine."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def backing(record: NodeRecord, incoming: str | None) -> RamBacking | None:
     """
     The memory backend of ``record``'s VM: its memory file mapped shared; for
@@ -150,4 +158,4 @@ class NodePaths:
         )
 
 
-__all__ = ["MAX_SOCKET_PATH", "NodePaths", "backing"]
+__all__ = ["MAX_SOCKET_PATH", "NodePaths", "backing", "discard"]

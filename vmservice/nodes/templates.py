@@ -32,6 +32,7 @@ from twisted.python.failure import Failure
 
 from ..errors import Internal
 from ..observer import OneShotObserver
+from .paths import discard
 from .spare import SPARE_PREFIX, SPARE_TAP_PREFIX, Spare
 from .template_key import TemplateKey
 
@@ -293,7 +294,7 @@ class TemplateStore:
 
     def _delete(self, template: Template, keep_disk: bool) -> None:
         for path in (template.ram_file, template.device_state):
-            _unlink(path)
+            discard(path)
         if not keep_disk:
             shutil.rmtree(template.directory, ignore_errors=True)
 
@@ -323,7 +324,7 @@ class TemplateStore:
         known = {os.path.basename(template.ram_file) for template in self._ready.values()}
         for name in _listdir(self.ram_directory):
             if name not in known and not self._is_building(name):
-                _unlink(os.path.join(self.ram_directory, name))
+                discard(os.path.join(self.ram_directory, name))
 
     def _is_building(self, name: str) -> bool:
         return any(name.startswith(key.digest() + ".") for key in self._building)
@@ -347,13 +348,6 @@ class TemplateStore:
 
 async def _run(build: Build, template: Template) -> None:
     await build(template)
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def _listdir(directory: str) -> list[str]:
