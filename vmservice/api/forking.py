@@ -32,7 +32,8 @@ class ForkApi:
                   {201: Reply("The new nodes", CreateNodeResponse, array=True),
                    409: Reply("max_nodes_reached: the children would take the group past its max_nodes; paused, "
                               "not_running, busy, not_forkable", ErrorResponse),
-                   503: Reply("insufficient_memory: the children do not fit in the memory budget (nothing was made)",
+                   503: Reply("insufficient_memory: the children do not fit in the memory budget; tmpfs_full (fork_memory: "
+                              "file): no room for the copy of the parent's memory (nothing was made)",
                               ErrorResponse)}, body=ForkNodeRequest),
         ]
 

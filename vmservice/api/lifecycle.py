@@ -61,7 +61,8 @@ class ShutdownQuery:
 
 
 #: The refusal of a start that does not fit in the memory budget.
-_NO_MEMORY = {503: Reply("insufficient_memory: the VM does not fit in the memory budget (the node is left as it was)",
+_NO_MEMORY = {503: Reply("insufficient_memory: the VM does not fit in the memory budget; tmpfs_full (fork_memory: file): "
+                         "its memory file does not fit the tmpfs (the node is left as it was)",
                          ErrorResponse)}
 
 

@@ -95,7 +95,8 @@ class NodesApi:
                 {201: Reply("The node was created", CreateNodeResponse),
                  409: Reply("max_nodes_reached: the host group has its max_nodes; hostname_taken, ip_taken ...",
                             ErrorResponse),
-                 503: Reply("insufficient_memory: the node does not fit in the memory budget (nothing was made)",
+                 503: Reply("insufficient_memory: the node does not fit in the memory budget; tmpfs_full (fork_memory: "
+                            "file): its memory file does not fit the tmpfs (nothing was made)",
                             ErrorResponse)},
                 query=CreateQuery,
                 body=CreateNodeRequest,
