@@ -222,6 +222,8 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
         "-initrd", spec.initrd,
         "-append", kernel_cmdline(spec.name, settings.tsc_khz, net=spec.net, nic=spec.net is not None or spec.loose_nic is not None,
                                   pci=bool(spec.pci_devices), aslr=spec.aslr, reliable_tsc=settings.accel == "tcg"),
+        # QEMU's default aio and cache modes and no I/O thread: measured against the others in
+        # docs/performance.md ("The root disk: I/O thread, aio and cache modes").
         "-drive", f"id=root,file={spec.disk},format=qcow2,if=none,discard=unmap",
         "-device", "virtio-blk-device,drive=root",
         "-device", "virtio-serial-device",
