@@ -1,10 +1,15 @@
 """
 Warm start benchmark: ``POST /hostgroup/G/nodes?wait=agent`` for a group
-that cold-boots (``warm: false``), one that clones its template
-(``warm: true``) and one that also keeps a spare VM of it
-(``warm_spare: true``), side by side in one run with one daemon:
+that cold-boots (``warm: false``), one that clones its template without
+spare VMs (``warm: true, warm_spare: 0``), one that keeps a spare VM of it
+(``warm_spare: 1``) and one that keeps a pool of N spares (``warm_spare:
+N``, a template of its own: a pool is per template), side by side in one
+run with one daemon:
 
-- one after another (``--rounds`` of each, alternating), and N at once;
+- one after another (``--rounds`` of each, alternating), and N at once
+  (``--together-rounds`` of each, alternating, each spare group's spares
+  ready before its round, as the time between bursts lets them be), with
+  each group's clone steps in those rounds;
 - each node's QEMU resident and proportional memory (RSS, PSS) one second
   after it answered, alone and with N of its kind running (a clone's PSS
   shares the template's pages with the other clones);
@@ -146,6 +151,30 @@ def steps(log: str, verb: str, group: str = "") -> dict[str, dict[str, Any]]:
     return {step: {"median": statistics.median(values), "samples": values} for step, values in found.items()}
 
 
+def wait_spares(daemon: Daemon, storage_size: int, count: int, timeout: float = 120.0) -> bool:
+    """
+    Wait until the template of nodes with ``storage_size`` has ``count``
+    ready spares none took (by the daemon's log); whether it got them.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = daemon.log()
+        digests = set(re.findall(rf"building template (\w+) \(.*storage_size={storage_size}\b", log))
+        ready = {name for name, digest in re.findall(r"spare VM (spare-\w+) of template (\w+) is ready", log)
+                 if digest in digests}
+        gone = set(re.findall(r"(?:cloned from spare VM|could not take spare VM) (spare-\w+)", log))
+        gone |= set(re.findall(r"spare VM (spare-\w+) ended on its own", log))
+        if len(ready - gone) >= count:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def seconds_of(samples: list[float], round_: int, count: int) -> list[float]:
+    """The samples of round ``round_`` of ``count`` at once."""
+    return samples[round_ * count:(round_ + 1) * count]
+
+
 def summary(samples: list[float]) -> dict[str, Any]:
     return {"median": statistics.median(samples), "max": max(samples), "samples": samples}
 
@@ -154,15 +183,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--together", type=int, default=4)
+    parser.add_argument("--together-rounds", type=int, default=3)
     parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "warm.json"))
     parser.add_argument("--note", default="", help="what to know about the run, e.g. other VMs on the machine")
     options = parser.parse_args()
     ensure_image()
     load_before = os.getloadavg()[0]
     group = {"vcpu": 1, "ram_mb": RAM_MB, "storage_size": "1G"}
+    # The pool's own template (a pool is per template): its disk 8 MiB larger, nothing else differs.
+    pool_size = (1 << 30) + (8 << 20)
     daemon = Daemon(groups=[{"name": "cold", "warm": False, **group},
-                            {"name": "warm", "warm": True, "warm_spare": False, **group},
-                            {"name": "spare", "warm": True, "warm_spare": True, **group},
+                            {"name": "warm", "warm": True, "warm_spare": 0, **group},
+                            {"name": "spare", "warm": True, "warm_spare": 1, **group},
+                            {"name": "pool", "warm": True, "warm_spare": options.together, **group,
+                             "storage_size": pool_size},
                             {"name": "fmem", "fork_memory": "file", **group}])
     try:
         daemon.start()
@@ -182,11 +216,34 @@ def main() -> None:
             print(f"round {round_ + 1}: cold {cold[-1]:.3f} s, clone {clone[-1]:.3f} s, "
                   f"clone from a spare {spared[-1]:.3f} s", flush=True)
         cold_together, cold_together_memory = together(daemon, "cold", options.together)
-        clone_together, clone_together_memory = together(daemon, "warm", options.together)
-        spare_together, _ = together(daemon, "spare", options.together)
+        # N at once: without spares, with one, with a pool of N, alternating; each spare group's spares ready first.
+        clone_together: list[float] = []
+        spare_together: list[float] = []
+        pool_together: list[float] = []
+        clone_together_memory: list[dict[str, int]] = []
+        pool_together_memory: list[dict[str, int]] = []
+        together_log = len(daemon.log())
+        spares_missing = 0
+        for round_ in range(options.together_rounds):
+            burst, burst_memory = together(daemon, "warm", options.together)
+            clone_together += burst
+            clone_together_memory += burst_memory
+            spares_missing += not wait_spares(daemon, 1 << 30, 1)
+            spare_together += together(daemon, "spare", options.together)[0]
+            spares_missing += not wait_spares(daemon, pool_size, options.together)
+            burst, burst_memory = together(daemon, "pool", options.together)
+            pool_together += burst
+            pool_together_memory += burst_memory
+            print(f"{options.together} at once, round {round_ + 1}: without spares "
+                  f"{statistics.median(seconds_of(clone_together, round_, options.together)):.3f} s, "
+                  f"with a spare {statistics.median(seconds_of(spare_together, round_, options.together)):.3f} s, "
+                  f"with a pool of {options.together} "
+                  f"{statistics.median(seconds_of(pool_together, round_, options.together)):.3f} s", flush=True)
+        together_steps = daemon.log()[together_log:]
         print(f"{options.together} at once: cold {statistics.median(cold_together):.3f} s, "
               f"clone {statistics.median(clone_together):.3f} s, "
-              f"with a spare {statistics.median(spare_together):.3f} s", flush=True)
+              f"with a spare {statistics.median(spare_together):.3f} s, "
+              f"with a pool of {options.together} {statistics.median(pool_together):.3f} s", flush=True)
         forks, file_forks = [], []
         for _ in range(3):  # alternating: the same load for both
             forks.append(fork(daemon, "warm", options.together))
@@ -195,8 +252,8 @@ def main() -> None:
             print(f"fork of {options.together}{name}: {statistics.median(f[0] for f in runs):.3f} s, parent paused "
                   f"{statistics.median(f[1] for f in runs):.3f} s", flush=True)
         accel = re.search(r"accelerator: (\w+)", daemon.log())
-        clone_steps, fork_steps = steps(daemon.log(), "cloned"), steps(daemon.log(), "forked", "warm")
-        spare_steps = steps(daemon.log(), r"cloned from spare VM \S+")
+        clone_steps, fork_steps = steps(daemon.log(), "cloned", "warm"), steps(daemon.log(), "forked", "warm")
+        spare_steps = steps(daemon.log(), r"cloned from spare VM \S+", "spare")
         spare_events = [line for line in daemon.log().splitlines() if "spare VM" in line]
         file_fork_steps = steps(daemon.log(), "forked", "fmem")
         fork_states = [float(size) * 1e6 for size in re.findall(
@@ -223,7 +280,22 @@ def main() -> None:
         "spare_clone_create_wait_agent_s": summary(spared),
         "ratio_clone_over_spare_clone": statistics.median(clone) / statistics.median(spared),
         "ratio_cold_over_spare_clone": statistics.median(cold) / statistics.median(spared),
+        "together_rounds": options.together_rounds,
         "spare_clone_together_s": summary(spare_together),
+        "pool_clone_together_s": summary(pool_together),
+        "ratio_clone_over_pool_clone_together": statistics.median(clone_together) / statistics.median(pool_together),
+        "ratio_spare_clone_over_pool_clone_together": statistics.median(spare_together) / statistics.median(
+            pool_together),
+        "together_steps_ms": {
+            "without spares (warm_spare: 0)": steps(together_steps, "cloned", "warm"),
+            "with a spare (warm_spare: 1), from the spare": steps(together_steps, r"cloned from spare VM \S+", "spare"),
+            "with a spare (warm_spare: 1), the others": steps(together_steps, "cloned", "spare"),
+            f"with a pool (warm_spare: {options.together}), from a spare": steps(
+                together_steps, r"cloned from spare VM \S+", "pool"),
+            f"with a pool (warm_spare: {options.together}), the others": steps(together_steps, "cloned", "pool"),
+        },
+        "together_rounds_without_ready_spares": spares_missing,
+        "pool_pss_bytes_together": per_node(pool_together_memory, "pss"),
         "spare_clone_steps_ms": spare_steps,
         "spare_events": spare_events,
         "together": options.together,
@@ -258,6 +330,7 @@ def main() -> None:
     }
     write_result(options.output, result)
     print(json.dumps({k: result[k] for k in ("accel", "ratio_cold_over_clone", "ratio_clone_over_spare_clone",
+                                              "ratio_clone_over_pool_clone_together",
                                               "ratio_cold_over_clone_together",
                                               "fork_of_together_s", "fork_memory_file_of_together_s",
                                               "clone_pss_bytes_together", "daemon_peak_rss_bytes")}, default=str))
