@@ -88,13 +88,23 @@ def one_at_a_time(daemon: Daemon, group: str) -> tuple[float, dict[str, int]]:
     return elapsed, figures
 
 
-def together(daemon: Daemon, group: str, count: int) -> tuple[list[float], list[dict[str, int]]]:
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) process ``pid`` used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def together(daemon: Daemon, group: str, count: int) -> tuple[list[float], list[dict[str, int]], float]:
     """
-    ``count`` creates started at once: each one's seconds, and each node's
+    ``count`` creates started at once: each one's seconds, each node's
     memory one second after the last answered, while all of them run (a
-    clone's PSS shares the template's pages with the others); the nodes are
+    clone's PSS shares the template's pages with the others), and the CPU
+    seconds the daemon's process used until the last answered; the nodes are
     removed afterwards.
     """
+    assert daemon.process is not None
+    cpu_before = cpu_seconds(daemon.process.pid)
     results: list[tuple[float, str] | BaseException] = [RuntimeError("not run")] * count
 
     def run(index: int) -> None:
@@ -108,6 +118,7 @@ def together(daemon: Daemon, group: str, count: int) -> tuple[list[float], list[
         thread.start()
     for thread in threads:
         thread.join()
+    daemon_cpu = cpu_seconds(daemon.process.pid) - cpu_before
     for result in results:
         if isinstance(result, BaseException):
             raise result
@@ -116,7 +127,7 @@ def together(daemon: Daemon, group: str, count: int) -> tuple[list[float], list[
     figures = [memory(qemu_pid(daemon, hostname)) for _, hostname in created]
     for _, hostname in created:
         delete(daemon, group, hostname)
-    return [seconds for seconds, _ in created], figures
+    return [seconds for seconds, _ in created], figures, daemon_cpu
 
 
 def fork(daemon: Daemon, group: str, count: int) -> tuple[float, float]:
@@ -215,23 +226,28 @@ def main() -> None:
             spared.append(one_at_a_time(daemon, "spare")[0])
             print(f"round {round_ + 1}: cold {cold[-1]:.3f} s, clone {clone[-1]:.3f} s, "
                   f"clone from a spare {spared[-1]:.3f} s", flush=True)
-        cold_together, cold_together_memory = together(daemon, "cold", options.together)
+        cold_together, cold_together_memory, _ = together(daemon, "cold", options.together)
         # N at once: without spares, with one, with a pool of N, alternating; each spare group's spares ready first.
         clone_together: list[float] = []
         spare_together: list[float] = []
         pool_together: list[float] = []
         clone_together_memory: list[dict[str, int]] = []
+        burst_cpu: dict[str, list[float]] = {"warm": [], "spare": [], "pool": []}
         pool_together_memory: list[dict[str, int]] = []
         together_log = len(daemon.log())
         spares_missing = 0
         for round_ in range(options.together_rounds):
-            burst, burst_memory = together(daemon, "warm", options.together)
+            burst, burst_memory, cpu = together(daemon, "warm", options.together)
+            burst_cpu["warm"].append(cpu)
             clone_together += burst
             clone_together_memory += burst_memory
             spares_missing += not wait_spares(daemon, 1 << 30, 1)
-            spare_together += together(daemon, "spare", options.together)[0]
+            burst, _, cpu = together(daemon, "spare", options.together)
+            spare_together += burst
+            burst_cpu["spare"].append(cpu)
             spares_missing += not wait_spares(daemon, pool_size, options.together)
-            burst, burst_memory = together(daemon, "pool", options.together)
+            burst, burst_memory, cpu = together(daemon, "pool", options.together)
+            burst_cpu["pool"].append(cpu)
             pool_together += burst
             pool_together_memory += burst_memory
             print(f"{options.together} at once, round {round_ + 1}: without spares "
@@ -295,6 +311,11 @@ def main() -> None:
             f"with a pool (warm_spare: {options.together}), the others": steps(together_steps, "cloned", "pool"),
         },
         "together_rounds_without_ready_spares": spares_missing,
+        "together_daemon_cpu_s": {
+            "without spares (warm_spare: 0)": summary(burst_cpu["warm"]),
+            "with a spare (warm_spare: 1)": summary(burst_cpu["spare"]),
+            f"with a pool (warm_spare: {options.together})": summary(burst_cpu["pool"]),
+        },
         "pool_pss_bytes_together": per_node(pool_together_memory, "pss"),
         "spare_clone_steps_ms": spare_steps,
         "spare_events": spare_events,

@@ -121,10 +121,11 @@ class CloningTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.make(GROUPS)
 
-    def make(self, groups: tuple[HostGroupConfig, ...]) -> None:
+    def make(self, groups: tuple[HostGroupConfig, ...], clone_slots: int = 8) -> None:
         state_dir = self.mktemp()
         self.harness = FleetHarness(state_dir, groups=groups)
-        self.store = TemplateStore(self.harness.reactor, state_dir, os.path.join(state_dir, "shm"), 1 << 30)
+        self.store = TemplateStore(self.harness.reactor, state_dir, os.path.join(state_dir, "shm"), 1 << 30,
+                                   clone_slots=clone_slots)
         self.adoption = FakeAdoption(self.harness)
         self.fallbacks: list[tuple[str, str]] = []
         self.clones: list[tuple[str, float]] = []
