@@ -24,7 +24,12 @@ Writes medians, samples and the ratios (cold / clone) to
 ``bench/results/warm.json``.  Seconds depend on the host (TCG here); the
 ratios are what to compare across machines.
 
-    .venv/bin/python bench/warm.py [--rounds 5] [--together 4]
+    .venv/bin/python bench/warm.py [--rounds 5] [--together 4] [--together-rounds 3] [--before DIR]
+
+``--before DIR``: a second daemon runs the code of an earlier checkout
+(``git archive <commit> | tar -x -C DIR``) with a group without spares and
+one with ``warm_spare: true``; its N at once alternate with this daemon's
+in each round (``before`` in the results).
 """
 
 from __future__ import annotations
@@ -186,6 +191,21 @@ def seconds_of(samples: list[float], round_: int, count: int) -> list[float]:
     return samples[round_ * count:(round_ + 1) * count]
 
 
+def start_before(path: str, groups: list[dict[str, Any]]) -> Daemon:
+    """A daemon of the code in ``path`` (an earlier checkout of this project, e.g. ``git archive``'s)."""
+    daemon = Daemon(groups=groups)
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.path.abspath(path)  # its vmservice package first on the daemon's path
+    try:
+        daemon.start()
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
+    return daemon
+
+
 def summary(samples: list[float]) -> dict[str, Any]:
     return {"median": statistics.median(samples), "max": max(samples), "samples": samples}
 
@@ -195,6 +215,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--together", type=int, default=4)
     parser.add_argument("--together-rounds", type=int, default=3)
+    parser.add_argument("--before", help="an earlier checkout: its daemon's N at once (without spares, with "
+                                         "warm_spare: true) alternate with this one's")
+    parser.add_argument("--before-pool", action="store_true",
+                        help="the earlier checkout takes warm_spare: N too: its pool's N at once as well")
     parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "warm.json"))
     parser.add_argument("--note", default="", help="what to know about the run, e.g. other VMs on the machine")
     options = parser.parse_args()
@@ -209,7 +233,13 @@ def main() -> None:
                             {"name": "pool", "warm": True, "warm_spare": options.together, **group,
                              "storage_size": pool_size},
                             {"name": "fmem", "fork_memory": "file", **group}])
+    before: Daemon | None = None
     try:
+        if options.before:
+            before = start_before(options.before, [{"name": "warm", "warm": True, "warm_spare": False, **group},
+                                                   {"name": "spare", "warm": True, "warm_spare": True, **group}]
+                                  + ([{"name": "pool", "warm": True, "warm_spare": options.together, **group,
+                                       "storage_size": pool_size}] if options.before_pool else []))
         daemon.start()
         first_warm, _ = one_at_a_time(daemon, "warm")  # includes the template build
         one_at_a_time(daemon, "cold")  # the page cache, like the template's boot did for the warm group
@@ -236,7 +266,17 @@ def main() -> None:
         pool_together_memory: list[dict[str, int]] = []
         together_log = len(daemon.log())
         spares_missing = 0
+        before_clone: list[float] = []
+        before_spare: list[float] = []
+        before_pool: list[float] = []
         for round_ in range(options.together_rounds):
+            if before is not None:
+                before_clone += together(before, "warm", options.together)[0]
+                spares_missing += not wait_spares(before, 1 << 30, 1)
+                before_spare += together(before, "spare", options.together)[0]
+                if options.before_pool:
+                    spares_missing += not wait_spares(before, pool_size, options.together)
+                    before_pool += together(before, "pool", options.together)[0]
             burst, burst_memory, cpu = together(daemon, "warm", options.together)
             burst_cpu["warm"].append(cpu)
             clone_together += burst
@@ -254,7 +294,13 @@ def main() -> None:
                   f"{statistics.median(seconds_of(clone_together, round_, options.together)):.3f} s, "
                   f"with a spare {statistics.median(seconds_of(spare_together, round_, options.together)):.3f} s, "
                   f"with a pool of {options.together} "
-                  f"{statistics.median(seconds_of(pool_together, round_, options.together)):.3f} s", flush=True)
+                  f"{statistics.median(seconds_of(pool_together, round_, options.together)):.3f} s"
+                  + (f"; before: without spares "
+                     f"{statistics.median(seconds_of(before_clone, round_, options.together)):.3f} s, with a spare "
+                     f"{statistics.median(seconds_of(before_spare, round_, options.together)):.3f} s"
+                     + (f", with a pool {statistics.median(seconds_of(before_pool, round_, options.together)):.3f} s"
+                        if before_pool else "")
+                     if before is not None else ""), flush=True)
         together_steps = daemon.log()[together_log:]
         print(f"{options.together} at once: cold {statistics.median(cold_together):.3f} s, "
               f"clone {statistics.median(clone_together):.3f} s, "
@@ -278,8 +324,16 @@ def main() -> None:
             r"copied the memory of fmem-\d+\.ram \((\d+) MB\) in (\d+) ms", daemon.log())]
         load_after = os.getloadavg()[0]
         daemon_peak_rss = peak_rss(daemon.process.pid) if daemon.process else None
+        before_steps = {
+            "without spares": steps(before.log(), "cloned", "warm"),
+            "with a spare, from the spare": steps(before.log(), r"cloned from spare VM \S+", "spare"),
+            "with a spare, the others": steps(before.log(), "cloned", "spare"),
+            "with a pool, from a spare": steps(before.log(), r"cloned from spare VM \S+", "pool"),
+        } if before is not None else None
     finally:
         daemon.cleanup()
+        if before is not None:
+            before.cleanup()
 
     def per_node(figures: list[dict[str, int]], key: str) -> dict[str, Any]:
         return {"median": statistics.median(f[key] for f in figures), "samples": [f[key] for f in figures]}
@@ -311,6 +365,17 @@ def main() -> None:
             f"with a pool (warm_spare: {options.together}), the others": steps(together_steps, "cloned", "pool"),
         },
         "together_rounds_without_ready_spares": spares_missing,
+        "before": {
+            "code": options.before,
+            "clone_together_s": summary(before_clone),
+            "spare_clone_together_s": summary(before_spare),
+            "pool_clone_together_s": summary(before_pool) if before_pool else None,
+            "ratio_before_clone_over_pool_clone_together": statistics.median(before_clone) / statistics.median(
+                pool_together),
+            "ratio_before_spare_clone_over_pool_clone_together": statistics.median(before_spare) / statistics.median(
+                pool_together),
+            "together_steps_ms": before_steps,
+        } if before is not None else None,
         "together_daemon_cpu_s": {
             "without spares (warm_spare: 0)": summary(burst_cpu["warm"]),
             "with a spare (warm_spare: 1)": summary(burst_cpu["spare"]),

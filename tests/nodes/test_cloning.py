@@ -121,11 +121,10 @@ class CloningTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.make(GROUPS)
 
-    def make(self, groups: tuple[HostGroupConfig, ...], clone_slots: int = 8) -> None:
+    def make(self, groups: tuple[HostGroupConfig, ...]) -> None:
         state_dir = self.mktemp()
         self.harness = FleetHarness(state_dir, groups=groups)
-        self.store = TemplateStore(self.harness.reactor, state_dir, os.path.join(state_dir, "shm"), 1 << 30,
-                                   clone_slots=clone_slots)
+        self.store = TemplateStore(self.harness.reactor, state_dir, os.path.join(state_dir, "shm"), 1 << 30)
         self.adoption = FakeAdoption(self.harness)
         self.fallbacks: list[tuple[str, str]] = []
         self.clones: list[tuple[str, float]] = []

@@ -26,7 +26,6 @@ from ipaddress import IPv4Interface, IPv4Network
 from vmservice.config import HostGroupConfig, NetworkConfig
 from vmservice.hypervisors.base import HypervisorError, MachineSpec
 from vmservice.nodes.admission import Admission, Limits
-from vmservice.nodes.clone_turns import LONGEST_WAIT
 from vmservice.nodes.cloning import template_key
 from vmservice.nodes.fleet import Fleet
 from vmservice.nodes.model import CreateRequest, NodeRecord, Wait
@@ -69,8 +68,7 @@ class SpareTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.make(SPARE)
 
-    def make(self, group: HostGroupConfig, budget: int | None = None, driver: Any = None,
-             clone_slots: int = 8) -> None:
+    def make(self, group: HostGroupConfig, budget: int | None = None, driver: Any = None) -> None:
         if driver is None:
             # Short: a spare's socket paths lie two directories deep under the templates'.
             self.state_dir = tempfile.mkdtemp(prefix="spare")
@@ -97,8 +95,7 @@ class SpareTests(SynchronousTestCase):
             return succeed(machine)
 
         self.harness.driver.start = start_with_sockets  # type: ignore[method-assign]
-        self.store = TemplateStore(self.harness.reactor, state_dir, os.path.join(state_dir, "shm"), 1 << 30,
-                                   clone_slots=clone_slots)
+        self.store = TemplateStore(self.harness.reactor, state_dir, os.path.join(state_dir, "shm"), 1 << 30)
         self.adoption = FakeAdoption(self.harness)
         admission = Admission(self.harness.reactor, Limits(budget=budget)) if budget else Admission.unlimited()
         self.parts = evolve(self.harness.parts, templates=self.store, adoption=self.adoption, admission=admission)
@@ -377,44 +374,6 @@ class SpareTests(SynchronousTestCase):
             self.assertEqual(len(self.spares()), 3 + ready + 1)
             self.held[ready].callback(None)
         self.assertEqual(len(self.store.spare_ram()), 3)
-
-    def test_turns(self) -> None:
-        """
-        With two turns, three creates at once: two spares are loaded at once,
-        the third once the first of them adopted its identity.
-        """
-        self.make(evolve(self.group, warm_spare=3), clone_slots=2)
-        self.start()
-        pool = self.spares()
-        pending = self.hold_adoptions()
-        creates = [Deferred.fromCoroutine(self.fleet.create(self.group.name, CreateRequest(), Wait.NONE, 60))
-                   for _ in range(3)]
-        self.assertEqual([m.commands for m in pool], [["load_device_state"]] * 2 + [[]])
-        pending[1].callback(None)
-        self.assertEqual([m.commands for m in pool], [["load_device_state"]] * 3)
-        pending[0].callback(None)
-        pending[2].callback(None)
-        for create in creates:
-            self.successResultOf(create)
-
-    def test_turn_waited_for_at_most(self) -> None:
-        """A clone that waited the longest wait for a turn goes ahead without one."""
-        self.make(evolve(self.group, warm_spare=2), clone_slots=1)
-        self.start()
-        pool = self.spares()
-        pending = self.hold_adoptions()
-        creates = [Deferred.fromCoroutine(self.fleet.create(self.group.name, CreateRequest(), Wait.NONE, 60))
-                   for _ in range(2)]
-        self.assertEqual([m.commands for m in pool], [["load_device_state"], []])
-        self.harness.reactor.advance(LONGEST_WAIT)
-        self.assertEqual([m.commands for m in pool], [["load_device_state"]] * 2)
-        for adopted in pending:
-            adopted.callback(None)
-        for create in creates:
-            self.successResultOf(create)
-        # Its turn was not counted: the one it did not take is free again, as is the other.
-        self.assertTrue(self.successResultOf(Deferred.fromCoroutine(self.store.turns.take())))
-        self.assertNoResult(Deferred.fromCoroutine(self.store.turns.take()))
 
     def test_refill_waits_for_a_create(self) -> None:
         """A create under way while a spare of the pool starts: the next one starts only when it adopted."""

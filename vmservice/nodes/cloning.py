@@ -186,15 +186,11 @@ class Cloning:
                 tapped = True
                 await self.parts.addressing.take_tap(node.record, spare.tap)
             steps.done("hand over")
-            took = await self._turn(steps)
-            try:
-                agent = node.connect_agent(adopting=True)
-                await machine.load_device_state(template.device_state)
-                steps.done("load")
-                await self._adopt(node, machine, net, agent)
-                steps.done("adopt")
-            finally:
-                self._end_turn(took)
+            agent = node.connect_agent(adopting=True)
+            await machine.load_device_state(template.device_state)
+            steps.done("load")
+            await self._adopt(node, machine, net, agent)
+            steps.done("adopt")
         except BaseException:
             await self._undo_spare(node, spare, tapped)
             raise
@@ -245,18 +241,15 @@ class Cloning:
             raise TemplateUnavailable("load_failed", f"the clone could not be started: {error}") from None
         # Not the node's VM until it is loaded: a clone that exits on a bad state is no news (the node boots cold).
         node.take_machine()
-        took = False
         try:
             # QEMU answers QMP once its sockets exist: the agent's is then connected at the first attempt,
             # before the guest runs (a port opened after the load costs the guest agent a poll interval).
             await machine.run_state()
             steps.done("qmp")
-            took = await self._turn(steps)
             agent = node.connect_agent(adopting=True)
             await machine.load_device_state(template.device_state)
             steps.done("load")
         except HypervisorError as error:
-            self._end_turn(took)
             await self._undo(node, machine)
             if self.parts.templates is not None:
                 # Broken: the next create builds it again.
@@ -268,23 +261,10 @@ class Cloning:
         except Exception as error:
             await self._undo(node, machine)
             raise TemplateUnavailable("adopt_failed", f"the clone could not adopt its identity: {error}") from None
-        finally:
-            self._end_turn(took)
         node.own(machine)
         node.adopted()
         log.info("node {hostname} cloned: {steps}", hostname=node.hostname, steps=steps)
         return machine, agent
-
-    async def _turn(self, steps: StepTimes) -> bool:
-        """Wait for this clone's turn to run its guest (:mod:`.clone_turns`): whether it got one."""
-        templates = self.parts.templates
-        took = templates is not None and await templates.turns.take()
-        steps.done("turn")
-        return took
-
-    def _end_turn(self, took: bool) -> None:
-        if took and self.parts.templates is not None:
-            self.parts.templates.turns.give_back()
 
     async def _undo(self, node: NodeRuntime, machine: IMachine | None = None) -> None:
         """End the clone's VM and connection and remove its disk; the node then boots cold."""

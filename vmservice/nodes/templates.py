@@ -32,7 +32,6 @@ from twisted.python.failure import Failure
 
 from ..errors import Internal
 from ..observer import OneShotObserver
-from .clone_turns import CloneTurns
 from .paths import discard
 from .spare import SPARE_PREFIX, SPARE_TAP_PREFIX, Spare
 from .template_key import TemplateKey
@@ -107,10 +106,7 @@ class TemplateStore:
     :param tmpfs_dir: the tmpfs under which the daemon's RAM files go.
     :param budget: bytes the RAM files may take at once.
     :param on_build: called with ``ok`` or ``failed`` after each build.
-    :param clone_slots: clones whose guests load and adopt at once (:mod:`.clone_turns`); the host's CPUs
-        when not given.
     :ivar builds: how many builds were started.
-    :ivar turns: the turns clones' guests take to load and adopt.
     """
 
     def __init__(
@@ -120,7 +116,6 @@ class TemplateStore:
         tmpfs_dir: str,
         budget: int,
         on_build: Callable[[str], None] = lambda result: None,
-        clone_slots: int | None = None,
     ) -> None:
         self._clock = clock
         self.directory = os.path.join(state_dir, "templates")
@@ -135,7 +130,6 @@ class TemplateStore:
         self._spares: dict[TemplateKey, list[Spare]] = {}
         self._cloning: dict[TemplateKey, int] = {}
         self._wanted: dict[TemplateKey, int] = {}
-        self.turns = CloneTurns(clock, clone_slots)
         self.builds = 0
 
     async def get(self, key: TemplateKey, kernel: str, initrd: str, build: Build) -> Template:
