@@ -1,10 +1,15 @@
 """
 Warm start benchmark: ``POST /hostgroup/G/nodes?wait=agent`` for a group
-that cold-boots (``warm: false``), one that clones its template
-(``warm: true``) and one that also keeps a spare VM of it
-(``warm_spare: true``), side by side in one run with one daemon:
+that cold-boots (``warm: false``), one that clones its template without
+spare VMs (``warm: true, warm_spare: 0``), one that keeps a spare VM of it
+(``warm_spare: 1``) and one that keeps a pool of N spares (``warm_spare:
+N``, a template of its own: a pool is per template), side by side in one
+run with one daemon:
 
-- one after another (``--rounds`` of each, alternating), and N at once;
+- one after another (``--rounds`` of each, alternating), and N at once
+  (``--together-rounds`` of each, alternating, each spare group's spares
+  ready before its round, as the time between bursts lets them be), with
+  each group's clone steps in those rounds;
 - each node's QEMU resident and proportional memory (RSS, PSS) one second
   after it answered, alone and with N of its kind running (a clone's PSS
   shares the template's pages with the other clones);
@@ -19,7 +24,12 @@ Writes medians, samples and the ratios (cold / clone) to
 ``bench/results/warm.json``.  Seconds depend on the host (TCG here); the
 ratios are what to compare across machines.
 
-    .venv/bin/python bench/warm.py [--rounds 5] [--together 4]
+    .venv/bin/python bench/warm.py [--rounds 5] [--together 4] [--together-rounds 3] [--before DIR]
+
+``--before DIR``: a second daemon runs the code of an earlier checkout
+(``git archive <commit> | tar -x -C DIR``) with a group without spares and
+one with ``warm_spare: true``; its N at once alternate with this daemon's
+in each round (``before`` in the results).
 """
 
 from __future__ import annotations
@@ -83,13 +93,23 @@ def one_at_a_time(daemon: Daemon, group: str) -> tuple[float, dict[str, int]]:
     return elapsed, figures
 
 
-def together(daemon: Daemon, group: str, count: int) -> tuple[list[float], list[dict[str, int]]]:
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) process ``pid`` used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def together(daemon: Daemon, group: str, count: int) -> tuple[list[float], list[dict[str, int]], float]:
     """
-    ``count`` creates started at once: each one's seconds, and each node's
+    ``count`` creates started at once: each one's seconds, each node's
     memory one second after the last answered, while all of them run (a
-    clone's PSS shares the template's pages with the others); the nodes are
+    clone's PSS shares the template's pages with the others), and the CPU
+    seconds the daemon's process used until the last answered; the nodes are
     removed afterwards.
     """
+    assert daemon.process is not None
+    cpu_before = cpu_seconds(daemon.process.pid)
     results: list[tuple[float, str] | BaseException] = [RuntimeError("not run")] * count
 
     def run(index: int) -> None:
@@ -103,6 +123,7 @@ def together(daemon: Daemon, group: str, count: int) -> tuple[list[float], list[
         thread.start()
     for thread in threads:
         thread.join()
+    daemon_cpu = cpu_seconds(daemon.process.pid) - cpu_before
     for result in results:
         if isinstance(result, BaseException):
             raise result
@@ -111,7 +132,7 @@ def together(daemon: Daemon, group: str, count: int) -> tuple[list[float], list[
     figures = [memory(qemu_pid(daemon, hostname)) for _, hostname in created]
     for _, hostname in created:
         delete(daemon, group, hostname)
-    return [seconds for seconds, _ in created], figures
+    return [seconds for seconds, _ in created], figures, daemon_cpu
 
 
 def fork(daemon: Daemon, group: str, count: int) -> tuple[float, float]:
@@ -146,6 +167,45 @@ def steps(log: str, verb: str, group: str = "") -> dict[str, dict[str, Any]]:
     return {step: {"median": statistics.median(values), "samples": values} for step, values in found.items()}
 
 
+def wait_spares(daemon: Daemon, storage_size: int, count: int, timeout: float = 120.0) -> bool:
+    """
+    Wait until the template of nodes with ``storage_size`` has ``count``
+    ready spares none took (by the daemon's log); whether it got them.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = daemon.log()
+        digests = set(re.findall(rf"building template (\w+) \(.*storage_size={storage_size}\b", log))
+        ready = {name for name, digest in re.findall(r"spare VM (spare-\w+) of template (\w+) is ready", log)
+                 if digest in digests}
+        gone = set(re.findall(r"(?:cloned from spare VM|could not take spare VM) (spare-\w+)", log))
+        gone |= set(re.findall(r"spare VM (spare-\w+) ended on its own", log))
+        if len(ready - gone) >= count:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def seconds_of(samples: list[float], round_: int, count: int) -> list[float]:
+    """The samples of round ``round_`` of ``count`` at once."""
+    return samples[round_ * count:(round_ + 1) * count]
+
+
+def start_before(path: str, groups: list[dict[str, Any]]) -> Daemon:
+    """A daemon of the code in ``path`` (an earlier checkout of this project, e.g. ``git archive``'s)."""
+    daemon = Daemon(groups=groups)
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.path.abspath(path)  # its vmservice package first on the daemon's path
+    try:
+        daemon.start()
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
+    return daemon
+
+
 def summary(samples: list[float]) -> dict[str, Any]:
     return {"median": statistics.median(samples), "max": max(samples), "samples": samples}
 
@@ -154,17 +214,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--together", type=int, default=4)
+    parser.add_argument("--together-rounds", type=int, default=3)
+    parser.add_argument("--before", help="an earlier checkout: its daemon's N at once (without spares, with "
+                                         "warm_spare: true) alternate with this one's")
+    parser.add_argument("--before-pool", action="store_true",
+                        help="the earlier checkout takes warm_spare: N too: its pool's N at once as well")
     parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "warm.json"))
     parser.add_argument("--note", default="", help="what to know about the run, e.g. other VMs on the machine")
     options = parser.parse_args()
     ensure_image()
     load_before = os.getloadavg()[0]
     group = {"vcpu": 1, "ram_mb": RAM_MB, "storage_size": "1G"}
+    # The pool's own template (a pool is per template): its disk 8 MiB larger, nothing else differs.
+    pool_size = (1 << 30) + (8 << 20)
     daemon = Daemon(groups=[{"name": "cold", "warm": False, **group},
-                            {"name": "warm", "warm": True, "warm_spare": False, **group},
-                            {"name": "spare", "warm": True, "warm_spare": True, **group},
+                            {"name": "warm", "warm": True, "warm_spare": 0, **group},
+                            {"name": "spare", "warm": True, "warm_spare": 1, **group},
+                            {"name": "pool", "warm": True, "warm_spare": options.together, **group,
+                             "storage_size": pool_size},
                             {"name": "fmem", "fork_memory": "file", **group}])
+    before: Daemon | None = None
     try:
+        if options.before:
+            before = start_before(options.before, [{"name": "warm", "warm": True, "warm_spare": False, **group},
+                                                   {"name": "spare", "warm": True, "warm_spare": True, **group}]
+                                  + ([{"name": "pool", "warm": True, "warm_spare": options.together, **group,
+                                       "storage_size": pool_size}] if options.before_pool else []))
         daemon.start()
         first_warm, _ = one_at_a_time(daemon, "warm")  # includes the template build
         one_at_a_time(daemon, "cold")  # the page cache, like the template's boot did for the warm group
@@ -181,12 +256,56 @@ def main() -> None:
             spared.append(one_at_a_time(daemon, "spare")[0])
             print(f"round {round_ + 1}: cold {cold[-1]:.3f} s, clone {clone[-1]:.3f} s, "
                   f"clone from a spare {spared[-1]:.3f} s", flush=True)
-        cold_together, cold_together_memory = together(daemon, "cold", options.together)
-        clone_together, clone_together_memory = together(daemon, "warm", options.together)
-        spare_together, _ = together(daemon, "spare", options.together)
+        cold_together, cold_together_memory, _ = together(daemon, "cold", options.together)
+        # N at once: without spares, with one, with a pool of N, alternating; each spare group's spares ready first.
+        clone_together: list[float] = []
+        spare_together: list[float] = []
+        pool_together: list[float] = []
+        clone_together_memory: list[dict[str, int]] = []
+        burst_cpu: dict[str, list[float]] = {"warm": [], "spare": [], "pool": []}
+        pool_together_memory: list[dict[str, int]] = []
+        together_log = len(daemon.log())
+        spares_missing = 0
+        before_clone: list[float] = []
+        before_spare: list[float] = []
+        before_pool: list[float] = []
+        for round_ in range(options.together_rounds):
+            if before is not None:
+                before_clone += together(before, "warm", options.together)[0]
+                spares_missing += not wait_spares(before, 1 << 30, 1)
+                before_spare += together(before, "spare", options.together)[0]
+                if options.before_pool:
+                    spares_missing += not wait_spares(before, pool_size, options.together)
+                    before_pool += together(before, "pool", options.together)[0]
+            burst, burst_memory, cpu = together(daemon, "warm", options.together)
+            burst_cpu["warm"].append(cpu)
+            clone_together += burst
+            clone_together_memory += burst_memory
+            spares_missing += not wait_spares(daemon, 1 << 30, 1)
+            burst, _, cpu = together(daemon, "spare", options.together)
+            spare_together += burst
+            burst_cpu["spare"].append(cpu)
+            spares_missing += not wait_spares(daemon, pool_size, options.together)
+            burst, burst_memory, cpu = together(daemon, "pool", options.together)
+            burst_cpu["pool"].append(cpu)
+            pool_together += burst
+            pool_together_memory += burst_memory
+            print(f"{options.together} at once, round {round_ + 1}: without spares "
+                  f"{statistics.median(seconds_of(clone_together, round_, options.together)):.3f} s, "
+                  f"with a spare {statistics.median(seconds_of(spare_together, round_, options.together)):.3f} s, "
+                  f"with a pool of {options.together} "
+                  f"{statistics.median(seconds_of(pool_together, round_, options.together)):.3f} s"
+                  + (f"; before: without spares "
+                     f"{statistics.median(seconds_of(before_clone, round_, options.together)):.3f} s, with a spare "
+                     f"{statistics.median(seconds_of(before_spare, round_, options.together)):.3f} s"
+                     + (f", with a pool {statistics.median(seconds_of(before_pool, round_, options.together)):.3f} s"
+                        if before_pool else "")
+                     if before is not None else ""), flush=True)
+        together_steps = daemon.log()[together_log:]
         print(f"{options.together} at once: cold {statistics.median(cold_together):.3f} s, "
               f"clone {statistics.median(clone_together):.3f} s, "
-              f"with a spare {statistics.median(spare_together):.3f} s", flush=True)
+              f"with a spare {statistics.median(spare_together):.3f} s, "
+              f"with a pool of {options.together} {statistics.median(pool_together):.3f} s", flush=True)
         forks, file_forks = [], []
         for _ in range(3):  # alternating: the same load for both
             forks.append(fork(daemon, "warm", options.together))
@@ -195,8 +314,8 @@ def main() -> None:
             print(f"fork of {options.together}{name}: {statistics.median(f[0] for f in runs):.3f} s, parent paused "
                   f"{statistics.median(f[1] for f in runs):.3f} s", flush=True)
         accel = re.search(r"accelerator: (\w+)", daemon.log())
-        clone_steps, fork_steps = steps(daemon.log(), "cloned"), steps(daemon.log(), "forked", "warm")
-        spare_steps = steps(daemon.log(), r"cloned from spare VM \S+")
+        clone_steps, fork_steps = steps(daemon.log(), "cloned", "warm"), steps(daemon.log(), "forked", "warm")
+        spare_steps = steps(daemon.log(), r"cloned from spare VM \S+", "spare")
         spare_events = [line for line in daemon.log().splitlines() if "spare VM" in line]
         file_fork_steps = steps(daemon.log(), "forked", "fmem")
         fork_states = [float(size) * 1e6 for size in re.findall(
@@ -205,8 +324,16 @@ def main() -> None:
             r"copied the memory of fmem-\d+\.ram \((\d+) MB\) in (\d+) ms", daemon.log())]
         load_after = os.getloadavg()[0]
         daemon_peak_rss = peak_rss(daemon.process.pid) if daemon.process else None
+        before_steps = {
+            "without spares": steps(before.log(), "cloned", "warm"),
+            "with a spare, from the spare": steps(before.log(), r"cloned from spare VM \S+", "spare"),
+            "with a spare, the others": steps(before.log(), "cloned", "spare"),
+            "with a pool, from a spare": steps(before.log(), r"cloned from spare VM \S+", "pool"),
+        } if before is not None else None
     finally:
         daemon.cleanup()
+        if before is not None:
+            before.cleanup()
 
     def per_node(figures: list[dict[str, int]], key: str) -> dict[str, Any]:
         return {"median": statistics.median(f[key] for f in figures), "samples": [f[key] for f in figures]}
@@ -223,7 +350,38 @@ def main() -> None:
         "spare_clone_create_wait_agent_s": summary(spared),
         "ratio_clone_over_spare_clone": statistics.median(clone) / statistics.median(spared),
         "ratio_cold_over_spare_clone": statistics.median(cold) / statistics.median(spared),
+        "together_rounds": options.together_rounds,
         "spare_clone_together_s": summary(spare_together),
+        "pool_clone_together_s": summary(pool_together),
+        "ratio_clone_over_pool_clone_together": statistics.median(clone_together) / statistics.median(pool_together),
+        "ratio_spare_clone_over_pool_clone_together": statistics.median(spare_together) / statistics.median(
+            pool_together),
+        "together_steps_ms": {
+            "without spares (warm_spare: 0)": steps(together_steps, "cloned", "warm"),
+            "with a spare (warm_spare: 1), from the spare": steps(together_steps, r"cloned from spare VM \S+", "spare"),
+            "with a spare (warm_spare: 1), the others": steps(together_steps, "cloned", "spare"),
+            f"with a pool (warm_spare: {options.together}), from a spare": steps(
+                together_steps, r"cloned from spare VM \S+", "pool"),
+            f"with a pool (warm_spare: {options.together}), the others": steps(together_steps, "cloned", "pool"),
+        },
+        "together_rounds_without_ready_spares": spares_missing,
+        "before": {
+            "code": options.before,
+            "clone_together_s": summary(before_clone),
+            "spare_clone_together_s": summary(before_spare),
+            "pool_clone_together_s": summary(before_pool) if before_pool else None,
+            "ratio_before_clone_over_pool_clone_together": statistics.median(before_clone) / statistics.median(
+                pool_together),
+            "ratio_before_spare_clone_over_pool_clone_together": statistics.median(before_spare) / statistics.median(
+                pool_together),
+            "together_steps_ms": before_steps,
+        } if before is not None else None,
+        "together_daemon_cpu_s": {
+            "without spares (warm_spare: 0)": summary(burst_cpu["warm"]),
+            "with a spare (warm_spare: 1)": summary(burst_cpu["spare"]),
+            f"with a pool (warm_spare: {options.together})": summary(burst_cpu["pool"]),
+        },
+        "pool_pss_bytes_together": per_node(pool_together_memory, "pss"),
         "spare_clone_steps_ms": spare_steps,
         "spare_events": spare_events,
         "together": options.together,
@@ -258,6 +416,7 @@ def main() -> None:
     }
     write_result(options.output, result)
     print(json.dumps({k: result[k] for k in ("accel", "ratio_cold_over_clone", "ratio_clone_over_spare_clone",
+                                              "ratio_clone_over_pool_clone_together",
                                               "ratio_cold_over_clone_together",
                                               "fork_of_together_s", "fork_memory_file_of_together_s",
                                               "clone_pss_bytes_together", "daemon_peak_rss_bytes")}, default=str))

@@ -951,6 +951,21 @@ class WarmTests(SynchronousTestCase):
                 _parse(f"config: {text}\n")
 
 
+class WarmSpareTests(SynchronousTestCase):
+    """``warm_spare`` per group: a boolean (1 or 0) or a count of spare VMs up to the bound."""
+
+    def test_default_and_given(self) -> None:
+        config = _parse("config: {host_groups: [{name: a}, {name: b, warm_spare: true}, {name: c, warm_spare: false},"
+                        " {name: d, warm_spare: 4}, {name: e, warm_spare: 0}, {name: f, warm_spare: 8}]}\n")
+        self.assertEqual([group.warm_spare for group in config.host_groups], [1, 1, 0, 4, 0, 8])
+
+    def test_bad(self) -> None:
+        for value, message in (("9", "must be from 0 to 8"), ("-1", "must be from 0 to 8"),
+                               ("'4'", "expected a boolean or a count"), ("1.5", "expected a boolean or a count")):
+            with self.assertRaisesRegex(ConfigError, rf"host_groups\[0\]\.warm_spare: .*{message}"):
+                _parse(f"config: {{host_groups: [{{name: a, warm_spare: {value}}}]}}\n")
+
+
 class ForkMemoryTests(SynchronousTestCase):
     """``fork_memory`` per group: ``copy`` unless ``file`` is asked for; ``file`` not with ``warm``."""
 

@@ -110,6 +110,9 @@ MAX_BOOT_CONCURRENCY = 256
 DEFAULT_TCG_TB_SIZE_MB = 64
 #: The largest ``tcg_tb_size_mb``.
 MAX_TCG_TB_SIZE_MB = 4096
+#: The most spare VMs ``warm_spare`` may keep per template: each holds a VM of the template's RAM in the
+#: admission budget, and as many creates at once as a fork has children (8) is what a pool is for.
+MAX_WARM_SPARE = 8
 #: Each VM of an isolated network takes a /30 (network, host side, guest,
 #: broadcast), so a /22 holds 256 VM slots as the API specification says.
 ISOLATED_SLOT_PREFIX = 30
@@ -359,8 +362,10 @@ class HostGroupConfig:
         hands out to the group's nodes, in this order.
     :ivar warm: Start the group's nodes as clones of a template booted once
         (see ``docs/warm-start.md``) instead of booting each.
-    :ivar warm_spare: Keep one spare VM of a warm group's template started
-        and waiting, so a create only loads and adopts (``docs/warm-start.md``).
+    :ivar warm_spare: How many spare VMs of a warm group's template to keep
+        started and waiting (0 to :data:`MAX_WARM_SPARE`; the file's ``true``
+        is 1, ``false`` 0), so as many creates at once only load and adopt
+        (``docs/warm-start.md``).
     :ivar max_nodes: The most nodes the group may have at once (whatever
         their status); ``None`` for no limit.
     :ivar idle_suspend: Seconds a node may go without API activity before it
@@ -392,7 +397,7 @@ class HostGroupConfig:
     warm: bool = False
     max_nodes: int | None = None
     idle_suspend: float | None = None
-    warm_spare: bool = True
+    warm_spare: int = 1
     fork_memory: str = "copy"
     guest_aslr: bool = True
 
@@ -485,6 +490,9 @@ class Config:
 #: A byte count written as an integer or a size string (see :func:`parse_size`).
 _Size = NewType("_Size", int)
 
+#: ``warm_spare``: a boolean (``true`` is 1, ``false`` 0) or a count from 0 to :data:`MAX_WARM_SPARE`.
+_SpareCount = NewType("_SpareCount", int)
+
 #: A PCI address as written; YAML 1.1 reads an unquoted ``01:00.0`` as a
 #: base-60 number, so the message says to quote it.
 _PciText = NewType("_PciText", str)
@@ -536,7 +544,7 @@ class _GroupDocument:
     warm: bool = False
     max_nodes: int | None = None
     idle_suspend: str | None = None
-    warm_spare: bool = True
+    warm_spare: _SpareCount = _SpareCount(1)
     fork_memory: str = "copy"
     guest_aslr: bool = True
 
@@ -578,6 +586,16 @@ def _structure_size(value: object, _type: object) -> _Size:
         except ValueError as error:
             raise BadValue(str(error)) from None
     raise BadValue(f"expected a size ({_SIZE_HINT}), got {describe(value)}")
+
+
+def _structure_spare_count(value: object, _type: object) -> _SpareCount:
+    if isinstance(value, bool):
+        return _SpareCount(int(value))
+    if isinstance(value, int):
+        if not 0 <= value <= MAX_WARM_SPARE:
+            raise BadValue(f"warm_spare {value} must be from 0 to {MAX_WARM_SPARE} (or true, false)")
+        return _SpareCount(value)
+    raise BadValue(f"expected a boolean or a count of spare VMs (0 to {MAX_WARM_SPARE}), got {describe(value)}")
 
 
 def _structure_pci_text(value: object, _type: object) -> _PciText:
@@ -630,6 +648,7 @@ def _make_converter() -> cattrs.Converter:
     converter = strict_converter()
     converter.register_structure_hook(_Size, _structure_size)
     converter.register_structure_hook(_PciText, _structure_pci_text)
+    converter.register_structure_hook(_SpareCount, _structure_spare_count)
     converter.register_structure_hook(IPv4Network, _structure_network)
     converter.register_structure_hook(IPv4Interface, _structure_interface)
     return converter

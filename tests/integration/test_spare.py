@@ -6,6 +6,8 @@ and named the spare's QMP socket) and is a working node with an identity of
 its own; a replacement spare starts; a fork of a spare-born node works;
 after a daemon kill -9 the next start adopts the spare-born node and kills
 the spare no node was handed; a removed template takes its spare with it.
+A pool (``warm_spare: 3``): creates at once take a spare each, the pool is
+filled again only after they answered; stop and kill -9 handle every spare.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 from ipaddress import IPv4Address
 from typing import Any
 
@@ -60,13 +63,18 @@ class _Spares(TemplatesDaemonTestCase):
 
     def ready_spare(self) -> int | None:
         """A running spare VM the daemon logged as ready (none taken since: a taken one is a node's)."""
+        ready = self.ready_spares()
+        return ready[0] if ready else None
+
+    def ready_spares(self) -> list[int]:
+        """The running spare VMs the daemon logged as ready and that no node took."""
         log = self.daemon.log()
+        found = []
         for pid in self.spare_pids():
-            socket = next(word for word in _argv(pid) if word.startswith("unix:") and "/qmp.sock" in word)
-            name = os.path.basename(os.path.dirname(socket.split(",")[0]))
+            name = _spare_name(pid)
             if re.search(rf"spare VM {name} of template \w+ is ready", log) and f"spare VM {name}:" not in log:
-                return pid
-        return None
+                found.append(pid)
+        return found
 
     def wait_spare(self) -> int:
         pid: int = self.daemon.wait_for("a ready spare VM", self.ready_spare, timeout=120)
@@ -79,6 +87,12 @@ class _Spares(TemplatesDaemonTestCase):
         with open(os.path.join(self.daemon.state_dir, "nodes", hostname, "node.json")) as f:
             record: dict[str, Any] = json.load(f)
         return record
+
+
+def _spare_name(pid: int) -> str:
+    """The name of the spare directory the QMP socket of QEMU ``pid`` lies in."""
+    socket = next(word for word in _argv(pid) if word.startswith("unix:") and "/qmp.sock" in word)
+    return os.path.basename(os.path.dirname(socket.split(",")[0]))
 
 
 class SpareTests(_Spares):
@@ -226,3 +240,98 @@ class BridgedSpareTests(_Spares):
         # Deleted: the tap goes with its QEMU.
         daemon.json("DELETE", f"/hostgroup/{self.group}/nodes/{hostname}")
         self.assertNotEqual(subprocess.run(["ip", "link", "show", tap], capture_output=True).returncode, 0)
+
+
+class PoolTests(_Spares):
+    """``warm_spare: 3``: a pool of three spare VMs of the template."""
+
+    group = "pool"
+    groups = [{**GROUPS[0], "name": "pool", "warm_spare": 3}]
+
+    def wait_pool(self) -> list[int]:
+        pool: list[int] = self.daemon.wait_for("three ready spare VMs", lambda: (
+            lambda ready: ready if len(ready) == 3 else None)(self.ready_spares()), timeout=180)
+        return pool
+
+    def test_creates_at_once_take_a_spare_each(self) -> None:
+        """
+        Three creates at once: each node is one of the pool's VMs (its pid,
+        its record naming that spare's QMP socket), with an identity of its
+        own; the pool's new spares are started only after all three answered.
+        """
+        daemon = self.daemon
+        pool = self.wait_pool()
+        results: list[Any] = [None] * 3
+
+        def create(index: int) -> None:
+            try:
+                results[index] = daemon.json("POST", f"/hostgroup/{self.group}/nodes?wait=agent&timeout={CREATE_TIMEOUT}",
+                                             {}, expect=201)["hostname"]
+            except BaseException as error:  # raised below, in the test's thread
+                results[index] = error
+
+        threads = [threading.Thread(target=create, args=(index,)) for index in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for result in results:
+            if isinstance(result, str):
+                self.addCleanup(daemon.request, "DELETE", f"/hostgroup/{self.group}/nodes/{result}")
+        for result in results:
+            if not isinstance(result, str):
+                raise AssertionError(f"a create failed: {result!r}")
+        records = [self.record(hostname) for hostname in results]
+        self.assertEqual(sorted(record["pid"] for record in records), sorted(pool))
+        self.assertEqual(sorted(os.path.basename(os.path.dirname(record["started_qmp"])) for record in records),
+                         sorted(_spare_name(pid) for pid in pool))
+        reads = set()
+        for hostname in results:
+            code, out = daemon.run(hostname, "hostname; head -c 16 /dev/urandom | od -An -tx1")
+            self.assertEqual(code, 0)
+            self.assertEqual(out.split("\n")[0], hostname)
+            reads.add(out)
+        self.assertEqual(len(reads), 3)
+        refilled = self.wait_pool()
+        self.assertEqual(set(refilled) & set(pool), set())
+        lines = daemon.log().splitlines()
+        taken = max(index for index, line in enumerate(lines) if "cloned from spare VM" in line)
+        for pid in refilled:
+            ready = next(index for index, line in enumerate(lines)
+                         if f"spare VM {_spare_name(pid)} of template" in line and "is ready" in line)
+            self.assertGreater(ready, taken)
+
+    def test_kill9_sweeps_the_pool(self) -> None:
+        """
+        A daemon killed with -9 while its pool waits: the next start adopts
+        the spare-born node, kills every spare no node was handed and fills a
+        new pool.
+        """
+        daemon = self.daemon
+        self.wait_pool()
+        hostname = self.create()
+        pid = self.record(hostname)["pid"]
+        left = self.wait_pool()
+        daemon.stop(signal.SIGKILL)
+        daemon.start()
+        daemon.json("GET", f"/vm/{hostname}")
+        daemon.wait_for("the old spares killed", lambda: not set(left) & set(self.spare_pids()), timeout=30)
+        self.assertEqual(self.record(hostname)["pid"], pid)
+        daemon.wait_for("the adopted node's agent", lambda: daemon.request(
+            "GET", f"/vm/{hostname}/health", timeout=10)[0] == 200, timeout=60)
+        self.assertEqual(daemon.run(hostname, "echo alive"), (0, "alive\n"))
+        self.assertEqual(set(self.wait_pool()) & set(left), set())
+
+    def test_stop_kills_the_pool(self) -> None:
+        """A daemon that stops kills every spare of the pool; the next start removes their directories."""
+        daemon = self.daemon
+        daemon.json("DELETE", f"/hostgroup/{self.group}/nodes/{self.create()}")
+        pool = self.wait_pool()
+        directories = [os.path.join(os.path.dirname(os.path.dirname(
+            next(word for word in _argv(pid) if "/qmp.sock" in word)[len("unix:"):].split(",")[0])), _spare_name(pid))
+            for pid in pool]
+        daemon.stop()
+        daemon.wait_for("the spares gone", lambda: not set(pool) & set(self.spare_pids()), timeout=10)
+        daemon.start()
+        daemon.wait_for("their directories removed", lambda: not any(map(os.path.exists, directories)), timeout=30)
+        self.wait_pool()

@@ -18,7 +18,7 @@ from zope.interface.verify import verifyObject
 
 from datetime import datetime, timezone
 
-from tests.fakes import FakeAgent, FakeMachine, FleetHarness
+from tests.fakes import FakeAgent, FakeDisks, FakeMachine, FleetHarness
 from vmservice.agent.errors import AgentUnavailable
 from vmservice.nodes.adoption import IdentityAdoption
 from vmservice.nodes.identity import GuestIdentity, GuestNet, IAdoption
@@ -111,6 +111,12 @@ class IdentityAdoptionTests(SynchronousTestCase):
         self.assertEqual(agent.preparations, 1)
 
 
+def empty_overlay_base(disks: FakeDisks, template: Template) -> str | None:
+    """What the fake disks made ``template``'s empty overlay over (made under a name of its own, then renamed)."""
+    bases = {base for path, (base, _) in disks._made.items() if path.startswith(template.empty_overlay + ".")}
+    return bases.pop() if len(bases) == 1 else None
+
+
 class CloningTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.make(GROUPS)
@@ -153,6 +159,23 @@ class CloningTests(SynchronousTestCase):
     def machine(self) -> FakeMachine:
         return self.harness.driver.machines[-1]
 
+    def test_clone_disk_is_a_copy(self) -> None:
+        """
+        Clones' disks are copies of the template's one empty overlay: no
+        disk is made for the second clone; one removed is made again.
+        """
+        template = self.template()
+        self.successResultOf(self.create())
+        made = list(self.harness.disks.created)
+        record = self.successResultOf(self.create())
+        self.assertEqual(self.harness.disks.created, made)
+        self.assertTrue(os.path.isfile(self.fleet._registry.find(record.hostname).paths.disk))
+        os.unlink(template.empty_overlay)
+        self.successResultOf(self.create())
+        self.assertEqual(len(self.harness.disks.created), len(made) + 1)
+        self.assertTrue(os.path.isfile(template.empty_overlay))
+        self.assertEqual([name for name in os.listdir(template.directory) if name.startswith("empty.qcow2.")], [])
+
     def test_adoption_fake_is_an_adoption(self) -> None:
         verifyObject(ICloneAdoption, self.adoption)
 
@@ -169,7 +192,10 @@ class CloningTests(SynchronousTestCase):
         self.assertEqual((spec.memory.path if spec.memory else None, spec.memory.shared if spec.memory else None),
                          (template.ram_file, False))
         self.assertTrue(spec.defer_incoming)
-        self.assertEqual(self.harness.disks._made[spec.disk][0], template.disk)
+        # A copy of the template's empty overlay over the frozen disk (made by the first clone: this build made none).
+        self.assertEqual(empty_overlay_base(self.harness.disks, template), template.disk)
+        with open(spec.disk, "rb") as disk, open(template.empty_overlay, "rb") as empty:
+            self.assertEqual(disk.read(), empty.read())
         self.assertTrue(self.harness.agents[-1].started)
         self.assertEqual(self.adoption.adopted, [(record.hostname, ["load_device_state"], [])])
         stored = self.harness.store.load_all()[0][0]

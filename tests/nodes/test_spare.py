@@ -20,7 +20,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.diagrams import drawn_transitions, machine_transitions
 from tests.fakes import FakeMachine, FleetHarness
-from tests.nodes.test_cloning import FakeAdoption
+from tests.nodes.test_cloning import FakeAdoption, empty_overlay_base
 from ipaddress import IPv4Interface, IPv4Network
 
 from vmservice.config import HostGroupConfig, NetworkConfig
@@ -76,13 +76,23 @@ class SpareTests(SynchronousTestCase):
         state_dir = self.state_dir
         self.harness = FleetHarness(state_dir, groups=(group,), driver=driver)
         start = self.harness.driver.start
+        #: When a list: each spare's QEMU answers its monitor only once its Deferred here is fired.
+        self.held: list[Deferred[None]] | None = None
 
         def start_with_sockets(spec: MachineSpec, log_path: str | None = None) -> Any:
             # As QEMU does: its sockets exist once it answers.
             for path in (spec.agent_socket, spec.qmp_socket, spec.metrics_socket, spec.bulk_socket):
                 if path is not None:
                     open(path, "w").close()
-            return start(spec, log_path)
+            started = start(spec, log_path)
+            if self.held is None or "/spare-" not in spec.qmp_socket:
+                return started
+            machine = self.successResultOf(started)
+            answered: Deferred[None] = Deferred()
+            self.held.append(answered)
+            run_state = machine.run_state
+            machine.run_state = lambda: answered.addCallback(lambda _: run_state())  # type: ignore
+            return succeed(machine)
 
         self.harness.driver.start = start_with_sockets  # type: ignore[method-assign]
         self.store = TemplateStore(self.harness.reactor, state_dir, os.path.join(state_dir, "shm"), 1 << 30)
@@ -127,7 +137,9 @@ class SpareTests(SynchronousTestCase):
         self.assertTrue(spare.spec.defer_incoming)
         memory = spare.spec.memory
         self.assertEqual((memory.path, memory.shared) if memory else None, (template.ram_file, False))
-        self.assertEqual(self.harness.disks._made[spare.spec.disk][0], template.disk)
+        self.assertEqual(empty_overlay_base(self.harness.disks, template), template.disk)
+        with open(spare.spec.disk, "rb") as disk, open(template.empty_overlay, "rb") as empty:
+            self.assertEqual(disk.read(), empty.read())
         self.assertEqual(spare.commands, [])
 
     def test_create_takes_the_spare(self) -> None:
@@ -312,6 +324,117 @@ class SpareTests(SynchronousTestCase):
         self.successResultOf(Deferred.fromCoroutine(self.fleet.lifecycle.relaunch(record.hostname, Wait.NONE, 60)))
         self.assertEqual(self.fleet._registry.find(record.hostname).record.started_qmp, "")
         self.assertFalse(os.path.exists(os.path.dirname(spare.spec.qmp_socket)))
+
+
+    def hold_adoptions(self) -> list[Deferred[None]]:
+        """The creates' adoptions from now on, each answered when the test fires its Deferred."""
+        pending: list[Deferred[None]] = []
+        self.adoption.adopt = lambda record, net, agent: pending.append(Deferred()) or pending[-1]  # type: ignore
+        return pending
+
+    def test_pool_started_one_at_a_time(self) -> None:
+        """``warm_spare: 3``: three spares, each started once the one before is ready; all count in admission."""
+        self.make(evolve(self.group, warm_spare=3))
+        self.held = []
+        self.start()
+        for ready in range(3):
+            self.assertEqual(len(self.spares()), ready + 1)
+            self.held[ready].callback(None)
+        self.assertEqual(len(self.spares()), 3)
+        self.assertEqual(len(self.store.spare_ram()), 3)
+        self.assertEqual(self.parts.admission.used(), (3 * 256 * MiB, 0))
+        self.assertEqual(len({os.path.dirname(m.spec.qmp_socket) for m in self.spares()}), 3)
+
+    def test_creates_at_once_take_a_spare_each(self) -> None:
+        """
+        Three creates at once take the three spares of the pool, a fourth
+        clones the usual way; the pool is filled again, one at a time, only
+        once every one of them adopted its identity.
+        """
+        self.make(evolve(self.group, warm_spare=3))
+        self.start()
+        pool = self.spares()
+        self.assertEqual(len(pool), 3)
+        pending = self.hold_adoptions()
+        creates = [Deferred.fromCoroutine(self.fleet.create(self.group.name, CreateRequest(), Wait.NONE, 60))
+                   for _ in range(4)]
+        self.assertEqual([m.commands for m in pool], [["load_device_state"]] * 3)
+        self.assertEqual(self.store.spare_ram(), [])
+        self.assertEqual(len(self.spares()), 3)  # no new spare while creates are under way
+        self.held = []
+        for adopted in pending[:3]:
+            adopted.callback(None)
+        self.assertEqual(len(self.spares()), 3)  # the fourth create still adopts
+        pending[3].callback(None)
+        records = [self.successResultOf(create) for create in creates]
+        machines = [self.fleet._registry.find(record.hostname).machine for record in records]
+        self.assertEqual(machines[:3], pool)
+        self.assertNotIn(machines[3], pool)
+        for ready in range(3):
+            self.assertEqual(len(self.spares()), 3 + ready + 1)
+            self.held[ready].callback(None)
+        self.assertEqual(len(self.store.spare_ram()), 3)
+
+    def test_refill_waits_for_a_create(self) -> None:
+        """A create under way while a spare of the pool starts: the next one starts only when it adopted."""
+        self.make(evolve(self.group, warm_spare=2))
+        self.start()
+        self.held = []
+        self.create()
+        self.create()
+        self.assertEqual(len(self.spares()), 3)  # the pool's first new spare is starting
+        pending = self.hold_adoptions()
+        create = Deferred.fromCoroutine(self.fleet.create(self.group.name, CreateRequest(), Wait.NONE, 60))
+        self.held[0].callback(None)
+        self.assertEqual(len(self.spares()), 3)
+        pending[0].callback(None)
+        self.successResultOf(create)
+        self.assertEqual(len(self.spares()), 4)
+
+    def test_pool_within_the_budget(self) -> None:
+        """Spares of a pool start only while the budget holds them and one create more."""
+        self.make(evolve(self.group, warm_spare=3), budget=3 * 256 * MiB)
+        self.start()
+        self.assertEqual(len(self.spares()), 2)
+        self.assertEqual(self.parts.admission.used(), (2 * 256 * MiB, 0))
+
+    def test_pool_goes_with_its_template(self) -> None:
+        """Every spare of a pool is killed, its directory removed, with its template or the daemon."""
+        self.make(evolve(self.group, warm_spare=3))
+        template = self.start()
+        pool = self.spares()
+        self.store.discard(template.key)
+        self.assertEqual([m._exit is not None for m in pool], [True] * 3)
+        self.assertEqual([os.path.exists(os.path.dirname(m.spec.qmp_socket)) for m in pool], [False] * 3)
+        self.assertEqual(self.store.spare_ram(), [])
+        self.make(evolve(self.group, warm_spare=3))
+        self.start()
+        pool = self.spares()
+        self.successResultOf(self.fleet.stopService())
+        self.assertEqual([m._exit is not None for m in pool], [True] * 3)
+
+    def test_pool_after_a_crash(self) -> None:
+        """After a kill -9 the next start kills every spare no node was handed and starts a new pool."""
+        self.make(evolve(self.group, warm_spare=3))
+        self.start()
+        record = self.create()
+        left = self.spares()[1:]
+        self.assertEqual(len(left), 3)
+        self.harness.crash()
+        driver = self.harness.driver
+        self.make(evolve(self.group, warm_spare=3), driver=driver)
+        self.start()
+        self.assertIsNotNone(self.fleet._registry.find(record.hostname).machine)
+        self.assertEqual(sorted(driver.killed_orphans), sorted(m.pid for m in left))
+        self.assertEqual([os.path.exists(os.path.dirname(m.spec.qmp_socket)) for m in left], [False] * 3)
+        self.assertEqual(len(self.store.spare_ram()), 3)
+
+    def test_the_most_any_group_asks_for(self) -> None:
+        """A template used by groups asking for 1 and for 3 spares keeps 3."""
+        self.assertEqual(self.store.wants_spare(self.key, 1), 1)
+        self.assertEqual(self.store.wants_spare(self.key, 3), 3)
+        self.assertEqual(self.store.wants_spare(self.key, 0), 3)
+        self.assertEqual(self.store.wants_spare(self.key, 1), 3)
 
 
 class NetworkedSpareTests(SpareTests):

@@ -24,6 +24,7 @@ from twisted.logger import Logger
 from ..config import HostGroupConfig
 from ..hypervisors.base import HypervisorError, IHypervisor, IMachine, NetSpec
 from ..images.store import Image
+from .clone_disk import make_clone_disk
 from .guest import IGuestConnection
 from .model import NodeRecord
 from .paths import discard
@@ -125,13 +126,16 @@ class Cloning:
     def replenish(self, group: HostGroupConfig, template: Template) -> None:
         """
         Start a spare VM of ``template`` in the background when ``group`` (or
-        another group of it before) asks for spares, the template has none,
-        and admission has room for one more VM of its RAM.  A networked template has one only for a
-        bridged group (its tap is renamed to the node's at the hand-over).
+        another group of it before) asks for spares, the template's pool
+        has fewer than that, none is being started and no clone of it is being
+        made (:meth:`TemplateStore.add_spare`), and admission has room for one
+        more VM of its RAM; once it is ready, the next one the same way.  A
+        networked template has spares only for a bridged group (a spare's tap
+        is renamed to the node's at the hand-over).
         """
         templates, parts = self.parts.templates, self.parts
         # The clone that ends last may be of another group of the same template: it starts the spare then.
-        if templates is None or not templates.wants_spare(template.key, _takes_spares(group)):
+        if templates is None or not templates.wants_spare(template.key, _spare_count(group)):
             return
         if not parts.admission.room_for(template.key.ram_bytes):
             log.info("no spare VM for template {digest}: the memory budget has no room",
@@ -139,16 +143,18 @@ class Cloning:
             return
         spare = templates.add_spare(template)
         if spare is not None:
-            Deferred.fromCoroutine(self._start_spare(spare))
+            Deferred.fromCoroutine(self._start_spare(group, spare))
 
-    async def _start_spare(self, spare: Spare) -> None:
-        await spare.start(await self.parts.driver.get(), self.parts.disks)
+    async def _start_spare(self, group: HostGroupConfig, spare: Spare) -> None:
+        """Start ``spare``; once it is ready, the pool's next one (a failed start is not tried again until a clone ends)."""
+        if await spare.start(await self.parts.driver.get(), self.parts.disks):
+            self.replenish(group, spare.template)
 
     async def _spare_or_clone(self, node: NodeRuntime, group: HostGroupConfig, template: Template,
                               net: NetSpec | None) -> tuple[IMachine, IGuestConnection]:
         """Clone ``node`` from the template's ready spare VM when its group takes spares, else as usual."""
         templates = self.parts.templates
-        spare = templates.take_spare(template) if templates is not None and _takes_spares(group) else None
+        spare = templates.take_spare(template) if templates is not None and _spare_count(group) else None
         if spare is not None:
             try:
                 return await self._from_spare(node, template, spare, net)
@@ -226,7 +232,7 @@ class Cloning:
         steps = StepTimes(parts.clock)
         node.record = evolve(node.record, frozen_disk=template.disk, clone_memory=True)
         try:
-            await parts.disks.create(template.disk, node.paths.disk, template.key.storage_size)
+            await make_clone_disk(template, parts.disks, node.paths.disk)
             steps.done("disk")
             machine = await node.spawn(template.kernel, template.initrd, net, clone_of=template)
             steps.done("spawn")
@@ -272,9 +278,12 @@ class Cloning:
         node.record = evolve(node.record, frozen_disk="", clone_memory=False, pid=None)
 
 
-def _takes_spares(group: HostGroupConfig) -> bool:
-    """Whether ``group``'s nodes are cloned from spare VMs: it asks for them, and has no network or a bridge."""
-    return group.warm_spare and (group.network is None or group.network.mode == "bridge")
+def _spare_count(group: HostGroupConfig) -> int:
+    """
+    How many spare VMs of its templates ``group`` asks for (its nodes take
+    them when it asks for any): ``warm_spare``, and none for a network other than a bridge.
+    """
+    return group.warm_spare if group.network is None or group.network.mode == "bridge" else 0
 
 
 class StepTimes:

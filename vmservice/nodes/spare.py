@@ -8,16 +8,20 @@ Theory of operation
 
 A clone spends its first ~0.1 s on what needs nothing of its node: making
 its disk's overlay and starting a QEMU that waits in ``-incoming defer``.
-A *spare* does both ahead of time, once per warm template (after the
-template is ready, and again once the create that took the spare has its
-identity adopted), in a directory of its own inside the template's,
-``<template>/spare-<random>/``, named once and never reused (QEMU leaves its
-socket files behind when it exits).
+A *spare* does both ahead of time.  A warm template keeps a *pool* of up to
+``warm_spare`` of them (the most any group of it asks for), so as many
+creates at once each take one.  They are started one at a time, after the
+template is ready and again whenever no clone of the template is being made
+(the creates that took spares have their identities adopted): a spare's
+start never competes with the creates it serves.  Each lives in a directory
+of its own inside the template's, ``<template>/spare-<random>/``, named once
+and never reused (QEMU leaves its socket files behind when it exits).
 
 - **Starting**: its overlay is made and its QEMU started; it is *ready*
   once QEMU answers its monitor (the connection stays open for the create).
 - **Ready**: waiting; one create :meth:`takes <SparePhase.take>` it (only
-  one: the next create finds none and clones the usual way).
+  one: the next create takes another ready spare of the pool, or, finding
+  none, clones the usual way).
 - **Taken**: a create hands it over to its node (the node's record names
   the spare's QMP socket first, then the disk gets the node's name as a
   second link, the sockets and the console file are renamed into the
@@ -45,6 +49,7 @@ from twisted.logger import Logger
 
 from ..hypervisors.base import IHypervisor, IMachine, MachineExit, MachineSpec, NetSpec, RamBacking
 from ..storage.interfaces import IDisks
+from .clone_disk import make_clone_disk
 from .paths import NodePaths
 
 if TYPE_CHECKING:
@@ -75,6 +80,9 @@ class SparePhase(Protocol):
     def holds(self) -> bool:
         """Whether it holds memory of its own (starting or ready, not yet a node's)."""
 
+    def starting(self) -> bool:
+        """Whether its QEMU is still being started (a template's spares are started one at a time)."""
+
 
 @define
 class SpareCore:
@@ -103,6 +111,9 @@ def _build() -> TypeMachine[SparePhase, SpareCore]:
         state.upon(SparePhase.holds).loop().returns(True)
     for state in (taken, killed):
         state.upon(SparePhase.holds).loop().returns(False)
+    starting.upon(SparePhase.starting).loop().returns(True)
+    for state in (ready, taken, killed):
+        state.upon(SparePhase.starting).loop().returns(False)
     return builder.build()
 
 
@@ -156,7 +167,7 @@ class Spare:
         """Make its disk and start its QEMU: whether it is ready (it is killed on any failure)."""
         try:
             os.makedirs(self.directory)
-            await disks.create(self.template.disk, self.files.disk, self.template.key.storage_size)
+            await make_clone_disk(self.template, disks, self.files.disk)
             if self.phase.holds():
                 self.machine = machine = await driver.start(self.spec(), self.files.qemu_log)
                 machine.ended.addCallback(self._ended)

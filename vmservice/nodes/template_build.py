@@ -19,6 +19,7 @@ from zope.interface import implementer
 
 from ..errors import AgentError
 from ..hypervisors.base import IMachine, MachineSpec, RamBacking
+from .clone_disk import make_empty_overlay
 from .guest import IGuestConnection
 from .guest_exec import ExecRequest, IExecSink
 from .guest_files import UploadRequest
@@ -132,6 +133,8 @@ class TemplateBuilder:
                 os.unlink(os.path.join(template.directory, name))
             except FileNotFoundError:
                 pass
+        # Every clone's disk is a copy of this one (see .clone_disk).
+        await make_empty_overlay(template, parts.disks)
 
     async def _warm(self, agent: IGuestConnection) -> None:
         await answered(agent)

@@ -75,6 +75,11 @@ class Template:
     kernel: str
     initrd: str
 
+    @property
+    def empty_overlay(self) -> str:
+        """An empty overlay over its frozen disk, which every clone's disk is a copy of (:mod:`.clone_disk`)."""
+        return os.path.join(self.directory, "empty.qcow2")
+
     def missing(self) -> str | None:
         """What is gone of it (deleted under the daemon), or ``None`` when it is whole."""
         for path in (self.disk, self.device_state, self.ram_file):
@@ -122,9 +127,9 @@ class TemplateStore:
         self._failed: dict[TemplateKey, tuple[float, str]] = {}
         self._used: dict[TemplateKey, float] = {}
         self._runs: dict[TemplateKey, Deferred[None]] = {}
-        self._spares: dict[TemplateKey, Spare] = {}
+        self._spares: dict[TemplateKey, list[Spare]] = {}
         self._cloning: dict[TemplateKey, int] = {}
-        self._wanted: set[TemplateKey] = set()
+        self._wanted: dict[TemplateKey, int] = {}
         self.builds = 0
 
     async def get(self, key: TemplateKey, kernel: str, initrd: str, build: Build) -> Template:
@@ -232,19 +237,21 @@ class TemplateStore:
         if template is None or (only is not None and template != only):
             return
         del self._ready[key]
-        self._kill_spare(key)
+        self._kill_spares(key)
         self._delete(template, keep_disk=True)
 
     def add_spare(self, template: Template) -> Spare | None:
         """
         A new spare VM (not started) for ``template``, kept next to it (with
         a tap of its own when the template has a network); ``None`` when the
-        template is not the ready one of its key, it has a spare (starting
-        or ready) already, or a clone of it is being made.
+        template is not the ready one of its key, its pool is full (as many
+        spares starting or ready as a group wants), one is being started (one
+        at a time), or a clone of it is being made.
         """
         key = template.key
-        current = self._spares.get(key)
-        if self._ready.get(key) != template or (current is not None and current.phase.holds()) or self._cloning.get(key):
+        pool = self._pool(key)
+        if (self._ready.get(key) != template or len(pool) >= self._wanted.get(key, 0)
+                or any(spare.phase.starting() for spare in pool) or self._cloning.get(key)):
             return None
         name = os.urandom(3).hex()
         while os.path.exists(os.path.join(template.directory, SPARE_PREFIX + name)):
@@ -255,16 +262,25 @@ class TemplateStore:
         except Internal as error:
             log.warn("no spare VM for template {digest}: {error}", digest=key.digest(), error=error)
             return None
-        self._spares[key] = spare
+        self._spares.setdefault(key, []).append(spare)
         return spare
 
     def take_spare(self, template: Template) -> Spare | None:
-        """``template``'s ready spare, now the caller's (no other caller gets it), or ``None``."""
-        spare = self._spares.get(template.key)
-        if spare is None or spare.template != template or not spare.phase.take():
-            return None
-        del self._spares[template.key]
-        return spare
+        """A ready spare of ``template``, now the caller's (no other caller gets it), or ``None``."""
+        pool = self._pool(template.key)
+        for spare in pool:
+            if spare.template == template and spare.phase.take():
+                pool.remove(spare)
+                return spare
+        return None
+
+    def _pool(self, key: TemplateKey) -> list[Spare]:
+        """``key``'s spares that hold memory (starting or ready), the others forgotten."""
+        pool = self._spares.get(key, [])
+        pool[:] = [spare for spare in pool if spare.phase.holds()]
+        if not pool:
+            self._spares.pop(key, None)
+        return pool
 
     def clone_began(self, key: TemplateKey) -> None:
         """A clone of ``key``'s template is being made (no spare is started meanwhile)."""
@@ -277,23 +293,27 @@ class TemplateStore:
             self._cloning[key] = left
         return not left
 
-    def wants_spare(self, key: TemplateKey, mark: bool) -> bool:
-        """Whether a group that takes spares uses ``key``'s template (``mark``: one does)."""
-        if mark:
-            self._wanted.add(key)
-        return key in self._wanted
+    def wants_spare(self, key: TemplateKey, count: int) -> int:
+        """
+        How many spares ``key``'s template keeps: the most any group that
+        uses it asked for (``count``: what the caller's group asks for).
+        """
+        wanted = max(self._wanted.get(key, 0), count)
+        if wanted:
+            self._wanted[key] = wanted
+        return wanted
 
     def spare_ram(self) -> list[int]:
         """The guest RAM of each spare that holds memory (starting or ready), for admission."""
-        return [spare.template.key.ram_bytes for spare in self._spares.values() if spare.phase.holds()]
+        return [spare.template.key.ram_bytes for pool in self._spares.values() for spare in pool
+                if spare.phase.holds()]
 
-    def _kill_spare(self, key: TemplateKey) -> None:
-        spare = self._spares.pop(key, None)
-        if spare is not None:
+    def _kill_spares(self, key: TemplateKey) -> None:
+        for spare in self._spares.pop(key, []):
             spare.kill()
 
     def _delete(self, template: Template, keep_disk: bool) -> None:
-        for path in (template.ram_file, template.device_state):
+        for path in (template.ram_file, template.device_state, template.empty_overlay):
             discard(path)
         if not keep_disk:
             shutil.rmtree(template.directory, ignore_errors=True)
@@ -309,7 +329,7 @@ class TemplateStore:
         """
         live = {template.directory for template in self._ready.values()}
         live |= {os.path.dirname(path) for path in referenced}
-        kept = set(spares) | {spare.directory for spare in self._spares.values()}
+        kept = set(spares) | {spare.directory for pool in self._spares.values() for spare in pool}
         for name in _listdir(self.directory):
             path = os.path.join(self.directory, name)
             if path not in live and not self._is_building(name):
@@ -337,7 +357,7 @@ class TemplateStore:
         for run in list(self._runs.values()):
             run.cancel()
         for key in list(self._spares):
-            self._kill_spare(key)
+            self._kill_spares(key)
         for key in list(self._ready):
             self.discard(key)
         try:

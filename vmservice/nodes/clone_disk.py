@@ -1,0 +1,51 @@
+# -*- test-case-name: tests.nodes.test_cloning -*-
+"""
+A clone's disk: a copy of its template's *empty overlay*.
+
+Every clone's disk is an empty qcow2 overlay over the template's frozen disk,
+of the template's disk size: the same bytes for every clone (the header names
+the frozen disk by its absolute path, nothing of the node).  So the template
+keeps one, ``<template>/empty.qcow2``, made once with :class:`IDisks`
+(``qemu-img``) right after its build, and a clone's disk is a copy of it: a
+fraction of a millisecond of file copying in place of a ``qemu-img``
+process (15–60 ms here, more on a busy machine).  One deleted under the
+daemon is made again by the next clone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import TYPE_CHECKING
+
+from ..storage.interfaces import IDisks
+from .paths import discard
+
+if TYPE_CHECKING:
+    from .templates import Template
+
+
+async def make_empty_overlay(template: Template, disks: IDisks) -> None:
+    """Make ``template``'s empty overlay (under a name of its own first: clones may be copying the old one)."""
+    partial = f"{template.empty_overlay}.{os.urandom(3).hex()}"
+    try:
+        await disks.create(template.disk, partial, template.key.storage_size)
+        os.replace(partial, template.empty_overlay)
+    finally:
+        discard(partial)
+
+
+async def make_clone_disk(template: Template, disks: IDisks, path: str) -> None:
+    """Make ``path`` a clone's disk of ``template``: a copy of its empty overlay (made first if it is missing)."""
+    try:
+        shutil.copyfile(template.empty_overlay, path)
+        return
+    except FileNotFoundError:
+        if not os.path.exists(template.empty_overlay):
+            await make_empty_overlay(template, disks)
+        else:
+            raise
+    shutil.copyfile(template.empty_overlay, path)
+
+
+__all__ = ["make_clone_disk", "make_empty_overlay"]
