@@ -41,17 +41,9 @@ def reserve(source: str, target: str) -> None:
 
     :raise InsufficientMemory: (``tmpfs_full``) the tmpfs is full.
     """
-    with _tmpfs_errors(target):
-        src = os.open(source, os.O_RDONLY)
-        try:
-            dst = os.open(target, os.O_WRONLY)
-            try:
-                for start, end in _extents(src, os.fstat(src).st_size):
-                    os.posix_fallocate(dst, start, end - start)
-            finally:
-                os.close(dst)
-        finally:
-            os.close(src)
+    with _tmpfs_errors(target), _opened(source, target) as (src, dst):
+        for start, end in _extents(src, os.fstat(src).st_size):
+            os.posix_fallocate(dst, start, end - start)
 
 
 def copy_sparse(source: str, target: str) -> int:
@@ -67,18 +59,24 @@ def copy_sparse(source: str, target: str) -> int:
         create_copy(source, target)
         reserve(source, target)
     copied = 0
-    with _tmpfs_errors(target):
-        src = os.open(source, os.O_RDONLY)
-        try:
-            dst = os.open(target, os.O_WRONLY)
-            try:
-                for start, end in _extents(src, os.fstat(src).st_size):
-                    copied += _copy_range(src, dst, start, end)
-            finally:
-                os.close(dst)
-        finally:
-            os.close(src)
+    with _tmpfs_errors(target), _opened(source, target) as (src, dst):
+        for start, end in _extents(src, os.fstat(src).st_size):
+            copied += _copy_range(src, dst, start, end)
     return copied
+
+
+@contextmanager
+def _opened(source: str, target: str) -> Iterator[tuple[int, int]]:
+    """``source`` open for reading and ``target`` for writing, both closed after."""
+    src = os.open(source, os.O_RDONLY)
+    try:
+        dst = os.open(target, os.O_WRONLY)
+        try:
+            yield src, dst
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
 
 
 @contextmanager
