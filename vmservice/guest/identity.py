@@ -17,7 +17,12 @@ In this order, each step only once the one before succeeded:
 
 ``{"op": "adopt", "prepare": true}`` (no body) does none of it and answers
 ``{"prepared": true}``: a template sends it before it is frozen, so that this
-module is loaded in its clones already.
+module is loaded in its clones already.  It answers once the guest *settled*:
+its metrics agent serves its port (``/run/vmservice-metrics.ready``), or the
+agent has run for :data:`SETTLE_LIMIT` seconds (an image without one, a parent
+of a fork that runs for long).  A template frozen while its metrics agent still
+starts would have every clone finish that start (a Python interpreter's start
+and imports, all of it translated anew under TCG) right after its adoption.
 
 Then the answer, ``{"previous_ns": N}``, and a new agent session whose nonce is
 drawn after the reseed.  A failed step answers ``{"error": "adoption_failed",
@@ -29,9 +34,19 @@ refused (BAD_HEADER).
    the old one, once the answer and the new session's HELLO went out but before
    the agent reads anything more: no request of the host (on any session) can
    see the template's files, and the host does not wait for the guest's first
-   file-system writes, the slowest step under TCG (a clone translates every
-   kernel path it runs anew).  A failure there can no longer be answered: it is
-   logged on the console and the files keep the template's content.
+   file-system writes.  In the default image the three are links into the
+   tmpfs ``/run/vmservice/``: the file that is written is the link's target, so
+   a clone's path does not touch the root file system (its journal, writeback
+   and the virtio disk: kernel paths a clone would translate anew under TCG,
+   about 0.1-0.3 s of it and megabytes of translation cache).  A failure there
+   can no longer be answered: it is logged on the console and the files keep
+   the template's content.
+6. ``persist``: :data:`PERSIST_DELAY` seconds later, the machine-id is kept on
+   the root file system too (:data:`PERSISTED_MACHINE_ID`: the hostname, then
+   the machine-id, each on a line), where the guest's ``rc`` finds it again at
+   boot (a reboot or relaunch) if the hostname is still its own: a fork's
+   child, whose disk holds its parent's, ignores that one.  The shutdown
+   script writes it too, so a reboot sooner than that keeps it.
 
 Standard library only, and no :mod:`subprocess` (its import costs under TCG, and
 adopting is on the path of every clone): ``ip`` runs through ``posix_spawnp``.
@@ -52,6 +67,9 @@ from vmservice.guest.bodies import BodyHandler
 from vmservice.wire.adoption import AdoptionError, AdoptionRequest, decode_adoption, entropy_size
 
 __all__ = [
+    "PERSISTED_MACHINE_ID",
+    "PERSIST_DELAY",
+    "SETTLE_LIMIT",
     "AdoptHandler",
     "AdoptionFailed",
     "RNDADDENTROPY",
@@ -67,6 +85,16 @@ RNDADDENTROPY = 0x40085203
 RNDRESEEDCRNG = 0x5207
 #: ``struct rand_pool_info``'s head: ``int entropy_count`` (bits), ``int buf_size`` (bytes).
 _POOL_INFO = struct.Struct("=ii")
+#: Seconds after the agent started when ``prepare`` stops waiting for the guest's other services.
+SETTLE_LIMIT = 15.0
+#: How often ``prepare`` looks for them meanwhile.
+SETTLE_POLL = 0.05
+#: The file the metrics agent creates once it serves its port (:mod:`vmservice.guest.metrics`).
+METRICS_READY = "/run/vmservice-metrics.ready"
+#: Seconds after the answer when the machine-id is also written to the root file system.
+PERSIST_DELAY = 30.0
+#: Where the machine-id is kept on the root file system (read by the guest's ``rc`` at boot).
+PERSISTED_MACHINE_ID = "/var/lib/vmservice/machine-id"
 
 
 class AdoptionFailed(Exception):
@@ -120,7 +148,11 @@ def run_command(argv: list[str]) -> tuple[int, str]:
 
 
 def _replace_file(path: str, content: str, mode: int) -> None:
-    """Write ``content`` beside ``path``, then rename it over ``path``."""
+    """
+    Write ``content`` beside ``path`` (beside the file it links to, when it
+    is a link: ``/etc/hostname`` into ``/run``), then rename it over that.
+    """
+    path = os.path.realpath(path)
     temporary = f"{path}.adopt"
     with open(temporary, "w") as stream:
         stream.write(content)
@@ -141,6 +173,10 @@ class AdoptHandler(BodyHandler):
     set_kernel_hostname: Callable[[str], None] = staticmethod(socket.sethostname)
     #: The directory of ``hostname``, ``hosts`` and ``machine-id``.
     etc = "/etc"
+    #: Where the metrics agent says it serves; tests point it elsewhere.
+    metrics_ready = METRICS_READY
+    #: Where the machine-id is kept on the root file system; tests point it elsewhere.
+    persisted_machine_id = PERSISTED_MACHINE_ID
     #: Runs a command (``ip``); tests replace it.
     run: Callable[[list[str]], tuple[int, str]] = staticmethod(run_command)
     #: The interface the network step configures.
@@ -164,7 +200,7 @@ class AdoptHandler(BodyHandler):
         if self.header.get("prepare") is True:
             # A template loads what adopting needs before it is frozen, so that
             # its clones do not import it on their first request.
-            self.reply({"prepared": True})
+            self._settle()
             return
         try:
             request = decode_adoption(self.header, body)
@@ -185,6 +221,14 @@ class AdoptHandler(BodyHandler):
         # After the loop's writes of this iteration (the answer, the HELLO), before its next read.
         self.stream.loop.call_soon(lambda: self._write_files(request, (answered - started) * 1000))
 
+    def _settle(self) -> None:
+        """Answer ``prepare`` once the guest settled (see the module's description)."""
+        age = (time.monotonic_ns() - self.stream.context.started_ns) / 1e9
+        if age >= SETTLE_LIMIT or os.path.exists(self.metrics_ready):
+            self.reply({"prepared": True})
+            return
+        self.stream.loop.call_later(min(SETTLE_POLL, SETTLE_LIMIT - age), self._settle)
+
     def _write_files(self, request: AdoptionRequest, answered_ms: float) -> None:
         """The ``files`` step, then the log line (the console is slow too: after the answer)."""
         try:
@@ -193,6 +237,15 @@ class AdoptHandler(BodyHandler):
             agent._log(f"adoption of {request.hostname} answered, then failed at files: {failure}")
             return
         agent._log(f"adopted {request.hostname} ({', '.join(self._timings)}; answered after {answered_ms:.0f} ms)")
+        self.stream.loop.call_later(PERSIST_DELAY, lambda: self._persist(request))
+
+    def _persist(self, request: AdoptionRequest) -> None:
+        """The ``persist`` step: the hostname and machine-id on the root file system."""
+        try:
+            os.makedirs(os.path.dirname(self.persisted_machine_id), exist_ok=True)
+            _replace_file(self.persisted_machine_id, f"{request.hostname}\n{request.machine_id}\n", 0o444)
+        except OSError as failure:
+            agent._log(f"cannot keep the machine-id of {request.hostname} on the disk: {failure}")
 
     def _adopt(self, request: AdoptionRequest) -> int:
         self._timings: list[str] = []
