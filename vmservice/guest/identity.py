@@ -18,11 +18,19 @@ In this order, each step only once the one before succeeded:
 ``{"op": "adopt", "prepare": true}`` (no body) does none of it and answers
 ``{"prepared": true}``: a template sends it before it is frozen, so that this
 module is loaded in its clones already.  It answers once the guest *settled*:
-its metrics agent serves its port (``/run/vmservice-metrics.ready``), or the
-agent has run for :data:`SETTLE_LIMIT` seconds (an image without one, a parent
-of a fork that runs for long).  A template frozen while its metrics agent still
-starts would have every clone finish that start (a Python interpreter's start
-and imports, all of it translated anew under TCG) right after its adoption.
+its metrics agent serves its port (``/run/vmservice-metrics.ready``) and the
+kernel no longer zeroes the inode tables of the root file system the agent grew
+to its disk (no ``ext4lazyinit`` thread: the guest's ``init`` mounts it with
+``init_itable=0``, so that takes a moment, not seconds), or the agent has run
+for :data:`SETTLE_LIMIT` seconds (an image without one, a parent
+of a fork that runs for long); then it writes what the guest's file systems
+hold in memory to its disk (``sync``).  A template frozen while its metrics
+agent still starts would have every clone finish that start (a Python
+interpreter's start and imports, all of it translated anew under TCG) right
+after its adoption, and every clone would zero those inode tables and write
+the template's dirty pages and journal to its own disk once the kernel's
+writeback found them due, seconds later (the file system's, the block layer's and virtio's paths, translated
+anew by each).
 
 Then the answer, ``{"previous_ns": N}``, and a new agent session whose nonce is
 drawn after the reseed.  A failed step answers ``{"error": "adoption_failed",
@@ -173,6 +181,10 @@ class AdoptHandler(BodyHandler):
     set_kernel_hostname: Callable[[str], None] = staticmethod(socket.sethostname)
     #: The directory of ``hostname``, ``hosts`` and ``machine-id``.
     etc = "/etc"
+    #: Writes every file system's dirty data and journal to the disk (``sync``); tests replace it.
+    sync: Callable[[], None] = staticmethod(os.sync)
+    #: Where the processes are listed; tests point it elsewhere.
+    proc = "/proc"
     #: Where the metrics agent says it serves; tests point it elsewhere.
     metrics_ready = METRICS_READY
     #: Where the machine-id is kept on the root file system; tests point it elsewhere.
@@ -224,10 +236,25 @@ class AdoptHandler(BodyHandler):
     def _settle(self) -> None:
         """Answer ``prepare`` once the guest settled (see the module's description)."""
         age = (time.monotonic_ns() - self.stream.context.started_ns) / 1e9
-        if age >= SETTLE_LIMIT or os.path.exists(self.metrics_ready):
+        if age >= SETTLE_LIMIT or os.path.exists(self.metrics_ready) and not self._lazy_init():
+            # What the guest wrote so far goes to its disk now, not from every clone (or fork child)
+            # once the kernel's writeback finds it due: each of them would write the same pages.
+            self.sync()
             self.reply({"prepared": True})
             return
         self.stream.loop.call_later(min(SETTLE_POLL, SETTLE_LIMIT - age), self._settle)
+
+    def _lazy_init(self) -> bool:
+        """Whether the kernel still zeroes inode tables of a file system (its ``ext4lazyinit`` thread runs)."""
+        for entry in os.listdir(self.proc):
+            if entry.isdigit():
+                try:
+                    with open(os.path.join(self.proc, entry, "comm"), "rb") as stream:
+                        if stream.read() == b"ext4lazyinit\n":
+                            return True
+                except OSError:
+                    pass
+        return False
 
     def _write_files(self, request: AdoptionRequest, answered_ms: float) -> None:
         """The ``files`` step, then the log line (the console is slow too: after the answer)."""
