@@ -23,8 +23,10 @@ kernel no longer zeroes the inode tables of the root file system the agent grew
 to its disk (no ``ext4lazyinit`` thread: the guest's ``init`` mounts it with
 ``init_itable=0``, so that takes a moment, not seconds), or the agent has run
 for :data:`SETTLE_LIMIT` seconds (an image without one, a parent
-of a fork that runs for long); then it writes what the guest's file systems
-hold in memory to its disk (``sync``).  A template frozen while its metrics
+of a fork that runs for long); then it moves its Python objects out of the
+garbage collector's reach (``gc.freeze``: a clone's collection would write to
+every page that holds one, each a copy-on-write page of the clone's own) and
+writes what the guest's file systems hold in memory to its disk (``sync``).  A template frozen while its metrics
 agent still starts would have every clone finish that start (a Python
 interpreter's start and imports, all of it translated anew under TCG) right
 after its adoption, and every clone would zero those inode tables and write
@@ -63,6 +65,7 @@ adopting is on the path of every clone): ``ip`` runs through ``posix_spawnp``.
 from __future__ import annotations
 
 import fcntl
+import gc
 import os
 import socket
 import struct
@@ -159,13 +162,25 @@ def _replace_file(path: str, content: str, mode: int) -> None:
     """
     Write ``content`` beside ``path`` (beside the file it links to, when it
     is a link: ``/etc/hostname`` into ``/run``), then rename it over that.
+    Plain system calls: the fewest paths for a clone to translate.
     """
-    path = os.path.realpath(path)
+    try:
+        path = os.path.join(os.path.dirname(path), os.readlink(path))
+    except OSError:  # not a link (EINVAL), or missing
+        pass
     temporary = f"{path}.adopt"
-    with open(temporary, "w") as stream:
-        stream.write(content)
-        os.fchmod(stream.fileno(), mode)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        os.write(fd, content.encode())
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
     os.rename(temporary, path)
+
+
+def _freeze_objects() -> None:
+    gc.collect()
+    gc.freeze()
 
 
 class AdoptHandler(BodyHandler):
@@ -183,6 +198,10 @@ class AdoptHandler(BodyHandler):
     etc = "/etc"
     #: Writes every file system's dirty data and journal to the disk (``sync``); tests replace it.
     sync: Callable[[], None] = staticmethod(os.sync)
+    #: Collects, then moves the agent's objects out of the collector's reach; tests replace it.
+    freeze_objects: Callable[[], None] = staticmethod(_freeze_objects)
+    #: The clock of :attr:`AgentContext.started_ns`; tests replace it.
+    monotonic_ns: Callable[[], int] = staticmethod(time.monotonic_ns)
     #: Where the processes are listed; tests point it elsewhere.
     proc = "/proc"
     #: Where the metrics agent says it serves; tests point it elsewhere.
@@ -235,10 +254,13 @@ class AdoptHandler(BodyHandler):
 
     def _settle(self) -> None:
         """Answer ``prepare`` once the guest settled (see the module's description)."""
-        age = (time.monotonic_ns() - self.stream.context.started_ns) / 1e9
+        age = (self.monotonic_ns() - self.stream.context.started_ns) / 1e9
         if age >= SETTLE_LIMIT or os.path.exists(self.metrics_ready) and not self._lazy_init():
             # What the guest wrote so far goes to its disk now, not from every clone (or fork child)
             # once the kernel's writeback finds it due: each of them would write the same pages.
+            # The agent's objects so far are the template's: its clones' collections leave them alone,
+            # rather than each writing to (so copying) every page of them.
+            self.freeze_objects()
             self.sync()
             self.reply({"prepared": True})
             return
