@@ -53,10 +53,13 @@ refused (BAD_HEADER).
    the template's content.
 6. ``persist``: :data:`PERSIST_DELAY` seconds later, the machine-id is kept on
    the root file system too (:data:`PERSISTED_MACHINE_ID`: the hostname, then
-   the machine-id, each on a line), where the guest's ``rc`` finds it again at
-   boot (a reboot or relaunch) if the hostname is still its own: a fork's
-   child, whose disk holds its parent's, ignores that one.  The shutdown
-   script writes it too, so a reboot sooner than that keeps it.
+   the machine-id, each on a line; synced), where the guest's ``rc`` finds it
+   again at boot (a reboot, a reset or a relaunch) if the hostname is still its
+   own: a fork's child, whose disk holds its parent's, ignores that one.  The
+   guest's shutdown script writes it too, so a guest that powers off or reboots
+   itself sooner keeps it; a reset by the host sooner loses it (the guest then
+   has no machine-id, as a cold-booted node), as a reset within the file
+   system's commit interval lost the file written at once before.
 
 Standard library only, and no :mod:`subprocess` (its import costs under TCG, and
 adopting is on the path of every clone): ``ip`` runs through ``posix_spawnp``.
@@ -102,8 +105,11 @@ SETTLE_LIMIT = 15.0
 SETTLE_POLL = 0.05
 #: The file the metrics agent creates once it serves its port (:mod:`vmservice.guest.metrics`).
 METRICS_READY = "/run/vmservice-metrics.ready"
-#: Seconds after the answer when the machine-id is also written to the root file system.
-PERSIST_DELAY = 30.0
+#: Seconds after the answer when the machine-id is also written to the root file system: when the
+#: file system would have committed the files written at once (ext4's journal commits every 5 s), so a
+#: reset of the node loses it in the same window as before, while a burst of clones created together has
+#: answered by then (the disk's kernel paths, translated anew by each clone, do not compete with them).
+PERSIST_DELAY = 5.0
 #: Where the machine-id is kept on the root file system (read by the guest's ``rc`` at boot).
 PERSISTED_MACHINE_ID = "/var/lib/vmservice/machine-id"
 
@@ -158,11 +164,12 @@ def run_command(argv: list[str]) -> tuple[int, str]:
     return os.waitstatus_to_exitcode(status), b"".join(chunks).decode("utf-8", "replace").strip()
 
 
-def _replace_file(path: str, content: str, mode: int) -> None:
+def _replace_file(path: str, content: str, mode: int, durable: bool = False) -> None:
     """
     Write ``content`` beside ``path`` (beside the file it links to, when it
     is a link: ``/etc/hostname`` into ``/run``), then rename it over that.
-    Plain system calls: the fewest paths for a clone to translate.
+    Plain system calls: the fewest paths for a clone to translate.  ``durable``:
+    on the disk (the file and its directory synced) before this returns.
     """
     try:
         path = os.path.join(os.path.dirname(path), os.readlink(path))
@@ -173,9 +180,17 @@ def _replace_file(path: str, content: str, mode: int) -> None:
     try:
         os.write(fd, content.encode())
         os.fchmod(fd, mode)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.rename(temporary, path)
+    if durable:
+        directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
 
 
 def _freeze_objects() -> None:
@@ -292,7 +307,7 @@ class AdoptHandler(BodyHandler):
         """The ``persist`` step: the hostname and machine-id on the root file system."""
         try:
             os.makedirs(os.path.dirname(self.persisted_machine_id), exist_ok=True)
-            _replace_file(self.persisted_machine_id, f"{request.hostname}\n{request.machine_id}\n", 0o444)
+            _replace_file(self.persisted_machine_id, f"{request.hostname}\n{request.machine_id}\n", 0o444, True)
         except OSError as failure:
             agent._log(f"cannot keep the machine-id of {request.hostname} on the disk: {failure}")
 
