@@ -22,17 +22,17 @@ its metrics agent serves its port (``/run/vmservice-metrics.ready``) and the
 kernel no longer zeroes the inode tables of the root file system the agent grew
 to its disk (no ``ext4lazyinit`` thread: the guest's ``init`` mounts it with
 ``init_itable=0``, so that takes a moment, not seconds), or the agent has run
-for :data:`SETTLE_LIMIT` seconds (an image without one, a parent
-of a fork that runs for long); then it moves its Python objects out of the
+for :data:`SETTLE_LIMIT` seconds (an image without a metrics agent, a fork's
+parent that runs for longer); then it moves its Python objects out of the
 garbage collector's reach (``gc.freeze``: a clone's collection would write to
-every page that holds one, each a copy-on-write page of the clone's own) and
-writes what the guest's file systems hold in memory to its disk (``sync``).  A template frozen while its metrics
-agent still starts would have every clone finish that start (a Python
-interpreter's start and imports, all of it translated anew under TCG) right
-after its adoption, and every clone would zero those inode tables and write
-the template's dirty pages and journal to its own disk once the kernel's
-writeback found them due, seconds later (the file system's, the block layer's and virtio's paths, translated
-anew by each).
+every page that holds one, each then a copy-on-write page of the clone's own)
+and writes what the guest's file systems hold in memory to its disk
+(``sync``).  A template frozen while its metrics agent still started would
+have every clone finish that start (a Python interpreter's start and imports,
+all of it translated anew under TCG) right after its adoption, and every clone
+would zero those inode tables and write the template's dirty pages and journal
+to its own disk once the kernel's writeback found them due, seconds later (the
+file system's, the block layer's and virtio's paths, translated anew by each).
 
 Then the answer, ``{"previous_ns": N}``, and a new agent session whose nonce is
 drawn after the reseed.  A failed step answers ``{"error": "adoption_failed",
