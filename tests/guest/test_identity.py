@@ -99,6 +99,7 @@ class FakeSteps:
         with open(os.path.join(self.proc, "1", "comm"), "w") as stream:
             stream.write("init\n")
         self.persisted = os.path.join(root, "var", "lib", "vmservice", "machine-id")
+        case.patch(agent, "DEFERRED", [])
         case.patch(AdoptHandler, "metrics_ready", self.metrics_ready)
         case.patch(AdoptHandler, "proc", self.proc)
         case.patch(AdoptHandler, "persisted_machine_id", self.persisted)
@@ -178,13 +179,17 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
 
     def test_files_after_the_answer(self) -> None:
         """
-        /etc/hostname, /etc/hosts and /etc/machine-id are written once the answer
-        went out, in the same loop iteration (before the agent reads again), then
-        the adoption is logged with its steps.
+        /etc/hostname, /etc/hosts and /etc/machine-id are written after the answer, a moment later
+        (:data:`~vmservice.guest.agent.DEFERRED_DELAY`) when no operation comes, then the adoption is
+        logged with its steps.
         """
         self.adopt()
-        self.assertEqual(self.read("hostname"), "template\n")
+        self.send(self.host.hello("host"))
         self.loop.run_once(0)
+        self.assertEqual(self.read("hostname"), "template\n")
+        self.wait(agent.DEFERRED_DELAY - 0.01)
+        self.assertEqual(self.read("hostname"), "template\n")
+        self.wait(0.01)
         self.assertEqual(self.read("hostname"), "clone-3\n")
         self.assertEqual(self.read("hosts"), hosts_file("clone-3"))
         self.assertEqual(self.read("hosts"), "127.0.0.1\tlocalhost\n127.0.1.1\tclone-3\n::1\tlocalhost ip6-localhost ip6-loopback\n")
@@ -194,12 +199,37 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
         self.assertRegex(self.logged[-1], r"\Aadopted clone-3 \(entropy \d+ ms, clock \d+ ms, hostname \d+ ms, "
                                           r"network \d+ ms, files \d+ ms; answered after \d+ ms\)\Z")
 
+    def test_files_before_an_operation(self) -> None:
+        """
+        An operation that could read the files (an fs stat here) finds them written; one that could
+        not (health) does not write them.
+        """
+        self.adopt()
+        self.send(self.host.hello("host"))
+        self.receive()
+        stream_id = self.host.next_stream_id()
+        self.send(Open(stream_id, {"op": "health"}), HalfClose(stream_id))
+        self.receive()
+        self.assertEqual(self.read("hostname"), "template\n")
+        stream_id = self.host.next_stream_id()
+        self.send(Open(stream_id, {"op": "fs", "action": "stat", "path": os.path.join(self.etc, "hostname")}),
+                  HalfClose(stream_id))
+        # Written before the operation started (its stat runs on a thread of its own).
+        self.assertEqual(self.read("hostname"), "clone-3\n")
+        events: list[Any] = []
+        for _ in range(100):
+            self.loop.run_once(0.05)
+            events += self.receive()
+            if events:
+                break
+        self.assertEqual(json.loads(events[0].data)["result"]["size"], len("clone-3\n"))
+
     def test_files_fail_after_the_answer(self) -> None:
         """A file that cannot be written after the answer is logged; the agent goes on."""
         os.mkdir(os.path.join(self.etc, "hostname.adopt"))  # where the new file would be written first
         data, _, _ = self.adopt()
         self.assertEqual(json.loads(data.data), {"previous_ns": BEFORE})
-        self.loop.run_once(0)
+        self.wait(agent.DEFERRED_DELAY)
         self.assertRegex(self.logged[-1], r"\Aadoption of clone-3 answered, then failed at files: files: ")
         self.assertEqual(self.read("hostname"), "template\n")
 
@@ -282,7 +312,7 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
         with open(os.path.join(run, "hostname"), "w") as stream:
             stream.write("template\n")
         self.adopt()
-        self.loop.run_once(0)
+        self.wait(agent.DEFERRED_DELAY)
         self.assertEqual(sorted(os.listdir(run)), ["hostname", "hosts", "machine-id"])
         for name in ("hostname", "hosts", "machine-id"):
             self.assertTrue(os.path.islink(os.path.join(self.etc, name)))
@@ -294,7 +324,7 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
     def test_machine_id_kept_on_the_disk_later(self) -> None:
         """:data:`PERSIST_DELAY` seconds after the answer, the hostname and machine-id are kept on the disk."""
         self.adopt()
-        self.loop.run_once(0)
+        self.wait(agent.DEFERRED_DELAY)
         self.wait(PERSIST_DELAY - 1)
         self.assertFalse(os.path.exists(self.steps.persisted))
         self.wait(1.0)
@@ -307,14 +337,14 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
         os.makedirs(os.path.dirname(self.steps.persisted))
         os.mkdir(self.steps.persisted + ".adopt")
         self.adopt()
-        self.loop.run_once(0)
+        self.wait(agent.DEFERRED_DELAY)
         self.wait(PERSIST_DELAY)
         self.assertRegex(self.logged[-1], r"\Acannot keep the machine-id of clone-3 on the disk: ")
 
     def test_no_network(self) -> None:
         """Without a net nothing runs ``ip``."""
         self.adopt(AdoptionRequest("solo", "1" * 32, LATER, ENTROPY))
-        self.loop.run_once(0)
+        self.wait(agent.DEFERRED_DELAY)
         self.assertEqual([call[0] for call in self.calls], ["ioctl", "ioctl", "clock"])
         self.assertEqual(self.read("hostname"), "solo\n")
 

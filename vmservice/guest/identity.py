@@ -41,17 +41,20 @@ refused (BAD_HEADER).
 
 5. ``files``: ``/etc/hostname`` and ``/etc/hosts`` (as the guest's ``rc`` writes
    them at boot) and ``/etc/machine-id``, each written beside and renamed over
-   the old one, once the answer and the new session's HELLO went out but before
-   the agent reads anything more: no request of the host (on any session) can
-   see the template's files, and the host does not wait for the guest's first
-   file-system writes.  In the default image the three are links into the
+   the old one, after the answer, as the agent's deferred start-up work is
+   (:func:`vmservice.guest.agent.run_deferred`): before the first operation
+   that could read them (any but health, echo, clock, secrets and login, which
+   do not), else :data:`~vmservice.guest.agent.DEFERRED_DELAY` seconds later.
+   No request of the host (on any session) can see the template's files, the
+   host does not wait for them, and clones created together do not spend the
+   shared CPU on them while the others adopt.  In the default image the three are links into the
    tmpfs ``/run/vmservice/``: the file that is written is the link's target, so
    a clone's path does not touch the root file system (its journal, writeback
    and the virtio disk: kernel paths a clone would translate anew under TCG,
    about 0.1-0.3 s of it and megabytes of translation cache).  A failure there
    can no longer be answered: it is logged on the console and the files keep
    the template's content.
-6. ``persist``: :data:`PERSIST_DELAY` seconds later, the machine-id is kept on
+6. ``persist``: :data:`PERSIST_DELAY` seconds after the files, the machine-id is kept on
    the root file system too (:data:`PERSISTED_MACHINE_ID`: the hostname, then
    the machine-id, each on a line; synced), where the guest's ``rc`` finds it
    again at boot (a reboot, a reset or a relaunch) if the hostname is still its
@@ -105,7 +108,7 @@ SETTLE_LIMIT = 15.0
 SETTLE_POLL = 0.05
 #: The file the metrics agent creates once it serves its port (:mod:`vmservice.guest.metrics`).
 METRICS_READY = "/run/vmservice-metrics.ready"
-#: Seconds after the answer when the machine-id is also written to the root file system: when the
+#: Seconds after the files when the machine-id is also written to the root file system: about when the
 #: file system would have committed the files written at once (ext4's journal commits every 5 s), so a
 #: reset of the node loses it in the same window as before, while a burst of clones created together has
 #: answered by then (the disk's kernel paths, translated anew by each clone, do not compete with them).
@@ -264,8 +267,9 @@ class AdoptHandler(BodyHandler):
         # The nonce of the new session is drawn after the reseed.
         self.stream.end_session("adopted a new identity")
         answered = time.monotonic()
-        # After the loop's writes of this iteration (the answer, the HELLO), before its next read.
-        self.stream.loop.call_soon(lambda: self._write_files(request, (answered - started) * 1000))
+        # Before the first operation that could read them, else a moment later (agent.run_deferred).
+        agent.DEFERRED.append(lambda: self._write_files(request, (answered - started) * 1000))
+        self.stream.loop.call_later(agent.DEFERRED_DELAY, agent.run_deferred)
 
     def _settle(self) -> None:
         """Answer ``prepare`` once the guest settled (see the module's description)."""
