@@ -116,8 +116,9 @@ class IdentityFilesTests(TemplatesDaemonTestCase):
         stat = self.daemon.wait_for("the clone's statistics", lambda: (
             lambda answer: answer if "snapshot" in answer else None)(self.daemon.json("GET", f"/node/{hostname}/stats")))
         self.assertEqual(stat["snapshot"]["hostname"], hostname)
-        console = self.console(hostname)
-        self.assertIn(f"adopted {hostname}", console)
+        # The adoption's log line comes once its files are written (a second after its answer at the latest).
+        console = self.daemon.wait_for("the adoption's log line", lambda: (
+            lambda text: text if f"adopted {hostname}" in text else None)(self.console(hostname)), timeout=60)
         # ... but did not start in the clone.
         self.assertNotIn("vmservice-metrics: ready", console)
         self.assertEqual(self.daemon.run(hostname, "cat /run/vmservice-metrics.ready && echo ready"), (0, "ready\n"))
