@@ -109,6 +109,16 @@ class CommandLineTests(SynchronousTestCase):
         self.assertEqual((pairs["-accel"], pairs["-cpu"]), (["kvm"], ["host"]))
         self.assertNotIn("tsc_early_khz", pairs["-append"][0])
 
+    def test_reliable_tsc(self) -> None:
+        """
+        Under TCG the guest's TSC is the host's: the guest kernel is told it is reliable (its clocksource
+        watchdog, which would trade it for jiffies on a busy host, is off); under KVM it is left to decide.
+        """
+        self.assertIn("tsc=reliable", _pairs(qemu_command(SPEC, QemuSettings(accel="tcg")))["-append"][0].split())
+        self.assertNotIn("tsc=reliable", _pairs(qemu_command(SPEC, QemuSettings(accel="kvm")))["-append"][0])
+        self.assertNotIn("tsc=reliable", kernel_cmdline("h", None))
+        self.assertNotIn("tsc=reliable", _pairs(probe_command("qemu", "/k", "/i", "kvm", 1000))["-append"][0])
+
     def test_tb_size(self) -> None:
         """Under TCG a size bounds the translation cache; 0 leaves QEMU's default; KVM has none."""
         pairs = _pairs(qemu_command(SPEC, QemuSettings(accel="tcg", tb_size_mb=64)))

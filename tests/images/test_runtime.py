@@ -72,10 +72,10 @@ class ScriptTests(SynchronousTestCase):
         A launcher runs its program through the runtime's loader with the runtime's libraries, under the
         runtime's shell; Python's passes ``--argv0`` so that ``sys.executable`` is the launcher.
         """
-        script = _launcher("/opt/vmservice/runtime/libexec/resize2fs").decode()
+        script = _launcher("/opt/vmservice/runtime/bin/program").decode()
         self.assertTrue(script.startswith(f"#!{RUNTIME_SHELL}\n"))
         self.assertIn('exec /opt/vmservice/runtime/lib/ld-linux-x86-64.so.2 --library-path /opt/vmservice/runtime/lib '
-                      '/opt/vmservice/runtime/libexec/resize2fs "$@"\n', script)
+                      '/opt/vmservice/runtime/bin/program "$@"\n', script)
         self.assertIn(f"--argv0 {RUNTIME_PYTHON} /opt/vmservice/runtime/bin/python3.11 \"$@\"",
                       _launcher("/opt/vmservice/runtime/bin/python3.11", python=True).decode())
 

@@ -4,8 +4,9 @@ Nodes whose memory is a file (``fork_memory: file``) against real guests:
 the VM maps its memory file shared; a fork copies that file once and the
 children map the copy privately and see the parent's running process and
 /tmp file, then diverge, each with its own identity, while the parent runs
-on, networked children each with their own address; the copy lives as long
-as a child does.  Suspend (the file goes, the
+on, networked children each with their own address; the daemon answers
+other requests while the copy is made; the copy lives as long as a child
+maps it (not a suspended one, which restores all the same).  Suspend (the file goes, the
 snapshot holds the memory), restore (a new file), idle suspend and wake,
 shutdown, relaunch and delete leave no memory file behind; after a daemon
 kill -9 the parent and its child are adopted again with their files and a
@@ -18,6 +19,7 @@ from __future__ import annotations
 import glob
 import os
 import signal
+import threading
 from typing import Any
 
 from tests.integration.daemon import TemplatesDaemonTestCase
@@ -110,6 +112,67 @@ class ForkMemoryTests(TemplatesDaemonTestCase):
             self.assertEqual(self.daemon.run(child, "cat /tmp/forked.txt"), (0, "from-parent\n"))
             self.daemon.json("DELETE", f"/hostgroup/m/nodes/{child}")
         self.assertEqual(self.memory_files(), [])
+
+    def test_requests_are_answered_during_the_copy(self) -> None:
+        """
+        The daemon answers other requests while a fork copies the parent's memory file (off its event
+        loop): a list asked after the log said the copy began is answered before the log says it ended.
+        Only the order of events counts; a fork whose copy no request fell into (a busy host may not
+        schedule the asking thread in time) is tried again, a few times.
+        """
+        parent = self.create()
+        # Memory in use (the guest's /tmp is in its RAM), so the copy takes a while.
+        self.assertEqual(self.daemon.run(parent, "dd if=/dev/zero of=/tmp/fill bs=1M count=96 2>&1")[0], 0)
+        began, ended = f"copying the memory of {parent}.ram", f"copied the memory of {parent}.ram"
+        inside: list[int] = []
+        for attempt in range(5):
+            stop = threading.Event()
+
+            def ask() -> None:
+                while not stop.is_set():
+                    log = self.daemon.log()
+                    status = self.daemon.request("GET", "/hostgroup/m/nodes", timeout=60)[0]
+                    after = self.daemon.log()
+                    if status == 200 and log.count(began) > log.count(ended) == after.count(ended):
+                        inside.append(attempt)
+
+            askers = [threading.Thread(target=ask) for _ in range(3)]
+            for thread in askers:
+                thread.start()
+            try:
+                children = self.fork(parent, {})
+            finally:
+                stop.set()
+                for thread in askers:
+                    thread.join()
+            self.assertEqual(self.daemon.log().count(ended), attempt + 1)
+            for child in children:
+                self.daemon.json("DELETE", f"/hostgroup/m/nodes/{child}")
+            if inside:
+                break
+        self.assertNotEqual(inside, [], "no request was answered while a copy ran, in 5 forks")
+
+    def test_the_copy_goes_with_the_last_running_child(self) -> None:
+        """
+        A suspended child no longer maps the copy: once the other children are deleted the copy is gone
+        (the parent runs on), and the suspended child restores with its memory (and forks) all the same.
+        """
+        parent = self.create()
+        self.assertEqual(self.daemon.run(parent, "echo forked > /tmp/c.txt")[0], 0)
+        first, second, third = self.fork(parent, {"count": 3})
+        (copy,) = [name for name in self.memory_files() if name.startswith("fork-")]
+        self.assertIn(b"suspended", self.daemon.request("POST", f"/vm/{first}/suspend")[2])
+        self.assertEqual(self.memory_files(), sorted([f"{parent}.ram", copy]))
+        self.daemon.json("DELETE", f"/hostgroup/m/nodes/{second}")
+        self.assertEqual(self.memory_files(), sorted([f"{parent}.ram", copy]))
+        self.daemon.json("DELETE", f"/hostgroup/m/nodes/{third}")
+        self.assertEqual(self.memory_files(), [f"{parent}.ram"])
+        self.daemon.post(f"/vm/{first}/restore?wait=agent&timeout=2m")
+        self.assertIn("memory-backend-ram,id=mem0", " ".join(self.qemu_argv(first)))
+        self.assertEqual(self.daemon.run(first, "cat /tmp/c.txt; hostname"), (0, f"forked\n{first}\n"))
+        (grandchild,) = self.fork(first, {})
+        self.assertEqual(self.daemon.run(grandchild, "cat /tmp/c.txt; hostname"), (0, f"forked\n{grandchild}\n"))
+        self.assertEqual(self.memory_files(), [f"{parent}.ram"])
 
     def test_networked_fork(self) -> None:
         """Children of a networked node with a memory file: each its own MAC, address and route, its gateway reached."""

@@ -1,22 +1,23 @@
 """
-Tests for :mod:`vmservice.nodes.fork_memory`: the sparse copy, the tmpfs's
+Tests for :mod:`vmservice.nodes.fork_memory` and :mod:`vmservice.nodes.sparse_copy`: the sparse copy, the tmpfs's
 room, the memory backend a spec gets, the sweep and collection of files; and
 through the fleet on fakes, a node of a ``fork_memory: file`` group: its VM
 maps its file shared, the file goes when the VM ends, a fork saves only the
 device state and copies the file once, the children map the copy privately
-and load with ``resume``, and the copy goes with the last record naming it
-(or at once when the fork fails).
+and load with ``resume``, off the reactor, and the copy goes with the last
+running child (or at once when the fork fails).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
-from typing import Any
+from typing import Any, Callable
 
 from attrs import evolve
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakes import FakeMachine, FleetHarness
@@ -24,7 +25,7 @@ from tests.nodes.test_forking import RecordingAdoption
 from vmservice.config import HostGroupConfig
 from vmservice.errors import Internal, InsufficientMemory
 from vmservice.hypervisors.base import RamBacking
-from vmservice.nodes import fork_memory
+from vmservice.nodes import fork_memory, sparse_copy
 from vmservice.nodes.fleet import Fleet
 from vmservice.nodes.forking import Forked, ForkRequest
 from vmservice.nodes.model import CreateRequest, NodeRecord, Wait
@@ -64,7 +65,7 @@ class FilesTests(SynchronousTestCase):
             f.write(b"x" * 8192)
             f.seek(12 * MiB)
             f.write(b"y" * 4096)
-        copied = fork_memory.copy_sparse(self.path("a"), self.path("b"))
+        copied = sparse_copy.copy_sparse(self.path("a"), self.path("b"))
         self.assertEqual(copied, 12288)
         with open(self.path("a"), "rb") as a, open(self.path("b"), "rb") as b:
             self.assertEqual(a.read(), b.read())
@@ -78,7 +79,10 @@ class FilesTests(SynchronousTestCase):
             f.truncate(16 * MiB)
             f.seek(MiB)
             f.write(b"a" * 4096)
-        fork_memory.reserve(self.path("a"), self.path("b"))
+        sparse_copy.create_copy(self.path("a"), self.path("b"))
+        self.assertEqual((os.path.getsize(self.path("b")), fork_memory.used_bytes(self.path("b"))), (16 * MiB, 0))
+        self.assertEqual(os.stat(self.path("b")).st_mode & 0o777, 0o600)
+        sparse_copy.reserve(self.path("a"), self.path("b"))
         self.assertEqual(os.path.getsize(self.path("b")), 16 * MiB)
         self.assertEqual(fork_memory.used_bytes(self.path("b")), 4096)
         with open(self.path("a"), "r+b") as f:
@@ -86,15 +90,39 @@ class FilesTests(SynchronousTestCase):
             f.write(b"b" * 4096)
             f.seek(8 * MiB)
             f.write(b"c" * 4096)
-        self.assertEqual(fork_memory.copy_sparse(self.path("a"), self.path("b")), 8192)
+        self.assertEqual(sparse_copy.copy_sparse(self.path("a"), self.path("b")), 8192)
         with open(self.path("a"), "rb") as a, open(self.path("b"), "rb") as b:
             self.assertEqual(a.read(), b.read())
-        self.assertRaises(FileExistsError, fork_memory.reserve, self.path("a"), self.path("b"))
+        self.assertRaises(FileExistsError, sparse_copy.create_copy, self.path("a"), self.path("b"))
+
+    def test_a_full_tmpfs(self) -> None:
+        """A tmpfs that fills up under the copy or its reservation: 503 tmpfs_full; other errors as they are."""
+        with open(self.path("a"), "wb") as f:
+            f.truncate(MiB)
+            f.write(b"data")
+
+        def full(*args: object) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        self.patch(os, "copy_file_range", full)
+        error = self.assertRaises(InsufficientMemory, sparse_copy.copy_sparse, self.path("a"), self.path("b"))
+        self.assertEqual(error.code, "tmpfs_full")
+        self.assertIn("b in the tmpfs of", str(error))
+        self.patch(os, "posix_fallocate", full)
+        self.assertEqual(self.assertRaises(InsufficientMemory, sparse_copy.reserve, self.path("a"),
+                                           self.path("b")).code, "tmpfs_full")
+
+        def broken(*args: object) -> None:
+            raise OSError(errno.EIO, "I/O error")
+
+        self.patch(os, "copy_file_range", broken)
+        self.assertEqual(self.assertRaises(OSError, sparse_copy.copy_sparse, self.path("a"), self.path("b")).errno,
+                         errno.EIO)
 
     def test_copy_sparse_of_an_empty_file(self) -> None:
         with open(self.path("a"), "wb") as f:
             f.truncate(MiB)
-        self.assertEqual(fork_memory.copy_sparse(self.path("a"), self.path("b")), 0)
+        self.assertEqual(sparse_copy.copy_sparse(self.path("a"), self.path("b")), 0)
         self.assertEqual(os.path.getsize(self.path("b")), MiB)
 
     def test_room(self) -> None:
@@ -136,9 +164,10 @@ class FilesTests(SynchronousTestCase):
         self.assertFalse(os.path.exists(path))
         with open(path, "wb") as f:
             f.write(b"new")
-        fork_memory.release(record)
+        self.assertFalse(fork_memory.release(record))
         self.assertFalse(os.path.exists(path))
-        fork_memory.release(record)  # gone already is fine
+        self.assertFalse(fork_memory.release(evolve(record, memory_copies=("/c",))))  # a parent's fork: not its to drop
+        self.assertTrue(fork_memory.release(_record(memory_copies=("/c",))))  # a child: it never maps it again
         fork_memory.prepare(_record())  # no memory file: nothing to do
 
     def test_collect_and_sweep(self) -> None:
@@ -180,7 +209,8 @@ class ForkMemoryFleetTests(SynchronousTestCase):
         self.addCleanup(shutil.rmtree, self.shm, True)
         self.adoption = RecordingAdoption(self.harness)
         config = evolve(self.harness.config, templates_tmpfs_dir=self.shm)
-        self.fleet = Fleet(evolve(self.harness.parts, config=config, adoption=self.adoption))
+        self.held: list[tuple[Callable[[], Any], Deferred[Any]]] | None = None
+        self.fleet = Fleet(evolve(self.harness.parts, config=config, adoption=self.adoption, blocking=self.blocking))
         self.fleet.startService()
         self.addCleanup(lambda: self.fleet.stopService() if self.fleet.running else None)
         self.parent = self.successResultOf(
@@ -191,6 +221,21 @@ class ForkMemoryFleetTests(SynchronousTestCase):
         with open(self.file, "wb") as f:  # as QEMU makes it
             f.truncate(64 * MiB)
             f.write(b"memory")
+
+    def blocking(self, call: Callable[[], Any]) -> Deferred[Any]:
+        """Runs ``call`` at once, or, while :attr:`held` is a list, holds it there until the test runs it."""
+        if self.held is None:
+            return maybeDeferred(call)
+        held: Deferred[Any] = Deferred()
+        self.held.append((call, held))
+        return held
+
+    def run_held(self) -> None:
+        """Run the one call held (as the thread pool would) and fire its Deferred with its result."""
+        assert self.held is not None
+        ((call, held),) = self.held
+        self.held.clear()
+        held.callback(call())
 
     def fork(self, **request: Any) -> Deferred[Forked]:
         return Deferred.fromCoroutine(self.fleet.fork(self.parent, ForkRequest(**request)))
@@ -243,6 +288,79 @@ class ForkMemoryFleetTests(SynchronousTestCase):
         self.assertEqual(self.copies(), [copy])
         self.successResultOf(Deferred.fromCoroutine(self.fleet.delete("m", forked.children[1].hostname)))
         self.assertEqual(self.copies(), [])
+
+    def test_the_copy_runs_off_the_reactor(self) -> None:
+        """
+        The copy's allocation (before the pause) and the copy itself (in it) are blocking calls handed off
+        the reactor: the fork waits for each while the fleet serves other requests (here a whole create),
+        and the parent runs on only once the copy is done.
+        """
+        self.held = []
+        forking = self.fork(count=1)
+        self.assertEqual(len(self.held), 1)  # the allocation, before the pause
+        self.assertEqual(self.parent_machine.commands, [])
+        (copy,) = self.copies()
+        other = self.successResultOf(Deferred.fromCoroutine(self.fleet.create("m", CreateRequest(), Wait.NONE, 60)))
+        self.run_held()
+        self.assertEqual(len(self.held), 1)  # the copy, in the pause
+        self.assertEqual(self.parent_machine.commands[-1], "save_device_state")
+        self.assertEqual(self.parent_machine.state, "paused")
+        with open(os.path.join(self.directory, copy), "rb") as f:
+            self.assertEqual(f.read(6), bytes(6))  # allocated, not copied yet
+        self.assertEqual(self.fleet.node(other.hostname).hostname, other.hostname)
+        self.assertNoResult(forking)
+        self.run_held()
+        forked = self.successResultOf(forking)
+        self.assertEqual(self.parent_machine.commands[-1], "resume")
+        with open(os.path.join(self.directory, copy), "rb") as f:
+            self.assertEqual(f.read(6), b"memory")
+        self.assertEqual(self.record(forked.children[0].hostname).memory_copies, (os.path.join(self.directory, copy),))
+
+    def test_a_failed_allocation_leaves_nothing(self) -> None:
+        """The tmpfs filling up while the copy is allocated: 503 tmpfs_full, the parent untouched, no copy."""
+        self.held = []
+        forking = self.fork(count=1)
+        assert self.held is not None
+        ((_, held),) = self.held
+        held.errback(InsufficientMemory("full", code="tmpfs_full"))
+        self.assertEqual(self.failureResultOf(forking, InsufficientMemory).value.code, "tmpfs_full")
+        self.assertEqual(self.parent_machine.commands, [])
+        self.assertEqual(self.copies(), [])
+        self.assertEqual(self.record(self.parent).memory_copies, ())
+
+    def test_a_failed_copy_leaves_nothing(self) -> None:
+        """The tmpfs filling up during the copy: 503 tmpfs_full, the parent runs on, no child or copy is left."""
+        self.held = []
+        forking = self.fork(count=2)
+        self.run_held()
+        assert self.held is not None
+        ((_, held),) = self.held
+        held.errback(InsufficientMemory("full", code="tmpfs_full"))
+        self.assertEqual(self.failureResultOf(forking, InsufficientMemory).value.code, "tmpfs_full")
+        self.assertEqual((self.parent_machine.commands[-1], self.parent_machine.state), ("resume", "running"))
+        self.assertEqual(self.copies(), [])
+        self.assertEqual([record.hostname for record in self.harness.store.load_all()[0]], [self.parent])
+
+    def test_a_child_whose_vm_ended_frees_the_copy(self) -> None:
+        """
+        A child suspended, or whose VM ended (a persistent child: kept Stopped), no longer names the copy,
+        which goes with the last running child, though those children and the parent live on; the
+        suspended child restores with memory of its own.
+        """
+        forked = self.successResultOf(self.fork(count=3, persistent=True))
+        (copy,) = self.copies()
+        first, second, third = (child.hostname for child in forked.children)
+        self.successResultOf(Deferred.fromCoroutine(self.fleet.snapshots.suspend(first)))
+        self.assertEqual(self.record(first).memory_copies, ())
+        self.assertEqual(self.copies(), [copy])
+        self.harness.driver.machines[2].end(0)  # the second child's VM ends on its own
+        self.assertEqual((self.record(second).status.value, self.record(second).memory_copies), ("Stopped", ()))
+        self.assertEqual(self.copies(), [copy])  # the third child runs on it
+        self.successResultOf(Deferred.fromCoroutine(self.fleet.delete("m", third)))
+        self.assertEqual(self.copies(), [])
+        self.successResultOf(Deferred.fromCoroutine(self.fleet.snapshots.restore(first, Wait.NONE, 60)))
+        self.assertEqual(self.harness.driver.machines[-1].spec.memory, RamBacking(None))
+        self.assertEqual(self.record(first).memory_copies, ())
 
     def test_failed_fork_removes_the_copy(self) -> None:
         """A child that cannot adopt: the children go, the parent runs on, the copy is deleted."""

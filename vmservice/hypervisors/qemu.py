@@ -131,7 +131,7 @@ def host_tsc_khz(cpuinfo: str) -> int | None:
 
 def kernel_cmdline(
     hostname: str | None, tsc_khz: int | None, *, probe: bool = False, net: NetSpec | None = None,
-    nic: bool = False, pci: bool = False, aslr: bool = True,
+    nic: bool = False, pci: bool = False, aslr: bool = True, reliable_tsc: bool = False,
 ) -> str:
     """
     Build the guest kernel command line.
@@ -147,10 +147,19 @@ def kernel_cmdline(
         loads ``virtio_pci`` too).
     :param aslr: false turns the guest's address space randomization off
         (``norandmaps``: ``kernel.randomize_va_space`` reads 0).
+    :param reliable_tsc: the guest's TSC is known to tick steadily
+        (``tsc=reliable``): under TCG it is the host's (less the time the VM
+        stood still), one for every vCPU.  Without it the guest kernel's
+        clocksource watchdog checks the TSC against jiffies, which lag
+        whenever a busy host keeps the vCPU waiting (``microvm`` has no HPET
+        or PM timer to check against); it then declares the TSC unstable and
+        falls back to jiffies for good (4 ms steps, no high-resolution timers).
     """
     words = ["console=ttyS0", "quiet", "reboot=t"]
     if tsc_khz:
         words.append(f"tsc_early_khz={tsc_khz}")
+    if reliable_tsc:
+        words.append("tsc=reliable")
     if probe:
         words.append("vmservice.probe=1")
     else:
@@ -212,7 +221,7 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
         "-kernel", spec.kernel,
         "-initrd", spec.initrd,
         "-append", kernel_cmdline(spec.name, settings.tsc_khz, net=spec.net, nic=spec.net is not None or spec.loose_nic is not None,
-                                  pci=bool(spec.pci_devices), aslr=spec.aslr),
+                                  pci=bool(spec.pci_devices), aslr=spec.aslr, reliable_tsc=settings.accel == "tcg"),
         "-drive", f"id=root,file={spec.disk},format=qcow2,if=none,discard=unmap",
         "-device", "virtio-blk-device,drive=root",
         "-device", "virtio-serial-device",

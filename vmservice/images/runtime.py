@@ -9,14 +9,15 @@ brings its own, taken from the default image's root file system (read with ``deb
 - ``bin/busybox`` (static) with a link per applet: ``sh`` runs our init scripts, and ``mount``, ``ip``,
   ``hostname``, ``poweroff``... do their work;
 - ``bin/python3.11`` with its standard library in ``lib/python3.11`` and every shared library it and its
-  extension modules need, with the dynamic loader, in ``lib/``;
-- ``libexec/resize2fs`` and ``libexec/dumpe2fs`` (the guest grows its root file system at boot).
+  extension modules need, with the dynamic loader, in ``lib/``.
+
+No file system tools: the guest agent grows the root file system itself (one ioctl,
+:mod:`vmservice.guest.rootgrowth`).
 
 Programs are started through the loader, ``lib/ld-linux-x86-64.so.2 --library-path lib PROGRAM``, so the
-image's own ``/lib64/ld-linux-x86-64.so.2``, ``/etc/ld.so.cache`` and libraries never come into play. Small
-scripts in ``bin/`` (``python3``, ``resize2fs``, ``dumpe2fs``) do that, run by the busybox ``sh``; the
-Python one also passes ``--argv0`` so that ``sys.executable`` is the script, and a Python child of the
-agent starts the same way. ``/etc/vmservice/runtime`` (shell) puts ``bin/`` first in ``PATH`` of our
+image's own ``/lib64/ld-linux-x86-64.so.2``, ``/etc/ld.so.cache`` and libraries never come into play. A small
+script, ``bin/python3``, does that, run by the busybox ``sh``; it also passes ``--argv0`` so that
+``sys.executable`` is the script, and a Python child of the agent starts the same way. ``/etc/vmservice/runtime`` (shell) puts ``bin/`` first in ``PATH`` of our
 scripts and names the Python to use (``VMSERVICE_PYTHON``); our launchers read it when it exists.
 """
 
@@ -43,8 +44,6 @@ RUNTIME_ENVIRONMENT = "/etc/vmservice/runtime"
 
 _LOADER = "ld-linux-x86-64.so.2"
 _PYTHON = "python3.11"
-# Programs run through the loader: (path in the default image, name in the runtime's libexec).
-_PROGRAMS = (("usr/sbin/resize2fs", "resize2fs"), ("usr/sbin/dumpe2fs", "dumpe2fs"))
 
 
 class RuntimeError_(Exception):
@@ -135,13 +134,12 @@ def install_runtime(root: str, base_rootfs: str) -> list[str]:
     target = os.path.join(root, RUNTIME_DIR.lstrip("/"))
     if os.path.lexists(target):
         shutil.rmtree(target) if os.path.isdir(target) and not os.path.islink(target) else os.unlink(target)
-    for sub in ("bin", "lib", "libexec"):
+    for sub in ("bin", "lib"):
         os.makedirs(os.path.join(target, sub))
     with tempfile.TemporaryDirectory(prefix="vmservice-runtime-") as work:
         _debugfs_dump(base_rootfs, [f"/usr/lib/{_PYTHON}"], os.path.join(work, "stdlib"))
         _debugfs_dump(base_rootfs, ["/usr/lib/x86_64-linux-gnu"], os.path.join(work, "libs"))
-        _debugfs_dump(base_rootfs, ["/usr/bin/busybox", f"/usr/bin/{_PYTHON}"] + ["/" + p for p, _ in _PROGRAMS],
-                      os.path.join(work, "bin"))
+        _debugfs_dump(base_rootfs, ["/usr/bin/busybox", f"/usr/bin/{_PYTHON}"], os.path.join(work, "bin"))
         libraries = os.path.join(work, "libs", "x86_64-linux-gnu")
         stdlib = os.path.join(target, "lib", _PYTHON)
         shutil.copytree(os.path.join(work, "stdlib", _PYTHON), stdlib, symlinks=True)
@@ -157,26 +155,18 @@ def install_runtime(root: str, base_rootfs: str) -> list[str]:
         python = os.path.join(target, "bin", _PYTHON)
         shutil.copyfile(os.path.join(work, "bin", _PYTHON), python)
         os.chmod(python, 0o755)
-        programs = [python]
-        for _path, name in _PROGRAMS:
-            copy = os.path.join(target, "libexec", name)
-            shutil.copyfile(os.path.join(work, "bin", name), copy)
-            os.chmod(copy, 0o755)
-            programs.append(copy)
         loader = os.path.join(target, "lib", _LOADER)
         shutil.copyfile(os.path.realpath(os.path.join(libraries, _LOADER)), loader)
         os.chmod(loader, 0o755)
         dynload = os.path.join(stdlib, "lib-dynload")
         extensions = [os.path.join(dynload, name) for name in sorted(os.listdir(dynload)) if name.endswith(".so")]
-        missing = _copy_libraries(programs, extensions, libraries, os.path.join(target, "lib"))
+        missing = _copy_libraries([python], extensions, libraries, os.path.join(target, "lib"))
         applets = subprocess.run([os.path.join(target, "bin", "busybox"), "--list"], stdout=subprocess.PIPE,
                                  text=True, check=True).stdout.split()
     for applet in applets:
         if applet and "/" not in applet and applet != "busybox":
             os.symlink("busybox", os.path.join(target, "bin", applet))
     _write(os.path.join(target, "bin", "python3"), _launcher(f"{RUNTIME_DIR}/bin/{_PYTHON}", python=True), 0o755)
-    for _path, name in _PROGRAMS:
-        _write(os.path.join(target, "bin", name), _launcher(f"{RUNTIME_DIR}/libexec/{name}"), 0o755)
     environment = os.path.join(root, RUNTIME_ENVIRONMENT.lstrip("/"))
     os.makedirs(os.path.dirname(environment), exist_ok=True)
     _write(environment, runtime_environment(), 0o644)

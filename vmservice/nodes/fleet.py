@@ -114,7 +114,7 @@ class Fleet(Service):
                 for node in self._registry.all()]
 
     def _register(self, record: NodeRecord) -> NodeRuntime:
-        node = NodeRuntime(record, self._parts, self._forgotten)
+        node = NodeRuntime(record, self._parts, self._forgotten, self._collect_copies)
         self._registry.add(node)
         self._idle.track(record, new=True)  # held until its create or fork answered (or re-tracked at start)
         return node
@@ -127,7 +127,11 @@ class Fleet(Service):
         if node.record.forked_disks:
             self._collect_forks()
         if node.record.memory_copies:
-            fork_memory.collect_copies(self._memory_directory(), kept_files(self._nodes())[1])
+            self._collect_copies()
+
+    def _collect_copies(self) -> None:
+        """Delete the fork memory copies that no node names any more."""
+        fork_memory.collect_copies(self._memory_directory(), kept_files(self._nodes())[1])
 
     def _memory_directory(self) -> str:
         return fork_memory.memory_directory(self._parts.config.state_dir, self._parts.config.templates_tmpfs_dir)

@@ -17,17 +17,20 @@ A fork of such a node (:class:`MemoryFork`) saves, while the parent is
 paused, only its device state (``x-ignore-shared`` leaves the shared file
 out, as a template's does) and copies its memory file once, sparse, into a
 *frozen copy* (``fork-<parent>.<random>.ram`` in the same directory); then
-the parent runs on.  Each child maps the frozen copy privately
+the parent runs on.  The copy's pages are allocated before the pause and
+both the allocation and the copy (the kernel's ``copy_file_range``) run off
+the reactor (:attr:`FleetParts.blocking`), which serves other requests
+meanwhile; a tmpfs that fills up under them fails the fork (503
+``tmpfs_full``), the copy deleted.  Each child maps the frozen copy privately
 (``share=off``, as a clone maps its template's file) and loads the small
 device state.  The copy is named first by the parent's record (while the
-fork runs) and then by every child's (:attr:`NodeRecord.memory_copies`), and
-deleted once no record names it.
+fork runs) and then by every child's while the child's VM maps it
+(:attr:`NodeRecord.memory_copies`; a child whose VM ended never maps it
+again: :func:`release`), and deleted once no record names it.
 """
 
 from __future__ import annotations
 
-import errno
-import mmap
 import os
 import secrets
 import shutil
@@ -43,11 +46,13 @@ from ..errors import InsufficientMemory
 from ..hypervisors.base import IMachine, RamBacking
 from .model import NodeRecord
 from .paths import discard
+from .sparse_copy import copy_sparse, create_copy, reserve
 from .templates import daemon_tag
 
 if TYPE_CHECKING:
     from .adoption import ICloneAdoption
     from .guest import IGuestConnection
+    from .parts import Blocking
     from .runtime import NodeRuntime
 
 log = Logger()
@@ -83,10 +88,21 @@ def prepare(record: NodeRecord) -> None:
     ensure_room(directory, record.ram_bytes, f"the memory of node {record.hostname!r}")
 
 
-def release(record: NodeRecord) -> None:
-    """``record``'s VM ended: its memory file goes (a snapshot holds the memory, if it was suspended)."""
+def release(record: NodeRecord) -> bool:
+    """
+    ``record``'s VM ended: its memory file goes (a snapshot holds the memory,
+    if it was suspended).
+
+    :return: whether ``record`` names copies it no longer needs: a child's
+        (no memory file of its own) VM mapped its copy, and nothing that
+        comes next maps it again (a restore loads the snapshot into memory
+        of its own, a relaunch boots), so its record should stop naming it
+        (and the copy go once no record does).  A parent's record names a
+        copy only while its fork runs, which takes care of it.
+    """
     if record.memory_file:
         discard(record.memory_file)
+    return bool(record.memory_copies) and not record.memory_file
 
 
 def ready_for_forks(hostname: str, agent: IGuestConnection, adoption: ICloneAdoption | None) -> None:
@@ -147,77 +163,6 @@ def used_bytes(path: str) -> int:
         return 0
 
 
-def reserve(source: str, target: str) -> None:
-    """
-    Make the new file ``target`` (mode 0600) as large as ``source``, its
-    pages allocated where ``source`` has data now (and holes elsewhere): a
-    later :func:`copy_sparse` into it then only copies, which takes about
-    half as long in a tmpfs as allocating the pages too.
-    """
-    src = os.open(source, os.O_RDONLY)
-    try:
-        dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            size = os.fstat(src).st_size
-            os.ftruncate(dst, size)
-            for start, end in _extents(src, size):
-                os.posix_fallocate(dst, start, end - start)
-        finally:
-            os.close(dst)
-    finally:
-        os.close(src)
-
-
-def copy_sparse(source: str, target: str) -> int:
-    """
-    Copy the data of the file ``source`` into ``target`` (made as by
-    :func:`reserve` unless it exists), at the same offsets, holes left
-    holes: the bytes copied.
-    """
-    if not os.path.exists(target):
-        reserve(source, target)
-    copied = 0
-    src = os.open(source, os.O_RDONLY)
-    try:
-        dst = os.open(target, os.O_WRONLY)
-        try:
-            size = os.fstat(src).st_size
-            if size:
-                with mmap.mmap(src, size, prot=mmap.PROT_READ) as view:
-                    for start, end in _extents(src, size):
-                        copied += _copy_range(memoryview(view), dst, start, end)
-        finally:
-            os.close(dst)
-    finally:
-        os.close(src)
-    return copied
-
-
-def _extents(fd: int, size: int) -> Iterable[tuple[int, int]]:
-    """The ranges of ``fd`` that hold data (``SEEK_DATA``/``SEEK_HOLE``)."""
-    offset = 0
-    while offset < size:
-        try:
-            start = os.lseek(fd, offset, os.SEEK_DATA)
-        except OSError as error:
-            if error.errno == errno.ENXIO:  # no data past offset
-                return
-            raise
-        end = os.lseek(fd, start, os.SEEK_HOLE)
-        yield start, end
-        offset = end
-
-
-def _copy_range(view: memoryview, dst: int, start: int, end: int) -> int:
-    offset = start
-    try:
-        while offset < end:
-            offset += os.pwrite(dst, view[offset:end], offset)
-    finally:
-        view.release()
-    return offset - start
-
-
 def collect_copies(directory: str, named: set[str]) -> None:
     """Delete the frozen copies of forks in ``directory`` that no record names (``named``)."""
     for path in _listing(directory):
@@ -276,36 +221,47 @@ class MemoryFork:
         map, or ``None`` for a parent without one (its whole state is saved
         and every child loads it).
     :ivar clock: for the copy's time in the log.
+    :ivar blocking: runs the copy's file work (a tenth of a second and
+        more) off the reactor, which serves other requests meanwhile.
     """
 
     copy: str | None
     clock: IReactorTime
+    blocking: Blocking
 
     @classmethod
-    def begin(cls, parent: NodeRuntime, clock: IReactorTime) -> "MemoryFork":
+    async def begin(cls, parent: NodeRuntime, clock: IReactorTime, blocking: Blocking) -> "MemoryFork":
         """
-        Before the parent is paused: name the copy in its record (so nothing
-        collects it) once the tmpfs has room for it.
+        Before the parent is paused: once the tmpfs has room for the copy,
+        name it in the parent's record (so nothing collects it), make it and
+        allocate its pages where the parent's file has data now (off the
+        reactor).
 
-        :raise InsufficientMemory: (``tmpfs_full``) it has not; nothing was done.
+        :raise InsufficientMemory: (``tmpfs_full``) the tmpfs has no room
+            for it, or filled up meanwhile; nothing is left.
         """
         source = parent.record.memory_file
         if not source:
-            return cls(None, clock)
+            return cls(None, clock, blocking)
         directory = os.path.dirname(source)
         ensure_room(directory, used_bytes(source), f"a copy of the memory of node {parent.hostname!r}")
         copy = os.path.join(directory, f"{COPY_PREFIX}{parent.hostname}.{secrets.token_hex(4)}.ram")
         parent.set(parent.record.status, memory_copies=(*parent.record.memory_copies, copy))
         try:
-            reserve(source, copy)  # not in the pause
-        except OSError:
+            create_copy(source, copy)  # at once: the next room check counts it
+            await blocking(lambda: reserve(source, copy))  # not in the pause
+        except BaseException:
             discard(copy)
             parent.set(parent.record.status, memory_copies=tuple(c for c in parent.record.memory_copies if c != copy))
             raise
-        return cls(copy, clock)
+        return cls(copy, clock, blocking)
 
     def save(self, machine: IMachine, record: NodeRecord, state: str) -> Deferred[None]:
-        """The paused parent's state into ``state``: all of it, or its devices and the copy of its memory file."""
+        """
+        The paused parent's state into ``state``: all of it, or its devices
+        and the copy of its memory file (off the reactor; the parent stays
+        paused until it is done).
+        """
         if self.copy is None:
             return machine.save_state(state)
         return Deferred.fromCoroutine(self._save(machine, record.memory_file, state, self.copy))
@@ -313,7 +269,9 @@ class MemoryFork:
     async def _save(self, machine: IMachine, source: str, state: str, copy: str) -> None:
         await machine.save_device_state(state)
         began = self.clock.seconds()
-        copied = copy_sparse(source, copy)
+        log.info("copying the memory of {source} ({size:.0f} MB in use)", source=os.path.basename(source),
+                 size=used_bytes(source) / 1e6)
+        copied = await self.blocking(lambda: copy_sparse(source, copy))
         log.info("copied the memory of {source} ({size:.0f} MB) in {ms:.0f} ms",
                  source=os.path.basename(source), size=copied / 1e6, ms=(self.clock.seconds() - began) * 1000)
 
@@ -348,6 +306,6 @@ class MemoryFork:
 
 
 __all__ = [
-    "COPY_PREFIX", "MemoryFork", "close", "collect_copies", "copy_sparse", "ensure_room",
+    "COPY_PREFIX", "MemoryFork", "close", "collect_copies", "ensure_room",
     "kept_files", "memory_directory", "memory_file", "prepare", "release", "sweep", "used_bytes",
 ]

@@ -135,7 +135,7 @@ class Forking:
         frozen_disk = os.path.join(directory, "disk.qcow2")
         await _prepare(hostname, parent, adoption)
         children: list[NodeRuntime] = []
-        memory = MemoryFork.begin(parent, self._parts.clock)
+        memory = await MemoryFork.begin(parent, self._parts.clock, self._parts.blocking)
         try:
             pause = await self._freeze(parent, machine, frozen_disk, state, memory)
             children.extend(self._child(parent, group.name, request, memory) for _ in range(request.count))

@@ -49,6 +49,8 @@ class NodeRuntime:
     :param parts: the node layer's collaborators.
     :param forgotten: called with this node once it is forgotten (the
         registry drops it).
+    :param unmapped: called once its record stopped naming the fork memory
+        copies its VM mapped (see :func:`.fork_memory.release`).
     :ivar machine: its VM while it runs and is this node's.
     :ivar agent: its agent connection while its VM runs.
     :ivar phase: what the daemon is doing with it (see :mod:`.phase`).
@@ -57,11 +59,13 @@ class NodeRuntime:
     """
 
     def __init__(
-        self, record: NodeRecord, parts: FleetParts, forgotten: Callable[["NodeRuntime"], None]
+        self, record: NodeRecord, parts: FleetParts, forgotten: Callable[["NodeRuntime"], None],
+        unmapped: Callable[[], None] = lambda: None,
     ) -> None:
         self.record = record
         self._parts = parts
         self._forgotten = forgotten
+        self._unmapped = unmapped
         self.paths = NodePaths.of(parts.store.node_dir(record.hostname))
         self.machine: IMachine | None = None
         self.agent: IGuestConnection | None = None
@@ -265,7 +269,12 @@ class NodeRuntime:
             await agent.stop()
         if machine is not None:
             await end(machine)
-        fork_memory.release(self.record)
+        if fork_memory.release(self.record):
+            # Not through set(): the status (and the idle timer's mark of a suspend under way) stays.
+            self.record = evolve(self.record, memory_copies=())
+            if self.phase.persists():
+                self._parts.store.save(self.record)
+            self._unmapped()
         await self._parts.addressing.detach(self.record)
 
     async def remove(self) -> bool:

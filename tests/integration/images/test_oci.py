@@ -185,11 +185,13 @@ class ImportedImageTests(SharedDaemonTestCase):
 
     def test_root_grown(self) -> None:
         """
-        The runtime's resize2fs grew the root file system to the node's 1 GiB disk at boot.
+        The agent grew the root file system to the node's 1 GiB disk once it was up (an ioctl: the runtime
+        brings no file system tools).
         """
         code, output = self.daemon.run(self.hostname(), "df -k / | tail -n 1")
         self.assertEqual(code, 0)
         self.assertGreater(int(output.split()[1]), 900 * 1024, output)
+        self.assertEqual(self.daemon.run(self.hostname(), "ls /opt/vmservice/runtime"), (0, "bin\nlib\n"))
 
     def test_shutdown_and_relaunch(self) -> None:
         """
