@@ -20,7 +20,8 @@ from tests.guest.session import FakeClock, GuestSessionMixin
 from tests.guest.test_agent import temp_dir
 from vmservice.guest import agent
 from vmservice.guest.agent import AgentContext
-from vmservice.guest.identity import RNDADDENTROPY, RNDRESEEDCRNG, AdoptHandler, add_entropy, hosts_file
+from vmservice.guest.identity import (PERSIST_DELAY, RNDADDENTROPY, RNDRESEEDCRNG, SETTLE_LIMIT, SETTLE_POLL,
+                                      AdoptHandler, add_entropy, hosts_file)
 from vmservice.wire import ResetCode
 from vmservice.wire.adoption import AdoptionRequest, encode_adoption
 from vmservice.wire.events import Data, HalfClose, Hello, Open, Reset
@@ -90,7 +91,24 @@ class FakeSteps:
         case.patch(AdoptHandler, "set_kernel_hostname", staticmethod(self.kernel.append))
         case.patch(AdoptHandler, "etc", self.etc)
         case.patch(AdoptHandler, "net_sysfs", net_sysfs)
-        self.context = AgentContext("t", time.monotonic_ns(), realtime_ns=self.clock.read, set_realtime_ns=set_clock)
+        # The guest's other services: the metrics agent serves (its file exists), no ext4lazyinit thread.
+        self.metrics_ready = os.path.join(root, "metrics.ready")
+        open(self.metrics_ready, "w").close()
+        self.proc = os.path.join(root, "proc")
+        os.makedirs(os.path.join(self.proc, "1"))
+        with open(os.path.join(self.proc, "1", "comm"), "w") as stream:
+            stream.write("init\n")
+        self.persisted = os.path.join(root, "var", "lib", "vmservice", "machine-id")
+        case.patch(agent, "DEFERRED", [])
+        case.patch(AdoptHandler, "metrics_ready", self.metrics_ready)
+        case.patch(AdoptHandler, "proc", self.proc)
+        case.patch(AdoptHandler, "persisted_machine_id", self.persisted)
+        case.patch(AdoptHandler, "sync", staticmethod(lambda: calls.append("sync")))
+        case.patch(AdoptHandler, "freeze_objects", staticmethod(lambda: calls.append("freeze")))
+        #: The loop's and the handler's monotonic clock, in seconds.
+        self.now = 1000.0
+        case.patch(AdoptHandler, "monotonic_ns", staticmethod(lambda: int(self.now * 1e9)))
+        self.context = AgentContext("t", int(self.now * 1e9), realtime_ns=self.clock.read, set_realtime_ns=set_clock)
 
 
 class AdoptTests(GuestSessionMixin, SynchronousTestCase):
@@ -103,7 +121,8 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
         kernel, context = steps.kernel, steps.context
         self.kernel = kernel
         self.logged: list[str] = []
-        self.start_session(context=context, log=self.logged.append)
+        self.steps = steps
+        self.start_session(context=context, log=self.logged.append, clock=lambda: steps.now)
         self.handshake()
 
     def adopt(self, request: AdoptionRequest = REQUEST, header: dict[str, Any] | None = None,
@@ -160,13 +179,17 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
 
     def test_files_after_the_answer(self) -> None:
         """
-        /etc/hostname, /etc/hosts and /etc/machine-id are written once the answer
-        went out, in the same loop iteration (before the agent reads again), then
-        the adoption is logged with its steps.
+        /etc/hostname, /etc/hosts and /etc/machine-id are written after the answer, a moment later
+        (:data:`~vmservice.guest.agent.DEFERRED_DELAY`) when no operation comes, then the adoption is
+        logged with its steps.
         """
         self.adopt()
-        self.assertEqual(self.read("hostname"), "template\n")
+        self.send(self.host.hello("host"))
         self.loop.run_once(0)
+        self.assertEqual(self.read("hostname"), "template\n")
+        self.wait(agent.DEFERRED_DELAY - 0.01)
+        self.assertEqual(self.read("hostname"), "template\n")
+        self.wait(0.01)
         self.assertEqual(self.read("hostname"), "clone-3\n")
         self.assertEqual(self.read("hosts"), hosts_file("clone-3"))
         self.assertEqual(self.read("hosts"), "127.0.0.1\tlocalhost\n127.0.1.1\tclone-3\n::1\tlocalhost ip6-localhost ip6-loopback\n")
@@ -176,30 +199,152 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
         self.assertRegex(self.logged[-1], r"\Aadopted clone-3 \(entropy \d+ ms, clock \d+ ms, hostname \d+ ms, "
                                           r"network \d+ ms, files \d+ ms; answered after \d+ ms\)\Z")
 
+    def test_files_before_an_operation(self) -> None:
+        """
+        An operation that could read the files (an fs stat here) finds them written; one that could
+        not (health) does not write them.
+        """
+        self.adopt()
+        self.send(self.host.hello("host"))
+        self.receive()
+        stream_id = self.host.next_stream_id()
+        self.send(Open(stream_id, {"op": "health"}), HalfClose(stream_id))
+        self.receive()
+        self.assertEqual(self.read("hostname"), "template\n")
+        stream_id = self.host.next_stream_id()
+        self.send(Open(stream_id, {"op": "fs", "action": "stat", "path": os.path.join(self.etc, "hostname")}),
+                  HalfClose(stream_id))
+        # Written before the operation started (its stat runs on a thread of its own).
+        self.assertEqual(self.read("hostname"), "clone-3\n")
+        events: list[Any] = []
+        for _ in range(100):
+            self.loop.run_once(0.05)
+            events += self.receive()
+            if events:
+                break
+        self.assertEqual(json.loads(events[0].data)["result"]["size"], len("clone-3\n"))
+
     def test_files_fail_after_the_answer(self) -> None:
         """A file that cannot be written after the answer is logged; the agent goes on."""
         os.mkdir(os.path.join(self.etc, "hostname.adopt"))  # where the new file would be written first
         data, _, _ = self.adopt()
         self.assertEqual(json.loads(data.data), {"previous_ns": BEFORE})
-        self.loop.run_once(0)
+        self.wait(agent.DEFERRED_DELAY)
         self.assertRegex(self.logged[-1], r"\Aadoption of clone-3 answered, then failed at files: files: ")
         self.assertEqual(self.read("hostname"), "template\n")
 
-    def test_prepare(self) -> None:
-        """``prepare`` only answers: no step runs and the session goes on."""
-        nonce = self.session.conn.nonce
+    def prepare(self) -> int:
         stream_id = self.host.next_stream_id()
         self.send(Open(stream_id, {"op": "adopt", "prepare": True}), HalfClose(stream_id))
+        return stream_id
+
+    def wait(self, seconds: float) -> None:
+        """Let ``seconds`` pass on the loop's clock and run what became due."""
+        self.steps.now += seconds
+        self.loop.run_once(0)
+
+    def test_prepare(self) -> None:
+        """
+        ``prepare`` with the guest settled: the agent's objects frozen, the disks synced, the answer; no
+        step runs and the session goes on.
+        """
+        nonce = self.session.conn.nonce
+        stream_id = self.prepare()
         data, end = self.receive()
         self.assertEqual((json.loads(data.data), end), ({"prepared": True}, HalfClose(stream_id)))
-        self.assertEqual(self.calls, [])
+        self.assertEqual(self.calls, ["freeze", "sync"])
         self.assertEqual(self.read("hostname"), "template\n")
         self.assertEqual(self.session.conn.nonce, nonce)
+
+    def test_prepare_waits_for_the_metrics_agent(self) -> None:
+        """Until the metrics agent serves its port, ``prepare`` does not answer (nor sync)."""
+        os.unlink(self.steps.metrics_ready)
+        stream_id = self.prepare()
+        self.wait(1.0)
+        self.assertEqual((self.receive(), self.calls), ([], []))
+        open(self.steps.metrics_ready, "w").close()
+        self.wait(SETTLE_POLL)
+        data, end = self.receive()
+        self.assertEqual((json.loads(data.data), end), ({"prepared": True}, HalfClose(stream_id)))
+        self.assertEqual(self.calls, ["freeze", "sync"])
+
+    def test_prepare_waits_for_lazy_init(self) -> None:
+        """While the kernel's ext4lazyinit thread runs, ``prepare`` does not answer."""
+        thread = os.path.join(self.steps.proc, "93")
+        os.mkdir(thread)
+        with open(os.path.join(thread, "comm"), "w") as stream:
+            stream.write("ext4lazyinit\n")
+        os.mkdir(os.path.join(self.steps.proc, "sys"))  # not a process
+        self.prepare()
+        self.wait(1.0)
+        self.assertEqual(self.receive(), [])
+        os.unlink(os.path.join(thread, "comm"))  # the thread ended (its directory is gone or unreadable)
+        self.wait(SETTLE_POLL)
+        data, _ = self.receive()
+        self.assertEqual(json.loads(data.data), {"prepared": True})
+
+    def test_prepare_gives_up_waiting(self) -> None:
+        """
+        :data:`SETTLE_LIMIT` seconds after the agent started it answers anyway (an image without a
+        metrics agent; a fork's parent, which waits for nothing once it ran that long).
+        """
+        os.unlink(self.steps.metrics_ready)
+        self.prepare()
+        self.wait(SETTLE_LIMIT - 1)
+        self.assertEqual(self.receive(), [])
+        self.wait(1.0)
+        data, _ = self.receive()
+        self.assertEqual(json.loads(data.data), {"prepared": True})
+        self.prepare()
+        data, _ = self.receive()
+        self.assertEqual(json.loads(data.data), {"prepared": True})
+
+    def test_files_through_links(self) -> None:
+        """
+        /etc/hostname, /etc/hosts and /etc/machine-id that are links (into /run) stay links: the files
+        they name are written.
+        """
+        run = os.path.join(os.path.dirname(self.etc), "run", "vmservice")
+        os.makedirs(run)
+        for name in ("hostname", "hosts", "machine-id"):
+            os.unlink(os.path.join(self.etc, name))
+            os.symlink(f"../run/vmservice/{name}", os.path.join(self.etc, name))
+        with open(os.path.join(run, "hostname"), "w") as stream:
+            stream.write("template\n")
+        self.adopt()
+        self.wait(agent.DEFERRED_DELAY)
+        self.assertEqual(sorted(os.listdir(run)), ["hostname", "hosts", "machine-id"])
+        for name in ("hostname", "hosts", "machine-id"):
+            self.assertTrue(os.path.islink(os.path.join(self.etc, name)))
+        self.assertEqual(self.read("hostname"), "clone-3\n")
+        self.assertEqual(self.read("hosts"), hosts_file("clone-3"))
+        self.assertEqual(self.read("machine-id"), "0123456789abcdef0123456789abcdef\n")
+        self.assertEqual(os.stat(os.path.join(run, "machine-id")).st_mode & 0o777, 0o444)
+
+    def test_machine_id_kept_on_the_disk_later(self) -> None:
+        """:data:`PERSIST_DELAY` seconds after the answer, the hostname and machine-id are kept on the disk."""
+        self.adopt()
+        self.wait(agent.DEFERRED_DELAY)
+        self.wait(PERSIST_DELAY - 1)
+        self.assertFalse(os.path.exists(self.steps.persisted))
+        self.wait(1.0)
+        with open(self.steps.persisted) as stream:
+            self.assertEqual(stream.read(), "clone-3\n0123456789abcdef0123456789abcdef\n")
+        self.assertEqual(os.listdir(os.path.dirname(self.steps.persisted)), ["machine-id"])
+
+    def test_machine_id_not_kept(self) -> None:
+        """A machine-id that cannot be kept on the disk is logged; the agent goes on."""
+        os.makedirs(os.path.dirname(self.steps.persisted))
+        os.mkdir(self.steps.persisted + ".adopt")
+        self.adopt()
+        self.wait(agent.DEFERRED_DELAY)
+        self.wait(PERSIST_DELAY)
+        self.assertRegex(self.logged[-1], r"\Acannot keep the machine-id of clone-3 on the disk: ")
 
     def test_no_network(self) -> None:
         """Without a net nothing runs ``ip``."""
         self.adopt(AdoptionRequest("solo", "1" * 32, LATER, ENTROPY))
-        self.loop.run_once(0)
+        self.wait(agent.DEFERRED_DELAY)
         self.assertEqual([call[0] for call in self.calls], ["ioctl", "ioctl", "clock"])
         self.assertEqual(self.read("hostname"), "solo\n")
 

@@ -11,8 +11,10 @@ import os
 from hypothesis import given, strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from vmservice.guest.metrics import (disk_totals, entropy, established_connections, handle_line, load_average, memory,
-                                     network_totals, open_files, sample, space, whole_disks)
+from vmservice.guest import metrics
+from vmservice.guest.metrics import (disk_totals, entropy, established_connections, handle_line, load_average,
+                                     mark_ready, memory, network_totals, open_files, sample, serve_port, space,
+                                     whole_disks)
 
 MEMINFO = """\
 MemTotal:         241124 kB
@@ -142,3 +144,49 @@ class AnswerTests(SynchronousTestCase):
                      "diskSpaceUsedPercent"):
             self.assertIn(name, got)
 
+
+
+class _Ready(Exception):
+    """Raised by the test's ``ready`` callback, to leave :func:`serve_port`'s endless loop."""
+
+
+class ReadyTests(SynchronousTestCase):
+    """The metrics agent says when it serves (a template's guest agent waits for it before it is frozen)."""
+
+    def test_mark_ready(self) -> None:
+        """The file is created."""
+        path = os.path.join(self.mktemp())
+        mark_ready(path)
+        self.assertTrue(os.path.isfile(path))
+
+    def test_mark_ready_fails(self) -> None:
+        """A file that cannot be created is logged, not raised."""
+        logged: list[str] = []
+        self.patch(metrics, "_log", logged.append)
+        mark_ready(os.path.join(self.mktemp(), "missing", "ready"))
+        self.assertEqual(len(logged), 1)
+        self.assertIn("cannot create", logged[0])
+
+    def test_ready_once_the_port_is_open(self) -> None:
+        """:func:`serve_port` calls ``ready`` once it opened its port, before it waits for a host."""
+        import signal
+
+        path = self.mktemp()
+        os.mkfifo(path)
+        opened: list[int] = []
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+        def restore() -> None:  # serve_port blocks SIGIO (and would take any that came) in this process
+            signal.sigtimedwait({signal.SIGIO}, 0)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+        self.addCleanup(restore)
+
+        def ready() -> None:
+            opened.extend(int(fd) for fd in os.listdir("/proc/self/fd")
+                          if os.path.realpath(f"/proc/self/fd/{fd}") == os.path.realpath(path))
+            raise _Ready()
+
+        self.assertRaises(_Ready, serve_port, path, ready)
+        self.assertEqual(len(opened), 1)
+        os.close(opened[0])

@@ -91,11 +91,14 @@ class TreeTests(SynchronousTestCase):
 
     def test_base_files(self) -> None:
         """
-        The root account, mount points, /etc/mtab and the console node exist afterwards.
+        The root account, mount points, /etc/mtab and the console node exist afterwards; /etc/hostname,
+        /etc/hosts and /etc/machine-id are links into /run/vmservice.
         """
         add_base_files(self.root)
         self.assertTrue(open(os.path.join(self.root, "etc/passwd")).read().startswith("root:x:0:0:"))
         self.assertEqual(os.readlink(os.path.join(self.root, "etc/mtab")), "../proc/self/mounts")
+        for name in ("hostname", "hosts", "machine-id"):
+            self.assertEqual(os.readlink(os.path.join(self.root, "etc", name)), f"../run/vmservice/{name}")
         self.assertEqual(os.stat(os.path.join(self.root, "tmp")).st_mode & 0o7777, 0o1777)
         console = os.stat(os.path.join(self.root, "dev/console"))
         self.assertEqual((os.major(console.st_rdev), os.minor(console.st_rdev)), (5, 1))

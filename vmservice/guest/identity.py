@@ -17,7 +17,22 @@ In this order, each step only once the one before succeeded:
 
 ``{"op": "adopt", "prepare": true}`` (no body) does none of it and answers
 ``{"prepared": true}``: a template sends it before it is frozen, so that this
-module is loaded in its clones already.
+module is loaded in its clones already.  It answers once the guest *settled*:
+its metrics agent serves its port (``/run/vmservice-metrics.ready``) and the
+kernel no longer zeroes the inode tables of the root file system the agent grew
+to its disk (no ``ext4lazyinit`` thread: the guest's ``init`` mounts it with
+``init_itable=0``, so that takes a moment, not seconds), or the agent has run
+for :data:`SETTLE_LIMIT` seconds (an image without a metrics agent, a fork's
+parent that runs for longer); then it moves its Python objects out of the
+garbage collector's reach (``gc.freeze``: a clone's collection would write to
+every page that holds one, each then a copy-on-write page of the clone's own)
+and writes what the guest's file systems hold in memory to its disk
+(``sync``).  A template frozen while its metrics agent still started would
+have every clone finish that start (a Python interpreter's start and imports,
+all of it translated anew under TCG) right after its adoption, and every clone
+would zero those inode tables and write the template's dirty pages and journal
+to its own disk once the kernel's writeback found them due, seconds later (the
+file system's, the block layer's and virtio's paths, translated anew by each).
 
 Then the answer, ``{"previous_ns": N}``, and a new agent session whose nonce is
 drawn after the reseed.  A failed step answers ``{"error": "adoption_failed",
@@ -26,12 +41,28 @@ refused (BAD_HEADER).
 
 5. ``files``: ``/etc/hostname`` and ``/etc/hosts`` (as the guest's ``rc`` writes
    them at boot) and ``/etc/machine-id``, each written beside and renamed over
-   the old one, once the answer and the new session's HELLO went out but before
-   the agent reads anything more: no request of the host (on any session) can
-   see the template's files, and the host does not wait for the guest's first
-   file-system writes, the slowest step under TCG (a clone translates every
-   kernel path it runs anew).  A failure there can no longer be answered: it is
-   logged on the console and the files keep the template's content.
+   the old one, after the answer, as the agent's deferred start-up work is
+   (:func:`vmservice.guest.agent.run_deferred`): before the first operation
+   that could read them (any but health, echo, clock, secrets and login, which
+   do not), else :data:`~vmservice.guest.agent.DEFERRED_DELAY` seconds later.
+   No request of the host (on any session) can see the template's files, the
+   host does not wait for them, and clones created together do not spend the
+   shared CPU on them while the others adopt.  In the default image the three are links into the
+   tmpfs ``/run/vmservice/``: the file that is written is the link's target, so
+   a clone's path does not touch the root file system (its journal, writeback
+   and the virtio disk: kernel paths a clone would translate anew under TCG,
+   about 0.1-0.3 s of it and megabytes of translation cache).  A failure there
+   can no longer be answered: it is logged on the console and the files keep
+   the template's content.
+6. ``persist``: :data:`PERSIST_DELAY` seconds after the files, the machine-id is kept on
+   the root file system too (:data:`PERSISTED_MACHINE_ID`: the hostname, then
+   the machine-id, each on a line; synced), where the guest's ``rc`` finds it
+   again at boot (a reboot, a reset or a relaunch) if the hostname is still its
+   own: a fork's child, whose disk holds its parent's, ignores that one.  The
+   guest's shutdown script writes it too, so a guest that powers off or reboots
+   itself sooner keeps it; a reset by the host sooner loses it (the guest then
+   has no machine-id, as a cold-booted node), as a reset within the file
+   system's commit interval lost the file written at once before.
 
 Standard library only, and no :mod:`subprocess` (its import costs under TCG, and
 adopting is on the path of every clone): ``ip`` runs through ``posix_spawnp``.
@@ -40,6 +71,7 @@ adopting is on the path of every clone): ``ip`` runs through ``posix_spawnp``.
 from __future__ import annotations
 
 import fcntl
+import gc
 import os
 import socket
 import struct
@@ -52,6 +84,9 @@ from vmservice.guest.bodies import BodyHandler
 from vmservice.wire.adoption import AdoptionError, AdoptionRequest, decode_adoption, entropy_size
 
 __all__ = [
+    "PERSISTED_MACHINE_ID",
+    "PERSIST_DELAY",
+    "SETTLE_LIMIT",
     "AdoptHandler",
     "AdoptionFailed",
     "RNDADDENTROPY",
@@ -67,6 +102,19 @@ RNDADDENTROPY = 0x40085203
 RNDRESEEDCRNG = 0x5207
 #: ``struct rand_pool_info``'s head: ``int entropy_count`` (bits), ``int buf_size`` (bytes).
 _POOL_INFO = struct.Struct("=ii")
+#: Seconds after the agent started when ``prepare`` stops waiting for the guest's other services.
+SETTLE_LIMIT = 15.0
+#: How often ``prepare`` looks for them meanwhile.
+SETTLE_POLL = 0.05
+#: The file the metrics agent creates once it serves its port (:mod:`vmservice.guest.metrics`).
+METRICS_READY = "/run/vmservice-metrics.ready"
+#: Seconds after the files when the machine-id is also written to the root file system: about when the
+#: file system would have committed the files written at once (ext4's journal commits every 5 s), so a
+#: reset of the node loses it in the same window as before, while a burst of clones created together has
+#: answered by then (the disk's kernel paths, translated anew by each clone, do not compete with them).
+PERSIST_DELAY = 5.0
+#: Where the machine-id is kept on the root file system (read by the guest's ``rc`` at boot).
+PERSISTED_MACHINE_ID = "/var/lib/vmservice/machine-id"
 
 
 class AdoptionFailed(Exception):
@@ -119,13 +167,38 @@ def run_command(argv: list[str]) -> tuple[int, str]:
     return os.waitstatus_to_exitcode(status), b"".join(chunks).decode("utf-8", "replace").strip()
 
 
-def _replace_file(path: str, content: str, mode: int) -> None:
-    """Write ``content`` beside ``path``, then rename it over ``path``."""
+def _replace_file(path: str, content: str, mode: int, durable: bool = False) -> None:
+    """
+    Write ``content`` beside ``path`` (beside the file it links to, when it
+    is a link: ``/etc/hostname`` into ``/run``), then rename it over that.
+    Plain system calls: the fewest paths for a clone to translate.  ``durable``:
+    on the disk (the file and its directory synced) before this returns.
+    """
+    try:
+        path = os.path.join(os.path.dirname(path), os.readlink(path))
+    except OSError:  # not a link (EINVAL), or missing
+        pass
     temporary = f"{path}.adopt"
-    with open(temporary, "w") as stream:
-        stream.write(content)
-        os.fchmod(stream.fileno(), mode)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        os.write(fd, content.encode())
+        os.fchmod(fd, mode)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
     os.rename(temporary, path)
+    if durable:
+        directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+
+def _freeze_objects() -> None:
+    gc.collect()
+    gc.freeze()
 
 
 class AdoptHandler(BodyHandler):
@@ -141,6 +214,18 @@ class AdoptHandler(BodyHandler):
     set_kernel_hostname: Callable[[str], None] = staticmethod(socket.sethostname)
     #: The directory of ``hostname``, ``hosts`` and ``machine-id``.
     etc = "/etc"
+    #: Writes every file system's dirty data and journal to the disk (``sync``); tests replace it.
+    sync: Callable[[], None] = staticmethod(os.sync)
+    #: Collects, then moves the agent's objects out of the collector's reach; tests replace it.
+    freeze_objects: Callable[[], None] = staticmethod(_freeze_objects)
+    #: The clock of :attr:`AgentContext.started_ns`; tests replace it.
+    monotonic_ns: Callable[[], int] = staticmethod(time.monotonic_ns)
+    #: Where the processes are listed; tests point it elsewhere.
+    proc = "/proc"
+    #: Where the metrics agent says it serves; tests point it elsewhere.
+    metrics_ready = METRICS_READY
+    #: Where the machine-id is kept on the root file system; tests point it elsewhere.
+    persisted_machine_id = PERSISTED_MACHINE_ID
     #: Runs a command (``ip``); tests replace it.
     run: Callable[[list[str]], tuple[int, str]] = staticmethod(run_command)
     #: The interface the network step configures.
@@ -164,7 +249,7 @@ class AdoptHandler(BodyHandler):
         if self.header.get("prepare") is True:
             # A template loads what adopting needs before it is frozen, so that
             # its clones do not import it on their first request.
-            self.reply({"prepared": True})
+            self._settle()
             return
         try:
             request = decode_adoption(self.header, body)
@@ -182,8 +267,35 @@ class AdoptHandler(BodyHandler):
         # The nonce of the new session is drawn after the reseed.
         self.stream.end_session("adopted a new identity")
         answered = time.monotonic()
-        # After the loop's writes of this iteration (the answer, the HELLO), before its next read.
-        self.stream.loop.call_soon(lambda: self._write_files(request, (answered - started) * 1000))
+        # Before the first operation that could read them, else a moment later (agent.run_deferred).
+        agent.DEFERRED.append(lambda: self._write_files(request, (answered - started) * 1000))
+        self.stream.loop.call_later(agent.DEFERRED_DELAY, agent.run_deferred)
+
+    def _settle(self) -> None:
+        """Answer ``prepare`` once the guest settled (see the module's description)."""
+        age = (self.monotonic_ns() - self.stream.context.started_ns) / 1e9
+        if age >= SETTLE_LIMIT or os.path.exists(self.metrics_ready) and not self._lazy_init():
+            # What the guest wrote so far goes to its disk now, not from every clone (or fork child)
+            # once the kernel's writeback finds it due: each of them would write the same pages.
+            # The agent's objects so far are the template's: its clones' collections leave them alone,
+            # rather than each writing to (so copying) every page of them.
+            self.freeze_objects()
+            self.sync()
+            self.reply({"prepared": True})
+            return
+        self.stream.loop.call_later(min(SETTLE_POLL, SETTLE_LIMIT - age), self._settle)
+
+    def _lazy_init(self) -> bool:
+        """Whether the kernel still zeroes inode tables of a file system (its ``ext4lazyinit`` thread runs)."""
+        for entry in os.listdir(self.proc):
+            if entry.isdigit():
+                try:
+                    with open(os.path.join(self.proc, entry, "comm"), "rb") as stream:
+                        if stream.read() == b"ext4lazyinit\n":
+                            return True
+                except OSError:
+                    pass
+        return False
 
     def _write_files(self, request: AdoptionRequest, answered_ms: float) -> None:
         """The ``files`` step, then the log line (the console is slow too: after the answer)."""
@@ -193,6 +305,15 @@ class AdoptHandler(BodyHandler):
             agent._log(f"adoption of {request.hostname} answered, then failed at files: {failure}")
             return
         agent._log(f"adopted {request.hostname} ({', '.join(self._timings)}; answered after {answered_ms:.0f} ms)")
+        self.stream.loop.call_later(PERSIST_DELAY, lambda: self._persist(request))
+
+    def _persist(self, request: AdoptionRequest) -> None:
+        """The ``persist`` step: the hostname and machine-id on the root file system."""
+        try:
+            os.makedirs(os.path.dirname(self.persisted_machine_id), exist_ok=True)
+            _replace_file(self.persisted_machine_id, f"{request.hostname}\n{request.machine_id}\n", 0o444, True)
+        except OSError as failure:
+            agent._log(f"cannot keep the machine-id of {request.hostname} on the disk: {failure}")
 
     def _adopt(self, request: AdoptionRequest) -> int:
         self._timings: list[str] = []

@@ -49,6 +49,7 @@ __all__ = [
     "handle_line",
     "load_average",
     "main",
+    "mark_ready",
     "memory",
     "network_totals",
     "open_files",
@@ -69,6 +70,9 @@ MAX_LINE = 256
 WRITE_DEADLINE = 2.0
 #: Where the agent writes its process id (tests and operators find it there).
 PID_FILE = "/run/vmservice-metrics.pid"
+#: The file the agent creates once it serves its port: a template's guest agent waits for it before the
+#: template is frozen (:mod:`vmservice.guest.identity`), so that no clone finishes this agent's start.
+READY_FILE = "/run/vmservice-metrics.ready"
 SECTOR = 512
 _TCP_ESTABLISHED = "01"
 
@@ -343,13 +347,23 @@ def _connected(fd: int) -> bool:
     return True
 
 
-def serve_port(device: str) -> None:
+def mark_ready(path: str = READY_FILE) -> None:
+    """Create ``path``: the agent serves its port."""
+    try:
+        with open(path, "w"):
+            pass
+    except OSError as e:
+        _log(f"cannot create {path}: {e}")
+
+
+def serve_port(device: str, ready: "Callable[[], None]" = lambda: None) -> None:
     """
     Serve the virtio-serial port ``device`` forever; hosts come and go.
 
     The port is opened ``O_ASYNC``: the kernel sends SIGIO when a host connects, so the agent sleeps in
     ``sigtimedwait`` (SIGIO blocked, so one that comes between the check and the wait is not lost)
-    instead of polling; :data:`DISCONNECTED_POLL_INTERVAL` is only the fallback.
+    instead of polling; :data:`DISCONNECTED_POLL_INTERVAL` is only the fallback.  ``ready`` is called once
+    the port is open and watched.
     """
     import fcntl
     import signal
@@ -361,6 +375,7 @@ def serve_port(device: str) -> None:
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
     except OSError as e:
         _log(f"no SIGIO on {device} ({e}); polling")
+    ready()
     while True:
         if _connected(fd):
             serve_connection(fd)
@@ -410,7 +425,7 @@ def main(argv: list[str] | None = None) -> None:
             logged = True
         time.sleep(PORT_POLL_INTERVAL)
     _log(f"ready on {device}")
-    serve_port(device)
+    serve_port(device, mark_ready)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ __all__ = [
     "LIBRARY_DIRS",
     "MissingLibrary",
     "RootfsError",
+    "IDENTITY_LINKS",
     "add_base_files",
     "install_busybox_links",
     "install_guest_files",
@@ -155,10 +156,21 @@ def _write(root: str, relative: str, data: bytes, mode: int) -> None:
     os.chmod(path, mode)
 
 
+#: The files a clone's identity rewrites, links into the guest's ``/run`` (a tmpfs), where its ``rc`` writes
+#: ``hostname`` and ``hosts`` at boot and a clone's agent all three as it adopts its identity: no write to the
+#: root file system on a clone's path (vmservice/guest/identity.py).  A guest never given a machine-id has none.
+IDENTITY_LINKS = {
+    "etc/hostname": "../run/vmservice/hostname",
+    "etc/hosts": "../run/vmservice/hosts",
+    "etc/machine-id": "../run/vmservice/machine-id",
+}
+
+
 def add_base_files(root: str) -> None:
     """
     The directories and ``/etc`` files a Debian system would get from ``base-files`` and ``base-passwd``:
-    mount points, the root account, ``/etc/mtab`` (``resize2fs`` reads it to find where ``/`` is mounted)
+    mount points, the root account, ``/etc/mtab`` (``resize2fs`` reads it to find where ``/`` is mounted),
+    ``/etc/hostname``, ``/etc/hosts`` and ``/etc/machine-id`` as links into ``/run`` (:data:`IDENTITY_LINKS`)
     and the console and null device nodes for the moments before ``devtmpfs`` is mounted.
     """
     for relative, mode in BASE_DIRECTORIES.items():
@@ -172,8 +184,6 @@ def add_base_files(root: str) -> None:
                        b"nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
         "etc/group": b"root:x:0:\ntty:x:5:\nnogroup:x:65534:\n",
         "etc/shadow": b"root:*:19000:0:99999:7:::\nsshd:*:19000:0:99999:7:::\nnobody:*:19000:0:99999:7:::\n",
-        "etc/hostname": b"localhost\n",
-        "etc/hosts": b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
         "etc/nsswitch.conf": b"passwd: files\ngroup: files\nshadow: files\nhosts: files\n",
         "etc/ld.so.conf": b"include /etc/ld.so.conf.d/*.conf\n",
         "etc/shells": b"/bin/sh\n/bin/bash\n/usr/bin/bash\n",
@@ -183,10 +193,12 @@ def add_base_files(root: str) -> None:
     }
     for relative, data in files.items():
         _write(root, relative, data, 0o640 if relative == "etc/shadow" else 0o644)
-    mtab = os.path.join(root, "etc/mtab")
-    if os.path.lexists(mtab):
-        os.unlink(mtab)
-    os.symlink("../proc/self/mounts", mtab)
+    links = {"etc/mtab": "../proc/self/mounts", **IDENTITY_LINKS}
+    for relative, target in links.items():
+        link = os.path.join(root, relative)
+        if os.path.lexists(link):
+            os.unlink(link)
+        os.symlink(target, link)
     for name, major, minor, mode in (("console", 5, 1, 0o600), ("null", 1, 3, 0o666)):
         node = os.path.join(root, "dev", name)
         if not os.path.lexists(node):
@@ -312,6 +324,7 @@ def make_ext4(root: str, image: str, headroom_mib: int, label: str = "vmservice-
     """
     Write ``image``, a raw ext4 file system holding ``root``, sized to the content plus ext4's own
     overhead (journal, inode tables: about 10 %) plus ``headroom_mib`` of free space. The file is sparse.
+    Its inode tables and journal are initialized (not left to the guest's kernel, see the comment below).
 
     :return: the size of the image in bytes.
     """
@@ -321,7 +334,9 @@ def make_ext4(root: str, image: str, headroom_mib: int, label: str = "vmservice-
     with open(image, "wb") as stream:
         stream.truncate(size_mib * 1024 * 1024)
     result = subprocess.run(
-        ["mkfs.ext4", "-q", "-F", "-L", label, "-d", root, image],
+        # Inode tables and journal written now: otherwise the guest's kernel zeroes them in the background
+        # (ext4lazyinit) after every boot, and a clone of a template goes on with it after its adoption.
+        ["mkfs.ext4", "-q", "-F", "-L", label, "-E", "lazy_itable_init=0,lazy_journal_init=0", "-d", root, image],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     if result.returncode != 0:
         raise RootfsError(f"mkfs.ext4 failed ({result.returncode}): {result.stdout.strip()}")
