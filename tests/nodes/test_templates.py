@@ -148,6 +148,18 @@ class TemplateStoreTests(SynchronousTestCase):
         self.assertFalse(os.path.exists(kept.directory))
         self.assertTrue(os.path.exists(live.disk))
 
+    def test_collect_during_a_build_of_the_same_key(self) -> None:
+        """An earlier template of a key being built again goes once nothing names it; the build's own files stay."""
+        old = self.built()
+        self.store.discard(KEY)
+        ask = self.get()  # a new build of the same key, under way
+        building = [name for name in os.listdir(self.store.directory) if name != os.path.basename(old.directory)]
+        self.store.collect(set())
+        self.assertFalse(os.path.exists(old.directory))
+        self.assertEqual(os.listdir(self.store.directory), building)
+        self.builds.release[-1].callback(None)
+        self.assertEqual(os.path.basename(self.successResultOf(ask).directory), building[0])
+
     def test_discard_only_that_one(self) -> None:
         """Discarding a broken template leaves one built since alone."""
         old = self.built()

@@ -124,6 +124,8 @@ class TemplateStore:
         self._on_build = on_build
         self._ready: dict[TemplateKey, Template] = {}
         self._building: dict[TemplateKey, OneShotObserver[Template]] = {}
+        #: The names of the directories (and RAM files) of the builds under way.
+        self._building_names: set[str] = set()
         self._failed: dict[TemplateKey, tuple[float, str]] = {}
         self._used: dict[TemplateKey, float] = {}
         self._runs: dict[TemplateKey, Deferred[None]] = {}
@@ -179,9 +181,11 @@ class TemplateStore:
         os.makedirs(self.ram_directory, mode=0o700, exist_ok=True)
         building: OneShotObserver[Template] = OneShotObserver()
         self._building[key] = building
+        self._building_names.add(name)
 
         def done(result: None | Failure) -> None:
             del self._building[key]
+            self._building_names.discard(name)
             self._runs.pop(key, None)
             if isinstance(result, Failure):
                 reason = str(result.value) or type(result.value).__name__
@@ -347,7 +351,8 @@ class TemplateStore:
                 discard(os.path.join(self.ram_directory, name))
 
     def _is_building(self, name: str) -> bool:
-        return any(name.startswith(key.digest() + ".") for key in self._building)
+        """Whether ``name`` is a build's under way (not an earlier template's of the same key)."""
+        return name in self._building_names
 
     def close(self) -> None:
         """
