@@ -119,6 +119,9 @@ class ForkingTests(SynchronousTestCase):
         self.assertTrue(os.path.samefile(overlay, self.parent_disk()))
         self.assertEqual(self.harness.disks._made[overlay][0], frozen)
         self.assertEqual(self.fleet.node(self.parent).forked_disks, (frozen,))
+        # One empty overlay over the frozen disk for both children (each disk a copy of it), gone after.
+        [empty] = [path for path, (base, _) in self.harness.disks._made.items() if base == frozen and path != overlay]
+        self.assertFalse(os.path.exists(empty))
         children = [record.hostname for record in forked.children]
         self.assertEqual(len(set(children) | {self.parent}), 3)
         machines: list[FakeMachine] = self.harness.driver.machines[1:]
@@ -128,7 +131,8 @@ class ForkingTests(SynchronousTestCase):
             self.assertEqual((record.ram_bytes, record.cpus), (256 * MiB, 1))
             self.assertTrue(machine.spec.defer_incoming)
             self.assertIsNone(machine.spec.incoming)
-            self.assertEqual(self.harness.disks._made[machine.spec.disk][0], frozen)
+            with open(machine.spec.disk, "rb") as disk:
+                self.assertEqual(disk.read(), b"disk")  # the empty overlay's bytes
             self.assertEqual(machine.commands, ["load_state", "resume"])
             self.assertNotEqual(machine.spec.net, None)
         self.assertEqual([(name, commands) for name, commands, _ in self.adoption.adopted],

@@ -9,7 +9,8 @@ The parent is paused; its disk is moved to a *fork directory*
 *frozen disk* of the fork) and its VM switched to a new overlay over it at
 its usual place (:meth:`IMachine.snapshot_disk`); its full state is saved to
 a file in the templates' tmpfs; then it runs on.  Each child gets its own
-overlay over the frozen disk, starts in ``-incoming defer`` with the parent's
+overlay over the frozen disk (a copy of one empty overlay made for all of
+them), starts in ``-incoming defer`` with the parent's
 machine shape, connects its agent, loads the state, adopts its identity and
 runs; the children start together.  The state file is deleted once every child loaded it (or the fork
 failed); a failure removes the children made so far, and the parent always
@@ -133,15 +134,17 @@ class Forking:
         directory = os.path.join(forks_directory(self._parts.config.state_dir), f"{hostname}.{secrets.token_hex(4)}")
         state = state_prefix(self._parts.config.state_dir, self._parts.config.templates_tmpfs_dir) + secrets.token_hex(8)
         frozen_disk = os.path.join(directory, "disk.qcow2")
+        empty = os.path.join(directory, "empty.qcow2")
         await _prepare(hostname, parent, adoption)
         children: list[NodeRuntime] = []
         memory = await MemoryFork.begin(parent, self._parts.clock, self._parts.blocking)
         try:
             pause = await self._freeze(parent, machine, frozen_disk, state, memory)
+            await self._empty_overlay(frozen_disk, empty, group.storage_size)
             children.extend(self._child(parent, group.name, request, memory) for _ in range(request.count))
             # The children start together; the first failure is the fork's (all of them are then removed).
             started = await DeferredList(
-                [Deferred.fromCoroutine(self._start(child, frozen_disk, state, adoption, memory))
+                [Deferred.fromCoroutine(self._start(child, empty, state, adoption, memory))
                  for child in children],
                 consumeErrors=True,
             )
@@ -157,6 +160,7 @@ class Forking:
         finally:
             size = _size(state)
             discard(state)
+            discard(empty)
             memory.end(parent, [node.record for node in self._registry.all()])
         log.info("forked node {hostname} into {children} after a pause of {pause:.3f} s (state {size:.0f} MB)",
                  hostname=hostname, children=", ".join(c.hostname for c in children), pause=pause, size=size / 1e6)
@@ -251,15 +255,22 @@ class Forking:
         node.announce(EventType.CREATED)
         return node
 
-    async def _start(self, node: NodeRuntime, frozen_disk: str, state: str, adoption: ICloneAdoption,
+    async def _empty_overlay(self, frozen_disk: str, path: str, group_size: int) -> None:
+        """
+        One empty overlay over the frozen disk, of its size: every child's disk
+        is a copy of it (the same bytes, as a clone's is of its template's), so
+        N children cost one ``qemu-img`` process, not N at once.
+        """
+        info = self._parts.disks.info(frozen_disk)
+        await self._parts.disks.create(frozen_disk, path, info.size_bytes if info is not None else group_size)
+
+    async def _start(self, node: NodeRuntime, empty_overlay: str, state: str, adoption: ICloneAdoption,
                      memory: MemoryFork) -> None:
         """Network, disk and VM of a child, its state loaded and its identity adopted; then it runs."""
         parts = self._parts
         steps = StepTimes(parts.clock)
         net = await parts.addressing.attach(node.record)
-        info = parts.disks.info(frozen_disk)
-        size = info.size_bytes if info is not None else parts.group(node.record.hostgroup).storage_size
-        await parts.disks.create(frozen_disk, node.paths.disk, size)
+        shutil.copyfile(empty_overlay, node.paths.disk)
         kernel, initrd = node.record.kernel, node.record.initrd
         if not kernel:
             image = parts.image(parts.group(node.record.hostgroup), node.record.image)
