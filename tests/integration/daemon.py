@@ -213,6 +213,28 @@ class Daemon:
                 raise AssertionError(f"timed out waiting for {what}; daemon log:\n{self.log()[-3000:]}")
             time.sleep(0.1)
 
+    def reboot(self, hostname: str, command: str | None = None, timeout: float = 240.0) -> None:
+        """
+        Reboot a node's guest (reset by the host; or ``command`` run in it) and
+        wait until its agent answers from the new boot.
+        """
+        boot_id = self.run(hostname, "cat /proc/sys/kernel/random/boot_id")[1]
+        if command is None:
+            self.post(f"/vm/{hostname}/shutdown?action=reboot")
+        else:
+            code, _ = self.run(hostname, command)
+            if code != 0:
+                raise AssertionError(f"{command!r} in {hostname} exited {code}")
+
+        def rebooted() -> bool:
+            try:
+                code, text = self.run(hostname, "cat /proc/sys/kernel/random/boot_id")
+            except AssertionError:
+                return False
+            return code == 0 and text != boot_id
+
+        self.wait_for(f"{hostname}'s reboot", rebooted, timeout)
+
     def wait_status(self, hostname: str, status: str | None, timeout: float = 60.0) -> None:
         """Wait until the node is listed with ``status`` (``None``: until it is not listed)."""
         def reached() -> bool:

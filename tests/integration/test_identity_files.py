@@ -45,26 +45,6 @@ class IdentityFilesTests(TemplatesDaemonTestCase):
                 self.daemon.run(hostname, "cat /var/lib/vmservice/machine-id 2>/dev/null")), timeout=120)
         return kept
 
-    def reboot(self, hostname: str, command: str | None = None) -> None:
-        """
-        Reboot the guest (reset by the host; or ``command`` run in it) and wait until its agent answers
-        from the new boot.
-        """
-        boot_id = self.daemon.run(hostname, "cat /proc/sys/kernel/random/boot_id")[1]
-        if command is None:
-            self.daemon.post(f"/vm/{hostname}/shutdown?action=reboot")
-        else:
-            self.assertEqual(self.daemon.run(hostname, command)[0], 0)
-
-        def rebooted() -> bool:
-            try:
-                code, text = self.daemon.run(hostname, "cat /proc/sys/kernel/random/boot_id")
-            except AssertionError:
-                return False
-            return code == 0 and text != boot_id
-
-        self.daemon.wait_for(f"{hostname}'s reboot", rebooted, timeout=240)
-
     def assert_named(self, hostname: str) -> None:
         self.assertEqual(self.names(hostname), (0, f"{hostname}\n{hostname}\n127.0.1.1\t{hostname}\n"))
         self.assertEqual(self.daemon.run(hostname, LINKS), (0, LINKED))
@@ -81,7 +61,7 @@ class IdentityFilesTests(TemplatesDaemonTestCase):
         self.assertRegex(machine_id, r"\A[0-9a-f]{32}\n\Z")
         self.assertEqual(self.daemon.run(hostname, "stat -c %a /run/vmservice/machine-id"), (0, "444\n"))
         self.assertEqual(self.wait_until_kept(hostname), f"{hostname}\n{machine_id}")
-        self.reboot(hostname)
+        self.daemon.reboot(hostname)
         self.assert_named(hostname)
         self.assertEqual(self.machine_id(hostname), machine_id)
 
@@ -91,7 +71,7 @@ class IdentityFilesTests(TemplatesDaemonTestCase):
         machine_id = self.machine_id(hostname)
         self.wait_until_kept(hostname)
         self.assertEqual(self.daemon.run(hostname, "rm /var/lib/vmservice/machine-id && sync && echo ok"), (0, "ok\n"))
-        self.reboot(hostname, "(sleep 1; reboot) </dev/null >/dev/null 2>&1 &")
+        self.daemon.reboot(hostname, "(sleep 1; reboot) </dev/null >/dev/null 2>&1 &")
         self.assert_named(hostname)
         self.assertEqual(self.machine_id(hostname), machine_id)
 
@@ -133,7 +113,7 @@ class IdentityFilesTests(TemplatesDaemonTestCase):
         self.assertNotIn("memory-backend", " ".join(self.qemu_argv(hostname)))
         self.assert_named(hostname)
         self.assertEqual(self.machine_id(hostname), "")
-        self.reboot(hostname)
+        self.daemon.reboot(hostname)
         self.assert_named(hostname)
         self.assertEqual(self.machine_id(hostname), "")
 
@@ -147,11 +127,11 @@ class IdentityFilesTests(TemplatesDaemonTestCase):
         own = "fedcba9876543210fedcba9876543210"
         self.assertEqual(self.daemon.run(hostname, f"mkdir -p /var/lib/vmservice && printf 'someone-else\\n{other}\\n'"
                                                    " > /var/lib/vmservice/machine-id && sync && echo ok"), (0, "ok\n"))
-        self.reboot(hostname)
+        self.daemon.reboot(hostname)
         self.assertEqual(self.machine_id(hostname), "")
         self.assertEqual(self.daemon.run(hostname, f"printf '{hostname}\\n{own}\\n' > /var/lib/vmservice/machine-id"
                                                    " && sync && echo ok"), (0, "ok\n"))
-        self.reboot(hostname)
+        self.daemon.reboot(hostname)
         self.assertEqual(self.machine_id(hostname), f"{own}\n")
         self.assert_named(hostname)
 

@@ -198,17 +198,7 @@ class WarmTests(_Warm):
         self.assertEqual(self.daemon.request("POST", f"/vm/{hostname}/exec?cmd=true")[0], 409)
         self.daemon.post(f"/vm/{hostname}/resume")
         self.assertEqual(self.daemon.run(hostname, "echo back"), (0, "back\n"))
-        boot_id = self.daemon.run(hostname, "cat /proc/sys/kernel/random/boot_id")[1]
-        self.daemon.post(f"/vm/{hostname}/shutdown?action=reboot")
-
-        def rebooted() -> bool:
-            try:
-                code, text = self.daemon.run(hostname, "cat /proc/sys/kernel/random/boot_id")
-            except AssertionError:
-                return False
-            return code == 0 and text != boot_id
-
-        self.daemon.wait_for("the clone's reboot", rebooted, timeout=180)
+        self.daemon.reboot(hostname, timeout=180)
         # Booted again from its own disk: what it wrote is there, its userdata did not run again.
         self.assertEqual(self.daemon.run(hostname, "cat /root/userdata.txt; wc -c < /root/up.bin"), (0, "ran\n9\n"))
 
