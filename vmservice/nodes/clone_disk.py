@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.nodes.test_cloning -*-
+# -*- test-case-name: tests.nodes.test_cloning,tests.nodes.test_forking -*-
 """
 A clone's disk: a copy of its template's *empty overlay*.
 
@@ -9,7 +9,8 @@ keeps one, ``<template>/empty.qcow2``, made once with :class:`IDisks`
 (``qemu-img``) right after its build, and a clone's disk is a copy of it: a
 fraction of a millisecond of file copying in place of a ``qemu-img``
 process (15–60 ms here, more on a busy machine).  One deleted under the
-daemon is made again by the next clone.
+daemon is made again by the next clone.  A fork's children get their disks
+the same way, from one empty overlay over the fork's frozen disk.
 """
 
 from __future__ import annotations
@@ -25,26 +26,23 @@ if TYPE_CHECKING:
     from .templates import Template
 
 
-async def make_empty_overlay(template: Template, disks: IDisks) -> None:
-    """Make ``template``'s empty overlay (under a name of its own first: clones may be copying the old one)."""
-    partial = f"{template.empty_overlay}.{os.urandom(3).hex()}"
+async def make_empty_overlay(disks: IDisks, base: str, path: str, size: int) -> None:
+    """
+    Make ``path`` an empty overlay of ``size`` bytes over ``base``, under a
+    name of its own first (others may be copying the one it replaces).
+    """
+    partial = f"{path}.{os.urandom(3).hex()}"
     try:
-        await disks.create(template.disk, partial, template.key.storage_size)
-        os.replace(partial, template.empty_overlay)
+        await disks.create(base, partial, size)
+        os.replace(partial, path)
     finally:
         discard(partial)
 
 
 async def make_clone_disk(template: Template, disks: IDisks, path: str) -> None:
     """Make ``path`` a clone's disk of ``template``: a copy of its empty overlay (made first if it is missing)."""
-    try:
-        shutil.copyfile(template.empty_overlay, path)
-        return
-    except FileNotFoundError:
-        if not os.path.exists(template.empty_overlay):
-            await make_empty_overlay(template, disks)
-        else:
-            raise
+    if not os.path.exists(template.empty_overlay):
+        await make_empty_overlay(disks, template.disk, template.empty_overlay, template.key.storage_size)
     shutil.copyfile(template.empty_overlay, path)
 
 

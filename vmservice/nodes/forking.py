@@ -34,6 +34,7 @@ from twisted.python.failure import Failure
 from ..errors import BadRequest, Conflict, Internal
 from ..hypervisors.base import HypervisorError, IMachine
 from .adoption import ICloneAdoption
+from .clone_disk import make_empty_overlay
 from .cloning import ADOPT_TIMEOUT, StepTimes
 from .creation import next_hostname
 from .events import EventType
@@ -262,7 +263,8 @@ class Forking:
         N children cost one ``qemu-img`` process, not N at once.
         """
         info = self._parts.disks.info(frozen_disk)
-        await self._parts.disks.create(frozen_disk, path, info.size_bytes if info is not None else group_size)
+        size = info.size_bytes if info is not None else group_size
+        await make_empty_overlay(self._parts.disks, frozen_disk, path, size)
 
     async def _start(self, node: NodeRuntime, empty_overlay: str, state: str, adoption: ICloneAdoption,
                      memory: MemoryFork) -> None:

@@ -134,7 +134,7 @@ class TemplateBuilder:
             except FileNotFoundError:
                 pass
         # Every clone's disk is a copy of this one (see .clone_disk).
-        await make_empty_overlay(template, parts.disks)
+        await make_empty_overlay(parts.disks, template.disk, template.empty_overlay, template.key.storage_size)
 
     async def _warm(self, agent: IGuestConnection) -> None:
         await answered(agent)
