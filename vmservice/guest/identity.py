@@ -81,6 +81,7 @@ from typing import Any, Callable, Mapping, Optional
 from vmservice.guest import agent
 from vmservice.guest.agent import GuestStream
 from vmservice.guest.bodies import BodyHandler
+from vmservice.guest.metrics import READY_FILE as METRICS_READY
 from vmservice.wire.adoption import AdoptionError, AdoptionRequest, decode_adoption, entropy_size
 
 __all__ = [
@@ -106,8 +107,6 @@ _POOL_INFO = struct.Struct("=ii")
 SETTLE_LIMIT = 15.0
 #: How often ``prepare`` looks for them meanwhile.
 SETTLE_POLL = 0.05
-#: The file the metrics agent creates once it serves its port (:mod:`vmservice.guest.metrics`).
-METRICS_READY = "/run/vmservice-metrics.ready"
 #: Seconds after the files when the machine-id is also written to the root file system: about when the
 #: file system would have committed the files written at once (ext4's journal commits every 5 s), so a
 #: reset of the node loses it in the same window as before, while a burst of clones created together has
