@@ -77,7 +77,8 @@ class _Spares(TemplatesDaemonTestCase):
         return found
 
     def wait_spare(self) -> int:
-        pid: int = self.daemon.wait_for("a ready spare VM", self.ready_spare, timeout=120)
+        # Long enough for a template built again (after a test removed it) and then its spare.
+        pid: int = self.daemon.wait_for("a ready spare VM", self.ready_spare, timeout=240)
         return pid
 
     def create(self) -> str:
@@ -180,7 +181,11 @@ class SpareTests(_Spares):
         self.wait_spare()
 
     def test_removed_template_kills_its_spare(self) -> None:
-        """A template whose files were removed is dropped at the next create, and its spare killed with it."""
+        """
+        A template whose files were removed is dropped at the next create, and
+        its spare killed with it; a new template and spare follow without
+        another create.
+        """
         daemon = self.daemon
         spare = self.wait_spare()
         for path in glob.glob(os.path.join(daemon.state_dir, "templates", "*", "dev.bin")):
@@ -189,6 +194,8 @@ class SpareTests(_Spares):
         self.assertEqual(daemon.run(hostname, "echo ok"), (0, "ok\n"))
         daemon.wait_for("the spare killed", lambda: spare not in self.spare_pids(), timeout=30)
         self.assertNotEqual(self.record(hostname)["pid"], spare)
+        self.assertIn("host group warm gets a new template in the background", daemon.log())
+        self.assertNotEqual(self.wait_spare(), spare)
 
     def test_stop_kills_the_spare(self) -> None:
         """A daemon that stops kills its spare VMs (and leaves no spare directory no node needs)."""

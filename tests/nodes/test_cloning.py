@@ -230,7 +230,10 @@ class CloningTests(SynchronousTestCase):
         self.assertEqual([header["op"] for header, _ in self.harness.agents[-1].requests], ["secrets"])
 
     def test_load_fails_boots_cold(self) -> None:
-        """A device state that does not load: the same node boots cold, counted, and the template is dropped."""
+        """
+        A device state that does not load: the same node boots cold, counted,
+        the template is dropped and the next one is built at once.
+        """
         template = self.template()
         original = self.harness.driver.start
 
@@ -249,9 +252,11 @@ class CloningTests(SynchronousTestCase):
 
         self.harness.driver.start = start  # type: ignore[method-assign]
         record = self.successResultOf(self.create())
-        self.assertEqual(len(self.harness.driver.machines), 2)
-        first, second = self.harness.driver.machines
+        self.assertEqual(len(self.harness.driver.machines), 3)
+        first, rebuild, second = self.harness.driver.machines
         self.assertIsNotNone(first._exit)
+        self.assertTrue(rebuild.spec.memory is not None and rebuild.spec.memory.shared)
+        self.assertEqual(self.store.builds, 2)
         self.assertIsNone(second.spec.memory)
         self.assertEqual(self.harness.disks._made[second.spec.disk][0], self.harness.image.rootfs.path)
         self.assertEqual((self.fallbacks, self.clones), ([("warm", "load_failed")], []))
@@ -259,6 +264,24 @@ class CloningTests(SynchronousTestCase):
         self.assertFalse(os.path.exists(template.ram_file))
         stored = self.harness.store.load_all()[0][0]
         self.assertEqual((stored.frozen_disk, stored.clone_memory), ("", False))
+
+    def test_removed_is_rebuilt(self) -> None:
+        """
+        A template whose files were removed under the daemon: the create boots
+        cold, counted, and the warm group's next template is built in the
+        background; the create after that is a clone of it.
+        """
+        template = self.template()
+        self.start()
+        os.unlink(template.device_state)
+        record = self.successResultOf(self.create())
+        self.assertEqual(self.fallbacks, [("warm", "missing")])
+        self.assertEqual(self.store.builds, 2)
+        rebuild, cold = self.harness.driver.machines
+        self.assertTrue(rebuild.spec.memory is not None and rebuild.spec.memory.shared)
+        self.assertIsNone(cold.spec.memory)
+        self.assertEqual(record.status, "Running")
+        self.assertNotEqual(rebuild.spec.memory.path if rebuild.spec.memory else None, template.ram_file)
 
     def test_adoption_fails_boots_cold(self) -> None:
         """A clone that cannot adopt its identity is never used: the node boots cold."""

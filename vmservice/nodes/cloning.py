@@ -41,6 +41,9 @@ log = Logger()
 #: Seconds a clone's agent has to answer and adopt its identity.
 ADOPT_TIMEOUT = 30.0
 
+#: Why a clone could not be had that dropped its template (removed under the daemon, or its state would not load).
+_REBUILT = frozenset({"missing", "load_failed"})
+
 
 def template_key(group: HostGroupConfig, ram_bytes: int, vcpus: int, image: Image, driver: IHypervisor) -> TemplateKey:
     """The key of the template a node of ``group`` with ``ram_bytes`` and ``vcpus`` is cloned from."""
@@ -88,6 +91,10 @@ class Cloning:
             log.warn("node {hostname} boots cold instead of from a template: {reason}",
                      hostname=node.hostname, reason=error)
             self.parts.on_warm_fallback(group.name, error.kind)
+            if error.kind in _REBUILT:
+                # The warm group keeps a template ready: its next one is built now, not at its next create.
+                log.info("host group {group} gets a new template in the background", group=group.name)
+                Deferred.fromCoroutine(self.prepare(group))
             return None
 
     async def _template(self, record: NodeRecord, group: HostGroupConfig, image: Image,
