@@ -63,18 +63,18 @@ test-unit: venv
 	$(TRIAL) $(UNIT_TESTS)
 
 test-integration: install
-	$(TRIAL) tests.integration
+	$(TRIAL) --reporter=timing tests.integration
 
 # mypy and the unit tests: fast, needs no image.
 check: typecheck test-unit
 
-# Everything CI runs: mypy, the unit tests, then the integration tests (real guests); trial's own
-# summaries, then the plain "N passed, N failed" line CI reads (both runs counted).
+# Everything CI runs: mypy, the unit tests, then the integration tests (real guests, each with its
+# time, to find the slow ones); trial's own summaries, then the plain "N passed, N failed" line CI reads (both runs counted).
 test: install
 	@set -o pipefail; status=0; rm -f .trial-output.log; \
 	steps=""; $(BIN)/mypy || { status=1; steps="mypy"; }; \
 	$(TRIAL) $(UNIT_TESTS) 2>&1 | tee -a .trial-output.log || status=1; \
-	$(TRIAL) tests.integration 2>&1 | tee -a .trial-output.log || status=1; \
+	$(TRIAL) --reporter=timing tests.integration 2>&1 | tee -a .trial-output.log || status=1; \
 	$(BIN)/python tests/summary.py .trial-output.log $$steps; rm -f .trial-output.log; exit $$status
 
 bench: install
