@@ -16,10 +16,10 @@ from typing import Any
 
 from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image
 
-BRIDGE = "vmstbr7"
+BRIDGE = "vmstbr8"
 GROUPS: list[dict[str, Any]] = [
     {"name": "br", "vcpu": 1, "ram_mb": 256, "storage_size": "1G",
-     "network": {"mode": "bridge", "bridge": BRIDGE, "gateway": "10.78.7.1/24", "range": "10.78.7.0/28"}},
+     "network": {"mode": "bridge", "bridge": BRIDGE, "gateway": "10.78.8.1/24", "range": "10.78.8.0/28"}},
     {"name": "iso", "vcpu": 1, "ram_mb": 256, "storage_size": "1G",
      "network": {"mode": "isolated", "range": "10.86.17.0/29"}},
 ]
