@@ -21,7 +21,7 @@ import signal
 from typing import Callable, Protocol
 
 from attrs import frozen
-from twisted.internet.defer import CancelledError, Deferred, DeferredList, TimeoutError as DeferredTimeout, race, succeed
+from twisted.internet.defer import CancelledError, Deferred, TimeoutError as DeferredTimeout, race, succeed
 from twisted.internet.endpoints import UNIXClientEndpoint, connectProtocol
 from twisted.internet.error import ConnectError, ProcessDone, ProcessTerminated
 from twisted.internet.interfaces import (
@@ -773,10 +773,10 @@ class QemuMachine:
         :raise HypervisorError: the state did not load (QEMU exits on a state
             it cannot load: the error says how it ended), or not in time.
         """
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as error:
-            raise HypervisorError(f"loading the VM state: cannot open the state file: {error}") from error
+        capabilities: list[JSON] = [{"capability": "events", "state": True}]
+        if ignore_shared:
+            capabilities.append({"capability": "x-ignore-shared", "state": True})
+        await self._command("migrate-set-capabilities", capabilities=capabilities)
         outcome: Deferred[str] = Deferred()
 
         def settle(status: str) -> None:
@@ -795,10 +795,8 @@ class QemuMachine:
         exited = self.ended
         exited.addCallback(lambda _: settle("exited")).addErrback(lambda _: None)
         try:
-            try:
-                await self._start_incoming(fd, ignore_shared)
-            finally:
-                os.close(fd)
+            await self._hand_over(path)
+            await self._command("migrate-incoming", uri=f"fd:{self.STATE_FD}")
             status = await outcome.addTimeout(self.LOAD_TIMEOUT, self._reactor)
         except DeferredTimeout:
             raise HypervisorError(f"loading the VM state: not done within {self.LOAD_TIMEOUT:g} s") from None
@@ -811,29 +809,18 @@ class QemuMachine:
             exited.cancel()
         return await self._loaded(status)
 
-    async def _start_incoming(self, fd: int, ignore_shared: bool) -> None:
-        """
-        Start loading from ``fd``: the capabilities (``events``, and
-        ``x-ignore-shared`` if asked), ``getfd`` with ``fd`` passed along, and
-        ``migrate-incoming fd:``, sent at once and answered in order (one
-        round trip instead of three: a command that fails makes the load
-        fail anyway).  Returns once QEMU answered all three.
-        """
-        capabilities: list[JSON] = [{"capability": "events", "state": True}]
-        if ignore_shared:
-            capabilities.append({"capability": "x-ignore-shared", "state": True})
-        sent = [
-            ("migrate-set-capabilities", Deferred.fromCoroutine(
-                self.qmp("migrate-set-capabilities", capabilities=capabilities))),
-            ("getfd", Deferred.fromCoroutine(self.qmp_passing(fd, "getfd", fdname=self.STATE_FD))),
-            ("migrate-incoming", Deferred.fromCoroutine(self.qmp("migrate-incoming", uri=f"fd:{self.STATE_FD}"))),
-        ]
-        # Every answer is in before the caller closes fd (QEMU has its own copy once getfd is answered).
-        answers = await DeferredList([answer for _, answer in sent], consumeErrors=True)
-        for (command, _), (ok, result) in zip(sent, answers):
-            if not ok:
-                assert isinstance(result, Failure)
-                raise HypervisorError(f"{command}: {result.value}")
+    async def _hand_over(self, path: str) -> None:
+        """Hand QEMU an open descriptor of ``path`` as :attr:`STATE_FD` (``getfd``)."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as error:
+            raise HypervisorError(f"cannot open the state file: {error}") from error
+        try:
+            await self.qmp_passing(fd, "getfd", fdname=self.STATE_FD)
+        except QMPError as error:
+            raise HypervisorError(f"getfd: {error}") from error
+        finally:
+            os.close(fd)
 
     async def _loaded(self, status: str) -> str:
         """The run state after the load ended with ``status`` (an event's, or ``exited``)."""
