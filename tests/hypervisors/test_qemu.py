@@ -930,6 +930,27 @@ class QmpSessionTests(SynchronousTestCase):
         self.successResultOf(d)
         self.assertEqual(len(reactor.unixClients), 1)
 
+    def test_load_refused(self) -> None:
+        """A command of the load that QEMU refuses fails the load, naming the command and QEMU's reason."""
+        from tests.hypervisors.test_qmp import DescriptorTransport
+        from vmservice.hypervisors.base import HypervisorError
+
+        reactor, machine = self.machine()
+        state = os.path.abspath(self.mktemp())
+        with open(state, "wb") as f:
+            f.write(b"QEVM")
+        d = machine.load_device_state(state)
+        protocol = reactor.unixClients[0][1].buildProtocol(None)
+        transport = DescriptorTransport()
+        protocol.makeConnection(transport)
+        protocol.dataReceived(b'{"QMP": {}}\n{"return": {}}\n{"return": {}}\n{"return": {}}\n')
+        self.assertEqual(self.sent(transport)[-1], "migrate-incoming")
+        protocol.dataReceived(b'{"error": {"class": "GenericError", "desc": "No file descriptor named state"}}\n')
+        failure = self.failureResultOf(d, HypervisorError)
+        self.assertEqual(str(failure.value),
+                         "loading the VM state: migrate-incoming: GenericError: No file descriptor named state")
+        self.assertEqual(machine._event_watchers, [])
+
     def test_missing_socket_retried(self) -> None:
         """A socket QEMU has not made yet is tried again every POLL seconds while QEMU runs."""
         from twisted.internet.error import ConnectError
