@@ -407,15 +407,30 @@ class MemoryBackendTests(SynchronousTestCase):
         self.assertEqual(_pairs(argv)["-incoming"], ["exec:cat /s/demo-1/state.bin"])
 
 
+#: QEMU's events at the end of a load: the VM runs; the migration completed or failed.
+RESUME = {"event": "RESUME", "timestamp": {"seconds": 1, "microseconds": 0}}
+COMPLETED = {"event": "MIGRATION", "data": {"status": "completed"}}
+FAILED = {"event": "MIGRATION", "data": {"status": "failed"}}
+
+
 class _ScriptedMachine:
     """A QemuMachine whose QMP answers come from a script (command -> list of answers)."""
 
     @staticmethod
-    def make(reactor: ProcessReactor, testcase: SynchronousTestCase, answers: dict[str, list[Any]]) -> Any:
+    def make(
+        reactor: ProcessReactor, testcase: SynchronousTestCase, answers: dict[str, list[Any]],
+        events: dict[str, list[dict[str, Any]]] | None = None,
+    ) -> Any:
+        """
+        :param events: command -> the QMP events QEMU sends once it has
+            answered it (e.g. ``RESUME`` after ``migrate-incoming``).
+        """
         from vmservice.hypervisors.qemu import QemuMachine
 
         class Scripted(QemuMachine):
             commands: list[tuple[str, dict[str, Any]]] = []
+            #: The file each descriptor passed along a command named, as (command, path).
+            passed: list[tuple[str, str]] = []
 
             async def qmp(self, command: str, **arguments: Any) -> Any:
                 self.commands.append((command, arguments))
@@ -423,11 +438,18 @@ class _ScriptedMachine:
                 answer = queue.pop(0) if len(queue) > 1 else queue[0]
                 if isinstance(answer, Exception):
                     raise answer
+                for event in (events or {}).get(command, []):
+                    reactor.callLater(0, self._event, event)
                 return answer
+
+            async def qmp_passing(self, fd: int, command: str, **arguments: Any) -> Any:
+                self.passed.append((command, os.readlink(f"/proc/self/fd/{fd}")))
+                return await self.qmp(command, **arguments)
 
         testcase.successResultOf(QemuDriver(reactor, QemuSettings()).start(SPEC, testcase.mktemp()))
         machine = Scripted(reactor, reactor.spawned[-1][0], SPEC.qmp_socket)
         machine.commands = []
+        machine.passed = []
         return machine
 
 
@@ -481,35 +503,150 @@ class SaveStateTests(SynchronousTestCase):
         failure = self.failureResultOf(machine.save_device_state("/t/dev.bin"), HypervisorError)
         self.assertIn("saving the device state failed: no", str(failure.value))
 
+    def state_file(self, name: str = "dev bin") -> str:
+        """A state file on disk (its descriptor is what QEMU gets)."""
+        directory = os.path.abspath(self.mktemp())
+        os.makedirs(directory)
+        path = os.path.join(directory, name)
+        with open(path, "wb") as f:
+            f.write(b"QEVM")
+        return path
+
     def test_load_device_state(self) -> None:
-        """A clone sets x-ignore-shared, then loads the file, and is done once it runs."""
+        """
+        A clone sets x-ignore-shared and migration events in one command, hands QEMU the open
+        file (getfd), loads from that descriptor, and is done at QEMU's RESUME, without polling.
+        """
         reactor = ProcessReactor()
-        machine = _ScriptedMachine.make(
-            reactor, self, {"query-status": [{"status": "inmigrate"}, {"status": "running"}]}
-        )
-        d = machine.load_device_state("/t/dev bin")
+        machine = _ScriptedMachine.make(reactor, self, {}, events={"migrate-incoming": [RESUME]})
+        path = self.state_file()
+        d = machine.load_device_state(path)
         self.assertNoResult(d)
-        reactor.advance(machine.POLL)
+        reactor.advance(0)
         self.successResultOf(d)
-        self.assertEqual(machine.commands[0], ("migrate-set-capabilities",
-                                               {"capabilities": [{"capability": "x-ignore-shared", "state": True}]}))
-        self.assertEqual(machine.commands[1], ("migrate-incoming", {"uri": "exec:cat '/t/dev bin'"}))
+        self.assertEqual(machine.commands, [
+            ("migrate-set-capabilities", {"capabilities": [{"capability": "events", "state": True},
+                                                           {"capability": "x-ignore-shared", "state": True}]}),
+            ("getfd", {"fdname": "state"}),
+            ("migrate-incoming", {"uri": "fd:state"}),
+        ])
+        self.assertEqual(machine.passed, [("getfd", path)])
+        self.assertEqual(machine._event_watchers, [])
+
+    def test_load_device_state_waits_for_event(self) -> None:
+        """Nothing but QEMU's event ends the load: the events of other migrations are not taken for it."""
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(reactor, self, {})
+        d = machine.load_device_state(self.state_file())
+        machine._event({"event": "MIGRATION", "data": {"status": "active"}})
+        machine._event({"event": "STOP"})
+        reactor.advance(machine.LOAD_TIMEOUT / 2)
+        self.assertNoResult(d)
+        machine._event(RESUME)
+        self.successResultOf(d)
+        self.assertNotIn("query-status", [name for name, _ in machine.commands])
 
     def test_load_device_state_paused(self) -> None:
         """A clone left paused after the load is a failed load (the template was saved running)."""
         from vmservice.hypervisors.base import HypervisorError
 
         reactor = ProcessReactor()
-        machine = _ScriptedMachine.make(reactor, self, {"query-status": [{"status": "paused"}]})
-        self.failureResultOf(machine.load_device_state("/t/dev.bin"), HypervisorError)
+        machine = _ScriptedMachine.make(reactor, self, {"query-status": [{"status": "paused"}]},
+                                        events={"migrate-incoming": [COMPLETED]})
+        d = machine.load_device_state(self.state_file())
+        reactor.advance(0)
+        self.failureResultOf(d, HypervisorError)
 
     def test_load_device_state_resume(self) -> None:
-        """A fork's child of a parent with a memory file (saved paused) is let run once loaded with ``resume``."""
+        """
+        A fork's child of a parent with a memory file (saved paused: MIGRATION completed and no
+        RESUME) is let run once loaded with ``resume``.
+        """
         reactor = ProcessReactor()
-        machine = _ScriptedMachine.make(reactor, self, {"query-status": [{"status": "paused"}]})
-        self.successResultOf(machine.load_device_state("/t/dev.bin", resume=True))
+        machine = _ScriptedMachine.make(reactor, self, {"query-status": [{"status": "paused"}]},
+                                        events={"migrate-incoming": [COMPLETED]})
+        d = machine.load_device_state(self.state_file(), resume=True)
+        reactor.advance(0)
+        self.successResultOf(d)
         self.assertEqual([name for name, _ in machine.commands],
-                         ["migrate-set-capabilities", "migrate-incoming", "query-status", "query-status", "cont"])
+                         ["migrate-set-capabilities", "getfd", "migrate-incoming", "query-status", "cont"])
+
+    def test_load_state(self) -> None:
+        """A full state loads the same way, without x-ignore-shared, and leaves the VM paused."""
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(reactor, self, {"query-status": [{"status": "paused"}]},
+                                        events={"migrate-incoming": [COMPLETED]})
+        d = machine.load_state(self.state_file("state.bin"))
+        reactor.advance(0)
+        self.successResultOf(d)
+        self.assertEqual(machine.commands[0], ("migrate-set-capabilities",
+                                               {"capabilities": [{"capability": "events", "state": True}]}))
+        self.assertEqual([name for name, _ in machine.commands],
+                         ["migrate-set-capabilities", "getfd", "migrate-incoming", "query-status"])
+
+    def test_load_fails_with_the_exit(self) -> None:
+        """
+        QEMU reports a failed load and exits (as QEMU 7.2 does on a state it cannot load):
+        the load fails with how QEMU ended, at once.
+        """
+        from vmservice.hypervisors.base import HypervisorError
+
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(reactor, self, {}, events={"migrate-incoming": [FAILED]})
+        d = machine.load_device_state(self.state_file())
+        reactor.advance(0)
+        self.assertNoResult(d)
+        reactor.spawned[-1][0].processEnded(Failure(ProcessTerminated(1, None, None)))
+        failure = self.failureResultOf(d, HypervisorError)
+        self.assertIn("loading the VM state: ", str(failure.value))
+        self.assertIn("status 1", str(failure.value))
+        self.assertEqual(machine._event_watchers, [])
+
+    def test_load_fails_without_exit(self) -> None:
+        """A failed load after which QEMU does not exit fails once FAILED_LOAD_EXIT has passed."""
+        from vmservice.hypervisors.base import HypervisorError
+
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(reactor, self, {}, events={"migrate-incoming": [FAILED]})
+        d = machine.load_device_state(self.state_file())
+        reactor.advance(0)
+        reactor.advance(machine.FAILED_LOAD_EXIT)
+        failure = self.failureResultOf(d, HypervisorError)
+        self.assertEqual(str(failure.value), "loading the VM state failed")
+
+    def test_qemu_exits_during_load(self) -> None:
+        """QEMU exiting before any event fails the load with how it ended."""
+        from vmservice.hypervisors.base import HypervisorError
+
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(reactor, self, {})
+        d = machine.load_device_state(self.state_file())
+        reactor.spawned[-1][0].processEnded(Failure(ProcessTerminated(1, None, None)))
+        failure = self.failureResultOf(d, HypervisorError)
+        self.assertIn("loading the VM state: ", str(failure.value))
+        self.assertIn("status 1", str(failure.value))
+
+    def test_load_timeout(self) -> None:
+        """A load QEMU never ends fails after LOAD_TIMEOUT."""
+        from vmservice.hypervisors.base import HypervisorError
+
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(reactor, self, {})
+        d = machine.load_device_state(self.state_file())
+        reactor.advance(machine.LOAD_TIMEOUT)
+        failure = self.failureResultOf(d, HypervisorError)
+        self.assertIn("not done within", str(failure.value))
+        self.assertEqual(machine._event_watchers, [])
+
+    def test_missing_state_file(self) -> None:
+        """A state file that cannot be opened fails the load before anything reaches QEMU's loader."""
+        from vmservice.hypervisors.base import HypervisorError
+
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(reactor, self, {})
+        failure = self.failureResultOf(machine.load_device_state("/nonexistent/dev.bin"), HypervisorError)
+        self.assertIn("cannot open the state file", str(failure.value))
+        self.assertNotIn("migrate-incoming", [name for name, _ in machine.commands])
 
     def test_incoming_waits_for_paused(self) -> None:
         """Loading a state is finished once QEMU leaves inmigrate for paused."""
@@ -762,6 +899,57 @@ class QmpSessionTests(SynchronousTestCase):
         self.assertIn("cannot reach QMP", str(self.failureResultOf(d, QMPError).value))
         self.assertEqual(len(reactor.unixClients), 1)
         self.assertIn("not running", str(self.failureResultOf(Deferred.fromCoroutine(machine.qmp("stop")), QMPError).value))
+
+    def test_load_over_the_wire(self) -> None:
+        """
+        The whole load on one QMP connection: the capabilities, getfd with the open state file
+        passed along its bytes, migrate-incoming from that descriptor; QEMU's RESUME, on the same
+        connection, ends it.
+        """
+        from tests.hypervisors.test_qmp import DescriptorTransport
+
+        reactor, machine = self.machine()
+        state = os.path.abspath(self.mktemp())
+        with open(state, "wb") as f:
+            f.write(b"QEVM")
+        d = machine.load_device_state(state)
+        address, factory, timeout, check_pid = reactor.unixClients[0]
+        protocol = factory.buildProtocol(None)
+        transport = DescriptorTransport()
+        protocol.makeConnection(transport)
+        protocol.dataReceived(b'{"QMP": {}}\n{"return": {}}\n{"return": {}}\n')
+        protocol.dataReceived(b'{"return": {}}\n')
+        getfd = transport.value().index(b'{"execute": "getfd"')
+        self.assertEqual(transport.descriptors, [(getfd, state)])
+        protocol.dataReceived(b'{"return": {}}\n')
+        self.assertEqual(self.sent(transport), ["qmp_capabilities", "migrate-set-capabilities", "getfd", "migrate-incoming"])
+        self.assertNoResult(d)
+        protocol.dataReceived(b'{"event": "MIGRATION", "data": {"status": "active"}}\n')
+        self.assertNoResult(d)
+        protocol.dataReceived(b'{"event": "RESUME", "timestamp": {"seconds": 1, "microseconds": 2}}\n')
+        self.successResultOf(d)
+        self.assertEqual(len(reactor.unixClients), 1)
+
+    def test_load_refused(self) -> None:
+        """A command of the load that QEMU refuses fails the load, naming the command and QEMU's reason."""
+        from tests.hypervisors.test_qmp import DescriptorTransport
+        from vmservice.hypervisors.base import HypervisorError
+
+        reactor, machine = self.machine()
+        state = os.path.abspath(self.mktemp())
+        with open(state, "wb") as f:
+            f.write(b"QEVM")
+        d = machine.load_device_state(state)
+        protocol = reactor.unixClients[0][1].buildProtocol(None)
+        transport = DescriptorTransport()
+        protocol.makeConnection(transport)
+        protocol.dataReceived(b'{"QMP": {}}\n{"return": {}}\n{"return": {}}\n{"return": {}}\n')
+        self.assertEqual(self.sent(transport)[-1], "migrate-incoming")
+        protocol.dataReceived(b'{"error": {"class": "GenericError", "desc": "No file descriptor named state"}}\n')
+        failure = self.failureResultOf(d, HypervisorError)
+        self.assertEqual(str(failure.value),
+                         "loading the VM state: migrate-incoming: GenericError: No file descriptor named state")
+        self.assertEqual(machine._event_watchers, [])
 
     def test_missing_socket_retried(self) -> None:
         """A socket QEMU has not made yet is tried again every POLL seconds while QEMU runs."""

@@ -4,13 +4,32 @@
 from __future__ import annotations
 
 import json
+import os
 
+from twisted.internet.interfaces import IUNIXTransport
 from twisted.internet.testing import StringTransport
 from twisted.trial.unittest import SynchronousTestCase
+from zope.interface import implementer
 
 from vmservice.hypervisors.qmp import QMPError, QMPProtocol
 
 GREETING = b'{"QMP": {"version": {"qemu": {"major": 7, "minor": 2, "micro": 0}}, "capabilities": []}}\r\n'
+
+
+@implementer(IUNIXTransport)
+class DescriptorTransport(StringTransport):
+    """
+    A StringTransport of a UNIX socket: it records each file descriptor sent
+    (as the file it names then, the caller closing it later) with how many
+    bytes had been written before it, i.e. the message it went out with.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.descriptors: list[tuple[int, str]] = []
+
+    def sendFileDescriptor(self, descriptor: int) -> None:
+        self.descriptors.append((len(self.value()), os.readlink(f"/proc/self/fd/{descriptor}")))
 
 
 class QMPTests(SynchronousTestCase):
@@ -68,3 +87,34 @@ class QMPTests(SynchronousTestCase):
         self.protocol.connectionLost()
         self.failureResultOf(d, QMPError)
         self.failureResultOf(self.protocol.execute("stop"), QMPError)
+
+
+class DescriptorPassingTests(SynchronousTestCase):
+    def test_descriptor_goes_with_the_next_command(self) -> None:
+        """A descriptor is sent with the next command's bytes (for QEMU's getfd)."""
+        protocol = QMPProtocol()
+        transport = DescriptorTransport()
+        protocol.makeConnection(transport)
+        protocol.dataReceived(GREETING + b'{"return": {}}\n')
+        before = len(transport.value())
+        with open(__file__, "rb") as f:
+            protocol.send_fd(f.fileno())
+            answer = protocol.execute("getfd", fdname="state")
+        self.assertEqual(transport.descriptors, [(before, os.path.abspath(__file__))])
+        self.assertEqual(json.loads(transport.value()[before:]), {"execute": "getfd", "arguments": {"fdname": "state"}})
+        protocol.dataReceived(b'{"return": {}}\n')
+        self.assertEqual(self.successResultOf(answer), {})
+
+    def test_no_unix_socket(self) -> None:
+        """A transport that cannot carry descriptors refuses at once."""
+        protocol = QMPProtocol()
+        protocol.makeConnection(StringTransport())
+        self.assertRaises(QMPError, protocol.send_fd, 0)
+
+    def test_lost(self) -> None:
+        """No descriptor goes out on a lost connection."""
+        protocol = QMPProtocol()
+        protocol.makeConnection(DescriptorTransport())
+        protocol.connectionLost()
+        self.failureResultOf(protocol.ready, QMPError)
+        self.assertRaises(QMPError, protocol.send_fd, 0)

@@ -18,7 +18,7 @@ import re
 import shlex
 import shutil
 import signal
-from typing import Protocol
+from typing import Callable, Protocol
 
 from attrs import frozen
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError as DeferredTimeout, race, succeed
@@ -50,7 +50,7 @@ from .base import (
     describe_exit,
 )
 from ..observer import OneShotObserver
-from .qmp import JSON, QMPError, QMPProtocol
+from .qmp import JSON, JSONObject, QMPError, QMPProtocol
 
 log = Logger()
 
@@ -506,6 +506,12 @@ class QemuMachine:
     #: Migration bandwidth limit while saving state (QEMU's default throttles
     #: a stopped VM's save to a crawl).
     SAVE_BANDWIDTH = 64 << 30
+    #: Seconds a state may take to load into a VM waiting in ``-incoming defer``.
+    LOAD_TIMEOUT = 60.0
+    #: Seconds QEMU may take to exit after it reported a failed load (QEMU 7.2 exits at once).
+    FAILED_LOAD_EXIT = 5.0
+    #: The name a state file's descriptor is handed to QEMU under (``getfd``, then ``fd:NAME``).
+    STATE_FD = "state"
 
     def __init__(
         self, reactor: IMachineReactor, process: _Watched, qmp_socket: str, log_path: str | None = None
@@ -519,6 +525,8 @@ class QemuMachine:
         self._connecting: OneShotObserver[QMPProtocol] | None = None
         self._exit: MachineExit | None = None
         self._exited: OneShotObserver[MachineExit] = OneShotObserver()
+        #: Called with each QMP event QEMU sends, on whichever session.
+        self._event_watchers: list[Callable[[JSONObject], None]] = []
         self.pid: int = process.pid
         process.ended.addCallback(self._ended)
 
@@ -549,11 +557,27 @@ class QemuMachine:
 
         :raise QMPError: when QEMU refuses the command or is gone.
         """
+        return await self._execute(None, command, arguments)
+
+    async def qmp_passing(self, fd: int, command: str, **arguments: JSON) -> JSON:
+        """
+        Run one QMP command with the open file descriptor ``fd`` passed along
+        (``SCM_RIGHTS``), for ``getfd``: the caller closes ``fd`` afterwards.
+
+        :raise QMPError: when QEMU refuses the command or is gone.
+        """
+        return await self._execute(fd, command, arguments)
+
+    async def _execute(self, fd: int | None, command: str, arguments: dict[str, JSON]) -> JSON:
         if self._exit is not None:
             raise QMPError("the VM is not running")
         if self._qmp is None or self._qmp.transport is None or self._qmp.lost:
             self._qmp = await self._session()
         protocol = self._qmp
+        if fd is not None:
+            # Sent with the next bytes written, which are this command's (or a command before it,
+            # which QEMU reads first): QEMU holds the descriptor until getfd takes it.
+            protocol.send_fd(fd)
         answer = protocol.execute(command, **arguments)
         answer.addTimeout(self.QMP_TIMEOUT, self._reactor)
         try:
@@ -589,7 +613,7 @@ class QemuMachine:
     async def _connect(self, attempts: int = 250) -> QMPProtocol:
         for attempt in range(attempts):
             endpoint = UNIXClientEndpoint(self._reactor, self._qmp_socket, timeout=5)
-            protocol = QMPProtocol()
+            protocol = QMPProtocol(self._event)
             try:
                 await connectProtocol(endpoint, protocol)
             except ConnectError as error:
@@ -608,6 +632,10 @@ class QemuMachine:
                 raise QMPError(f"QEMU did not greet on QMP within {self.QMP_TIMEOUT:g} s") from None
             return protocol
         raise QMPError("cannot reach QMP")
+
+    def _event(self, event: JSONObject) -> None:
+        for watcher in list(self._event_watchers):
+            watcher(event)
 
     def kill(self) -> Deferred[MachineExit]:
         """Kill QEMU with SIGKILL and fire when it is gone."""
@@ -707,10 +735,7 @@ class QemuMachine:
         return Deferred.fromCoroutine(self._load_device_state(path, resume))
 
     async def _load_device_state(self, path: str, resume: bool) -> None:
-        await self._ignore_shared(True)
-        await self._command("migrate-incoming", uri=f"exec:cat {shlex.quote(path)}")
-        await self._finish_incoming()
-        status = await self._run_state()
+        status = await self._incoming(path, ignore_shared=True)
         if status == "paused" and resume:
             await self._command("cont")
             status = "running"
@@ -733,8 +758,90 @@ class QemuMachine:
         return Deferred.fromCoroutine(self._load_state(path))
 
     async def _load_state(self, path: str) -> None:
-        await self._command("migrate-incoming", uri=f"exec:cat {shlex.quote(path)}")
-        await self._finish_incoming()
+        await self._incoming(path, ignore_shared=False)
+
+    async def _incoming(self, path: str, ignore_shared: bool) -> str:
+        """
+        Load the state file ``path`` into a VM waiting in ``-incoming defer``:
+        QEMU reads it from a descriptor handed over QMP (no shell, no ``cat``
+        forked off the big QEMU process), and tells the load's end by its
+        events (no polling).
+
+        :param ignore_shared: load with ``x-ignore-shared`` (a clone's device
+            state; QEMU 7.2 knows no ``-global`` for it, so it is set here).
+        :return: the run state the VM was left in, ``running`` or ``paused``.
+        :raise HypervisorError: the state did not load (QEMU exits on a state
+            it cannot load: the error says how it ended), or not in time.
+        """
+        capabilities: list[JSON] = [{"capability": "events", "state": True}]
+        if ignore_shared:
+            capabilities.append({"capability": "x-ignore-shared", "state": True})
+        await self._command("migrate-set-capabilities", capabilities=capabilities)
+        outcome: Deferred[str] = Deferred()
+
+        def settle(status: str) -> None:
+            if not outcome.called:
+                outcome.callback(status)
+
+        def watch(event: JSONObject) -> None:
+            data = event.get("data")
+            status = data.get("status") if isinstance(data, dict) else None
+            if event.get("event") == "RESUME":
+                settle("running")
+            elif event.get("event") == "MIGRATION" and status in ("completed", "failed", "cancelled"):
+                settle(str(status))
+
+        self._event_watchers.append(watch)
+        exited = self.ended
+        exited.addCallback(lambda _: settle("exited")).addErrback(lambda _: None)
+        try:
+            await self._hand_over(path)
+            await self._command("migrate-incoming", uri=f"fd:{self.STATE_FD}")
+            status = await outcome.addTimeout(self.LOAD_TIMEOUT, self._reactor)
+        except DeferredTimeout:
+            raise HypervisorError(f"loading the VM state: not done within {self.LOAD_TIMEOUT:g} s") from None
+        except HypervisorError as error:
+            if self._exit is not None:
+                raise HypervisorError(f"loading the VM state: {describe_exit(self._exit)}") from None
+            raise HypervisorError(f"loading the VM state: {error}") from error
+        finally:
+            self._event_watchers.remove(watch)
+            exited.cancel()
+        return await self._loaded(status)
+
+    async def _hand_over(self, path: str) -> None:
+        """Hand QEMU an open descriptor of ``path`` as :attr:`STATE_FD` (``getfd``)."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as error:
+            raise HypervisorError(f"cannot open the state file: {error}") from error
+        try:
+            await self.qmp_passing(fd, "getfd", fdname=self.STATE_FD)
+        except QMPError as error:
+            raise HypervisorError(f"getfd: {error}") from error
+        finally:
+            os.close(fd)
+
+    async def _loaded(self, status: str) -> str:
+        """The run state after the load ended with ``status`` (an event's, or ``exited``)."""
+        if status == "running":
+            return status
+        if status == "completed":
+            # Loaded, but no RESUME: a state saved stopped, which QEMU leaves paused.
+            status = await self._run_state()
+            if status not in ("paused", "running"):
+                raise HypervisorError(f"loading the VM state left it {status!r}")
+            return status
+        if status != "exited":
+            # QEMU 7.2 exits right after a failed load: report how, as for an exit seen first.
+            ended = self.ended
+            ended.addTimeout(self.FAILED_LOAD_EXIT, self._reactor)
+            try:
+                await ended
+            except (CancelledError, DeferredTimeout):
+                raise HypervisorError(f"loading the VM state {status}") from None
+        assert self._exit is not None
+        raise HypervisorError(f"loading the VM state: {describe_exit(self._exit)}")
 
     def finish_incoming(self) -> Deferred[None]:
         """Poll ``query-status`` until QEMU leaves ``inmigrate``; see :meth:`IMachine.finish_incoming`."""

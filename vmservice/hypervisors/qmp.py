@@ -16,6 +16,7 @@ from typing import Callable, TypeAlias
 
 from twisted.internet.defer import Deferred, fail
 from twisted.internet.error import ConnectionDone
+from twisted.internet.interfaces import IUNIXTransport
 from twisted.protocols.basic import LineOnlyReceiver
 from twisted.python.failure import Failure
 
@@ -110,6 +111,19 @@ class QMPProtocol(LineOnlyReceiver):
         self._pending.append(result)
         self._send(message)
         return result
+
+    def send_fd(self, fd: int) -> None:
+        """
+        Pass the open file descriptor ``fd`` to QEMU (``SCM_RIGHTS``) with the
+        next bytes written: QEMU holds it for the next ``getfd`` command, which
+        the caller sends right after.  The caller keeps its own descriptor and
+        closes it once ``getfd`` is answered.
+
+        :raise QMPError: the connection is gone, or is not a UNIX socket.
+        """
+        if self._lost or not IUNIXTransport.providedBy(self.transport):
+            raise QMPError("cannot pass a file descriptor: no QMP connection over a UNIX socket")
+        IUNIXTransport(self.transport).sendFileDescriptor(fd)
 
     def _send(self, message: JSONObject) -> None:
         self.sendLine(json.dumps(message).encode())  # type: ignore[no-untyped-call]  # LineOnlyReceiver.sendLine has no annotations

@@ -21,7 +21,9 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from tests.hypervisors.test_qemu import SPEC
 from tests.processes import ProcessReactor
-from vmservice.hypervisors.base import IMachine, MachineSpec
+from attrs import evolve
+
+from vmservice.hypervisors.base import HypervisorError, IMachine, MachineSpec, RamBacking
 from vmservice.hypervisors.qemu import QemuDriver, QemuSettings, host_tsc_khz, qemu_command
 from vmservice.images.build import build_image
 from vmservice.images.store import default_image_dir
@@ -162,3 +164,82 @@ class RealQemuTests(TestCase):
         ended = await machine.stop(True, BOOT_TIMEOUT)
         self.assertEqual((ended.exit_code, ended.signal), (0, None), self.console()[-3000:])
         self.assertIn("vmservice-init: power button pressed", self.console())
+
+
+class RealLoadTests(TestCase):
+    """
+    State loads into real QEMUs waiting in ``-incoming defer`` (the state
+    file's descriptor handed over QMP, the end taken from QEMU's events): a
+    clone's device state over a template's RAM file, a full state, and a
+    corrupt one.  The guests need not have booted: only QEMU's side is tested.
+    """
+
+    timeout = BOOT_TIMEOUT
+
+    def setUp(self) -> None:
+        self.image = build_image(default_image_dir(), out=lambda line: None)
+        self.workdir = tempfile.mkdtemp(prefix="vms-load-", dir="/tmp")  # short: UNIX socket paths
+        self.addCleanup(shutil.rmtree, self.workdir, True)
+        self.ram_file = tempfile.mktemp(prefix="vms-load-", dir="/dev/shm")
+        self.addCleanup(lambda: os.path.exists(self.ram_file) and os.unlink(self.ram_file))
+        with open("/proc/cpuinfo") as f:
+            self.driver = QemuDriver(global_reactor, QemuSettings(accel="tcg", tsc_khz=host_tsc_khz(f.read())))
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.workdir, name)
+
+    def spec(self, name: str, **changes: object) -> MachineSpec:
+        """A VM of 128 MiB and one vCPU named ``name``, its sockets in the test's directory."""
+        spec = MachineSpec(
+            name=name, vcpus=1, ram_bytes=128 << 20, kernel=self.image.kernel.path, initrd=self.image.initrd.path,
+            disk=self.path("disk.qcow2"), agent_socket=self.path(f"{name}.agent"),
+            qmp_socket=self.path(f"{name}.qmp"), console_log=self.path(f"{name}.console"),
+        )
+        return evolve(spec, **changes)
+
+    async def start(self, spec: MachineSpec) -> IMachine:
+        machine = await self.driver.start(spec, self.path(f"{spec.name}.log"))
+        self.addCleanup(machine.kill)
+        return machine
+
+    async def template_state(self) -> str:
+        """The device state of a template VM (its memory in the RAM file), which is then gone."""
+        await Deferred.fromCoroutine(create_overlay(global_reactor, self.image.rootfs.path, self.path("disk.qcow2"), 2 << 30))
+        template = await self.start(self.spec("tmpl", memory=RamBacking(self.ram_file, shared=True)))
+        self.assertEqual(await template.run_state(), "running")
+        state = self.path("dev.bin")
+        await template.save_device_state(state)
+        await template.kill()
+        return state
+
+    async def test_clone_loads_and_saves(self) -> None:
+        """
+        A clone loads the template's device state and runs; it can then save its full state
+        (x-ignore-shared turned off again), which a VM with anonymous memory loads, paused.
+        """
+        state = await self.template_state()
+        clone = await self.start(self.spec("clone", memory=RamBacking(self.ram_file), defer_incoming=True))
+        await clone.load_device_state(state)
+        self.assertEqual(await clone.run_state(), "running")
+        full = self.path("state.bin")
+        await clone.save_state(full)
+        await clone.kill()
+        restored = await self.start(self.spec("restored", memory=RamBacking(None), defer_incoming=True))
+        await restored.load_state(full)
+        self.assertEqual(await restored.run_state(), "paused")
+        await restored.resume()
+        self.assertEqual(await restored.run_state(), "running")
+
+    async def test_corrupt_state_fails_fast(self) -> None:
+        """A device state QEMU cannot load fails the load with how QEMU ended, well before the timeout."""
+        state = await self.template_state()
+        with open(state, "r+b") as f:
+            f.seek(64)
+            f.write(os.urandom(4096))
+        clone = await self.start(self.spec("clone", memory=RamBacking(self.ram_file), defer_incoming=True))
+        began = global_reactor.seconds()
+        with self.assertRaises(HypervisorError) as raised:
+            await clone.load_device_state(state)
+        self.assertIn("loading the VM state: ", str(raised.exception))
+        self.assertLess(global_reactor.seconds() - began, clone.LOAD_TIMEOUT / 2)  # type: ignore[attr-defined]
+        self.assertFalse(clone.running)  # type: ignore[attr-defined]
