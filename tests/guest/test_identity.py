@@ -2,14 +2,17 @@
 """
 The guest's ``adopt`` operation (:mod:`vmservice.guest.identity`) through a real
 :class:`~vmservice.guest.agent.Session`, with its ioctl, files, clock and ``ip``
-replaced: these tests never touch the random generator, host name, clock or
-network of the machine they run on.
+replaced (the kernel's routing netlink by :class:`FakeRoute`): these tests
+never touch the random generator, host name, clock or network of the machine
+they run on.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import socket
 import struct
 import time
 from typing import Any
@@ -20,8 +23,10 @@ from tests.guest.session import FakeClock, GuestSessionMixin
 from tests.guest.test_agent import temp_dir
 from vmservice.guest import agent
 from vmservice.guest.agent import AgentContext
+from vmservice.guest import rtnetlink
 from vmservice.guest.identity import (PERSIST_DELAY, RNDADDENTROPY, RNDRESEEDCRNG, SETTLE_LIMIT, SETTLE_POLL,
                                       AdoptHandler, add_entropy, hosts_file)
+from vmservice.guest.rtnetlink import Address, Message, NetlinkError
 from vmservice.wire import ResetCode
 from vmservice.wire.adoption import AdoptionRequest, encode_adoption
 from vmservice.wire.events import Data, HalfClose, Hello, Open, Reset
@@ -33,14 +38,90 @@ REQUEST = AdoptionRequest("clone-3", "0123456789abcdef0123456789abcdef", LATER, 
                           "52:54:00:0a:00:09", "10.0.0.9/24", "10.0.0.1")
 
 
+ETH0, LO = 2, 1
+
+
+def _address(index: int, family: int, text: str) -> Message:
+    """A dump's part: an address of device ``index``."""
+    packed = socket.inet_pton(family, text.partition("/")[0])
+    body = rtnetlink.address_body(Address(family, int(text.partition("/")[2]), 0x80, 0, index,
+                                          [(rtnetlink.IFA_ADDRESS, packed), (rtnetlink.IFA_LOCAL, packed),
+                                           (8, b"flags")]))
+    return Message(rtnetlink.RTM_NEWADDR, rtnetlink.NLM_F_MULTI, 1, 0, body)
+
+
+class FakeRoute:
+    """
+    The kernel's routing netlink for the network step: decodes each request
+    with the codec into :attr:`calls` (``("link", mac or None, "up" or
+    "down")``, ``("addresses",)``, ``("deladdr", "10.0.0.3/24")``, ``("addr",
+    "10.0.0.9/24")``, ``("route", "10.0.0.1")``) and refuses what
+    :attr:`failing` names (``"address while up"`` with EBUSY, or a call's
+    first two words joined, ``"addr 10.0.0.9/24"``, with EEXIST).
+
+    :ivar link_up: whether eth0 is up.
+    :ivar flags: each request's flags, in order.
+    :ivar closed: how many channels were closed.
+    """
+
+    def __init__(self, calls: list[Any], failing: set[str]) -> None:
+        self.calls, self.failing = calls, failing
+        self.link_up = True
+        self.flags: list[int] = []
+        self.closed = 0
+        self.dump = [_address(LO, socket.AF_INET, "127.0.0.1/8"), _address(ETH0, socket.AF_INET, "10.0.0.3/24"),
+                     _address(ETH0, socket.AF_INET6, "fe80::ff:fe00:1/64"),
+                     Message(rtnetlink.RTM_NEWLINK, rtnetlink.NLM_F_MULTI, 1, 0, b"")]
+
+    def __call__(self) -> FakeRoute:
+        return self
+
+    def close(self) -> None:
+        self.closed += 1
+
+    def request(self, type_: int, flags: int, body: bytes) -> list[Message]:
+        self.flags.append(flags)
+        if type_ == rtnetlink.RTM_NEWLINK:
+            index, up, change, attributes = rtnetlink.decode_link(body)
+            assert (index, change) == (ETH0, rtnetlink.IFF_UP), (index, change)
+            mac = dict(attributes).get(rtnetlink.IFLA_ADDRESS)
+            call: tuple[Any, ...] = ("link", mac and ":".join(f"{byte:02x}" for byte in mac), "up" if up else "down")
+            if mac is not None and self.link_up and "address while up" in self.failing:
+                self.calls.append(call)
+                raise NetlinkError(errno.EBUSY)
+            self.link_up = bool(up)
+        elif type_ == rtnetlink.RTM_GETADDR:
+            assert rtnetlink.decode_address(body).family == socket.AF_UNSPEC
+            call = ("addresses",)
+        elif type_ in (rtnetlink.RTM_NEWADDR, rtnetlink.RTM_DELADDR):
+            address = rtnetlink.decode_address(body)
+            assert address.ifindex == ETH0
+            values = dict(address.attributes)
+            assert sorted(values) == [rtnetlink.IFA_ADDRESS, rtnetlink.IFA_LOCAL]
+            text = socket.inet_ntop(address.family, values[rtnetlink.IFA_LOCAL])
+            call = ("addr" if type_ == rtnetlink.RTM_NEWADDR else "deladdr", f"{text}/{address.prefixlen}")
+        else:
+            assert type_ == rtnetlink.RTM_NEWROUTE
+            fields, attributes = rtnetlink.decode_route(body)
+            assert fields[:2] == (socket.AF_INET, 0) and fields[4] == rtnetlink.RT_TABLE_MAIN, fields
+            values = dict(attributes)
+            assert values[rtnetlink.RTA_OIF] == struct.pack("=I", ETH0)
+            call = ("route", socket.inet_ntoa(values[rtnetlink.RTA_GATEWAY]))
+        self.calls.append(call)
+        if " ".join(map(str, call[:2])) in self.failing:
+            raise NetlinkError(errno.EEXIST)
+        return self.dump if type_ == rtnetlink.RTM_GETADDR else []
+
+
 class FakeSteps:
     """
-    Replaces what :class:`AdoptHandler` touches for ``case``: the ioctl, ``ip``
-    (failing when asked), the files (in a temporary directory) and the clock.
+    Replaces what :class:`AdoptHandler` touches for ``case``: the ioctl, the
+    routing netlink (:class:`FakeRoute`, failing when asked), the files (in a
+    temporary directory) and the clock.
 
-    :ivar calls: the ioctls, ``ip`` commands and clock settings, in order.
-    :ivar failing: what fails: ``"ioctl"``, ``"address while up"``, or the words
-        1 to 3 of an ``ip`` command (``"addr add 10.0.0.9/24"``).
+    :ivar calls: the ioctls, netlink requests and clock settings, in order.
+    :ivar failing: what fails: ``"ioctl"``, or what :class:`FakeRoute` refuses.
+    :ivar route: the routing netlink.
     :ivar context: an agent context whose clock is :attr:`clock`.
     """
 
@@ -54,11 +135,6 @@ class FakeSteps:
             with open(os.path.join(self.etc, name), "w") as stream:
                 stream.write("template\n")
         self.kernel: list[str] = []
-        net_sysfs = os.path.join(root, "net")
-        os.makedirs(os.path.join(net_sysfs, "eth0"))
-        self.flags = os.path.join(net_sysfs, "eth0", "flags")
-        with open(self.flags, "w") as stream:
-            stream.write("0x1003\n")
         random_device = os.path.join(root, "urandom")
         open(random_device, "w").close()
         calls, failing = self.calls, self.failing
@@ -68,17 +144,7 @@ class FakeSteps:
             if "ioctl" in failing:
                 raise PermissionError(1, "Operation not permitted")
 
-        link = {"up": True}
-
-        def run(argv: list[str]) -> tuple[int, str]:
-            calls.append(tuple(argv))
-            if argv[-1] in ("up", "down"):
-                link["up"] = argv[-1] == "up"
-            busy = "address while up" in failing and "address" in argv and link["up"]
-            if busy or " ".join(argv[1:4]) in failing:
-                return 2, "RTNETLINK answers: Operation not supported"
-            return 0, ""
-
+        self.route = FakeRoute(calls, failing)
         self.clock = FakeClock(BEFORE)
 
         def set_clock(unix_ns: int) -> None:
@@ -86,11 +152,11 @@ class FakeSteps:
             self.clock.set(unix_ns)
 
         case.patch(AdoptHandler, "ioctl", staticmethod(ioctl))
-        case.patch(AdoptHandler, "run", staticmethod(run))
+        case.patch(AdoptHandler, "open_route", self.route)
+        case.patch(AdoptHandler, "interface_index", staticmethod({"eth0": ETH0}.__getitem__))
         case.patch(AdoptHandler, "random_device", random_device)
         case.patch(AdoptHandler, "set_kernel_hostname", staticmethod(self.kernel.append))
         case.patch(AdoptHandler, "etc", self.etc)
-        case.patch(AdoptHandler, "net_sysfs", net_sysfs)
         # The guest's other services: the metrics agent serves (its file exists), no ext4lazyinit thread.
         self.metrics_ready = os.path.join(root, "metrics.ready")
         open(self.metrics_ready, "w").close()
@@ -117,7 +183,6 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
     def setUp(self) -> None:
         steps = FakeSteps(self)
         self.calls, self.failing, self.etc, self.clock = steps.calls, steps.failing, steps.etc, steps.clock
-        self.flags = steps.flags
         kernel, context = steps.kernel, steps.context
         self.kernel = kernel
         self.logged: list[str] = []
@@ -156,11 +221,14 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
             ("ioctl", RNDADDENTROPY, pool),
             ("ioctl", RNDRESEEDCRNG, 0),
             ("clock", LATER),
-            ("ip", "link", "set", "dev", "eth0", "address", "52:54:00:0a:00:09"),
-            ("ip", "addr", "flush", "dev", "eth0"),
-            ("ip", "addr", "add", "10.0.0.9/24", "dev", "eth0"),
-            ("ip", "route", "replace", "default", "via", "10.0.0.1", "dev", "eth0"),
+            ("link", "52:54:00:0a:00:09", "up"),
+            ("addresses",),
+            ("deladdr", "10.0.0.3/24"),
+            ("deladdr", "fe80::ff:fe00:1/64"),
+            ("addr", "10.0.0.9/24"),
+            ("route", "10.0.0.1"),
         ])
+        self.assertEqual(self.steps.route.closed, 1)
         self.assertEqual(self.kernel, ["clone-3"])
         data, end, hello = events
         self.assertEqual(json.loads(data.data), {"previous_ns": BEFORE})
@@ -342,57 +410,87 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
         self.assertRegex(self.logged[-1], r"\Acannot keep the machine-id of clone-3 on the disk: ")
 
     def test_no_network(self) -> None:
-        """Without a net nothing runs ``ip``."""
+        """Without a net the routing netlink is not used."""
         self.adopt(AdoptionRequest("solo", "1" * 32, LATER, ENTROPY))
         self.wait(agent.DEFERRED_DELAY)
         self.assertEqual([call[0] for call in self.calls], ["ioctl", "ioctl", "clock"])
+        self.assertEqual(self.steps.route.closed, 0)
         self.assertEqual(self.read("hostname"), "solo\n")
 
+    def test_request_flags(self) -> None:
+        """
+        Every change asks for its acknowledgement; the list of addresses is a
+        dump; the address is created (not an existing one's changed), the
+        route created or replaced.
+        """
+        self.adopt()
+        ack, create = rtnetlink.NLM_F_ACK, rtnetlink.NLM_F_CREATE
+        self.assertEqual(self.steps.route.flags, [ack, ack | rtnetlink.NLM_F_DUMP, ack, ack,
+                                                  ack | create | rtnetlink.NLM_F_EXCL,
+                                                  ack | create | rtnetlink.NLM_F_REPLACE])
+
     def test_brought_up(self) -> None:
-        """An eth0 that is down (or whose flags cannot be read) is brought up after its address is added."""
-        for flags in ("0x1002\n", "nonsense"):
-            self.calls.clear()
-            with open(self.flags, "w") as stream:
-                stream.write(flags)
-            self.adopt()
-            self.assertEqual(self.calls[5:7], [("ip", "addr", "add", "10.0.0.9/24", "dev", "eth0"),
-                                               ("ip", "link", "set", "dev", "eth0", "up")])
-            self.handshake()
+        """An eth0 that is down is brought up with its new MAC (IFF_UP in the same message)."""
+        self.steps.route.link_up = False
+        self.adopt()
+        self.assertEqual(self.calls[3], ("link", "52:54:00:0a:00:09", "up"))
+        self.assertTrue(self.steps.route.link_up)
 
     def test_no_gateway(self) -> None:
         """Without a gateway no default route is set."""
         self.adopt(AdoptionRequest("solo", "1" * 32, LATER, ENTROPY, "52:54:00:0a:00:09", "10.0.0.9/24", None))
-        self.assertNotIn("route", [call[1] for call in self.calls])
+        self.assertEqual(self.calls[-1], ("addr", "10.0.0.9/24"))
 
     def test_address_change_while_down(self) -> None:
-        """A device that refuses a new MAC while up is taken down for it (and up again after)."""
+        """A device that refuses a new MAC while up is taken down for it (and up again with it)."""
         self.failing.add("address while up")
         data, _, _ = self.adopt()
         self.assertEqual(json.loads(data.data), {"previous_ns": BEFORE})
-        self.assertEqual(self.calls[3:9], [
-            ("ip", "link", "set", "dev", "eth0", "address", "52:54:00:0a:00:09"),
-            ("ip", "link", "set", "dev", "eth0", "down"),
-            ("ip", "link", "set", "dev", "eth0", "address", "52:54:00:0a:00:09"),
-            ("ip", "addr", "flush", "dev", "eth0"),
-            ("ip", "addr", "add", "10.0.0.9/24", "dev", "eth0"),
-            ("ip", "link", "set", "dev", "eth0", "up"),
+        self.assertEqual(self.calls[3:7], [
+            ("link", "52:54:00:0a:00:09", "up"),
+            ("link", None, "down"),
+            ("link", "52:54:00:0a:00:09", "up"),
+            ("addresses",),
         ])
+        self.assertTrue(self.steps.route.link_up)
 
     def test_failed_step(self) -> None:
         """
-        A step that fails stops the adoption there: the answer names it and the
-        session carries on (no new nonce).
+        A step that fails stops the adoption there: the answer names it, with
+        the kernel's errno and its text, and the session carries on (no new
+        nonce); the netlink socket is closed.
         """
         nonce = self.session.conn.nonce
-        self.failing.add("addr add 10.0.0.9/24")
+        self.failing.add("addr 10.0.0.9/24")
         data, end = self.adopt()
         answer = json.loads(data.data)
         self.assertEqual((answer["error"], answer["step"]), ("adoption_failed", "network"))
-        self.assertIn("ip addr add 10.0.0.9/24 dev eth0 failed (2): RTNETLINK", answer["message"])
+        self.assertEqual(answer["message"], f"network: add 10.0.0.9/24 to eth0: {os.strerror(errno.EEXIST)} "
+                                            f"(errno {errno.EEXIST})")
         self.assertEqual(end, HalfClose(1))
-        self.assertEqual(self.calls[-1], ("ip", "addr", "add", "10.0.0.9/24", "dev", "eth0"))
+        self.assertEqual(self.calls[-1], ("addr", "10.0.0.9/24"))
+        self.assertEqual(self.steps.route.closed, 1)
         self.assertEqual(self.session.conn.nonce, nonce)
         self.assertTrue(self.session.conn.established)
+
+    def test_failed_down(self) -> None:
+        """A device that refuses its new MAC, and then to go down, fails the step with the second refusal."""
+        self.failing.update({"address while up", "link None"})
+        data, _ = self.adopt()
+        answer = json.loads(data.data)
+        self.assertEqual(answer["step"], "network")
+        self.assertIn("eth0 down: ", answer["message"])
+
+    def test_unknown_interface(self) -> None:
+        """An image without eth0 fails the network step with the kernel's error."""
+        def missing(name: str) -> int:
+            raise OSError(errno.ENODEV, os.strerror(errno.ENODEV))
+
+        self.patch(AdoptHandler, "interface_index", staticmethod(missing))
+        data, _ = self.adopt()
+        answer = json.loads(data.data)
+        self.assertEqual((answer["step"], answer["message"]), ("network", f"network: [Errno {errno.ENODEV}] "
+                                                                          f"{os.strerror(errno.ENODEV)}"))
 
     def test_entropy_fails_first(self) -> None:
         """Without the reseed nothing else is done."""

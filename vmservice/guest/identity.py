@@ -11,9 +11,15 @@ In this order, each step only once the one before succeeded:
    same numbers;
 2. ``clock``: the wall clock (the template's stood still while it was frozen);
 3. ``hostname``: the kernel's host name;
-4. ``network`` (with a net): eth0's MAC, its addresses flushed, the new address
-   (eth0 brought up if it is not), and the default route via the gateway, with the image's ``ip`` (busybox's, or
-   an imported image's runtime's, first in the agent's ``PATH`` as in ``rc``).
+4. ``network`` (with a net): eth0's MAC and ``IFF_UP`` (one ``RTM_NEWLINK``; a
+   device that refuses a new MAC while up is taken down for it), its addresses
+   flushed (``RTM_GETADDR``'s dump, an ``RTM_DELADDR`` for each of eth0's), the
+   new address (``RTM_NEWADDR``) and the default route via the gateway
+   (``RTM_NEWROUTE``, create or replace), each acknowledged, through the
+   kernel's routing netlink from the agent itself (:mod:`vmservice.guest.rtnetlink`):
+   no ``ip`` process, whose fork, exec, dynamic loading and fresh translation
+   under TCG cost tens of milliseconds each.  The kernel's refusal fails the
+   step with its errno's text.
 
 ``{"op": "adopt", "prepare": true}`` (no body) does none of it and answers
 ``{"prepared": true}``: a template sends it before it is frozen, so that this
@@ -64,8 +70,8 @@ refused (BAD_HEADER).
    has no machine-id, as a cold-booted node), as a reset within the file
    system's commit interval lost the file written at once before.
 
-Standard library only, and no :mod:`subprocess` (its import costs under TCG, and
-adopting is on the path of every clone): ``ip`` runs through ``posix_spawnp``.
+Standard library only, and no process started (a fork and an exec cost under TCG,
+and adopting is on the path of every clone).
 """
 
 from __future__ import annotations
@@ -76,12 +82,16 @@ import os
 import socket
 import struct
 import time
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Protocol
 
 from vmservice.guest import agent
 from vmservice.guest.agent import GuestStream
 from vmservice.guest.bodies import BodyHandler
 from vmservice.guest.metrics import READY_FILE as METRICS_READY
+from vmservice.guest.rtnetlink import (IFA_ADDRESS, IFA_LOCAL, IFF_UP, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP,
+                                       NLM_F_EXCL, NLM_F_REPLACE, RT_SCOPE_UNIVERSE, RTM_DELADDR, RTM_GETADDR,
+                                       RTM_NEWADDR, RTM_NEWLINK, RTM_NEWROUTE, Address, Message, NetlinkError,
+                                       RouteSocket, address_body, decode_address, link_body, route_body)
 from vmservice.wire.adoption import AdoptionError, AdoptionRequest, decode_adoption, entropy_size
 
 __all__ = [
@@ -94,7 +104,6 @@ __all__ = [
     "RNDRESEEDCRNG",
     "add_entropy",
     "hosts_file",
-    "run_command",
 ]
 
 #: ``_IOW('R', 0x03, int[2])``: add bytes to the pool and credit their entropy.
@@ -114,6 +123,14 @@ SETTLE_POLL = 0.05
 PERSIST_DELAY = 5.0
 #: Where the machine-id is kept on the root file system (read by the guest's ``rc`` at boot).
 PERSISTED_MACHINE_ID = "/var/lib/vmservice/machine-id"
+
+
+class RouteChannel(Protocol):
+    """What the network step needs of the kernel's routing netlink (:class:`~vmservice.guest.rtnetlink.RouteSocket`)."""
+
+    def request(self, type_: int, flags: int, body: bytes) -> list[Message]: ...
+
+    def close(self) -> None: ...
 
 
 class AdoptionFailed(Exception):
@@ -139,31 +156,6 @@ def add_entropy(fd: int, entropy: bytes, ioctl: Callable[..., Any] = fcntl.ioctl
 def hosts_file(hostname: str) -> str:
     """``/etc/hosts`` for ``hostname``, exactly as the guest's ``rc`` writes it at boot."""
     return f"127.0.0.1\tlocalhost\n127.0.1.1\t{hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-
-
-def run_command(argv: list[str]) -> tuple[int, str]:
-    """
-    Run ``argv`` (found in ``PATH``) with its output captured; its exit status
-    and what it printed.
-    """
-    read_end, write_end = os.pipe2(os.O_CLOEXEC)
-    try:
-        pid = os.posix_spawnp(argv[0], argv, os.environ, file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, write_end, 1),
-            (os.POSIX_SPAWN_DUP2, write_end, 2),
-        ])
-    except OSError:
-        os.close(read_end)
-        raise
-    finally:
-        os.close(write_end)
-    chunks = []
-    with os.fdopen(read_end, "rb") as output:
-        while chunk := output.read(4096):
-            chunks.append(chunk)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode("utf-8", "replace").strip()
 
 
 def _replace_file(path: str, content: str, mode: int, durable: bool = False) -> None:
@@ -225,12 +217,12 @@ class AdoptHandler(BodyHandler):
     metrics_ready = METRICS_READY
     #: Where the machine-id is kept on the root file system; tests point it elsewhere.
     persisted_machine_id = PERSISTED_MACHINE_ID
-    #: Runs a command (``ip``); tests replace it.
-    run: Callable[[list[str]], tuple[int, str]] = staticmethod(run_command)
+    #: Opens the kernel's routing netlink (a :class:`~vmservice.guest.rtnetlink.RouteSocket`); tests replace it.
+    open_route: Callable[[], RouteChannel] = RouteSocket
+    #: An interface's index (``if_nametoindex``); tests replace it.
+    interface_index: Callable[[str], int] = staticmethod(socket.if_nametoindex)
     #: The interface the network step configures.
     interface = "eth0"
-    #: Where the kernel shows the interfaces' flags.
-    net_sysfs = "/sys/class/net"
 
     def __init__(self, stream: GuestStream, header: Mapping[str, Any]) -> None:
         super().__init__(stream, header)
@@ -350,35 +342,50 @@ class AdoptHandler(BodyHandler):
         _replace_file(os.path.join(self.etc, "hosts"), hosts_file(request.hostname), 0o644)
         _replace_file(os.path.join(self.etc, "machine-id"), f"{request.machine_id}\n", 0o444)
 
-    def _ip(self, *arguments: str) -> None:
-        argv = ["ip", *arguments]
-        code, output = self.run(argv)
-        if code != 0:
-            raise AdoptionFailed("network", f"{' '.join(argv)} failed ({code}): {output}"[:500])
-
-    def _is_up(self, device: str) -> bool:
-        """Whether ``device`` is administratively up (``IFF_UP`` in its sysfs flags)."""
+    def _netlink(self, channel: RouteChannel, what: str, type_: int, flags: int, body: bytes) -> list[Message]:
+        """One request with its acknowledgement; the kernel's refusal fails the network step."""
         try:
-            with open(os.path.join(self.net_sysfs, device, "flags")) as stream:
-                return bool(int(stream.read().strip(), 16) & 1)
-        except (OSError, ValueError):
-            return False
+            return channel.request(type_, flags | NLM_F_ACK, body)
+        except NetlinkError as error:
+            raise AdoptionFailed("network", f"network: {what}: {error.strerror} (errno {error.errno})"[:500]) from None
 
     def _network(self, request: AdoptionRequest) -> None:
         assert request.mac is not None and request.address is not None
         device = self.interface
-        up = self._is_up(device)
+        index = self.interface_index(device)
+        mac = bytes.fromhex(request.mac.replace(":", ""))
+        address, _, prefix = request.address.partition("/")
+        channel = self.open_route()
         try:
-            self._ip("link", "set", "dev", device, "address", request.mac)
-        except AdoptionFailed:
-            # A device that cannot change its address while up.
-            self._ip("link", "set", "dev", device, "down")
-            self._ip("link", "set", "dev", device, "address", request.mac)
-            up = False
-        self._ip("addr", "flush", "dev", device)
-        self._ip("addr", "add", request.address, "dev", device)
-        if not up:
-            # Every command costs a fork and an exec (tens of ms under TCG): only when needed.
-            self._ip("link", "set", "dev", device, "up")
-        if request.gateway is not None:
-            self._ip("route", "replace", "default", "via", request.gateway, "dev", device)
+            what = f"{device}'s address {request.mac}, up"
+            try:
+                # The new MAC and IFF_UP in one message: the kernel sets the address, then the flags.
+                self._netlink(channel, what, RTM_NEWLINK, 0, link_body(index, IFF_UP, IFF_UP, mac))
+            except AdoptionFailed:
+                # A device that cannot change its address while up.
+                self._netlink(channel, f"{device} down", RTM_NEWLINK, 0, link_body(index, 0, IFF_UP))
+                self._netlink(channel, what, RTM_NEWLINK, 0, link_body(index, IFF_UP, IFF_UP, mac))
+            self._flush(channel, device, index)
+            local = socket.inet_aton(address)
+            self._netlink(channel, f"add {request.address} to {device}", RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL,
+                          address_body(Address(socket.AF_INET, int(prefix), 0, RT_SCOPE_UNIVERSE, index,
+                                               [(IFA_LOCAL, local), (IFA_ADDRESS, local)])))
+            if request.gateway is not None:
+                self._netlink(channel, f"default route via {request.gateway} on {device}", RTM_NEWROUTE,
+                              NLM_F_CREATE | NLM_F_REPLACE, route_body(socket.inet_aton(request.gateway), index))
+        finally:
+            channel.close()
+
+    def _flush(self, channel: RouteChannel, device: str, index: int) -> None:
+        """Remove every address (of any family) of device ``index``, as ``ip addr flush`` does."""
+        dump = self._netlink(channel, f"list {device}'s addresses", RTM_GETADDR, NLM_F_DUMP,
+                             address_body(Address(socket.AF_UNSPEC, 0, 0, 0, 0, [])))
+        for message in dump:
+            if message.type != RTM_NEWADDR:
+                continue
+            old = decode_address(message.body)
+            if old.ifindex != index:
+                continue
+            named = [(kind, value) for kind, value in old.attributes if kind in (IFA_LOCAL, IFA_ADDRESS)]
+            self._netlink(channel, f"remove an address of {device}", RTM_DELADDR, 0,
+                          address_body(old._replace(attributes=named)))
