@@ -1,0 +1,180 @@
+"""
+A networked clone's adoption, side by side in one run: this checkout's
+daemon and image (the guest sets eth0 through rtnetlink) against an earlier
+checkout's with its own image (``--before``: e.g. one that ran ``ip``), each
+with three networked warm groups: isolated without spares, bridged without
+spares, bridged with a spare VM.  Creates alternate between the two daemons,
+one at a time (``--rounds`` of each group).
+
+For each create: the seconds of ``POST /hostgroup/G/nodes?wait=agent``, the
+daemon's ``adopt`` and ``load`` steps (``node … cloned: …``) and the guest's
+``network`` step from the node's console (``adopted X (… network N ms …)``).
+Writes medians, samples and the ratios (before / after) to
+``bench/results/netlink.json``.
+
+    .venv/bin/python bench/netlink.py --before DIR [--before-images DIR] [--rounds 5] [--note TEXT]
+
+``--before DIR``: ``git archive <commit> | tar -x -C DIR``; its image is
+built into ``--before-images`` (default ``/var/cache/vmservice/images``) if
+missing, this checkout's into ``$VMSERVICE_IMAGE_DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image  # noqa: E402
+from bench.recording import write_result  # noqa: E402
+
+GROUP = {"vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True}
+KINDS = ("isolated", "bridged", "bridged-spare")
+
+
+def groups(side: int) -> tuple[list[dict[str, Any]], str]:
+    """The three groups of daemon ``side`` (0 or 1: their own bridge and ranges), and its bridge's name."""
+    bridge = f"vmsnlbr{side}"
+    bridged = {"mode": "bridge", "bridge": bridge, "gateway": f"10.93.{side}.1/24"}
+    return [{**GROUP, "name": "isolated", "warm_spare": 0,
+             "network": {"mode": "isolated", "range": f"10.92.{side}.0/26"}},
+            {**GROUP, "name": "bridged", "warm_spare": 0, "network": {**bridged, "range": f"10.93.{side}.0/28"}},
+            {**GROUP, "name": "bridged-spare", "warm_spare": 1,
+             "network": {**bridged, "range": f"10.93.{side}.16/28"}}], bridge
+
+
+def build_before(path: str, image_dir: str) -> None:
+    """Build the earlier checkout's image (from its own recipe and guest code) if it is missing."""
+    code = ("import sys; sys.path.insert(0, '.'); from vmservice.images.build import build_image; "
+            f"build_image({image_dir!r}, name='default', force=False, out=lambda *a, **k: None)")
+    subprocess.run([sys.executable, "-c", code], cwd=path, check=True)
+
+
+def start(groups_: list[dict[str, Any]], image_dir: str, path: str | None = None) -> Daemon:
+    daemon = Daemon(groups=groups_)
+    daemon.config["config"]["image_dir"] = image_dir
+    old = os.environ.get("PYTHONPATH")
+    if path is not None:
+        os.environ["PYTHONPATH"] = os.path.abspath(path)  # its vmservice package first on the daemon's path
+    try:
+        daemon.start()
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+    return daemon
+
+
+def network_ms(daemon: Daemon, hostname: str, timeout: float = 30.0) -> float:
+    """The guest's ``network`` step, from its console (logged just after its answer)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        logs = daemon.json("GET", f"/vm/{hostname}/logs?lines=0")
+        found = re.findall(rf"adopted {hostname} \(.*?network (\d+) ms", logs["content"])
+        if found:
+            return float(found[-1])
+        time.sleep(0.2)
+    raise AssertionError(f"no adoption line on {hostname}'s console")
+
+
+def clone_steps(daemon: Daemon, hostname: str) -> dict[str, float]:
+    line = re.findall(rf"node {hostname} cloned(?: from spare VM \S+)?: (.*)", daemon.log())[-1]
+    return {step.strip(): float(ms) for step, ms in re.findall(r"([a-z ]+?) (\d+) ms", line)}
+
+
+def wait_spare(daemon: Daemon, timeout: float = 180.0) -> None:
+    """Wait until the ``bridged-spare`` group's template has a ready spare none took."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = daemon.log()
+        ready = set(re.findall(r"spare VM (spare-\w+) of template \w+ is ready", log))
+        gone = set(re.findall(r"(?:cloned from spare VM|could not take spare VM) (spare-\w+)", log))
+        gone |= set(re.findall(r"spare VM (spare-\w+) ended on its own", log))
+        if ready - gone:
+            return
+        time.sleep(0.2)
+    raise AssertionError("no spare VM got ready")
+
+
+def one(daemon: Daemon, group: str) -> dict[str, float]:
+    """One create of ``group``: its seconds, its clone steps and the guest's network step; then its removal."""
+    if group == "bridged-spare":
+        wait_spare(daemon)
+    started = time.monotonic()
+    node = daemon.json("POST", f"/hostgroup/{group}/nodes?wait=agent&timeout=4m", {}, expect=201)
+    seconds = time.monotonic() - started
+    hostname = node["hostname"]
+    try:
+        figures = {"create_s": seconds, "network_ms": network_ms(daemon, hostname)}
+        steps = clone_steps(daemon, hostname)
+        figures.update({f"{step}_ms": steps[step] for step in ("load", "adopt") if step in steps})
+        return figures
+    finally:
+        daemon.json("DELETE", f"/hostgroup/{group}/nodes/{hostname}")
+
+
+def summarize(samples: list[dict[str, float]]) -> dict[str, Any]:
+    keys = sorted({key for sample in samples for key in sample})
+    return {key: {"median": statistics.median(values), "samples": values}
+            for key in keys if (values := [sample[key] for sample in samples if key in sample])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", required=True, help="an earlier checkout (git archive)")
+    parser.add_argument("--before-images", default="/var/cache/vmservice/images")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                                         "netlink.json"))
+    parser.add_argument("--note", default="", help="what to know about the run, e.g. other VMs on the machine")
+    options = parser.parse_args()
+    ensure_image()
+    build_before(options.before, options.before_images)
+    load_before = os.getloadavg()[0]
+    daemons: dict[str, Daemon] = {}
+    bridges = []
+    try:
+        for side, (name, path, images) in enumerate((("before", options.before, options.before_images),
+                                                     ("after", None, IMAGE_DIR))):
+            groups_, bridge = groups(side)
+            bridges.append(bridge)
+            daemons[name] = start(groups_, images, path)
+        samples: dict[str, dict[str, list[dict[str, float]]]] = {name: {kind: [] for kind in KINDS}
+                                                                  for name in daemons}
+        for name, daemon in daemons.items():  # the templates' builds (and the first clone's page cache)
+            for kind in KINDS:
+                one(daemon, kind)
+        for round_ in range(options.rounds):
+            for kind in KINDS:
+                for name, daemon in daemons.items():
+                    samples[name][kind].append(one(daemon, kind))
+            print(f"round {round_ + 1}: " + "; ".join(
+                f"{kind} network {samples['before'][kind][-1]['network_ms']:.0f} -> "
+                f"{samples['after'][kind][-1]['network_ms']:.0f} ms" for kind in KINDS), flush=True)
+    finally:
+        for daemon in daemons.values():
+            daemon.cleanup()
+        for bridge in bridges:
+            subprocess.run(["ip", "link", "delete", bridge], capture_output=True)
+    result: dict[str, Any] = {"note": options.note, "load_before": load_before, "load_after": os.getloadavg()[0],
+                              "rounds": options.rounds}
+    for kind in KINDS:
+        before, after = summarize(samples["before"][kind]), summarize(samples["after"][kind])
+        result[kind] = {"before": before, "after": after,
+                        "ratios": {key: before[key]["median"] / after[key]["median"]
+                                   for key in before if key in after and after[key]["median"] > 0}}
+        print(f"{kind}: " + ", ".join(f"{key} {before[key]['median']:.3f} -> {after[key]['median']:.3f}"
+                                      for key in before if key in after), flush=True)
+    write_result(options.output, result)
+
+
+if __name__ == "__main__":
+    main()
