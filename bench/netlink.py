@@ -33,6 +33,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image  # noqa: E402
+from bench.earlier import ready_spares, start_daemon  # noqa: E402
 from bench.recording import write_result  # noqa: E402
 
 GROUP = {"vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True}
@@ -57,22 +58,6 @@ def build_before(path: str, image_dir: str) -> None:
     subprocess.run([sys.executable, "-c", code], cwd=path, check=True)
 
 
-def start(groups_: list[dict[str, Any]], image_dir: str, path: str | None = None) -> Daemon:
-    daemon = Daemon(groups=groups_)
-    daemon.config["config"]["image_dir"] = image_dir
-    old = os.environ.get("PYTHONPATH")
-    if path is not None:
-        os.environ["PYTHONPATH"] = os.path.abspath(path)  # its vmservice package first on the daemon's path
-    try:
-        daemon.start()
-    finally:
-        if old is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = old
-    return daemon
-
-
 def network_ms(daemon: Daemon, hostname: str, timeout: float = 30.0) -> float:
     """The guest's ``network`` step, from its console (logged just after its answer)."""
     deadline = time.monotonic() + timeout
@@ -94,11 +79,7 @@ def wait_spare(daemon: Daemon, timeout: float = 180.0) -> None:
     """Wait until the ``bridged-spare`` group's template has a ready spare none took."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        log = daemon.log()
-        ready = set(re.findall(r"spare VM (spare-\w+) of template \w+ is ready", log))
-        gone = set(re.findall(r"(?:cloned from spare VM|could not take spare VM) (spare-\w+)", log))
-        gone |= set(re.findall(r"spare VM (spare-\w+) ended on its own", log))
-        if ready - gone:
+        if ready_spares(daemon.log()):
             return
         time.sleep(0.2)
     raise AssertionError("no spare VM got ready")
@@ -146,7 +127,7 @@ def main() -> None:
                                                      ("after", None, IMAGE_DIR))):
             groups_, bridge = groups(side)
             bridges.append(bridge)
-            daemons[name] = start(groups_, images, path)
+            daemons[name] = start_daemon(groups_, path, images)
         samples: dict[str, dict[str, list[dict[str, float]]]] = {name: {kind: [] for kind in KINDS}
                                                                   for name in daemons}
         for name, daemon in daemons.items():  # the templates' builds (and the first clone's page cache)

@@ -47,6 +47,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import Daemon, ensure_image  # noqa: E402
+from bench.earlier import ready_spares, start_daemon  # noqa: E402
 from bench.recording import peak_rss, write_result  # noqa: E402
 
 RAM_MB = 256
@@ -176,11 +177,8 @@ def wait_spares(daemon: Daemon, storage_size: int, count: int, timeout: float = 
     while time.monotonic() < deadline:
         log = daemon.log()
         digests = set(re.findall(rf"building template (\w+) \(.*storage_size={storage_size}\b", log))
-        ready = {name for name, digest in re.findall(r"spare VM (spare-\w+) of template (\w+) is ready", log)
-                 if digest in digests}
-        gone = set(re.findall(r"(?:cloned from spare VM|could not take spare VM) (spare-\w+)", log))
-        gone |= set(re.findall(r"spare VM (spare-\w+) ended on its own", log))
-        if len(ready - gone) >= count:
+        ready = [name for name, digest in ready_spares(log).items() if digest in digests]
+        if len(ready) >= count:
             return True
         time.sleep(0.2)
     return False
@@ -189,21 +187,6 @@ def wait_spares(daemon: Daemon, storage_size: int, count: int, timeout: float = 
 def seconds_of(samples: list[float], round_: int, count: int) -> list[float]:
     """The samples of round ``round_`` of ``count`` at once."""
     return samples[round_ * count:(round_ + 1) * count]
-
-
-def start_before(path: str, groups: list[dict[str, Any]]) -> Daemon:
-    """A daemon of the code in ``path`` (an earlier checkout of this project, e.g. ``git archive``'s)."""
-    daemon = Daemon(groups=groups)
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.path.abspath(path)  # its vmservice package first on the daemon's path
-    try:
-        daemon.start()
-    finally:
-        if old is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = old
-    return daemon
 
 
 def summary(samples: list[float]) -> dict[str, Any]:
@@ -236,10 +219,11 @@ def main() -> None:
     before: Daemon | None = None
     try:
         if options.before:
-            before = start_before(options.before, [{"name": "warm", "warm": True, "warm_spare": False, **group},
-                                                   {"name": "spare", "warm": True, "warm_spare": True, **group}]
+            before = start_daemon([{"name": "warm", "warm": True, "warm_spare": False, **group},
+                                   {"name": "spare", "warm": True, "warm_spare": True, **group}]
                                   + ([{"name": "pool", "warm": True, "warm_spare": options.together, **group,
-                                       "storage_size": pool_size}] if options.before_pool else []))
+                                       "storage_size": pool_size}] if options.before_pool else []),
+                                  path=options.before)
         daemon.start()
         first_warm, _ = one_at_a_time(daemon, "warm")  # includes the template build
         one_at_a_time(daemon, "cold")  # the page cache, like the template's boot did for the warm group
