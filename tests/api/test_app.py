@@ -462,6 +462,7 @@ class HeaderTimeTests(SynchronousTestCase):
         self.send(b"GET /nodes HTTP/1.1\r\nHost: rebound.evil.example:8080\r\n" + auth + b"\r\n")
         status, _, body = self.answer()
         self.assertEqual((status, body["code"]), (421, "invalid_host"))
+        self.assertTrue(self.transport.value().startswith(b"HTTP/1.1 421 Misdirected Request\r\n"))
         self.assertEqual(self.h.fleet.list(), [])
 
     def test_served(self) -> None:

@@ -38,13 +38,20 @@ from .streaming import BodyPlan
 log = Logger()
 
 
+#: Reason phrases of the statuses we answer that twisted.web does not name.
+_REASONS = {421: b"Misdirected Request"}
+
+
 def error_body(request: IRequest, error: BaseException) -> bytes:
     """Render ``error`` as an ErrorResponse on ``request`` (the one place that does)."""
     status, body = http_error(error)
     if not isinstance(error, (ServiceError, AgentError)):
         # Not one of ours: a bug, whose traceback goes to the log, never to the client.
         log.failure("internal error serving {uri}", Failure(error), uri=request.uri)
-    return json_body(request, ErrorResponse(body["error"], body["code"]), status)
+    rendered = json_body(request, ErrorResponse(body["error"], body["code"]), status)
+    if status in _REASONS:
+        request.setResponseCode(status, _REASONS[status])
+    return rendered
 
 
 def _path_value(name: str, value: str) -> None:
