@@ -119,7 +119,9 @@ class StreamingRequest(Request):
         answer is written.
         """
         self.refusal = refusal
-        self.content = BytesIO()
+        stored, self.content = self.content, BytesIO()
+        if stored is not None:
+            stored.close()  # what a body cut off at its limit had stored (at most the limit) goes at once
         self.channel.persistent = False
         self.setHeader(b"Connection", b"close")  # type: ignore[no-untyped-call]  # twisted.web's Request is not annotated
         # A client waiting for "100 Continue" gets the refusal instead, and sends no body.
