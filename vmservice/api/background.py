@@ -4,7 +4,9 @@ Background execs: ``POST /vm/{hostname}/exec?background=true`` starts one,
 ``/vm/{hostname}/exec/{exec_id}[/logs|/kill|/wait-exit]`` follow it.
 
 Thin: each handler asks the node's guest
-(:class:`~vmservice.nodes.background.IBackgroundExecs`) and words the answer.
+(:class:`~vmservice.nodes.background.IBackgroundExecs`) and words the answer;
+a start goes through :class:`~vmservice.nodes.background_limit.BackgroundLimit`
+(409 ``background_limit_reached`` past the node's bound).
 The processes and their output rings live in the guest, so nothing here
 keeps state between requests; a log reading is an NDJSON stream whose
 back-pressure holds the guest's sending back (the ring goes on filling).
@@ -24,6 +26,7 @@ from zope.interface import implementer
 
 from ..errors import AgentError, BadRequest
 from ..nodes.background import BackgroundInfo, BackgroundRequest, ILogSink, LogFrame
+from ..nodes.background_limit import BackgroundLimit
 from ..nodes.fleet import Fleet
 from ..nodes.guest_exec import ExecRequest
 from .inputs.background import kill_request
@@ -156,10 +159,14 @@ _COMMON = {
 
 
 class BackgroundApi:
-    """:param fleet: the nodes of this daemon."""
+    """
+    :param fleet: the nodes of this daemon.
+    :param limit: the bound on each node's background execs (the default one when ``None``).
+    """
 
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: Fleet, limit: Optional[BackgroundLimit] = None) -> None:
         self._fleet = fleet
+        self._limit = limit if limit is not None else BackgroundLimit()
 
     def routes(self) -> list[Route]:
         gone = {410: Reply("The exec was deleted", ErrorResponse)}
@@ -186,7 +193,7 @@ class BackgroundApi:
     async def start(self, request: Request, exec_request: ExecRequest, ring_bytes: int, hostname: str) -> bytes:
         """``POST /vm/{hostname}/exec?background=true`` (routed by the exec handler)."""
         guest = await self._fleet.guest(hostname)
-        info = await guest.background.start(BackgroundRequest(exec_request, ring_bytes))
+        info = await self._limit.start(hostname, guest.background, BackgroundRequest(exec_request, ring_bytes))
         started = BackgroundStarted(exec_id=info.exec_id, pid=info.pid, started_at=_time(info.started_ns),
                                     ring_bytes=info.ring_bytes)
         return json_body(request, started, 201)

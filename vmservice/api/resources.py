@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from twisted.internet.interfaces import IReactorTime
 
+from ..buffer_budget import BufferBudget
 from ..metrics import Metrics
+from ..nodes.background_limit import BackgroundLimit
 from ..nodes.fleet import Fleet
 from ..secretstore import SecretStore
 from .background import BackgroundApi
@@ -33,7 +35,8 @@ from .watching import WatchApi
 
 
 def every_route(
-    fleet: Fleet, clock: IReactorTime, metrics: Metrics, secrets: SecretStore | None = None
+    fleet: Fleet, clock: IReactorTime, metrics: Metrics, secrets: SecretStore | None = None,
+    budget: BufferBudget | None = None, background_limit: BackgroundLimit | None = None,
 ) -> list[Route]:
     """
     The routes of the daemon.
@@ -44,6 +47,8 @@ def every_route(
     :param secrets: the daemon's secrets store (the one the fleet's nodes
         get their secrets from); ``None`` leaves out ``/secrets`` (tests of
         other routes).
+    :param budget: the daemon's buffer budget (buffered execs); ``None``: no bound.
+    :param background_limit: the bound on each node's background execs; ``None``: the default one.
     """
     routes: list[Route] = []
     routes += MetaApi(metrics, lambda: routes).routes()
@@ -51,8 +56,8 @@ def every_route(
     routes += StatsApi(fleet).routes()
     routes += ImagesApi(fleet).routes()
     routes += FilesystemApi(fleet).routes()
-    background = BackgroundApi(fleet)
-    routes += ExecApi(fleet, clock, background).routes() + background.routes()
+    background = BackgroundApi(fleet, background_limit)
+    routes += ExecApi(fleet, clock, background, budget).routes() + background.routes()
     routes += CopyApi(fleet).routes() + LifecycleApi(fleet).routes() + ForkApi(fleet).routes()
     routes += WatchApi(fleet, clock).routes() + EventsApi(fleet, clock).routes()
     routes += ShellApi(fleet, clock).routes()

@@ -1,0 +1,88 @@
+"""
+Tests for :mod:`vmservice.api.paced_body`: a whole body written in chunks at
+the transport's pace, through a real HTTP/1.1 request on a ``StringTransport``.
+"""
+
+from __future__ import annotations
+
+from twisted.internet.error import ConnectionLost
+from twisted.internet.testing import StringTransport
+from twisted.python.failure import Failure
+from twisted.trial.unittest import SynchronousTestCase
+from twisted.web.http import HTTPChannel, Request
+
+from vmservice.api.paced_body import CHUNK, write_paced
+
+
+class _Transport(StringTransport):
+    """
+    A transport that, while :attr:`full`, pauses its producer at each write,
+    as a socket's transport does while its buffer is over its size.
+    """
+
+    full = False
+
+    def write(self, data: bytes) -> None:
+        super().write(data)
+        if self.full and self.producer is not None:
+            self.producer.pauseProducing()
+
+
+class PacedBodyTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.transport = _Transport()
+        self.channel = HTTPChannel()
+        self.channel.makeConnection(self.transport)
+        self.request = Request(self.channel, False)
+        self.request.method, self.request.clientproto = b"POST", b"HTTP/1.1"
+        self.body = bytes(range(256)) * (CHUNK // 256) * 3 + b"tail"
+        self.addCleanup(self.channel.connectionLost, Failure(ConnectionLost()))
+
+    def written(self) -> bytes:
+        """What the response's body is so far (after its head)."""
+        return self.transport.value().partition(b"\r\n\r\n")[2]
+
+    def test_whole_body_with_length(self) -> None:
+        """With nothing in the way the whole body goes out at once, with its Content-Length; then it unregisters."""
+        done = write_paced(self.request, self.body)  # type: ignore[arg-type]
+        self.successResultOf(done)
+        self.assertIn(b"Content-Length: %d" % len(self.body), self.transport.value())
+        self.assertEqual(self.written(), self.body)
+        self.assertIsNone(self.request.producer)
+
+    def test_full_transport_holds_the_rest(self) -> None:
+        """
+        While the transport is full not one more chunk is written after the one
+        that found it full; each resume (the transport drained) writes on until done.
+        """
+        self.transport.full = True
+        done = write_paced(self.request, self.body)  # type: ignore[arg-type]
+        self.assertNoResult(done)
+        self.assertEqual(len(self.written()), CHUNK)
+        self.channel.resumeProducing()
+        self.assertEqual(len(self.written()), 2 * CHUNK)
+        self.transport.full = False
+        self.channel.resumeProducing()
+        self.successResultOf(done)
+        self.assertEqual(self.written(), self.body)
+
+    def test_client_gone(self) -> None:
+        """The connection stopping the producer fails the wait with ConnectionLost and stops the writing."""
+        self.transport.full = True
+        done = write_paced(self.request, self.body)  # type: ignore[arg-type]
+        self.channel.stopProducing()
+        self.failureResultOf(done, ConnectionLost)
+        self.transport.full = False
+        self.channel.resumeProducing()
+        self.assertEqual(len(self.written()), CHUNK)
+
+    def test_cancel(self) -> None:
+        """Cancelling the wait (the handler cancelled) stops the writing and unregisters."""
+        self.transport.full = True
+        done = write_paced(self.request, self.body)  # type: ignore[arg-type]
+        done.cancel()
+        self.failureResultOf(done)
+        self.assertIsNone(self.request.producer)
+        self.transport.full = False
+        self.channel.resumeProducing()
+        self.assertEqual(len(self.written()), CHUNK)

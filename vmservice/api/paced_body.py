@@ -1,0 +1,90 @@
+# -*- test-case-name: tests.api.test_paced_body -*-
+"""
+A whole response body written at the client's pace.
+
+A handler that returns its body hands all of it to the connection at once,
+where it waits in the transport's buffer for as long as the client takes to
+read it.  :func:`write_paced` keeps the body instead and writes it in
+:data:`CHUNK` pieces as the client reads: it is the request's push producer,
+paused while the transport's buffer is full.  So a body counted in the
+daemon's :class:`~vmservice.buffer_budget.BufferBudget` (a buffered exec's
+answer) stays counted until it has really left, and a client that does not
+read holds a reservation, never memory outside the budget.
+"""
+
+from __future__ import annotations
+
+from twisted.internet.defer import Deferred
+from twisted.internet.error import ConnectionLost
+from twisted.internet.interfaces import IPushProducer
+from twisted.web.server import Request
+from zope.interface import implementer
+
+#: Bytes written at a time (the transport pauses us past its own 64 KiB buffer).
+CHUNK = 64 * 1024
+
+
+@implementer(IPushProducer)
+class _PacedBody:
+    """
+    Writes ``body`` to ``request`` in chunks while the transport takes them.
+
+    :ivar written: fires once every byte was handed to the transport (the
+        producer unregistered); fails with ``ConnectionLost`` if the
+        connection stopped us first.  Cancelling it stops the writing.
+    """
+
+    def __init__(self, request: Request, body: bytes) -> None:
+        self._request = request
+        self._body = memoryview(body)
+        self._offset = 0
+        self._paused = False
+        self._writing = False
+        self.written: Deferred[None] = Deferred(lambda d: self._finish())
+        request.registerProducer(self, True)
+
+    def _finish(self) -> None:
+        """Stop writing: release the body and unregister (the connection may be gone)."""
+        self._body = memoryview(b"")
+        self._offset = 0
+        if self._request.producer is self and self._request.channel is not None:
+            self._request.unregisterProducer()
+
+    def pauseProducing(self) -> None:
+        self._paused = True
+
+    def resumeProducing(self) -> None:
+        self._paused = False
+        if self._writing or self.written.called:
+            return  # re-entered from a write: the loop below goes on
+        self._writing = True
+        try:
+            while not self._paused and self._offset < len(self._body):
+                chunk = self._body[self._offset:self._offset + CHUNK]
+                self._offset += len(chunk)
+                self._request.write(bytes(chunk))
+        finally:
+            self._writing = False
+        if self._offset >= len(self._body) and not self.written.called:
+            self._finish()
+            self.written.callback(None)
+
+    def stopProducing(self) -> None:
+        if not self.written.called:
+            self._finish()
+            self.written.errback(ConnectionLost("the client went away while its answer was written"))
+
+
+def write_paced(request: Request, body: bytes) -> Deferred[None]:
+    """
+    Write ``body`` as the whole of ``request``'s response (with its
+    ``Content-Length``), at the client's pace; the Deferred fires once all
+    of it was handed to the transport.  Set the status and headers first.
+    """
+    request.setHeader(b"Content-Length", b"%d" % len(body))
+    paced = _PacedBody(request, body)
+    paced.resumeProducing()
+    return paced.written
+
+
+__all__ = ["CHUNK", "write_paced"]
