@@ -334,7 +334,10 @@ class BufferedBudgetTests(ExecApiTests):
         self.assertEqual(self.budget.held, 0)
 
     def test_client_gone_gives_back(self) -> None:
-        """A client that goes away while the exec runs, or while its answer waits, gives the budget back."""
+        """
+        A client that goes away while the exec runs, or while its answer waits,
+        gives the budget back (and nothing is logged as an internal error).
+        """
         self.post("cmd=x&buffered=true")
         self.stream.deliver(encode_json_record(STARTED, {"pid": 4}), encode_record(STDOUT, b"a" * 40))
         self.channel.connectionLost(Failure(ConnectionLost()))
@@ -343,6 +346,7 @@ class BufferedBudgetTests(ExecApiTests):
         self.transport.full = True
         self.deliver_answer(200_000)
         self.assertGreater(self.budget.held, 200_000)
+        self.transport.producer.stopProducing()  # as a TCP transport does when its connection is lost
         self.channel.connectionLost(Failure(ConnectionLost()))
         self.assertEqual(self.budget.held, 0)
 

@@ -15,7 +15,6 @@ read holds a reservation, never memory outside the budget.
 from __future__ import annotations
 
 from twisted.internet.defer import Deferred
-from twisted.internet.error import ConnectionLost
 from twisted.internet.interfaces import IPushProducer
 from twisted.web.server import Request
 from zope.interface import implementer
@@ -30,8 +29,11 @@ class _PacedBody:
     Writes ``body`` to ``request`` in chunks while the transport takes them.
 
     :ivar written: fires once every byte was handed to the transport (the
-        producer unregistered); fails with ``ConnectionLost`` if the
-        connection stopped us first.  Cancelling it stops the writing.
+        producer unregistered).  Cancelling it stops the writing.  When the
+        connection stops us (it is being lost) the writing stops and this
+        waits on: the request's end follows at once, and Klein cancels the
+        handler that waits (then the request is finished, so the cancel is
+        quiet; failing here first would be logged as an error).
     """
 
     def __init__(self, request: Request, body: bytes) -> None:
@@ -40,11 +42,13 @@ class _PacedBody:
         self._offset = 0
         self._paused = False
         self._writing = False
+        self._stopped = False
         self.written: Deferred[None] = Deferred(lambda d: self._finish())
         request.registerProducer(self, True)
 
     def _finish(self) -> None:
         """Stop writing: release the body and unregister (the connection may be gone)."""
+        self._stopped = True
         self._body = memoryview(b"")
         self._offset = 0
         if self._request.producer is self and self._request.channel is not None:
@@ -55,8 +59,8 @@ class _PacedBody:
 
     def resumeProducing(self) -> None:
         self._paused = False
-        if self._writing or self.written.called:
-            return  # re-entered from a write: the loop below goes on
+        if self._writing or self._stopped:
+            return  # re-entered from a write (the loop below goes on), or over
         self._writing = True
         try:
             while not self._paused and self._offset < len(self._body):
@@ -65,14 +69,12 @@ class _PacedBody:
                 self._request.write(bytes(chunk))
         finally:
             self._writing = False
-        if self._offset >= len(self._body) and not self.written.called:
+        if self._offset >= len(self._body) and not self._stopped:
             self._finish()
             self.written.callback(None)
 
     def stopProducing(self) -> None:
-        if not self.written.called:
-            self._finish()
-            self.written.errback(ConnectionLost("the client went away while its answer was written"))
+        self._finish()
 
 
 def write_paced(request: Request, body: bytes) -> Deferred[None]:
