@@ -150,21 +150,16 @@ def _snapshots(reactor: IDaemonReactor) -> Callable[[str, float], Deferred[Mappi
     return lambda socket, deadline: Deferred.fromCoroutine(client.snapshot(socket, deadline))
 
 
-def _meminfo() -> str | None:
-    """The text of ``/proc/meminfo``; ``None`` when it cannot be read."""
-    try:
-        with open("/proc/meminfo") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
 def _buffer_budget(config: Config) -> BufferBudget:
-    """The buffer budget, its default size from this host's RAM."""
-    meminfo = _meminfo()
+    """The buffer budget, its default size from this host's RAM (``/proc/meminfo``)."""
     size = config.limits.buffer_budget
     if size is None:
-        size = default_size(mem_total(meminfo) if meminfo is not None else None)
+        try:
+            with open("/proc/meminfo") as f:
+                total = mem_total(f.read())
+        except OSError:
+            total = None
+        size = default_size(total)
     log.info(
         "limits: buffer budget {budget} MiB, {execs} background execs per node, {most} connections "
         "({per_peer} per client)", budget=size // 2**20, execs=config.limits.background_execs_per_node,
@@ -175,7 +170,12 @@ def _buffer_budget(config: Config) -> BufferBudget:
 
 def _admission(config: Config, reactor: IDaemonReactor) -> Admission:
     """Admission with its defaults from this host's RAM (``/proc/meminfo``) and CPU count."""
-    allowed = limits(config, _meminfo(), os.cpu_count())
+    try:
+        with open("/proc/meminfo") as f:
+            meminfo: str | None = f.read()
+    except OSError:
+        meminfo = None
+    allowed = limits(config, meminfo, os.cpu_count())
     log.info(
         "admission: memory budget {budget} ({explained}), {overhead} MiB per VM beyond its RAM, "
         "cold boots at once: {boots}",

@@ -75,7 +75,9 @@ class BudgetTests(SharedGuestTestCase):
 
         holder = threading.Thread(target=hold)
         holder.start()
+        # Cleanups run last first: let the first exec end, wait for it, then remove the file.
         self.addCleanup(holder.join, 120)
+        self.addCleanup(daemon.request, "POST", "/vm/demo-1/exec?" + urlencode({"cmd": "touch /tmp/go"}))
         daemon.wait_for("the first exec's output held", lambda: self.held() >= 3_000_000, timeout=120)
         status, answer = buffered(daemon, "head -c 2000000 /dev/zero | tr '\\0' b; sleep 601")
         self.assertEqual((status, answer["code"]), (503, "buffer_budget_exhausted"), answer)
