@@ -139,6 +139,24 @@ class BackgroundApiTests(SynchronousTestCase):
         self.assertEqual(self.call("POST", "/vm/demo-1/exec?background=true&cmd=x")[0], 201)
         self.assertEqual([r["action"] for r in self.agent.requests], ["start"])
 
+    def test_list_within_the_budget(self) -> None:
+        """A list's answer is held in the buffer budget while written: one with no room is 503 buffer_budget_exhausted."""
+        from vmservice.buffer_budget import BufferBudget
+
+        budget = BufferBudget(100)
+        background = BackgroundApi(self.fleet, BackgroundLimit(2), budget)  # type: ignore[arg-type]
+        api = Api(self.clock, background.routes(), Metrics(), None)
+        self._close()
+        self.site = StreamingSite(api.resource(), api.streams_body, reactor=self.clock)
+        self.channel = self.site.buildProtocol(None)
+        self.transport = StringTransport()
+        self.channel.makeConnection(self.transport)
+        self.agent.reply = {"ok": True, "result": []}
+        self.assertEqual(self.call("GET", "/vm/demo-1/exec"), (200, []))
+        self.agent.reply = {"ok": True, "result": [INFO]}
+        self.assertError(self.call("GET", "/vm/demo-1/exec"), 503, "buffer_budget_exhausted")
+        self.assertEqual(budget.held, 0)
+
     def test_list_and_info(self) -> None:
         """The list and info render times as RFC 3339 and leave out what is not known yet."""
         self.agent.reply = {"ok": True, "result": [INFO]}

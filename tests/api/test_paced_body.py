@@ -5,14 +5,16 @@ the transport's pace, through a real HTTP/1.1 request on a ``StringTransport``.
 
 from __future__ import annotations
 
-from twisted.internet.defer import CancelledError
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.error import ConnectionLost
 from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.http import HTTPChannel, Request
 
-from vmservice.api.paced_body import CHUNK, write_paced
+from vmservice.api.paced_body import CHUNK, write_paced, write_within
+from vmservice.buffer_budget import BufferBudget
+from vmservice.errors import BufferBudgetExhausted
 
 
 class _Transport(StringTransport):
@@ -94,3 +96,30 @@ class PacedBodyTests(SynchronousTestCase):
         self.transport.full = False
         self.channel.resumeProducing()
         self.assertEqual(len(self.written()), CHUNK)
+
+    def test_within_the_budget(self) -> None:
+        """write_within holds the answer's size until the last byte was written, then gives it back."""
+        budget = BufferBudget(len(self.body))
+        self.transport.full = True
+        done = Deferred.fromCoroutine(write_within(self.request, self.body, budget, "a listing"))
+        self.assertEqual(budget.held, len(self.body))
+        self.transport.full = False
+        self.channel.resumeProducing()
+        self.assertEqual(self.successResultOf(done), b"")
+        self.assertEqual((budget.held, self.written()), (0, self.body))
+
+    def test_refused_or_cancelled(self) -> None:
+        """
+        No room: BufferBudgetExhausted naming the answer, and nothing written;
+        a cancelled answer gives its share back.
+        """
+        budget = BufferBudget(len(self.body) - 1)
+        done = Deferred.fromCoroutine(write_within(self.request, self.body, budget, "a listing"))
+        self.assertIn("a listing", self.failureResultOf(done, BufferBudgetExhausted).value.message)
+        self.assertEqual((budget.held, self.transport.value()), (0, b""))
+        budget = BufferBudget(None)
+        self.transport.full = True
+        done = Deferred.fromCoroutine(write_within(self.request, self.body, budget, "a listing"))
+        done.cancel()
+        self.failureResultOf(done, CancelledError)
+        self.assertEqual(budget.held, 0)

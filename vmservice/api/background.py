@@ -24,6 +24,7 @@ from twisted.internet.interfaces import IPushProducer
 from twisted.web.server import Request
 from zope.interface import implementer
 
+from ..buffer_budget import BufferBudget
 from ..errors import AgentError, BadRequest
 from ..nodes.background import BackgroundInfo, BackgroundRequest, ILogSink, LogFrame
 from ..nodes.background_limit import BackgroundLimit
@@ -33,6 +34,7 @@ from .inputs.background import kill_request
 from .models.background import BackgroundExec, BackgroundStarted, ExecDeleted, KillRequest, KillResponse, WaitExitResponse
 from .models.meta import ErrorResponse
 from .ndjson import NdjsonStream
+from .paced_body import write_within
 from .query import Boolean, Integer, NoQuery, param
 from .rendering import json_body, rfc3339
 from .routing import Reply, Route
@@ -162,11 +164,14 @@ class BackgroundApi:
     """
     :param fleet: the nodes of this daemon.
     :param limit: the bound on each node's background execs (the default one when ``None``).
+    :param budget: what a list's answer is held in while it is written; ``None``: no bound.
     """
 
-    def __init__(self, fleet: Fleet, limit: Optional[BackgroundLimit] = None) -> None:
+    def __init__(self, fleet: Fleet, limit: Optional[BackgroundLimit] = None,
+                 budget: Optional[BufferBudget] = None) -> None:
         self._fleet = fleet
         self._limit = limit if limit is not None else BackgroundLimit()
+        self._budget = budget
 
     def routes(self) -> list[Route]:
         gone = {410: Reply("The exec was deleted", ErrorResponse)}
@@ -200,7 +205,8 @@ class BackgroundApi:
 
     async def listing(self, request: Request, query: NoQuery, hostname: str) -> bytes:
         infos = await (await self._fleet.guest(hostname)).background.listing()
-        return json_body(request, [exec_record(info) for info in infos])
+        answer = json_body(request, [exec_record(info) for info in infos])
+        return await write_within(request, answer, self._budget, "a list of background execs")
 
     async def info(self, request: Request, query: NoQuery, hostname: str, exec_id: str) -> bytes:
         return json_body(request, exec_record(await (await self._fleet.guest(hostname)).background.info(exec_id)))

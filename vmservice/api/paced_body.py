@@ -10,14 +10,21 @@ paused while the transport's buffer is full.  So a body counted in the
 daemon's :class:`~vmservice.buffer_budget.BufferBudget` (a buffered exec's
 answer) stays counted until it has really left, and a client that does not
 read holds a reservation, never memory outside the budget.
+:func:`write_within` does both for answers that may be large (directory
+listings, background exec lists): their size held while they are written.
 """
 
 from __future__ import annotations
 
+from typing import Optional, cast
+
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IPushProducer
+from twisted.web.iweb import IRequest
 from twisted.web.server import Request
 from zope.interface import implementer
+
+from ..buffer_budget import BufferBudget
 
 #: Bytes written at a time (the transport pauses us past its own 64 KiB buffer).
 CHUNK = 64 * 1024
@@ -77,6 +84,24 @@ class _PacedBody:
         self._finish()
 
 
+async def write_within(request: IRequest, body: bytes, budget: Optional[BufferBudget], what: str) -> bytes:
+    """
+    Write ``body``, a whole answer whose status and headers are set, at the
+    client's pace while its size is held in ``budget`` (``None``: no bound);
+    return what the handler returns (nothing more).
+
+    :param what: the answer, for a refusal's message ("a directory listing").
+    :raises BufferBudgetExhausted: the budget has no room for it (nothing was written).
+    """
+    reservation = (budget or BufferBudget(None)).reservation(what)
+    try:
+        reservation.grow(len(body))
+        await write_paced(cast(Request, request), body)
+    finally:
+        reservation.release()
+    return b""
+
+
 def write_paced(request: Request, body: bytes) -> Deferred[None]:
     """
     Write ``body`` as the whole of ``request``'s response (with its
@@ -89,4 +114,4 @@ def write_paced(request: Request, body: bytes) -> Deferred[None]:
     return paced.written
 
 
-__all__ = ["CHUNK", "write_paced"]
+__all__ = ["CHUNK", "write_paced", "write_within"]

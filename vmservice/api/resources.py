@@ -47,7 +47,8 @@ def every_route(
     :param secrets: the daemon's secrets store (the one the fleet's nodes
         get their secrets from); ``None`` leaves out ``/secrets`` (tests of
         other routes).
-    :param budget: the daemon's buffer budget (buffered execs); ``None``: no bound.
+    :param budget: the daemon's buffer budget (buffered execs, directory listings, background exec
+        lists); ``None``: no bound.
     :param background_limit: the bound on each node's background execs; ``None``: the default one.
     """
     routes: list[Route] = []
@@ -55,8 +56,8 @@ def every_route(
     routes += NodesApi(fleet).routes() + VmApi(fleet).routes() + TagsApi(fleet).routes()
     routes += StatsApi(fleet).routes()
     routes += ImagesApi(fleet).routes()
-    routes += FilesystemApi(fleet).routes()
-    background = BackgroundApi(fleet, background_limit)
+    routes += FilesystemApi(fleet, budget).routes()
+    background = BackgroundApi(fleet, background_limit, budget)
     routes += ExecApi(fleet, clock, background, budget).routes() + background.routes()
     routes += CopyApi(fleet).routes() + LifecycleApi(fleet).routes() + ForkApi(fleet).routes()
     routes += WatchApi(fleet, clock).routes() + EventsApi(fleet, clock).routes()
