@@ -49,6 +49,29 @@ class MakeServiceTests(SynchronousTestCase):
         self.assertEqual([service.name for service in claimed], ["fleet", "stats-sampler"])
         self.assertFalse(top.running)
 
+    def test_limits(self) -> None:
+        """
+        The listener's factory bounds the API's connections as configured
+        (around the site); the buffer budget is sized from the host's RAM
+        unless the configuration gives it.
+        """
+        import attrs
+
+        from vmservice.api.connection_limits import ConnectionLimits
+        from vmservice.config import LimitsConfig
+        from vmservice.service import _buffer_budget
+
+        limits = LimitsConfig(buffer_budget=4 << 20, max_connections=8, max_connections_per_peer=3)
+        config = attrs.evolve(self.config(), limits=limits)
+        top = make_service(config, MemoryReactorClock())
+        [listener] = [service for service in top if type(service).__name__ == "StreamServerEndpointService"]
+        factory = listener.factory
+        self.assertIsInstance(factory, ConnectionLimits)
+        self.assertEqual((factory.most, factory.most_per_peer), (8, 3))
+        self.assertEqual(type(factory.wrappedFactory).__name__, "StreamingSite")
+        self.assertEqual(_buffer_budget(config).size, 4 << 20)
+        self.assertGreaterEqual(_buffer_budget(self.config()).size, 64 << 20)
+
     def test_no_stats_sampler(self) -> None:
         """stats_interval 0: no sampling of the nodes' statistics for /metrics."""
         top = make_service(self.config(stats_interval=0), MemoryReactorClock())

@@ -55,6 +55,7 @@ __all__ = [
     "DEFAULT_STATE_DIR",
     "DEFAULT_STORAGE_SIZE",
     "HostGroupConfig",
+    "LimitsConfig",
     "NetworkConfig",
     "format_size",
     "load_config",
@@ -113,6 +114,14 @@ MAX_TCG_TB_SIZE_MB = 4096
 #: The most spare VMs ``warm_spare`` may keep per template: each holds a VM of the template's RAM in the
 #: admission budget, and as many creates at once as a fork has children (8) is what a pool is for.
 MAX_WARM_SPARE = 8
+#: Live background execs a node may keep unless ``limits.background_execs_per_node`` says otherwise, and the
+#: most it may say (the guest agent's own bound, ``MAX_EXECS`` in vmservice/guest/background.py).
+DEFAULT_BACKGROUND_EXECS_PER_NODE = 64
+MAX_BACKGROUND_EXECS_PER_NODE = 256
+#: The API's connections at once, and from one client, unless ``limits`` says otherwise; the most either may be.
+DEFAULT_MAX_CONNECTIONS = 1024
+DEFAULT_MAX_CONNECTIONS_PER_PEER = 256
+MAX_CONNECTIONS = 65536
 #: Each VM of an isolated network takes a /30 (network, host side, guest,
 #: broadcast), so a /22 holds 256 VM slots as the API specification says.
 ISOLATED_SLOT_PREFIX = 30
@@ -454,6 +463,29 @@ class AdmissionConfig:
 
 
 @attrs.frozen(kw_only=True)
+class LimitsConfig:
+    """
+    The ``limits:`` section: what clients and guests may make the daemon hold
+    (see docs/security.md).
+
+    :ivar buffer_budget: Bytes all buffered results (buffered execs' output
+        and answers, large agent replies) may hold at once
+        (:mod:`vmservice.buffer_budget`); ``None``: from the host's RAM at start.
+    :ivar background_execs_per_node: Live background execs (running, or ended
+        and not deleted) a node may keep (:mod:`vmservice.nodes.background_limit`).
+    :ivar max_connections: The API's connections open at once
+        (:mod:`vmservice.api.connection_limits`).
+    :ivar max_connections_per_peer: The API's connections open at once from one
+        client address (an IPv6 /64); a UNIX socket's clients count in the total only.
+    """
+
+    buffer_budget: int | None = None
+    background_execs_per_node: int = DEFAULT_BACKGROUND_EXECS_PER_NODE
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_connections_per_peer: int = DEFAULT_MAX_CONNECTIONS_PER_PEER
+
+
+@attrs.frozen(kw_only=True)
 class Config:
     """
     The whole, resolved ``config:`` section.
@@ -479,6 +511,7 @@ class Config:
     :ivar templates_tmpfs_budget: Bytes of RAM files this daemon's templates
         may hold at once; a template that would exceed it is not built.
     :ivar admission: The memory budget and the bound on cold boots.
+    :ivar limits: The bounds on what clients and guests make the daemon hold.
     """
 
     api: ApiConfig = ApiConfig()
@@ -496,6 +529,7 @@ class Config:
     templates_tmpfs_budget: int = DEFAULT_TEMPLATES_TMPFS_BUDGET
     admission: AdmissionConfig = AdmissionConfig()
     tcg_tb_size_mb: int = DEFAULT_TCG_TB_SIZE_MB
+    limits: LimitsConfig = LimitsConfig()
 
     def group(self, name: str) -> HostGroupConfig | None:
         """
@@ -585,6 +619,14 @@ class _AdmissionDocument:
 
 
 @attrs.frozen
+class _LimitsDocument:
+    buffer_budget: _Size | None = None
+    background_execs_per_node: int = DEFAULT_BACKGROUND_EXECS_PER_NODE
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_connections_per_peer: int = DEFAULT_MAX_CONNECTIONS_PER_PEER
+
+
+@attrs.frozen
 class _ConfigDocument:
     api: _ApiDocument = _ApiDocument()
     state_dir: str = DEFAULT_STATE_DIR
@@ -601,6 +643,7 @@ class _ConfigDocument:
     templates_tmpfs_budget: _Size = _Size(DEFAULT_TEMPLATES_TMPFS_BUDGET)
     admission: _AdmissionDocument = _AdmissionDocument()
     tcg_tb_size_mb: int = DEFAULT_TCG_TB_SIZE_MB
+    limits: _LimitsDocument = _LimitsDocument()
 
 
 def _structure_size(value: object, _type: object) -> _Size:
@@ -835,7 +878,25 @@ class _Resolver:
             templates_tmpfs_budget=document.templates_tmpfs_budget,
             admission=self.admission(document.admission, (*base, "admission")),
             tcg_tb_size_mb=self.tcg_tb_size_mb(document.tcg_tb_size_mb, (*base, "tcg_tb_size_mb")),
+            limits=self.limits(document.limits, (*base, "limits")),
         )
+
+    def limits(self, document: _LimitsDocument, parts: Path) -> LimitsConfig:
+        if document.buffer_budget is not None and document.buffer_budget < MiB:
+            raise self.error((*parts, "buffer_budget"), f"buffer_budget {document.buffer_budget} must be at least 1M")
+        execs = document.background_execs_per_node
+        if not 1 <= execs <= MAX_BACKGROUND_EXECS_PER_NODE:
+            raise self.error((*parts, "background_execs_per_node"), f"background_execs_per_node {execs} must be from "
+                                                                     f"1 to {MAX_BACKGROUND_EXECS_PER_NODE}")
+        most = document.max_connections
+        if not 1 <= most <= MAX_CONNECTIONS:
+            raise self.error((*parts, "max_connections"), f"max_connections {most} must be from 1 to {MAX_CONNECTIONS}")
+        per_peer = document.max_connections_per_peer
+        if not 1 <= per_peer <= most:
+            raise self.error((*parts, "max_connections_per_peer"), f"max_connections_per_peer {per_peer} must be "
+                                                                    f"from 1 to max_connections ({most})")
+        return LimitsConfig(buffer_budget=document.buffer_budget, background_execs_per_node=execs,
+                            max_connections=most, max_connections_per_peer=per_peer)
 
     def admission(self, document: _AdmissionDocument, parts: Path) -> AdmissionConfig:
         if document.memory_budget is not None and document.memory_budget < MiB:
