@@ -33,7 +33,9 @@ from .codehost import CodeHost
 from .config import Config
 from .listening import listening_service
 from .hypervisors.base import IHypervisor
-from .hypervisors.qemu import IProbeReactor, IQemuReactor, QemuDriver, QemuSettings, host_tsc_khz, probe_accel
+from .hypervisors.qemu import (
+    IProbeReactor, IQemuReactor, QemuDriver, QemuSettings, host_tsc_khz, probe_accel, sweep_probes,
+)
 from .images.store import Image, ImageNotFound, resolve_image
 from .metrics import STATUSES, Metrics
 from .nodestats_metrics import NodeStatsCollector, SnapshotSampler
@@ -75,12 +77,23 @@ def _read_tsc_khz() -> int | None:
         return None
 
 
+def probe_directory(config: Config) -> str:
+    """The KVM probe's directory in the state directory: its monitor socket, which marks its QEMU."""
+    return os.path.join(config.state_dir, "probe")
+
+
 async def decide_driver(reactor: IDaemonReactor, config: Config, image: Image) -> IHypervisor:
-    """Probe for KVM (as configured), log the choice and why, and make the QEMU driver."""
+    """
+    Kill the probe QEMUs an earlier run left, probe for KVM (as configured),
+    log the choice and why, and make the QEMU driver.
+    """
+    for pid in sweep_probes(probe_directory(config)):
+        log.info("killed KVM probe process {pid}, left by an earlier run", pid=pid)
     tsc_khz = _read_tsc_khz()
     settings = QemuSettings(tsc_khz=tsc_khz)
     choice = await probe_accel(
-        reactor, settings.binary, image.kernel.path, image.initrd.path, config.accel, tsc_khz
+        reactor, settings.binary, image.kernel.path, image.initrd.path, config.accel, tsc_khz,
+        directory=probe_directory(config),
     )
     log.info("accelerator: {accel}: {reason}", accel=choice.accel, reason=choice.reason)
     return QemuDriver(reactor, QemuSettings(binary=settings.binary, accel=choice.accel, tsc_khz=tsc_khz,

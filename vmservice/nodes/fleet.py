@@ -33,7 +33,7 @@ from typing import Callable
 
 from attrs import evolve
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred, DeferredList
+from twisted.internet.defer import CancelledError, Deferred, DeferredList
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -178,6 +178,8 @@ class Fleet(Service):
             await keep_counts(
                 self._parts.config, self._registry, self.create, self.lifecycle.relaunch, self.snapshots.restore
             )
+        except CancelledError:
+            log.info("recovery at start stopped: the daemon stopped before the hypervisor was decided")
         except Exception:
             log.failure("recovery at start failed")
 
@@ -192,6 +194,8 @@ class Fleet(Service):
         return Deferred.fromCoroutine(self._stop_all())
 
     async def _stop_all(self) -> None:
+        # A KVM probe under way is stopped with the daemon (its QEMU killed and reaped).
+        await self._parts.driver.stop()
         running = [node for node in self._registry.all() if node.machine is not None]
         if running:
             log.info("stopping {count} node(s)", count=len(running))
