@@ -44,6 +44,7 @@ from .network.host import HostNetwork, command_runner
 from .network.ipam import pool
 from .nodes.addressing import Addressing
 from .nodes.admission import Admission, limits
+from .nodes.console_rotation import ConsoleRotation
 from .nodes.fleet import Fleet
 from .nodes.adoption import IdentityAdoption
 from .nodes.templates import TemplateStore
@@ -249,6 +250,9 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
     claimed = _Claimed(claims)
     claimed.setServiceParent(top)  # type: ignore[no-untyped-call]  # Twisted's services are not annotated
     fleet.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
+    # After the fleet: its first round sees the nodes the fleet's start registered.
+    rotation = ConsoleRotation(reactor, fleet.consoles, parts.blocking, config.console_log_size)
+    rotation.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
     if config.stats_interval:
         sampler = SnapshotSampler(reactor, fleet.stats.all, config.stats_interval)
         metrics.registry.register(NodeStatsCollector(lambda: sampler.latest, lambda: {r.hostname for r in fleet.list()}))

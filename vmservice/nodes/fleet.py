@@ -267,12 +267,28 @@ class Fleet(Service):
     async def logs(self, hostname: str, lines: int) -> tuple[str, int]:
         """
         The last ``lines`` lines of the node's console (all of it for 0),
-        read off the reactor.
+        read off the reactor: never more than ``console_log_size`` bytes.
 
         :return: the text and the number of lines in it.
         """
         path = self._registry.find(hostname).paths.console
-        return await self._parts.blocking(lambda: console.tail(path, lines))
+        limit = self._parts.config.console_log_size
+        return await self._parts.blocking(lambda: console.tail(path, lines, limit))
+
+    def console(self, hostname: str) -> console.ConsoleStream:
+        """
+        The node's whole console (at most ``console_log_size`` bytes), to be
+        read piece by piece off the reactor; the caller closes it.
+
+        :raise NotFound: no such node.
+        """
+        path = self._registry.find(hostname).paths.console
+        return console.ConsoleStream(console.ConsoleText(path, self._parts.config.console_log_size),
+                                     self._parts.blocking)
+
+    def consoles(self) -> builtins.list[str]:
+        """The console logs of every node, which the daemon keeps bounded (:mod:`.console_rotation`)."""
+        return [node.paths.console for node in self._registry.all()]
 
     async def guest(self, hostname: str) -> IGuest:
         """
