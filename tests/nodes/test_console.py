@@ -1,12 +1,12 @@
 """
-Tests for :mod:`vmservice.nodes.console`: the console log bounded on disk,
-its tail read from the end, and all of it read piece by piece.
+Tests for :mod:`vmservice.nodes.console`: the console log's tail read from
+the end, and all of it read piece by piece (bounding it on disk:
+:mod:`tests.nodes.test_console_rotation`).
 """
 
 from __future__ import annotations
 
 import os
-import stat
 import threading
 
 from hypothesis import given, settings
@@ -283,75 +283,3 @@ class ConsoleTextTests(LogTestCase):
         self.write(data[split:])
         self.assertEqual(_streamed(self.path, limit), console.tail(self.path, 0, limit))
         self.assertEqual(_streamed(self.path), _whole(data, 0))
-
-
-class RotateTests(LogTestCase):
-    def test_small_log(self) -> None:
-        """A log within half of the size is left alone."""
-        self.write(b"x\n" * 50)
-        self.assertFalse(console.rotate(self.path, 200))
-        self.assertEqual(os.path.getsize(self.path), 100)
-        self.assertFalse(os.path.exists(console.previous(self.path)))
-        self.assertFalse(console.rotate(os.path.join(self.directory, "missing"), 200))
-
-    def test_rotates(self) -> None:
-        """
-        A log past half of the size: its newest half, from a line's start, becomes console.log.1 (0600,
-        replacing the last one) and the log is emptied; the tail reads on across both.
-        """
-        self.write(b"older\n" * 10, console.previous(self.path))
-        self.write(b"".join(b"line %03d\n" % i for i in range(100)))  # 900 bytes
-        self.assertTrue(console.rotate(self.path, 1000))
-        self.assertEqual(os.path.getsize(self.path), 0)
-        with open(console.previous(self.path), "rb") as f:
-            kept = f.read()
-        self.assertEqual(kept, b"".join(b"line %03d\n" % i for i in range(45, 100)))
-        self.assertEqual(stat.S_IMODE(os.stat(console.previous(self.path)).st_mode), 0o600)
-        self.assertEqual(console.tail(self.path, 2, NO_LIMIT), ("line 098\nline 099\n", 2))
-        self.assertEqual(sorted(os.listdir(self.directory)), ["console.log", "console.log.1"])
-
-    def test_appender_starts_over(self) -> None:
-        """What QEMU (O_APPEND) writes after a rotation lands at the log's new start, not past a hole."""
-        writer = os.open(self.write(b"x" * 900 + b"\n"), os.O_WRONLY | os.O_APPEND)
-        self.addCleanup(os.close, writer)
-        self.assertTrue(console.rotate(self.path, 1000))
-        os.write(writer, b"next\n")
-        with open(self.path, "rb") as f:
-            self.assertEqual(f.read(), b"next\n")
-
-    def test_bounded(self) -> None:
-        """However a guest writes, rotating after each write keeps both files within the size."""
-        writer = os.open(self.write(b""), os.O_WRONLY | os.O_APPEND)
-        self.addCleanup(os.close, writer)
-        for i in range(2000):
-            os.write(writer, b"message %d\n" % i * (i % 7))
-            console.rotate(self.path, 4096)
-            files = [self.path, console.previous(self.path)]
-            total = sum(os.path.getsize(path) for path in files if os.path.exists(path))
-            self.assertLessEqual(total, 4096 + 7 * 14)
-        self.assertTrue(console.tail(self.path, 1, NO_LIMIT)[0].startswith("message 1999\n"))
-
-    def test_no_links(self) -> None:
-        """A link in the log's place is neither followed nor truncated."""
-        target = self.write(b"z" * 5000, os.path.join(self.directory, "elsewhere"))
-        os.symlink(target, self.path)
-        self.assertRaises(OSError, console.rotate, self.path, 1000)
-        self.assertEqual(os.path.getsize(target), 5000)
-
-    def test_copy_fails(self) -> None:
-        """When the older part cannot be written (a full disk), the log is emptied all the same."""
-        self.write(b"z\n" * 1000)
-        os.makedirs(os.path.join(console.previous(self.path) + ".partial", "in-the-way"))
-        self.assertTrue(console.rotate(self.path, 1000))
-        self.assertEqual(os.path.getsize(self.path), 0)
-        self.assertFalse(os.path.exists(console.previous(self.path)))
-
-    def test_hole_is_not_counted(self) -> None:
-        """Only data counts: a log that is mostly a hole (a QEMU without O_APPEND) is not rotated for it."""
-        with open(self.path, "wb") as f:
-            f.seek(1 << 20)
-            f.write(b"data\n")
-        with open(self.path, "rb") as f:
-            if os.lseek(f.fileno(), 0, os.SEEK_DATA) == 0:
-                self.skipTest("this file system does not report holes")
-        self.assertFalse(console.rotate(self.path, 64 * 1024))

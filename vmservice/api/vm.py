@@ -3,6 +3,10 @@
 Per-VM routes that read a node: its description, its console log and its
 agent's health.
 
+The console (``GET /vm/{hostname}/logs``) is a tail of at most :data:`MAX_LINES`
+lines, or, for ``lines=0``, all the daemon keeps of it, streamed
+(:mod:`.console_body`).
+
 The description (``GET /vm/{hostname}``) is the node's listing entry plus
 what a user needs to see of it (:mod:`vmservice.nodes.description`): fields
 the daemon does not know are left out.

@@ -4,8 +4,8 @@ A node's serial console log: bounded on disk, read from its end, or read
 whole chunk by chunk.
 
 QEMU appends the guest's console to ``console.log`` (``append=on``: every
-write lands at the file's end).  :func:`rotate`, run for every node by
-:mod:`.console_rotation`, bounds it: once the log holds more than half of
+write lands at the file's end).  :func:`.console_rotation.rotate`, run for
+every node, bounds it: once the log holds more than half of
 the configured size, its newest half becomes ``console.log.1`` and the log
 is truncated, QEMU's next write landing at its start.  The two files hold
 the configured size at most, plus what the guest writes between two checks.
@@ -65,12 +65,12 @@ def _unreadable(error: OSError) -> Internal:
     return Internal(f"cannot read the console log: {error}", code="log_read_failed")
 
 
-def _data_start(fd: int, size: int) -> int:
+def data_start(fd: int, size: int) -> int:
     """
     Where the data of the file ``fd`` begins: past a hole at its start, which a
     QEMU writing without ``O_APPEND`` (started before the log was bounded,
     then adopted) leaves when it writes on at its old offset after a
-    truncation.  A hole costs no disk and is never read.
+    truncation.  A hole costs no disk and is never read nor counted.
     """
     try:
         return os.lseek(fd, 0, os.SEEK_DATA)
@@ -79,7 +79,8 @@ def _data_start(fd: int, size: int) -> int:
         return size if error.errno == errno.ENXIO else 0
 
 
-def _check_regular(fd: int, path: str) -> os.stat_result:
+def regular_file(fd: int, path: str) -> os.stat_result:
+    """The status of the open file ``fd`` (named ``path``); ``OSError`` unless it is a regular file."""
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         raise OSError(errno.EINVAL, "not a regular file", path)
@@ -115,8 +116,8 @@ def _open_window(path: str, limit: int) -> tuple[list[int], list[_Range], bool]:
             except FileNotFoundError:
                 continue
             fds.append(fd)
-            size = _check_regular(fd, name).st_size
-            parts.insert(0, _Range(fd, _data_start(fd, size), size))
+            size = regular_file(fd, name).st_size
+            parts.insert(0, _Range(fd, data_start(fd, size), size))
     except OSError as error:
         for fd in fds:
             os.close(fd)
@@ -347,84 +348,4 @@ class ConsoleStream:
         return self._blocking(self._text.close)
 
 
-def rotate(path: str, size: int) -> bool:
-    """
-    Bound the console log ``path`` and its older part to ``size`` bytes.
-
-    Once the log holds more than half of ``size``, its newest half (from the
-    beginning of a line, when one begins in its first block) is copied into
-    ``console.log.1`` (written beside it, 0600, and renamed over the last
-    one) and the log is truncated to nothing.  QEMU appends, so its next
-    write lands at the log's new start.  What the guest writes during the
-    copy is copied too, up to ``size`` bytes in all; what it writes between
-    the copy's last read and the truncation (one system call later) is lost.
-    When the copy cannot be written (a full disk), the log is truncated all
-    the same: the bound matters most then.
-
-    Only data counts: a hole at the log's start (see :func:`_data_start`)
-    is neither counted nor copied.
-
-    :return: whether it rotated.
-    :raise OSError: the log cannot be opened or truncated.
-    """
-    half = size // 2
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return False
-    try:
-        info = _check_regular(fd, path)
-        if min(info.st_size, info.st_blocks * 512) <= half:
-            return False
-        data_start = _data_start(fd, info.st_size)
-        start = max(data_start, info.st_size - half)
-        kept = _copy_out(fd, start, start > data_start, size, previous(path))
-        os.ftruncate(fd, 0)
-    finally:
-        os.close(fd)
-    if kept is not None:
-        os.replace(kept, previous(path))
-    return True
-
-
-def _copy_out(fd: int, start: int, align: bool, most: int, final: str) -> str | None:
-    """
-    Copy the file ``fd`` from ``start`` to its end (``most`` bytes at most)
-    into a new file beside ``final``: its path, or ``None`` when it could
-    not be written (then it is removed).  With ``align``, the copy begins
-    after the first newline of its first block, if there is one.
-    """
-    partial = final + ".partial"
-    try:
-        try:
-            os.unlink(partial)  # left by a daemon that died during a rotation
-        except FileNotFoundError:
-            pass
-        out = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError:
-        return None
-    try:
-        position, copied = start, 0
-        while copied < most:
-            block = os.pread(fd, min(BLOCK, most - copied), position)
-            if not block:
-                break
-            position += len(block)
-            if align:
-                align = False
-                end = block.find(b"\n")
-                block = block[end + 1:]
-            view = memoryview(block)
-            while view:
-                written = os.write(out, view)
-                view = view[written:]
-            copied += len(block)
-    except OSError:
-        os.close(out)
-        os.unlink(partial)
-        return None
-    os.close(out)
-    return partial
-
-
-__all__ = ["BLOCK", "PREVIOUS", "ConsoleStream", "ConsoleText", "previous", "rotate", "tail"]
+__all__ = ["BLOCK", "PREVIOUS", "ConsoleStream", "ConsoleText", "data_start", "previous", "regular_file", "tail"]
