@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import threading
 import time
@@ -27,13 +28,28 @@ FLOOD_LINES = 60_000
 #: guest's console (0.5-0.75 MB/s measured under TCG here), with room for a busy host's late timer.
 SLACK = 2560 * 1024
 
-_FLOOD = (
-    "import os\n"
-    "fd = os.open('/dev/ttyS0', os.O_WRONLY | os.O_NOCTTY)\n"
-    f"for i in range({FLOOD_LINES}):\n"
-    "    os.write(fd, b'flood %08d ' % i + b'x' * 84 + b'\\n')\n"
-    "os.write(fd, b'flood done\\n')\n"
-)
+
+
+def _flood(lines: int) -> str:
+    """A Python program that writes ``lines`` numbered lines of 100 bytes to the console, then ``flood done``."""
+    return (
+        "import os\n"
+        "fd = os.open('/dev/ttyS0', os.O_WRONLY | os.O_NOCTTY)\n"
+        f"for i in range({lines}):\n"
+        "    os.write(fd, b'flood %08d ' % i + b'x' * 84 + b'\\n')\n"
+        "os.write(fd, b'flood done\\n')\n"
+    )
+
+
+def _size(log: str) -> int:
+    """What console.log and console.log.1 hold together."""
+    found = 0
+    for path in (log, log + ".1"):
+        try:
+            found += os.stat(path).st_size
+        except FileNotFoundError:
+            pass
+    return found
 
 
 class FloodTests(SynchronousTestCase):
@@ -49,19 +65,13 @@ class FloodTests(SynchronousTestCase):
         daemon.start()
         daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=4m", {}, expect=201)
         log = os.path.join(daemon.state_dir, "nodes", "demo-1", "console.log")
-        files = (log, log + ".1")
 
         def total() -> int:
-            found = 0
-            for path in files:
-                try:
-                    found += os.stat(path).st_size
-                except FileNotFoundError:
-                    pass
-            return found
+            return _size(log)
 
         done: list[tuple[int, str]] = []
-        writer = threading.Thread(target=lambda: done.append(daemon.run("demo-1", f"python3 -c \"{_FLOOD}\"")))
+        flood = _flood(FLOOD_LINES)
+        writer = threading.Thread(target=lambda: done.append(daemon.run("demo-1", f"python3 -c \"{flood}\"")))
         started = time.monotonic()
         writer.start()
         largest = 0
@@ -94,3 +104,44 @@ class FloodTests(SynchronousTestCase):
         self.assertEqual(whole["lines"], len(whole["content"].splitlines()))
         first = whole["content"].splitlines()[0]
         self.assertTrue(first.startswith("flood ") and len(first) == 99, first)  # whole lines only
+
+    def test_grown_while_no_daemon_ran(self) -> None:
+        """
+        A guest that writes while its daemon is gone (killed with SIGKILL, its VM left running) grows
+        its log past the bound; the next daemon cuts it down as it starts, adopts the node, and logs
+        answers with the newest lines.
+        """
+        ensure_image()
+        daemon = Daemon(accel="tcg", console_log_size="64K")
+        self.addCleanup(daemon.cleanup)
+        daemon.start()
+        daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=4m", {}, expect=201)
+        log = os.path.join(daemon.state_dir, "nodes", "demo-1", "console.log")
+        # Detached (its own session, no pipe of the exec held), it floods 1.5 MB once the daemon is gone.
+        detached = (
+            "import os, time\n"
+            "if os.fork() == 0:\n"
+            "    os.setsid()\n"
+            "    null = os.open('/dev/null', os.O_RDWR)\n"
+            "    for fd in (0, 1, 2):\n"
+            "        os.dup2(null, fd)\n"
+            "    time.sleep(2)\n"
+            + "".join(f"    {line}\n" for line in _flood(15_000).splitlines())
+            + "os._exit(0)\n"
+        )
+        code, _ = daemon.run("demo-1", f"python3 -c \"{detached}\"")
+        self.assertEqual(code, 0)
+        daemon.stop(signal.SIGKILL)
+        assert daemon.process is not None and daemon.process.stdout is not None
+        daemon.process.stdout.close()
+        daemon.wait_for("the guest's writing, with no daemon", lambda: _size(log) >= 1_500_000, 120)
+        grown = _size(log)
+        daemon.start()
+        daemon.wait_for("the log to be cut down", lambda: _size(log) <= BOUND, 30)
+        daemon.wait_status("demo-1", "Running")
+        self.assertIn("adopted node demo-1", daemon.log())
+        # The newest lines: the flood's end, then what the guest printed since (its agent's connections).
+        tail = daemon.json("GET", "/vm/demo-1/logs?lines=0")["content"].splitlines()
+        self.assertIn("flood done", tail)
+        self.assertTrue(tail[tail.index("flood done") - 1].startswith("flood 00014999 "), tail)
+        print(f"\nthe log held {grown} bytes when the next daemon started")
