@@ -1042,6 +1042,26 @@ class TcgTbSizeTests(SynchronousTestCase):
             self.assertTrue(str(error).startswith("config.tcg_tb_size_mb: "), str(error))
 
 
+class ConsoleLogSizeTests(SynchronousTestCase):
+    """``console_log_size``: how much of each node's serial console is kept on disk."""
+
+    def test_default(self) -> None:
+        """4 MiB unless said otherwise."""
+        self.assertEqual(_parse("config: {}\n").console_log_size, 4 * 1024 * 1024)
+
+    def test_given(self) -> None:
+        """A size with a unit or in bytes, from 64K to 1G."""
+        self.assertEqual(_parse("config: {console_log_size: 64K}\n").console_log_size, 64 * 1024)
+        self.assertEqual(_parse("config: {console_log_size: 1G}\n").console_log_size, 1024**3)
+        self.assertEqual(_parse("config: {console_log_size: 1048576}\n").console_log_size, 1024 * 1024)
+
+    def test_bad(self) -> None:
+        """Too small, too large, negative or not a size: one line naming the key."""
+        for text in ("1K", "65535", "2G", "-1", "lots", "true"):
+            error = self.assertRaises(ConfigError, _parse, f"config: {{console_log_size: {text}}}\n")
+            self.assertTrue(str(error).startswith("config.console_log_size: "), str(error))
+
+
 class CodehostTests(SynchronousTestCase):
     """
     ``codehost_url`` and ``codehost_timeout``: where ``codehost_user``'s keys

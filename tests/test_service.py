@@ -41,12 +41,15 @@ class MakeServiceTests(SynchronousTestCase):
         )
 
     def test_tree(self) -> None:
-        """The daemon is the fleet (inside the range claims) and the API listener, not started yet."""
+        """
+        The daemon is the fleet, the console logs' rotation and the stats sampler (inside the range claims)
+        and the API listener, not started yet.
+        """
         top = make_service(self.config(), MemoryReactorClock())
         names = sorted(type(service).__name__ for service in top)
         self.assertEqual(names, ["StreamServerEndpointService", "_Claimed"])
         [claimed] = [service for service in top if type(service).__name__ == "_Claimed"]
-        self.assertEqual([service.name for service in claimed], ["fleet", "stats-sampler"])
+        self.assertEqual([service.name for service in claimed], ["fleet", "console-rotation", "stats-sampler"])
         self.assertFalse(top.running)
 
     def test_limits(self) -> None:
@@ -76,7 +79,7 @@ class MakeServiceTests(SynchronousTestCase):
         """stats_interval 0: no sampling of the nodes' statistics for /metrics."""
         top = make_service(self.config(stats_interval=0), MemoryReactorClock())
         [claimed] = [service for service in top if type(service).__name__ == "_Claimed"]
-        self.assertEqual([service.name for service in claimed], ["fleet"])
+        self.assertEqual([service.name for service in claimed], ["fleet", "console-rotation"])
 
     def test_missing_image(self) -> None:
         """An image the configuration names that is not built stops the start with one line."""

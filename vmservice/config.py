@@ -100,6 +100,12 @@ DEFAULT_TEMPLATES_TMPFS_DIR = "/dev/shm"
 DEFAULT_TEMPLATES_TMPFS_BUDGET = 2 * GiB
 #: The longest ``stats_interval``.
 MAX_STATS_INTERVAL = 3600.0
+#: Bytes of a node's serial console kept on disk (``console.log`` and ``console.log.1`` together) unless
+#: ``console_log_size`` says otherwise; a guest writes its console at ~0.5-0.75 MB/s under TCG here.
+DEFAULT_CONSOLE_LOG_SIZE = 4 * MiB
+#: The smallest and largest ``console_log_size``.
+MIN_CONSOLE_LOG_SIZE = 64 * KiB
+MAX_CONSOLE_LOG_SIZE = GiB
 #: What a VM is taken to hold beyond its guest RAM unless ``admission.vm_overhead`` says otherwise: QEMU
 #: itself and, under TCG, its translation cache (measured: 260-295 MB resident for 128 MiB guests).
 DEFAULT_VM_OVERHEAD = 160 * MiB
@@ -512,6 +518,9 @@ class Config:
         may hold at once; a template that would exceed it is not built.
     :ivar admission: The memory budget and the bound on cold boots.
     :ivar limits: The bounds on what clients and guests make the daemon hold.
+    :ivar console_log_size: Bytes of each node's serial console kept on disk
+        (the log and its rotated older part together; see
+        :mod:`vmservice.nodes.console_rotation`), and the most a logs request reads.
     """
 
     api: ApiConfig = ApiConfig()
@@ -530,6 +539,7 @@ class Config:
     admission: AdmissionConfig = AdmissionConfig()
     tcg_tb_size_mb: int = DEFAULT_TCG_TB_SIZE_MB
     limits: LimitsConfig = LimitsConfig()
+    console_log_size: int = DEFAULT_CONSOLE_LOG_SIZE
 
     def group(self, name: str) -> HostGroupConfig | None:
         """
@@ -644,6 +654,7 @@ class _ConfigDocument:
     admission: _AdmissionDocument = _AdmissionDocument()
     tcg_tb_size_mb: int = DEFAULT_TCG_TB_SIZE_MB
     limits: _LimitsDocument = _LimitsDocument()
+    console_log_size: _Size = _Size(DEFAULT_CONSOLE_LOG_SIZE)
 
 
 def _structure_size(value: object, _type: object) -> _Size:
@@ -879,6 +890,7 @@ class _Resolver:
             admission=self.admission(document.admission, (*base, "admission")),
             tcg_tb_size_mb=self.tcg_tb_size_mb(document.tcg_tb_size_mb, (*base, "tcg_tb_size_mb")),
             limits=self.limits(document.limits, (*base, "limits")),
+            console_log_size=self.console_log_size(document.console_log_size, (*base, "console_log_size")),
         )
 
     def limits(self, document: _LimitsDocument, parts: Path) -> LimitsConfig:
@@ -936,6 +948,12 @@ class _Resolver:
         if not 0 <= size <= MAX_TCG_TB_SIZE_MB:
             raise self.error(parts, f"tcg_tb_size_mb {size} must be 0 (QEMU's default) or from 1 to "
                                     f"{MAX_TCG_TB_SIZE_MB} MiB")
+        return size
+
+    def console_log_size(self, size: int, parts: Path) -> int:
+        if not MIN_CONSOLE_LOG_SIZE <= size <= MAX_CONSOLE_LOG_SIZE:
+            raise self.error(parts, f"console_log_size {format_size(size)} must be from "
+                                    f"{format_size(MIN_CONSOLE_LOG_SIZE)} to {format_size(MAX_CONSOLE_LOG_SIZE)}")
         return size
 
     def stats_interval(self, seconds: float, parts: Path) -> float:

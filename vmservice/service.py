@@ -35,7 +35,9 @@ from .codehost import CodeHost
 from .config import Config
 from .listening import listening_service
 from .hypervisors.base import IHypervisor
-from .hypervisors.qemu import IProbeReactor, IQemuReactor, QemuDriver, QemuSettings, host_tsc_khz, probe_accel
+from .hypervisors.qemu import (
+    IProbeReactor, IQemuReactor, QemuDriver, QemuSettings, host_tsc_khz, probe_accel, sweep_probes,
+)
 from .images.store import Image, ImageNotFound, resolve_image
 from .metrics import STATUSES, Metrics
 from .nodestats_metrics import NodeStatsCollector, SnapshotSampler
@@ -45,6 +47,7 @@ from .network.ipam import pool
 from .nodes.addressing import Addressing
 from .nodes.admission import Admission, limits, mem_total
 from .nodes.background_limit import BackgroundLimit
+from .nodes.console_rotation import ConsoleRotation
 from .nodes.fleet import Fleet
 from .nodes.adoption import IdentityAdoption
 from .nodes.templates import TemplateStore
@@ -78,12 +81,23 @@ def _read_tsc_khz() -> int | None:
         return None
 
 
+def probe_directory(config: Config) -> str:
+    """The KVM probe's directory in the state directory: its monitor socket, which marks its QEMU."""
+    return os.path.join(config.state_dir, "probe")
+
+
 async def decide_driver(reactor: IDaemonReactor, config: Config, image: Image) -> IHypervisor:
-    """Probe for KVM (as configured), log the choice and why, and make the QEMU driver."""
+    """
+    Kill the probe QEMUs an earlier run left, probe for KVM (as configured),
+    log the choice and why, and make the QEMU driver.
+    """
+    for pid in sweep_probes(probe_directory(config)):
+        log.info("killed KVM probe process {pid}, left by an earlier run", pid=pid)
     tsc_khz = _read_tsc_khz()
     settings = QemuSettings(tsc_khz=tsc_khz)
     choice = await probe_accel(
-        reactor, settings.binary, image.kernel.path, image.initrd.path, config.accel, tsc_khz
+        reactor, settings.binary, image.kernel.path, image.initrd.path, config.accel, tsc_khz,
+        directory=probe_directory(config),
     )
     log.info("accelerator: {accel}: {reason}", accel=choice.accel, reason=choice.reason)
     return QemuDriver(reactor, QemuSettings(binary=settings.binary, accel=choice.accel, tsc_khz=tsc_khz,
@@ -263,6 +277,9 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
     claimed = _Claimed(claims)
     claimed.setServiceParent(top)  # type: ignore[no-untyped-call]  # Twisted's services are not annotated
     fleet.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
+    # After the fleet: its first round sees the nodes the fleet's start registered.
+    rotation = ConsoleRotation(reactor, fleet.consoles, parts.blocking, config.console_log_size)
+    rotation.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
     if config.stats_interval:
         sampler = SnapshotSampler(reactor, fleet.stats.all, config.stats_interval)
         metrics.registry.register(NodeStatsCollector(lambda: sampler.latest, lambda: {r.hostname for r in fleet.list()}))
