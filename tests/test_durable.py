@@ -14,7 +14,7 @@ from vmservice.durable import TEMPORARY, commit, write_atomic
 
 class DurableTests(SynchronousTestCase):
     def setUp(self) -> None:
-        self.directory = self.mktemp()
+        self.directory = os.path.abspath(self.mktemp())
         os.makedirs(self.directory)
 
     def test_write_atomic_leaves_no_temporary(self) -> None:
