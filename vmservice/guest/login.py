@@ -15,6 +15,22 @@ The node's login user and SSH keys, and its SSH server.
   :data:`SSHD_CONFIG` (keys only, no PAM, no passwords);
 - without keys, no SSH server is started.
 
+SSH host keys are each node's own.  No image holds any (a recipe build makes
+none, an import removes the container image's), so a cold-booted node makes
+its own when its SSH server first starts.  A clone or a fork's child starts
+with a copy of its template's or parent's disk and memory, and so of their
+keys and of a running SSH server (a fork's parent's): its adoption
+(:mod:`vmservice.guest.identity`), right after the reseed of the kernel's
+random generator and before its network is its own, stops that server
+(:func:`stop_inherited_sshd`: ``SIGKILL``, so it accepts no connection
+after) and marks the keys inherited.  After the adoption's answer, with the
+agent's other deferred start-up work, :func:`renew_host_keys` deletes them
+(every ``/etc/ssh/ssh_host_*_key`` and its ``.pub``) and, when a server was
+stopped, starts it again, with a key made then.  A ``login`` that comes
+sooner deletes them first itself.  The old keys are never served again; a
+copy of the parent's memory (the old server's included) is the child's,
+which no new key changes.
+
 The answer is ``{"user", "uid", "home", "created": bool, "sshd": "started" |
 "running" | "absent" | "off"}`` ("absent": the image has no SSH server).
 Keys a user adds inside the guest belong in ``~/.ssh/authorized_keys2``,
@@ -27,16 +43,22 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 from typing import Any, Optional
 
 from vmservice.guest.bodies import BodyHandler
 
-__all__ = ["LoginHandler", "SSHD", "SSHD_CONFIG", "System", "ensure_user", "sshd_config"]
+__all__ = ["HOST_KEY", "INHERITED", "LoginHandler", "SSHD", "SSHD_CONFIG", "System", "ensure_user", "renew_host_keys",
+           "sshd_config", "stop_inherited_sshd"]
 
 SSHD = "/usr/sbin/sshd"
 SSHD_CONFIG = "/etc/vmservice/sshd_config"
 SSHD_PID = "/run/sshd.pid"
+#: The host key of the SSH server the agent starts.
+HOST_KEY = "/etc/ssh/ssh_host_ed25519_key"
+#: Where host keys are (of any type: an image's own server may have others).
+HOST_KEY_DIR = "/etc/ssh"
 _USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
 #: Most bytes of authorized keys.
 MAX_KEYS = 256 * 1024
@@ -81,15 +103,26 @@ class System:
         if done.returncode != 0:
             raise OSError(f"{argv[0]} failed ({done.returncode}): {done.stdout.decode(errors='replace')[:300]}")
 
-    def sshd_running(self) -> bool:
-        """Whether the SSH server started earlier still runs."""
+    def sshd_pid(self) -> Optional[int]:
+        """The process of the SSH server started earlier, if it still runs."""
         try:
             with open(self.path(SSHD_PID)) as stream:
                 pid = int(stream.read().strip())
             with open(f"/proc/{pid}/comm") as stream:
-                return stream.read().strip() == "sshd"
+                return pid if stream.read().strip() == "sshd" else None
         except (OSError, ValueError):
-            return False
+            return None
+
+    def sshd_running(self) -> bool:
+        """Whether the SSH server started earlier still runs."""
+        return self.sshd_pid() is not None
+
+    def kill(self, pid: int) -> None:
+        """End process ``pid`` at once (``SIGKILL``); nothing if it is gone."""
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _replace(path: str, text: str, mode: int) -> None:
@@ -156,13 +189,82 @@ def install_keys(system: System, uid: int, gid: int, home: str, keys: str) -> No
     os.chown(path, uid, gid)
 
 
+class _Inherited:
+    """
+    What a clone's or fork child's adoption left for :func:`renew_host_keys`.
+
+    :ivar keys: the host keys on the disk are the template's or the parent's.
+    :ivar sshd: an SSH server ran (a copy of the parent's) and was stopped: start one again.
+    """
+
+    keys = False
+    sshd = False
+
+
+#: The agent's one record of it (an adoption sets it; the deferred work and ``login`` clear it).
+INHERITED = _Inherited()
+
+
+def stop_inherited_sshd(system: System) -> None:
+    """
+    In an adoption: stop the SSH server copied from the parent (if any) and mark the host keys inherited
+    (see the module's description).  A few system calls, no process started: it is on a clone's path.
+    """
+    INHERITED.keys = True
+    pid = system.sshd_pid()
+    if pid is not None:
+        system.kill(pid)
+        INHERITED.sshd = True
+        try:
+            os.unlink(system.path(SSHD_PID))
+        except FileNotFoundError:
+            pass
+
+
+def _delete_inherited_keys(system: System) -> list[str]:
+    """Delete the inherited host keys, once: their names."""
+    if not INHERITED.keys:
+        return []
+    INHERITED.keys = False
+    directory = system.path(HOST_KEY_DIR)
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+    deleted = []
+    for name in names:
+        if name.startswith("ssh_host_") and (name.endswith("_key") or name.endswith("_key.pub")):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except FileNotFoundError:
+                continue
+            deleted.append(name)
+    return deleted
+
+
+def renew_host_keys(system: System) -> str:
+    """
+    After a clone's or fork child's adoption (the agent's deferred work): delete the inherited host keys,
+    and start the SSH server again (with a new key) if the adoption stopped one.  What it did, for the log
+    (empty: nothing).
+    """
+    deleted = _delete_inherited_keys(system)
+    done = [f"deleted the inherited SSH host keys ({', '.join(deleted)})"] if deleted else []
+    if INHERITED.sshd:
+        INHERITED.sshd = False
+        done.append(f"SSH server {start_sshd(system)} with a new host key")
+    return "; ".join(done)
+
+
 def start_sshd(system: System) -> str:
     """Start the SSH server unless it runs: ``started``, ``running`` or ``absent``."""
+    # A login sooner than the adoption's deferred work must not start a server with the parent's keys.
+    _delete_inherited_keys(system)
     if not os.access(system.path(system.sshd), os.X_OK):
         return "absent"
     if system.sshd_running():
         return "running"
-    host_key = "/etc/ssh/ssh_host_ed25519_key"
+    host_key = HOST_KEY
     if not os.path.exists(system.path(host_key)):
         os.makedirs(system.path("/etc/ssh"), mode=0o755, exist_ok=True)
         system.run(["/usr/bin/ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "", "-f", system.path(host_key)])
