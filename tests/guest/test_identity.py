@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import socket
 import struct
 import time
@@ -116,7 +117,8 @@ class FakeRoute:
 class FakeSshSystem(login.System):
     """
     The SSH server's files rooted in a temporary directory; its process is :attr:`pid` (``None``: none
-    runs), ended by a recorded kill; programs are recorded, not run.
+    runs), the signals sent to it and the waits for its end recorded (in ``calls``, with the steps);
+    programs are recorded, not run.
     """
 
     def __init__(self, root: str, calls: list[Any]) -> None:
@@ -134,12 +136,17 @@ class FakeSshSystem(login.System):
     def sshd_pid(self) -> int | None:
         return self.pid
 
-    def kill(self, pid: int) -> None:
-        self.calls.append(("kill", pid))
-        self.pid = None
+    def signal(self, pid: int, number: int) -> None:
+        self.calls.append(("signal", pid, number))
+        if number == signal.SIGKILL:
+            self.pid = None
+
+    def wait_gone(self, pid: int, timeout: float = 5.0) -> None:
+        self.calls.append(("gone", pid))
 
     def run(self, argv: list[str]) -> None:
         self.ran.append(argv)
+        self.calls.append(("run", argv[0]))
         if argv[0] == self.sshd:
             self.pid = 99
 
@@ -313,9 +320,10 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
     def test_inherited_ssh_server_stopped_and_keys_renewed(self) -> None:
         """
         A fork's child whose parent ran the SSH server: right after the reseed (new keys come from the
-        reseeded generator) and before the clock and the network, that server is killed (it holds the
-        parent's host key) and its pid file removed; after the answer, with the deferred work, every
-        inherited host key is deleted and the server started again, with a key made then.
+        reseeded generator) and before the clock and the network, that server is stopped (it holds the
+        parent's host key; its exit would take the vCPU before the answer) and its pid file removed;
+        after the answer, with the deferred work, every inherited host key is deleted, the stopped server
+        killed and waited for (its port free), and a server started again with a key made then.
         """
         ssh = self.steps.ssh
         ssh.pid = 4321
@@ -323,7 +331,8 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
             stream.write("4321\n")
         self.write_host_keys()
         self.adopt()
-        self.assertEqual(self.calls[1:4], [("ioctl", RNDRESEEDCRNG, 0), ("kill", 4321), ("clock", LATER)])
+        self.assertEqual(self.calls[1:4], [("ioctl", RNDRESEEDCRNG, 0), ("signal", 4321, signal.SIGSTOP),
+                                           ("clock", LATER)])
         self.assertFalse(os.path.exists(ssh.path(login.SSHD_PID)))
         # Not on the path to the answer: no program run yet, the files still there.
         self.assertEqual(ssh.ran, [])
@@ -331,7 +340,8 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
         self.send(self.host.hello("host"))
         self.wait(agent.DEFERRED_DELAY)
         self.assertEqual(ssh.files("/etc/ssh"), ["sshd_config"])
-        self.assertEqual([argv[0] for argv in ssh.ran], ["/usr/bin/ssh-keygen", "/usr/sbin/sshd"])
+        self.assertEqual(self.calls[-4:], [("signal", 4321, signal.SIGKILL), ("gone", 4321),
+                                           ("run", "/usr/bin/ssh-keygen"), ("run", "/usr/sbin/sshd")])
         self.assertEqual(ssh.ran[0][-1], ssh.path(login.HOST_KEY))
         self.assertEqual(self.logged[-1], "deleted the inherited SSH host keys (ssh_host_ed25519_key, "
                                           "ssh_host_ed25519_key.pub, ssh_host_rsa_key, ssh_host_rsa_key.pub); "
@@ -344,12 +354,12 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
         """
         self.write_host_keys()
         self.adopt()
-        self.assertNotIn("kill", [call[0] for call in self.calls])
+        self.assertNotIn("signal", [call[0] for call in self.calls])
         self.send(self.host.hello("host"))
         self.wait(agent.DEFERRED_DELAY)
         self.assertEqual(self.steps.ssh.files("/etc/ssh"), ["sshd_config"])
         self.assertEqual(self.steps.ssh.ran, [])
-        self.assertFalse(login.INHERITED.keys or login.INHERITED.sshd)
+        self.assertEqual((login.INHERITED.keys, login.INHERITED.sshd), (False, None))
 
     def test_files_before_an_operation(self) -> None:
         """

@@ -22,11 +22,11 @@ with a copy of its template's or parent's disk and memory, and so of their
 keys and of a running SSH server (a fork's parent's): its adoption
 (:mod:`vmservice.guest.identity`), right after the reseed of the kernel's
 random generator and before its network is its own, stops that server
-(:func:`stop_inherited_sshd`: ``SIGKILL``, so it accepts no connection
-after) and marks the keys inherited.  After the adoption's answer, with the
+(:func:`stop_inherited_sshd`: ``SIGSTOP``, so it never runs again: it
+accepts no connection and sends no key) and marks the keys inherited.  After the adoption's answer, with the
 agent's other deferred start-up work, :func:`renew_host_keys` deletes them
 (every ``/etc/ssh/ssh_host_*_key`` and its ``.pub``) and, when a server was
-stopped, starts it again, with a key made then.  A ``login`` that comes
+stopped, ends it (``SIGKILL``) and starts one again, with a key made then.  A ``login`` that comes
 sooner deletes them first itself.  The old keys are never served again; a
 copy of the parent's memory (the old server's included) is the child's,
 which no new key changes.
@@ -45,6 +45,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from typing import Any, Optional
 
 from vmservice.guest.bodies import BodyHandler
@@ -105,8 +106,12 @@ class System:
 
     def sshd_pid(self) -> Optional[int]:
         """The process of the SSH server started earlier, if it still runs."""
+        path = self.path(SSHD_PID)
+        if not os.access(path, os.F_OK):
+            # The usual case on a clone's path: no exception raised and caught (paths translated anew).
+            return None
         try:
-            with open(self.path(SSHD_PID)) as stream:
+            with open(path) as stream:
                 pid = int(stream.read().strip())
             with open(f"/proc/{pid}/comm") as stream:
                 return pid if stream.read().strip() == "sshd" else None
@@ -117,12 +122,24 @@ class System:
         """Whether the SSH server started earlier still runs."""
         return self.sshd_pid() is not None
 
-    def kill(self, pid: int) -> None:
-        """End process ``pid`` at once (``SIGKILL``); nothing if it is gone."""
+    def signal(self, pid: int, number: int) -> None:
+        """Send signal ``number`` to process ``pid``; nothing if it is gone."""
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, number)
         except ProcessLookupError:
             pass
+
+    def wait_gone(self, pid: int, timeout: float = 5.0) -> None:
+        """Wait (at most ``timeout`` seconds) until process ``pid`` has ended: its sockets are closed."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat") as stream:
+                    if stream.read().rpartition(")")[2].split()[0] in ("Z", "X"):
+                        return
+            except OSError:
+                return
+            time.sleep(0.01)
 
 
 def _replace(path: str, text: str, mode: int) -> None:
@@ -194,11 +211,12 @@ class _Inherited:
     What a clone's or fork child's adoption left for :func:`renew_host_keys`.
 
     :ivar keys: the host keys on the disk are the template's or the parent's.
-    :ivar sshd: an SSH server ran (a copy of the parent's) and was stopped: start one again.
+    :ivar sshd: the process of the SSH server that ran (a copy of the parent's), stopped (``SIGSTOP``)
+        by the adoption, to be ended and replaced by one with a new key; ``None``: none ran.
     """
 
     keys = False
-    sshd = False
+    sshd: Optional[int] = None
 
 
 #: The agent's one record of it (an adoption sets it; the deferred work and ``login`` clear it).
@@ -209,16 +227,28 @@ def stop_inherited_sshd(system: System) -> None:
     """
     In an adoption: stop the SSH server copied from the parent (if any) and mark the host keys inherited
     (see the module's description).  A few system calls, no process started: it is on a clone's path.
+    The server is stopped (``SIGSTOP``: it never runs again, so it accepts no connection and sends no
+    key), not killed: its exit (the kernel tearing its memory down, translated anew under TCG) would
+    take the guest's one vCPU before the answer.  :func:`renew_host_keys` ends it after the answer.
     """
     INHERITED.keys = True
     pid = system.sshd_pid()
     if pid is not None:
-        system.kill(pid)
-        INHERITED.sshd = True
+        system.signal(pid, signal.SIGSTOP)
+        INHERITED.sshd = pid
         try:
             os.unlink(system.path(SSHD_PID))
         except FileNotFoundError:
             pass
+
+
+def _end_inherited_sshd(system: System) -> Optional[int]:
+    """End the SSH server the adoption stopped (if any), once it is gone (its port free): its pid."""
+    pid, INHERITED.sshd = INHERITED.sshd, None
+    if pid is not None:
+        system.signal(pid, signal.SIGKILL)
+        system.wait_gone(pid)
+    return pid
 
 
 def _delete_inherited_keys(system: System) -> list[str]:
@@ -250,16 +280,17 @@ def renew_host_keys(system: System) -> str:
     """
     deleted = _delete_inherited_keys(system)
     done = [f"deleted the inherited SSH host keys ({', '.join(deleted)})"] if deleted else []
-    if INHERITED.sshd:
-        INHERITED.sshd = False
+    if _end_inherited_sshd(system) is not None:
         done.append(f"SSH server {start_sshd(system)} with a new host key")
     return "; ".join(done)
 
 
 def start_sshd(system: System) -> str:
     """Start the SSH server unless it runs: ``started``, ``running`` or ``absent``."""
-    # A login sooner than the adoption's deferred work must not start a server with the parent's keys.
+    # A login sooner than the adoption's deferred work must not start a server with the parent's keys
+    # (nor try while the stopped one holds the port).
     _delete_inherited_keys(system)
+    _end_inherited_sshd(system)
     if not os.access(system.path(system.sshd), os.X_OK):
         return "absent"
     if system.sshd_running():
