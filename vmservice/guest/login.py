@@ -23,13 +23,14 @@ keys and of a running SSH server (a fork's parent's): its adoption
 (:mod:`vmservice.guest.identity`), right after the reseed of the kernel's
 random generator and before its network is its own, stops that server
 (:func:`stop_inherited_sshd`: ``SIGSTOP``, so it never runs again: it
-accepts no connection and sends no key) and marks the keys inherited.  After the adoption's answer, with the
-agent's other deferred start-up work, :func:`renew_host_keys` deletes them
-(every ``/etc/ssh/ssh_host_*_key`` and its ``.pub``) and, when a server was
-stopped, ends it (``SIGKILL``) and starts one again, with a key made then.  A ``login`` that comes
-sooner deletes them first itself.  The old keys are never served again; a
-copy of the parent's memory (the old server's included) is the child's,
-which no new key changes.
+accepts no connection and sends no key) and marks the keys inherited.
+After the adoption's answer, with the agent's other deferred start-up work,
+:func:`renew_host_keys` deletes them (every ``/etc/ssh/ssh_host_*_key`` and
+its ``.pub``) and, when a server was stopped, ends it (``SIGKILL``) and
+starts one again, with a key made then.  A ``login`` that comes sooner does
+both first itself.  The old keys are never served again; a copy of the
+parent's memory (the old server's included) is the child's, which no new
+key changes.
 
 The answer is ``{"user", "uid", "home", "created": bool, "sshd": "started" |
 "running" | "absent" | "off"}`` ("absent": the image has no SSH server).
