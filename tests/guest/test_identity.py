@@ -125,6 +125,8 @@ class FakeSshSystem(login.System):
         super().__init__(root)
         self.calls = calls
         self.pid: int | None = None
+        #: When the pid file was looked at: how many calls there were then.
+        self.looked: list[int] = []
         self.ran: list[list[str]] = []
         os.makedirs(self.path("/run"))
         os.makedirs(self.path(login.HOST_KEY_DIR))
@@ -134,6 +136,7 @@ class FakeSshSystem(login.System):
         os.chmod(self.path(self.sshd), 0o755)
 
     def sshd_pid(self) -> int | None:
+        self.looked.append(len(self.calls))
         return self.pid
 
     def signal(self, pid: int, number: int) -> None:
@@ -213,6 +216,7 @@ class FakeSteps:
         self.ssh = FakeSshSystem(os.path.join(root, "ssh-root"), calls)
         case.patch(AdoptHandler, "ssh_system", staticmethod(lambda: self.ssh))
         case.patch(login, "INHERITED", login._Inherited())
+        case.patch(login, "SERVER", login._Server())
         case.patch(AdoptHandler, "sync", staticmethod(lambda: calls.append("sync")))
         case.patch(AdoptHandler, "freeze_objects", staticmethod(lambda: calls.append("freeze")))
         #: The loop's and the handler's monotonic clock, in seconds.
@@ -327,6 +331,7 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
         """
         ssh = self.steps.ssh
         ssh.pid = 4321
+        login.SERVER.seen = True  # the parent's agent had started it
         with open(ssh.path(login.SSHD_PID), "w") as stream:
             stream.write("4321\n")
         self.write_host_keys()
@@ -349,17 +354,36 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
 
     def test_clone_without_ssh_server(self) -> None:
         """
-        A clone of a template (which runs no SSH server): nothing is killed and no program runs; host
+        A clone of a template (whose agent never started an SSH server): the adoption makes no system
+        call for it (not even the pid file is looked at), nothing is stopped and no program runs; host
         keys its disk holds are still deleted after the answer, so a server started later makes its own.
         """
         self.write_host_keys()
         self.adopt()
-        self.assertNotIn("signal", [call[0] for call in self.calls])
+        self.assertEqual([call for call in self.calls if call[0] == "signal"], [])
+        self.assertEqual(self.steps.ssh.looked, [])
         self.send(self.host.hello("host"))
         self.wait(agent.DEFERRED_DELAY)
+        self.assertEqual([call for call in self.calls if call[0] == "signal"], [])
         self.assertEqual(self.steps.ssh.files("/etc/ssh"), ["sshd_config"])
         self.assertEqual(self.steps.ssh.ran, [])
         self.assertEqual((login.INHERITED.keys, login.INHERITED.sshd), (False, None))
+
+    def test_server_the_agent_did_not_start(self) -> None:
+        """
+        An SSH server the agent did not know of (an earlier agent process started it and no login came
+        since, or someone did by hand with the usual pid file): the adoption leaves it alone, the deferred
+        work stops, ends and replaces it, as one the agent had started.
+        """
+        ssh = self.steps.ssh
+        ssh.pid = 777
+        self.adopt()
+        self.assertEqual(([call for call in self.calls if call[0] == "signal"], ssh.looked), ([], []))
+        self.send(self.host.hello("host"))
+        self.wait(agent.DEFERRED_DELAY)
+        self.assertEqual([call for call in self.calls if call[0] in ("signal", "gone", "run")], [
+            ("signal", 777, signal.SIGSTOP), ("signal", 777, signal.SIGKILL), ("gone", 777),
+            ("run", "/usr/bin/ssh-keygen"), ("run", "/usr/sbin/sshd")])
 
     def test_files_before_an_operation(self) -> None:
         """

@@ -55,6 +55,9 @@ class LoginTests(GuestSessionMixin, SynchronousTestCase):
         self.write("etc/shadow", "root:*:19000:0:99999:7:::\n")
         self.write("bin/bash", "")
         self.system = RecordingSystem(self.root)
+        # What the agent knows of its SSH server and of an adoption is the module's: each test its own.
+        self.patch(login_module, "SERVER", login_module._Server())
+        self.patch(login_module, "INHERITED", login_module._Inherited())
         self.start_session({"login": type("Handler", (LoginHandler,), {"system": self.system})})
         self.handshake()
 
@@ -105,7 +108,6 @@ class LoginTests(GuestSessionMixin, SynchronousTestCase):
         start the SSH server with the inherited host keys: it deletes them first, so the server's key is
         made anew; the deferred work then has nothing left to do.
         """
-        self.patch(login_module, "INHERITED", login_module._Inherited())
         login_module.INHERITED.keys = True
         os.makedirs(os.path.join(self.root, "usr/sbin"))
         self.write("usr/sbin/sshd", "")

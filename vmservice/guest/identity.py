@@ -9,15 +9,15 @@ In this order, each step only once the one before succeeded:
    reseed of its random generator (``RNDRESEEDCRNG``), first of all: a clone's
    generator state is the template's, so every clone would otherwise draw the
    same numbers;
-2. ``ssh``: the SSH server copied from the parent, if one runs, is stopped
+2. ``ssh``: the SSH server copied from the parent, if its agent started one, is stopped
    (``SIGSTOP``: it holds the parent's host key and would answer on the
    node's address once the network step made it the node's; stopped, it
    never runs again, and its exit is not on the path to the answer), and
    the host keys on the disk are marked inherited: after the answer they are
    deleted, and a stopped server ended and started again with a new key
    (:func:`vmservice.guest.login.renew_host_keys`, with the ``files`` step
-   below).  A template runs no SSH server, so for a clone this is one
-   ``access`` that finds no pid file;
+   below).  A template's agent never started an SSH server, so for a clone
+   this is one attribute read: no system call;
 3. ``clock``: the wall clock (the template's stood still while it was frozen);
 4. ``hostname``: the kernel's host name;
 5. ``network`` (with a net): eth0's MAC and ``IFF_UP`` (one ``RTM_NEWLINK``; a

@@ -23,7 +23,10 @@ keys and of a running SSH server (a fork's parent's): its adoption
 (:mod:`vmservice.guest.identity`), right after the reseed of the kernel's
 random generator and before its network is its own, stops that server
 (:func:`stop_inherited_sshd`: ``SIGSTOP``, so it never runs again: it
-accepts no connection and sends no key) and marks the keys inherited.
+accepts no connection and sends no key) and marks the keys inherited; a
+server the agent did not start (an earlier agent process's, not logged in
+since; one started by hand with the usual pid file) is stopped the same
+way with the deferred work below.
 After the adoption's answer, with the agent's other deferred start-up work,
 :func:`renew_host_keys` deletes them (every ``/etc/ssh/ssh_host_*_key`` and
 its ``.pub``) and, when a server was stopped, ends it (``SIGKILL``) and
@@ -224,15 +227,36 @@ class _Inherited:
 INHERITED = _Inherited()
 
 
+class _Server:
+    """
+    :ivar seen: this agent started an SSH server, or found it running at a login (a fork's child's copy
+        of its parent's agent says so too; a template's agent never did).
+    """
+
+    seen = False
+
+
+#: What the agent knows of its SSH server.
+SERVER = _Server()
+
+
 def stop_inherited_sshd(system: System) -> None:
     """
-    In an adoption: stop the SSH server copied from the parent (if any) and mark the host keys inherited
-    (see the module's description).  A few system calls, no process started: it is on a clone's path.
-    The server is stopped (``SIGSTOP``: it never runs again, so it accepts no connection and sends no
-    key), not killed: its exit (the kernel tearing its memory down, translated anew under TCG) would
-    take the guest's one vCPU before the answer.  :func:`renew_host_keys` ends it after the answer.
+    In an adoption: stop the SSH server copied from the parent (if the agent started one) and mark the
+    host keys inherited (see the module's description).  No process started: it is on a clone's path,
+    where it costs nothing (a template's agent never started a server: not even the pid file is looked
+    at, whose system calls a clone would translate anew).  The server is stopped (``SIGSTOP``: it never
+    runs again, so it accepts no connection and sends no key), not killed: its exit (the kernel tearing
+    its memory down, translated anew under TCG) would take the guest's one vCPU before the answer.
+    :func:`renew_host_keys` ends it after the answer.
     """
     INHERITED.keys = True
+    if SERVER.seen:
+        _stop_sshd(system)
+
+
+def _stop_sshd(system: System) -> None:
+    """Stop the SSH server of the pid file, if one runs, for :func:`_end_inherited_sshd`."""
     pid = system.sshd_pid()
     if pid is not None:
         system.signal(pid, signal.SIGSTOP)
@@ -279,6 +303,10 @@ def renew_host_keys(system: System) -> str:
     and start the SSH server again (with a new key) if the adoption stopped one.  What it did, for the log
     (empty: nothing).
     """
+    if INHERITED.sshd is None:
+        # One the agent did not know of: started by an earlier agent process not asked to log in since,
+        # or by hand with the usual pid file.
+        _stop_sshd(system)
     deleted = _delete_inherited_keys(system)
     done = [f"deleted the inherited SSH host keys ({', '.join(deleted)})"] if deleted else []
     if _end_inherited_sshd(system) is not None:
@@ -295,6 +323,7 @@ def start_sshd(system: System) -> str:
     if not os.access(system.path(system.sshd), os.X_OK):
         return "absent"
     if system.sshd_running():
+        SERVER.seen = True
         return "running"
     host_key = HOST_KEY
     if not os.path.exists(system.path(host_key)):
@@ -304,6 +333,7 @@ def start_sshd(system: System) -> str:
     os.makedirs(os.path.dirname(system.path(SSHD_CONFIG)), mode=0o755, exist_ok=True)
     _replace(system.path(SSHD_CONFIG), sshd_config(host_key), 0o644)
     system.run([system.sshd, "-f", SSHD_CONFIG])
+    SERVER.seen = True
     return "started"
 
 
