@@ -169,7 +169,8 @@ class AssembleTests(SynchronousTestCase):
         imported._assemble(self.root, self.image, lambda line: None)
         self.assertEqual(len(self.ran), 3)
         for argv, env, preload in self.ran:
-            self.assertEqual(argv[:2], ["chroot", self.root])
+            self.assertEqual((os.path.basename(argv[0]), argv[1]), ("chroot", self.root))
+            self.assertTrue(os.path.isabs(argv[0]), argv)
             self.assertFalse(preload, argv)
             self.assertEqual(env, {"PATH": "/opt/vmservice/runtime/bin", "LC_ALL": "C"})
         with open(os.path.join(self.root, "etc/ld.so.preload"), "rb") as stream:

@@ -127,6 +127,8 @@ def _run_checks(root: str, checks: list[tuple[list[str], str]]) -> None:
 
     :raises ImportFailed: when one fails.
     """
+    # Found with the host's PATH: subprocess looks a program up in the PATH of the environment it is given.
+    chroot = shutil.which("chroot") or "/usr/sbin/chroot"
     aside = []
     try:
         for relative in _LOADER_FILES:
@@ -135,7 +137,7 @@ def _run_checks(root: str, checks: list[tuple[list[str], str]]) -> None:
                 os.rename(path, f"{path}.vmservice-import")
                 aside.append(path)
         for argv, what in checks:
-            result = subprocess.run(["chroot", root, *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            result = subprocess.run([chroot, root, *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     text=True, check=False, env=_CHECK_ENVIRONMENT)
             if result.returncode != 0:
                 raise ImportFailed(f"{what} in the imported tree failed ({result.returncode}): "
