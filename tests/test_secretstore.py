@@ -5,12 +5,14 @@ names, limits, errors that never carry content, and the subscribers.
 
 from __future__ import annotations
 
+import base64
 import os
 import stat
 from datetime import datetime, timezone
 from typing import Any
 
 from twisted.internet.task import Clock
+from twisted.logger import formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice import durable, secretstore
@@ -211,3 +213,65 @@ class SecretStoreTests(SynchronousTestCase):
         stop()
         self.store.delete("a")
         self.assertEqual(self.changed, ["a", "a"])
+
+
+def captured_log(case: SynchronousTestCase) -> list[dict[str, Any]]:
+    """Every event logged from now until ``case`` ends (an observer on the global publisher)."""
+    events: list[dict[str, Any]] = []
+    globalLogPublisher.addObserver(events.append)
+    case.addCleanup(globalLogPublisher.removeObserver, events.append)
+    return events
+
+
+def logged_text(events: list[dict[str, Any]]) -> str:
+    """All the log says: each event formatted, its fields and any failure's traceback with its values."""
+    parts = []
+    for event in events:
+        parts.append(formatEvent(event))
+        parts.append(repr(event))
+        failure = event.get("log_failure")
+        if failure is not None:
+            parts.append(failure.getTraceback(detail="verbose"))
+    return "\n".join(parts)
+
+
+def assert_never_logged(case: SynchronousTestCase, events: list[dict[str, Any]], content: bytes) -> None:
+    """``content`` is nowhere in ``events``: not as text, bytes, base64 or hex."""
+    text = logged_text(events)
+    for form in (content.decode("latin-1"), repr(content), base64.b64encode(content).decode(), content.hex()):
+        case.assertNotIn(form, text)
+
+
+class NeverLoggedTests(SynchronousTestCase):
+    """
+    The store logs what happens to a secret, never its content, on every path: create, update (content
+    and attributes), read, resolve, delete, a failing subscriber, a damaged file.
+    """
+
+    def test_content_never_logged(self) -> None:
+        """Every change is logged by name and size only; the content, in any form, is in no event."""
+        secret = b"hunter2-never-logged-\x01\xff"
+        other = b"second-never-logged-content"
+        events = captured_log(self)
+        store = SecretStore(self.mktemp(), Clock())
+
+        def broken(name: str) -> None:
+            raise RuntimeError(f"subscriber failed on {name}")
+
+        store.subscribe(broken)
+        store.create(SecretSpec("db", secret))
+        store.update("db", SecretChange(data=other))
+        store.update("db", SecretChange(permissions=0o400))
+        self.assertEqual(store.get("db").data, other)
+        store.resolve(["db"])
+        store.delete("db")
+        store.create(SecretSpec("damaged", secret))
+        with open(os.path.join(store.directory, "damaged.secret"), "r+b") as stream:
+            stream.write(b"{not json")
+        self.assertRaises(ServiceError, store.get, "damaged")
+        self.flushLoggedErrors(RuntimeError)
+        text = logged_text(events)
+        for line in ("secret db created (", "secret db updated (", "secret db deleted", "damaged"):
+            self.assertIn(line, text)
+        for content in (secret, other):
+            assert_never_logged(self, events, content)

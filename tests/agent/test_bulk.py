@@ -97,6 +97,26 @@ class DownloadTests(_Case):
         self.successResultOf(download.done)
         self.assertEqual(got, [b"hi"])
 
+    def test_bulk_head_without_a_usable_size(self) -> None:
+        """
+        A bulk head whose size is no count of bytes (negative, a boolean) does not take the port: the
+        link is dropped, the head has no size, and what comes on the stream is the content, whole.
+        """
+        for size in (-5, True):
+            download = self.agent.download(DownloadRequest(path="/f"))
+            link, transport = self.connect()
+            stream = self.agent.streams[-1]
+            stream.deliver(encode_head({"ok": True, "result": {"type": "file", "name": "f", "mode": 0o644,
+                                                               "size": size, "bulk": True}}), b"whole content")
+            self.assertIsNone(self.successResultOf(download.head).size)
+            self.assertTrue(transport.disconnecting, size)
+            got: list[bytes] = []
+            download.deliver_to(got.append)
+            stream.end()
+            self.successResultOf(download.done)
+            self.assertEqual(b"".join(got), b"whole content", size)
+            link.connectionLost(Failure(ConnectionError()))
+
     def test_port_lost(self) -> None:
         """The port closing before the content is whole interrupts the copy and resets the stream."""
         download = self.agent.download(DownloadRequest(path="/f"))

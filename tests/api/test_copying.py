@@ -356,6 +356,86 @@ class CopyApiTests(SynchronousTestCase):
         self.assertFalse(self.transport.value().endswith(b"0\r\n\r\n"))
         self.flushLoggedErrors()
 
+    def test_download_head_values_made_safe(self) -> None:
+        """
+        A guest's head whose values the headers cannot carry (a type that is not ASCII, a name with a
+        surrogate no file name has or a separator, a mode beyond the permission bits, a size that is no
+        count of bytes) still gets a valid response, never a 500: the type is ``file``, the name header
+        is left out, the mode is its permission bits, and the length is the stream's (chunked).
+        """
+        for result, mode, length in (
+                ({"type": "f\u00efle", "name": "f", "mode": 0o644, "size": 4}, b"0644", b"4"),
+                ({"type": "file", "name": "\ud800", "mode": 0o644, "size": 4}, b"0644", b"4"),
+                ({"type": "file", "name": "../../etc/passwd", "mode": 0o644, "size": 4}, b"0644", b"4"),
+                ({"type": "file", "name": "x" * 256, "mode": 0o644, "size": 4}, b"0644", b"4"),
+                ({"type": "file", "name": "f\u0000", "mode": 0o644, "size": 4}, b"0644", b"4"),
+                ({"type": "file", "name": "f", "mode": 2**70 + 0o640, "size": 4}, b"0640", b"4"),
+                ({"type": "file", "name": "f", "mode": -1, "size": 4}, b"7777", b"4"),
+                ({"type": "file", "name": "f", "mode": 0o644, "size": -4}, b"0644", None),
+                ({"type": "file", "name": "f", "mode": 0o644, "size": True}, b"0644", None),
+                ({"type": "file", "name": "f", "mode": 0o644, "size": 2**64}, b"0644", None),
+                ({"type": "file", "name": "f", "mode": 0o644, "size": "4"}, b"0644", None)):
+            self.connect()
+            self.send("GET", "path=/f")
+            stream = self.streams[-1]
+            stream.deliver(encode_head({"ok": True, "result": result}) + b"DATA")
+            stream.end()
+            status, headers, body = self.response()
+            self.assertEqual((status, body), (200, b"DATA"), result)
+            self.assertEqual(headers[b"x-slicer-source-type"], b"file")
+            self.assertEqual(headers[b"x-service-file-mode"], mode)
+            self.assertEqual(headers.get(b"content-length"), length, result)
+            if result["name"] != "f":
+                self.assertNotIn(b"x-slicer-source-name-base64", headers)
+            self.assertFalse(self.transport.disconnecting, result)
+        self.assertEqual(self.flushLoggedErrors(), [])
+
+    def test_download_shorter_than_declared_aborts(self) -> None:
+        """
+        A guest that ends a file's stream cleanly before the size its head gave (the Content-Length) makes
+        the connection abort: the client sees a truncated body, not a finished response that would leave it
+        waiting for the rest (or read the next response as it).
+        """
+        self.send("GET", "path=/f")
+        stream = self.streams[-1]
+        stream.deliver(encode_head({"ok": True, "result": {"type": "file", "name": "f", "mode": 0o600, "size": 10}})
+                       + b"part")
+        stream.end()
+        self.assertTrue(self.transport.disconnecting)
+        status, headers, body = self.response()
+        self.assertEqual((status, headers[b"content-length"], body), (200, b"10", b"part"))
+        self.flushLoggedErrors()
+
+    def test_download_longer_than_declared_cut(self) -> None:
+        """
+        A guest that sends more than the size its head gave: the response gets exactly that many bytes (a
+        byte more would be read as the start of the next response), the guest's stream is reset and the
+        connection aborted; what the guest sends after is dropped.
+        """
+        self.send("GET", "path=/f")
+        stream = self.streams[-1]
+        stream.deliver(encode_head({"ok": True, "result": {"type": "file", "name": "f", "mode": 0o600, "size": 5}})
+                       + b"he")
+        stream.deliver(b"llo, and more")
+        stream.deliver(b"and more still")
+        self.assertEqual(stream.aborted[0], ResetCode.PROTOCOL_ERROR)
+        self.assertTrue(self.transport.disconnecting)
+        status, headers, body = self.response()
+        self.assertEqual((status, headers[b"content-length"], body), (200, b"5", b"hello"))
+        self.flushLoggedErrors()
+
+    def test_download_longer_in_the_first_chunk(self) -> None:
+        """The same when the extra bytes come with the head itself (before anything is written)."""
+        self.send("GET", "path=/f")
+        stream = self.streams[-1]
+        stream.deliver(encode_head({"ok": True, "result": {"type": "file", "name": "f", "mode": 0o600, "size": 3}})
+                       + b"abcdef")
+        self.assertEqual(stream.aborted[0], ResetCode.PROTOCOL_ERROR)
+        self.assertTrue(self.transport.disconnecting)
+        status, headers, body = self.response()
+        self.assertEqual((status, headers[b"content-length"], body), (200, b"3", b"abc"))
+        self.flushLoggedErrors()
+
     def test_download_client_gone(self) -> None:
         """A client that disconnects mid-download resets the stream."""
         self.send("GET", "path=/f")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import socket
 import struct
 import time
@@ -23,7 +24,7 @@ from tests.guest.session import FakeClock, GuestSessionMixin
 from tests.guest.test_agent import temp_dir
 from vmservice.guest import agent
 from vmservice.guest.agent import AgentContext
-from vmservice.guest import rtnetlink
+from vmservice.guest import login, rtnetlink
 from vmservice.guest.identity import (PERSIST_DELAY, RNDADDENTROPY, RNDRESEEDCRNG, SETTLE_LIMIT, SETTLE_POLL,
                                       AdoptHandler, add_entropy, hosts_file)
 from vmservice.guest.rtnetlink import Address, Message, NetlinkError
@@ -113,6 +114,49 @@ class FakeRoute:
         return self.dump if type_ == rtnetlink.RTM_GETADDR else []
 
 
+class FakeSshSystem(login.System):
+    """
+    The SSH server's files rooted in a temporary directory; its process is :attr:`pid` (``None``: none
+    runs), the signals sent to it and the waits for its end recorded (in ``calls``, with the steps);
+    programs are recorded, not run.
+    """
+
+    def __init__(self, root: str, calls: list[Any]) -> None:
+        super().__init__(root)
+        self.calls = calls
+        self.pid: int | None = None
+        #: When the pid file was looked at: how many calls there were then.
+        self.looked: list[int] = []
+        self.ran: list[list[str]] = []
+        os.makedirs(self.path("/run"))
+        os.makedirs(self.path(login.HOST_KEY_DIR))
+        os.makedirs(self.path("/usr/sbin"))
+        with open(self.path(self.sshd), "w"):
+            pass
+        os.chmod(self.path(self.sshd), 0o755)
+
+    def sshd_pid(self) -> int | None:
+        self.looked.append(len(self.calls))
+        return self.pid
+
+    def signal(self, pid: int, number: int) -> None:
+        self.calls.append(("signal", pid, number))
+        if number == signal.SIGKILL:
+            self.pid = None
+
+    def wait_gone(self, pid: int, timeout: float = 5.0) -> None:
+        self.calls.append(("gone", pid))
+
+    def run(self, argv: list[str]) -> None:
+        self.ran.append(argv)
+        self.calls.append(("run", argv[0]))
+        if argv[0] == self.sshd:
+            self.pid = 99
+
+    def files(self, directory: str) -> list[str]:
+        return sorted(os.listdir(self.path(directory)))
+
+
 class FakeSteps:
     """
     Replaces what :class:`AdoptHandler` touches for ``case``: the ioctl, the
@@ -169,6 +213,10 @@ class FakeSteps:
         case.patch(AdoptHandler, "metrics_ready", self.metrics_ready)
         case.patch(AdoptHandler, "proc", self.proc)
         case.patch(AdoptHandler, "persisted_machine_id", self.persisted)
+        self.ssh = FakeSshSystem(os.path.join(root, "ssh-root"), calls)
+        case.patch(AdoptHandler, "ssh_system", staticmethod(lambda: self.ssh))
+        case.patch(login, "INHERITED", login._Inherited())
+        case.patch(login, "SERVER", login._Server())
         case.patch(AdoptHandler, "sync", staticmethod(lambda: calls.append("sync")))
         case.patch(AdoptHandler, "freeze_objects", staticmethod(lambda: calls.append("freeze")))
         #: The loop's and the handler's monotonic clock, in seconds.
@@ -264,8 +312,78 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
         self.assertEqual(self.read("machine-id"), "0123456789abcdef0123456789abcdef\n")
         self.assertEqual(os.stat(os.path.join(self.etc, "machine-id")).st_mode & 0o777, 0o444)
         self.assertEqual(sorted(os.listdir(self.etc)), ["hostname", "hosts", "machine-id"])
-        self.assertRegex(self.logged[-1], r"\Aadopted clone-3 \(entropy \d+ ms, clock \d+ ms, hostname \d+ ms, "
+        self.assertRegex(self.logged[-1], r"\Aadopted clone-3 \(entropy \d+ ms, ssh \d+ ms, clock \d+ ms, hostname \d+ ms, "
                                           r"network \d+ ms, files \d+ ms; answered after \d+ ms\)\Z")
+
+    def write_host_keys(self) -> None:
+        for name in ("ssh_host_ed25519_key", "ssh_host_ed25519_key.pub", "ssh_host_rsa_key", "ssh_host_rsa_key.pub",
+                     "sshd_config"):
+            with open(self.steps.ssh.path(f"/etc/ssh/{name}"), "w") as stream:
+                stream.write("parent's\n")
+
+    def test_inherited_ssh_server_stopped_and_keys_renewed(self) -> None:
+        """
+        A fork's child whose parent ran the SSH server: right after the reseed (new keys come from the
+        reseeded generator) and before the clock and the network, that server is stopped (it holds the
+        parent's host key; its exit would take the vCPU before the answer) and its pid file removed;
+        after the answer, with the deferred work, every inherited host key is deleted, the stopped server
+        killed and waited for (its port free), and a server started again with a key made then.
+        """
+        ssh = self.steps.ssh
+        ssh.pid = 4321
+        login.SERVER.seen = True  # the parent's agent had started it
+        with open(ssh.path(login.SSHD_PID), "w") as stream:
+            stream.write("4321\n")
+        self.write_host_keys()
+        self.adopt()
+        self.assertEqual(self.calls[1:4], [("ioctl", RNDRESEEDCRNG, 0), ("signal", 4321, signal.SIGSTOP),
+                                           ("clock", LATER)])
+        self.assertFalse(os.path.exists(ssh.path(login.SSHD_PID)))
+        # Not on the path to the answer: no program run yet, the files still there.
+        self.assertEqual(ssh.ran, [])
+        self.assertIn("ssh_host_ed25519_key", ssh.files("/etc/ssh"))
+        self.send(self.host.hello("host"))
+        self.wait(agent.DEFERRED_DELAY)
+        self.assertEqual(ssh.files("/etc/ssh"), ["sshd_config"])
+        self.assertEqual(self.calls[-4:], [("signal", 4321, signal.SIGKILL), ("gone", 4321),
+                                           ("run", "/usr/bin/ssh-keygen"), ("run", "/usr/sbin/sshd")])
+        self.assertEqual(ssh.ran[0][-1], ssh.path(login.HOST_KEY))
+        self.assertEqual(self.logged[-1], "deleted the inherited SSH host keys (ssh_host_ed25519_key, "
+                                          "ssh_host_ed25519_key.pub, ssh_host_rsa_key, ssh_host_rsa_key.pub); "
+                                          "SSH server started with a new host key")
+
+    def test_clone_without_ssh_server(self) -> None:
+        """
+        A clone of a template (whose agent never started an SSH server): the adoption makes no system
+        call for it (not even the pid file is looked at), nothing is stopped and no program runs; host
+        keys its disk holds are still deleted after the answer, so a server started later makes its own.
+        """
+        self.write_host_keys()
+        self.adopt()
+        self.assertEqual([call for call in self.calls if call[0] == "signal"], [])
+        self.assertEqual(self.steps.ssh.looked, [])
+        self.send(self.host.hello("host"))
+        self.wait(agent.DEFERRED_DELAY)
+        self.assertEqual([call for call in self.calls if call[0] == "signal"], [])
+        self.assertEqual(self.steps.ssh.files("/etc/ssh"), ["sshd_config"])
+        self.assertEqual(self.steps.ssh.ran, [])
+        self.assertEqual((login.INHERITED.keys, login.INHERITED.sshd), (False, None))
+
+    def test_server_the_agent_did_not_start(self) -> None:
+        """
+        An SSH server the agent did not know of (an earlier agent process started it and no login came
+        since, or someone did by hand with the usual pid file): the adoption leaves it alone, the deferred
+        work stops, ends and replaces it, as one the agent had started.
+        """
+        ssh = self.steps.ssh
+        ssh.pid = 777
+        self.adopt()
+        self.assertEqual(([call for call in self.calls if call[0] == "signal"], ssh.looked), ([], []))
+        self.send(self.host.hello("host"))
+        self.wait(agent.DEFERRED_DELAY)
+        self.assertEqual([call for call in self.calls if call[0] in ("signal", "gone", "run")], [
+            ("signal", 777, signal.SIGSTOP), ("signal", 777, signal.SIGKILL), ("gone", 777),
+            ("run", "/usr/bin/ssh-keygen"), ("run", "/usr/sbin/sshd")])
 
     def test_files_before_an_operation(self) -> None:
         """

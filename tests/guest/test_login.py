@@ -18,6 +18,7 @@ from typing import Any
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.guest.session import GuestSessionMixin
+from vmservice.guest import login as login_module
 from vmservice.guest.login import SSHD_CONFIG, LoginHandler, System, ensure_user, sshd_config
 from vmservice.wire import ResetCode
 from vmservice.wire.events import Data, HalfClose, Open, Reset
@@ -54,6 +55,9 @@ class LoginTests(GuestSessionMixin, SynchronousTestCase):
         self.write("etc/shadow", "root:*:19000:0:99999:7:::\n")
         self.write("bin/bash", "")
         self.system = RecordingSystem(self.root)
+        # What the agent knows of its SSH server and of an adoption is the module's: each test its own.
+        self.patch(login_module, "SERVER", login_module._Server())
+        self.patch(login_module, "INHERITED", login_module._Inherited())
         self.start_session({"login": type("Handler", (LoginHandler,), {"system": self.system})})
         self.handshake()
 
@@ -96,6 +100,26 @@ class LoginTests(GuestSessionMixin, SynchronousTestCase):
         # Again (a reconnection): the keys are rewritten, the server is left running.
         answer = self.answer(self.login("root", KEY + "\n"))
         self.assertEqual(answer["sshd"], "running")
+        self.assertEqual(len(self.system.ran), 2)
+
+    def test_login_before_the_inherited_keys_are_deleted(self) -> None:
+        """
+        A login that comes after a clone's or fork child's adoption but before its deferred work does not
+        start the SSH server with the inherited host keys: it deletes them first, so the server's key is
+        made anew; the deferred work then has nothing left to do.
+        """
+        login_module.INHERITED.keys = True
+        os.makedirs(os.path.join(self.root, "usr/sbin"))
+        self.write("usr/sbin/sshd", "")
+        os.chmod(os.path.join(self.root, "usr/sbin/sshd"), 0o755)
+        os.makedirs(os.path.join(self.root, "etc/ssh"))
+        for name in ("ssh_host_ed25519_key", "ssh_host_ed25519_key.pub", "ssh_host_ecdsa_key", "sshd_config"):
+            self.write(f"etc/ssh/{name}", "template's\n")
+        answer = self.answer(self.login("root", KEY + "\n"))
+        self.assertEqual(answer["sshd"], "started")
+        self.assertEqual(os.listdir(os.path.join(self.root, "etc/ssh")), ["sshd_config"])
+        self.assertEqual([argv[0] for argv in self.system.ran], ["/usr/bin/ssh-keygen", "/usr/sbin/sshd"])
+        self.assertEqual(login_module.renew_host_keys(self.system), "")
         self.assertEqual(len(self.system.ran), 2)
 
     def test_new_user(self) -> None:

@@ -182,6 +182,37 @@ class ApplyLayerTests(SynchronousTestCase):
         self.apply(Entry("abs/.wh.victim"))
         self.assertTrue(os.path.exists(os.path.join(self.base, "victim")))
 
+    def test_whiteout_escape_refused(self) -> None:
+        """
+        A whiteout of ``..`` (``.wh...``) is refused and removes nothing: before, at the top of the layer it
+        removed the tree's parent with the tree and its siblings, and below it the directory's parent.
+        ``.wh..`` (the directory itself) and ``.wh.`` (which named the directory by ``os.path.join``) too.
+        """
+        with open(os.path.join(self.base, "sibling"), "wb") as stream:
+            stream.write(b"host")
+        self.apply(Entry("data/sub/file", data=b"x"))
+        for name in (".wh...", "data/.wh...", "data/sub/.wh...", "data/sub/.wh..", "data/sub/.wh.", ".wh.", ".wh.."):
+            error = self.assertRaises(OciError, self.apply, Entry(name))
+            self.assertIn("not one entry of its directory", str(error))
+        self.assertEqual(read(os.path.join(self.base, "sibling")), b"host")
+        self.assertEqual(read(os.path.join(self.root, "data/sub/file")), b"x")
+        self.assertEqual(sorted(os.listdir(self.base)), ["root", "sibling"])
+
+    def test_whiteout_name_with_separator(self) -> None:
+        """
+        A whiteout whose name would hold a separator once the tar's name is split is refused; a backslash
+        is a separator in a layer's names (it is read as one), so it never reaches a whiteout's name.
+        """
+        from vmservice.images import oci
+
+        for name in (".wh.a\\..", ".wh.a/b", ".wh.a\0b"):
+            self.assertRaises(OciError, oci._whiteout_target, name, name)
+        self.assertEqual(oci._whiteout_target("x/.wh.name", ".wh.name"), "name")
+        self.assertEqual(oci._whiteout_target("x/.wh...dots", ".wh...dots"), "..dots")
+        self.apply(Entry("data/..dots", data=b"x"), Entry("data/keep", data=b"y"))
+        self.apply(Entry("data/.wh...dots"))
+        self.assertEqual(os.listdir(os.path.join(self.root, "data")), ["keep"])
+
     def test_fifo(self) -> None:
         """
         A named pipe is made as one.

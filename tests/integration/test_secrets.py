@@ -159,3 +159,35 @@ class SecretsTests(SharedDaemonTestCase):
         self.daemon.post(f"/vm/{host}/restore?wait=agent&timeout=2m")
         self.poll("the secret changed while suspended", host, "cat /run/secrets/k; stat -c ' %a' /run/secrets/k",
                   "after 400\n", timeout=max(30.0, 120.0 - (time.monotonic() - started)))
+
+    def test_content_never_logged(self) -> None:
+        """
+        A secret's content, unique to this test, never appears in the daemon's log (nor in the node's
+        console log), in any form a log line could hold it (the text, its base64, its hex): through its
+        create, a node created with it, an update placed again in that running node, the node's suspend
+        and restore, and the secret's delete.
+        """
+        content = f"never-logged-{os.urandom(12).hex()}".encode()
+        changed = f"never-logged-too-{os.urandom(12).hex()}".encode()
+        self.assertEqual(self.send("POST", "/secrets", {"name": "unlogged", "data": b64(content)})[0], 201)
+        host = self.daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=3m", {"secrets": ["unlogged"]},
+                                expect=201)["hostname"]
+        self.assertEqual(self.run_in(host, "cat /run/secrets/unlogged"), content.decode())
+        self.assertEqual(self.send("PATCH", "/secrets/unlogged", {"data": b64(changed)})[0], 200)
+        self.poll("the new content in the guest", host, "cat /run/secrets/unlogged", changed.decode())
+        self.daemon.post(f"/vm/{host}/suspend")
+        self.daemon.post(f"/vm/{host}/restore?wait=agent&timeout=2m")
+        self.poll("the secret after the restore", host, "cat /run/secrets/unlogged", changed.decode())
+        self.assertEqual(self.send("DELETE", "/secrets/unlogged")[0], 200)
+        self.poll("the file gone from the guest", host, "ls /run/secrets", "")
+        log = self.daemon.log()
+        # The log did see all of it.
+        for line in ("secret unlogged created", f"placing secret unlogged again in node {host}",
+                     f"suspended node {host}", f"restored node {host}", "secret unlogged deleted"):
+            self.assertIn(line, log)
+        with open(os.path.join(self.daemon.state_dir, "nodes", host, "console.log"), errors="replace") as stream:
+            console = stream.read()
+        for data in (content, changed):
+            for form in (data.decode(), b64(data), data.hex()):
+                self.assertNotIn(form, log)
+                self.assertNotIn(form, console)

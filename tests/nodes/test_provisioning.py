@@ -17,6 +17,7 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakes import FleetHarness
+from tests.test_secretstore import assert_never_logged, captured_log, logged_text
 from vmservice.config import HostGroupConfig
 from vmservice.errors import BadRequest, Internal, WaitTimeout
 from vmservice.nodes.model import CreateRequest, NodeRecord, Wait
@@ -86,6 +87,34 @@ class ProvisioningTests(SynchronousTestCase):
         self.assertEqual(self.h.agents[1].requests, [])
         self.h.secrets.delete("db-password")
         self.assertEqual(requests[2][0]["entries"], [])
+
+    def test_secrets_never_logged(self) -> None:
+        """
+        Placing secrets at a create, placing a changed one again in the running node that holds it (also
+        when the guest refuses it), and deleting it: the log names the secret and the node, never its
+        content, in any form.
+        """
+        secret, changed = b"hunter2-never-logged-\x01\xff", b"changed-never-logged-content"
+        events = captured_log(self)
+        self.h.secrets.put("token", secret)
+        d = self.create(CreateRequest(secrets=("token",)), Wait.AGENT, group="plain")
+        agent = self.h.agents[0]
+        agent.ready()
+        self.successResultOf(d)
+        self.h.secrets.put("token", changed)
+        self.assertEqual(agent.requests[-1][1], changed)
+
+        async def refuse(header: object, limit: int, body: bytes = b"") -> bytes:
+            return json.dumps({"nonsense": True}).encode()
+
+        agent.request = refuse  # type: ignore[method-assign]
+        self.h.secrets.put("token", secret)
+        self.h.secrets.delete("token")
+        text = logged_text(events)
+        self.assertIn("placing secret token again in node plain-1", text)
+        self.assertIn("could not place the secrets of node plain-1 again", text)
+        for content in (secret, changed):
+            assert_never_logged(self, events, content)
 
     def test_every_connection_configures_again(self) -> None:
         """Each new agent connection (reboot, restore, daemon restart) places secrets and login again."""

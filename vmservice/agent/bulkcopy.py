@@ -31,7 +31,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ..errors import AgentError, GuestErrorKind
-from ..nodes.guest_files import DownloadRequest, IUpload, UploadRequest, UploadResult
+from ..nodes.guest_files import DownloadRequest, IUpload, UploadRequest, UploadResult, usable_size
 from ..wire import ResetCode
 from ..wire.bulk import encode_upload_end
 from ..wire.payloads import decode_head
@@ -308,7 +308,7 @@ class BulkDownload(GuestDownload):
         result = reply.get("result") if isinstance(reply, dict) else None
         size = result.get("size") if isinstance(result, dict) else None
         link = self._link
-        if link is not None and isinstance(result, dict) and result.get("bulk") is True and isinstance(size, int):
+        if link is not None and isinstance(result, dict) and result.get("bulk") is True and usable_size(size):
             self._bulk_size = size
         elif link is not None:
             self._link = None

@@ -26,7 +26,8 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ..errors import AgentError, GuestErrorKind
-from ..nodes.guest_files import DownloadHead, DownloadRequest, IDownload, IUpload, UploadRequest, UploadResult
+from ..nodes.guest_files import (DownloadHead, DownloadRequest, IDownload, IUpload, UploadRequest, UploadResult,
+                                 usable_name, usable_size)
 from ..wire.payloads import decode_head
 from ..wire import ResetCode
 from .channel import Channel
@@ -166,6 +167,24 @@ def start_upload(agent: Channel, request: UploadRequest) -> GuestUpload:
     return GuestUpload(stream, protocol)
 
 
+def download_head(result: Any) -> DownloadHead:
+    """
+    The :class:`DownloadHead` of the guest's head ``result``, each value made one the response can carry
+    (the guest is untrusted, and these go into the response's headers): a type other than ``directory``
+    is ``file``; a name that is no file's base name (:func:`usable_name`) is none; the mode is its
+    permission bits; a size that is no count of bytes (:func:`usable_size`) is none (the response is then
+    chunked, its end the stream's).  Whether the content then has that size is checked as it arrives.
+
+    :raises KeyError: (or ``TypeError``, ``ValueError``) without a type, name or integer mode.
+    """
+    kind, name, mode, size = result["type"], result["name"], result["mode"], result.get("size")
+    if type(mode) is not int:
+        raise TypeError("the mode is not an integer")
+    return DownloadHead(type="directory" if kind == "directory" else "file",
+                        name=name if usable_name(name) else "", mode=mode & 0o7777,
+                        size=size if usable_size(size) else None)
+
+
 @implementer(IHalfCloseableProtocol)
 class _DownloadProtocol(Protocol):
     """Parses the head, then passes content on (holding it until there is a writer)."""
@@ -213,7 +232,9 @@ class GuestDownload:
         :class:`~vmservice.errors.AgentError` (not found, a directory in
         binary mode ...).
     :ivar done: fires once all content was delivered, or fails with an
-        :class:`~vmservice.errors.AgentError` of kind ``INTERRUPTED``.
+        :class:`~vmservice.errors.AgentError` of kind ``INTERRUPTED``: also when
+        the content is not the size the head gave (the guest's stream is then
+        reset, and no byte past that size is delivered).
     """
 
     def __init__(self) -> None:
@@ -224,6 +245,10 @@ class GuestDownload:
         self._finished = False
         self._head_ok = False
         self._aborted = False
+        #: The head's size: the content must be exactly that many bytes.
+        self._declared: Optional[int] = None
+        #: Bytes of content received so far (delivered or pending).
+        self._received = 0
         self.delivered = 0
         self.head: Deferred[DownloadHead] = Deferred()
         self.done: Deferred[None] = Deferred()
@@ -237,8 +262,7 @@ class GuestDownload:
     def _headed(self, reply: Any, rest: bytes) -> None:
         try:
             result = reply_value(reply, "copy")
-            head = DownloadHead(type=str(result["type"]), name=str(result["name"]), mode=int(result["mode"]),
-                                size=result.get("size") if isinstance(result.get("size"), int) else None)
+            head = download_head(result)
         except AgentError as e:
             self._head_failed(Failure(e))
             return
@@ -246,18 +270,44 @@ class GuestDownload:
             self._head_failed(Failure(_malformed("the guest's copy head is incomplete")))
             return
         self._head_ok = True
-        if rest:
-            self._pending.append(rest)
-        self._regulate()
+        self._declared = head.size
         self.head.callback(head)
+        if rest:
+            # After the head's callback: the content checked against its size may fail the copy, which
+            # comes after the head.
+            self._content(rest)
+        self._regulate()
 
     def _content(self, data: bytes) -> None:
+        if self.done.called:
+            return
+        declared = self._declared
+        if declared is not None and self._received + len(data) > declared:
+            # More than the head said: what fits goes on, then the copy fails (the HTTP response, whose
+            # Content-Length was the head's size, must not get a byte more).
+            data = data[:declared - self._received]
+            self._received += len(data)
+            if data:
+                self._deliver(data)
+            self._lied(f"the guest sent more than the {declared} bytes it declared")
+            return
+        self._received += len(data)
+        self._deliver(data)
+
+    def _deliver(self, data: bytes) -> None:
         if self._write is None:
             self._pending.append(data)
             self._regulate()
             return
         self.delivered += len(data)
         self._write(data)
+
+    def _lied(self, message: str) -> None:
+        """The content does not match the head: the copy fails, the guest's stream is reset."""
+        self._finished = True
+        self.done.errback(AgentError(GuestErrorKind.INTERRUPTED, f"the copy was cut short: {message}"))
+        if self._stream is not None:
+            self._stream.abortConnection(ResetCode.PROTOCOL_ERROR, "content does not match the head")
 
     def _ended(self, reason: Failure, headed: bool) -> None:
         self._finished = True
@@ -272,6 +322,8 @@ class GuestDownload:
             if not self._aborted:
                 lost = stream_error(reason, "the copy")
                 self.done.errback(AgentError(GuestErrorKind.INTERRUPTED, f"the copy was cut short: {lost}"))
+        elif self._declared is not None and self._received < self._declared:
+            self._lied(f"the guest ended the copy after {self._received} of the {self._declared} bytes it declared")
         elif self._write is not None:
             self.done.callback(None)
 
@@ -336,6 +388,7 @@ __all__ = [
     "GuestDownload",
     "GuestUpload",
     "MAX_UPLOAD_REPLY",
+    "download_head",
     "download_header",
     "start_download",
     "start_upload",

@@ -14,7 +14,12 @@
   the way its source is).  The download is the response's push producer,
   so a client that reads slowly withholds the guest's credit.  A failure after
   the headers aborts the connection, so the client sees a truncated body
-  rather than a complete-looking one.
+  rather than a complete-looking one.  What the guest says is untrusted: the
+  head's values reach the headers only as the agent code made them safe
+  (:class:`~vmservice.nodes.guest_files.DownloadHead`; a name that is no
+  file's name is left out like the root's), and a file whose content is not
+  the size its head gave (the ``Content-Length``) fails the download
+  after the headers: cut at that size and the connection aborted.
 
 Both speak the legacy modes (``binary``, ``tar``: ``path`` is the file or
 the directory itself) and the ``cp-v1-*`` modes, which place an upload the
@@ -211,7 +216,7 @@ class CopyApi:
         request.setHeader(b"X-Service-File-Mode", mode)
         request.setHeader(b"X-Slicer-File-Mode", mode)
         request.setHeader(b"X-Slicer-Source-Type", head.type.encode("ascii"))
-        if head.name != "/":
+        if head.name not in ("", "/"):
             request.setHeader(b"X-Slicer-Source-Name-Base64", name_header(head.name))
         request.setHeader(b"Cache-Control", b"no-store")
         if not tar and head.size is not None:

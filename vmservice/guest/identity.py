@@ -9,9 +9,18 @@ In this order, each step only once the one before succeeded:
    reseed of its random generator (``RNDRESEEDCRNG``), first of all: a clone's
    generator state is the template's, so every clone would otherwise draw the
    same numbers;
-2. ``clock``: the wall clock (the template's stood still while it was frozen);
-3. ``hostname``: the kernel's host name;
-4. ``network`` (with a net): eth0's MAC and ``IFF_UP`` (one ``RTM_NEWLINK``; a
+2. ``ssh``: the SSH server copied from the parent, if its agent started one, is stopped
+   (``SIGSTOP``: it holds the parent's host key and would answer on the
+   node's address once the network step made it the node's; stopped, it
+   never runs again, and its exit is not on the path to the answer), and
+   the host keys on the disk are marked inherited: after the answer they are
+   deleted, and a stopped server ended and started again with a new key
+   (:func:`vmservice.guest.login.renew_host_keys`, with the ``files`` step
+   below).  A template's agent never started an SSH server, so for a clone
+   this is one attribute read: no system call;
+3. ``clock``: the wall clock (the template's stood still while it was frozen);
+4. ``hostname``: the kernel's host name;
+5. ``network`` (with a net): eth0's MAC and ``IFF_UP`` (one ``RTM_NEWLINK``; a
    device that refuses a new MAC while up is taken down for it), its addresses
    flushed (``RTM_GETADDR``'s dump, an ``RTM_DELADDR`` for each of eth0's), the
    new address (``RTM_NEWADDR``) and the default route via the gateway
@@ -45,7 +54,7 @@ drawn after the reseed.  A failed step answers ``{"error": "adoption_failed",
 "step": ..., "message": ...}`` and the session goes on; an invalid request is
 refused (BAD_HEADER).
 
-5. ``files``: ``/etc/hostname`` and ``/etc/hosts`` (as the guest's ``rc`` writes
+6. ``files``: ``/etc/hostname`` and ``/etc/hosts`` (as the guest's ``rc`` writes
    them at boot) and ``/etc/machine-id``, each written beside and renamed over
    the old one, after the answer, as the agent's deferred start-up work is
    (:func:`vmservice.guest.agent.run_deferred`): before the first operation
@@ -59,8 +68,11 @@ refused (BAD_HEADER).
    and the virtio disk: kernel paths a clone would translate anew under TCG,
    about 0.1-0.3 s of it and megabytes of translation cache).  A failure there
    can no longer be answered: it is logged on the console and the files keep
-   the template's content.
-6. ``persist``: :data:`PERSIST_DELAY` seconds after the files, the machine-id is kept on
+   the template's content.  Then the inherited SSH host keys are deleted and
+   a stopped SSH server started again (``ssh-keygen`` and ``sshd``: two
+   processes, so not on the path to the answer; only a fork's child whose
+   parent ran one pays them).
+7. ``persist``: :data:`PERSIST_DELAY` seconds after the files, the machine-id is kept on
    the root file system too (:data:`PERSISTED_MACHINE_ID`: the hostname, then
    the machine-id, each on a line; synced), where the guest's ``rc`` finds it
    again at boot (a reboot, a reset or a relaunch) if the hostname is still its
@@ -70,8 +82,8 @@ refused (BAD_HEADER).
    has no machine-id, as a cold-booted node), as a reset within the file
    system's commit interval lost the file written at once before.
 
-Standard library only, and no process started (a fork and an exec cost under TCG,
-and adopting is on the path of every clone).
+Standard library only, and no process started before the answer (a fork and an
+exec cost under TCG, and adopting is on the path of every clone).
 """
 
 from __future__ import annotations
@@ -87,6 +99,8 @@ from typing import Any, Callable, Mapping, Optional, Protocol
 from vmservice.guest import agent
 from vmservice.guest.agent import GuestStream
 from vmservice.guest.bodies import BodyHandler
+from vmservice.guest.login import System as LoginSystem
+from vmservice.guest.login import renew_host_keys, stop_inherited_sshd
 from vmservice.guest.metrics import READY_FILE as METRICS_READY
 from vmservice.guest.rtnetlink import (IFA_ADDRESS, IFA_LOCAL, IFF_UP, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP,
                                        NLM_F_EXCL, NLM_F_REPLACE, RT_SCOPE_UNIVERSE, RTM_DELADDR, RTM_GETADDR,
@@ -136,7 +150,8 @@ class RouteChannel(Protocol):
 class AdoptionFailed(Exception):
     """A step of the adoption failed.
 
-    :ivar step: which one (``entropy``, ``clock``, ``hostname``, ``network``; ``files`` after the answer).
+    :ivar step: which one (``entropy``, ``ssh``, ``clock``, ``hostname``, ``network``; ``files`` after the
+        answer).
     """
 
     def __init__(self, step: str, message: str) -> None:
@@ -223,6 +238,8 @@ class AdoptHandler(BodyHandler):
     interface_index: Callable[[str], int] = staticmethod(socket.if_nametoindex)
     #: The interface the network step configures.
     interface = "eth0"
+    #: The files and programs of the SSH server (:class:`~vmservice.guest.login.System`); tests replace it.
+    ssh_system: Callable[[], LoginSystem] = LoginSystem
 
     def __init__(self, stream: GuestStream, header: Mapping[str, Any]) -> None:
         super().__init__(stream, header)
@@ -260,6 +277,7 @@ class AdoptHandler(BodyHandler):
         answered = time.monotonic()
         # Before the first operation that could read them, else a moment later (agent.run_deferred).
         agent.DEFERRED.append(lambda: self._write_files(request, (answered - started) * 1000))
+        agent.DEFERRED.append(self._renew_host_keys)
         self.stream.loop.call_later(agent.DEFERRED_DELAY, agent.run_deferred)
 
     def _settle(self) -> None:
@@ -298,6 +316,16 @@ class AdoptHandler(BodyHandler):
         agent._log(f"adopted {request.hostname} ({', '.join(self._timings)}; answered after {answered_ms:.0f} ms)")
         self.stream.loop.call_later(PERSIST_DELAY, lambda: self._persist(request))
 
+    def _renew_host_keys(self) -> None:
+        """The inherited SSH host keys deleted, a stopped SSH server started again with a new one."""
+        try:
+            done = renew_host_keys(self.ssh_system())
+        except Exception as failure:  # the loop must go on: the host was answered already
+            agent._log(f"renewing the SSH host keys failed: {failure}")
+            return
+        if done:
+            agent._log(done)
+
     def _persist(self, request: AdoptionRequest) -> None:
         """The ``persist`` step: the hostname and machine-id on the root file system."""
         try:
@@ -309,6 +337,8 @@ class AdoptHandler(BodyHandler):
     def _adopt(self, request: AdoptionRequest) -> int:
         self._timings: list[str] = []
         self._step("entropy", self._entropy, request.entropy)
+        # After the reseed (new keys come from the reseeded generator), before the network is the node's.
+        self._step("ssh", self._stop_sshd, None)
         context = self.stream.context
         previous = context.realtime_ns()
         self._step("clock", context.set_realtime_ns, request.wall_clock_ns)
@@ -333,6 +363,9 @@ class AdoptHandler(BodyHandler):
             add_entropy(fd, entropy, self.ioctl)
         finally:
             os.close(fd)
+
+    def _stop_sshd(self, _: None) -> None:
+        stop_inherited_sshd(self.ssh_system())
 
     def _hostname(self, hostname: str) -> None:
         self.set_kernel_hostname(hostname)

@@ -15,6 +15,26 @@ The node's login user and SSH keys, and its SSH server.
   :data:`SSHD_CONFIG` (keys only, no PAM, no passwords);
 - without keys, no SSH server is started.
 
+SSH host keys are each node's own.  No image holds any (a recipe build makes
+none, an import removes the container image's), so a cold-booted node makes
+its own when its SSH server first starts.  A clone or a fork's child starts
+with a copy of its template's or parent's disk and memory, and so of their
+keys and of a running SSH server (a fork's parent's): its adoption
+(:mod:`vmservice.guest.identity`), right after the reseed of the kernel's
+random generator and before its network is its own, stops that server
+(:func:`stop_inherited_sshd`: ``SIGSTOP``, so it never runs again: it
+accepts no connection and sends no key) and marks the keys inherited; a
+server the agent did not start (an earlier agent process's, not logged in
+since; one started by hand with the usual pid file) is stopped the same
+way with the deferred work below.
+After the adoption's answer, with the agent's other deferred start-up work,
+:func:`renew_host_keys` deletes them (every ``/etc/ssh/ssh_host_*_key`` and
+its ``.pub``) and, when a server was stopped, ends it (``SIGKILL``) and
+starts one again, with a key made then.  A ``login`` that comes sooner does
+both first itself.  The old keys are never served again; a copy of the
+parent's memory (the old server's included) is the child's, which no new
+key changes.
+
 The answer is ``{"user", "uid", "home", "created": bool, "sshd": "started" |
 "running" | "absent" | "off"}`` ("absent": the image has no SSH server).
 Keys a user adds inside the guest belong in ``~/.ssh/authorized_keys2``,
@@ -27,16 +47,23 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
+import time
 from typing import Any, Optional
 
 from vmservice.guest.bodies import BodyHandler
 
-__all__ = ["LoginHandler", "SSHD", "SSHD_CONFIG", "System", "ensure_user", "sshd_config"]
+__all__ = ["HOST_KEY", "INHERITED", "LoginHandler", "SSHD", "SSHD_CONFIG", "System", "ensure_user", "renew_host_keys",
+           "sshd_config", "stop_inherited_sshd"]
 
 SSHD = "/usr/sbin/sshd"
 SSHD_CONFIG = "/etc/vmservice/sshd_config"
 SSHD_PID = "/run/sshd.pid"
+#: The host key of the SSH server the agent starts.
+HOST_KEY = "/etc/ssh/ssh_host_ed25519_key"
+#: Where host keys are (of any type: an image's own server may have others).
+HOST_KEY_DIR = "/etc/ssh"
 _USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
 #: Most bytes of authorized keys.
 MAX_KEYS = 256 * 1024
@@ -81,15 +108,42 @@ class System:
         if done.returncode != 0:
             raise OSError(f"{argv[0]} failed ({done.returncode}): {done.stdout.decode(errors='replace')[:300]}")
 
-    def sshd_running(self) -> bool:
-        """Whether the SSH server started earlier still runs."""
+    def sshd_pid(self) -> Optional[int]:
+        """The process of the SSH server started earlier, if it still runs."""
+        path = self.path(SSHD_PID)
+        if not os.access(path, os.F_OK):
+            # The usual case on a clone's path: no exception raised and caught (paths translated anew).
+            return None
         try:
-            with open(self.path(SSHD_PID)) as stream:
+            with open(path) as stream:
                 pid = int(stream.read().strip())
             with open(f"/proc/{pid}/comm") as stream:
-                return stream.read().strip() == "sshd"
+                return pid if stream.read().strip() == "sshd" else None
         except (OSError, ValueError):
-            return False
+            return None
+
+    def sshd_running(self) -> bool:
+        """Whether the SSH server started earlier still runs."""
+        return self.sshd_pid() is not None
+
+    def signal(self, pid: int, number: int) -> None:
+        """Send signal ``number`` to process ``pid``; nothing if it is gone."""
+        try:
+            os.kill(pid, number)
+        except ProcessLookupError:
+            pass
+
+    def wait_gone(self, pid: int, timeout: float = 5.0) -> None:
+        """Wait (at most ``timeout`` seconds) until process ``pid`` has ended: its sockets are closed."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat") as stream:
+                    if stream.read().rpartition(")")[2].split()[0] in ("Z", "X"):
+                        return
+            except OSError:
+                return
+            time.sleep(0.01)
 
 
 def _replace(path: str, text: str, mode: int) -> None:
@@ -156,13 +210,122 @@ def install_keys(system: System, uid: int, gid: int, home: str, keys: str) -> No
     os.chown(path, uid, gid)
 
 
+class _Inherited:
+    """
+    What a clone's or fork child's adoption left for :func:`renew_host_keys`.
+
+    :ivar keys: the host keys on the disk are the template's or the parent's.
+    :ivar sshd: the process of the SSH server that ran (a copy of the parent's), stopped (``SIGSTOP``)
+        by the adoption, to be ended and replaced by one with a new key; ``None``: none ran.
+    """
+
+    keys = False
+    sshd: Optional[int] = None
+
+
+#: The agent's one record of it (an adoption sets it; the deferred work and ``login`` clear it).
+INHERITED = _Inherited()
+
+
+class _Server:
+    """
+    :ivar seen: this agent started an SSH server, or found it running at a login (a fork's child's copy
+        of its parent's agent says so too; a template's agent never did).
+    """
+
+    seen = False
+
+
+#: What the agent knows of its SSH server.
+SERVER = _Server()
+
+
+def stop_inherited_sshd(system: System) -> None:
+    """
+    In an adoption: stop the SSH server copied from the parent (if the agent started one) and mark the
+    host keys inherited (see the module's description).  No process started: it is on a clone's path,
+    where it costs nothing (a template's agent never started a server: not even the pid file is looked
+    at, whose system calls a clone would translate anew).  The server is stopped (``SIGSTOP``: it never
+    runs again, so it accepts no connection and sends no key), not killed: its exit (the kernel tearing
+    its memory down, translated anew under TCG) would take the guest's one vCPU before the answer.
+    :func:`renew_host_keys` ends it after the answer.
+    """
+    INHERITED.keys = True
+    if SERVER.seen:
+        _stop_sshd(system)
+
+
+def _stop_sshd(system: System) -> None:
+    """Stop the SSH server of the pid file, if one runs, for :func:`_end_inherited_sshd`."""
+    pid = system.sshd_pid()
+    if pid is not None:
+        system.signal(pid, signal.SIGSTOP)
+        INHERITED.sshd = pid
+        try:
+            os.unlink(system.path(SSHD_PID))
+        except FileNotFoundError:
+            pass
+
+
+def _end_inherited_sshd(system: System) -> Optional[int]:
+    """End the SSH server the adoption stopped (if any), once it is gone (its port free): its pid."""
+    pid, INHERITED.sshd = INHERITED.sshd, None
+    if pid is not None:
+        system.signal(pid, signal.SIGKILL)
+        system.wait_gone(pid)
+    return pid
+
+
+def _delete_inherited_keys(system: System) -> list[str]:
+    """Delete the inherited host keys, once: their names."""
+    if not INHERITED.keys:
+        return []
+    INHERITED.keys = False
+    directory = system.path(HOST_KEY_DIR)
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+    deleted = []
+    for name in names:
+        if name.startswith("ssh_host_") and (name.endswith("_key") or name.endswith("_key.pub")):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except FileNotFoundError:
+                continue
+            deleted.append(name)
+    return deleted
+
+
+def renew_host_keys(system: System) -> str:
+    """
+    After a clone's or fork child's adoption (the agent's deferred work): delete the inherited host keys,
+    and start the SSH server again (with a new key) if the adoption stopped one.  What it did, for the log
+    (empty: nothing).
+    """
+    if INHERITED.sshd is None:
+        # One the agent did not know of: started by an earlier agent process not asked to log in since,
+        # or by hand with the usual pid file.
+        _stop_sshd(system)
+    deleted = _delete_inherited_keys(system)
+    done = [f"deleted the inherited SSH host keys ({', '.join(deleted)})"] if deleted else []
+    if _end_inherited_sshd(system) is not None:
+        done.append(f"SSH server {start_sshd(system)} with a new host key")
+    return "; ".join(done)
+
+
 def start_sshd(system: System) -> str:
     """Start the SSH server unless it runs: ``started``, ``running`` or ``absent``."""
+    # A login sooner than the adoption's deferred work must not start a server with the parent's keys
+    # (nor try while the stopped one holds the port).
+    _delete_inherited_keys(system)
+    _end_inherited_sshd(system)
     if not os.access(system.path(system.sshd), os.X_OK):
         return "absent"
     if system.sshd_running():
+        SERVER.seen = True
         return "running"
-    host_key = "/etc/ssh/ssh_host_ed25519_key"
+    host_key = HOST_KEY
     if not os.path.exists(system.path(host_key)):
         os.makedirs(system.path("/etc/ssh"), mode=0o755, exist_ok=True)
         system.run(["/usr/bin/ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "", "-f", system.path(host_key)])
@@ -170,6 +333,7 @@ def start_sshd(system: System) -> str:
     os.makedirs(os.path.dirname(system.path(SSHD_CONFIG)), mode=0o755, exist_ok=True)
     _replace(system.path(SSHD_CONFIG), sshd_config(host_key), 0o644)
     system.run([system.sshd, "-f", SSHD_CONFIG])
+    SERVER.seen = True
     return "started"
 
 

@@ -11,7 +11,14 @@ the root file system; the rest comes from the default image, built first if need
   with an ``/etc/inittab`` that runs them with the runtime's shell, ``/sbin/init`` becomes busybox init,
   and the runtime (:mod:`vmservice.images.runtime`) goes to ``/opt/vmservice/runtime``: a busybox and a
   Python 3.11 of our own, so the image needs neither a shell nor Python nor any particular C library;
-- the mount points and, when the image has none, ``/etc/passwd`` and ``/etc/group`` with ``root``.
+- the mount points and, when the image has none, ``/etc/passwd`` and ``/etc/group`` with ``root``;
+- the image's SSH host keys (``/etc/ssh/ssh_host_*``) are removed: every node of the image would share
+  them; each node's guest makes its own when its SSH server first starts (:mod:`vmservice.guest.login`).
+
+The tree is the image's, so nothing of it is trusted on the host: ``/etc/vmservice`` and ``/opt/vmservice``
+are replaced by fresh directories before our files go in (a link left there would take a write out of the
+tree), and our programs run in it (``chroot``) with an environment of ours and without the image's
+``/etc/ld.so.preload``.
 
 The result lands in the image directory like a recipe build: ``<NAME>-<digest>/`` holding ``vmlinux``,
 ``initrd.img``, ``rootfs.ext4`` and ``manifest.json``, and the link ``<NAME>``. The digest covers the
@@ -51,6 +58,16 @@ HEADROOM_MIB = 64
 
 # Directories that our files go into: made real directories when the image has symbolic links there.
 _OUR_DIRECTORIES = ("etc", "etc/vmservice", "opt", "opt/vmservice", "opt/vmservice/bin")
+# Directories wholly ours: whatever the image has there is removed first, so that no symbolic link it left
+# inside (``opt/vmservice/vmservice -> /root``, ``etc/vmservice/runtime -> /etc/passwd``) takes one of our
+# writes out of the tree onto the host.
+_OUR_TREES = ("etc/vmservice", "opt/vmservice")
+# The files the dynamic loader reads whatever its command line says: moved aside while our programs run in
+# the tree on the host (an image's ``/etc/ld.so.preload`` would load its library into them, as root).
+_LOADER_FILES = ("etc/ld.so.preload",)
+# The environment of our programs run in the tree: nothing of the importing shell's (``LD_PRELOAD``, a
+# locale whose files the image would provide).
+_CHECK_ENVIRONMENT = {"PATH": f"{RUNTIME_DIR}/bin", "LC_ALL": "C"}
 
 
 class ImportFailed(Exception):
@@ -87,19 +104,53 @@ def _validate_name(name: str) -> None:
     raise ImportFailed(f"{name!r} is the name of a recipe image; import under another name")
 
 
-def _real_directory(root: str, relative: str) -> str:
-    """Make ``relative`` a real directory of the tree (replacing a symbolic link or file); its host path."""
+def _real_directory(root: str, relative: str, empty: bool = False) -> str:
+    """
+    Make ``relative`` a real directory of the tree (replacing a symbolic link or file); its host path.
+    Its parents must be real directories already.
+
+    :param empty: remove what the image has there first.
+    """
     path = os.path.join(root, relative)
     if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
         os.unlink(path)
+    elif empty and os.path.isdir(path):
+        shutil.rmtree(path)
     os.makedirs(path, exist_ok=True)
     return path
+
+
+def _run_checks(root: str, checks: list[tuple[list[str], str]]) -> None:
+    """
+    Run each ``(argv, what)`` in the tree (``chroot``, as root on the host), with
+    :data:`_CHECK_ENVIRONMENT` and the image's :data:`_LOADER_FILES` moved aside meanwhile.
+
+    :raises ImportFailed: when one fails.
+    """
+    # Found with the host's PATH: subprocess looks a program up in the PATH of the environment it is given.
+    chroot = shutil.which("chroot") or "/usr/sbin/chroot"
+    aside = []
+    try:
+        for relative in _LOADER_FILES:
+            path = os.path.join(root, relative)
+            if os.path.lexists(path):
+                os.rename(path, f"{path}.vmservice-import")
+                aside.append(path)
+        for argv, what in checks:
+            result = subprocess.run([chroot, root, *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True, check=False, env=_CHECK_ENVIRONMENT)
+            if result.returncode != 0:
+                raise ImportFailed(f"{what} in the imported tree failed ({result.returncode}): "
+                                   f"{result.stdout.strip()}")
+    finally:
+        for path in aside:
+            os.rename(f"{path}.vmservice-import", path)
 
 
 def _assemble(root: str, base: Image, out: Callable[[str], None]) -> bool:
     """Add what a guest needs to the unpacked tree; return whether it has an SSH server."""
     for relative in _OUR_DIRECTORIES:
-        _real_directory(root, relative)
+        _real_directory(root, relative, empty=relative in _OUR_TREES)
     for relative, mode in rootfs.BASE_DIRECTORIES.items():
         path = resolve_inside(root, relative)
         if not os.path.isdir(path):
@@ -119,6 +170,12 @@ def _assemble(root: str, base: Image, out: Callable[[str], None]) -> bool:
             with open(path, "wb") as stream:
                 stream.write(data)
             os.chmod(path, 0o644)
+    ssh = resolve_inside(root, "etc/ssh")
+    if os.path.isdir(ssh):
+        for name in os.listdir(ssh):
+            if name.startswith("ssh_host_") and (name.endswith("_key") or name.endswith("_key.pub")):
+                path = os.path.join(ssh, name)
+                shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
     mtab = os.path.join(etc, "mtab")
     if os.path.lexists(mtab) and not os.path.islink(mtab):
         os.unlink(mtab)
@@ -143,17 +200,13 @@ def _assemble(root: str, base: Image, out: Callable[[str], None]) -> bool:
     os.symlink(f"{RUNTIME_DIR}/bin/busybox", init)
 
     python = f"{RUNTIME_DIR}/bin/python3"
-    for argv, what in (
-            ([python, "-I", "-m", "compileall", "-q", "/opt/vmservice"], "compiling the guest code"),
-            ([python, "-I", "-S", "-c", "import sys; sys.path.insert(0, '/opt/vmservice'); "
-              "import vmservice.guest.agent, vmservice.guest.powerbutton, vmservice.guest.rootgrowth, "
-              "vmservice.guest.metrics"],
-             "importing the guest code"),
-            ([RUNTIME_SHELL, "-c", "true"], "running the runtime's shell")):
-        result = subprocess.run(["chroot", root, *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, check=False)
-        if result.returncode != 0:
-            raise ImportFailed(f"{what} in the imported tree failed ({result.returncode}): {result.stdout.strip()}")
+    _run_checks(root, [
+        ([python, "-I", "-m", "compileall", "-q", "/opt/vmservice"], "compiling the guest code"),
+        ([python, "-I", "-S", "-c", "import sys; sys.path.insert(0, '/opt/vmservice'); "
+          "import vmservice.guest.agent, vmservice.guest.powerbutton, vmservice.guest.rootgrowth, "
+          "vmservice.guest.metrics"],
+         "importing the guest code"),
+        ([RUNTIME_SHELL, "-c", "true"], "running the runtime's shell")])
     sshd = resolve_inside(root, "usr/sbin/sshd")
     ssh_server = os.path.isfile(sshd) and os.access(sshd, os.X_OK)
     out(f"rootfs: added the guest files and the runtime; checked Python and sh; SSH server: "

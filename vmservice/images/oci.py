@@ -18,7 +18,8 @@ Every blob read from an OCI layout is checked against its digest.
 
 :func:`apply_layer` applies one layer as a container runtime would: entries replace what the lower layers
 left at their path; ``.wh.NAME`` deletes ``NAME`` of the lower layers and ``.wh..wh..opq`` empties its
-directory of them. Layers may be uncompressed, gzip (also bzip2 and xz) or zstd (with the ``zstd``
+directory of them.  A whiteout must name one entry of its own directory: ``.wh.``, ``.wh..`` and ``.wh...``
+(nothing, the directory itself, its parent) are refused, as is a separator in the name. Layers may be uncompressed, gzip (also bzip2 and xz) or zstd (with the ``zstd``
 program). Paths are confined to the tree: a member whose name climbs out of it (``..``) is refused, and
 symbolic links met on the way to a member, absolute ones included, are resolved inside the tree, never on
 the host. Absolute symbolic links are kept as they are: they are right once the tree is the guest's root.
@@ -379,6 +380,20 @@ def _member_parts(name: str) -> list[str]:
     return parts
 
 
+def _whiteout_target(member: str, name: str) -> str:
+    """
+    The entry whiteout ``name`` (the last component of layer member ``member``) deletes: one name in its
+    directory.
+
+    :raises OciError: for ``.wh.`` (the directory itself, by ``os.path.join``), ``.wh..`` (the directory)
+        and ``.wh...`` (its parent: the tree's parent for a whiteout at its top), or a separator.
+    """
+    target = name[len(_WHITEOUT):]
+    if target in ("", ".", "..") or any(separator in target for separator in ("/", "\\", "\0")):
+        raise OciError(f"layer member {member!r} is a whiteout of {target!r}, which is not one entry of its directory")
+    return target
+
+
 def _prune_opaque(directory: str, relative: str, created: set[str]) -> None:
     """Remove what lower layers left in ``directory``: whatever this layer did not create."""
     for name in os.listdir(directory):
@@ -426,8 +441,8 @@ def apply_layer(stream: IO[bytes], root: str) -> int:
     Apply one layer, read from the seekable ``stream``, to the tree ``root`` (which must exist).
 
     :return: how many members were applied (whiteouts included).
-    :raises OciError: if a member's path climbs out of the tree, a hard link's target is missing, or the
-        layer is not a tar file.
+    :raises OciError: if a member's path climbs out of the tree, a whiteout names no single entry of its
+        directory, a hard link's target is missing, or the layer is not a tar file.
     """
     created: set[str] = set()
     opaque: list[tuple[str, str]] = []
@@ -447,7 +462,7 @@ def apply_layer(stream: IO[bytes], root: str) -> int:
                     opaque.append((parent, parent_relative))
                     continue
                 if name.startswith(_WHITEOUT):
-                    _remove(os.path.join(parent, name[len(_WHITEOUT):]))
+                    _remove(os.path.join(parent, _whiteout_target(member.name, name)))
                     continue
                 if not os.path.isdir(parent):
                     _remove(parent)

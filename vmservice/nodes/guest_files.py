@@ -7,9 +7,9 @@ entries its file-system operations describe.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
-from attrs import frozen
+from attrs import field, frozen
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import Attribute, Interface
 
@@ -105,21 +105,73 @@ class DownloadRequest:
     uid: int | None = None
 
 
+#: Bytes a download's head may announce: no file is larger (``off_t``).
+MAX_DOWNLOAD_SIZE = 2**63 - 1
+#: Bytes of a download's name (``NAME_MAX``).
+MAX_NAME_BYTES = 255
+
+
+def usable_name(value: object) -> bool:
+    """
+    Whether ``value`` is a name a download may give: ``/`` (the root), or a base name of 1 to
+    :data:`MAX_NAME_BYTES` bytes once encoded as the guest's file names are (``surrogateescape``),
+    without NUL or ``/``.
+    """
+    if not isinstance(value, str):
+        return False
+    if value == "/":
+        return True
+    try:
+        length = len(value.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError:
+        return False
+    return 0 < length <= MAX_NAME_BYTES and "\0" not in value and "/" not in value
+
+
+def usable_size(value: object) -> bool:
+    """Whether ``value`` is a size a download may announce: an integer from 0 to :data:`MAX_DOWNLOAD_SIZE`."""
+    return type(value) is int and 0 <= value <= MAX_DOWNLOAD_SIZE
+
+
+def _check_type(instance: object, attribute: object, value: Any) -> None:
+    if value not in ("file", "directory"):
+        raise ValueError(f"type {str(value)[:32]!r} is neither file nor directory")
+
+
+def _check_name(instance: object, attribute: object, value: Any) -> None:
+    if value != "" and not usable_name(value):
+        raise ValueError("not a name a download may give")
+
+
+def _check_mode(instance: object, attribute: object, value: Any) -> None:
+    if type(value) is not int or not 0 <= value <= 0o7777:
+        raise ValueError("the mode is not permission bits (0 to 07777)")
+
+
+def _check_size(instance: object, attribute: object, value: Any) -> None:
+    if value is not None and not usable_size(value):
+        raise ValueError(f"the size is not a count of bytes (0 to {MAX_DOWNLOAD_SIZE})")
+
+
 @frozen
 class DownloadHead:
     """
-    What the guest says before the content.
+    What the guest says before the content, in values the response's headers can carry: the guest's own
+    words are untrusted, and the agent code makes them these (its values go into the response's headers).
 
     :ivar type: ``file`` or ``directory`` (the source, not the stream's format).
-    :ivar name: the source's base name.
-    :ivar mode: the source's permission bits.
-    :ivar size: bytes that follow for a non-empty binary file, else ``None``.
+    :ivar name: the source's base name (:func:`usable_name`; ``/`` for the root), or empty when the guest
+        gave none that is usable.
+    :ivar mode: the source's permission bits (0 to 07777).
+    :ivar size: bytes that follow for a non-empty binary file (:func:`usable_size`), else ``None``; the
+        content is then exactly that many bytes (:class:`IDownload`).
+    :raises ValueError: for any other value.
     """
 
-    type: str
-    name: str
-    mode: int
-    size: int | None
+    type: str = field(validator=_check_type)
+    name: str = field(validator=_check_name)
+    mode: int = field(validator=_check_mode)
+    size: int | None = field(validator=_check_size)
 
 
 class IDownload(IPushProducer):
@@ -130,7 +182,8 @@ class IDownload(IPushProducer):
 
     head = Attribute("A Deferred firing with the DownloadHead, or failing with an AgentError.")
     done = Attribute(
-        "A Deferred firing once all content was delivered, or failing with an AgentError of kind INTERRUPTED."
+        "A Deferred firing once all content was delivered, or failing with an AgentError of kind INTERRUPTED; "
+        "when the head gave a size, it fails unless exactly that many bytes were delivered (no more are)."
     )
 
     def deliver_to(write: Callable[[bytes], None]) -> None:

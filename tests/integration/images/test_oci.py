@@ -23,7 +23,7 @@ import sys
 import tempfile
 from typing import Any
 
-from twisted.trial.unittest import SynchronousTestCase
+from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from tests.images.containers import Entry, docker_save, layer, oci_layout
 from vmservice.images.oci import apply_layer
@@ -32,6 +32,7 @@ from tests.integration.daemon import IMAGE_DIR, Daemon, SharedDaemonTestCase, en
 #: Under this name the test's image is imported (and removed afterwards).
 IMAGE_NAME = "oci-integration-test"
 DOCKER_IMAGE_NAME = "docker-save-integration-test"
+CRAFTED_IMAGE_NAME = "crafted-integration-test"
 
 
 def _remove_image(name: str) -> None:
@@ -291,3 +292,56 @@ class ZstdLayerTests(SynchronousTestCase):
         apply_layer(io.BytesIO(packed), root)
         with open(os.path.join(root, "zstd/file"), "rb") as stream:
             self.assertEqual(stream.read(), b"zstd content")
+
+
+class CraftedImageTests(SynchronousTestCase):
+    """
+    Imports of crafted images with the real import: a whiteout of ``..`` is refused, and a library an
+    image names in its ``/etc/ld.so.preload`` is not loaded into the import's own programs run in its
+    tree (as root on the host), while the guest keeps the file.
+    """
+
+    def setUp(self) -> None:
+        ensure_image()
+        self.layout = tempfile.mkdtemp(prefix="vms-oci-", dir="/tmp")
+        self.addCleanup(shutil.rmtree, self.layout, True)
+        self.addCleanup(_remove_image, CRAFTED_IMAGE_NAME)
+
+    def import_layers(self, layers: list[bytes]) -> subprocess.CompletedProcess[str]:
+        oci_layout(os.path.join(self.layout, "image"), layers, ref="1.0")
+        return subprocess.run(
+            [sys.executable, "-m", "vmservice.images", "import", "--image-dir", IMAGE_DIR, "--force",
+             CRAFTED_IMAGE_NAME, os.path.join(self.layout, "image")],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, timeout=600)
+
+    def test_whiteout_of_parent_refused(self) -> None:
+        """``.wh...`` fails the import with its reason; no import directory is left behind."""
+        before = sorted(os.listdir(IMAGE_DIR))
+        result = self.import_layers([layer([Entry("etc/file", data=b"x\n"), Entry(".wh...")])])
+        self.assertNotEqual(result.returncode, 0, result.stdout)
+        self.assertIn("not one entry of its directory", result.stdout)
+        self.assertEqual(sorted(os.listdir(IMAGE_DIR)), before)
+
+    def test_preload_not_loaded_by_the_import(self) -> None:
+        """
+        An image whose ``/etc/ld.so.preload`` names its own library (one that ends any program it is loaded
+        into with exit code 99) imports: the import's checks in the tree ran without it; the imported root
+        file system still has the file.
+        """
+        compiler = shutil.which("cc") or shutil.which("gcc")
+        if compiler is None:
+            raise SkipTest("no C compiler to build the image's library")
+        source = os.path.join(self.layout, "evil.c")
+        with open(source, "w") as stream:
+            stream.write("#include <unistd.h>\n__attribute__((constructor)) static void evil(void) { _exit(99); }\n")
+        library = os.path.join(self.layout, "evil.so")
+        subprocess.run([compiler, "-shared", "-fPIC", "-o", library, source], check=True)
+        with open(library, "rb") as stream:
+            code = stream.read()
+        result = self.import_layers([layer([Entry("etc/ld.so.preload", data=b"/lib/evil.so\n"),
+                                            Entry("lib/evil.so", data=code, mode=0o755)])])
+        self.assertEqual(result.returncode, 0, result.stdout)
+        rootfs = os.path.join(os.path.realpath(os.path.join(IMAGE_DIR, CRAFTED_IMAGE_NAME)), "rootfs.ext4")
+        shown = subprocess.run(["debugfs", "-R", "cat /etc/ld.so.preload", rootfs], capture_output=True, text=True,
+                               check=True)
+        self.assertEqual(shown.stdout, "/lib/evil.so\n")
