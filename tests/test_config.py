@@ -251,8 +251,51 @@ class ApiTests(SynchronousTestCase):
         IPv4 and IPv6 addresses mean TCP: no socket path.
         """
         for address in ("127.0.0.1", "0.0.0.0", "::1", "::"):
-            api = _parse(f"config:\n  api:\n    bind_address: '{address}'\n").api
+            api = _parse(f"config:\n  api:\n    bind_address: '{address}'\n    auth: {{enabled: true}}\n").api
             self.assertIsNone(api.unix_socket_path, address)
+
+    def test_remote_without_auth(self) -> None:
+        """
+        A TCP address that is not a loopback one with auth off is refused at
+        load, naming the setting that allows it; with that setting, or with
+        auth on, it is accepted. Loopback addresses and UNIX sockets need neither.
+        """
+        for address in ("0.0.0.0", "::", "192.0.2.7", "2001:db8::1"):
+            error = self.assertRaises(ConfigError, _parse, f"config:\n  api:\n    bind_address: '{address}'\n")
+            self.assertEqual(error.path, "config.api.bind_address")
+            self.assertIn("api.allow_unauthenticated_remote", error.message)
+            self.assertEqual(error.line, 3)
+            api = _parse(f"config:\n  api:\n    bind_address: '{address}'\n"
+                         "    allow_unauthenticated_remote: true\n").api
+            self.assertTrue(api.allow_unauthenticated_remote)
+            self.assertFalse(api.auth.enabled)
+        for address in ("127.0.0.1", "127.0.0.2", "::1", "./api.sock"):
+            self.assertFalse(_parse(f"config:\n  api:\n    bind_address: '{address}'\n").api.auth.enabled)
+
+    def test_allowed_hosts_and_origins(self) -> None:
+        """
+        allowed_hosts takes names and addresses (lowercased, without a final
+        dot; IPv6 without brackets); allowed_origins takes origins exactly as
+        browsers send them; both default to none. public_metrics defaults to off.
+        """
+        api = _parse("config:\n  api:\n    allowed_hosts: [VMs.Example.com., '[2001:DB8::1]', 10.0.0.7]\n"
+                     "    allowed_origins: ['https://vms.example.com', 'http://127.0.0.1:3000', 'http://[::1]:8000']\n"
+                     "    auth: {enabled: true, public_metrics: true}\n").api
+        self.assertEqual(api.allowed_hosts, ("vms.example.com", "2001:db8::1", "10.0.0.7"))
+        self.assertEqual(api.allowed_origins, ("https://vms.example.com", "http://127.0.0.1:3000", "http://[::1]:8000"))
+        self.assertTrue(api.auth.public_metrics)
+        default = _parse("config: {}\n").api
+        self.assertEqual((default.allowed_hosts, default.allowed_origins, default.auth.public_metrics), ((), (), False))
+
+    def test_bad_allowed_hosts_and_origins(self) -> None:
+        """Hosts with a port or a scheme, and origins a browser would never send, are refused with their index."""
+        for host in ("vms.example.com:8080", "http://vms.example.com", "", "a b", "*"):
+            error = self.assertRaises(ConfigError, _parse, f"config:\n  api:\n    allowed_hosts: ['{host}']\n")
+            self.assertEqual(error.path, "config.api.allowed_hosts[0]", host)
+        for origin in ("https://vms.example.com/", "HTTPS://vms.example.com", "https://vms.example.com:443",
+                       "http://x:80", "ftp://x", "vms.example.com", "null", "*", "https://u@x", "http://x:99999"):
+            error = self.assertRaises(ConfigError, _parse, f"config:\n  api:\n    allowed_origins: ['{origin}']\n")
+            self.assertEqual(error.path, "config.api.allowed_origins[0]", origin)
 
     def test_portZero(self) -> None:
         """

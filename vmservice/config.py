@@ -133,6 +133,8 @@ _GROUP_NAME_RULE = (
     "expected 1-20 characters: lowercase letters, digits and '-', "
     "starting with a letter and not ending with '-'"
 )
+#: A DNS name in ``api.allowed_hosts`` (lowercase labels of letters, digits, '-' and '_').
+_HOST_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)*")
 #: Linux interface names: at most 15 bytes, no '/', ':' or white space.
 _INTERFACE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 
@@ -242,6 +244,15 @@ def format_size(size: int) -> str:
 # The public, resolved records
 
 
+def _remote_without_auth(address: str, auth: AuthConfig) -> bool:
+    """Whether ``address`` is a TCP address other than a loopback one while ``auth`` is off."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False  # a UNIX socket: its file mode controls access
+    return not ip.is_loopback and not auth.enabled
+
+
 def _quote_endpoint_argument(argument: str) -> str:
     """
     Quote one endpoint-string argument as
@@ -262,6 +273,9 @@ class AuthConfig:
     """
 
     enabled: bool = False
+    #: With ``enabled``, whether ``GET /metrics`` may still be read without a
+    #: token. Off by default: its series name every node and host group.
+    public_metrics: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -273,11 +287,21 @@ class ApiConfig:
         path (it contains a ``/``) of a UNIX socket to create with mode 0660.
     :ivar port: The TCP port; 0 picks a free port. Ignored for a UNIX socket.
     :ivar auth: Whether callers must authenticate.
+    :ivar allowed_hosts: Host names (lowercase) a request's ``Host`` may
+        name besides the bound address (and ``localhost`` on a loopback or
+        wildcard address); see :mod:`vmservice.api.gate`.
+    :ivar allowed_origins: Browser origins (``scheme://host[:port]``, as
+        browsers write them) whose requests may change state.
+    :ivar allow_unauthenticated_remote: Whether the daemon may listen on a
+        TCP address that is not a loopback one with authentication off.
     """
 
     bind_address: str = "127.0.0.1"
     port: int = 8080
     auth: AuthConfig = AuthConfig()
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+    allow_unauthenticated_remote: bool = False
 
     @property
     def unix_socket_path(self) -> str | None:
@@ -505,6 +529,7 @@ _PciText = NewType("_PciText", str)
 @attrs.frozen
 class _AuthDocument:
     enabled: bool = False
+    public_metrics: bool = False
 
 
 @attrs.frozen
@@ -512,6 +537,9 @@ class _ApiDocument:
     bind_address: str = "127.0.0.1"
     port: int = 8080
     auth: _AuthDocument = _AuthDocument()
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+    allow_unauthenticated_remote: bool = False
 
 
 @attrs.frozen
@@ -868,9 +896,54 @@ class _Resolver:
                 ) from None
         if not 0 <= document.port <= 65535:
             raise self.error((*parts, "port"), f"port {document.port} out of range (0-65535)")
+        hosts = tuple(self.allowed_host(host, (*parts, "allowed_hosts", i))
+                      for i, host in enumerate(document.allowed_hosts))
+        origins = tuple(self.allowed_origin(origin, (*parts, "allowed_origins", i))
+                        for i, origin in enumerate(document.allowed_origins))
+        auth = AuthConfig(enabled=document.auth.enabled, public_metrics=document.auth.public_metrics)
+        if _remote_without_auth(address, auth) and not document.allow_unauthenticated_remote:
+            raise self.error(
+                (*parts, "bind_address"),
+                f"{address} is not a loopback address and auth is off: anyone who reaches it could drive "
+                "the daemon; turn api.auth.enabled on, or set api.allow_unauthenticated_remote: true",
+            )
         return ApiConfig(
-            bind_address=address, port=document.port, auth=AuthConfig(enabled=document.auth.enabled)
+            bind_address=address, port=document.port, auth=auth, allowed_hosts=hosts, allowed_origins=origins,
+            allow_unauthenticated_remote=document.allow_unauthenticated_remote,
         )
+
+    def allowed_host(self, text: str, parts: Path) -> str:
+        """An entry of ``api.allowed_hosts``: a host name or an IP address, without a port; lowercased."""
+        host = text.strip().lower().rstrip(".")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        try:
+            return ipaddress.ip_address(host).compressed
+        except ValueError:
+            pass
+        if not _HOST_NAME.fullmatch(host):
+            raise self.error(parts, f"bad host name {text!r} (expected a name such as vms.example.com, "
+                                    "or an IP address, without a port)")
+        return host
+
+    def allowed_origin(self, text: str, parts: Path) -> str:
+        """
+        An entry of ``api.allowed_origins``: ``http(s)://host[:port]`` exactly
+        as browsers send it in ``Origin`` (lowercase, no default port, no path).
+        """
+        split = urllib.parse.urlsplit(text)
+        try:
+            port = split.port
+        except ValueError:
+            port = -1
+        canonical = f"{split.scheme}://{split.netloc}".lower()
+        if (split.scheme not in ("http", "https") or not split.hostname or split.path or split.query
+                or split.fragment or split.username is not None or port == -1
+                or port == {"http": 80, "https": 443}[split.scheme] or text != canonical):
+            raise self.error(parts, f"bad origin {text!r} (expected scheme://host[:port] as a browser sends it, "
+                                    "e.g. https://vms.example.com or http://127.0.0.1:3000: lowercase, "
+                                    "no path, no default port)")
+        return text
 
     def group(self, document: _GroupDocument, parts: Path, top: _ConfigDocument) -> HostGroupConfig:
         if not _GROUP_NAME.fullmatch(document.name):

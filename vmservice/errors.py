@@ -51,6 +51,38 @@ class Unauthorized(ServiceError):
     code = "unauthorized"
 
 
+class ForbiddenOrigin(ServiceError):
+    """
+    A browser's cross-origin request that could change something (403): its
+    ``Origin`` is not one the daemon allows, or it says ``Sec-Fetch-Site:
+    cross-site``.
+    """
+
+    status = 403
+    code = "forbidden_origin"
+
+
+class BodyTooLarge(BadRequest):
+    """
+    A request body over its route's limit (413): bad input by its size
+    alone.  Refused when the headers announce it, or as the body reaches the
+    limit; the connection is not reused.
+    """
+
+    status = 413
+    code = "body_too_large"
+
+
+class MisdirectedRequest(ServiceError):
+    """
+    A ``Host`` that names another server than this daemon (421): what a page
+    that rebinds its own DNS name to the daemon's address sends.
+    """
+
+    status = 421
+    code = "invalid_host"
+
+
 class Protected(ServiceError):
     """The node is protected and cannot be deleted (403)."""
 

@@ -34,6 +34,10 @@ STATUSES = ("Running", "Paused", "Stopped", "Suspended")
 #: The kinds of open streams, each reported (0 when none is open).
 STREAM_KINDS = ("exec", "cp", "watch", "logs", "shell", "tunnel", "events")
 
+#: The ``method`` label's values: any other method a client sends is counted as ``OTHER``, so that
+#: clients cannot add series by inventing methods.
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
 
 class _NodesCollector(Collector):
     """
@@ -172,12 +176,13 @@ class Metrics:
 
         :param route: the route that served it (its pattern, or
             ``unmatched``), so that node names do not multiply the series.
-        :param method: the HTTP method.
+        :param method: the HTTP method; one not in :data:`METHODS` is ``OTHER``.
         :param status: the response status.
         :param seconds: how long it took to serve.
         """
-        self.requests.labels(route, method, str(status)).inc()
-        self.latency.labels(route, method).observe(seconds)
+        label = method if method in METHODS else "OTHER"
+        self.requests.labels(route, label, str(status)).inc()
+        self.latency.labels(route, label).observe(seconds)
 
     def observe_boot(self, group: str, seconds: float) -> None:
         """
@@ -272,4 +277,4 @@ class Metrics:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
-__all__ = ["Metrics", "STATUSES", "STREAM_KINDS"]
+__all__ = ["METHODS", "Metrics", "STATUSES", "STREAM_KINDS"]

@@ -228,8 +228,9 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
     metrics.watch_nodes(node_counts)
     metrics.watch_admission(parts.admission.state)
     token = load_or_create_token(config.state_dir) if config.api.auth.enabled else None
-    api = Api(reactor, every_route(fleet, reactor, metrics, secrets), metrics, token, fleet.hold)
-    site = StreamingSite(api.resource(), api.streams_body)
+    routes = every_route(fleet, reactor, metrics, secrets, public_metrics=config.api.auth.public_metrics)
+    api = Api(reactor, routes, metrics, token, fleet.hold, listener=config.api)
+    site = StreamingSite(api.resource(), api.plan_body)
     site.displayTracebacks = False
 
     top = MultiService()

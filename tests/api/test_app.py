@@ -6,16 +6,23 @@ over in-memory connections (treq's StubTreq), with the fleet on fakes.
 from __future__ import annotations
 
 import json
+import os
+import re
 from typing import Any
 
 from treq.testing import StubTreq
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.api.connections import open_connection
+from tests.api.test_execution import parse_response
+from tests.api.test_streaming import RecordingSite
 from tests.fakes import FleetHarness
 from vmservice.api.app import Api
+from vmservice.api.inputs.bodies import MAX_JSON_BODY
 from vmservice.api.meta import MetaApi
 from vmservice.api.nodes import NodesApi
 from vmservice.api.vm import VmApi
+from vmservice.config import ApiConfig, AuthConfig
 from vmservice.metrics import Metrics
 
 TOKEN = "s3cret-token-value"
@@ -91,6 +98,23 @@ class MetaTests(ApiTestCase):
         self.assertIn('route="/vm/{hostname}/logs",status="404"} 1.0', text)
         self.assertNotIn("demo-7", text)
         self.assertNotIn("other-3", text)
+
+    def test_metrics_methods_fixed(self) -> None:
+        """
+        Unmatched requests with invented methods are counted under OTHER: however many methods clients
+        make up, the method label takes only the standard methods and OTHER.
+        """
+        invented = {"M" + os.urandom(8).hex().upper() for _ in range(50)}
+        for method in invented:
+            self.call(method, "/nope")
+        self.call("BREW", "/nodes")
+        self.call("PATCH", "/nope")
+        text = self.call("GET", "/metrics")[1].decode()
+        methods = set(re.findall(r'vmservice_http_requests_total\{method="([^"]*)"', text))
+        self.assertEqual(methods, {"OTHER", "PATCH"})
+        self.assertIn('vmservice_http_requests_total{method="OTHER",route="unmatched",status="404"} 50.0', text)
+        self.assertIn('vmservice_http_requests_total{method="OTHER",route="unmatched",status="405"} 1.0', text)
+        self.assertFalse([method for method in invented if method in text])
 
     def test_unknown_route(self) -> None:
         """An unknown route is a JSON 404, never HTML; so is a trailing slash."""
@@ -255,14 +279,26 @@ class AuthOnTests(ApiTestCase):
     token = TOKEN
 
     def test_routes_need_token(self) -> None:
-        """Every route but /healthz and /metrics answers 401 without the right token."""
+        """
+        Every route but /healthz (/metrics too, by default) answers 401 without the right token, and so
+        does a path that is no route (before its 404).
+        """
         for method, path in [("GET", "/info"), ("GET", "/nodes"), ("POST", "/hostgroup/demo/nodes"),
-                             ("GET", "/openapi.json"), ("GET", "/vm/demo-1/logs"), ("DELETE", "/hostgroup/demo/nodes/demo-1")]:
+                             ("GET", "/openapi.json"), ("GET", "/vm/demo-1/logs"), ("DELETE", "/hostgroup/demo/nodes/demo-1"),
+                             ("GET", "/metrics"), ("GET", "/nope"), ("PUT", "/nodes")]:
             self.assertError(self.call(method, path), 401, "unauthorized")
             self.assertError(self.call(method, path, headers={"Authorization": "Bearer nope"}), 401, "unauthorized")
             self.assertError(self.call(method, path, headers={"Authorization": "Basic " + TOKEN}), 401, "unauthorized")
         self.assertEqual(self.call("GET", "/healthz")[0], 200)
+        self.assertError(self.call("GET", "/nope", headers={"Authorization": "Bearer " + TOKEN}), 404, "route_not_found")
+
+    def test_public_metrics(self) -> None:
+        """With public_metrics, /metrics is read without a token; other routes still need one."""
+        routes: list[Any] = []
+        routes += MetaApi(self.metrics, lambda: routes, public_metrics=True).routes()
+        self.treq = StubTreq(Api(self.h.reactor, routes, self.metrics, self.token).resource())
         self.assertEqual(self.call("GET", "/metrics")[0], 200)
+        self.assertError(self.call("GET", "/info"), 401, "unauthorized")
 
     def test_token_accepted(self) -> None:
         """The right bearer token is accepted."""
@@ -297,3 +333,151 @@ class HoldTests(ApiTestCase):
         self.call("GET", "/nodes", headers={"Authorization": f"Bearer {TOKEN}"})
         self.call("GET", "/vm/demo-7")
         self.assertEqual((self.held, self.released), ([], []))
+
+
+class CrossOriginTests(ApiTestCase):
+    """
+    Browsers' cross-origin requests and other hosts' names, through the view (requests that do not come
+    through the daemon's streaming site are checked there by the same gate).
+    """
+
+    def setUp(self) -> None:
+        super().setUp()
+        routes: list[Any] = NodesApi(self.h.fleet).routes() + VmApi(self.h.fleet).routes()
+        listener = ApiConfig(bind_address="127.0.0.1", port=8080, allowed_origins=("https://ui.example.com",))
+        self.treq = StubTreq(Api(self.h.reactor, routes, self.metrics, None, listener=listener).resource())
+
+    def call_at(self, method: str, path: str, headers: dict[str, str], body: bytes | None = b"{}") -> tuple[int, Any, Any]:
+        d = self.treq.request(method, "http://127.0.0.1:8080" + path, data=body, headers=headers)
+        self.treq.flush()
+        response = self.successResultOf(d)
+        content = self.successResultOf(response.content())
+        return response.code, json.loads(content) if content else None, response
+
+    def test_cross_origin_create(self) -> None:
+        """A create from a foreign origin, or marked cross-site, is 403 forbidden_origin and nothing is made."""
+        for headers in ({"Origin": "http://evil.example"}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"},
+                        {"Origin": "http://evil.example", "Content-Type": "text/plain"}):
+            self.assertError(self.call_at("POST", "/hostgroup/demo/nodes", headers), 403, "forbidden_origin")
+        self.assertError(self.call_at("DELETE", "/hostgroup/demo/nodes/demo-1", {"Origin": "http://evil.example"}),
+                         403, "forbidden_origin")
+        self.assertEqual((self.h.fleet.list(), self.h.driver.machines), ([], []))
+
+    def test_clients_without_origin(self) -> None:
+        """Clients that send no Origin (curl, the SDKs, vmctl), the allowed origin and the daemon's own are served."""
+        for headers in ({}, {"Origin": "https://ui.example.com"}, {"Origin": "http://127.0.0.1:8080"}):
+            self.assertEqual(self.call_at("POST", "/hostgroup/demo/nodes", headers)[0], 201)
+        self.assertEqual(len(self.h.fleet.list()), 3)
+
+    def test_reads_from_any_origin(self) -> None:
+        """A GET from a foreign origin is answered (the browser does not hand it to the page)."""
+        self.assertEqual(self.call_at("GET", "/nodes", {"Origin": "http://evil.example"}, None)[0], 200)
+
+    def test_rebinding_host(self) -> None:
+        """A Host that names another server (DNS rebinding) is 421 invalid_host, on reads too."""
+        d = self.treq.request("GET", "http://evil.example:8080/nodes")
+        self.treq.flush()
+        response = self.successResultOf(d)
+        self.assertEqual(response.code, 421)
+        self.assertEqual(json.loads(self.successResultOf(response.content()))["code"], "invalid_host")
+
+
+class HeaderTimeTests(SynchronousTestCase):
+    """
+    The daemon's site (a StreamingSite planned by the Api) refuses before any byte of the body is stored:
+    the token, the Origin, the Host, the route's body limit.
+    """
+
+    def setUp(self) -> None:
+        self.h = FleetHarness(self.mktemp())
+        self.h.fleet.startService()
+        self.metrics = Metrics()
+        routes: list[Any] = []
+        routes += MetaApi(self.metrics, lambda: routes).routes()
+        routes += NodesApi(self.h.fleet).routes()
+        listener = ApiConfig(bind_address="127.0.0.1", port=8080, auth=AuthConfig(enabled=True))
+        api = Api(self.h.reactor, routes, self.metrics, TOKEN, listener=listener)
+        self.site = RecordingSite(api.resource(), api.plan_body, reactor=self.h.reactor)
+        self.site.files = []
+        self.channel, self.transport = open_connection(self, self.site)
+
+    def send(self, data: bytes) -> None:
+        if not self.transport.disconnecting:
+            self.channel.dataReceived(data)
+        self.h.reactor.advance(0)
+
+    def answer(self) -> tuple[int, dict[bytes, bytes], Any]:
+        status, headers, body = parse_response(self.transport.value())
+        return status, headers, json.loads(body)
+
+    def test_unauthenticated_body_never_stored(self) -> None:
+        """
+        An unauthenticated create announcing a 50 GB body is answered 401 as soon as its headers are in,
+        with a few bytes sent: no file made to hold a body, nothing created, the connection closed.
+        """
+        self.send(b"POST /hostgroup/demo/nodes HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n"
+                  b"Content-Length: 50000000000\r\n\r\n{\"userdata\": \"")
+        status, headers, body = self.answer()
+        self.assertEqual((status, body["code"], headers[b"connection"]), (401, "unauthorized", b"close"))
+        self.assertEqual(self.site.files, [])
+        self.assertTrue(self.transport.disconnecting)
+        self.assertEqual(self.h.fleet.list(), [])
+
+    def test_unauthenticated_chunked_unknown_route(self) -> None:
+        """An unauthenticated chunked body to a path that is no route is refused 401 at once, never stored."""
+        self.send(b"PUT /anything HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  b"10\r\n0123456789abcdef\r\n")
+        self.assertEqual(self.answer()[0], 401)
+        self.assertEqual(self.site.files, [])
+
+    def test_too_large_declared(self) -> None:
+        """An authenticated create announcing more than MAX_JSON_BODY is 413 body_too_large before its body."""
+        self.send(b"POST /hostgroup/demo/nodes HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAuthorization: Bearer "
+                  + TOKEN.encode() + b"\r\nContent-Length: %d\r\n\r\n{" % (MAX_JSON_BODY + 1))
+        status, _, body = self.answer()
+        self.assertEqual((status, body["code"]), (413, "body_too_large"))
+        self.assertEqual(self.site.files, [])
+
+    def test_too_large_chunked(self) -> None:
+        """An authenticated chunked create body is cut off at MAX_JSON_BODY: 413, at most the limit stored."""
+        self.send(b"POST /hostgroup/demo/nodes HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAuthorization: Bearer "
+                  + TOKEN.encode() + b"\r\nTransfer-Encoding: chunked\r\n\r\n")
+        chunk = b" " * 65536
+        for _ in range(MAX_JSON_BODY // len(chunk) + 2):
+            self.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        status, _, body = self.answer()
+        self.assertEqual((status, body["code"]), (413, "body_too_large"))
+        self.assertLessEqual(sum(len(f.written) for f in self.site.files), MAX_JSON_BODY)
+        self.assertTrue(self.transport.disconnecting)
+        self.assertEqual(self.h.fleet.list(), [])
+
+    def test_foreign_origin_and_host(self) -> None:
+        """A foreign Origin (403) and a rebinding Host (421) are refused at header time, even with the token."""
+        auth = b"Authorization: Bearer " + TOKEN.encode() + b"\r\n"
+        self.send(b"POST /hostgroup/demo/nodes HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nOrigin: http://evil.example\r\n"
+                  + auth + b"Content-Length: 2\r\n\r\n{}")
+        status, _, body = self.answer()
+        self.assertEqual((status, body["code"]), (403, "forbidden_origin"))
+        self.channel, self.transport = open_connection(self, self.site)
+        self.send(b"GET /nodes HTTP/1.1\r\nHost: rebound.evil.example:8080\r\n" + auth + b"\r\n")
+        status, _, body = self.answer()
+        self.assertEqual((status, body["code"]), (421, "invalid_host"))
+        self.assertTrue(self.transport.value().startswith(b"HTTP/1.1 421 Misdirected Request\r\n"))
+        self.assertEqual(self.h.fleet.list(), [])
+
+    def test_served(self) -> None:
+        """A curl-like create (no Origin, the token, a small body) is served and the connection kept."""
+        self.send(b"POST /hostgroup/demo/nodes HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAuthorization: Bearer "
+                  + TOKEN.encode() + b"\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 2\r\n\r\n{}")
+        self.assertEqual(self.answer()[0], 201)
+        self.assertFalse(self.transport.disconnecting)
+
+    def test_refusals_counted(self) -> None:
+        """Header-time refusals are counted under their route (or unmatched) and a fixed method label."""
+        self.send(b"POST /hostgroup/demo/nodes HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nContent-Length: 2\r\n\r\n{}")
+        self.channel, self.transport = open_connection(self, self.site)
+        self.send(b"MKCOL /x HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n")
+        text = self.metrics.render()[0].decode()
+        self.assertIn('vmservice_http_requests_total{method="POST",route="/hostgroup/{name}/nodes",status="401"} 1.0',
+                      text)
+        self.assertIn('vmservice_http_requests_total{method="OTHER",route="unmatched",status="401"} 1.0', text)

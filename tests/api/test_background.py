@@ -62,7 +62,7 @@ class BackgroundApiTests(SynchronousTestCase):
         background = BackgroundApi(self.fleet)  # type: ignore[arg-type]
         routes = ExecApi(self.fleet, self.clock, background).routes() + background.routes()  # type: ignore[arg-type]
         api = Api(self.clock, routes, Metrics(), None)
-        self.site = StreamingSite(api.resource(), api.streams_body, reactor=self.clock)
+        self.site = StreamingSite(api.resource(), api.plan_body, reactor=self.clock)
         self.channel = self.site.buildProtocol(None)
         self.transport = StringTransport()
         self.channel.makeConnection(self.transport)

@@ -42,7 +42,7 @@ class CopyApiTests(SynchronousTestCase):
         self.reactor = MemoryReactorClock()
         self.fleet = OneNodeFleet()
         self.api = Api(self.reactor, CopyApi(self.fleet).routes(), Metrics(), None)  # type: ignore[arg-type]
-        self.site = StreamingSite(self.api.resource(), self.api.streams_body, reactor=self.reactor)
+        self.site = StreamingSite(self.api.resource(), self.api.plan_body, reactor=self.reactor)
         self.connect()
 
     def connect(self) -> None:

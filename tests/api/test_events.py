@@ -72,7 +72,7 @@ class EventsApiTests(SynchronousTestCase):
         self.metrics = Metrics()
         routes = EventsApi(_Fleet(self.hub), self.reactor, heartbeat=15).routes()  # type: ignore[arg-type]
         api = Api(self.reactor, routes, self.metrics, None)
-        self.site = StreamingSite(api.resource(), api.streams_body, reactor=self.reactor)
+        self.site = StreamingSite(api.resource(), api.plan_body, reactor=self.reactor)
         self.connect()
 
     def connect(self) -> None:

@@ -55,7 +55,7 @@ class ExecApiTests(SynchronousTestCase):
         self.fleet = OneNodeFleet()
         routes = ExecApi(self.fleet, self.reactor, BackgroundApi(self.fleet)).routes()  # type: ignore[arg-type]
         api = Api(self.reactor, routes, Metrics(), None)
-        self.site = StreamingSite(api.resource(), api.streams_body, reactor=self.reactor)
+        self.site = StreamingSite(api.resource(), api.plan_body, reactor=self.reactor)
         self.channel = self.site.buildProtocol(None)
         self.transport = StringTransport()
         self.channel.makeConnection(self.transport)
@@ -248,7 +248,11 @@ class ExecApiTests(SynchronousTestCase):
         """Only POST exec requests with stdin=true stream their body."""
         from twisted.web.http_headers import Headers
 
-        streams = self.site.streams_body
+        def streams(method: bytes, uri: bytes, headers: Headers) -> bool:
+            plan = self.site.plan_body(method, uri, headers, None)
+            self.assertIsNone(plan.refusal)
+            return bool(plan.streamed)
+
         self.assertTrue(streams(b"POST", b"/vm/a/exec?cmd=x&stdin=true", Headers()))
         self.assertFalse(streams(b"POST", b"/vm/a/exec?cmd=x&stdin=false", Headers()))
         self.assertFalse(streams(b"GET", b"/vm/a/exec?cmd=x&stdin=true", Headers()))

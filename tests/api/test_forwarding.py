@@ -32,7 +32,7 @@ class ForwardApiTests(SynchronousTestCase):
         self.fleet = OneNodeFleet()
         routes = ForwardApi(self.fleet).routes()  # type: ignore[arg-type]
         api = Api(self.reactor, routes, Metrics(), None)
-        self.site = StreamingSite(api.resource(), api.streams_body, reactor=self.reactor)
+        self.site = StreamingSite(api.resource(), api.plan_body, reactor=self.reactor)
         self.channel = self.site.buildProtocol(None)
         self.transport = StringTransport()
         self.channel.makeConnection(self.transport)

@@ -179,7 +179,7 @@ class MalformedInputTests(SynchronousTestCase):
 
     def setUp(self) -> None:
         self.h, self.api = _harness(self)
-        self.site = StreamingSite(self.api.resource(), self.api.streams_body, reactor=self.h.reactor)
+        self.site = StreamingSite(self.api.resource(), self.api.plan_body, reactor=self.h.reactor)
 
     def request(self, method: str, target: str) -> tuple[int, dict[bytes, bytes], bytes]:
         channel = self.site.buildProtocol(None)

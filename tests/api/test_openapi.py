@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -69,11 +70,14 @@ class OpenApiTests(SynchronousTestCase):
         self.assertEqual(self.document["openapi"], "3.1.0")
 
     def test_security(self) -> None:
-        """Only /healthz and /metrics are described without bearer security."""
-        public = {
-            path for path, item in self.document["paths"].items() for op in item.values() if "security" not in op
-        }
-        self.assertEqual(public, {"/healthz", "/metrics"})
+        """Only /healthz is described without bearer security (and /metrics when its routes say it is public)."""
+        def public(document: dict[str, Any]) -> set[str]:
+            return {path for path, item in document["paths"].items() for op in item.values() if "security" not in op}
+
+        self.assertEqual(public(self.document), {"/healthz"})
+        h = FleetHarness(self.mktemp())
+        routes = every_route(h.fleet, h.reactor, Metrics(), public_metrics=True)
+        self.assertEqual(public(openapi_document(routes)), {"/healthz", "/metrics"})
 
     def test_admission_refusals(self) -> None:
         """Create, restore, relaunch and fork document 503 (insufficient_memory) with an ErrorResponse; create and fork 409."""

@@ -201,23 +201,28 @@ class SecretRouteTests(ApiTestCase):
         self.assertError(self.send("POST", "/hostgroup/demo/nodes", {"secrets": ["nope"]}), 400, "unknown_secret")
         self.assertEqual(self.h.fleet.list(), [])
 
-    def streamed(self, body: bytes, chunk: int = 65536) -> tuple[int, dict[bytes, bytes], bytes, bool]:
+    def streamed(self, body: bytes, chunk: int = 65536, chunked: bool = False) -> tuple[int, dict[bytes, bytes], bytes, bool]:
         """
         POST /secrets through the daemon's streaming site on an in-memory
-        connection, the body in chunks: status, headers, body, and whether
-        the connection was closed.
+        connection, the body in chunks (of the chunked transfer coding when
+        ``chunked``, else with a Content-Length): status, headers, body, and
+        whether the connection was closed.
         """
-        site = StreamingSite(self.api.resource(), self.api.streams_body, reactor=self.h.reactor)
+        site = StreamingSite(self.api.resource(), self.api.plan_body, reactor=self.h.reactor)
         channel = site.buildProtocol(None)
         transport = StringTransport()
         channel.makeConnection(transport)
+        length = b"Transfer-Encoding: chunked" if chunked else b"Content-Length: %d" % len(body)
         channel.dataReceived(b"POST /secrets HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: %d\r\n\r\n" % len(body))
+                             b"%s\r\n\r\n" % length)
         self.h.reactor.advance(0)
         for start in range(0, len(body), chunk):
             if transport.disconnecting:
                 break  # as a real transport stops reading once it is closing
-            channel.dataReceived(body[start:start + chunk])
+            data = body[start:start + chunk]
+            channel.dataReceived(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
+        if chunked and not transport.disconnecting:
+            channel.dataReceived(b"0\r\n\r\n")
         self.h.reactor.advance(0)
         status, headers, content = parse_response(transport.value())
         closing = transport.disconnecting
@@ -228,8 +233,9 @@ class SecretRouteTests(ApiTestCase):
     def test_streamed_body(self) -> None:
         """
         Through the daemon's site the body is taken as it arrives (never spooled to a file): a 1 MiB
-        secret is stored; a body past the limit is read to its end without being held, then answered
-        400 body_too_large, storing nothing.
+        secret is stored; a body whose Content-Length is past the limit is refused 413 body_too_large
+        before it is read (the connection closed); a chunked one past the limit is read to its end
+        without being held, then answered 413 body_too_large; nothing is stored.
         """
         self.assertTrue(self.api.streams_body(b"POST", b"/secrets", Headers()))
         self.assertTrue(self.api.streams_body(b"PATCH", b"/secrets/db", Headers()))
@@ -238,10 +244,12 @@ class SecretRouteTests(ApiTestCase):
         self.assertEqual(status, 201)
         self.assertEqual(self.store.get("big").data, content)
         too_large = json.dumps({"name": "k", "data": "A" * (MAX_SECRET_BODY + 8)}).encode()
-        status, _, body, _ = self.streamed(too_large)
-        self.assertEqual((status, json.loads(body)["code"]), (400, "body_too_large"))
+        status, _, body, closed = self.streamed(too_large)
+        self.assertEqual((status, json.loads(body)["code"], closed), (413, "body_too_large", True))
         status, _, body, _ = self.streamed(too_large * 3, chunk=len(too_large) + 1)
-        self.assertEqual((status, json.loads(body)["code"]), (400, "body_too_large"))
+        self.assertEqual((status, json.loads(body)["code"]), (413, "body_too_large"))
+        status, _, body, _ = self.streamed(too_large, chunked=True)
+        self.assertEqual((status, json.loads(body)["code"]), (413, "body_too_large"))
         self.assertEqual([m.name for m in self.store.list()], ["big"])
 
     def test_openapi(self) -> None:

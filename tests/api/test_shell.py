@@ -93,7 +93,7 @@ class ShellApiTests(SynchronousTestCase):
         self.fleet = OneNodeFleet()
         self.metrics = Metrics()
         api = Api(self.reactor, ShellApi(self.fleet, self.reactor).routes(), self.metrics, None)  # type: ignore[arg-type]
-        self.site = StreamingSite(api.resource(), api.streams_body, reactor=self.reactor)
+        self.site = StreamingSite(api.resource(), api.plan_body, reactor=self.reactor)
         self.connect()
         self.addCleanup(self._close)
 
@@ -161,6 +161,23 @@ class ShellApiTests(SynchronousTestCase):
         self.get(headers="")
         self.assertError(400, "websocket_required")
         self.assertEqual(self.fleet.agent.streams, [])
+
+    def test_foreign_origin(self) -> None:
+        """
+        An upgrade from a foreign origin (a web page) is 403 forbidden_origin before the 101: no shell is
+        started in the guest and the connection is closed; the same upgrade without Origin opens.
+        """
+        self.get(headers=UPGRADE + "Origin: http://evil.example\r\n")
+        self.assertError(403, "forbidden_origin")
+        self.assertNotIn(b" 101 ", self.transport.value())
+        self.assertEqual(self.fleet.agent.streams, [])
+        self.assertTrue(self.transport.disconnecting)
+        self.connect()
+        self.get(headers=UPGRADE + "Sec-Fetch-Site: cross-site\r\n")
+        self.assertError(403, "forbidden_origin")
+        self.assertEqual(self.fleet.agent.streams, [])
+        self.connect()
+        self.open()
 
     def test_bad_query(self) -> None:
         """A bad uid is 400 before anything is started."""

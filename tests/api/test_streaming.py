@@ -7,6 +7,7 @@ in chunks, the connection paused and resumed), and :class:`NdjsonStream`.
 
 from __future__ import annotations
 
+from io import BytesIO
 from typing import Any
 
 from hypothesis import given, strategies as st
@@ -17,9 +18,11 @@ from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
+from tests.api.connections import open_connection
 from vmservice.api.ndjson import NdjsonStream
 from vmservice.api.request_body import RequestBody
-from vmservice.api.streaming import StreamingSite, request_body
+from vmservice.api.streaming import BodyPlan, StreamingSite, request_body
+from vmservice.errors import BodyTooLarge, Unauthorized
 
 
 class Network:
@@ -142,7 +145,8 @@ class StreamingRequestTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.reactor = MemoryReactorClock()
         self.resource = Echo()
-        self.site = StreamingSite(self.resource, lambda method, uri, headers: uri == b"/stream", reactor=self.reactor)
+        self.site = StreamingSite(self.resource, lambda method, uri, headers, length: BodyPlan(streamed=uri == b"/stream"),
+                                  reactor=self.reactor)
         self.channel = self.site.buildProtocol(None)
         self.transport = StringTransport()
         self.channel.makeConnection(self.transport)
@@ -192,6 +196,151 @@ class StreamingRequestTests(SynchronousTestCase):
         self.send(b"POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
         self.channel.connectionLost(Failure(ConnectionLost()))
         self.assertEqual([f.type for f in self.resource.failures], [ConnectionLost])
+
+
+class Answer(Resource):
+    """Answers a refused request with the refusal's status, any other with the length of its stored body."""
+
+    isLeaf = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[Any] = []
+
+    def render(self, request: Any) -> bytes:
+        self.requests.append(request)
+        if request.refusal is not None:
+            request.setResponseCode(getattr(request.refusal, "status", 500))
+            return b"refused"
+        request.content.seek(0)
+        return b"[%d]" % len(request.content.read())
+
+
+class ContentFile(BytesIO):
+    """A request's content file that remembers every byte written to it, also once closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = bytearray()
+
+    def write(self, data: Any) -> int:
+        self.written += data
+        return super().write(data)
+
+
+class RecordingSite(StreamingSite):
+    """A streaming site that records the content files twisted.web asks it for (where bodies are stored)."""
+
+    files: list[ContentFile]
+
+    def getContentFile(self, length: int | None) -> ContentFile:
+        self.files.append(ContentFile())
+        return self.files[-1]
+
+
+class RefusalTests(SynchronousTestCase):
+    """:class:`StreamingRequest` refusing at header time, and cutting a body off at its limit."""
+
+    def setUp(self) -> None:
+        self.reactor = MemoryReactorClock()
+        self.resource = Answer()
+        self.plans: list[tuple[bytes, bytes, int | None]] = []
+
+        def plan(method: bytes, uri: bytes, headers: Any, length: int | None) -> BodyPlan:
+            self.plans.append((method, uri, length))
+            if uri == b"/refused":
+                return BodyPlan(refusal=Unauthorized("no token"))
+            return BodyPlan(limit=10)
+
+        self.site = RecordingSite(self.resource, plan, reactor=self.reactor)
+        self.site.files = []
+        self.channel, self.transport = open_connection(self, self.site)
+
+    def send(self, data: bytes) -> None:
+        """Data from the client, as a real transport delivers it: none once it is closing or paused."""
+        if not self.transport.disconnecting and self.transport.producerState != "paused":
+            self.channel.dataReceived(data)
+        self.reactor.advance(0)
+
+    def assertAnswered(self, status: int, body: bytes) -> None:
+        head, _, rest = self.transport.value().partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 %d " % status), head)
+        self.assertIn(body, rest)
+
+    def test_refused_before_body(self) -> None:
+        """
+        A refused request with a huge declared body is answered at once after its headers, with a few
+        bytes of body sent: none of them stored, the connection paused (no more read) and closed.
+        """
+        self.channel.dataReceived(b"POST /refused HTTP/1.1\r\nHost: x\r\nContent-Length: 50000000000\r\n\r\nabc")
+        self.assertEqual(self.plans, [(b"POST", b"/refused", 50_000_000_000)])
+        self.assertEqual(self.transport.producerState, "paused")
+        self.reactor.advance(0)
+        self.assertAnswered(401, b"refused")
+        self.assertIn(b"Connection: close", self.transport.value())
+        self.assertEqual(self.site.files, [])  # no file to store a body in was even made
+        self.assertTrue(self.transport.disconnecting)
+
+    def test_refused_chunked(self) -> None:
+        """A refused chunked body is answered at once too, and nothing of it is stored."""
+        self.send(b"PUT /refused HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        self.assertAnswered(401, b"refused")
+        self.assertEqual(self.site.files, [])
+        self.assertTrue(self.transport.disconnecting)
+
+    def test_whole_body_refused_once(self) -> None:
+        """A refused request whose whole (small) body came with its headers is answered once, and closed."""
+        self.channel.dataReceived(b"POST /refused HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+        self.reactor.advance(0)
+        self.assertEqual(self.transport.value().count(b"HTTP/1.1 401 "), 1)
+        self.assertEqual(len(self.resource.requests), 1)
+        self.assertTrue(self.transport.disconnecting)
+
+    def test_refused_without_body(self) -> None:
+        """A refused GET is answered once and the connection closed (not reused)."""
+        self.send(b"GET /refused HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.assertAnswered(401, b"refused")
+        self.assertEqual(len(self.resource.requests), 1)
+        self.assertTrue(self.transport.disconnecting)
+
+    def test_no_continue(self) -> None:
+        """A client waiting for 100 Continue gets the refusal instead, so it never sends the body."""
+        self.send(b"POST /refused HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 1000000\r\n\r\n")
+        self.assertNotIn(b"100 Continue", self.transport.value())
+        self.assertAnswered(401, b"refused")
+
+    def test_continue_when_served(self) -> None:
+        """A request that is let through still gets its 100 Continue."""
+        self.send(b"POST /ok HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n")
+        self.assertTrue(self.transport.value().startswith(b"HTTP/1.1 100 Continue\r\n\r\n"))
+        self.send(b"abc")
+        self.assertIn(b"[3]", self.transport.value())
+
+    def test_chunked_cut_off_at_limit(self) -> None:
+        """
+        A chunked body (no declared length) that passes its limit is cut off there: answered 413 at
+        once, never more than the limit stored, the connection closed.
+        """
+        self.send(b"POST /ok HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        self.send(b"6\r\nabcdef\r\n")
+        self.assertEqual(self.transport.value(), b"")
+        self.send(b"6\r\nghijkl\r\n")
+        self.assertAnswered(413, b"refused")
+        request = self.resource.requests[0]
+        self.assertIsInstance(request.refusal, BodyTooLarge)
+        self.assertEqual([bytes(f.written) for f in self.site.files], [b"abcdef"])
+        self.assertTrue(self.transport.disconnecting)
+        self.send(b"6\r\nmnopqr\r\n0\r\n\r\n")
+        self.assertEqual(len(self.resource.requests), 1)
+
+    def test_within_limit(self) -> None:
+        """Bodies up to the limit, chunked or not, are read whole as usual, and the connection is reused."""
+        self.send(b"POST /ok HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        self.send(b"5\r\nabcde\r\n5\r\nfghij\r\n0\r\n\r\n")
+        self.assertIn(b"[10]", self.transport.value())
+        self.send(b"POST /ok HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n0123456789")
+        self.assertIn(b"[10]", self.transport.value().split(b"[10]", 1)[1])
+        self.assertFalse(self.transport.disconnecting)
 
 
 class FakeRequest:

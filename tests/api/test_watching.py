@@ -64,7 +64,7 @@ class WatchApiTests(SynchronousTestCase):
         self.fleet = OneNodeFleet()
         routes = WatchApi(self.fleet, self.reactor, heartbeat=15).routes()  # type: ignore[arg-type]
         api = Api(self.reactor, routes, Metrics(), None)
-        self.site = StreamingSite(api.resource(), api.streams_body, reactor=self.reactor)
+        self.site = StreamingSite(api.resource(), api.plan_body, reactor=self.reactor)
         self.connect()
 
     def connect(self) -> None:

@@ -525,7 +525,7 @@ class ExecLoopbackCase(Pipes, TestCase):
         clock = MemoryReactorClock()
         clock.advance(1_700_000_000)
         api = Api(clock, ExecApi(self.fleet, clock, BackgroundApi(self.fleet)).routes(), Metrics(), None)  # type: ignore[arg-type]
-        site = StreamingSite(api.resource(), api.streams_body)
+        site = StreamingSite(api.resource(), api.plan_body)
         self.url = await serve(self, None, site=site)
         self.client = Client(reactor, self.url)
         self.addCleanup(lambda: Deferred.fromCoroutine(self.client.close()))

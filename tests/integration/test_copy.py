@@ -258,7 +258,7 @@ class CopyTests(SharedDaemonTestCase):
         worker.start()
         stalled = socket.create_connection(("127.0.0.1", self.daemon.port), timeout=60)
         self.addCleanup(stalled.close)
-        stalled.sendall(b"GET /vm/demo-1/cp?path=/root/zero.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        stalled.sendall(b"GET /vm/demo-1/cp?path=/root/zero.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         deadline = time.monotonic() + 60
         while received[0] < 4 << 20 and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -170,7 +170,7 @@ class BulkCopyTests(_Copies, SharedDaemonTestCase):
         """A client that goes away mid-upload leaves no file; the next copies over the port are whole."""
         size = 64 * MiB
         with socket.create_connection(("127.0.0.1", self.daemon.port)) as sock:
-            sock.sendall((f"POST /vm/{self.hostname}/cp?path=/root/bulk/cut.bin HTTP/1.1\r\nHost: x\r\n"
+            sock.sendall((f"POST /vm/{self.hostname}/cp?path=/root/bulk/cut.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                           f"Content-Type: application/octet-stream\r\nContent-Length: {size}\r\n\r\n").encode())
             chunk = _random(MiB)
             for _ in range(8):
@@ -186,7 +186,7 @@ class BulkCopyTests(_Copies, SharedDaemonTestCase):
         data = _random(64 * MiB)
         self.assertEqual(self.upload("/root/bulk/src.bin", data)[0], 200)
         with socket.create_connection(("127.0.0.1", self.daemon.port)) as sock:
-            sock.sendall(f"GET /vm/{self.hostname}/cp?path=/root/bulk/src.bin HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            sock.sendall(f"GET /vm/{self.hostname}/cp?path=/root/bulk/src.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
             received = 0
             while received < 2 * MiB:
                 received += len(sock.recv(MiB))

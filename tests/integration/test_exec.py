@@ -27,7 +27,7 @@ class RawExec:
 
     def __init__(self, port: int, query: list[tuple[str, str]], host: str = "demo-1", body: bool = False) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
-        head = f"POST /vm/{host}/exec?{urlencode(query)} HTTP/1.1\r\nHost: test\r\n"
+        head = f"POST /vm/{host}/exec?{urlencode(query)} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         if body:
             head += "Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n"
         else:

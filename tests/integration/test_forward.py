@@ -171,7 +171,7 @@ class ForwardTests(SharedGuestTestCase):
         """The ``upstream`` query parameter names the upstream too; the client's close ends the tunnel."""
         sock = socket.create_connection(("127.0.0.1", self.daemon.port), timeout=60)
         with sock:
-            sock.sendall(b"GET /vm/demo-1/forward?upstream=localhost:9000 HTTP/1.1\r\nHost: x\r\n\r\nearly bytes")
+            sock.sendall(b"GET /vm/demo-1/forward?upstream=localhost:9000 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nearly bytes")
             got = b""
             while not got.endswith(b"early bytes"):
                 chunk = sock.recv(4096)

@@ -84,7 +84,7 @@ class ForwardThroughAgentProcessTests(TestCase):
         self.addCleanup(client.stop)
         await client.when_ready()
         api = Api(global_reactor, ForwardApi(_OneGuest(client)).routes(), Metrics(), None)  # type: ignore[arg-type]
-        site = StreamingSite(api.resource(), api.streams_body)
+        site = StreamingSite(api.resource(), api.plan_body)
         port = global_reactor.listenTCP(0, site, interface="127.0.0.1")  # type: ignore[attr-defined]
         self.addCleanup(port.stopListening)
         server = echo_server()

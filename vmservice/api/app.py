@@ -1,7 +1,8 @@
 # -*- test-case-name: tests.api.test_app -*-
 """
-The HTTP application: mounts the route table on Klein, authenticates,
-renders every error as an ErrorResponse, and counts requests.
+The HTTP application: mounts the route table on Klein, lets the request
+gate (:mod:`.gate`: Host, Origin, token, body size) refuse requests, renders
+every error as an ErrorResponse, and counts requests.
 """
 
 from __future__ import annotations
@@ -22,16 +23,23 @@ from twisted.web.server import NOT_DONE_YET, Request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound as RouteNotFound
 from zope.interface import implementer
 
-from ..auth import bearer_matches
+from ..config import ApiConfig
 from ..errors import MethodNotAllowed as MethodNotAllowedError
-from ..errors import AgentError, BadRequest, NotFound, ServiceError, Unauthorized, http_error
+from ..errors import AgentError, BadRequest, NotFound, ServiceError, http_error
 from ..metrics import Metrics
+from .gate import RequestGate
+from .inputs.bodies import MAX_JSON_BODY
 from .models.meta import ErrorResponse
 from .rendering import json_body
 from .query import parse_query
 from .routing import PATH_KINDS, Route
+from .streaming import BodyPlan
 
 log = Logger()
+
+
+#: Reason phrases of the statuses we answer that twisted.web does not name.
+_REASONS = {421: b"Misdirected Request"}
 
 
 def error_body(request: IRequest, error: BaseException) -> bytes:
@@ -40,7 +48,10 @@ def error_body(request: IRequest, error: BaseException) -> bytes:
     if not isinstance(error, (ServiceError, AgentError)):
         # Not one of ours: a bug, whose traceback goes to the log, never to the client.
         log.failure("internal error serving {uri}", Failure(error), uri=request.uri)
-    return json_body(request, ErrorResponse(body["error"], body["code"]), status)
+    rendered = json_body(request, ErrorResponse(body["error"], body["code"]), status)
+    if status in _REASONS:
+        request.setResponseCode(status, _REASONS[status])
+    return rendered
 
 
 def _path_value(name: str, value: str) -> None:
@@ -66,15 +77,18 @@ class Api:
     :param hold: holds a node (by hostname) while a request naming it is
         served, and returns what releases it: its idle timer stands still
         meanwhile (``Fleet.hold``); nothing is held by default.
+    :param listener: where the API listens and which hosts and origins it
+        allows (``config.api``), for the request gate; ``None`` checks no
+        ``Host`` and allows no ``Origin`` (see :class:`~.gate.RequestGate`).
     """
 
     def __init__(self, reactor: IReactorTime, routes: Iterable[Route], metrics: Metrics, token: str | None,
-                 hold: Callable[[str], Callable[[], None]] | None = None) -> None:
+                 hold: Callable[[str], Callable[[], None]] | None = None, listener: ApiConfig | None = None) -> None:
         self._reactor = reactor
         self._hold = hold if hold is not None else _holding_nothing
         self.routes = list(routes)
         self._metrics = metrics
-        self._token = token
+        self._gate = RequestGate(token, listener)
         self.app = Klein()
         for route in self.routes:
             self.app.route(route.klein_path, methods=[route.method], endpoint=f"{route.method} {route.path}")(
@@ -84,26 +98,61 @@ class Api:
         self._by_endpoint = {f"{route.method} {route.path}": route for route in self.routes}
         self._urls = self.app.url_map.bind("localhost")
 
+    def plan_body(self, method: bytes, uri: bytes, headers: Headers, length: int | None) -> BodyPlan:
+        """
+        What becomes of a request's body, decided when its headers arrived
+        and before any byte of it is stored: the request gate's refusal, if
+        any (a request that matches no route needs a token like any route
+        that is not public, and takes at most :data:`MAX_JSON_BODY`); else
+        whether it streams (its route's ``stream_body``, and its query for a
+        flag such as exec's ``stdin``) and the most bytes it takes.  A
+        request whose query does not parse is not streamed: its handler
+        reports the error once the body is read.
+        """
+        route = self._route_of(method, uri.partition(b"?")[0])
+        streamed = route is not None and self._streams(route, uri.partition(b"?")[2])
+        limit = route.body_limit(streamed) if route is not None else MAX_JSON_BODY
+        try:
+            self._gate.check(method, headers, route, length=length, limit=limit)
+        except ServiceError as refusal:
+            return BodyPlan(refusal=refusal)
+        return BodyPlan(streamed=streamed, limit=limit)
+
     def streams_body(self, method: bytes, uri: bytes, headers: Headers) -> bool:
-        """
-        Whether a request streams its body, decided at header time from its
-        route's ``stream_body`` (and its query, for a flag such as exec's
-        ``stdin``).  A request whose route or query does not parse is not
-        streamed: its handler reports the error once the body is read.
-        """
-        path, _, query = uri.partition(b"?")
+        """Whether a request streams its body (what :meth:`plan_body` says when it is let through)."""
+        route = self._route_of(method, uri.partition(b"?")[0])
+        return route is not None and self._streams(route, uri.partition(b"?")[2])
+
+    def _route_of(self, method: bytes, path: bytes) -> Route | None:
+        """The route a request line's method and path match, if any."""
         try:
             endpoint, _ = self._urls.match(unquote_to_bytes(path).decode("utf-8"), method=method.decode("ascii"))
         except (UnicodeDecodeError, HTTPException):
-            return False
-        route = self._by_endpoint.get(endpoint)
-        if route is None or not isinstance(route.stream_body, str):
-            return route is not None and route.stream_body is True
+            return None
+        return self._by_endpoint.get(endpoint)
+
+    def _streams(self, route: Route, query: bytes) -> bool:
+        if not isinstance(route.stream_body, str):
+            return route.stream_body is True
         try:
             parsed: object = parse_query(parse_qs(query, keep_blank_values=True), route.query)
         except BadRequest:
             return False
         return route.streams(parsed)
+
+    def _refused(self, request: IRequest, refusal: Exception) -> bytes:
+        """
+        Answer a request the gate refused when its headers arrived (its body
+        never read), and count it under its route, or ``unmatched``.
+        """
+        route = self._route_of(request.method, request.path)
+        body = error_body(request, refusal)
+        code = int(getattr(request, "code", 200))
+        if route is None:
+            self._metrics.observe_request("unmatched", request.method.decode(errors="replace"), code, 0.0)
+        else:
+            self._metrics.observe_request(route.path, route.method, code, 0.0)
+        return body
 
     def _view(self, route: Route) -> Any:
         async def view(request: Request, **values: str) -> bytes | IResource:
@@ -119,8 +168,9 @@ class Api:
             handed_over = False
             try:
                 try:
-                    if not route.public and not self._authorized(request):
-                        raise Unauthorized("missing or invalid bearer token")
+                    # Again for requests that did not come through the site's header-time
+                    # plan (the same decision; the body, already read, is bounded by its reader).
+                    self._gate.check(request.method, request.requestHeaders, route)
                     if "hostname" in values:
                         # The node's idle timer stands still while it is served (a stream until it closes).
                         closes.append(self._hold(values["hostname"]))
@@ -144,17 +194,19 @@ class Api:
 
         return view
 
-    def _authorized(self, request: IRequest) -> bool:
-        if self._token is None:
-            return True
-        return bearer_matches(request.getHeader(b"authorization"), self._token)
-
     def _routing_error(self, request: IRequest, failure: Failure) -> bytes:
         error: BaseException | None = failure.value
-        if isinstance(error, MethodNotAllowed):
+        try:
+            # Unknown routes need a token too: the gate's answer comes first.
+            self._gate.check(request.method, request.requestHeaders, None)
+        except ServiceError as refusal:
+            error = refusal
+        if isinstance(error, ServiceError):
+            mapped: Exception = error
+        elif isinstance(error, MethodNotAllowed):
             if error.valid_methods:
                 request.setHeader(b"Allow", ", ".join(error.valid_methods).encode())
-            mapped: Exception = MethodNotAllowedError(f"method {request.method.decode()} not allowed here")
+            mapped = MethodNotAllowedError(f"method {request.method.decode(errors='replace')} not allowed here")
         elif isinstance(error, RouteNotFound):
             mapped = NotFound(f"no route for {request.path.decode(errors='replace')}", code="route_not_found")
         else:
@@ -165,8 +217,8 @@ class Api:
         return body
 
     def resource(self) -> IResource:
-        """The ``IResource`` to serve."""
-        return _Plain(self.app.resource())
+        """The ``IResource`` to serve; it answers the refusal of a request the gate refused at header time."""
+        return _Plain(self.app.resource(), self._refused)
 
 
 def _nothing() -> None:
@@ -238,13 +290,17 @@ def _passing(call: Callable[[], None]) -> Callable[[object], object]:
 class _Plain:
     """
     Wraps Klein's resource so that nothing it renders is ever HTML: errors
-    raised outside a route (e.g. while the request is read) become JSON too.
+    raised outside a route (e.g. while the request is read) become JSON too;
+    a request refused when its headers arrived (its ``refusal``, see
+    :class:`~.streaming.StreamingRequest`) is answered by ``refused`` and
+    never routed.
     """
 
     isLeaf = True
 
-    def __init__(self, inner: IResource) -> None:
+    def __init__(self, inner: IResource, refused: Callable[[IRequest, Exception], bytes]) -> None:
         self._inner = inner
+        self._refused = refused
 
     def getChildWithDefault(self, name: bytes, request: IRequest) -> IResource:
         return self
@@ -253,6 +309,9 @@ class _Plain:
         raise NotImplementedError
 
     def render(self, request: IRequest) -> bytes | int:
+        refusal = getattr(request, "refusal", None)
+        if isinstance(refusal, Exception):
+            return self._refused(request, refusal)
         try:
             unquote_to_bytes(request.path).decode("utf-8")
         except UnicodeDecodeError:

@@ -25,11 +25,15 @@ class MetaApi:
     """
     :param metrics: the metrics to expose.
     :param routes: all routes (for the OpenAPI document), read at request time.
+    :param public_metrics: whether ``/metrics`` may be read without a token
+        when authentication is on (``api.auth.public_metrics``); ``/healthz``
+        always may.
     """
 
-    def __init__(self, metrics: Metrics, routes: Callable[[], list[Route]]) -> None:
+    def __init__(self, metrics: Metrics, routes: Callable[[], list[Route]], public_metrics: bool = False) -> None:
         self._metrics = metrics
         self._routes = routes
+        self._public_metrics = public_metrics
         system, arch = go_platform()
         self._info = Info(version=__version__, git_commit=git_commit(), platform=system, arch=arch)
 
@@ -42,7 +46,8 @@ class MetaApi:
             ),
             Route(
                 "GET", "/metrics", self.metrics, "Prometheus metrics", "service",
-                {200: Reply("Metrics in the text exposition format", media="text/plain")}, public=True,
+                {200: Reply("Metrics in the text exposition format", media="text/plain")},
+                public=self._public_metrics,
             ),
             Route(
                 "GET", "/openapi.json", self.openapi, "This API's OpenAPI 3.1 description", "service",

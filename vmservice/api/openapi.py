@@ -112,7 +112,7 @@ def _operation(route: Route, method: str, components: dict[str, Any]) -> dict[st
         responses[str(status)] = entry
     error_ref = {"$ref": f"#/components/schemas/{model_schema(ErrorResponse, components)}"}
     responses["default"] = {
-        "description": "An error (400, 401, 404, 405, 408, 409, 500, 501, 503, 507 ...)",
+        "description": "An error (400, 401, 403, 404, 405, 408, 409, 413, 421, 500, 501, 503, 507 ...)",
         "content": {"application/json": {"schema": error_ref}},
     }
     if not route.public:

@@ -33,7 +33,8 @@ from .watching import WatchApi
 
 
 def every_route(
-    fleet: Fleet, clock: IReactorTime, metrics: Metrics, secrets: SecretStore | None = None
+    fleet: Fleet, clock: IReactorTime, metrics: Metrics, secrets: SecretStore | None = None,
+    public_metrics: bool = False,
 ) -> list[Route]:
     """
     The routes of the daemon.
@@ -44,9 +45,10 @@ def every_route(
     :param secrets: the daemon's secrets store (the one the fleet's nodes
         get their secrets from); ``None`` leaves out ``/secrets`` (tests of
         other routes).
+    :param public_metrics: ``/metrics`` needs no token (``api.auth.public_metrics``).
     """
     routes: list[Route] = []
-    routes += MetaApi(metrics, lambda: routes).routes()
+    routes += MetaApi(metrics, lambda: routes, public_metrics).routes()
     routes += NodesApi(fleet).routes() + VmApi(fleet).routes() + TagsApi(fleet).routes()
     routes += StatsApi(fleet).routes()
     routes += ImagesApi(fleet).routes()

@@ -18,6 +18,7 @@ from attrs import field, frozen
 from twisted.web.resource import IResource
 
 from ..nodes.model import HOSTNAME_PATTERN
+from .inputs.bodies import MAX_JSON_BODY
 from .query import Kind, NoQuery, Text
 
 #: What each path parameter takes: a node's hostname, a host group's name, a background exec's id.
@@ -67,6 +68,9 @@ class Route:
     :ivar public: needs no authentication.
     :ivar stream: the kind of stream a request of this route is while it is
         served (``vmservice_open_streams{kind}``), empty for none.
+    :ivar max_body: the most bytes of request body taken (413 past it);
+        ``None``: :data:`MAX_JSON_BODY` for a body read whole, no bound for a
+        streamed one (see :meth:`body_limit`).
     """
 
     method: str
@@ -81,12 +85,25 @@ class Route:
     head: bool = False
     public: bool = False
     stream: str = ""
+    max_body: int | None = None
 
     def streams(self, query: Any) -> bool:
         """Whether a request with the parsed ``query`` streams its body."""
         if isinstance(self.stream_body, str):
             return bool(getattr(query, self.stream_body))
         return self.stream_body
+
+    def body_limit(self, streamed: bool) -> int | None:
+        """
+        The most bytes of body a request takes: :attr:`max_body` if
+        declared, else :data:`MAX_JSON_BODY` when the body is read whole
+        (twisted.web would store it all before the handler runs) and no
+        bound when it is streamed (uploads, stdin: the handler takes it at
+        its own pace).
+        """
+        if self.max_body is not None:
+            return self.max_body
+        return None if streamed else MAX_JSON_BODY
 
     @property
     def klein_path(self) -> str:

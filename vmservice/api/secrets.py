@@ -18,7 +18,7 @@ from io import BytesIO
 
 from twisted.web.iweb import IRequest
 
-from ..errors import BadRequest
+from ..errors import BodyTooLarge
 from ..secretstore import SecretMeta, SecretStore
 from .inputs.secrets import MAX_SECRET_BODY, secret_create, secret_update
 from .models.meta import ErrorResponse
@@ -43,7 +43,8 @@ async def _read_body(request: IRequest, limit: int) -> None:
     (answering only after the body, not from inside the network's delivery
     of a chunk, keeps the connection's state whole and the client reading).
 
-    :raise BadRequest: (``body_too_large``) more than ``limit`` bytes.
+    :raise BodyTooLarge: more than ``limit`` bytes (a body whose headers
+        announce that many is refused before it is read: the route's ``max_body``).
     """
     body = request_body(request)
     chunks: list[bytes] = []
@@ -61,7 +62,7 @@ async def _read_body(request: IRequest, limit: int) -> None:
 
     await body.deliver_to(write)
     if held > limit:
-        raise BadRequest("the body is too large", code="body_too_large")
+        raise BodyTooLarge(f"the body is over this route's limit of {limit} bytes")
     request.content = BytesIO(b"".join(chunks))
 
 
@@ -89,12 +90,12 @@ class SecretsApi:
             Route("POST", "/secrets", self.create, "Store a new secret", "secrets",
                   {201: Reply("Stored (no body)"), 400: _BAD,
                    409: Reply("A secret of that name exists (secret_exists)", ErrorResponse), 500: _FAILED},
-                  body=CreateSecretRequest, stream_body=True),
+                  body=CreateSecretRequest, stream_body=True, max_body=MAX_SECRET_BODY),
             Route("PATCH", "/secrets/{name}", self.update,
                   "Change a secret's content or attributes; running nodes that hold it get it at once", "secrets",
                   {200: Reply("Changed (no body)"), 400: _BAD,
                    404: Reply("No such secret (secret_not_found)", ErrorResponse), 500: _FAILED},
-                  body=UpdateSecretRequest, stream_body=True),
+                  body=UpdateSecretRequest, stream_body=True, max_body=MAX_SECRET_BODY),
             Route("DELETE", "/secrets/{name}", self.delete,
                   "Delete a secret; running nodes that hold it lose its file", "secrets",
                   {200: Reply("Deleted (no body)"), 400: _BAD,

@@ -9,8 +9,11 @@ A WebSocket route is an ordinary :class:`~.routing.Route` whose handler:
 2. does its own checks and whatever must succeed before the client is told
    yes (the node exists and runs, the agent answers, the guest accepted the
    request): any error raised here is rendered by the app as an
-   ErrorResponse with its status, like any route's; authentication has
-   already been checked by the app;
+   ErrorResponse with its status, like any route's; the request gate
+   (:mod:`.gate`: Host, Origin and Sec-Fetch-Site of the upgrade, the
+   token) has already let it through, when its headers arrived and again in
+   the app's view, so autobahn's own origin check (which allows every
+   origin) is never what keeps a web page out;
 3. returns :func:`accept` ``(reactor, protocol, max_message)``, an ``IResource`` that Klein renders:
    autobahn's :class:`~autobahn.twisted.resource.WebSocketResource` answers
    ``101 Switching Protocols`` and hands the connection (taken from

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from twisted.web.iweb import IRequest
 
-from ...errors import BadRequest
+from ...errors import BadRequest, BodyTooLarge
 from ...structuring import format_path, strict_converter, structure_errors
 
 
@@ -48,12 +48,13 @@ def json_object(request: IRequest, *, empty_ok: bool = True, limit: int = MAX_JS
     ``empty_ok``.
 
     :param limit: the most bytes of body accepted.
-    :raise BadRequest: invalid JSON, not an object, or too large.
+    :raise BadRequest: invalid JSON, not an object, or too large
+        (:class:`~vmservice.errors.BodyTooLarge`, 413).
     """
     content = request.content
     raw = content.read(limit + 1) if content is not None else b""
     if len(raw) > limit:
-        raise BadRequest("the body is too large", code="body_too_large")
+        raise BodyTooLarge(f"the body is over this route's limit of {limit} bytes")
     if not raw.strip():
         if empty_ok:
             return {}
