@@ -1042,6 +1042,26 @@ class TcgTbSizeTests(SynchronousTestCase):
             self.assertTrue(str(error).startswith("config.tcg_tb_size_mb: "), str(error))
 
 
+class ConsoleLogSizeTests(SynchronousTestCase):
+    """``console_log_size``: how much of each node's serial console is kept on disk."""
+
+    def test_default(self) -> None:
+        """4 MiB unless said otherwise."""
+        self.assertEqual(_parse("config: {}\n").console_log_size, 4 * 1024 * 1024)
+
+    def test_given(self) -> None:
+        """A size with a unit or in bytes, from 64K to 1G."""
+        self.assertEqual(_parse("config: {console_log_size: 64K}\n").console_log_size, 64 * 1024)
+        self.assertEqual(_parse("config: {console_log_size: 1G}\n").console_log_size, 1024**3)
+        self.assertEqual(_parse("config: {console_log_size: 1048576}\n").console_log_size, 1024 * 1024)
+
+    def test_bad(self) -> None:
+        """Too small, too large, negative or not a size: one line naming the key."""
+        for text in ("1K", "65535", "2G", "-1", "lots", "true"):
+            error = self.assertRaises(ConfigError, _parse, f"config: {{console_log_size: {text}}}\n")
+            self.assertTrue(str(error).startswith("config.console_log_size: "), str(error))
+
+
 class CodehostTests(SynchronousTestCase):
     """
     ``codehost_url`` and ``codehost_timeout``: where ``codehost_user``'s keys
@@ -1177,3 +1197,40 @@ class GuestAslrTests(SynchronousTestCase):
         for value in ("0", "off2", "'no'"):
             with self.assertRaisesRegex(ConfigError, "guest_aslr"):
                 _parse(f"config: {{host_groups: [{{name: a, guest_aslr: {value}}}]}}\n")
+
+
+class LimitsTests(SynchronousTestCase):
+    """``limits``: the buffer budget, background execs per node, the API's connections."""
+
+    def test_defaults(self) -> None:
+        """No buffer budget given (the daemon sizes it from the RAM), 64 execs per node, 1024 and 256 connections."""
+        from vmservice.config import LimitsConfig
+
+        limits = _parse("config: {}\n").limits
+        self.assertEqual(limits, LimitsConfig())
+        self.assertEqual((limits.buffer_budget, limits.background_execs_per_node, limits.max_connections,
+                          limits.max_connections_per_peer), (None, 64, 1024, 256))
+
+    def test_given(self) -> None:
+        """Each key as given; the budget is a size."""
+        limits = _parse("config:\n  limits: {buffer_budget: 4M, background_execs_per_node: 3, max_connections: 8,"
+                        " max_connections_per_peer: 8}\n").limits
+        self.assertEqual((limits.buffer_budget, limits.background_execs_per_node, limits.max_connections,
+                          limits.max_connections_per_peer), (4 * MiB, 3, 8, 8))
+
+    def test_bad(self) -> None:
+        """Each key checked at load, with its key path."""
+        cases = (
+            ("buffer_budget: 1000", r"config\.limits\.buffer_budget: buffer_budget 1000 must be at least 1M"),
+            ("buffer_budget: lots", r"config\.limits\.buffer_budget: bad size"),
+            ("background_execs_per_node: 0", r"background_execs_per_node 0 must be from 1 to 256"),
+            ("background_execs_per_node: 257", r"background_execs_per_node 257 must be from 1 to 256"),
+            ("max_connections: 0", r"config\.limits\.max_connections: max_connections 0 must be from 1 to 65536"),
+            ("max_connections_per_peer: 2000", r"max_connections_per_peer 2000 must be from 1 to max_connections "
+                                               r"\(1024\)"),
+            ("max_connections: '8'", r"config\.limits\.max_connections: expected an integer"),
+            ("connections: 8", r"config\.limits\.connections: unknown key"),
+        )
+        for text, message in cases:
+            with self.assertRaisesRegex(ConfigError, message):
+                _parse(f"config:\n  limits: {{{text}}}\n")

@@ -21,6 +21,9 @@ class MappingTests(SynchronousTestCase):
             (errors.Internal("x"), 500, "internal_error"),
             (errors.NotSupported("x"), 501, "not_supported"),
             (errors.AgentNotConnected("x"), 503, "agent_unavailable"),
+            (errors.BufferBudgetExhausted("x"), 503, "buffer_budget_exhausted"),
+            (errors.ConnectionLimitReached("x"), 503, "connection_limit_reached"),
+            (errors.TooManyConnections("x"), 429, "too_many_connections"),
             (errors.InsufficientStorage("x"), 507, "insufficient_storage"),
         ]
         for error, status, code in cases:
@@ -51,6 +54,7 @@ class GuestErrorTests(SynchronousTestCase):
             (errors.GuestErrorKind.REJECTED, 400, "invalid_exec"),
             (errors.GuestErrorKind.NO_SPACE, 507, "insufficient_storage"),
             (errors.GuestErrorKind.MISSING_DESTINATION, 400, "missing_destination"),
+            (errors.GuestErrorKind.OVER_BUDGET, 503, "buffer_budget_exhausted"),
         ]
         for kind, status, code in cases:
             self.assertEqual(errors.http_error(errors.AgentError(kind, "m")), (status, {"error": "m", "code": code}))

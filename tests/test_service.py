@@ -41,19 +41,45 @@ class MakeServiceTests(SynchronousTestCase):
         )
 
     def test_tree(self) -> None:
-        """The daemon is the fleet (inside the range claims) and the API listener, not started yet."""
+        """
+        The daemon is the fleet, the console logs' rotation and the stats sampler (inside the range claims)
+        and the API listener, not started yet.
+        """
         top = make_service(self.config(), MemoryReactorClock())
         names = sorted(type(service).__name__ for service in top)
         self.assertEqual(names, ["StreamServerEndpointService", "_Claimed"])
         [claimed] = [service for service in top if type(service).__name__ == "_Claimed"]
-        self.assertEqual([service.name for service in claimed], ["fleet", "stats-sampler"])
+        self.assertEqual([service.name for service in claimed], ["fleet", "console-rotation", "stats-sampler"])
         self.assertFalse(top.running)
+
+    def test_limits(self) -> None:
+        """
+        The listener's factory bounds the API's connections as configured
+        (around the site); the buffer budget is sized from the host's RAM
+        unless the configuration gives it.
+        """
+        import attrs
+
+        from vmservice.api.connection_limits import ConnectionLimits
+        from vmservice.config import LimitsConfig
+        from vmservice.service import _buffer_budget
+
+        limits = LimitsConfig(buffer_budget=4 << 20, max_connections=8, max_connections_per_peer=3)
+        config = attrs.evolve(self.config(), limits=limits)
+        top = make_service(config, MemoryReactorClock())
+        [listener] = [service for service in top if type(service).__name__ == "StreamServerEndpointService"]
+        factory = listener.factory
+        self.assertIsInstance(factory, ConnectionLimits)
+        self.assertEqual((factory.most, factory.most_per_peer), (8, 3))
+        self.assertEqual(type(factory.wrappedFactory).__name__, "StreamingSite")
+        self.assertEqual(_buffer_budget(config).size, 4 << 20)
+        self.assertGreaterEqual(_buffer_budget(self.config()).size, 64 << 20)
 
     def test_no_stats_sampler(self) -> None:
         """stats_interval 0: no sampling of the nodes' statistics for /metrics."""
         top = make_service(self.config(stats_interval=0), MemoryReactorClock())
         [claimed] = [service for service in top if type(service).__name__ == "_Claimed"]
-        self.assertEqual([service.name for service in claimed], ["fleet"])
+        self.assertEqual([service.name for service in claimed], ["fleet", "console-rotation"])
 
     def test_missing_image(self) -> None:
         """An image the configuration names that is not built stops the start with one line."""

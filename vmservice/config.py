@@ -55,6 +55,7 @@ __all__ = [
     "DEFAULT_STATE_DIR",
     "DEFAULT_STORAGE_SIZE",
     "HostGroupConfig",
+    "LimitsConfig",
     "NetworkConfig",
     "format_size",
     "load_config",
@@ -99,6 +100,12 @@ DEFAULT_TEMPLATES_TMPFS_DIR = "/dev/shm"
 DEFAULT_TEMPLATES_TMPFS_BUDGET = 2 * GiB
 #: The longest ``stats_interval``.
 MAX_STATS_INTERVAL = 3600.0
+#: Bytes of a node's serial console kept on disk (``console.log`` and ``console.log.1`` together) unless
+#: ``console_log_size`` says otherwise; a guest writes its console at ~0.5-0.75 MB/s under TCG here.
+DEFAULT_CONSOLE_LOG_SIZE = 4 * MiB
+#: The smallest and largest ``console_log_size``.
+MIN_CONSOLE_LOG_SIZE = 64 * KiB
+MAX_CONSOLE_LOG_SIZE = GiB
 #: What a VM is taken to hold beyond its guest RAM unless ``admission.vm_overhead`` says otherwise: QEMU
 #: itself and, under TCG, its translation cache (measured: 260-295 MB resident for 128 MiB guests).
 DEFAULT_VM_OVERHEAD = 160 * MiB
@@ -119,6 +126,14 @@ MAX_TCG_TB_SIZE_MB = 4096
 #: The most spare VMs ``warm_spare`` may keep per template: each holds a VM of the template's RAM in the
 #: admission budget, and as many creates at once as a fork has children (8) is what a pool is for.
 MAX_WARM_SPARE = 8
+#: Live background execs a node may keep unless ``limits.background_execs_per_node`` says otherwise, and the
+#: most it may say (the guest agent's own bound, ``MAX_EXECS`` in vmservice/guest/background.py).
+DEFAULT_BACKGROUND_EXECS_PER_NODE = 64
+MAX_BACKGROUND_EXECS_PER_NODE = 256
+#: The API's connections at once, and from one client, unless ``limits`` says otherwise; the most either may be.
+DEFAULT_MAX_CONNECTIONS = 1024
+DEFAULT_MAX_CONNECTIONS_PER_PEER = 256
+MAX_CONNECTIONS = 65536
 #: Each VM of an isolated network takes a /30 (network, host side, guest,
 #: broadcast), so a /22 holds 256 VM slots as the API specification says.
 ISOLATED_SLOT_PREFIX = 30
@@ -482,6 +497,29 @@ class AdmissionConfig:
 
 
 @attrs.frozen(kw_only=True)
+class LimitsConfig:
+    """
+    The ``limits:`` section: what clients and guests may make the daemon hold
+    (see docs/security.md).
+
+    :ivar buffer_budget: Bytes all buffered results (buffered execs' output
+        and answers, large agent replies) may hold at once
+        (:mod:`vmservice.buffer_budget`); ``None``: from the host's RAM at start.
+    :ivar background_execs_per_node: Live background execs (running, or ended
+        and not deleted) a node may keep (:mod:`vmservice.nodes.background_limit`).
+    :ivar max_connections: The API's connections open at once
+        (:mod:`vmservice.api.connection_limits`).
+    :ivar max_connections_per_peer: The API's connections open at once from one
+        client address (an IPv6 /64); a UNIX socket's clients count in the total only.
+    """
+
+    buffer_budget: int | None = None
+    background_execs_per_node: int = DEFAULT_BACKGROUND_EXECS_PER_NODE
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_connections_per_peer: int = DEFAULT_MAX_CONNECTIONS_PER_PEER
+
+
+@attrs.frozen(kw_only=True)
 class Config:
     """
     The whole, resolved ``config:`` section.
@@ -507,6 +545,10 @@ class Config:
     :ivar templates_tmpfs_budget: Bytes of RAM files this daemon's templates
         may hold at once; a template that would exceed it is not built.
     :ivar admission: The memory budget and the bound on cold boots.
+    :ivar limits: The bounds on what clients and guests make the daemon hold.
+    :ivar console_log_size: Bytes of each node's serial console kept on disk
+        (the log and its rotated older part together; see
+        :mod:`vmservice.nodes.console_rotation`), and the most a logs request reads.
     :ivar audit: The audit log of state-changing requests.
     """
 
@@ -525,6 +567,8 @@ class Config:
     templates_tmpfs_budget: int = DEFAULT_TEMPLATES_TMPFS_BUDGET
     admission: AdmissionConfig = AdmissionConfig()
     tcg_tb_size_mb: int = DEFAULT_TCG_TB_SIZE_MB
+    limits: LimitsConfig = LimitsConfig()
+    console_log_size: int = DEFAULT_CONSOLE_LOG_SIZE
     audit: AuditConfig = AuditConfig()
 
     def group(self, name: str) -> HostGroupConfig | None:
@@ -624,6 +668,14 @@ class _AdmissionDocument:
 
 
 @attrs.frozen
+class _LimitsDocument:
+    buffer_budget: _Size | None = None
+    background_execs_per_node: int = DEFAULT_BACKGROUND_EXECS_PER_NODE
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_connections_per_peer: int = DEFAULT_MAX_CONNECTIONS_PER_PEER
+
+
+@attrs.frozen
 class _ConfigDocument:
     api: _ApiDocument = _ApiDocument()
     state_dir: str = DEFAULT_STATE_DIR
@@ -640,6 +692,8 @@ class _ConfigDocument:
     templates_tmpfs_budget: _Size = _Size(DEFAULT_TEMPLATES_TMPFS_BUDGET)
     admission: _AdmissionDocument = _AdmissionDocument()
     tcg_tb_size_mb: int = DEFAULT_TCG_TB_SIZE_MB
+    limits: _LimitsDocument = _LimitsDocument()
+    console_log_size: _Size = _Size(DEFAULT_CONSOLE_LOG_SIZE)
     audit: _AuditDocument = _AuditDocument()
 
 
@@ -875,8 +929,27 @@ class _Resolver:
             templates_tmpfs_budget=document.templates_tmpfs_budget,
             admission=self.admission(document.admission, (*base, "admission")),
             tcg_tb_size_mb=self.tcg_tb_size_mb(document.tcg_tb_size_mb, (*base, "tcg_tb_size_mb")),
+            limits=self.limits(document.limits, (*base, "limits")),
+            console_log_size=self.console_log_size(document.console_log_size, (*base, "console_log_size")),
             audit=self.audit(document.audit, (*base, "audit")),
         )
+
+    def limits(self, document: _LimitsDocument, parts: Path) -> LimitsConfig:
+        if document.buffer_budget is not None and document.buffer_budget < MiB:
+            raise self.error((*parts, "buffer_budget"), f"buffer_budget {document.buffer_budget} must be at least 1M")
+        execs = document.background_execs_per_node
+        if not 1 <= execs <= MAX_BACKGROUND_EXECS_PER_NODE:
+            raise self.error((*parts, "background_execs_per_node"), f"background_execs_per_node {execs} must be from "
+                                                                     f"1 to {MAX_BACKGROUND_EXECS_PER_NODE}")
+        most = document.max_connections
+        if not 1 <= most <= MAX_CONNECTIONS:
+            raise self.error((*parts, "max_connections"), f"max_connections {most} must be from 1 to {MAX_CONNECTIONS}")
+        per_peer = document.max_connections_per_peer
+        if not 1 <= per_peer <= most:
+            raise self.error((*parts, "max_connections_per_peer"), f"max_connections_per_peer {per_peer} must be "
+                                                                    f"from 1 to max_connections ({most})")
+        return LimitsConfig(buffer_budget=document.buffer_budget, background_execs_per_node=execs,
+                            max_connections=most, max_connections_per_peer=per_peer)
 
     def audit(self, document: _AuditDocument, parts: Path) -> AuditConfig:
         if document.path is not None and not os.path.isabs(document.path):
@@ -926,6 +999,12 @@ class _Resolver:
         if not 0 <= size <= MAX_TCG_TB_SIZE_MB:
             raise self.error(parts, f"tcg_tb_size_mb {size} must be 0 (QEMU's default) or from 1 to "
                                     f"{MAX_TCG_TB_SIZE_MB} MiB")
+        return size
+
+    def console_log_size(self, size: int, parts: Path) -> int:
+        if not MIN_CONSOLE_LOG_SIZE <= size <= MAX_CONSOLE_LOG_SIZE:
+            raise self.error(parts, f"console_log_size {format_size(size)} must be from "
+                                    f"{format_size(MIN_CONSOLE_LOG_SIZE)} to {format_size(MAX_CONSOLE_LOG_SIZE)}")
         return size
 
     def stats_interval(self, seconds: float, parts: Path) -> float:

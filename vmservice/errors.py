@@ -160,6 +160,41 @@ class InsufficientMemory(ServiceError):
     code = "insufficient_memory"
 
 
+class BufferBudgetExhausted(ServiceError):
+    """
+    The daemon cannot hold one more buffered result now (503): the results it
+    buffers for clients at once (buffered execs' output, large guest replies)
+    are at its buffer budget (``limits.buffer_budget``).  The operation that
+    needed the room failed (a buffered exec's process was stopped); a retry
+    once others finished may succeed, hence 503 rather than a 4xx.
+    """
+
+    status = 503
+    code = "buffer_budget_exhausted"
+
+
+class TooManyConnections(ServiceError):
+    """
+    The client's address holds as many connections to the API as it may
+    (``limits.max_connections_per_peer``) (429): the new one is answered with
+    this and closed.
+    """
+
+    status = 429
+    code = "too_many_connections"
+
+
+class ConnectionLimitReached(ServiceError):
+    """
+    The API holds as many connections as the daemon allows
+    (``limits.max_connections``) (503): the new one is answered with this and
+    closed.
+    """
+
+    status = 503
+    code = "connection_limit_reached"
+
+
 class InsufficientStorage(ServiceError):
     """
     The guest's file system has no room for what is copied into it (507):
@@ -216,6 +251,8 @@ class GuestErrorKind(Enum):
     MALFORMED = "malformed"
     #: The guest's answer was larger than the daemon accepts.
     TOO_LARGE = "too_large"
+    #: The daemon's buffer budget had no room for the guest's answer.
+    OVER_BUDGET = "over_budget"
     #: The guest refused the request itself (an exec's working directory ...).
     REJECTED = "rejected"
     #: A copy out of the guest ended after its head without all its content.
@@ -305,6 +342,7 @@ GUEST_ERRORS: dict[GuestErrorKind, tuple[type[ServiceError], str]] = {
     GuestErrorKind.FAILED: (Internal, "agent_error"),
     GuestErrorKind.MALFORMED: (Internal, "agent_error"),
     GuestErrorKind.TOO_LARGE: (Internal, "reply_too_large"),
+    GuestErrorKind.OVER_BUDGET: (BufferBudgetExhausted, "buffer_budget_exhausted"),
     GuestErrorKind.REJECTED: (BadRequest, "invalid_exec"),
     GuestErrorKind.INTERRUPTED: (Internal, "copy_interrupted"),
     GuestErrorKind.NOT_FOUND: (NotFound, "not_found"),

@@ -11,6 +11,8 @@ Prometheus metrics of the daemon, in a registry of its own.
 - ``vmservice_node_events_total{type}`` (lifecycle events published)
 - ``vmservice_open_streams{kind}`` (streams open now: exec, cp, watch, logs, shell, tunnel, events)
 - ``vmservice_admission_*``: the memory budget and its use, the cold boot slots and queue, refusals
+- ``vmservice_buffer_budget_*``, ``vmservice_api_connections*``: the buffer budget and its use, the API's
+  connections open and refused (docs/security.md)
 - ``vmservice_idle_suspend_duration_seconds{hostgroup}``, ``vmservice_idle_wake_duration_seconds{hostgroup}``
   (automatic suspends and wakes: their ``_count`` counts them), ``vmservice_idle_failures_total{hostgroup,kind}``
 
@@ -19,13 +21,14 @@ docs/metrics.md describes each.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from .buffer_budget import BufferBudget
 from .nodes.admission import AdmissionState
 from .nodes.events import EventType, NodeEvent
 
@@ -84,6 +87,46 @@ class _AdmissionCollector(Collector):
         for reason, count in sorted(state.refusals.items()):
             refusals.add_metric([reason], count)
         yield refusals
+
+
+class ConnectionCounts(Protocol):
+    """What the limits collector reads of the API's connections (:class:`~vmservice.api.connection_limits.ConnectionLimits`)."""
+
+    @property
+    def open(self) -> int:
+        """Connections open now."""
+
+    @property
+    def refused(self) -> Mapping[str, int]:
+        """Connections refused so far, by limit."""
+
+
+class _LimitsCollector(Collector):
+    """
+    The ``vmservice_buffer_budget_*`` and ``vmservice_api_connections*`` series, read at each scrape.
+
+    :param budget: the daemon's buffer budget.
+    :param connections: the API's connections.
+    """
+
+    def __init__(self, budget: BufferBudget, connections: ConnectionCounts) -> None:
+        self._budget = budget
+        self._connections = connections
+
+    def collect(self) -> Iterable[Metric]:
+        budget = self._budget
+        yield GaugeMetricFamily("vmservice_buffer_budget_bytes", "The buffer budget of buffered results (0: none)",
+                                value=budget.size or 0)
+        yield GaugeMetricFamily("vmservice_buffer_budget_held_bytes", "Bytes buffered results hold now", value=budget.held)
+        yield CounterMetricFamily("vmservice_buffer_budget_refusals", "Buffered results refused for want of room",
+                                  value=budget.refusals)
+        yield GaugeMetricFamily("vmservice_api_connections", "The API's connections open now",
+                                value=self._connections.open)
+        refused = CounterMetricFamily("vmservice_api_connections_refused", "Connections refused over a limit, by limit",
+                                      labels=["limit"])
+        for limit, count in sorted(self._connections.refused.items()):
+            refused.add_metric([limit], count)
+        yield refused
 
 
 class Metrics:
@@ -271,6 +314,10 @@ class Metrics:
     def watch_admission(self, state: Callable[[], AdmissionState]) -> None:
         """Report admission (budget, use, boot slots and queue, refusals) at each scrape."""
         self.registry.register(_AdmissionCollector(state))
+
+    def watch_limits(self, budget: BufferBudget, connections: ConnectionCounts) -> None:
+        """Report the buffer budget and the API's connections at each scrape."""
+        self.registry.register(_LimitsCollector(budget, connections))
 
     def render(self) -> tuple[bytes, str]:
         """The text exposition and its content type."""

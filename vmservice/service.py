@@ -26,14 +26,18 @@ from twisted.web.client import Agent
 from .agent.client import AgentClient, ClientReactor
 from .agent.metrics import MetricsClient
 from .api.app import Api
+from .api.connection_limits import ConnectionLimits
 from .api.resources import every_route
 from .api.streaming import StreamingSite
 from .auth import load_or_create_token
+from .buffer_budget import BufferBudget, default_size
 from .codehost import CodeHost
 from .config import Config
 from .listening import listening_service
 from .hypervisors.base import IHypervisor
-from .hypervisors.qemu import IProbeReactor, IQemuReactor, QemuDriver, QemuSettings, host_tsc_khz, probe_accel
+from .hypervisors.qemu import (
+    IProbeReactor, IQemuReactor, QemuDriver, QemuSettings, host_tsc_khz, probe_accel, sweep_probes,
+)
 from .images.store import Image, ImageNotFound, resolve_image
 from .metrics import STATUSES, Metrics
 from .nodestats_metrics import NodeStatsCollector, SnapshotSampler
@@ -41,7 +45,9 @@ from .network.claims import RangeClaims, RangeTaken
 from .network.host import HostNetwork, command_runner
 from .network.ipam import pool
 from .nodes.addressing import Addressing
-from .nodes.admission import Admission, limits
+from .nodes.admission import Admission, limits, mem_total
+from .nodes.background_limit import BackgroundLimit
+from .nodes.console_rotation import ConsoleRotation
 from .nodes.fleet import Fleet
 from .nodes.adoption import IdentityAdoption
 from .nodes.templates import TemplateStore
@@ -75,12 +81,23 @@ def _read_tsc_khz() -> int | None:
         return None
 
 
+def probe_directory(config: Config) -> str:
+    """The KVM probe's directory in the state directory: its monitor socket, which marks its QEMU."""
+    return os.path.join(config.state_dir, "probe")
+
+
 async def decide_driver(reactor: IDaemonReactor, config: Config, image: Image) -> IHypervisor:
-    """Probe for KVM (as configured), log the choice and why, and make the QEMU driver."""
+    """
+    Kill the probe QEMUs an earlier run left, probe for KVM (as configured),
+    log the choice and why, and make the QEMU driver.
+    """
+    for pid in sweep_probes(probe_directory(config)):
+        log.info("killed KVM probe process {pid}, left by an earlier run", pid=pid)
     tsc_khz = _read_tsc_khz()
     settings = QemuSettings(tsc_khz=tsc_khz)
     choice = await probe_accel(
-        reactor, settings.binary, image.kernel.path, image.initrd.path, config.accel, tsc_khz
+        reactor, settings.binary, image.kernel.path, image.initrd.path, config.accel, tsc_khz,
+        directory=probe_directory(config),
     )
     log.info("accelerator: {accel}: {reason}", accel=choice.accel, reason=choice.reason)
     return QemuDriver(reactor, QemuSettings(binary=settings.binary, accel=choice.accel, tsc_khz=tsc_khz,
@@ -147,6 +164,24 @@ def _snapshots(reactor: IDaemonReactor) -> Callable[[str, float], Deferred[Mappi
     return lambda socket, deadline: Deferred.fromCoroutine(client.snapshot(socket, deadline))
 
 
+def _buffer_budget(config: Config) -> BufferBudget:
+    """The buffer budget, its default size from this host's RAM (``/proc/meminfo``)."""
+    size = config.limits.buffer_budget
+    if size is None:
+        try:
+            with open("/proc/meminfo") as f:
+                total = mem_total(f.read())
+        except OSError:
+            total = None
+        size = default_size(total)
+    log.info(
+        "limits: buffer budget {budget} MiB, {execs} background execs per node, {most} connections "
+        "({per_peer} per client)", budget=size // 2**20, execs=config.limits.background_execs_per_node,
+        most=config.limits.max_connections, per_peer=config.limits.max_connections_per_peer,
+    )
+    return BufferBudget(size)
+
+
 def _admission(config: Config, reactor: IDaemonReactor) -> Admission:
     """Admission with its defaults from this host's RAM (``/proc/meminfo``) and CPU count."""
     try:
@@ -192,6 +227,7 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
         raise StartupError(f"secrets store: {error}") from None
     claims = _claim_ranges(config)
     metrics = Metrics()
+    budget = _buffer_budget(config)
     parts = FleetParts(
         clock=reactor,
         config=config,
@@ -199,7 +235,7 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
         driver=DriverChoice(lambda: Deferred.fromCoroutine(decide_driver(reactor, config, images(config.image)))),
         images=images,
         disks=OverlayDisks(reactor),
-        agents=lambda path: AgentClient(reactor, path),
+        agents=lambda path: AgentClient(reactor, path, budget=budget),
         addressing=Addressing(config, HostNetwork(config, command_runner(reactor))),
         blocking=lambda call: deferToThreadPool(reactor, reactor.getThreadPool(), call),
         secrets=secrets,
@@ -228,20 +264,27 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
     metrics.watch_nodes(node_counts)
     metrics.watch_admission(parts.admission.state)
     token = load_or_create_token(config.state_dir) if config.api.auth.enabled else None
-    routes = every_route(fleet, reactor, metrics, secrets, public_metrics=config.api.auth.public_metrics)
+    routes = every_route(fleet, reactor, metrics, secrets, public_metrics=config.api.auth.public_metrics,
+                         budget=budget, background_limit=BackgroundLimit(config.limits.background_execs_per_node))
     api = Api(reactor, routes, metrics, token, fleet.hold, listener=config.api)
     site = StreamingSite(api.resource(), api.plan_body)
     site.displayTracebacks = False
+    connections = ConnectionLimits(site, reactor, config.limits.max_connections,
+                                   config.limits.max_connections_per_peer)
+    metrics.watch_limits(budget, connections)
 
     top = MultiService()
     claimed = _Claimed(claims)
     claimed.setServiceParent(top)  # type: ignore[no-untyped-call]  # Twisted's services are not annotated
     fleet.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
+    # After the fleet: its first round sees the nodes the fleet's start registered.
+    rotation = ConsoleRotation(reactor, fleet.consoles, parts.blocking, config.console_log_size)
+    rotation.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
     if config.stats_interval:
         sampler = SnapshotSampler(reactor, fleet.stats.all, config.stats_interval)
         metrics.registry.register(NodeStatsCollector(lambda: sampler.latest, lambda: {r.hostname for r in fleet.list()}))
         sampler.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
-    listener = listening_service(_endpoint(reactor, config), site)
+    listener = listening_service(_endpoint(reactor, config), connections)
     listener.setServiceParent(top)
     where = config.api.unix_socket_path or f"{config.api.bind_address}:{config.api.port}"
     log.info(

@@ -19,6 +19,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.agent.fakes import FakeGuest, Recorder
 from vmservice.agent.client import AgentClient
 from vmservice.agent.errors import AgentRequestFailed, AgentUnavailable
+from vmservice.buffer_budget import FREE_REPLY, BufferBudget
+from vmservice.errors import GuestErrorKind, http_error
 from vmservice.nodes.guest import AgentHealth
 from vmservice.wire import Data, HalfClose, Open, Ping, Pong, Reset, ResetCode
 
@@ -310,6 +312,89 @@ class HealthTests(ClientTestCase):
         self.failureResultOf(result)
         [reset] = guest.receive()
         self.assertIsInstance(reset, Reset)
+
+
+class BudgetTests(ClientTestCase):
+    """
+    One-shot replies with a cap above FREE_REPLY held in the daemon's buffer
+    budget while they are collected.
+    """
+
+    LIMIT = 4 * 1024 * 1024
+
+    def setUp(self) -> None:
+        self.reactor = MemoryReactorClock()
+        self.budget = BufferBudget(1000)
+        self.client = AgentClient(self.reactor, SOCKET, hello_timeout=5.0, budget=self.budget)
+
+    def ask(self) -> tuple[FakeGuest, Deferred[bytes]]:
+        guest = self.connect()
+        result = Deferred.fromCoroutine(self.client.request({"op": "fs"}, self.LIMIT))
+        guest.receive()
+        return guest, result
+
+    def test_held_while_collected(self) -> None:
+        """What a reply has sent so far is held; the complete reply gives it back."""
+        guest, result = self.ask()
+        guest.send(Data(1, b"x" * 300))
+        guest.send(Data(1, b"y" * 300))
+        self.assertEqual(self.budget.held, 600)
+        guest.send(HalfClose(1))
+        self.assertEqual(self.successResultOf(result), b"x" * 300 + b"y" * 300)
+        self.assertEqual(self.budget.held, 0)
+
+    def test_refused(self) -> None:
+        """
+        A reply the budget has no room for fails with kind OVER_BUDGET (503
+        buffer_budget_exhausted), its stream reset, what it held given back.
+        """
+        other = self.budget.reservation("another")
+        other.grow(500)
+        guest, result = self.ask()
+        guest.send(Data(1, b"x" * 400))
+        guest.send(Data(1, b"y" * 200))
+        failure = self.failureResultOf(result, AgentRequestFailed)
+        self.assertEqual(failure.value.kind, GuestErrorKind.OVER_BUDGET)
+        self.assertEqual(http_error(failure.value)[:1], (503,))
+        self.assertEqual(http_error(failure.value)[1]["code"], "buffer_budget_exhausted")
+        self.assertEqual(guest.receive(), [Reset(1, ResetCode.CANCEL, "no room for the reply in the host's buffer budget")])
+        self.assertEqual(self.budget.held, 500)
+
+    def test_given_back_on_every_failure(self) -> None:
+        """A reply lost midway, reset by the agent, too large, or cancelled gives back what it held."""
+        guest, result = self.ask()
+        guest.send(Data(1, b"x" * 100))
+        guest.send(Reset(1, ResetCode.INTERNAL_ERROR, "boom"))
+        self.failureResultOf(result, AgentRequestFailed)
+        self.assertEqual(self.budget.held, 0)
+        result = Deferred.fromCoroutine(self.client.request({"op": "fs"}, self.LIMIT))
+        guest.receive()
+        guest.send(Data(3, b"x" * 100))
+        result.cancel()
+        self.failureResultOf(result)
+        self.assertEqual(self.budget.held, 0)
+        result = Deferred.fromCoroutine(self.client.request({"op": "fs"}, 100 * 1024))
+        guest.receive()
+        guest.send(Data(5, b"x" * 100))
+        guest.send(Data(5, b"x" * 102_400))
+        self.failureResultOf(result, AgentRequestFailed)
+        self.assertEqual(self.budget.held, 0)
+        result = Deferred.fromCoroutine(self.client.request({"op": "fs"}, self.LIMIT))
+        guest.receive()
+        guest.send(Data(7, b"x" * 100))
+        guest.protocol.connectionLost(Failure(ConnectionDone()))
+        self.failureResultOf(result, AgentUnavailable)
+        self.assertEqual(self.budget.held, 0)
+
+    def test_small_replies_free(self) -> None:
+        """Replies capped at FREE_REPLY or less (health, clock, provisioning) take nothing, even from a full budget."""
+        self.budget.reservation("another").grow(1000)
+        guest = self.connect()
+        result = Deferred.fromCoroutine(self.client.request({"op": "health"}, FREE_REPLY))
+        guest.receive()
+        guest.send(Data(1, b"x" * 2000), HalfClose(1))
+        self.assertEqual(self.successResultOf(result), b"x" * 2000)
+        self.assertEqual(self.budget.held, 1000)
 
 
 class PingAndStreamTests(ClientTestCase):

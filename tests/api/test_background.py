@@ -27,6 +27,7 @@ from vmservice.api.execution import ExecApi
 from vmservice.api.streaming import StreamingSite
 from vmservice.metrics import Metrics
 from vmservice.nodes.background import LogFrame
+from vmservice.nodes.background_limit import BackgroundLimit
 from vmservice.wire.logframes import STDERR, STDOUT, encode_frame, exit_frame, gap_frame
 from vmservice.wire.logframes import LogFrame as WireFrame
 from vmservice.wire.payloads import encode_head
@@ -41,14 +42,23 @@ EXEC_ID = INFO["exec_id"]
 
 
 class BackgroundAgent(FakeExecAgent):
-    """A fake agent answering ``background`` requests with :attr:`reply` and recording them."""
+    """
+    A fake agent answering ``background`` requests with :attr:`reply` and
+    recording them; the list a start asks for first (the node's bound) is
+    :attr:`live`, counted in :attr:`lists` (unless :attr:`reply` is a list).
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.requests: list[dict[str, Any]] = []
         self.reply: Any = {"ok": True, "result": INFO}
+        self.live: list[dict[str, Any]] = []
+        self.lists = 0
 
     async def request(self, header: Any, limit: int) -> bytes:
+        if header.get("action") == "list" and not isinstance(self.reply.get("result"), list):
+            self.lists += 1
+            return json.dumps({"ok": True, "result": self.live}).encode()
         self.requests.append(dict(header))
         return json.dumps(self.reply).encode()
 
@@ -59,7 +69,7 @@ class BackgroundApiTests(SynchronousTestCase):
         self.fleet = OneNodeFleet()
         self.agent = BackgroundAgent()
         self.fleet.agent = self.agent
-        background = BackgroundApi(self.fleet)  # type: ignore[arg-type]
+        background = BackgroundApi(self.fleet, BackgroundLimit(2))  # type: ignore[arg-type]
         routes = ExecApi(self.fleet, self.clock, background).routes() + background.routes()  # type: ignore[arg-type]
         api = Api(self.clock, routes, Metrics(), None)
         self.site = StreamingSite(api.resource(), api.plan_body, reactor=self.clock)
@@ -113,6 +123,39 @@ class BackgroundApiTests(SynchronousTestCase):
         self.assertError(self.call("POST", "/vm/demo-1/exec?background=true&cmd=x"), 400, "invalid_exec")
         self.agent.reply = {"ok": False, "error": "busy", "message": "too many"}
         self.assertError(self.call("POST", "/vm/demo-1/exec?background=true&cmd=x"), 409, "busy")
+
+    def test_start_beyond_the_limit(self) -> None:
+        """
+        A start on a node that keeps as many background execs as it may (2
+        here, running or ended) is 409 ``background_limit_reached``, and the
+        guest is not asked to start it; one fewer, and it starts.
+        """
+        self.agent.live = [INFO, {**INFO, "running": False, "exit_code": 0}]
+        status, body = self.call("POST", "/vm/demo-1/exec?background=true&cmd=x")
+        self.assertError((status, body), 409, "background_limit_reached")
+        self.assertIn("limits.background_execs_per_node", body["error"])
+        self.assertEqual((self.agent.requests, self.agent.lists), ([], 1))
+        self.agent.live = [INFO]
+        self.assertEqual(self.call("POST", "/vm/demo-1/exec?background=true&cmd=x")[0], 201)
+        self.assertEqual([r["action"] for r in self.agent.requests], ["start"])
+
+    def test_list_within_the_budget(self) -> None:
+        """A list's answer is held in the buffer budget while written: one with no room is 503 buffer_budget_exhausted."""
+        from vmservice.buffer_budget import BufferBudget
+
+        budget = BufferBudget(100)
+        background = BackgroundApi(self.fleet, BackgroundLimit(2), budget)  # type: ignore[arg-type]
+        api = Api(self.clock, background.routes(), Metrics(), None)
+        self._close()
+        self.site = StreamingSite(api.resource(), api.plan_body, reactor=self.clock)
+        self.channel = self.site.buildProtocol(None)
+        self.transport = StringTransport()
+        self.channel.makeConnection(self.transport)
+        self.agent.reply = {"ok": True, "result": []}
+        self.assertEqual(self.call("GET", "/vm/demo-1/exec"), (200, []))
+        self.agent.reply = {"ok": True, "result": [INFO]}
+        self.assertError(self.call("GET", "/vm/demo-1/exec"), 503, "buffer_budget_exhausted")
+        self.assertEqual(budget.held, 0)
 
     def test_list_and_info(self) -> None:
         """The list and info render times as RFC 3339 and leave out what is not known yet."""

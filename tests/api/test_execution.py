@@ -260,3 +260,109 @@ class ExecApiTests(SynchronousTestCase):
         # A query that does not parse is not streamed: the handler answers 400 once the body is in.
         self.assertFalse(streams(b"POST", b"/vm/a/exec?cmd=x&stdin=maybe", Headers()))
         self.assertFalse(streams(b"POST", b"/vm/a/exec?cmd=%C3%81&stdin=true&uid=%FF", Headers()))
+
+
+class _Transport(StringTransport):
+    """A transport that, while :attr:`full`, pauses its producer at each write, as a full socket's does."""
+
+    full = False
+
+    def write(self, data: bytes) -> None:
+        super().write(data)
+        if self.full and self.producer is not None:
+            self.producer.pauseProducing()
+
+
+class BufferedBudgetTests(ExecApiTests):
+    """``buffered=true`` within the daemon's buffer budget (here 1 MB), through the real Api."""
+
+    SIZE = 1_000_000
+
+    def setUp(self) -> None:
+        from vmservice.buffer_budget import BufferBudget
+
+        super().setUp()
+        self.budget = BufferBudget(self.SIZE)
+        routes = ExecApi(self.fleet, self.reactor, BackgroundApi(self.fleet), self.budget).routes()  # type: ignore[arg-type]
+        api = Api(self.reactor, routes, Metrics(), None)
+        self.site = StreamingSite(api.resource(), api.plan_body, reactor=self.reactor)
+        self.connect()
+
+    def connect(self) -> None:
+        """A new connection to the site (the last one closed)."""
+        self._close()
+        self.channel = self.site.buildProtocol(None)
+        self.transport = _Transport()
+        self.channel.makeConnection(self.transport)
+
+    def test_over_budget_is_503(self) -> None:
+        """
+        Output past the budget (two invalid bytes: twelve escaped) fails the
+        exec with 503 buffer_budget_exhausted (an ErrorResponse), stops the
+        process, and gives its share back, while another's stays held.
+        """
+        other = self.budget.reservation("another exec")
+        other.grow(self.SIZE - 60)
+        self.post("cmd=x&buffered=true")
+        self.stream.deliver(encode_json_record(STARTED, {"pid": 4}), encode_record(STDOUT, b"a" * 50))
+        self.assertEqual(self.budget.held, self.SIZE - 10)
+        self.stream.deliver(encode_record(STDERR, b"\xff" * 2))
+        status, headers, body = self.response()
+        self.assertEqual((status, headers[b"content-type"]), (503, b"application/json"))
+        self.assertEqual(json.loads(body)["code"], "buffer_budget_exhausted")
+        self.assertEqual(self.stream.aborted[0], ResetCode.CANCEL)
+        self.assertEqual(self.budget.held, self.SIZE - 60)
+
+    def deliver_answer(self, size: int) -> None:
+        """An exec that writes ``size`` bytes of ``a`` and exits 0, its answer due."""
+        self.post("cmd=x&buffered=true")
+        self.stream.deliver(encode_json_record(STARTED, {"pid": 4}))
+        for _ in range(size // 10_000):
+            self.stream.deliver(encode_record(STDOUT, b"a" * 10_000))
+        self.stream.deliver(encode_json_record(EXIT, {"exit_code": 0, "signal": None}))
+
+    def test_answer_held_until_written(self) -> None:
+        """
+        The answer is held in the budget (its whole size) until the client has
+        taken it: while the transport is full it stays held, the last write
+        gives it back.
+        """
+        self.transport.full = True
+        self.deliver_answer(200_000)
+        self.assertGreater(self.budget.held, 200_000)
+        self.transport.full = False
+        self.transport.producer.resumeProducing()
+        status, headers, body = self.response()
+        self.assertEqual((status, json.loads(body)["stdout"]), (200, "a" * 200_000))
+        self.assertEqual(int(headers[b"content-length"]), len(body))
+        self.assertEqual(self.budget.held, 0)
+
+    def test_client_gone_gives_back(self) -> None:
+        """
+        A client that goes away while the exec runs, or while its answer waits,
+        gives the budget back (and nothing is logged as an internal error).
+        """
+        self.post("cmd=x&buffered=true")
+        self.stream.deliver(encode_json_record(STARTED, {"pid": 4}), encode_record(STDOUT, b"a" * 40))
+        self.channel.connectionLost(Failure(ConnectionLost()))
+        self.assertEqual((self.stream.aborted[0], self.budget.held), (ResetCode.CANCEL, 0))
+        self.connect()
+        self.transport.full = True
+        self.deliver_answer(200_000)
+        self.assertGreater(self.budget.held, 200_000)
+        self.transport.producer.stopProducing()  # as a TCP transport does when its connection is lost
+        self.channel.connectionLost(Failure(ConnectionLost()))
+        self.assertEqual(self.budget.held, 0)
+
+    def test_failure_gives_back(self) -> None:
+        """An exec lost midway, or refused by the guest, gives back what it held."""
+        from vmservice.agent.stream import StreamReset
+
+        self.post("cmd=x&buffered=true")
+        self.stream.deliver(encode_json_record(STARTED, {"pid": 4}), encode_record(STDOUT, b"a" * 40))
+        self.stream.end(Failure(StreamReset(ResetCode.PEER_RESTARTED, "gone")))
+        self.assertEqual((self.response()[0], self.budget.held), (200, 0))
+        self.transport.clear()
+        self.post("cmd=x&buffered=true&cwd=/nope")
+        self.stream.deliver(encode_json_record(REJECTED, {"message": "no"}))
+        self.assertEqual((self.response()[0], self.budget.held), (400, 0))

@@ -87,6 +87,24 @@ class FilesystemApiTests(SynchronousTestCase):
         self.assertEqual(body, [RENDERED, {**RENDERED, "name": "x", "type": "directory", "mode": "1777"}])
         self.assertEqual(self.agent.requests, [{"op": "fs", "action": "readdir", "path": "/etc"}])
 
+    def test_listing_budget(self) -> None:
+        """
+        A listing's answer is held in the buffer budget while it is written:
+        one larger than the room left is 503 buffer_budget_exhausted; one that
+        fits is answered and gives its share back.
+        """
+        from vmservice.buffer_budget import BufferBudget
+
+        budget = BufferBudget(300)
+        api = Api(self.h.reactor, FilesystemApi(self.h.fleet, budget).routes(), Metrics(), None)
+        self.treq = StubTreq(api.resource())
+        self.agent.reply = {"ok": True, "result": [ENTRY] * 2}
+        self.assertEqual(self.call("GET", "/vm/demo-1/fs/readdir?path=/etc"), (200, [RENDERED] * 2))
+        self.assertEqual(budget.held, 0)
+        self.agent.reply = {"ok": True, "result": [ENTRY] * 5}
+        self.assertError(self.call("GET", "/vm/demo-1/fs/readdir?path=/etc"), 503, "buffer_budget_exhausted")
+        self.assertEqual((budget.held, budget.refusals), (0, 1))
+
     def test_stat(self) -> None:
         """GET stat answers one FsEntry; ``~/...`` paths go to the guest as they are."""
         code, body = self.call("GET", "/vm/demo-1/fs/stat?path=~/.profile")

@@ -16,7 +16,7 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.error import ProcessDone, ProcessTerminated
 from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
-from twisted.trial.unittest import SynchronousTestCase
+from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from vmservice.hypervisors.base import MachineExit, MachineSpec, NetSpec
 from tests.processes import ProcessReactor
@@ -29,6 +29,7 @@ from vmservice.hypervisors.qemu import (
     probe_accel,
     probe_command,
     qemu_command,
+    sweep_probes,
 )
 
 SPEC = MachineSpec(
@@ -62,7 +63,8 @@ class CommandLineTests(SynchronousTestCase):
         self.assertIn("id=root,file=/s/demo-1/disk.qcow2,format=qcow2,if=none,discard=unmap", pairs["-drive"])
         self.assertIn("socket,id=agent,path=/s/demo-1/agent.sock,server=on,wait=off", pairs["-chardev"])
         self.assertIn("virtserialport,chardev=agent,name=agent", pairs["-device"])
-        self.assertIn("file,id=console,path=/s/demo-1/console.log", pairs["-chardev"])
+        # Appended to (O_APPEND): the daemon's truncation of a full log moves QEMU's writes back to its start.
+        self.assertIn("file,id=console,path=/s/demo-1/console.log,append=on", pairs["-chardev"])
         self.assertEqual(pairs["-serial"], ["chardev:console"])
         self.assertEqual(pairs["-qmp"], ["unix:/s/demo-1/qmp.sock,server=on,wait=off"])
         self.assertEqual(pairs["-name"], ["vmservice-demo-1"])
@@ -117,7 +119,7 @@ class CommandLineTests(SynchronousTestCase):
         self.assertIn("tsc=reliable", _pairs(qemu_command(SPEC, QemuSettings(accel="tcg")))["-append"][0].split())
         self.assertNotIn("tsc=reliable", _pairs(qemu_command(SPEC, QemuSettings(accel="kvm")))["-append"][0])
         self.assertNotIn("tsc=reliable", kernel_cmdline("h", None))
-        self.assertNotIn("tsc=reliable", _pairs(probe_command("qemu", "/k", "/i", "kvm", 1000))["-append"][0])
+        self.assertNotIn("tsc=reliable", _pairs(probe_command("qemu", "/k", "/i", "kvm", 1000, "/p/qmp.sock"))["-append"][0])
 
     def test_tb_size(self) -> None:
         """Under TCG a size bounds the translation cache; 0 leaves QEMU's default; KVM has none."""
@@ -138,10 +140,15 @@ class CommandLineTests(SynchronousTestCase):
             self.assertEqual(_pairs(argv)["-accel"], ["tcg,tb-size=64"])
 
     def test_probe(self) -> None:
-        """The probe boots the initramfs in probe mode, console on stdout, no disk, no reboot."""
-        argv = probe_command("qemu", "/k", "/i", "kvm", None)
+        """
+        The probe boots the initramfs in probe mode, console on stdout, no disk, no reboot; it is named
+        vmservice-probe and has a monitor in its directory, which is how a sweep finds it.
+        """
+        argv = probe_command("qemu", "/k", "/i", "kvm", None, "/s/probe/qmp.sock")
         pairs = _pairs(argv)
         self.assertEqual(pairs["-serial"], ["stdio"])
+        self.assertEqual(pairs["-name"], ["vmservice-probe"])
+        self.assertEqual(pairs["-qmp"], ["unix:/s/probe/qmp.sock,server=on,wait=off"])
         self.assertIn("vmservice.probe=1", pairs["-append"][0])
         self.assertNotIn("-drive", pairs)
         self.assertIn("-no-reboot", argv)
@@ -212,7 +219,14 @@ class DriverTests(SynchronousTestCase):
 
 class ProbeTests(SynchronousTestCase):
     def run_probe(self, reactor: Any, **kw: Any) -> Deferred:
+        kw.setdefault("directory", self.mktemp())
         return Deferred.fromCoroutine(probe_accel(reactor, "qemu", "/k", "/i", kw.pop("requested", "auto"), None, **kw))
+
+    def kvm(self) -> str:
+        """A file standing in for a usable /dev/kvm."""
+        kvm = self.mktemp()
+        open(kvm, "w").close()
+        return kvm
 
     def test_configured(self) -> None:
         """A configured accelerator is used without a probe."""
@@ -276,6 +290,56 @@ class ProbeTests(SynchronousTestCase):
         choice = self.successResultOf(d)
         self.assertEqual(choice.accel, "tcg")
         self.assertIn("no sign of life", choice.reason)
+
+    def test_probe_cancelled(self) -> None:
+        """
+        A probe cancelled while its guest runs (the daemon stops) kills its QEMU and ends only once the
+        QEMU is gone, with CancelledError; its timeout is cancelled.
+        """
+        reactor = ProcessReactor()
+        d = self.run_probe(reactor, kvm_path=self.kvm(), timeout=10)
+        d.cancel()
+        self.assertEqual(reactor.transports[0].signals, ["KILL"])
+        self.assertNoResult(d)
+        self.assertEqual(reactor.getDelayedCalls(), [])
+        reactor.spawned[0][0].processEnded(Failure(ProcessTerminated(None, 9, None)))
+        self.failureResultOf(d, CancelledError)
+
+    def test_probe_dies_with_its_parent(self) -> None:
+        """
+        The probe QEMU is started through setpriv with a parent-death signal, SIGKILL, which setpriv
+        sets before it execs QEMU in place: a daemon killed by kill -9 takes its probe with it.
+        """
+        import shutil
+
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            raise SkipTest("no setpriv on this machine")
+        reactor = ProcessReactor()
+        self.run_probe(reactor, kvm_path=self.kvm())
+        _, argv, _ = reactor.spawned[0]
+        self.assertEqual(argv[:4], [setpriv, "--pdeathsig", "KILL", "qemu"])
+        reactor.spawned[0][0].processEnded(Failure(ProcessTerminated(1, None, None)))
+
+    def test_probe_directory(self) -> None:
+        """
+        The probe's directory is made 0700 and holds its monitor socket; a link in its place is not
+        followed: no probe, TCG, and the reason says why.
+        """
+        reactor = ProcessReactor()
+        directory = self.mktemp()
+        self.run_probe(reactor, kvm_path=self.kvm(), directory=directory)
+        self.assertEqual(os.stat(directory).st_mode & 0o777, 0o700)
+        self.assertIn(f"unix:{directory}/qmp.sock,server=on,wait=off", reactor.spawned[0][1])
+        reactor.spawned[0][0].processEnded(Failure(ProcessTerminated(1, None, None)))
+        elsewhere = self.mktemp()
+        os.makedirs(elsewhere)
+        linked = self.mktemp()
+        os.symlink(elsewhere, linked)
+        choice = self.successResultOf(self.run_probe(reactor, kvm_path=self.kvm(), directory=linked))
+        self.assertEqual(choice.accel, "tcg")
+        self.assertIn("not a directory", choice.reason)
+        self.assertEqual(len(reactor.spawned), 1)
 
 
 class _RecordingMachine:
@@ -755,6 +819,26 @@ class FakeProcAdoptionTests(SynchronousTestCase):
         self.assertEqual(driver.orphans("/t/templates", 2), [105])
         self.assertEqual(driver.orphans("/t/templates", 1), [])
         self.assertEqual(driver.orphans("/t/templates/abc.123", 1), [105])
+
+    def test_sweep_probes(self) -> None:
+        """
+        The probe sweep kills the probe QEMUs whose monitor is in the probe's directory (through a
+        pidfd), and only those: not a node's VM, not another state directory's probe, not another program.
+        """
+        import signal
+
+        pid = os.getpid()  # its pidfd opens; the signal is recorded, never sent
+        sent: list[int] = []
+        self.patch(signal, "pidfd_send_signal", lambda fd, sig: sent.append(sig))
+        proc = self.fake_proc({
+            pid: probe_command("qemu-system-x86_64", "/k", "/i", "kvm", None, "/s/probe/qmp.sock"),
+            101: qemu_command(SPEC, QemuSettings()),
+            102: probe_command("qemu-system-x86_64", "/k", "/i", "kvm", None, "/other/s/probe/qmp.sock"),
+            103: ["sleep", "60", "/s/probe/qmp.sock"],
+        })
+        self.assertEqual(sweep_probes("/s/probe", proc), [pid])
+        self.assertEqual(sent, [signal.SIGKILL])
+        self.assertEqual(sweep_probes("/s/nothing", proc), [])
 
     def test_adopt_started_as_a_spare(self) -> None:
         """

@@ -255,3 +255,96 @@ class DiskImageTests(SynchronousTestCase):
         """The fleet lists the images of the configured image directory."""
         images = self.successResultOf(Deferred.fromCoroutine(self.fleet.images()))
         self.assertEqual([(info.name, info.source) for info in images], [("dev", "recipe:dev")])
+
+
+class DriverChoiceStopTests(SynchronousTestCase):
+    """:meth:`DriverChoice.stop` and the fleet's stop while the KVM probe runs."""
+
+    def test_stop_cancels_the_decision(self) -> None:
+        """
+        Stopping while the decision is under way cancels it, and fires only once the decision is over
+        (its QEMU gone); whoever waited for the driver gets CancelledError.
+        """
+        from twisted.internet.defer import CancelledError
+
+        from vmservice.nodes.parts import DriverChoice
+
+        over: Deferred = Deferred()
+        cancelled: list[Deferred] = []
+        inner: Deferred = Deferred(cancelled.append)
+
+        async def decide() -> object:
+            try:
+                return await inner  # the probe
+            finally:
+                await over  # its QEMU reaped
+
+        deciding = Deferred.fromCoroutine(decide())
+        choice = DriverChoice(lambda: deciding)
+        waiting = choice.get()
+        stopped = choice.stop()
+        self.assertEqual(cancelled, [inner])
+        self.assertNoResult(stopped)
+        self.assertNoResult(waiting)
+        over.callback(None)
+        self.assertIsNone(self.successResultOf(stopped))
+        self.failureResultOf(waiting, CancelledError)
+
+    def test_stop_before_the_decision(self) -> None:
+        """Stopping before anyone asked: no decision ever starts, and the driver is never given."""
+        from twisted.internet.defer import CancelledError
+
+        from vmservice.nodes.parts import DriverChoice
+
+        started: list[int] = []
+        choice = DriverChoice(lambda: Deferred(lambda d: started.append(1)))
+        self.assertIsNone(self.successResultOf(choice.stop()))
+        self.failureResultOf(choice.get(), CancelledError)
+        self.assertEqual(started, [])
+
+    def test_stop_after_the_decision(self) -> None:
+        """Stopping once decided changes nothing: the driver is still given."""
+        from twisted.internet.defer import succeed
+
+        from vmservice.nodes.parts import DriverChoice
+
+        choice = DriverChoice(lambda: succeed("driver"))
+        self.assertEqual(self.successResultOf(choice.get()), "driver")
+        self.assertIsNone(self.successResultOf(choice.stop()))
+        self.assertEqual(self.successResultOf(choice.get()), "driver")
+
+    def test_fleet_stop_during_the_probe(self) -> None:
+        """
+        The daemon stopped (SIGTERM: the fleet's stopService) while its KVM probe runs: the probe QEMU
+        is killed, and the fleet's stop fires only once it has ended; the start-up recovery ends
+        quietly, adopting nothing.
+        """
+        from attrs import evolve
+        from twisted.internet.error import ProcessTerminated
+        from twisted.python.failure import Failure
+
+        from tests.processes import ProcessReactor
+        from vmservice.hypervisors.qemu import probe_accel
+        from vmservice.nodes.fleet import Fleet
+        from vmservice.nodes.parts import DriverChoice
+
+        h = FleetHarness(self.mktemp())
+        reactor = ProcessReactor()
+        kvm = self.mktemp()
+        open(kvm, "w").close()
+
+        async def decide() -> object:
+            await probe_accel(reactor, "qemu", "/k", "/i", "auto", None, directory=self.mktemp(), kvm_path=kvm)
+            return h.driver
+
+        fleet = Fleet(evolve(h.parts, driver=DriverChoice(lambda: Deferred.fromCoroutine(decide()))))
+        fleet.startService()
+        [transport] = reactor.transports
+        self.assertEqual(transport.signals, [])
+        stopped = fleet.stopService()
+        self.assertEqual(transport.signals, ["KILL"])
+        self.assertNoResult(stopped)
+        transport.protocol.processEnded(Failure(ProcessTerminated(None, 9, None)))
+        self.successResultOf(stopped)
+        self.successResultOf(fleet.recovered())
+        self.assertEqual(h.driver.machines, [])

@@ -21,7 +21,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from ..errors import GuestErrorKind
+from ..buffer_budget import FREE_REPLY, BufferBudget, Reservation
+from ..errors import BufferBudgetExhausted, GuestErrorKind
 from ..nodes.guest import IGuestConnection
 from ..nodes.identity import GuestIdentity, IAdoption
 from ..observer import OneShotObserver
@@ -42,11 +43,15 @@ class ClientReactor(IReactorTime, IReactorUNIX):
 
 class _Collect(Protocol):
     """
-    Collects a stream's whole reply, up to a limit.
+    Collects a stream's whole reply, up to a limit, holding what it collected
+    in ``reservation`` (of the daemon's buffer budget) until the reply is
+    complete or failed.
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, reservation: Optional[Reservation]) -> None:
         self._limit = limit
+        self._reservation = reservation
+        self._refusal: Optional[BufferBudgetExhausted] = None
         self._chunks: list[bytes] = []
         self._size = 0
         self.done: Deferred[bytes] = Deferred(lambda d: self._cancel())
@@ -56,19 +61,37 @@ class _Collect(Protocol):
             cast(AgentStream, self.transport).abortConnection()
 
     def dataReceived(self, data: bytes) -> None:
+        if self._size > self._limit or self._refusal is not None:
+            return
         self._size += len(data)
         if self._size > self._limit:
-            cast(AgentStream, self.transport).abortConnection(
-                ResetCode.CANCEL, "reply too large"
-            )
+            self._drop("reply too large")
             return
+        if self._reservation is not None:
+            try:
+                self._reservation.grow(len(data))
+            except BufferBudgetExhausted as refusal:
+                self._refusal = refusal
+                self._drop("no room for the reply in the host's buffer budget")
+                return
         self._chunks.append(data)
 
+    def _drop(self, why: str) -> None:
+        self._chunks = []
+        if self._reservation is not None:
+            self._reservation.release()
+        cast(AgentStream, self.transport).abortConnection(ResetCode.CANCEL, why)
+
     def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
+        chunks, self._chunks = self._chunks, []
+        if self._reservation is not None:
+            self._reservation.release()
         if self.done.called:
             return
-        if reason.check(ConnectionDone):
-            self.done.callback(b"".join(self._chunks))
+        if self._refusal is not None:
+            self.done.errback(AgentRequestFailed(self._refusal.message, kind=GuestErrorKind.OVER_BUDGET))
+        elif reason.check(ConnectionDone):
+            self.done.callback(b"".join(chunks))
         elif self._size > self._limit:
             self.done.errback(AgentRequestFailed(f"reply larger than {self._limit} bytes", kind=GuestErrorKind.TOO_LARGE))
         else:
@@ -88,6 +111,9 @@ class AgentClient(AgentGuest):
     :param retry_policy: delay before each reconnection attempt.
     :param hello_timeout: seconds a connection may wait for the agent's HELLO before
         it is dropped and tried afresh.
+    :param budget: what one-shot replies whose cap is larger than
+        :data:`~vmservice.buffer_budget.FREE_REPLY` hold while they are
+        collected; ``None``: no bound.
     """
 
     def __init__(
@@ -99,8 +125,10 @@ class AgentClient(AgentGuest):
         endpoint: Optional[IStreamClientEndpoint] = None,
         retry_policy: Optional[Callable[[int], float]] = None,
         hello_timeout: float = 10.0,
+        budget: Optional[BufferBudget] = None,
     ) -> None:
         self._reactor = reactor
+        self._budget = budget
         self.socket_path = socket_path
         # QEMU serves the bulk port beside the agent's (vmservice/nodes/paths.py, template_build.py).
         self._bulk = BulkChannel(reactor, os.path.join(os.path.dirname(socket_path), BULK_SOCKET))
@@ -301,11 +329,17 @@ class AgentClient(AgentGuest):
         Open a stream, send ``body`` (nothing by default), half-close, and
         return everything the agent sends until it half-closes.
 
-        :param limit: most bytes accepted; more fails the request.
+        :param limit: most bytes accepted; more fails the request.  Above
+            :data:`~vmservice.buffer_budget.FREE_REPLY`, the reply is held in
+            the buffer budget while it is collected.
         :raises AgentUnavailable: if not connected or lost during the request.
-        :raises AgentRequestFailed: if the agent resets the stream.
+        :raises AgentRequestFailed: if the agent resets the stream; kind
+            ``OVER_BUDGET`` when the buffer budget has no room for the reply.
         """
-        collect = _Collect(limit)
+        reservation = None
+        if self._budget is not None and limit > FREE_REPLY:
+            reservation = self._budget.reservation(f"the guest's reply to {header.get('op')!r}")
+        collect = _Collect(limit, reservation)
         stream = self.open_stream(header, collect)
         if body:
             stream.write(body)

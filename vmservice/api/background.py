@@ -4,7 +4,9 @@ Background execs: ``POST /vm/{hostname}/exec?background=true`` starts one,
 ``/vm/{hostname}/exec/{exec_id}[/logs|/kill|/wait-exit]`` follow it.
 
 Thin: each handler asks the node's guest
-(:class:`~vmservice.nodes.background.IBackgroundExecs`) and words the answer.
+(:class:`~vmservice.nodes.background.IBackgroundExecs`) and words the answer;
+a start goes through :class:`~vmservice.nodes.background_limit.BackgroundLimit`
+(409 ``background_limit_reached`` past the node's bound).
 The processes and their output rings live in the guest, so nothing here
 keeps state between requests; a log reading is an NDJSON stream whose
 back-pressure holds the guest's sending back (the ring goes on filling).
@@ -22,14 +24,17 @@ from twisted.internet.interfaces import IPushProducer
 from twisted.web.server import Request
 from zope.interface import implementer
 
+from ..buffer_budget import BufferBudget
 from ..errors import AgentError, BadRequest
 from ..nodes.background import BackgroundInfo, BackgroundRequest, ILogSink, LogFrame
+from ..nodes.background_limit import BackgroundLimit
 from ..nodes.fleet import Fleet
 from ..nodes.guest_exec import ExecRequest
 from .inputs.background import kill_request
 from .models.background import BackgroundExec, BackgroundStarted, ExecDeleted, KillRequest, KillResponse, WaitExitResponse
 from .models.meta import ErrorResponse
 from .ndjson import NdjsonStream
+from .paced_body import write_within
 from .query import Boolean, Integer, NoQuery, param
 from .rendering import json_body, rfc3339
 from .routing import Reply, Route
@@ -156,10 +161,17 @@ _COMMON = {
 
 
 class BackgroundApi:
-    """:param fleet: the nodes of this daemon."""
+    """
+    :param fleet: the nodes of this daemon.
+    :param limit: the bound on each node's background execs (the default one when ``None``).
+    :param budget: what a list's answer is held in while it is written; ``None``: no bound.
+    """
 
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: Fleet, limit: Optional[BackgroundLimit] = None,
+                 budget: Optional[BufferBudget] = None) -> None:
         self._fleet = fleet
+        self._limit = limit if limit is not None else BackgroundLimit()
+        self._budget = budget
 
     def routes(self) -> list[Route]:
         gone = {410: Reply("The exec was deleted", ErrorResponse)}
@@ -186,14 +198,15 @@ class BackgroundApi:
     async def start(self, request: Request, exec_request: ExecRequest, ring_bytes: int, hostname: str) -> bytes:
         """``POST /vm/{hostname}/exec?background=true`` (routed by the exec handler)."""
         guest = await self._fleet.guest(hostname)
-        info = await guest.background.start(BackgroundRequest(exec_request, ring_bytes))
+        info = await self._limit.start(hostname, guest.background, BackgroundRequest(exec_request, ring_bytes))
         started = BackgroundStarted(exec_id=info.exec_id, pid=info.pid, started_at=_time(info.started_ns),
                                     ring_bytes=info.ring_bytes)
         return json_body(request, started, 201)
 
     async def listing(self, request: Request, query: NoQuery, hostname: str) -> bytes:
         infos = await (await self._fleet.guest(hostname)).background.listing()
-        return json_body(request, [exec_record(info) for info in infos])
+        answer = json_body(request, [exec_record(info) for info in infos])
+        return await write_within(request, answer, self._budget, "a list of background execs")
 
     async def info(self, request: Request, query: NoQuery, hostname: str, exec_id: str) -> bytes:
         return json_body(request, exec_record(await (await self._fleet.guest(hostname)).background.info(exec_id)))

@@ -9,12 +9,23 @@ start commits the response to 200; a refusal or a lost agent is an error
 status), then streams records to an :class:`~.ndjson.NdjsonStream` or collects
 the output.  A buffered exec collects at most :data:`BUFFERED_LIMIT` bytes per
 stream: past it the process is stopped and the result says so in ``error``.
+
+A buffered exec also holds a reservation of the daemon's
+:class:`~vmservice.buffer_budget.BufferBudget`, grown by the size each piece of
+output takes in the JSON answer (:class:`_Rendered`: base64, or text whose
+invalid bytes become six-byte ``\\ufffd`` escapes).  When the budget has no
+room the exec fails: the process is stopped, what was collected is dropped,
+and :attr:`ExecCall.done` fails with
+:class:`~vmservice.errors.BufferBudgetExhausted` (503).  The handler settles
+the reservation at the rendered answer's size and releases it once the answer
+was written, or on any other way out (:meth:`ExecCall.release`).
 """
 
 from __future__ import annotations
 
 import base64
 import codecs
+import json
 from datetime import datetime, timezone
 from typing import Any, Optional
 
@@ -22,7 +33,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from zope.interface import implementer
 
-from ..errors import AgentError
+from ..buffer_budget import BufferBudget, Reservation
+from ..errors import AgentError, BufferBudgetExhausted
 from ..nodes.guest_exec import IExecProcess, IExecSink
 from .ndjson import NdjsonStream
 from .rendering import rfc3339
@@ -58,6 +70,26 @@ class _Text:
         return str(self._decoders[name].decode(data, final))
 
 
+class _Rendered:
+    """
+    How many bytes a buffered stream's output takes in the JSON answer,
+    piece by piece: base64 of all of it, or its text (decoded as
+    :meth:`ExecCall.buffered_result` does) escaped as ``json.dumps`` does.
+    """
+
+    def __init__(self, base64_mode: bool) -> None:
+        self._base64_mode = base64_mode
+        self._raw = 0
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def grow(self, data: bytes) -> int:
+        """The bytes ``data`` adds to the answer."""
+        if self._base64_mode:
+            before, self._raw = self._raw, self._raw + len(data)
+            return 4 * (-(-self._raw // 3) - -(-before // 3))
+        return len(json.dumps(self._decoder.decode(data))) - 2
+
+
 @implementer(IExecSink)
 class ExecCall:
     """
@@ -67,16 +99,24 @@ class ExecCall:
     :param base64_mode: payloads as base64 of the exact bytes.
     :param buffered: collect everything into one result.
     :param limit: most bytes collected per stream when buffered.
+    :param budget: what a buffered exec's output and answer reserve from;
+        ``None``: no bound.
     :ivar first: fires at the guest's first event; fails with the
         :class:`~vmservice.errors.AgentError` of an exec that never started.
-    :ivar done: fires once the exec ended (whatever way).
+    :ivar done: fires once the exec ended (whatever way); fails with
+        :class:`~vmservice.errors.BufferBudgetExhausted` when the budget had
+        no room for its output.
     """
 
-    def __init__(self, clock: IReactorTime, base64_mode: bool, buffered: bool, limit: int = BUFFERED_LIMIT) -> None:
+    def __init__(self, clock: IReactorTime, base64_mode: bool, buffered: bool, limit: int = BUFFERED_LIMIT,
+                 budget: Optional[BufferBudget] = None) -> None:
         self._clock = clock
         self._text = _Text(base64_mode)
         self._buffered = buffered
         self._limit = limit
+        self._reservation: Reservation = (budget or BufferBudget(None)).reservation("a buffered exec's output")
+        self._rendered = {name: _Rendered(base64_mode) for name in ("stdout", "stderr")}
+        self._refused = False
         self.first: Deferred[None] = Deferred()
         self.done: Deferred[None] = Deferred()
         self.pid: Optional[int] = None
@@ -151,15 +191,43 @@ class ExecCall:
         if not self._buffered:
             self._payload(name, data)
             return
-        if self._overflow is not None:
+        if self._overflow is not None or self._refused or self._reservation.released:
             return
         room = self._limit - self._sizes[name]
-        self._chunks[name].append(data[:room])
+        kept = data[:room]
+        try:
+            self._reservation.grow(self._rendered[name].grow(kept))
+        except BufferBudgetExhausted as error:
+            self._refuse(error)
+            return
+        self._chunks[name].append(kept)
         self._sizes[name] += min(len(data), room)
         if len(data) > room:
             self._overflow = name
             if self.process is not None:
                 self.process.kill()
+
+    def _refuse(self, error: BufferBudgetExhausted) -> None:
+        """The budget has no room: drop the output, stop the process, fail :attr:`done`."""
+        self._refused = True
+        self.release()
+        if not self.done.called:
+            self.done.errback(error)
+        if self.process is not None:
+            self.process.kill()  # its stream may end at once: done has its outcome already
+
+    def settle(self, size: int) -> None:
+        """
+        The answer is rendered (``size`` bytes): drop the collected output and
+        hold the answer's size until :meth:`release`.
+        """
+        self._chunks = {"stdout": [], "stderr": []}
+        self._reservation.settle(size)
+
+    def release(self) -> None:
+        """Give the budget back (once the answer was written, or on any other way out); output after it is dropped."""
+        self._chunks = {"stdout": [], "stderr": []}
+        self._reservation.release()
 
     def exited(self, exit_code: int, signal: Optional[str]) -> None:
         ended = _time(self._now())

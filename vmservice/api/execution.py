@@ -11,7 +11,10 @@ a 503, a start (or a failure to start) commits to a 200.  Then
   arrives; the response ends right after ``exit`` (or ``error``).  The HTTP
   transport's back-pressure pauses the guest's output (see
   :class:`~.ndjson.NdjsonStream`).
-- ``buffered=true``: one ExecResult object once the process has ended.
+- ``buffered=true``: one ExecResult object once the process has ended,
+  within the daemon's buffer budget (503 ``buffer_budget_exhausted`` when it
+  has no room, the process stopped), written at the client's pace
+  (:mod:`.paced_body`) and counted until it was.
 
 With ``stdin=true`` the request body (streamed, see :mod:`.streaming`) is
 fed to the process while its output comes back: full duplex.  A client that
@@ -28,6 +31,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 from twisted.web.server import Request
 
+from ..buffer_budget import BufferBudget
 from ..nodes.fleet import Fleet
 from ..nodes.guest_exec import ExecRequest, IExecProcess
 from .background import DEFAULT_RING_BYTES, MAX_RING_BYTES, BackgroundApi, check_background
@@ -35,6 +39,7 @@ from .exec_records import BUFFERED_LIMIT, ExecCall
 from .models.background import BackgroundStarted
 from .models.meta import ErrorResponse
 from .ndjson import NdjsonStream
+from .paced_body import write_paced
 from .query import UMASK, Boolean, Choice, Integer, Text, UserId, param
 from .rendering import json_body
 from .request_body import RequestBody
@@ -91,12 +96,16 @@ class ExecApi:
     """
     :param fleet: the nodes of this daemon.
     :param clock: for the records' times.
+    :param budget: what buffered execs reserve their output and answer from;
+        ``None``: no bound.
     """
 
-    def __init__(self, fleet: Fleet, clock: IReactorTime, background: BackgroundApi) -> None:
+    def __init__(self, fleet: Fleet, clock: IReactorTime, background: BackgroundApi,
+                 budget: Optional[BufferBudget] = None) -> None:
         self._fleet = fleet
         self._clock = clock
         self._background = background
+        self._budget = budget
 
     def routes(self) -> list[Route]:
         return [
@@ -106,8 +115,10 @@ class ExecApi:
                  201: Reply("background=true: the exec started", BackgroundStarted),
                  400: Reply("Bad input (no cmd, bad uid/gid/env/permissions/booleans, unknown cwd)", ErrorResponse),
                  404: Reply("No such node", ErrorResponse),
-                 409: Reply("The node is paused, stopped or suspended", ErrorResponse),
-                 503: Reply("The node's agent is not connected", ErrorResponse)},
+                 409: Reply("The node is paused, stopped or suspended; background=true: the node keeps as many "
+                            "background execs as it may", ErrorResponse),
+                 503: Reply("The node's agent is not connected; buffered=true: the daemon's buffer budget has no "
+                            "room for the output (the process was stopped)", ErrorResponse)},
                 query=ExecQuery,
                 stream_body="stdin",
                 stream="exec",
@@ -119,10 +130,11 @@ class ExecApi:
         if query.background:
             return await self._background.start(request, query.request(), query.ring_bytes, hostname)
         body: Optional[RequestBody] = request_body(request) if query.stdin else None
-        call = ExecCall(self._clock, query.stdio == "base64", query.buffered)
+        call = ExecCall(self._clock, query.stdio == "base64", query.buffered, budget=self._budget)
         try:
             process = (await self._fleet.guest(hostname)).exec(query.request(), call)
         except BaseException:
+            call.release()
             if body is not None:
                 body.stopProducing()
             raise
@@ -134,7 +146,10 @@ class ExecApi:
             await call.first
             if query.buffered:
                 await call.done
-                return json_body(request, call.buffered_result())
+                answer = json_body(request, call.buffered_result())
+                call.settle(len(answer))
+                await write_paced(request, answer)
+                return b""
             stream = NdjsonStream(request, process)
             call.attach(stream)
             await call.done
@@ -150,6 +165,7 @@ class ExecApi:
                 body.stopProducing()
             raise
         finally:
+            call.release()
             if uploading is not None and not uploading.called:
                 uploading.cancel()
 

@@ -10,16 +10,19 @@ render FsEntry records.  The guest's errors are mapped by the one table,
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import Optional
 
 from attrs import frozen
 from twisted.web.iweb import IRequest
 
+from ..buffer_budget import BufferBudget
 from ..nodes.fleet import Fleet
 from ..nodes.guest_files import FsEntry as GuestEntry
 from .inputs.filesystem import fs_mkdir_request
 from .models.files import FsEntry, FsMkdirRequest
 from .models.meta import ErrorResponse
 from .query import GUEST_PATH, Boolean, NoQuery, param
+from .paced_body import write_within
 from .rendering import format_mode, json_body
 from .routing import Reply, Route
 
@@ -79,10 +82,15 @@ def _errors(*extra: tuple[int, str]) -> dict[int, Reply]:
 
 
 class FilesystemApi:
-    """:param fleet: the nodes of this daemon."""
+    """
+    :param fleet: the nodes of this daemon.
+    :param budget: what a directory listing's answer is held in while it is
+        written (it may be as large as the guest's 32 MiB reply); ``None``: no bound.
+    """
 
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: Fleet, budget: Optional[BufferBudget] = None) -> None:
         self._fleet = fleet
+        self._budget = budget
 
     def routes(self) -> list[Route]:
         return [
@@ -106,7 +114,8 @@ class FilesystemApi:
 
     async def readdir(self, request: IRequest, query: PathQuery, hostname: str) -> bytes:
         entries = await (await self._fleet.guest(hostname)).readdir(query.path)
-        return json_body(request, [fs_entry(entry) for entry in entries])
+        answer = json_body(request, [fs_entry(entry) for entry in entries])
+        return await write_within(request, answer, self._budget, "a directory listing")
 
     async def stat(self, request: IRequest, query: PathQuery, hostname: str) -> bytes:
         return json_body(request, fs_entry(await (await self._fleet.guest(hostname)).stat(query.path)))

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from twisted.internet.interfaces import IReactorTime
 
+from ..buffer_budget import BufferBudget
 from ..metrics import Metrics
+from ..nodes.background_limit import BackgroundLimit
 from ..nodes.fleet import Fleet
 from ..secretstore import SecretStore
 from .background import BackgroundApi
@@ -34,7 +36,8 @@ from .watching import WatchApi
 
 def every_route(
     fleet: Fleet, clock: IReactorTime, metrics: Metrics, secrets: SecretStore | None = None,
-    public_metrics: bool = False,
+    public_metrics: bool = False, budget: BufferBudget | None = None,
+    background_limit: BackgroundLimit | None = None,
 ) -> list[Route]:
     """
     The routes of the daemon.
@@ -46,15 +49,18 @@ def every_route(
         get their secrets from); ``None`` leaves out ``/secrets`` (tests of
         other routes).
     :param public_metrics: ``/metrics`` needs no token (``api.auth.public_metrics``).
+    :param budget: the daemon's buffer budget (buffered execs, directory listings, background exec
+        lists); ``None``: no bound.
+    :param background_limit: the bound on each node's background execs; ``None``: the default one.
     """
     routes: list[Route] = []
     routes += MetaApi(metrics, lambda: routes, public_metrics).routes()
     routes += NodesApi(fleet).routes() + VmApi(fleet).routes() + TagsApi(fleet).routes()
     routes += StatsApi(fleet).routes()
     routes += ImagesApi(fleet).routes()
-    routes += FilesystemApi(fleet).routes()
-    background = BackgroundApi(fleet)
-    routes += ExecApi(fleet, clock, background).routes() + background.routes()
+    routes += FilesystemApi(fleet, budget).routes()
+    background = BackgroundApi(fleet, background_limit, budget)
+    routes += ExecApi(fleet, clock, background, budget).routes() + background.routes()
     routes += CopyApi(fleet).routes() + LifecycleApi(fleet).routes() + ForkApi(fleet).routes()
     routes += WatchApi(fleet, clock).routes() + EventsApi(fleet, clock).routes()
     routes += ShellApi(fleet, clock).routes()

@@ -3,6 +3,10 @@
 Per-VM routes that read a node: its description, its console log and its
 agent's health.
 
+The console (``GET /vm/{hostname}/logs``) is a tail of at most :data:`MAX_LINES`
+lines, or, for ``lines=0``, all the daemon keeps of it, streamed
+(:mod:`.console_body`).
+
 The description (``GET /vm/{hostname}``) is the node's listing entry plus
 what a user needs to see of it (:mod:`vmservice.nodes.description`): fields
 the daemon does not know are left out.
@@ -18,11 +22,13 @@ from __future__ import annotations
 import attrs
 from attrs import frozen
 from twisted.web.iweb import IRequest
+from twisted.web.server import Request
 
 from ..errors import ServiceError
 from ..nodes.description import NetworkFacts, NodeDescription as Description
 from ..nodes.fleet import Fleet
 from ..nodes.readiness import HEALTH_LIMIT
+from .console_body import write_console
 from .models.meta import ErrorResponse
 from .models.nodes import AgentHealth, DiskDescription, LogsResponse, NetworkDescription, NetworkPolicy, NodeDescription
 from .nodes import node_json
@@ -32,13 +38,18 @@ from .routing import Reply, Route
 
 #: Lines of the console returned when ``lines`` is not given.
 DEFAULT_LINES = 20
+#: The most lines a tail may ask for (more is a 400): a tail is built in memory; all of the
+#: console (``lines=0``) is streamed instead.
+MAX_LINES = 10_000
 
 
 @frozen
 class LogsQuery:
     """How much of the console to return."""
 
-    lines: int = param(Integer(minimum=0), "Lines from the end (default 20; 0 for all)", default=DEFAULT_LINES)
+    lines: int = param(Integer(minimum=0, maximum=MAX_LINES),
+                       f"Lines from the end (default {DEFAULT_LINES}, at most {MAX_LINES}); 0 for all of the "
+                       "console the daemon keeps (console_log_size), streamed", default=DEFAULT_LINES)
 
 
 def _network_json(facts: NetworkFacts) -> NetworkDescription:
@@ -85,7 +96,8 @@ class VmApi:
                   {200: Reply("The node, its storage, image and network, and what is found on the host",
                               NodeDescription)}),
             Route("GET", "/vm/{hostname}/logs", self.logs, "The node's serial console", "vm",
-                  {200: Reply("The last lines of the console", LogsResponse)}, query=LogsQuery),
+                  {200: Reply("The last lines of the console (all of it, streamed, for lines=0: then `lines` "
+                              "comes after `content`)", LogsResponse)}, query=LogsQuery),
             Route("GET", "/vm/{hostname}/health", self.health, "Health of the node's agent", "vm",
                   {200: Reply("The agent answered", AgentHealth),
                    409: Reply("The node is paused, stopped, suspended or busy: no agent can answer (HEAD: no body)",
@@ -97,7 +109,9 @@ class VmApi:
     async def describe(self, request: IRequest, query: NoQuery, hostname: str) -> bytes:
         return json_body(request, description_json(await self._fleet.describe(hostname)))
 
-    async def logs(self, request: IRequest, query: LogsQuery, hostname: str) -> bytes:
+    async def logs(self, request: Request, query: LogsQuery, hostname: str) -> bytes:
+        if query.lines == 0:
+            return await write_console(request, hostname, self._fleet.console(hostname))
         content, count = await self._fleet.logs(hostname, query.lines)
         return json_body(request, LogsResponse(hostname=hostname, lines=count, content=content))
 

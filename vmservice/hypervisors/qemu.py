@@ -18,10 +18,13 @@ import re
 import shlex
 import shutil
 import signal
+import stat
 from typing import Callable, Protocol
 
 from attrs import frozen
-from twisted.internet.defer import CancelledError, Deferred, TimeoutError as DeferredTimeout, race, succeed
+from twisted.internet.defer import (
+    CancelledError, Deferred, FailureGroup, TimeoutError as DeferredTimeout, race, succeed,
+)
 from twisted.internet.endpoints import UNIXClientEndpoint, connectProtocol
 from twisted.internet.error import ConnectError, ProcessDone, ProcessTerminated
 from twisted.internet.interfaces import (
@@ -58,6 +61,10 @@ MiB = 1024 * 1024
 
 #: What the initramfs prints in probe mode before it powers off.
 PROBE_MARKER = b"VMSERVICE_PROBE_OK"
+#: The ``-name`` of the KVM probe's QEMU (a VM's is ``vmservice-<hostname>``).
+PROBE_NAME = "vmservice-probe"
+#: The probe's monitor socket, in its directory: the mark :func:`sweep_probes` finds it by.
+PROBE_SOCKET = "qmp.sock"
 
 
 class IMachineReactor(IReactorTime, IReactorUNIX):
@@ -231,7 +238,9 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
         "-device", "virtserialport,chardev=agent,name=agent",
         *_metrics_args(spec.metrics_socket),
         *_bulk_args(spec.bulk_socket),
-        "-chardev", f"file,id=console,path={spec.console_log}",
+        # O_APPEND: the daemon bounds the file by truncating it (nodes/console_rotation.py), and
+        # QEMU's next write then lands at its new end, not at its old offset past a hole.
+        "-chardev", f"file,id=console,path={spec.console_log},append=on",
         "-serial", "chardev:console",
         "-qmp", qmp_address(spec.qmp_socket),
         *_net_args(spec.net, spec.loose_nic),
@@ -317,25 +326,32 @@ def qmp_address(path: str) -> str:
 
 
 def probe_command(
-    binary: str, kernel: str, initrd: str, accel: str, tsc_khz: int | None
+    binary: str, kernel: str, initrd: str, accel: str, tsc_khz: int | None, qmp_socket: str
 ) -> list[str]:
     """
     Build the argv of the probe guest: kernel and initramfs only, console on
     stdout, which prints :data:`PROBE_MARKER` and powers off.
+
+    Named :data:`PROBE_NAME`, with a monitor on ``qmp_socket``: what finds a
+    probe QEMU an earlier run of the daemon left (:func:`sweep_probes`), as
+    a node's QMP socket finds its VM.
 
     :param binary: the QEMU system emulator.
     :param kernel: the guest kernel.
     :param initrd: the initramfs, booted in probe mode.
     :param accel: the accelerator to try (``kvm``).
     :param tsc_khz: the host TSC frequency for the guest kernel, if known.
+    :param qmp_socket: the probe's monitor socket, in the probe's directory.
     """
     return [
         binary,
+        "-name", PROBE_NAME,
         *_common_args(accel, 1, 128 * MiB),
         "-kernel", kernel,
         "-initrd", initrd,
         "-append", kernel_cmdline(None, tsc_khz, probe=True),
         "-serial", "stdio",
+        "-qmp", qmp_address(qmp_socket),
         "-no-reboot",
     ]
 
@@ -975,20 +991,8 @@ class QemuDriver:
         :param started_qmp: the QMP socket its command line names, when not ``spec``'s.
         :raise HypervisorError: ``pid`` is gone or is not that VM.
         """
-        pidfd = self._open_vm(pid, started_qmp or spec.qmp_socket)
+        pidfd = _open_vm(self._proc, pid, started_qmp or spec.qmp_socket)
         return QemuMachine(self._reactor, _PidWatch(self._reactor, pid, pidfd), spec.qmp_socket, log_path)
-
-    def _open_vm(self, pid: int, qmp_socket: str | None) -> int:
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError as error:
-            raise HypervisorError(f"process {pid} is gone: {error.strerror}") from None
-        argv = _cmdline(self._proc, pid)
-        wanted = ["-qmp", qmp_address(qmp_socket)] if qmp_socket else None
-        if not _is_vm(argv) or (wanted is not None and not _contains(argv, wanted)):
-            os.close(pidfd)
-            raise HypervisorError(f"process {pid} is not the VM of {qmp_socket}")
-        return pidfd
 
     def orphans(self, directory: str, depth: int = 1) -> list[int]:
         """
@@ -997,34 +1001,77 @@ class QemuDriver:
         ``<directory>/<template>/<spare>/qmp.sock``): exactly that
         directory, never one that merely contains its name (another daemon's).
         """
-        wanted = os.path.abspath(directory)
-        found = []
-        for entry in os.listdir(self._proc):
-            if not entry.isdigit():
-                continue
-            argv = _cmdline(self._proc, int(entry))
-            socket = _qmp_socket(argv) if _is_vm(argv) else None
-            if socket is None:
-                continue
-            parent = os.path.abspath(socket)
-            for _ in range(depth + 1):
-                parent = os.path.dirname(parent)
-            if parent == wanted:
-                found.append(int(entry))
-        return sorted(found)
+        return _vms_under(self._proc, directory, depth)
 
     def kill_orphan(self, pid: int) -> None:
         """SIGKILL an orphan found by :meth:`orphans`, through a pidfd (so never a recycled pid)."""
-        try:
-            pidfd = self._open_vm(pid, None)
-        except HypervisorError:
-            return
-        try:
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        except OSError:
-            pass
-        finally:
-            os.close(pidfd)
+        _kill_vm(self._proc, pid)
+
+
+def _open_vm(proc: str, pid: int, qmp_socket: str | None) -> int:
+    """A pidfd of ``pid`` if it is one of our QEMUs (with its monitor on ``qmp_socket`` when given)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError as error:
+        raise HypervisorError(f"process {pid} is gone: {error.strerror}") from None
+    argv = _cmdline(proc, pid)
+    wanted = ["-qmp", qmp_address(qmp_socket)] if qmp_socket else None
+    if not _is_vm(argv) or (wanted is not None and not _contains(argv, wanted)):
+        os.close(pidfd)
+        raise HypervisorError(f"process {pid} is not the VM of {qmp_socket}")
+    return pidfd
+
+
+def _vms_under(proc: str, directory: str, depth: int) -> list[int]:
+    """Pids of our QEMUs whose QMP socket lies ``depth`` directories under ``directory`` (0: in it)."""
+    wanted = os.path.abspath(directory)
+    found = []
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        argv = _cmdline(proc, int(entry))
+        socket = _qmp_socket(argv) if _is_vm(argv) else None
+        if socket is None:
+            continue
+        parent = os.path.abspath(socket)
+        for _ in range(depth + 1):
+            parent = os.path.dirname(parent)
+        if parent == wanted:
+            found.append(int(entry))
+    return sorted(found)
+
+
+def _kill_vm(proc: str, pid: int) -> None:
+    """SIGKILL ``pid`` through a pidfd if it is one of our QEMUs (so never a recycled pid)."""
+    try:
+        pidfd = _open_vm(proc, pid, None)
+    except HypervisorError:
+        return
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except OSError:
+        pass
+    finally:
+        os.close(pidfd)
+
+
+def sweep_probes(directory: str, proc: str = "/proc") -> list[int]:
+    """
+    Kill the probe QEMUs whose monitor is in ``directory`` (a probe's
+    directory, :func:`probe_accel`'s): left by an earlier run of the daemon
+    on the same state directory that ended without stopping its probe (a
+    ``kill -9`` before the probe QEMU's parent-death signal was set, for
+    one).  Call it with the state directory locked, before a new probe
+    starts there.
+
+    :param directory: the probe's directory.
+    :param proc: where the process file system is mounted (tests give a fake one).
+    :return: the pids killed.
+    """
+    found = _vms_under(proc, directory, 0)
+    for pid in found:
+        _kill_vm(proc, pid)
+    return found
 
 
 def binary_identity(binary: str) -> str:
@@ -1102,6 +1149,27 @@ def kvm_usable(path: str = "/dev/kvm") -> bool:
     return os.access(path, os.R_OK | os.W_OK)
 
 
+def _probe_directory(path: str) -> None:
+    """Make the probe's directory (0700), or check the one there is a directory and no link."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            raise NotADirectoryError(f"{path} is not a directory") from None
+
+
+def _parent_death_prefix() -> list[str]:
+    """
+    ``setpriv --pdeathsig KILL`` (util-linux), which execs its program in
+    place (the pid spawned stays QEMU's) with the kernel told to SIGKILL it
+    when its parent, the daemon, dies: even by ``kill -9``.  Nothing when
+    ``setpriv`` is missing (the next start's :func:`sweep_probes` is then
+    the only net).
+    """
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL"] if setpriv else []
+
+
 async def probe_accel(
     reactor: IProbeReactor,
     binary: str,
@@ -1110,6 +1178,7 @@ async def probe_accel(
     requested: str,
     tsc_khz: int | None,
     *,
+    directory: str,
     kvm_path: str = "/dev/kvm",
     timeout: float = 15.0,
 ) -> AccelChoice:
@@ -1122,12 +1191,21 @@ async def probe_accel(
     KVM may crash QEMU at once or run a guest that never gets anywhere), and
     TCG otherwise.
 
+    The probe QEMU never outlives the probe: it is killed and reaped once
+    the decision is made, and also when the returned coroutine is cancelled
+    (the daemon stops during the probe), which then ends only once the
+    QEMU is gone.  It dies with the daemon (a parent-death signal), and it
+    is marked as this state directory's probe (its monitor in ``directory``)
+    so that :func:`sweep_probes` finds one that survived anyway.
+
     :param reactor: runs the probe QEMU and its timeout.
     :param binary: the QEMU system emulator.
     :param kernel: the guest kernel the probe boots.
     :param initrd: the initramfs, which has a probe mode.
     :param requested: ``kvm``, ``tcg`` or ``auto``.
     :param tsc_khz: the host TSC frequency for the guest kernel, if known.
+    :param directory: the probe's directory (made 0700 if missing), where
+        its monitor socket is.
     :param kvm_path: the KVM device.
     :param timeout: seconds the probe guest has to show a sign of life.
     """
@@ -1135,31 +1213,39 @@ async def probe_accel(
         return AccelChoice(requested, "set in the configuration")
     if not kvm_usable(kvm_path):
         return AccelChoice("tcg", f"{kvm_path} is missing or not accessible")
-    argv = probe_command(binary, kernel, initrd, "kvm", tsc_khz)
+    argv = [*_parent_death_prefix(),
+            *probe_command(binary, kernel, initrd, "kvm", tsc_khz, os.path.join(directory, PROBE_SOCKET))]
     process = _QemuProcess()
     seen: Deferred[None] = Deferred()
     process.watch = (PROBE_MARKER, seen)
     try:
+        _probe_directory(directory)
         transport = reactor.spawnProcess(
             process, argv[0], argv, env=_child_env(), childFDs={0: "w", 1: "r", 2: "r"}
         )
     except OSError as error:
         return AccelChoice("tcg", f"the KVM probe could not start: {error}")
-    # The first of: the marker, the end of the probe QEMU, the timeout (the
-    # others are cancelled).
-    _, result = await race(
-        [
-            seen.addCallback(lambda _: "ok"),
-            process.ended.addCallback(describe_exit),
-            deferLater(reactor, timeout, lambda: f"no sign of life from the probe guest in {timeout:g} s"),
-        ]
-    )
-    if not process.finished:
+    try:
+        # The first of: the marker, the end of the probe QEMU, the timeout (the
+        # others are cancelled).  None of them fails: all do only when this
+        # coroutine is cancelled, which cancels the race.
         try:
-            transport.signalProcess("KILL")
-        except Exception:
-            pass
-        await process.ended
+            _, result = await race(
+                [
+                    seen.addCallback(lambda _: "ok"),
+                    process.ended.addCallback(describe_exit),
+                    deferLater(reactor, timeout, lambda: f"no sign of life from the probe guest in {timeout:g} s"),
+                ]
+            )
+        except FailureGroup:
+            raise CancelledError("the KVM probe was stopped") from None
+    finally:
+        if not process.finished:
+            try:
+                transport.signalProcess("KILL")
+            except Exception:
+                pass
+            await process.ended
     if result == "ok":
         return AccelChoice("kvm", "a probe guest booted under KVM")
     return AccelChoice("tcg", f"the KVM probe failed ({result})")
@@ -1171,6 +1257,8 @@ __all__ = [
     "IProbeReactor",
     "IQemuReactor",
     "PROBE_MARKER",
+    "PROBE_NAME",
+    "PROBE_SOCKET",
     "QemuDriver",
     "QemuMachine",
     "QemuSettings",
@@ -1183,4 +1271,5 @@ __all__ = [
     "probe_command",
     "qemu_command",
     "qmp_address",
+    "sweep_probes",
 ]

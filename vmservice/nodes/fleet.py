@@ -33,7 +33,7 @@ from typing import Callable
 
 from attrs import evolve
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred, DeferredList
+from twisted.internet.defer import CancelledError, Deferred, DeferredList
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -178,6 +178,8 @@ class Fleet(Service):
             await keep_counts(
                 self._parts.config, self._registry, self.create, self.lifecycle.relaunch, self.snapshots.restore
             )
+        except CancelledError:
+            log.info("recovery at start stopped: the daemon stopped before the hypervisor was decided")
         except Exception:
             log.failure("recovery at start failed")
 
@@ -192,6 +194,8 @@ class Fleet(Service):
         return Deferred.fromCoroutine(self._stop_all())
 
     async def _stop_all(self) -> None:
+        # A KVM probe under way is stopped with the daemon (its QEMU killed and reaped).
+        await self._parts.driver.stop()
         running = [node for node in self._registry.all() if node.machine is not None]
         if running:
             log.info("stopping {count} node(s)", count=len(running))
@@ -263,12 +267,28 @@ class Fleet(Service):
     async def logs(self, hostname: str, lines: int) -> tuple[str, int]:
         """
         The last ``lines`` lines of the node's console (all of it for 0),
-        read off the reactor.
+        read off the reactor: never more than ``console_log_size`` bytes.
 
         :return: the text and the number of lines in it.
         """
         path = self._registry.find(hostname).paths.console
-        return await self._parts.blocking(lambda: console.tail(path, lines))
+        limit = self._parts.config.console_log_size
+        return await self._parts.blocking(lambda: console.tail(path, lines, limit))
+
+    def console(self, hostname: str) -> console.ConsoleStream:
+        """
+        The node's whole console (at most ``console_log_size`` bytes), to be
+        read piece by piece off the reactor; the caller closes it.
+
+        :raise NotFound: no such node.
+        """
+        path = self._registry.find(hostname).paths.console
+        return console.ConsoleStream(console.ConsoleText(path, self._parts.config.console_log_size),
+                                     self._parts.blocking)
+
+    def consoles(self) -> builtins.list[str]:
+        """The console logs of every node, which the daemon keeps bounded (:mod:`.console_rotation`)."""
+        return [node.paths.console for node in self._registry.all()]
 
     async def guest(self, hostname: str) -> IGuest:
         """

@@ -10,7 +10,7 @@ import time
 from typing import Any, Callable, Mapping, Protocol, TypeVar
 
 from attrs import field, frozen
-from twisted.internet.defer import Deferred, fail
+from twisted.internet.defer import CancelledError, Deferred, fail, succeed
 from twisted.internet.interfaces import IReactorTime
 
 from ..config import Config, HostGroupConfig
@@ -43,20 +43,40 @@ class DriverChoice:
     The hypervisor driver, decided once (the KVM probe takes seconds) and
     handed to everyone who asks, each with a Deferred of their own.
 
-    :param decide: starts the decision; fires with the driver.
+    :param decide: starts the decision; fires with the driver.  Cancelling
+        it must end what it started (the probe's QEMU) before it fires.
     """
 
     def __init__(self, decide: Callable[[], Deferred[IHypervisor]]) -> None:
         self._decide = decide
         self._decided: OneShotObserver[IHypervisor] | None = None
+        #: The decision once started (it may be under way or over).
+        self._deciding: Deferred[IHypervisor] | None = None
 
     def get(self) -> Deferred[IHypervisor]:
         """The driver, once it is decided."""
         if self._decided is None:
             decided: OneShotObserver[IHypervisor] = OneShotObserver()
             self._decided = decided
-            self._decide().addCallbacks(decided.fire, decided.error)
+            self._deciding = self._decide()
+            self._deciding.addCallbacks(decided.fire, decided.error)
         return self._decided.when_fired()
+
+    def stop(self) -> Deferred[None]:
+        """
+        The daemon stops: cancel a decision under way (the KVM probe's QEMU
+        is killed and reaped) and fire once it is over, whichever way it
+        ended.  A decision not started yet never starts: every :meth:`get`
+        then fails with ``CancelledError``.
+        """
+        if self._decided is None:
+            self._decided = OneShotObserver()
+            self._decided.error(CancelledError("the daemon stopped before the hypervisor was decided"))
+            return succeed(None)
+        over = self._decided.when_fired().addCallbacks(lambda _: None, lambda _: None)
+        if self._deciding is not None:
+            self._deciding.cancel()  # nothing when it is over
+        return over
 
 
 def _no_boots(group: str, seconds: float) -> None:

@@ -1,0 +1,152 @@
+# -*- test-case-name: tests.integration.test_service -*-
+"""
+Tests for :mod:`vmservice.service` with a real daemon: the KVM probe's QEMU
+(``accel: auto``; on a machine whose KVM cannot boot a guest the probe runs
+until its timeout, 15 s) never outlives the daemon, whether it is stopped
+with SIGTERM or killed with SIGKILL during the probe, and a probe QEMU left
+by an earlier run is swept at the next start on the same state directory.
+
+Only the QEMUs of each test's own state directory are looked at (their
+command line names it) and only those are killed, by pid.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Callable
+
+from twisted.trial.unittest import SkipTest, SynchronousTestCase
+
+from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image, processes_under
+from vmservice.hypervisors.qemu import kvm_usable, probe_command
+from vmservice.images.store import resolve_image
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` is no longer a live process (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _kill_probe(pid: int) -> None:
+    """SIGKILL ``pid`` if it is still a probe QEMU (a test's leftover after a failure)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"vmservice.probe=1" not in f.read():
+                return
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+class ProbeTests(SynchronousTestCase):
+    """The KVM probe's QEMU and the daemon's stop, kill and next start."""
+
+    def setUp(self) -> None:
+        if not kvm_usable():
+            raise SkipTest("no usable /dev/kvm: the daemon never starts a KVM probe here")
+        ensure_image()
+
+    def daemon(self, **extra: object) -> Daemon:
+        """A daemon of the test's own (``accel: auto`` unless told), stopped and removed when the test ends."""
+        daemon = Daemon(**{"accel": "auto", **extra})
+        self.addCleanup(daemon.cleanup)
+        return daemon
+
+    def probes(self, daemon: Daemon) -> list[int]:
+        """Pids of live QEMUs whose command line names the daemon's probe directory."""
+        return [pid for pid in processes_under(os.path.join(daemon.state_dir, "probe", "")) if not _gone(pid)]
+
+    def wait_until(self, what: str, predicate: Callable[[], object], timeout: float = 30.0) -> None:
+        """Poll ``predicate`` until it is true; fail after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            time.sleep(0.05)
+
+    def probing(self, daemon: Daemon) -> int:
+        """
+        Start ``daemon`` and wait for its probe QEMU: its child booting a kernel in probe mode; its pid
+        (killed when the test ends if it is still that probe).
+        """
+        daemon.start()
+        assert daemon.process is not None
+        parent = daemon.process.pid
+
+        def children() -> list[int]:
+            return [pid for pid in processes_under("vmservice.probe=1")
+                    if _parent(pid) == parent and not _gone(pid)]
+
+        self.wait_until("the probe QEMU", children, 20)
+        [pid] = children()
+        self.addCleanup(_kill_probe, pid)
+        return pid
+
+    def test_sigterm_during_the_probe(self) -> None:
+        """
+        A daemon stopped with SIGTERM while its probe runs kills the probe QEMU and reaps it before it
+        exits (the probe's timeout is not waited for): no QEMU of its state directory is left.
+        """
+        daemon = self.daemon()
+        pid = self.probing(daemon)
+        started = time.monotonic()
+        # twistd stops its services, then ends itself with the signal it got.
+        self.assertEqual(daemon.stop(signal.SIGTERM, timeout=60), -signal.SIGTERM)
+        self.assertLess(time.monotonic() - started, 10)
+        self.assertTrue(_gone(pid))
+        self.assertEqual(processes_under(daemon.state_dir), [])
+        self.assertIn("daemon stopped before the hypervisor was decided", daemon.log())
+
+    def test_sigkill_during_the_probe(self) -> None:
+        """
+        A daemon killed with SIGKILL while its probe runs takes the probe QEMU with it (its parent-death
+        signal), and the next daemon on the same state directory starts and decides as usual.
+        """
+        daemon = self.daemon()
+        pid = self.probing(daemon)
+        daemon.stop(signal.SIGKILL)
+        self.wait_until("the probe QEMU to die with its daemon", lambda: _gone(pid), 5)
+        self.assertEqual(self.probes(daemon), [])
+        assert daemon.process is not None and daemon.process.stdout is not None
+        daemon.process.stdout.close()
+        daemon.config["config"]["accel"] = "tcg"
+        daemon.start()
+        self.wait_until("the accelerator's choice", lambda: "accelerator: tcg" in daemon.log(), 30)
+
+    def test_next_start_sweeps_a_left_probe(self) -> None:
+        """
+        A probe QEMU an earlier run left running (one the parent-death signal missed) is killed by the
+        next daemon started on the same state directory, whatever its accel, before anything else.
+        """
+        daemon = self.daemon(accel="tcg")
+        image = resolve_image(IMAGE_DIR, "default")
+        directory = os.path.join(daemon.state_dir, "probe")
+        os.makedirs(directory, mode=0o700)
+        # What a probe of that state directory runs, under TCG and held paused (-S) so that it
+        # neither finishes nor costs a core; in a session of its own, as an orphan would be.
+        argv = probe_command("qemu-system-x86_64", image.kernel.path, image.initrd.path, "tcg", None,
+                             os.path.join(directory, "qmp.sock"))
+        left = subprocess.Popen([*argv, "-S"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        self.addCleanup(left.wait)
+        self.addCleanup(lambda: left.poll() is None and left.kill())
+        self.wait_until("the left probe to run", lambda: self.probes(daemon) == [left.pid], 10)
+        daemon.start()
+        self.assertEqual(left.wait(30), -signal.SIGKILL)
+        self.assertIn(f"killed KVM probe process {left.pid}", daemon.log())
+        self.assertEqual(self.probes(daemon), [])
