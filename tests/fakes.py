@@ -42,8 +42,22 @@ from vmservice.nodes.guest import AgentHealth, IGuestConnection
 from vmservice.nodes.parts import DriverChoice, FleetParts
 from vmservice.nodes.runtime import NodeRuntime
 from vmservice.nodes.store import NodeStore
+from vmservice.private_files import create_private
 from vmservice.storage.interfaces import DiskInfo, IDisks
 
+
+
+def _write_new(path: str, data: bytes) -> bool:
+    """Write the new file ``path`` as a QEMU machine's saves do (0600; never one there already): whether it was."""
+    try:
+        fd = create_private(path)
+    except FileExistsError:
+        return False
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    return True
 
 
 def at_once(call: "Any") -> Deferred[Any]:
@@ -100,8 +114,8 @@ class FakeMachine:
     def save_state(self, path: str) -> Deferred[None]:
         d = self._do("save_state", "postmigrate")
         if self._exit is None and "save_state" not in self.failing:
-            with open(path, "wb") as f:
-                f.write(b"state")
+            if not _write_new(path, b"state"):
+                return fail(HypervisorError(f"cannot create the state file: {path} exists"))
             if self.hold_save is not None:
                 return self.hold_save
         return d
@@ -112,8 +126,8 @@ class FakeMachine:
     def save_device_state(self, path: str) -> Deferred[None]:
         d = self._do("save_device_state")
         if self._exit is None and "save_device_state" not in self.failing:
-            with open(path, "wb") as f:
-                f.write(b"device state")
+            if not _write_new(path, b"device state"):
+                return fail(HypervisorError(f"cannot create the state file: {path} exists"))
         return d
 
     def snapshot_disk(self, overlay: str) -> Deferred[None]:

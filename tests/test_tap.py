@@ -53,6 +53,9 @@ class MakeServiceTests(SynchronousTestCase):
         # makeService takes the global reactor; it gets this one instead.
         self.reactor = MemoryReactorClock()
         self.patch(twisted.internet, "reactor", self.reactor)
+        # makeService sets the process's umask: the test process's is kept.
+        self.umasks: list[int] = []
+        self.patch(tap.os, "umask", self.umasks.append)
 
     def options(self, path: str) -> tap.Options:
         """Options naming the configuration ``path``."""
@@ -81,6 +84,17 @@ class MakeServiceTests(SynchronousTestCase):
         self.assertIs(self.made[0][0], config)
         self.assertIs(self.made[0][1], self.reactor)
         self.assertEqual(self.stderr.getvalue(), "")
+
+    def test_private_umask(self) -> None:
+        """
+        The daemon's umask is 077 before anything is made: what it and its
+        children (QEMU, qemu-img) create without a mode of its own is theirs
+        alone (``twistd -n`` keeps the shell's umask).
+        """
+        self.patch(tap, "load_config", lambda path: Config(state_dir="/var/lib/vmservice"))
+        self.patch(tap, "make_service", lambda config, reactor: self.assertEqual(self.umasks, [0o077]) or MultiService())
+        tap.makeService(self.options("/etc/vmservice.yaml"))
+        self.assertEqual(self.umasks, [0o077])
 
     def test_bad_config_exits_1(self) -> None:
         """A configuration that cannot be read exits with status 1 and one line naming the file; nothing is built."""

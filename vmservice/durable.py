@@ -14,6 +14,13 @@ point a reader finds either the old content or the new one, never a mix.
 from __future__ import annotations
 
 import os
+import re
+import secrets
+
+from .private_files import create_private
+
+#: The names of :func:`write_atomic`'s temporary files (``.<name>.<random>.tmp``, beside ``<name>``).
+TEMPORARY = re.compile(r"\..*\.[0-9a-f]{16}\.tmp\Z", re.DOTALL)
 
 
 def fsync_path(path: str) -> None:
@@ -35,20 +42,27 @@ def commit(partial: str, final: str) -> None:
     fsync_path(os.path.dirname(os.path.abspath(final)))
 
 
-def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
     """
     Replace ``path`` with ``data`` so that a crash leaves either the old or
     the new content.
 
+    The new content is written to a temporary file beside ``path`` whose
+    name no one can guess (a random part), created for this write alone
+    (never a file that exists, never through a link) with ``mode`` whatever
+    the umask, and removed if the write fails.
+
     :param mode: the permission bits of the new file.
     """
-    temporary = f"{path}.tmp{os.getpid()}"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    temporary = os.path.join(os.path.dirname(path), temporary_name(os.path.basename(path)))
+    fd = create_private(temporary, mode)  # nothing to remove if this fails: it is not ours
     try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
         commit(temporary, path)
     except BaseException:
         try:
@@ -58,4 +72,9 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
         raise
 
 
-__all__ = ["commit", "fsync_path", "write_atomic"]
+def temporary_name(name: str) -> str:
+    """A new temporary name for a write of the file ``name`` (it matches :data:`TEMPORARY`)."""
+    return f".{name[:200]}.{secrets.token_hex(8)}.tmp"
+
+
+__all__ = ["TEMPORARY", "commit", "fsync_path", "temporary_name", "write_atomic"]

@@ -40,7 +40,7 @@ from attrs import field, frozen
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from .durable import write_atomic
+from .durable import TEMPORARY, write_atomic
 from .errors import BadRequest, Conflict, Internal, NotFound
 from .nodes.model import SECRET_NAME_PATTERN
 
@@ -69,7 +69,8 @@ DEFAULT_PERMISSIONS = 0o600
 MAX_ID = 2**32 - 2
 
 _SUFFIX = ".secret"
-_TEMPORARY = re.compile(r".+\.tmp[0-9]+\Z")
+#: The temporary files of earlier versions' writes (``<name>.tmp<pid>``).
+_OLD_TEMPORARY = re.compile(r".+\.tmp[0-9]+\Z")
 #: The longest metadata line read (it is far shorter).
 _MAX_META_LINE = 4096
 
@@ -197,7 +198,7 @@ class SecretStore:
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         os.chmod(self.directory, 0o700)
         for entry in os.listdir(self.directory):
-            if _TEMPORARY.match(entry):
+            if TEMPORARY.match(entry) or _OLD_TEMPORARY.match(entry):
                 # Left by a crash during a write: it may hold content; it is no secret.
                 os.unlink(os.path.join(self.directory, entry))
 

@@ -50,10 +50,12 @@ from .nodes.background_limit import BackgroundLimit
 from .nodes.console_rotation import ConsoleRotation
 from .nodes.fleet import Fleet
 from .nodes.adoption import IdentityAdoption
-from .nodes.templates import TemplateStore
+from .nodes.fork_memory import memory_directory
+from .nodes.templates import TemplateStore, ram_directory
 from .nodes.events import EventHub
 from .nodes.parts import DriverChoice, FleetParts
 from .nodes.store import NodeStore, StateDirectoryInUse
+from .private_files import NotPrivate, private_directory, tighten
 from .secretstore import SecretStore
 from .storage.overlay import OverlayDisks
 
@@ -199,6 +201,35 @@ def _admission(config: Config, reactor: IDaemonReactor) -> Admission:
     return Admission(reactor, allowed)
 
 
+def _keep_private(config: Config) -> None:
+    """
+    At each start, with the state directory taken: the daemon's directories
+    in the tmpfs, whose names others can predict, made or verified as its own
+    alone, and the modes of every file under them and the state directory
+    tightened (what an earlier version or umask left); see docs/security.md.
+
+    :raise StartupError: a tmpfs directory is not the daemon's alone.
+    """
+    tmpfs = (ram_directory(config.state_dir, config.templates_tmpfs_dir),
+             memory_directory(config.state_dir, config.templates_tmpfs_dir))
+    for directory in tmpfs:
+        try:
+            private_directory(directory)
+        except NotPrivate as error:
+            raise StartupError(
+                f"templates_tmpfs_dir: {error}; another user may have made it first, to read or replace guest "
+                "memory: look at it and remove it, or set templates_tmpfs_dir to a directory only root may write in"
+            ) from None
+    for directory in (config.state_dir, *tmpfs):
+        try:
+            changed = tighten(directory)
+        except OSError as error:
+            raise StartupError(f"cannot tighten the modes under {directory}: {error}") from None
+        if changed:
+            log.info("{count} mode(s) under {directory} tightened: no group or other access",
+                     count=changed, directory=directory)
+
+
 def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
     """
     Build the daemon's service tree from ``config``.
@@ -216,11 +247,16 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
         except ImageNotFound as error:
             raise StartupError(str(error)) from None
 
+    try:
+        private_directory(config.state_dir, repair=True)
+    except NotPrivate as error:
+        raise StartupError(f"state_dir: {error}") from None
     store = NodeStore(config.state_dir)
     try:
         store.lock()
     except StateDirectoryInUse as error:
         raise StartupError(str(error)) from None
+    _keep_private(config)
     try:
         secrets = SecretStore(config.state_dir, reactor)
     except OSError as error:

@@ -5,10 +5,15 @@ The twistd plugin's options and ``makeService``:
 
 A bad configuration stops the daemon before it starts, with exit status 1
 and one line naming the key and what is wrong.
+
+The daemon's umask is 077 (``twistd -n`` keeps the shell's): what it and its
+children (QEMU, qemu-img) create is its own alone, even where no mode is
+given (docs/security.md).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import cast
 
@@ -17,6 +22,10 @@ from twisted.python import usage
 
 from .config import ConfigError, load_config
 from .service import IDaemonReactor, StartupError, make_service
+
+
+#: The daemon's umask: no group or other bits on anything it or its children create.
+UMASK = 0o077
 
 
 class Options(usage.Options):
@@ -29,14 +38,16 @@ class Options(usage.Options):
 
 def makeService(options: Options) -> IService:
     """
-    Load the configuration and build the daemon on the global reactor (the
-    one place that takes it); exit with status 1 and one line on stderr when
-    the configuration is bad or the daemon cannot start.
+    Set the daemon's umask (:data:`UMASK`), load the configuration and
+    build the daemon on the global reactor (the one place that takes it);
+    exit with status 1 and one line on stderr when the configuration is bad
+    or the daemon cannot start.
 
     :param options: the parsed command line.
     """
     from twisted.internet import reactor
 
+    os.umask(UMASK)
     try:
         config = load_config(options["config"])
         # The global reactor provides every part IDaemonReactor names.

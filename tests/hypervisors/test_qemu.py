@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from typing import Any
 
 from attrs import evolve
@@ -18,7 +19,7 @@ from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
-from vmservice.hypervisors.base import MachineExit, MachineSpec, NetSpec
+from vmservice.hypervisors.base import HypervisorError, MachineExit, MachineSpec, NetSpec
 from tests.processes import ProcessReactor
 from vmservice.hypervisors.qemu import (
     QemuDriver,
@@ -518,53 +519,98 @@ class _ScriptedMachine:
 
 
 class SaveStateTests(SynchronousTestCase):
+    def new_path(self, name: str = "state.bin") -> str:
+        """Where a state file is to be saved: nothing there yet, in a directory of the test's own."""
+        directory = os.path.abspath(self.mktemp())
+        os.makedirs(directory)
+        return os.path.join(directory, name)
+
     def test_save_polls_until_completed(self) -> None:
-        """Saving stops the VM, lifts the bandwidth limit, migrates to the file and polls until completed."""
+        """
+        Saving stops the VM, lifts the bandwidth limit, migrates to the file's
+        descriptor (made by the daemon, handed over with getfd) and polls
+        until completed.
+        """
         reactor = ProcessReactor()
         machine = _ScriptedMachine.make(
             reactor, self, {"query-migrate": [{"status": "active"}, {"status": "active"}, {"status": "completed"}]}
         )
-        d = machine.save_state("/s/demo-1/state.bin")
+        path = self.new_path()
+        d = machine.save_state(path)
         self.assertNoResult(d)
         reactor.advance(machine.POLL)
         reactor.advance(machine.POLL)
         self.successResultOf(d)
         names = [name for name, _ in machine.commands]
-        self.assertEqual(names, ["stop", "migrate-set-capabilities", "migrate-set-parameters", "migrate",
+        self.assertEqual(names, ["stop", "migrate-set-capabilities", "migrate-set-parameters", "getfd", "migrate",
                                  "query-migrate", "query-migrate", "query-migrate"])
         self.assertEqual(machine.commands[1][1], {"capabilities": [{"capability": "x-ignore-shared", "state": False}]})
-        self.assertEqual(machine.commands[3][1], {"uri": "exec:cat > /s/demo-1/state.bin"})
+        self.assertEqual(machine.passed, [("getfd", path)])
+        self.assertEqual(machine.commands[3][1], {"fdname": machine.SAVE_FD})
+        self.assertEqual(machine.commands[4][1], {"uri": f"fd:{machine.SAVE_FD}"})
+
+    def test_state_file_is_private_from_its_creation(self) -> None:
+        """
+        The state file (guest memory, /run/secrets too) is made 0600 by the
+        daemon before QEMU writes a byte, whatever the umask (no shell of
+        QEMU's creates it).
+        """
+        reactor = ProcessReactor()
+        for save in ("save_state", "save_device_state"):
+            machine = _ScriptedMachine.make(reactor, self, {"query-migrate": [{"status": "completed"}]})
+            path = self.new_path()
+            old = os.umask(0)
+            try:
+                self.successResultOf(getattr(machine, save)(path))
+            finally:
+                os.umask(old)
+            info = os.lstat(path)
+            self.assertEqual((stat.S_ISREG(info.st_mode), stat.S_IMODE(info.st_mode)), (True, 0o600), save)
+
+    def test_never_over_a_file_or_through_a_link(self) -> None:
+        """A file already at the state's path, or a link planted there, fails the save; neither is written."""
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(reactor, self, {"query-migrate": [{"status": "completed"}]})
+        target = self.new_path("target")
+        with open(target, "wb") as f:
+            f.write(b"keep")
+        link = os.path.join(os.path.dirname(target), "state.bin")
+        os.symlink(target, link)
+        for path in (target, link):
+            failure = self.failureResultOf(machine.save_state(path), HypervisorError)
+            self.assertIn("cannot create the state file", str(failure.value))
+        self.assertNotIn("migrate", [name for name, _ in machine.commands])
+        with open(target, "rb") as f:
+            self.assertEqual(f.read(), b"keep")
 
     def test_save_failure(self) -> None:
         """A failed migration fails the save with QEMU's reason."""
-        from vmservice.hypervisors.base import HypervisorError
-
         reactor = ProcessReactor()
         machine = _ScriptedMachine.make(reactor, self, {"query-migrate": [{"status": "failed", "error-desc": "disk full"}]})
-        failure = self.failureResultOf(machine.save_state("/x"), HypervisorError)
+        failure = self.failureResultOf(machine.save_state(self.new_path()), HypervisorError)
         self.assertIn("disk full", str(failure.value))
 
     def test_save_device_state_without_stop(self) -> None:
         """A template's device state is saved running (no stop), its shared memory left out."""
         reactor = ProcessReactor()
         machine = _ScriptedMachine.make(reactor, self, {"query-migrate": [{"status": "active"}, {"status": "completed"}]})
-        d = machine.save_device_state("/t/dev.bin")
+        path = self.new_path("dev.bin")
+        d = machine.save_device_state(path)
         self.assertNoResult(d)
         reactor.advance(machine.POLL)
         self.successResultOf(d)
         names = [name for name, _ in machine.commands]
-        self.assertEqual(names, ["migrate-set-capabilities", "migrate-set-parameters", "migrate",
+        self.assertEqual(names, ["migrate-set-capabilities", "migrate-set-parameters", "getfd", "migrate",
                                  "query-migrate", "query-migrate"])
         self.assertEqual(machine.commands[0][1], {"capabilities": [{"capability": "x-ignore-shared", "state": True}]})
-        self.assertEqual(machine.commands[2][1], {"uri": "exec:cat > /t/dev.bin"})
+        self.assertEqual(machine.passed, [("getfd", path)])
+        self.assertEqual(machine.commands[3][1], {"uri": f"fd:{machine.SAVE_FD}"})
 
     def test_save_device_state_failure(self) -> None:
         """A failed save says why."""
-        from vmservice.hypervisors.base import HypervisorError
-
         reactor = ProcessReactor()
         machine = _ScriptedMachine.make(reactor, self, {"query-migrate": [{"status": "failed", "error-desc": "no"}]})
-        failure = self.failureResultOf(machine.save_device_state("/t/dev.bin"), HypervisorError)
+        failure = self.failureResultOf(machine.save_device_state(self.new_path("dev.bin")), HypervisorError)
         self.assertIn("saving the device state failed: no", str(failure.value))
 
     def state_file(self, name: str = "dev bin") -> str:

@@ -94,8 +94,9 @@ class ForkTests(TemplatesDaemonTestCase):
         for name in (parent, *children):
             code, out = self.daemon.run(name, "ls /tmp | grep '^own-'")
             self.assertEqual(out.split(), [f"own-{name}"])
-        # The state file was deleted: nothing of the fork is left in the tmpfs.
+        # The state file was deleted: nothing of the fork is left in the tmpfs (in the daemon's memory directory).
         self.assertEqual(glob.glob(os.path.join(self.shm, "vmservice-fork-*")), [])
+        self.assertEqual(glob.glob(os.path.join(self.shm, "vmservice-memory-*", "state-*")), [])
 
         # The parent goes; the children read their disk chain (the page cache dropped) and run.
         self.daemon.json("DELETE", f"/hostgroup/f/nodes/{parent}")

@@ -99,8 +99,9 @@ class ForkMemoryTests(TemplatesDaemonTestCase):
         for name in (parent, *children):
             code, out = self.daemon.run(name, "ls /tmp | grep '^own-'; cat /root/own")
             self.assertEqual(out.split(), [f"own-{name}", name])
-        # No state file of the fork is left in the tmpfs.
+        # No state file of the fork is left in the tmpfs (in the daemon's memory directory).
         self.assertEqual(glob.glob(os.path.join(self.shm, "vmservice-fork-*")), [])
+        self.assertEqual(glob.glob(os.path.join(self.shm, "vmservice-memory-*", "state-*")), [])
         # The parent goes (its file with it); the children run on their copy; the last one takes it.
         self.daemon.json("DELETE", f"/hostgroup/m/nodes/{parent}")
         self.assertEqual(self.memory_files(), [copy])

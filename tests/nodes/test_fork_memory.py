@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 import tempfile
 from typing import Any, Callable
 
@@ -30,6 +31,7 @@ from vmservice.nodes.fleet import Fleet
 from vmservice.nodes.forking import Forked, ForkRequest
 from vmservice.nodes.model import CreateRequest, NodeRecord, Wait
 from vmservice.nodes.paths import backing
+from vmservice.private_files import NotPrivate
 
 MiB = 1024 * 1024
 
@@ -153,15 +155,19 @@ class FilesTests(SynchronousTestCase):
         self.assertNotEqual(fork_memory.memory_directory("/t", "/dev/shm"), directory)
 
     def test_prepare_and_release(self) -> None:
-        """A file left by an earlier VM is deleted before a start (its directory made); release deletes it."""
+        """
+        Before a start, a file left by an earlier VM is deleted and a new one
+        made, empty and 0600 (its directory made 0700); release deletes it.
+        """
         path = os.path.join(self.directory, "sub", "m-1.ram")
         record = _record(memory_file=path)
         fork_memory.prepare(record)
-        self.assertTrue(os.path.isdir(os.path.dirname(path)))
+        self.assertEqual(stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode), 0o700)
         with open(path, "wb") as f:
             f.write(b"old")
         fork_memory.prepare(record)
-        self.assertFalse(os.path.exists(path))
+        info = os.lstat(path)
+        self.assertEqual((stat.S_ISREG(info.st_mode), stat.S_IMODE(info.st_mode), info.st_size), (True, 0o600, 0))
         with open(path, "wb") as f:
             f.write(b"new")
         self.assertFalse(fork_memory.release(record))
@@ -169,6 +175,51 @@ class FilesTests(SynchronousTestCase):
         self.assertFalse(fork_memory.release(evolve(record, memory_copies=("/c",))))  # a parent's fork: not its to drop
         self.assertTrue(fork_memory.release(_record(memory_copies=("/c",))))  # a child: it never maps it again
         fork_memory.prepare(_record())  # no memory file: nothing to do
+
+    def test_prepare_refuses_a_squatted_directory(self) -> None:
+        """A memory directory of another user's, or a link in its place, is refused: nothing is made in it."""
+        squatted = os.path.join(self.directory, "squatted")
+        os.mkdir(squatted, 0o700)
+        os.chown(squatted, 65534, 65534)
+        error = self.assertRaises(NotPrivate, fork_memory.prepare, _record(memory_file=os.path.join(squatted, "m.ram")))
+        self.assertIn("owned by uid 65534", str(error))
+        linked = os.path.join(self.directory, "linked")
+        os.symlink(squatted, linked)
+        error = self.assertRaises(NotPrivate, fork_memory.prepare, _record(memory_file=os.path.join(linked, "m.ram")))
+        self.assertIn("is a symbolic link", str(error))
+        self.assertEqual(os.listdir(squatted), [])
+
+    def test_prepare_replaces_a_planted_link(self) -> None:
+        """A link planted where a memory file goes is removed, never followed: its target is untouched."""
+        target = self.path("target")
+        with open(target, "wb") as f:
+            f.write(b"keep")
+        directory = os.path.join(self.directory, "memory")
+        os.mkdir(directory, 0o700)
+        path = os.path.join(directory, "m-1.ram")
+        os.symlink(target, path)
+        fork_memory.prepare(_record(memory_file=path))
+        self.assertFalse(os.path.islink(path))
+        with open(target, "rb") as f:
+            self.assertEqual(f.read(), b"keep")
+
+    def test_copies_never_follow_links(self) -> None:
+        """A link planted as a memory file or as a fork's copy is never followed by the sparse copy (ELOOP / EEXIST)."""
+        target = self.path("target")
+        with open(target, "wb") as f:
+            f.write(b"secret")
+        os.symlink(target, self.path("source"))
+        error = self.assertRaises(OSError, sparse_copy.copy_sparse, self.path("source"), self.path("copy"))
+        self.assertEqual(error.errno, errno.ELOOP)
+        self.assertFalse(os.path.lexists(self.path("copy")))
+        with open(self.path("real"), "wb") as f:
+            f.write(b"x" * 4096)
+        os.symlink(target, self.path("planted"))
+        error = self.assertRaises(OSError, sparse_copy.copy_sparse, self.path("real"), self.path("planted"))
+        self.assertEqual(error.errno, errno.ELOOP)
+        self.assertRaises(FileExistsError, sparse_copy.create_copy, self.path("real"), self.path("planted"))
+        with open(target, "rb") as f:
+            self.assertEqual(f.read(), b"secret")
 
     def test_collect_and_sweep(self) -> None:
         """Copies no record names go (node files stay); the start's sweep keeps only what it is told."""

@@ -26,8 +26,10 @@ from vmservice.errors import BadRequest, Conflict, Internal, NotFound
 from vmservice.hypervisors.base import IMachine, MachineSpec, NetSpec
 from vmservice.nodes.adoption import ICloneAdoption
 from vmservice.nodes.fleet import Fleet
+from vmservice.nodes.fork_memory import STATE_PREFIX, memory_directory
 from vmservice.nodes.forking import Forked, ForkRequest, forks_directory, state_prefix
 from vmservice.nodes.guest import IGuestConnection
+from vmservice.private_files import NotPrivate
 from vmservice.nodes.model import CreateRequest, NodeRecord, Status, Wait
 
 MiB = 1024 * 1024
@@ -112,7 +114,7 @@ class ForkingTests(SynchronousTestCase):
         self.assertEqual(self.parent_machine.state, "running")
         [frozen_name] = self.forks()
         frozen = os.path.join(forks_directory(self.harness.config.state_dir), frozen_name, "disk.qcow2")
-        self.assertEqual(stat.S_IMODE(os.stat(frozen).st_mode), 0o444)
+        self.assertEqual(stat.S_IMODE(os.stat(frozen).st_mode), 0o400)
         self.assertTrue(os.path.exists(self.parent_disk()))
         # The overlay the VM switched to is the parent's disk under a second name.
         [overlay] = self.parent_machine.snapshots
@@ -140,7 +142,7 @@ class ForkingTests(SynchronousTestCase):
         # The agent of each child was connected before its state was loaded.
         self.assertTrue(all(agent.started for agent in self.harness.agents[1:]))
         # The state file is gone once every child loaded it.
-        self.assertEqual(os.listdir(self.shm), [])
+        self.assertEqual(os.listdir(memory_directory(self.harness.config.state_dir, self.shm)), [])
 
     def test_frozen_disk_goes_with_the_last_record(self) -> None:
         forked = self.successResultOf(self.fork(count=1))
@@ -179,7 +181,8 @@ class ForkingTests(SynchronousTestCase):
         self.assertEqual(len(self.harness.driver.machines), 4)
         self.assertEqual(self.parent_machine.state, "running")
         self.assertEqual(self.fleet.node(self.parent).status, Status.RUNNING)
-        self.assertEqual(os.listdir(self.shm), [])
+        memory = memory_directory(self.harness.config.state_dir, self.shm)
+        self.assertEqual((os.listdir(self.shm), os.listdir(memory)), ([os.path.basename(memory)], []))
         self.assertEqual(sorted(os.listdir(os.path.join(self.harness.config.state_dir, "nodes"))), [self.parent])
         # Only the parent's address is still attached.
         self.assertEqual(list(self.harness.network.attached), [self.fleet.node(self.parent).ip])
@@ -216,22 +219,61 @@ class ForkingTests(SynchronousTestCase):
         self.assertEqual(len(self.forks()), 1)
         self.assertEqual(len(self.harness.driver.machines), 1)
 
-    def test_state_file_in_the_daemons_own_names(self) -> None:
-        """The state file is named after this daemon's state directory; an earlier run's go at start, others stay."""
+    def test_state_file_in_the_daemons_own_directory(self) -> None:
+        """
+        The state file is a new one in the daemon's own memory directory of
+        the tmpfs (0700, made or verified: nothing in the tmpfs others see).
+        """
+        saved: list[str] = []
+        save = self.parent_machine.save_state
+
+        def recording(path: str) -> Deferred[None]:
+            directory = os.stat(os.path.dirname(path))
+            saved.append(path)
+            self.assertEqual((stat.S_IMODE(directory.st_mode), directory.st_uid), (0o700, os.geteuid()))
+            return save(path)
+
+        self.parent_machine.save_state = recording  # type: ignore[method-assign]
+        self.successResultOf(self.fork())
+        [path] = saved
+        self.assertEqual(os.path.dirname(path), memory_directory(self.harness.config.state_dir, self.shm))
+        self.assertTrue(os.path.basename(path).startswith(STATE_PREFIX))
+        self.assertFalse(os.path.lexists(path))
+
+    def test_squatted_directory_refuses_the_fork(self) -> None:
+        """A memory directory that is not the daemon's alone (another user's) fails the fork; the parent untouched."""
+        memory = memory_directory(self.harness.config.state_dir, self.shm)
+        os.mkdir(memory, 0o700)
+        os.chown(memory, 65534, 65534)
+        error = self.failureResultOf(self.fork()).value
+        self.assertIsInstance(error, NotPrivate)
+        self.assertIn("owned by uid 65534", str(error))
+        self.assertEqual(self.parent_machine.commands, [])
+        self.assertEqual((os.listdir(memory), self.forks()), ([], []))
+
+    def test_state_files_of_earlier_runs(self) -> None:
+        """
+        State files an earlier run left go at start: in the memory directory,
+        and under the names of earlier versions (in the tmpfs itself); other
+        daemons' stay.
+        """
         config = self.harness.config
         prefix = state_prefix(config.state_dir, self.shm)
         self.assertTrue(os.path.basename(prefix).startswith("vmservice-fork-"))
         self.assertNotEqual(prefix, state_prefix(config.state_dir + "2", self.shm))
+        self.fleet.stopService()
+        memory = memory_directory(config.state_dir, self.shm)
+        os.mkdir(memory, 0o700)
         left, foreign = prefix + "0123", os.path.join(self.shm, "vmservice-fork-other-0123")
-        for path in (left, foreign):
+        for path in (left, foreign, os.path.join(memory, STATE_PREFIX + "0123")):
             with open(path, "wb") as f:
                 f.write(b"state")
-        self.fleet.stopService()
         fleet = Fleet(evolve(self.harness.parts, config=evolve(config, templates_tmpfs_dir=self.shm),
                              adoption=self.adoption))
         fleet.startService()
         self.addCleanup(fleet.stopService)
-        self.assertEqual(os.listdir(self.shm), [os.path.basename(foreign)])
+        self.assertEqual(sorted(os.listdir(self.shm)), sorted([os.path.basename(foreign), os.path.basename(memory)]))
+        self.assertEqual(os.listdir(memory), [])
 
     def test_second_fork(self) -> None:
         """

@@ -7,6 +7,7 @@ collected templates.
 from __future__ import annotations
 
 import os
+import stat
 
 from attrs import evolve
 from twisted.internet.defer import Deferred
@@ -72,15 +73,47 @@ class TemplateStoreTests(SynchronousTestCase):
         self.assertEqual((self.store.builds, self.results), (1, ["ok"]))
 
     def test_files_and_places(self) -> None:
-        """The frozen disk and device state are read-only under the state directory; the RAM file in the daemon's tmpfs directory."""
-        template = self.built()
+        """
+        The frozen disk and device state are read-only (to the daemon alone)
+        under the state directory; the RAM file in the daemon's tmpfs
+        directory (0700), made there 0600 before the build starts QEMU.
+        """
+        d = self.get()
+        [building] = self.builds.started
+        info = os.lstat(building.ram_file)
+        self.assertEqual((stat.S_ISREG(info.st_mode), stat.S_IMODE(info.st_mode), info.st_size), (True, 0o600, 0))
+        self.assertEqual(stat.S_IMODE(os.stat(self.store.ram_directory).st_mode), 0o700)
+        self.assertEqual(stat.S_IMODE(os.stat(building.directory).st_mode), 0o700)
+        self.builds.release[-1].callback(None)
+        template = self.successResultOf(d)
         self.assertTrue(template.disk.startswith(os.path.join(self.state_dir, "templates", KEY.digest() + ".")))
-        self.assertEqual(os.stat(template.disk).st_mode & 0o777, 0o444)
-        self.assertEqual(os.stat(template.device_state).st_mode & 0o777, 0o444)
+        self.assertEqual(os.stat(template.disk).st_mode & 0o777, 0o400)
+        self.assertEqual(os.stat(template.device_state).st_mode & 0o777, 0o400)
         self.assertEqual(os.path.dirname(os.path.dirname(template.ram_file)), self.tmpfs)
         self.assertTrue(os.path.basename(os.path.dirname(template.ram_file)).startswith("vmservice-"))
         other = TemplateStore(self.clock, self.state_dir + "2", self.tmpfs, MiB)
         self.assertNotEqual(other.ram_directory, self.store.ram_directory)
+
+    def test_squatted_ram_directory(self) -> None:
+        """
+        A RAM directory another user made first (or a link in its place) is
+        never used: no build, the create boots cold (``build_failed``), and
+        nothing is written there.
+        """
+        os.makedirs(self.tmpfs)
+        os.mkdir(self.store.ram_directory, 0o700)
+        os.chown(self.store.ram_directory, 65534, 65534)
+        failure = self.failureResultOf(self.get(), TemplateUnavailable)
+        self.assertEqual(failure.value.kind, "build_failed")
+        self.assertIn("owned by uid 65534", str(failure.value))
+        self.assertEqual((self.builds.started, os.listdir(self.store.ram_directory)), ([], []))
+        os.rmdir(self.store.ram_directory)
+        elsewhere = os.path.join(self.root, "elsewhere")
+        os.mkdir(elsewhere, 0o700)
+        os.symlink(elsewhere, self.store.ram_directory)
+        failure = self.failureResultOf(self.get(), TemplateUnavailable)
+        self.assertIn("is a symbolic link", str(failure.value))
+        self.assertEqual((self.builds.started, os.listdir(elsewhere)), ([], []))
 
     def test_failed_build_remembered(self) -> None:
         """A failed build fails every ask with its reason, is counted, leaves no files, and is retried only later."""

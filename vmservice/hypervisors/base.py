@@ -191,14 +191,16 @@ class IMachine(Interface):
 
     def save_state(path: str) -> Deferred[None]:
         """
-        Pause the VM and write its memory and device state to ``path``; fires
-        once the file is complete.  The process keeps running, paused: the
-        caller kills it (or resumes it, to give up the suspend).
+        Pause the VM and write its memory and device state to the new file
+        ``path`` (made 0600, never through a link; nothing may be there);
+        fires once the file is complete.  The process keeps running, paused:
+        the caller kills it (or resumes it, to give up the suspend).
         """
 
     def save_device_state(path: str) -> Deferred[None]:
         """
-        Without pausing, write the VM's device state to ``path``, leaving out
+        Without pausing, write the VM's device state to the new file ``path``
+        (as :meth:`save_state` makes it), leaving out
         its memory, which lives in a shared file (a template's, or a node's
         with a memory file): fires once the file is complete.  The caller then
         kills the VM, or resumes it (a fork's parent, paused before).

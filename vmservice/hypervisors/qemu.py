@@ -53,6 +53,7 @@ from .base import (
     describe_exit,
 )
 from ..observer import OneShotObserver
+from ..private_files import create_private
 from .qmp import JSON, JSONObject, QMPError, QMPProtocol
 
 log = Logger()
@@ -528,6 +529,8 @@ class QemuMachine:
     FAILED_LOAD_EXIT = 5.0
     #: The name a state file's descriptor is handed to QEMU under (``getfd``, then ``fd:NAME``).
     STATE_FD = "state"
+    #: The name the descriptor of a state file being saved is handed to QEMU under.
+    SAVE_FD = "saving"
 
     def __init__(
         self, reactor: IMachineReactor, process: _Watched, qmp_socket: str, log_path: str | None = None
@@ -693,9 +696,8 @@ class QemuMachine:
 
     def save_state(self, path: str) -> Deferred[None]:
         """
-        Stop the VM and migrate its state into ``path`` (QEMU 7.2 has no
-        ``file:`` migration, so through ``exec:cat``); fires once QEMU reports
-        the migration completed.
+        Stop the VM and migrate its state into the new file ``path`` (see
+        :meth:`_migrate_to`); fires once QEMU reports the migration completed.
         """
         return Deferred.fromCoroutine(self._save_state(path))
 
@@ -704,8 +706,30 @@ class QemuMachine:
         # A clone loaded its state with x-ignore-shared on: its snapshot holds all of its memory.
         await self._ignore_shared(False)
         await self._command("migrate-set-parameters", **{"max-bandwidth": self.SAVE_BANDWIDTH})
-        await self._command("migrate", uri=f"exec:cat > {shlex.quote(path)}")
+        await self._migrate_to(path)
         await self._migration_done("saving the VM state")
+
+    async def _migrate_to(self, path: str) -> None:
+        """
+        Start a migration into the new file ``path``: the daemon creates it
+        (0600 whatever QEMU's umask, never through a link, never over a file
+        that exists) and hands QEMU its descriptor (``getfd``, ``fd:``);
+        QEMU 7.2 has no ``file:`` migration, and ``exec:cat > path`` would
+        have a shell create it with QEMU's umask, following links.
+
+        :raise HypervisorError: the file cannot be made, or QEMU refused.
+        """
+        try:
+            fd = create_private(path)
+        except OSError as error:
+            raise HypervisorError(f"cannot create the state file: {error}") from error
+        try:
+            await self.qmp_passing(fd, "getfd", fdname=self.SAVE_FD)
+        except QMPError as error:
+            raise HypervisorError(f"getfd: {error}") from error
+        finally:
+            os.close(fd)
+        await self._command("migrate", uri=f"fd:{self.SAVE_FD}")
 
     async def _migration_done(self, what: str) -> None:
         """Poll ``query-migrate`` until the migration under way completed; raise if it failed."""
@@ -740,7 +764,7 @@ class QemuMachine:
     async def _save_device_state(self, path: str) -> None:
         await self._ignore_shared(True)
         await self._command("migrate-set-parameters", **{"max-bandwidth": self.SAVE_BANDWIDTH})
-        await self._command("migrate", uri=f"exec:cat > {shlex.quote(path)}")
+        await self._migrate_to(path)
         await self._migration_done("saving the device state")
 
     def load_device_state(self, path: str, resume: bool = False) -> Deferred[None]:
@@ -963,7 +987,7 @@ class QemuDriver:
         netns = ["ip", "netns", "exec", spec.net.netns] if spec.net is not None and spec.net.netns else []
         argv = [*self._prefix, *netns, *qemu_command(spec, self.settings)]
         process = _QemuProcess()
-        output_fd = os.open(log_path or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+        output_fd = os.open(log_path or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         try:
             self._reactor.spawnProcess(
                 process, argv[0], argv, env=_child_env(), childFDs={0: "w", 1: output_fd, 2: output_fd}

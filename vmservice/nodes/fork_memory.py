@@ -6,7 +6,9 @@ A node of a group with ``fork_memory: file`` has its memory in a file of
 its own in a tmpfs (``<templates_tmpfs_dir>/vmservice-memory-<digest of
 state_dir>/<hostname>.ram``), mapped shared (``share=on``) from its VM's
 start: :attr:`NodeRecord.memory_file`.  The file exists while the node's VM
-runs: QEMU creates it, and it is deleted once the VM ended (stop, suspend,
+runs: the daemon creates it empty (0600, never through a link, in a
+directory it verified is its own alone: :mod:`vmservice.private_files`),
+QEMU sizes and maps it, and it is deleted once the VM ended (stop, suspend,
 delete, relaunch; a suspend's snapshot holds the memory and a restore writes
 it into a new file).  Before a VM of such a node starts there must be room
 for its whole RAM in the tmpfs, counting what the other memory files of this
@@ -26,7 +28,9 @@ meanwhile; a tmpfs that fills up under them fails the fork (503
 device state.  The copy is named first by the parent's record (while the
 fork runs) and then by every child's while the child's VM maps it
 (:attr:`NodeRecord.memory_copies`; a child whose VM ended never maps it
-again: :func:`release`), and deleted once no record names it.
+again: :func:`release`), and deleted once no record names it.  The state a
+fork saves for its children goes to the same directory too
+(:func:`fork_state`), deleted once the children loaded it.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from twisted.python.failure import Failure
 
 from ..errors import InsufficientMemory
 from ..hypervisors.base import IMachine, RamBacking
+from ..private_files import create_private, private_directory
 from .model import NodeRecord
 from .paths import discard
 from .sparse_copy import copy_sparse, create_copy, reserve
@@ -59,11 +64,22 @@ log = Logger()
 
 #: How the names of the frozen copies of forks begin in the memory directory.
 COPY_PREFIX = "fork-"
+#: How the names of the state files of forks under way begin in the memory directory.
+STATE_PREFIX = "state-"
 
 
 def memory_directory(state_dir: str, tmpfs_dir: str) -> str:
     """The directory of this daemon's memory files (in a tmpfs other daemons may share)."""
     return os.path.join(tmpfs_dir, f"vmservice-memory-{daemon_tag(state_dir)}")
+
+
+def fork_state(state_dir: str, tmpfs_dir: str) -> str:
+    """
+    A new file name for the state a fork saves for its children (guest memory
+    too, when the parent has no memory file), in the memory directory, which
+    must be :func:`private_directory`: nothing in the tmpfs others see.
+    """
+    return os.path.join(memory_directory(state_dir, tmpfs_dir), f"{STATE_PREFIX}{secrets.token_hex(8)}")
 
 
 def memory_file(state_dir: str, tmpfs_dir: str, hostname: str, kind: str) -> str:
@@ -76,16 +92,19 @@ def memory_file(state_dir: str, tmpfs_dir: str, hostname: str, kind: str) -> str
 def prepare(record: NodeRecord) -> None:
     """
     Before a VM of ``record`` starts: a memory file left by an earlier VM is
-    deleted (nothing maps it) and the tmpfs must have room for the new one.
+    deleted (nothing maps it) and the tmpfs must have room for the new one,
+    which is made here, empty (QEMU sizes it), in the daemon's own directory.
 
     :raise InsufficientMemory: (``tmpfs_full``) it has not.
+    :raise NotPrivate: the directory is not the daemon's alone.
     """
     if not record.memory_file:
         return
     directory = os.path.dirname(record.memory_file)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    private_directory(directory)
     discard(record.memory_file)
     ensure_room(directory, record.ram_bytes, f"the memory of node {record.hostname!r}")
+    os.close(create_private(record.memory_file))  # 0600, not through a link; QEMU maps it
 
 
 def release(record: NodeRecord) -> bool:
@@ -148,7 +167,7 @@ def _files(directory: str) -> list[tuple[int, int]]:
     found = []
     for name in os.listdir(directory):
         try:
-            info = os.stat(os.path.join(directory, name))
+            info = os.lstat(os.path.join(directory, name))
         except FileNotFoundError:
             continue
         found.append((info.st_size, info.st_blocks * 512))
@@ -158,7 +177,7 @@ def _files(directory: str) -> list[tuple[int, int]]:
 def used_bytes(path: str) -> int:
     """The bytes a (sparse) file holds, 0 for none."""
     try:
-        return os.stat(path).st_blocks * 512
+        return os.lstat(path).st_blocks * 512
     except FileNotFoundError:
         return 0
 
@@ -306,6 +325,6 @@ class MemoryFork:
 
 
 __all__ = [
-    "COPY_PREFIX", "MemoryFork", "close", "collect_copies", "ensure_room",
+    "COPY_PREFIX", "MemoryFork", "STATE_PREFIX", "close", "collect_copies", "ensure_room", "fork_state",
     "kept_files", "memory_directory", "memory_file", "prepare", "release", "sweep", "used_bytes",
 ]

@@ -8,7 +8,8 @@ The parent is paused; its disk is moved to a *fork directory*
 (``<state_dir>/forks/<parent>.<random>/disk.qcow2``, then read-only: the
 *frozen disk* of the fork) and its VM switched to a new overlay over it at
 its usual place (:meth:`IMachine.snapshot_disk`); its full state is saved to
-a file in the templates' tmpfs; then it runs on.  Each child gets its own
+a new file (0600) in the daemon's own directory of the templates' tmpfs
+(:func:`.fork_memory.fork_state`); then it runs on.  Each child gets its own
 overlay over the frozen disk (a copy of one empty overlay made for all of
 them), starts in ``-incoming defer`` with the parent's
 machine shape, connects its agent, loads the state, adopts its identity and
@@ -33,12 +34,13 @@ from twisted.python.failure import Failure
 
 from ..errors import BadRequest, Conflict, Internal
 from ..hypervisors.base import HypervisorError, IMachine
+from ..private_files import private_directory
 from .adoption import ICloneAdoption
 from .clone_disk import make_empty_overlay
 from .cloning import ADOPT_TIMEOUT, StepTimes
 from .creation import next_hostname
 from .events import EventType
-from .fork_memory import MemoryFork
+from .fork_memory import MemoryFork, fork_state
 from .model import MAX_FORK_COUNT, NodeRecord, Status, unique, visible
 from .operation import drive, settled
 from .parts import FleetParts
@@ -132,8 +134,10 @@ class Forking:
             raise Conflict("this daemon cannot give forked nodes identities of their own", code="not_forkable")
         if await drive("fork", hostname, machine.run_state(), machine) != "running":
             raise Conflict(f"node {hostname!r} is paused", code="paused")
-        directory = os.path.join(forks_directory(self._parts.config.state_dir), f"{hostname}.{secrets.token_hex(4)}")
-        state = state_prefix(self._parts.config.state_dir, self._parts.config.templates_tmpfs_dir) + secrets.token_hex(8)
+        config = self._parts.config
+        directory = os.path.join(forks_directory(config.state_dir), f"{hostname}.{secrets.token_hex(4)}")
+        state = fork_state(config.state_dir, config.templates_tmpfs_dir)
+        private_directory(os.path.dirname(state))
         frozen_disk = os.path.join(directory, "disk.qcow2")
         empty = os.path.join(directory, "empty.qcow2")
         await _prepare(hostname, parent, adoption)
@@ -187,7 +191,7 @@ class Forking:
             except BaseException:
                 parent.set(parent.record.status, forked_disks=before)
                 raise
-            os.chmod(frozen_disk, 0o444)
+            os.chmod(frozen_disk, 0o400)
             await drive("fork", hostname, memory.save(machine, parent.record, state), machine)
         finally:
             try:
@@ -212,7 +216,7 @@ class Forking:
         earlier = [os.path.join(directory, name) for name in os.listdir(directory)
                    if name.startswith("disk.") and name.endswith(".qcow2") and name != "disk.qcow2"]
         overlay = os.path.join(directory, f"disk.{secrets.token_hex(4)}.qcow2")
-        os.makedirs(os.path.dirname(frozen_disk), exist_ok=True)
+        os.makedirs(os.path.dirname(frozen_disk), mode=0o700, exist_ok=True)
         os.link(disk, frozen_disk)
         try:
             info = self._parts.disks.info(frozen_disk)
@@ -324,12 +328,20 @@ def _size(path: str) -> int:
 
 
 def state_prefix(state_dir: str, tmpfs_dir: str) -> str:
-    """How the names of this daemon's fork state files begin (in ``tmpfs_dir``, which daemons may share)."""
+    """
+    How the names of this daemon's fork state files began in earlier versions
+    (in ``tmpfs_dir`` itself, which others share; now they are in its memory
+    directory: :func:`.fork_memory.fork_state`).
+    """
     return os.path.join(tmpfs_dir, f"vmservice-fork-{daemon_tag(state_dir)}-")
 
 
 def discard_fork_states(state_dir: str, tmpfs_dir: str) -> None:
-    """Delete the state files of forks an earlier run of this daemon left (it ended during a fork)."""
+    """
+    Delete the state files of forks an earlier version of this daemon left in
+    ``tmpfs_dir`` (it ended during a fork; those of this version go with the
+    memory directory's sweep).
+    """
     prefix = state_prefix(state_dir, tmpfs_dir)
     try:
         names = os.listdir(tmpfs_dir)

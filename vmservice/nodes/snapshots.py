@@ -6,7 +6,9 @@ from that file, which continues where the guest was.
 
 The snapshot is written as ``state.bin.partial`` and committed (flushed,
 renamed) only when complete, so a crash never leaves a snapshot that looks
-whole but is not (:mod:`.recovery` relies on it).
+whole but is not (:mod:`.recovery` relies on it).  It holds the guest's
+memory (its ``/run/secrets`` too): the file is made 0600 before QEMU writes
+in it (:meth:`IMachine.save_state`), in the node's 0700 directory.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class Snapshots(NodeOperations):
         before = node.record.status
         node.set(Status.SUSPENDING, idle_suspended=automatic)
         try:
+            paths.discard_partial_snapshot()  # the save makes the file anew (0600), never over one
             await drive("suspend", node.hostname, machine.save_state(paths.partial_state), machine)
             commit(paths.partial_state, paths.state)
         except BaseException:

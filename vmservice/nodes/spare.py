@@ -166,7 +166,7 @@ class Spare:
     async def start(self, driver: IHypervisor, disks: IDisks) -> bool:
         """Make its disk and start its QEMU: whether it is ready (it is killed on any failure)."""
         try:
-            os.makedirs(self.directory)
+            os.makedirs(self.directory, mode=0o700)
             await make_clone_disk(self.template, disks, self.files.disk)
             if self.phase.holds():
                 self.machine = machine = await driver.start(self.spec(), self.files.qemu_log)

@@ -6,7 +6,9 @@ pages allocated where the source has data, then the data copied by the
 kernel at the same offsets, holes left holes.  The allocation and the copy
 block (a tenth of a second and more): callers run them off the reactor.  A
 tmpfs that fills up under them is :class:`InsufficientMemory`
-(``tmpfs_full``).
+(``tmpfs_full``).  No file is opened through a link (one planted in the
+daemon's directory fails the open with ``ELOOP``), and the copy is created
+anew, 0600, never over a file that exists.
 """
 
 from __future__ import annotations
@@ -17,17 +19,27 @@ from contextlib import contextmanager
 from typing import Iterable, Iterator
 
 from ..errors import InsufficientMemory
+from ..private_files import create_private
+
+#: How a memory file is opened for reading: never through a link.
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def create_copy(source: str, target: str) -> None:
     """
     Make the new file ``target`` (mode 0600) as large as ``source``, all
     holes (at once: from then on :func:`ensure_room` counts it as a file
-    that may grow to its size).
+    that may grow to its size).  Neither is opened through a link, and
+    ``target`` must not exist.
     """
-    dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    src = os.open(source, _READ)
     try:
-        os.ftruncate(dst, os.stat(source).st_size)
+        size = os.fstat(src).st_size
+    finally:
+        os.close(src)
+    dst = create_private(target)
+    try:
+        os.ftruncate(dst, size)
     finally:
         os.close(dst)
 
@@ -55,7 +67,7 @@ def copy_sparse(source: str, target: str) -> int:
 
     :raise InsufficientMemory: (``tmpfs_full``) the tmpfs is full.
     """
-    if not os.path.exists(target):
+    if not os.path.lexists(target):
         create_copy(source, target)
         reserve(source, target)
     copied = 0
@@ -68,9 +80,9 @@ def copy_sparse(source: str, target: str) -> int:
 @contextmanager
 def _opened(source: str, target: str) -> Iterator[tuple[int, int]]:
     """``source`` open for reading and ``target`` for writing, both closed after."""
-    src = os.open(source, os.O_RDONLY)
+    src = os.open(source, _READ)
     try:
-        dst = os.open(target, os.O_WRONLY)
+        dst = os.open(target, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             yield src, dst
         finally:

@@ -50,8 +50,8 @@ class NodeStore:
         self._nodes = os.path.join(state_dir, "nodes")
         self._lock_fd: int | None = None
         self._counters = os.path.join(state_dir, "counters")
-        os.makedirs(self._nodes, mode=0o750, exist_ok=True)
-        os.makedirs(self._counters, mode=0o750, exist_ok=True)
+        os.makedirs(self._nodes, mode=0o700, exist_ok=True)
+        os.makedirs(self._counters, mode=0o700, exist_ok=True)
 
     @property
     def nodes_dir(self) -> str:
@@ -65,7 +65,7 @@ class NodeStore:
     def save(self, record: NodeRecord) -> None:
         """Write ``record`` atomically, creating its directory."""
         directory = self.node_dir(record.hostname)
-        os.makedirs(directory, mode=0o750, exist_ok=True)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
         data = json.dumps(_converter.unstructure(record), indent=2, sort_keys=True)
         write_atomic(os.path.join(directory, "node.json"), data.encode() + b"\n")
 
@@ -117,7 +117,7 @@ class NodeStore:
         :raise StateDirectoryInUse: another process holds it.
         """
         path = os.path.join(self.state_dir, "daemon.lock")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

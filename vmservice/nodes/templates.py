@@ -6,9 +6,10 @@ The templates of this daemon: one pre-booted, frozen guest per
 A template is a directory ``<state_dir>/templates/<digest>.<serial>/`` holding
 its frozen disk (``disk.qcow2``, read-only, the backing file of every clone's
 disk) and its device state (``dev.bin``), and a RAM file in a tmpfs directory
-of this daemon alone (``<templates_tmpfs_dir>/vmservice-<state dir digest>/``):
-templates are never shared between daemons, so tenants never share memory
-pages.
+of this daemon alone (``<templates_tmpfs_dir>/vmservice-<state dir digest>/``,
+made or verified by :func:`~vmservice.private_files.private_directory`; the
+RAM file made there, 0600, before QEMU maps it): templates are never shared
+between daemons, so tenants never share memory pages.
 
 :class:`TemplateStore` builds each key once (concurrent asks share one build),
 keeps the RAM files within the tmpfs budget (the least recently used
@@ -32,6 +33,7 @@ from twisted.python.failure import Failure
 
 from ..errors import Internal
 from ..observer import OneShotObserver
+from ..private_files import NotPrivate, create_private, private_directory
 from .paths import discard
 from .spare import SPARE_PREFIX, SPARE_TAP_PREFIX, Spare
 from .template_key import TemplateKey
@@ -97,6 +99,11 @@ def daemon_tag(state_dir: str) -> str:
     return hashlib.sha256(os.path.abspath(state_dir).encode()).hexdigest()[:12]
 
 
+def ram_directory(state_dir: str, tmpfs_dir: str) -> str:
+    """The directory of this daemon's templates' RAM files (in a tmpfs others may share)."""
+    return os.path.join(tmpfs_dir, f"vmservice-{daemon_tag(state_dir)}")
+
+
 class TemplateStore:
     """
     The templates of one daemon.
@@ -119,7 +126,7 @@ class TemplateStore:
     ) -> None:
         self._clock = clock
         self.directory = os.path.join(state_dir, "templates")
-        self.ram_directory = os.path.join(tmpfs_dir, f"vmservice-{daemon_tag(state_dir)}")
+        self.ram_directory = ram_directory(state_dir, tmpfs_dir)
         self._budget = budget
         self._on_build = on_build
         self._ready: dict[TemplateKey, Template] = {}
@@ -165,7 +172,7 @@ class TemplateStore:
         self.builds += 1
         # Never an earlier build's name (whose frozen disk nodes may still read from), short for socket paths.
         name = f"{key.digest()}.{os.urandom(3).hex()}"
-        while os.path.exists(os.path.join(self.directory, name)):
+        while any(os.path.lexists(os.path.join(d, name)) for d in (self.directory, self.ram_directory)):
             name = f"{key.digest()}.{os.urandom(3).hex()}"
         directory = os.path.join(self.directory, name)
         template = Template(
@@ -177,8 +184,12 @@ class TemplateStore:
             kernel=kernel,
             initrd=initrd,
         )
-        os.makedirs(directory, exist_ok=True)
-        os.makedirs(self.ram_directory, mode=0o700, exist_ok=True)
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            private_directory(self.ram_directory)
+            os.close(create_private(template.ram_file))  # 0600, not through a link; QEMU sizes and maps it
+        except (OSError, NotPrivate) as error:
+            raise TemplateUnavailable("build_failed", f"the template's files cannot be made: {error}") from None
         building: OneShotObserver[Template] = OneShotObserver()
         self._building[key] = building
         self._building_names.add(name)
@@ -195,8 +206,8 @@ class TemplateStore:
                 self._delete(template, keep_disk=False)
                 building.error(Failure(TemplateUnavailable("build_failed", f"the template's build failed: {reason}")))
                 return
-            os.chmod(template.disk, 0o444)
-            os.chmod(template.device_state, 0o444)
+            os.chmod(template.disk, 0o400)
+            os.chmod(template.device_state, 0o400)
             self._failed.pop(key, None)
             self._ready[key] = template
             self._on_build("ok")
@@ -382,4 +393,4 @@ def _listdir(directory: str) -> list[str]:
         return []
 
 
-__all__ = ["Build", "RETRY_AFTER", "Template", "TemplateStore", "TemplateUnavailable", "daemon_tag"]
+__all__ = ["Build", "RETRY_AFTER", "Template", "TemplateStore", "TemplateUnavailable", "daemon_tag", "ram_directory"]
