@@ -218,6 +218,14 @@ class Tokens:
         self._read = read
         self._tokens: tuple[Token, ...] = ()
 
+    @classmethod
+    def fixed(cls, *secrets: str) -> Tokens:
+        """Tokens no file backs (a daemon's tests, or an embedding that holds its own)."""
+        tokens = tuple(Token(secret.encode(), digest_identity(secret.encode())) for secret in secrets)
+        made = cls("", lambda path: tokens)
+        made.load()
+        return made
+
     def load(self) -> None:
         """
         Read the file for the first time (at start).
@@ -273,6 +281,10 @@ def _file_state(path: str) -> tuple[int, ...] | None:
     return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_mode, info.st_uid)
 
 
+class IWatchReactor(IReactorTime, IReactorThreads):
+    """What :class:`TokenWatch` needs of its reactor: timed looks, and calls from a signal handler."""
+
+
 class TokenWatch(Service):
     """
     Reloads :class:`Tokens` on ``SIGHUP`` and when the token file changes
@@ -284,9 +296,8 @@ class TokenWatch(Service):
     :param signals: whether to take ``SIGHUP`` (tests say no).
     """
 
-    def __init__(self, reactor: Any, tokens: Tokens, signals: bool = True) -> None:
-        self._reactor: IReactorTime = reactor
-        self._threads: IReactorThreads = reactor
+    def __init__(self, reactor: IWatchReactor, tokens: Tokens, signals: bool = True) -> None:
+        self._reactor = reactor
         self._tokens = tokens
         self._signals = signals
         self._state = _file_state(tokens.path)
@@ -309,7 +320,7 @@ class TokenWatch(Service):
         super().stopService()  # type: ignore[no-untyped-call]  # Twisted's Service is not annotated
 
     def _hangup(self, number: int, frame: FrameType | None) -> None:
-        self._threads.callFromThread(self.reload)
+        self._reactor.callFromThread(self.reload)
 
     def reload(self) -> None:
         """Read the token file again now."""
@@ -322,6 +333,7 @@ class TokenWatch(Service):
 
 
 __all__ = [
+    "IWatchReactor",
     "MIN_TOKEN_LENGTH",
     "Token",
     "TokenFileError",
