@@ -44,6 +44,7 @@ from .structuring import BadValue, Path, describe, format_path, strict_converter
 
 __all__ = [
     "AdmissionConfig",
+    "AuditConfig",
     "ApiConfig",
     "AuthConfig",
     "Config",
