@@ -20,6 +20,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from vmservice.config import (
     DEFAULT_IMAGE_DIR,
     ApiConfig,
+    AuditConfig,
     AuthConfig,
     Config,
     ConfigError,
@@ -1234,3 +1235,26 @@ class LimitsTests(SynchronousTestCase):
         for text, message in cases:
             with self.assertRaisesRegex(ConfigError, message):
                 _parse(f"config:\n  limits: {{{text}}}\n")
+
+
+class TokenFileAndAuditTests(SynchronousTestCase):
+    """``config.api.auth.token_file`` and ``config.audit``."""
+
+    def test_token_file(self) -> None:
+        """token_file is an absolute path (none by default: <state_dir>/auth/token); a relative one is refused."""
+        self.assertIsNone(_parse("config: {}\n").api.auth.token_file)
+        api = _parse("config:\n  api:\n    auth: {enabled: true, token_file: /etc/vmservice/tokens}\n").api
+        self.assertEqual(api.auth.token_file, "/etc/vmservice/tokens")
+        error = self.assertRaises(ConfigError, _parse, "config:\n  api:\n    auth: {token_file: tokens}\n")
+        self.assertEqual(error.path, "config.api.auth.token_file")
+
+    def test_audit(self) -> None:
+        """The audit log is on by default (10M, 5 kept); its path absolute, its size at least 64K, keep 0-100."""
+        self.assertEqual(_parse("config: {}\n").audit, AuditConfig())
+        self.assertEqual((AuditConfig().enabled, AuditConfig().max_size, AuditConfig().keep), (True, 10 * MiB, 5))
+        audit = _parse("config:\n  audit: {enabled: false, path: /var/log/vms/audit.log, max_size: 1M, keep: 0}\n").audit
+        self.assertEqual(audit, AuditConfig(enabled=False, path="/var/log/vms/audit.log", max_size=MiB, keep=0))
+        for body, key in (("{path: audit.log}", "path"), ("{max_size: 1K}", "max_size"), ("{keep: 101}", "keep"),
+                          ("{keep: -1}", "keep")):
+            error = self.assertRaises(ConfigError, _parse, f"config:\n  audit: {body}\n")
+            self.assertEqual(error.path, f"config.audit.{key}", body)

@@ -44,6 +44,7 @@ from .structuring import BadValue, Path, describe, format_path, strict_converter
 
 __all__ = [
     "AdmissionConfig",
+    "AuditConfig",
     "ApiConfig",
     "AuthConfig",
     "Config",
@@ -115,6 +116,12 @@ MAX_BOOT_CONCURRENCY = 256
 #: translates ~75 MB of code; 64 keeps ~22 MB per VM off its memory with no measurable slowdown
 #: (32 or less thrashes).
 DEFAULT_TCG_TB_SIZE_MB = 64
+
+#: The audit log's size at which it is rotated, how many rotated files are
+#: kept by default, and at most.
+DEFAULT_AUDIT_MAX_SIZE = 10 * MiB
+DEFAULT_AUDIT_KEEP = 5
+MAX_AUDIT_KEEP = 100
 #: The largest ``tcg_tb_size_mb``.
 MAX_TCG_TB_SIZE_MB = 4096
 #: The most spare VMs ``warm_spare`` may keep per template: each holds a VM of the template's RAM in the
@@ -291,6 +298,10 @@ class AuthConfig:
     #: With ``enabled``, whether ``GET /metrics`` may still be read without a
     #: token. Off by default: its series name every node and host group.
     public_metrics: bool = False
+    #: The file of valid tokens (one per line, ``TOKEN [LABEL]``), reloaded on
+    #: ``SIGHUP`` and when it changes; ``None``: ``<state_dir>/auth/token``,
+    #: made with one new token at the first start.
+    token_file: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -450,6 +461,24 @@ class HostGroupConfig:
 
 
 @attrs.frozen(kw_only=True)
+class AuditConfig:
+    """
+    The ``audit:`` section: the log of state-changing requests (see
+    :mod:`vmservice.audit`).
+
+    :ivar enabled: Whether the log is written.
+    :ivar path: The log file; ``None``: ``<state_dir>/audit/audit.log``.
+    :ivar max_size: Bytes at which the file is rotated.
+    :ivar keep: How many rotated files are kept.
+    """
+
+    enabled: bool = True
+    path: str | None = None
+    max_size: int = DEFAULT_AUDIT_MAX_SIZE
+    keep: int = DEFAULT_AUDIT_KEEP
+
+
+@attrs.frozen(kw_only=True)
 class AdmissionConfig:
     """
     The ``admission:`` section: what the host may be asked to hold (see
@@ -521,6 +550,7 @@ class Config:
     :ivar console_log_size: Bytes of each node's serial console kept on disk
         (the log and its rotated older part together; see
         :mod:`vmservice.nodes.console_rotation`), and the most a logs request reads.
+    :ivar audit: The audit log of state-changing requests.
     """
 
     api: ApiConfig = ApiConfig()
@@ -540,6 +570,7 @@ class Config:
     tcg_tb_size_mb: int = DEFAULT_TCG_TB_SIZE_MB
     limits: LimitsConfig = LimitsConfig()
     console_log_size: int = DEFAULT_CONSOLE_LOG_SIZE
+    audit: AuditConfig = AuditConfig()
 
     def group(self, name: str) -> HostGroupConfig | None:
         """
@@ -574,6 +605,7 @@ _PciText = NewType("_PciText", str)
 class _AuthDocument:
     enabled: bool = False
     public_metrics: bool = False
+    token_file: str | None = None
 
 
 @attrs.frozen
@@ -622,6 +654,14 @@ class _GroupDocument:
 
 
 @attrs.frozen
+class _AuditDocument:
+    enabled: bool = True
+    path: str | None = None
+    max_size: _Size = _Size(DEFAULT_AUDIT_MAX_SIZE)
+    keep: int = DEFAULT_AUDIT_KEEP
+
+
+@attrs.frozen
 class _AdmissionDocument:
     memory_budget: _Size | None = None
     vm_overhead: _Size = _Size(DEFAULT_VM_OVERHEAD)
@@ -655,6 +695,7 @@ class _ConfigDocument:
     tcg_tb_size_mb: int = DEFAULT_TCG_TB_SIZE_MB
     limits: _LimitsDocument = _LimitsDocument()
     console_log_size: _Size = _Size(DEFAULT_CONSOLE_LOG_SIZE)
+    audit: _AuditDocument = _AuditDocument()
 
 
 def _structure_size(value: object, _type: object) -> _Size:
@@ -891,6 +932,7 @@ class _Resolver:
             tcg_tb_size_mb=self.tcg_tb_size_mb(document.tcg_tb_size_mb, (*base, "tcg_tb_size_mb")),
             limits=self.limits(document.limits, (*base, "limits")),
             console_log_size=self.console_log_size(document.console_log_size, (*base, "console_log_size")),
+            audit=self.audit(document.audit, (*base, "audit")),
         )
 
     def limits(self, document: _LimitsDocument, parts: Path) -> LimitsConfig:
@@ -909,6 +951,16 @@ class _Resolver:
                                                                     f"from 1 to max_connections ({most})")
         return LimitsConfig(buffer_budget=document.buffer_budget, background_execs_per_node=execs,
                             max_connections=most, max_connections_per_peer=per_peer)
+
+    def audit(self, document: _AuditDocument, parts: Path) -> AuditConfig:
+        if document.path is not None and not os.path.isabs(document.path):
+            raise self.error((*parts, "path"), f"path {document.path!r} must be an absolute path")
+        if document.max_size < 64 * 1024:
+            raise self.error((*parts, "max_size"), f"max_size {document.max_size} must be at least 64K")
+        if not 0 <= document.keep <= MAX_AUDIT_KEEP:
+            raise self.error((*parts, "keep"), f"keep {document.keep} must be from 0 to {MAX_AUDIT_KEEP}")
+        return AuditConfig(enabled=document.enabled, path=document.path, max_size=document.max_size,
+                           keep=document.keep)
 
     def admission(self, document: _AdmissionDocument, parts: Path) -> AdmissionConfig:
         if document.memory_budget is not None and document.memory_budget < MiB:
@@ -979,7 +1031,11 @@ class _Resolver:
                       for i, host in enumerate(document.allowed_hosts))
         origins = tuple(self.allowed_origin(origin, (*parts, "allowed_origins", i))
                         for i, origin in enumerate(document.allowed_origins))
-        auth = AuthConfig(enabled=document.auth.enabled, public_metrics=document.auth.public_metrics)
+        token_file = document.auth.token_file
+        if token_file is not None and not os.path.isabs(token_file):
+            raise self.error((*parts, "auth", "token_file"), f"token_file {token_file!r} must be an absolute path")
+        auth = AuthConfig(enabled=document.auth.enabled, public_metrics=document.auth.public_metrics,
+                          token_file=token_file)
         if _remote_without_auth(address, auth) and not document.allow_unauthenticated_remote:
             raise self.error(
                 (*parts, "bind_address"),

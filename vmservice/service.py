@@ -19,7 +19,7 @@ from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThreadPool
 from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint, UNIXServerEndpoint
-from twisted.internet.interfaces import IReactorTCP, IReactorThreads, IStreamServerEndpoint
+from twisted.internet.interfaces import IReactorTCP, IStreamServerEndpoint
 from twisted.logger import Logger
 from twisted.web.client import Agent
 
@@ -29,7 +29,8 @@ from .api.app import Api
 from .api.connection_limits import ConnectionLimits
 from .api.resources import every_route
 from .api.streaming import StreamingSite
-from .auth import load_or_create_token
+from .audit import AuditLog
+from .auth import IWatchReactor, TokenFileError, Tokens, TokenWatch, create_token_file, token_path
 from .buffer_budget import BufferBudget, default_size
 from .codehost import CodeHost
 from .config import Config
@@ -62,7 +63,7 @@ from .storage.overlay import OverlayDisks
 log = Logger()
 
 
-class IDaemonReactor(IQemuReactor, IProbeReactor, ClientReactor, IReactorTCP, IReactorThreads):
+class IDaemonReactor(IQemuReactor, IProbeReactor, ClientReactor, IReactorTCP, IWatchReactor):
     """
     What the daemon needs of its reactor: QEMU children and their sockets and
     pidfds (:class:`~vmservice.hypervisors.qemu.IQemuReactor`), TCP and UNIX
@@ -230,6 +231,45 @@ def _keep_private(config: Config) -> None:
                      count=changed, directory=directory)
 
 
+def _tokens(config: Config) -> Tokens | None:
+    """
+    The API's tokens with auth on (``None`` with it off): read from
+    ``api.auth.token_file``, or from ``<state_dir>/auth/token``, which is made
+    with one new token when missing.
+
+    :raise StartupError: the token file cannot be used.
+    """
+    if not config.api.auth.enabled:
+        return None
+    path = config.api.auth.token_file
+    if path is None:
+        path = token_path(config.state_dir)
+        create_token_file(path)
+    tokens = Tokens(path)
+    try:
+        tokens.load()
+    except TokenFileError as error:
+        raise StartupError(f"api.auth: {error}") from None
+    return tokens
+
+
+def _audit_log(config: Config) -> AuditLog | None:
+    """
+    The audit log (``None`` when ``audit.enabled`` is off), in a directory
+    of the daemon's alone.
+
+    :raise StartupError: it cannot be opened there.
+    """
+    if not config.audit.enabled:
+        return None
+    path = config.audit.path or os.path.join(config.state_dir, "audit", "audit.log")
+    try:
+        private_directory(os.path.dirname(path))
+        return AuditLog(path, config.audit.max_size, config.audit.keep)
+    except (NotPrivate, OSError) as error:
+        raise StartupError(f"audit: {error}") from None
+
+
 def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
     """
     Build the daemon's service tree from ``config``.
@@ -299,10 +339,10 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
 
     metrics.watch_nodes(node_counts)
     metrics.watch_admission(parts.admission.state)
-    token = load_or_create_token(config.state_dir) if config.api.auth.enabled else None
+    tokens = _tokens(config)
     routes = every_route(fleet, reactor, metrics, secrets, public_metrics=config.api.auth.public_metrics,
                          budget=budget, background_limit=BackgroundLimit(config.limits.background_execs_per_node))
-    api = Api(reactor, routes, metrics, token, fleet.hold, listener=config.api)
+    api = Api(reactor, routes, metrics, tokens, fleet.hold, listener=config.api, audit=_audit_log(config))
     site = StreamingSite(api.resource(), api.plan_body)
     site.displayTracebacks = False
     connections = ConnectionLimits(site, reactor, config.limits.max_connections,
@@ -320,11 +360,13 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
         sampler = SnapshotSampler(reactor, fleet.stats.all, config.stats_interval)
         metrics.registry.register(NodeStatsCollector(lambda: sampler.latest, lambda: {r.hostname for r in fleet.list()}))
         sampler.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
+    if tokens is not None:
+        TokenWatch(reactor, tokens).setServiceParent(top)  # type: ignore[no-untyped-call]  # (as above)
     listener = listening_service(_endpoint(reactor, config), connections)
     listener.setServiceParent(top)
     where = config.api.unix_socket_path or f"{config.api.bind_address}:{config.api.port}"
     log.info(
         "vmservice on {where}, state in {state_dir}, auth {auth}",
-        where=where, state_dir=config.state_dir, auth="on" if token else "off",
+        where=where, state_dir=config.state_dir, auth=f"on ({tokens.path})" if tokens else "off",
     )
     return top

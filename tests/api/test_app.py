@@ -18,6 +18,8 @@ from tests.api.test_execution import parse_response
 from tests.api.test_streaming import RecordingSite
 from tests.fakes import FleetHarness
 from vmservice.api.app import Api
+from vmservice.audit import AuditLog
+from vmservice.auth import Token, Tokens
 from vmservice.api.inputs.bodies import MAX_JSON_BODY
 from vmservice.api.meta import MetaApi
 from vmservice.api.nodes import NodesApi
@@ -481,3 +483,77 @@ class HeaderTimeTests(SynchronousTestCase):
         self.assertIn('vmservice_http_requests_total{method="POST",route="/hostgroup/{name}/nodes",status="401"} 1.0',
                       text)
         self.assertIn('vmservice_http_requests_total{method="OTHER",route="unmatched",status="401"} 1.0', text)
+
+
+class AuditTests(SynchronousTestCase):
+    """
+    The audit log through the daemon's site: one line for each request that can change something, answered or
+    refused (at header time too), naming the token by its label, never holding a body or a query.
+    """
+
+    def setUp(self) -> None:
+        self.h = FleetHarness(self.mktemp())
+        self.h.fleet.startService()
+        self.path = os.path.join(self.mktemp(), "audit.log")
+        routes: list[Any] = []
+        metrics = Metrics()
+        routes += MetaApi(metrics, lambda: routes).routes()
+        routes += NodesApi(self.h.fleet).routes() + VmApi(self.h.fleet).routes()
+        listener = ApiConfig(bind_address="127.0.0.1", port=8080, auth=AuthConfig(enabled=True))
+        tokens = Tokens("", lambda path: (Token(TOKEN.encode(), "ci-2026"),))
+        tokens.load()
+        self.audit = AuditLog(self.path, 1 << 20, 2)
+        api = Api(self.h.reactor, routes, metrics, tokens, listener=listener, audit=self.audit)
+        self.site = RecordingSite(api.resource(), api.plan_body, reactor=self.h.reactor)
+        self.site.files = []
+
+    def request(self, data: bytes) -> int:
+        channel, transport = open_connection(self, self.site)
+        channel.dataReceived(data)
+        self.h.reactor.advance(0)
+        return parse_response(transport.value())[0]
+
+    def lines(self) -> list[dict[str, Any]]:
+        with open(self.path, "rb") as f:
+            return [json.loads(line) for line in f]
+
+    def test_changes_recorded(self) -> None:
+        """A create and a delete are recorded with the token's label, route template, target and status."""
+        auth = b"Authorization: Bearer " + TOKEN.encode() + b"\r\n"
+        body = b'{"userdata": "echo do-not-log-me"}'
+        self.assertEqual(self.request(b"POST /hostgroup/demo/nodes?timeout=1234s HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n"
+                                      + auth + b"Content-Length: %d\r\n\r\n" % len(body) + body), 201)
+        self.assertEqual(self.request(b"GET /nodes HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n" + auth + b"\r\n"), 200)
+        self.assertEqual(self.request(b"DELETE /hostgroup/demo/nodes/demo-1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n"
+                                      + auth + b"\r\n"), 200)
+        lines = self.lines()
+        self.assertEqual([(line["method"], line["route"], line["target"], line["status"], line["token"])
+                          for line in lines], [
+            ("POST", "/hostgroup/{name}/nodes", {"name": "demo"}, 201, "ci-2026"),
+            ("DELETE", "/hostgroup/{name}/nodes/{node}", {"name": "demo", "node": "demo-1"}, 200, "ci-2026"),
+        ])
+        self.assertTrue(lines[0]["peer"].startswith("192.168.1.1:") or ":" in lines[0]["peer"])
+        with open(self.path, "rb") as f:
+            text = f.read()
+        for secret in (b"do-not-log-me", TOKEN.encode(), b"1234"):
+            self.assertNotIn(secret, text)
+
+    def test_refusals_recorded(self) -> None:
+        """Refusals at header time (no token, a foreign Origin) and of unknown routes are recorded with their code."""
+        self.request(b"POST /hostgroup/demo/nodes HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nContent-Length: 2\r\n\r\n{}")
+        self.request(b"POST /hostgroup/demo/nodes HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nOrigin: http://evil.example\r\n"
+                     b"Authorization: Bearer " + TOKEN.encode() + b"\r\nContent-Length: 2\r\n\r\n{}")
+        self.request(b"POST /nowhere HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAuthorization: Bearer " + TOKEN.encode()
+                     + b"\r\nContent-Length: 0\r\n\r\n")
+        self.assertEqual([(line["route"], line["status"], line["code"], line["token"]) for line in self.lines()], [
+            ("/hostgroup/{name}/nodes", 401, "unauthorized", None),
+            ("/hostgroup/{name}/nodes", 403, "forbidden_origin", "ci-2026"),
+            ("unmatched", 404, "route_not_found", "ci-2026"),
+        ])
+        self.assertEqual(self.h.fleet.list(), [])
+
+    def test_reads_not_recorded(self) -> None:
+        """GET and HEAD requests, answered or refused, write nothing."""
+        self.request(b"GET /nodes HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n")
+        self.request(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n")
+        self.assertEqual(self.lines(), [])

@@ -186,6 +186,16 @@ class ParseTests(SynchronousTestCase):
             pass
         self.assertRaises(_Failed, resolve_token, parse("--token-file", path, "info"))
 
+    def test_resolve_token_of_the_daemons_file(self) -> None:
+        """Of the daemon's token file (TOKEN [LABEL] lines, comments), the first token is sent, not its label."""
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("# rotated 2026-11-28\n\n  tok-new ci-2026  \ntok-old ci-2025\n")
+        self.assertEqual(resolve_token(parse("--token-file", path, "info")), "tok-new")
+        with open(path, "w") as f:
+            f.write("# nothing but comments\n")
+        self.assertRaises(_Failed, resolve_token, parse("--token-file", path, "info"))
+
 
 class SecretParseTests(SynchronousTestCase):
     def assertUsageError(self, *argv: str) -> None:

@@ -2,12 +2,13 @@
 """
 The HTTP application: mounts the route table on Klein, lets the request
 gate (:mod:`.gate`: Host, Origin, token, body size) refuse requests, renders
-every error as an ErrorResponse, and counts requests.
+every error as an ErrorResponse, counts requests, and writes the audit log's
+line of every request that can change something.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 from urllib.parse import unquote_to_bytes
 
 from klein import Klein
@@ -23,11 +24,13 @@ from twisted.web.server import NOT_DONE_YET, Request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound as RouteNotFound
 from zope.interface import implementer
 
+from ..audit import AuditEntry, AuditLog
+from ..auth import Tokens
 from ..config import ApiConfig
 from ..errors import MethodNotAllowed as MethodNotAllowedError
 from ..errors import AgentError, BadRequest, NotFound, ServiceError, http_error
 from ..metrics import Metrics
-from .gate import RequestGate
+from .gate import RequestGate, state_changing
 from .inputs.bodies import MAX_JSON_BODY
 from .models.meta import ErrorResponse
 from .rendering import json_body
@@ -73,18 +76,23 @@ class Api:
     :param reactor: an ``IReactorTime`` used to time requests.
     :param routes: every route, from all resource modules.
     :param metrics: where requests are counted.
-    :param token: the bearer token, or ``None`` when authentication is off.
+    :param token: the valid bearer tokens (a single one may be given as a
+        string), or ``None`` when authentication is off.
     :param hold: holds a node (by hostname) while a request naming it is
         served, and returns what releases it: its idle timer stands still
         meanwhile (``Fleet.hold``); nothing is held by default.
     :param listener: where the API listens and which hosts and origins it
         allows (``config.api``), for the request gate; ``None`` checks no
         ``Host`` and allows no ``Origin`` (see :class:`~.gate.RequestGate`).
+    :param audit: where requests that can change something are recorded
+        (``None``: nowhere).
     """
 
-    def __init__(self, reactor: IReactorTime, routes: Iterable[Route], metrics: Metrics, token: str | None,
-                 hold: Callable[[str], Callable[[], None]] | None = None, listener: ApiConfig | None = None) -> None:
+    def __init__(self, reactor: IReactorTime, routes: Iterable[Route], metrics: Metrics, token: Tokens | str | None,
+                 hold: Callable[[str], Callable[[], None]] | None = None, listener: ApiConfig | None = None,
+                 audit: AuditLog | None = None) -> None:
         self._reactor = reactor
+        self._audit = audit
         self._hold = hold if hold is not None else _holding_nothing
         self.routes = list(routes)
         self._metrics = metrics
@@ -125,11 +133,15 @@ class Api:
 
     def _route_of(self, method: bytes, path: bytes) -> Route | None:
         """The route a request line's method and path match, if any."""
+        return self._match(method, path)[0]
+
+    def _match(self, method: bytes, path: bytes) -> tuple[Route | None, dict[str, str]]:
+        """The route a request line's method and path match, if any, and the path's values."""
         try:
-            endpoint, _ = self._urls.match(unquote_to_bytes(path).decode("utf-8"), method=method.decode("ascii"))
+            endpoint, values = self._urls.match(unquote_to_bytes(path).decode("utf-8"), method=method.decode("ascii"))
         except (UnicodeDecodeError, HTTPException):
-            return None
-        return self._by_endpoint.get(endpoint)
+            return None, {}
+        return self._by_endpoint.get(endpoint), {name: str(value) for name, value in values.items()}
 
     def _streams(self, route: Route, query: bytes) -> bool:
         if not isinstance(route.stream_body, str):
@@ -145,14 +157,34 @@ class Api:
         Answer a request the gate refused when its headers arrived (its body
         never read), and count it under its route, or ``unmatched``.
         """
-        route = self._route_of(request.method, request.path)
+        route, values = self._match(request.method, request.path)
         body = error_body(request, refusal)
-        code = int(getattr(request, "code", 200))
-        if route is None:
-            self._metrics.observe_request("unmatched", request.method.decode(errors="replace"), code, 0.0)
-        else:
-            self._metrics.observe_request(route.path, route.method, code, 0.0)
+        self._answered(request, route, values, 0.0, code=_code_of(refusal))
         return body
+
+    def _answered(self, request: IRequest, route: Route | None, values: Mapping[str, str], seconds: float, *,
+                  status: int | None = None, code: str | None = None) -> None:
+        """
+        The one place a request's outcome is counted (under its route's
+        template, or ``unmatched``) and, when it can change something,
+        written to the audit log.
+
+        :param status: what was answered when it is not the request's code
+            (an upgrade's 101, written by the protocol that took it over).
+        :param code: the ErrorResponse's code of a refusal.
+        """
+        answered = status if status is not None else int(getattr(request, "code", 200))
+        if route is None:
+            self._metrics.observe_request("unmatched", request.method.decode(errors="replace"), answered, seconds)
+        else:
+            # The route's template, never the path itself: node names do not multiply the series.
+            self._metrics.observe_request(route.path, route.method, answered, seconds)
+        if self._audit is not None and state_changing(request.method, request.requestHeaders):
+            self._audit.record(AuditEntry(
+                at=self._reactor.seconds(), peer=_peer(request), token=self._gate.identity(request.requestHeaders),
+                method=request.method.decode("latin-1"), route=route.path if route is not None else "unmatched",
+                target=values, status=answered, code=code,
+            ))
 
     def _view(self, route: Route) -> Any:
         async def view(request: Request, **values: str) -> bytes | IResource:
@@ -166,6 +198,7 @@ class Api:
                     close()
 
             handed_over = False
+            refusal: str | None = None
             try:
                 try:
                     # Again for requests that did not come through the site's header-time
@@ -179,17 +212,22 @@ class Api:
                     query: object = parse_query(request.args, route.query)
                     body: bytes | IResource = await route.handler(request, query, **values)
                 except CancelledError:
+                    # The client went away: what it had been answered, or that it left first.
+                    self._answered(request, route, values, self._reactor.seconds() - started,
+                                   code=None if request.startedWriting else "client_gone")
                     raise
                 except Exception as error:
                     body = error_body(request, error)
+                    refusal = _code_of(error)
                 if not isinstance(body, bytes) and route.stream:
                     body = _UntilClosed(body, stream_over)
                     handed_over = True
             finally:
                 if not handed_over:
                     stream_over()
-            # The route's template, never the path itself: node names do not multiply the series.
-            self._metrics.observe_request(route.path, route.method, request.code, self._reactor.seconds() - started)
+            upgraded = not isinstance(body, bytes) and request.requestHeaders.hasHeader(b"upgrade")
+            self._answered(request, route, values, self._reactor.seconds() - started,
+                           status=101 if upgraded else None, code=refusal)
             return body
 
         return view
@@ -212,13 +250,26 @@ class Api:
         else:
             mapped = error if isinstance(error, Exception) else Exception(failure.getErrorMessage())
         body = error_body(request, mapped)
-        code = int(getattr(request, "code", 200))
-        self._metrics.observe_request("unmatched", request.method.decode(errors="replace"), code, 0.0)
+        self._answered(request, None, {}, 0.0, code=_code_of(mapped))
         return body
 
     def resource(self) -> IResource:
         """The ``IResource`` to serve; it answers the refusal of a request the gate refused at header time."""
         return _Plain(self.app.resource(), self._refused)
+
+
+def _code_of(error: BaseException) -> str:
+    """The code of the ErrorResponse that ``error`` is answered with."""
+    return str(http_error(error)[1]["code"])
+
+
+def _peer(request: IRequest) -> str:
+    """Who sent ``request``: ``address:port`` (``[v6]:port``), or ``unix`` for a UNIX socket."""
+    address = request.getClientAddress()
+    host, port = getattr(address, "host", None), getattr(address, "port", None)
+    if not isinstance(host, str):
+        return "unix"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _nothing() -> None:

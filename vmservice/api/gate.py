@@ -42,7 +42,7 @@ import re
 
 from twisted.web.http_headers import Headers
 
-from ..auth import bearer_matches
+from ..auth import Tokens
 from ..config import ApiConfig
 from ..errors import BadRequest, BodyTooLarge, ForbiddenOrigin, MisdirectedRequest, Unauthorized
 from .routing import Route
@@ -99,14 +99,15 @@ class RequestGate:
     """
     Decides whether a request is served, from its method and headers.
 
-    :param token: the bearer token, or ``None`` when authentication is off.
+    :param tokens: the valid bearer tokens (a single one may be given as a
+        string), or ``None`` when authentication is off.
     :param listener: where the API listens and what it allows
         (``config.api``); ``None`` checks no ``Host`` (as on a UNIX socket)
         and allows no ``Origin``.
     """
 
-    def __init__(self, token: str | None, listener: ApiConfig | None = None) -> None:
-        self._token = token
+    def __init__(self, tokens: Tokens | str | None, listener: ApiConfig | None = None) -> None:
+        self._tokens = Tokens.fixed(tokens) if isinstance(tokens, str) else tokens
         self._origins = frozenset(listener.allowed_origins if listener else ())
         self._hosts = frozenset(listener.allowed_hosts if listener else ())
         self._tcp = listener is not None and listener.unix_socket_path is None
@@ -143,10 +144,17 @@ class RequestGate:
         Whether the request carries valid credentials (always, with
         authentication off): the one place this is decided.
         """
-        if self._token is None:
-            return True
+        return self._tokens is None or self.identity(headers) is not None
+
+    def identity(self, headers: Headers) -> str | None:
+        """
+        What names the valid token a request presents (its label or digest,
+        never the token), ``None`` without one or with authentication off.
+        """
+        if self._tokens is None:
+            return None
         values = headers.getRawHeaders(b"authorization")
-        return bearer_matches(values[-1] if values else None, self._token)
+        return self._tokens.identify(values[-1] if values else None)
 
     def _check_host(self, headers: Headers) -> bytes | None:
         """The request's ``Host`` (``None`` when absent) once it passed; refusals as :meth:`check` says."""

@@ -640,22 +640,26 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Name
 
 def resolve_token(options: argparse.Namespace) -> str | None:
     """
-    The bearer token to send: ``options.token``, or the first line of
-    ``options.token_file``.
+    The bearer token to send: ``options.token``, or the first token of
+    ``options.token_file`` (the first word of its first line that is neither
+    blank nor a ``#`` comment: the daemon's token file, whose lines are
+    ``TOKEN [LABEL]``, or a file holding one token).
 
-    :raise _Failed: the file cannot be read or is empty.
+    :raise _Failed: the file cannot be read or holds no token.
     """
     if options.token_file is None:
         token: str | None = options.token
         return token
     try:
         with open(os.path.expanduser(options.token_file)) as f:
-            text = f.read().strip()
+            text = f.read(1 << 16)
     except OSError as error:
         raise _Failed(f"cannot read the token file {options.token_file}: {error.strerror or error}") from None
-    if not text:
-        raise _Failed(f"the token file {options.token_file} is empty")
-    return text.splitlines()[0].strip()
+    for line in text.splitlines():
+        words = line.split()
+        if words and not words[0].startswith("#"):
+            return words[0]
+    raise _Failed(f"the token file {options.token_file} holds no token")
 
 
 def create_body(options: argparse.Namespace) -> dict[str, Any]:
