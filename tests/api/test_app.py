@@ -30,6 +30,14 @@ from vmservice.metrics import Metrics
 TOKEN = "s3cret-token-value"
 
 
+def _routes(h: FleetHarness, metrics: Metrics) -> list[Any]:
+    """The meta, node-listing and node routes over ``h``'s fleet."""
+    routes: list[Any] = []
+    routes += MetaApi(metrics, lambda: routes).routes()
+    routes += NodesApi(h.fleet).routes() + VmApi(h.fleet).routes()
+    return routes
+
+
 class ApiTestCase(SynchronousTestCase):
     token: str | None = None
 
@@ -37,10 +45,7 @@ class ApiTestCase(SynchronousTestCase):
         self.h = FleetHarness(self.mktemp())
         self.h.fleet.startService()
         self.metrics = Metrics()
-        routes: list[Any] = []
-        routes += MetaApi(self.metrics, lambda: routes).routes()
-        routes += NodesApi(self.h.fleet).routes() + VmApi(self.h.fleet).routes()
-        self.api = Api(self.h.reactor, routes, self.metrics, self.token)
+        self.api = Api(self.h.reactor, _routes(self.h, self.metrics), self.metrics, self.token)
         self.treq = StubTreq(self.api.resource())
 
     def call(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None) -> tuple[int, Any, Any]:
@@ -394,11 +399,8 @@ class HeaderTimeTests(SynchronousTestCase):
         self.h = FleetHarness(self.mktemp())
         self.h.fleet.startService()
         self.metrics = Metrics()
-        routes: list[Any] = []
-        routes += MetaApi(self.metrics, lambda: routes).routes()
-        routes += NodesApi(self.h.fleet).routes()
         listener = ApiConfig(bind_address="127.0.0.1", port=8080, auth=AuthConfig(enabled=True))
-        api = Api(self.h.reactor, routes, self.metrics, TOKEN, listener=listener)
+        api = Api(self.h.reactor, _routes(self.h, self.metrics), self.metrics, TOKEN, listener=listener)
         self.site = RecordingSite(api.resource(), api.plan_body, reactor=self.h.reactor)
         self.site.files = []
         self.channel, self.transport = open_connection(self, self.site)
@@ -495,10 +497,8 @@ class AuditTests(SynchronousTestCase):
         self.h = FleetHarness(self.mktemp())
         self.h.fleet.startService()
         self.path = os.path.join(self.mktemp(), "audit.log")
-        routes: list[Any] = []
         metrics = Metrics()
-        routes += MetaApi(metrics, lambda: routes).routes()
-        routes += NodesApi(self.h.fleet).routes() + VmApi(self.h.fleet).routes()
+        routes = _routes(self.h, metrics)
         listener = ApiConfig(bind_address="127.0.0.1", port=8080, auth=AuthConfig(enabled=True))
         tokens = Tokens("", lambda path: (Token(TOKEN.encode(), "ci-2026"),))
         tokens.load()

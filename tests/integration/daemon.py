@@ -113,6 +113,18 @@ class Daemon:
             time.sleep(0.1)
         raise RuntimeError(f"daemon did not answer in {timeout} s: {self.log()}")
 
+    def refused_start(self) -> str:
+        """
+        Run twistd with this configuration, which must refuse it: exit 1 with
+        one line on stderr, returned.
+        """
+        self.write_config()
+        result = subprocess.run(self.command(), cwd=self.root, capture_output=True, timeout=60)
+        lines = [line for line in result.stderr.decode(errors="replace").splitlines() if line.strip()]
+        if result.returncode != 1 or len(lines) != 1:
+            raise AssertionError(f"expected exit 1 with one line, got {result.returncode}: {result.stderr!r}")
+        return lines[0]
+
     def output(self) -> str:
         if self.process is None or self.process.stdout is None:
             return ""

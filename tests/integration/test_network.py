@@ -325,12 +325,7 @@ class TenantTests(SynchronousTestCase):
         return daemon
 
     def refused(self, daemon: Daemon) -> str:
-        daemon.write_config()
-        result = subprocess.run(daemon.command(), cwd=daemon.root, capture_output=True, timeout=60)
-        self.assertEqual(result.returncode, 1, result.stderr)
-        lines = [line for line in result.stderr.decode().splitlines() if line.strip()]
-        self.assertEqual(len(lines), 1, result.stderr)
-        return lines[0]
+        return daemon.refused_start()
 
     def test_two_tenants(self) -> None:
         """Each tenant sees and manages only its own nodes, both named demo-1; an overlapping third is refused."""

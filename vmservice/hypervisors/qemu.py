@@ -723,12 +723,7 @@ class QemuMachine:
             fd = create_private(path)
         except OSError as error:
             raise HypervisorError(f"cannot create the state file: {error}") from error
-        try:
-            await self.qmp_passing(fd, "getfd", fdname=self.SAVE_FD)
-        except QMPError as error:
-            raise HypervisorError(f"getfd: {error}") from error
-        finally:
-            os.close(fd)
+        await self._pass_descriptor(fd, self.SAVE_FD)
         await self._command("migrate", uri=f"fd:{self.SAVE_FD}")
 
     async def _migration_done(self, what: str) -> None:
@@ -855,8 +850,12 @@ class QemuMachine:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as error:
             raise HypervisorError(f"cannot open the state file: {error}") from error
+        await self._pass_descriptor(fd, self.STATE_FD)
+
+    async def _pass_descriptor(self, fd: int, name: str) -> None:
+        """Hand QEMU the descriptor ``fd`` as ``name`` (``getfd``) and close ours, whatever QEMU says."""
         try:
-            await self.qmp_passing(fd, "getfd", fdname=self.STATE_FD)
+            await self.qmp_passing(fd, "getfd", fdname=name)
         except QMPError as error:
             raise HypervisorError(f"getfd: {error}") from error
         finally:
