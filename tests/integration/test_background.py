@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import signal
 import time
 from typing import Any
@@ -61,7 +62,10 @@ class BackgroundTests(SharedGuestTestCase):
         then 410.
         """
         daemon = self.daemon
-        started = start(daemon, "echo one; echo two >&2; read -t 3 x; echo three; exit 4", ring_bytes="4096")
+        # It runs until the test lets it go (not for a fixed time: a busy machine may take seconds to list it).
+        go = f"/tmp/go-{os.getpid()}-{time.monotonic_ns()}"
+        started = start(daemon, f"echo one; echo two >&2; while [ ! -e {go} ]; do sleep 0.1; done; echo three; exit 4",
+                        ring_bytes="4096")
         exec_id = started["exec_id"]
         self.assertRegex(exec_id, r"^ex_[0-9a-f]{24}$")
         self.assertEqual(started["ring_bytes"], 4096)
@@ -71,6 +75,7 @@ class BackgroundTests(SharedGuestTestCase):
         self.assertIn(exec_id, [e["exec_id"] for e in listed])
         status, _, data = daemon.request("DELETE", f"/vm/demo-1/exec/{exec_id}")
         self.assertEqual((status, error_code(data)), (409, "exec_running"))
+        self.assertEqual(daemon.run("demo-1", f"touch {go}")[0], 0)
         done = wait_exit(daemon, exec_id)
         self.assertEqual((done["running"], done["timed_out"], done["exit_code"]), (False, False, 4))
         frames = logs(daemon, exec_id)
