@@ -93,6 +93,7 @@ class _Handshake(Protocol):
         self._opened = opened
         self._buffer = b""
         self._status = 0
+        self._framing: tuple[Optional[int], bool] = (None, False)
         self._app: Optional[IProtocol] = None
 
     def connectionMade(self) -> None:
@@ -119,6 +120,7 @@ class _Handshake(Protocol):
             self._fail(TunnelRefused(0, None, f"the daemon answered no HTTP: {status_line!r}"[:200]))
             return
         if self._status != 200:
+            self._framing = _framing(head)
             return self._collect_error()
         app = self._factory.buildProtocol(self.transport.getPeer())  # type: ignore[union-attr]
         if app is None:
@@ -134,7 +136,15 @@ class _Handshake(Protocol):
             app.dataReceived(rest)
 
     def _collect_error(self) -> None:
-        if len(self._buffer) > MAX_ERROR_BODY:
+        """
+        Gather the refusal's body: once it is whole (by its ``Content-Length``
+        or its last chunk; a keep-alive daemon need not close), or too long,
+        the connect fails and the connection is closed.
+        """
+        body = _whole_body(self._buffer, *self._framing)
+        if body is not None:
+            self._fail(parse_error(self._status, body))
+        elif len(self._buffer) > MAX_ERROR_BODY:
             self.transport.loseConnection()  # type: ignore[union-attr]
 
     def _fail(self, error: TunnelRefused) -> None:
@@ -153,6 +163,47 @@ class _Handshake(Protocol):
         else:
             self._opened.errback(Failure(TunnelRefused(0, None, f"the daemon closed the connection: "
                                                                 f"{reason.getErrorMessage()}")))
+
+
+def _framing(head: bytes) -> tuple[Optional[int], bool]:
+    """A response head's body framing: its ``Content-Length`` (or ``None``) and whether it is chunked."""
+    length: Optional[int] = None
+    chunked = False
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        name, value = name.strip().lower(), value.strip().lower()
+        if name == b"content-length" and value.isdigit():
+            length = int(value)
+        elif name == b"transfer-encoding" and value.endswith(b"chunked"):
+            chunked = True
+    return (None, True) if chunked else (length, False)
+
+
+def _whole_body(data: bytes, length: Optional[int], chunked: bool) -> Optional[bytes]:
+    """
+    The body in ``data`` once all of it arrived (by ``length``, or the last
+    chunk of a chunked one), else ``None`` (also for a body delimited by the
+    connection's end, or chunks that do not parse).
+    """
+    if length is not None:
+        return data[:length] if len(data) >= length else None
+    if not chunked:
+        return None
+    body, position = b"", 0
+    while True:
+        end = data.find(b"\r\n", position)
+        if end < 0:
+            return None
+        try:
+            size = int(data[position:end].split(b";", 1)[0], 16)
+        except ValueError:
+            return None
+        if size == 0:
+            return body
+        if len(data) < end + 2 + size + 2:
+            return None
+        body += data[end + 2:end + 2 + size]
+        position = end + 2 + size + 2
 
 
 @implementer(IStreamClientEndpoint)

@@ -93,6 +93,18 @@ class ForwardApiTests(SynchronousTestCase):
             self.stream.deliver(encode_head({"ok": False, "error": error, "message": "no"}))
             self.stream.end()
             self.assertError(status, code)
+            self.assertEqual(parse_response(self.transport.value())[1][b"connection"], b"close")
+            self.assertTrue(self.transport.disconnecting)
+
+    def test_refusal_not_reused(self) -> None:
+        """
+        A refused tunnel's connection is closed after its answer: the tunnel's first bytes the client sent
+        after the head are not taken for a request.
+        """
+        self.get(headers="X-Inlets-Upstream: nowhere\r\n", extra=b"GET /vm/demo-1/forward HTTP/1.1\r\n\r\n")
+        self.assertError(400, "invalid_upstream")
+        self.assertTrue(self.transport.disconnecting)
+        self.assertEqual(self.transport.value().count(b"HTTP/1.1 "), 1)
 
     def test_takeover(self) -> None:
         """Once the guest connected: the 200 head, then raw bytes both ways; early bytes are kept."""

@@ -100,6 +100,27 @@ class EndpointTests(SynchronousTestCase):
         self.assertEqual((error.status, error.code, error.message), (502, "upstream_refused", "nothing listens"))
 
 
+    def test_refused_without_close(self) -> None:
+        """
+        A refusal whose body is whole by its framing (chunked, or a Content-Length) fails the connect at
+        once and closes the connection: a daemon that keeps connections alive need not close it.
+        """
+        body = b'{"error": "no", "code": "upstream_gone"}'
+        chunks = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:25], body[25:], b""))
+        for answer in (b"HTTP/1.1 502 Bad Gateway\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks,
+                       b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)):
+            daemon = FakeDaemon()
+            opened = TunnelEndpoint(daemon, "demo-1", "127.0.0.1:1", None).connect(  # type: ignore[arg-type]
+                Factory.forProtocol(Recorder))
+            handshake, transport = daemon.connections[0]
+            handshake.dataReceived(answer[:60])
+            self.assertNoResult(opened)
+            handshake.dataReceived(answer[60:])
+            error = self.failureResultOf(opened, TunnelRefused).value
+            self.assertEqual((error.status, error.code, error.message), (502, "upstream_gone", "no"))
+            self.assertTrue(transport.disconnecting)
+
+
 class ProxyTests(SynchronousTestCase):
     def test_join(self) -> None:
         """An accepted connection waits for its tunnel, then both sides are joined producer-to-consumer."""

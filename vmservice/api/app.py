@@ -217,6 +217,8 @@ class Api:
                                    code=None if request.startedWriting else "client_gone")
                     raise
                 except Exception as error:
+                    if route.refusal_closes:
+                        _not_reused(request)
                     body = error_body(request, error)
                     refusal = _code_of(error)
                 if not isinstance(body, bytes) and route.stream:
@@ -256,6 +258,14 @@ class Api:
     def resource(self) -> IResource:
         """The ``IResource`` to serve; it answers the refusal of a request the gate refused at header time."""
         return _Plain(self.app.resource(), self._refused)
+
+
+def _not_reused(request: IRequest) -> None:
+    """End ``request``'s connection once its answer is written (and say so in the answer)."""
+    channel = getattr(request, "channel", None)
+    if channel is not None:
+        channel.persistent = False
+    request.setHeader(b"Connection", b"close")
 
 
 def _code_of(error: BaseException) -> str:

@@ -211,6 +211,7 @@ class ForwardApi:
                  504: Reply("Connecting to the upstream in the guest timed out", ErrorResponse)},
                 query=ForwardQuery,
                 stream="tunnel",
+                refusal_closes=True,
             ),
         ]
 

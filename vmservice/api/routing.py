@@ -71,6 +71,10 @@ class Route:
     :ivar max_body: the most bytes of request body taken (413 past it);
         ``None``: :data:`MAX_JSON_BODY` for a body read whole, no bound for a
         streamed one (see :meth:`body_limit`).
+    :ivar refusal_closes: an error answer ends the connection (a tunnel's
+        client may send its first bytes right after the head: they are no
+        HTTP request, and a client waiting for the end of a refusal must
+        not wait for the connection to be reused).
     """
 
     method: str
@@ -86,6 +90,7 @@ class Route:
     public: bool = False
     stream: str = ""
     max_body: int | None = None
+    refusal_closes: bool = False
 
     def streams(self, query: Any) -> bool:
         """Whether a request with the parsed ``query`` streams its body."""
