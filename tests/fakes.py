@@ -29,6 +29,7 @@ from vmservice.hypervisors.base import (
     HypervisorError,
     IHypervisor,
     IMachine,
+    IVmProcesses,
     MachineExit,
     MachineSpec,
     NetSpec,
@@ -181,7 +182,7 @@ class FakeMachine:
     hold_stop = False
 
 
-@implementer(IHypervisor)
+@implementer(IHypervisor, IVmProcesses)
 class FakeDriver:
     """
     Starts fake machines.  Machines stay in :attr:`machines` after a
@@ -500,6 +501,7 @@ class FleetHarness:
             config=self.config,
             store=self.store,
             driver=DriverChoice(lambda: succeed(self.driver)),
+            vms=self.driver,
             images=self._images,
             disks=self.disks,
             agents=self._agent,

@@ -36,8 +36,9 @@ from .codehost import CodeHost
 from .config import Config
 from .listening import listening_service
 from .hypervisors.base import IHypervisor
+from .hypervisors.probe_memory import ProbeMemory, probe_key
 from .hypervisors.qemu import (
-    IProbeReactor, IQemuReactor, QemuDriver, QemuSettings, host_tsc_khz, probe_accel, sweep_probes,
+    IProbeReactor, IQemuReactor, QemuDriver, QemuProcesses, QemuSettings, host_tsc_khz, probe_accel, sweep_probes,
 )
 from .images.store import Image, ImageNotFound, resolve_image
 from .metrics import STATUSES, Metrics
@@ -94,14 +95,23 @@ async def decide_driver(reactor: IDaemonReactor, config: Config, image: Image) -
     Kill the probe QEMUs an earlier run left, probe for KVM (as configured),
     log the choice and why, and make the QEMU driver.
     """
-    for pid in sweep_probes(probe_directory(config)):
+    directory = probe_directory(config)
+    for pid in sweep_probes(directory):
         log.info("killed KVM probe process {pid}, left by an earlier run", pid=pid)
     tsc_khz = _read_tsc_khz()
     settings = QemuSettings(tsc_khz=tsc_khz)
-    choice = await probe_accel(
-        reactor, settings.binary, image.kernel.path, image.initrd.path, config.accel, tsc_khz,
-        directory=probe_directory(config),
-    )
+    memory = ProbeMemory(directory, probe_key(settings.binary, image.kernel.path, image.initrd.path))
+    choice = memory.recall() if config.accel == "auto" else None
+    if choice is None:
+        choice = await probe_accel(
+            reactor, settings.binary, image.kernel.path, image.initrd.path, config.accel, tsc_khz,
+            directory=directory,
+        )
+        if choice.lasting:
+            try:
+                memory.keep(choice, time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(reactor.seconds())))
+            except OSError as error:
+                log.warn("could not remember the KVM probe's outcome: {error}", error=error)
     log.info("accelerator: {accel}: {reason}", accel=choice.accel, reason=choice.reason)
     return QemuDriver(reactor, QemuSettings(binary=settings.binary, accel=choice.accel, tsc_khz=tsc_khz,
                                             tb_size_mb=config.tcg_tb_size_mb))
@@ -309,6 +319,7 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
         config=config,
         store=store,
         driver=DriverChoice(lambda: Deferred.fromCoroutine(decide_driver(reactor, config, images(config.image)))),
+        vms=QemuProcesses(reactor),
         images=images,
         disks=OverlayDisks(reactor),
         agents=lambda path: AgentClient(reactor, path, budget=budget),

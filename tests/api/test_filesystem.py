@@ -24,6 +24,7 @@ from vmservice.api.filesystem import FilesystemApi, rfc3339_ns
 from vmservice.api.openapi import openapi_document
 from vmservice.errors import BadRequest
 from vmservice.metrics import Metrics
+from vmservice.nodes.readiness import AGENT_WAIT
 from vmservice.nodes.model import Status, Wait
 
 ENTRY = {"name": "hosts", "type": "file", "size": 12, "mtime_ns": 1_700_000_000_500_000_000, "mode": 0o644}
@@ -66,9 +67,14 @@ class FilesystemApiTests(SynchronousTestCase):
         self.agent: FsAgent = self.h.agents[0]  # type: ignore[assignment]
         self.agent.ready()
 
-    def call(self, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
+    def call(self, method: str, path: str, body: bytes | None = None, waited: float = 0.0) -> tuple[int, Any]:
+        """The answer to a request, ``waited`` seconds of the clock after it was asked."""
         d = self.treq.request(method, "http://x" + path, data=body)
         self.treq.flush()
+        if waited:
+            self.assertNoResult(d)
+            self.h.reactor.advance(waited)
+            self.treq.flush()
         response = self.successResultOf(d)
         content = self.successResultOf(response.content())
         self.assertEqual(response.headers.getRawHeaders("content-type"), ["application/json"])
@@ -167,9 +173,20 @@ class FilesystemApiTests(SynchronousTestCase):
         self.assertError(self.call("GET", "/vm/demo-9/fs/stat?path=/"), 404, "node_not_found")
 
     def test_agent_not_connected(self) -> None:
-        """A node whose agent is not connected answers 503."""
+        """A node whose agent does not connect within AGENT_WAIT seconds answers 503."""
         self.agent.is_ready = False
-        self.assertError(self.call("GET", "/vm/demo-1/fs/readdir?path=/"), 503, "agent_unavailable")
+        self.assertError(self.call("GET", "/vm/demo-1/fs/readdir?path=/", waited=AGENT_WAIT), 503, "agent_unavailable")
+
+    def test_agent_connects(self) -> None:
+        """A request for a node whose agent connects within AGENT_WAIT seconds is served once it does."""
+        self.agent.is_ready = False
+        d = self.treq.request("GET", "http://x/vm/demo-1/fs/stat?path=/")
+        self.treq.flush()
+        self.h.reactor.advance(AGENT_WAIT - 1)
+        self.assertNoResult(d)
+        self.agent.ready()
+        self.treq.flush()
+        self.assertEqual(self.successResultOf(d).code, 200)
 
     def test_paused(self) -> None:
         """A paused node answers 409, as the contract says for fs while paused."""

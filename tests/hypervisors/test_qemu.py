@@ -23,6 +23,7 @@ from vmservice.hypervisors.base import HypervisorError, MachineExit, MachineSpec
 from tests.processes import ProcessReactor
 from vmservice.hypervisors.qemu import (
     QemuDriver,
+    QemuProcesses,
     QemuSettings,
     describe_exit,
     host_tsc_khz,
@@ -809,10 +810,10 @@ class FakeProcAdoptionTests(SynchronousTestCase):
         pid = os.getpid()
         reactor = ProcessReactor()
         self.addCleanup(lambda: [reader.doRead() for reader in list(reactor.getReaders())])
-        driver = QemuDriver(reactor, QemuSettings(), proc=self.fake_proc({pid: qemu_command(SPEC, QemuSettings())}))
-        self.assertRaises(HypervisorError, driver.adopt, evolve(SPEC, qmp_socket="/other/demo-1/qmp.sock"), pid)
+        vms = QemuProcesses(reactor, proc=self.fake_proc({pid: qemu_command(SPEC, QemuSettings())}))
+        self.assertRaises(HypervisorError, vms.adopt, evolve(SPEC, qmp_socket="/other/demo-1/qmp.sock"), pid)
         self.assertEqual(reactor.getReaders(), [])
-        machine = driver.adopt(SPEC, pid)
+        machine = vms.adopt(SPEC, pid)
         self.assertEqual(machine.pid, pid)
         first, second = machine.ended, machine.ended
         self.assertNoResult(first)
@@ -829,11 +830,11 @@ class FakeProcAdoptionTests(SynchronousTestCase):
 
         pid = os.getpid()
         reactor = ProcessReactor()
-        driver = QemuDriver(reactor, QemuSettings(), proc=self.fake_proc({pid: ["sleep", "60", "/s/x"]}))
+        vms = QemuProcesses(reactor, proc=self.fake_proc({pid: ["sleep", "60", "/s/x"]}))
         before = len(os.listdir("/proc/self/fd"))
-        self.assertRaises(HypervisorError, driver.adopt, SPEC, pid)
+        self.assertRaises(HypervisorError, vms.adopt, SPEC, pid)
         self.assertEqual(len(os.listdir("/proc/self/fd")), before)
-        driver.kill_orphan(pid)  # not a VM: left alone (else this test would not go on)
+        vms.kill_orphan(pid)  # not a VM: left alone (else this test would not go on)
         self.assertEqual(reactor.getReaders(), [])
 
     def test_orphans(self) -> None:
@@ -850,21 +851,21 @@ class FakeProcAdoptionTests(SynchronousTestCase):
             103: ["sleep", "60", "/s/x"],
             104: ["qemu-system-x86_64", "-qmp", "unix:/s/x/qmp.sock,server=on,wait=off"],
         })
-        driver = QemuDriver(ProcessReactor(), QemuSettings(), proc=proc)
-        self.assertEqual(driver.orphans("/s"), [101])
-        self.assertEqual(driver.orphans("/s/demo"), [])
-        self.assertEqual(driver.orphans("/data/vm/nodes"), [102])
-        self.assertEqual(driver.orphans("/vm/nodes"), [])
+        vms = QemuProcesses(ProcessReactor(), proc=proc)
+        self.assertEqual(vms.orphans("/s"), [101])
+        self.assertEqual(vms.orphans("/s/demo"), [])
+        self.assertEqual(vms.orphans("/data/vm/nodes"), [102])
+        self.assertEqual(vms.orphans("/vm/nodes"), [])
 
     def test_spare_orphans(self) -> None:
         """A spare VM's QMP socket lies two directories deep (template, spare): found at depth 2 only."""
         from attrs import evolve
 
         spare = evolve(SPEC, qmp_socket="/t/templates/abc.123/spare-0a1b2c/qmp.sock")
-        driver = QemuDriver(ProcessReactor(), QemuSettings(), proc=self.fake_proc({105: qemu_command(spare, QemuSettings())}))
-        self.assertEqual(driver.orphans("/t/templates", 2), [105])
-        self.assertEqual(driver.orphans("/t/templates", 1), [])
-        self.assertEqual(driver.orphans("/t/templates/abc.123", 1), [105])
+        vms = QemuProcesses(ProcessReactor(), proc=self.fake_proc({105: qemu_command(spare, QemuSettings())}))
+        self.assertEqual(vms.orphans("/t/templates", 2), [105])
+        self.assertEqual(vms.orphans("/t/templates", 1), [])
+        self.assertEqual(vms.orphans("/t/templates/abc.123", 1), [105])
 
     def test_sweep_probes(self) -> None:
         """
@@ -899,10 +900,9 @@ class FakeProcAdoptionTests(SynchronousTestCase):
         reactor = ProcessReactor()
         self.addCleanup(lambda: [reader.doRead() for reader in list(reactor.getReaders())])
         started = "/s/templates/abc.123/spare-0a1b2c/qmp.sock"
-        driver = QemuDriver(reactor, QemuSettings(),
-                            proc=self.fake_proc({pid: qemu_command(evolve(SPEC, qmp_socket=started), QemuSettings())}))
-        self.assertRaises(HypervisorError, driver.adopt, SPEC, pid)
-        machine = driver.adopt(SPEC, pid, None, started)
+        vms = QemuProcesses(reactor, proc=self.fake_proc({pid: qemu_command(evolve(SPEC, qmp_socket=started), QemuSettings())}))
+        self.assertRaises(HypervisorError, vms.adopt, SPEC, pid)
+        machine = vms.adopt(SPEC, pid, None, started)
         self.assertEqual((machine.pid, machine._qmp_socket), (pid, SPEC.qmp_socket))
 
 

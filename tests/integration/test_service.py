@@ -5,6 +5,8 @@ Tests for :mod:`vmservice.service` with a real daemon: the KVM probe's QEMU
 until its timeout, 15 s) never outlives the daemon, whether it is stopped
 with SIGTERM or killed with SIGKILL during the probe, and a probe QEMU left
 by an earlier run is swept at the next start on the same state directory.
+A restarted daemon's nodes answer while it probes, and the probe's outcome
+is remembered for the next start.
 
 Only the QEMUs of each test's own state directory are looked at (their
 command line names it) and only those are killed, by pid.
@@ -150,3 +152,39 @@ class ProbeTests(SynchronousTestCase):
         self.assertEqual(left.wait(30), -signal.SIGKILL)
         self.assertIn(f"killed KVM probe process {left.pid}", daemon.log())
         self.assertEqual(self.probes(daemon), [])
+
+
+    def test_adopts_during_the_probe_then_remembers(self) -> None:
+        """
+        After a ``kill -9``, the next daemon's node answers exec as soon as the API does, while that daemon
+        is still probing (its outcome file removed, so it must probe again); the start after that recalls
+        the outcome instead of probing: its log says so, and it starts no probe QEMU.
+        """
+        daemon = self.daemon()
+        daemon.start()
+        daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {}, expect=201)
+        first = daemon.log()
+        self.assertIn("accelerator: ", first)
+        outcome = os.path.join(daemon.state_dir, "probe", "outcome.json")
+        self.assertEqual(os.stat(outcome).st_mode & 0o777, 0o600)
+        self.assertEqual(daemon.stop(signal.SIGKILL), -signal.SIGKILL)
+        os.unlink(outcome)
+
+        daemon.start()
+        # No waiting loop: the agent is reconnected (or the exec waits for it) while the probe runs.
+        self.assertEqual(daemon.run("demo-1", "hostname"), (0, "demo-1\n"))
+        second = daemon.log()[len(first):]
+        if "the KVM probe failed (no sign of life" in daemon.log():
+            # This host's probe runs into its timeout (15 s): the exec was answered well before it.
+            self.assertNotIn("accelerator: ", second)
+        self.wait_until("the probe's outcome", lambda: "accelerator: " in daemon.log()[len(first):], 30)
+        self.assertTrue(os.path.exists(outcome))
+        self.assertEqual(daemon.stop(signal.SIGKILL), -signal.SIGKILL)
+        before = daemon.log()
+
+        daemon.start()
+        assert daemon.process is not None
+        self.wait_until("the accelerator's choice", lambda: "accelerator: " in daemon.log()[len(before):], 10)
+        self.assertIn("(remembered from the probe of ", daemon.log()[len(before):])
+        self.assertEqual([pid for pid in processes_under("vmservice.probe=1") if _parent(pid) == daemon.process.pid], [])
+        self.assertEqual(daemon.run("demo-1", "hostname"), (0, "demo-1\n"))

@@ -184,9 +184,13 @@ class FleetTests(SynchronousTestCase):
         from attrs import evolve
 
         from vmservice.errors import AgentNotConnected
+        from vmservice.nodes.readiness import AGENT_WAIT
 
         self.successResultOf(self.create())
-        self.failureResultOf(Deferred.fromCoroutine(self.fleet.guest("demo-1")), AgentNotConnected)
+        waiting = Deferred.fromCoroutine(self.fleet.guest("demo-1"))
+        self.h.reactor.advance(AGENT_WAIT)
+        self.failureResultOf(waiting, AgentNotConnected)
+        self.failureResultOf(Deferred.fromCoroutine(self.fleet.guest("demo-1", wait=0)), AgentNotConnected)
         self.h.agents[0].ready()
         self.assertIs(self.successResultOf(Deferred.fromCoroutine(self.fleet.guest("demo-1"))), self.h.agents[0])
         node = self.h.node("demo-1")
@@ -194,6 +198,32 @@ class FleetTests(SynchronousTestCase):
         failure = self.failureResultOf(Deferred.fromCoroutine(self.fleet.guest("demo-1")), Conflict)
         self.assertEqual(failure.value.code, "paused")
         self.failureResultOf(Deferred.fromCoroutine(self.fleet.guest("demo-9")), NotFound)
+
+
+    def test_guest_waits_for_its_agent(self) -> None:
+        """
+        A request for the guest of a node whose agent is not connected yet waits for it (bounded):
+        served once it connects; NotFound when the node is deleted meanwhile, Conflict when it is paused.
+        """
+        from attrs import evolve
+
+        self.successResultOf(self.create())
+        self.successResultOf(self.create())
+        served = Deferred.fromCoroutine(self.fleet.guest("demo-1"))
+        self.h.reactor.advance(1)
+        self.assertNoResult(served)
+        self.h.agents[0].ready()
+        self.assertIs(self.successResultOf(served), self.h.agents[0])
+        paused = Deferred.fromCoroutine(self.fleet.guest("demo-2"))
+        node = self.h.node("demo-2")
+        node.record = evolve(node.record, status=Status.PAUSED)
+        self.h.agents[1].ready()
+        self.assertEqual(self.failureResultOf(paused, Conflict).value.code, "paused")
+        node.record = evolve(node.record, status=Status.RUNNING)
+        self.h.agents[1].is_ready = False
+        deleted = Deferred.fromCoroutine(self.fleet.guest("demo-2"))
+        self.successResultOf(Deferred.fromCoroutine(self.fleet.delete("demo", "demo-2")))
+        self.failureResultOf(deleted, NotFound)
 
 
 class DiskImageTests(SynchronousTestCase):

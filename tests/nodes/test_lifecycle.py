@@ -713,6 +713,34 @@ class RecoveryTests(LifecycleTestCase):
         self.assertEqual(self.stored("demo-1").status, Status.PAUSED)
         self.assertEqual(self.stored("demo-2").status, Status.RUNNING)
 
+    def test_adopted_before_the_driver_is_decided(self) -> None:
+        """
+        A restarted daemon adopts its running nodes and reconnects their
+        agents while its hypervisor is still being decided (the KVM probe
+        takes seconds): only a VM started from now on waits for that.
+        """
+        from attrs import evolve
+
+        from vmservice.hypervisors.base import IHypervisor
+        from vmservice.nodes.fleet import Fleet
+        from vmservice.nodes.parts import DriverChoice
+
+        self.create()
+        self.h.crash()
+        h = FleetHarness(self.state_dir, self.groups, self.h.driver)
+        undecided: Deferred[IHypervisor] = Deferred()
+        h.fleet = Fleet(evolve(h.parts, driver=DriverChoice(lambda: undecided)))
+        h.fleet.startService()
+        self.h = h
+        self.successResultOf(h.fleet.recovered())
+        self.assertEqual([(r.hostname, r.status) for r in h.fleet.list()], [("demo-1", Status.RUNNING)])
+        [agent] = h.agents
+        self.assertTrue(agent.started)
+        creating = self.do(h.fleet.create("demo", CreateRequest(), Wait.NONE, 300.0))
+        self.assertNoResult(creating)
+        undecided.callback(h.driver)
+        self.assertEqual(self.successResultOf(creating).hostname, "demo-2")
+
     def test_dead_vms(self) -> None:
         """A VM that died with the daemon: persistent Stopped without pid, ephemeral removed."""
         self.create()
@@ -865,20 +893,20 @@ class RecoveryTests(LifecycleTestCase):
         self.assertEqual([name[:len(".broken-stray-2")] for name in os.listdir(h.store.nodes_dir)], [".broken-stray-2"])
 
     def test_busy_until_recovered(self) -> None:
-        """Operations asked while the recovery waits for the driver wait for it, then go ahead."""
+        """Operations asked while the recovery looks at a VM wait for it, then go ahead."""
         self.create()
         self.h.crash()
         driver = self.h.driver
-        pending: Deferred[Any] = Deferred()
+        asked: Deferred[str] = Deferred()
+        self.patch(driver.machines[0], "run_state", lambda: asked)
         h = FleetHarness(self.state_dir, None, driver)
-        self.patch(h.parts.driver, "_decide", lambda: pending)
         h.fleet.startService()
         self.h = h
         paused = self.do(h.fleet.lifecycle.pause("demo-1"))
         recovered = h.fleet.recovered()
         self.assertNoResult(recovered)
         self.assertNoResult(paused)
-        pending.callback(driver)
+        asked.callback("running")
         self.successResultOf(recovered)
         self.assertEqual(self.successResultOf(paused), Done(Op.PAUSE, "demo-1"))
 

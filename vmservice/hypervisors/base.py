@@ -255,12 +255,20 @@ class IHypervisor(Interface):
             explains a VM that ends at once), or ``None`` for none.
         """
 
+
+class IVmProcesses(Interface):
+    """
+    The VMs an earlier run of the daemon left running: found, taken over or
+    killed.  Nothing here depends on how new VMs will run (the accelerator),
+    so a restarted daemon adopts its nodes before it has decided that.
+    """
+
     def adopt(spec: MachineSpec, pid: int, log_path: str | None, started_qmp: str | None) -> IMachine:
         """
         Take over a VM started for ``spec`` by an earlier run of the daemon.
 
         :param pid: the VMM's process id, as the earlier run recorded it.
-        :param log_path: as for :meth:`start`.
+        :param log_path: as for :meth:`IHypervisor.start`.
         :param started_qmp: the QMP socket the VM was started with when it
             is not ``spec.qmp_socket`` (a template's spare VM whose sockets
             were renamed to ``spec``'s); ``None`` when it is.
@@ -269,7 +277,7 @@ class IHypervisor(Interface):
 
     def orphans(directory: str, depth: int) -> list[int]:
         """
-        Pids of running VMs of this driver whose QMP socket was
+        Pids of running VMs of this kind whose QMP socket was
         ``<directory>/<one or more (depth) directories>/qmp.sock`` when they started.
         """
 

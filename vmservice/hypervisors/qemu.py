@@ -44,6 +44,7 @@ from .base import (
     Capabilities,
     HypervisorError,
     IHypervisor,
+    IVmProcesses,
     IMachine,
     MachineExit,
     MachineSpec,
@@ -119,10 +120,15 @@ class AccelChoice:
 
     :ivar accel: ``kvm`` or ``tcg``.
     :ivar reason: one sentence saying why, for the log.
+    :ivar lasting: a probe guest ran and gave this outcome, which holds as
+        long as the host's kernel, its KVM device, QEMU and the guest kernel
+        stay the same (:mod:`.probe_memory` remembers it); not for a choice
+        set in the configuration or a probe that could not start.
     """
 
     accel: str
     reason: str
+    lasting: bool = False
 
 
 def host_tsc_khz(cpuinfo: str) -> int | None:
@@ -939,20 +945,16 @@ class QemuDriver:
     """
     Starts VMs as QEMU children.
 
-    :param reactor: starts QEMU children, watches adopted ones, and runs
-        the machines (an ``IReactorProcess``, ``IReactorFDSet``,
+    :param reactor: starts QEMU children and runs the machines (an ``IReactorProcess``, ``IReactorFDSet``,
         ``IReactorTime`` and ``IReactorUNIX`` provider).
     :param settings: the binary, accelerator and TSC frequency to use.
-    :param proc: where the process file system is mounted (tests give a
-        fake one).
     """
 
     capabilities = Capabilities(can_pause=True, can_suspend=True)
 
-    def __init__(self, reactor: IQemuReactor, settings: QemuSettings, proc: str = "/proc") -> None:
+    def __init__(self, reactor: IQemuReactor, settings: QemuSettings) -> None:
         self._reactor = reactor
         self.settings = settings
-        self._proc = proc
         # QEMU runs in a session of its own: a Ctrl-C meant for the daemon
         # (sent to its whole process group) must not kill the VMs before the
         # daemon stops them its own way.
@@ -996,6 +998,23 @@ class QemuDriver:
         finally:
             os.close(output_fd)
         return succeed(QemuMachine(self._reactor, process, spec.qmp_socket, log_path))
+
+
+@implementer(IVmProcesses)
+class QemuProcesses:
+    """
+    The QEMUs an earlier run of the daemon left: found by their command
+    line (``-name vmservice-...`` and their QMP socket), taken over or
+    killed through a pidfd.
+
+    :param reactor: watches adopted QEMUs and runs their machines.
+    :param proc: where the process file system is mounted (tests give a
+        fake one).
+    """
+
+    def __init__(self, reactor: IQemuReactor, proc: str = "/proc") -> None:
+        self._reactor = reactor
+        self._proc = proc
 
     def adopt(
         self, spec: MachineSpec, pid: int, log_path: str | None = None, started_qmp: str | None = None
@@ -1270,8 +1289,8 @@ async def probe_accel(
                 pass
             await process.ended
     if result == "ok":
-        return AccelChoice("kvm", "a probe guest booted under KVM")
-    return AccelChoice("tcg", f"the KVM probe failed ({result})")
+        return AccelChoice("kvm", "a probe guest booted under KVM", lasting=True)
+    return AccelChoice("tcg", f"the KVM probe failed ({result})", lasting=True)
 
 
 __all__ = [
@@ -1284,6 +1303,7 @@ __all__ = [
     "PROBE_SOCKET",
     "QemuDriver",
     "QemuMachine",
+    "QemuProcesses",
     "QemuSettings",
     "binary_identity",
     "describe_exit",

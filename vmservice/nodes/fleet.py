@@ -57,7 +57,7 @@ from .lifecycle import Lifecycle
 from .model import CreateRequest, DeleteResult, NodeRecord, Status, Wait, visible
 from .operation import settled
 from .parts import FleetParts
-from .readiness import bounded_health
+from .readiness import AGENT_WAIT, bounded_health, connected_within
 from .registry import Registry
 from .runtime import NodeRuntime
 from .snapshots import Snapshots
@@ -158,6 +158,8 @@ class Fleet(Service):
         super().startService()  # type: ignore[no-untyped-call]  # Twisted's Service is not annotated
         if self._parts.secrets is not None:
             self._unsubscribe = self._parts.secrets.subscribe(self._secret_changed)
+        # Decided in the background (the recovery does not wait); who needs it sees its failure.
+        self._parts.driver.get().addErrback(lambda failure: None)
         Deferred.fromCoroutine(self._start()).addBoth(self._recovered.fire)
 
     async def _start(self) -> None:
@@ -290,24 +292,26 @@ class Fleet(Service):
         """The console logs of every node, which the daemon keeps bounded (:mod:`.console_rotation`)."""
         return [node.paths.console for node in self._registry.all()]
 
-    async def guest(self, hostname: str) -> IGuest:
+    async def guest(self, hostname: str, wait: float = AGENT_WAIT) -> IGuest:
         """
-        The guest of a running node, for operations inside it (exec, file
-        copies, file-system operations), woken first when the idle timer
-        suspended it (:mod:`.idle`): the one place requests reach a guest.
+        The guest of a running node, for operations inside it (exec, cp, fs),
+        woken first when the idle timer suspended it (:mod:`.idle`), its agent
+        waited for up to ``wait`` seconds (booting, or reconnecting after a
+        daemon restart): the one place requests reach a guest.
 
-        :raise NotFound: no such node.
-        :raise Conflict: the node is paused (the contract's 409 for exec, cp,
-            fs and shell while paused), stopped or suspended, or busy.
-        :raise AgentNotConnected: the node runs but its agent is not
-            connected (yet).
-        :raise ServiceError: the node slept and its wake failed (see
-            :meth:`.idling.IdleNodes.ready`).
+        :raise NotFound: no such node (or it went away meanwhile).
+        :raise Conflict: paused (the contract's 409 for exec, cp, fs and
+            shell), stopped or suspended, or busy.
+        :raise AgentNotConnected: it runs but its agent is not connected in time.
+        :raise ServiceError: it slept and its wake failed (:meth:`.idling.IdleNodes.ready`).
         """
         await self._awake(hostname)
         node = self._registry.find(hostname)
         check(Op.AGENT, hostname, node.record.status)
         agent = node.agent
+        if agent is not None and not agent.connected and node.machine is not None and wait > 0:
+            await connected_within(self._parts.clock, node.machine, agent, wait)
+            return await self.guest(hostname, wait=0)  # looked at again: gone, paused or stopped by now?
         if agent is None or not agent.connected:
             raise AgentNotConnected(f"the agent of node {hostname!r} is not connected (yet)", code="agent_unavailable")
         return agent
@@ -320,9 +324,8 @@ class Fleet(Service):
             stopped, suspended, or busy with an operation that ends its VM.
         :raise AgentNotConnected: it should answer but does not (in time).
         """
-        health = await bounded_health(self._parts.clock, hostname, await self.guest(hostname))
-        if not self._registry.find(hostname).record.userdata:
-            # Nothing to run: over as soon as the agent answers.
+        health = await bounded_health(self._parts.clock, hostname, await self.guest(hostname, wait=0))
+        if not self._registry.find(hostname).record.userdata:  # nothing to run: over once the agent answers
             health = evolve(health, userdata_ran=True)
         return health
 

@@ -16,7 +16,7 @@ from twisted.internet.interfaces import IReactorTime
 from ..config import Config, HostGroupConfig
 from ..devices.pci import PciHost
 from ..errors import BadRequest, Internal, NotFound
-from ..hypervisors.base import IHypervisor
+from ..hypervisors.base import IHypervisor, IVmProcesses
 from ..images.store import Image, ImageInfo, ImageNotFound, list_images
 from ..observer import OneShotObserver
 from ..storage.interfaces import IDisks
@@ -109,6 +109,8 @@ class FleetParts:
     :ivar config: the loaded configuration.
     :ivar store: where node records live.
     :ivar driver: the hypervisor driver, once decided.
+    :ivar vms: the VMs an earlier run left: adopted, found and killed
+        without waiting for the driver's decision.
     :ivar images: resolves an image name to an :class:`Image`.
     :ivar disks: creates and removes node disks.
     :ivar agents: makes the agent connection of a node from its socket path.
@@ -146,6 +148,7 @@ class FleetParts:
     config: Config
     store: NodeStore
     driver: DriverChoice
+    vms: IVmProcesses
     images: Callable[[str], Image]
     disks: IDisks
     agents: Callable[[str], IGuestConnection]

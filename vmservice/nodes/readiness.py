@@ -24,6 +24,12 @@ from .guest import AgentHealth, IGuest, IGuestConnection
 
 log = Logger()
 
+#: Seconds a request for a node's guest (exec, cp, fs, shell, tunnel,
+#: background execs) waits for its agent to connect when it is not connected
+#: yet: a node still booting, or one whose agent is reconnecting after a
+#: daemon restart.  It is answered 503 ``agent_unavailable`` after that.
+AGENT_WAIT = 10.0
+
 #: Seconds a health request may take before it is answered 503: health must
 #: answer in bounded time whatever the agent does (rebooting, stuck).
 HEALTH_LIMIT = 2.0
@@ -93,6 +99,17 @@ async def wait_for_guest(clock: IReactorTime, machine: IMachine, ready: "Deferre
     return value
 
 
+async def connected_within(clock: IReactorTime, machine: IMachine, agent: IGuestConnection, seconds: float) -> None:
+    """
+    Wait until ``agent`` is connected, for at most ``seconds`` and no longer
+    than ``machine`` runs; return either way (the caller looks again).
+    """
+    try:
+        await wait_for_guest(clock, machine, agent.when_ready(), seconds)
+    except NotReady:
+        pass
+
+
 async def bounded_health(clock: IReactorTime, hostname: str, agent: IGuest) -> AgentHealth:
     """
     The health of a node's agent, in at most :data:`HEALTH_LIMIT` seconds.
@@ -125,4 +142,4 @@ def sync_clock(hostname: str, agent: IGuestConnection, wall_clock: Callable[[], 
     )
 
 
-__all__ = ["HEALTH_LIMIT", "NotReady", "answered", "bounded_health", "first_of", "sync_clock", "wait_for_agent", "wait_for_guest"]
+__all__ = ["AGENT_WAIT", "HEALTH_LIMIT", "NotReady", "answered", "bounded_health", "connected_within", "first_of", "sync_clock", "wait_for_agent", "wait_for_guest"]

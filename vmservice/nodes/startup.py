@@ -18,7 +18,7 @@ from typing import Callable
 
 from twisted.logger import Logger
 
-from ..hypervisors.base import HypervisorError, IHypervisor, IMachine
+from ..hypervisors.base import HypervisorError, IMachine, IVmProcesses
 from .model import NodeRecord, Status
 from .parts import FleetParts
 from .recovery import decide
@@ -49,10 +49,12 @@ class Startup:
             store.remove(name)
         # Registered at once (phase Starting): operations on them wait.
         nodes = [self._make(record) for record in records]
-        driver = await self._parts.driver.get()
+        # Running VMs are adopted at once: none waits for the hypervisor's
+        # decision (the KVM probe), which only VMs started from now on need.
+        vms = self._parts.vms
         for node in nodes:
             try:
-                await self._recover(driver, node)
+                await self._recover(vms, node)
             except Exception:
                 log.failure("recovering node {hostname} failed", hostname=node.hostname)
             finally:
@@ -60,39 +62,39 @@ class Startup:
         # Spare every VM this run knows, not only the adopted ones: a create,
         # relaunch or restore may have started one meanwhile.
         known = {node.machine.pid for node in self._registry.all() if node.machine is not None}
-        for pid in driver.orphans(store.nodes_dir, 1):
+        for pid in vms.orphans(store.nodes_dir, 1):
             if pid not in known:
                 log.info("killing VM process {pid}, which no node record claims", pid=pid)
-                driver.kill_orphan(pid)
+                vms.kill_orphan(pid)
         # A template's VM left by a run that ended during its build, and spare VMs no node was handed.
         if self._parts.templates is not None:
             directory = self._parts.templates.directory
-            for pid in driver.orphans(directory, 1) + driver.orphans(directory, 2):
+            for pid in vms.orphans(directory, 1) + vms.orphans(directory, 2):
                 if pid not in known:
                     log.info("killing template or spare VM process {pid} of an earlier run", pid=pid)
-                    driver.kill_orphan(pid)
+                    vms.kill_orphan(pid)
         # Every node's own network objects stay: adopted ones are in use,
         # others were detached above, and a create may be under way meanwhile
         # (so the list is taken when the host's objects have been listed).
         for name in await self._parts.addressing.clean_orphans(self._registry.addresses):
             log.info("removed network leftover {name}", name=name)
 
-    async def _adopt(self, driver: IHypervisor, node: NodeRuntime) -> tuple[IMachine | None, str | None]:
+    async def _adopt(self, vms: IVmProcesses, node: NodeRuntime) -> tuple[IMachine | None, str | None]:
         """The node's VM if it still runs (and is its), and the VM's run state."""
         record = node.record
         if record.pid is None:
             return None, None
         spec = node.paths.spec(record, record.kernel, record.initrd)
         try:
-            machine = driver.adopt(spec, record.pid, node.paths.qemu_log, record.started_qmp or None)
+            machine = vms.adopt(spec, record.pid, node.paths.qemu_log, record.started_qmp or None)
             return machine, await machine.run_state()
         except HypervisorError as error:
             log.info("node {hostname}: its VM (pid {pid}) is not running: {error}",
                      hostname=node.hostname, pid=record.pid, error=error)
             return None, None
 
-    async def _recover(self, driver: IHypervisor, node: NodeRuntime) -> None:
-        machine, vm_state = await self._adopt(driver, node)
+    async def _recover(self, vms: IVmProcesses, node: NodeRuntime) -> None:
+        machine, vm_state = await self._adopt(vms, node)
         paths = node.paths
         plan = decide(node.record, vm_state, paths.has_snapshot())
         paths.discard_partial_snapshot()

@@ -24,7 +24,7 @@ from tests.processes import ProcessReactor
 from attrs import evolve
 
 from vmservice.hypervisors.base import HypervisorError, IMachine, MachineSpec, RamBacking
-from vmservice.hypervisors.qemu import QemuDriver, QemuSettings, host_tsc_khz, qemu_command
+from vmservice.hypervisors.qemu import QemuDriver, QemuProcesses, QemuSettings, host_tsc_khz, qemu_command
 from vmservice.images.build import build_image
 from vmservice.images.store import default_image_dir
 from vmservice.storage.overlay import create_overlay
@@ -56,14 +56,14 @@ class AdoptionTests(SynchronousTestCase):
         child = self.sleeper()
         argv = qemu_command(SPEC, QemuSettings())
         reactor = ProcessReactor()
-        driver = QemuDriver(reactor, QemuSettings(), proc=self.fake_proc(child.pid, argv))
-        machine = driver.adopt(SPEC, child.pid)
+        vms = QemuProcesses(reactor, proc=self.fake_proc(child.pid, argv))
+        machine = vms.adopt(SPEC, child.pid)
         self.assertEqual(machine.pid, child.pid)
         self.assertNoResult(machine.ended)
         from attrs import evolve
 
         other = evolve(SPEC, qmp_socket="/other/demo-1/qmp.sock")
-        self.assertRaises(HypervisorError, driver.adopt, other, child.pid)
+        self.assertRaises(HypervisorError, vms.adopt, other, child.pid)
         machine.kill()
         child.wait()
         reader = next(iter(reactor.getReaders()))
@@ -76,18 +76,18 @@ class AdoptionTests(SynchronousTestCase):
 
         child = subprocess.Popen(["true"])
         child.wait()
-        driver = QemuDriver(ProcessReactor(), QemuSettings(), proc=self.fake_proc(child.pid, ["qemu-system-x86_64"]))
-        self.assertRaises(HypervisorError, driver.adopt, SPEC, child.pid)
+        vms = QemuProcesses(ProcessReactor(), proc=self.fake_proc(child.pid, ["qemu-system-x86_64"]))
+        self.assertRaises(HypervisorError, vms.adopt, SPEC, child.pid)
 
     def test_orphans_and_kill(self) -> None:
         """Orphans are our QEMUs with files under the directory; kill_orphan kills them by pidfd."""
         child = self.sleeper()
         argv = qemu_command(SPEC, QemuSettings())
-        driver = QemuDriver(ProcessReactor(), QemuSettings(), proc=self.fake_proc(child.pid, argv))
-        self.assertEqual(driver.orphans("/s"), [child.pid])
-        self.assertEqual(driver.orphans("/s/demo"), [])
-        self.assertEqual(driver.orphans("/elsewhere"), [])
-        driver.kill_orphan(child.pid)
+        vms = QemuProcesses(ProcessReactor(), proc=self.fake_proc(child.pid, argv))
+        self.assertEqual(vms.orphans("/s"), [child.pid])
+        self.assertEqual(vms.orphans("/s/demo"), [])
+        self.assertEqual(vms.orphans("/elsewhere"), [])
+        vms.kill_orphan(child.pid)
         self.assertEqual(child.wait(), -signal.SIGKILL)
 
     def test_orphans_of_another_state_dir(self) -> None:
@@ -96,16 +96,16 @@ class AdoptionTests(SynchronousTestCase):
 
         child = self.sleeper()
         spec = evolve(SPEC, qmp_socket="/data/vm/nodes/demo-1/qmp.sock")
-        driver = QemuDriver(ProcessReactor(), QemuSettings(), proc=self.fake_proc(child.pid, qemu_command(spec, QemuSettings())))
-        self.assertEqual(driver.orphans("/vm/nodes"), [])
-        self.assertEqual(driver.orphans("/data/vm/nodes"), [child.pid])
+        vms = QemuProcesses(ProcessReactor(), proc=self.fake_proc(child.pid, qemu_command(spec, QemuSettings())))
+        self.assertEqual(vms.orphans("/vm/nodes"), [])
+        self.assertEqual(vms.orphans("/data/vm/nodes"), [child.pid])
 
     def test_not_a_vm_is_not_killed(self) -> None:
         """A process whose command line is not one of our VMs is left alone."""
         child = self.sleeper()
-        driver = QemuDriver(ProcessReactor(), QemuSettings(), proc=self.fake_proc(child.pid, ["sleep", "60", "/s/x"]))
-        self.assertEqual(driver.orphans("/s"), [])
-        driver.kill_orphan(child.pid)
+        vms = QemuProcesses(ProcessReactor(), proc=self.fake_proc(child.pid, ["sleep", "60", "/s/x"]))
+        self.assertEqual(vms.orphans("/s"), [])
+        vms.kill_orphan(child.pid)
         self.assertIsNone(child.poll())
 
 
