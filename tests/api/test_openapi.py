@@ -122,3 +122,37 @@ class CreateBodyTests(SynchronousTestCase):
         """An empty key is refused, and the document says so."""
         self.assertFalse(_create({"ssh_keys": [""]}))
         self.assertEqual(self.properties["ssh_keys"]["items"]["minLength"], 1)
+
+
+class ContentTests(SynchronousTestCase):
+    """What the document says of bodies, as schema readers take it (the fuzzer among them)."""
+
+    def setUp(self) -> None:
+        h = FleetHarness(self.mktemp())
+        metrics = Metrics()
+        self.document = openapi_document(every_route(h.fleet, h.reactor, metrics,
+                                                     SecretStore(h.config.state_dir, h.reactor)))
+
+    def content(self, path: str, method: str, status: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.document["paths"][path][method]["responses"][status]["content"]
+        return result
+
+    def test_event_streams_describe_each_event(self) -> None:
+        """An event stream's schema is one event (an object whose data is JSON), not a string."""
+        for path in ("/events", "/vm/{hostname}/fs/watch"):
+            schema = self.content(path, "get", "200")["text/event-stream"]["schema"]
+            self.assertEqual(schema["type"], "object")
+            self.assertEqual(schema["properties"]["data"]["contentMediaType"], "application/json")
+
+    def test_exec_answers_ndjson_or_json(self) -> None:
+        """An exec's 200 is NDJSON when streamed and one JSON object when buffered: both are documented."""
+        content = self.content("/vm/{hostname}/exec", "post", "200")
+        self.assertEqual(set(content), {"application/x-ndjson", "application/json"})
+        self.assertEqual(content["application/json"]["schema"], {"type": "object"})
+
+    def test_optional_fields_may_be_null(self) -> None:
+        """An optional field the parser takes null for (a secret's gid) allows null; a required one does not."""
+        schemas = self.document["components"]["schemas"]
+        create = schemas["CreateSecretRequest"]["properties"]
+        self.assertEqual(create["gid"]["type"], ["integer", "null"])
+        self.assertNotIn("null", json.dumps(schemas["Secret"]["properties"]["gid"]))

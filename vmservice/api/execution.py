@@ -111,7 +111,8 @@ class ExecApi:
         return [
             Route(
                 "POST", "/vm/{hostname}/exec", self.exec, "Run a command in the node", "exec",
-                {200: Reply("NDJSON ExecStreamRecords, or one ExecResult when buffered", media="application/x-ndjson"),
+                {200: Reply("NDJSON ExecStreamRecords, or one ExecResult (JSON) when buffered",
+                            media="application/x-ndjson", also=("application/json",)),
                  201: Reply("background=true: the exec started", BackgroundStarted),
                  400: Reply("Bad input (no cmd, bad uid/gid/env/permissions/booleans, unknown cwd)", ErrorResponse),
                  404: Reply("No such node", ErrorResponse),

@@ -45,6 +45,14 @@ def _schema(kind: Any, components: dict[str, Any]) -> tuple[dict[str, Any], bool
     return dict(_SCALARS.get(kind, {})), False
 
 
+def _or_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` or ``null``."""
+    kind = schema.get("type")
+    if isinstance(kind, str) and "enum" not in schema:
+        return {**schema, "type": [kind, "null"]}
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
 def model_schema(model: type, components: dict[str, Any]) -> str:
     """Add ``model`` (an attrs class) to ``components`` and return its name."""
     name = model.__name__
@@ -57,7 +65,9 @@ def model_schema(model: type, components: dict[str, Any]) -> str:
     for field in attrs.fields(model):
         schema, nullable = _schema(hints[field.name], components)
         # Constraints the input parser enforces beyond the type (see models/fields.py).
-        properties[field.name] = {**schema, **field.metadata.get("schema", {})}
+        schema = {**schema, **field.metadata.get("schema", {})}
+        # An optional field may be null: the input parsers take null as "not given".
+        properties[field.name] = _or_null(schema) if nullable else schema
         if field.default is attrs.NOTHING and not nullable:
             required.append(field.name)
     components[name] = {
@@ -108,7 +118,7 @@ def _operation(route: Route, method: str, components: dict[str, Any]) -> dict[st
                 reply.media or "application/json": {"schema": {"type": "array", "items": ref} if reply.array else ref}
             }
         elif reply.media is not None:
-            entry["content"] = {reply.media: {"schema": {"type": "string"}}}
+            entry["content"] = {media: {"schema": _unmodelled(media)} for media in (reply.media, *reply.also)}
         responses[str(status)] = entry
     error_ref = {"$ref": f"#/components/schemas/{model_schema(ErrorResponse, components)}"}
     responses["default"] = {
@@ -119,6 +129,28 @@ def _operation(route: Route, method: str, components: dict[str, Any]) -> dict[st
         operation["security"] = [{"bearer": []}]
     operation["responses"] = responses
     return operation
+
+
+#: One Server-Sent Event as the OpenAPI 3.1 readers take the schema of an
+#: event stream: an object per event, whose ``data`` is one line of JSON.
+SSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "event": {"type": "string"},
+        "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": {"type": "object"}},
+    },
+    "required": ["data"],
+}
+
+
+def _unmodelled(media: str) -> dict[str, Any]:
+    """The schema of a body of ``media`` that has no model: what a reader can check of it."""
+    if media == "text/event-stream":
+        return SSE_EVENT
+    if media == "application/json":
+        return {"type": "object"}
+    return {"type": "string"}
 
 
 def _path_names(path: str) -> list[str]:

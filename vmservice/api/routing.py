@@ -42,12 +42,15 @@ class Reply:
     :ivar model: an attrs class for a JSON body, ``None`` for no body.
     :ivar array: the body is a JSON array of ``model``.
     :ivar media: the content type when the body is not JSON.
+    :ivar also: other content types the same status may have (a buffered
+        exec's JSON beside the streamed NDJSON), without a model.
     """
 
     description: str
     model: type | None = None
     array: bool = False
     media: str | None = None
+    also: tuple[str, ...] = ()
 
 
 @frozen
