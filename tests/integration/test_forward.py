@@ -147,7 +147,10 @@ class ForwardTests(SharedGuestTestCase):
         process = subprocess.Popen(
             [vmctl, "--url", f"http://127.0.0.1:{self.daemon.port}", "forward", "demo-1", "0:127.0.0.1:8000",
              "127.0.0.1:0:127.0.0.1:1"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            # Ctrl-C's SIGINT at its default action, as in a terminal: a test run started in the
+            # background of a script has it ignored, and vmctl (rightly) keeps it so.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         self.addCleanup(lambda: process.poll() is not None or (process.kill(), process.wait()))
         assert process.stdout is not None
         first = process.stdout.readline().decode()

@@ -501,8 +501,9 @@ def _child(
 #: Signals the child gets back at their default action: the agent ignores
 #: SIGPIPE and SIGXFSZ (as every Python program does) and handles the others;
 #: SIGINT and SIGQUIT may come ignored from whatever started the agent (a
-#: shell's background job).
-_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGCHLD)
+#: shell's background job), SIGHUP too (``nohup``).
+_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGCHLD,
+                    signal.SIGHUP)
 
 
 def _identity_is_set(spec: ExecSpec) -> bool:
