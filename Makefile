@@ -12,7 +12,7 @@ IMAGE_DIR ?= $(or $(VMSERVICE_IMAGE_DIR),/var/cache/vmservice/images)
 APT_PACKAGES := qemu-system-x86 qemu-utils e2fsprogs lz4 cpio kmod dpkg apt iproute2 nftables tmux openssh-client
 export VMSERVICE_IMAGE_DIR := $(IMAGE_DIR)
 
-.PHONY: install apt venv image run typecheck check test-unit test-integration test bench clean
+.PHONY: install apt venv image run typecheck check test-unit test-integration test fuzz bench clean
 
 install: apt venv image
 
@@ -81,7 +81,19 @@ test: install
 	steps=""; $(BIN)/mypy || { status=1; steps="mypy"; }; \
 	$(TRIAL) $(UNIT_TESTS) 2>&1 | tee -a .trial-output.log || status=1; \
 	$(INTEGRATION) 2>&1 | tee -a .trial-output.log || status=1; \
+	$(FUZZ) --max-examples $(TEST_FUZZ_EXAMPLES) --max-time $(TEST_FUZZ_TIME) || { status=1; steps="$$steps fuzz"; }; \
 	$(BIN)/python tests/summary.py .trial-output.log $$steps; rm -f .trial-output.log; exit $$status
+
+# Schemathesis against the served OpenAPI document, a real daemon (auth on) and a real guest
+# (tests/fuzzing.py): `make fuzz` runs longer than the bounded pass `make test` makes.
+FUZZ_SEED ?= 1
+FUZZ := $(BIN)/python tests/fuzzing.py --seed $(FUZZ_SEED)
+FUZZ_EXAMPLES ?= 25
+TEST_FUZZ_EXAMPLES ?= 3
+TEST_FUZZ_TIME ?= 180
+
+fuzz: install
+	$(FUZZ) --max-examples $(FUZZ_EXAMPLES)
 
 bench: install
 	$(BIN)/python bench/limits.py

@@ -3,8 +3,8 @@ Turn trial's closing lines into the plain ``N passed, N failed`` line that
 CI reads, e.g. ``FAILED (failures=1, errors=2, successes=40, skips=1)`` ->
 ``40 passed, 3 failed, 1 skipped``.  ``make test`` runs trial twice (unit
 tests, then integration tests): the counts of every run are added up.  Steps
-named after the file (``mypy``) failed before the tests and count as one
-failure each.
+named after the file (``mypy`` before the tests, ``fuzz`` after them) failed
+and count as one failure each.
 
     python tests/summary.py TRIAL_OUTPUT_FILE [FAILED_STEP ...]
 """
@@ -31,7 +31,7 @@ def summary(text: str, failed_steps: tuple[str, ...] = ()) -> str | None:
     if counts["skips"]:
         line += f", {counts['skips']} skipped"
     if failed_steps:
-        line += f" (failed before the tests: {', '.join(failed_steps)})"
+        line += f" (failed steps: {', '.join(failed_steps)})"
     return line
 
 

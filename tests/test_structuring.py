@@ -60,7 +60,11 @@ class StrictConverterTests(SynchronousTestCase):
 
     @given(st.one_of(st.integers(), st.text(), st.booleans(), st.floats(allow_nan=False), st.none()))
     def test_integers_only_from_integers(self, value: object) -> None:
-        """An integer field accepts exactly the integers (never a boolean, a string or a float)."""
+        """
+        An integer field accepts exactly the integers, a JSON number such as 2.0 included (JSON has one
+        number type), never a boolean, a string or a number with a fraction.
+        """
         problems = _problems({"name": "a", "inner": [{"port": value}]})
-        accepted = isinstance(value, int) and not isinstance(value, bool)
+        accepted = (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and value.is_integer())
         self.assertEqual(problems == [], accepted)

@@ -25,5 +25,5 @@ class SummaryTests(SynchronousTestCase):
         self.assertEqual(summary(text), "15 passed, 1 failed, 2 skipped")
 
     def test_failed_steps(self) -> None:
-        """A step that failed before the tests (mypy) counts as a failure and is named."""
-        self.assertEqual(summary("PASSED (successes=3)\n", ("mypy",)), "3 passed, 1 failed (failed before the tests: mypy)")
+        """A step that failed beside the tests (mypy, fuzz) counts as a failure and is named."""
+        self.assertEqual(summary("PASSED (successes=3)\n", ("mypy", "fuzz")), "3 passed, 2 failed (failed steps: mypy, fuzz)")

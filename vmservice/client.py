@@ -1599,7 +1599,7 @@ class Client:
         uid: int | None = None, gid: int | None = None,
     ) -> None:
         """
-        Change secret ``name`` (``PATCH /secrets/{name}``): only what is
+        Change secret ``name`` (``PATCH /secrets/{secret}``): only what is
         given; running nodes that hold it get the change at once.
 
         :raise ApiError: 404 (``secret_not_found``) when there is none.
@@ -1610,7 +1610,7 @@ class Client:
 
     async def delete_secret(self, name: str) -> None:
         """
-        Delete secret ``name`` (``DELETE /secrets/{name}``); running nodes
+        Delete secret ``name`` (``DELETE /secrets/{secret}``); running nodes
         that hold it lose its file.
 
         :raise ApiError: 404 (``secret_not_found``) when there is none.

@@ -64,6 +64,8 @@ def describe(value: object) -> str:
 def _structure_int(value: object, _type: object) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # JSON has one number type: 2.0 is the integer 2 (as JSON Schema says)
     raise BadValue(f"expected an integer, got {describe(value)}")
 
 

@@ -49,6 +49,10 @@ def _pattern_values(pattern: str) -> st.SearchStrategy[str]:
 
 def _values(schema: dict[str, Any]) -> st.SearchStrategy[str]:
     """Query values valid by ``schema``, as text."""
+    if "anyOf" in schema:
+        return st.one_of([_values(choice) for choice in schema["anyOf"]])
+    if schema.get("type") == "string" and schema.get("maxLength") == 0:
+        return st.just("")
     if schema.get("type") == "boolean":
         return st.sampled_from(["true", "false"])
     if schema.get("type") == "integer":
@@ -90,6 +94,8 @@ def _harness(case: SynchronousTestCase) -> tuple[FleetHarness, Api]:
 
 def _accepts_empty(schema: dict[str, Any]) -> bool:
     """Whether the empty string is valid by ``schema``."""
+    if "anyOf" in schema:
+        return any(_accepts_empty(choice) for choice in schema["anyOf"])
     if schema.get("type", "string") != "string":
         return False
     if "enum" in schema:
@@ -204,7 +210,7 @@ class MalformedInputTests(SynchronousTestCase):
         ``route``'s path with valid values, but ``segment`` in place of
         placeholder ``at`` (of every placeholder when ``at`` is None).
         """
-        values = {"hostname": "demo-1", "node": "demo-1", "name": "demo", "exec_id": "ex_00"}
+        values = {"hostname": "demo-1", "node": "demo-1", "name": "demo", "secret": "demo", "exec_id": "ex_00"}
         path = route.path
         for name, value in values.items():
             chosen = segment if segment is not None and at in (None, name) else value

@@ -5,6 +5,7 @@ that are mounted, and every model it references.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import re
@@ -156,3 +157,43 @@ class ContentTests(SynchronousTestCase):
         create = schemas["CreateSecretRequest"]["properties"]
         self.assertEqual(create["gid"]["type"], ["integer", "null"])
         self.assertNotIn("null", json.dumps(schemas["Secret"]["properties"]["gid"]))
+
+
+class PatternAgreementTests(SynchronousTestCase):
+    """Where the document states a value's form as a pattern, it says what the parser takes, no more, no less."""
+
+    @given(st.one_of(
+        st.text(max_size=40),
+        st.builds(lambda h, p: f"{h}:{p}", st.text(max_size=12), st.integers(-5, 70000)),
+        st.builds(lambda h, p: f"[{h}]:{p}", st.text("0123456789abcdef:.", max_size=12), st.integers(0, 65536)),
+        st.builds(lambda p: f"unix:{p}", st.text(max_size=120)),
+    ))
+    def test_upstream(self, text: str) -> None:
+        import re
+
+        from vmservice.api.forwarding import UPSTREAM_PATTERN
+        from vmservice.nodes.guest_tunnel import ForwardRequest
+
+        try:
+            ForwardRequest.parse(text)
+            parsed = True
+        except ValueError:
+            parsed = False
+        if text.startswith("unix:") and len(text[5:].encode("utf-8", "surrogateescape")) > len(text[5:]):
+            return  # a pattern counts characters, the kernel bytes: a non-ASCII path near the limit may differ
+        self.assertEqual(re.fullmatch(UPSTREAM_PATTERN, text) is not None, parsed, text)
+
+    @given(st.one_of(st.text(max_size=24), st.binary(max_size=18).map(lambda b: base64.b64encode(b).decode()),
+                     st.text("QUJDRA=\n \t", max_size=24)))
+    def test_base64(self, text: str) -> None:
+        import re
+
+        from vmservice.api.inputs.secrets import _secret_content
+        from vmservice.api.models.secrets import BASE64_PATTERN
+
+        try:
+            _secret_content({"data": text})
+            parsed = True
+        except BadRequest:
+            parsed = False
+        self.assertEqual(re.fullmatch(BASE64_PATTERN, text) is not None, parsed, text)

@@ -256,7 +256,7 @@ class SecretRouteTests(ApiTestCase):
         """The document describes the four routes and the Secret model, with no example anywhere."""
         document = openapi_document(self.routes)
         self.assertEqual(set(document["paths"]["/secrets"]), {"get", "post"})
-        self.assertEqual(set(document["paths"]["/secrets/{name}"]), {"patch", "delete"})
+        self.assertEqual(set(document["paths"]["/secrets/{secret}"]), {"patch", "delete"})
         schemas = document["components"]["schemas"]
         self.assertEqual(sorted(schemas["Secret"]["properties"]),
                          ["gid", "mod_time", "modified_at", "name", "permissions", "size", "uid"])

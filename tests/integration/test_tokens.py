@@ -125,8 +125,8 @@ class AuditTests(SynchronousTestCase):
         lines = self.lines()
         self.assertEqual([(line["method"], line["route"], line["target"], line["status"]) for line in lines], [
             ("POST", "/secrets", {}, 201),
-            ("PATCH", "/secrets/{name}", {"name": "db"}, 200),
-            ("DELETE", "/secrets/{name}", {"name": "db"}, 200),
+            ("PATCH", "/secrets/{secret}", {"secret": "db"}, 200),
+            ("DELETE", "/secrets/{secret}", {"secret": "db"}, 200),
             ("POST", "/secrets", {}, 401),
         ])
         self.assertTrue(str(lines[0]["token"]).startswith("sha256:"))

@@ -65,7 +65,8 @@ def _path_value(name: str, value: str) -> None:
     try:
         PATH_KINDS[name].parse(name, value)
     except BadRequest as error:
-        code = "invalid_hostname" if name in ("hostname", "node") else "invalid_path"
+        code = {"hostname": "invalid_hostname", "node": "invalid_hostname",
+                "secret": "invalid_secret_name"}.get(name, "invalid_path")
         raise BadRequest(f"invalid {name} {value!r} in the path", code=code) from error
 
 

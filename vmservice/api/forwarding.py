@@ -46,6 +46,11 @@ from .routing import Reply, Route
 
 log = Logger()
 
+#: What an upstream may be, as the document says it (and ``ForwardRequest.parse`` reads it):
+#: ``unix:/path`` (at most 107 bytes), or a host (a name, an address, ``[v6]``) and a port from 1 to 65535.
+UPSTREAM_PATTERN = (r"unix:/[^\x00]{0,106}|(?:\[[^\s\x00/\[\]]+\]|[^\s\x00/\[\]]{1,253})"
+                    r":(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])")
+
 #: The header existing clients name the upstream with.
 UPSTREAM_HEADER = b"x-inlets-upstream"
 
@@ -66,7 +71,8 @@ WebSocketHandler = Callable[[Request, str, ForwardRequest], Awaitable["bytes | I
 class ForwardQuery:
     """The query of a tunnel (see docs/api.md)."""
 
-    upstream: Optional[str] = param(Text(1), "The upstream in the guest, host:port or unix:/path, when the "
+    upstream: Optional[str] = param(Text(1, UPSTREAM_PATTERN, "host:port (port 1 to 65535) or unix:/path",
+                                         code="invalid_upstream"), "The upstream in the guest, host:port or unix:/path, when the "
                                              "X-Inlets-Upstream header does not name it")
 
 

@@ -76,6 +76,8 @@ def model_schema(model: type, components: dict[str, Any]) -> str:
         "properties": properties,
         "required": required,
         "additionalProperties": False,
+        # Rules between fields the parser enforces (e.g. one field or another, not both).
+        **getattr(model, "__json_schema__", {}),
     }
     return name
 
@@ -94,6 +96,9 @@ def _operation(route: Route, method: str, components: dict[str, Any]) -> dict[st
         schema = kind.schema()
         if repeated:
             schema = {"type": "array", "items": schema, **({"minItems": 1} if required else {})}
+        elif kind.empty_is_absent and not required:
+            # ``name=`` is taken as not given (the default), as HTML forms send an empty field.
+            schema = {"anyOf": [schema, {"type": "string", "maxLength": 0}]}
         parameters.append(
             {"name": name, "in": "query", "required": required, "description": description,
              "schema": schema, **({"explode": True} if repeated else {})}

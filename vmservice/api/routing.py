@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable
 from attrs import field, frozen
 from twisted.web.resource import IResource
 
-from ..nodes.model import HOSTNAME_PATTERN
+from ..nodes.model import HOSTNAME_PATTERN, SECRET_NAME_PATTERN
 from .inputs.bodies import MAX_JSON_BODY
 from .query import Kind, NoQuery, Text
 
@@ -26,6 +26,7 @@ PATH_KINDS: dict[str, Kind] = {
     "hostname": Text(1, HOSTNAME_PATTERN, "a hostname (lowercase letters, digits and '-')"),
     "node": Text(1, HOSTNAME_PATTERN, "a hostname (lowercase letters, digits and '-')"),
     "name": Text(1),
+    "secret": Text(1, SECRET_NAME_PATTERN, "a secret's name"),
     "exec_id": Text(1, r"[A-Za-z0-9_-]{1,64}", "an exec id (ex_ and hexadecimal digits)"),
 }
 

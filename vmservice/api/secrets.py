@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.api.test_secrets -*-
 """
 The secrets store over HTTP: ``GET``/``POST /secrets``, ``PATCH``/``DELETE
-/secrets/{name}``.
+/secrets/{secret}``.
 
 Thin: the body is parsed by :mod:`.inputs.secrets`, the store
 (:class:`vmservice.secretstore.SecretStore`) checks names and limits and says
@@ -91,12 +91,12 @@ class SecretsApi:
                   {201: Reply("Stored (no body)"), 400: _BAD,
                    409: Reply("A secret of that name exists (secret_exists)", ErrorResponse), 500: _FAILED},
                   body=CreateSecretRequest, stream_body=True, max_body=MAX_SECRET_BODY),
-            Route("PATCH", "/secrets/{name}", self.update,
+            Route("PATCH", "/secrets/{secret}", self.update,
                   "Change a secret's content or attributes; running nodes that hold it get it at once", "secrets",
                   {200: Reply("Changed (no body)"), 400: _BAD,
                    404: Reply("No such secret (secret_not_found)", ErrorResponse), 500: _FAILED},
                   body=UpdateSecretRequest, stream_body=True, max_body=MAX_SECRET_BODY),
-            Route("DELETE", "/secrets/{name}", self.delete,
+            Route("DELETE", "/secrets/{secret}", self.delete,
                   "Delete a secret; running nodes that hold it lose its file", "secrets",
                   {200: Reply("Deleted (no body)"), 400: _BAD,
                    404: Reply("No such secret (secret_not_found)", ErrorResponse), 500: _FAILED}),
@@ -110,11 +110,11 @@ class SecretsApi:
         self._store.create(secret_create(request))
         return _empty(request, 201)
 
-    async def update(self, request: IRequest, query: NoQuery, name: str) -> bytes:
+    async def update(self, request: IRequest, query: NoQuery, secret: str) -> bytes:
         await _read_body(request, MAX_SECRET_BODY)
-        self._store.update(name, secret_update(request))
+        self._store.update(secret, secret_update(request))
         return _empty(request, 200)
 
-    async def delete(self, request: IRequest, query: NoQuery, name: str) -> bytes:
-        self._store.delete(name)
+    async def delete(self, request: IRequest, query: NoQuery, secret: str) -> bytes:
+        self._store.delete(secret)
         return _empty(request, 200)

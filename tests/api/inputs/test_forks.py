@@ -38,7 +38,7 @@ class ForkInputTests(SynchronousTestCase):
     def test_bad_count_types(self, count: Any) -> None:
         """Anything but an integer (or null) as the count is 400 invalid_body."""
         if isinstance(count, float) and count.is_integer():
-            count = count + 0.5
+            count = 0.5  # 2.0 is the integer 2
         error = self.assertRaises(BadRequest, fork_request, dummy_request({"count": count}))
         self.assertEqual(error.code, "invalid_body")
 

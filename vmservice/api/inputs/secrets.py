@@ -14,7 +14,7 @@ from twisted.web.iweb import IRequest
 
 from ...errors import BadRequest
 from ...secretstore import DEFAULT_PERMISSIONS, MAX_SECRET_SIZE, SecretChange, SecretSpec
-from ..models.secrets import CreateSecretRequest, UpdateSecretRequest
+from ..models.secrets import BASE64_PATTERN, CreateSecretRequest, UpdateSecretRequest
 from .bodies import json_object, structure
 
 
@@ -40,6 +40,8 @@ def _secret_content(raw: dict[str, Any]) -> bytes | None:
     if len(text) > MAX_SECRET_BODY:
         raise BadRequest(f"field 'data' holds more than {MAX_SECRET_SIZE} bytes", code="secret_too_large")
     try:
+        if re.fullmatch(BASE64_PATTERN, value) is None:  # what the document says (b64decode takes "QUJD=")
+            raise binascii.Error("not the document's base64")
         data = base64.b64decode(text.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError):
         raise BadRequest("field 'data' is not valid base64", code="invalid_base64") from None
@@ -92,7 +94,7 @@ def secret_create(request: IRequest) -> SecretSpec:
 
 def secret_update(request: IRequest) -> SecretChange:
     """
-    Parse the body of ``PATCH /secrets/{name}``: any of ``data`` (base64),
+    Parse the body of ``PATCH /secrets/{secret}``: any of ``data`` (base64),
     ``permissions``, ``uid`` and ``gid``; absent or ``null`` ones stay as
     they are (an empty body changes nothing).
 

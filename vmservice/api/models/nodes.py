@@ -7,6 +7,7 @@ console's tail, the agent's health and tags.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any, ClassVar
 
 from attrs import field, frozen
 
@@ -219,6 +220,14 @@ class TagsUpdate:
     add: list[str] | None = tag_list("Tags to append unless the node has them, in this order")
     remove: list[str] | None = tag_list("Tags to drop (those the node does not have are no matter)")
     replace: list[str] | None = tag_list("The node's tags from now on; not with add or remove")
+
+    #: ``replace`` (not null) alone, or ``add`` and/or ``remove`` (not null) without it.
+    __json_schema__: ClassVar[dict[str, Any]] = {"anyOf": [
+        {"required": ["replace"], "properties": {"replace": {"type": "array"}, "add": {"type": "null"},
+                                                 "remove": {"type": "null"}}},
+        {"required": ["add"], "properties": {"add": {"type": "array"}, "replace": {"type": "null"}}},
+        {"required": ["remove"], "properties": {"remove": {"type": "array"}, "replace": {"type": "null"}}},
+    ]}
 
 
 @frozen

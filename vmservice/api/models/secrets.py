@@ -18,6 +18,10 @@ from .fields import constrained
 _SECRET_ID = {"format": "uint32", "minimum": 0, "maximum": MAX_ID}
 
 
+#: Standard base64 with its padding; blanks and line breaks anywhere are ignored (as the parser does).
+_B64 = r"\s*[A-Za-z0-9+/]"
+BASE64_PATTERN = (f"^(?:{_B64}{_B64}{_B64}{_B64})*(?:{_B64}{_B64}\\s*=\\s*=|{_B64}{_B64}{_B64}\\s*=)?\\s*$")
+
 #: A secret's permission bits: octal text.
 _SECRET_PERMISSIONS = {"pattern": "^0?[0-7]{1,3}$", "description": "Octal permission bits, e.g. 0400 (at most 0777)"}
 
@@ -45,7 +49,7 @@ class CreateSecretRequest:
 
     name: str = field(metadata={"schema": {"pattern": f"^{SECRET_NAME_PATTERN}$"}})
     data: str = field(metadata={"schema": {
-        "contentEncoding": "base64", "description": f"The content, standard base64 (at most {MAX_SECRET_SIZE} bytes "
+        "contentEncoding": "base64", "pattern": BASE64_PATTERN, "description": f"The content, standard base64 (at most {MAX_SECRET_SIZE} bytes "
                                                    "once decoded)"}})
     permissions: str | None = constrained(_SECRET_PERMISSIONS)
     uid: int | None = constrained(_SECRET_ID)
@@ -54,10 +58,10 @@ class CreateSecretRequest:
 
 @frozen
 class UpdateSecretRequest:
-    """The body of ``PATCH /secrets/{name}``: what changes; absent fields stay as they are."""
+    """The body of ``PATCH /secrets/{secret}``: what changes; absent fields stay as they are."""
 
     data: str | None = constrained({
-        "contentEncoding": "base64", "description": f"The new content, standard base64 (at most {MAX_SECRET_SIZE} "
+        "contentEncoding": "base64", "pattern": BASE64_PATTERN, "description": f"The new content, standard base64 (at most {MAX_SECRET_SIZE} "
                                                    "bytes once decoded)"})
     permissions: str | None = constrained(_SECRET_PERMISSIONS)
     uid: int | None = constrained(_SECRET_ID)
