@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 #: The checkout the benchmarks belong to (the parent of ``bench/``).
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -166,16 +166,21 @@ def provenance(run: Run) -> dict[str, Any]:
     }
 
 
-def write_result(path: str, result: dict[str, Any], run: Run) -> None:
+def write_result(path: str, result: dict[str, Any], run: Run,
+                 describe: Callable[[Run], dict[str, Any]] = provenance) -> None:
     """
-    Write ``result`` with its provenance (``run``, see :func:`provenance`) as
-    indented JSON to ``path``, its directory made when missing: the only way
-    a benchmark writes its results file.  Call it as soon as the measurement
-    has ended: the load average after is read now.
+    Write ``result`` with its provenance as indented JSON to ``path``, its
+    directory made when missing: the only way a benchmark writes its results
+    file.  Call it as soon as the measurement has ended: the load average
+    after is read now.
+
+    :param run: what :func:`begin` returned before the measurement.
+    :param describe: makes the ``run`` entry from ``run`` (:func:`provenance`,
+        which asks git and QEMU; tests give their own).
     """
     if "run" in result:
         raise ValueError("a result's 'run' key is the recording's own")
-    record = {"run": provenance(run), **result}
+    record = {"run": describe(run), **result}
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(record, f, indent=2)
