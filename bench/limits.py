@@ -456,6 +456,7 @@ def measure_limits(rounds: int = 5, channel_mib: int = 256, pings: int = 200,
         "channel": channel,
         "agent_round_trip_s": real["agent_round_trip_s"],
         "real_guest_console": real["console"],
+        "real_guest_steps": step_times(_steps(real["console"])),
     }
 
 
@@ -467,6 +468,20 @@ def _steps(console: list[dict[str, Any]]) -> dict[str, float]:
         if line.startswith(("vmservice-init:", "vmservice-agent:")):
             steps.setdefault(" ".join(line.split()[:4]), float(entry["at_s"]))
     return steps
+
+
+def step_times(steps: dict[str, float]) -> dict[str, dict[str, float]]:
+    """
+    Each console step of one boot (:func:`_steps`) with when it arrived
+    (``at_s``, from QEMU's start) and how long it took since the step
+    before (``took_s``).
+    """
+    out: dict[str, dict[str, float]] = {}
+    previous = 0.0
+    for step, at in sorted(steps.items(), key=lambda item: item[1]):
+        out[step] = {"at_s": at, "took_s": at - previous}
+        previous = at
+    return out
 
 
 def image_pairs(before_dir: str, rounds: int, workdir: str | None = None) -> dict[str, Any]:
@@ -500,8 +515,13 @@ def image_pairs(before_dir: str, rounds: int, workdir: str | None = None) -> dic
                               "boot_floor_s": {"median": floor_median, "samples": floors}}
     for label, boots in samples.items():
         first = [float(sample["agent_first_byte_s"]) for sample in boots]
+        took: dict[str, list[float]] = {}
+        for sample in boots:
+            for step, times in step_times(sample["steps"]).items():
+                took.setdefault(step, []).append(times["took_s"])
         result[label] = {"agent_first_byte_s": {"median": statistics.median(first), "samples": first},
                          "ratio_over_floor": statistics.median(first) / floor_median,
+                         "step_took_s": {step: statistics.median(values) for step, values in took.items()},
                          "boots": boots}
     return result
 
