@@ -12,15 +12,17 @@ The marker is an HTML comment, invisible once rendered.  The figure is the
 number just before it, with its unit, possibly in bold (``**1.80×**``): a
 range ``4.5–6.5 s`` cites a list (its smallest and largest item).  The unit
 shown says how the stored value is scaled, by what the key's name says it
-holds (``_s`` seconds, ``_ms``, ``_bytes``, ``_kib``, ``_mb_per_s``,
-``_cores``, ``ratio_``...): ``ms`` of a ``_s`` key is 1000 times its value,
+holds (``_s`` seconds, ``_ms``, ``bytes``, ``kib``, ``mb_per_s``,
+``cores``, ``ratio_``...): ``ms`` of a ``_s`` key is 1000 times its value,
 ``MiB`` of a ``_bytes`` key its value over 2**20, and so on.  A figure keeps
 the number of decimals it is shown with.
 
 Figures no results file holds are inside a block that says so, between
 ``<!-- unrecorded -->`` and ``<!-- /unrecorded -->``; outside such blocks
-every figure with a unit of time, speed or ratio (``s``, ``ms``, ``MB/s``,
-``×``) carries a marker (:func:`unmarked`).
+every figure with a unit of time, speed, ratio or share (``s``, ``ms``,
+``MB/s``, ``×``, ``%``) and every decimal number that is no size or version
+carries a marker (:func:`unmarked`); a target is written ``≤ 3×`` or
+``≥ 0.8``.
 
     .venv/bin/python bench/publish.py           # rewrite the figures from bench/results/, list those that changed
     .venv/bin/python bench/publish.py --check   # exit 1 if a figure differs from its file, or is unmarked
@@ -53,15 +55,18 @@ FIGURE = re.compile(
     rf"(?(bold)\*\*)$")
 UNRECORDED = re.compile(r"<!-- unrecorded -->.*?<!-- /unrecorded -->", re.S)
 CODE = re.compile(r"^```.*?^```", re.S | re.M)
-#: A measured figure anywhere in the text: a number with a unit of time, speed or ratio.
-MEASURED = re.compile(rf"(?<![\w.=/-])(?:\*\*)?{_NUMBER}(?:–{_NUMBER})?(?: ?(?:ms|s|MB/s)\b| ?×)(?:\*\*)?")
+#: A measured figure anywhere in the text: a number with a unit of time, speed, ratio or share, or a
+#: decimal number without a unit (a ratio, a load average); not a size, nor a version (QEMU 7.2).
+MEASURED = re.compile(
+    rf"(?<![\w.=/-])(?<!QEMU )(?<!Python )(?<!python)(?<!bash )(?<![≤≥] )(?:\*\*)?"
+    rf"(?:{_NUMBER}(?:–{_NUMBER})?(?: ?(?:ms|µs|s|MB/s)\b| ?×| ?%)|\d+\.\d+(?:–\d+\.\d+)?(?![\w.]| ?[KMG]i?B\b))"
+    rf"(?:\*\*)?")
 
 #: Segments of a key path that say which statistic, not what is measured.
 _STATISTICS = {"median", "p50", "p95", "max", "min", "mean", "samples"}
-#: What a key's name says its value is, by suffix (the longest first).
-_KINDS = (("_mb_per_s", "MB/s"), ("_mb_s", "MB/s"), ("mb_per_s", "MB/s"), ("_seconds", "s"), ("_ms", "ms"),
-          ("_us", "µs"), ("_s", "s"), ("_bytes", "bytes"), ("_kib", "KiB"), ("_mib", "MiB"), ("_cores", "cores"),
-          ("_percent", "%"), ("_per_node", "count"))
+#: What a key's name says its value is, by the words of its name (``_``-separated), the first found.
+_KINDS = (("bytes", "bytes"), ("kib", "KiB"), ("mib", "MiB"), ("cores", "cores"), ("percent", "%"),
+          ("ms", "ms"), ("us", "µs"), ("seconds", "s"), ("s", "s"))
 #: How a value of a kind is shown in a unit: the factor it is multiplied by.
 _SCALES: dict[tuple[str, str], float] = {
     ("s", "s"): 1, ("s", "ms"): 1e3, ("s", "µs"): 1e6, ("ms", "ms"): 1, ("ms", "s"): 1e-3, ("µs", "µs"): 1,
@@ -77,14 +82,21 @@ class FigureError(Exception):
 
 
 def kind_of(path: list[str]) -> str:
-    """What the value at ``path`` holds, by the last segment whose name says so (``ratio`` or ``count`` else)."""
+    """
+    What the value at ``path`` holds, by the last segment whose name says
+    so: ``ratio`` for a name that starts so, MB/s for one with ``mb_per_s``
+    or ``mb_s``, else by its words (:data:`_KINDS`); ``count`` when none does.
+    """
     for segment in reversed(path):
         if segment in _STATISTICS or segment.isdigit():
             continue
         if segment.startswith("ratio"):
             return "ratio"
-        for suffix, kind in _KINDS:
-            if segment.endswith(suffix):
+        if re.search(r"(^|_)mb_(per_)?s($|_)", segment):
+            return "MB/s"
+        words = segment.lower().split("_")
+        for word, kind in _KINDS:
+            if word in words:
                 return kind
     return "count"
 
@@ -179,9 +191,8 @@ def rewrite(text: str, found: list[Figure]) -> str:
 
 def unmarked(text: str) -> list[tuple[int, str]]:
     """
-    The measured figures of ``text`` (numbers in ``s``, ``ms``, ``MB/s`` or
-    ``×``) without a marker, outside code blocks and unrecorded blocks: line
-    numbers and figures.
+    The measured figures of ``text`` (:data:`MEASURED`) without a marker,
+    outside code blocks and unrecorded blocks: line numbers and figures.
     """
     blank = text
     for block in (CODE, UNRECORDED, MARKER):

@@ -76,7 +76,7 @@ class PublishedFigureTests(SynchronousTestCase):
         """Each unrecorded block tells the reader, in its rendered text, that no results file holds its figures."""
         for document in publish.DOCUMENTS:
             for block in publish.UNRECORDED.finditer(_read(document)):
-                self.assertIn("no results file", block[0].replace("\n", " "), document)
+                self.assertIn("no results file", block[0].replace("\n", " ").lower(), document)
 
     def test_named_results_exist(self) -> None:
         """Every ``bench/results/NAME.json`` the documents name exists."""
