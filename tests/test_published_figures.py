@@ -142,13 +142,15 @@ class FigureTests(SynchronousTestCase):
 
     def test_unmarked(self) -> None:
         """
-        Figures in s, ms, MB/s or × need a marker, except in code and in
-        unrecorded blocks; sizes and counts do not.
+        Figures in s, ms, MB/s, × or % and decimals need a marker, except in
+        code and in unrecorded blocks; sizes, counts, versions and targets
+        do not.
         """
         text = ("a 5.88 s<!-- figure: b.json#boot_s.median --> and 6.00 s, **1.8×**, 19.8 MB/s, 4–6 ms\n"
-                "256 MiB, 16 nodes, tb-size=64\n"
+                "256 MiB, 2.8 MiB, 16 nodes, tb-size=64, QEMU 7.2, 127.0.0.1, target ≤ 1.3×, ratio 0.84, 3 %\n"
                 "<!-- unrecorded -->\nno results file: 3.14 s\n<!-- /unrecorded -->\n```\nsleep 2 s\n```\n")
-        self.assertEqual(publish.unmarked(text), [(1, "6.00 s"), (1, "**1.8×**"), (1, "19.8 MB/s"), (1, "4–6 ms")])
+        self.assertEqual(publish.unmarked(text), [(1, "6.00 s"), (1, "**1.8×**"), (1, "19.8 MB/s"), (1, "4–6 ms"),
+                                                  (2, "0.84"), (2, "3 %")])
 
 
 class RecordingTests(SynchronousTestCase):
