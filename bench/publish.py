@@ -234,8 +234,8 @@ def main() -> None:
         changed = [figure for figure in found if figure.shown != figure.expected]
         for figure in changed:
             print(f"{document}:{figure.line}: {figure.shown} -> {figure.expected} ({figure.source})")
-        for line, figure in unmarked(text):
-            print(f"{document}:{line}: {figure} cites no results file (mark it, or put it in an unrecorded block)")
+        for line, shown in unmarked(text):
+            print(f"{document}:{line}: {shown} cites no results file (mark it, or put it in an unrecorded block)")
             failed = True
         if changed and not options.check:
             with open(path, "w") as f:
