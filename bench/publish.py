@@ -13,8 +13,10 @@ number just before it, with its unit, possibly in bold (``**1.80×**``): a
 range ``4.5–6.5 s`` cites a list (its smallest and largest item).  The unit
 shown says how the stored value is scaled, by what the key's name says it
 holds (``_s`` seconds, ``_ms``, ``bytes``, ``kib``, ``mb_per_s``,
-``cores``, ``ratio_``...): ``ms`` of a ``_s`` key is 1000 times its value,
-``MiB`` of a ``_bytes`` key its value over 2**20, and so on.  A figure keeps
+``cores``, ``ratio_``...; a marker ending ``as count`` says so where the
+name cannot, ``#health_s.within_1s as count``): ``ms`` of a ``_s`` key is
+1000 times its value, ``MiB`` of a ``_bytes`` key its value over 2**20, and
+so on.  A figure keeps
 the number of decimals it is shown with.
 
 Figures no results file holds are inside a block that says so, between
@@ -46,7 +48,7 @@ RESULTS = os.path.join(ROOT, "bench", "results")
 #: The documents whose figures are published from results files.
 DOCUMENTS = ("README.md", os.path.join("docs", "performance.md"))
 
-MARKER = re.compile(r"<!-- figure: (?P<file>[\w.-]+\.json)#(?P<path>[^>]*?) -->")
+MARKER = re.compile(r"<!-- figure: (?P<file>[\w.-]+\.json)#(?P<path>[^>]*?)(?: as (?P<kind>[\w/%]+))? -->")
 _NUMBER = r"\d+(?:\.\d+)?"
 _UNITS = r"ms|µs|s|MB/s|MiB|KiB|GiB|MB|GB|×|%"
 #: The figure a marker follows: a number or a range, its unit, in bold or not.
@@ -142,10 +144,14 @@ def _format(number: str, value: float) -> str:
     return f"{value:.{decimals}f}"
 
 
-def expected_figure(match: re.Match[str], value: Any, path: list[str]) -> str:
-    """The figure ``match`` shows, with its numbers taken from ``value`` (a list for a range)."""
+def expected_figure(match: re.Match[str], value: Any, path: list[str], kind: str | None = None) -> str:
+    """
+    The figure ``match`` shows, with its numbers taken from ``value`` (a list
+    for a range), a value of ``kind`` (by default what ``path`` says,
+    :func:`kind_of`).
+    """
     unit = match["unit"] or ""
-    kind = kind_of(path)
+    kind = kind or kind_of(path)
     scale = _SCALES.get((kind, unit))
     if scale is None:
         raise FigureError(f"a value of {'.'.join(path)} ({kind}) cannot be shown in {unit or 'no unit'!r}")
@@ -174,7 +180,7 @@ def figures(document: str, text: str, load: Callable[[str], dict[str, Any]]) -> 
         path = marker["path"].split(".")
         try:
             value = lookup(load(marker["file"]), path)
-            expected = expected_figure(match, value, path)
+            expected = expected_figure(match, value, path, marker["kind"])
         except (FigureError, OSError, ValueError) as error:
             raise FigureError(f"{where}: {marker['file']}#{marker['path']}: {error}") from error
         found.append(Figure(document, line, match.start(), match.end(), match[0], expected,

@@ -127,6 +127,15 @@ class FigureTests(SynchronousTestCase):
                            "38 KiB<!-- figure: b.json#rss_kib -->")
         self.assertEqual([f.expected for f in found], ["3.0 MiB", "3.1 MB", "38 KiB"])
 
+    def test_kind_named(self) -> None:
+        """A marker ending ``as KIND`` says what the value is where its key's name says otherwise."""
+        results = {"d.json": {"health_s": {"within_1s": 16}}}
+        [figure] = publish.figures("doc.md", "all 16<!-- figure: d.json#health_s.within_1s as count -->",
+                                   _results(results))
+        self.assertEqual((figure.expected, figure.source), ("16", "d.json#health_s.within_1s"))
+        self.assertRaises(publish.FigureError, publish.figures, "doc.md",
+                          "all 16<!-- figure: d.json#health_s.within_1s -->", _results(results))
+
     def test_unit_mismatch(self) -> None:
         """A unit the key's value cannot be shown in is an error, not a guess."""
         self.assertRaises(publish.FigureError, self.check, "5.88 MB/s<!-- figure: b.json#boot_s.median -->")
