@@ -95,17 +95,29 @@ TEST_FUZZ_TIME ?= 180
 fuzz: install
 	$(FUZZ) --max-examples $(FUZZ_EXAMPLES)
 
+# Every benchmark, one after another (each boots its own guests; none beside another), each writing
+# its bench/results/*.json through bench/recording.py (the commit, the load average before and after,
+# the machine); then the figures README.md and docs/performance.md cite are rewritten from those files
+# (bench/publish.py lists what changed: re-read the sentences around them).  Not here, as they compare
+# with an earlier build: limits.py --pairs-against DIR, and warm.py and netlink.py with --before DIR.
+# Not benchmarks: exec_spawn_probe.py (runs in a guest), earlier.py, recording.py, publish.py.
 bench: install
 	$(BIN)/python bench/limits.py
 	$(BIN)/python bench/boot.py
 	$(BIN)/python bench/channel.py
-	$(BIN)/python bench/exec_spawn.py
+	$(BIN)/python bench/channel.py --parts cp --rounds 3 --cp-mib 256
+	$(BIN)/python bench/exec_spawn.py --api
 	$(BIN)/python bench/density.py
 	$(BIN)/python bench/suspend.py
 	$(BIN)/python bench/network.py
 	$(BIN)/python bench/warm.py
 	$(BIN)/python bench/admission.py
 	$(BIN)/python bench/idle.py
+	$(BIN)/python bench/stats.py
+	$(BIN)/python bench/tunnel.py
+	$(BIN)/python bench/netlink.py
+	$(BIN)/python bench/restart.py
+	$(BIN)/python bench/publish.py
 
 clean:
 	rm -rf $(VENV) _trial_temp *.egg-info

@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import Daemon, ensure_image  # noqa: E402
-from bench.recording import write_result  # noqa: E402
+from bench.recording import begin, write_result  # noqa: E402
 
 RAM_MB = 256
 GROUPS = [{"name": "demo", "count": 0, "vcpu": 1, "ram_mb": RAM_MB, "storage_size": "1G"}]
@@ -123,7 +123,8 @@ def main() -> None:
     daemons = {f"bound-{bound}": Daemon(groups=GROUPS, admission={"boot_concurrency": bound}) for bound in bounds}
     daemons["unbounded"] = Daemon(groups=GROUPS, admission={"boot_concurrency": 0})
     runs: dict[int, dict[str, list[dict[str, Any]]]] = {count: {mode: [] for mode in daemons} for count in counts}
-    busy = {"other_vms_at_start": other_vms(), "loadavg_at_start": os.getloadavg()}
+    run = begin()
+    busy = {"other_vms_at_start": other_vms()}
     try:
         for daemon in daemons.values():
             daemon.start()
@@ -137,7 +138,6 @@ def main() -> None:
     finally:
         for daemon in daemons.values():
             daemon.cleanup()
-    busy["loadavg_at_end"] = os.getloadavg()
     result: dict[str, Any] = {
         "benchmark": "admission",
         "bounds": bounds,
@@ -152,7 +152,7 @@ def main() -> None:
             "machine when other_vms_at_start > 0 (other daemons' VMs run beside ours)."
         ),
     }
-    write_result(args.out, result)
+    write_result(args.out, result, run)
     for count, figures in result["together"].items():
         wall = figures["wall_s"]
         print(f"{count} at once, last answer: " + ", ".join(f"{mode} {seconds:.1f} s" for mode, seconds in wall.items())

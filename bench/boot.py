@@ -31,7 +31,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image  # noqa: E402
-from bench.recording import peak_rss, write_result  # noqa: E402
+from bench.recording import begin, peak_rss, write_result  # noqa: E402
 from bench.limits import boot_floor_once, minimal_initramfs  # noqa: E402
 from vmservice.hypervisors.base import MachineSpec  # noqa: E402
 from vmservice.hypervisors.qemu import QemuSettings, host_tsc_khz, qemu_command  # noqa: E402
@@ -97,6 +97,7 @@ def main() -> None:
     parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "boot.json"))
     options = parser.parse_args()
     ensure_image()
+    run = begin()
     daemon = Daemon(groups=[{"name": "demo", "vcpu": 1, "ram_mb": RAM >> 20, "storage_size": "1G"}])
     workdir = tempfile.mkdtemp(prefix="vms-bench-", dir="/tmp")
     try:
@@ -109,7 +110,6 @@ def main() -> None:
         os.mkdir(floor_dir)
         initrd = os.path.join(floor_dir, "minimal.cpio")
         minimal_initramfs(image, initrd)
-        load_before = os.getloadavg()
         api, bare, userdata, floor, hung = [], [], [], [], []
         for round_ in range(options.rounds):
             api.append(api_boot(daemon))
@@ -136,14 +136,11 @@ def main() -> None:
         "ratio_api_over_boot_floor": statistics.median(api) / statistics.median(floor),
         "ratio_bare_over_boot_floor": statistics.median(bare) / statistics.median(floor),
         "target_ratio_api_over_boot_floor": 1.3,
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
         "api_create_wait_userdata_trivial_s": {"median": statistics.median(userdata), "samples": userdata},
         "ratio_userdata_over_agent": statistics.median(userdata) / statistics.median(api),
         "daemon_peak_rss_bytes": daemon_peak_rss,
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    write_result(options.output, result)
+    write_result(options.output, result, run)
     print(json.dumps({k: result[k] for k in ("accel", "ratio_api_over_bare", "ratio_api_over_boot_floor", "ratio_userdata_over_agent",
                                               "daemon_peak_rss_bytes")}))
 

@@ -38,14 +38,18 @@ Channel benchmark (exec and raw-channel parts): in one run, side by side,
 disk (``dd`` with ``O_DIRECT`` in the guest), ``--rounds`` rounds of each in
 turn, and keeps each round's ratios: MB/s over the ceiling, MB per CPU second
 of the node's QEMU over the ceiling's (the work per byte, which the load does
-not change), and both over the pipeline limit ``1 / (1/channel + 1/disk)``
-(``cp_vs_ceilings`` in the results).
+not change), and both over the pipeline limit ``1 / (1/channel + 1/disk)``.
+Each direction's summary (``upload``, ``download``) is one round's figures,
+the round whose MB/s ratio is the median, with the range of every ratio over
+the rounds beside it; every round is kept (``rounds``).
 
 Writes samples, p50/p95 and the ratios ``exec_api_p50 / raw_round_trip_p50``
-with ``/bin/bash`` and without a shell (``shell=``; target <= 3) to ``bench/results/channel.json`` (merged into what is there).
-``--parts watch`` measures the watch latency alone (one node, no bare guest,
-no copies) and merges only that into the file; ``--parts background`` the
-same for the background exec logs beside their cp download.
+with ``/bin/bash`` and without a shell (``shell=``; target <= 3) to
+``bench/results/channel.json``.  ``--parts watch`` measures the watch latency
+alone (one node, no bare guest, no copies), ``--parts background`` the
+background exec logs beside their cp download, ``--parts cp`` the copies
+against the ceilings: each part writes its own file, ``channel_PART.json``
+(a file holds one run, never figures of runs merged).
 
     .venv/bin/python bench/channel.py [--rounds 30] [--echo-mib 32] [--cp-mib 1024] [--bg-mib 64]
                                       [--watch-writes 50] [--parts all|watch|background|cp]
@@ -76,7 +80,7 @@ from zope.interface import implementer  # noqa: E402
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image, processes_under  # noqa: E402
 from bench.limits import channel_ceilings, image_guest, minimal_initramfs  # noqa: E402
-from bench.recording import cpu_seconds, status_kib  # noqa: E402
+from bench.recording import begin, cpu_seconds, status_kib, write_result  # noqa: E402
 from vmservice.agent.client import AgentClient  # noqa: E402
 from vmservice.agent.execution import run_collected  # noqa: E402
 from vmservice.client import Client, ExecRecord  # noqa: E402
@@ -84,6 +88,9 @@ from vmservice.nodes.guest_exec import ExecRequest  # noqa: E402
 from vmservice.images.store import resolve_image  # noqa: E402
 
 RAM = 256 * 1024 * 1024
+#: Each ``--parts``' results file: one run's figures each, never merged.
+OUTPUTS = {"all": "channel.json", "cp": "channel_cp.json", "watch": "channel_watch.json",
+           "background": "channel_background.json"}
 #: The node's disk: room for the 1 GiB copy beside the root file system.
 STORAGE = "3G"
 
@@ -476,14 +483,12 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
         "ceilings": ceilings,
         "ratio_cp_upload_over_ceiling": cp["upload_mb_per_s"] / ceilings["host_to_guest"]["mb_per_s"],
         "ratio_cp_download_over_ceiling": cp["download_mb_per_s"] / ceilings["guest_to_host"]["mb_per_s"],
-        "load_average_after": os.getloadavg(),
         "cp": cp,
         "ratio_cp_upload_over_raw_echo": cp["upload_mb_per_s"] / (size / echo / 1e6),
         "ratio_cp_download_over_raw_echo": cp["download_mb_per_s"] / (size / echo / 1e6),
         "target_ratio_cp": 0.8,
         "background_logs": background,
         "watch": watch,
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
 
@@ -503,7 +508,6 @@ async def measure_part(options: argparse.Namespace) -> dict[str, Any]:
             part = await deferToThread(measure_background_logs, daemon, options.bg_mib << 20)
     finally:
         await deferToThread(daemon.cleanup)
-    part["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return {"watch" if options.parts == "watch" else "background_logs": part}
 
 
@@ -565,11 +569,10 @@ def _round_ratios(sample: dict[str, Any]) -> dict[str, float]:
 async def measure_cp_part(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
     """
     ``--parts cp``: the channel's ceilings, the node's disk and cp each way,
-    side by side in one run (``--rounds`` rounds of each in turn; the medians
-    of each round's figures and ratios, and every round, are kept).
+    side by side in one run (``--rounds`` rounds of each in turn; each
+    direction's median round, see :func:`cp_summary`, and every round).
     """
     daemon = Daemon(groups=[{"name": "demo", "vcpu": 1, "ram_mb": RAM >> 20, "storage_size": STORAGE}])
-    load_before = os.getloadavg()
     rounds: list[dict[str, Any]] = []
     try:
         await deferToThread(daemon.start)
@@ -588,36 +591,45 @@ async def measure_cp_part(options: argparse.Namespace, workdir: str) -> dict[str
             rounds.append(sample)
     finally:
         await deferToThread(daemon.cleanup)
-
-    def median(*path: str) -> float:
-        values = []
-        for sample in rounds:
-            value: Any = sample
-            for key in path:
-                value = value[key]
-            values.append(float(value))
-        return statistics.median(values)
-
-    return {"cp_vs_ceilings": {
+    return {
         "bytes": options.cp_mib << 20,
         "ceiling_bytes": options.ceiling_mib << 20,
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
-        "upload_mb_per_s": median("cp", "upload_mb_per_s"),
-        "download_mb_per_s": median("cp", "download_mb_per_s"),
-        "ceiling_host_to_guest_mb_per_s": median("ceilings", "host_to_guest", "mb_per_s"),
-        "ceiling_guest_to_host_mb_per_s": median("ceilings", "guest_to_host", "mb_per_s"),
-        "node_disk_write_mb_per_s": median("node_disk", "write_mb_per_s"),
-        "node_disk_read_mb_per_s": median("node_disk", "read_mb_per_s"),
-        "upload_qemu_cores": median("cp", "upload_qemu_cores"),
-        "download_qemu_cores": median("cp", "download_qemu_cores"),
-        "upload_daemon_cores": median("cp", "upload_daemon_cores"),
-        "download_daemon_cores": median("cp", "download_daemon_cores"),
-        **{f"ratio_cp_{key}": median("ratios", key) for key in rounds[0]["ratios"]},
+        "upload": cp_summary(rounds, "upload"),
+        "download": cp_summary(rounds, "download"),
         "target_ratio_cp": 0.8,
         "rounds": rounds,
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }}
+    }
+
+
+#: For each direction of a copy: the channel's ceiling it is held against and the node disk's side.
+DIRECTIONS = {"upload": ("host_to_guest", "write"), "download": ("guest_to_host", "read")}
+
+
+def cp_summary(rounds: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """
+    One direction of ``--parts cp``, every figure from one round: the round
+    whose cp MB/s over its ceiling is the median of the rounds' (the lower
+    one for an even count), so that a ratio is never set beside MB/s of
+    other rounds; and the range of each ratio over all rounds.
+    """
+    way, disk_way = DIRECTIONS[name]
+    order = sorted(range(len(rounds)), key=lambda index: rounds[index]["ratios"][f"{name}_over_ceiling"])
+    index = order[(len(order) - 1) // 2]
+    sample = rounds[index]
+    ratios = {key[len(name) + 1:]: value for key, value in sample["ratios"].items() if key.startswith(name + "_")}
+    return {
+        "median_round": index,
+        "mb_per_s": sample["cp"][f"{name}_mb_per_s"],
+        "ceiling": way,
+        "ceiling_mb_per_s": sample["ceilings"][way]["mb_per_s"],
+        "node_disk_mb_per_s": sample["node_disk"][f"{disk_way}_mb_per_s"],
+        "qemu_cores": sample["cp"][f"{name}_qemu_cores"],
+        "daemon_cores": sample["cp"][f"{name}_daemon_cores"],
+        "load_average": sample["load_average"],
+        **{f"ratio_{key}": value for key, value in ratios.items()},
+        **{f"ratio_{key}_range": [min(r["ratios"][f"{name}_{key}"] for r in rounds),
+                                  max(r["ratios"][f"{name}_{key}"] for r in rounds)] for key in ratios},
+    }
 
 
 def main() -> None:
@@ -628,10 +640,14 @@ def main() -> None:
     parser.add_argument("--ceiling-mib", type=int, default=256, help="bytes each way for the ceilings")
     parser.add_argument("--bg-mib", type=int, default=64, help="background exec log size (at most 64)")
     parser.add_argument("--watch-writes", type=int, default=50)
-    parser.add_argument("--parts", choices=("all", "watch", "background", "cp"), default="all")
-    parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "channel.json"))
+    parser.add_argument("--parts", choices=tuple(OUTPUTS), default="all")
+    parser.add_argument("--output", help="the results file (default bench/results/channel.json, "
+                                         "channel_PART.json with --parts)")
     options = parser.parse_args()
+    output = options.output or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                            OUTPUTS[options.parts])
     ensure_image()
+    run_ = begin()
     workdir = tempfile.mkdtemp(prefix="vms-bench-", dir="/tmp")
     outcome: dict[str, Any] = {}
 
@@ -654,20 +670,12 @@ def main() -> None:
     subprocess.run(["rm", "-rf", workdir])
     if "error" in outcome:
         outcome["error"].raiseException()
-    os.makedirs(os.path.dirname(options.output), exist_ok=True)
-    existing: dict[str, Any] = {}
-    if os.path.exists(options.output):
-        with open(options.output) as f:
-            existing = json.load(f)
-    existing.update(outcome)
-    with open(options.output, "w") as f:
-        json.dump(existing, f, indent=2)
-        f.write("\n")
+    write_result(output, {"benchmark": "channel", "parts": options.parts, **outcome}, run_)
     if options.parts == "background":
         print(json.dumps(outcome["background_logs"]))
         return
     if options.parts == "cp":
-        print(json.dumps({k: v for k, v in outcome["cp_vs_ceilings"].items() if k != "rounds"}))
+        print(json.dumps({k: v for k, v in outcome.items() if k != "rounds"}))
         return
     watch = {"watch_event_p50": outcome["watch"]["watch_event_s"]["p50"],
              "watch_event_p95": outcome["watch"]["watch_event_s"]["p95"],

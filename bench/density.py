@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image, processes_under  # noqa: E402
 from bench.limits import RAM, TIMEOUT, connect_socket, image_guest, stop_process  # noqa: E402
-from bench.recording import cpu_seconds, status_kib, write_result  # noqa: E402
+from bench.recording import begin, cpu_seconds, status_kib, write_result  # noqa: E402
 from vmservice.images.store import Image, resolve_image  # noqa: E402
 from vmservice.wire import Connection, Role  # noqa: E402
 
@@ -162,7 +162,7 @@ def main() -> None:
                                                          "density.json"))
     options = parser.parse_args()
     ensure_image()
-    load = os.getloadavg()
+    run = begin()
     workdir = tempfile.mkdtemp(prefix="vms-density-", dir="/tmp")
     daemon = Daemon(groups=[{"name": "demo", "vcpu": 1, "ram_mb": RAM >> 20, "storage_size": "1G"}])
     try:
@@ -177,11 +177,8 @@ def main() -> None:
         "accel": "tcg",
         "ram_bytes": RAM,
         "tb_size": tb,
-        "load_average_before": load,
-        "load_average_after": os.getloadavg(),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     })
-    write_result(options.output, result)
+    write_result(options.output, result, run)
     print(json.dumps({k: result[k] for k in ("create_all_s", "health_s", "daemon_rss_per_node_kib",
                                              "idle_fleet_qemu_cores", "qemu_rss_per_node_kib")}
                      | {"tb_saved_per_node_mib": tb["saved_per_node_mib"]}))

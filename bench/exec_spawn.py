@@ -58,6 +58,7 @@ from twisted.internet.threads import deferToThread  # noqa: E402
 
 from tests.integration.daemon import IMAGE_DIR, Daemon  # noqa: E402
 from bench.limits import image_guest  # noqa: E402
+from bench.recording import begin, cpu_seconds, write_result  # noqa: E402
 from vmservice.agent.client import AgentClient  # noqa: E402
 from vmservice.agent.execution import run_collected  # noqa: E402
 from vmservice.images.store import resolve_image  # noqa: E402
@@ -222,13 +223,6 @@ def api_describe(daemon: Daemon, hostname: str) -> Callable[[], float]:
     return run
 
 
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU seconds of process ``pid`` so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def host_cpu(daemon: Daemon, hostname: str, client: AgentClient, rounds: int) -> dict[str, float]:
     """
     Host CPU per exec of ``/bin/true``: the daemon's for one through the API
@@ -307,8 +301,8 @@ def main() -> None:
     options = parser.parse_args()
     images = [(label, directory) for label, _, directory in (item.partition("=") for item in options.image)]
     images = images or [("this", IMAGE_DIR)]
-    outcome: dict[str, Any] = {"benchmark": "exec_spawn", "accel": "tcg", "rounds": options.rounds,
-                               "load_average_before": os.getloadavg(), "images": {}}
+    run_ = begin()
+    outcome: dict[str, Any] = {"benchmark": "exec_spawn", "accel": "tcg", "rounds": options.rounds, "images": {}}
 
     def run() -> Deferred[None]:
         async def go() -> None:
@@ -331,12 +325,7 @@ def main() -> None:
     reactor.run()
     if "error" in outcome:
         outcome["error"].raiseException()
-    outcome["load_average_after"] = os.getloadavg()
-    outcome["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    os.makedirs(os.path.dirname(options.output), exist_ok=True)
-    with open(options.output, "w") as f:
-        json.dump(outcome, f, indent=2)
-        f.write("\n")
+    write_result(options.output, outcome, run_)
     print(json.dumps(outcome, indent=1))
 
 

@@ -30,7 +30,7 @@ from urllib.parse import urlencode
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import Daemon, ensure_image  # noqa: E402
-from bench.recording import peak_rss, write_result  # noqa: E402
+from bench.recording import begin, peak_rss, write_result  # noqa: E402
 
 #: The idle time of the benchmark's groups.
 IDLE = "2s"
@@ -113,8 +113,10 @@ def one_node(daemon: Daemon, group: str, rounds: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--note", default="", help="what to know about the run, e.g. other VMs on the machine")
     args = parser.parse_args()
     ensure_image()
+    run = begin()
     daemon = Daemon(groups=GROUPS)
     try:
         daemon.start()
@@ -126,14 +128,14 @@ def main() -> None:
             "accel": accel,
             "idle_suspend": IDLE,
             "rounds": args.rounds,
-            "note": "taken on a busy machine: other VMs ran at the same time; compare the ratios",
+            "note": args.note,
             "nodes": nodes,
             "daemon_peak_rss_bytes": peak_rss(daemon.process.pid),
         }
     finally:
         daemon.cleanup()
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "idle.json")
-    write_result(path, result)
+    write_result(path, result, run)
     for group, figures in nodes.items():
         print(f"{group}: woken health {figures['woken_health_s']['median']:.3f} s "
               f"(awake {figures['awake_health_s']['median']:.3f} s), woken exec "

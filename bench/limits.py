@@ -51,7 +51,7 @@ from typing import Any, Sequence
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import IMAGE_DIR, ensure_image  # noqa: E402
-from bench.recording import cpu_seconds, write_result  # noqa: E402
+from bench.recording import begin, cpu_seconds, write_result  # noqa: E402
 from vmservice.hypervisors.base import MachineSpec  # noqa: E402
 from vmservice.hypervisors.qemu import QemuSettings, host_tsc_khz, kernel_cmdline, qemu_command  # noqa: E402
 from vmservice.images.cpio import encode_newc  # noqa: E402
@@ -450,14 +450,13 @@ def measure_limits(rounds: int = 5, channel_mib: int = 256, pings: int = 200,
         "benchmark": "limits",
         "accel": "tcg",
         "ram_bytes": RAM,
-        "load_average_before": os.getloadavg(),
         "boot_floor_s": {"median": statistics.median(floors), "samples": floors, "hung": hung},
         "real_guest_agent_first_byte_s": {"median": statistics.median(bare), "samples": bare},
         "ratio_real_guest_over_floor": statistics.median(bare) / statistics.median(floors),
         "channel": channel,
         "agent_round_trip_s": real["agent_round_trip_s"],
         "real_guest_console": real["console"],
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "real_guest_steps": step_times(_steps(real["console"])),
     }
 
 
@@ -469,6 +468,20 @@ def _steps(console: list[dict[str, Any]]) -> dict[str, float]:
         if line.startswith(("vmservice-init:", "vmservice-agent:")):
             steps.setdefault(" ".join(line.split()[:4]), float(entry["at_s"]))
     return steps
+
+
+def step_times(steps: dict[str, float]) -> dict[str, dict[str, float]]:
+    """
+    Each console step of one boot (:func:`_steps`) with when it arrived
+    (``at_s``, from QEMU's start) and how long it took since the step
+    before (``took_s``).
+    """
+    out: dict[str, dict[str, float]] = {}
+    previous = 0.0
+    for step, at in sorted(steps.items(), key=lambda item: item[1]):
+        out[step] = {"at_s": at, "took_s": at - previous}
+        previous = at
+    return out
 
 
 def image_pairs(before_dir: str, rounds: int, workdir: str | None = None) -> dict[str, Any]:
@@ -502,8 +515,13 @@ def image_pairs(before_dir: str, rounds: int, workdir: str | None = None) -> dic
                               "boot_floor_s": {"median": floor_median, "samples": floors}}
     for label, boots in samples.items():
         first = [float(sample["agent_first_byte_s"]) for sample in boots]
+        took: dict[str, list[float]] = {}
+        for sample in boots:
+            for step, times in step_times(sample["steps"]).items():
+                took.setdefault(step, []).append(times["took_s"])
         result[label] = {"agent_first_byte_s": {"median": statistics.median(first), "samples": first},
                          "ratio_over_floor": statistics.median(first) / floor_median,
+                         "step_took_s": {step: statistics.median(values) for step, values in took.items()},
                          "boots": boots}
     return result
 
@@ -520,18 +538,14 @@ def main() -> None:
                                                          "limits.json"))
     options = parser.parse_args()
     ensure_image()
-    load = os.getloadavg()
+    run = begin()
     if options.pairs_against:
         pairs = image_pairs(options.pairs_against, options.rounds)
-        pairs["load_average_before"], pairs["load_average_after"] = load, os.getloadavg()
-        pairs["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        write_result(os.path.join(os.path.dirname(options.output), "boot_pairs.json"), pairs)
+        write_result(os.path.join(os.path.dirname(options.output), "boot_pairs.json"), pairs, run)
         print(json.dumps({label: pairs[label]["ratio_over_floor"] for label in ("before", "after")}))
         return
     result = measure_limits(options.rounds, options.channel_mib, options.pings)
-    result["load_average_before"] = load
-    result["load_average_after"] = os.getloadavg()
-    write_result(options.output, result)
+    write_result(options.output, result, run)
     print(json.dumps({"boot_floor_s": result["boot_floor_s"]["median"],
                       "real_guest_agent_first_byte_s": result["real_guest_agent_first_byte_s"]["median"],
                       "host_to_guest_mb_per_s": result["channel"]["host_to_guest"]["mb_per_s"],

@@ -4,7 +4,8 @@ daemon and image (the guest sets eth0 through rtnetlink) against an earlier
 checkout's with its own image (``--before``: e.g. one that ran ``ip``), each
 with three networked warm groups: isolated without spares, bridged without
 spares, bridged with a spare VM.  Creates alternate between the two daemons,
-one at a time (``--rounds`` of each group).
+one at a time (``--rounds`` of each group).  Without ``--before``, this
+checkout's daemon alone (``after``, no ratios), as ``make bench`` runs it.
 
 For each create: the seconds of ``POST /hostgroup/G/nodes?wait=agent``, the
 daemon's ``adopt`` and ``load`` steps (``node … cloned: …``) and the guest's
@@ -12,7 +13,7 @@ daemon's ``adopt`` and ``load`` steps (``node … cloned: …``) and the guest's
 Writes medians, samples and the ratios (before / after) to
 ``bench/results/netlink.json``.
 
-    .venv/bin/python bench/netlink.py --before DIR [--before-images DIR] [--rounds 5] [--note TEXT]
+    .venv/bin/python bench/netlink.py [--before DIR [--before-images DIR]] [--rounds 5] [--note TEXT]
 
 ``--before DIR``: ``git archive <commit> | tar -x -C DIR``; its image is
 built into ``--before-images`` (default ``/var/cache/vmservice/images``) if
@@ -34,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image  # noqa: E402
 from bench.earlier import ready_spares, start_daemon  # noqa: E402
-from bench.recording import write_result  # noqa: E402
+from bench.recording import begin, write_result  # noqa: E402
 
 GROUP = {"vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True}
 KINDS = ("isolated", "bridged", "bridged-spare")
@@ -110,7 +111,7 @@ def summarize(samples: list[dict[str, float]]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", required=True, help="an earlier checkout (git archive)")
+    parser.add_argument("--before", help="an earlier checkout (git archive), measured beside this one")
     parser.add_argument("--before-images", default="/var/cache/vmservice/images")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
@@ -118,13 +119,15 @@ def main() -> None:
     parser.add_argument("--note", default="", help="what to know about the run, e.g. other VMs on the machine")
     options = parser.parse_args()
     ensure_image()
-    build_before(options.before, options.before_images)
-    load_before = os.getloadavg()[0]
+    sides: list[tuple[str, str | None, str]] = [("after", None, IMAGE_DIR)]
+    if options.before:
+        build_before(options.before, options.before_images)
+        sides.insert(0, ("before", options.before, options.before_images))
+    run = begin()
     daemons: dict[str, Daemon] = {}
     bridges = []
     try:
-        for side, (name, path, images) in enumerate((("before", options.before, options.before_images),
-                                                     ("after", None, IMAGE_DIR))):
+        for side, (name, path, images) in enumerate(sides):
             groups_, bridge = groups(side)
             bridges.append(bridge)
             daemons[name] = start_daemon(groups_, path, images)
@@ -138,23 +141,27 @@ def main() -> None:
                 for name, daemon in daemons.items():
                     samples[name][kind].append(one(daemon, kind))
             print(f"round {round_ + 1}: " + "; ".join(
-                f"{kind} network {samples['before'][kind][-1]['network_ms']:.0f} -> "
-                f"{samples['after'][kind][-1]['network_ms']:.0f} ms" for kind in KINDS), flush=True)
+                f"{kind} network " + " -> ".join(f"{samples[name][kind][-1]['network_ms']:.0f}" for name in daemons)
+                + " ms" for kind in KINDS), flush=True)
     finally:
         for daemon in daemons.values():
             daemon.cleanup()
         for bridge in bridges:
             subprocess.run(["ip", "link", "delete", bridge], capture_output=True)
-    result: dict[str, Any] = {"note": options.note, "load_before": load_before, "load_after": os.getloadavg()[0],
+    result: dict[str, Any] = {"benchmark": "netlink", "note": options.note, "before_code": options.before,
                               "rounds": options.rounds}
     for kind in KINDS:
-        before, after = summarize(samples["before"][kind]), summarize(samples["after"][kind])
-        result[kind] = {"before": before, "after": after,
-                        "ratios": {key: before[key]["median"] / after[key]["median"]
-                                   for key in before if key in after and after[key]["median"] > 0}}
+        after = summarize(samples["after"][kind])
+        result[kind] = {"after": after}
+        if "before" not in samples:
+            print(f"{kind}: " + ", ".join(f"{key} {after[key]['median']:.3f}" for key in after), flush=True)
+            continue
+        before = summarize(samples["before"][kind])
+        result[kind].update(before=before, ratios={key: before[key]["median"] / after[key]["median"]
+                                                   for key in before if key in after and after[key]["median"] > 0})
         print(f"{kind}: " + ", ".join(f"{key} {before[key]['median']:.3f} -> {after[key]['median']:.3f}"
                                       for key in before if key in after), flush=True)
-    write_result(options.output, result)
+    write_result(options.output, result, run)
 
 
 if __name__ == "__main__":

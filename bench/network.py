@@ -48,7 +48,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import Daemon, ensure_image  # noqa: E402
-from bench.recording import peak_rss, write_result  # noqa: E402
+from bench.recording import begin, peak_rss, write_result  # noqa: E402
 
 MiB = 1024 * 1024
 #: The group's network: its range, and the sink's network as its only allowed destination.
@@ -231,6 +231,7 @@ def main() -> None:
         "network": {"mode": "isolated", "range": VM_RANGE, "allow": [SINK_NET]},
     }])
     sinks: list[Sink] = []
+    run = begin()
     started = time.monotonic()
     try:
         remove_network_objects()
@@ -290,9 +291,8 @@ def main() -> None:
             "daemon's network path; with KVM it would approach the cost of tap + namespace + nftables + veth. "
             "Rounds alternate (a), (b); one warm-up transfer each is not counted. Nothing is routed off the machine."
         ),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    write_result(options.output, result)
+    write_result(options.output, result, run)
     print(f"vm {result['vm_isolated_to_host_mb_s']['median']:.1f} MB/s, netns {result['netns_veth_mb_s']['median']:.1f}"
           f" MB/s, ratio {result['ratio_vm_over_netns']:.3f}")
     print(json.dumps({k: result[k] for k in ("accel", "ratio_vm_over_netns", "daemon_peak_rss_bytes", "wall_s")}))

@@ -37,7 +37,7 @@ from urllib.parse import urlencode
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import Daemon, ensure_image  # noqa: E402
-from bench.recording import peak_rss, write_result  # noqa: E402
+from bench.recording import begin, peak_rss, write_result  # noqa: E402
 
 GROUP = {"name": "demo", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G"}
 EXEC = "/vm/demo-1/exec?" + urlencode({"cmd": "true", "shell": "", "buffered": "true"})
@@ -95,6 +95,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     ensure_image()
+    run = begin()
     daemon = Daemon(groups=[GROUP], accel="auto")
     variants = ("remembered", "probing")
     samples: dict[str, dict[str, list[float]]] = {v: {} for v in variants}
@@ -121,7 +122,7 @@ def main() -> None:
             median["agent_after_restart_s"] / median["exec_connected_s"])
         result[variant] = figures
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "restart.json")
-    write_result(path, result)
+    write_result(path, result, run)
     for variant in variants:
         figures = result[variant]
         print(f"{variant}: agent after restart {figures['agent_after_restart_s']['median']:.3f} s "

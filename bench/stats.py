@@ -28,7 +28,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import Daemon, ensure_image  # noqa: E402
-from bench.recording import write_result  # noqa: E402
+from bench.recording import begin, write_result  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -117,6 +117,7 @@ def main() -> None:
     sizes = [int(size) for size in args.sizes.split(",")]
     ensure_image()
     groups = [{"name": "demo", "count": 0, "vcpu": 1, "ram_mb": args.ram_mb, "storage_size": "1G"}]
+    run = begin()
     daemon = Daemon(groups=groups, stats_interval=5)
     result: dict[str, Any] = {"benchmark": "stats", "ram_bytes": args.ram_mb << 20, "requests": args.requests,
                               "sizes": {}}
@@ -145,7 +146,7 @@ def main() -> None:
         daemon.cleanup()
     result["total_s"] = time.monotonic() - started
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "stats.json")
-    write_result(path, result)
+    write_result(path, result, run)
     print(f"wrote {path}")
 
 

@@ -47,7 +47,7 @@ from attrs import evolve
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image  # noqa: E402
-from bench.recording import peak_rss, write_result  # noqa: E402
+from bench.recording import begin, peak_rss, write_result  # noqa: E402
 from vmservice.agent.execution import exec_header  # noqa: E402
 from vmservice.nodes.guest_exec import ExecRequest  # noqa: E402
 from vmservice.hypervisors.base import MachineSpec  # noqa: E402
@@ -402,6 +402,7 @@ def main() -> None:
     parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "suspend.json"))
     options = parser.parse_args()
     ensure_image()
+    run = begin()
     daemon = Daemon(groups=[{"name": name, "vcpu": 1, "ram_mb": ram, "storage_size": "1G"} for name, ram, _ in SIZES])
     workdir = tempfile.mkdtemp(prefix="vms-bench-", dir="/tmp")
     sizes = {}
@@ -431,9 +432,8 @@ def main() -> None:
             "answer of a health request on that connection, as wait=agent does; see the _health ratio). Both guests had their memory filled with "
             "random bytes in a tmpfs first (the bare one through the agent wire protocol)."
         ),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    write_result(options.output, result)
+    write_result(options.output, result, run)
     for key, size in sizes.items():
         print(f"{key}: suspend api {size['api_suspend_s']['median']:.2f} s / bare "
               f"{size['bare_suspend_to_exit_s']['median']:.2f} s (x{size['ratio_suspend_api_over_bare']:.2f}); "

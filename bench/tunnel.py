@@ -33,8 +33,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.integration.daemon import Daemon, ensure_image  # noqa: E402
 from tests.integration.test_forward import GUEST_SERVER, open_pipe, read_all  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from channel import measure_cp, percentiles  # noqa: E402  (the same cp measure as bench/channel.py)
+from bench.channel import measure_cp, percentiles  # noqa: E402  (the same cp measure as bench/channel.py)
+from bench.recording import begin, write_result  # noqa: E402
 
 
 def start_servers(daemon: Daemon, size: int) -> None:
@@ -112,6 +112,7 @@ def main() -> None:
     options = parser.parse_args()
     size = options.mib << 20
     ensure_image()
+    run = begin()
     daemon = Daemon(groups=[{"name": "demo", "count": 0, "vcpu": 1, "ram_mb": 512, "storage_size": "3G"}])
     try:
         daemon.start()
@@ -124,6 +125,7 @@ def main() -> None:
     finally:
         daemon.cleanup()
     result: dict[str, Any] = {
+        "benchmark": "tunnel",
         "bytes": size,
         "tunnel_download_seconds": download,
         "tunnel_download_mb_per_s": size / download / 1e6,
@@ -135,11 +137,8 @@ def main() -> None:
         "ratio_tunnel_over_cp_upload": (size / upload / 1e6) / cp["upload_mb_per_s"],
         "setup_latency_s": percentiles(latency),
         "cp": cp,
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    with open(options.output, "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
+    write_result(options.output, result, run)
     print(json.dumps({k: v for k, v in result.items() if k not in ("cp", "setup_latency_s")}, indent=2))
     print("setup latency p50/p95 (s):", result["setup_latency_s"]["p50"], result["setup_latency_s"]["p95"])
 

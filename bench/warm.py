@@ -48,7 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import Daemon, ensure_image  # noqa: E402
 from bench.earlier import ready_spares, start_daemon  # noqa: E402
-from bench.recording import peak_rss, write_result  # noqa: E402
+from bench.recording import begin, peak_rss, write_result  # noqa: E402
 
 RAM_MB = 256
 
@@ -206,7 +206,7 @@ def main() -> None:
     parser.add_argument("--note", default="", help="what to know about the run, e.g. other VMs on the machine")
     options = parser.parse_args()
     ensure_image()
-    load_before = os.getloadavg()[0]
+    run = begin()
     group = {"vcpu": 1, "ram_mb": RAM_MB, "storage_size": "1G"}
     # The pool's own template (a pool is per template): its disk 8 MiB larger, nothing else differs.
     pool_size = (1 << 30) + (8 << 20)
@@ -306,7 +306,6 @@ def main() -> None:
             r"forked node warm-\d+ into .* after a pause of [0-9.]+ s \(state (\d+) MB\)", daemon.log())]
         copies = [(float(size) * 1e6, float(ms) / 1000) for size, ms in re.findall(
             r"copied the memory of fmem-\d+\.ram \((\d+) MB\) in (\d+) ms", daemon.log())]
-        load_after = os.getloadavg()[0]
         daemon_peak_rss = peak_rss(daemon.process.pid) if daemon.process else None
         before_steps = {
             "without spares": steps(before.log(), "cloned", "warm"),
@@ -393,12 +392,9 @@ def main() -> None:
         "clone_rss_bytes": per_node(clone_memory, "rss"),
         "clone_pss_bytes": per_node(clone_memory, "pss"),
         "daemon_peak_rss_bytes": daemon_peak_rss,
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "load_average_before": load_before,
-        "load_average_after": load_after,
         "note": options.note,
     }
-    write_result(options.output, result)
+    write_result(options.output, result, run)
     print(json.dumps({k: result[k] for k in ("accel", "ratio_cold_over_clone", "ratio_clone_over_spare_clone",
                                               "ratio_clone_over_pool_clone_together",
                                               "ratio_cold_over_clone_together",

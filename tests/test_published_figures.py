@@ -1,0 +1,233 @@
+"""
+Every figure README.md and docs/performance.md publish is the figure of the
+results file it cites (:mod:`bench.publish`), and every results file is
+written by its benchmark through :mod:`bench.recording`, which ``make bench``
+runs.  Files only: no process, no guest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from bench import publish, recording
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "bench")
+#: Modules of bench/ that are no benchmark: helpers, and the probe bench/exec_spawn.py runs in a guest.
+HELPERS = {"earlier.py", "exec_spawn_probe.py", "publish.py", "recording.py"}
+
+
+def _read(*path: str) -> str:
+    with open(os.path.join(ROOT, *path)) as f:
+        return f.read()
+
+
+def _benchmarks() -> dict[str, str]:
+    """The benchmark scripts of bench/, by file name, with their source."""
+    return {name: _read("bench", name) for name in sorted(os.listdir(BENCH))
+            if name.endswith(".py") and name not in HELPERS}
+
+
+def _results(text: dict[str, dict[str, Any]]) -> publish.Results:
+    """A :class:`publish.Results` over ``text`` (file name to content) instead of bench/results/."""
+    results = publish.Results("/nonexistent")
+    results._read.update(text)
+    return results
+
+
+class PublishedFigureTests(SynchronousTestCase):
+    """The documents against bench/results/."""
+
+    def test_figures_equal_their_results(self) -> None:
+        """
+        Rewriting README.md and docs/performance.md from bench/results/
+        changes nothing: each marked figure is its file's value, at the
+        precision shown.
+        """
+        load = publish.Results()
+        for document in publish.DOCUMENTS:
+            text = _read(document)
+            found = publish.figures(document, text, load)
+            drifted = [f"{f.document}:{f.line}: shows {f.shown}, {f.source} gives {f.expected}"
+                       for f in found if f.shown != f.expected]
+            self.assertEqual(drifted, [])
+            self.assertEqual(publish.rewrite(text, found), text)
+
+    def test_documents_cite_results(self) -> None:
+        """Both documents mark figures (the scheme is in use, not silently dropped)."""
+        load = publish.Results()
+        for document in publish.DOCUMENTS:
+            self.assertGreater(len(publish.figures(document, _read(document), load)), 5, document)
+
+    def test_every_figure_cited(self) -> None:
+        """
+        Every figure in s, ms, MB/s or × of both documents cites a results
+        file, or stands in a block saying that no file holds it.
+        """
+        for document in publish.DOCUMENTS:
+            self.assertEqual(publish.unmarked(_read(document)), [], document)
+
+    def test_unrecorded_blocks_say_so(self) -> None:
+        """Each unrecorded block tells the reader, in its rendered text, that no results file holds its figures."""
+        for document in publish.DOCUMENTS:
+            for block in publish.UNRECORDED.finditer(_read(document)):
+                self.assertIn("no results file", block[0].replace("\n", " ").lower(), document)
+
+    def test_named_results_exist(self) -> None:
+        """Every ``bench/results/NAME.json`` the documents name exists."""
+        for document in publish.DOCUMENTS:
+            for name in re.findall(r"bench/results/([\w.-]+\.json)", _read(document)):
+                self.assertTrue(os.path.exists(os.path.join(publish.RESULTS, name)), f"{document}: {name}")
+
+
+class FigureTests(SynchronousTestCase):
+    """How a marker finds its figure and its value."""
+
+    results = {"b.json": {"boot_s": {"median": 5.8811, "samples": [4.52, 6.49, 5.88]},
+                          "ratio_a_over_b": 1.8024, "cp": {"upload_mb_per_s": 91.83},
+                          "rss_bytes": 3 * 2 ** 20, "rss_kib": 38.5, "steps_ms": {"load": {"median": 51.5}},
+                          "rounds": [{"x_s": 0.25}], "name": "tcg"}}
+
+    def check(self, text: str) -> list[publish.Figure]:
+        return publish.figures("doc.md", text, _results(self.results))
+
+    def test_seconds(self) -> None:
+        """A figure in s of a ``_s`` key keeps the decimals shown."""
+        [figure] = self.check("create 5.88 s<!-- figure: b.json#boot_s.median --> here")
+        self.assertEqual((figure.shown, figure.expected, figure.line), ("5.88 s", "5.88 s", 1))
+
+    def test_milliseconds(self) -> None:
+        """ms of a ``_s`` key is a thousand times its value; ms of a ``_ms`` key its value."""
+        found = self.check("a 5881 ms<!-- figure: b.json#boot_s.median -->, b 52 ms<!-- figure: "
+                           "b.json#steps_ms.load.median -->, c 250 ms<!-- figure: b.json#rounds.0.x_s -->")
+        self.assertEqual([f.expected for f in found], ["5881 ms", "52 ms", "250 ms"])
+
+    def test_drift(self) -> None:
+        """A figure that is not its file's shows up, and the rewrite puts the file's in its place."""
+        text = "ratio **1.90×**<!-- figure: b.json#ratio_a_over_b -->; 92 MB/s<!-- figure: b.json#cp.upload_mb_per_s -->"
+        found = self.check(text)
+        self.assertEqual([(f.shown, f.expected) for f in found], [("**1.90×**", "**1.80×**"), ("92 MB/s", "92 MB/s")])
+        self.assertEqual(publish.rewrite(text, found),
+                         "ratio **1.80×**<!-- figure: b.json#ratio_a_over_b -->; "
+                         "92 MB/s<!-- figure: b.json#cp.upload_mb_per_s -->")
+
+    def test_range(self) -> None:
+        """A range cites a list: its smallest and largest item."""
+        [figure] = self.check("(4.5–6.5 s<!-- figure: b.json#boot_s.samples -->)")
+        self.assertEqual(figure.expected, "4.5–6.5 s")
+
+    def test_sizes(self) -> None:
+        """Bytes shown in MiB or MB, KiB as they are."""
+        found = self.check("3.0 MiB<!-- figure: b.json#rss_bytes --> 3.1 MB<!-- figure: b.json#rss_bytes --> "
+                           "38 KiB<!-- figure: b.json#rss_kib -->")
+        self.assertEqual([f.expected for f in found], ["3.0 MiB", "3.1 MB", "38 KiB"])
+
+    def test_kind_named(self) -> None:
+        """A marker ending ``as KIND`` says what the value is where its key's name says otherwise."""
+        results = {"d.json": {"health_s": {"within_1s": 16}}}
+        [figure] = publish.figures("doc.md", "all 16<!-- figure: d.json#health_s.within_1s as count -->",
+                                   _results(results))
+        self.assertEqual((figure.expected, figure.source), ("16", "d.json#health_s.within_1s"))
+        self.assertRaises(publish.FigureError, publish.figures, "doc.md",
+                          "all 16<!-- figure: d.json#health_s.within_1s -->", _results(results))
+
+    def test_unit_mismatch(self) -> None:
+        """A unit the key's value cannot be shown in is an error, not a guess."""
+        self.assertRaises(publish.FigureError, self.check, "5.88 MB/s<!-- figure: b.json#boot_s.median -->")
+        self.assertRaises(publish.FigureError, self.check, "1.8 s<!-- figure: b.json#ratio_a_over_b -->")
+
+    def test_missing(self) -> None:
+        """A key, file or figure that is not there is an error naming the line."""
+        error = self.assertRaises(publish.FigureError, self.check, "\n5.88 s<!-- figure: b.json#boot_s.mean -->")
+        self.assertIn("doc.md:2", str(error))
+        self.assertRaises(publish.FigureError, self.check, "5.88 s<!-- figure: c.json#boot_s.median -->")
+        self.assertRaises(publish.FigureError, self.check, "fast<!-- figure: b.json#boot_s.median -->")
+        self.assertRaises(publish.FigureError, self.check, "1 s<!-- figure: b.json#name -->")
+
+    def test_unmarked(self) -> None:
+        """
+        Figures in s, ms, MB/s, × or % and decimals need a marker, except in
+        code and in unrecorded blocks; sizes, counts, versions and targets
+        do not.
+        """
+        text = ("a 5.88 s<!-- figure: b.json#boot_s.median --> and 6.00 s, **1.8×**, 19.8 MB/s, 4–6 ms\n"
+                "256 MiB, 2.8 MiB, 16 nodes, tb-size=64, QEMU 7.2, 127.0.0.1, target ≤ 1.3×, ratio 0.84, 3 %\n"
+                "<!-- unrecorded -->\nno results file: 3.14 s\n<!-- /unrecorded -->\n```\nsleep 2 s\n```\n")
+        self.assertEqual(publish.unmarked(text), [(1, "6.00 s"), (1, "**1.8×**"), (1, "19.8 MB/s"), (1, "4–6 ms"),
+                                                  (2, "0.84"), (2, "3 %")])
+
+
+class RecordingTests(SynchronousTestCase):
+    """What :mod:`bench.recording` adds to every results file."""
+
+    def test_written_with_provenance(self) -> None:
+        """The result is written with a ``run`` entry first, made from the run :func:`begin` noted."""
+        path = os.path.join(self.mktemp(), "results", "x.json")
+        run = recording.Run(started_at="2026-11-28T20:40:00Z", load_average_before=[0.5, 0.4, 0.3],
+                            argv=["bench/x.py"])
+        recording.write_result(path, {"benchmark": "x", "figure_s": 1.5}, run,
+                               describe=lambda run: {"started_at": run.started_at})
+        with open(path) as f:
+            written = json.load(f)
+        self.assertEqual(list(written), ["run", "benchmark", "figure_s"])
+        self.assertEqual(written["run"], {"started_at": "2026-11-28T20:40:00Z"})
+
+    def test_run_is_reserved(self) -> None:
+        """A benchmark cannot write a ``run`` key of its own."""
+        run = recording.Run(started_at="", load_average_before=[], argv=[])
+        self.assertRaises(ValueError, recording.write_result, os.path.join(self.mktemp(), "x.json"),
+                          {"run": 1}, run)
+
+    def test_load_average(self) -> None:
+        """The three load averages of ``/proc/loadavg``'s format."""
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("1.01 1.92 2.11 2/88 2879\n")
+        self.assertEqual(recording.load_average(path), [1.01, 1.92, 2.11])
+
+    def test_results_carry_provenance(self) -> None:
+        """
+        A results file with a ``run`` entry has every field of it: the
+        commit, the times, the load before and after, the machine.
+        """
+        fields = {"script", "argv", "commit", "dirty", "started_at", "finished_at", "load_average_before",
+                  "load_average_after", "machine"}
+        machine = {"cpu_count", "cpu_model", "mem_total_kib", "kernel", "qemu", "dev_kvm"}
+        for name in sorted(os.listdir(publish.RESULTS)):
+            with open(os.path.join(publish.RESULTS, name)) as f:
+                run = json.load(f).get("run")
+            if run is not None:
+                self.assertEqual(fields - set(run), set(), name)
+                self.assertEqual(machine - set(run["machine"]), set(), name)
+
+
+class BenchmarkTests(SynchronousTestCase):
+    """The benchmarks, their results files and ``make bench``."""
+
+    def test_written_through_recording(self) -> None:
+        """No benchmark writes JSON itself: each one's results go through ``recording.write_result``."""
+        for name, source in _benchmarks().items():
+            self.assertNotIn("json.dump(", source, name)
+            self.assertIn("write_result(", source, name)
+            self.assertIn("begin()", source, name)
+
+    def test_make_bench_runs_every_benchmark(self) -> None:
+        """``make bench`` runs every benchmark script of bench/, and publishes the figures last."""
+        makefile = _read("Makefile")
+        recipe = makefile[makefile.index("\nbench: "):]
+        recipe = recipe[:recipe.index("\n\n")]
+        run = re.findall(r"^\t\$\(BIN\)/python bench/(\w+\.py)", recipe, re.M)
+        self.assertEqual(set(_benchmarks()) - set(run), set())
+        self.assertEqual(run[-1], "publish.py")
+
+    def test_every_results_file_has_its_benchmark(self) -> None:
+        """Each file of bench/results/ is named by the benchmark that writes it."""
+        sources = "\n".join(_benchmarks().values())
+        for name in sorted(os.listdir(publish.RESULTS)):
+            self.assertTrue(name.endswith(".json"), name)
+            self.assertIn(f'"{name}"', sources, name)
