@@ -83,7 +83,7 @@ test: install
 	$(INTEGRATION) 2>&1 | tee -a .trial-output.log || status=1; \
 	$(BIN)/python tests/summary.py .trial-output.log $$steps; rm -f .trial-output.log; exit $$status
 
-bench: install
+bench: install bench-extra
 	$(BIN)/python bench/limits.py
 	$(BIN)/python bench/boot.py
 	$(BIN)/python bench/channel.py
@@ -94,6 +94,16 @@ bench: install
 	$(BIN)/python bench/warm.py
 	$(BIN)/python bench/admission.py
 	$(BIN)/python bench/idle.py
+	$(BIN)/python bench/load.py
+
+# The load benchmark's soak variant: an hour of load, unattended; exits 1 (and says why in
+# bench/results/load-soak.json) if an answer was wrong or something was left behind.
+soak: install bench-extra
+	$(BIN)/python bench/load.py --soak
+
+# matplotlib, for the plots of bench/load.py (the `bench` extra; without it no PNG is drawn).
+bench-extra: venv
+	@$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/pip install -q --config-settings editable_mode=compat -e '.[test,bench]'
 
 clean:
 	rm -rf $(VENV) _trial_temp *.egg-info

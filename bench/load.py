@@ -494,7 +494,7 @@ def plot(result: dict[str, Any], path: str) -> bool:
             if point:
                 axis.axvline(point["t"] / 60, color="grey", linestyle=style, linewidth=1)
     axes[2].set_xlabel("minutes (dashed: idle point after warm-up; dotted: idle point at the end)")
-    figure.suptitle(f"bench/load.py: {result['clients']} clients, {result['seconds'] / 60:.0f} min, "
+    figure.suptitle(f"bench/load.py: {result['clients']} clients, {result['seconds'] / 60:g} min, "
                     f"{result['totals']['errors']} errors, {result['totals']['refusals']} refusals, "
                     f"commit {result['commit'][:10]}", fontsize=10)
     figure.tight_layout()
