@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.integration.test_load -*-
 """
 Load and soak benchmark: N concurrent clients for T minutes against one
 daemon, doing a realistic mix, and what it leaves behind.

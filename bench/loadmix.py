@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.integration.test_load -*-
 """
 The clients of the load benchmark (``bench/load.py``): each is a thread that
 owns a few nodes of its own and goes through a realistic mix of requests
