@@ -31,7 +31,7 @@ what the load leaked, whatever the number of nodes was meanwhile. Then
 nothing must be lost: every node created was deleted, none is listed, no
 node directory, no QEMU of a node, no memory file, no stream open, no
 admission reservation; the daemon still answers; and once it is stopped
-(SIGTERM, exit 0), no QEMU of its state directory, no file in its tmpfs
+(SIGTERM, which twistd ends by as it should), no QEMU of its state directory, no file in its tmpfs
 directories, no network namespace or interface of its range.
 
 Writes ``bench/results/load.json`` (``load-soak.json`` with ``--soak``): per
@@ -376,7 +376,7 @@ def nothing_lost(running: dict[str, Any], stopped: dict[str, Any]) -> bool:
     return (not running["created_not_deleted"] and not running["nodes_listed"] and not running["node_directories"]
             and not running["node_qemus"] and not running["memory_files"] and running["open_streams"] == 0
             and not running["admission_memory_reserved_bytes"] and running["daemon_answers"]
-            and stopped["daemon_exit_code"] == 0 and not stopped["qemus"] and not stopped["tmpfs_files"]
+            and stopped["daemon_exit_code"] in (0, -signal.SIGTERM) and not stopped["qemus"] and not stopped["tmpfs_files"]
             and not stopped["network_interfaces"] and not stopped["node_directories"])
 
 

@@ -133,9 +133,25 @@ def percentile(values: list[float], fraction: float) -> float | None:
     return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
 
 
+def _dechunk(body: bytes) -> bytes:
+    """The payload of a chunked body read raw (``body`` itself when it is not one)."""
+    payload, rest = b"", body
+    while rest:
+        size_line, separator, rest = rest.partition(b"\r\n")
+        try:
+            size = int(size_line.split(b";")[0], 16)
+        except ValueError:
+            return body
+        if not separator or size == 0:
+            return payload if separator else body
+        payload, rest = payload + rest[:size], rest[size + 2:]
+    return body
+
+
 def _error_detail(status: int, body: bytes) -> dict[str, Any]:
+    """What an error answer said: its status and code and message (or the start of its body)."""
     try:
-        decoded = json.loads(body)
+        decoded = json.loads(_dechunk(body))
         return {"status": status, "code": decoded.get("code"), "error": str(decoded.get("error"))[:300]}
     except (ValueError, AttributeError):
         return {"status": status, "body": body[:300].decode(errors="replace")}
