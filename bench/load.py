@@ -400,7 +400,6 @@ def run(options: Options) -> dict[str, Any]:
     try:
         daemon.start()
         assert daemon.process is not None
-        result["accel"] = "tcg" if "accelerator: tcg" in daemon.log() else "kvm"
         started = time.monotonic()
         api = Api(daemon.port)
         recorder = Recorder(started)
@@ -423,6 +422,7 @@ def run(options: Options) -> dict[str, Any]:
         idle_at_end = idle_point(state)
         running = leftovers(daemon, api, recorder)
         result["daemon_peak_rss_bytes"] = peak_rss(daemon.process.pid)
+        result["accel"] = "tcg" if "accelerator: tcg" in daemon.log() else "kvm"
         sampler.halt.set()
         sampler.join()
         exit_code = daemon.stop()

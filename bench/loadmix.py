@@ -324,7 +324,7 @@ class Node:
     """
     A node a client owns: its group and name, how many actions it gets
     before the client deletes it, the files uploaded to it (slot → size and
-    SHA-256), and when its tunnels' HTTP server was started.
+    SHA-256), and when its tunnels' HTTP server was started and whether it answers.
     """
 
     group: str
@@ -333,6 +333,7 @@ class Node:
     actions: int = 0
     files: dict[int, tuple[int, str]] = field(default_factory=dict)
     server_started: float | None = None
+    server_ready: bool = False
     token: str = field(default_factory=lambda: os.urandom(6).hex())
 
 
@@ -648,28 +649,48 @@ class Client(threading.Thread):
             return True
         return False
 
-    def do_tunnel(self, node: Node) -> None:
+    def forward_head(self, node: Node) -> str:
+        return (f"GET /vm/{node.hostname}/forward HTTP/1.1\r\nHost: {self.api.host}\r\n"
+                f"X-Inlets-Upstream: 127.0.0.1:{SERVER_PORT}\r\n\r\n")
+
+    def server_ready(self, node: Node) -> bool:
+        """
+        Start the node's HTTP server for tunnels (a background exec) and wait
+        until a tunnel to it opens (a Python start under TCG takes seconds):
+        ``tunnel_server_ready``, apart from the tunnels themselves.
+        """
+        if node.server_ready:
+            return True
         if node.server_started is None and not self.start_server(node):
+            return False
+
+        def call() -> None:
+            assert node.server_started is not None
+            while True:
+                sock, status, rest = self.api.raw(self.forward_head(node))
+                body = read_until_closed(sock, rest) if status != 200 else b""
+                sock.close()
+                if status == 200:
+                    return
+                detail = _error_detail(status, body)
+                if detail.get("code") != "upstream_refused" or time.monotonic() - node.server_started > 120:
+                    raise Failed({"request": "GET forward (server starting)", **detail})
+                time.sleep(0.5)
+
+        node.server_ready = self.measure("tunnel_server_ready", call)
+        return node.server_ready
+
+    def do_tunnel(self, node: Node) -> None:
+        if not self.server_ready(node):
             return
         blob = self.rng.random() < 0.3
-        head = (f"GET /vm/{node.hostname}/forward HTTP/1.1\r\nHost: {self.api.host}\r\n"
-                f"X-Inlets-Upstream: 127.0.0.1:{SERVER_PORT}\r\n\r\n")
         request = f"GET /{'blob' if blob else 't.txt'} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode()
 
         def call() -> int:
-            while True:
-                sock, status, rest = self.api.raw(head)
-                if status == 200:
-                    break
-                body = read_until_closed(sock, rest)
-                sock.close()
-                detail = _error_detail(status, body)
-                # The server is still starting (a Python start under TCG): try again, within reason.
-                assert node.server_started is not None
-                if detail.get("code") != "upstream_refused" or time.monotonic() - node.server_started > 60:
-                    raise Failed({"request": "GET forward", **detail})
-                time.sleep(0.5)
+            sock, status, rest = self.api.raw(self.forward_head(node))
             try:
+                if status != 200:
+                    raise Failed({"request": "GET forward", **_error_detail(status, read_until_closed(sock, rest))})
                 sock.sendall(request)
                 answer = read_until_closed(sock, rest)
             finally:
