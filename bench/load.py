@@ -390,6 +390,10 @@ def downsample(samples: list[tuple[float, ...]], points: int = 400) -> dict[str,
 def run(options: Options) -> dict[str, Any]:
     """Run the load and the checks with a daemon of its own; the result (nothing written)."""
     ensure_image()
+    # The daemon is a child in a directory of its own: it runs this checkout's code whatever the
+    # environment's Python path says (a relative entry would name the child's directory instead).
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [ROOT] + [os.path.abspath(entry) for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry])
     shm = tempfile.mkdtemp(prefix="vms-load-", dir="/dev/shm")
     daemon = Daemon(groups=groups(options), admission=admission(options), templates_tmpfs_dir=shm)
     result: dict[str, Any] = {
