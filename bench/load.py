@@ -38,10 +38,12 @@ Writes ``bench/results/load.json`` (``load-soak.json`` with ``--soak``): per
 operation p50/p99/count/errors/refusals, the RSS and descriptor series
 summarised (first, after warm-up, last, max, slope after warm-up, the idle
 points) and downsampled, the checks, the daemon's peak RSS, the commit, the
-time and the load average before and after; and a plot of both series,
+time and the load average before and after, and the console tail of any
+create still not answered after two minutes (a create that times out removes
+its node, console included); and a plot of both series,
 ``load.png`` (``load-soak.png``; matplotlib, the ``bench`` extra). Exits 1
 when there was an error that is not an admission refusal or something was
-lost. SIGINT or SIGTERM ends the load early and still checks and cleans up.
+lost, and then keeps the daemon's log beside the results (``load-daemon.log``). SIGINT or SIGTERM ends the load early and still checks and cleans up.
 
     .venv/bin/python bench/load.py [--clients 4] [--minutes 10] [--seed 1]
     .venv/bin/python bench/load.py --soak          # 60 minutes, unattended
@@ -184,6 +186,50 @@ class Sampler(threading.Thread):
                 self.samples.append(self.sample())
             except (OSError, RuntimeError):  # the daemon is gone: the checks will say so
                 return
+
+
+#: Seconds after which a node still being created (listed, not yet answered to its client) is looked at.
+SLOW_CREATE = 120.0
+
+
+class Watchdog(threading.Thread):
+    """
+    Every 10 s, the nodes listed that no client got yet (their create has not
+    answered) and that were created more than :data:`SLOW_CREATE` seconds
+    ago: their health and console tail are kept once, since a create that
+    times out removes its node, console included.
+    """
+
+    def __init__(self, api: Api, recorder: Recorder) -> None:
+        super().__init__(name="load-watchdog", daemon=True)
+        self.api = api
+        self.recorder = recorder
+        self.slow: dict[str, dict[str, Any]] = {}
+        self.halt = threading.Event()
+
+    def look(self) -> None:
+        now = datetime.now(timezone.utc)
+        for node in self.api.json("GET", "/nodes", timeout=30):
+            hostname = node["hostname"]
+            created = datetime.strptime(node["created_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+            if hostname in self.slow or hostname in self.recorder.created or (now - created).total_seconds() < SLOW_CREATE:
+                continue
+            status, _, health = self.api.request("GET", f"/vm/{hostname}/health")
+            _, _, logs = self.api.request("GET", f"/vm/{hostname}/logs?lines=60")
+            try:
+                console = json.loads(logs)["content"]
+            except (ValueError, KeyError):
+                console = logs.decode(errors="replace")
+            self.slow[hostname] = {"seen_s": round(time.monotonic() - self.recorder.started, 1), "node": node,
+                                   "health": f"{status} {health.decode(errors='replace')[:300]}",
+                                   "console_tail": console[-6000:]}
+
+    def run(self) -> None:
+        while not self.halt.wait(10.0):
+            try:
+                self.look()
+            except Exception as error:  # the daemon busy or gone: the checks say what matters
+                self.slow.setdefault("_errors", {"watchdog": []})["watchdog"].append(repr(error)[:200])
 
 
 def metrics(api: Api) -> dict[str, float]:
@@ -409,6 +455,8 @@ def run(options: Options) -> dict[str, Any]:
         recorder = Recorder(started)
         sampler = Sampler(daemon, started)
         sampler.start()
+        watchdog = Watchdog(api, recorder)
+        watchdog.start()
         state = RunState(daemon, api, sampler, options.clients, started + options.warm_up,
                          started + options.seconds)
         _stop_on_signals(state)
@@ -428,7 +476,9 @@ def run(options: Options) -> dict[str, Any]:
         result["daemon_peak_rss_bytes"] = peak_rss(daemon.process.pid)
         result["accel"] = "tcg" if "accelerator: tcg" in daemon.log() else "kvm"
         sampler.halt.set()
+        watchdog.halt.set()
         sampler.join()
+        result["slow_creates"] = watchdog.slow
         exit_code = daemon.stop()
         stopped = after_stop(daemon, options.network_range, exit_code)
         samples: list[tuple[float, ...]] = list(sampler.samples)
@@ -456,6 +506,7 @@ def run(options: Options) -> dict[str, Any]:
         })
         result["passed"] = (result["totals"]["errors"] == 0 and result["nothing_lost"]["ok"] and not stuck
                             and not crashed and state.idle_after_warm_up is not None)
+        result["daemon_log_tail"] = "" if result["passed"] else daemon.log()[-200_000:]
         return result
     finally:
         daemon.cleanup()
@@ -525,6 +576,10 @@ def main() -> None:
     result["variant"] = "soak" if args.soak else "load"
     name = "load-soak" if args.soak else "load"
     results = os.path.join(ROOT, "bench", "results")
+    log_tail = result.pop("daemon_log_tail", "")
+    if log_tail:  # kept beside the results (not in them) when the run failed, to find out why
+        with open(os.path.join(results, f"{name}-daemon.log"), "w") as f:
+            f.write(log_tail)
     write_result(os.path.join(results, f"{name}.json"), result)
     plotted = plot(result, os.path.join(results, f"{name}.png"))
     for op, row in result["ops"].items():

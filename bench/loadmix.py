@@ -200,6 +200,16 @@ class Api:
             raise Failed({"request": f"{method} {path.split('?')[0]}", **detail})
         return data
 
+    def request(self, method: str, path: str, timeout: float = 30.0) -> tuple[int, dict[str, str], bytes]:
+        """One request whatever its answer: status, headers, body."""
+        connection = self.connection(timeout)
+        try:
+            connection.request(method, path)
+            response = connection.getresponse()
+            return response.status, dict(response.getheaders()), response.read()
+        finally:
+            connection.close()
+
     def json(self, method: str, path: str, body: Any = None, expect: int = 200, timeout: float = TIMEOUT) -> Any:
         return json.loads(self.call(method, path, body, expect, timeout))
 
