@@ -101,7 +101,7 @@ fuzz: install
 # (bench/publish.py lists what changed: re-read the sentences around them).  Not here, as they compare
 # with an earlier build: limits.py --pairs-against DIR, and warm.py and netlink.py with --before DIR.
 # Not benchmarks: exec_spawn_probe.py (runs in a guest), earlier.py, recording.py, publish.py.
-bench: install
+bench: install bench-extra
 	$(BIN)/python bench/limits.py
 	$(BIN)/python bench/boot.py
 	$(BIN)/python bench/channel.py
@@ -117,7 +117,17 @@ bench: install
 	$(BIN)/python bench/tunnel.py
 	$(BIN)/python bench/netlink.py
 	$(BIN)/python bench/restart.py
+	$(BIN)/python bench/load.py
 	$(BIN)/python bench/publish.py
+
+# The load benchmark's soak variant: an hour of load, unattended; exits 1 (and says why in
+# bench/results/load-soak.json) if an answer was wrong or something was left behind.
+soak: install bench-extra
+	$(BIN)/python bench/load.py --soak
+
+# matplotlib, for the plots of bench/load.py (the `bench` extra; without it no PNG is drawn).
+bench-extra: venv
+	@$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/pip install -q --config-settings editable_mode=compat -e '.[test,bench]'
 
 clean:
 	rm -rf $(VENV) _trial_temp *.egg-info

@@ -284,6 +284,22 @@ class SpareTests(SynchronousTestCase):
         self.assertEqual((self.parts.admission.used(), len(self.spares())), ((2 * 256 * MiB, 0), 2))
         self.assertEqual(self.store.spare_ram(), [])
 
+    def test_spare_started_once_memory_is_given_back(self) -> None:
+        """
+        A spare refused for lack of memory is started when a delete gives
+        enough back, without waiting for the next clone; not while there is
+        still no room, nor a second time.
+        """
+        self.make(SPARE, budget=3 * 256 * MiB)
+        self.start()
+        first, second = self.create(), self.create()
+        self.assertEqual((len(self.spares()), self.store.spare_ram()), (2, []))
+        self.successResultOf(Deferred.fromCoroutine(self.fleet.delete("warm", second.hostname)))
+        self.assertEqual((len(self.spares()), self.store.spare_ram()), (3, [256 * MiB]))
+        self.assertEqual(self.parts.admission.used(), (2 * 256 * MiB, 0))
+        self.successResultOf(Deferred.fromCoroutine(self.fleet.delete("warm", first.hostname)))
+        self.assertEqual((len(self.spares()), self.store.spare_ram()), (3, [256 * MiB]))
+
     def test_delete_removes_the_spare_directory(self) -> None:
         self.start()
         [spare] = self.spares()

@@ -147,10 +147,25 @@ class Cloning:
         if not parts.admission.room_for(template.key.ram_bytes):
             log.info("no spare VM for template {digest}: the memory budget has no room",
                      digest=template.key.digest())
+            templates.short_of_room[template.key] = lambda: self.replenish(group, template)
             return
         spare = templates.add_spare(template)
         if spare is not None:
             Deferred.fromCoroutine(self._start_spare(group, spare))
+
+    def room_freed(self) -> None:
+        """
+        Memory was given back (a node is gone): start the spares refused for
+        lack of it, as far as it has room now (one still refused waits for the
+        next).  Without this a pool stayed short until a clone of its template
+        ended, though the group waits idle with memory to spare.
+        """
+        templates = self.parts.templates
+        if templates is not None and templates.short_of_room:
+            retries = list(templates.short_of_room.values())
+            templates.short_of_room.clear()
+            for retry in retries:
+                retry()
 
     async def _start_spare(self, group: HostGroupConfig, spare: Spare) -> None:
         """Start ``spare``; once it is ready, the pool's next one (a failed start is not tried again until a clone ends)."""

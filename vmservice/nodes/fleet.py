@@ -42,12 +42,11 @@ from ..errors import AgentNotConnected, NotFound, Protected
 from ..hypervisors.base import IMachine, MachineExit
 from ..images.store import ImageInfo
 from ..observer import OneShotObserver
-from . import console
+from . import console, fork_memory
 from .admission import Holder
 from .counts import keep_counts
 from .cloning import Cloning
 from .creation import Creation
-from . import fork_memory
 from .fork_memory import kept_files
 from .forking import Forked, Forking, ForkRequest, collect_forks, discard_fork_states
 from .description import NodeDescription, describe
@@ -122,6 +121,7 @@ class Fleet(Service):
     def _forgotten(self, node: NodeRuntime) -> None:
         self._registry.drop(node)
         self._idle.forget(node.hostname)
+        Cloning(self._parts).room_freed()
         if node.record.frozen_disk:
             self._collect_templates()
         if node.record.forked_disks:

@@ -114,6 +114,7 @@ class TemplateStore:
     :param budget: bytes the RAM files may take at once.
     :param on_build: called with ``ok`` or ``failed`` after each build.
     :ivar builds: how many builds were started.
+    :ivar short_of_room: by key, the retry of a spare refused for lack of memory (``Cloning.room_freed``).
     """
 
     def __init__(
@@ -139,6 +140,7 @@ class TemplateStore:
         self._spares: dict[TemplateKey, list[Spare]] = {}
         self._cloning: dict[TemplateKey, int] = {}
         self._wanted: dict[TemplateKey, int] = {}
+        self.short_of_room: dict[TemplateKey, Callable[[], None]] = {}
         self.builds = 0
 
     async def get(self, key: TemplateKey, kernel: str, initrd: str, build: Build) -> Template:
