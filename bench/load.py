@@ -74,7 +74,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench.loadmix import Api, Client, Mix, Payload, Recorder, percentile  # noqa: E402
-from bench.recording import peak_rss, status_kib, write_result  # noqa: E402
+from bench.recording import begin, peak_rss, status_kib, write_result  # noqa: E402
 from tests.integration.daemon import Daemon, ensure_image, processes_under  # noqa: E402
 
 RAM_MB = 256
@@ -572,6 +572,7 @@ def main() -> None:
     warm_up = args.warm_up if args.warm_up is not None else min(300.0, max(30.0, minutes * 15))
     options = Options(clients=args.clients, seconds=minutes * 60, warm_up=warm_up, seed=args.seed,
                       network_range=args.range)
+    recorded = begin()
     result = run(options)
     result["variant"] = "soak" if args.soak else "load"
     name = "load-soak" if args.soak else "load"
@@ -580,7 +581,7 @@ def main() -> None:
     if log_tail:  # kept beside the results (not in them) when the run failed, to find out why
         with open(os.path.join(results, f"{name}-daemon.log"), "w") as f:
             f.write(log_tail)
-    write_result(os.path.join(results, f"{name}.json"), result)
+    write_result(os.path.join(results, "load-soak.json" if args.soak else "load.json"), result, recorded)
     plotted = plot(result, os.path.join(results, f"{name}.png"))
     for op, row in result["ops"].items():
         print(f"{op:16} n={row['count']:5} ok={row['ok']:5} errors={row['errors']:3} refusals={row['refusals']:3} "
