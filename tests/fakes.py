@@ -45,6 +45,7 @@ from vmservice.nodes.runtime import NodeRuntime
 from vmservice.nodes.store import NodeStore
 from vmservice.private_files import create_private
 from vmservice.storage.interfaces import DiskInfo, IDisks
+from vmservice.storage.overlay import StorageError
 
 
 
@@ -376,8 +377,12 @@ class FakeDisks:
     def __init__(self) -> None:
         self.created: list[str] = []
         self._made: dict[str, tuple[str, int]] = {}
+        #: When set, creating a disk fails with a StorageError of this message (as qemu-img's failure).
+        self.failing: str | None = None
 
     async def create(self, base: str, path: str, size_bytes: int) -> None:
+        if self.failing is not None:
+            raise StorageError(self.failing)
         with open(path, "wb") as f:
             f.write(b"disk")
         self.created.append(path)

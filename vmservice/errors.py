@@ -12,6 +12,8 @@ snake_case ``code`` that clients may match on.
 
 from __future__ import annotations
 
+import errno
+import os
 from enum import Enum
 from typing import Any
 
@@ -204,6 +206,46 @@ class InsufficientStorage(ServiceError):
 
     status = 507
     code = "insufficient_storage"
+
+
+class StateDirFull(ServiceError):
+    """
+    The daemon's state directory has no room (507) for what an operation
+    had to write there: a node's record or disk, a snapshot, a secret, a
+    template.  Distinct from :class:`InsufficientStorage`, which is the
+    guest's own file system: this one is the host's, for its operator to
+    free.  Whatever was half-written is removed (or was never in place);
+    the same request succeeds once there is room again.
+    """
+
+    status = 507
+    code = "state_dir_full"
+
+
+#: The errnos of a file system that has no room (left) for a write.
+NO_ROOM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+#: How a child process (``qemu-img``, QEMU) words them in its messages.
+NO_ROOM_WORDS = tuple(os.strerror(number) for number in sorted(NO_ROOM_ERRNOS))
+
+
+def no_room(error: BaseException) -> bool:
+    """
+    Whether ``error`` says a file system had no room for a write: an
+    ``OSError`` with ``ENOSPC`` or ``EDQUOT``, or any other error whose
+    message holds the system's words for them (``No space left on device``,
+    ``Disk quota exceeded``), as a child process's does.  The errors it was
+    raised from (``raise ... from error``) count too.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in NO_ROOM_ERRNOS:
+            return True
+        if any(words in str(current) for words in NO_ROOM_WORDS):
+            return True
+        current = current.__cause__
+    return False
 
 
 class BadGateway(ServiceError):

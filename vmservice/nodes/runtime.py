@@ -288,16 +288,19 @@ class NodeRuntime:
         await self.release()
         return self.forget()
 
-    def forget(self) -> bool:
+    def forget(self, announce: bool = True) -> bool:
         """
         Forget the node and delete its files (its VM is gone): disk, snapshot,
         sockets, record.
 
+        :param announce: publish its deletion (not for a node whose creation
+            was never announced).
         :return: whether the disk was removed.
         """
         self.phase.abandon()
         self._forgotten(self)
-        self.announce(EventType.DELETED, status=DELETED)
+        if announce:
+            self.announce(EventType.DELETED, status=DELETED)
         disk_removed = self._parts.disks.remove(self.paths.disk)
         remove_spare_directory(self.record.started_qmp)
         self._parts.store.remove(self.hostname)

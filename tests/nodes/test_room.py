@@ -1,0 +1,196 @@
+"""Tests for :mod:`vmservice.nodes.room`: failures for lack of room in the state directory."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from tests.nodes.test_lifecycle import LifecycleTestCase
+from vmservice.errors import Internal, StateDirFull, http_error
+from vmservice.nodes import store
+from vmservice.nodes.model import CreateRequest, Status, Wait
+from vmservice.nodes.room import room_for
+
+
+class RoomForTests(SynchronousTestCase):
+    def test_no_room(self) -> None:
+        """A failure for lack of room in the block is 507 state_dir_full naming what did not fit."""
+        for number in (errno.ENOSPC, errno.EDQUOT):
+            with self.assertRaises(StateDirFull) as raised:
+                with room_for("the snapshot of node 'demo-1'"):
+                    raise OSError(number, "full")
+            status, body = http_error(raised.exception)
+            self.assertEqual((status, body["code"]), (507, "state_dir_full"))
+            self.assertIn("the snapshot of node 'demo-1'", body["error"])
+            self.assertIn("full", body["error"])
+
+    def test_wrapped(self) -> None:
+        """A service error raised from one of no room (a driver's 500) becomes 507 too."""
+        with self.assertRaises(StateDirFull):
+            with room_for("a new node"):
+                try:
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                except OSError as error:
+                    raise Internal("suspend of node 'demo-1' failed", code="suspend_failed") from error
+
+    def test_other_errors_pass(self) -> None:
+        """Any other failure passes unchanged, and a StateDirFull keeps its own message."""
+        with self.assertRaises(Internal):
+            with room_for("x"):
+                raise Internal("boom")
+        with self.assertRaises(OSError):
+            with room_for("x"):
+                raise OSError(errno.EIO, "Input/output error")
+        with self.assertRaises(StateDirFull) as raised:
+            with room_for("x"):
+                raise StateDirFull("its own words")
+        self.assertEqual(str(raised.exception), "its own words")
+
+
+class FullStateDirTests(LifecycleTestCase):
+    """
+    Operations whose writes in the state directory fail for lack of room: 507
+    state_dir_full, nothing half-written, the node as it was, and the same
+    operation succeeding once there is room.
+    """
+
+    def full(self, *names: str) -> list[str]:
+        """Make the store's writes whose file is one of ``names`` fail with ENOSPC until :meth:`room`."""
+        self.failing = set(names)
+        refused: list[str] = []
+        real = store.write_atomic
+
+        def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
+            if os.path.basename(path) in self.failing or "*" in self.failing:
+                refused.append(path)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            real(path, data, mode)
+
+        self.patch(store, "write_atomic", write_atomic)
+        return refused
+
+    def room(self) -> None:
+        self.failing = set()
+
+    def test_create_without_room_for_the_counter(self) -> None:
+        """No room for the hostname counter: 507, nothing registered or on disk; then the create succeeds."""
+        self.full("demo")
+        error = self.fails(self.fleet.create("demo", CreateRequest(), Wait.NONE, 300.0), StateDirFull, "state_dir_full")
+        self.assertEqual(error.status, 507)
+        self.assertEqual(self.fleet.list(), [])
+        self.assertEqual(os.listdir(self.h.store.nodes_dir), [])
+        self.room()
+        self.assertEqual(self.create().hostname, "demo-1")
+
+    def test_create_without_room_for_the_record(self) -> None:
+        """No room for the record: 507; the node is neither listed nor on disk, no VM ran, no event says it was."""
+        seen: list[str] = []
+        self.h.events.listen(lambda event: seen.append(event.type.value))  # type: ignore[misc]
+        self.full("node.json")
+        self.fails(self.fleet.create("demo", CreateRequest(), Wait.NONE, 300.0), StateDirFull, "state_dir_full")
+        self.assertEqual(self.fleet.list(), [])
+        self.assertEqual(os.listdir(self.h.store.nodes_dir), [])
+        self.assertEqual(self.h.driver.machines, [])
+        self.assertEqual(seen, [])
+        self.room()
+        self.assertEqual(self.create().status, Status.RUNNING)
+
+    def test_create_without_room_for_the_disk(self) -> None:
+        """qemu-img finding no room for the disk: 507, the node removed (record, directory, network)."""
+        self.h.disks.failing = "qemu-img failed (1): qemu-img: disk.qcow2: Could not write: No space left on device"
+        self.fails(self.fleet.create("demo", CreateRequest(), Wait.NONE, 300.0), StateDirFull, "state_dir_full")
+        self.assertEqual(self.fleet.list(), [])
+        self.assertEqual(os.listdir(self.h.store.nodes_dir), [])
+        self.assertEqual(self.h.network.attached, {})
+
+    def test_suspend_without_room_for_the_record(self) -> None:
+        """No room for the Suspending record: 507 before the VM is touched; Running, and suspended once there is room."""
+        self.create()
+        machine = self.h.driver.machines[0]
+        self.full("node.json")
+        self.fails(self.fleet.snapshots.suspend("demo-1"), StateDirFull, "state_dir_full")
+        self.assertEqual(machine.commands, [])
+        self.assertEqual(self.fleet.node("demo-1").status, Status.RUNNING)
+        self.assertEqual(self.stored().status, Status.RUNNING)
+        self.room()
+        self.ok(self.fleet.snapshots.suspend("demo-1"))
+        self.assertEqual(self.stored().status, Status.SUSPENDED)
+
+    def test_suspend_without_room_for_the_snapshot(self) -> None:
+        """QEMU finding no room for the snapshot: 507, no partial file, the VM resumed, Running in memory and on disk."""
+        self.create()
+        machine = self.h.driver.machines[0]
+        machine.failing["save_state"] = "saving the VM state failed: Unable to write to file: No space left on device"
+        self.fails(self.fleet.snapshots.suspend("demo-1"), StateDirFull, "state_dir_full")
+        self.assertEqual(machine.commands, ["save_state", "resume"])
+        self.assertFalse(os.path.exists(self.path("state.bin.partial")))
+        self.assertEqual(self.fleet.node("demo-1").status, Status.RUNNING)
+        self.assertEqual(self.stored().status, Status.RUNNING)
+
+    def test_suspend_without_room_to_write_back(self) -> None:
+        """
+        A save that fails and leaves no room to write the record back: the
+        save's own error, the node Running in memory, its record saying
+        Suspending, which the next start finds with a running VM: adopted, Running.
+        """
+        self.create()
+        machine = self.h.driver.machines[0]
+        machine.failing["save_state"] = "saving the VM state failed: No space left on device"
+        real = store.write_atomic
+        writes: list[str] = []
+
+        def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
+            writes.append(path)
+            if len(writes) > 1:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            real(path, data, mode)
+
+        self.patch(store, "write_atomic", write_atomic)
+        self.fails(self.fleet.snapshots.suspend("demo-1"), StateDirFull, "state_dir_full")
+        self.assertEqual(self.fleet.node("demo-1").status, Status.RUNNING)
+        self.assertEqual(self.stored().status, Status.SUSPENDING)
+        self.patch(store, "write_atomic", real)
+        self.h.crash()
+        again = self.restart()
+        self.assertEqual(again.fleet.node("demo-1").status, Status.RUNNING)
+        self.assertIsNone(machine._exit)
+
+    def test_restore_without_room_for_the_record(self) -> None:
+        """No room for the record: 507, the node Suspended with its snapshot, no VM left running."""
+        self.create()
+        self.ok(self.fleet.snapshots.suspend("demo-1"))
+        self.full("node.json")
+        self.fails(self.fleet.snapshots.restore("demo-1", Wait.NONE, 300.0), StateDirFull, "state_dir_full")
+        self.assertEqual(self.fleet.node("demo-1").status, Status.SUSPENDED)
+        self.assertTrue(os.path.exists(self.path("state.bin")))
+        self.assertTrue(all(m._exit is not None for m in self.h.driver.machines))
+        self.room()
+        self.ok(self.fleet.snapshots.restore("demo-1", Wait.NONE, 300.0))
+        self.assertEqual(self.stored().status, Status.RUNNING)
+
+    def test_restore_without_room_for_running(self) -> None:
+        """
+        Room for Restoring but not for Running: the restore fails before the
+        guest runs on, its VM killed, the snapshot kept, the node Suspended.
+        """
+        self.create()
+        self.ok(self.fleet.snapshots.suspend("demo-1"))
+        real = store.write_atomic
+        writes: list[bytes] = []
+
+        def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
+            writes.append(data)
+            if b'"Running"' in data:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            real(path, data, mode)
+
+        self.patch(store, "write_atomic", write_atomic)
+        self.fails(self.fleet.snapshots.restore("demo-1", Wait.NONE, 300.0), StateDirFull, "state_dir_full")
+        restored = self.h.driver.machines[-1]
+        self.assertEqual(restored.commands, ["finish_incoming"])
+        self.assertIsNotNone(restored._exit)
+        self.assertTrue(os.path.exists(self.path("state.bin")))
+        self.assertEqual(self.fleet.node("demo-1").status, Status.SUSPENDED)
+        self.assertEqual(self.stored().status, Status.SUSPENDED)
