@@ -194,3 +194,18 @@ class FullStateDirTests(LifecycleTestCase):
         self.assertTrue(os.path.exists(self.path("state.bin")))
         self.assertEqual(self.fleet.node("demo-1").status, Status.SUSPENDED)
         self.assertEqual(self.stored().status, Status.SUSPENDED)
+
+    def test_delete_without_room(self) -> None:
+        """
+        A delete with no room for the Deleting record still deletes (it is
+        what makes room): the record removed first, then the VM, disk and
+        directory.
+        """
+        self.create()
+        machine = self.h.driver.machines[0]
+        self.full("node.json")
+        result = self.ok(self.fleet.delete("demo", "demo-1"))
+        self.assertTrue(result.disk_removed)
+        self.assertEqual(self.fleet.list(), [])
+        self.assertIsNotNone(machine._exit)
+        self.assertEqual(os.listdir(self.h.store.nodes_dir), [])

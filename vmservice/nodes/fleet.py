@@ -391,7 +391,19 @@ class Fleet(Service):
         if node.record.protected:
             raise Protected(f"node {hostname!r} is protected and cannot be deleted")
         node.phase.begin("delete")
-        node.set(Status.DELETING)
+        try:
+            node.set(Status.DELETING)
+        except OSError as error:
+            # A full state directory must not keep a node (whose removal makes room) from being deleted: its
+            # record goes at once instead.  A crash from here on leaves a directory without a record and a
+            # VM no record claims, which the next start removes as it removes a Deleting node.
+            log.warn("node {hostname}: its record could not say Deleting ({error}); removed first instead",
+                     hostname=hostname, error=error)
+            try:
+                self._parts.store.remove_record(hostname)
+            except BaseException:
+                node.phase.finish()
+                raise
         disk_removed = await node.remove()
         log.info("deleted node {hostname}", hostname=hostname)
         return DeleteResult(hostname, disk_removed)
