@@ -85,6 +85,18 @@ class FakeMachine:
         self.hold_save: Deferred[None] | None = None
         #: The overlays snapshot_disk switched to.
         self.snapshots: list[str] = []
+        self._no_room_watchers: list[Callable[[], None]] = []
+
+    def on_no_room(self, callback: Callable[[], None]) -> None:
+        self._no_room_watchers.append(callback)
+        if self.state == "io-error":
+            callback()
+
+    def no_room(self) -> None:
+        """The VM stops on a write its host had no room for (QEMU's ``io-error``)."""
+        self.state = "io-error"
+        for watcher in list(self._no_room_watchers):
+            watcher()
 
     def _do(self, name: str, state: str | None = None) -> Deferred[None]:
         self.commands.append(name)
@@ -263,6 +275,8 @@ class FakeAgent(AgentGuest):
         #: Userdata requests wait for this Deferred when set; then they answer this exit code.
         self.hold_userdata: Deferred[None] | None = None
         self.userdata_exit_code = 0
+        #: The errors :meth:`interrupt` cut the connection off with.
+        self.interrupted: list[Any] = []
 
     @property
     def connected(self) -> bool:
@@ -303,6 +317,12 @@ class FakeAgent(AgentGuest):
     def on_lost(self, callback: Callable[[], None]) -> Callable[[], None]:
         self._lost_callbacks.append(callback)
         return lambda: self._lost_callbacks.remove(callback)
+
+    def interrupt(self, error: Any) -> None:
+        """The connection is cut off: recorded; the agent is lost (it comes back when told ``ready``)."""
+        self.interrupted.append(error)
+        if self.is_ready:
+            self.lose()
 
     def open_stream(self, header: Mapping[str, Any], protocol: IProtocol) -> AgentStream:
         raise AgentUnavailable("the fake agent has no streams")

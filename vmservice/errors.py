@@ -322,6 +322,9 @@ class GuestErrorKind(Enum):
     FS_ERROR = "fs_error"
     #: A step of adopting an identity (``adopt``) failed in the guest.
     ADOPTION_FAILED = "adoption_failed"
+    #: The VM stopped because the host's state directory had no room for its
+    #: disk's writes; the daemon cut off what was under way in the guest.
+    HOST_NO_ROOM = "host_no_room"
     # Why a tunnel's upstream cannot be reached (the guest's head of a forward).
     UPSTREAM_REFUSED = "upstream_refused"
     UPSTREAM_UNREACHABLE = "upstream_unreachable"
@@ -404,6 +407,7 @@ GUEST_ERRORS: dict[GuestErrorKind, tuple[type[ServiceError], str]] = {
     GuestErrorKind.RUNNING: (Conflict, "exec_running"),
     GuestErrorKind.FS_ERROR: (Internal, "fs_error"),
     GuestErrorKind.ADOPTION_FAILED: (Internal, "adoption_failed"),
+    GuestErrorKind.HOST_NO_ROOM: (StateDirFull, "state_dir_full"),
     GuestErrorKind.UPSTREAM_REFUSED: (BadGateway, "upstream_refused"),
     GuestErrorKind.UPSTREAM_UNREACHABLE: (BadGateway, "upstream_unreachable"),
     GuestErrorKind.UPSTREAM_TIMEOUT: (GatewayTimeout, "upstream_timeout"),

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -298,6 +299,68 @@ class StateTmpfs:
         result = subprocess.run(["umount", self.path], capture_output=True, timeout=30)
         if result.returncode != 0:
             subprocess.run(["umount", "-l", self.path], capture_output=True, timeout=30)
+
+
+def upload(daemon: Daemon, path: str, payload: bytes, timeout: float = 120.0) -> tuple[int, Any]:
+    """
+    POST ``payload`` to ``path`` as a client that reads an answer that comes
+    before the whole body was sent (and then sends no more), as curl does:
+    the status and the body (parsed when it is JSON).  Every wait is bounded
+    by ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    sock = socket.create_connection(("127.0.0.1", daemon.port), timeout=timeout)
+    try:
+        head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{daemon.port}\r\nContent-Type: application/octet-stream\r\n"
+                f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n")
+        sock.sendall(head.encode())
+        view, sent = memoryview(payload), 0
+        while sent < len(payload):
+            readable, writable, _ = select.select([sock], [sock], [], max(0.0, deadline - time.monotonic()))
+            if readable:
+                break  # answered before the whole body: the rest is not sent
+            if not writable:
+                raise AssertionError(f"the upload stalled after {sent} of {len(payload)} bytes")
+            try:
+                sent += sock.send(view[sent:sent + 65536])
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        answer = b""
+        while True:  # to the end of the connection (the request said Connection: close)
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:
+                break
+            except socket.timeout:
+                raise AssertionError(f"no whole answer to the upload in time: {answer[:300]!r}") from None
+            if not chunk:
+                break
+            answer += chunk
+    finally:
+        sock.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    if not head:
+        raise AssertionError(f"no answer to the upload after {sent} of {len(payload)} bytes")
+    if b"transfer-encoding: chunked" in head.lower():
+        body = _dechunked(body)
+    status = int(head.split()[1])
+    try:
+        return status, json.loads(body)
+    except ValueError:
+        return status, body
+
+
+def _dechunked(data: bytes) -> bytes:
+    """The content of a chunked body."""
+    content = b""
+    while data:
+        size_line, _, data = data.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        content, data = content + data[:size], data[size + 2:]
+    return content
 
 
 def digest(data: bytes) -> str:

@@ -169,7 +169,8 @@ class Creation:
             if record.memory_file:
                 ready_for_forks(record.hostname, agent, self._parts.adoption)
             if wait is not Wait.NONE:
-                ready = Deferred.fromCoroutine(_ready(node, agent, wait, adopted))
+                # A VM stopped for lack of room for its disk's writes fails the create at once (507).
+                ready = node.room.unless_stopped(Deferred.fromCoroutine(_ready(node, agent, wait, adopted)))
                 left = max(0.0, began + timeout - self._parts.clock.seconds())
                 await wait_for_guest(self._parts.clock, machine, ready, left)
         except BaseException as error:

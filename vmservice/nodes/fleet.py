@@ -42,12 +42,11 @@ from ..errors import AgentNotConnected, NotFound, Protected
 from ..hypervisors.base import IMachine, MachineExit
 from ..images.store import ImageInfo
 from ..observer import OneShotObserver
-from . import console
+from . import console, fork_memory
 from .admission import Holder
 from .counts import keep_counts
 from .cloning import Cloning
 from .creation import Creation
-from . import fork_memory
 from .fork_memory import kept_files
 from .forking import Forked, Forking, ForkRequest, collect_forks, discard_fork_states
 from .description import NodeDescription, describe
@@ -308,6 +307,7 @@ class Fleet(Service):
         await self._awake(hostname)
         node = self._registry.find(hostname)
         check(Op.AGENT, hostname, node.record.status)
+        node.room.check()
         agent = node.agent
         if agent is not None and not agent.connected and node.machine is not None and wait > 0:
             await connected_within(self._parts.clock, node.machine, agent, wait)
@@ -391,19 +391,7 @@ class Fleet(Service):
         if node.record.protected:
             raise Protected(f"node {hostname!r} is protected and cannot be deleted")
         node.phase.begin("delete")
-        try:
-            node.set(Status.DELETING)
-        except OSError as error:
-            # A full state directory must not keep a node (whose removal makes room) from being deleted: its
-            # record goes at once instead.  A crash from here on leaves a directory without a record and a
-            # VM no record claims, which the next start removes as it removes a Deleting node.
-            log.warn("node {hostname}: its record could not say Deleting ({error}); removed first instead",
-                     hostname=hostname, error=error)
-            try:
-                self._parts.store.remove_record(hostname)
-            except BaseException:
-                node.phase.finish()
-                raise
+        node.deleting()
         disk_removed = await node.remove()
         log.info("deleted node {hostname}", hostname=hostname)
         return DeleteResult(hostname, disk_removed)

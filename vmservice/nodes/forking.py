@@ -47,6 +47,7 @@ from .parts import FleetParts
 from .paths import discard
 from .readiness import wait_for_guest
 from .registry import Registry
+from .room import room_for
 from .runtime import NodeRuntime
 from .templates import daemon_tag
 
@@ -113,8 +114,9 @@ class Forking:
         parent = await settled(self._registry, hostname)
         parent.phase.begin("fork")
         try:
-            return await self._parts.admission.admitted(
-                self._fork(parent, request), parent.record.ram_bytes, request.count, parent.record.hostgroup)
+            with room_for(f"the fork of node {hostname!r}"):
+                return await self._parts.admission.admitted(
+                    self._fork(parent, request), parent.record.ram_bytes, request.count, parent.record.hostgroup)
         finally:
             parent.phase.finish()
 
