@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from typing import Any
 
-from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image
+from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image, processes_under
 from tests.integration.faults import StateTmpfs, digest, records, run, settled, stray_files, upload
 
 #: The tmpfs's size: a node's disk, a 256 MiB guest's snapshot and a template, with room to spare.
@@ -111,7 +111,9 @@ class StateDirFullTests(SpaceDaemonTestCase):
         removed (no record, directory or QEMU); the same create succeeds
         once the filler is gone.
         """
-        for room in (0, 1 << 20):
+        # No room at all: the hostname counter cannot be written.  256 KiB: the
+        # record and the disk's overlay fit, the guest's first writes do not.
+        for room in (0, 256 << 10):
             self.space.fill(room)
             status, _, data = self.daemon.request("POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {},
                                                   timeout=180)
@@ -209,20 +211,26 @@ class TemplateBuildTests(SpaceDaemonTestCase):
 
     def test_template_build(self) -> None:
         """
-        The template's build at start finds no room, and so does a create
-        of the group: 507 state_dir_full, no template files or QEMU left;
-        once the filler is gone, a create succeeds and the group's clones
-        come from a template again.
+        The template's build at start finds room for its disk but not for
+        what its guest writes: it fails at once (not after its boot
+        timeout), leaving no template files or QEMU; a create with no room
+        at all is 507 state_dir_full; once the filler is gone a create
+        succeeds and the next one is a clone of a template built then.
         """
+        self.daemon.wait_for("the template's build to fail for lack of room",
+                             lambda: "the template's disk: No space left on device" in self.daemon.log(), 120)
+        templates = os.path.join(self.daemon.state_dir, "templates")
+        self.daemon.wait_for("no template files", lambda: not os.listdir(templates), 30)
+        self.assertEqual(processes_under(templates), [])
+        self.space.fill(0)
         status, _, data = self.daemon.request("POST", "/hostgroup/warm/nodes?wait=agent&timeout=2m", {}, timeout=180)
         self.assert_full(status, data, "create of a warm node")
         settled(self.daemon, why="after the refused create")
-        templates = os.path.join(self.daemon.state_dir, "templates")
-        self.assertEqual(os.listdir(templates) if os.path.isdir(templates) else [], [])
+        self.assertEqual(os.listdir(templates), [])
         self.space.release()
-        first = self.create("warm")
+        self.create("warm")
         second = self.create("warm")
         self.assertEqual(run(self.daemon, second, "hostname")[1].strip(), second)
         self.assertIn(f"node {second} cloned", self.daemon.log())
-        del first
+        self.assertEqual(len(os.listdir(templates)), 1)
         settled(self.daemon)
