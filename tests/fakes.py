@@ -42,6 +42,7 @@ from vmservice.nodes.fleet import Fleet
 from vmservice.nodes.guest import AgentHealth, IGuestConnection
 from vmservice.nodes.parts import DriverChoice, FleetParts
 from vmservice.nodes.runtime import NodeRuntime
+from vmservice.nodes.room import RoomWatch
 from vmservice.nodes.store import NodeStore
 from vmservice.private_files import create_private
 from vmservice.storage.interfaces import DiskInfo, IDisks
@@ -521,6 +522,9 @@ class FleetHarness:
             ),
         )
         self.store = NodeStore(state_dir)
+        #: The bytes the state directory has free, as the fleet's RoomWatch sees them.
+        self.free = 1 << 40
+        self.room = RoomWatch(self.reactor, state_dir, free=lambda path: self.free)
         self.parts = FleetParts(
             clock=self.reactor,
             config=self.config,
@@ -540,6 +544,7 @@ class FleetHarness:
             wall_clock=lambda: 1_700_000_000_000_000_000,
             # An empty tree of the test's own unless given: never the host's.
             pci=pci or PciHost(os.path.join(state_dir, "sys"), os.path.join(state_dir, "dev")),
+            room=self.room,
         )
         self.fleet = Fleet(self.parts)
 

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import Any
 
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.fakes import FakeMachine, FleetHarness
 from tests.nodes.test_lifecycle import LifecycleTestCase
-from vmservice.errors import Internal, StateDirFull, http_error
+from vmservice.errors import Internal, StateDirFull, http_error, no_room
 from vmservice.nodes import store
 from vmservice.nodes.model import CreateRequest, Status, Wait
-from vmservice.nodes.room import room_for
+from vmservice.nodes.room import RoomWatch, room_for
+from vmservice.nodes.template_build import TemplateBuilder
+from vmservice.nodes.template_key import TemplateKey
+from vmservice.nodes.templates import Template
 
 
 class RoomForTests(SynchronousTestCase):
@@ -209,3 +216,178 @@ class FullStateDirTests(LifecycleTestCase):
         self.assertEqual(self.fleet.list(), [])
         self.assertIsNotNone(machine._exit)
         self.assertEqual(os.listdir(self.h.store.nodes_dir), [])
+
+
+class RoomWatchTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.free = 0
+        self.watch = RoomWatch(self.clock, "/state", free=self.look)
+        self.looks: list[str] = []
+        self.went_on: list[str] = []
+
+    def look(self, path: str) -> int:
+        self.looks.append(path)
+        if self.free < 0:
+            raise OSError(errno.EIO, "Input/output error")
+        return self.free
+
+    def go_on(self, hostname: str) -> Any:
+        async def go_on() -> None:
+            self.went_on.append(hostname)
+
+        return go_on
+
+    def test_waits_for_room(self) -> None:
+        """
+        Nothing is looked at while no node waits; while one does, the state
+        directory's free space every INTERVAL seconds, and each waiting node
+        goes on once MIN_ROOM bytes are free; then the looks stop.
+        """
+        self.clock.advance(60)
+        self.assertEqual(self.looks, [])
+        self.watch.wait("demo-1", self.go_on("demo-1"))
+        self.watch.wait("demo-2", self.go_on("demo-2"))
+        self.assertEqual(self.watch.waiting, ["demo-1", "demo-2"])
+        self.clock.advance(RoomWatch.INTERVAL)
+        self.free = RoomWatch.MIN_ROOM - 1
+        self.clock.advance(RoomWatch.INTERVAL)
+        self.assertEqual((self.looks, self.went_on), (["/state", "/state"], []))
+        self.free = RoomWatch.MIN_ROOM
+        self.clock.advance(RoomWatch.INTERVAL)
+        self.assertEqual(self.went_on, ["demo-1", "demo-2"])
+        self.assertEqual(self.watch.waiting, [])
+        self.clock.advance(60)
+        self.assertEqual(len(self.looks), 3)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_unreadable(self) -> None:
+        """A free space that cannot be read lets no node go on; the next look may."""
+        self.watch.wait("demo-1", self.go_on("demo-1"))
+        self.free = -1
+        self.clock.advance(RoomWatch.INTERVAL)
+        self.assertEqual(self.went_on, [])
+        self.free = RoomWatch.MIN_ROOM
+        self.clock.advance(RoomWatch.INTERVAL)
+        self.assertEqual(self.went_on, ["demo-1"])
+
+    def test_stopped(self) -> None:
+        """A stopped watch forgets who waits and looks no more."""
+        self.watch.startService()
+        self.watch.wait("demo-1", self.go_on("demo-1"))
+        self.watch.stopService()
+        self.free = RoomWatch.MIN_ROOM
+        self.clock.advance(60)
+        self.assertEqual((self.looks, self.went_on), ([], []))
+
+
+class NodeRoomTests(LifecycleTestCase):
+    """A node whose VM stops on a write its state directory has no room for."""
+
+    def stall(self, hostname: str = "demo-1") -> FakeMachine:
+        self.h.free = 0
+        machine = self.h.driver.machines[-1]
+        machine.no_room()
+        return machine
+
+    def guest(self, hostname: str = "demo-1") -> Deferred[Any]:
+        return self.do(self.fleet.guest(hostname, wait=0))
+
+    def test_stalled_and_resumed(self) -> None:
+        """
+        What ran in the guest is cut off (state_dir_full), requests for the
+        guest are 507 meanwhile; once there is room the VM is resumed, and
+        the guest is reached again once its agent reconnected.
+        """
+        self.create()
+        agent = self.h.agents[0]
+        agent.ready()
+        machine = self.stall()
+        [cut] = agent.interrupted
+        status, body = http_error(cut)
+        self.assertEqual((status, body["code"]), (507, "state_dir_full"))
+        self.assertEqual(self.failureResultOf(self.guest(), StateDirFull).value.code, "state_dir_full")
+        machine.no_room()  # told again: nothing new
+        self.assertEqual(len(agent.interrupted), 1)
+        self.h.reactor.advance(RoomWatch.INTERVAL)
+        self.assertNotIn("resume", machine.commands)
+        self.h.free = RoomWatch.MIN_ROOM
+        self.h.reactor.advance(RoomWatch.INTERVAL)
+        self.assertEqual(machine.commands, ["resume"])
+        agent.ready()
+        self.assertIs(self.successResultOf(self.guest()), agent)
+        self.assertEqual(self.stored().status, Status.RUNNING)
+
+    def test_stalled_again(self) -> None:
+        """A VM that stops again after it was let run on waits again, and runs on at the next room."""
+        self.create()
+        machine = self.stall()
+        self.h.free = RoomWatch.MIN_ROOM
+        self.h.reactor.advance(RoomWatch.INTERVAL)
+        machine.no_room()
+        self.failureResultOf(self.guest(), StateDirFull)
+        self.h.reactor.advance(RoomWatch.INTERVAL)
+        self.assertEqual(machine.commands, ["resume", "resume"])
+
+    def test_paused_meanwhile(self) -> None:
+        """A node paused while it waited is not resumed when room comes back: its resume retries the write."""
+        self.create()
+        machine = self.stall()
+        self.ok(self.fleet.lifecycle.pause("demo-1"))
+        self.h.free = RoomWatch.MIN_ROOM
+        self.h.reactor.advance(RoomWatch.INTERVAL)
+        self.assertEqual(machine.commands, ["pause"])
+        self.assertEqual(self.fleet.node("demo-1").status, Status.PAUSED)
+
+    def test_deleted_meanwhile(self) -> None:
+        """A node deleted while it waited is forgotten by the watch's next look."""
+        self.create()
+        machine = self.stall()
+        self.ok(self.fleet.delete("demo", "demo-1"))
+        self.h.free = RoomWatch.MIN_ROOM
+        self.h.reactor.advance(RoomWatch.INTERVAL)
+        self.assertEqual(machine.commands, [])
+        self.assertEqual(self.h.room.waiting, [])
+
+    def test_create_stalled(self) -> None:
+        """A create whose VM stops for lack of room before its agent answered: 507 at once, the node removed."""
+        d = self.do(self.fleet.create("demo", CreateRequest(), Wait.AGENT, 300.0))
+        machine = self.stall()
+        self.assertEqual(self.failureResultOf(d, StateDirFull).value.code, "state_dir_full")
+        self.assertIsNotNone(machine._exit)
+        self.assertEqual(self.fleet.list(), [])
+        self.assertEqual(os.listdir(self.h.store.nodes_dir), [])
+
+    def test_adopted_stalled(self) -> None:
+        """After a restart, a VM found stopped for lack of room is adopted (Running), waits, and runs on."""
+        self.create()
+        machine = self.stall()
+        self.h = self.restart()
+        self.assertEqual(self.fleet.node("demo-1").status, Status.RUNNING)
+        self.assertIsNone(machine._exit)
+        self.failureResultOf(self.guest(), StateDirFull)
+        self.h.free = RoomWatch.MIN_ROOM
+        self.h.reactor.advance(RoomWatch.INTERVAL)
+        self.assertEqual(machine.commands, ["resume"])
+
+
+class TemplateBuildRoomTests(SynchronousTestCase):
+    def test_build_stalled(self) -> None:
+        """A template VM that stops for lack of room fails its build at once, as no room; its VM killed."""
+        state_dir = self.mktemp()
+        h = FleetHarness(state_dir)
+        directory = os.path.join(state_dir, "templates", "t")
+        os.makedirs(directory)
+        key = TemplateKey(image="default", build="/img", qemu="fake 1", ram_bytes=256 << 20, vcpus=1,
+                          network=False, storage_size=1 << 30)
+        template = Template(key=key, directory=directory, disk=os.path.join(directory, "disk.qcow2"),
+                            device_state=os.path.join(directory, "dev.bin"), ram_file=os.path.join(directory, "ram"),
+                            kernel=h.image.kernel.path, initrd=h.image.initrd.path)
+        built = Deferred.fromCoroutine(TemplateBuilder(h.parts, h.image.rootfs.path)(template))
+        self.assertNoResult(built)
+        machine = h.driver.machines[-1]
+        machine.no_room()
+        error = self.failureResultOf(built, OSError).value
+        self.assertTrue(no_room(error))
+        self.assertIsNotNone(machine._exit)
+        self.assertTrue(h.agents[-1].stopped)
