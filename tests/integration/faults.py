@@ -106,6 +106,16 @@ def network_objects(prefixes: tuple[str, ...]) -> list[str]:
     return sorted(name for name in names if name.startswith(prefixes))
 
 
+def daemon_log(daemon: Daemon) -> str:
+    """The daemon's log, with the part twistd rotated away (at 1 MB) before it."""
+    try:
+        with open(daemon.log_path + ".1", errors="replace") as f:
+            older = f.read()
+    except OSError:
+        older = ""
+    return older + daemon.log()
+
+
 def healthy(daemon: Daemon) -> None:
     """Fail unless ``/healthz`` answers 200 within 10 s."""
     status, _, _ = daemon.request("GET", "/healthz", timeout=10)
@@ -124,7 +134,7 @@ def settled(daemon: Daemon, network_prefixes: tuple[str, ...] = (), timeout: flo
         time.sleep(0.2)
         problem = accounted(daemon, network_prefixes)
     if problem is not None:
-        raise AssertionError(f"{why + ': ' if why else ''}{problem}; daemon log:\n{daemon.log()[-4000:]}")
+        raise AssertionError(f"{why + ': ' if why else ''}{problem}; daemon log:\n{daemon_log(daemon)[-4000:]}")
     healthy(daemon)
 
 

@@ -91,7 +91,8 @@ class Snapshots(NodeOperations):
                         await machine.resume()
                     except Exception:
                         log.failure("resuming node {hostname} after a failed suspend", hostname=node.hostname)
-                _set_anyway(node, before)
+                if node.machine is machine:  # else its end, heard meanwhile, said what the node is now
+                    _set_anyway(node, before)
             raise
 
     async def restore(self, hostname: str, wait: Wait, timeout: float) -> Done:
