@@ -164,6 +164,11 @@ class Background:
         """Whether the answer (or the failure) is in."""
         return not self._thread.is_alive()
 
+    def over(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the answer or the failure; whether it came."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
     def result(self, timeout: float | None = None) -> tuple[int, dict[str, Any] | bytes]:
         """
         The status and the body (parsed when it is JSON) once answered;

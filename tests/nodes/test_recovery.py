@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from attrs import evolve
+
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.nodes.model import NodeRecord, Status
@@ -127,6 +129,18 @@ class DecideTests(SynchronousTestCase):
         for persistent in (False, True):
             self.assertDecides(Status.RUNNING, persistent, "io-error", False, ADOPT_RUNNING)
             self.assertDecides(Status.PAUSED, persistent, "io-error", False, ADOPT_PAUSED)
+
+    def test_frozen_for_a_fork(self) -> None:
+        """
+        A Running node whose record says it is frozen for a fork, with its VM
+        alive (paused, its state saved or being saved, or even running), is
+        adopted and let run: never Paused, never taken for gone.
+        """
+        forking = evolve(record(Status.RUNNING), forking=True)
+        for vm_state in ("running", "paused", "postmigrate", "finish-migrate", "io-error"):
+            self.assertEqual(decide(forking, vm_state, False), ADOPT_AND_RESUME, vm_state)
+        self.assertEqual(decide(forking, None, False), REMOVE)
+        self.assertEqual(decide(evolve(forking, persistent=True), None, False), STOPPED)
 
     def test_defaults(self) -> None:
         """A Recovery neither adopts nor resumes unless told."""

@@ -61,6 +61,9 @@ def decide(record: NodeRecord, vm_state: str | None, snapshot: bool) -> Recovery
         return Recovery(Status.SUSPENDED) if snapshot else _dead(record)
     if status is Status.STOPPED:
         return Recovery(Status.STOPPED)
+    if record.forking and vm_state in ("running", "paused", "postmigrate", "finish-migrate", "io-error"):
+        # Frozen for a fork (paused, its state saved or being saved): it runs on; the children go (Creating).
+        return Recovery(Status.RUNNING, adopt=True, resume=True)
     if vm_state == "io-error":
         # Stopped on a write the state directory had no room for: kept as it was, it runs on once there is room.
         return Recovery(Status.PAUSED if status is Status.PAUSED else Status.RUNNING, adopt=True)
