@@ -202,6 +202,20 @@ class FullStateDirTests(LifecycleTestCase):
         self.assertEqual(self.fleet.node("demo-1").status, Status.SUSPENDED)
         self.assertEqual(self.stored().status, Status.SUSPENDED)
 
+    def test_relaunch_without_room(self) -> None:
+        """A relaunch whose Running record finds no room: 507, its VM killed, the node Stopped as it was."""
+        self.create(persistent=True)
+        self.h.driver.machines[0].end(0)
+        self.assertEqual(self.stored().status, Status.STOPPED)
+        self.full("node.json")
+        self.fails(self.fleet.lifecycle.relaunch("demo-1", Wait.NONE, 300.0), StateDirFull, "state_dir_full")
+        self.assertIsNotNone(self.h.driver.machines[-1]._exit)
+        self.assertEqual(self.fleet.node("demo-1").status, Status.STOPPED)
+        self.assertEqual(self.stored().status, Status.STOPPED)
+        self.room()
+        self.ok(self.fleet.lifecycle.relaunch("demo-1", Wait.NONE, 300.0))
+        self.assertEqual(self.stored().status, Status.RUNNING)
+
     def test_delete_without_room(self) -> None:
         """
         A delete with no room for the Deleting record still deletes (it is

@@ -13,15 +13,13 @@ in it (:meth:`IMachine.save_state`), in the node's 0700 directory.
 
 from __future__ import annotations
 
-from typing import Any
-
 from twisted.logger import Logger
 
 from ..durable import commit
 from ..errors import AgentNotConnected, Conflict
 from ..hypervisors.base import IMachine
 from .model import Status, Wait
-from .operation import Done, NodeOperations, drive, running, settled, suspendable, wait_after
+from .operation import Done, NodeOperations, drive, running, set_anyway, settled, suspendable, wait_after
 from .readiness import NotReady, sync_clock, wait_for_agent
 from .room import room_for
 from .runtime import NodeRuntime
@@ -66,7 +64,7 @@ class Snapshots(NodeOperations):
                 await self._save(node, machine, automatic)
             node.take_machine()
             await node.release(machine=machine)
-            _set_anyway(node, Status.SUSPENDED, pid=None)
+            set_anyway(node, Status.SUSPENDED, pid=None)
         log.info("suspended node {hostname}{how}", hostname=hostname, how=" (idle)" if automatic else "")
         return Done(Op.SUSPEND, hostname)
 
@@ -92,7 +90,7 @@ class Snapshots(NodeOperations):
                     except Exception:
                         log.failure("resuming node {hostname} after a failed suspend", hostname=node.hostname)
                 if node.machine is machine:  # else its end, heard meanwhile, said what the node is now
-                    _set_anyway(node, before)
+                    set_anyway(node, before)
             raise
 
     async def restore(self, hostname: str, wait: Wait, timeout: float) -> Done:
@@ -166,7 +164,7 @@ class Snapshots(NodeOperations):
             await drive("restore", hostname, machine.resume())
         except BaseException:
             await node.release()
-            _set_anyway(node, Status.SUSPENDED, pid=None)
+            set_anyway(node, Status.SUSPENDED, pid=None)
             raise
         finally:
             claim.release()  # the node's VM runs (and counts) or it failed
@@ -175,22 +173,6 @@ class Snapshots(NodeOperations):
         agent = node.connect_agent()
         sync_clock(hostname, agent, self._parts.wall_clock)
         log.info("restored node {hostname}", hostname=hostname)
-
-
-def _set_anyway(node: NodeRuntime, status: Status, **changes: Any) -> None:
-    """
-    Give ``node`` the status that is true now whatever its record on the
-    disk can say: the one it had before a failed operation, or the outcome
-    of one whose VM was already ended.  When the record cannot be written
-    (the state directory is full) it keeps saying the operation's own
-    status, which the next start finishes or undoes as after a crash
-    (:mod:`.recovery`), and the operation's own outcome stands.
-    """
-    try:
-        node.set(status, **changes)
-    except OSError as error:
-        log.warn("node {hostname}: its record could not be written back to {status}: {error}",
-                 hostname=node.hostname, status=status.value, error=error)
 
 
 __all__ = ["Snapshots"]
