@@ -54,6 +54,15 @@ def stray_files(daemon: Daemon) -> list[str]:
     return sorted(found)
 
 
+def fork_states(daemon: Daemon, tmpfs_dir: str) -> list[str]:
+    """The fork state files in the daemon's memory directory of ``tmpfs_dir`` (a fork under way has one)."""
+    from vmservice.nodes.fork_memory import STATE_PREFIX, memory_directory
+
+    directory = memory_directory(daemon.state_dir, tmpfs_dir)
+    names = os.listdir(directory) if os.path.isdir(directory) else []
+    return sorted(name for name in names if name.startswith(STATE_PREFIX))
+
+
 def accounted(daemon: Daemon, network_prefixes: tuple[str, ...] = ()) -> str | None:
     """
     Why the host does not match the listed nodes, or ``None`` when it does:

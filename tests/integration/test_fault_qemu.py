@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from tests.integration.daemon import TemplatesDaemonTestCase
-from tests.integration.faults import Background, kill, node_pid, qemu_of, run, settled, wait_until
+from tests.integration.faults import Background, fork_states, kill, node_pid, qemu_of, run, settled, wait_until
 
 GROUPS: list[dict[str, Any]] = [
     {"name": "w", "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True, "warm_spare": 0},
@@ -137,7 +137,8 @@ class QemuKillTests(TemplatesDaemonTestCase):
         A child's QEMU killed as it loads the parent's state: 500
         fork_failed, every child removed, the parent running on.  Then the
         parent's QEMU killed while it is frozen for its fork: an answer
-        within a bound, and the host as the listed nodes say.
+        within a bound, and the host as the listed nodes say.  No fork state
+        file is left in the tmpfs either time.
         """
         parent = self.create_node("w")
         known = set(os.listdir(os.path.join(self.daemon.state_dir, "nodes")))
@@ -153,6 +154,7 @@ class QemuKillTests(TemplatesDaemonTestCase):
         error = self.answered_error(fork, "fork whose child was killed", timeout=240)
         self.assertEqual((error["status"], error["code"]), (500, "fork_failed"), error)
         settled(self.daemon, why="after the failed fork")
+        self.assertEqual(fork_states(self.daemon, self.shm), [])
         self.assertEqual(sorted(self.daemon.nodes()), [parent])
         self.assertEqual(run(self.daemon, parent, "echo ok"), (0, "ok\n"))
 
@@ -174,6 +176,7 @@ class QemuKillTests(TemplatesDaemonTestCase):
             self.assertNotEqual(isinstance(body, dict) and body.get("code"), "internal_error", body)
             self.assertTrue(isinstance(body, dict) and body.get("code"), body)
         settled(self.daemon, why="after the fork whose parent was killed")
+        self.assertEqual(fork_states(self.daemon, self.shm), [])
         self.assertNotIn(parent, self.daemon.nodes())
 
     def test_kill_during_download(self) -> None:
