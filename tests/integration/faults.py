@@ -125,6 +125,19 @@ def daemon_log(daemon: Daemon) -> str:
     return older + daemon.log()
 
 
+def remove_network(prefixes: tuple[str, ...]) -> None:
+    """
+    Delete the network namespaces and host interfaces whose names start with
+    one of ``prefixes`` (a test's own range): what a daemon killed for good
+    by a failing test could not remove itself.
+    """
+    for name in network_objects(prefixes):
+        if os.path.exists(os.path.join("/run/netns", name)):
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True, timeout=30)
+        else:
+            subprocess.run(["ip", "link", "delete", name], capture_output=True, timeout=30)
+
+
 def healthy(daemon: Daemon) -> None:
     """Fail unless ``/healthz`` answers 200 within 10 s."""
     status, _, _ = daemon.request("GET", "/healthz", timeout=10)

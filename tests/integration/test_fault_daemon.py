@@ -21,7 +21,7 @@ from typing import Any
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.integration.daemon import Daemon, ensure_image
-from tests.integration.faults import Background, qemu_of, records, run, settled, wait_until
+from tests.integration.faults import Background, qemu_of, records, remove_network, run, settled, wait_until
 
 #: The network objects of this module's range, 10.87.3.0/28.
 NETWORK = ("vmh0a5703", "vms-0a5703")
@@ -38,6 +38,7 @@ class DaemonKillTests(SynchronousTestCase):
         """A started daemon of this test's own, removed (with its QEMUs and network) when the test ends."""
         ensure_image()
         daemon = Daemon(accel="tcg", groups=GROUPS)
+        self.addCleanup(remove_network, NETWORK)  # after the daemon's cleanup, for a daemon left killed
         self.addCleanup(daemon.cleanup)
         daemon.start()
         return daemon
