@@ -23,7 +23,7 @@ import time
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.integration.daemon import Daemon, ensure_image
-from tests.integration.faults import accounted, network_objects
+from tests.integration.faults import accounted, network_objects, remove_network
 
 ROUNDS = int(os.environ.get("VMSERVICE_FAULT_ROUNDS", "10"))
 #: The network objects of this module's range, 10.80.0.0/24.
@@ -57,6 +57,7 @@ class KillDuringCreateAndDeleteTests(SynchronousTestCase):
             "name": "demo", "vcpu": 1, "ram_mb": 256, "storage_size": "1G",
             "network": {"mode": "isolated", "range": "10.80.0.0/24"},
         }])
+        self.addCleanup(remove_network, NETWORK)  # after the daemon's cleanup, for a daemon left killed
         self.addCleanup(daemon.cleanup)
         daemon.start()
         history = []
