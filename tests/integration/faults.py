@@ -69,8 +69,8 @@ def accounted(daemon: Daemon, network_prefixes: tuple[str, ...] = ()) -> str | N
     every listed node has its record and directory, and no other directory
     is there; the running (and paused) nodes' records name the very QEMU
     processes of the state directory, no other runs; a suspended node has
-    its snapshot, no other node one; no temporary file of a write is left;
-    and, given the prefixes of the daemon's network objects, one namespace
+    its snapshot, no other node one; no temporary file of a write is left,
+    nor a fork's directory that no record names; and, given the prefixes of the daemon's network objects, one namespace
     and one host interface per running node.
     """
     nodes = daemon.nodes()
@@ -98,6 +98,11 @@ def accounted(daemon: Daemon, network_prefixes: tuple[str, ...] = ()) -> str | N
     strays = stray_files(daemon)
     if strays:
         return f"temporary files left: {strays}"
+    forks = os.path.join(daemon.state_dir, "forks")
+    named = {os.path.dirname(path) for record in on_disk.values() for path in record.get("forked_disks", [])}
+    kept = {os.path.join(forks, name) for name in (os.listdir(forks) if os.path.isdir(forks) else [])}
+    if kept - named:
+        return f"fork directories {sorted(kept - named)} that no record names"
     if network_prefixes:
         wanted = sorted(f"{prefix}{int(IPv4Address(nodes[h]['ip'])):08x}" for h in running
                         for prefix in ("vmh", "vms-"))
