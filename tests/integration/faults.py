@@ -70,8 +70,9 @@ def accounted(daemon: Daemon, network_prefixes: tuple[str, ...] = ()) -> str | N
     is there; the running (and paused) nodes' records name the very QEMU
     processes of the state directory, no other runs; a suspended node has
     its snapshot, no other node one; no temporary file of a write is left,
-    nor a fork's directory that no record names; and, given the prefixes of the daemon's network objects, one namespace
-    and one host interface per running node.
+    nor a fork's directory that no record names; and, given the prefixes
+    of the daemon's network objects, one namespace and one host interface
+    per running node.
     """
     nodes = daemon.nodes()
     running = [h for h, n in nodes.items() if n["status"] in ("Running", "Paused")]
