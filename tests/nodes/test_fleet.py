@@ -378,3 +378,23 @@ class DriverChoiceStopTests(SynchronousTestCase):
         self.successResultOf(stopped)
         self.successResultOf(fleet.recovered())
         self.assertEqual(h.driver.machines, [])
+
+
+class DriverChoiceStartTests(SynchronousTestCase):
+    def test_stopped_before_decided_is_logged(self) -> None:
+        """A decision started in the background and stopped before it is over says so in the log."""
+        from twisted.logger import globalLogPublisher
+
+        from vmservice.nodes.parts import DriverChoice
+
+        seen: list[str] = []
+
+        def observe(event: dict[str, object]) -> None:
+            seen.append(str(event.get("log_format", "")))
+
+        globalLogPublisher.addObserver(observe)
+        self.addCleanup(globalLogPublisher.removeObserver, observe)
+        choice = DriverChoice(lambda: Deferred(lambda d: None))
+        choice.start()
+        self.successResultOf(choice.stop())
+        self.assertIn("the daemon stopped before the hypervisor was decided", seen)

@@ -157,8 +157,7 @@ class Fleet(Service):
         super().startService()  # type: ignore[no-untyped-call]  # Twisted's Service is not annotated
         if self._parts.secrets is not None:
             self._unsubscribe = self._parts.secrets.subscribe(self._secret_changed)
-        # Decided in the background (the recovery does not wait); who needs it sees its failure.
-        self._parts.driver.get().addErrback(lambda failure: None)
+        self._parts.driver.start()  # in the background: the recovery does not wait for it
         Deferred.fromCoroutine(self._start()).addBoth(self._recovered.fire)
 
     async def _start(self) -> None:

@@ -12,6 +12,8 @@ from typing import Any, Callable, Mapping, Protocol, TypeVar
 from attrs import field, frozen
 from twisted.internet.defer import CancelledError, Deferred, fail, succeed
 from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from ..config import Config, HostGroupConfig
 from ..devices.pci import PciHost
@@ -31,6 +33,8 @@ from .store import NodeStore
 from .templates import TemplateStore
 
 _T = TypeVar("_T")
+
+log = Logger()
 
 
 class Blocking(Protocol):
@@ -63,6 +67,14 @@ class DriverChoice:
             self._deciding.addCallbacks(decided.fire, decided.error)
         return self._decided.when_fired()
 
+    def start(self) -> None:
+        """
+        Begin the decision in the background, so that the first VM to start
+        need not wait for all of it.  Whoever needs the driver sees a failure
+        for themselves; a daemon stopped before it is over is logged.
+        """
+        self.get().addErrback(_undecided)
+
     def stop(self) -> Deferred[None]:
         """
         The daemon stops: cancel a decision under way (the KVM probe's QEMU
@@ -78,6 +90,11 @@ class DriverChoice:
         if self._deciding is not None:
             self._deciding.cancel()  # nothing when it is over
         return over
+
+
+def _undecided(failure: Failure) -> None:
+    if failure.check(CancelledError):
+        log.info("the daemon stopped before the hypervisor was decided")
 
 
 def _no_boots(group: str, seconds: float) -> None:
