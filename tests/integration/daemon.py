@@ -131,11 +131,22 @@ class Daemon:
         return self.process.stdout.read().decode(errors="replace")
 
     def log(self) -> str:
+        """
+        The daemon's whole log, its rotated parts first (twistd rotates it at
+        1 MB and keeps every part), so it only ever grows.
+        """
+        directory, name = os.path.split(self.log_path)
+        rotated = sorted((int(entry.rsplit(".", 1)[1]), entry) for entry in os.listdir(directory)
+                         if entry.startswith(name + ".") and entry.rsplit(".", 1)[1].isdigit())
+        text = ""
+        for _, entry in reversed(rotated):
+            with open(os.path.join(directory, entry), errors="replace") as f:
+                text += f.read()
         try:
             with open(self.log_path, errors="replace") as f:
-                return f.read()
+                return text + f.read()
         except OSError:
-            return ""
+            return text
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 90.0) -> int | None:
         """Signal the daemon and wait for it to exit; kill it after ``timeout``."""
