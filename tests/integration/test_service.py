@@ -184,7 +184,8 @@ class ProbeTests(SynchronousTestCase):
 
         daemon.start()
         assert daemon.process is not None
-        self.wait_until("the accelerator's choice", lambda: "accelerator: " in daemon.log()[len(before):], 10)
+        # What is held is that the outcome is recalled, not how soon (a busy machine delays any start).
+        self.wait_until("the accelerator's choice", lambda: "accelerator: " in daemon.log()[len(before):], 60)
         self.assertIn("(remembered from the probe of ", daemon.log()[len(before):])
         self.assertEqual([pid for pid in processes_under("vmservice.probe=1") if _parent(pid) == daemon.process.pid], [])
         self.assertEqual(daemon.run("demo-1", "hostname"), (0, "demo-1\n"))
