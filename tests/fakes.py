@@ -42,9 +42,11 @@ from vmservice.nodes.fleet import Fleet
 from vmservice.nodes.guest import AgentHealth, IGuestConnection
 from vmservice.nodes.parts import DriverChoice, FleetParts
 from vmservice.nodes.runtime import NodeRuntime
+from vmservice.nodes.room import RoomWatch
 from vmservice.nodes.store import NodeStore
 from vmservice.private_files import create_private
 from vmservice.storage.interfaces import DiskInfo, IDisks
+from vmservice.storage.overlay import StorageError
 
 
 
@@ -84,6 +86,18 @@ class FakeMachine:
         self.hold_save: Deferred[None] | None = None
         #: The overlays snapshot_disk switched to.
         self.snapshots: list[str] = []
+        self._no_room_watchers: list[Callable[[], None]] = []
+
+    def on_no_room(self, callback: Callable[[], None]) -> None:
+        self._no_room_watchers.append(callback)
+        if self.state == "io-error":
+            callback()
+
+    def no_room(self) -> None:
+        """The VM stops on a write its host had no room for (QEMU's ``io-error``)."""
+        self.state = "io-error"
+        for watcher in list(self._no_room_watchers):
+            watcher()
 
     def _do(self, name: str, state: str | None = None) -> Deferred[None]:
         self.commands.append(name)
@@ -262,6 +276,8 @@ class FakeAgent(AgentGuest):
         #: Userdata requests wait for this Deferred when set; then they answer this exit code.
         self.hold_userdata: Deferred[None] | None = None
         self.userdata_exit_code = 0
+        #: The errors :meth:`interrupt` cut the connection off with.
+        self.interrupted: list[Any] = []
 
     @property
     def connected(self) -> bool:
@@ -302,6 +318,12 @@ class FakeAgent(AgentGuest):
     def on_lost(self, callback: Callable[[], None]) -> Callable[[], None]:
         self._lost_callbacks.append(callback)
         return lambda: self._lost_callbacks.remove(callback)
+
+    def interrupt(self, error: Any) -> None:
+        """The connection is cut off: recorded; the agent is lost (it comes back when told ``ready``)."""
+        self.interrupted.append(error)
+        if self.is_ready:
+            self.lose()
 
     def open_stream(self, header: Mapping[str, Any], protocol: IProtocol) -> AgentStream:
         raise AgentUnavailable("the fake agent has no streams")
@@ -376,8 +398,12 @@ class FakeDisks:
     def __init__(self) -> None:
         self.created: list[str] = []
         self._made: dict[str, tuple[str, int]] = {}
+        #: When set, creating a disk fails with a StorageError of this message (as qemu-img's failure).
+        self.failing: str | None = None
 
     async def create(self, base: str, path: str, size_bytes: int) -> None:
+        if self.failing is not None:
+            raise StorageError(self.failing)
         with open(path, "wb") as f:
             f.write(b"disk")
         self.created.append(path)
@@ -496,6 +522,9 @@ class FleetHarness:
             ),
         )
         self.store = NodeStore(state_dir)
+        #: The bytes the state directory has free, as the fleet's RoomWatch sees them.
+        self.free = 1 << 40
+        self.room = RoomWatch(self.reactor, state_dir, free=lambda path: self.free)
         self.parts = FleetParts(
             clock=self.reactor,
             config=self.config,
@@ -515,6 +544,7 @@ class FleetHarness:
             wall_clock=lambda: 1_700_000_000_000_000_000,
             # An empty tree of the test's own unless given: never the host's.
             pci=pci or PciHost(os.path.join(state_dir, "sys"), os.path.join(state_dir, "dev")),
+            room=self.room,
         )
         self.fleet = Fleet(self.parts)
 

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
+from typing import Any
 
+from twisted.logger import formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.audit import MAX_VALUE, AuditEntry, AuditLog
@@ -75,3 +78,50 @@ class LogTests(SynchronousTestCase):
             self.assertLessEqual(os.path.getsize(os.path.join(directory, name)), 1000 + 300)
         with open(path, "rb") as f:
             self.assertEqual(json.loads(f.readlines()[-1])["status"], 159)
+
+
+class _Full:
+    """A file that takes ``room`` more bytes, then no more (a short write, then ENOSPC)."""
+
+    def __init__(self, file: Any, room: int) -> None:
+        self._file = file
+        self.room = room
+
+    def write(self, data: bytes) -> int:
+        if self.room <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        taken = self._file.write(data[: self.room])
+        self.room -= taken
+        return int(taken)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
+
+
+class NoRoomTests(SynchronousTestCase):
+    def test_no_room(self) -> None:
+        """
+        A line the file system has no room for, whole or in part, fails
+        nothing: it goes to the daemon's log with the reason, the file keeps
+        no part of it, and the next line that fits follows the last whole one.
+        """
+        path = os.path.join(self.mktemp(), "audit.log")
+        audit = AuditLog(path, 1 << 20, 3)
+        self.addCleanup(audit.close)
+        audit.record(_entry(status=200))
+        logged: list[str] = []
+        observer = lambda event: logged.append(formatEvent(event))  # noqa: E731
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        full = _Full(audit._file._file, 10)
+        audit._file._file = full
+        audit.record(_entry(status=201))
+        audit.record(_entry(status=202))
+        self.assertEqual(len(logged), 2)
+        self.assertIn("No space left on device", logged[0])
+        self.assertIn('"status":201', logged[0])
+        self.assertIn('"status":202', logged[1])
+        full.room = 1 << 20
+        audit.record(_entry(status=203))
+        with open(path, "rb") as f:
+            self.assertEqual([json.loads(line)["status"] for line in f], [200, 203])

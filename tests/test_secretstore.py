@@ -6,6 +6,7 @@ names, limits, errors that never carry content, and the subscribers.
 from __future__ import annotations
 
 import base64
+import errno
 import os
 import stat
 from datetime import datetime, timezone
@@ -16,7 +17,7 @@ from twisted.logger import formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice import durable, secretstore
-from vmservice.errors import BadRequest, Conflict, Internal, NotFound, ServiceError
+from vmservice.errors import BadRequest, Conflict, Internal, NotFound, ServiceError, StateDirFull
 from vmservice.nodes.provisioning import SecretSource, guest_secrets
 from vmservice.secretstore import MAX_SECRET_SIZE, SecretChange, SecretSpec, SecretStore
 
@@ -150,13 +151,34 @@ class SecretStoreTests(SynchronousTestCase):
         self.store.create(SecretSpec("k", CONTENT))
 
         def fail(partial: str, final: str) -> None:
-            raise OSError(28, "No space left on device")
+            raise OSError(errno.EIO, "Input/output error")
 
         self.patch(durable, "commit", fail)
         error = self.error(Internal, self.store.update, "k", SecretChange(data=b"hunter2-new-content"))
         self.assertEqual(error.code, "secret_store_failed")
-        self.assertIn("No space left on device", str(error))
+        self.assertIn("Input/output error", str(error))
         self.assertEqual(self.store.get("k").data, CONTENT)
+        self.assertEqual(os.listdir(self.store.directory), ["k.secret"])
+        self.assertEqual(self.changed, ["k"])
+
+    def test_no_room(self) -> None:
+        """
+        A write the state directory has no room for (ENOSPC, EDQUOT) is 507
+        state_dir_full, never a 500: a new secret is not there, a changed one is
+        as it was, no temporary file is left, and no subscriber hears of it.
+        """
+        self.store.create(SecretSpec("k", CONTENT))
+        for number in (errno.ENOSPC, errno.EDQUOT):
+            def fail(partial: str, final: str, number: int = number) -> None:
+                raise OSError(number, os.strerror(number))
+
+            self.patch(durable, "commit", fail)
+            error = self.error(StateDirFull, self.store.create, SecretSpec("new", CONTENT))
+            self.assertEqual((error.status, error.code), (507, "state_dir_full"))
+            self.assertIn(os.strerror(number), str(error))
+            self.error(StateDirFull, self.store.update, "k", SecretChange(data=b"hunter2-new-content"))
+        self.assertEqual(self.store.get("k").data, CONTENT)
+        self.error(NotFound, self.store.get, "new")
         self.assertEqual(os.listdir(self.store.directory), ["k.secret"])
         self.assertEqual(self.changed, ["k"])
 

@@ -62,7 +62,7 @@ class MakeServiceTests(_Configured):
         names = sorted(type(service).__name__ for service in top)
         self.assertEqual(names, ["StreamServerEndpointService", "_Claimed"])
         [claimed] = [service for service in top if type(service).__name__ == "_Claimed"]
-        self.assertEqual([service.name for service in claimed], ["fleet", "console-rotation", "stats-sampler"])
+        self.assertEqual([service.name for service in claimed], ["fleet", "room-watch", "console-rotation", "stats-sampler"])
         self.assertFalse(top.running)
 
     def test_limits(self) -> None:
@@ -92,7 +92,7 @@ class MakeServiceTests(_Configured):
         """stats_interval 0: no sampling of the nodes' statistics for /metrics."""
         top = make_service(self.config(stats_interval=0), MemoryReactorClock())
         [claimed] = [service for service in top if type(service).__name__ == "_Claimed"]
-        self.assertEqual([service.name for service in claimed], ["fleet", "console-rotation"])
+        self.assertEqual([service.name for service in claimed], ["fleet", "room-watch", "console-rotation"])
 
     def test_missing_image(self) -> None:
         """An image the configuration names that is not built stops the start with one line."""

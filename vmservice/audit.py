@@ -18,13 +18,17 @@ oldest beyond ``keep`` removed.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
 from typing import Mapping
 
 import attrs
+from twisted.logger import Logger
 from twisted.python.logfile import LogFile
+
+log = Logger()
 
 #: Methods named as they are; any other is written ``OTHER`` (a client
 #: chooses the method: it must not grow the log's vocabulary).
@@ -77,6 +81,30 @@ class AuditEntry:
         return json.dumps(record, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
 
 
+class _WholeLines(LogFile):
+    """
+    A :class:`LogFile` that writes whole lines or nothing: a line the file
+    system takes only part of (a short write: it has no room for the rest)
+    is cut off again and the write fails, so the next line never follows
+    half of one.
+    """
+
+    def write(self, data: bytes) -> None:
+        if self.shouldRotate():  # type: ignore[no-untyped-call]  # Twisted's LogFile is not annotated
+            self.flush()  # type: ignore[no-untyped-call]  # (as above)
+            self.rotate()  # type: ignore[no-untyped-call]  # (as above)
+        before = self._file.tell()
+        try:
+            written = self._file.write(data)  # unbuffered: one write(2)
+            if written != len(data):
+                raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (wrote {written} of {len(data)} bytes)")
+        except OSError:
+            self._file.truncate(before)
+            self._file.seek(before)
+            raise
+        self.size += len(data)
+
+
 class AuditLog:
     """
     The audit log file, rotated by size.
@@ -90,18 +118,28 @@ class AuditLog:
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, mode=0o700, exist_ok=True)
         self.path = path
-        self._file = LogFile(
+        self._file = _WholeLines(  # type: ignore[no-untyped-call]  # Twisted's LogFile is not annotated
             os.path.basename(path), directory, rotateLength=max_bytes, defaultMode=0o600, maxRotatedFiles=keep
         )
         os.chmod(path, 0o600)
 
     def record(self, entry: AuditEntry) -> None:
-        """Write ``entry`` (one line, at once)."""
-        self._file.write(entry.line())
+        """
+        Write ``entry`` (one whole line, at once).  A line that cannot be
+        written (the state directory is full) never fails the request it
+        records: it goes to the daemon's log instead, with the reason (it
+        holds nothing a secret could be in), and the file keeps no part of it.
+        """
+        line = entry.line()
+        try:
+            self._file.write(line)
+        except OSError as error:
+            log.error("audit log {path}: the line could not be written ({error}); it was: {line}",
+                      path=self.path, error=error.strerror or error, line=line.decode("ascii").rstrip("\n"))
 
     def close(self) -> None:
         """Close the file."""
-        self._file.close()
+        self._file.close()  # type: ignore[no-untyped-call]  # Twisted's LogFile is not annotated
 
 
 __all__ = ["AuditEntry", "AuditLog", "KNOWN_METHODS"]

@@ -12,6 +12,8 @@ snake_case ``code`` that clients may match on.
 
 from __future__ import annotations
 
+import errno
+import os
 from enum import Enum
 from typing import Any
 
@@ -206,6 +208,46 @@ class InsufficientStorage(ServiceError):
     code = "insufficient_storage"
 
 
+class StateDirFull(ServiceError):
+    """
+    The daemon's state directory has no room (507) for what an operation
+    had to write there: a node's record or disk, a snapshot, a secret, a
+    template.  Distinct from :class:`InsufficientStorage`, which is the
+    guest's own file system: this one is the host's, for its operator to
+    free.  Whatever was half-written is removed (or was never in place);
+    the same request succeeds once there is room again.
+    """
+
+    status = 507
+    code = "state_dir_full"
+
+
+#: The errnos of a file system that has no room (left) for a write.
+NO_ROOM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+#: How a child process (``qemu-img``, QEMU) words them in its messages.
+NO_ROOM_WORDS = tuple(os.strerror(number) for number in sorted(NO_ROOM_ERRNOS))
+
+
+def no_room(error: BaseException) -> bool:
+    """
+    Whether ``error`` says a file system had no room for a write: an
+    ``OSError`` with ``ENOSPC`` or ``EDQUOT``, or any other error whose
+    message holds the system's words for them (``No space left on device``,
+    ``Disk quota exceeded``), as a child process's does.  The errors it was
+    raised from (``raise ... from error``) count too.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in NO_ROOM_ERRNOS:
+            return True
+        if any(words in str(current) for words in NO_ROOM_WORDS):
+            return True
+        current = current.__cause__
+    return False
+
+
 class BadGateway(ServiceError):
     """
     Something the daemon relies on upstream failed (502): a tunnel's upstream
@@ -280,6 +322,9 @@ class GuestErrorKind(Enum):
     FS_ERROR = "fs_error"
     #: A step of adopting an identity (``adopt``) failed in the guest.
     ADOPTION_FAILED = "adoption_failed"
+    #: The VM stopped because the host's state directory had no room for its
+    #: disk's writes; the daemon cut off what was under way in the guest.
+    HOST_NO_ROOM = "host_no_room"
     # Why a tunnel's upstream cannot be reached (the guest's head of a forward).
     UPSTREAM_REFUSED = "upstream_refused"
     UPSTREAM_UNREACHABLE = "upstream_unreachable"
@@ -362,6 +407,7 @@ GUEST_ERRORS: dict[GuestErrorKind, tuple[type[ServiceError], str]] = {
     GuestErrorKind.RUNNING: (Conflict, "exec_running"),
     GuestErrorKind.FS_ERROR: (Internal, "fs_error"),
     GuestErrorKind.ADOPTION_FAILED: (Internal, "adoption_failed"),
+    GuestErrorKind.HOST_NO_ROOM: (StateDirFull, "state_dir_full"),
     GuestErrorKind.UPSTREAM_REFUSED: (BadGateway, "upstream_refused"),
     GuestErrorKind.UPSTREAM_UNREACHABLE: (BadGateway, "upstream_unreachable"),
     GuestErrorKind.UPSTREAM_TIMEOUT: (GatewayTimeout, "upstream_timeout"),

@@ -41,7 +41,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from .durable import TEMPORARY, write_atomic
-from .errors import BadRequest, Conflict, Internal, NotFound
+from .errors import BadRequest, Conflict, Internal, NotFound, ServiceError, StateDirFull, no_room
 from .nodes.model import SECRET_NAME_PATTERN
 
 log = Logger()
@@ -173,11 +173,18 @@ class _Damaged(Internal):
     code = "secret_store_failed"
 
 
-def _failed(doing: str, name: str | None, error: OSError) -> Internal:
-    """The error of a failed file operation: what, which secret, the system's reason (never content)."""
+def _failed(doing: str, name: str | None, error: OSError) -> ServiceError:
+    """
+    The error of a failed file operation: what, which secret, the system's
+    reason (never content); :class:`StateDirFull` when the state directory
+    had no room for it (the secret is then as it was).
+    """
     which = f" secret {name!r}" if name is not None else ""
     reason = error.strerror or type(error).__name__
     log.error("secrets store: could not {doing}{which}: {reason}", doing=doing, which=which, reason=reason)
+    if no_room(error):
+        return StateDirFull(f"the secrets store could not {doing}{which}: {reason}; the secret is as it was, "
+                            f"and the same request succeeds once the state directory has room")
     return Internal(f"the secrets store could not {doing}{which}: {reason}", code="secret_store_failed")
 
 

@@ -50,6 +50,7 @@ from .nodes.addressing import Addressing
 from .nodes.admission import Admission, limits, mem_total
 from .nodes.background_limit import BackgroundLimit
 from .nodes.console_rotation import ConsoleRotation
+from .nodes.room import RoomWatch
 from .nodes.fleet import Fleet
 from .nodes.adoption import IdentityAdoption
 from .nodes.fork_memory import memory_directory
@@ -314,6 +315,7 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
     claims = _claim_ranges(config)
     metrics = Metrics()
     budget = _buffer_budget(config)
+    room = RoomWatch(reactor, config.state_dir)
     parts = FleetParts(
         clock=reactor,
         config=config,
@@ -340,6 +342,7 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
         on_warm_fallback=metrics.observe_warm_fallback,
         admission=_admission(config, reactor),
         on_idle=metrics.observe_idle,
+        room=room,
     )
     fleet = Fleet(parts)
     parts.events.listen(metrics.observe_event)
@@ -364,6 +367,7 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
     claimed = _Claimed(claims)
     claimed.setServiceParent(top)  # type: ignore[no-untyped-call]  # Twisted's services are not annotated
     fleet.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
+    room.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
     # After the fleet: its first round sees the nodes the fleet's start registered.
     rotation = ConsoleRotation(reactor, fleet.consoles, parts.blocking, config.console_log_size)
     rotation.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)

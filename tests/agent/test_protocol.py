@@ -13,6 +13,7 @@ from twisted.python.failure import Failure
 from tests.agent.fakes import AgentTestCase, HalfCloseRecorder, Recorder, RecordingProducer
 from vmservice.agent.protocol import ChannelNotReady
 from vmservice.agent.stream import AgentStream, StreamReset
+from vmservice.errors import AgentError, GuestErrorKind
 from vmservice.wire import (
     INITIAL_WINDOW,
     NO_NONCE,
@@ -116,6 +117,24 @@ class ChannelTests(AgentTestCase):
         self.failureResultOf(ping, ConnectionLost)
         self.assertFalse(self.proto.established)
         self.assertEqual(self.lost, [self.proto])
+
+    def test_cut_off(self) -> None:
+        """
+        A connection this side cuts off is aborted, and every stream and
+        ping ends with the error it was cut off with, not as a loss; the
+        session is lost (``on_lost``) once.
+        """
+        _, first = self.open()
+        ping = self.proto.ping()
+        error = AgentError(GuestErrorKind.HOST_NO_ROOM, "no room")
+        self.proto.cut_off(error)
+        self.assertTrue(self.transport.disconnecting)
+        self.proto.connectionLost(Failure(ConnectionLost()))
+        assert first.reason is not None
+        self.assertIs(first.reason.value, error)
+        self.assertIs(self.failureResultOf(ping, AgentError).value, error)
+        self.assertEqual(self.lost, [self.proto])
+        self.proto.cut_off(AgentError(GuestErrorKind.HOST_NO_ROOM, "again"))  # gone already: nothing
 
     def test_lost_only_once_ready(self) -> None:
         """``on_lost`` runs when an established session ends, once; a connection never ready is no loss."""

@@ -169,11 +169,19 @@ class SecretRouteTests(ApiTestCase):
         self.assertEqual(self.store.get("db").data, CONTENT)
 
     def test_store_failure(self) -> None:
-        """A store that cannot write answers 500 secret_store_failed; one that cannot read its directory too."""
+        """
+        A store that cannot write answers 500 secret_store_failed, or 507
+        state_dir_full when the state directory has no room; one that cannot
+        read its directory answers 500 too.
+        """
+        errors = [OSError(28, "No space left on device")]
+
         def fail(partial: str, final: str) -> None:
-            raise OSError(28, "No space left on device")
+            raise errors[0]
 
         self.patch(durable, "commit", fail)
+        self.assertQuiet(self.send("POST", "/secrets", {"name": "db", "data": ENCODED}), 507, "state_dir_full")
+        errors[0] = OSError(5, "Input/output error")
         self.assertQuiet(self.send("POST", "/secrets", {"name": "db", "data": ENCODED}), 500, "secret_store_failed")
         self.flushLoggedErrors()
         os.rmdir(self.store.directory)

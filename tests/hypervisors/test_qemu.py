@@ -1105,3 +1105,49 @@ class LooseNicTests(SynchronousTestCase):
         self.assertEqual(_pairs(argv)["-netdev"], ["hubport,id=net0,hubid=0"])
         self.assertIn("virtio-net-device,netdev=net0,mac=02:00:00:00:00:01", _pairs(argv)["-device"])
         self.assertNotIn("-netdev", qemu_command(SPEC, QemuSettings()))
+
+
+NO_ROOM = {"event": "BLOCK_IO_ERROR", "data": {"device": "root", "node-name": "#block123", "operation": "write",
+                                               "action": "stop", "nospace": True, "reason": "No space left on device"},
+           "timestamp": {"seconds": 1, "microseconds": 0}}
+
+
+class NoRoomTests(SynchronousTestCase):
+    def test_event(self) -> None:
+        """
+        Watching asks QEMU's run state once (which opens the session the
+        events come on); each BLOCK_IO_ERROR that stopped the VM for lack of
+        room tells every watcher; other I/O errors and events do not.
+        """
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(reactor, self, {"query-status": [{"status": "running"}]})
+        seen: list[str] = []
+        machine.on_no_room(lambda: seen.append("a"))
+        machine.on_no_room(lambda: seen.append("b"))
+        self.assertEqual([name for name, _ in machine.commands], ["query-status"])
+        self.assertEqual(seen, [])
+        machine._event({**NO_ROOM, "data": {**NO_ROOM["data"], "nospace": False}})
+        machine._event({**NO_ROOM, "data": {**NO_ROOM["data"], "action": "report"}})
+        machine._event(RESUME)
+        self.assertEqual(seen, [])
+        machine._event(NO_ROOM)
+        self.assertEqual(seen, ["a", "b"])
+
+    def test_stopped_already(self) -> None:
+        """A VM that is stopped on an I/O error when the watch begins (an adopted one) is told at once."""
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(reactor, self, {"query-status": [{"status": "io-error"}]})
+        seen: list[str] = []
+        machine.on_no_room(lambda: seen.append("stopped"))
+        self.assertEqual(seen, ["stopped"])
+
+    def test_unreachable(self) -> None:
+        """A QMP that cannot be reached when the watch begins is no error (the VM's end says what happened)."""
+        from vmservice.hypervisors.qmp import QMPError
+
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(reactor, self, {"query-status": [QMPError("cannot reach QMP")]})
+        seen: list[str] = []
+        machine.on_no_room(lambda: seen.append("stopped"))
+        self.assertEqual(seen, [])
+        self.flushLoggedErrors()

@@ -1,9 +1,11 @@
 """
 Fault injection: ``kill -9`` of the daemon at random points of create and
 delete, again and again, with a restart after each.  After every restart and
-at the end, the host must hold exactly what the listed nodes account for: for
-each running node the very QEMU process its record names, one network
-namespace and one veth; one directory (disk, record) per node; nothing else.
+at the end, the host must hold exactly what the listed nodes account for
+(:func:`tests.integration.faults.accounted`): for each running node the very
+QEMU process its record names, one network namespace and one veth; one
+directory (disk, record saying what the listing says) per node; a snapshot
+for a suspended node only; no temporary file of a write; nothing else.
 
 The seed is printed in the failure message (set ``VMSERVICE_FAULT_SEED`` to
 replay a run); the number of rounds is bounded (``VMSERVICE_FAULT_ROUNDS``,
@@ -12,20 +14,20 @@ default 10).
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
 import threading
 import time
-from ipaddress import IPv4Address
 
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.integration.daemon import Daemon, ensure_image
-from tests.integration.test_network import network_objects
+from tests.integration.faults import accounted, network_objects, remove_network
 
 ROUNDS = int(os.environ.get("VMSERVICE_FAULT_ROUNDS", "10"))
+#: The network objects of this module's range, 10.80.0.0/24.
+NETWORK = ("vmh0a50", "vms-0a50")
 
 
 class KillDuringCreateAndDeleteTests(SynchronousTestCase):
@@ -43,29 +45,8 @@ class KillDuringCreateAndDeleteTests(SynchronousTestCase):
         return thread
 
     def accounted(self, daemon: Daemon) -> str | None:
-        """Why the host does not match the listed nodes, or ``None`` when it does."""
-        nodes = daemon.nodes()
-        running = [h for h, n in nodes.items() if n["status"] in ("Running", "Paused")]
-        records = {}
-        for hostname in nodes:
-            try:
-                with open(os.path.join(daemon.state_dir, "nodes", hostname, "node.json")) as f:
-                    records[hostname] = json.load(f)
-            except FileNotFoundError:
-                return f"{hostname} is listed without a record"
-        # The very QEMU processes the running nodes' records name, no other.
-        pids = set(daemon.vm_pids())
-        recorded = {h: records[h].get("pid") for h in running}
-        if pids != set(recorded.values()) or len(set(recorded.values())) != len(recorded):
-            return f"QEMU processes {sorted(pids)} for the recorded pids of the running nodes {recorded}"
-        directories = sorted(os.listdir(os.path.join(daemon.state_dir, "nodes")))
-        if directories != sorted(nodes):
-            return f"node directories {directories} for nodes {sorted(nodes)}"
-        wanted = sorted(f"{prefix}{int(IPv4Address(nodes[h]['ip'])):08x}" for h in running for prefix in ("vmh", "vms-"))
-        found = network_objects(("vmh0a50", "vms-0a50"))
-        if found != wanted:
-            return f"network objects {found} for running nodes {running}"
-        return None
+        """Why the host does not match the listed nodes, or ``None`` when it does (:func:`.faults.accounted`)."""
+        return accounted(daemon, NETWORK)
 
     def test_kill_9_at_random_points(self) -> None:
         """Ten kills at random points of create and delete leave no stray QEMU, disk or record."""
@@ -76,6 +57,7 @@ class KillDuringCreateAndDeleteTests(SynchronousTestCase):
             "name": "demo", "vcpu": 1, "ram_mb": 256, "storage_size": "1G",
             "network": {"mode": "isolated", "range": "10.80.0.0/24"},
         }])
+        self.addCleanup(remove_network, NETWORK)  # after the daemon's cleanup, for a daemon left killed
         self.addCleanup(daemon.cleanup)
         daemon.start()
         history = []
@@ -103,4 +85,4 @@ class KillDuringCreateAndDeleteTests(SynchronousTestCase):
         daemon.stop()
         self.assertEqual(daemon.vm_pids(), [], f"seed {seed}: {history}")
         self.assertEqual(os.listdir(os.path.join(daemon.state_dir, "nodes")), [], f"seed {seed}: {history}")
-        self.assertEqual(network_objects(("vmh0a50", "vms-0a50")), [], f"seed {seed}: {history}")
+        self.assertEqual(network_objects(NETWORK), [], f"seed {seed}: {history}")

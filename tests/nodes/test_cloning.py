@@ -265,6 +265,39 @@ class CloningTests(SynchronousTestCase):
         stored = self.harness.store.load_all()[0][0]
         self.assertEqual((stored.frozen_disk, stored.clone_memory), ("", False))
 
+    def test_killed_clone(self) -> None:
+        """
+        A clone whose QEMU is killed (SIGKILL, from outside) while it loads:
+        the node boots cold, counted as ``clone_killed``; the template is not
+        to blame, so it is kept and the next create is a clone of it.
+        """
+        template = self.template()
+        original = self.harness.driver.start
+        killed: list[FakeMachine] = []
+
+        def start(spec: Any, log_path: str | None = None) -> Any:
+            d = original(spec, log_path)
+            if spec.defer_incoming and not killed:
+                clone = self.machine()
+                killed.append(clone)
+
+                def load(path: str) -> Deferred[None]:
+                    clone.end(None, 9)
+                    return fail(HypervisorError("loading the VM state: QMP connection lost"))
+
+                clone.load_device_state = load  # type: ignore[method-assign]
+            return d
+
+        self.harness.driver.start = start  # type: ignore[method-assign]
+        record = self.successResultOf(self.create())
+        self.assertEqual(record.status, "Running")
+        self.assertEqual(self.store.builds, 1)
+        self.assertTrue(os.path.exists(template.ram_file))
+        self.assertEqual(self.fallbacks, [("warm", "clone_killed")])
+        self.successResultOf(self.create())
+        self.assertEqual(len(self.clones), 1)
+        self.assertTrue(self.machine().spec.defer_incoming)
+
     def test_removed_is_rebuilt(self) -> None:
         """
         A template whose files were removed under the daemon: the create boots

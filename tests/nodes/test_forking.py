@@ -23,7 +23,7 @@ from zope.interface import implementer
 from tests.fakes import FakeMachine, FleetHarness
 from vmservice.config import HostGroupConfig, NetworkConfig
 from vmservice.errors import BadRequest, Conflict, Internal, NotFound
-from vmservice.hypervisors.base import IMachine, MachineSpec, NetSpec
+from vmservice.hypervisors.base import HypervisorError, IMachine, MachineSpec, NetSpec
 from vmservice.nodes.adoption import ICloneAdoption
 from vmservice.nodes.fleet import Fleet
 from vmservice.nodes.fork_memory import STATE_PREFIX, memory_directory
@@ -218,6 +218,43 @@ class ForkingTests(SynchronousTestCase):
         self.assertEqual(self.parent_machine.state, "running")
         self.assertEqual(len(self.forks()), 1)
         self.assertEqual(len(self.harness.driver.machines), 1)
+
+    def test_daemon_dies_while_the_parent_is_frozen(self) -> None:
+        """
+        The record says the parent is frozen for a fork before its VM is
+        paused; a daemon that dies while its state is saved leaves a VM the
+        next start lets run again (Running, not Paused nor gone), the record
+        no longer saying so, and no child.
+        """
+        self.parent_machine.hold_save = Deferred()
+        forked = self.fork(count=2)
+        self.assertTrue(self.harness.store.load_all()[0][0].forking)
+        self.assertEqual(self.parent_machine.state, "postmigrate")
+        self.harness.crash()
+        again = FleetHarness(self.harness.config.state_dir, groups=GROUPS, driver=self.harness.driver)
+        config = evolve(again.config, templates_tmpfs_dir=self.shm)
+        # The dead daemon's fleet is never stopped; the new one is, by setUp's cleanup.
+        dead, self.fleet = self.fleet, Fleet(evolve(again.parts, config=config, adoption=self.adoption))
+        self.fleet.startService()
+        [record] = again.store.load_all()[0]
+        self.assertEqual((record.hostname, record.status, record.forking), (self.parent, Status.RUNNING, False))
+        self.assertEqual(self.parent_machine.commands[-1], "resume")
+        self.assertEqual(self.parent_machine.state, "running")
+        self.assertEqual([node.hostname for node in self.fleet.list()], [self.parent])
+        # The dead daemon's fork ends here, not in a later test (when its coroutine is collected).
+        self.parent_machine.hold_save.errback(HypervisorError("the daemon is gone"))
+        self.failureResultOf(forked, Internal)
+        self.flushLoggedErrors()
+        del dead
+
+    def test_forking_cleared(self) -> None:
+        """After a fork, and after one that failed, the parent's record no longer says it is frozen."""
+        self.successResultOf(self.fork())
+        self.assertFalse(self.fleet.node(self.parent).forking)
+        self.parent_machine.failing["save_state"] = "no"
+        self.failureResultOf(self.fork())
+        self.assertFalse(self.fleet.node(self.parent).forking)
+        self.assertFalse({r.hostname: r for r in self.harness.store.load_all()[0]}[self.parent].forking)
 
     def test_state_file_in_the_daemons_own_directory(self) -> None:
         """

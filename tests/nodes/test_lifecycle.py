@@ -339,6 +339,27 @@ class SuspendTests(LifecycleTestCase):
         self.assertFalse(os.path.exists(self.path("state.bin")))
         self.ok(self.fleet.lifecycle.relaunch("demo-1", Wait.NONE, 1))
 
+    def test_vm_ends_while_resumed_after_a_failed_save(self) -> None:
+        """
+        A save that fails because the VM is dying, whose end is heard only
+        while the failed suspend resumes it: the node ends as its VM's end
+        says (a persistent one Stopped), not Running again without a VM.
+        """
+        self.create(persistent=True)
+        machine = self.h.driver.machines[0]
+        machine.failing["save_state"] = "query-migrate: QMP connection lost"
+
+        def resume() -> Deferred[None]:
+            machine.end(None, 9)
+            return fail(HypervisorError("cont: the VM is not running"))
+
+        machine.resume = resume  # type: ignore[method-assign]
+        self.fails(self.fleet.snapshots.suspend("demo-1"), Internal, "suspend_failed")
+        self.flushLoggedErrors(HypervisorError)
+        record = self.stored()
+        self.assertEqual((record.status, record.pid), (Status.STOPPED, None))
+        self.assertEqual(self.fleet.node("demo-1").status, Status.STOPPED)
+
 
 class RestoreTests(LifecycleTestCase):
     def setUp(self) -> None:

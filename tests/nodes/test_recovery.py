@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from attrs import evolve
+
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.nodes.model import NodeRecord, Status
@@ -20,7 +22,7 @@ ADOPT_PAUSED = Recovery(Status.PAUSED, adopt=True)
 ADOPT_AND_RESUME = Recovery(Status.RUNNING, adopt=True, resume=True)
 
 #: What the hypervisor may say of a VM, and None for no VM.
-VM_STATES = ("running", "paused", "postmigrate", "finish-migrate", "inmigrate", "shutdown", None)
+VM_STATES = ("running", "paused", "postmigrate", "finish-migrate", "inmigrate", "shutdown", "io-error", None)
 
 
 def record(status: Status, persistent: bool = False) -> NodeRecord:
@@ -53,7 +55,7 @@ class DecideTests(SynchronousTestCase):
     def test_suspending_without_snapshot_vm_alive(self) -> None:
         """No snapshot but the VM lives (running, paused, mid- or post-migration): adopt it and let it run."""
         for persistent in (False, True):
-            for vm_state in ("running", "paused", "postmigrate", "finish-migrate"):
+            for vm_state in ("running", "paused", "postmigrate", "finish-migrate", "io-error"):
                 self.assertDecides(Status.SUSPENDING, persistent, vm_state, False, ADOPT_AND_RESUME)
 
     def test_suspending_without_snapshot_vm_gone(self) -> None:
@@ -117,6 +119,28 @@ class DecideTests(SynchronousTestCase):
         for vm_state in ("shutdown", "postmigrate", "inmigrate"):
             self.assertDecides(Status.RUNNING, True, vm_state, False, STOPPED)
             self.assertDecides(Status.RUNNING, False, vm_state, False, REMOVE)
+
+    def test_vm_stopped_for_lack_of_room(self) -> None:
+        """
+        A VM stopped on a write its state directory had no room for
+        (``io-error``) is kept as the record says, Running or Paused: it runs
+        on once there is room.
+        """
+        for persistent in (False, True):
+            self.assertDecides(Status.RUNNING, persistent, "io-error", False, ADOPT_RUNNING)
+            self.assertDecides(Status.PAUSED, persistent, "io-error", False, ADOPT_PAUSED)
+
+    def test_frozen_for_a_fork(self) -> None:
+        """
+        A Running node whose record says it is frozen for a fork, with its VM
+        alive (paused, its state saved or being saved, or even running), is
+        adopted and let run: never Paused, never taken for gone.
+        """
+        forking = evolve(record(Status.RUNNING), forking=True)
+        for vm_state in ("running", "paused", "postmigrate", "finish-migrate", "io-error"):
+            self.assertEqual(decide(forking, vm_state, False), ADOPT_AND_RESUME, vm_state)
+        self.assertEqual(decide(forking, None, False), REMOVE)
+        self.assertEqual(decide(evolve(forking, persistent=True), None, False), STOPPED)
 
     def test_defaults(self) -> None:
         """A Recovery neither adopts nor resumes unless told."""

@@ -133,6 +133,21 @@ class TemplateStoreTests(SynchronousTestCase):
         self.built()
         self.assertEqual(len(self.builds.started), 2)
 
+    def test_no_room_not_remembered(self) -> None:
+        """
+        A build that failed for lack of room in the state directory fails
+        its asks, but the next ask builds again at once (the room may be
+        back), not only after RETRY_AFTER.
+        """
+        self.builds.fail = "the template's disk: No space left on device"
+        asked = self.get()
+        self.builds.release[0].callback(None)
+        self.assertIn("No space left on device", str(self.failureResultOf(asked, TemplateUnavailable).value))
+        self.assertEqual(os.listdir(os.path.join(self.state_dir, "templates")), [])
+        self.builds.fail = None
+        self.built()
+        self.assertEqual(len(self.builds.started), 2)
+
     def test_missing_files(self) -> None:
         """A template whose files were removed under the daemon: that ask fails ("missing"), the next builds again."""
         template = self.built()

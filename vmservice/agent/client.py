@@ -22,7 +22,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ..buffer_budget import FREE_REPLY, BufferBudget, Reservation
-from ..errors import BufferBudgetExhausted, GuestErrorKind
+from ..errors import AgentError, BufferBudgetExhausted, GuestErrorKind
 from ..nodes.guest import IGuestConnection
 from ..nodes.identity import GuestIdentity, IAdoption
 from ..observer import OneShotObserver
@@ -277,6 +277,16 @@ class AgentClient(AgentGuest):
         if not self._service.running:
             return succeed(None)
         return self._service.stopService()
+
+    def interrupt(self, error: AgentError) -> None:
+        """
+        Cut the current connection off (if any): every operation under way
+        fails with ``error``; the client connects again after its usual
+        short delay, as after any loss.  See :meth:`IGuestConnection.interrupt`.
+        """
+        protocol = self._protocol
+        if protocol is not None:
+            protocol.cut_off(error)
 
     def reconnect(self) -> None:
         """

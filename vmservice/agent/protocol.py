@@ -18,13 +18,7 @@ from typing import Any, Callable, Mapping, Optional, Protocol as TypingProtocol,
 
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone, ConnectionLost
-from twisted.internet.interfaces import (
-    IDelayedCall,
-    IProducer,
-    IProtocol,
-    IPushProducer,
-    IReactorTime,
-)
+from twisted.internet.interfaces import IDelayedCall, IProducer, IProtocol, IPushProducer, IReactorTime
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -125,6 +119,7 @@ class AgentProtocol(Protocol):
         # A new guest session asked for (adopt): the peer nonce it replaces, and
         # what to fire once the agent acknowledged us in the new one.
         self._switch: Optional[tuple[bytes, Deferred[None]]] = None
+        self._cut_off: Optional[Exception] = None  # what cut_off() fails what is under way with
 
     # -- state ------------------------------------------------------------------------
 
@@ -212,13 +207,19 @@ class AgentProtocol(Protocol):
                 return
             self._dispatch(event)
 
+    def cut_off(self, error: Exception) -> None:
+        """Drop the connection now: every stream, ping and switch under way fails with ``error``, not as a loss."""
+        if self.transport is not None and self._connected:
+            self._cut_off = error
+            self._socket.abortConnection()
+
     def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
         self._connected = False
         if self._ready:
             self._ready = False
             self._on_lost(self)
         self._cancel_hello_timer()
-        lost = Failure(ConnectionLost(f"agent connection lost: {reason.getErrorMessage()}"))
+        lost = Failure(self._cut_off or ConnectionLost(f"agent connection lost: {reason.getErrorMessage()}"))
         switch, self._switch = self._switch, None
         if switch is not None:
             switch[1].errback(lost)

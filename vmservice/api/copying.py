@@ -123,9 +123,10 @@ def _errors(upload: bool) -> dict[int, Reply]:
         503: Reply("The VM's agent is not connected", ErrorResponse),
     }
     if upload:
-        replies[507] = Reply("No room in the guest's file system: refused before writing when "
-                             "X-Slicer-Unpacked-Size does not fit, or ran out while writing (nothing is left)",
-                             ErrorResponse)
+        replies[507] = Reply("insufficient_storage: no room in the guest's file system: refused before writing "
+                             "when X-Slicer-Unpacked-Size does not fit, or ran out while writing (nothing is left); "
+                             "state_dir_full: the VM stopped because its disk could not grow in the daemon's full "
+                             "state directory (the copy was cut off)", ErrorResponse)
     return replies
 
 

@@ -34,7 +34,9 @@ class ForkApi:
                               "not_running, busy, not_forkable", ErrorResponse),
                    503: Reply("insufficient_memory: the children do not fit in the memory budget; tmpfs_full (fork_memory: "
                               "file): no room for the copy of the parent's memory (nothing was made)",
-                              ErrorResponse)}, body=ForkNodeRequest),
+                              ErrorResponse),
+                   507: Reply("state_dir_full: the daemon's state directory has no room for the fork (every child "
+                              "made was removed; the parent runs on)", ErrorResponse)}, body=ForkNodeRequest),
         ]
 
     async def fork(self, request: IRequest, query: NoQuery, hostname: str) -> bytes:

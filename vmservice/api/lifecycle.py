@@ -66,6 +66,11 @@ _NO_MEMORY = {503: Reply("insufficient_memory: the VM does not fit in the memory
                          ErrorResponse)}
 
 
+#: The refusal of an operation whose snapshot or record finds no room in the state directory.
+_NO_ROOM = {507: Reply("state_dir_full: the daemon's state directory has no room for the node's snapshot or record "
+                       "(the node is left as it was)", ErrorResponse)}
+
+
 def _text(summary: str) -> dict[int, Reply]:
     return {200: Reply(summary, media="text/plain")}
 
@@ -83,11 +88,11 @@ class LifecycleApi:
             Route("POST", "/vm/{hostname}/resume", self.resume, "Resume a paused VM", "lifecycle",
                   _text("Resumed (or already running)")),
             Route("POST", "/vm/{hostname}/suspend", self.suspend, "Save the VM's memory to disk and end it", "lifecycle",
-                  _text("Suspended")),
+                  {**_text("Suspended"), **_NO_ROOM}),
             Route("POST", "/vm/{hostname}/restore", self.restore, "Restore a suspended VM", "lifecycle",
-                  {**_text("Restored"), **_NO_MEMORY}, query=WaitQuery),
+                  {**_text("Restored"), **_NO_MEMORY, **_NO_ROOM}, query=WaitQuery),
             Route("POST", "/vm/{hostname}/relaunch", self.relaunch, "Boot a stopped node from its disk", "lifecycle",
-                  {200: Reply("Relaunched", CreateNodeResponse), **_NO_MEMORY}, query=WaitQuery),
+                  {200: Reply("Relaunched", CreateNodeResponse), **_NO_MEMORY, **_NO_ROOM}, query=WaitQuery),
             Route("POST", "/vm/{hostname}/shutdown", self.shutdown, "Power the VM off or reboot it", "lifecycle",
                   _text("Initiated"), query=ShutdownQuery),
         ]

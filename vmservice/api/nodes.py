@@ -97,6 +97,8 @@ class NodesApi:
                             ErrorResponse),
                  503: Reply("insufficient_memory: the node does not fit in the memory budget; tmpfs_full (fork_memory: "
                             "file): its memory file does not fit the tmpfs (nothing was made)",
+                            ErrorResponse),
+                 507: Reply("state_dir_full: the daemon's state directory has no room for the node (nothing was made)",
                             ErrorResponse)},
                 query=CreateQuery,
                 body=CreateNodeRequest,

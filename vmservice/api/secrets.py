@@ -75,6 +75,7 @@ def _empty(request: IRequest, status: int) -> bytes:
 _BAD = Reply("A bad name (invalid_secret_name), body (invalid_body), base64 (invalid_base64), content over 1 MiB "
              "(secret_too_large) or a full store (too_many_secrets)", ErrorResponse)
 _FAILED = Reply("The store could not be read or written (secret_store_failed)", ErrorResponse)
+_NO_ROOM = Reply("The state directory has no room for the secret (state_dir_full); it is as it was", ErrorResponse)
 
 
 class SecretsApi:
@@ -89,12 +90,13 @@ class SecretsApi:
                   {200: Reply("Every secret's metadata, by name", Secret, array=True), 500: _FAILED}),
             Route("POST", "/secrets", self.create, "Store a new secret", "secrets",
                   {201: Reply("Stored (no body)"), 400: _BAD,
-                   409: Reply("A secret of that name exists (secret_exists)", ErrorResponse), 500: _FAILED},
+                   409: Reply("A secret of that name exists (secret_exists)", ErrorResponse), 500: _FAILED,
+                   507: _NO_ROOM},
                   body=CreateSecretRequest, stream_body=True, max_body=MAX_SECRET_BODY),
             Route("PATCH", "/secrets/{secret}", self.update,
                   "Change a secret's content or attributes; running nodes that hold it get it at once", "secrets",
                   {200: Reply("Changed (no body)"), 400: _BAD,
-                   404: Reply("No such secret (secret_not_found)", ErrorResponse), 500: _FAILED},
+                   404: Reply("No such secret (secret_not_found)", ErrorResponse), 500: _FAILED, 507: _NO_ROOM},
                   body=UpdateSecretRequest, stream_body=True, max_body=MAX_SECRET_BODY),
             Route("DELETE", "/secrets/{secret}", self.delete,
                   "Delete a secret; running nodes that hold it lose its file", "secrets",

@@ -10,6 +10,8 @@ driver can do (e.g. suspend to disk) so the API can answer 501 up front.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from attrs import frozen
 from twisted.internet.defer import Deferred
 from zope.interface import Attribute, Interface
@@ -180,7 +182,16 @@ class IMachine(Interface):
     def run_state() -> Deferred[str]:
         """
         The VMM's own word for the VM's state: ``running``, ``paused``, or
-        something else (e.g. ``inmigrate``, ``shutdown``).
+        something else (e.g. ``inmigrate``, ``shutdown``, ``io-error``).
+        """
+
+    def on_no_room(callback: Callable[[], None]) -> None:
+        """
+        Call ``callback`` each time the VM stops because the host's file
+        system that holds its disk had no room for one of the guest's
+        writes (and at once when it is stopped so now).  The guest is frozen
+        with the write pending, nothing lost: :meth:`resume` once there is
+        room again retries it (and stops the VM again if there is still none).
         """
 
     def power_button() -> Deferred[None]:

@@ -552,6 +552,8 @@ class QemuMachine:
         self._exited: OneShotObserver[MachineExit] = OneShotObserver()
         #: Called with each QMP event QEMU sends, on whichever session.
         self._event_watchers: list[Callable[[JSONObject], None]] = []
+        #: Called each time the VM stops for lack of room on the host (see :meth:`on_no_room`).
+        self._no_room_watchers: list[Callable[[], None]] = []
         self.pid: int = process.pid
         process.ended.addCallback(self._ended)
 
@@ -661,6 +663,39 @@ class QemuMachine:
     def _event(self, event: JSONObject) -> None:
         for watcher in list(self._event_watchers):
             watcher(event)
+
+    def on_no_room(self, callback: Callable[[], None]) -> None:
+        """
+        Call ``callback`` each time QEMU stops the VM on a write to its disk
+        that the host's file system had no room for: QEMU's default
+        ``werror=enospc`` for the root drive, told by a ``BLOCK_IO_ERROR``
+        event with ``nospace`` (events come on the QMP session, which is
+        opened now and kept); and at once when ``query-status`` says
+        ``io-error`` now (a VM adopted in that state).  See
+        :meth:`IMachine.on_no_room`.
+        """
+        self._no_room_watchers.append(callback)
+        if len(self._no_room_watchers) == 1:
+            self._event_watchers.append(self._io_error)
+            Deferred.fromCoroutine(self._stopped_now()).addErrback(lambda failure: None)
+
+    def _io_error(self, event: JSONObject) -> None:
+        data = event.get("data")
+        if event.get("event") == "BLOCK_IO_ERROR" and isinstance(data, dict) and data.get("nospace") is True \
+                and data.get("action") == "stop":
+            self._no_room()
+
+    async def _stopped_now(self) -> None:
+        """Open the QMP session (for the events); tell the watchers if the VM is stopped on an I/O error now."""
+        if await self._run_state() == "io-error":
+            self._no_room()
+
+    def _no_room(self) -> None:
+        for watcher in list(self._no_room_watchers):
+            try:
+                watcher()
+            except Exception:
+                log.failure("a watcher of a VM stopped for lack of room failed")
 
     def kill(self) -> Deferred[MachineExit]:
         """Kill QEMU with SIGKILL and fire when it is gone."""

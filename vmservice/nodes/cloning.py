@@ -15,6 +15,7 @@ login, userdata, the API), it adopts an identity of its own through
 from __future__ import annotations
 
 import os
+import signal
 
 from attrs import evolve, frozen
 from twisted.internet.defer import Deferred
@@ -22,7 +23,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from ..config import HostGroupConfig
-from ..hypervisors.base import HypervisorError, IHypervisor, IMachine, NetSpec
+from ..hypervisors.base import HypervisorError, IHypervisor, IMachine, MachineExit, NetSpec
 from ..images.store import Image
 from .clone_disk import make_clone_disk
 from .guest import IGuestConnection
@@ -272,7 +273,11 @@ class Cloning:
             await machine.load_device_state(template.device_state)
             steps.done("load")
         except HypervisorError as error:
+            killed = _killed(machine)
             await self._undo(node, machine)
+            if killed:
+                # Killed from outside (kill -9, the OOM killer): the template is not to blame and is kept.
+                raise TemplateUnavailable("clone_killed", f"the clone's VM was killed: {error}") from None
             if self.parts.templates is not None:
                 # Broken: the next create builds it again.
                 self.parts.templates.discard(template.key, only=template)
@@ -298,6 +303,13 @@ class Cloning:
             await machine.kill()
         self.parts.disks.remove(node.paths.disk)
         node.record = evolve(node.record, frozen_disk="", clone_memory=False, pid=None)
+
+
+def _killed(machine: IMachine) -> bool:
+    """Whether ``machine`` has ended, killed by SIGKILL (from outside: the daemon had not killed it yet)."""
+    ended: list[MachineExit] = []
+    machine.ended.addCallback(ended.append)  # at once when it has ended
+    return bool(ended) and ended[0].signal == signal.SIGKILL
 
 
 def _spare_count(group: HostGroupConfig) -> int:

@@ -33,6 +33,7 @@ from .fork_memory import memory_file, ready_for_forks
 from .guest import IGuestConnection
 from .readiness import NotReady, answered, wait_for_guest
 from .registry import Registry
+from .room import room_for
 from .runtime import NodeRuntime
 
 log = Logger()
@@ -134,7 +135,8 @@ class Creation:
         # stands in for the node until its VM runs or it was removed.
         claim = self._parts.admission.admit(limits[0], group=group.name)
         try:
-            return await self._create(group, request, limits, image, userdata, claim, wait, timeout)
+            with room_for(f"a new node of host group {group.name!r}"):
+                return await self._create(group, request, limits, image, userdata, claim, wait, timeout)
         finally:
             claim.release()
 
@@ -150,7 +152,12 @@ class Creation:
                                                         record.hostname, group.fork_memory))
         node = self._make(record)
         claim.name(record.hostname)
-        self._parts.store.save(record)
+        try:
+            self._parts.store.save(record)
+        except BaseException:
+            # Registered, but nothing of it is on the disk for a start to find: forgotten here.
+            node.forget(announce=False)
+            raise
         node.announce(EventType.CREATED)
         log.info("creating node {hostname} in {group}", hostname=record.hostname, group=group.name)
         try:
@@ -162,7 +169,8 @@ class Creation:
             if record.memory_file:
                 ready_for_forks(record.hostname, agent, self._parts.adoption)
             if wait is not Wait.NONE:
-                ready = Deferred.fromCoroutine(_ready(node, agent, wait, adopted))
+                # A VM stopped for lack of room for its disk's writes fails the create at once (507).
+                ready = node.room.unless_stopped(Deferred.fromCoroutine(_ready(node, agent, wait, adopted)))
                 left = max(0.0, began + timeout - self._parts.clock.seconds())
                 await wait_for_guest(self._parts.clock, machine, ready, left)
         except BaseException as error:

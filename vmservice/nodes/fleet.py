@@ -47,7 +47,6 @@ from .admission import Holder
 from .counts import keep_counts
 from .cloning import Cloning
 from .creation import Creation
-from .fork_memory import kept_files
 from .forking import Forked, Forking, ForkRequest, collect_forks, discard_fork_states
 from .description import NodeDescription, describe
 from .guest import AgentHealth, IGuest
@@ -131,7 +130,7 @@ class Fleet(Service):
 
     def _collect_copies(self) -> None:
         """Delete the fork memory copies that no node names any more."""
-        fork_memory.collect_copies(self._memory_directory(), kept_files(self._nodes())[1])
+        fork_memory.collect_copies(self._memory_directory(), fork_memory.kept_files(self._nodes())[1])
 
     def _memory_directory(self) -> str:
         return fork_memory.memory_directory(self._parts.config.state_dir, self._parts.config.templates_tmpfs_dir)
@@ -171,7 +170,7 @@ class Fleet(Service):
             self._collect_templates()
             self._collect_forks()
             discard_fork_states(self._parts.config.state_dir, self._parts.config.templates_tmpfs_dir)
-            fork_memory.sweep(self._memory_directory(), set.union(*kept_files(self._nodes(), forking=False)))
+            fork_memory.sweep(self._memory_directory(), set.union(*fork_memory.kept_files(self._nodes(), forking=False)))
             for group in self._parts.config.host_groups:
                 if group.warm:
                     # In the background: creates of the group meanwhile wait for this one build.
@@ -307,6 +306,7 @@ class Fleet(Service):
         await self._awake(hostname)
         node = self._registry.find(hostname)
         check(Op.AGENT, hostname, node.record.status)
+        node.room.check()
         agent = node.agent
         if agent is not None and not agent.connected and node.machine is not None and wait > 0:
             await connected_within(self._parts.clock, node.machine, agent, wait)
@@ -390,7 +390,7 @@ class Fleet(Service):
         if node.record.protected:
             raise Protected(f"node {hostname!r} is protected and cannot be deleted")
         node.phase.begin("delete")
-        node.set(Status.DELETING)
+        node.deleting()
         disk_removed = await node.remove()
         log.info("deleted node {hostname}", hostname=hostname)
         return DeleteResult(hostname, disk_removed)

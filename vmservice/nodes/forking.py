@@ -47,6 +47,7 @@ from .parts import FleetParts
 from .paths import discard
 from .readiness import wait_for_guest
 from .registry import Registry
+from .room import room_for
 from .runtime import NodeRuntime
 from .templates import daemon_tag
 
@@ -113,8 +114,9 @@ class Forking:
         parent = await settled(self._registry, hostname)
         parent.phase.begin("fork")
         try:
-            return await self._parts.admission.admitted(
-                self._fork(parent, request), parent.record.ram_bytes, request.count, parent.record.hostgroup)
+            with room_for(f"the fork of node {hostname!r}"):
+                return await self._parts.admission.admitted(
+                    self._fork(parent, request), parent.record.ram_bytes, request.count, parent.record.hostgroup)
         finally:
             parent.phase.finish()
 
@@ -180,8 +182,15 @@ class Forking:
         """
         hostname = parent.hostname
         clock = self._parts.clock
+        # In the record before the pause: a daemon that dies from here on leaves a frozen parent that the
+        # next start lets run again (see .recovery), not one it takes for paused or, saved, for gone.
+        parent.set(parent.record.status, forking=True)
         began = clock.seconds()
-        await drive("fork", hostname, machine.pause(), machine)
+        try:
+            await drive("fork", hostname, machine.pause(), machine)
+        except BaseException:
+            parent.set(parent.record.status, forking=False)
+            raise
         try:
             # The record first: a crash after the switch must not leave the frozen disk unnamed (collected).
             before = parent.record.forked_disks
@@ -198,7 +207,10 @@ class Forking:
                 await machine.resume()
             except Exception:
                 log.failure("resuming node {hostname} after a fork", hostname=hostname)
-        return clock.seconds() - began
+            pause = clock.seconds() - began
+            if parent.machine is machine:
+                parent.set(parent.record.status, forking=False)
+        return pause
 
     async def _switch_disk(self, parent: NodeRuntime, machine: IMachine, frozen_disk: str) -> None:
         """

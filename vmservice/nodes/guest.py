@@ -30,6 +30,7 @@ from attrs import frozen
 from twisted.internet.defer import Deferred
 from zope.interface import Attribute, Interface
 
+from ..errors import AgentError
 from .guest_exec import ExecRequest, IExecProcess, IExecSink
 from .guest_files import DownloadRequest, FsEntry, IDownload, IUpload, UploadRequest
 from .guest_shell import IShellSession, IShellSink, ShellRequest
@@ -195,6 +196,14 @@ class IGuestConnection(IGuest):
 
     def on_lost(callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` each time an agent that answered is lost (its connection dropped, it restarted); returns a stop."""
+
+    def interrupt(error: AgentError) -> None:
+        """
+        Cut the current connection off: every operation under way in the
+        guest fails with ``error`` (whose kind says why, for the client);
+        connecting goes on as after any loss (the guest's agent ends what
+        the cut-off operations were doing when it hears of it).
+        """
 
 
 __all__ = [

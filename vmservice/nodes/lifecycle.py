@@ -17,8 +17,9 @@ from twisted.logger import Logger
 from ..errors import Conflict, Internal
 from .events import EventType
 from .model import NodeRecord, Status, Wait, visible
-from .operation import Done, NodeOperations, drive, running, settled, wait_after
+from .operation import Done, NodeOperations, drive, running, set_anyway, settled, wait_after
 from .readiness import sync_clock
+from .room import room_for
 from .transitions import Op, Outcome
 
 log = Logger()
@@ -91,9 +92,10 @@ class Lifecycle(NodeOperations):
             node is left as it was.
         :raise WaitTimeout: no boot slot within ``timeout`` (nothing was done),
             or the agent did not answer in time with ``wait``.
+        :raise StateDirFull: no room for its record; the node is left as it was.
         """
         node = await settled(self._registry, hostname)
-        with running(node, Op.RELAUNCH):
+        with running(node, Op.RELAUNCH), room_for(f"the relaunch of node {hostname!r}"):
             group = self._parts.config.group(node.record.hostgroup)
             if group is None:
                 raise Conflict(
@@ -111,12 +113,12 @@ class Lifecycle(NodeOperations):
                 try:
                     net = await self._parts.addressing.attach(node.record)
                     machine = await node.spawn(image.kernel.path, image.initrd.path, net)
+                    node.set(Status.RUNNING, clone_memory=False)  # a clone boots as a node of its own
                 except BaseException:
                     slot.release()
                     await node.release()
-                    node.set(before, pid=None)  # a suspended node keeps its snapshot
+                    set_anyway(node, before, pid=None)  # a suspended node keeps its snapshot
                     raise
-                node.set(Status.RUNNING, clone_memory=False)  # a clone boots as a node of its own
                 node.paths.discard_snapshot()
                 slot.hold(node.connect_agent().when_ready(), machine.ended)
             finally:

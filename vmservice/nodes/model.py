@@ -113,6 +113,10 @@ class NodeRecord:
         ``Restoring``) was made by the idle timer, not asked for: the next
         request that needs its guest restores it (see :mod:`.idle`).  Cleared
         whenever the node takes any other status.
+    :ivar forking: its VM is (or is about to be) frozen for a fork of it,
+        which lets it run again once its state is saved: a start that finds
+        the record saying so lets the VM run (:mod:`.recovery`), whatever
+        the fork had done.
     """
 
     hostname: str
@@ -145,6 +149,7 @@ class NodeRecord:
     started_qmp: str = ""
     memory_file: str = ""
     memory_copies: tuple[str, ...] = ()
+    forking: bool = False
 
     def with_status(self, status: Status, pid: int | None = None) -> "NodeRecord":
         """A copy with another status (and pid)."""

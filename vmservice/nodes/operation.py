@@ -8,19 +8,22 @@ operations off while it runs, drive the hypervisor, wait for the guest.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, TypeVar
+from typing import Any, Iterator, TypeVar
 
 from attrs import frozen
 from twisted.internet.defer import Deferred
+from twisted.logger import Logger
 
 from ..errors import Conflict, Internal, NotSupported, WaitTimeout
 from ..hypervisors.base import HypervisorError, IMachine
-from .model import Wait
+from .model import Status, Wait
 from .parts import FleetParts
 from .readiness import NotReady, wait_for_agent
 from .registry import Registry
 from .runtime import NodeRuntime
 from .transitions import Op, Outcome, check
+
+log = Logger()
 
 _T = TypeVar("_T")
 
@@ -123,4 +126,20 @@ async def wait_after(parts: FleetParts, node: NodeRuntime, wait: Wait, timeout: 
         raise Internal(f"node {node.hostname!r} failed to start: {error}", code="boot_failed") from None
 
 
-__all__ = ["Done", "NodeOperations", "drive", "running", "settled", "suspendable", "wait_after"]
+def set_anyway(node: NodeRuntime, status: Status, **changes: Any) -> None:
+    """
+    Give ``node`` the status that is true now whatever its record on the
+    disk can say: the one it had before a failed operation, or the outcome
+    of one whose VM was already ended.  When the record cannot be written
+    (the state directory is full) it keeps saying the operation's own
+    status, which the next start finishes or undoes as after a crash
+    (:mod:`.recovery`), and the operation's own outcome stands.
+    """
+    try:
+        node.set(status, **changes)
+    except OSError as error:
+        log.warn("node {hostname}: its record could not be written back to {status}: {error}",
+                 hostname=node.hostname, status=status.value, error=error)
+
+
+__all__ = ["Done", "NodeOperations", "drive", "running", "set_anyway", "settled", "suspendable", "wait_after"]

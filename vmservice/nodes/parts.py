@@ -28,6 +28,7 @@ from .adoption import ICloneAdoption
 from .events import EventHub
 from .guest import IGuestConnection
 from .provisioning import SecretSource
+from .room import RoomWatch
 from .store import NodeStore
 from .templates import TemplateStore
 
@@ -159,6 +160,8 @@ class FleetParts:
         queue every start of a VM goes through; admits everything by default.
     :ivar on_idle: called with ``(group, what, seconds)`` for each automatic
         suspend and wake (see :mod:`.idling`), for the metrics.
+    :ivar room: lets nodes whose VM stopped for lack of room in the state
+        directory run on once it has room; ``None``: they stay stopped.
     """
 
     clock: IReactorTime
@@ -186,6 +189,7 @@ class FleetParts:
     on_warm_fallback: Callable[[str, str], None] = field(default=_no_fallbacks)
     admission: Admission = field(factory=Admission.unlimited)
     on_idle: Callable[[str, str, float], None] = field(default=_no_idle)
+    room: RoomWatch | None = None
 
     def group(self, name: str) -> HostGroupConfig:
         """

@@ -44,7 +44,8 @@ def decide(record: NodeRecord, vm_state: str | None, snapshot: bool) -> Recovery
 
     :param vm_state: the hypervisor's run state of the node's VM if it still
         runs and was verified to be that node's (``running``, ``paused``,
-        ``postmigrate``, ...), ``None`` when there is none.
+        ``postmigrate``, ``io-error``: stopped for lack of room for its
+        disk's writes, ...), ``None`` when there is none.
     :param snapshot: whether a complete snapshot file exists.
     """
     status = record.status
@@ -53,13 +54,19 @@ def decide(record: NodeRecord, vm_state: str | None, snapshot: bool) -> Recovery
     if status is Status.SUSPENDING:
         if snapshot:
             return Recovery(Status.SUSPENDED)
-        if vm_state in ("running", "paused", "postmigrate", "finish-migrate"):
+        if vm_state in ("running", "paused", "postmigrate", "finish-migrate", "io-error"):
             return Recovery(Status.RUNNING, adopt=True, resume=True)
         return _dead(record)
     if status in (Status.RESTORING, Status.SUSPENDED):
         return Recovery(Status.SUSPENDED) if snapshot else _dead(record)
     if status is Status.STOPPED:
         return Recovery(Status.STOPPED)
+    if record.forking and vm_state in ("running", "paused", "postmigrate", "finish-migrate", "io-error"):
+        # Frozen for a fork (paused, its state saved or being saved): it runs on; the children go (Creating).
+        return Recovery(Status.RUNNING, adopt=True, resume=True)
+    if vm_state == "io-error":
+        # Stopped on a write the state directory had no room for: kept as it was, it runs on once there is room.
+        return Recovery(Status.PAUSED if status is Status.PAUSED else Status.RUNNING, adopt=True)
     if vm_state == "running":
         return Recovery(Status.RUNNING, adopt=True)
     if vm_state == "paused":

@@ -31,6 +31,7 @@ from .parts import FleetParts
 from .paths import NodePaths
 from .phase import NodePhase, node_phase
 from .provisioning import GuestSetup, Provisioning
+from .room import NodeRoom
 from .spare import remove_spare_directory
 from .templates import Template
 
@@ -56,6 +57,7 @@ class NodeRuntime:
     :ivar phase: what the daemon is doing with it (see :mod:`.phase`).
     :ivar paths: its files.
     :ivar provisioning: its guest's secrets, login and userdata.
+    :ivar room: whether its VM is stopped for lack of room in the state directory.
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class NodeRuntime:
         self.phase: NodePhase = node_phase(record.hostname)
         self._up: OneShotObserver[None] = OneShotObserver()
         self._boot_started: float | None = None
+        self.room = NodeRoom(self, parts.room)
         self.provisioning = Provisioning(record.hostname, self._guest_setup, parts.secrets, self._userdata_finished)
 
     def _guest_setup(self) -> GuestSetup:
@@ -203,9 +206,14 @@ class NodeRuntime:
         return machine
 
     def own(self, machine: IMachine) -> None:
-        """Make ``machine`` this node's VM: its end is the node's news from now on."""
+        """
+        Make ``machine`` this node's VM: its end is the node's news from now
+        on, and so is its stop for lack of room in the state directory
+        (:class:`.room.NodeRoom`).
+        """
         self.machine = machine
         machine.ended.addCallback(self._vm_ended, machine)
+        machine.on_no_room(lambda: self.room.stopped(machine))
 
     def connect_agent(self, adopting: bool = False) -> IGuestConnection:
         """
@@ -277,6 +285,27 @@ class NodeRuntime:
             self._unmapped()
         await self._parts.addressing.detach(self.record)
 
+    def deleting(self) -> None:
+        """
+        Say in the record that the node is being deleted (its ``delete``
+        phase begun).  A state directory without room for the record must
+        not keep a node, whose removal makes room, from being deleted: the
+        record is removed at once instead; a crash from there on leaves a
+        directory without a record and a VM no record claims, which the next
+        start removes as it removes a ``Deleting`` node.  If even that fails,
+        the phase is finished and the error raised.
+        """
+        try:
+            try:
+                self.set(Status.DELETING)
+            except OSError as error:
+                log.warn("node {hostname}: its record cannot say Deleting ({error}); removed first instead",
+                         hostname=self.hostname, error=error)
+                self._parts.store.remove_record(self.hostname)
+        except BaseException:
+            self.phase.finish()
+            raise
+
     async def remove(self) -> bool:
         """
         Undo everything of the node, whatever it was doing: let it go, end what
@@ -288,16 +317,19 @@ class NodeRuntime:
         await self.release()
         return self.forget()
 
-    def forget(self) -> bool:
+    def forget(self, announce: bool = True) -> bool:
         """
         Forget the node and delete its files (its VM is gone): disk, snapshot,
         sockets, record.
 
+        :param announce: publish its deletion (not for a node whose creation
+            was never announced).
         :return: whether the disk was removed.
         """
         self.phase.abandon()
         self._forgotten(self)
-        self.announce(EventType.DELETED, status=DELETED)
+        if announce:
+            self.announce(EventType.DELETED, status=DELETED)
         disk_removed = self._parts.disks.remove(self.paths.disk)
         remove_spare_directory(self.record.started_qmp)
         self._parts.store.remove(self.hostname)

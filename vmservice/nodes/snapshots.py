@@ -19,8 +19,9 @@ from ..durable import commit
 from ..errors import AgentNotConnected, Conflict
 from ..hypervisors.base import IMachine
 from .model import Status, Wait
-from .operation import Done, NodeOperations, drive, running, settled, suspendable, wait_after
+from .operation import Done, NodeOperations, drive, running, set_anyway, settled, suspendable, wait_after
 from .readiness import NotReady, sync_clock, wait_for_agent
+from .room import room_for
 from .runtime import NodeRuntime
 from .transitions import Op, Outcome
 
@@ -59,10 +60,11 @@ class Snapshots(NodeOperations):
                 return Done(Op.SUSPEND, hostname, changed=False)
             machine = node.machine
             assert machine is not None
-            await self._save(node, machine, automatic)
+            with room_for(f"the snapshot of node {hostname!r}"):
+                await self._save(node, machine, automatic)
             node.take_machine()
             await node.release(machine=machine)
-            node.set(Status.SUSPENDED, pid=None)
+            set_anyway(node, Status.SUSPENDED, pid=None)
         log.info("suspended node {hostname}{how}", hostname=hostname, how=" (idle)" if automatic else "")
         return Done(Op.SUSPEND, hostname)
 
@@ -70,20 +72,25 @@ class Snapshots(NodeOperations):
         """Write and commit the snapshot; on failure the VM carries on as it was."""
         paths = node.paths
         before = node.record.status
-        node.set(Status.SUSPENDING, idle_suspended=automatic)
+        saving = False
         try:
+            # In the record first (a crash from here on is finished or undone at the next start); a record
+            # that cannot be written fails the suspend before the VM is touched.
+            node.set(Status.SUSPENDING, idle_suspended=automatic)
             paths.discard_partial_snapshot()  # the save makes the file anew (0600), never over one
+            saving = True
             await drive("suspend", node.hostname, machine.save_state(paths.partial_state), machine)
             commit(paths.partial_state, paths.state)
         except BaseException:
             paths.discard_partial_snapshot()
             if node.machine is machine:
-                if before == Status.RUNNING:
+                if saving and before == Status.RUNNING:
                     try:
                         await machine.resume()
                     except Exception:
                         log.failure("resuming node {hostname} after a failed suspend", hostname=node.hostname)
-                node.set(before)
+                if node.machine is machine:  # else its end, heard meanwhile, said what the node is now
+                    set_anyway(node, before)
             raise
 
     async def restore(self, hostname: str, wait: Wait, timeout: float) -> Done:
@@ -97,7 +104,7 @@ class Snapshots(NodeOperations):
         """
         node = await settled(self._registry, hostname)
         await suspendable(self._parts)
-        with running(node, Op.RESTORE):
+        with running(node, Op.RESTORE), room_for(f"the restore of node {hostname!r}"):
             await self._restore(node)
         await wait_after(self._parts, node, wait, timeout)
         return Done(Op.RESTORE, hostname)
@@ -120,7 +127,8 @@ class Snapshots(NodeOperations):
         try:
             if node.record.status is not Status.SUSPENDED or not node.record.idle_suspended:
                 return False
-            await self._restore(node)
+            with room_for(f"the restore of node {hostname!r}"):
+                await self._restore(node)
         finally:
             node.phase.finish()
         restored = clock.seconds()
@@ -144,21 +152,23 @@ class Snapshots(NodeOperations):
             image = self._parts.image(self._parts.group(node.record.hostgroup), node.record.image)
             kernel, initrd = image.kernel.path, image.initrd.path
         claim = self._parts.admission.admit(node.record.ram_bytes, hostname=hostname)
-        node.set(Status.RESTORING)
         began = self._parts.clock.seconds()
         try:
+            node.set(Status.RESTORING)
             net = await self._parts.addressing.attach(node.record)
             machine = await node.spawn(kernel, initrd, net, incoming=node.paths.state)
             await drive("restore", hostname, machine.finish_incoming())
+            # Written before the guest runs on (and the snapshot goes): a record that cannot say
+            # Running fails the restore while the snapshot still matches the disk.
+            node.set(Status.RUNNING)
             await drive("restore", hostname, machine.resume())
         except BaseException:
             await node.release()
-            node.set(Status.SUSPENDED, pid=None)
+            set_anyway(node, Status.SUSPENDED, pid=None)
             raise
         finally:
             claim.release()  # the node's VM runs (and counts) or it failed
         self._parts.on_restore(node.record.hostgroup, self._parts.clock.seconds() - began)
-        node.set(Status.RUNNING)
         node.paths.discard_snapshot()
         agent = node.connect_agent()
         sync_clock(hostname, agent, self._parts.wall_clock)

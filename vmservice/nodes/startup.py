@@ -110,12 +110,12 @@ class Startup:
         if plan.status is not Status.SUSPENDED:
             paths.discard_snapshot()
         if not plan.adopt or machine is None:
-            node.set(plan.status, pid=None)
+            node.set(plan.status, pid=None, forking=False)
             return
         node.own(machine)
         if plan.resume:
             await machine.resume()
-        node.set(plan.status)
+        node.set(plan.status, forking=False)
         node.connect_agent()
         log.info("adopted node {hostname} ({status}, pid {pid})",
                  hostname=node.hostname, status=plan.status.value, pid=machine.pid)

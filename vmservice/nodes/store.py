@@ -71,13 +71,21 @@ class NodeStore:
 
     def remove(self, hostname: str) -> None:
         """Remove the node's record and everything in its directory."""
-        directory = self.node_dir(hostname)
-        record = os.path.join(directory, "node.json")
-        if os.path.exists(record):
-            # The record goes first: a crash after this leaves only files
-            # that the next start recognises as strays and removes.
-            os.unlink(record)
-        shutil.rmtree(directory, ignore_errors=True)
+        # The record goes first: a crash after this leaves only files
+        # that the next start recognises as strays and removes.
+        self.remove_record(hostname)
+        shutil.rmtree(self.node_dir(hostname), ignore_errors=True)
+
+    def remove_record(self, hostname: str) -> None:
+        """
+        Remove the node's record alone (it may be missing): its other files
+        are then strays that the next start removes.  Needs no room on the
+        disk, unlike writing the record.
+        """
+        try:
+            os.unlink(os.path.join(self.node_dir(hostname), "node.json"))
+        except FileNotFoundError:
+            pass
 
     def load_all(self) -> tuple[list[NodeRecord], list[str]]:
         """

@@ -10,6 +10,7 @@ then frozen: never written again, the backing file of every clone's disk.
 
 from __future__ import annotations
 
+import errno
 import os
 
 from attrs import frozen
@@ -24,7 +25,7 @@ from .guest import IGuestConnection
 from .guest_exec import ExecRequest, IExecSink
 from .guest_files import UploadRequest
 from .parts import FleetParts
-from .readiness import answered, wait_for_guest
+from .readiness import answered, first_of, wait_for_guest
 from .templates import Template
 
 log = Logger()
@@ -121,9 +122,14 @@ class TemplateBuilder:
         driver = await parts.driver.get()
         machine = await driver.start(self.spec(template), os.path.join(template.directory, "qemu.log"))
         agent = parts.agents(os.path.join(template.directory, "agent.sock"))
+        # A template VM stopped for lack of room for its disk's writes fails the build at once.
+        stalled: Deferred[None] = Deferred()
+        machine.on_no_room(lambda: None if stalled.called else stalled.errback(
+            OSError(errno.ENOSPC, f"the template's disk: {os.strerror(errno.ENOSPC)}")))
         try:
             agent.start()
-            await wait_for_guest(parts.clock, machine, Deferred.fromCoroutine(self._warm(agent)), self.timeout)
+            warm = Deferred.fromCoroutine(first_of(Deferred.fromCoroutine(self._warm(agent)), stalled))
+            await wait_for_guest(parts.clock, machine, warm, self.timeout)
             await machine.save_device_state(template.device_state)
         finally:
             await agent.stop()

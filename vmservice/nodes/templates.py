@@ -31,7 +31,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ..errors import Internal
+from ..errors import Internal, no_room
 from ..observer import OneShotObserver
 from ..private_files import NotPrivate, create_private, private_directory
 from .paths import discard
@@ -203,7 +203,8 @@ class TemplateStore:
             if isinstance(result, Failure):
                 reason = str(result.value) or type(result.value).__name__
                 log.warn("building template {digest} failed: {reason}", digest=key.digest(), reason=reason)
-                self._failed[key] = (self._clock.seconds(), reason)
+                if result.value is None or not no_room(result.value):  # no room: tried again at the next create
+                    self._failed[key] = (self._clock.seconds(), reason)
                 self._on_build("failed")
                 self._delete(template, keep_disk=False)
                 building.error(Failure(TemplateUnavailable("build_failed", f"the template's build failed: {reason}")))

@@ -1,0 +1,133 @@
+"""
+Fault injection: the daemon killed (``kill -9``) in the middle of a suspend
+(while the snapshot is written), a restore (as its QEMU starts) and a fork
+(while the parent is frozen, and as the children's QEMUs start), then started
+again.  What the operation was doing must be finished or undone by the
+start-up recovery: nothing lost (the node's guest continues with what it
+had, in memory and on disk), nothing stray (no QEMU, snapshot, record,
+network object or temporary file that no listed node accounts for), the
+daemon answering (:func:`tests.integration.faults.settled`).
+
+Each test has a daemon of its own (it is restarted), with an isolated network
+in a range of this module's own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from tests.integration.daemon import Daemon, ensure_image
+from tests.integration.faults import Background, qemu_of, records, remove_network, run, settled, wait_until
+
+#: The network objects of this module's range, 10.87.3.0/28.
+NETWORK = ("vmh0a5703", "vms-0a5703")
+GROUPS: list[dict[str, Any]] = [{
+    "name": "d", "vcpu": 1, "ram_mb": 256, "storage_size": "1G",
+    "network": {"mode": "isolated", "range": "10.87.3.0/28"},
+}]
+MARK = "echo kept > /tmp/mark; echo on-disk > /root/mark; sync; echo ok"
+CHECK = "cat /tmp/mark /root/mark"
+
+
+class DaemonKillTests(SynchronousTestCase):
+    def daemon(self) -> Daemon:
+        """A started daemon of this test's own, removed (with its QEMUs and network) when the test ends."""
+        ensure_image()
+        daemon = Daemon(accel="tcg", groups=GROUPS)
+        self.addCleanup(remove_network, NETWORK)  # after the daemon's cleanup, for a daemon left killed
+        self.addCleanup(daemon.cleanup)
+        daemon.start()
+        return daemon
+
+    def node(self, daemon: Daemon) -> str:
+        """A running node whose guest holds a mark in memory (/tmp) and one on its disk."""
+        hostname: str = daemon.json("POST", "/hostgroup/d/nodes?wait=agent&timeout=3m", {}, expect=201,
+                                    timeout=240)["hostname"]
+        self.assertEqual(run(daemon, hostname, MARK), (0, "ok\n"))
+        return hostname
+
+    def killed(self, daemon: Daemon, request: Background) -> None:
+        """kill -9 the daemon, let the request's thread see it, start the daemon again."""
+        self.assertEqual(daemon.stop(signal.SIGKILL), -signal.SIGKILL)
+        self.assertTrue(request.over(30), "the request's connection outlived its daemon")
+        daemon.start()
+
+    def test_kill_during_suspend(self) -> None:
+        """
+        Killed while the snapshot is written: at the next start the node is
+        Running in its own QEMU, or Suspended with a whole snapshot; either
+        way its guest has its marks (after a restore for a suspended one).
+        """
+        daemon = self.daemon()
+        hostname = self.node(daemon)
+        partial = os.path.join(daemon.state_dir, "nodes", hostname, "state.bin.partial")
+        suspend = Background(daemon, "POST", f"/vm/{hostname}/suspend")
+        wait_until("the snapshot being written", lambda: os.path.exists(partial) or suspend.done, 60, 0.001)
+        self.assertFalse(suspend.done, "the suspend was over before its snapshot could be seen")
+        self.killed(daemon, suspend)
+        settled(daemon, NETWORK, why="after the restart")
+        status = daemon.nodes()[hostname]["status"]
+        self.assertIn(status, ("Running", "Suspended"))
+        if status == "Suspended":
+            daemon.post(f"/vm/{hostname}/restore?wait=agent&timeout=2m")
+        self.assertEqual(run(daemon, hostname, CHECK), (0, "kept\non-disk\n"))
+        settled(daemon, NETWORK)
+
+    def test_kill_during_restore(self) -> None:
+        """
+        Killed as the restore starts its QEMU: at the next start the node is
+        Suspended with its snapshot (the half-started QEMU gone), and the
+        next restore continues the guest with its marks.
+        """
+        daemon = self.daemon()
+        hostname = self.node(daemon)
+        daemon.post(f"/vm/{hostname}/suspend")
+        restore = Background(daemon, "POST", f"/vm/{hostname}/restore?wait=agent&timeout=2m")
+        wait_until("the restore's QEMU", lambda: qemu_of(daemon, hostname) or restore.done, 60, 0.001)
+        self.assertFalse(restore.done, "the restore was over before its QEMU could be seen")
+        self.killed(daemon, restore)
+        settled(daemon, NETWORK, why="after the restart")
+        self.assertEqual(daemon.nodes()[hostname]["status"], "Suspended")
+        daemon.post(f"/vm/{hostname}/restore?wait=agent&timeout=2m")
+        self.assertEqual(run(daemon, hostname, CHECK), (0, "kept\non-disk\n"))
+        settled(daemon, NETWORK)
+
+    def test_kill_during_fork(self) -> None:
+        """
+        Killed while the parent is frozen for its fork, and (another fork)
+        as the children's QEMUs start: at each next start the parent is
+        Running (not paused, not lost) with its marks, and every child is
+        either gone or a whole node with them too.
+        """
+        daemon = self.daemon()
+        parent = self.node(daemon)
+        forks = os.path.join(daemon.state_dir, "forks")
+        for moment in ("frozen", "children"):
+            before = set(os.listdir(forks)) if os.path.isdir(forks) else set()
+            known = set(os.listdir(os.path.join(daemon.state_dir, "nodes")))
+            fork = Background(daemon, "POST", f"/vm/{parent}/fork", {"count": 2}, timeout=240)
+            if moment == "frozen":
+                wait_until("the parent frozen for its fork",
+                           lambda: (os.path.isdir(forks) and set(os.listdir(forks)) - before) or fork.done, 60, 0.001)
+            else:
+                def child_qemu() -> Any:
+                    new = set(os.listdir(os.path.join(daemon.state_dir, "nodes"))) - known
+                    return any(qemu_of(daemon, name) for name in new) or fork.done
+
+                wait_until("a child's QEMU", child_qemu, 120, 0.001)
+            self.assertFalse(fork.done, f"the fork was over before its {moment} moment")
+            self.killed(daemon, fork)
+            settled(daemon, NETWORK, why=f"after the restart ({moment})")
+            nodes = daemon.nodes()
+            self.assertEqual(nodes[parent]["status"], "Running", f"{moment}: {nodes}")
+            self.assertEqual(run(daemon, parent, CHECK), (0, "kept\non-disk\n"), moment)
+            for child in set(nodes) - {parent}:
+                self.assertEqual(nodes[child]["status"], "Running", f"{moment}: {nodes}")
+                self.assertEqual(run(daemon, child, CHECK), (0, "kept\non-disk\n"), f"{moment}: {child}")
+                daemon.json("DELETE", f"/hostgroup/d/nodes/{child}")
+            self.assertEqual(sorted(records(daemon)), [parent])
+        settled(daemon, NETWORK)
