@@ -219,6 +219,27 @@ class DriverTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(machine.ended).signal, 9)
 
 
+    def test_ended_within_the_spawn(self) -> None:
+        """
+        A QEMU that ends as it starts (killed at once), reaped within
+        spawnProcess so that its transport no longer has a pid: still a
+        machine with its pid, that has ended (a HypervisorError for whoever
+        drives it, never a TypeError).
+        """
+
+        class EndingAtOnce(ProcessReactor):
+            def spawnProcess(self, protocol: Any, *args: Any, **kwargs: Any) -> Any:
+                transport = super().spawnProcess(protocol, *args, **kwargs)
+                transport.pid = None  # reaped: Twisted's process forgets its pid
+                protocol.processEnded(Failure(ProcessTerminated(None, 9, None)))
+                return transport
+
+        machine = self.successResultOf(QemuDriver(EndingAtOnce(), QemuSettings()).start(SPEC, self.mktemp()))
+        self.assertEqual(machine.pid, 4242)
+        self.assertEqual(self.successResultOf(machine.ended).signal, 9)
+        self.failureResultOf(machine.run_state(), HypervisorError)
+
+
 class ProbeTests(SynchronousTestCase):
     def run_probe(self, reactor: Any, **kw: Any) -> Deferred:
         kw.setdefault("directory", self.mktemp())

@@ -76,9 +76,10 @@ class AgentKillTests(SharedGuestTestCase):
             target=lambda: answer.append(upload(self.daemon, f"/vm/{HOSTNAME}/cp?path=/root/up.bin", payload, 120)),
             daemon=True)
         thread.start()
-        wait_until("the copy to be under way",
-                   lambda: ".up.bin.vmservice-" in run(self.daemon, HOSTNAME, "ls -a /root")[1] or not thread.is_alive(),
-                   60, 0.05)
+        def under_way() -> bool:
+            return ".up.bin.vmservice-" in run(self.daemon, HOSTNAME, "ls -a /root")[1] or not thread.is_alive()
+
+        wait_until("the copy to be under way", under_way, 60, 0.05)
         self.assertTrue(thread.is_alive(), f"the copy was over before it could be seen: {answer}")
         kill_agent(self.daemon, HOSTNAME, self.agent)
         thread.join(90)

@@ -24,7 +24,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 from tests.integration.daemon import TemplatesDaemonTestCase
-from tests.integration.faults import Background, fork_states, kill, node_pid, qemu_of, run, settled, wait_until
+from tests.integration.faults import (
+    Background, daemon_log, fork_states, kill, node_pid, qemu_of, run, settled, wait_until,
+)
 
 GROUPS: list[dict[str, Any]] = [
     {"name": "w", "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True, "warm_spare": 0},
@@ -46,7 +48,7 @@ class QemuKillTests(TemplatesDaemonTestCase):
         """``request``'s answer, which must be an error with a code (not a 500 without one), within ``timeout``."""
         status, body = request.result(timeout)
         if status < 400 or not isinstance(body, dict) or not body.get("code") or body["code"] == "internal_error":
-            raise AssertionError(f"{what}: {status} {body!r}; log:\n{self.daemon.log()[-3000:]}")
+            raise AssertionError(f"{what}: {status} {body!r}; log:\n{daemon_log(self.daemon)[-3000:]}")
         return {"status": status, **body}
 
     def new_node_dir(self, known: set[str]) -> str | None:
@@ -200,7 +202,8 @@ class QemuKillTests(TemplatesDaemonTestCase):
             received += chunk
         head, _, body = received.partition(b"\r\n\r\n")
         self.assertIn(b" 200 ", head.split(b"\r\n")[0])
-        length = int([line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")][0])
+        [length] = [int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")]
         self.assertEqual(length, 48 << 20)
         stop_and_kill(pid)
         deadline = time.monotonic() + 60

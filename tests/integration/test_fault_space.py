@@ -22,7 +22,7 @@ import tempfile
 from typing import Any
 
 from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image, processes_under
-from tests.integration.faults import StateTmpfs, digest, records, run, settled, stray_files, upload
+from tests.integration.faults import StateTmpfs, daemon_log, digest, records, run, settled, stray_files, upload
 
 #: The tmpfs's size: a node's disk, a 256 MiB guest's snapshot and a template, with room to spare.
 SIZE = 640 << 20
@@ -84,7 +84,8 @@ class SpaceDaemonTestCase(SharedDaemonTestCase):
         status, _, data = self.daemon.request("POST", f"/hostgroup/{group}/nodes?wait=agent&timeout={timeout}", {},
                                               timeout=300)
         if status != expect:
-            raise AssertionError(f"create: {status} {data!r} (expected {expect}); log:\n{self.daemon.log()[-3000:]}")
+            raise AssertionError(f"create: {status} {data!r} (expected {expect}); "
+                                 f"log:\n{daemon_log(self.daemon)[-3000:]}")
         if status == 201:
             hostname = json.loads(data)["hostname"]
             self.addCleanup(self.delete, group, hostname)
@@ -100,7 +101,7 @@ class SpaceDaemonTestCase(SharedDaemonTestCase):
         """``status`` and ``data`` are the answer 507 state_dir_full."""
         if (status, error_code(data)) != (507, "state_dir_full"):
             raise AssertionError(f"{what}: {status} {data!r}; {self.space.free()} bytes free; "
-                                 f"log:\n{self.daemon.log()[-3000:]}")
+                                 f"log:\n{daemon_log(self.daemon)[-3000:]}")
 
 
 class StateDirFullTests(SpaceDaemonTestCase):
@@ -137,7 +138,8 @@ class StateDirFullTests(SpaceDaemonTestCase):
         self.space.fill(0)
         status, _, data = self.daemon.request("POST", "/secrets", body)
         self.assert_full(status, data, "POST /secrets")
-        status, _, data = self.daemon.request("PATCH", "/secrets/kept", {"data": base64.b64encode(b"new" * 4096).decode()})
+        bigger = {"data": base64.b64encode(b"new" * 4096).decode()}
+        status, _, data = self.daemon.request("PATCH", "/secrets/kept", bigger)
         self.assert_full(status, data, "PATCH /secrets/kept")
         listed = {s["name"]: s for s in self.daemon.json("GET", "/secrets")}
         self.assertEqual(sorted(listed), ["kept"])
@@ -218,7 +220,7 @@ class TemplateBuildTests(SpaceDaemonTestCase):
         succeeds and the next one is a clone of a template built then.
         """
         self.daemon.wait_for("the template's build to fail for lack of room",
-                             lambda: "the template's disk: No space left on device" in self.daemon.log(), 120)
+                             lambda: "the template's disk: No space left on device" in daemon_log(self.daemon), 120)
         templates = os.path.join(self.daemon.state_dir, "templates")
         self.daemon.wait_for("no template files", lambda: not os.listdir(templates), 30)
         self.assertEqual(processes_under(templates), [])
@@ -231,6 +233,6 @@ class TemplateBuildTests(SpaceDaemonTestCase):
         self.create("warm")
         second = self.create("warm")
         self.assertEqual(run(self.daemon, second, "hostname")[1].strip(), second)
-        self.assertIn(f"node {second} cloned", self.daemon.log())
+        self.assertIn(f"node {second} cloned", daemon_log(self.daemon))
         self.assertEqual(len(os.listdir(templates)), 1)
         settled(self.daemon)

@@ -247,6 +247,26 @@ class ForkingTests(SynchronousTestCase):
         self.flushLoggedErrors()
         del dead
 
+    def test_parent_dies_during_the_disk_switch(self) -> None:
+        """
+        The parent's VM dies just as its disk is switched (its files go with
+        the ephemeral node): the fork answers 409 not_running, never an
+        anonymous 500; nothing of it is left.
+        """
+        machine = self.parent_machine
+
+        def snapshot_disk(overlay: str) -> Deferred[None]:
+            machine.end(None, 9)  # heard at once: the ephemeral parent is forgotten, its directory removed
+            return succeed(None)
+
+        machine.snapshot_disk = snapshot_disk  # type: ignore[method-assign]
+        error = self.failureResultOf(self.fork(count=2), Conflict).value
+        self.assertEqual(error.code, "not_running")
+        self.flushLoggedErrors()
+        self.assertEqual(self.fleet.list(), [])
+        self.assertEqual(self.forks(), [])
+        self.assertEqual(os.listdir(os.path.join(self.harness.config.state_dir, "nodes")), [])
+
     def test_forking_cleared(self) -> None:
         """After a fork, and after one that failed, the parent's record no longer says it is frozen."""
         self.successResultOf(self.fork())

@@ -62,6 +62,28 @@ class StoreTests(SynchronousTestCase):
         self.assertTrue(os.path.exists(os.path.join(store.nodes_dir, aside, "disk.qcow2")))
         self.assertEqual(store.load_all(), ([], ["half-1"]))
 
+    def test_crash_leftovers_removed(self) -> None:
+        """
+        The temporary file of a record's or counter's write that a crash cut
+        short (never renamed into place) is removed at the next start; the
+        record and the counter are the old ones, whole.
+        """
+        path = self.mktemp()
+        store = NodeStore(path)
+        record = NodeRecord("demo-1", "demo", 1 << 28, 1, datetime(2026, 11, 22, 10, 0, tzinfo=timezone.utc))
+        store.save(record)
+        store.next_index("demo")
+        leftovers = [os.path.join(store.node_dir("demo-1"), ".node.json.0123456789abcdef.tmp"),
+                     os.path.join(path, "counters", ".demo.fedcba9876543210.tmp")]
+        for leftover in leftovers:
+            with open(leftover, "w") as f:
+                f.write('{"half')
+        again = NodeStore(path)
+        self.assertEqual(again.load_all(), ([record], []))
+        self.assertEqual([os.path.exists(leftover) for leftover in leftovers], [False, False])
+        self.assertEqual(sorted(os.listdir(store.node_dir("demo-1"))), ["node.json"])
+        self.assertEqual(again.next_index("demo"), 2)
+
     def test_lock(self) -> None:
         """A second lock of one state directory (another daemon) fails naming the holder's pid."""
         from vmservice.nodes.store import StateDirectoryInUse

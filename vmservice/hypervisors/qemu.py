@@ -397,6 +397,12 @@ class _QemuProcess(ProcessProtocol):
         self._ended: OneShotObserver[MachineExit] = OneShotObserver()
         self.output = b""
         self.watch: tuple[bytes, Deferred[None]] | None = None
+        self._pid: int | None = None
+
+    def connectionMade(self) -> None:
+        # Kept now: a child that ends at once (killed as it starts) is reaped
+        # within spawnProcess, and its transport's pid is None from then on.
+        self._pid = self.transport.pid if self.transport is not None else None
 
     @property
     def ended(self) -> Deferred[MachineExit]:
@@ -423,11 +429,10 @@ class _QemuProcess(ProcessProtocol):
 
     @property
     def pid(self) -> int:
-        """The child's process id."""
-        transport = self.transport
-        if transport is None:
+        """The child's process id (also once it has ended)."""
+        if self._pid is None:
             raise AttributeError("the process has not started")
-        return int(transport.pid)
+        return int(self._pid)
 
     def kill(self) -> None:
         """SIGKILL the child; one already gone is fine (processEnded follows)."""

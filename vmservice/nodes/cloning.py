@@ -23,11 +23,12 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from ..config import HostGroupConfig
-from ..hypervisors.base import HypervisorError, IHypervisor, IMachine, MachineExit, NetSpec
+from ..hypervisors.base import HypervisorError, IHypervisor, IMachine, NetSpec
 from ..images.store import Image
 from .clone_disk import make_clone_disk
 from .guest import IGuestConnection
 from .model import NodeRecord
+from .operation import ended
 from .paths import discard
 from .parts import FleetParts
 from .readiness import wait_for_guest
@@ -307,9 +308,8 @@ class Cloning:
 
 def _killed(machine: IMachine) -> bool:
     """Whether ``machine`` has ended, killed by SIGKILL (from outside: the daemon had not killed it yet)."""
-    ended: list[MachineExit] = []
-    machine.ended.addCallback(ended.append)  # at once when it has ended
-    return bool(ended) and ended[0].signal == signal.SIGKILL
+    how = ended(machine)
+    return how is not None and how.signal == signal.SIGKILL
 
 
 def _spare_count(group: HostGroupConfig) -> int:

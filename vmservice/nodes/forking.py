@@ -42,7 +42,7 @@ from .creation import next_hostname
 from .events import EventType
 from .fork_memory import MemoryFork, fork_state
 from .model import MAX_FORK_COUNT, NodeRecord, Status, unique, visible
-from .operation import drive, settled
+from .operation import drive, failure_of, settled
 from .parts import FleetParts
 from .paths import discard
 from .readiness import wait_for_guest
@@ -158,12 +158,15 @@ class Forking:
             for _, result in started:
                 if isinstance(result, Failure):
                     result.raiseException()
-        except BaseException:
+        except BaseException as error:
             for child in reversed(children):
                 await child.remove()
             if frozen_disk not in parent.record.forked_disks:
                 shutil.rmtree(directory, ignore_errors=True)
-            raise
+            failure = failure_of("fork", hostname, machine, error)
+            if failure is error:
+                raise
+            raise failure from error
         finally:
             size = _size(state)
             discard(state)

@@ -11,11 +11,11 @@ from contextlib import contextmanager
 from typing import Any, Iterator, TypeVar
 
 from attrs import frozen
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
 
-from ..errors import Conflict, Internal, NotSupported, WaitTimeout
-from ..hypervisors.base import HypervisorError, IMachine
+from ..errors import Conflict, Internal, NotSupported, ServiceError, WaitTimeout
+from ..hypervisors.base import HypervisorError, IMachine, MachineExit
 from .model import Status, Wait
 from .parts import FleetParts
 from .readiness import NotReady, wait_for_agent
@@ -97,6 +97,29 @@ async def drive(what: str, hostname: str, action: "Deferred[_T]", machine: IMach
         raise Internal(f"{what} of node {hostname!r} failed: {error}", code=f"{what}_failed") from error
 
 
+def ended(machine: IMachine) -> MachineExit | None:
+    """How ``machine`` ended, or ``None`` while it runs (as far as this process has heard)."""
+    exits: list[MachineExit] = []
+    machine.ended.addCallback(exits.append)  # at once when it has ended
+    return exits[0] if exits else None
+
+
+def failure_of(what: str, hostname: str, machine: IMachine, error: BaseException) -> BaseException:
+    """
+    What an operation on node ``hostname`` that failed with ``error`` raises:
+    a service error or a cancellation as it is; any other failure a 409
+    ``not_running`` when ``machine`` ended meanwhile (what failed only
+    followed from that: its files went with the node), else a 500
+    ``<what>_failed`` that says it, raised from it (a lack of room among
+    its causes stays visible, see :mod:`.room`).
+    """
+    if isinstance(error, (ServiceError, CancelledError)) or not isinstance(error, Exception):
+        return error
+    if ended(machine) is not None:
+        return Conflict(f"node {hostname!r} is not running (its VM ended during the {what})", code="not_running")
+    return Internal(f"{what} of node {hostname!r} failed: {error}", code=f"{what}_failed")
+
+
 async def suspendable(parts: FleetParts) -> None:
     """
     :raise NotSupported: the hypervisor driver cannot suspend VMs to disk (501).
@@ -142,4 +165,5 @@ def set_anyway(node: NodeRuntime, status: Status, **changes: Any) -> None:
                  hostname=node.hostname, status=status.value, error=error)
 
 
-__all__ = ["Done", "NodeOperations", "drive", "running", "set_anyway", "settled", "suspendable", "wait_after"]
+__all__ = ["Done", "NodeOperations", "drive", "ended", "failure_of", "running", "set_anyway", "settled", "suspendable",
+           "wait_after"]
