@@ -23,6 +23,7 @@ from vmservice.buffer_budget import FREE_REPLY, BufferBudget
 from vmservice.errors import GuestErrorKind, http_error
 from vmservice.nodes.guest import AgentHealth
 from vmservice.wire import Data, HalfClose, Open, Ping, Pong, Reset, ResetCode
+from vmservice.wire.frames import encode_event
 
 SOCKET = "/run/vmservice/node-1/agent.sock"
 HEALTH = {
@@ -590,3 +591,35 @@ class AgentRestartTests(ClientTestCase):
         self.successResultOf(ready)
         self.assertEqual(self.client.agent_version, "2")
         self.assertEqual(guest.receive(), [])
+
+
+class FaultPenaltyTests(ClientTestCase):
+    """A connection dropped for the guest's fault is followed by a longer wait (vmservice.agent.guard)."""
+
+    def break_protocol(self, guest: FakeGuest) -> None:
+        guest.protocol.dataReceived(encode_event(Data(99, b"x")))
+        self.assertTrue(guest.transport.disconnected)
+        guest.protocol.connectionLost(Failure(ConnectionDone()))
+
+    def test_penalty_doubles(self) -> None:
+        """
+        After a protocol error the next attempt waits 1 s, after another one at once 2 s;
+        a connection dropped for no fault of the guest's is retried as before.
+        """
+        self.break_protocol(self.connect())
+        self.reactor.advance(0.999)
+        self.assertEqual(self.attempts(), 1)
+        self.reactor.advance(0.001)
+        self.assertEqual(self.attempts(), 2)
+        guest = self.accept()
+        guest.handshake()
+        self.break_protocol(guest)
+        self.reactor.advance(1.999)
+        self.assertEqual(self.attempts(), 2)
+        self.reactor.advance(0.001)
+        self.assertEqual(self.attempts(), 3)
+        guest = self.accept()
+        guest.handshake()
+        guest.protocol.connectionLost(Failure(ConnectionDone()))
+        self.reactor.advance(0.1)
+        self.assertEqual(self.attempts(), 4)

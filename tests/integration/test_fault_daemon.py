@@ -1,8 +1,9 @@
 """
 Fault injection: the daemon killed (``kill -9``) in the middle of a suspend
-(while the snapshot is written), a restore (as its QEMU starts) and a fork
-(while the parent is frozen, and as the children's QEMUs start), then started
-again.  What the operation was doing must be finished or undone by the
+(while the snapshot is written), a restore (as its QEMU starts), a fork
+(while the parent is frozen, and as the children's QEMUs start), a clone's
+start (as its QEMU loads the template's state) and a bulk copy out of the
+guest, then started again.  What the operation was doing must be finished or undone by the
 start-up recovery: nothing lost (the node's guest continues with what it
 had, in memory and on disk), nothing stray (no QEMU, snapshot, record,
 network object or temporary file that no listed node accounts for), the
@@ -14,9 +15,14 @@ in a range of this module's own.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import signal
+import socket
+import tempfile
 from typing import Any
+from urllib.parse import urlencode
 
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -29,23 +35,25 @@ GROUPS: list[dict[str, Any]] = [{
     "name": "d", "vcpu": 1, "ram_mb": 256, "storage_size": "1G",
     "network": {"mode": "isolated", "range": "10.87.3.0/28"},
 }]
+#: A warm group (no network: its clones are what is looked at).
+WARM: list[dict[str, Any]] = [{"name": "w", "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True, "warm_spare": 0}]
 MARK = "echo kept > /tmp/mark; echo on-disk > /root/mark; sync; echo ok"
 CHECK = "cat /tmp/mark /root/mark"
 
 
 class DaemonKillTests(SynchronousTestCase):
-    def daemon(self) -> Daemon:
+    def daemon(self, groups: list[dict[str, Any]] = GROUPS, **settings: Any) -> Daemon:
         """A started daemon of this test's own, removed (with its QEMUs and network) when the test ends."""
         ensure_image()
-        daemon = Daemon(accel="tcg", groups=GROUPS)
+        daemon = Daemon(accel="tcg", groups=groups, **settings)
         self.addCleanup(remove_network, NETWORK)  # after the daemon's cleanup, for a daemon left killed
         self.addCleanup(daemon.cleanup)
         daemon.start()
         return daemon
 
-    def node(self, daemon: Daemon) -> str:
+    def node(self, daemon: Daemon, group: str = "d") -> str:
         """A running node whose guest holds a mark in memory (/tmp) and one on its disk."""
-        hostname: str = daemon.json("POST", "/hostgroup/d/nodes?wait=agent&timeout=3m", {}, expect=201,
+        hostname: str = daemon.json("POST", f"/hostgroup/{group}/nodes?wait=agent&timeout=3m", {}, expect=201,
                                     timeout=240)["hostname"]
         self.assertEqual(run(daemon, hostname, MARK), (0, "ok\n"))
         return hostname
@@ -130,4 +138,75 @@ class DaemonKillTests(SynchronousTestCase):
                 self.assertEqual(run(daemon, child, CHECK), (0, "kept\non-disk\n"), f"{moment}: {child}")
                 daemon.json("DELETE", f"/hostgroup/d/nodes/{child}")
             self.assertEqual(sorted(records(daemon)), [parent])
+        settled(daemon, NETWORK)
+
+    def test_kill_during_clone_load(self) -> None:
+        """
+        Killed as a warm group's new node's QEMU loads the template's state:
+        at the next start that node is a whole running node (its guest knows
+        its name) or gone without a trace; the node made before keeps its
+        marks, and the next create is a clone of the same template.
+        """
+        shm = tempfile.mkdtemp(prefix="vms-t-", dir="/dev/shm")
+        self.addCleanup(shutil.rmtree, shm, True)
+        daemon = self.daemon(WARM, templates_tmpfs_dir=shm)
+        first = self.node(daemon, "w")  # the template is built by now
+        known = set(os.listdir(os.path.join(daemon.state_dir, "nodes")))
+        create = Background(daemon, "POST", "/hostgroup/w/nodes?wait=agent&timeout=3m", {}, timeout=240)
+
+        def clone_qemu() -> Any:
+            new = set(os.listdir(os.path.join(daemon.state_dir, "nodes"))) - known
+            return any(qemu_of(daemon, name) for name in new) or create.done
+
+        wait_until("the clone's QEMU", clone_qemu, 120, 0.001)
+        self.assertFalse(create.done, "the create was over before its clone's QEMU could be seen")
+        self.killed(daemon, create)
+        settled(daemon, why="after the restart")
+        nodes = daemon.nodes()
+        self.assertEqual(nodes[first]["status"], "Running", nodes)
+        self.assertEqual(run(daemon, first, CHECK), (0, "kept\non-disk\n"))
+        for other in set(nodes) - {first}:
+            self.assertEqual(nodes[other]["status"], "Running", nodes)
+            self.assertEqual(run(daemon, other, "hostname"), (0, f"{other}\n"))
+        third = daemon.json("POST", "/hostgroup/w/nodes?wait=agent&timeout=3m", {}, expect=201, timeout=240)
+        self.assertEqual(run(daemon, third["hostname"], "hostname"), (0, f"{third['hostname']}\n"))
+        [pid] = qemu_of(daemon, third["hostname"])
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            self.assertIn(b"-incoming\0defer", cmdline.read(), "the next create was not a clone")
+        settled(daemon)
+
+    def test_kill_during_download(self) -> None:
+        """
+        Killed during a bulk copy out of the guest: the client's download
+        ends short of its Content-Length; at the next start the node runs
+        with its marks and its file unchanged, and the same download is
+        whole (the guest's bulk port serves again).
+        """
+        daemon = self.daemon()
+        hostname = self.node(daemon)
+        code, out = run(daemon, hostname, "head -c 48M /dev/urandom > /root/big && sha256sum /root/big")
+        self.assertEqual(code, 0, out)
+        digest = out.split()[0]
+        sock = socket.create_connection(("127.0.0.1", daemon.port), timeout=60)
+        self.addCleanup(sock.close)
+        sock.sendall(f"GET /vm/{hostname}/cp?{urlencode({'path': '/root/big'})} HTTP/1.1\r\n"
+                     f"Host: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+        received = b""
+        while b"\r\n\r\n" not in received or len(received.partition(b"\r\n\r\n")[2]) < (1 << 20):
+            chunk = sock.recv(1 << 16)
+            self.assertTrue(chunk, f"the download ended early: {received[:300]!r}")
+            received += chunk
+        self.assertEqual(daemon.stop(signal.SIGKILL), -signal.SIGKILL)
+        sock.settimeout(30)
+        body = received.partition(b"\r\n\r\n")[2]
+        while chunk := sock.recv(1 << 16):
+            body += chunk
+        self.assertLess(len(body), 48 << 20)
+        daemon.start()
+        settled(daemon, NETWORK, why="after the restart")
+        self.assertEqual(daemon.nodes()[hostname]["status"], "Running")
+        self.assertEqual(run(daemon, hostname, CHECK), (0, "kept\non-disk\n"))
+        status, headers, data = daemon.request("GET", f"/vm/{hostname}/cp?{urlencode({'path': '/root/big'})}", timeout=240)
+        self.assertEqual((status, len(data)), (200, 48 << 20))
+        self.assertEqual(hashlib.sha256(data).hexdigest(), digest)
         settled(daemon, NETWORK)

@@ -31,10 +31,11 @@ from ..wire.adoption import PREPARE
 from .bulk import BULK_SOCKET, BulkChannel
 from .adoption import MAX_REPLY as MAX_ADOPT_REPLY, adoption_request, check_prepared, parse_answer
 from .errors import AgentRequestFailed, AgentUnavailable, stream_error
+from .guard import ReconnectPenalty
 from .guest import AgentGuest
 from .protocol import AgentProtocol, ChannelNotReady
 from .stream import AgentStream
-from .transports import reconnecting_channel, virtio_serial_endpoint
+from .transports import reconnecting_channel, retry_policy as default_retry_policy, virtio_serial_endpoint
 
 
 class ClientReactor(IReactorTime, IReactorUNIX):
@@ -108,7 +109,8 @@ class AgentClient(AgentGuest):
     :param socket_path: QEMU's server socket for the agent's virtio-serial port.
     :param log: where to log; a new ``Logger`` by default.
     :param endpoint: connect here instead of ``socket_path`` (e.g. AF_VSOCK later).
-    :param retry_policy: delay before each reconnection attempt.
+    :param retry_policy: delay before each reconnection attempt (after a fault of
+        the guest's, at least the penalty of :class:`~.guard.ReconnectPenalty`).
     :param hello_timeout: seconds a connection may wait for the agent's HELLO before
         it is dropped and tried afresh.
     :param budget: what one-shot replies whose cap is larger than
@@ -138,11 +140,12 @@ class AgentClient(AgentGuest):
         self._ready_callbacks: list[Callable[[], None]] = []
         self._lost_callbacks: list[Callable[[], None]] = []
         factory = Factory.forProtocol(lambda: self._build_protocol(hello_timeout))
+        self._penalty = ReconnectPenalty(reactor)
         self._service = reconnecting_channel(
             reactor,
             endpoint if endpoint is not None else virtio_serial_endpoint(reactor, socket_path),
             factory,
-            policy=retry_policy,
+            policy=self._penalty.policy(retry_policy or default_retry_policy()),
         )
 
     def _build_protocol(self, hello_timeout: float) -> AgentProtocol:
@@ -150,6 +153,7 @@ class AgentClient(AgentGuest):
             self._reactor,
             on_established=self._established,
             on_lost=self._lost,
+            on_fault=self._faulted,
             hello_timeout=hello_timeout,
             log=self._log,
         )
@@ -164,6 +168,10 @@ class AgentClient(AgentGuest):
                     callback()
                 except Exception:
                     self._log.failure("a callback of the agent's readiness failed")
+
+    def _faulted(self, protocol: AgentProtocol) -> None:
+        if protocol is self._protocol:
+            self._log.warn("the next connection to the agent waits {delay:g} s", delay=self._penalty.fault())
 
     def _lost(self, protocol: AgentProtocol) -> None:
         if protocol is self._protocol:

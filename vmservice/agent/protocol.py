@@ -25,6 +25,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from vmservice import __version__
+from vmservice.agent.guard import ChannelGuard, GuestFault
 from vmservice.agent.outbound import Outbound
 from vmservice.agent.pings import Pings
 from vmservice.agent.stream import AgentStream, StreamChannel
@@ -55,9 +56,7 @@ class ChannelNotReady(Exception):
 
 
 class _Socket(TypingProtocol):
-    """
-    What we use of the transport under the protocol (a UNIX socket's).
-    """
+    """What we use of the transport under the protocol (a UNIX socket's)."""
 
     disconnecting: bool
 
@@ -83,6 +82,8 @@ class AgentProtocol(Protocol):
         session ends (the connection is lost, or the agent restarted).
     :param on_stream: called with the header of a stream the guest opens; returns
         the protocol to serve it, or ``None`` to refuse it.  Default: refuse all.
+    :param on_fault: called with this protocol when it drops the connection because
+        the guest broke the protocol or a rule of :mod:`.guard`.
     :param hello_timeout: seconds to wait for the agent's acknowledgement before
         dropping the connection so that a fresh one is tried.
     :param agent_version: what we announce in our HELLO.
@@ -96,6 +97,7 @@ class AgentProtocol(Protocol):
         on_established: Callable[["AgentProtocol"], None] = lambda p: None,
         on_lost: Callable[["AgentProtocol"], None] = lambda p: None,
         on_stream: Optional[Callable[[Mapping[str, Any]], Optional[IProtocol]]] = None,
+        on_fault: Callable[["AgentProtocol"], None] = lambda p: None,
         hello_timeout: float = 10.0,
         agent_version: str = __version__,
         log: Optional[Logger] = None,
@@ -104,6 +106,8 @@ class AgentProtocol(Protocol):
         self._on_established = on_established
         self._on_lost = on_lost
         self._on_stream = on_stream
+        self._on_fault = on_fault
+        self._guard = ChannelGuard(clock)
         self._hello_timeout = hello_timeout
         self._agent_version = agent_version
         self._log = log if log is not None else Logger()
@@ -125,24 +129,18 @@ class AgentProtocol(Protocol):
 
     @property
     def established(self) -> bool:
-        """
-        Whether the agent acknowledged our session and streams may be opened.
-        """
+        """Whether the agent acknowledged our session and streams may be opened."""
         return self._connected and self._conn.established
 
     @property
     def agent_version(self) -> Optional[str]:
-        """
-        The version the agent announced, once it did.
-        """
+        """The version the agent announced, once it did."""
         hello = self._conn.peer_hello
         return hello.agent_version if hello is not None else None
 
     @property
     def peer_nonce(self) -> Optional[bytes]:
-        """
-        The nonce of the agent's current session, once its HELLO arrived.
-        """
+        """The nonce of the agent's current session, once its HELLO arrived."""
         return self._peer_nonce
 
     def expect_new_session(self) -> Deferred[None]:
@@ -196,16 +194,13 @@ class AgentProtocol(Protocol):
 
     def dataReceived(self, data: bytes) -> None:
         self._conn.receive_data(data)
-        while self._connected:
-            try:
-                event = self._conn.next_event()
-            except RemoteProtocolError as e:
-                self._log.error("agent protocol error, dropping the connection: {error}", error=str(e))
-                self._socket.abortConnection()
-                return
-            if event is NEED_DATA:
-                return
-            self._dispatch(event)
+        try:
+            while self._connected and (event := self._conn.next_event()) is not NEED_DATA:
+                self._dispatch(event)
+        except (RemoteProtocolError, GuestFault) as e:
+            self._log.error("agent protocol error, dropping the connection: {error}", error=str(e))
+            self._on_fault(self)
+            self._socket.abortConnection()
 
     def cut_off(self, error: Exception) -> None:
         """Drop the connection now: every stream, ping and switch under way fails with ``error``, not as a loss."""
@@ -246,6 +241,7 @@ class AgentProtocol(Protocol):
         if self._socket.disconnecting:
             self._socket.unregisterProducer()
             return
+        self._guard.drained()
         self._outbound.resumeProducing()
 
     def stopProducing(self) -> None:
@@ -288,7 +284,7 @@ class AgentProtocol(Protocol):
             case Hello():
                 self._received_hello(event)
             case Ping():
-                self._send(Pong(event.opaque))
+                self._answer(Pong(event.opaque))
             case Pong():
                 self._pings.answered(event.opaque)
             case Open():
@@ -316,11 +312,12 @@ class AgentProtocol(Protocol):
             if switching:
                 self._log.info("guest agent started a new session, as asked")
             else:
+                self._guard.restarted()
                 self._log.warn("guest agent restarted (version {version})", version=hello.agent_version)
             self._pings.fail(Failure(ConnectionLost("agent restarted")))
         self._peer_nonce = hello.nonce
         if self._conn.hello_wanted:
-            self._send(self._conn.hello(self._agent_version))
+            self._answer(self._conn.hello(self._agent_version))
         if switching:
             # The session we asked for: the agent stays up for our owner.
             assert self._switch is not None
@@ -347,7 +344,7 @@ class AgentProtocol(Protocol):
     def _received_open(self, event: Open) -> None:
         protocol = self._on_stream(event.header) if self._on_stream is not None else None
         if protocol is None:
-            self._send(Reset(event.stream_id, ResetCode.REFUSED, "the host serves no streams"))
+            self._answer(Reset(event.stream_id, ResetCode.REFUSED, "the host serves no streams"))
             return
         self._add_stream(event.stream_id, event.header, protocol)
 
@@ -377,6 +374,11 @@ class AgentProtocol(Protocol):
     def _send(self, event: Event) -> None:
         if self._connected:
             self._socket.write(self._conn.send(event))
+
+    def _answer(self, event: Event) -> None:
+        # What the guest's frames make us send: bounded while the guest does not read (.guard).
+        self._guard.answering(self._outbound.paused)
+        self._send(event)
 
     def _send_reset(self, stream_id: int, code: int, reason: str) -> None:
         if self._connected and self._conn.is_open(stream_id):
