@@ -800,6 +800,32 @@ class SaveStateTests(SynchronousTestCase):
         self.failureResultOf(machine.finish_incoming(), HypervisorError)
 
 
+class ResumeTests(SynchronousTestCase):
+    def test_resume(self) -> None:
+        """With no migration under way, resume is ``cont``."""
+        reactor = ProcessReactor()
+        for status in ("none", "completed", "failed", "cancelled"):
+            machine = _ScriptedMachine.make(reactor, self, {"query-migrate": [{"status": status}]})
+            self.successResultOf(machine.resume())
+            self.assertEqual([name for name, _ in machine.commands], ["query-migrate", "cont"], status)
+
+    def test_resume_cancels_a_migration_under_way(self) -> None:
+        """
+        A state save still under way (begun by a daemon that died) is
+        cancelled, and its end waited for, before ``cont``: completed, it
+        would stop the VM again.
+        """
+        reactor = ProcessReactor()
+        machine = _ScriptedMachine.make(reactor, self, {"query-migrate": [
+            {"status": "active"}, {"status": "cancelling"}, {"status": "cancelled"}]})
+        d = machine.resume()
+        self.assertNoResult(d)
+        reactor.advance(machine.POLL)
+        self.successResultOf(d)
+        self.assertEqual([name for name, _ in machine.commands],
+                         ["query-migrate", "migrate_cancel", "query-migrate", "query-migrate", "cont"])
+
+
 class FakeProcAdoptionTests(SynchronousTestCase):
     """
     Adoption and orphan handling against a fake /proc, without starting a

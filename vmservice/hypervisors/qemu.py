@@ -713,8 +713,28 @@ class QemuMachine:
         return Deferred.fromCoroutine(self._command("stop"))
 
     def resume(self) -> Deferred[None]:
-        """QMP ``cont``; see :meth:`IMachine.resume`."""
-        return Deferred.fromCoroutine(self._command("cont"))
+        """
+        QMP ``cont``, after cancelling a migration still under way (a state
+        save that an earlier run of the daemon began before it died: once it
+        completed, QEMU would stop the VM again, for good); see
+        :meth:`IMachine.resume`.
+        """
+        return Deferred.fromCoroutine(self._resume())
+
+    async def _resume(self) -> None:
+        if await self._migrating():
+            await self._command("migrate_cancel")
+            while await self._migrating():
+                await deferLater(self._reactor, self.POLL, lambda: None)
+        await self._command("cont")
+
+    async def _migrating(self) -> bool:
+        """Whether a migration is under way (not yet completed, failed or cancelled)."""
+        try:
+            info = await self.qmp("query-migrate")
+        except QMPError as error:
+            raise HypervisorError(f"query-migrate: {error}") from error
+        return isinstance(info, dict) and info.get("status") not in (None, "none", "completed", "failed", "cancelled")
 
     def reset(self) -> Deferred[None]:
         """QMP ``system_reset``; see :meth:`IMachine.reset`."""
