@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 from twisted.trial.unittest import SynchronousTestCase
@@ -57,6 +57,19 @@ def processes_under(text: str) -> list[int]:
         if needle in argv and b"qemu-system" in argv:
             found.append(int(entry))
     return found
+
+
+def wait_until(what: str, predicate: Callable[[], Any], timeout: float, interval: float = 0.05,
+               details: Callable[[], str] = str) -> Any:
+    """Poll ``predicate()`` until it is true (its value returned); fail after ``timeout`` seconds (saying ``details()``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}{details()}")
+        time.sleep(interval)
 
 
 class Daemon:
@@ -226,15 +239,8 @@ class Daemon:
         return {node["hostname"]: node for node in self.json("GET", "/nodes")}
 
     def wait_for(self, what: str, predicate: Any, timeout: float = 60.0) -> Any:
-        """Poll ``predicate()`` until it returns something true; fail after ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; daemon log:\n{self.log()[-3000:]}")
-            time.sleep(0.1)
+        """Poll ``predicate()`` until it returns something true; fail after ``timeout`` seconds, with the log's end."""
+        return wait_until(what, predicate, timeout, 0.1, lambda: f"; daemon log:\n{self.log()[-3000:]}")
 
     def reboot(self, hostname: str, command: str | None = None, timeout: float = 240.0) -> None:
         """

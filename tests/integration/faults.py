@@ -27,7 +27,7 @@ from ipaddress import IPv4Address
 from typing import Any, Callable
 from urllib.parse import urlencode
 
-from tests.integration.daemon import Daemon, processes_under
+from tests.integration.daemon import Daemon, processes_under, wait_until
 
 #: The temporary files of the daemon's atomic writes (``vmservice.durable``) and a snapshot being written.
 TEMPORARY = re.compile(r"(\..*\.[0-9a-f]{16}\.tmp|.*\.partial)\Z", re.DOTALL)
@@ -215,18 +215,6 @@ class Background:
             except ValueError:
                 pass
         return status, data
-
-
-def wait_until(what: str, predicate: Callable[[], Any], timeout: float, interval: float = 0.05) -> Any:
-    """Poll ``predicate()`` until it is true (its value returned); fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(interval)
 
 
 def kill(pid: int, sig: int = signal.SIGKILL) -> None:
@@ -424,6 +412,10 @@ class WebSocket:
         head = (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{daemon.port}\r\nConnection: Upgrade\r\n"
                 f"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n\r\n")
         self.sock.sendall(head.encode())
+        self.upgraded()
+
+    def upgraded(self) -> None:
+        """Read the answer to the upgrade: its status in ``status``, what follows it in ``buffer``."""
         self.buffer = b""
         while b"\r\n\r\n" not in self.buffer:
             data = self.sock.recv(65536)
@@ -488,3 +480,27 @@ class WebSocket:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def download_under_way(daemon: Daemon, hostname: str, path: str, at_least: int = 1 << 20) -> tuple[socket.socket, int, bytes]:
+    """
+    Start ``GET /vm/{hostname}/cp`` of ``path`` on a socket of its own and read until
+    ``at_least`` bytes of the body came: the socket, the ``Content-Length``, the body so far.
+    The caller closes the socket.
+    """
+    sock = socket.create_connection(("127.0.0.1", daemon.port), timeout=60)
+    sock.sendall(f"GET /vm/{hostname}/cp?{urlencode({'path': path})} HTTP/1.1\r\n"
+                 f"Host: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+    received = b""
+    while b"\r\n\r\n" not in received or len(received.partition(b"\r\n\r\n")[2]) < at_least:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            sock.close()
+            raise AssertionError(f"the download ended early: {received[:300]!r}")
+        received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    if b" 200 " not in head.split(b"\r\n")[0]:
+        sock.close()
+        raise AssertionError(f"the download was not answered 200: {head[:300]!r}")
+    [length] = [int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")]
+    return sock, length, body

@@ -177,14 +177,7 @@ class Shell(WebSocket):
             super().__init__(daemon, f"/vm/{HOSTNAME}/shell", timeout=OTHERS)
             return
         self.sock = sock
-        self.buffer = b""
-        while b"\r\n\r\n" not in self.buffer:
-            data = self.sock.recv(65536)
-            if not data:
-                raise AssertionError(f"the connection closed during the upgrade: {self.buffer!r}")
-            self.buffer += data
-        answer, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
-        self.status = int(answer.split()[1])
+        self.upgraded()
 
     def type(self, text: bytes) -> None:
         """``text`` typed into the terminal (one DATA frame)."""

@@ -21,11 +21,10 @@ import signal
 import socket
 import time
 from typing import Any
-from urllib.parse import urlencode
 
 from tests.integration.daemon import TemplatesDaemonTestCase
 from tests.integration.faults import (
-    Background, daemon_log, fork_states, kill, node_pid, qemu_of, run, settled, wait_until,
+    Background, daemon_log, download_under_way, fork_states, kill, node_pid, qemu_of, run, settled, wait_until,
 )
 
 GROUPS: list[dict[str, Any]] = [
@@ -191,19 +190,8 @@ class QemuKillTests(TemplatesDaemonTestCase):
         self.assertEqual(run(self.daemon, hostname, "head -c 48M /dev/urandom > /root/big; echo ok"), (0, "ok\n"))
         pid = node_pid(self.daemon, hostname)
         assert pid is not None
-        sock = socket.create_connection(("127.0.0.1", self.daemon.port), timeout=60)
+        sock, length, body = download_under_way(self.daemon, hostname, "/root/big")
         self.addCleanup(sock.close)
-        sock.sendall(f"GET /vm/{hostname}/cp?{urlencode({'path': '/root/big'})} HTTP/1.1\r\n"
-                     f"Host: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
-        received = b""
-        while b"\r\n\r\n" not in received or len(received.partition(b"\r\n\r\n")[2]) < (1 << 20):
-            chunk = sock.recv(1 << 16)
-            self.assertTrue(chunk, f"the download ended early: {received[:300]!r}")
-            received += chunk
-        head, _, body = received.partition(b"\r\n\r\n")
-        self.assertIn(b" 200 ", head.split(b"\r\n")[0])
-        [length] = [int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length")]
         self.assertEqual(length, 48 << 20)
         stop_and_kill(pid)
         deadline = time.monotonic() + 60
