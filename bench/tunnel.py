@@ -31,10 +31,10 @@ from urllib.parse import urlencode
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import Daemon, ensure_image  # noqa: E402
-from tests.integration.test_forward import GUEST_SERVER, open_pipe, read_all  # noqa: E402
 
 from bench.channel import measure_cp, percentiles  # noqa: E402  (the same cp measure as bench/channel.py)
 from bench.recording import begin, write_result  # noqa: E402
+from tests.integration.forwarding import GUEST_SERVER, open_pipe, read_all  # noqa: E402
 
 
 def start_servers(daemon: Daemon, size: int) -> None:

@@ -44,6 +44,7 @@ from vmservice.nodes.parts import DriverChoice, FleetParts
 from vmservice.nodes.runtime import NodeRuntime
 from vmservice.nodes.room import RoomWatch
 from vmservice.nodes.store import NodeStore
+from vmservice.nodes.templates import Template
 from vmservice.private_files import create_private
 from vmservice.storage.interfaces import DiskInfo, IDisks
 from vmservice.storage.overlay import StorageError
@@ -431,6 +432,12 @@ def fake_image(directory: str, name: str = "default") -> Image:
     manifest = {"name": name, "source": f"recipe:{name}", "built_at": "2026-01-02T03:04:05+00:00"}
     root.child("manifest.json").setContent(json.dumps(manifest).encode())
     return Image(name, root, root.child("vmlinux"), root.child("initrd.img"), root.child("rootfs.ext4"), manifest)
+
+
+def empty_overlay_base(disks: FakeDisks, template: Template) -> str | None:
+    """What the fake disks made ``template``'s empty overlay over (made under a name of its own, then renamed)."""
+    bases = {base for path, (base, _) in disks._made.items() if path.startswith(template.empty_overlay + ".")}
+    return bases.pop() if len(bases) == 1 else None
 
 
 @frozen

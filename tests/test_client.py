@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.pipes import Pipes
 from vmservice.client import (
     ApiError,
     ExecInterrupted,
@@ -89,25 +90,6 @@ class PureTests(SynchronousTestCase):
             [("b", "x"), ("c", "1"), ("c", "2"), ("lines", "0")],
         )
         self.assertEqual(_params(None), [])
-
-
-class Pipes:
-    """Pipes for a test, each end closed exactly once, at the latest in cleanup."""
-
-    addCleanup: Any
-
-    def pipe(self) -> tuple[int, int]:
-        """A pipe whose ends are closed at cleanup unless :meth:`close` closed them already."""
-        read_end, write_end = os.pipe()
-        self.open_fds = getattr(self, "open_fds", set()) | {read_end, write_end}
-        self.addCleanup(lambda: [self.close(fd) for fd in list(self.open_fds)])
-        return read_end, write_end
-
-    def close(self, fd: int) -> None:
-        """Close ``fd`` once (a second close could hit a descriptor reused meanwhile)."""
-        if fd in self.open_fds:
-            self.open_fds.discard(fd)
-            os.close(fd)
 
 
 class RecordTests(SynchronousTestCase):

@@ -14,8 +14,7 @@ from typing import Any, Iterator
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.nodes.test_stats import FIELDS
-from tests.test_nodestats_metrics import record
+from tests.node_stats import FIELDS, record
 from vmservice.metrics import Metrics
 from vmservice.nodes.events import EventType, NodeEvent
 from vmservice.nodes.stats import NodeStat, snapshot_of

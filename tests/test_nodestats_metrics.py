@@ -5,22 +5,15 @@ deleted nodes left out, and the background sampler on a clock (one round at a ti
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 
 from prometheus_client import CollectorRegistry, generate_latest
 from twisted.internet.defer import Deferred
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.nodes.test_stats import FIELDS
-from vmservice.nodes.model import NodeRecord
+from tests.node_stats import FIELDS, record
 from vmservice.nodes.stats import NodeStat, snapshot_of
 from vmservice.nodestats_metrics import METRIC_NAMES, NodeStatsCollector, SnapshotSampler
-
-
-def record(hostname: str) -> NodeRecord:
-    return NodeRecord(hostname=hostname, hostgroup="demo", ram_bytes=1 << 28, cpus=1,
-                      created_at=datetime(2026, 1, 1, tzinfo=timezone.utc))
 
 
 class CollectorTests(SynchronousTestCase):

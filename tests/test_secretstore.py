@@ -5,7 +5,6 @@ names, limits, errors that never carry content, and the subscribers.
 
 from __future__ import annotations
 
-import base64
 import errno
 import os
 import stat
@@ -13,9 +12,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from twisted.internet.task import Clock
-from twisted.logger import formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.log_capture import assert_never_logged, captured_log, logged_text
 from vmservice import durable, secretstore
 from vmservice.errors import BadRequest, Conflict, Internal, NotFound, ServiceError, StateDirFull
 from vmservice.nodes.provisioning import SecretSource, guest_secrets
@@ -235,33 +234,6 @@ class SecretStoreTests(SynchronousTestCase):
         stop()
         self.store.delete("a")
         self.assertEqual(self.changed, ["a", "a"])
-
-
-def captured_log(case: SynchronousTestCase) -> list[dict[str, Any]]:
-    """Every event logged from now until ``case`` ends (an observer on the global publisher)."""
-    events: list[dict[str, Any]] = []
-    globalLogPublisher.addObserver(events.append)
-    case.addCleanup(globalLogPublisher.removeObserver, events.append)
-    return events
-
-
-def logged_text(events: list[dict[str, Any]]) -> str:
-    """All the log says: each event formatted, its fields and any failure's traceback with its values."""
-    parts = []
-    for event in events:
-        parts.append(formatEvent(event))
-        parts.append(repr(event))
-        failure = event.get("log_failure")
-        if failure is not None:
-            parts.append(failure.getTraceback(detail="verbose"))
-    return "\n".join(parts)
-
-
-def assert_never_logged(case: SynchronousTestCase, events: list[dict[str, Any]], content: bytes) -> None:
-    """``content`` is nowhere in ``events``: not as text, bytes, base64 or hex."""
-    text = logged_text(events)
-    for form in (content.decode("latin-1"), repr(content), base64.b64encode(content).decode(), content.hex()):
-        case.assertNotIn(form, text)
 
 
 class NeverLoggedTests(SynchronousTestCase):

@@ -2,7 +2,9 @@
 The source tree's house rules, read from the files themselves: the size of the
 modules and functions of the packages most work lands in, their place in the
 module list of docs/architecture.md, ``test-case-name`` headers that name
-test modules that exist, and reactor parameters typed with interfaces.
+test modules that exist, reactor parameters typed with interfaces, and no
+test module imported by another module (what tests share lives in harness
+modules).
 """
 
 from __future__ import annotations
@@ -127,3 +129,73 @@ class ReactorTypeTests(SynchronousTestCase):
                         ):
                             untyped.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}({arg.arg})")
         self.assertEqual(untyped, [])
+
+
+def _module_name(path: Path, root: Path) -> tuple[str, ...]:
+    """The dotted name of the module at ``path`` under ``root``, as its parts."""
+    parts = path.relative_to(root).with_suffix("").parts
+    return parts[:-1] if parts[-1] == "__init__" else parts
+
+
+def imports_of_test_modules(path: Path, root: Path = ROOT) -> list[str]:
+    """
+    Every import in ``path`` (nested ones too) of a test module, one whose
+    name's last part starts with ``test_``, as ``"<path>:<line> <module>"``.
+    Relative imports are resolved against the module's package; ``from a
+    import test_b`` counts when ``a/test_b.py`` exists under ``root``.
+    """
+    module = _module_name(path, root)
+    package = module if path.name == "__init__.py" else module[:-1]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[:len(package) - node.level + 1] if node.level else ())
+            target = ".".join(filter(None, [base, node.module or ""]))
+            names = [target] + [
+                f"{target}.{alias.name}" for alias in node.names
+                if (root.joinpath(*target.split("."), alias.name).with_suffix(".py")).is_file()
+            ]
+        else:
+            continue
+        found += [(node.lineno, name) for name in names if name.rsplit(".", 1)[-1].startswith("test_")]
+    return [f"{path.relative_to(root)}:{line} {name}" for line, name in sorted(found)]
+
+
+class HarnessTests(SynchronousTestCase):
+    def test_no_test_module_imported(self) -> None:
+        """
+        No module under tests/ or bench/ imports a test module: what several
+        test modules share (fakes, base test cases, sample data) lives in a
+        harness module named after what it holds.
+        """
+        paths = _modules(("tests", "bench"))
+        self.assertGreater(len(paths), 200)
+        self.assertEqual([found for path in paths for found in imports_of_test_modules(path)], [])
+
+    def test_imports_found(self) -> None:
+        """Absolute, relative, nested and ``from package import test_module`` imports of test modules are found."""
+        root = Path(self.mktemp())
+        (root / "tests" / "a").mkdir(parents=True)
+        (root / "tests" / "a" / "test_e.py").write_text("", encoding="utf-8")
+        source = root / "tests" / "a" / "b.py"
+        source.write_text(
+            "from tests.a.test_c import helper\n"
+            "from .test_d import Case\n"
+            "from . import test_e, fakes\n"
+            "import tests.test_f\n"
+            "def f():\n"
+            "    from tests.a.test_g import x\n"
+            "from tests.a.fakes import test_helper\n"
+            "from tests.a.harness import thing\n",
+            encoding="utf-8",
+        )
+        self.assertEqual(imports_of_test_modules(source, root), [
+            "tests/a/b.py:1 tests.a.test_c",
+            "tests/a/b.py:2 tests.a.test_d",
+            "tests/a/b.py:3 tests.a.test_e",
+            "tests/a/b.py:4 tests.test_f",
+            "tests/a/b.py:6 tests.a.test_g",
+        ])
+

@@ -1,25 +1,29 @@
-# -*- test-case-name: tests.agent.test_protocol,tests.agent.test_stream,tests.agent.test_outbound -*-
+# -*- test-case-name: tests.agent.test_protocol,tests.agent.test_stream,tests.agent.test_outbound,tests.agent.test_client -*-
 """
 A fake guest agent for the host-side tests: the real codec behind a
 ``StringTransport``, driven step by step by the test; recording protocols and
-producers; a transport that pauses its producer as a socket does; and a test case
-with a connected :class:`~vmservice.agent.protocol.AgentProtocol`.
+producers; a transport that pauses its producer as a socket does; a test case
+with a connected :class:`~vmservice.agent.protocol.AgentProtocol`; and one with an
+:class:`~vmservice.agent.client.AgentClient` on a memory reactor, whose connection
+attempts the test fails or completes with a fake guest behind them (:class:`ClientTestCase`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from twisted.internet.error import ConnectionDone
+from twisted.internet.address import UNIXAddress
+from twisted.internet.error import ConnectError, ConnectionDone
 from twisted.internet.interfaces import IHalfCloseableProtocol, IProtocol, IPullProducer, IPushProducer
 from twisted.internet.protocol import Protocol
 from twisted.internet.task import Clock
-from twisted.internet.testing import StringTransport
+from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 
 from tests.wire.pair import drain
+from vmservice.agent.client import AgentClient
 from vmservice.agent.guest import AgentGuest
 from vmservice.agent.protocol import AgentProtocol
 from vmservice.agent.stream import AgentStream, StreamReset
@@ -293,3 +297,51 @@ class FakeExecAgent(AgentGuest):
 
     async def request(self, header: Any, limit: int) -> bytes:
         raise AgentError(GuestErrorKind.UNAVAILABLE, "no requests here")
+
+
+#: The agent socket of the client of :class:`ClientTestCase`.
+SOCKET = "/run/vmservice/node-1/agent.sock"
+
+
+class ClientTestCase(SynchronousTestCase):
+    """
+    An :class:`AgentClient` on a memory reactor.
+    """
+
+    def setUp(self) -> None:
+        self.reactor = MemoryReactorClock()
+        self.client = AgentClient(self.reactor, SOCKET, hello_timeout=5.0)
+
+    def attempts(self) -> int:
+        """
+        How many connection attempts were made so far.
+        """
+        return len(self.reactor.unixClients)
+
+    def fail_attempt(self) -> None:
+        """
+        Make the latest connection attempt fail, as when the socket is missing.
+        """
+        _, factory, _, _ = self.reactor.unixClients[-1]
+        factory.clientConnectionFailed(self.reactor.connectors[-1], Failure(ConnectError("ENOENT")))
+
+    def accept(self) -> FakeGuest:
+        """
+        Complete the latest connection attempt with a fake guest behind it.
+        """
+        address, factory, _, _ = self.reactor.unixClients[-1]
+        self.assertEqual(address, SOCKET)
+        protocol = factory.buildProtocol(UNIXAddress(SOCKET))
+        transport = StringTransport()
+        protocol.makeConnection(transport)
+        return FakeGuest(protocol, transport)
+
+    def connect(self) -> FakeGuest:
+        """
+        Start the client and bring it to the established state.
+        """
+        self.client.start()
+        guest = self.accept()
+        guest.handshake()
+        self.assertTrue(self.client.connected)
+        return guest

@@ -15,8 +15,8 @@ from twisted.internet.error import ConnectionDone
 from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 
-from tests.agent.test_client import ClientTestCase
-from tests.guest.test_identity import FakeSteps
+from tests.agent.fakes import ClientTestCase
+from tests.guest.identity_fakes import FakeSteps
 from vmservice.guest import agent
 from vmservice.guest.agent import Loop, Session
 from vmservice.agent.errors import AgentRequestFailed, AgentUnavailable

@@ -12,8 +12,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
+from tests.agent.background_info import INFO
 from tests.agent.fakes import FakeExecAgent
-from tests.api.test_background import INFO
 from vmservice.agent.background import AgentBackground, parse_info
 from vmservice.errors import AgentError, GuestErrorKind
 from vmservice.nodes.background import BackgroundInfo, IBackgroundExecs, ILogSink, LogFrame

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import json
 
-from twisted.internet.address import UNIXAddress
 from twisted.internet.defer import Deferred
-from twisted.internet.error import ConnectError, ConnectionDone
-from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.internet.error import ConnectionDone
+from twisted.internet.testing import MemoryReactorClock
 from twisted.python.failure import Failure
-from twisted.trial.unittest import SynchronousTestCase
 
-from tests.agent.fakes import FakeGuest, Recorder
+from tests.agent.fakes import SOCKET, ClientTestCase, FakeGuest, Recorder
 from vmservice.agent.client import AgentClient
 from vmservice.agent.errors import AgentRequestFailed, AgentUnavailable
 from vmservice.buffer_budget import FREE_REPLY, BufferBudget
@@ -25,57 +23,12 @@ from vmservice.nodes.guest import AgentHealth
 from vmservice.wire import Data, HalfClose, Open, Ping, Pong, Reset, ResetCode
 from vmservice.wire.frames import encode_event
 
-SOCKET = "/run/vmservice/node-1/agent.sock"
 HEALTH = {
     "agent_uptime": 1_500_000_000,
     "agent_version": "0.1.0",
     "system_uptime": 3_000_000_000,
     "userdata_ran": False,
 }
-
-
-class ClientTestCase(SynchronousTestCase):
-    """
-    An :class:`AgentClient` on a memory reactor.
-    """
-
-    def setUp(self) -> None:
-        self.reactor = MemoryReactorClock()
-        self.client = AgentClient(self.reactor, SOCKET, hello_timeout=5.0)
-
-    def attempts(self) -> int:
-        """
-        How many connection attempts were made so far.
-        """
-        return len(self.reactor.unixClients)
-
-    def fail_attempt(self) -> None:
-        """
-        Make the latest connection attempt fail, as when the socket is missing.
-        """
-        _, factory, _, _ = self.reactor.unixClients[-1]
-        factory.clientConnectionFailed(self.reactor.connectors[-1], Failure(ConnectError("ENOENT")))
-
-    def accept(self) -> FakeGuest:
-        """
-        Complete the latest connection attempt with a fake guest behind it.
-        """
-        address, factory, _, _ = self.reactor.unixClients[-1]
-        self.assertEqual(address, SOCKET)
-        protocol = factory.buildProtocol(UNIXAddress(SOCKET))
-        transport = StringTransport()
-        protocol.makeConnection(transport)
-        return FakeGuest(protocol, transport)
-
-    def connect(self) -> FakeGuest:
-        """
-        Start the client and bring it to the established state.
-        """
-        self.client.start()
-        guest = self.accept()
-        guest.handshake()
-        self.assertTrue(self.client.connected)
-        return guest
 
 
 class ConnectionTests(ClientTestCase):

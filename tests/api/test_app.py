@@ -13,9 +13,8 @@ from typing import Any
 from treq.testing import StubTreq
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.api.connections import open_connection
-from tests.api.test_execution import parse_response
-from tests.api.test_streaming import RecordingSite
+from tests.api.connections import RecordingSite, open_connection, parse_response
+from tests.api.fleet_api import ApiTestCase, fleet_routes
 from tests.fakes import FleetHarness
 from vmservice.api.app import Api
 from vmservice.audit import AuditLog
@@ -28,43 +27,6 @@ from vmservice.config import ApiConfig, AuthConfig
 from vmservice.metrics import Metrics
 
 TOKEN = "s3cret-token-value"
-
-
-def _routes(h: FleetHarness, metrics: Metrics) -> list[Any]:
-    """The meta, node-listing and node routes over ``h``'s fleet."""
-    routes: list[Any] = []
-    routes += MetaApi(metrics, lambda: routes).routes()
-    routes += NodesApi(h.fleet).routes() + VmApi(h.fleet).routes()
-    return routes
-
-
-class ApiTestCase(SynchronousTestCase):
-    token: str | None = None
-
-    def setUp(self) -> None:
-        self.h = FleetHarness(self.mktemp())
-        self.h.fleet.startService()
-        self.metrics = Metrics()
-        self.api = Api(self.h.reactor, _routes(self.h, self.metrics), self.metrics, self.token)
-        self.treq = StubTreq(self.api.resource())
-
-    def call(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None) -> tuple[int, Any, Any]:
-        d = self.treq.request(method, "http://x" + path, data=body, headers=headers or {})
-        self.treq.flush()
-        response = self.successResultOf(d)
-        content = self.successResultOf(response.content())
-        ctype = response.headers.getRawHeaders("content-type", [""])[0]
-        if ctype.startswith("application/json") and content:
-            return response.code, json.loads(content), response
-        return response.code, content, response
-
-    def assertError(self, result: tuple[int, Any, Any], status: int, code: str | None = None) -> None:
-        got, body, response = result
-        self.assertEqual(got, status, body)
-        self.assertEqual(response.headers.getRawHeaders("content-type"), ["application/json"])
-        self.assertIsInstance(body["error"], str)
-        if code is not None:
-            self.assertEqual(body["code"], code)
 
 
 class MetaTests(ApiTestCase):
@@ -400,7 +362,7 @@ class HeaderTimeTests(SynchronousTestCase):
         self.h.fleet.startService()
         self.metrics = Metrics()
         listener = ApiConfig(bind_address="127.0.0.1", port=8080, auth=AuthConfig(enabled=True))
-        api = Api(self.h.reactor, _routes(self.h, self.metrics), self.metrics, TOKEN, listener=listener)
+        api = Api(self.h.reactor, fleet_routes(self.h, self.metrics), self.metrics, TOKEN, listener=listener)
         self.site = RecordingSite(api.resource(), api.plan_body, reactor=self.h.reactor)
         self.site.files = []
         self.channel, self.transport = open_connection(self, self.site)
@@ -498,7 +460,7 @@ class AuditTests(SynchronousTestCase):
         self.h.fleet.startService()
         self.path = os.path.join(self.mktemp(), "audit.log")
         metrics = Metrics()
-        routes = _routes(self.h, metrics)
+        routes = fleet_routes(self.h, metrics)
         listener = ApiConfig(bind_address="127.0.0.1", port=8080, auth=AuthConfig(enabled=True))
         tokens = Tokens("", lambda path: (Token(TOKEN.encode(), "ci-2026"),))
         tokens.load()

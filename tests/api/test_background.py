@@ -18,8 +18,9 @@ from twisted.python.failure import Failure
 from twisted.test.proto_helpers import StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.agent.background_info import INFO, T0
 from tests.agent.fakes import FakeExecAgent
-from tests.api.test_execution import parse_response
+from tests.api.connections import parse_response
 from tests.fakes import OneNodeFleet
 from vmservice.api.app import Api
 from vmservice.api.background import BackgroundApi, frame_record
@@ -32,12 +33,6 @@ from vmservice.wire.logframes import STDERR, STDOUT, encode_frame, exit_frame, g
 from vmservice.wire.logframes import LogFrame as WireFrame
 from vmservice.wire.payloads import encode_head
 
-T0 = 1_700_000_000_000_000_000
-INFO = {
-    "exec_id": "ex_0123456789abcdef01234567", "pid": 42, "command": "sleep 9", "args": ["a"], "cwd": "/root",
-    "uid": 0, "gid": 0, "started_ns": T0, "running": True, "exit_code": None, "signal": None, "ended_ns": None,
-    "bytes_written": 3, "bytes_dropped": 0, "next_id": 2, "ring_bytes": 1024,
-}
 EXEC_ID = INFO["exec_id"]
 
 

@@ -20,8 +20,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.http_headers import Headers
 
 from tests.fakes import OneNodeFleet
-from tests.api.connections import open_connection
-from tests.api.test_execution import parse_response
+from tests.api.connections import open_connection, parse_response
 from vmservice.agent.stream import StreamReset
 from vmservice.api.app import Api
 from vmservice.api.copying import CopyApi, name_header

@@ -11,7 +11,7 @@ from typing import Any
 
 from treq.testing import StubTreq
 
-from tests.api.test_app import ApiTestCase
+from tests.api.fleet_api import ApiTestCase
 from tests.devices.sysfs import FakeSysfs
 from tests.fakes import FleetHarness
 from vmservice.api.app import Api

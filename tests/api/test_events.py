@@ -19,8 +19,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.api.connections import open_connection
-from tests.api.test_execution import parse_response
+from tests.api.connections import open_connection, parse_response
 from vmservice.api.app import Api
 from vmservice.api.events import EventsApi
 from vmservice.api.streaming import StreamingSite

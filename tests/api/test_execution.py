@@ -17,6 +17,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.api.connections import parse_response
 from tests.fakes import OneNodeFleet
 from vmservice.api.app import Api
 from vmservice.api.background import BackgroundApi
@@ -27,25 +28,6 @@ from vmservice.metrics import Metrics
 from vmservice.wire import ResetCode
 
 
-
-
-def parse_response(raw: bytes) -> tuple[int, dict[bytes, bytes], bytes]:
-    """Status, headers and the de-chunked body of one HTTP/1.1 response."""
-    head, _, rest = raw.partition(b"\r\n\r\n")
-    lines = head.split(b"\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.lower(): v.strip() for k, _, v in (line.partition(b":") for line in lines[1:])}
-    if headers.get(b"transfer-encoding") != b"chunked":
-        return status, headers, rest
-    body = b""
-    while rest:
-        size_line, _, rest = rest.partition(b"\r\n")
-        size = int(size_line, 16)
-        if size == 0:
-            break
-        body += rest[:size]
-        rest = rest[size + 2:]
-    return status, headers, body
 
 
 class ExecApiTests(SynchronousTestCase):

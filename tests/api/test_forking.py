@@ -17,7 +17,7 @@ from treq.testing import StubTreq
 from twisted.internet.defer import Deferred, succeed
 from zope.interface import implementer
 
-from tests.api.test_app import ApiTestCase
+from tests.api.fleet_api import ApiTestCase
 from tests.fakes import FleetHarness
 from vmservice.api.app import Api
 from vmservice.api.forking import ForkApi

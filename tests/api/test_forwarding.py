@@ -17,7 +17,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.api.test_execution import parse_response
+from tests.api.connections import parse_response
 from tests.fakes import OneNodeFleet
 from vmservice.api.app import Api
 from vmservice.api.forwarding import PIPE_HEAD, ForwardApi

@@ -21,7 +21,7 @@ from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.api.test_execution import parse_response
+from tests.api.connections import parse_response
 from tests.fakes import FleetHarness
 from vmservice.api.app import Api
 from vmservice.api.openapi import openapi_document

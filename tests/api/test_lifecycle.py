@@ -15,7 +15,7 @@ from typing import Any
 from treq.testing import StubTreq
 from twisted.internet.defer import Deferred
 
-from tests.api.test_app import ApiTestCase
+from tests.api.fleet_api import ApiTestCase
 from tests.fakes import FakeDriver, FleetHarness
 from vmservice.api.app import Api
 from vmservice.api.lifecycle import LifecycleApi

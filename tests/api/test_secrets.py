@@ -26,8 +26,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.http_headers import Headers
 from twisted.web.test.requesthelper import DummyRequest
 
-from tests.api.test_app import ApiTestCase
-from tests.api.test_execution import parse_response
+from tests.api.connections import parse_response
+from tests.api.fleet_api import ApiTestCase
 from tests.fakes import FleetHarness
 from vmservice import durable
 from vmservice.api.app import Api

@@ -10,8 +10,8 @@ from typing import Any, Callable, Mapping
 from treq.testing import StubTreq
 from twisted.internet.defer import Deferred, fail, succeed
 
-from tests.api.test_app import ApiTestCase
-from tests.nodes.test_stats import FIELDS
+from tests.api.fleet_api import ApiTestCase
+from tests.node_stats import FIELDS
 from vmservice.api.app import Api
 from vmservice.api.stats import StatsApi
 from vmservice.nodes.model import Status

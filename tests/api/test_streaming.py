@@ -18,7 +18,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
-from tests.api.connections import open_connection
+from tests.api.connections import RecordingSite, open_connection
 from vmservice.api.ndjson import NdjsonStream
 from vmservice.api.request_body import RequestBody
 from vmservice.api.streaming import BodyPlan, StreamingSite, request_body
@@ -214,28 +214,6 @@ class Answer(Resource):
             return b"refused"
         request.content.seek(0)
         return b"[%d]" % len(request.content.read())
-
-
-class ContentFile(BytesIO):
-    """A request's content file that remembers every byte written to it, also once closed."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.written = bytearray()
-
-    def write(self, data: Any) -> int:
-        self.written += data
-        return super().write(data)
-
-
-class RecordingSite(StreamingSite):
-    """A streaming site that records the content files twisted.web asks it for (where bodies are stored)."""
-
-    files: list[ContentFile]
-
-    def getContentFile(self, length: int | None) -> ContentFile:
-        self.files.append(ContentFile())
-        return self.files[-1]
 
 
 class RefusalTests(SynchronousTestCase):

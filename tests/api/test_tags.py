@@ -15,7 +15,7 @@ from treq.testing import StubTreq
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.test.requesthelper import DummyRequest
 
-from tests.api.test_app import ApiTestCase
+from tests.api.fleet_api import ApiTestCase
 from vmservice.api.app import Api
 from vmservice.api.inputs.tags import tag_edit
 from vmservice.api.resources import every_route

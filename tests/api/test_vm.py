@@ -19,7 +19,7 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.api.test_app import ApiTestCase
+from tests.api.fleet_api import ApiTestCase
 from tests.fakes import FleetHarness
 from vmservice.api.app import Api
 from vmservice.api.console_body import write_console

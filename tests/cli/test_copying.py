@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.cli.trees import make_tree
 from vmservice.cli.copying import (
     CopyFailed,
     Location,
@@ -47,22 +48,6 @@ class LocationTests(SynchronousTestCase):
     def test_remote_round_trip(self, host: str, path: str) -> None:
         """Any hostname followed by a colon gives back exactly that host and the rest as the path."""
         self.assertEqual(parse_location(f"{host}:{path}"), Location(host, path))
-
-
-def make_tree(root: str) -> str:
-    """
-    Make a small tree at ``root``: a script, a 300 kB file and a directory,
-    each with its own mode; answer ``root``.
-    """
-    os.makedirs(os.path.join(root, "sub", "deep"))
-    with open(os.path.join(root, "a.sh"), "wb") as f:
-        f.write(b"#!/bin/sh\n")
-    with open(os.path.join(root, "sub", "data"), "wb") as f:
-        f.write(os.urandom(300_000))
-    os.chmod(os.path.join(root, "a.sh"), 0o750)
-    os.chmod(os.path.join(root, "sub", "data"), 0o604)
-    os.chmod(os.path.join(root, "sub", "deep"), 0o775)
-    return root
 
 
 class PlacementTests(SynchronousTestCase):

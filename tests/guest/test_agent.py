@@ -19,6 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 import vmservice
 from tests.guest.session import GuestSessionMixin
+from tests.short_dirs import temp_dir
 from vmservice.guest import agent
 from vmservice.guest.agent import (
     AgentContext,
@@ -44,16 +45,6 @@ from vmservice.wire import (
     WindowUpdate,
 )
 from vmservice.wire.frames import encode_event
-
-
-def temp_dir(case: SynchronousTestCase) -> str:
-    """
-    A short temporary directory (UNIX socket paths are limited to 107 bytes),
-    removed after the test.
-    """
-    path = tempfile.mkdtemp(prefix="vmsa-", dir="/tmp")
-    case.addCleanup(shutil.rmtree, path, True)
-    return path
 
 
 # -- the session, without I/O ---------------------------------------------------------------

@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.guest.tars import make_tar
 from vmservice.guest import copying as cp
 from vmservice.wire.excludes import Excludes
 from vmservice.guest.filesystem import FsError
@@ -43,32 +44,6 @@ def _reader(data: bytes, piece: int = 7000) -> Callable[[int], bytes]:
         return stream.read(min(piece, size) if size >= 0 else piece)
 
     return read
-
-
-def make_tar(entries: list[tuple[str, Any]]) -> bytes:
-    """
-    A tar of ``entries``: ``(name, bytes)`` files, ``(name, None)`` directories,
-    ``(name, ("sym"|"hard", target))`` links, ``(name, ("fifo",))``.
-    """
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, value in entries:
-            info = tarfile.TarInfo(name)
-            info.mtime = 1_600_000_000
-            if value is None:
-                info.type, info.mode = tarfile.DIRTYPE, 0o750
-                tar.addfile(info)
-            elif isinstance(value, bytes):
-                info.size, info.mode = len(value), 0o640
-                tar.addfile(info, io.BytesIO(value))
-            elif value[0] == "fifo":
-                info.type = tarfile.FIFOTYPE
-                tar.addfile(info)
-            else:
-                info.type = tarfile.SYMTYPE if value[0] == "sym" else tarfile.LNKTYPE
-                info.linkname = value[1]
-                tar.addfile(info)
-    return out.getvalue()
 
 
 def _tree(root: str) -> dict[str, Any]:

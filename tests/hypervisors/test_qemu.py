@@ -19,7 +19,9 @@ from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
-from vmservice.hypervisors.base import HypervisorError, MachineExit, MachineSpec, NetSpec
+from tests.hypervisors.descriptor_transport import DescriptorTransport
+from tests.hypervisors.qemu_argv import SPEC, flags
+from vmservice.hypervisors.base import HypervisorError, MachineExit, NetSpec
 from tests.processes import ProcessReactor
 from vmservice.hypervisors.qemu import (
     QemuDriver,
@@ -34,27 +36,13 @@ from vmservice.hypervisors.qemu import (
     sweep_probes,
 )
 
-SPEC = MachineSpec(
-    name="demo-1", vcpus=2, ram_bytes=256 * 1024 * 1024, kernel="/img/vmlinux", initrd="/img/initrd.img",
-    disk="/s/demo-1/disk.qcow2", agent_socket="/s/demo-1/agent.sock", qmp_socket="/s/demo-1/qmp.sock",
-    console_log="/s/demo-1/console.log",
-)
-
-
-def _pairs(argv: list[str]) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
-    for flag, value in zip(argv, argv[1:]):
-        if flag.startswith("-"):
-            found.setdefault(flag, []).append(value)
-    return found
-
 
 class CommandLineTests(SynchronousTestCase):
     def test_tcg(self) -> None:
         """Under TCG: microvm, -cpu max without the slow string copies, memory in MiB, disk, agent port, console file and QMP."""
         argv = qemu_command(SPEC, QemuSettings(accel="tcg", tsc_khz=2445424))
         self.assertEqual(argv[0], "qemu-system-x86_64")
-        pairs = _pairs(argv)
+        pairs = flags(argv)
         self.assertEqual(pairs["-machine"], ["microvm"])
         self.assertEqual(pairs["-accel"], ["tcg"])
         self.assertEqual(pairs["-cpu"], ["max,-erms,-fsrm"])
@@ -82,18 +70,18 @@ class CommandLineTests(SynchronousTestCase):
         from attrs import evolve
 
         argv = qemu_command(evolve(SPEC, pci_devices=("0000:01:00.0", "0000:41:00.1")), QemuSettings(accel="kvm"))
-        pairs = _pairs(argv)
+        pairs = flags(argv)
         self.assertEqual(pairs["-machine"], ["microvm,pcie=on"])
         self.assertEqual([d for d in pairs["-device"] if d.startswith("vfio-pci")],
                          ["vfio-pci,host=0000:01:00.0,id=hostdev0", "vfio-pci,host=0000:41:00.1,id=hostdev1"])
         self.assertIn("virtio-blk-device,drive=root", pairs["-device"])
-        self.assertFalse(any(d.startswith("vfio-pci") for d in _pairs(qemu_command(SPEC, QemuSettings()))["-device"]))
+        self.assertFalse(any(d.startswith("vfio-pci") for d in flags(qemu_command(SPEC, QemuSettings()))["-device"]))
 
     def test_metrics_channel(self) -> None:
         """A metrics socket adds a second virtio-serial port, ``metrics``, served on it; none without one."""
         from attrs import evolve
 
-        pairs = _pairs(qemu_command(evolve(SPEC, metrics_socket="/s/demo-1/stats.sock"), QemuSettings()))
+        pairs = flags(qemu_command(evolve(SPEC, metrics_socket="/s/demo-1/stats.sock"), QemuSettings()))
         self.assertIn("socket,id=metrics,path=/s/demo-1/stats.sock,server=on,wait=off", pairs["-chardev"])
         self.assertIn("virtserialport,chardev=metrics,name=metrics", pairs["-device"])
         self.assertFalse(any("metrics" in word for word in qemu_command(SPEC, QemuSettings())))
@@ -102,14 +90,14 @@ class CommandLineTests(SynchronousTestCase):
         """A bulk socket adds a virtio-serial port, ``bulk``, served on it; none without one."""
         from attrs import evolve
 
-        pairs = _pairs(qemu_command(evolve(SPEC, bulk_socket="/s/demo-1/bulk.sock"), QemuSettings()))
+        pairs = flags(qemu_command(evolve(SPEC, bulk_socket="/s/demo-1/bulk.sock"), QemuSettings()))
         self.assertIn("socket,id=bulk,path=/s/demo-1/bulk.sock,server=on,wait=off", pairs["-chardev"])
         self.assertIn("virtserialport,chardev=bulk,name=bulk", pairs["-device"])
         self.assertFalse(any("bulk" in word for word in qemu_command(SPEC, QemuSettings())))
 
     def test_kvm(self) -> None:
         """Under KVM the host CPU model is used."""
-        pairs = _pairs(qemu_command(SPEC, QemuSettings(accel="kvm")))
+        pairs = flags(qemu_command(SPEC, QemuSettings(accel="kvm")))
         self.assertEqual((pairs["-accel"], pairs["-cpu"]), (["kvm"], ["host"]))
         self.assertNotIn("tsc_early_khz", pairs["-append"][0])
 
@@ -118,17 +106,17 @@ class CommandLineTests(SynchronousTestCase):
         Under TCG the guest's TSC is the host's: the guest kernel is told it is reliable (its clocksource
         watchdog, which would trade it for jiffies on a busy host, is off); under KVM it is left to decide.
         """
-        self.assertIn("tsc=reliable", _pairs(qemu_command(SPEC, QemuSettings(accel="tcg")))["-append"][0].split())
-        self.assertNotIn("tsc=reliable", _pairs(qemu_command(SPEC, QemuSettings(accel="kvm")))["-append"][0])
+        self.assertIn("tsc=reliable", flags(qemu_command(SPEC, QemuSettings(accel="tcg")))["-append"][0].split())
+        self.assertNotIn("tsc=reliable", flags(qemu_command(SPEC, QemuSettings(accel="kvm")))["-append"][0])
         self.assertNotIn("tsc=reliable", kernel_cmdline("h", None))
-        self.assertNotIn("tsc=reliable", _pairs(probe_command("qemu", "/k", "/i", "kvm", 1000, "/p/qmp.sock"))["-append"][0])
+        self.assertNotIn("tsc=reliable", flags(probe_command("qemu", "/k", "/i", "kvm", 1000, "/p/qmp.sock"))["-append"][0])
 
     def test_tb_size(self) -> None:
         """Under TCG a size bounds the translation cache; 0 leaves QEMU's default; KVM has none."""
-        pairs = _pairs(qemu_command(SPEC, QemuSettings(accel="tcg", tb_size_mb=64)))
+        pairs = flags(qemu_command(SPEC, QemuSettings(accel="tcg", tb_size_mb=64)))
         self.assertEqual(pairs["-accel"], ["tcg,tb-size=64"])
-        self.assertEqual(_pairs(qemu_command(SPEC, QemuSettings(accel="tcg", tb_size_mb=0)))["-accel"], ["tcg"])
-        self.assertEqual(_pairs(qemu_command(SPEC, QemuSettings(accel="kvm", tb_size_mb=64)))["-accel"], ["kvm"])
+        self.assertEqual(flags(qemu_command(SPEC, QemuSettings(accel="tcg", tb_size_mb=0)))["-accel"], ["tcg"])
+        self.assertEqual(flags(qemu_command(SPEC, QemuSettings(accel="kvm", tb_size_mb=64)))["-accel"], ["kvm"])
 
     def test_tb_size_template_and_clone(self) -> None:
         """Templates and clones have the same bounded translation cache as cold boots (it is not migrated)."""
@@ -139,7 +127,7 @@ class CommandLineTests(SynchronousTestCase):
         for memory, incoming in ((RamBacking("/dev/shm/t/ram", shared=True), False),
                                  (RamBacking("/dev/shm/t/ram", shared=False), True)):
             argv = qemu_command(evolve(SPEC, memory=memory, defer_incoming=incoming), settings)
-            self.assertEqual(_pairs(argv)["-accel"], ["tcg,tb-size=64"])
+            self.assertEqual(flags(argv)["-accel"], ["tcg,tb-size=64"])
 
     def test_probe(self) -> None:
         """
@@ -147,7 +135,7 @@ class CommandLineTests(SynchronousTestCase):
         vmservice-probe and has a monitor in its directory, which is how a sweep finds it.
         """
         argv = probe_command("qemu", "/k", "/i", "kvm", None, "/s/probe/qmp.sock")
-        pairs = _pairs(argv)
+        pairs = flags(argv)
         self.assertEqual(pairs["-serial"], ["stdio"])
         self.assertEqual(pairs["-name"], ["vmservice-probe"])
         self.assertEqual(pairs["-qmp"], ["unix:/s/probe/qmp.sock,server=on,wait=off"])
@@ -168,14 +156,14 @@ class CommandLineTests(SynchronousTestCase):
         """
         from attrs import evolve
 
-        plain = _pairs(qemu_command(SPEC, QemuSettings()))["-append"][0].split()
+        plain = flags(qemu_command(SPEC, QemuSettings()))["-append"][0].split()
         self.assertNotIn("vmservice.nic=1", plain)
         self.assertNotIn("vmservice.pci=1", plain)
-        loose = _pairs(qemu_command(evolve(SPEC, loose_nic="02:00:00:00:00:01"), QemuSettings()))["-append"][0]
+        loose = flags(qemu_command(evolve(SPEC, loose_nic="02:00:00:00:00:01"), QemuSettings()))["-append"][0]
         self.assertIn("vmservice.nic=1", loose.split())
         net = NetSpec(tap="vms-t", mac="02:00:00:00:00:02", address="10.77.0.6/30", gateway="10.77.0.5")
-        self.assertIn("vmservice.nic=1", _pairs(qemu_command(evolve(SPEC, net=net), QemuSettings()))["-append"][0].split())
-        pci = _pairs(qemu_command(evolve(SPEC, pci_devices=("0000:01:00.0",)), QemuSettings()))["-append"][0]
+        self.assertIn("vmservice.nic=1", flags(qemu_command(evolve(SPEC, net=net), QemuSettings()))["-append"][0].split())
+        pci = flags(qemu_command(evolve(SPEC, pci_devices=("0000:01:00.0",)), QemuSettings()))["-append"][0]
         self.assertIn("vmservice.pci=1", pci.split())
         self.assertNotIn("vmservice.nic=1", pci.split())
         self.assertEqual(kernel_cmdline("h", None, nic=True, pci=True),
@@ -186,8 +174,8 @@ class CommandLineTests(SynchronousTestCase):
         self.assertIn("norandmaps", kernel_cmdline("h", None, aslr=False).split())
         self.assertNotIn("norandmaps", kernel_cmdline("h", None).split())
         settings = QemuSettings(accel="tcg", tsc_khz=None)
-        self.assertIn("norandmaps", _pairs(qemu_command(evolve(SPEC, aslr=False), settings))["-append"][0].split())
-        self.assertNotIn("norandmaps", _pairs(qemu_command(SPEC, settings))["-append"][0].split())
+        self.assertIn("norandmaps", flags(qemu_command(evolve(SPEC, aslr=False), settings))["-append"][0].split())
+        self.assertNotIn("norandmaps", flags(qemu_command(SPEC, settings))["-append"][0].split())
 
     def test_tsc(self) -> None:
         """The TSC frequency comes from the first 'cpu MHz' line."""
@@ -441,7 +429,7 @@ class IncomingTests(SynchronousTestCase):
         from attrs import evolve
 
         argv = qemu_command(evolve(SPEC, incoming="/s/demo 1/state.bin"), QemuSettings())
-        self.assertEqual(_pairs(argv)["-incoming"], ["exec:cat '/s/demo 1/state.bin'"])
+        self.assertEqual(flags(argv)["-incoming"], ["exec:cat '/s/demo 1/state.bin'"])
         self.assertNotIn("-incoming", qemu_command(SPEC, QemuSettings()))
 
 
@@ -449,7 +437,7 @@ class MemoryBackendTests(SynchronousTestCase):
     """The command lines of templates, clones and restored clones, as word lists."""
 
     def _memory(self, argv: list[str]) -> tuple[str, list[str]]:
-        pairs = _pairs(argv)
+        pairs = flags(argv)
         return pairs["-machine"][0], pairs.get("-object", [])
 
     def test_plain(self) -> None:
@@ -478,7 +466,7 @@ class MemoryBackendTests(SynchronousTestCase):
         machine, objects = self._memory(argv)
         self.assertEqual(machine, "microvm,memory-backend=mem0")
         self.assertEqual(objects, ["memory-backend-file,id=mem0,size=256M,mem-path=/dev/shm/t/ram,share=off"])
-        self.assertEqual(_pairs(argv)["-incoming"], ["defer"])
+        self.assertEqual(flags(argv)["-incoming"], ["defer"])
         self.assertNotIn("share=on", " ".join(argv))
 
     def test_restored_clone(self) -> None:
@@ -491,7 +479,7 @@ class MemoryBackendTests(SynchronousTestCase):
         machine, objects = self._memory(argv)
         self.assertEqual(machine, "microvm,memory-backend=mem0")
         self.assertEqual(objects, ["memory-backend-ram,id=mem0,size=256M"])
-        self.assertEqual(_pairs(argv)["-incoming"], ["exec:cat /s/demo-1/state.bin"])
+        self.assertEqual(flags(argv)["-incoming"], ["exec:cat /s/demo-1/state.bin"])
 
 
 #: QEMU's events at the end of a load: the VM runs; the migration completed or failed.
@@ -1083,7 +1071,6 @@ class QmpSessionTests(SynchronousTestCase):
         passed along its bytes, migrate-incoming from that descriptor; QEMU's RESUME, on the same
         connection, ends it.
         """
-        from tests.hypervisors.test_qmp import DescriptorTransport
 
         reactor, machine = self.machine()
         state = os.path.abspath(self.mktemp())
@@ -1109,7 +1096,6 @@ class QmpSessionTests(SynchronousTestCase):
 
     def test_load_refused(self) -> None:
         """A command of the load that QEMU refuses fails the load, naming the command and QEMU's reason."""
-        from tests.hypervisors.test_qmp import DescriptorTransport
         from vmservice.hypervisors.base import HypervisorError
 
         reactor, machine = self.machine()
@@ -1149,8 +1135,8 @@ class LooseNicTests(SynchronousTestCase):
         from attrs import evolve
 
         argv = qemu_command(evolve(SPEC, loose_nic="02:00:00:00:00:01"), QemuSettings())
-        self.assertEqual(_pairs(argv)["-netdev"], ["hubport,id=net0,hubid=0"])
-        self.assertIn("virtio-net-device,netdev=net0,mac=02:00:00:00:00:01", _pairs(argv)["-device"])
+        self.assertEqual(flags(argv)["-netdev"], ["hubport,id=net0,hubid=0"])
+        self.assertIn("virtio-net-device,netdev=net0,mac=02:00:00:00:00:01", flags(argv)["-device"])
         self.assertNotIn("-netdev", qemu_command(SPEC, QemuSettings()))
 
 

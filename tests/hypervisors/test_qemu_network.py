@@ -12,7 +12,7 @@ import os
 from attrs import evolve
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.hypervisors.test_qemu import SPEC, _pairs
+from tests.hypervisors.qemu_argv import SPEC, flags
 from tests.processes import ProcessReactor
 from vmservice.hypervisors.base import NetSpec
 from vmservice.hypervisors.qemu import QemuDriver, QemuSettings, kernel_cmdline, qemu_command
@@ -26,14 +26,14 @@ class CommandLineTests(SynchronousTestCase):
     def test_netdev_and_device(self) -> None:
         """A NetSpec adds a tap netdev (no scripts) and a virtio-net device with the MAC, once each."""
         argv = qemu_command(evolve(SPEC, net=ISOLATED_NET), QemuSettings())
-        pairs = _pairs(argv)
+        pairs = flags(argv)
         self.assertEqual(pairs["-netdev"], ["tap,id=net0,ifname=tap0,script=no,downscript=no"])
         self.assertEqual([d for d in pairs["-device"] if d.startswith("virtio-net")],
                          ["virtio-net-device,netdev=net0,mac=52:54:0a:4d:00:06"])
 
     def test_kernel_command_line(self) -> None:
         """The guest's address (with prefix) and gateway are on the kernel command line."""
-        append = _pairs(qemu_command(evolve(SPEC, net=ISOLATED_NET), QemuSettings()))["-append"][0].split()
+        append = flags(qemu_command(evolve(SPEC, net=ISOLATED_NET), QemuSettings()))["-append"][0].split()
         self.assertIn("vmservice.ip=10.77.0.6/30", append)
         self.assertIn("vmservice.gateway=10.77.0.5", append)
         self.assertIn("vmservice.hostname=demo-1", append)
@@ -41,7 +41,7 @@ class CommandLineTests(SynchronousTestCase):
 
     def test_bridge_tap(self) -> None:
         """A bridged VM's tap is named after its address."""
-        pairs = _pairs(qemu_command(evolve(SPEC, net=BRIDGED_NET), QemuSettings()))
+        pairs = flags(qemu_command(evolve(SPEC, net=BRIDGED_NET), QemuSettings()))
         self.assertEqual(pairs["-netdev"], ["tap,id=net0,ifname=vmtc0a88982,script=no,downscript=no"])
         self.assertIn("vmservice.ip=192.168.137.130/24", pairs["-append"][0].split())
 

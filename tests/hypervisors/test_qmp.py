@@ -6,30 +6,13 @@ from __future__ import annotations
 import json
 import os
 
-from twisted.internet.interfaces import IUNIXTransport
 from twisted.internet.testing import StringTransport
 from twisted.trial.unittest import SynchronousTestCase
-from zope.interface import implementer
 
+from tests.hypervisors.descriptor_transport import DescriptorTransport
 from vmservice.hypervisors.qmp import QMPError, QMPProtocol
 
 GREETING = b'{"QMP": {"version": {"qemu": {"major": 7, "minor": 2, "micro": 0}}, "capabilities": []}}\r\n'
-
-
-@implementer(IUNIXTransport)
-class DescriptorTransport(StringTransport):
-    """
-    A StringTransport of a UNIX socket: it records each file descriptor sent
-    (as the file it names then, the caller closing it later) with how many
-    bytes had been written before it, i.e. the message it went out with.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.descriptors: list[tuple[int, str]] = []
-
-    def sendFileDescriptor(self, descriptor: int) -> None:
-        self.descriptors.append((len(self.value()), os.readlink(f"/proc/self/fd/{descriptor}")))
 
 
 class QMPTests(SynchronousTestCase):

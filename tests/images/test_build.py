@@ -11,15 +11,10 @@ from typing import Sequence
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.images.test_store import fake_image
+from tests.images.fakes import fake_image, refuse
 from vmservice.images.build import BuildError, build_image, has_ssh_server, prune_builds
 from vmservice.images.debian import AptError
 from vmservice.images.recipe import load_recipe, recipe_hash
-
-
-def refuse(argv: Sequence[str], cwd: str | None) -> str:
-    """A runner for builds that must not run anything."""
-    raise AssertionError(f"unexpected command {argv}")
 
 
 class UpToDateTests(SynchronousTestCase):

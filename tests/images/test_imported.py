@@ -17,7 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 import vmservice.images.imported as imported
 from tests.images.containers import Entry, layer, oci_layout
-from tests.images.test_store import fake_image
+from tests.images.fakes import fake_image
 from vmservice.images.build import BuildError
 from vmservice.images.imported import ImportFailed, import_image, inittab
 from vmservice.images.oci import apply_layer

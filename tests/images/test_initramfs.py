@@ -9,7 +9,7 @@ import stat
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.images.test_cpio import parse_newc
+from tests.images.newc import parse_newc
 from vmservice.images.cpio import encode_newc
 from vmservice.images.initramfs import initramfs_entries
 

@@ -15,8 +15,7 @@ from typing import Any
 from twisted.trial.unittest import SynchronousTestCase
 
 import vmservice.images.__main__ as cli
-from tests.images.test_build import refuse
-from tests.images.test_store import fake_image
+from tests.images.fakes import fake_image, refuse
 from vmservice.images.__main__ import main
 from vmservice.images.build import BuildError, build_image
 from vmservice.images.imported import ImportFailed

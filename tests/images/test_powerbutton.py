@@ -17,13 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.images.input_events import event
 from vmservice.guest import powerbutton
-from vmservice.guest.powerbutton import EV_KEY, INPUT_EVENT, KEY_POWER, is_power_press, parse_events
-
-
-def event(kind: int, code: int, value: int) -> bytes:
-    """One input event as the kernel writes it."""
-    return INPUT_EVENT.pack(1700000000, 5, kind, code, value)
+from vmservice.guest.powerbutton import EV_KEY, KEY_POWER, is_power_press, parse_events
 
 
 class ParseTests(SynchronousTestCase):

@@ -11,17 +11,10 @@ import os
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.images.elfs import make_elf
+from tests.images.rootfs_tree import write
 from vmservice.images.recipe import guest_sources, package_root
 from vmservice.images.rootfs import (MissingLibrary, RootfsError, add_base_files, install_busybox_links,
                                      install_guest_files, merge_usr, missing_libraries, prune)
-
-
-def write(root: str, relative: str, data: bytes = b"") -> str:
-    path = os.path.join(root, relative)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as stream:
-        stream.write(data)
-    return path
 
 
 class TreeTests(SynchronousTestCase):

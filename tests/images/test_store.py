@@ -6,23 +6,13 @@ Tests for :mod:`vmservice.images.store`: finding images through their symbolic l
 from __future__ import annotations
 
 import datetime
-import json
 import os
 
 from twisted.python.filepath import FilePath
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.images.fakes import fake_image
 from vmservice.images.store import ImageNotFound, default_image_dir, list_images, resolve_image
-
-
-def fake_image(directory: str, manifest: object = None) -> None:
-    """Write the four files of an image (with dummy content) into ``directory``."""
-    os.makedirs(directory)
-    for name in ("vmlinux", "initrd.img", "rootfs.ext4"):
-        with open(os.path.join(directory, name), "wb") as stream:
-            stream.write(name.encode())
-    with open(os.path.join(directory, "manifest.json"), "w") as stream:
-        json.dump({"name": "default", "recipe_hash": "0123456789abcdef"} if manifest is None else manifest, stream)
 
 
 class ResolveTests(SynchronousTestCase):

@@ -29,6 +29,10 @@ from twisted.trial.unittest import SynchronousTestCase
 IMAGE_DIR = os.environ.get("VMSERVICE_IMAGE_DIR", "/var/cache/vmservice/images")
 
 
+#: Seconds a create may take: the first one of a key builds the template (a cold boot and a save).
+CREATE_TIMEOUT = "4m"
+
+
 def ensure_image(name: str = "default") -> None:
     """Build image ``name`` if it is missing (cached: fast when present)."""
     from vmservice.images.build import build_image

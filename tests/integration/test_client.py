@@ -6,36 +6,39 @@ the real API app served on loopback (TCP and a UNIX socket) by a real
 a recording server and the real exec route; watches against the real watch
 route; :class:`FdBodyProducer` on real pipes.  Its parts without a server are tested in :mod:`tests.test_client`.
 
-The servers here (:func:`serve`, :class:`LoopbackApi`, :class:`_Recorder`,
-:class:`ExecLoopbackCase`) also serve the ``vmctl`` tests in
-:mod:`tests.integration.cli`.
+The servers (:func:`serve`, :class:`LoopbackApi`, :class:`Recorder`,
+:class:`ExecLoopbackCase`) are in :mod:`tests.integration.loopback`, which the
+``vmctl`` tests in :mod:`tests.integration.cli` share.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from typing import Any
 
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 from twisted.internet.testing import MemoryReactorClock, StringTransport
-from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
 from twisted.python.failure import Failure
 from twisted.trial.unittest import TestCase
 from twisted.web.resource import Resource
 from twisted.web.iweb import UNKNOWN_LENGTH
 from twisted.web.server import Site
 
-from tests.fakes import FleetHarness
-from tests.test_client import Pipes
+from tests.integration.loopback import (
+    TOKEN,
+    ExecLoopbackCase,
+    LoopbackApi,
+    Recorder,
+    WatchLoopbackCase,
+    serve,
+    state_dir,
+    until,
+)
+from tests.pipes import Pipes
 from vmservice.api.app import Api
-from vmservice.api.background import BackgroundApi
-from vmservice.api.resources import every_route
-from vmservice.secretstore import SecretStore
 from vmservice.client import (
     ApiError,
     Client,
@@ -47,97 +50,6 @@ from vmservice.client import (
 )
 from vmservice.wire.payloads import ERROR, EXIT, REJECTED, STARTED, STDERR, STDOUT, encode_json_record, encode_record
 from vmservice.metrics import Metrics
-
-TOKEN = "client-test-token"
-
-
-class _Tracked(ProtocolWrapper):
-    """A server connection whose end can be waited for."""
-
-    def __init__(self, factory: WrappingFactory, wrapped: Any) -> None:
-        super().__init__(factory, wrapped)
-        self.lost: Deferred[None] = Deferred()
-
-    def connectionLost(self, reason: Failure) -> None:
-        super().connectionLost(reason)
-        self.lost.callback(None)
-
-
-class _TrackingFactory(WrappingFactory):
-    protocol = _Tracked
-
-
-async def serve(test: TestCase, resource: Any, unix: bool = False, site: Site | None = None) -> str:
-    """
-    Serve ``resource`` with a real ``Site`` on the global reactor, on a
-    loopback TCP port or a UNIX socket in a fresh temporary directory, and
-    register cleanups that close every connection, the port and the
-    directory even if the test fails.
-
-    :param site: the site to serve instead of a plain ``Site(resource)``
-        (a :class:`~vmservice.api.streaming.StreamingSite` for streamed bodies).
-    :return: the address a client uses: ``http://127.0.0.1:<port>`` or the
-        socket path.
-    """
-    factory = _TrackingFactory(site if site is not None else Site(resource))
-    test.served = getattr(test, "served", []) + [factory]  # type: ignore[attr-defined]
-    if unix:
-        directory = tempfile.mkdtemp(prefix="vmctl-")
-        test.addCleanup(shutil.rmtree, directory, True)
-        path = directory + "/api.sock"
-        port = reactor.listenUNIX(path, factory)
-        address = path
-    else:
-        port = reactor.listenTCP(0, factory, interface="127.0.0.1")
-        address = f"http://127.0.0.1:{port.getHost().port}"
-
-    async def stop() -> None:
-        for protocol in list(factory.protocols):
-            protocol.transport.loseConnection()
-            await protocol.lost
-        await port.stopListening()
-
-    test.addCleanup(lambda: Deferred.fromCoroutine(stop()))
-    return address
-
-
-def state_dir(test: TestCase) -> str:
-    """
-    A fresh state directory for a :class:`LoopbackApi`, removed after the test:
-    short enough for the fleet's UNIX socket paths, which a trial temporary
-    directory named after a test under ``tests.integration`` may not be.
-    """
-    path = tempfile.mkdtemp(prefix="vmc-", dir="/tmp")
-    test.addCleanup(shutil.rmtree, path, True)
-    return path
-
-
-class LoopbackApi:
-    """
-    The daemon's API application (every route) on a fleet of fakes (see
-    :class:`tests.fakes.FleetHarness`), ready to be served.
-    """
-
-    def __init__(self, state_dir: str, token: str | None = None) -> None:
-        self.h = FleetHarness(state_dir)
-        self.h.fleet.startService()
-        metrics = Metrics()
-        self.secrets = SecretStore(state_dir, self.h.reactor)
-        routes = every_route(self.h.fleet, self.h.reactor, metrics, self.secrets)
-        self.api = Api(self.h.reactor, routes, metrics, token)
-
-    async def serve(self, test: TestCase, unix: bool = False) -> str:
-        return await serve(test, self.api.resource(), unix)
-
-
-async def until(condition: Any, timeout: float = 5.0) -> None:
-    """Let the real reactor run until ``condition()`` holds (a request reached the fakes)."""
-    waited = 0.0
-    while not condition():
-        if waited > timeout:
-            raise AssertionError("condition not reached")
-        await deferLater(reactor, 0.01, lambda: None)
-        waited += 0.01
 
 
 class ClientTestCase(TestCase):
@@ -327,35 +239,11 @@ class UnixSocketTests(ClientTestCase):
             self.fail("no ConnectFailed")
 
 
-class _Recorder(Resource):
-    """Answers every request with a set status and body, keeping what it saw."""
-
-    isLeaf = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: list[tuple[bytes, bytes, Any]] = []
-        self.status = 200
-        self.body = b"{}"
-        self.content_type = b"application/json"
-        self.bodies: list[bytes] = []
-        self.extra: dict[bytes, bytes] = {}
-
-    def render(self, request: Any) -> bytes:
-        self.seen.append((request.method, request.uri, request.requestHeaders))
-        self.bodies.append(request.content.read())
-        request.setResponseCode(self.status)
-        request.setHeader(b"Content-Type", self.content_type)
-        for name, value in self.extra.items():
-            request.setHeader(name, value)
-        return self.body
-
-
 class WireTests(TestCase):
     """What the client puts on the wire and how it reads odd answers, seen by a recording server."""
 
     async def setUp(self) -> None:
-        self.server = _Recorder()
+        self.server = Recorder()
         self.url = await serve(self, self.server)
 
     def client(self, token: str | None = None, url: str | None = None) -> Client:
@@ -427,7 +315,7 @@ class LifecycleWireTests(TestCase):
     """The lifecycle calls (pause ... shutdown) on the wire, against a recording server."""
 
     async def setUp(self) -> None:
-        self.server = _Recorder()
+        self.server = Recorder()
         self.server.body, self.server.content_type = b"done\n", b"text/plain; charset=utf-8"
         self.url = await serve(self, self.server)
         self.client = Client(reactor, self.url, "tok")
@@ -508,42 +396,6 @@ class LifecycleWireTests(TestCase):
 
 
 # -- exec, copies and the file system ------------------------------------
-
-
-class ExecLoopbackCase(Pipes, TestCase):
-    """
-    The real exec route on a real ``StreamingSite`` on loopback, with a fake
-    agent whose exec stream the test drives as the guest would.
-    """
-
-    async def setUp(self) -> None:
-        from tests.fakes import OneNodeFleet
-        from vmservice.api.execution import ExecApi
-        from vmservice.api.streaming import StreamingSite
-
-        self.fleet = OneNodeFleet()
-        clock = MemoryReactorClock()
-        clock.advance(1_700_000_000)
-        api = Api(clock, ExecApi(self.fleet, clock, BackgroundApi(self.fleet)).routes(), Metrics(), None)  # type: ignore[arg-type]
-        site = StreamingSite(api.resource(), api.plan_body)
-        self.url = await serve(self, None, site=site)
-        self.client = Client(reactor, self.url)
-        self.addCleanup(lambda: Deferred.fromCoroutine(self.client.close()))
-        self.records: list[ExecRecord] = []
-
-    def run_exec(self, *args: Any, **kwargs: Any) -> Deferred[ExecRecord]:
-        kwargs.setdefault("on_record", self.records.append)
-        return Deferred.fromCoroutine(self.client.exec("demo-1", *args, **kwargs))
-
-    async def stream(self, count: int = 1) -> Any:
-        await until(lambda: len(self.fleet.agent.streams) >= count)
-        return self.fleet.agent.streams[count - 1]
-
-    def cut_connections(self) -> None:
-        """Abort every connection the server has, as a daemon that dies would."""
-        for factory in self.served:  # type: ignore[attr-defined]
-            for protocol in list(factory.protocols):
-                protocol.transport.abortConnection()
 
 
 class ExecClientTests(ExecLoopbackCase):
@@ -656,7 +508,7 @@ class StreamWireTests(Pipes, TestCase):
     """exec, cp and fs requests as a recording server sees them, and odd exec streams."""
 
     async def setUp(self) -> None:
-        self.server = _Recorder()
+        self.server = Recorder()
         self.url = await serve(self, self.server)
         self.client = Client(reactor, self.url)
 
@@ -803,50 +655,6 @@ class FdBodyProducerTests(Pipes, TestCase):
 
 
 # -- watches ---------------------------------------------------------------
-
-
-class WatchLoopbackCase(TestCase):
-    """
-    The real watch route on loopback, with a fake agent whose watch stream the
-    test drives as the guest would.
-    """
-
-    async def setUp(self) -> None:
-        from tests.fakes import OneNodeFleet
-        from vmservice.api.watching import WatchApi
-
-        self.fleet = OneNodeFleet()
-        clock = MemoryReactorClock()
-        clock.advance(1_700_000_000)
-        api = Api(clock, WatchApi(self.fleet, clock).routes(), Metrics(), None)  # type: ignore[arg-type]
-        self.url = await serve(self, api.resource())
-        self.client = Client(reactor, self.url)
-        self.addCleanup(lambda: Deferred.fromCoroutine(self.client.close()))
-        self.events: list[dict[str, Any]] = []
-
-    def consume(self, *paths: str, stop_after: int | None = None, **options: Any) -> Deferred[None]:
-        """Iterate a watch in the background, keeping its events; leave the loop after ``stop_after``."""
-
-        async def run() -> None:
-            async for event in self.client.watch("demo-1", list(paths), **options):
-                self.events.append(event)
-                if stop_after is not None and len(self.events) >= stop_after:
-                    break
-
-        return Deferred.fromCoroutine(run())
-
-    async def stream(self, count: int = 1) -> Any:
-        await until(lambda: len(self.fleet.agent.streams) >= count)
-        return self.fleet.agent.streams[count - 1]
-
-    @staticmethod
-    def message(**fields: Any) -> bytes:
-        from vmservice.wire.messages import encode_message
-
-        return encode_message(fields)
-
-    def event(self, kind: str, path: str) -> bytes:
-        return self.message(type=kind, path=path, size=0, is_dir=False)
 
 
 class WatchClientTests(WatchLoopbackCase):

@@ -21,6 +21,7 @@ import time
 from typing import Any
 from urllib.parse import urlencode
 
+from tests.integration.bulk_port import bulk_connections
 from tests.integration.daemon import Daemon, SharedDaemonTestCase, TemplatesDaemonTestCase, ensure_image
 
 MiB = 1024 * 1024
@@ -38,18 +39,6 @@ def _random(size: int) -> bytes:
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def bulk_connections(daemon: Daemon, hostname: str) -> int:
-    """Connected sockets of the node's bulk port (QEMU's end, in ``/proc/net/unix``)."""
-    path = os.path.join(daemon.state_dir, "nodes", hostname, "bulk.sock")
-    count = 0
-    with open("/proc/net/unix") as f:
-        for line in f.readlines()[1:]:
-            fields = line.split()
-            if len(fields) >= 8 and fields[7] == path and fields[5] == "03":
-                count += 1
-    return count
 
 
 class _Copies:

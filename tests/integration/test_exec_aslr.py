@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.integration.daemon import TemplatesDaemonTestCase
-from tests.integration.test_warm import CREATE_TIMEOUT, _metric
+from tests.integration.daemon import CREATE_TIMEOUT, TemplatesDaemonTestCase
+from tests.integration.metrics import metric
 
 GROUPS: list[dict[str, Any]] = [
     {"name": "plain", "vcpu": 1, "ram_mb": 256, "storage_size": "1G"},
@@ -31,7 +31,7 @@ class GuestAslrTests(TemplatesDaemonTestCase):
 
     @classmethod
     def started(cls) -> None:
-        cls.daemon.wait_for("the warm group's template", lambda: _metric(
+        cls.daemon.wait_for("the warm group's template", lambda: metric(
             cls.daemon.request("GET", "/metrics")[2].decode(), "vmservice_template_builds_total", result="ok"
         ) == 1, timeout=240)
 

@@ -49,9 +49,9 @@ from urllib.parse import urlencode
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.integration.bulk_port import bulk_connections
 from tests.integration.daemon import Daemon, SharedGuestTestCase
 from tests.integration.faults import WebSocket, agent_pid, digest, run, settled, upload, wait_until
-from tests.integration.test_copy_bulk import bulk_connections
 from vmservice.nodes.events import RING_SIZE
 from vmservice.nodes.model import MAX_TAG_LENGTH, MAX_TAGS
 

@@ -19,9 +19,9 @@ from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 from twisted.trial.unittest import TestCase
 
-from tests.guest.test_agent import temp_dir
 from tests.integration.echo_server import echo_server
-from tests.integration.guest.test_agent import AGENT, AgentProcess
+from tests.integration.guest.agent_process import AGENT, AgentProcess
+from tests.short_dirs import temp_dir
 from vmservice.agent.client import AgentClient
 from vmservice.api.app import Api
 from vmservice.api.forwarding import ForwardApi

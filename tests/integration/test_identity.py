@@ -23,7 +23,8 @@ from twisted.trial.unittest import TestCase
 from zope.interface import implementer
 
 from tests.integration.daemon import Daemon, ensure_image
-from tests.integration.test_network import CLIENT, HelloServer, network_objects
+from tests.integration.faults import network_objects
+from tests.integration.greeting import CLIENT, HelloServer
 from vmservice.agent.client import AgentClient
 from vmservice.errors import AgentError
 from vmservice.nodes.guest_exec import ExecRequest, IExecSink

@@ -24,8 +24,8 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
 from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image, processes_under
-from tests.integration.test_forward import open_pipe, read_all
-from tests.integration.test_shell import Screen
+from tests.integration.forwarding import open_pipe, read_all
+from tests.integration.screen import Screen
 from vmservice.client import Client
 
 #: The idle time of the tests' group.

@@ -17,12 +17,12 @@ import json
 import os
 import socket
 import subprocess
-import threading
 from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image
+from tests.integration.greeting import CLIENT, SERVER, HelloServer
 
 #: The address of the tests' own server, in an `allow`ed (or dropped) CIDR.
 SERVER_IP = "10.99.0.1"
@@ -31,18 +31,6 @@ SERVER_NET = "10.99.0.0/24"
 DROPPED_IP = "10.99.0.2"
 #: The tests' veth pair in the host's namespace (Linux here has no dummy interfaces).
 TEST_LINK = "vmstsrv0"
-
-#: A TCP client for the guest: exit status 0 when it connected and read the greeting.
-CLIENT = (
-    "python3.11 -c \"import socket,sys; s=socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3);"
-    " sys.exit(0 if s.recv(5) == b'hello' else 1)\""
-)
-#: A TCP server for the guest, in the background: answers "hello" on a port.
-SERVER = (
-    "setsid python3.11 -c \"import socket,sys\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)"
-    "\ns.bind(('0.0.0.0',int(sys.argv[1])));s.listen()\nwhile True:\n c,_=s.accept();c.sendall(b'hello');c.close()\""
-    " {port} </dev/null >/dev/null 2>&1 &"
-)
 
 
 def sh(command: str) -> str:
@@ -64,32 +52,6 @@ def host_address() -> str:
             if local and not local.startswith(("127.", "10.99.")):
                 return str(local)
     raise AssertionError("the host has no address to test against")
-
-
-class HelloServer:
-    """A TCP server in this process that greets every connection with "hello"."""
-
-    def __init__(self, address: str = "0.0.0.0") -> None:
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((address, 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                connection, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            connection.sendall(b"hello")
-            connection.close()
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def add_test_link() -> None:

@@ -19,7 +19,7 @@ import re
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
@@ -27,6 +27,7 @@ from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
 from tests.integration.daemon import SharedGuestTestCase
+from tests.integration.screen import Screen
 from vmservice.client import Client
 from vmservice.shell_session import ShellError, ShellSession
 
@@ -44,49 +45,6 @@ def _rss_kib(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise AssertionError("no VmRSS")
-
-
-class Screen:
-    """What a session printed, read as it arrives."""
-
-    def __init__(self, session: ShellSession) -> None:
-        self.session = session
-        self.text = b""
-        self.ended = False
-
-    async def until(self, predicate: Callable[[bytes], bool], timeout: float = 60.0) -> bytes:
-        """Read until ``predicate(text)`` holds (or fail after ``timeout`` seconds)."""
-        deadline = time.monotonic() + timeout
-        while not predicate(self.text):
-            if self.ended:
-                raise AssertionError(f"the session ended; screen: {self.text[-500:]!r}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out; screen: {self.text[-500:]!r}")
-            reading = Deferred.fromCoroutine(self.session.read())
-            timer = reactor.callLater(max(0.1, deadline - time.monotonic()), reading.cancel)  # type: ignore[attr-defined]
-            try:
-                chunk: Optional[bytes] = await reading
-            except Exception:
-                continue
-            finally:
-                if timer.active():
-                    timer.cancel()
-            if chunk is None:
-                self.ended = True
-            else:
-                self.text += chunk
-        return self.text
-
-    async def run(self, line: str, timeout: float = 60.0) -> str:
-        """Type ``line`` and wait for its output between two markers; answer that output."""
-        marker = f"M{os.urandom(4).hex()}"
-        start = len(self.text)
-        self.session.write(f"echo {marker}A; {line}; echo {marker}B\r".encode())
-        pattern = re.compile(rf"{marker}A\r\n(.*?){marker}B\r\n".encode(), re.S)
-        await self.until(lambda text: pattern.search(text, start) is not None, timeout)
-        found = pattern.search(self.text, start)
-        assert found is not None
-        return found.group(1).decode(errors="replace")
 
 
 class ShellTests(SharedGuestTestCase, TestCase):

@@ -15,7 +15,7 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
 from tests.fakes import OneNodeFleet
-from tests.integration.test_client import serve, until
+from tests.integration.loopback import serve, until
 from vmservice.api.app import Api
 from vmservice.api.shell import ShellApi
 from vmservice.client import Client, ShellError

@@ -22,9 +22,9 @@ import threading
 from ipaddress import IPv4Address
 from typing import Any
 
-from tests.integration.daemon import TemplatesDaemonTestCase
-from tests.integration.test_network import CLIENT, HelloServer
-from tests.integration.test_warm import CREATE_TIMEOUT, _metric
+from tests.integration.daemon import CREATE_TIMEOUT, TemplatesDaemonTestCase
+from tests.integration.greeting import CLIENT, HelloServer
+from tests.integration.metrics import metric
 from vmservice.network import plans
 
 GROUPS: list[dict[str, Any]] = [
@@ -46,7 +46,7 @@ class _Spares(TemplatesDaemonTestCase):
 
     @classmethod
     def started(cls) -> None:
-        cls.daemon.wait_for("the template built at start", lambda: _metric(
+        cls.daemon.wait_for("the template built at start", lambda: metric(
             cls.daemon.request("GET", "/metrics")[2].decode(), "vmservice_template_builds_total", result="ok"
         ) == 1, timeout=240)
 
@@ -175,7 +175,7 @@ class SpareTests(_Spares):
             "GET", f"/vm/{hostname}/health", timeout=10)[0] == 200, timeout=60)
         self.assertEqual(daemon.run(hostname, "echo alive"), (0, "alive\n"))
         # The new run builds its template again and starts a spare of it.
-        daemon.wait_for("a template built by the new run", lambda: _metric(
+        daemon.wait_for("a template built by the new run", lambda: metric(
             daemon.request("GET", "/metrics")[2].decode(), "vmservice_template_builds_total", result="ok") == 1,
             timeout=240)
         self.wait_spare()

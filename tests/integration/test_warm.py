@@ -25,17 +25,15 @@ import threading
 import time
 from typing import Any
 
-from tests.integration.daemon import TemplatesDaemonTestCase
-from tests.integration.test_network import CLIENT, SERVER, HelloServer
+from tests.integration.daemon import CREATE_TIMEOUT, TemplatesDaemonTestCase
+from tests.integration.greeting import CLIENT, SERVER, HelloServer
+from tests.integration.metrics import metric
 
 MiB = 1024 * 1024
 
 GROUPS: list[dict[str, Any]] = [
     {"name": "warm", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True},
 ]
-
-#: Seconds a create may take: the first one of a key builds the template (a cold boot and a save).
-CREATE_TIMEOUT = "4m"
 
 
 def _sha256(path: str) -> str:
@@ -48,17 +46,6 @@ def _sha256(path: str) -> str:
 
 
 
-def _metric(text: str, name: str, **labels: str) -> float:
-    """The value of one sample of ``/metrics`` (0 when absent)."""
-    want = ",".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
-    for line in text.splitlines():
-        if line.startswith(f"{name}{{") or line.startswith(f"{name} "):
-            found = line[len(name):].split(" ")[0].strip("{}")
-            if ",".join(sorted(found.split(","))) == want:
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 class _Warm(TemplatesDaemonTestCase):
     groups = GROUPS
 
@@ -67,7 +54,7 @@ class WarmTests(_Warm):
     @classmethod
     def started(cls) -> None:
         # The group's template is built at start, in the background.
-        cls.daemon.wait_for("the template built at start", lambda: _metric(
+        cls.daemon.wait_for("the template built at start", lambda: metric(
             cls.daemon.request("GET", "/metrics")[2].decode(), "vmservice_template_builds_total", result="ok"
         ) == 1, timeout=240)
 
@@ -114,7 +101,7 @@ class WarmTests(_Warm):
 
     def test_burst_shares_one_build(self) -> None:
         """Three creates at once of a key without a template: one build, three running clones whose exec works."""
-        builds = _metric(self.metrics(), "vmservice_template_builds_total", result="ok")
+        builds = metric(self.metrics(), "vmservice_template_builds_total", result="ok")
         logged = self.daemon.log().count("building template")
         made: list[str] = []
         errors: list[BaseException] = []
@@ -131,7 +118,7 @@ class WarmTests(_Warm):
         for thread in threads:
             thread.join()
         self.assertEqual(errors, [])
-        self.assertEqual(_metric(self.metrics(), "vmservice_template_builds_total", result="ok"), builds + 1)
+        self.assertEqual(metric(self.metrics(), "vmservice_template_builds_total", result="ok"), builds + 1)
         self.assertEqual(self.daemon.log().count("building template"), logged + 1)
         for hostname in made:
             self.assert_clone(hostname)
@@ -142,11 +129,11 @@ class WarmTests(_Warm):
         before = self.metrics()
         self.assert_clone(self.create())
         after = self.metrics()
-        self.assertEqual(_metric(after, "vmservice_template_builds_total", result="ok"),
-                         _metric(before, "vmservice_template_builds_total", result="ok"))
+        self.assertEqual(metric(after, "vmservice_template_builds_total", result="ok"),
+                         metric(before, "vmservice_template_builds_total", result="ok"))
         # Its clone time is measured (from its disk to its VM running with its identity).
-        self.assertEqual(_metric(after, "vmservice_clone_duration_seconds_count", hostgroup="warm"),
-                         _metric(before, "vmservice_clone_duration_seconds_count", hostgroup="warm") + 1)
+        self.assertEqual(metric(after, "vmservice_clone_duration_seconds_count", hostgroup="warm"),
+                         metric(before, "vmservice_clone_duration_seconds_count", hostgroup="warm") + 1)
 
     def test_clones_have_their_own_identity(self) -> None:
         """
@@ -227,13 +214,13 @@ class WarmTests(_Warm):
             shutil.rmtree(path)
         for path in self.ram_files():
             os.unlink(path)
-        fallbacks = _metric(self.metrics(), "vmservice_warm_fallbacks_total", hostgroup="warm", reason="missing")
+        fallbacks = metric(self.metrics(), "vmservice_warm_fallbacks_total", hostgroup="warm", reason="missing")
         hostname = self.create()
         self.assert_cold(hostname)
         self.assertEqual(self.daemon.run(hostname, "echo hi"), (0, "hi\n"))
         self.assertIn("the template was removed under the daemon", self.daemon.log())
         self.assertEqual(
-            _metric(self.metrics(), "vmservice_warm_fallbacks_total", hostgroup="warm", reason="missing"),
+            metric(self.metrics(), "vmservice_warm_fallbacks_total", hostgroup="warm", reason="missing"),
             fallbacks + 1,
         )
         # The next one builds the template again and is a clone.
@@ -250,7 +237,7 @@ class WarmTests(_Warm):
         self.assertEqual(self.daemon.run(hostname, "echo hi"), (0, "hi\n"))
         self.assertIn("the template's state could not be loaded", self.daemon.log())
         self.assertGreaterEqual(
-            _metric(self.metrics(), "vmservice_warm_fallbacks_total", hostgroup="warm", reason="load_failed"), 1
+            metric(self.metrics(), "vmservice_warm_fallbacks_total", hostgroup="warm", reason="load_failed"), 1
         )
         self.assert_clone(self.create())
 
@@ -314,8 +301,8 @@ class WarmBudgetTests(_Warm):
         self.assertEqual(daemon.run(hostname, "echo hi"), (0, "hi\n"))
         self.assertNotIn("memory-backend", " ".join(self.qemu_argv(hostname)))
         text = daemon.request("GET", "/metrics")[2].decode()
-        self.assertEqual(_metric(text, "vmservice_warm_fallbacks_total", hostgroup="warm", reason="budget"), 1)
-        self.assertEqual(_metric(text, "vmservice_template_builds_total", result="ok"), 0)
+        self.assertEqual(metric(text, "vmservice_warm_fallbacks_total", hostgroup="warm", reason="budget"), 1)
+        self.assertEqual(metric(text, "vmservice_template_builds_total", result="ok"), 0)
         self.assertIn("exceed templates_tmpfs_budget", daemon.log())
         # Nothing in the tmpfs but the daemon's own (empty) directories, made at start.
         self.assertEqual([os.listdir(os.path.join(self.shm, name)) for name in os.listdir(self.shm)], [[], []])

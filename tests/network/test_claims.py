@@ -17,14 +17,8 @@ from ipaddress import IPv4Network
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.network.claims_case import A, B, NET, ClaimsTestCase, claimFiles
 from vmservice.network.claims import Claim, RangeClaims, RangeTaken
-
-A = "/var/lib/vmservice-a"
-B = "/var/lib/vmservice-b"
-NET = IPv4Network("10.77.0.0/22")
-
-def _claimFiles(directory: str) -> list[str]:
-    return sorted(name for name in os.listdir(directory) if name.endswith(".claim"))
 
 
 def _isLocked(path: str) -> bool:
@@ -40,31 +34,6 @@ def _isLocked(path: str) -> bool:
     finally:
         os.close(fd)
     return False
-
-
-class ClaimsTestCase(SynchronousTestCase):
-    def setUp(self) -> None:
-        self.directory = os.path.join(self.mktemp(), "ranges")
-
-    def claims(self) -> RangeClaims:
-        """
-        A new :class:`RangeClaims` on the test's directory, released at the
-        end of the test.
-        """
-        claims = RangeClaims(self.directory)
-        self.addCleanup(claims.release)
-        return claims
-
-    def writeStale(self, network: str, owner: str = B, pid: int = 999999) -> str:
-        """
-        A claim file written by hand and not locked, as a daemon that died
-        leaves it.
-        """
-        os.makedirs(self.directory, exist_ok=True)
-        path = os.path.join(self.directory, network.replace("/", "_") + ".claim")
-        with open(path, "w") as stream:
-            json.dump({"range": network, "owner": owner, "pid": pid}, stream)
-        return path
 
 
 class FlockTests(SynchronousTestCase):
@@ -104,7 +73,7 @@ class ClaimTests(ClaimsTestCase):
         claim, locked for as long as the claim is held.
         """
         self.claims().claim([NET, IPv4Network("192.168.137.0/24")], A)
-        self.assertEqual(_claimFiles(self.directory), ["10.77.0.0_22.claim", "192.168.137.0_24.claim"])
+        self.assertEqual(claimFiles(self.directory), ["10.77.0.0_22.claim", "192.168.137.0_24.claim"])
         path = os.path.join(self.directory, "10.77.0.0_22.claim")
         with open(path) as stream:
             self.assertEqual(json.load(stream), {"range": "10.77.0.0/22", "owner": A, "pid": os.getpid()})
@@ -139,7 +108,7 @@ class ClaimTests(ClaimsTestCase):
         claims = self.claims()
         claims.claim([NET], A)
         claims.release()
-        self.assertEqual(_claimFiles(self.directory), [])
+        self.assertEqual(claimFiles(self.directory), [])
         self.assertEqual(claims.held(), [])
         claims.release()
 
@@ -151,7 +120,7 @@ class ClaimTests(ClaimsTestCase):
         claims.claim([NET], A)
         claims.release()
         claims.claim([IPv4Network("10.78.0.0/22")], A)
-        self.assertEqual(_claimFiles(self.directory), ["10.78.0.0_22.claim"])
+        self.assertEqual(claimFiles(self.directory), ["10.78.0.0_22.claim"])
 
     def test_claimTwice(self) -> None:
         """
@@ -160,7 +129,7 @@ class ClaimTests(ClaimsTestCase):
         claims = self.claims()
         claims.claim([NET], A)
         self.assertRaises(RuntimeError, claims.claim, [IPv4Network("10.78.0.0/22")], A)
-        self.assertEqual(_claimFiles(self.directory), ["10.77.0.0_22.claim"])
+        self.assertEqual(claimFiles(self.directory), ["10.77.0.0_22.claim"])
 
     def test_repeatedRange(self) -> None:
         """
@@ -220,7 +189,7 @@ class CompetitionTests(ClaimsTestCase):
         )
         self.assertEqual(error.claim, Claim(IPv4Network(theirs), A, os.getpid()))
         self.assertEqual(error.range, IPv4Network(ours))
-        self.assertEqual(_claimFiles(self.directory), [theirs.replace("/", "_") + ".claim"])
+        self.assertEqual(claimFiles(self.directory), [theirs.replace("/", "_") + ".claim"])
         return error
 
     def test_overlapRefused(self) -> None:
@@ -336,7 +305,7 @@ class StaleTests(ClaimsTestCase):
         self.writeStale("10.77.2.0/24")
         self.writeStale("10.99.0.0/24", owner=A)
         self.claims().claim([NET], A)
-        self.assertEqual(_claimFiles(self.directory), ["10.77.0.0_22.claim"])
+        self.assertEqual(claimFiles(self.directory), ["10.77.0.0_22.claim"])
 
     def test_heldSkipsStale(self) -> None:
         """
@@ -344,4 +313,4 @@ class StaleTests(ClaimsTestCase):
         """
         self.writeStale("10.77.0.0/22")
         self.assertEqual(RangeClaims(self.directory).held(), [])
-        self.assertEqual(_claimFiles(self.directory), ["10.77.0.0_22.claim"])
+        self.assertEqual(claimFiles(self.directory), ["10.77.0.0_22.claim"])

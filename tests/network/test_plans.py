@@ -9,12 +9,13 @@ ruleset is checked in :mod:`tests.integration.network.test_plans`.
 
 from __future__ import annotations
 
-from ipaddress import IPv4Address, IPv4Interface, IPv4Network
+from ipaddress import IPv4Address, IPv4Interface
 
 from hypothesis import given
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.network.plan_ranges import ALLOW, DROP, PROTECTED
 from vmservice.network.ipam import Lease
 from vmservice.network.plans import (
     NFT_TABLE,
@@ -42,10 +43,6 @@ IP = IPv4Address("10.77.0.6")
 LEASE = Lease(IPv4Interface("10.77.0.6/30"), IPv4Address("10.77.0.5"))
 NS = "vms-0a4d0006"
 VETH = "vmh0a4d0006"
-
-ALLOW = [IPv4Network("10.0.0.0/8"), IPv4Network("192.0.2.0/24")]
-DROP = [IPv4Network("10.1.0.0/16")]
-PROTECTED = [IPv4Network("10.77.0.0/22"), IPv4Network("192.168.1.20/32")]
 
 
 def forward_rules(text: str) -> list[str]:

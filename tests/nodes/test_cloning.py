@@ -11,14 +11,15 @@ import os
 from typing import Any
 
 from attrs import evolve
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, fail
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from datetime import datetime, timezone
 
-from tests.fakes import FakeAgent, FakeDisks, FakeMachine, FleetHarness
+from tests.fakes import FakeAgent, FakeMachine, FleetHarness, empty_overlay_base
+from tests.nodes.adoptions import FakeAdoption
 from vmservice.agent.errors import AgentUnavailable
 from vmservice.nodes.adoption import IdentityAdoption
 from vmservice.nodes.identity import GuestIdentity, GuestNet, IAdoption
@@ -38,29 +39,6 @@ GROUPS = (HostGroupConfig(name="warm", vcpu=1, ram_bytes=256 * MiB, warm=True, s
           HostGroupConfig(name="cold", vcpu=1, ram_bytes=256 * MiB))
 NET = HostGroupConfig(name="net", vcpu=1, ram_bytes=256 * MiB, warm=True,
                       network=NetworkConfig(mode="isolated", range=IPv4Network("10.77.0.0/29")))
-
-
-@implementer(ICloneAdoption)
-class FakeAdoption:
-    """Records each adoption and what the clone's agent had been asked before it."""
-
-    def __init__(self, harness: FleetHarness) -> None:
-        self.harness = harness
-        self.adopted: list[tuple[str, list[str], list[str]]] = []
-        self.prepared: list[IGuestConnection] = []
-        self.fail: Exception | None = None
-
-    def prepare(self, agent: IGuestConnection) -> Deferred[None]:
-        self.prepared.append(agent)
-        return succeed(None)
-
-    def adopt(self, record: NodeRecord, net: NetSpec | None, agent: IGuestConnection) -> Deferred[None]:
-        machine = self.harness.driver.machines[-1]
-        requests = [header["op"] for header, _ in self.harness.agents[-1].requests]
-        self.adopted.append((record.hostname, list(machine.commands), requests))
-        if self.fail is not None:
-            raise self.fail
-        return succeed(None)
 
 
 @implementer(IAdoption)
@@ -109,12 +87,6 @@ class IdentityAdoptionTests(SynchronousTestCase):
         agent = AdoptingAgent("/a")
         self.successResultOf(IdentityAdoption(lambda: 0).prepare(agent))
         self.assertEqual(agent.preparations, 1)
-
-
-def empty_overlay_base(disks: FakeDisks, template: Template) -> str | None:
-    """What the fake disks made ``template``'s empty overlay over (made under a name of its own, then renamed)."""
-    bases = {base for path, (base, _) in disks._made.items() if path.startswith(template.empty_overlay + ".")}
-    return bases.pop() if len(bases) == 1 else None
 
 
 class CloningTests(SynchronousTestCase):

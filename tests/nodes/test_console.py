@@ -11,13 +11,10 @@ import threading
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from twisted.trial.unittest import SynchronousTestCase
 
+from tests.nodes.console_logs import NO_LIMIT, LogTestCase
 from vmservice.errors import Internal
 from vmservice.nodes import console
-
-#: A window larger than any log of these tests.
-NO_LIMIT = 1 << 40
 
 _PIECES = st.sampled_from([b"a", b"\n", b"\r\n", b"\r", b"\xc3", b"\xa9", b"\x0b", b"\xe2\x80\xa8", b"z" * 50])
 
@@ -61,32 +58,6 @@ class _Counted(bytes):
         joined = _Counted(bytes(other) + bytes(self))
         _Counted.work.append(len(joined))
         return joined
-
-
-class LogTestCase(SynchronousTestCase):
-    def setUp(self) -> None:
-        self.directory = self.mktemp()
-        os.makedirs(self.directory)
-        self.path = os.path.join(self.directory, "console.log")
-
-    def write(self, data: bytes, path: str | None = None) -> str:
-        path = path or self.path
-        with open(path, "wb") as f:
-            f.write(data)
-        return path
-
-    def reads(self) -> list[int]:
-        """The sizes of the reads of the console module from now on."""
-        reads: list[int] = []
-        real = os.pread
-
-        def counting(fd: int, size: int, offset: int) -> bytes:
-            data = real(fd, size, offset)
-            reads.append(len(data))
-            return data
-
-        self.patch(os, "pread", counting)
-        return reads
 
 
 class TailTests(LogTestCase):

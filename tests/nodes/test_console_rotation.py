@@ -14,7 +14,7 @@ from twisted.internet.task import Clock
 from twisted.logger import globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.nodes.test_console import NO_LIMIT, LogTestCase
+from tests.nodes.console_logs import NO_LIMIT, LogTestCase
 from vmservice.nodes import console
 from vmservice.nodes.console_rotation import CHECK_INTERVAL, ConsoleRotation, rotate
 

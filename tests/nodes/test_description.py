@@ -15,7 +15,7 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakes import FleetHarness
-from tests.nodes.test_lifecycle import LifecycleTestCase
+from tests.nodes.fleet_case import LifecycleTestCase
 from vmservice.config import HostGroupConfig, NetworkConfig
 from vmservice.errors import NotFound
 from vmservice.nodes.description import NetworkFacts, NodeDescription, network_facts

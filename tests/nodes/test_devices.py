@@ -15,7 +15,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.devices.sysfs import FakeSysfs
 from tests.fakes import FleetHarness
-from tests.nodes.test_lifecycle import short_dir
+from tests.short_dirs import short_dir
 from vmservice.config import HostGroupConfig
 from vmservice.errors import BadRequest, Conflict
 from vmservice.nodes.model import CreateRequest, NodeRecord, Status, Wait

@@ -17,7 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
-from tests.nodes.test_lifecycle import LifecycleTestCase
+from tests.nodes.fleet_case import LifecycleTestCase
 from vmservice.nodes.events import (
     DELETED,
     EventFilter,

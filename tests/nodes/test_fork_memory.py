@@ -22,7 +22,7 @@ from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakes import FakeMachine, FleetHarness
-from tests.nodes.test_forking import RecordingAdoption
+from tests.nodes.adoptions import RecordingAdoption
 from vmservice.config import HostGroupConfig
 from vmservice.errors import Internal, InsufficientMemory
 from vmservice.hypervisors.base import RamBacking

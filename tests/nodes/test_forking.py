@@ -18,46 +18,21 @@ from typing import Any
 from attrs import evolve
 from twisted.internet.defer import Deferred, succeed
 from twisted.trial.unittest import SynchronousTestCase
-from zope.interface import implementer
 
 from tests.fakes import FakeMachine, FleetHarness
+from tests.nodes.adoptions import RecordingAdoption
 from vmservice.config import HostGroupConfig, NetworkConfig
 from vmservice.errors import BadRequest, Conflict, Internal, NotFound
-from vmservice.hypervisors.base import HypervisorError, IMachine, MachineSpec, NetSpec
-from vmservice.nodes.adoption import ICloneAdoption
+from vmservice.hypervisors.base import HypervisorError, IMachine, MachineSpec
 from vmservice.nodes.fleet import Fleet
 from vmservice.nodes.fork_memory import STATE_PREFIX, memory_directory
 from vmservice.nodes.forking import Forked, ForkRequest, forks_directory, state_prefix
-from vmservice.nodes.guest import IGuestConnection
 from vmservice.private_files import NotPrivate
-from vmservice.nodes.model import CreateRequest, NodeRecord, Status, Wait
+from vmservice.nodes.model import CreateRequest, Status, Wait
 
 MiB = 1024 * 1024
 GROUPS = (HostGroupConfig(name="demo", vcpu=1, ram_bytes=256 * MiB, storage_size=1 << 30,
                           network=NetworkConfig(mode="isolated", range=IPv4Network("10.77.0.0/27"))),)
-
-
-@implementer(ICloneAdoption)
-class RecordingAdoption:
-    """Records each adoption with the commands its VM had been given by then."""
-
-    def __init__(self, harness: FleetHarness) -> None:
-        self.harness = harness
-        self.adopted: list[tuple[str, list[str], bool]] = []
-        self.fail_for: str | None = None
-        #: For each preparation, the commands the parent's VM had been given by then.
-        self.prepared: list[list[str]] = []
-
-    def prepare(self, agent: IGuestConnection) -> Deferred[None]:
-        self.prepared.append(list(self.harness.driver.machines[0].commands))
-        return succeed(None)
-
-    def adopt(self, record: NodeRecord, net: NetSpec | None, agent: IGuestConnection) -> Deferred[None]:
-        machine = self.harness.driver.machines[-1]
-        self.adopted.append((record.hostname, list(machine.commands), net is not None))
-        if record.hostname == self.fail_for:
-            raise RuntimeError("the guest said no")
-        return succeed(None)
 
 
 class ForkingTests(SynchronousTestCase):

@@ -15,7 +15,7 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakes import FakeMachine, FleetHarness
-from tests.nodes.test_cloning import FakeAdoption
+from tests.nodes.adoptions import FakeAdoption
 from vmservice.config import HostGroupConfig
 from vmservice.nodes.cloning import template_key
 from vmservice.nodes.fleet import Fleet

@@ -17,7 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.diagrams import drawn_transitions, machine_transitions
 from tests.fakes import FleetHarness
-from tests.nodes.test_lifecycle import short_dir
+from tests.short_dirs import short_dir
 from vmservice.config import HostGroupConfig
 from vmservice.errors import Conflict, Internal, NotFound
 from vmservice.hypervisors.base import HypervisorError, IMachine, MachineSpec

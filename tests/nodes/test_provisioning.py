@@ -17,7 +17,7 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakes import FleetHarness
-from tests.test_secretstore import assert_never_logged, captured_log, logged_text
+from tests.log_capture import assert_never_logged, captured_log, logged_text
 from vmservice.config import HostGroupConfig
 from vmservice.errors import BadRequest, Internal, WaitTimeout
 from vmservice.nodes.model import CreateRequest, NodeRecord, Wait

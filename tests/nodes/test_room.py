@@ -11,7 +11,7 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakes import FakeMachine, FleetHarness
-from tests.nodes.test_lifecycle import LifecycleTestCase
+from tests.nodes.fleet_case import LifecycleTestCase
 from vmservice.errors import Internal, StateDirFull, http_error, no_room
 from vmservice.nodes import store
 from vmservice.nodes.model import CreateRequest, Status, Wait

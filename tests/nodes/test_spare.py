@@ -19,10 +19,10 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.diagrams import drawn_transitions, machine_transitions
-from tests.fakes import FakeMachine, FleetHarness
-from tests.nodes.test_cloning import FakeAdoption, empty_overlay_base
+from tests.fakes import FakeMachine, FleetHarness, empty_overlay_base
 from ipaddress import IPv4Interface, IPv4Network
 
+from tests.nodes.adoptions import FakeAdoption
 from vmservice.config import HostGroupConfig, NetworkConfig
 from vmservice.hypervisors.base import HypervisorError, MachineSpec
 from vmservice.nodes.admission import Admission, Limits

@@ -12,18 +12,10 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakes import FleetHarness
+from tests.node_stats import FIELDS
 from vmservice.errors import NotFound
 from vmservice.nodes.model import CreateRequest, Status, Wait
 from vmservice.nodes.stats import BadSnapshot, NodeStats, snapshot_of
-
-FIELDS: dict[str, Any] = {
-    "hostname": "demo-1", "arch": "x86_64", "timestamp": "2026-11-25T20:00:00.5Z", "uptimeSeconds": 3723.9,
-    "totalCpus": 2, "totalMemory": 1000, "memoryUsed": 400, "memoryAvailable": 600, "memoryUsedPercent": 40.0,
-    "loadAvg1": 0.5, "loadAvg5": 0.25, "loadAvg15": 0.1, "diskReadTotal": 512.0, "diskWriteTotal": 1024,
-    "networkReadTotal": 10.0, "networkWriteTotal": 20.0, "diskIOInflight": 0, "openConnections": 1,
-    "openFiles": 30, "entropy": 256, "diskSpaceTotal": 1 << 30, "diskSpaceUsed": 1 << 28,
-    "diskSpaceFree": 1 << 29, "diskSpaceUsedPercent": 33.3,
-}
 
 
 class SnapshotTests(SynchronousTestCase):

@@ -13,7 +13,7 @@ from hypothesis import given, strategies as st
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.nodes.test_lifecycle import LifecycleTestCase
+from tests.nodes.fleet_case import LifecycleTestCase
 from vmservice.errors import BadRequest, Conflict, Internal, NotFound
 from vmservice.nodes.model import MAX_TAGS, Status
 from vmservice.nodes.tagging import TagEdit, edited

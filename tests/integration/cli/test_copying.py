@@ -20,8 +20,8 @@ from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 from twisted.web.resource import Resource
 
-from tests.cli.test_copying import make_tree
-from tests.integration.test_client import serve
+from tests.cli.trees import make_tree
+from tests.integration.loopback import serve
 from vmservice.cli import copying
 from vmservice.cli.main import run
 

@@ -17,12 +17,12 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
-from tests.integration.test_client import (
+from tests.integration.loopback import (
     TOKEN,
     ExecLoopbackCase,
     LoopbackApi,
+    Recorder,
     WatchLoopbackCase,
-    _Recorder,
     serve,
     state_dir,
     until,
@@ -111,7 +111,7 @@ class RecorderTestCase(VmctlTestCase):
     """vmctl against a server that records requests and answers as told."""
 
     async def setUp(self) -> None:
-        self.server = _Recorder()
+        self.server = Recorder()
         self.url = await serve(self, self.server)
 
 

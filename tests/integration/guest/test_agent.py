@@ -26,14 +26,15 @@ from typing import Any, Optional
 from twisted.internet import reactor as global_reactor
 from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.error import ConnectionDone
-from twisted.internet.protocol import ProcessProtocol, Protocol
+from twisted.internet.protocol import Protocol
 from twisted.internet.task import deferLater
 from twisted.internet.utils import getProcessOutputAndValue
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 import vmservice
-from tests.guest.test_agent import temp_dir
+from tests.integration.guest.agent_process import AGENT, AgentProcess
+from tests.short_dirs import temp_dir
 from tests.wire.pair import drain
 from vmservice.agent.client import AgentClient, AgentRequestFailed
 from vmservice.guest import agent
@@ -41,7 +42,6 @@ from vmservice.guest.agent import Loop, Pipe
 from vmservice.wire import Connection, Data, HalfClose, Hello, Open, ResetCode, Role
 from vmservice.wire.events import Event
 
-AGENT = os.path.abspath(agent.__file__)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(vmservice.__file__)))
 
 
@@ -199,33 +199,6 @@ class PipeTests(SynchronousTestCase):
 
 
 # -- the agent as a process ---------------------------------------------------------------------
-
-
-class AgentProcess(ProcessProtocol):
-    """
-    A spawned agent: its output, readiness and end.
-    """
-
-    def __init__(self) -> None:
-        self.stdout = b""
-        self.stderr = b""
-        self.ready: Deferred[None] = Deferred()
-        self.ended: Deferred[None] = Deferred()
-        self.running = True
-
-    def outReceived(self, data: bytes) -> None:
-        self.stdout += data
-        if b"vmservice-agent: ready on " in self.stdout and not self.ready.called:
-            self.ready.callback(None)
-
-    def errReceived(self, data: bytes) -> None:
-        self.stderr += data
-
-    def processEnded(self, reason: Failure) -> None:
-        self.running = False
-        if not self.ready.called:
-            self.ready.errback(RuntimeError(f"agent exited: {self.stderr.decode(errors='replace')}"))
-        self.ended.callback(None)
 
 
 class Collect(Protocol):

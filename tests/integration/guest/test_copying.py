@@ -19,7 +19,7 @@ from typing import Any, Callable
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.guest.session import GuestSessionMixin
-from tests.guest.test_copying import make_tar
+from tests.guest.tars import make_tar
 from vmservice.guest import agent
 from vmservice.guest import copying as cp
 from vmservice.wire import payloads

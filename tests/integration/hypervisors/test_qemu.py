@@ -19,7 +19,8 @@ from twisted.internet import reactor as global_reactor
 from twisted.internet.defer import Deferred, gatherResults
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from tests.hypervisors.test_qemu import SPEC
+from tests.hypervisors.qemu_argv import SPEC
+from tests.integration.hypervisors.tcg import BOOT_TIMEOUT
 from tests.processes import ProcessReactor
 from attrs import evolve
 
@@ -28,9 +29,6 @@ from vmservice.hypervisors.qemu import QemuDriver, QemuProcesses, QemuSettings, 
 from vmservice.images.build import build_image
 from vmservice.images.store import default_image_dir
 from vmservice.storage.overlay import create_overlay
-
-#: Seconds a TCG guest may take to boot, and to power off.
-BOOT_TIMEOUT = 120.0
 
 
 class AdoptionTests(SynchronousTestCase):

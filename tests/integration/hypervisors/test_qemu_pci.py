@@ -22,7 +22,7 @@ from twisted.internet import reactor as global_reactor
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
-from tests.integration.hypervisors.test_qemu import BOOT_TIMEOUT
+from tests.integration.hypervisors.tcg import BOOT_TIMEOUT
 from vmservice.hypervisors.base import IMachine, MachineSpec
 from vmservice.hypervisors.qemu import QemuDriver, QemuSettings, host_tsc_khz
 from vmservice.images.build import build_image

@@ -12,7 +12,7 @@ import subprocess
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.images.test_rootfs import write
+from tests.images.rootfs_tree import write
 from vmservice.images.rootfs import make_ext4
 
 

@@ -16,7 +16,7 @@ import threading
 from ipaddress import IPv4Network
 
 import vmservice
-from tests.network.test_claims import NET, A, B, ClaimsTestCase, _claimFiles
+from tests.network.claims_case import A, B, NET, ClaimsTestCase, claimFiles
 from vmservice.network.claims import Claim, RangeTaken
 
 #: A daemon stand-in: claims argv[2] for owner argv[3] in directory argv[1],
@@ -53,12 +53,12 @@ class DirectoryLockTests(ClaimsTestCase):
         try:
             thread.join(0.3)
             self.assertTrue(thread.is_alive())
-            self.assertEqual(_claimFiles(self.directory), [])
+            self.assertEqual(claimFiles(self.directory), [])
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             thread.join(30)
         self.assertFalse(thread.is_alive())
-        self.assertEqual(_claimFiles(self.directory), ["10.77.0.0_22.claim"])
+        self.assertEqual(claimFiles(self.directory), ["10.77.0.0_22.claim"])
 
 
 class OtherProcessTests(ClaimsTestCase):
@@ -120,4 +120,4 @@ class OtherProcessTests(ClaimsTestCase):
         claims = self.claims()
         claims.claim([IPv4Network("10.77.3.0/24")], A)
         self.assertEqual(claims.held(), [Claim(IPv4Network("10.77.3.0/24"), A, os.getpid())])
-        self.assertEqual(_claimFiles(self.directory), ["10.77.3.0_24.claim"])
+        self.assertEqual(claimFiles(self.directory), ["10.77.3.0_24.claim"])

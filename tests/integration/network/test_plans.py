@@ -13,7 +13,7 @@ import subprocess
 
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
-from tests.network.test_plans import ALLOW, DROP, PROTECTED
+from tests.network.plan_ranges import ALLOW, DROP, PROTECTED
 from vmservice.network.plans import ruleset
 
 

@@ -1,0 +1,17 @@
+"""
+Files written into a directory tree, their parent directories made, for the tests that build a root
+file system from one (:mod:`tests.images.test_rootfs`, :mod:`tests.integration.images.test_rootfs`).
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def write(root: str, relative: str, data: bytes = b"") -> str:
+    """Write ``data`` to ``relative`` under ``root``, its directories made; answer the file's path."""
+    path = os.path.join(root, relative)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as stream:
+        stream.write(data)
+    return path
