@@ -51,7 +51,7 @@ run: install
 
 # Unit tests: every test package and module under tests/ except tests/integration (no real process,
 # socket, sleep or QEMU there); integration tests boot real guests and start real processes.
-UNIT_TESTS = $(sort $(patsubst %.py,%,$(subst /,.,$(filter-out tests/integration/ tests/__init__.py tests/summary.py,\
+UNIT_TESTS = $(sort $(patsubst %.py,%,$(subst /,.,$(filter-out tests/integration/ tests/__pycache__/ tests/__init__.py tests/summary.py,\
   $(wildcard tests/*/ tests/test_*.py)))))
 UNIT_TESTS := $(patsubst %.,%,$(UNIT_TESTS))
 TRIAL := $(BIN)/python -b -W 'ignore::BytesWarning:twisted.web.http_headers' -m twisted.trial --random=0
