@@ -1,8 +1,8 @@
 """
-Every figure README.md and docs/performance.md publish is the figure of the
-results file it cites (:mod:`bench.publish`), and every results file is
-written by its benchmark through :mod:`bench.recording`, which ``make bench``
-runs.  Files only: no process, no guest.
+Every figure README.md, docs/performance.md and docs/reliability.md publish
+is the figure of the results file it cites (:mod:`bench.publish`), and every
+results file is written by its benchmark through :mod:`bench.recording`,
+which ``make bench`` runs.  Files only: no process, no guest.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ class PublishedFigureTests(SynchronousTestCase):
 
     def test_figures_equal_their_results(self) -> None:
         """
-        Rewriting README.md and docs/performance.md from bench/results/
-        changes nothing: each marked figure is its file's value, at the
+        Rewriting the documents (README.md, docs/performance.md,
+        docs/reliability.md) from bench/results/ changes nothing: each marked figure is its file's value, at the
         precision shown.
         """
         load = publish.Results()
@@ -59,14 +59,14 @@ class PublishedFigureTests(SynchronousTestCase):
             self.assertEqual(publish.rewrite(text, found), text)
 
     def test_documents_cite_results(self) -> None:
-        """Both documents mark figures (the scheme is in use, not silently dropped)."""
+        """Every document marks figures (the scheme is in use, not silently dropped)."""
         load = publish.Results()
         for document in publish.DOCUMENTS:
             self.assertGreater(len(publish.figures(document, _read(document), load)), 5, document)
 
     def test_every_figure_cited(self) -> None:
         """
-        Every figure in s, ms, MB/s or × of both documents cites a results
+        Every figure in s, ms, MB/s or × of every document cites a results
         file, or stands in a block saying that no file holds it.
         """
         for document in publish.DOCUMENTS:
@@ -136,6 +136,21 @@ class FigureTests(SynchronousTestCase):
         self.assertRaises(publish.FigureError, publish.figures, "doc.md",
                           "all 16<!-- figure: d.json#health_s.within_1s -->", _results(results))
 
+    def test_unit_in_heading(self) -> None:
+        """
+        A figure shown without its unit (a table's heading gives it) names
+        the unit at its marker's end, and is scaled to it; a figure shown
+        with another unit than its marker names is an error.
+        """
+        found = self.check("| 5.88<!-- figure: b.json#boot_s.median in s --> | "
+                           "5881<!-- figure: b.json#boot_s.median in ms --> | 3.0<!-- figure: b.json#rss_bytes in MiB --> |")
+        self.assertEqual([(f.shown, f.expected) for f in found], [("5.88", "5.88"), ("5881", "5881"), ("3.0", "3.0")])
+        text = "| 6.00<!-- figure: b.json#boot_s.median in s --> |"
+        self.assertEqual(publish.rewrite(text, self.check(text)), "| 5.88<!-- figure: b.json#boot_s.median in s --> |")
+        self.assertRaises(publish.FigureError, self.check, "5.88<!-- figure: b.json#boot_s.median -->")
+        self.assertRaises(publish.FigureError, self.check, "5.88 s<!-- figure: b.json#boot_s.median in ms -->")
+        self.assertRaises(publish.FigureError, self.check, "1.80<!-- figure: b.json#ratio_a_over_b in s -->")
+
     def test_unit_mismatch(self) -> None:
         """A unit the key's value cannot be shown in is an error, not a guess."""
         self.assertRaises(publish.FigureError, self.check, "5.88 MB/s<!-- figure: b.json#boot_s.median -->")
@@ -148,6 +163,11 @@ class FigureTests(SynchronousTestCase):
         self.assertRaises(publish.FigureError, self.check, "5.88 s<!-- figure: c.json#boot_s.median -->")
         self.assertRaises(publish.FigureError, self.check, "fast<!-- figure: b.json#boot_s.median -->")
         self.assertRaises(publish.FigureError, self.check, "1 s<!-- figure: b.json#name -->")
+
+    def test_unmarked_code_and_versions(self) -> None:
+        """Inline code is literal text, not a figure; nor is a version of OpenAPI."""
+        text = "a `{\"uid\": 56228.0}` and `sleep 2 s`, OpenAPI 3.1, but 2.5 s\n"
+        self.assertEqual(publish.unmarked(text), [(1, "2.5 s")])
 
     def test_unmarked(self) -> None:
         """
@@ -236,3 +256,4 @@ class BenchmarkTests(SynchronousTestCase):
                 continue
             self.assertTrue(name.endswith(".json"), name)
             self.assertIn(f'"{name}"', sources, name)
+
