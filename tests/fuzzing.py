@@ -3,7 +3,7 @@ Fuzz the daemon's HTTP API with schemathesis, against a real daemon with a real
 guest, from the OpenAPI document the daemon serves: ``make fuzz`` (longer) and
 ``make test`` (a small bound).
 
-    python tests/fuzzing.py [--max-examples N] [--max-time SECONDS] [--seed N]
+    python tests/fuzzing.py [--max-examples N] [--max-time SECONDS] [--seed N] [--counts PATH]
 
 The daemon runs with auth on (a token of this run's own), one host group of at
 most two nodes of 256 MiB (what the fuzzer creates is bounded), and one node
@@ -12,13 +12,15 @@ runs (examples, coverage, fuzzing, stateful: the document's links take a
 created node to its guest routes and its delete) with every check.  Then
 every node is deleted and the run is checked to have left nothing behind: no
 node, no QEMU of the state directory, and the daemon still answers.  Prints
-schemathesis' own summary and one line of counts; exits non-zero on any
+schemathesis' own summary and one line of counts (with ``--counts PATH``
+also written to PATH as JSON, for ``bench/fuzz.py``); exits non-zero on any
 failure.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -107,6 +109,8 @@ def main() -> int:
     parser.add_argument("--max-examples", type=int, default=10, help="test cases per operation and phase")
     parser.add_argument("--max-time", type=int, default=0, help="seconds for the whole run (0: no bound)")
     parser.add_argument("--seed", type=int, default=1, help="schemathesis' random seed")
+    parser.add_argument("--counts", metavar="PATH",
+                        help="also write the closing line's counts (and what was left behind) to PATH as JSON")
     args = parser.parse_args()
     ensure_image()
     daemon = Daemon(groups=[GROUP])
@@ -129,6 +133,10 @@ def main() -> int:
         print(f"fuzz: left behind: {line}")
     print(f"fuzz: {counts['cases']} cases, {counts['failures']} unique failures, "
           f"schemathesis exit {status}, {len(left)} things left behind")
+    if args.counts:
+        with open(args.counts, "w") as f:
+            json.dump({"cases": counts["cases"], "unique_failures": counts["failures"],
+                       "schemathesis_exit": status, "left_behind": left}, f)
     return 1 if status or left else 0
 
 

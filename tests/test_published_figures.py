@@ -2,7 +2,8 @@
 Every figure README.md, docs/performance.md and docs/reliability.md publish
 is the figure of the results file it cites (:mod:`bench.publish`), and every
 results file is written by its benchmark through :mod:`bench.recording`,
-which ``make bench`` runs.  Files only: no process, no guest.
+which ``make bench`` runs; how :mod:`bench.faults` reads trial's output.
+Files only: no process, no guest.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from bench import publish, recording
+from bench import faults, publish, recording
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "bench")
@@ -257,3 +258,97 @@ class BenchmarkTests(SynchronousTestCase):
             self.assertTrue(name.endswith(".json"), name)
             self.assertIn(f'"{name}"', sources, name)
 
+
+#: trial's ``timing`` output for a module with a test that passes, one that writes a line before its
+#: outcome, one that fails, one in error and one skipped.
+TRIAL_OUTPUT = """\
+Running tests shuffled with seed 0
+
+tests.integration.test_fault_x.T.test_error ... [ERROR]
+(0.001 secs)
+tests.integration.test_fault_x.T.test_ok ... [OK]
+(12.500 secs)
+tests.integration.test_fault_x.T.test_print ... noise in the middle
+[OK]
+(0.250 secs)
+tests.integration.test_fault_x.T.test_fail ... [FAILURE]
+(3.000 secs)
+tests.integration.test_fault_x.T.test_skip ... [SKIPPED]
+(0.000 secs)
+
+===============================================================================
+[SKIPPED]
+no
+
+tests.integration.test_fault_x.T.test_skip
+===============================================================================
+[FAIL]
+Traceback (most recent call last):
+  File "tests/integration/test_fault_x.py", line 4, in test_fail
+twisted.trial.unittest.FailTest: 1 != 2
+
+tests.integration.test_fault_x.T.test_fail
+===============================================================================
+[ERROR]
+Traceback (most recent call last):
+builtins.RuntimeError: boom
+
+tests.integration.test_fault_x.T.test_error
+-------------------------------------------------------------------------------
+Ran 5 tests in 15.751s
+
+FAILED (skips=1, failures=1, errors=1, successes=2)
+"""
+
+
+class FaultsTests(SynchronousTestCase):
+    """How ``bench/faults.py`` finds the fault-injection modules and reads trial's output."""
+
+    def test_modules(self) -> None:
+        """Every ``tests/integration/test_fault*.py`` is found, ``test_faults.py`` among them."""
+        found = faults.modules()
+        self.assertIn("tests.integration.test_faults", found)
+        self.assertIn("tests.integration.test_fault_agent", found)
+        self.assertEqual(found, sorted(found))
+        self.assertTrue(all(name.startswith("tests.integration.test_fault") for name in found), found)
+
+    def test_parse(self) -> None:
+        """Trial's counts from its closing lines; each test's outcome and seconds from its own lines."""
+        parsed = faults.parse("tests.integration.test_fault_x", TRIAL_OUTPUT)
+        tests = {test["id"].rpartition(".")[2]: (test["outcome"], test["seconds"]) for test in parsed.pop("tests")}
+        self.assertEqual(parsed, {"tests_run": 5, "tests_passed": 2, "failed_or_errored": 2, "failures": 1,
+                                  "errors": 1, "skips": 1, "trial_status": "FAILED", "trial_seconds": 15.751})
+        self.assertEqual(tests, {"test_error": ("failed", 0.001), "test_ok": ("passed", 12.5),
+                                 "test_print": ("passed", 0.25), "test_fail": ("failed", 3.0),
+                                 "test_skip": ("skipped", 0.0)})
+
+    def test_parse_passed(self) -> None:
+        """A module whose tests all pass."""
+        output = ("tests.integration.test_faults.K.test_a ... [OK]\n(33.100 secs)\n\n" + "-" * 79
+                  + "\nRan 1 tests in 33.120s\n\nPASSED (successes=1)\n")
+        parsed = faults.parse("tests.integration.test_faults", output)
+        self.assertEqual((parsed["tests_run"], parsed["tests_passed"], parsed["failed_or_errored"]), (1, 1, 0))
+        self.assertEqual(parsed["tests"], [{"id": "tests.integration.test_faults.K.test_a", "outcome": "passed",
+                                            "seconds": 33.1}])
+
+    def test_parse_module_not_imported(self) -> None:
+        """A module that cannot be imported is one test in error; output without trial's summary counts none."""
+        output = ("tests.integration.test_fault_y ... [ERROR]\n(0.000 secs)\n\n" + "=" * 79 + "\n[ERROR]\n"
+                  "Traceback (most recent call last):\nbuiltins.ModuleNotFoundError: No module named 'x'\n\n"
+                  "tests.integration.test_fault_y\n" + "-" * 79 + "\nRan 1 tests in 0.021s\n\nFAILED (errors=1)\n")
+        parsed = faults.parse("tests.integration.test_fault_y", output)
+        self.assertEqual((parsed["tests_run"], parsed["tests_passed"], parsed["failed_or_errored"]), (1, 0, 1))
+        self.assertEqual([test["outcome"] for test in parsed["tests"]], ["failed"])
+        crashed = faults.parse("tests.integration.test_fault_y", "tests.integration.test_fault_y.T.test_a ... ")
+        self.assertEqual((crashed["tests_run"], crashed["tests_passed"], crashed["trial_status"]), (None, None, None))
+        self.assertEqual([test["outcome"] for test in crashed["tests"]], ["unknown"])
+
+    def test_totals(self) -> None:
+        """The modules' figures added up; a module that did not pass is named."""
+        results = [{"module": "a", "tests_run": 3, "tests_passed": 3, "failed_or_errored": 0, "skips": 0,
+                    "seconds": 50.5, "ok": True},
+                   {"module": "b", "tests_run": None, "tests_passed": None, "failed_or_errored": None, "skips": 0,
+                    "seconds": 1.0, "ok": False}]
+        self.assertEqual(faults.totals(results), {"modules": 2, "tests_run": 3, "tests_passed": 3,
+                                                  "failed_or_errored": 0, "skips": 0, "modules_not_passed": ["b"],
+                                                  "seconds": 51.5})
