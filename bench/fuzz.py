@@ -6,9 +6,9 @@ then the check that nothing was left behind), with its counts recorded.
 Runs ``tests/fuzzing.py`` with the options of ``make fuzz`` (25 examples per
 operation and phase, seed 1, no time bound) unless told otherwise, shows its
 output as it comes, and writes ``bench/results/fuzz.json``: the cases
-schemathesis generated, the unique failures it found, its exit status, what
-the run left behind (each thing, and how many), the options, and the
-seconds the pass took.  Exits 1 when schemathesis failed or something was
+schemathesis generated, the unique failures it found (and the operations and
+checks that failed), its exit status, what the run left behind (each thing,
+and how many), the options, and the seconds the pass took.  Exits 1 when schemathesis failed or something was
 left behind (the results file is written all the same); 2, writing nothing,
 when the pass ended without its counts (it crashed before its closing line).
 
@@ -74,6 +74,7 @@ def main() -> int:
         "max_time_s": args.max_time or None,
         "cases": counts["cases"],
         "unique_failures": counts["unique_failures"],
+        "failures": counts.get("failures", []),
         "schemathesis_exit": counts["schemathesis_exit"],
         "left_behind": left,
         "left_behind_count": len(left),

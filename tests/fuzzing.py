@@ -13,8 +13,8 @@ created node to its guest routes and its delete) with every check.  Then
 every node is deleted and the run is checked to have left nothing behind: no
 node, no QEMU of the state directory, and the daemon still answers.  Prints
 schemathesis' own summary and one line of counts (with ``--counts PATH``
-also written to PATH as JSON, for ``bench/fuzz.py``); exits non-zero on any
-failure.
+also written to PATH as JSON with the operations and checks that failed,
+for ``bench/fuzz.py``); exits non-zero on any failure.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import re
 import subprocess
 import sys
 import time
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -83,6 +84,29 @@ def _counts(output: str) -> dict[str, int]:
             "failures": int(failures.group(1)) if failures else 0}
 
 
+def failures(output: str) -> list[dict[str, Any]]:
+    """
+    What failed, from schemathesis' FAILURES section: each operation with
+    the checks that failed on it (``ST202 Schema-valid request rejected``).
+    """
+    found: list[dict[str, Any]] = []
+    section = False
+    for line in output.splitlines():
+        line = line.rstrip()
+        heading = re.fullmatch(r"=+ ([A-Z]+) =+", line)
+        if heading:
+            section = heading.group(1) == "FAILURES"
+            continue
+        operation = re.fullmatch(r"_+ (.+?) _+", line) if section else None
+        if operation:
+            found.append({"operation": operation.group(1), "checks": []})
+        elif section and found:
+            check = re.fullmatch(r"- (.+)", line)
+            if check and check.group(1) not in found[-1]["checks"]:
+                found[-1]["checks"].append(check.group(1))
+    return found
+
+
 def _clean(daemon: Daemon) -> list[str]:
     """Delete every node; what is left behind (empty when nothing)."""
     left: list[str] = []
@@ -110,7 +134,8 @@ def main() -> int:
     parser.add_argument("--max-time", type=int, default=0, help="seconds for the whole run (0: no bound)")
     parser.add_argument("--seed", type=int, default=1, help="schemathesis' random seed")
     parser.add_argument("--counts", metavar="PATH",
-                        help="also write the closing line's counts (and what was left behind) to PATH as JSON")
+                        help="also write the closing line's counts, what failed and what was left behind to PATH "
+                             "as JSON")
     args = parser.parse_args()
     ensure_image()
     daemon = Daemon(groups=[GROUP])
@@ -136,7 +161,7 @@ def main() -> int:
     if args.counts:
         with open(args.counts, "w") as f:
             json.dump({"cases": counts["cases"], "unique_failures": counts["failures"],
-                       "schemathesis_exit": status, "left_behind": left}, f)
+                       "failures": failures(output), "schemathesis_exit": status, "left_behind": left}, f)
     return 1 if status or left else 0
 
 

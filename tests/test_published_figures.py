@@ -2,7 +2,8 @@
 Every figure README.md, docs/performance.md and docs/reliability.md publish
 is the figure of the results file it cites (:mod:`bench.publish`), and every
 results file is written by its benchmark through :mod:`bench.recording`,
-which ``make bench`` runs; how :mod:`bench.faults` reads trial's output.
+which ``make bench`` runs; how ``bench/faults.py`` reads trial's output and
+``tests/fuzzing.py`` schemathesis'.
 Files only: no process, no guest.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 from twisted.trial.unittest import SynchronousTestCase
 
 from bench import faults, publish, recording
+from tests import fuzzing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "bench")
@@ -345,10 +347,59 @@ class FaultsTests(SynchronousTestCase):
 
     def test_totals(self) -> None:
         """The modules' figures added up; a module that did not pass is named."""
-        results = [{"module": "a", "tests_run": 3, "tests_passed": 3, "failed_or_errored": 0, "skips": 0,
-                    "seconds": 50.5, "ok": True},
-                   {"module": "b", "tests_run": None, "tests_passed": None, "failed_or_errored": None, "skips": 0,
-                    "seconds": 1.0, "ok": False}]
+        results: list[dict[str, Any]] = [
+            {"module": "a", "tests_run": 3, "tests_passed": 3, "failed_or_errored": 0, "skips": 0, "seconds": 50.5,
+             "ok": True},
+            {"module": "b", "tests_run": None, "tests_passed": None, "failed_or_errored": None, "skips": 0,
+             "seconds": 1.0, "ok": False}]
         self.assertEqual(faults.totals(results), {"modules": 2, "tests_run": 3, "tests_passed": 3,
                                                   "failed_or_errored": 0, "skips": 0, "modules_not_passed": ["b"],
                                                   "seconds": 51.5})
+
+
+#: The end of schemathesis' output for a run with two failures (the parts that name them).
+SCHEMATHESIS_OUTPUT = """\
+=================================== FAILURES ===================================
+__________________________ PATCH /vm/{hostname}/tags ___________________________
+1. Test Case ID: iNNIDe
+
+- ST202 Schema-valid request rejected
+
+    Valid data should have been accepted
+
+2. Test Case ID: x0
+
+- ST202 Schema-valid request rejected
+- Server error
+
+________________________________ POST /secrets _________________________________
+1. Test Case ID: xBX1nS
+
+- ST202 Schema-valid request rejected
+
+=================================== WARNINGS ===================================
+
+  - DELETE /hostgroup/{name}/nodes/{node}
+
+=================================== SUMMARY ====================================
+
+Test cases:
+  2871 generated, 4 found 2 unique failures, 48 skipped
+"""
+
+
+class FuzzTests(SynchronousTestCase):
+    """What ``tests/fuzzing.py`` reads of schemathesis' output for ``bench/fuzz.py``."""
+
+    def test_failures(self) -> None:
+        """Each failed operation with its checks, from the FAILURES section only."""
+        self.assertEqual(fuzzing.failures(SCHEMATHESIS_OUTPUT), [
+            {"operation": "PATCH /vm/{hostname}/tags",
+             "checks": ["ST202 Schema-valid request rejected", "Server error"]},
+            {"operation": "POST /secrets", "checks": ["ST202 Schema-valid request rejected"]},
+        ])
+        self.assertEqual(fuzzing.failures("no failures\n"), [])
+
+    def test_counts(self) -> None:
+        """The cases and unique failures of schemathesis' summary."""
+        self.assertEqual(fuzzing._counts(SCHEMATHESIS_OUTPUT), {"cases": 2871, "failures": 2})
