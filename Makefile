@@ -12,7 +12,7 @@ IMAGE_DIR ?= $(or $(VMSERVICE_IMAGE_DIR),/var/cache/vmservice/images)
 APT_PACKAGES := qemu-system-x86 qemu-utils e2fsprogs lz4 cpio kmod dpkg apt iproute2 nftables tmux openssh-client gcc
 export VMSERVICE_IMAGE_DIR := $(IMAGE_DIR)
 
-.PHONY: install apt venv image run typecheck check test-unit test-integration test fuzz bench clean
+.PHONY: install apt venv image run typecheck check test-unit test-integration test fuzz faults bench clean
 
 install: apt venv image
 
@@ -95,11 +95,18 @@ TEST_FUZZ_TIME ?= 180
 fuzz: install
 	$(FUZZ) --max-examples $(FUZZ_EXAMPLES)
 
+# The fault-injection modules (every tests/integration/test_fault*.py), one after another, each test's
+# outcome in bench/results/faults.json (bench/faults.py; `make bench` runs it too).
+faults: install
+	$(BIN)/python bench/faults.py
+
 # Every benchmark, one after another (each boots its own guests; none beside another), each writing
 # its bench/results/*.json through bench/recording.py (the commit, the load average before and after,
-# the machine); then the figures README.md and docs/performance.md cite are rewritten from those files
-# (bench/publish.py lists what changed: re-read the sentences around them).  Not here, as they compare
-# with an earlier build: limits.py --pairs-against DIR, and warm.py and netlink.py with --before DIR.
+# the machine), the fuzzing pass of `make fuzz` (bench/fuzz.py) and the fault-injection modules
+# (bench/faults.py) among them; then the figures README.md, docs/performance.md and docs/reliability.md
+# cite are rewritten from those files (bench/publish.py lists what changed: re-read the sentences
+# around them).  Not here, as they compare with an earlier build: limits.py --pairs-against DIR, and
+# warm.py and netlink.py with --before DIR.
 # Not benchmarks: exec_spawn_probe.py (runs in a guest), earlier.py, recording.py, publish.py.
 bench: install bench-extra
 	$(BIN)/python bench/limits.py
@@ -118,6 +125,8 @@ bench: install bench-extra
 	$(BIN)/python bench/netlink.py
 	$(BIN)/python bench/restart.py
 	$(BIN)/python bench/load.py
+	$(BIN)/python bench/fuzz.py --max-examples $(FUZZ_EXAMPLES) --seed $(FUZZ_SEED)
+	$(BIN)/python bench/faults.py
 	$(BIN)/python bench/publish.py
 
 # The load benchmark's soak variant: an hour of load, unattended; exits 1 (and says why in

@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.test_published_figures -*-
 """
-The figures README.md and docs/performance.md publish, rewritten from the
-results files they cite.
+The figures README.md, docs/performance.md and docs/reliability.md publish,
+rewritten from the results files they cite.
 
 A published figure is followed by a marker naming its results file and the
 key in it, dot-separated (a list's items by their index)::
@@ -16,15 +16,20 @@ holds (``_s`` seconds, ``_ms``, ``bytes``, ``kib``, ``mb_per_s``,
 ``cores``, ``ratio_``...; a marker ending ``as count`` says so where the
 name cannot, ``#health_s.within_1s as count``): ``ms`` of a ``_s`` key is
 1000 times its value, ``MiB`` of a ``_bytes`` key its value over 2**20, and
-so on.  A figure keeps
-the number of decimals it is shown with.
+so on.  A figure shown without its unit, in a table whose heading or
+caption gives it, names the unit at the marker's end, and is scaled to it::
+
+    | create, cold | 10.5<!-- figure: load.json#ops.create_cold.p50_s in s --> |
+
+A figure keeps the number of decimals it is shown with.
 
 Figures no results file holds are inside a block that says so, between
 ``<!-- unrecorded -->`` and ``<!-- /unrecorded -->``; outside such blocks
 every figure with a unit of time, speed, ratio or share (``s``, ``ms``,
 ``MB/s``, ``×``, ``%``) and every decimal number that is no size or version
 carries a marker (:func:`unmarked`); a target is written ``≤ 3×`` or
-``≥ 0.8``.
+``≥ 0.8``; what stands in inline code (between backticks) is literal text,
+no figure.
 
     .venv/bin/python bench/publish.py           # rewrite the figures from bench/results/, list those that changed
     .venv/bin/python bench/publish.py --check   # exit 1 if a figure differs from its file, or is unmarked
@@ -46,21 +51,24 @@ from typing import Any, Callable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
 #: The documents whose figures are published from results files.
-DOCUMENTS = ("README.md", os.path.join("docs", "performance.md"))
+DOCUMENTS = ("README.md", os.path.join("docs", "performance.md"), os.path.join("docs", "reliability.md"))
 
-MARKER = re.compile(r"<!-- figure: (?P<file>[\w.-]+\.json)#(?P<path>[^>]*?)(?: as (?P<kind>[\w/%]+))? -->")
 _NUMBER = r"\d+(?:\.\d+)?"
 _UNITS = r"ms|µs|s|MB/s|MiB|KiB|GiB|MB|GB|×|%"
+MARKER = re.compile(r"<!-- figure: (?P<file>[\w.-]+\.json)#(?P<path>[^>]*?)(?: as (?P<kind>[\w/%]+))?"
+                    rf"(?: in (?P<shown_in>{_UNITS}))? -->")
 #: The figure a marker follows: a number or a range, its unit, in bold or not.
 FIGURE = re.compile(
     rf"(?<![\w.])(?P<bold>\*\*)?(?P<low>{_NUMBER})(?:–(?P<high>{_NUMBER}))?(?P<space> ?)(?P<unit>{_UNITS})?"
     rf"(?(bold)\*\*)$")
 UNRECORDED = re.compile(r"<!-- unrecorded -->.*?<!-- /unrecorded -->", re.S)
 CODE = re.compile(r"^```.*?^```", re.S | re.M)
+#: Inline code: literal text (a JSON value, an option), not a figure.
+INLINE_CODE = re.compile(r"`[^`\n]+`")
 #: A measured figure anywhere in the text: a number with a unit of time, speed, ratio or share, or a
 #: decimal number without a unit (a ratio, a load average); not a size, nor a version (QEMU 7.2).
 MEASURED = re.compile(
-    rf"(?<![\w.=/-])(?<!QEMU )(?<!Python )(?<!python)(?<!bash )(?<![≤≥] )(?:\*\*)?"
+    rf"(?<![\w.=/-])(?<!QEMU )(?<!Python )(?<!OpenAPI )(?<!python)(?<!bash )(?<![≤≥] )(?:\*\*)?"
     rf"(?:{_NUMBER}(?:–{_NUMBER})?(?: ?(?:ms|µs|s|MB/s)\b| ?×| ?%)|\d+\.\d+(?:–\d+\.\d+)?(?![\w.]| ?[KMG]i?B\b))"
     rf"(?:\*\*)?")
 
@@ -144,13 +152,17 @@ def _format(number: str, value: float) -> str:
     return f"{value:.{decimals}f}"
 
 
-def expected_figure(match: re.Match[str], value: Any, path: list[str], kind: str | None = None) -> str:
+def expected_figure(match: re.Match[str], value: Any, path: list[str], kind: str | None = None,
+                    shown_in: str | None = None) -> str:
     """
     The figure ``match`` shows, with its numbers taken from ``value`` (a list
     for a range), a value of ``kind`` (by default what ``path`` says,
-    :func:`kind_of`).
+    :func:`kind_of`), in the unit ``match`` shows or, for a figure shown
+    without one, ``shown_in`` (the unit its table's heading gives).
     """
-    unit = match["unit"] or ""
+    if match["unit"] and shown_in and match["unit"] != shown_in:
+        raise FigureError(f"a figure shown in {match['unit']!r} said to be in {shown_in!r}")
+    unit = match["unit"] or shown_in or ""
     kind = kind or kind_of(path)
     scale = _SCALES.get((kind, unit))
     if scale is None:
@@ -165,7 +177,7 @@ def expected_figure(match: re.Match[str], value: Any, path: list[str], kind: str
             raise FigureError(f"{'.'.join(path)} is no number: {value!r}")
         numbers = _format(match["low"], value * scale)
     bold = match["bold"] or ""
-    return f"{bold}{numbers}{match['space']}{unit}{bold}"
+    return f"{bold}{numbers}{match['space']}{match['unit'] or ''}{bold}"
 
 
 def figures(document: str, text: str, load: Callable[[str], dict[str, Any]]) -> list[Figure]:
@@ -180,7 +192,7 @@ def figures(document: str, text: str, load: Callable[[str], dict[str, Any]]) -> 
         path = marker["path"].split(".")
         try:
             value = lookup(load(marker["file"]), path)
-            expected = expected_figure(match, value, path, marker["kind"])
+            expected = expected_figure(match, value, path, marker["kind"], marker["shown_in"])
         except (FigureError, OSError, ValueError) as error:
             raise FigureError(f"{where}: {marker['file']}#{marker['path']}: {error}") from error
         found.append(Figure(document, line, match.start(), match.end(), match[0], expected,
@@ -198,10 +210,11 @@ def rewrite(text: str, found: list[Figure]) -> str:
 def unmarked(text: str) -> list[tuple[int, str]]:
     """
     The measured figures of ``text`` (:data:`MEASURED`) without a marker,
-    outside code blocks and unrecorded blocks: line numbers and figures.
+    outside code (blocks and inline) and unrecorded blocks: line numbers and
+    figures.
     """
     blank = text
-    for block in (CODE, UNRECORDED, MARKER):
+    for block in (CODE, UNRECORDED, MARKER, INLINE_CODE):
         blank = block.sub(lambda m: re.sub(r"[^\n]", " ", m[0]), blank)
     found = []
     for match in MEASURED.finditer(blank):

@@ -3,7 +3,7 @@ Fuzz the daemon's HTTP API with schemathesis, against a real daemon with a real
 guest, from the OpenAPI document the daemon serves: ``make fuzz`` (longer) and
 ``make test`` (a small bound).
 
-    python tests/fuzzing.py [--max-examples N] [--max-time SECONDS] [--seed N]
+    python tests/fuzzing.py [--max-examples N] [--max-time SECONDS] [--seed N] [--counts PATH]
 
 The daemon runs with auth on (a token of this run's own), one host group of at
 most two nodes of 256 MiB (what the fuzzer creates is bounded), and one node
@@ -12,18 +12,21 @@ runs (examples, coverage, fuzzing, stateful: the document's links take a
 created node to its guest routes and its delete) with every check.  Then
 every node is deleted and the run is checked to have left nothing behind: no
 node, no QEMU of the state directory, and the daemon still answers.  Prints
-schemathesis' own summary and one line of counts; exits non-zero on any
-failure.
+schemathesis' own summary and one line of counts (with ``--counts PATH``
+also written to PATH as JSON with the operations and checks that failed,
+for ``bench/fuzz.py``); exits non-zero on any failure.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
 import sys
 import time
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -81,6 +84,29 @@ def _counts(output: str) -> dict[str, int]:
             "failures": int(failures.group(1)) if failures else 0}
 
 
+def failures(output: str) -> list[dict[str, Any]]:
+    """
+    What failed, from schemathesis' FAILURES section: each operation with
+    the checks that failed on it (``ST202 Schema-valid request rejected``).
+    """
+    found: list[dict[str, Any]] = []
+    section = False
+    for line in output.splitlines():
+        line = line.rstrip()
+        heading = re.fullmatch(r"=+ ([A-Z]+) =+", line)
+        if heading:
+            section = heading.group(1) == "FAILURES"
+            continue
+        operation = re.fullmatch(r"_+ (.+?) _+", line) if section else None
+        if operation:
+            found.append({"operation": operation.group(1), "checks": []})
+        elif section and found:
+            check = re.fullmatch(r"- (.+)", line)
+            if check and check.group(1) not in found[-1]["checks"]:
+                found[-1]["checks"].append(check.group(1))
+    return found
+
+
 def _clean(daemon: Daemon) -> list[str]:
     """Delete every node; what is left behind (empty when nothing)."""
     left: list[str] = []
@@ -107,6 +133,9 @@ def main() -> int:
     parser.add_argument("--max-examples", type=int, default=10, help="test cases per operation and phase")
     parser.add_argument("--max-time", type=int, default=0, help="seconds for the whole run (0: no bound)")
     parser.add_argument("--seed", type=int, default=1, help="schemathesis' random seed")
+    parser.add_argument("--counts", metavar="PATH",
+                        help="also write the closing line's counts, what failed and what was left behind to PATH "
+                             "as JSON")
     args = parser.parse_args()
     ensure_image()
     daemon = Daemon(groups=[GROUP])
@@ -129,6 +158,10 @@ def main() -> int:
         print(f"fuzz: left behind: {line}")
     print(f"fuzz: {counts['cases']} cases, {counts['failures']} unique failures, "
           f"schemathesis exit {status}, {len(left)} things left behind")
+    if args.counts:
+        with open(args.counts, "w") as f:
+            json.dump({"cases": counts["cases"], "unique_failures": counts["failures"],
+                       "failures": failures(output), "schemathesis_exit": status, "left_behind": left}, f)
     return 1 if status or left else 0
 
 

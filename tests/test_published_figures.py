@@ -1,8 +1,10 @@
 """
-Every figure README.md and docs/performance.md publish is the figure of the
-results file it cites (:mod:`bench.publish`), and every results file is
-written by its benchmark through :mod:`bench.recording`, which ``make bench``
-runs.  Files only: no process, no guest.
+Every figure README.md, docs/performance.md and docs/reliability.md publish
+is the figure of the results file it cites (:mod:`bench.publish`), and every
+results file is written by its benchmark through :mod:`bench.recording`,
+which ``make bench`` runs; how ``bench/faults.py`` reads trial's output and
+``tests/fuzzing.py`` schemathesis'.
+Files only: no process, no guest.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from bench import publish, recording
+from bench import faults, publish, recording
+from tests import fuzzing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "bench")
@@ -45,8 +48,8 @@ class PublishedFigureTests(SynchronousTestCase):
 
     def test_figures_equal_their_results(self) -> None:
         """
-        Rewriting README.md and docs/performance.md from bench/results/
-        changes nothing: each marked figure is its file's value, at the
+        Rewriting the documents (README.md, docs/performance.md,
+        docs/reliability.md) from bench/results/ changes nothing: each marked figure is its file's value, at the
         precision shown.
         """
         load = publish.Results()
@@ -59,14 +62,14 @@ class PublishedFigureTests(SynchronousTestCase):
             self.assertEqual(publish.rewrite(text, found), text)
 
     def test_documents_cite_results(self) -> None:
-        """Both documents mark figures (the scheme is in use, not silently dropped)."""
+        """Every document marks figures (the scheme is in use, not silently dropped)."""
         load = publish.Results()
         for document in publish.DOCUMENTS:
             self.assertGreater(len(publish.figures(document, _read(document), load)), 5, document)
 
     def test_every_figure_cited(self) -> None:
         """
-        Every figure in s, ms, MB/s or × of both documents cites a results
+        Every figure in s, ms, MB/s or × of every document cites a results
         file, or stands in a block saying that no file holds it.
         """
         for document in publish.DOCUMENTS:
@@ -136,6 +139,21 @@ class FigureTests(SynchronousTestCase):
         self.assertRaises(publish.FigureError, publish.figures, "doc.md",
                           "all 16<!-- figure: d.json#health_s.within_1s -->", _results(results))
 
+    def test_unit_in_heading(self) -> None:
+        """
+        A figure shown without its unit (a table's heading gives it) names
+        the unit at its marker's end, and is scaled to it; a figure shown
+        with another unit than its marker names is an error.
+        """
+        found = self.check("| 5.88<!-- figure: b.json#boot_s.median in s --> | "
+                           "5881<!-- figure: b.json#boot_s.median in ms --> | 3.0<!-- figure: b.json#rss_bytes in MiB --> |")
+        self.assertEqual([(f.shown, f.expected) for f in found], [("5.88", "5.88"), ("5881", "5881"), ("3.0", "3.0")])
+        text = "| 6.00<!-- figure: b.json#boot_s.median in s --> |"
+        self.assertEqual(publish.rewrite(text, self.check(text)), "| 5.88<!-- figure: b.json#boot_s.median in s --> |")
+        self.assertRaises(publish.FigureError, self.check, "5.88<!-- figure: b.json#boot_s.median -->")
+        self.assertRaises(publish.FigureError, self.check, "5.88 s<!-- figure: b.json#boot_s.median in ms -->")
+        self.assertRaises(publish.FigureError, self.check, "1.80<!-- figure: b.json#ratio_a_over_b in s -->")
+
     def test_unit_mismatch(self) -> None:
         """A unit the key's value cannot be shown in is an error, not a guess."""
         self.assertRaises(publish.FigureError, self.check, "5.88 MB/s<!-- figure: b.json#boot_s.median -->")
@@ -148,6 +166,11 @@ class FigureTests(SynchronousTestCase):
         self.assertRaises(publish.FigureError, self.check, "5.88 s<!-- figure: c.json#boot_s.median -->")
         self.assertRaises(publish.FigureError, self.check, "fast<!-- figure: b.json#boot_s.median -->")
         self.assertRaises(publish.FigureError, self.check, "1 s<!-- figure: b.json#name -->")
+
+    def test_unmarked_code_and_versions(self) -> None:
+        """Inline code is literal text, not a figure; nor is a version of OpenAPI."""
+        text = "a `{\"uid\": 56228.0}` and `sleep 2 s`, OpenAPI 3.1, but 2.5 s\n"
+        self.assertEqual(publish.unmarked(text), [(1, "2.5 s")])
 
     def test_unmarked(self) -> None:
         """
@@ -236,3 +259,147 @@ class BenchmarkTests(SynchronousTestCase):
                 continue
             self.assertTrue(name.endswith(".json"), name)
             self.assertIn(f'"{name}"', sources, name)
+
+
+#: trial's ``timing`` output for a module with a test that passes, one that writes a line before its
+#: outcome, one that fails, one in error and one skipped.
+TRIAL_OUTPUT = """\
+Running tests shuffled with seed 0
+
+tests.integration.test_fault_x.T.test_error ... [ERROR]
+(0.001 secs)
+tests.integration.test_fault_x.T.test_ok ... [OK]
+(12.500 secs)
+tests.integration.test_fault_x.T.test_print ... noise in the middle
+[OK]
+(0.250 secs)
+tests.integration.test_fault_x.T.test_fail ... [FAILURE]
+(3.000 secs)
+tests.integration.test_fault_x.T.test_skip ... [SKIPPED]
+(0.000 secs)
+
+===============================================================================
+[SKIPPED]
+no
+
+tests.integration.test_fault_x.T.test_skip
+===============================================================================
+[FAIL]
+Traceback (most recent call last):
+  File "tests/integration/test_fault_x.py", line 4, in test_fail
+twisted.trial.unittest.FailTest: 1 != 2
+
+tests.integration.test_fault_x.T.test_fail
+===============================================================================
+[ERROR]
+Traceback (most recent call last):
+builtins.RuntimeError: boom
+
+tests.integration.test_fault_x.T.test_error
+-------------------------------------------------------------------------------
+Ran 5 tests in 15.751s
+
+FAILED (skips=1, failures=1, errors=1, successes=2)
+"""
+
+
+class FaultsTests(SynchronousTestCase):
+    """How ``bench/faults.py`` finds the fault-injection modules and reads trial's output."""
+
+    def test_modules(self) -> None:
+        """Every ``tests/integration/test_fault*.py`` is found, ``test_faults.py`` among them."""
+        found = faults.modules()
+        self.assertIn("tests.integration.test_faults", found)
+        self.assertIn("tests.integration.test_fault_agent", found)
+        self.assertEqual(found, sorted(found))
+        self.assertTrue(all(name.startswith("tests.integration.test_fault") for name in found), found)
+
+    def test_parse(self) -> None:
+        """Trial's counts from its closing lines; each test's outcome and seconds from its own lines."""
+        parsed = faults.parse("tests.integration.test_fault_x", TRIAL_OUTPUT)
+        tests = {test["id"].rpartition(".")[2]: (test["outcome"], test["seconds"]) for test in parsed.pop("tests")}
+        self.assertEqual(parsed, {"tests_run": 5, "tests_passed": 2, "failed_or_errored": 2, "failures": 1,
+                                  "errors": 1, "skips": 1, "trial_status": "FAILED", "trial_seconds": 15.751})
+        self.assertEqual(tests, {"test_error": ("failed", 0.001), "test_ok": ("passed", 12.5),
+                                 "test_print": ("passed", 0.25), "test_fail": ("failed", 3.0),
+                                 "test_skip": ("skipped", 0.0)})
+
+    def test_parse_passed(self) -> None:
+        """A module whose tests all pass."""
+        output = ("tests.integration.test_faults.K.test_a ... [OK]\n(33.100 secs)\n\n" + "-" * 79
+                  + "\nRan 1 tests in 33.120s\n\nPASSED (successes=1)\n")
+        parsed = faults.parse("tests.integration.test_faults", output)
+        self.assertEqual((parsed["tests_run"], parsed["tests_passed"], parsed["failed_or_errored"]), (1, 1, 0))
+        self.assertEqual(parsed["tests"], [{"id": "tests.integration.test_faults.K.test_a", "outcome": "passed",
+                                            "seconds": 33.1}])
+
+    def test_parse_module_not_imported(self) -> None:
+        """A module that cannot be imported is one test in error; output without trial's summary counts none."""
+        output = ("tests.integration.test_fault_y ... [ERROR]\n(0.000 secs)\n\n" + "=" * 79 + "\n[ERROR]\n"
+                  "Traceback (most recent call last):\nbuiltins.ModuleNotFoundError: No module named 'x'\n\n"
+                  "tests.integration.test_fault_y\n" + "-" * 79 + "\nRan 1 tests in 0.021s\n\nFAILED (errors=1)\n")
+        parsed = faults.parse("tests.integration.test_fault_y", output)
+        self.assertEqual((parsed["tests_run"], parsed["tests_passed"], parsed["failed_or_errored"]), (1, 0, 1))
+        self.assertEqual([test["outcome"] for test in parsed["tests"]], ["failed"])
+        crashed = faults.parse("tests.integration.test_fault_y", "tests.integration.test_fault_y.T.test_a ... ")
+        self.assertEqual((crashed["tests_run"], crashed["tests_passed"], crashed["trial_status"]), (None, None, None))
+        self.assertEqual([test["outcome"] for test in crashed["tests"]], ["unknown"])
+
+    def test_totals(self) -> None:
+        """The modules' figures added up; a module that did not pass is named."""
+        results: list[dict[str, Any]] = [
+            {"module": "a", "tests_run": 3, "tests_passed": 3, "failed_or_errored": 0, "skips": 0, "seconds": 50.5,
+             "ok": True},
+            {"module": "b", "tests_run": None, "tests_passed": None, "failed_or_errored": None, "skips": 0,
+             "seconds": 1.0, "ok": False}]
+        self.assertEqual(faults.totals(results), {"modules": 2, "tests_run": 3, "tests_passed": 3,
+                                                  "failed_or_errored": 0, "skips": 0, "modules_not_passed": ["b"],
+                                                  "seconds": 51.5})
+
+
+#: The end of schemathesis' output for a run with two failures (the parts that name them).
+SCHEMATHESIS_OUTPUT = """\
+=================================== FAILURES ===================================
+__________________________ PATCH /vm/{hostname}/tags ___________________________
+1. Test Case ID: iNNIDe
+
+- ST202 Schema-valid request rejected
+
+    Valid data should have been accepted
+
+2. Test Case ID: x0
+
+- ST202 Schema-valid request rejected
+- Server error
+
+________________________________ POST /secrets _________________________________
+1. Test Case ID: xBX1nS
+
+- ST202 Schema-valid request rejected
+
+=================================== WARNINGS ===================================
+
+  - DELETE /hostgroup/{name}/nodes/{node}
+
+=================================== SUMMARY ====================================
+
+Test cases:
+  2871 generated, 4 found 2 unique failures, 48 skipped
+"""
+
+
+class FuzzTests(SynchronousTestCase):
+    """What ``tests/fuzzing.py`` reads of schemathesis' output for ``bench/fuzz.py``."""
+
+    def test_failures(self) -> None:
+        """Each failed operation with its checks, from the FAILURES section only."""
+        self.assertEqual(fuzzing.failures(SCHEMATHESIS_OUTPUT), [
+            {"operation": "PATCH /vm/{hostname}/tags",
+             "checks": ["ST202 Schema-valid request rejected", "Server error"]},
+            {"operation": "POST /secrets", "checks": ["ST202 Schema-valid request rejected"]},
+        ])
+        self.assertEqual(fuzzing.failures("no failures\n"), [])
+
+    def test_counts(self) -> None:
+        """The cases and unique failures of schemathesis' summary."""
+        self.assertEqual(fuzzing._counts(SCHEMATHESIS_OUTPUT), {"cases": 2871, "failures": 2})
