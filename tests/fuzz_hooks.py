@@ -11,8 +11,10 @@ the parser refuses what it corrects (400) — the hooks only keep the fuzzer's
 - forward names its upstream by the ``X-Inlets-Upstream`` header or the
   ``upstream`` parameter: one of them;
 - cp upload with ``copy_semantics=cp-v1`` names ``source_name`` unless
-  ``copy_contents=true``, which applies to a directory only; and its ``path``
-  must not be a directory for a file (the guest's file system decides);
+  ``copy_contents=true``, which applies to a directory only; its
+  ``source_type`` matches its mode (a file is sent binary, a directory as a
+  tar); and its ``path`` must not be a directory for a file (the guest's file
+  system decides);
 - a create asks for no more CPUs, RAM, GPUs or PCI devices than its host
   group allows (``GET /hostgroup`` says what; the fuzzer's group: 1 vCPU);
 - node listings take ``tag`` or ``tag_prefix``, not both;
@@ -36,6 +38,16 @@ def _true(value: Any) -> bool:
     return str(value).lower() in ("true", "1")
 
 
+def _wire_mode(query: dict[str, Any], headers: dict[str, Any]) -> str:
+    """How the guest reads an upload's body (as vmservice/api/inputs/copies.py decides it), but ``recursive``."""
+    mode = str(query.get("mode") or "")
+    mode = {"cp-v1-binary": "binary", "cp-v1-tar": "tar"}.get(mode, mode)
+    if mode:
+        return mode
+    media = [value for name, value in headers.items() if name.lower() == "content-type"]
+    return "tar" if media and all(str(m).split(";")[0].strip().lower() == "application/x-tar" for m in media) else "binary"
+
+
 def _query(method: str, path: str, query: dict[str, Any], headers: dict[str, Any]) -> None:
     if (method, path) == ("POST", "/vm/{hostname}/exec"):
         query.pop("cwd", None)
@@ -46,7 +58,10 @@ def _query(method: str, path: str, query: dict[str, Any], headers: dict[str, Any
     if (method, path) == ("GET", "/vm/{hostname}/forward") and not query.get("upstream"):
         if not any(name.lower() == "x-inlets-upstream" for name in headers):
             query["upstream"] = "127.0.0.1:8000"
-    if (method, path) == ("POST", "/vm/{hostname}/cp") and query.get("copy_semantics") == "cp-v1":
+    cp_v1 = query.get("copy_semantics") == "cp-v1" or str(query.get("mode", "")).startswith("cp-v1-")
+    if (method, path) == ("POST", "/vm/{hostname}/cp") and cp_v1:
+        if query.get("source_type") and query.get("mode") != "cp-v1-recursive":
+            query["source_type"] = "directory" if _wire_mode(query, headers) == "tar" else "file"
         if _true(query.get("copy_contents")) and query.get("source_type") != "directory":
             query.pop("copy_contents")
         if not _true(query.get("copy_contents")) and not query.get("source_name"):

@@ -151,6 +151,21 @@ class ContentTests(SynchronousTestCase):
         self.assertEqual(set(content), {"application/x-ndjson", "application/json"})
         self.assertEqual(content["application/json"]["schema"], {"type": "object"})
 
+    def test_bodies_required_where_a_field_is(self) -> None:
+        """
+        A body that needs a field (or one of several) must be sent; one whose
+        fields all have defaults may be left out (a create).
+        """
+        required = {
+            (path, method): operation["requestBody"]["required"]
+            for path, item in self.document["paths"].items()
+            for method, operation in item.items() if "requestBody" in operation
+        }
+        self.assertTrue(required[("/vm/{hostname}/tags", "patch")])
+        self.assertTrue(required[("/secrets", "post")])
+        self.assertTrue(required[("/vm/{hostname}/fs/mkdir", "post")])
+        self.assertFalse(required[("/hostgroup/{name}/nodes", "post")])
+
     def test_optional_fields_may_be_null(self) -> None:
         """An optional field the parser takes null for (a secret's gid) allows null; a required one does not."""
         schemas = self.document["components"]["schemas"]

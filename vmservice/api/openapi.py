@@ -108,7 +108,7 @@ def _operation(route: Route, method: str, components: dict[str, Any]) -> dict[st
     if route.body is not None and method == route.method:
         body_name = model_schema(route.body, components)
         operation["requestBody"] = {
-            "required": False,
+            "required": _needs_fields(components[body_name]),
             "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{body_name}"}}},
         }
     responses: dict[str, Any] = {}
@@ -147,6 +147,17 @@ SSE_EVENT: dict[str, Any] = {
     },
     "required": ["data"],
 }
+
+
+def _needs_fields(schema: dict[str, Any]) -> bool:
+    """
+    Whether a body of ``schema`` must be sent: it requires a field (or each
+    of its alternatives does); else no body means every field's default.
+    """
+    alternatives = schema.get("anyOf")
+    if alternatives:
+        return all(_needs_fields(alternative) for alternative in alternatives)
+    return bool(schema.get("required"))
 
 
 def _unmodelled(media: str) -> dict[str, Any]:
