@@ -118,14 +118,18 @@ class ShellHandlerTests(GuestSessionMixin, SynchronousTestCase):
         self.assertEqual(self.frames[0][0], REJECTED)
 
     def test_reset_hangs_up(self) -> None:
-        """A reset sends SIGHUP to the session (a trap sees it) and nothing is left running."""
+        """A reset sends SIGHUP to every process of the session (a job's trap sees it); nothing is left running."""
         stream_id = self.open()
         self.pump(stream_id, lambda: bool(self.frames))
         pid = self.frames[0][1]["pid"]
         marker = f"/tmp/shell-hup-{os.getpid()}-{pid}"
         self.addCleanup(lambda: os.path.exists(marker) and os.unlink(marker))
-        self.type(stream_id, f"trap 'echo hup > {marker}; exit' HUP; sleep 1000 & echo BG=$!\r".encode())
-        self.pump(stream_id, lambda: re.search(rb"BG=(\d+)\r\n", self.output()) is not None)
+        # The trap is a background job's (a shell running commands: it runs its traps between them); an
+        # interactive bash waiting in readline runs its own only once a line is read or the terminal ends.
+        self.type(stream_id, f"sh -c 'trap \"echo hup > {marker}; exit\" HUP; echo TRAPPED; "
+                             f"while :; do sleep 0.1; done' & echo BG=$!\r".encode())
+        self.pump(stream_id, lambda: re.search(rb"BG=(\d+)\r\n", self.output()) is not None
+                  and b"TRAPPED\r\n" in self.output())
         found = re.search(rb"BG=(\d+)\r\n", self.output())
         assert found is not None
         background = int(found.group(1))
