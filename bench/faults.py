@@ -25,7 +25,6 @@ import argparse
 import glob
 import os
 import re
-import subprocess
 import sys
 import time
 from typing import Any
@@ -34,6 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from tests.integration.daemon import ensure_image  # noqa: E402
+from bench.child_output import run_teed  # noqa: E402
 from bench.recording import begin, write_result  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "bench", "results", "faults.json")
@@ -127,17 +127,9 @@ def parse(module: str, output: str) -> dict[str, Any]:
 def run_module(module: str) -> dict[str, Any]:
     """Run ``module`` with trial (its output shown as it comes) and say how it went."""
     started = time.monotonic()
-    process = subprocess.Popen(TRIAL + [module], cwd=ROOT, stdout=subprocess.PIPE)
-    assert process.stdout is not None
-    lines = []
-    for raw in process.stdout:
-        line = raw.decode(errors="replace")
-        lines.append(line)
-        sys.stdout.write(line)
-        sys.stdout.flush()
-    status = process.wait()
+    status, output = run_teed(TRIAL + [module], cwd=ROOT)
     seconds = time.monotonic() - started
-    result = {"module": module, **parse(module, "".join(lines)), "trial_exit": status,
+    result = {"module": module, **parse(module, output), "trial_exit": status,
               "seconds": round(seconds, 1)}
     # What trial did not sum up (it crashed, or could not start) is a failure, not nothing.
     result["ok"] = status == 0 and result["trial_status"] == "PASSED" and result["failed_or_errored"] == 0

@@ -31,6 +31,7 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from bench.child_output import run_teed  # noqa: E402
 from tests.integration.daemon import Daemon, ensure_image, processes_under  # noqa: E402
 
 TOKEN = "fuzz-token-0123456789abcdef"
@@ -65,15 +66,7 @@ def _schemathesis(daemon: Daemon, args: argparse.Namespace) -> tuple[int, str]:
         command += ["--max-time", str(args.max_time)]
     env = dict(os.environ, SCHEMATHESIS_HOOKS="tests.fuzz_hooks",
                PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
-    process = subprocess.Popen(command, cwd=daemon.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    assert process.stdout is not None
-    lines = []
-    for raw in process.stdout:
-        line = raw.decode(errors="replace")
-        lines.append(line)
-        sys.stdout.write(line)
-        sys.stdout.flush()
-    return process.wait(), "".join(lines)
+    return run_teed(command, cwd=daemon.root, env=env, stderr=subprocess.STDOUT)
 
 
 def _counts(output: str) -> dict[str, int]:
