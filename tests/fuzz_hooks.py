@@ -120,3 +120,4 @@ def before_call(ctx: Any, case: Any, **kwargs: Any) -> None:
         recursive = case.query.get("mode") == "cp-v1-recursive" and case.query.get("source_type")
         if (case.query.get("source_type") == "directory") if recursive else _wire_mode(case.query, headers) == "tar":
             case.body = TAR
+            case.media_type = "application/octet-stream"  # a case made without a body has none
