@@ -77,4 +77,22 @@ def temporary_name(name: str) -> str:
     return f".{name[:200]}.{secrets.token_hex(8)}.tmp"
 
 
-__all__ = ["TEMPORARY", "commit", "fsync_path", "temporary_name", "write_atomic"]
+def remove_temporaries(directory: str, also: "re.Pattern[str] | None" = None) -> None:
+    """
+    Remove the temporary files of atomic writes a crash left in
+    ``directory`` (never renamed into place: the old file is whole beside
+    them), and names ``also`` matches; a missing directory has none.
+    """
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for name in names:
+        if TEMPORARY.match(name) or (also is not None and also.match(name)):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except FileNotFoundError:
+                pass
+
+
+__all__ = ["TEMPORARY", "commit", "fsync_path", "remove_temporaries", "temporary_name", "write_atomic"]

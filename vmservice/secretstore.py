@@ -40,7 +40,7 @@ from attrs import field, frozen
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from .durable import TEMPORARY, write_atomic
+from .durable import remove_temporaries, write_atomic
 from .errors import BadRequest, Conflict, Internal, NotFound, ServiceError, StateDirFull, no_room
 from .nodes.model import SECRET_NAME_PATTERN
 
@@ -204,10 +204,8 @@ class SecretStore:
         self._subscribers: list[Callable[[str], None]] = []
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         os.chmod(self.directory, 0o700)
-        for entry in os.listdir(self.directory):
-            if TEMPORARY.match(entry) or _OLD_TEMPORARY.match(entry):
-                # Left by a crash during a write: it may hold content; it is no secret.
-                os.unlink(os.path.join(self.directory, entry))
+        # Left by a crash during a write: it may hold content; it is no secret.
+        remove_temporaries(self.directory, also=_OLD_TEMPORARY)
 
     # -- reading -----------------------------------------------------------
 

@@ -92,9 +92,9 @@ async def drive(what: str, hostname: str, action: "Deferred[_T]", machine: IMach
     try:
         return await action
     except HypervisorError as error:
-        if machine is not None and machine.ended.called:
-            raise Conflict(f"node {hostname!r} is not running (its VM ended)", code="not_running") from error
-        raise Internal(f"{what} of node {hostname!r} failed: {error}", code=f"{what}_failed") from error
+        if machine is None:
+            raise Internal(f"{what} of node {hostname!r} failed: {error}", code=f"{what}_failed") from error
+        raise failure_of(what, hostname, machine, error) from error
 
 
 def ended(machine: IMachine) -> MachineExit | None:

@@ -24,7 +24,7 @@ import cattrs
 
 from twisted.logger import Logger
 
-from ..durable import TEMPORARY, write_atomic
+from ..durable import remove_temporaries, write_atomic
 from .model import NodeRecord, Status
 
 log = Logger()
@@ -52,7 +52,7 @@ class NodeStore:
         self._counters = os.path.join(state_dir, "counters")
         os.makedirs(self._nodes, mode=0o700, exist_ok=True)
         os.makedirs(self._counters, mode=0o700, exist_ok=True)
-        _remove_temporary(self._counters)
+        remove_temporaries(self._counters)
 
     @property
     def nodes_dir(self) -> str:
@@ -105,7 +105,7 @@ class NodeStore:
         for name in sorted(os.listdir(self._nodes)):
             if name.startswith("."):
                 continue
-            _remove_temporary(os.path.join(self._nodes, name))
+            remove_temporaries(os.path.join(self._nodes, name))
             path = os.path.join(self._nodes, name, "node.json")
             if not os.path.exists(path):
                 strays.append(name)
@@ -155,24 +155,6 @@ class NodeStore:
         index = last + 1
         write_atomic(path, f"{index}\n".encode())
         return index
-
-
-def _remove_temporary(directory: str) -> None:
-    """
-    Remove the temporary files of atomic writes a crash left in
-    ``directory`` (a record or counter never renamed into place: the old one
-    is whole beside it).
-    """
-    try:
-        names = os.listdir(directory)
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    for name in names:
-        if TEMPORARY.match(name):
-            try:
-                os.unlink(os.path.join(directory, name))
-            except FileNotFoundError:
-                pass
 
 
 __all__ = ["NodeStore", "StateDirectoryInUse", "Status"]
