@@ -17,8 +17,10 @@ from twisted.trial.unittest import SynchronousTestCase
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: The packages held to the size limits.
-SIZED_PACKAGES = ("vmservice/nodes", "vmservice/agent", "vmservice/api")
+#: The packages held to the size limits: all of the daemon, its guest agent, its client and its plugin.
+SIZED_PACKAGES = ("vmservice", "twisted/plugins")
+#: The packages whose every module docs/architecture.md names.
+MAPPED_PACKAGES = ("vmservice/nodes", "vmservice/agent", "vmservice/api")
 #: The most lines a module of those packages may have.
 MAX_MODULE_LINES = 400
 #: The most lines (``def`` to its last line) a function of those packages may have.
@@ -27,11 +29,44 @@ MAX_FUNCTION_LINES = 60
 #: Functions over the limit for now, as (module path, function name).  Each is
 #: a debt to pay, not a licence: shorten it and take it off this list (the test
 #: fails while a listed function is within the limit, so the list cannot go stale).
-OVER_LIMIT_FOR_NOW: set[tuple[str, str]] = set()
+OVER_LIMIT_FOR_NOW: set[tuple[str, str]] = {
+    ("vmservice/cli/copying.py", "_upload"),
+    ("vmservice/cli/main.py", "build_parser"),
+    ("vmservice/client.py", "_send"),
+    ("vmservice/client.py", "exec"),
+    ("vmservice/client.py", "watch"),
+    ("vmservice/guest/copying.py", "download"),
+    ("vmservice/guest/copying.py", "upload_tar_v1"),
+    ("vmservice/hypervisors/qemu.py", "probe_accel"),
+    ("vmservice/images/build.py", "_build"),
+    ("vmservice/images/imported.py", "_assemble"),
+    ("vmservice/metrics.py", "__init__"),
+    ("vmservice/service.py", "make_service"),
+}
 
 
 #: Modules over the limit for now, on the same terms as OVER_LIMIT_FOR_NOW.
-MODULES_OVER_LIMIT_FOR_NOW: set[str] = set()
+MODULES_OVER_LIMIT_FOR_NOW: set[str] = {
+    "vmservice/cli/copying.py",
+    "vmservice/cli/main.py",
+    "vmservice/cli/output.py",
+    "vmservice/client.py",
+    "vmservice/config.py",
+    "vmservice/errors.py",
+    "vmservice/guest/agent.py",
+    "vmservice/guest/background.py",
+    "vmservice/guest/bulkport.py",
+    "vmservice/guest/copying.py",
+    "vmservice/guest/execution.py",
+    "vmservice/guest/filesystem.py",
+    "vmservice/guest/identity.py",
+    "vmservice/guest/metrics.py",
+    "vmservice/guest/watching.py",
+    "vmservice/hypervisors/qemu.py",
+    "vmservice/images/oci.py",
+    "vmservice/secretstore.py",
+    "vmservice/wire/connection.py",
+}
 
 
 def _modules(packages: tuple[str, ...]) -> list[Path]:
@@ -51,11 +86,11 @@ def _functions(path: Path) -> list[tuple[str, int]]:
 class SizeTests(SynchronousTestCase):
     def test_packages_present(self) -> None:
         """The limits are checked on real files (a moved package would make the other tests vacuous)."""
-        for package in SIZED_PACKAGES:
-            self.assertGreater(len(_modules((package,))), 5, package)
+        self.assertGreater(len(_modules(("vmservice",))), 150)
+        self.assertEqual(len(_modules(("twisted/plugins",))), 1)
 
     def test_modules(self) -> None:
-        """No module of nodes/, agent/ or api/ is over 400 lines, but those listed for now."""
+        """No module of vmservice/ or twisted/plugins/ is over 400 lines, but those listed for now."""
         over = {
             str(path.relative_to(ROOT)): lines
             for path in _modules(SIZED_PACKAGES)
@@ -64,7 +99,7 @@ class SizeTests(SynchronousTestCase):
         self.assertEqual(set(over), MODULES_OVER_LIMIT_FOR_NOW, over)
 
     def test_functions(self) -> None:
-        """No function of nodes/, agent/ or api/ is over 60 lines, but those listed for now."""
+        """No function of vmservice/ or twisted/plugins/ is over 60 lines, but those listed for now."""
         over = {
             (str(path.relative_to(ROOT)), name): lines
             for path in _modules(SIZED_PACKAGES)
@@ -110,7 +145,7 @@ class ArchitectureTests(SynchronousTestCase):
         doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
         missing = [
             str(path.relative_to(ROOT))
-            for path in _modules(SIZED_PACKAGES)
+            for path in _modules(MAPPED_PACKAGES)
             if path.name != "__init__.py" and not re.search(r"(?<![\w/])" + re.escape(path.name), doc)
         ]
         self.assertEqual(missing, [])
@@ -199,3 +234,181 @@ class HarnessTests(SynchronousTestCase):
             "tests/a/b.py:6 tests.a.test_g",
         ])
 
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """
+    The modules of ``modules`` that ``path`` imports: every import statement
+    counted, those under ``if TYPE_CHECKING:`` and inside functions too (a
+    type in the wrong module is still an arrow), each resolved to the deepest
+    module that exists (``from a import b`` names ``a.b`` when it is a module).
+    """
+    module = _module_name(path, ROOT)
+    package = module if path.name == "__init__.py" else module[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[:len(package) - node.level + 1] if node.level else ())
+            target = ".".join(filter(None, [base, node.module or ""]))
+            targets = [target] + [f"{target}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target:
+                found.add(target)
+    found.discard(".".join(module))
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """The import graph of vmservice/: each module's name to the names of the vmservice modules it imports."""
+    modules = {".".join(_module_name(path, ROOT)): path for path in _modules(("vmservice",))}
+    return {name: _imports(path, modules) for name, path in modules.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> set[tuple[str, ...]]:
+    """The import circles of ``graph`` (its strongly connected components of more than one module, sorted)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: set[tuple[str, ...]] = set()
+
+    def visit(name: str) -> None:
+        index[name] = low[name] = len(index)
+        stack.append(name)
+        for other in sorted(graph.get(name, ())):
+            if other not in index:
+                visit(other)
+                low[name] = min(low[name], low[other])
+            elif other in stack:
+                low[name] = min(low[name], index[other])
+        if low[name] == index[name]:
+            component = []
+            while True:
+                other = stack.pop()
+                component.append(other)
+                if other == name:
+                    break
+            if len(component) > 1:
+                found.add(tuple(sorted(component)))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return found
+
+
+#: The layers of vmservice/, lowest first: a module imports from its own
+#: layer and those below, never from one above.  Each layer is a list of
+#: module names, a name standing for itself and every module below it.
+LAYERS: list[tuple[str, ...]] = [
+    ("vmservice.__init__", "vmservice.version", "vmservice.wire", "vmservice.errors", "vmservice.private_files",
+     "vmservice.durable", "vmservice.structuring", "vmservice.durations", "vmservice.observer",
+     "vmservice.buffer_budget", "vmservice.devices", "vmservice._duplex", "vmservice.sshkeys"),
+    ("vmservice.guest", "vmservice.client", "vmservice.shell_session", "vmservice.tunneling"),
+    ("vmservice.config", "vmservice.hypervisors", "vmservice.storage", "vmservice.images", "vmservice.network",
+     "vmservice.auth", "vmservice.audit"),
+    ("vmservice.guestport",),
+    ("vmservice.agent",),
+    ("vmservice.nodes",),
+    ("vmservice.secretstore", "vmservice.codehost", "vmservice.metrics", "vmservice.nodestats_metrics"),
+    ("vmservice.api",),
+    ("vmservice.service", "vmservice.listening"),
+    ("vmservice.tap", "vmservice.cli"),
+]
+
+
+def layer_of(name: str) -> int:
+    """The index in LAYERS of the layer module ``name`` belongs to (the longest name that covers it)."""
+    name = "vmservice.__init__" if name == "vmservice" else name
+    covering = [
+        (len(prefix), number)
+        for number, layer in enumerate(LAYERS)
+        for prefix in layer
+        if name == prefix or name.startswith(prefix + ".")
+    ]
+    if not covering:
+        raise KeyError(f"{name} is in no layer of LAYERS")
+    return max(covering)[1]
+
+
+#: Import circles still to break, as sorted tuples of module names, on the
+#: terms of OVER_LIMIT_FOR_NOW (the test fails once one is gone, so it comes off).
+CIRCLES_FOR_NOW: set[tuple[str, ...]] = {
+    ("vmservice.api.shell", "vmservice.api.shell_bridge"),
+    ("vmservice.cli.main", "vmservice.cli.terminal"),
+    ("vmservice.client", "vmservice.shell_session", "vmservice.tunneling"),
+    ("vmservice.nodes.clone_disk", "vmservice.nodes.spare", "vmservice.nodes.templates"),
+    ("vmservice.nodes.fork_memory", "vmservice.nodes.runtime"),
+}
+
+#: Imports that run from a lower layer up, still to turn around, as
+#: (importer, imported) on the same terms.
+UPWARD_FOR_NOW: set[tuple[str, str]] = {
+    ("vmservice.agent.adoption", "vmservice.nodes.identity"),
+    ("vmservice.agent.background", "vmservice.nodes.background"),
+    ("vmservice.agent.bulkcopy", "vmservice.nodes.guest_files"),
+    ("vmservice.agent.client", "vmservice.nodes.guest"),
+    ("vmservice.agent.client", "vmservice.nodes.identity"),
+    ("vmservice.agent.copying", "vmservice.nodes.guest_files"),
+    ("vmservice.agent.execution", "vmservice.nodes.guest_exec"),
+    ("vmservice.agent.filesystem", "vmservice.nodes.guest_files"),
+    ("vmservice.agent.forwarding", "vmservice.nodes.guest_tunnel"),
+    ("vmservice.agent.guest", "vmservice.nodes.guest"),
+    ("vmservice.agent.guest", "vmservice.nodes.guest_exec"),
+    ("vmservice.agent.guest", "vmservice.nodes.guest_files"),
+    ("vmservice.agent.guest", "vmservice.nodes.guest_shell"),
+    ("vmservice.agent.guest", "vmservice.nodes.guest_tunnel"),
+    ("vmservice.agent.guest", "vmservice.nodes.guest_watch"),
+    ("vmservice.agent.provisioning", "vmservice.nodes.guest"),
+    ("vmservice.agent.shell", "vmservice.nodes.guest_shell"),
+    ("vmservice.agent.watching", "vmservice.nodes.guest_watch"),
+}
+
+
+#: Imports of the daemon's layers by the client side, on the same terms.
+CLIENT_TO_DAEMON_FOR_NOW: set[tuple[str, str]] = {("vmservice.cli.forwarding", "vmservice.nodes.guest_tunnel")}
+
+
+class ImportGraphTests(SynchronousTestCase):
+    def test_no_circles(self) -> None:
+        """No module of vmservice/ imports, directly or not, a module that imports it (but those listed for now)."""
+        self.assertEqual(circles(import_graph()), CIRCLES_FOR_NOW)
+
+    def test_layers(self) -> None:
+        """Every import of vmservice/ points to the importer's own layer or one below (but those listed for now)."""
+        graph = import_graph()
+        self.assertGreater(len(graph), 150)
+        upward = {(name, other) for name, imported in graph.items() for other in imported
+                  if layer_of(other) > layer_of(name)}
+        self.assertEqual(upward, UPWARD_FOR_NOW)
+
+    def test_client_side_apart(self) -> None:
+        """The CLI and the client reach the daemon over HTTP only: they import none of its node, agent or API layers."""
+        daemon = ("vmservice.guestport", "vmservice.agent", "vmservice.nodes", "vmservice.api", "vmservice.service")
+        client = ("vmservice.cli", "vmservice.client", "vmservice.shell_session", "vmservice.tunneling")
+        found = {(name, other) for name, imported in import_graph().items() for other in imported
+                 if name.startswith(client) and other.startswith(daemon)}
+        self.assertEqual(found, CLIENT_TO_DAEMON_FOR_NOW)
+
+    def test_every_module_layered(self) -> None:
+        """Every module of vmservice/ is in a layer (a new package must be placed)."""
+        for name in import_graph():
+            layer_of(name)
+
+    def test_circles_found(self) -> None:
+        """Circles of two and three modules are found, each once; a chain is none."""
+        graph = {"a": {"b"}, "b": {"a", "c"}, "c": {"d"}, "d": {"e"}, "e": {"c"}, "f": {"a"}}
+        self.assertEqual(circles(graph), {("a", "b"), ("c", "d", "e")})
+
+    def test_imports_resolved(self) -> None:
+        """Relative, nested and TYPE_CHECKING imports are resolved to the deepest module that exists."""
+        path = ROOT / "vmservice" / "nodes" / "fleet.py"
+        modules = {name: ROOT for name in ("vmservice.nodes.model", "vmservice.nodes", "vmservice.errors")}
+        found = _imports(path, modules)
+        self.assertIn("vmservice.nodes.model", found)
+        self.assertIn("vmservice.errors", found)
