@@ -26,13 +26,12 @@ from vmservice.client import (
     FdBodyProducer,
     NdjsonDecoder,
     SseDecoder,
-    _params,
-    _path,
     body_producer,
     decode_exec_record,
     is_unix_socket,
     socket_path,
 )
+from vmservice.client.requests import _params, _path
 
 
 class PureTests(SynchronousTestCase):

@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.cli.test_forwarding -*-
 """
 ``vmctl forward``'s SPEC grammar and its proxy (:mod:`vmservice.cli.forwarding`),
-and the client's tunnel endpoint (:mod:`vmservice.tunneling`) over in-memory
+and the client's tunnel endpoint (:mod:`vmservice.client.tunnel`) over in-memory
 connections.
 """
 
@@ -19,7 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.cli.forwarding import ForwardProxy, ForwardSpec, listen, parse_spec
 from vmservice.nodes.guest_tunnel import ForwardRequest
-from vmservice.tunneling import TunnelEndpoint, TunnelRefused, request_head
+from vmservice.client.tunnel import TunnelEndpoint, TunnelRefused, request_head
 
 
 class SpecTests(SynchronousTestCase):

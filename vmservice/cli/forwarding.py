@@ -2,7 +2,7 @@
 """
 ``vmctl forward NODE SPEC...``: a native Twisted TCP (or UNIX socket) proxy
 whose every accepted connection opens one tunnel through the daemon's plain
-byte pipe (:class:`~vmservice.tunneling.TunnelEndpoint`) and is joined to
+byte pipe (:class:`~vmservice.client.tunnel.TunnelEndpoint`) and is joined to
 it producer-to-consumer both ways, the pattern of
 ``twisted.protocols.portforward``: each side's transport is the other's
 registered push producer, so a slow reader on either end pauses the other.
@@ -24,7 +24,7 @@ from twisted.python.failure import Failure
 
 from ..client import IClientReactor
 from ..nodes.guest_tunnel import ForwardRequest
-from ..tunneling import TunnelEndpoint, TunnelRefused
+from ..client.tunnel import TunnelEndpoint, TunnelRefused
 
 #: The local address when a SPEC names none.
 DEFAULT_LOCAL_ADDRESS = "127.0.0.1"

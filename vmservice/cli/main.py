@@ -46,6 +46,7 @@ from ..client import (
     Client,
     ConnectFailed,
     ExecInterrupted,
+    ExecOptions,
     ExecRecord,
     IClientReactor,
     WatchInterrupted,
@@ -985,18 +986,8 @@ async def _exec(client: Client, options: argparse.Namespace, context: _Context) 
 
     cmd, *args = options.words
     last = await client.exec(
-        options.hostname,
-        cmd,
-        args,
-        on_record=on_record,
-        env=options.env,
-        uid=options.uid,
-        gid=options.gid,
-        cwd=options.cwd,
-        shell=options.shell,
-        permissions=options.umask,
+        options.hostname, cmd, args, _exec_options(options), on_record=on_record,
         stdin=context.stdin if options.stdin else None,
-        stdio="base64",
     )
     if last.type == "error":
         context.err.write(f"vmctl: {last.error or 'the command could not be started'}\n")
@@ -1008,11 +999,18 @@ async def _exec_background(client: Client, options: argparse.Namespace, context:
         raise _Failed("--stdin cannot be used with --background")
     cmd, *args = options.words
     started = await client.exec_background(
-        options.hostname, cmd, args, env=options.env, uid=options.uid, gid=options.gid, cwd=options.cwd,
-        shell=options.shell, permissions=options.umask, ring_bytes=options.ring_bytes,
+        options.hostname, cmd, args, _exec_options(options), ring_bytes=options.ring_bytes
     )
     context.out.write(f"{started['exec_id']}\n")
     return 0
+
+
+def _exec_options(options: argparse.Namespace) -> ExecOptions:
+    """How ``vmctl exec`` runs its command, from its options."""
+    return ExecOptions(
+        env=options.env, uid=options.uid, gid=options.gid, cwd=options.cwd, shell=options.shell,
+        permissions=options.umask, stdio="base64",
+    )
 
 
 async def _cp(client: Client, options: argparse.Namespace, context: _Context) -> int:

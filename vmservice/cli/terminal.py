@@ -23,8 +23,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Optional, TextIO
 
 from twisted.internet.task import LoopingCall
 
-from ..client import Client, FdReader
-from ..shell_session import ShellError, ShellSession
+from ..client import Client, FdReader, ShellError, ShellSession
 
 if TYPE_CHECKING:
     from .main import IVmctlReactor
