@@ -366,7 +366,7 @@ UPWARD_FOR_NOW: set[tuple[str, str]] = {
 
 
 #: Imports of the daemon's layers by the client side, on the same terms.
-CLIENT_TO_DAEMON_FOR_NOW: set[tuple[str, str]] = {("vmservice.cli.forwarding", "vmservice.nodes.guest_tunnel")}
+CLIENT_TO_DAEMON_FOR_NOW: set[tuple[str, str]] = set()
 
 
 class ImportGraphTests(SynchronousTestCase):

@@ -23,8 +23,8 @@ from twisted.internet.protocol import Factory, Protocol, ServerFactory
 from twisted.python.failure import Failure
 
 from ..client import IClientReactor
-from ..nodes.guest_tunnel import ForwardRequest
 from ..client.tunnel import TunnelEndpoint, TunnelRefused
+from ..client.upstream import Upstream
 
 #: The local address when a SPEC names none.
 DEFAULT_LOCAL_ADDRESS = "127.0.0.1"
@@ -44,7 +44,7 @@ class ForwardSpec:
     local_unix: str
     local_address: str
     local_port: int
-    remote: ForwardRequest
+    remote: Upstream
 
     def describe_local(self) -> str:
         if self.local_unix:
@@ -70,7 +70,7 @@ def parse_spec(text: str) -> ForwardSpec:
         local, remote_text = parts[0], f"{parts[1]}:{parts[2]}"
         if remote_text.startswith("[") is False and parts[1].endswith("]"):
             raise ValueError(f"unbalanced brackets in {text!r}")
-    remote = ForwardRequest.parse(remote_text)
+    remote = Upstream.parse(remote_text)
     if local.startswith("unix:"):
         path = local[5:]
         if not path:
