@@ -31,7 +31,6 @@ MAX_FUNCTION_LINES = 60
 #: fails while a listed function is within the limit, so the list cannot go stale).
 OVER_LIMIT_FOR_NOW: set[tuple[str, str]] = {
     ("vmservice/cli/copying.py", "_upload"),
-    ("vmservice/cli/main.py", "build_parser"),
     ("vmservice/guest/copying.py", "download"),
     ("vmservice/guest/copying.py", "upload_tar_v1"),
     ("vmservice/hypervisors/qemu.py", "probe_accel"),
@@ -45,7 +44,6 @@ OVER_LIMIT_FOR_NOW: set[tuple[str, str]] = {
 #: Modules over the limit for now, on the same terms as OVER_LIMIT_FOR_NOW.
 MODULES_OVER_LIMIT_FOR_NOW: set[str] = {
     "vmservice/cli/copying.py",
-    "vmservice/cli/main.py",
     "vmservice/cli/output.py",
     "vmservice/config.py",
     "vmservice/errors.py",
@@ -336,7 +334,6 @@ def layer_of(name: str) -> int:
 #: terms of OVER_LIMIT_FOR_NOW (the test fails once one is gone, so it comes off).
 CIRCLES_FOR_NOW: set[tuple[str, ...]] = {
     ("vmservice.api.shell", "vmservice.api.shell_bridge"),
-    ("vmservice.cli.main", "vmservice.cli.terminal"),
     ("vmservice.nodes.clone_disk", "vmservice.nodes.spare", "vmservice.nodes.templates"),
     ("vmservice.nodes.fork_memory", "vmservice.nodes.runtime"),
 }

@@ -21,7 +21,11 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.cli import copying
 from vmservice.cli import main as cli
-from vmservice.cli.main import TagWords, _Failed, create_body, exit_status, parse_args, resolve_token, run, tag_words
+from vmservice.cli.context import Failed as _Failed
+from vmservice.cli.execs import exit_status
+from vmservice.cli.main import parse_args, resolve_token, run
+from vmservice.cli.nodes import create_body
+from vmservice.cli.tagging import TagWords, tag_words
 from vmservice.client import DEFAULT_URL, ExecRecord
 
 
