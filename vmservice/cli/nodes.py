@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from ..client import ApiError, Client
-from . import output
+from . import listings, output
 from .arguments import duration, positive_int, size
 from .commands import Command
 from .context import Context, Failed
@@ -23,7 +23,7 @@ __all__ = ["CREATE", "DELETE", "DESCRIBE", "GROUPS", "HEALTH", "INFO", "LIST", "
 async def _info(client: Client, options: argparse.Namespace, context: Context) -> int:
     out = context.out
     info = await client.info()
-    out.write(output.format_json(info) if options.json else output.format_info(info))
+    out.write(output.format_json(info) if options.json else listings.format_info(info))
     return 0
 
 
@@ -180,7 +180,7 @@ DELETE = Command("delete", "delete node HOSTNAME of GROUP", _delete_arguments, _
 
 async def _describe(client: Client, options: argparse.Namespace, context: Context) -> int:
     description = await client.describe(options.hostname)
-    context.out.write(output.format_json(description) if options.json else output.format_description(description))
+    context.out.write(output.format_json(description) if options.json else listings.format_description(description))
     return 0
 
 
@@ -206,7 +206,7 @@ async def _health(client: Client, options: argparse.Namespace, context: Context)
             raise
         out.write(f"{options.hostname}: unhealthy: {error.message}\n")
         return 1
-    out.write(output.format_json(health) if options.json else output.format_health(health))
+    out.write(output.format_json(health) if options.json else listings.format_health(health))
     return 0
 
 
