@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.cli.test_main -*-
+# -*- test-case-name: tests.cli.test_commands,tests.cli.test_main -*-
 """
 ``vmctl`` as a table of commands: each a :class:`Command` record (its name,
 its help, the function that adds its arguments, the function that runs it),

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_client,tests.integration.test_client -*-
+# -*- test-case-name: tests.client.test_facade,tests.integration.test_client -*-
 """
 The Python client of the vmservice HTTP API, built on treq.
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_client,tests.integration.test_client -*-
+# -*- test-case-name: tests.client.test_addresses,tests.integration.test_client -*-
 """
 Where a daemon is: the address rule every Slicer client follows (a UNIX
 socket or ``http://host:port``) and the agent endpoints it gives.

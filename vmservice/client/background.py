@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_client,tests.integration.test_client -*-
+# -*- test-case-name: tests.client.test_facade,tests.integration.test_client -*-
 """
 Background execs: list, describe, read the log of, signal, wait for and
 forget one (``/vm/{hostname}/exec/...``); starting one is in

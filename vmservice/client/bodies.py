@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_client,tests.integration.test_client -*-
+# -*- test-case-name: tests.client.test_bodies,tests.integration.test_client -*-
 """
 Request bodies that stream: a file read in chunks, a pipe, socket or
 terminal read as data arrives (:class:`FdBodyProducer`), and

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_client,tests.integration.test_client -*-
+# -*- test-case-name: tests.client.test_facade,tests.integration.test_client -*-
 """
 Copies in and out of a node (``/vm/{hostname}/cp``): uploads streamed from a
 file, a pipe or a producer, downloads handed to a ``write`` callback chunk by

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_client,tests.integration.test_client -*-
+# -*- test-case-name: tests.client.test_errors,tests.integration.test_client -*-
 """
 What the client raises: the daemon's refusals (:class:`ApiError`), a daemon
 out of reach (:class:`ConnectFailed`), and streams cut short

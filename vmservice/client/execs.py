@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_client,tests.integration.test_client -*-
+# -*- test-case-name: tests.client.test_execs,tests.integration.test_client -*-
 """
 Commands run in a node (``POST /vm/{hostname}/exec``): streamed
 (:meth:`ExecCalls.exec`, records handed on as they arrive, stdin streamed

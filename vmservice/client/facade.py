@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_client,tests.integration.test_client -*-
+# -*- test-case-name: tests.client.test_facade,tests.integration.test_client -*-
 """
 :class:`Client`, the whole HTTP API of one daemon in one object: the
 families of calls (:mod:`~vmservice.client.meta`,

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_client,tests.integration.test_client -*-
+# -*- test-case-name: tests.client.test_facade,tests.integration.test_client -*-
 """
 A node's file system (``/vm/{hostname}/fs/...``): list, stat, make and remove.
 """

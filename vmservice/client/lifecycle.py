@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_client,tests.integration.test_client -*-
+# -*- test-case-name: tests.client.test_facade,tests.integration.test_client -*-
 """
 A node's lifecycle: pause, resume, suspend, restore, relaunch, fork and shutdown.
 """

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_client,tests.integration.test_client -*-
+# -*- test-case-name: tests.client.test_facade,tests.integration.test_client -*-
 """
 Host groups and nodes: listings, statistics, create and delete, and
 one node's description, tags, console and health.

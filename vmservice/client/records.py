@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_client,tests.integration.test_client -*-
+# -*- test-case-name: tests.client.test_records,tests.integration.test_client -*-
 """
 The records of exec streams as the client hands them on: :class:`ExecRecord`
 (decoded by :func:`decode_exec_record` from the lines an

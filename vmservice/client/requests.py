@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_client,tests.integration.test_client -*-
+# -*- test-case-name: tests.client.test_requests,tests.integration.test_client -*-
 """
 The one way the client's requests are made: :class:`Requests` holds the
 connection pool and the agent (TCP or the daemon's UNIX socket), sends each

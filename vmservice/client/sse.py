@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_client,tests.integration.test_client -*-
+# -*- test-case-name: tests.client.test_sse,tests.integration.test_client -*-
 """
 Server-Sent Events as the client reads them: :class:`SseDecoder` (the
 events of a byte stream, whatever its chunking) and :func:`events_of`, a

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_client,tests.integration.test_client -*-
+# -*- test-case-name: tests.client.test_facade,tests.integration.test_client -*-
 """
 Event streams (Server-Sent Events) as asynchronous iterators: a node's
 file-system events (``GET /vm/{hostname}/fs/watch``) and the nodes'
