@@ -58,7 +58,8 @@ class InstallTests(SynchronousTestCase):
         install(parser.add_subparsers(dest="command"),
                 Command("go", "go somewhere", lambda sub: sub.add_argument("where"), _run))
         options = parser.parse_args(["go", "--url", "http://h:1", "home"])
-        self.assertEqual((options.where, options.url, options.handler, options.local), ("home", "http://h:1", _run, None))
+        self.assertEqual((options.where, options.url, options.handler, options.local),
+                         ("home", "http://h:1", _run, None))
         sub = _choices(parser)["go"]
         self.assertEqual(sub.description, "go somewhere")
         self.assertEqual(sub.format_usage(), "usage: t go [-h] [--url URL] [--token TOKEN] [--token-file PATH] where\n")

@@ -15,6 +15,7 @@ __all__ = ["duration", "env", "mode", "non_negative_int", "positive_float", "pos
 
 
 def positive_float(text: str) -> float:
+    """A number greater than 0 (and finite)."""
     try:
         value = float(text)
     except ValueError:
@@ -36,14 +37,17 @@ def _whole(text: str, low: int, high: int | None, bounds: str) -> int:
 
 
 def positive_int(text: str) -> int:
+    """A whole number from 1."""
     return _whole(text, 1, None, "must be positive")
 
 
 def non_negative_int(text: str) -> int:
+    """A whole number from 0."""
     return _whole(text, 0, None, "must not be negative")
 
 
 def size(text: str) -> int:
+    """A size such as ``512M`` or ``1G``, in bytes, greater than 0."""
     try:
         value = parse_size(text)
     except ValueError as error:
@@ -65,6 +69,7 @@ def duration(text: str) -> str:
 
 
 def uint32(text: str) -> int:
+    """A user or group id: a whole number from 0 to 2**32-1."""
     return _whole(text, 0, 0xFFFFFFFF, "must be 0 to 4294967295")
 
 
@@ -80,6 +85,7 @@ def mode(text: str) -> str:
 
 
 def env(text: str) -> str:
+    """An environment variable as ``KEY=VALUE`` (a name before the ``=``), kept as written."""
     name, equals, _ = text.partition("=")
     if not equals or not name:
         raise argparse.ArgumentTypeError(f"not KEY=VALUE: {text!r}")

@@ -158,6 +158,7 @@ async def _upload(
     gid: int | None,
     excludes: Excludes,
 ) -> None:
+    """Copy ``source`` here into ``destination`` in node ``host``: a directory as a tar, a file as itself."""
     name = os.path.basename(os.path.abspath(source))
     upload = functools.partial(client.upload, host, destination or "~/", uid=uid, gid=gid)
     if os.path.isdir(source):
@@ -299,6 +300,7 @@ class _TreeSink:
 async def _download(
     reactor: ICopyReactor, client: Client, host: str, source: str, destination: str, err: TextIO, excludes: Excludes
 ) -> None:
+    """Copy ``source`` in node ``host`` to ``destination`` here, a file or a tree as the headers say."""
     sinks: list[_FileSink | _TreeSink] = []
     contents = copy_contents(source)
 

@@ -18,6 +18,7 @@ __all__ = ["EVENTS", "WATCH"]
 
 
 async def _watch(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl watch``: print file-system events of a node, one line each, until the stream ends."""
     events = client.watch(
         options.hostname,
         options.paths,
@@ -62,6 +63,9 @@ WATCH = Command(
 
 
 async def _events(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl events``: print the nodes' lifecycle events the daemon holds, one line each; with --follow, then new
+    ones as they happen (until Ctrl-C).
+    """
     events = client.events(hostgroup=options.hostgroup, tag=options.tag, last_event_id=options.since,
                            follow=options.follow)
     async for event in events:

@@ -59,6 +59,7 @@ def exit_status(record: ExecRecord) -> int:
 
 
 async def _logs(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl logs``: print the tail of a node's serial console, or a background exec's output."""
     if options.exec_id is not None:
         return await _exec_logs(client, options, context)
     if options.follow or options.from_id is not None:
@@ -70,6 +71,7 @@ async def _logs(client: Client, options: argparse.Namespace, context: Context) -
 
 
 async def _exec_logs(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl logs HOST EXEC_ID``: a background exec's output, stdout here and stderr to stderr."""
     write_out, write_err = _binary_writer(context.out), _binary_writer(context.err)
 
     def on_record(record: ExecRecord) -> None:
@@ -104,6 +106,7 @@ LOGS = Command(
 
 
 async def _exec(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl exec``: run a command in a node; exit with its exit status."""
     if options.background:
         return await _exec_background(client, options, context)
     if options.ring_bytes is not None:
@@ -129,6 +132,7 @@ async def _exec(client: Client, options: argparse.Namespace, context: Context) -
 
 
 async def _exec_background(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl exec --background``: start the command and print its exec id."""
     if options.stdin:
         raise Failed("--stdin cannot be used with --background")
     cmd, *args = options.words
@@ -172,6 +176,7 @@ EXEC = Command("exec", "run a command in a node; exit with its exit status", _ex
 
 
 async def _ps(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl ps``: list a node's background execs."""
     execs = await client.background_execs(options.hostname)
     context.out.write(output.format_json(execs) if options.json
                       else output.format_table(output.EXEC_HEADERS, output.exec_rows(execs)))
@@ -188,6 +193,7 @@ PS = Command("ps", "list a node's background execs", _ps_arguments, _ps)
 
 
 async def _kill(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl kill``: signal a background exec (TERM, then KILL after the grace period)."""
     result = await client.kill_exec(options.hostname, options.exec_id, options.signal, options.grace_ms)
     sent = result.get("signal_sent")
     context.out.write(f"sent {sent} to {options.exec_id}\n" if sent else f"{options.exec_id} had already ended\n")

@@ -18,6 +18,9 @@ __all__ = ["CP", "FS"]
 
 
 async def _cp(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl cp``: copy a file or directory between here and a node (one side is HOST:PATH), placed like cp -r
+    (SRC/. for a directory's contents).
+    """
     try:
         await copying.copy(
             context.reactor, client, options.source, options.destination, context.err, options.uid, options.gid,
@@ -43,6 +46,7 @@ CP = Command("cp", "copy a file or directory between here and a node (one side i
 
 
 async def _fs_ls(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl fs ls``: list a directory in a node."""
     entries = await client.readdir(options.hostname, options.path)
     context.out.write(output.format_json(entries) if options.json
                       else output.format_table(output.FS_HEADERS, output.entry_rows(entries)))
@@ -50,17 +54,20 @@ async def _fs_ls(client: Client, options: argparse.Namespace, context: Context) 
 
 
 async def _fs_stat(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl fs stat``: describe a path in a node (a symlink is not followed)."""
     entry = await client.stat(options.hostname, options.path)
     context.out.write(output.format_json(entry) if options.json else output.format_entry(entry))
     return 0
 
 
 async def _fs_mkdir(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl fs mkdir``: make a directory in a node."""
     await client.mkdir(options.hostname, options.path, recursive=options.parents, mode=options.mode)
     return 0
 
 
 async def _fs_rm(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl fs rm``: remove a file or directory in a node."""
     await client.remove(options.hostname, options.path, recursive=options.recursive)
     return 0
 

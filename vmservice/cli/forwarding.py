@@ -205,6 +205,9 @@ __all__ = ["DEFAULT_LOCAL_ADDRESS", "FORWARD", "ForwardProxy", "ForwardSpec", "l
 
 
 async def _forward(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl forward``: forward local ports or UNIX sockets to ports or UNIX sockets in a node, through the
+    daemon (until Ctrl-C).
+    """
     try:
         specs = [parse_spec(text) for text in options.specs]
     except ValueError as error:

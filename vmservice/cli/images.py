@@ -19,6 +19,7 @@ __all__ = ["IMAGE"]
 
 
 async def _image_list(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl image list``: list the images the daemon can make nodes from."""
     out = context.out
     images = await client.images()
     out.write(output.format_json(images) if options.json

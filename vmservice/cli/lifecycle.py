@@ -26,21 +26,25 @@ def _write_reply(out: TextIO, text: str) -> None:
 
 
 async def _pause(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl pause``: pause a node's VM."""
     _write_reply(context.out, await client.pause(options.hostname))
     return 0
 
 
 async def _resume(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl resume``: resume a paused node."""
     _write_reply(context.out, await client.resume(options.hostname))
     return 0
 
 
 async def _suspend(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl suspend``: suspend a node until it is restored."""
     _write_reply(context.out, await client.suspend(options.hostname))
     return 0
 
 
 async def _restore(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl restore``: restore a suspended node."""
     _write_reply(context.out, await client.restore(options.hostname, wait=options.wait, timeout=options.timeout))
     return 0
 
@@ -81,6 +85,7 @@ RESTORE = Command("restore", "restore a suspended node", _restore_arguments, _re
 
 
 async def _fork(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl fork``: fork a running node into new nodes and print their hostnames."""
     children = await client.fork(options.hostname, options.count, tags=options.tags)
     text = output.format_json(children) if options.json else "".join(f"{child['hostname']}\n" for child in children)
     context.out.write(text)
@@ -99,6 +104,7 @@ FORK = Command("fork", "fork a running node into new nodes and print their hostn
 
 
 async def _relaunch(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl relaunch``: start a node's VM again and print its hostname."""
     out = context.out
     node = await client.relaunch(options.hostname, wait=options.wait, timeout=options.timeout)
     out.write(output.format_json(node) if options.json else f"{node.get('hostname') or options.hostname}\n")
@@ -118,6 +124,7 @@ RELAUNCH = Command("relaunch", "start a node's VM again and print its hostname",
 
 
 async def _shutdown(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl shutdown`` and ``vmctl reboot``: power a node's guest off."""
     _write_reply(context.out, await client.shutdown(options.hostname, options.action))
     return 0
 

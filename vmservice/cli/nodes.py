@@ -21,6 +21,7 @@ __all__ = ["CREATE", "DELETE", "DESCRIBE", "GROUPS", "HEALTH", "INFO", "LIST", "
 
 
 async def _info(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl info``: show the daemon's version."""
     out = context.out
     info = await client.info()
     out.write(output.format_json(info) if options.json else listings.format_info(info))
@@ -36,6 +37,7 @@ INFO = Command("info", "show the daemon's version", _info_arguments, _info)
 
 
 async def _groups(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl groups``: list the host groups."""
     out = context.out
     groups = await client.hostgroups()
     out.write(output.format_json(groups) if options.json
@@ -52,6 +54,7 @@ GROUPS = Command("groups", "list the host groups", _groups_arguments, _groups)
 
 
 async def _list(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl list``: list nodes, of all groups or of GROUP."""
     out = context.out
     nodes = await client.nodes(options.group, tag=options.tag, tag_prefix=options.tag_prefix)
     out.write(output.format_json(nodes) if options.json
@@ -118,6 +121,7 @@ def _read_text(path: str) -> str:
 
 
 async def _create(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl create``: create a node in GROUP and print its hostname."""
     out = context.out
     node = await client.create_node(options.group, create_body(options), wait=options.wait, timeout=options.timeout)
     out.write(output.format_json(node) if options.json else f"{node['hostname']}\n")
@@ -161,6 +165,7 @@ CREATE = Command("create", "create a node in GROUP and print its hostname", _cre
 
 
 async def _delete(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl delete``: delete node HOSTNAME of GROUP."""
     out = context.out
     result = await client.delete_node(options.group, options.hostname)
     out.write(f"{result.get('message') or 'deleted ' + options.hostname}\n")
@@ -179,6 +184,7 @@ DELETE = Command("delete", "delete node HOSTNAME of GROUP", _delete_arguments, _
 
 
 async def _describe(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl describe``: describe a node: its resources, storage, image, network and state."""
     description = await client.describe(options.hostname)
     context.out.write(output.format_json(description) if options.json else listings.format_description(description))
     return 0
@@ -196,6 +202,7 @@ DESCRIBE = Command(
 
 
 async def _health(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl health``: ask a node's guest agent; exit 0 if it answers, 1 otherwise."""
     out = context.out
     try:
         health = await client.health(options.hostname)

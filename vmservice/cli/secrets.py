@@ -48,6 +48,7 @@ def _secret_content(options: argparse.Namespace, context: Context) -> bytes:
 
 
 async def _secret_list(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl secret list``: list the secrets (metadata only)."""
     secrets = await client.secrets()
     context.out.write(output.format_json(secrets) if options.json
                       else output.format_table(output.SECRET_HEADERS, output.secret_rows(secrets)))
@@ -55,12 +56,16 @@ async def _secret_list(client: Client, options: argparse.Namespace, context: Con
 
 
 async def _secret_create(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl secret create``: store a new secret NAME, read from --file or standard input."""
     data = _secret_content(options, context)
     await client.create_secret(options.name, data, permissions=options.mode, uid=options.uid, gid=options.gid)
     return 0
 
 
 async def _secret_update(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl secret update``: change secret NAME: its content (--file, or standard input when no other option is
+    given) and/or its mode and owner; running nodes get it at once.
+    """
     attributes = (options.mode, options.uid, options.gid)
     content = options.file is not None or all(value is None for value in attributes)
     data = _secret_content(options, context) if content else None
@@ -69,6 +74,7 @@ async def _secret_update(client: Client, options: argparse.Namespace, context: C
 
 
 async def _secret_rm(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl secret rm``: delete secret NAME; running nodes that hold it lose its file."""
     await client.delete_secret(options.name)
     return 0
 

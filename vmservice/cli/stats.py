@@ -25,6 +25,7 @@ __all__ = ["STATS", "TOP"]
 
 
 async def _stats(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl stats``: show the statistics of every node's guest, or of NODE."""
     stats = [await client.node_stats(options.hostname)] if options.hostname else await client.stats()
     if options.json:
         context.out.write(output.format_json(stats[0] if options.hostname else stats))
@@ -52,6 +53,7 @@ def _quit_pressed(fd: int) -> bool:
 
 
 async def _top(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl top``: show the nodes' statistics, busiest first, refreshed every few seconds (q quits)."""
     out = context.out
     keys = context.stdin.fileno() if context.stdin is not None and context.stdin.isatty() else None
     saved = termios.tcgetattr(keys) if keys is not None else None

@@ -123,6 +123,7 @@ def take_tag_edits(argv: list[str]) -> tuple[list[str], list[str] | None]:
 
 
 async def _tag(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl tag``: show or change a node's tags: +TAG adds, -TAG removes, =TAG... replaces all."""
     edits: TagWords = options.edits
     if edits.changes:
         tags = await client.set_tags(options.hostname, add=edits.add or None, remove=edits.remove or None,

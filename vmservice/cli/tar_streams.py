@@ -94,6 +94,7 @@ def unpack_into(fd: int, destination: str) -> None:
 
 
 def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (a pipe's write end), however many writes it takes."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]

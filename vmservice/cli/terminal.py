@@ -110,6 +110,7 @@ async def shell_command(client: Client, options: argparse.Namespace, reactor: IV
 
 
 async def _shell(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl shell``: an interactive shell in a node, on this terminal (exits 0 when it ends)."""
     return await shell_command(client, options, context.reactor, context.out, context.err, context.stdin)
 
 
