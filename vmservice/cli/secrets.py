@@ -11,6 +11,7 @@ import os
 from typing import Callable
 
 from ..client import Client
+from ..client.secrets import MAX_SECRET_SIZE
 from . import output
 from .arguments import mode, uint32
 from .commands import Command, CommandGroup
@@ -26,8 +27,6 @@ def _secret_content(options: argparse.Namespace, context: Context) -> bytes:
 
     :raise Failed: it cannot be read, or it is larger than a secret may be.
     """
-    from ..secretstore import MAX_SECRET_SIZE
-
     path = options.file
     try:
         if path is None or path == "-":

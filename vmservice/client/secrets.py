@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.client.test_facade,tests.integration.test_client -*-
+# -*- test-case-name: tests.client.test_secrets,tests.integration.test_client -*-
 """
 The daemon's secrets (``/secrets``): metadata listed, content only sent.
 """
@@ -10,7 +10,10 @@ from typing import Any
 
 from .requests import Requests, _octal, _path
 
-__all__ = ["SecretCalls"]
+__all__ = ["MAX_SECRET_SIZE", "SecretCalls"]
+
+#: The most bytes a secret may hold (the daemon refuses more, 400): read no further than this and one.
+MAX_SECRET_SIZE = 1 << 20
 
 
 def _secret_attributes(permissions: int | str | None, uid: int | None, gid: int | None) -> dict[str, Any]:
