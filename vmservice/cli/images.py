@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.cli.test_main,tests.integration.cli.test_main -*-
+# -*- test-case-name: tests.cli.test_images,tests.cli.test_main -*-
 """
 ``vmctl image``: building and importing guest images on this machine (no
 daemon involved; the builders imported only when used), and listing the

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.cli.test_main,tests.integration.cli.test_main -*-
+# -*- test-case-name: tests.cli.test_secrets,tests.integration.cli.test_main -*-
 """
 ``vmctl secret``: the daemon's secrets store, the content read from a file
 or standard input, never from the command line.

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.cli.test_main,tests.integration.cli.test_main -*-
+# -*- test-case-name: tests.cli.test_tagging,tests.integration.cli.test_main -*-
 """
 ``vmctl tag HOST [+TAG|-TAG|=TAG]...``: the edits' grammar (:func:`tag_words`),
 taken out of the command line before argparse reads it (:func:`take_tag_edits`:
