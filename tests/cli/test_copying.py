@@ -24,15 +24,13 @@ from tests.cli.trees import make_tree
 from vmservice.cli.copying import (
     CopyFailed,
     Location,
-    Progress,
     copy_contents,
     directory_destination,
     file_destination,
-    pack_directory,
     parse_location,
-    unpack_into,
-    unpacked_size,
 )
+from vmservice.cli.progress import Progress
+from vmservice.cli.tar_streams import pack_directory, unpack_into, unpacked_size
 from vmservice.wire.excludes import Excludes
 
 

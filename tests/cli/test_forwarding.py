@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.cli.test_forwarding -*-
 """
 ``vmctl forward``'s SPEC grammar and its proxy (:mod:`vmservice.cli.forwarding`),
-and the client's tunnel endpoint (:mod:`vmservice.tunneling`) over in-memory
+and the client's tunnel endpoint (:mod:`vmservice.client.tunnel`) over in-memory
 connections.
 """
 
@@ -18,27 +18,53 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.cli.forwarding import ForwardProxy, ForwardSpec, listen, parse_spec
+from vmservice.client.tunnel import TunnelEndpoint, TunnelRefused, request_head
+from vmservice.client.upstream import MAX_UNIX_SOCKET_PATH, Upstream
+from vmservice.nodes.guest_tunnel import MAX_UNIX_SOCKET_PATH as GUEST_MAX_UNIX_SOCKET_PATH
 from vmservice.nodes.guest_tunnel import ForwardRequest
-from vmservice.tunneling import TunnelEndpoint, TunnelRefused, request_head
 
 
 class SpecTests(SynchronousTestCase):
     def test_forms(self) -> None:
         """Ports, addresses, brackets and unix: on either side."""
-        tcp = ForwardRequest(host="127.0.0.1", port=80)
+        tcp = Upstream(host="127.0.0.1", port=80)
         self.assertEqual(parse_spec("8080:127.0.0.1:80"), ForwardSpec("", "127.0.0.1", 8080, tcp))
         self.assertEqual(parse_spec("0.0.0.0:8080:127.0.0.1:80"), ForwardSpec("", "0.0.0.0", 8080, tcp))
         self.assertEqual(parse_spec("[::1]:8080:localhost:80"),
-                         ForwardSpec("", "::1", 8080, ForwardRequest(host="localhost", port=80)))
+                         ForwardSpec("", "::1", 8080, Upstream(host="localhost", port=80)))
         self.assertEqual(parse_spec("8080:unix:/run/a.sock"),
-                         ForwardSpec("", "127.0.0.1", 8080, ForwardRequest(unix="/run/a.sock")))
+                         ForwardSpec("", "127.0.0.1", 8080, Upstream(unix="/run/a.sock")))
         self.assertEqual(parse_spec("unix:/tmp/l.sock:unix:/run/a.sock"),
-                         ForwardSpec("/tmp/l.sock", "", 0, ForwardRequest(unix="/run/a.sock")))
+                         ForwardSpec("/tmp/l.sock", "", 0, Upstream(unix="/run/a.sock")))
         self.assertEqual(parse_spec("unix:/tmp/l.sock:127.0.0.1:80"), ForwardSpec("/tmp/l.sock", "", 0, tcp))
 
     def test_bad(self) -> None:
         for bad in ("", "80", "80:host", "x:127.0.0.1:80", "70000:h:80", "8080:h:0", "unix::h:80", ":h:80"):
             self.assertRaises(ValueError, parse_spec, bad)
+
+    def test_upstream_as_the_daemon_reads_it(self) -> None:
+        """
+        The client reads an upstream as the daemon does (its own copy of the
+        rule, the CLI sharing nothing with the daemon's layers): the same
+        record or the same refusal, the same words back.
+        """
+        self.assertEqual(MAX_UNIX_SOCKET_PATH, GUEST_MAX_UNIX_SOCKET_PATH)
+        samples = ["127.0.0.1:80", "[::1]:8080", "localhost:65535", "unix:/run/a.sock", "unix:run/a.sock",
+                   "unix:/" + "a" * 106, "unix:/" + "a" * 107, "h:0", "h:65536", "h", ":80", "a b:80", "[h]:x",
+                   "h/x:80", "x" * 254 + ":80", "unix:/a\0b"]
+        for text in samples:
+            try:
+                daemon: object = ForwardRequest.parse(text)
+            except ValueError as error:
+                daemon = str(error)
+            try:
+                client = Upstream.parse(text)
+            except ValueError as error:
+                self.assertEqual(str(error), daemon, text)
+            else:
+                assert isinstance(daemon, ForwardRequest), text
+                self.assertEqual((client.host, client.port, client.unix), (daemon.host, daemon.port, daemon.unix))
+                self.assertEqual(client.describe(), daemon.describe())
 
 
 class FakeDaemon:

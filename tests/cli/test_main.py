@@ -1,8 +1,9 @@
 # -*- test-case-name: tests.cli.test_main -*-
 """
 Tests for :mod:`vmservice.cli.main` without a server: argument parsing and
-request building as pure functions, ``vmctl image build`` and :func:`main`
-with the builder and ``react`` replaced.  Whole ``vmctl`` runs in-process
+request building as pure functions (``vmctl tag``'s in :mod:`tests.cli.test_tagging`,
+``vmctl secret``'s in :mod:`tests.cli.test_secrets`), and :func:`main` with the
+builder and ``react`` replaced (``vmctl image`` in :mod:`tests.cli.test_images`).  Whole ``vmctl`` runs in-process
 against the API app served on loopback are tested in
 :mod:`tests.integration.cli.test_main`.
 """
@@ -15,18 +16,17 @@ import shutil
 import tempfile
 from typing import Any
 
-from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.cli.parsing import parse
 from vmservice.cli import copying
 from vmservice.cli import main as cli
-from vmservice.cli.main import TagWords, _Failed, create_body, exit_status, parse_args, resolve_token, run, tag_words
+from vmservice.cli.context import Failed as _Failed
+from vmservice.cli.execs import exit_status
+from vmservice.cli.main import resolve_token
+from vmservice.cli.nodes import create_body
 from vmservice.client import DEFAULT_URL, ExecRecord
-
-
-def parse(*argv: str, **environ: str) -> Any:
-    return parse_args(argv, environ)
 
 
 class ParseTests(SynchronousTestCase):
@@ -197,115 +197,6 @@ class ParseTests(SynchronousTestCase):
         self.assertRaises(_Failed, resolve_token, parse("--token-file", path, "info"))
 
 
-class SecretParseTests(SynchronousTestCase):
-    def assertUsageError(self, *argv: str) -> None:
-        stderr = io.StringIO()
-        self.patch(cli.sys, "stderr", stderr)
-        with self.assertRaises(SystemExit) as raised:
-            parse(*argv)
-        self.assertEqual(raised.exception.code, 2)
-
-    def test_secret_commands(self) -> None:
-        """secret create/update take NAME, --file, --mode (sent as four octal digits), --uid, --gid; list and rm."""
-        options = parse("secret", "create", "db", "--file", "pw.txt", "--mode", "440", "--uid", "1000", "--gid", "7")
-        self.assertEqual((options.secret_command, options.name, options.file, options.mode, options.uid, options.gid),
-                         ("create", "db", "pw.txt", "0440", 1000, 7))
-        options = parse("secret", "update", "db", "--mode", "0400")
-        self.assertEqual((options.secret_command, options.file, options.mode, options.uid), ("update", None, "0400", None))
-        self.assertEqual(parse("secret", "list", "--json").json, True)
-        self.assertEqual(parse("secret", "rm", "db").name, "db")
-        self.assertEqual(parse("--url", "http://h:1", "secret", "list").url, "http://h:1")
-
-    def test_no_content_on_the_command_line(self) -> None:
-        """There is no option that takes the content itself; NAME is required; a second word is refused."""
-        self.assertUsageError("secret", "create")
-        self.assertUsageError("secret", "create", "db", "the-content")
-        self.assertUsageError("secret", "create", "db", "--data", "x")
-        self.assertUsageError("secret", "update", "db", "--uid", "-1")
-        self.assertUsageError("secret")
-
-
-class ImageBuildTests(SynchronousTestCase):
-    def test_build(self) -> None:
-        """image build calls the builder with the directory, name and force flag and prints its progress."""
-        import vmservice.images.build as build
-
-        calls: list[tuple[Any, ...]] = []
-
-        def fake_build(image_dir: str, name: str = "default", force: bool = False, out: Any = print) -> None:
-            calls.append((image_dir, name, force))
-            out("image x: built")
-
-        self.patch(build, "build_image", fake_build)
-        out, err = io.StringIO(), io.StringIO()
-        code = self.successResultOf(Deferred.fromCoroutine(
-            run(None, ["image", "build", "--image-dir", "/tmp/imgs", "--name", "x", "--force"], out, err, {})
-        ))
-        self.assertEqual((code, out.getvalue(), err.getvalue()), (0, "image x: built\n", ""))
-        self.assertEqual(calls, [("/tmp/imgs", "x", True)])
-
-    def test_name(self) -> None:
-        """The image is named by NAME or --name (default: default); two different names are a failure."""
-        import vmservice.images.build as build
-
-        names: list[str] = []
-
-        def fake_build(image_dir: str, name: str = "default", force: bool = False, out: Any = print) -> None:
-            names.append(name)
-
-        self.patch(build, "build_image", fake_build)
-        for argv in (["image", "build", "dev"], ["image", "build"], ["image", "build", "dev", "--name", "dev"]):
-            code = self.successResultOf(Deferred.fromCoroutine(run(None, argv, io.StringIO(), io.StringIO(), {})))
-            self.assertEqual(code, 0)
-        self.assertEqual(names, ["dev", "default", "dev"])
-        err = io.StringIO()
-        code = self.successResultOf(Deferred.fromCoroutine(
-            run(None, ["image", "build", "dev", "--name", "default"], io.StringIO(), err, {})))
-        self.assertEqual(code, 1)
-        self.assertIn("two image names", err.getvalue())
-
-    def test_default_dir_and_failure(self) -> None:
-        """Without --image-dir the store's default is used; a BuildError prints one line and exits 1."""
-        import vmservice.images.build as build
-        from vmservice.images.store import default_image_dir
-
-        seen: list[str] = []
-
-        def failing(image_dir: str, name: str = "default", force: bool = False, out: Any = print) -> None:
-            seen.append(image_dir)
-            raise build.BuildError("apt failed")
-
-        self.patch(build, "build_image", failing)
-        out, err = io.StringIO(), io.StringIO()
-        code = self.successResultOf(Deferred.fromCoroutine(run(None, ["image", "build"], out, err, {})))
-        self.assertEqual((code, err.getvalue()), (1, "vmctl: apt failed\n"))
-        self.assertEqual(seen, [default_image_dir()])
-        self.assertTrue(os.path.isabs(seen[0]))
-
-    def test_import(self) -> None:
-        """image import calls the importer with its arguments and prints its progress; a failure exits 1."""
-        import vmservice.images.imported as imported
-
-        calls: list[tuple[Any, ...]] = []
-
-        def fake_import(image_dir: str, name: str, path: str, ref: str = "", force: bool = False,
-                        out: Any = print) -> None:
-            calls.append((image_dir, name, path, ref, force))
-            if name == "broken":
-                raise imported.ImportFailed("no linux/amd64 image")
-            out("image app: imported")
-
-        self.patch(imported, "import_image", fake_import)
-        out, err = io.StringIO(), io.StringIO()
-        code = self.successResultOf(Deferred.fromCoroutine(
-            run(None, ["image", "import", "--image-dir", "/tmp/imgs", "--ref", "1.0", "app", "app.tar"], out, err, {})
-        ))
-        self.assertEqual((code, out.getvalue(), err.getvalue()), (0, "image app: imported\n", ""))
-        code = self.successResultOf(Deferred.fromCoroutine(run(None, ["image", "import", "broken", "x"], out, err, {})))
-        self.assertEqual((code, err.getvalue()), (1, "vmctl: no linux/amd64 image\n"))
-        self.assertEqual(calls[0], ("/tmp/imgs", "app", "app.tar", "1.0", False))
-
-
 class MainTests(SynchronousTestCase):
     def react(self, main: Any) -> None:
         """Stand-in for ``react``: run ``main`` to its end and exit the way ``react`` does."""
@@ -421,59 +312,3 @@ class ExecFsParseTests(SynchronousTestCase):
         self.assertEqual(exit_status(ExecRecord("error", exit_code=127)), 127)
         self.assertEqual(exit_status(ExecRecord("error", exit_code=0)), 1)
         self.assertEqual(exit_status(ExecRecord("exit", exit_code=300)), 255)
-
-
-class TagParseTests(SynchronousTestCase):
-    """``vmctl describe`` and ``vmctl tag``, whose -TAG words are not options."""
-
-    def assertUsageError(self, *argv: str) -> str:
-        stderr = io.StringIO()
-        self.patch(cli.sys, "stderr", stderr)
-        with self.assertRaises(SystemExit) as raised:
-            parse(*argv)
-        self.assertEqual(raised.exception.code, 2)
-        return stderr.getvalue()
-
-    def test_describe(self) -> None:
-        """describe takes HOST and --json."""
-        options = parse("describe", "demo-1", "--json")
-        self.assertEqual((options.command, options.hostname, options.json), ("describe", "demo-1", True))
-        self.assertUsageError("describe")
-
-    def test_words(self) -> None:
-        """+TAG adds, -TAG removes, =TAG replaces, a lone = clears; no words ask for nothing."""
-        self.assertEqual(tag_words(["+a", "-b", "+c=1"]), TagWords(("a", "c=1"), ("b",)))
-        self.assertEqual(tag_words(["=a", "=b"]), TagWords(replace=("a", "b")))
-        self.assertEqual(tag_words(["="]), TagWords(replace=()))
-        self.assertEqual(tag_words(["=", "=x"]), TagWords(replace=("x",)))
-        self.assertFalse(tag_words([]).changes)
-        self.assertTrue(tag_words(["="]).changes)
-        for words in (["+"], ["-"], ["a"], ["=a", "+b"], ["-a", "="]):
-            self.assertRaises(ValueError, tag_words, words)
-
-    def test_minus_words_are_not_options(self) -> None:
-        """-TAG words anywhere after the command are edits; the command's options still work around them."""
-        options = parse("tag", "demo-1", "-b", "+a", "--json", "-c")
-        self.assertEqual((options.hostname, options.edits, options.json), ("demo-1", TagWords(("a",), ("b", "c")), True))
-        options = parse("--url", "http://h:1", "tag", "-x", "demo-1", "--token", "t", "--url=http://g:2")
-        self.assertEqual((options.hostname, options.edits, options.token, options.url),
-                         ("demo-1", TagWords(remove=("x",)), "t", "http://g:2"))
-        self.assertEqual(parse("tag", "demo-1").edits, TagWords())
-
-    def test_after_double_dash(self) -> None:
-        """After --, every word is an edit: -h and --json are tags to remove there."""
-        options = parse("tag", "demo-1", "+a", "--", "-h", "---json", "+--")
-        self.assertEqual((options.edits, options.json), (TagWords(("a", "--"), ("h", "--json")), False))
-
-    def test_usage_errors(self) -> None:
-        """Bad words are usage errors that say how to write a tag starting with -; so is a missing HOST."""
-        self.assertIn("vmctl tag HOST -- -TAG", self.assertUsageError("tag", "demo-1", "=a", "-b"))
-        self.assertUsageError("tag", "demo-1", "+")
-        self.assertUsageError("tag", "demo-1", "extra")
-        self.assertUsageError("tag")
-
-    def test_other_commands_keep_their_words(self) -> None:
-        """Only tag reads -words as edits: elsewhere they are still options (or usage errors)."""
-        self.assertEqual(parse("exec", "h", "--", "tag", "-x").words, ["tag", "-x"])
-        self.assertUsageError("list", "-x")
-        self.assertEqual(parse("list", "tag").group, "tag")

@@ -17,10 +17,7 @@ from vmservice.cli.output import (
     format_watch_event,
     GROUP_HEADERS,
     NODE_HEADERS,
-    format_description,
     format_error,
-    format_health,
-    format_info,
     format_json,
     format_table,
     format_time,
@@ -30,6 +27,7 @@ from vmservice.cli.output import (
     IMAGE_HEADERS,
     node_rows,
 )
+from vmservice.cli.listings import format_description, format_health, format_info
 from vmservice.client import ApiError
 from vmservice.config import parse_size
 

@@ -14,7 +14,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.cli.main import parse_args
 from vmservice.cli.terminal import terminal_size
-from vmservice.shell_session import shell_path
+from vmservice.client.shell import shell_path
 
 
 class TerminalTests(SynchronousTestCase):

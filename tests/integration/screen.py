@@ -1,5 +1,5 @@
 """
-What a shell session (:class:`vmservice.shell_session.ShellSession`) printed, read as it arrives, and
+What a shell session (:class:`vmservice.client.shell.ShellSession`) printed, read as it arrives, and
 command lines typed into it with their output read back: :class:`Screen`.
 """
 
@@ -13,7 +13,7 @@ from typing import Callable, Optional
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 
-from vmservice.shell_session import ShellSession
+from vmservice.client.shell import ShellSession
 
 
 class Screen:

@@ -44,6 +44,7 @@ from vmservice.client import (
     Client,
     ConnectFailed,
     ExecInterrupted,
+    ExecOptions,
     ExecRecord,
     FdBodyProducer,
     WatchInterrupted,
@@ -403,7 +404,7 @@ class ExecClientTests(ExecLoopbackCase):
 
     async def test_records_as_they_arrive(self) -> None:
         """Each record reaches the callback as it arrives, payloads as exact bytes; the last one is answered."""
-        pending = self.run_exec("ls", ["-l", "a b"], env={"A": "1"}, uid=7, gid=8, cwd="/tmp", shell="", permissions=0o27)
+        pending = self.run_exec("ls", ["-l", "a b"], ExecOptions(env={"A": "1"}, uid=7, gid=8, cwd="/tmp", shell="", permissions=0o27))
         stream = await self.stream()
         self.assertEqual(
             {k: stream.header[k] for k in ("cmd", "args", "env", "uid", "gid", "cwd", "shell", "umask", "stdin")},
@@ -472,7 +473,7 @@ class ExecClientTests(ExecLoopbackCase):
             await self.client.exec("demo-1", "true", on_record=self.records.append)
         self.assertEqual(raised.exception.status, 503)
         self.fleet.state = "running"
-        pending = self.run_exec("true", cwd="/nope")
+        pending = self.run_exec("true", options=ExecOptions(cwd="/nope"))
         (await self.stream()).deliver(encode_json_record(REJECTED, {"message": "no /nope"}))
         try:
             await pending
@@ -524,7 +525,7 @@ class StreamWireTests(Pipes, TestCase):
     async def test_exec_query(self) -> None:
         """exec sends cmd, repeated args and env, numbers, booleans as true/false and stdio=base64 by default."""
         self.server.body = b'{"type":"exit","exit_code":0}\n'
-        await self.client.exec("h", "c", ["a", "b"], env=["X=1"], uid=0, stdout=False, on_record=lambda r: None)
+        await self.client.exec("h", "c", ["a", "b"], ExecOptions(env=["X=1"], uid=0, stdout=False), on_record=lambda r: None)
         self.assertEqual(self.seen(), [(b"POST", b"/vm/h/exec?cmd=c&args=a&args=b&env=X%3D1&uid=0&stdout=false&stdio=base64")])
         self.assertEqual(self.server.seen[0][2].getRawHeaders(b"accept"), [b"application/x-ndjson"])
 

@@ -2,7 +2,7 @@
 """
 Integration tests of ``GET /vm/{hostname}/shell`` against a real guest booted
 by the real daemon, driven through the autobahn client of
-:mod:`vmservice.shell_session` (:meth:`vmservice.client.Client.shell`) on the
+:mod:`vmservice.client.shell` (:meth:`vmservice.client.Client.shell`) on the
 global reactor: the prompt, ``stty size`` after a resize, ``exit`` ending the
 session, SIGHUP on disconnect, two sessions at once beside an exec, the
 errors before the upgrade (404, 400, 409 while paused) and a flood of output
@@ -29,7 +29,7 @@ from twisted.trial.unittest import TestCase
 from tests.integration.daemon import SharedGuestTestCase
 from tests.integration.screen import Screen
 from vmservice.client import Client
-from vmservice.shell_session import ShellError, ShellSession
+from vmservice.client.shell import ShellError, ShellSession
 
 UPGRADE = {
     "Connection": "Upgrade",

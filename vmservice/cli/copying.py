@@ -17,48 +17,40 @@ or to a new path (a missing path ending in ``/`` is an error); a directory
 goes into an existing directory under its name (merged if that exists), or
 becomes a missing path; a source ending in ``/.`` copies a directory's
 *contents* into the destination.  Uploads are placed by the guest, downloads
-here by the same rules.
+here by the same rules.  The tar streams are made and read by
+:mod:`~vmservice.cli.tar_streams`, the progress bar drawn by :mod:`~vmservice.cli.progress`.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import shutil
-import stat
-import tarfile
 import tempfile
-from typing import Callable, Sequence, TextIO
+from typing import Awaitable, Callable, Sequence, TextIO
 
 from attrs import frozen
-from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IConsumer, IProducer, IReactorThreads, IReactorTime
+from twisted.internet.interfaces import IReactorThreads, IReactorTime
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.failure import Failure
-from twisted.web.iweb import IBodyProducer
-from zope.interface import implementer
 
 from ..durable import commit
 from ..client import Client, Download, FdBodyProducer, IBodyReactor, body_producer
 from ..wire.excludes import Excludes
-from . import output
+from .progress import Counted, Progress
+from .tar_streams import pack_directory, unpack_into, unpacked_size, write_all
 
 __all__ = [
+    "CopyFailed",
     "ICopyReactor",
     "Location",
-    "Progress",
     "copy",
     "copy_contents",
     "directory_destination",
     "file_destination",
-    "pack_directory",
     "parse_location",
-    "unpack_into",
-    "unpacked_size",
 ]
-
-#: How often the progress line is redrawn, in seconds.
-PROGRESS_INTERVAL = 0.2
 
 
 class CopyFailed(Exception):
@@ -100,181 +92,6 @@ def parse_location(text: str) -> Location:
     if not colon or not host or "/" in host or text.startswith((".", "~")):
         return Location(None, text)
     return Location(host, path)
-
-
-class Progress:
-    """
-    A one-line progress bar on a terminal: bytes so far, of the total when
-    known, and the mean rate; redrawn at most every
-    :data:`PROGRESS_INTERVAL` seconds.  Nothing is drawn when ``err`` is not
-    a terminal.
-
-    :param clock: an ``IReactorTime`` provider.
-    :param err: where the line is drawn.
-    :param total: the expected number of bytes, or ``None``.
-    """
-
-    def __init__(self, clock: IReactorTime, err: TextIO, total: int | None) -> None:
-        self._clock = clock
-        self._err = err
-        self._total = total
-        self._shown = _isatty(err)
-        self._start = clock.seconds()
-        self._drawn_at: float | None = None
-        self.done = 0
-
-    def add(self, count: int) -> None:
-        """``count`` more bytes were moved."""
-        self.done += count
-        now = self._clock.seconds()
-        if self._shown and (self._drawn_at is None or now - self._drawn_at >= PROGRESS_INTERVAL):
-            self._draw(now)
-
-    def _draw(self, now: float) -> None:
-        self._drawn_at = now
-        self._err.write("\r" + output.format_progress(self.done, self._total, now - self._start) + "\x1b[K")
-        self._err.flush()
-
-    def finish(self) -> None:
-        """Draw the final state and end the line."""
-        if self._shown:
-            self._draw(self._clock.seconds())
-            self._err.write("\n")
-            self._err.flush()
-
-
-def _isatty(stream: TextIO) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):
-        return False
-
-
-@implementer(IConsumer)
-class _CountingConsumer:
-    """Passes everything on to ``consumer``, counting the bytes written with ``count``."""
-
-    def __init__(self, consumer: IConsumer, count: Callable[[int], None]) -> None:
-        self._consumer = consumer
-        self._count = count
-
-    def write(self, data: bytes) -> None:
-        self._count(len(data))
-        self._consumer.write(data)
-
-    def registerProducer(self, producer: IProducer, streaming: bool) -> None:
-        self._consumer.registerProducer(producer, streaming)
-
-    def unregisterProducer(self) -> None:
-        self._consumer.unregisterProducer()
-
-
-@implementer(IBodyProducer)
-class _Counted:
-    """A body producer whose bytes are counted on their way to the connection."""
-
-    def __init__(self, inner: IBodyProducer, count: Callable[[int], None]) -> None:
-        self._inner = inner
-        self._count = count
-        self.length = inner.length
-
-    def startProducing(self, consumer: IConsumer) -> Deferred[None]:
-        done: Deferred[None] = self._inner.startProducing(_CountingConsumer(consumer, self._count))
-        return done
-
-    def pauseProducing(self) -> None:
-        self._inner.pauseProducing()
-
-    def resumeProducing(self) -> None:
-        self._inner.resumeProducing()
-
-    def stopProducing(self) -> None:
-        self._inner.stopProducing()
-
-
-# -- tar on the fly --------------------------------------------------------
-
-
-def pack_directory(source: str, fd: int, excludes: Excludes | None = None) -> None:
-    """
-    Write an uncompressed tar of the contents of directory ``source`` to
-    file descriptor ``fd`` (entries relative to ``source``, no top-level
-    directory; modes kept; what ``excludes`` names left out, with its
-    contents), then close ``fd``.  Runs in a thread: writes block while the
-    pipe is full.  On failure ``fd`` is left open so the caller can fail the
-    upload before the reader sees an end of file.
-    """
-    excludes = excludes or Excludes()
-
-    def kept(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        return None if excludes.excludes(info.name) else info
-
-    stream = os.fdopen(fd, "wb", closefd=False)
-    with tarfile.open(fileobj=stream, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-        for name in sorted(os.listdir(source)):
-            tar.add(os.path.join(source, name), arcname=name, filter=kept)
-    stream.close()
-    os.close(fd)
-
-
-def unpacked_size(source: str, excludes: Excludes | None = None) -> int:
-    """
-    The bytes of the regular files :func:`pack_directory` would pack from
-    ``source`` (``X-Slicer-Unpacked-Size``: the guest checks its free space
-    against it before writing).
-    """
-    excludes = excludes or Excludes()
-    total = 0
-    for directory, subdirectories, files in os.walk(source):
-        rel = os.path.relpath(directory, source)
-        prefix = "" if rel == "." else rel + "/"
-        subdirectories[:] = [d for d in subdirectories if not excludes.excludes(prefix + d)]
-        for name in files:
-            if excludes.excludes(prefix + name):
-                continue
-            try:
-                status = os.lstat(os.path.join(directory, name))
-            except OSError:
-                continue
-            if stat.S_ISREG(status.st_mode):
-                total += status.st_size
-    return total
-
-
-def _keep_modes(member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo | None:
-    """
-    :func:`tarfile.data_filter` (nothing outside ``destination``, no
-    absolute paths or links out, no devices, no owners), but with the
-    permission bits of files and directories as the tar says (without
-    setuid, setgid and sticky), so modes such as ``0775`` survive.
-    """
-    checked = tarfile.data_filter(member, destination)
-    if checked is None or not (checked.isreg() or checked.isdir()):
-        return checked
-    return checked.replace(mode=member.mode & 0o777, deep=False)
-
-
-def unpack_into(fd: int, destination: str) -> None:
-    """
-    Extract the tar stream read from ``fd`` into ``destination`` (streaming
-    mode: read once, front to back), then read to the end of the stream so
-    the writer never sees a broken pipe, and close ``fd``.  Runs in a
-    thread.
-
-    :raise tarfile.TarError: the stream is not a tar, or an entry is refused
-        (absolute, climbing out with ``..``, a link pointing out).
-    """
-    with os.fdopen(fd, "rb") as stream:
-        with tarfile.open(fileobj=stream, mode="r|") as tar:
-            tar.extractall(destination, filter=_keep_modes)
-        while stream.read(1 << 16):
-            pass
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 # -- the copies ------------------------------------------------------------
@@ -341,38 +158,53 @@ async def _upload(
     gid: int | None,
     excludes: Excludes,
 ) -> None:
-    destination = destination or "~/"
+    """Copy ``source`` here into ``destination`` in node ``host``: a directory as a tar, a file as itself."""
     name = os.path.basename(os.path.abspath(source))
+    upload = functools.partial(client.upload, host, destination or "~/", uid=uid, gid=gid)
     if os.path.isdir(source):
-        size = unpacked_size(source, excludes)
-        progress = Progress(reactor, err, None)
-        read_end, write_end = os.pipe()
-        producer = FdBodyProducer(reactor, read_end)
-        packed = deferToThreadPool(reactor, reactor.getThreadPool(), pack_directory, source, write_end, excludes)
-        pack_error: list[Failure] = []
+        await _upload_directory(reactor, upload, source, name, err, excludes)
+    else:
+        await _upload_file(reactor, upload, source, name, err)
 
-        def packing_failed(failure: Failure) -> None:
-            pack_error.append(failure)
-            producer.abort(failure)
-            os.close(write_end)
 
-        packed.addErrback(packing_failed)
-        try:
-            await client.upload(
-                host, destination, _Counted(producer, progress.add), mode="cp-v1-tar", uid=uid, gid=gid,
-                source_name=name or None, copy_contents=copy_contents(source), exclude=excludes.patterns,
-                unpacked_size=size,
-            )
-        except Exception:
-            if pack_error:
-                raise CopyFailed(f"cannot read {source}: {pack_error[0].getErrorMessage()}") from None
-            raise
-        finally:
-            producer.stopProducing()
-            os.close(read_end)
-            await packed
-        progress.finish()
-        return
+async def _upload_directory(
+    reactor: ICopyReactor, upload: Callable[..., Awaitable[None]], source: str, name: str, err: TextIO,
+    excludes: Excludes,
+) -> None:
+    """Upload directory ``source`` as a tar packed on a thread into a pipe, its other end the request's body."""
+    size = unpacked_size(source, excludes)
+    progress = Progress(reactor, err, None)
+    read_end, write_end = os.pipe()
+    producer = FdBodyProducer(reactor, read_end)
+    packed = deferToThreadPool(reactor, reactor.getThreadPool(), pack_directory, source, write_end, excludes)
+    pack_error: list[Failure] = []
+
+    def packing_failed(failure: Failure) -> None:
+        pack_error.append(failure)
+        producer.abort(failure)
+        os.close(write_end)
+
+    packed.addErrback(packing_failed)
+    try:
+        await upload(
+            Counted(producer, progress.add), mode="cp-v1-tar", source_name=name or None,
+            copy_contents=copy_contents(source), exclude=excludes.patterns, unpacked_size=size,
+        )
+    except Exception:
+        if pack_error:
+            raise CopyFailed(f"cannot read {source}: {pack_error[0].getErrorMessage()}") from None
+        raise
+    finally:
+        producer.stopProducing()
+        os.close(read_end)
+        await packed
+    progress.finish()
+
+
+async def _upload_file(
+    reactor: ICopyReactor, upload: Callable[..., Awaitable[None]], source: str, name: str, err: TextIO
+) -> None:
+    """Upload file ``source`` with its permission bits."""
     try:
         source_file = open(source, "rb")
     except OSError as error:
@@ -380,13 +212,9 @@ async def _upload(
     with source_file:
         info = os.fstat(source_file.fileno())
         progress = Progress(reactor, err, info.st_size)
-        await client.upload(
-            host,
-            destination,
-            _Counted(body_producer(reactor, source_file), progress.add),
+        await upload(
+            Counted(body_producer(reactor, source_file), progress.add),
             mode="cp-v1-binary",
-            uid=uid,
-            gid=gid,
             permissions=info.st_mode & 0o7777,
             source_name=name,
             unpacked_size=info.st_size,
@@ -447,7 +275,7 @@ class _TreeSink:
     def write(self, data: bytes) -> None:
         self.progress.add(len(data))
         try:
-            _write_all(self._write_end, data)
+            write_all(self._write_end, data)
         except BrokenPipeError:
             pass  # the extraction stopped: its error is reported by finish()
 
@@ -472,6 +300,7 @@ class _TreeSink:
 async def _download(
     reactor: ICopyReactor, client: Client, host: str, source: str, destination: str, err: TextIO, excludes: Excludes
 ) -> None:
+    """Copy ``source`` in node ``host`` to ``destination`` here, a file or a tree as the headers say."""
     sinks: list[_FileSink | _TreeSink] = []
     contents = copy_contents(source)
 

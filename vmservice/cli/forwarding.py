@@ -2,7 +2,7 @@
 """
 ``vmctl forward NODE SPEC...``: a native Twisted TCP (or UNIX socket) proxy
 whose every accepted connection opens one tunnel through the daemon's plain
-byte pipe (:class:`~vmservice.tunneling.TunnelEndpoint`) and is joined to
+byte pipe (:class:`~vmservice.client.tunnel.TunnelEndpoint`) and is joined to
 it producer-to-consumer both ways, the pattern of
 ``twisted.protocols.portforward``: each side's transport is the other's
 registered push producer, so a slow reader on either end pauses the other.
@@ -14,17 +14,21 @@ A SPEC is ``[LOCAL_ADDR:]LOCAL_PORT:REMOTE_HOST:REMOTE_PORT``, with
 
 from __future__ import annotations
 
+import argparse
 from typing import Any, Optional, TextIO
 
 from attrs import frozen
-from twisted.internet.error import ConnectionDone
+from twisted.internet.defer import Deferred
+from twisted.internet.error import CannotListenError, ConnectionDone
 from twisted.internet.interfaces import IListeningPort, IProtocol
 from twisted.internet.protocol import Factory, Protocol, ServerFactory
 from twisted.python.failure import Failure
 
-from ..client import IClientReactor
-from ..nodes.guest_tunnel import ForwardRequest
-from ..tunneling import TunnelEndpoint, TunnelRefused
+from ..client import Client, IClientReactor
+from ..client.tunnel import TunnelEndpoint, TunnelRefused
+from ..client.upstream import Upstream
+from .commands import Command
+from .context import Context, Failed
 
 #: The local address when a SPEC names none.
 DEFAULT_LOCAL_ADDRESS = "127.0.0.1"
@@ -44,7 +48,7 @@ class ForwardSpec:
     local_unix: str
     local_address: str
     local_port: int
-    remote: ForwardRequest
+    remote: Upstream
 
     def describe_local(self) -> str:
         if self.local_unix:
@@ -70,7 +74,7 @@ def parse_spec(text: str) -> ForwardSpec:
         local, remote_text = parts[0], f"{parts[1]}:{parts[2]}"
         if remote_text.startswith("[") is False and parts[1].endswith("]"):
             raise ValueError(f"unbalanced brackets in {text!r}")
-    remote = ForwardRequest.parse(remote_text)
+    remote = Upstream.parse(remote_text)
     if local.startswith("unix:"):
         path = local[5:]
         if not path:
@@ -197,4 +201,51 @@ def listening_on(port: IListeningPort, spec: ForwardSpec) -> str:
     return f"{address}:{host.port}"  # type: ignore[attr-defined]
 
 
-__all__ = ["DEFAULT_LOCAL_ADDRESS", "ForwardProxy", "ForwardSpec", "listen", "listening_on", "parse_spec"]
+__all__ = ["DEFAULT_LOCAL_ADDRESS", "FORWARD", "ForwardProxy", "ForwardSpec", "listen", "listening_on", "parse_spec"]
+
+
+async def _forward(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl forward``: forward local ports or UNIX sockets to ports or UNIX sockets in a node, through the
+    daemon (until Ctrl-C).
+    """
+    try:
+        specs = [parse_spec(text) for text in options.specs]
+    except ValueError as error:
+        raise Failed(str(error)) from None
+    ports = []
+    try:
+        for spec in specs:
+            try:
+                endpoint = client.tunnel_endpoint(options.hostname, spec.remote.describe())
+            except ValueError as error:
+                raise Failed(str(error)) from None
+            proxy = ForwardProxy(endpoint, spec, context.err)
+            try:
+                port = listen(context.reactor, proxy)
+            except CannotListenError as error:
+                raise Failed(f"cannot listen on {spec.describe_local()}: {error.socketError}") from None
+            ports.append(port)
+            context.out.write(f"forwarding {listening_on(port, spec)} -> {options.hostname} "
+                              f"{spec.remote.describe()}\n")
+        context.out.flush()
+        stopped: Deferred[None] = Deferred()
+        core: Any = context.reactor
+        core.addSystemEventTrigger("before", "shutdown", stopped.callback, None)  # Ctrl-C stops the reactor
+        await stopped
+    finally:
+        for port in ports:
+            port.stopListening()
+    context.err.write("forwarding stopped\n")
+    return 0
+
+
+def _forward_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``vmctl forward``."""
+    parser.add_argument("hostname", metavar="NODE")
+    parser.add_argument("specs", nargs="+", metavar="SPEC",
+                        help="[LOCAL_ADDR:]LOCAL_PORT:REMOTE_HOST:REMOTE_PORT, unix:/path on either side "
+                             "(LOCAL_ADDR defaults to 127.0.0.1; LOCAL_PORT 0 picks a free port)")
+
+
+FORWARD = Command("forward", "forward local ports or UNIX sockets to ports or UNIX sockets in a node, "
+        "through the daemon (until Ctrl-C)", _forward_arguments, _forward)

@@ -3,7 +3,7 @@
 What ``vmctl`` prints: tables, key/value listings and error lines.
 
 Every function here is pure (data in, text out) so the look of the tool is
-tested without a daemon, and the commands in :mod:`vmservice.cli.main` stay
+tested without a daemon, and the commands (:mod:`vmservice.cli.main`'s table) stay
 a thin layer of calls and prints.
 """
 
@@ -14,7 +14,6 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Sequence
 
 from ..client import ApiError
-from ..durations import format_go_duration
 
 __all__ = [
     "EXEC_HEADERS",
@@ -25,11 +24,8 @@ __all__ = [
     "SECRET_HEADERS",
     "exec_rows",
     "exec_status",
-    "format_description",
     "format_entry",
     "format_error",
-    "format_health",
-    "format_info",
     "format_json",
     "format_node_event",
     "format_progress",
@@ -39,8 +35,10 @@ __all__ = [
     "entry_rows",
     "group_rows",
     "image_rows",
+    "listing",
     "human_size",
     "node_rows",
+    "size_cell",
     "secret_rows",
 ]
 
@@ -101,7 +99,8 @@ def format_time(text: str | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _size_cell(value: object) -> str:
+def size_cell(value: object) -> str:
+    """A size in bytes as a cell (``512M``); empty when the daemon sent none."""
     return human_size(value) if isinstance(value, int) else ""
 
 
@@ -114,7 +113,7 @@ def node_rows(nodes: Iterable[dict[str, Any]]) -> list[list[str]]:
             str(node.get("status", "")),
             str(node.get("ip") or ""),
             str(node.get("cpus", "")),
-            _size_cell(node.get("ram_bytes")),
+            size_cell(node.get("ram_bytes")),
             format_time(node.get("created_at")),
             ",".join(node.get("tags") or ()),
         ]
@@ -212,7 +211,7 @@ def exec_rows(execs: Iterable[dict[str, Any]]) -> list[list[str]]:
             str(info.get("pid", "")),
             exec_status(info),
             format_time(info.get("started_at")),
-            _size_cell(info.get("bytes_written")),
+            size_cell(info.get("bytes_written")),
             " ".join([str(info.get("command", ""))] + [str(a) for a in info.get("args") or ()]),
         ]
         for info in execs
@@ -224,7 +223,7 @@ def image_rows(images: Iterable[dict[str, Any]]) -> list[list[str]]:
     return [
         [
             str(image.get("name", "")),
-            _size_cell(image.get("size")),
+            size_cell(image.get("size")),
             format_time(image.get("created")),
             str(image.get("source", "")),
             str(image.get("recipe_hash") or ""),
@@ -240,7 +239,7 @@ def group_rows(groups: Iterable[dict[str, Any]]) -> list[list[str]]:
             str(group.get("name", "")),
             str(group.get("count", "")),
             str(group.get("cpus", "")),
-            _size_cell(group.get("ram_bytes")),
+            size_cell(group.get("ram_bytes")),
             str(group.get("gpu_count", "")),
             str(group.get("arch", "")),
         ]
@@ -248,103 +247,10 @@ def group_rows(groups: Iterable[dict[str, Any]]) -> list[list[str]]:
     ]
 
 
-def _listing(pairs: Sequence[tuple[str, str]]) -> str:
+def listing(pairs: Sequence[tuple[str, str]]) -> str:
+    """``key  value`` lines, the values aligned; an empty value shows as ``-``."""
     width = max(len(key) for key, _ in pairs)
     return "".join(f"{key.ljust(width)}  {value or EMPTY}\n" for key, value in pairs)
-
-
-def format_info(info: dict[str, Any]) -> str:
-    """``GET /info`` as aligned ``key  value`` lines, every field the daemon sent."""
-    if not info:
-        return ""
-    return _listing([(key, str(value)) for key, value in info.items()])
-
-
-def _uptime(nanoseconds: object) -> str:
-    if not isinstance(nanoseconds, int) or nanoseconds < 0:
-        return ""
-    return format_go_duration(nanoseconds // 1_000_000_000)
-
-
-def format_health(health: dict[str, Any]) -> str:
-    """
-    An AgentHealth as a headline and aligned details; uptimes (integer
-    nanoseconds on the wire) become whole-second Go durations.
-    """
-    ran = health.get("userdata_ran")
-    pairs = [
-        ("agent version", str(health.get("agent_version", ""))),
-        ("agent uptime", _uptime(health.get("agent_uptime"))),
-        ("system uptime", _uptime(health.get("system_uptime"))),
-        ("userdata ran", "" if ran is None else ("yes" if ran else "no")),
-        ("ip", str(health.get("ip") or "")),
-    ]
-    return f"{health.get('hostname', '')}: healthy\n" + "".join(
-        "  " + line for line in _listing(pairs).splitlines(keepends=True)
-    )
-
-
-def _yes_no(value: object) -> str:
-    return "" if value is None else ("yes" if value else "no")
-
-
-def _disk(disk: dict[str, Any]) -> str:
-    """``/path/disk.qcow2 (qcow2, 1G, 12.5M on the host)``."""
-    size, used = disk.get("size_bytes"), disk.get("allocated_bytes")
-    details = [str(disk.get("format") or "")]
-    if isinstance(size, int):
-        details.append(human_size(size))
-    if isinstance(used, int):
-        details.append(f"{human_size(used)} on the host")
-    return f"{disk.get('path', '')} ({', '.join(d for d in details if d)})"
-
-
-def _policy(network: dict[str, Any], key: str) -> str:
-    return ", ".join((network.get("effective") or {}).get(key) or ())
-
-
-def format_description(node: dict[str, Any]) -> str:
-    """
-    A node's description (``GET /vm/{hostname}``) as aligned ``key  value``
-    lines: identity and state, resources, the host's side (disk, files,
-    process) and the network; what the daemon left out shows as ``-``.
-    """
-    disk = node.get("disk")
-    network = node.get("network") or {}
-    address = network.get("address") or ""
-    if address and network.get("gateway"):
-        address += f" via {network['gateway']}"
-    agent = node.get("agent_connected")
-    pairs = [
-        ("hostname", str(node.get("hostname", ""))),
-        ("group", str(node.get("hostgroup", ""))),
-        ("status", str(node.get("status", ""))),
-        ("tags", ", ".join(node.get("tags") or ())),
-        ("created", format_time(node.get("created_at"))),
-        ("cpus", str(node.get("cpus", ""))),
-        ("ram", _size_cell(node.get("ram_bytes"))),
-        ("arch", str(node.get("arch", ""))),
-        ("persistent", _yes_no(node.get("persistent"))),
-        ("protected", _yes_no(node.get("protected"))),
-        ("agent", "" if agent is None else ("connected" if agent else "not connected")),
-        ("pid", str(node.get("pid") or "")),
-        ("snapshot", _yes_no(node.get("snapshot"))),
-        ("storage", str(node.get("storage") or "")),
-        ("image", str(node.get("image") or "")),
-        ("disk", _disk(disk) if isinstance(disk, dict) else ""),
-        ("backing file", str(disk.get("backing_file") or "") if isinstance(disk, dict) else ""),
-        ("kernel", str(node.get("kernel") or "")),
-        ("initrd", str(node.get("initrd") or "")),
-        ("hypervisor", str(node.get("hypervisor") or "")),
-        ("network", str(network.get("mode") or "")),
-        ("ip", str(node.get("ip") or "")),
-        ("address", address),
-        ("mac", str(network.get("mac") or "")),
-        ("bridge", str(network.get("bridge") or "")),
-        ("allow", _policy(network, "allow")),
-        ("drop", _policy(network, "drop")),
-    ]
-    return _listing(pairs)
 
 
 def format_error(error: ApiError) -> str:
@@ -378,7 +284,7 @@ def entry_rows(entries: Iterable[dict[str, Any]]) -> list[list[str]]:
 
 def format_entry(entry: dict[str, Any]) -> str:
     """An FsEntry as aligned ``key  value`` lines, for ``vmctl fs stat``."""
-    return _listing(list(zip(("mode", "type", "size", "modified", "name"), entry_rows([entry])[0])))
+    return listing(list(zip(("mode", "type", "size", "modified", "name"), entry_rows([entry])[0])))
 
 
 def format_progress(done: int, total: int | None, seconds: float) -> str:

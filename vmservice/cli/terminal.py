@@ -19,15 +19,14 @@ import select
 import signal
 import termios
 import tty
-from typing import IO, TYPE_CHECKING, Any, Callable, Optional, TextIO
+from typing import IO, Optional, TextIO
 
 from twisted.internet.task import LoopingCall
 
-from ..client import Client, FdReader
-from ..shell_session import ShellError, ShellSession
-
-if TYPE_CHECKING:
-    from .main import IVmctlReactor
+from ..client import Client, FdReader, ShellError, ShellSession
+from .arguments import uint32
+from .commands import Command
+from .context import Context, IVmctlReactor
 
 #: Seconds between HEARTBEATs (what existing clients send).
 HEARTBEAT_INTERVAL = 30.0
@@ -110,4 +109,22 @@ async def shell_command(client: Client, options: argparse.Namespace, reactor: IV
     return code
 
 
-__all__ = ["HEARTBEAT_INTERVAL", "pump", "shell_command", "terminal_size"]
+async def _shell(client: Client, options: argparse.Namespace, context: Context) -> int:
+    """``vmctl shell``: an interactive shell in a node, on this terminal (exits 0 when it ends)."""
+    return await shell_command(client, options, context.reactor, context.out, context.err, context.stdin)
+
+
+def _shell_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``vmctl shell``."""
+    parser.add_argument("hostname", metavar="HOST")
+    parser.add_argument("--uid", type=uint32, metavar="UID", help="user id (default 0, root)")
+    parser.add_argument("--gid", type=uint32, metavar="GID", help="group id (default 0)")
+    parser.add_argument("--cwd", metavar="DIR", help="working directory (default: the user's home)")
+    parser.add_argument("--shell", metavar="PATH", help="the shell, run as a login shell (default /bin/bash)")
+
+
+SHELL = Command(
+    "shell", "an interactive shell in a node, on this terminal (exits 0 when it ends)", _shell_arguments, _shell
+)
+
+__all__ = ["HEARTBEAT_INTERVAL", "SHELL", "pump", "shell_command", "terminal_size"]

@@ -28,10 +28,11 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from . import __version__
+from .. import __version__
+from .addresses import is_unix_socket, socket_path
 
 if TYPE_CHECKING:
-    from .client import IClientReactor
+    from .reactors import IClientReactor
 
 #: Largest response head read from the daemon.
 MAX_HEAD = 64 * 1024
@@ -252,8 +253,6 @@ def daemon_endpoint(reactor: IClientReactor, url: str) -> IStreamClientEndpoint:
 
     :raise ValueError: an ``https`` URL (plain pipes are not offered over TLS here).
     """
-    from .client import is_unix_socket, socket_path
-
     if is_unix_socket(url):
         return UNIXClientEndpoint(reactor, socket_path(url))
     parts = urlsplit(url if "://" in url else "http://" + url)

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.cli.test_terminal,tests.integration.test_shell -*-
+# -*- test-case-name: tests.cli.test_terminal,tests.integration.test_shell,tests.integration.test_shell_client -*-
 """
 The client's end of ``GET /vm/{hostname}/shell``: an autobahn WebSocket
 client over TCP or the daemon's UNIX socket, offered as an asynchronous
@@ -25,7 +25,7 @@ from twisted.internet.endpoints import HostnameEndpoint, UNIXClientEndpoint
 from twisted.internet.error import ConnectError, DNSLookupError
 from twisted.internet.interfaces import IStreamClientEndpoint
 
-from .wire.shellframes import (
+from ..wire.shellframes import (
     DATA,
     HEARTBEAT,
     MAX_MESSAGE,
@@ -39,7 +39,7 @@ from .wire.shellframes import (
 )
 
 if TYPE_CHECKING:
-    from .client import IClientReactor
+    from .reactors import IClientReactor
 
 #: Output chunks held unread before the socket is paused.
 HIGH_WATER = 64
