@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.agent.test_forwarding -*-
 """
 The host's end of tunnels (:mod:`vmservice.agent.forwarding`) over fake
-streams, and the upstream records of :mod:`vmservice.nodes.guest_tunnel`.
+streams, and the upstream records of :mod:`vmservice.guestport.tunnel`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.agent.fakes import FakeExecAgent
 from vmservice.agent.stream import StreamReset
 from vmservice.errors import AgentError, GuestErrorKind
-from vmservice.nodes.guest_tunnel import ForwardRequest, ITunnel
+from vmservice.guestport.tunnel import ForwardRequest, ITunnel
 from vmservice.wire import ResetCode
 from vmservice.wire.payloads import encode_head
 

@@ -187,7 +187,7 @@ class PatternAgreementTests(SynchronousTestCase):
         import re
 
         from vmservice.api.forwarding import UPSTREAM_PATTERN
-        from vmservice.nodes.guest_tunnel import ForwardRequest
+        from vmservice.guestport.tunnel import ForwardRequest
 
         try:
             ForwardRequest.parse(text)

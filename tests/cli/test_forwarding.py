@@ -18,7 +18,7 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.cli.forwarding import ForwardProxy, ForwardSpec, listen, parse_spec
-from vmservice.nodes.guest_tunnel import ForwardRequest
+from vmservice.guestport.tunnel import ForwardRequest
 from vmservice.tunneling import TunnelEndpoint, TunnelRefused, request_head
 
 

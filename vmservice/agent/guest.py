@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.agent.test_client -*-
 """
-:class:`~vmservice.nodes.guest.IGuest` over an agent channel.
+:class:`~vmservice.guestport.guest.IGuest` over an agent channel.
 
 :class:`AgentGuest` turns each guest operation into the streams of the agent
 protocol (``docs/agent-protocol.md``): health and clock are one-shot
@@ -21,13 +21,13 @@ from twisted.internet.defer import Deferred, fail
 from twisted.internet.interfaces import IProtocol
 from zope.interface import implementer
 
-from ..nodes.guest import AgentHealth, GuestSecret, IGuest, LoginOutcome, UserdataOutcome
-from ..nodes.guest_exec import ExecRequest, IExecProcess, IExecSink
-from ..nodes.guest_files import DownloadRequest, FsEntry, IDownload, IUpload, UploadRequest
-from ..nodes.guest_shell import IShellSession, IShellSink, ShellRequest
-from ..nodes.guest_tunnel import ForwardRequest, ITunnel
-from ..nodes.guest_watch import IWatch, IWatchSink, WatchRequest
 from ..errors import AgentError
+from ..guestport.exec import ExecRequest, IExecProcess, IExecSink
+from ..guestport.files import DownloadRequest, FsEntry, IDownload, IUpload, UploadRequest
+from ..guestport.guest import AgentHealth, GuestSecret, IGuest, LoginOutcome, UserdataOutcome
+from ..guestport.shell import IShellSession, IShellSink, ShellRequest
+from ..guestport.tunnel import ForwardRequest, ITunnel
+from ..guestport.watch import IWatch, IWatchSink, WatchRequest
 from . import filesystem, provisioning
 from .background import AgentBackground
 from .bulk import BulkChannel

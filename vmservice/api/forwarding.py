@@ -38,8 +38,8 @@ from twisted.web.server import Request
 from zope.interface import implementer
 
 from ..errors import BadRequest, NotSupported
+from ..guestport.tunnel import ForwardRequest, ITunnel, ITunnelPeer
 from ..nodes.fleet import Fleet
-from ..nodes.guest_tunnel import ForwardRequest, ITunnel, ITunnelPeer
 from .models.meta import ErrorResponse
 from .query import Text, param
 from .routing import Reply, Route

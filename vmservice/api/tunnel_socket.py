@@ -26,8 +26,8 @@ from twisted.web.resource import IResource
 from twisted.web.server import Request
 from zope.interface import implementer
 
+from ..guestport.tunnel import ForwardRequest, ITunnel, ITunnelPeer
 from ..nodes.fleet import Fleet
-from ..nodes.guest_tunnel import ForwardRequest, ITunnel, ITunnelPeer
 from .forwarding import WebSocketHandler
 from .websocket import accept, check_upgrade, take_transport_producer
 

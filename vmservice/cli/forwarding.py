@@ -23,7 +23,7 @@ from twisted.internet.protocol import Factory, Protocol, ServerFactory
 from twisted.python.failure import Failure
 
 from ..client import IClientReactor
-from ..nodes.guest_tunnel import ForwardRequest
+from ..guestport.tunnel import ForwardRequest
 from ..tunneling import TunnelEndpoint, TunnelRefused
 
 #: The local address when a SPEC names none.

@@ -23,10 +23,10 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from ..config import HostGroupConfig
+from ..guestport.guest import IGuestConnection
 from ..hypervisors.base import HypervisorError, IHypervisor, IMachine, NetSpec
 from ..images.store import Image
 from .clone_disk import make_clone_disk
-from .guest import IGuestConnection
 from .model import NodeRecord
 from .operation import ended
 from .paths import discard

@@ -24,13 +24,13 @@ from ..durable import write_atomic
 from ..hypervisors.base import IMachine
 from ..images.store import Image
 from ..errors import AgentError, BadRequest, Conflict, Internal, WaitTimeout
+from ..guestport.guest import IGuestConnection
 from .model import CreateRequest, NodeRecord, Status, Wait, unique, valid_hostname, visible
 from .events import EventType
 from .parts import FleetParts
 from .admission import Claim
 from .cloning import Cloning
 from .fork_memory import memory_file, ready_for_forks
-from .guest import IGuestConnection
 from .readiness import NotReady, answered, wait_for_guest
 from .registry import Registry
 from .room import room_for

@@ -55,8 +55,8 @@ from .sparse_copy import copy_sparse, create_copy, reserve
 from .templates import daemon_tag
 
 if TYPE_CHECKING:
+    from ..guestport.guest import IGuestConnection
     from .adoption import ICloneAdoption
-    from .guest import IGuestConnection
     from .parts import Blocking
     from .runtime import NodeRuntime
 

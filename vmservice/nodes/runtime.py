@@ -21,11 +21,11 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ..errors import BadRequest, Conflict, Internal
+from ..guestport.guest import IGuestConnection, UserdataOutcome
 from ..hypervisors.base import HypervisorError, IMachine, MachineExit, NetSpec, RamBacking, describe_exit
 from ..observer import OneShotObserver
 from . import fork_memory
 from .events import DELETED, EventType, status_event
-from .guest import IGuestConnection, UserdataOutcome
 from .model import ASLEEP_STATUSES, NodeRecord, Status
 from .parts import FleetParts
 from .paths import NodePaths

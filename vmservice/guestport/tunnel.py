@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.agent.test_forwarding,tests.api.test_tunnel_socket -*-
 """
-Tunnels to an upstream inside a node's guest (:meth:`vmservice.nodes.guest.IGuest.forward`):
+Tunnels to an upstream inside a node's guest (:meth:`vmservice.guestport.guest.IGuest.forward`):
 the upstream, the open tunnel and the peer it delivers the guest's bytes to.
 """
 
