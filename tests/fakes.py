@@ -44,7 +44,7 @@ from vmservice.nodes.parts import DriverChoice, FleetParts
 from vmservice.nodes.runtime import NodeRuntime
 from vmservice.nodes.room import RoomWatch
 from vmservice.nodes.store import NodeStore
-from vmservice.nodes.templates import Template
+from vmservice.nodes.template_files import Template
 from vmservice.private_files import create_private
 from vmservice.storage.interfaces import DiskInfo, IDisks
 from vmservice.storage.overlay import StorageError

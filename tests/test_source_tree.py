@@ -342,8 +342,6 @@ CIRCLES_FOR_NOW: set[tuple[str, ...]] = {
     ("vmservice.api.shell", "vmservice.api.shell_bridge"),
     ("vmservice.cli.main", "vmservice.cli.terminal"),
     ("vmservice.client", "vmservice.shell_session", "vmservice.tunneling"),
-    ("vmservice.nodes.clone_disk", "vmservice.nodes.spare", "vmservice.nodes.templates"),
-    ("vmservice.nodes.fork_memory", "vmservice.nodes.runtime"),
 }
 
 #: Imports that run from a lower layer up, still to turn around, as

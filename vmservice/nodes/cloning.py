@@ -35,8 +35,9 @@ from .readiness import wait_for_guest
 from .runtime import NodeRuntime
 from .spare import Spare
 from .template_build import TemplateBuilder
+from .template_files import Template
 from .template_key import TemplateKey
-from .templates import Template, TemplateUnavailable
+from .templates import TemplateUnavailable
 
 log = Logger()
 

@@ -33,7 +33,7 @@ from .phase import NodePhase, node_phase
 from .provisioning import GuestSetup, Provisioning
 from .room import NodeRoom
 from .spare import remove_spare_directory
-from .templates import Template
+from .template_files import Template
 
 log = Logger()
 

@@ -26,7 +26,7 @@ from ..hypervisors.base import IMachine, MachineSpec, RamBacking
 from .clone_disk import make_empty_overlay
 from .parts import FleetParts
 from .readiness import answered, first_of, wait_for_guest
-from .templates import Template
+from .template_files import Template
 
 log = Logger()
 
