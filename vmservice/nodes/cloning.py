@@ -27,6 +27,7 @@ from ..guestport.guest import IGuestConnection
 from ..hypervisors.base import HypervisorError, IHypervisor, IMachine, NetSpec
 from ..images.store import Image
 from .clone_disk import make_clone_disk
+from .launch import Clone
 from .model import NodeRecord
 from .operation import ended
 from .paths import discard
@@ -259,7 +260,7 @@ class Cloning:
         try:
             await make_clone_disk(template, parts.disks, node.paths.disk)
             steps.done("disk")
-            machine = await node.spawn(template.kernel, template.initrd, net, clone_of=template)
+            machine = await node.spawn(Clone(template), net)
             steps.done("spawn")
         except Exception as error:
             await self._undo(node)
