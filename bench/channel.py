@@ -84,7 +84,7 @@ from bench.recording import begin, cpu_seconds, status_kib, write_result  # noqa
 from vmservice.agent.client import AgentClient  # noqa: E402
 from vmservice.agent.execution import run_collected  # noqa: E402
 from vmservice.client import Client, ExecRecord  # noqa: E402
-from vmservice.nodes.guest_exec import ExecRequest  # noqa: E402
+from vmservice.guestport.exec import ExecRequest  # noqa: E402
 from vmservice.images.store import resolve_image  # noqa: E402
 
 RAM = 256 * 1024 * 1024

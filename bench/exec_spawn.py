@@ -61,8 +61,8 @@ from bench.limits import image_guest  # noqa: E402
 from bench.recording import begin, cpu_seconds, write_result  # noqa: E402
 from vmservice.agent.client import AgentClient  # noqa: E402
 from vmservice.agent.execution import run_collected  # noqa: E402
+from vmservice.guestport.exec import ExecRequest  # noqa: E402
 from vmservice.images.store import resolve_image  # noqa: E402
-from vmservice.nodes.guest_exec import ExecRequest  # noqa: E402
 
 PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "exec_spawn_probe.py")
 EXECS = {

@@ -49,7 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image  # noqa: E402
 from bench.recording import begin, peak_rss, write_result  # noqa: E402
 from vmservice.agent.execution import exec_header  # noqa: E402
-from vmservice.nodes.guest_exec import ExecRequest  # noqa: E402
+from vmservice.guestport.exec import ExecRequest  # noqa: E402
 from vmservice.hypervisors.base import MachineSpec  # noqa: E402
 from vmservice.hypervisors.qemu import QemuMachine, QemuSettings, host_tsc_khz, qemu_command  # noqa: E402
 from vmservice.images.store import resolve_image  # noqa: E402

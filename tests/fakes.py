@@ -24,6 +24,7 @@ from vmservice.errors import AgentNotConnected, BadRequest, Conflict, NotFound
 from vmservice.agent.errors import AgentUnavailable
 from vmservice.agent.guest import AgentGuest
 from vmservice.agent.stream import AgentStream
+from vmservice.guestport.guest import AgentHealth, IGuestConnection
 from vmservice.hypervisors.base import (
     Capabilities,
     HypervisorError,
@@ -39,12 +40,11 @@ from vmservice.network.interfaces import INodeNetwork
 from vmservice.nodes.addressing import Addressing
 from vmservice.nodes.events import EventHub
 from vmservice.nodes.fleet import Fleet
-from vmservice.nodes.guest import AgentHealth, IGuestConnection
 from vmservice.nodes.parts import DriverChoice, FleetParts
 from vmservice.nodes.runtime import NodeRuntime
 from vmservice.nodes.room import RoomWatch
 from vmservice.nodes.store import NodeStore
-from vmservice.nodes.templates import Template
+from vmservice.nodes.template_files import Template
 from vmservice.private_files import create_private
 from vmservice.storage.interfaces import DiskInfo, IDisks
 from vmservice.storage.overlay import StorageError

@@ -21,7 +21,7 @@ from vmservice.guest import agent
 from vmservice.guest.agent import Loop, Session
 from vmservice.agent.errors import AgentRequestFailed, AgentUnavailable
 from vmservice.errors import GuestErrorKind
-from vmservice.nodes.identity import GuestIdentity, GuestNet
+from vmservice.guestport.identity import GuestIdentity, GuestNet
 from vmservice.wire import Data, HalfClose, Open, Reset, ResetCode
 from vmservice.wire.events import Hello
 

@@ -16,7 +16,7 @@ from tests.agent.background_info import INFO
 from tests.agent.fakes import FakeExecAgent
 from vmservice.agent.background import AgentBackground, parse_info
 from vmservice.errors import AgentError, GuestErrorKind
-from vmservice.nodes.background import BackgroundInfo, IBackgroundExecs, ILogSink, LogFrame
+from vmservice.guestport.background import BackgroundInfo, IBackgroundExecs, ILogSink, LogFrame
 from vmservice.wire.logframes import STDOUT, encode_frame
 from vmservice.wire.logframes import LogFrame as WireFrame
 from vmservice.wire.payloads import encode_head

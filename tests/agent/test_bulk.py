@@ -23,7 +23,7 @@ from vmservice.agent.bulk import BulkChannel, BulkLink
 from vmservice.agent.bulkcopy import BulkDownload, BulkUpload
 from vmservice.agent.stream import StreamReset
 from vmservice.errors import AgentError, GuestErrorKind
-from vmservice.nodes.guest_files import DownloadRequest, UploadRequest, UploadResult
+from vmservice.guestport.files import DownloadRequest, UploadRequest, UploadResult
 from vmservice.wire import ResetCode
 from vmservice.wire.bulk import decode_upload_end
 from vmservice.wire.payloads import encode_head

@@ -19,7 +19,7 @@ from vmservice.agent.client import AgentClient
 from vmservice.agent.errors import AgentRequestFailed, AgentUnavailable
 from vmservice.buffer_budget import FREE_REPLY, BufferBudget
 from vmservice.errors import GuestErrorKind, http_error
-from vmservice.nodes.guest import AgentHealth
+from vmservice.guestport.guest import AgentHealth
 from vmservice.wire import Data, HalfClose, Open, Ping, Pong, Reset, ResetCode
 from vmservice.wire.frames import encode_event
 

@@ -30,7 +30,7 @@ from vmservice.errors import (
     ServiceError,
     service_error,
 )
-from vmservice.nodes.guest_files import DownloadHead, DownloadRequest, UploadRequest, UploadResult
+from vmservice.guestport.files import DownloadHead, DownloadRequest, UploadRequest, UploadResult
 from vmservice.wire.payloads import encode_head
 from vmservice.wire import ResetCode
 

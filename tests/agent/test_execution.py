@@ -16,7 +16,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.agent.fakes import FakeExecAgent
 from vmservice.agent.execution import run_collected, start_exec
 from vmservice.errors import AgentError, GuestErrorKind
-from vmservice.nodes.guest_exec import ExecRequest
+from vmservice.guestport.exec import ExecRequest
 from vmservice.agent.stream import StreamReset
 from vmservice.wire.payloads import (
     ERROR,

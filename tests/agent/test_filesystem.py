@@ -17,7 +17,7 @@ from vmservice import errors
 from vmservice.agent import filesystem
 from vmservice.agent.errors import AgentRequestFailed, AgentUnavailable
 from vmservice.agent.filesystem import MAX_FS_REPLY
-from vmservice.nodes.guest_files import FsEntry
+from vmservice.guestport.files import FsEntry
 from vmservice.wire import ResetCode
 
 ENTRY = {"name": "hosts", "type": "file", "size": 12, "mtime_ns": 1_700_000_000_000_000_001, "mode": 0o644}

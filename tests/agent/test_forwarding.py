@@ -1,14 +1,13 @@
 # -*- test-case-name: tests.agent.test_forwarding -*-
 """
 The host's end of tunnels (:mod:`vmservice.agent.forwarding`) over fake
-streams, and the upstream records of :mod:`vmservice.nodes.guest_tunnel`.
+streams, and the upstream records of :mod:`vmservice.guestport.tunnel`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, strategies as st
 from twisted.internet.error import ConnectionLost
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
@@ -16,7 +15,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.agent.fakes import FakeExecAgent
 from vmservice.agent.stream import StreamReset
 from vmservice.errors import AgentError, GuestErrorKind
-from vmservice.nodes.guest_tunnel import ForwardRequest, ITunnel
+from vmservice.guestport.tunnel import ITunnel
+from vmservice.wire.upstream import Upstream
 from vmservice.wire import ResetCode
 from vmservice.wire.payloads import encode_head
 
@@ -40,29 +40,10 @@ class Peer:
         self.lost = True
 
 
-class ForwardRequestTests(SynchronousTestCase):
-    def test_parse(self) -> None:
-        """host:port, [v6]:port and unix:/path; anything else is a ValueError."""
-        self.assertEqual(ForwardRequest.parse("127.0.0.1:80"), ForwardRequest(host="127.0.0.1", port=80))
-        self.assertEqual(ForwardRequest.parse("[::1]:22"), ForwardRequest(host="::1", port=22))
-        self.assertEqual(ForwardRequest.parse("unix:/run/a.sock"), ForwardRequest(unix="/run/a.sock"))
-        for bad in ("", "x", ":80", "h:", "h:0", "h:65536", "h:-1", "unix:a", "a b:1", "unix:/" + "a" * 200):
-            self.assertRaises(ValueError, ForwardRequest.parse, bad)
-
-    @given(st.text(max_size=40))
-    def test_parse_any(self, text: str) -> None:
-        """Any text parses or raises ValueError; what parses describes itself back."""
-        try:
-            parsed = ForwardRequest.parse(text)
-        except ValueError:
-            return
-        self.assertEqual(ForwardRequest.parse(parsed.describe()), parsed)
-
-
 class TunnelTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.agent = FakeExecAgent()
-        self.opened = self.agent.forward(ForwardRequest(host="localhost", port=8000))
+        self.opened = self.agent.forward(Upstream(host="localhost", port=8000))
         self.stream = self.agent.streams[-1]
 
     def test_opened(self) -> None:
@@ -101,10 +82,10 @@ class TunnelTests(SynchronousTestCase):
         """A head that is no object, or a stream lost before the head, fail ``opened``."""
         self.stream.deliver(encode_head([1]))  # type: ignore[arg-type]
         self.assertEqual(self.failureResultOf(self.opened, AgentError).value.kind, GuestErrorKind.MALFORMED)
-        opened = self.agent.forward(ForwardRequest(unix="/a"))
+        opened = self.agent.forward(Upstream(unix="/a"))
         self.agent.streams[-1].end(Failure(ConnectionLost()))
         self.assertEqual(self.failureResultOf(opened, AgentError).value.kind, GuestErrorKind.UNAVAILABLE)
-        opened = self.agent.forward(ForwardRequest(unix="/a"))
+        opened = self.agent.forward(Upstream(unix="/a"))
         self.agent.streams[-1].end(Failure(StreamReset(ResetCode.UNKNOWN_OP, "unknown op")))
         self.assertEqual(self.failureResultOf(opened, AgentError).value.kind, GuestErrorKind.UNSUPPORTED)
 

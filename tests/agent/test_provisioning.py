@@ -14,7 +14,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.agent import provisioning
 from vmservice.agent.errors import AgentRequestFailed
-from vmservice.nodes.guest import GuestSecret, LoginOutcome, UserdataOutcome
+from vmservice.guestport.guest import GuestSecret, LoginOutcome, UserdataOutcome
 
 
 class FakeChannel:

@@ -13,7 +13,7 @@ from zope.interface.verify import verifyObject
 
 from tests.agent.fakes import FakeExecAgent
 from vmservice.errors import AgentError, GuestErrorKind
-from vmservice.nodes.guest_shell import IShellSession, ShellRequest
+from vmservice.guestport.shell import IShellSession, ShellRequest
 from vmservice.wire import ResetCode
 from vmservice.wire.shellframes import (
     DATA,

@@ -19,7 +19,7 @@ from tests.agent.fakes import FakeExecAgent
 from vmservice.agent.stream import StreamReset
 from vmservice.agent.watching import MAX_WATCH_HEADER, start_watch
 from vmservice.errors import AgentError, GuestErrorKind
-from vmservice.nodes.guest_watch import IWatch, IWatchSink, WatchEvent, WatchRequest
+from vmservice.guestport.watch import IWatch, IWatchSink, WatchEvent, WatchRequest
 from vmservice.wire import ResetCode
 from vmservice.wire.messages import encode_message
 

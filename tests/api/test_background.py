@@ -26,8 +26,8 @@ from vmservice.api.app import Api
 from vmservice.api.background import BackgroundApi, frame_record
 from vmservice.api.execution import ExecApi
 from vmservice.api.streaming import StreamingSite
+from vmservice.guestport.background import LogFrame
 from vmservice.metrics import Metrics
-from vmservice.nodes.background import LogFrame
 from vmservice.nodes.background_limit import BackgroundLimit
 from vmservice.wire.logframes import STDERR, STDOUT, encode_frame, exit_frame, gap_frame
 from vmservice.wire.logframes import LogFrame as WireFrame

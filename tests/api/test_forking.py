@@ -23,11 +23,11 @@ from vmservice.api.app import Api
 from vmservice.api.forking import ForkApi
 from vmservice.api.lifecycle import LifecycleApi
 from vmservice.api.nodes import NodesApi
+from vmservice.guestport.guest import IGuestConnection
 from vmservice.hypervisors.base import NetSpec
 from vmservice.metrics import Metrics
 from vmservice.nodes.adoption import ICloneAdoption
 from vmservice.nodes.fleet import Fleet
-from vmservice.nodes.guest import IGuestConnection
 from vmservice.nodes.model import NodeRecord
 
 

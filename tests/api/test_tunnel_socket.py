@@ -15,7 +15,7 @@ from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from vmservice.api.tunnel_socket import TunnelSocket
-from vmservice.nodes.guest_tunnel import ITunnel, ITunnelPeer
+from vmservice.guestport.tunnel import ITunnel, ITunnelPeer
 
 
 @implementer(ITunnel)

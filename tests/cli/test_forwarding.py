@@ -19,9 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.cli.forwarding import ForwardProxy, ForwardSpec, listen, parse_spec
 from vmservice.client.tunnel import TunnelEndpoint, TunnelRefused, request_head
-from vmservice.client.upstream import MAX_UNIX_SOCKET_PATH, Upstream
-from vmservice.nodes.guest_tunnel import MAX_UNIX_SOCKET_PATH as GUEST_MAX_UNIX_SOCKET_PATH
-from vmservice.nodes.guest_tunnel import ForwardRequest
+from vmservice.wire.upstream import Upstream
 
 
 class SpecTests(SynchronousTestCase):
@@ -41,30 +39,6 @@ class SpecTests(SynchronousTestCase):
     def test_bad(self) -> None:
         for bad in ("", "80", "80:host", "x:127.0.0.1:80", "70000:h:80", "8080:h:0", "unix::h:80", ":h:80"):
             self.assertRaises(ValueError, parse_spec, bad)
-
-    def test_upstream_as_the_daemon_reads_it(self) -> None:
-        """
-        The client reads an upstream as the daemon does (its own copy of the
-        rule, the CLI sharing nothing with the daemon's layers): the same
-        record or the same refusal, the same words back.
-        """
-        self.assertEqual(MAX_UNIX_SOCKET_PATH, GUEST_MAX_UNIX_SOCKET_PATH)
-        samples = ["127.0.0.1:80", "[::1]:8080", "localhost:65535", "unix:/run/a.sock", "unix:run/a.sock",
-                   "unix:/" + "a" * 106, "unix:/" + "a" * 107, "h:0", "h:65536", "h", ":80", "a b:80", "[h]:x",
-                   "h/x:80", "x" * 254 + ":80", "unix:/a\0b"]
-        for text in samples:
-            try:
-                daemon: object = ForwardRequest.parse(text)
-            except ValueError as error:
-                daemon = str(error)
-            try:
-                client = Upstream.parse(text)
-            except ValueError as error:
-                self.assertEqual(str(error), daemon, text)
-            else:
-                assert isinstance(daemon, ForwardRequest), text
-                self.assertEqual((client.host, client.port, client.unix), (daemon.host, daemon.port, daemon.unix))
-                self.assertEqual(client.describe(), daemon.describe())
 
 
 class FakeDaemon:

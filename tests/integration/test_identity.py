@@ -27,8 +27,8 @@ from tests.integration.faults import network_objects
 from tests.integration.greeting import CLIENT, HelloServer
 from vmservice.agent.client import AgentClient
 from vmservice.errors import AgentError
-from vmservice.nodes.guest_exec import ExecRequest, IExecSink
-from vmservice.nodes.identity import GuestIdentity, GuestNet, new_identity
+from vmservice.guestport.exec import ExecRequest, IExecSink
+from vmservice.guestport.identity import GuestIdentity, GuestNet, new_identity
 
 BRIDGE = "vmstbr7"
 GATEWAY = "10.78.7.1"

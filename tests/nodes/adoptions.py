@@ -12,7 +12,7 @@ from zope.interface import implementer
 from tests.fakes import FleetHarness
 from vmservice.hypervisors.base import NetSpec
 from vmservice.nodes.adoption import ICloneAdoption
-from vmservice.nodes.guest import IGuestConnection
+from vmservice.guestport.guest import IGuestConnection
 from vmservice.nodes.model import NodeRecord
 
 

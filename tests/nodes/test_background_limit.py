@@ -13,9 +13,9 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.config import MAX_BACKGROUND_EXECS_PER_NODE
 from vmservice.errors import Conflict, http_error
-from vmservice.nodes.background import BackgroundRequest
+from vmservice.guestport.background import BackgroundRequest
 from vmservice.nodes.background_limit import BackgroundLimit
-from vmservice.nodes.guest_exec import ExecRequest
+from vmservice.guestport.exec import ExecRequest
 
 REQUEST = BackgroundRequest(ExecRequest(cmd="sleep 9"), 1024)
 

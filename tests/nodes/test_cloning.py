@@ -22,7 +22,7 @@ from tests.fakes import FakeAgent, FakeMachine, FleetHarness, empty_overlay_base
 from tests.nodes.adoptions import FakeAdoption
 from vmservice.agent.errors import AgentUnavailable
 from vmservice.nodes.adoption import IdentityAdoption
-from vmservice.nodes.identity import GuestIdentity, GuestNet, IAdoption
+from vmservice.guestport.identity import GuestIdentity, GuestNet, IAdoption
 from ipaddress import IPv4Network
 
 from vmservice.config import HostGroupConfig, NetworkConfig
@@ -30,9 +30,10 @@ from vmservice.hypervisors.base import HypervisorError, NetSpec
 from vmservice.nodes.adoption import ICloneAdoption
 from vmservice.nodes.cloning import template_key
 from vmservice.nodes.fleet import Fleet
-from vmservice.nodes.guest import IGuestConnection
+from vmservice.guestport.guest import IGuestConnection
 from vmservice.nodes.model import CreateRequest, NodeRecord, Status, Wait
-from vmservice.nodes.templates import Template, TemplateStore
+from vmservice.nodes.template_files import Template
+from vmservice.nodes.templates import TemplateStore
 
 MiB = 1024 * 1024
 GROUPS = (HostGroupConfig(name="warm", vcpu=1, ram_bytes=256 * MiB, warm=True, storage_size=1 << 30),

@@ -9,7 +9,7 @@ from tests.fakes import FakeAgent, FakeDisks, FakeDriver, FakeMachine, FakeNetwo
 from vmservice.hypervisors.base import IHypervisor, IMachine, MachineSpec
 from vmservice.network.host import HostNetwork
 from vmservice.network.interfaces import INodeNetwork
-from vmservice.nodes.guest import IGuest, IGuestConnection
+from vmservice.guestport.guest import IGuest, IGuestConnection
 from vmservice.storage.interfaces import IDisks
 from vmservice.storage.overlay import OverlayDisks
 

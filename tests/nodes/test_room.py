@@ -18,7 +18,7 @@ from vmservice.nodes.model import CreateRequest, Status, Wait
 from vmservice.nodes.room import RoomWatch, room_for
 from vmservice.nodes.template_build import TemplateBuilder
 from vmservice.nodes.template_key import TemplateKey
-from vmservice.nodes.templates import Template
+from vmservice.nodes.template_files import Template
 
 
 class RoomForTests(SynchronousTestCase):

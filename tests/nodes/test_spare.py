@@ -30,7 +30,8 @@ from vmservice.nodes.cloning import template_key
 from vmservice.nodes.fleet import Fleet
 from vmservice.nodes.model import CreateRequest, NodeRecord, Wait
 from vmservice.nodes.spare import SPARE_PHASE, SpareCore
-from vmservice.nodes.templates import Template, TemplateStore
+from vmservice.nodes.template_files import Template
+from vmservice.nodes.templates import TemplateStore
 
 MiB = 1024 * 1024
 BRIDGED = HostGroupConfig(name="warm", vcpu=1, ram_bytes=256 * MiB, warm=True, storage_size=1 << 30,

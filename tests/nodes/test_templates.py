@@ -14,8 +14,9 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from vmservice.nodes.template_files import Template
 from vmservice.nodes.template_key import TemplateKey
-from vmservice.nodes.templates import RETRY_AFTER, Template, TemplateStore, TemplateUnavailable
+from vmservice.nodes.templates import RETRY_AFTER, TemplateStore, TemplateUnavailable
 
 MiB = 1024 * 1024
 KEY = TemplateKey(image="default", build="/img/default-1", qemu="qemu 7.2", ram_bytes=256 * MiB, vcpus=1,

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from ..errors import GuestErrorKind
-from ..nodes.identity import GuestIdentity
+from ..guestport.identity import GuestIdentity
 from ..wire.adoption import AdoptionError, AdoptionRequest, encode_adoption
 from .errors import AgentRequestFailed
 

@@ -2,13 +2,13 @@
 """
 The host's side of background execs (``{"op": "background"}`` streams, served
 by :mod:`vmservice.guest.background`): :class:`AgentBackground` implements
-:class:`~vmservice.nodes.background.IBackgroundExecs` over an agent channel.
+:class:`~vmservice.guestport.background.IBackgroundExecs` over an agent channel.
 
 Every action but ``logs`` is one request and one JSON reply (read with
 :func:`.filesystem.reply_result`, so the guest's error kinds become
 :class:`~vmservice.errors.AgentError`\\ s).  ``logs`` is a stream: a head
 (the reply), then log frames (:mod:`vmservice.wire.logframes`) handed to an
-:class:`~vmservice.nodes.background.ILogSink` as they arrive, with the
+:class:`~vmservice.guestport.background.ILogSink` as they arrive, with the
 stream's credit as back-pressure.
 """
 
@@ -24,7 +24,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ..errors import AgentError, GuestErrorKind
-from ..nodes.background import (
+from ..guestport.background import (
     BackgroundInfo,
     BackgroundRequest,
     IBackgroundExecs,

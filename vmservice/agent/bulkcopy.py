@@ -2,8 +2,8 @@
 """
 Binary copies over a guest's bulk port (:mod:`.bulk`), with the copy's
 multiplexed stream for the head, the reply and the end: the same
-:class:`~vmservice.nodes.guest_files.IUpload` and
-:class:`~vmservice.nodes.guest_files.IDownload` as :mod:`.copying`, which
+:class:`~vmservice.guestport.files.IUpload` and
+:class:`~vmservice.guestport.files.IDownload` as :mod:`.copying`, which
 they fall back to when the port is busy, missing or not served by the agent
 (``docs/agent-protocol.md``, "The bulk port").
 
@@ -31,7 +31,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ..errors import AgentError, GuestErrorKind
-from ..nodes.guest_files import DownloadRequest, IUpload, UploadRequest, UploadResult, usable_size
+from ..guestport.files import DownloadRequest, IUpload, UploadRequest, UploadResult, usable_size
 from ..wire import ResetCode
 from ..wire.bulk import encode_upload_end
 from ..wire.payloads import decode_head

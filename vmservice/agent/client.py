@@ -23,8 +23,8 @@ from zope.interface import implementer
 
 from ..buffer_budget import FREE_REPLY, BufferBudget, Reservation
 from ..errors import AgentError, BufferBudgetExhausted, GuestErrorKind
-from ..nodes.guest import IGuestConnection
-from ..nodes.identity import GuestIdentity, IAdoption
+from ..guestport.guest import IGuestConnection
+from ..guestport.identity import GuestIdentity, IAdoption
 from ..observer import OneShotObserver
 from ..wire import ResetCode
 from ..wire.adoption import PREPARE
@@ -239,7 +239,7 @@ class AgentClient(AgentGuest):
     async def adopt(self, identity: GuestIdentity) -> None:
         """
         Make the guest adopt ``identity`` (see
-        :meth:`vmservice.nodes.identity.IAdoption.adopt`), and come back once the
+        :meth:`vmservice.guestport.identity.IAdoption.adopt`), and come back once the
         agent acknowledged this connection in the new session the guest starts
         afterwards.  The switch is quiet: neither :meth:`on_lost` nor
         :meth:`on_ready` callbacks run for it.

@@ -26,7 +26,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ..errors import AgentError, GuestErrorKind
-from ..nodes.guest_files import (DownloadHead, DownloadRequest, IDownload, IUpload, UploadRequest, UploadResult,
+from ..guestport.files import (DownloadHead, DownloadRequest, IDownload, IUpload, UploadRequest, UploadResult,
                                  usable_name, usable_size)
 from ..wire.payloads import decode_head
 from ..wire import ResetCode

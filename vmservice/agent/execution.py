@@ -2,7 +2,7 @@
 """
 The host's end of an ``exec`` stream: open it, feed stdin, decode the guest's
 records (:mod:`vmservice.guest.execution` holds the codec, stdlib only, shared
-with the guest) and hand them to an :class:`~vmservice.nodes.guest_exec.IExecSink`
+with the guest) and hand them to an :class:`~vmservice.guestport.exec.IExecSink`
 as they arrive; a stream that ends early becomes an
 :class:`~vmservice.errors.AgentError` (:func:`.errors.stream_error`).
 
@@ -24,7 +24,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ..errors import AgentError, GuestErrorKind
-from ..nodes.guest_exec import ExecRequest, IExecProcess, IExecSink
+from ..guestport.exec import ExecRequest, IExecProcess, IExecSink
 from .channel import Channel
 from .errors import AgentRequestFailed, stream_error
 from .stream import AgentStream

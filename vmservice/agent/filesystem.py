@@ -6,7 +6,7 @@ and the reading of the guest's JSON replies.
 Each call opens one stream with a header such as
 ``{"op": "fs", "action": "stat", "path": "/etc/hostname"}``, reads the guest's one
 JSON reply (see :mod:`vmservice.guest.filesystem` and ``docs/agent-protocol.md``)
-and returns :class:`~vmservice.nodes.guest_files.FsEntry` records, or raises an
+and returns :class:`~vmservice.guestport.files.FsEntry` records, or raises an
 :class:`~vmservice.errors.AgentError` of the kind the guest named; what a
 kind means for a client is :data:`vmservice.errors.GUEST_ERRORS`.
 """
@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from ..errors import AgentError, GuestErrorKind
-from ..nodes.guest_files import FsEntry
+from ..guestport.files import FsEntry
 from .channel import Channel
 from .errors import AgentRequestFailed
 

@@ -8,7 +8,7 @@ stream's contents are described in :mod:`vmservice.guest.forwarding` and
 once the guest connected to the upstream, or fails with an
 :class:`~vmservice.errors.AgentError` (``UPSTREAM_REFUSED`` ...) before any
 byte flowed.  The tunnel is then joined to a peer
-(:class:`~vmservice.nodes.guest_tunnel.ITunnelPeer`: an HTTP connection taken over,
+(:class:`~vmservice.guestport.tunnel.ITunnelPeer`: an HTTP connection taken over,
 a WebSocket, a test) producer-to-consumer both ways: the peer's transport
 pauses the tunnel (credit is withheld from the guest, which stops reading
 the upstream), and the tunnel pauses the peer's producer while the guest's
@@ -27,7 +27,8 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ..errors import AgentError, GuestErrorKind
-from ..nodes.guest_tunnel import ForwardRequest, ITunnel, ITunnelPeer
+from ..guestport.tunnel import ITunnel, ITunnelPeer
+from ..wire.upstream import Upstream
 from ..wire import ResetCode
 from ..wire.payloads import decode_head
 from .channel import Channel
@@ -44,7 +45,7 @@ UPSTREAM_ERRORS = {
 }
 
 
-def forward_header(request: ForwardRequest) -> dict[str, Any]:
+def forward_header(request: Upstream) -> dict[str, Any]:
     """The OPEN header of a tunnel (documented in ``docs/agent-protocol.md``)."""
     if request.unix:
         return {"op": "forward", "unix": request.unix}
@@ -226,7 +227,7 @@ class GuestTunnel:
         self.abort()
 
 
-def start_forward(agent: Channel, request: ForwardRequest) -> "Deferred[ITunnel]":
+def start_forward(agent: Channel, request: Upstream) -> "Deferred[ITunnel]":
     """
     Open a tunnel: fires with it once the guest connected to the upstream.
 

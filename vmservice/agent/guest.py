@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.agent.test_client -*-
 """
-:class:`~vmservice.nodes.guest.IGuest` over an agent channel.
+:class:`~vmservice.guestport.guest.IGuest` over an agent channel.
 
 :class:`AgentGuest` turns each guest operation into the streams of the agent
 protocol (``docs/agent-protocol.md``): health and clock are one-shot
@@ -21,13 +21,14 @@ from twisted.internet.defer import Deferred, fail
 from twisted.internet.interfaces import IProtocol
 from zope.interface import implementer
 
-from ..nodes.guest import AgentHealth, GuestSecret, IGuest, LoginOutcome, UserdataOutcome
-from ..nodes.guest_exec import ExecRequest, IExecProcess, IExecSink
-from ..nodes.guest_files import DownloadRequest, FsEntry, IDownload, IUpload, UploadRequest
-from ..nodes.guest_shell import IShellSession, IShellSink, ShellRequest
-from ..nodes.guest_tunnel import ForwardRequest, ITunnel
-from ..nodes.guest_watch import IWatch, IWatchSink, WatchRequest
 from ..errors import AgentError
+from ..guestport.exec import ExecRequest, IExecProcess, IExecSink
+from ..guestport.files import DownloadRequest, FsEntry, IDownload, IUpload, UploadRequest
+from ..guestport.guest import AgentHealth, GuestSecret, IGuest, LoginOutcome, UserdataOutcome
+from ..guestport.shell import IShellSession, IShellSink, ShellRequest
+from ..guestport.tunnel import ITunnel
+from ..wire.upstream import Upstream
+from ..guestport.watch import IWatch, IWatchSink, WatchRequest
 from . import filesystem, provisioning
 from .background import AgentBackground
 from .bulk import BulkChannel
@@ -189,7 +190,7 @@ class AgentGuest(ABC):
     def shell(self, request: ShellRequest, sink: IShellSink) -> IShellSession:
         """Start an interactive shell; what happens to it goes to ``sink``."""
         return start_shell(self, request, sink)
-    def forward(self, request: ForwardRequest) -> "Deferred[ITunnel]":
+    def forward(self, request: Upstream) -> "Deferred[ITunnel]":
         """Open a tunnel to an upstream in the guest (fires once the guest connected)."""
         try:
             return start_forward(self, request)

@@ -12,7 +12,7 @@ import json
 from typing import Any, Mapping
 
 from ..errors import GuestErrorKind
-from ..nodes.guest import GuestSecret, LoginOutcome, UserdataOutcome
+from ..guestport.guest import GuestSecret, LoginOutcome, UserdataOutcome
 from .channel import Channel
 from .errors import AgentRequestFailed
 

@@ -2,7 +2,7 @@
 """
 The host's end of a ``shell`` stream: open it, send terminal input and
 resizes as frames of :mod:`vmservice.wire.shellframes`, decode the guest's
-frames and hand them to an :class:`~vmservice.nodes.guest_shell.IShellSink`; a
+frames and hand them to an :class:`~vmservice.guestport.shell.IShellSink`; a
 stream that ends early becomes an :class:`~vmservice.errors.AgentError`.
 
 Nothing here knows HTTP or WebSockets.
@@ -20,7 +20,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ..errors import AgentError, GuestErrorKind
-from ..nodes.guest_shell import IShellSession, IShellSink, ShellRequest
+from ..guestport.shell import IShellSession, IShellSink, ShellRequest
 from .channel import Channel
 from .errors import AgentRequestFailed, stream_error
 from .stream import AgentStream
@@ -109,7 +109,7 @@ class _ShellProtocol(Protocol):
 @implementer(IShellSession)
 class ShellSession:
     """
-    A running shell (see :class:`~vmservice.nodes.guest_shell.IShellSession`).
+    A running shell (see :class:`~vmservice.guestport.shell.IShellSession`).
 
     :param stream: its agent stream.
     """

@@ -8,7 +8,7 @@ contents are described in :mod:`vmservice.guest.watching` and
 nothing) and gives a :class:`GuestWatch`: its :attr:`~GuestWatch.ready` fires
 once the guest watches every path (or fails with the guest's error, a missing
 path being ``NOT_FOUND``); then each event goes to the
-:class:`~vmservice.nodes.guest_watch.IWatchSink`, and its end once.  As an
+:class:`~vmservice.guestport.watch.IWatchSink`, and its end once.  As an
 ``IPushProducer`` the watch withholds credit from the guest while its consumer
 is paused; :meth:`~GuestWatch.cancel` resets the stream, and the guest removes
 its watches.  Failures are :class:`~vmservice.errors.AgentError`\\ s; nothing
@@ -29,7 +29,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ..errors import AgentError, GuestErrorKind
-from ..nodes.guest_watch import IWatch, IWatchSink, WATCH_EVENT_TYPES, WatchEvent, WatchRequest
+from ..guestport.watch import IWatch, IWatchSink, WATCH_EVENT_TYPES, WatchEvent, WatchRequest
 from ..wire import ResetCode
 from ..wire.messages import MessageDecoder, MessageError
 from .channel import Channel

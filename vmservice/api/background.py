@@ -4,7 +4,7 @@ Background execs: ``POST /vm/{hostname}/exec?background=true`` starts one,
 ``/vm/{hostname}/exec/{exec_id}[/logs|/kill|/wait-exit]`` follow it.
 
 Thin: each handler asks the node's guest
-(:class:`~vmservice.nodes.background.IBackgroundExecs`) and words the answer;
+(:class:`~vmservice.guestport.background.IBackgroundExecs`) and words the answer;
 a start goes through :class:`~vmservice.nodes.background_limit.BackgroundLimit`
 (409 ``background_limit_reached`` past the node's bound).
 The processes and their output rings live in the guest, so nothing here
@@ -26,10 +26,10 @@ from zope.interface import implementer
 
 from ..buffer_budget import BufferBudget
 from ..errors import AgentError, BadRequest
-from ..nodes.background import BackgroundInfo, BackgroundRequest, ILogSink, LogFrame
+from ..guestport.background import BackgroundInfo, BackgroundRequest, ILogSink, LogFrame
+from ..guestport.exec import ExecRequest
 from ..nodes.background_limit import BackgroundLimit
 from ..nodes.fleet import Fleet
-from ..nodes.guest_exec import ExecRequest
 from .inputs.background import kill_request
 from .models.background import BackgroundExec, BackgroundStarted, ExecDeleted, KillRequest, KillResponse, WaitExitResponse
 from .models.meta import ErrorResponse

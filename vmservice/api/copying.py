@@ -16,7 +16,7 @@
   the headers aborts the connection, so the client sees a truncated body
   rather than a complete-looking one.  What the guest says is untrusted: the
   head's values reach the headers only as the agent code made them safe
-  (:class:`~vmservice.nodes.guest_files.DownloadHead`; a name that is no
+  (:class:`~vmservice.guestport.files.DownloadHead`; a name that is no
   file's name is left out like the root's), and a file whose content is not
   the size its head gave (the ``Content-Length``) fails the download
   after the headers: cut at that size and the connection aborted.
@@ -40,8 +40,8 @@ from twisted.web.iweb import IRequest
 from twisted.web.server import Request
 
 from ..errors import AgentError, GuestErrorKind
+from ..guestport.files import DownloadRequest, IUpload, UploadRequest
 from ..nodes.fleet import Fleet
-from ..nodes.guest_files import DownloadRequest, IUpload, UploadRequest
 from .inputs.copies import cp_download_mode, cp_semantics, cp_source, cp_upload_mode, unpacked_size
 from .models.files import CopyResult
 from .models.meta import ErrorResponse

@@ -3,7 +3,7 @@
 What an exec sends back: the guest's events as NDJSON stream records, or
 collected into one ExecResult (``buffered=true``).
 
-:class:`ExecCall` is the :class:`~vmservice.nodes.guest_exec.IExecSink` of one exec
+:class:`ExecCall` is the :class:`~vmservice.guestport.exec.IExecSink` of one exec
 request.  It first settles :attr:`ExecCall.first` (the guest's first event: a
 start commits the response to 200; a refusal or a lost agent is an error
 status), then streams records to an :class:`~.ndjson.NdjsonStream` or collects
@@ -35,7 +35,7 @@ from zope.interface import implementer
 
 from ..buffer_budget import BufferBudget, Reservation
 from ..errors import AgentError, BufferBudgetExhausted
-from ..nodes.guest_exec import IExecProcess, IExecSink
+from ..guestport.exec import IExecProcess, IExecSink
 from .ndjson import NdjsonStream
 from .rendering import rfc3339
 

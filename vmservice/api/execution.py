@@ -2,7 +2,7 @@
 """
 ``POST /vm/{hostname}/exec``: run a command in the guest, streamed end to end.
 
-The handler opens an exec on the node's guest (:meth:`~vmservice.nodes.guest.IGuest.exec`)
+The handler opens an exec on the node's guest (:meth:`~vmservice.guestport.guest.IGuest.exec`)
 and waits for the guest's first event: a refusal becomes a 400, a lost agent
 a 503, a start (or a failure to start) commits to a 200.  Then
 (:mod:`.exec_records`):
@@ -32,8 +32,8 @@ from twisted.python.failure import Failure
 from twisted.web.server import Request
 
 from ..buffer_budget import BufferBudget
+from ..guestport.exec import ExecRequest, IExecProcess
 from ..nodes.fleet import Fleet
-from ..nodes.guest_exec import ExecRequest, IExecProcess
 from .background import DEFAULT_RING_BYTES, MAX_RING_BYTES, BackgroundApi, check_background
 from .exec_records import BUFFERED_LIMIT, ExecCall
 from .models.background import BackgroundStarted

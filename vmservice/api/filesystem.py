@@ -2,7 +2,7 @@
 """
 File-system operations in a guest: ``/vm/{hostname}/fs/{readdir,stat,mkdir,remove}``.
 
-Thin handlers: parse, ask the node's guest (:class:`~vmservice.nodes.guest.IGuest`),
+Thin handlers: parse, ask the node's guest (:class:`~vmservice.guestport.guest.IGuest`),
 render FsEntry records.  The guest's errors are mapped by the one table,
 :data:`vmservice.errors.GUEST_ERRORS`.
 """
@@ -16,8 +16,8 @@ from attrs import frozen
 from twisted.web.iweb import IRequest
 
 from ..buffer_budget import BufferBudget
+from ..guestport.files import FsEntry as GuestEntry
 from ..nodes.fleet import Fleet
-from ..nodes.guest_files import FsEntry as GuestEntry
 from .inputs.filesystem import fs_mkdir_request
 from .models.files import FsEntry, FsMkdirRequest
 from .models.meta import ErrorResponse

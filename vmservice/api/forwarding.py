@@ -38,17 +38,19 @@ from twisted.web.server import Request
 from zope.interface import implementer
 
 from ..errors import BadRequest, NotSupported
+from ..guestport.tunnel import ITunnel, ITunnelPeer
+from ..wire.upstream import Upstream
 from ..nodes.fleet import Fleet
-from ..nodes.guest_tunnel import ForwardRequest, ITunnel, ITunnelPeer
 from .models.meta import ErrorResponse
 from .query import Text, param
 from .routing import Reply, Route
 
 log = Logger()
 
-#: What an upstream may be, as the document says it (and ``ForwardRequest.parse`` reads it):
-#: ``unix:/path`` (at most 107 bytes), or a host (a name, an address, ``[v6]``) and a port from 1 to 65535.
-UPSTREAM_PATTERN = (r"unix:/[^\x00]{0,106}|(?:\[[^\s\x00/\[\]]+\]|[^\s\x00/\[\]]{1,253})"
+#: What an upstream may be, as the document says it (and ``Upstream.parse`` reads it):
+#: ``unix:/path`` (at most 107 bytes), or a host (a name, an address, ``[v6]``; never ``unix``, whose
+#: ``unix:`` begins a socket path) and a port from 1 to 65535.
+UPSTREAM_PATTERN = (r"unix:/[^\x00]{0,106}|(?!unix:)(?:\[[^\s\x00/\[\]]+\]|[^\s\x00/\[\]]{1,253})"
                     r":(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])")
 
 #: The header existing clients name the upstream with.
@@ -64,7 +66,7 @@ PIPE_HEAD = (
 )
 
 #: ``async (request, hostname, upstream) -> bytes | IResource``: serves a WebSocket upgrade.
-WebSocketHandler = Callable[[Request, str, ForwardRequest], Awaitable["bytes | IResource"]]
+WebSocketHandler = Callable[[Request, str, Upstream], Awaitable["bytes | IResource"]]
 
 
 @frozen
@@ -76,7 +78,7 @@ class ForwardQuery:
                                              "X-Inlets-Upstream header does not name it")
 
 
-def upstream_of(request: Request, query: ForwardQuery) -> ForwardRequest:
+def upstream_of(request: Request, query: ForwardQuery) -> Upstream:
     """
     The upstream a request names: its ``X-Inlets-Upstream`` header, else the
     ``upstream`` query parameter.
@@ -92,7 +94,7 @@ def upstream_of(request: Request, query: ForwardQuery) -> ForwardRequest:
         raise BadRequest("name the upstream with the X-Inlets-Upstream header or the upstream query parameter",
                          code="invalid_upstream")
     try:
-        return ForwardRequest.parse(text.strip())
+        return Upstream.parse(text.strip())
     except ValueError as e:
         raise BadRequest(str(e), code="invalid_upstream") from None
 
@@ -221,7 +223,7 @@ class ForwardApi:
             ),
         ]
 
-    async def open_tunnel(self, hostname: str, upstream: ForwardRequest) -> ITunnel:
+    async def open_tunnel(self, hostname: str, upstream: Upstream) -> ITunnel:
         """
         Open a tunnel to ``upstream`` in node ``hostname``: what any way in
         (the plain pipe, a WebSocket) starts with.

@@ -34,8 +34,8 @@ from twisted.web.server import Request
 from zope.interface import implementer
 
 from ..errors import AgentError
+from ..guestport.shell import IShellSession, IShellSink, ShellRequest
 from ..nodes.fleet import Fleet
-from ..nodes.guest_shell import IShellSession, IShellSink, ShellRequest
 from .models.meta import ErrorResponse
 from .query import Text, UserId, param
 from .routing import Reply, Route

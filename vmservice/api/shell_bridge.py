@@ -37,7 +37,7 @@ from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
 from ..errors import AgentError
-from ..nodes.guest_shell import IShellSession, IShellSink
+from ..guestport.shell import IShellSession, IShellSink
 from .websocket import take_transport_producer
 
 if TYPE_CHECKING:

@@ -26,8 +26,9 @@ from twisted.web.resource import IResource
 from twisted.web.server import Request
 from zope.interface import implementer
 
+from ..guestport.tunnel import ITunnel, ITunnelPeer
+from ..wire.upstream import Upstream
 from ..nodes.fleet import Fleet
-from ..nodes.guest_tunnel import ForwardRequest, ITunnel, ITunnelPeer
 from .forwarding import WebSocketHandler
 from .websocket import accept, check_upgrade, take_transport_producer
 
@@ -94,7 +95,7 @@ def tunnel_socket_handler(fleet: Fleet, reactor: IReactorTime) -> WebSocketHandl
     node (every error an ErrorResponse), then upgrade and join them.
     """
 
-    async def serve(request: Request, hostname: str, upstream: ForwardRequest) -> bytes | IResource:
+    async def serve(request: Request, hostname: str, upstream: Upstream) -> bytes | IResource:
         check_upgrade(request)
         tunnel = await (await fleet.guest(hostname)).forward(upstream)
         if request.channel is None:

@@ -4,7 +4,7 @@
 Server-Sent Events.
 
 The handler starts a watch on the node's guest
-(:meth:`~vmservice.nodes.guest.IGuest.watch`) and waits until the guest
+(:meth:`~vmservice.guestport.guest.IGuest.watch`) and waits until the guest
 watches every path: a refusal (a missing path is 404) or a lost agent is an
 error status; then the response commits to a 200 ``text/event-stream``
 (:class:`~.sse.SseStream`) and each event becomes one SSE event with
@@ -26,8 +26,8 @@ from twisted.web.server import Request
 from zope.interface import implementer
 
 from ..errors import AgentError
+from ..guestport.watch import IWatchSink, WATCH_EVENT_TYPES, WatchEvent, WatchRequest
 from ..nodes.fleet import Fleet
-from ..nodes.guest_watch import IWatchSink, WATCH_EVENT_TYPES, WatchEvent, WatchRequest
 from .inputs.events import MAX_EVENT_ID, last_event_id
 from .filesystem import rfc3339_ns
 from .models.meta import ErrorResponse
@@ -77,7 +77,7 @@ class WatchQuery:
 @implementer(IWatchSink)
 class WatchCall:
     """
-    One watch request in flight: the :class:`~vmservice.nodes.guest_watch.IWatchSink`
+    One watch request in flight: the :class:`~vmservice.guestport.watch.IWatchSink`
     that turns guest events into SSE events, counts them, and says when the
     stream is over (:attr:`done`).
 

@@ -26,7 +26,7 @@ from twisted.python.failure import Failure
 
 from ..client import Client, IClientReactor
 from ..client.tunnel import TunnelEndpoint, TunnelRefused
-from ..client.upstream import Upstream
+from ..wire.upstream import Upstream
 from .commands import Command
 from .context import Context, Failed
 

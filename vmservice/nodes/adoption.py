@@ -15,9 +15,9 @@ from typing import Callable
 from twisted.internet.defer import Deferred
 from zope.interface import Interface, implementer
 
+from ..guestport.guest import IGuestConnection
+from ..guestport.identity import GuestNet, IAdoption, new_identity
 from ..hypervisors.base import NetSpec
-from .guest import IGuestConnection
-from .identity import GuestNet, IAdoption, new_identity
 from .model import NodeRecord
 
 

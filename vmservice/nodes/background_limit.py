@@ -23,7 +23,7 @@ from twisted.internet.defer import DeferredLock
 
 from ..config import DEFAULT_BACKGROUND_EXECS_PER_NODE
 from ..errors import Conflict
-from .background import BackgroundInfo, BackgroundRequest, IBackgroundExecs
+from ..guestport.background import BackgroundInfo, BackgroundRequest, IBackgroundExecs
 
 
 class BackgroundLimit:

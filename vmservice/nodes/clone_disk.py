@@ -17,13 +17,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import TYPE_CHECKING
-
 from ..storage.interfaces import IDisks
 from .paths import discard
-
-if TYPE_CHECKING:
-    from .templates import Template
+from .template_files import Template
 
 
 async def make_empty_overlay(disks: IDisks, base: str, path: str, size: int) -> None:

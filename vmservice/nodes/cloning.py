@@ -23,10 +23,11 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from ..config import HostGroupConfig
+from ..guestport.guest import IGuestConnection
 from ..hypervisors.base import HypervisorError, IHypervisor, IMachine, NetSpec
 from ..images.store import Image
 from .clone_disk import make_clone_disk
-from .guest import IGuestConnection
+from .launch import Clone
 from .model import NodeRecord
 from .operation import ended
 from .paths import discard
@@ -35,8 +36,9 @@ from .readiness import wait_for_guest
 from .runtime import NodeRuntime
 from .spare import Spare
 from .template_build import TemplateBuilder
+from .template_files import Template
 from .template_key import TemplateKey
-from .templates import Template, TemplateUnavailable
+from .templates import TemplateUnavailable
 
 log = Logger()
 
@@ -258,7 +260,7 @@ class Cloning:
         try:
             await make_clone_disk(template, parts.disks, node.paths.disk)
             steps.done("disk")
-            machine = await node.spawn(template.kernel, template.initrd, net, clone_of=template)
+            machine = await node.spawn(Clone(template), net)
             steps.done("spawn")
         except Exception as error:
             await self._undo(node)

@@ -24,13 +24,14 @@ from ..durable import write_atomic
 from ..hypervisors.base import IMachine
 from ..images.store import Image
 from ..errors import AgentError, BadRequest, Conflict, Internal, WaitTimeout
+from ..guestport.guest import IGuestConnection
 from .model import CreateRequest, NodeRecord, Status, Wait, unique, valid_hostname, visible
 from .events import EventType
 from .parts import FleetParts
 from .admission import Claim
 from .cloning import Cloning
 from .fork_memory import memory_file, ready_for_forks
-from .guest import IGuestConnection
+from .launch import Cold
 from .readiness import NotReady, answered, wait_for_guest
 from .registry import Registry
 from .room import room_for
@@ -197,7 +198,7 @@ class Creation:
         await parts.disks.create(image.rootfs.path, node.paths.disk, group.storage_size)
         slot = await parts.admission.boot_slot(max(0.0, deadline - parts.clock.seconds()), f"node {node.hostname!r}")
         try:
-            machine = await node.spawn(image.kernel.path, image.initrd.path, net)
+            machine = await node.spawn(Cold(image.kernel.path, image.initrd.path), net)
         except BaseException:
             slot.release()
             raise

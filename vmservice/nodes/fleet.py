@@ -39,6 +39,7 @@ from twisted.python.failure import Failure
 
 from ..config import HostGroupConfig
 from ..errors import AgentNotConnected, NotFound, Protected
+from ..guestport.guest import AgentHealth, IGuest
 from ..hypervisors.base import IMachine, MachineExit
 from ..images.store import ImageInfo
 from ..observer import OneShotObserver
@@ -49,7 +50,6 @@ from .cloning import Cloning
 from .creation import Creation
 from .forking import Forked, Forking, ForkRequest, collect_forks, discard_fork_states
 from .description import NodeDescription, describe
-from .guest import AgentHealth, IGuest
 from .idling import IdleNodes
 from .lifecycle import Lifecycle
 from .model import CreateRequest, DeleteResult, NodeRecord, Status, Wait, visible

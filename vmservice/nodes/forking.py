@@ -40,16 +40,17 @@ from .clone_disk import make_empty_overlay
 from .cloning import ADOPT_TIMEOUT, StepTimes
 from .creation import next_hostname
 from .events import EventType
-from .fork_memory import MemoryFork, fork_state
+from .fork_memory import fork_state
+from .launch import ForkChild
+from .memory_fork import MemoryFork
 from .model import MAX_FORK_COUNT, NodeRecord, Status, unique, visible
 from .operation import drive, failure_of, settled
 from .parts import FleetParts
-from .paths import discard
+from .paths import daemon_tag, discard
 from .readiness import wait_for_guest
 from .registry import Registry
 from .room import room_for
 from .runtime import NodeRuntime
-from .templates import daemon_tag
 
 log = Logger()
 
@@ -296,7 +297,7 @@ class Forking:
         if not kernel:
             image = parts.image(parts.group(node.record.hostgroup), node.record.image)
             kernel, initrd = image.kernel.path, image.initrd.path
-        machine = await node.spawn(kernel, initrd, net, incoming=state, deferred=True, memory=memory.memory())
+        machine = await node.spawn(ForkChild(kernel, initrd, state, memory.memory()), net)
         try:
             # As a clone's: QEMU answers once its sockets exist, and the agent's is connected before the load.
             await machine.run_state()

@@ -16,6 +16,7 @@ from twisted.logger import Logger
 
 from ..errors import Conflict, Internal
 from .events import EventType
+from .launch import Cold
 from .model import NodeRecord, Status, Wait, visible
 from .operation import Done, NodeOperations, drive, running, set_anyway, settled, wait_after
 from .readiness import sync_clock
@@ -112,7 +113,7 @@ class Lifecycle(NodeOperations):
                 slot = await admission.boot_slot(timeout, f"node {hostname!r}")
                 try:
                     net = await self._parts.addressing.attach(node.record)
-                    machine = await node.spawn(image.kernel.path, image.initrd.path, net)
+                    machine = await node.spawn(Cold(image.kernel.path, image.initrd.path), net)
                     node.set(Status.RUNNING, clone_memory=False)  # a clone boots as a node of its own
                 except BaseException:
                     slot.release()

@@ -18,6 +18,7 @@ from twisted.python.failure import Failure
 from ..config import Config, HostGroupConfig
 from ..devices.pci import PciHost
 from ..errors import BadRequest, Internal, NotFound
+from ..guestport.guest import IGuestConnection
 from ..hypervisors.base import IHypervisor, IVmProcesses
 from ..images.store import Image, ImageInfo, ImageNotFound, list_images
 from ..observer import OneShotObserver
@@ -26,7 +27,6 @@ from .addressing import Addressing
 from .admission import Admission
 from .adoption import ICloneAdoption
 from .events import EventHub
-from .guest import IGuestConnection
 from .provisioning import SecretSource
 from .room import RoomWatch
 from .store import NodeStore

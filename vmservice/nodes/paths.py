@@ -5,10 +5,13 @@ Where a node's files live, and the machine spec built from them.
 Everything of node ``h`` is in ``<state_dir>/nodes/h/``: its record
 (``node.json``, see :mod:`.store`), its disk, console and QEMU logs, the
 agent's, metrics channel's and QMP's UNIX sockets and, while it is suspended, its snapshot.
+What the daemon keeps in a tmpfs other daemons may share (templates' RAM
+files, memory files, forks' states) is named after :func:`daemon_tag`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 from attrs import frozen
@@ -27,6 +30,11 @@ def discard(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def daemon_tag(state_dir: str) -> str:
+    """What names this daemon's files in a tmpfs other daemons may share: a digest of its state directory."""
+    return hashlib.sha256(os.path.abspath(state_dir).encode()).hexdigest()[:12]
 
 
 def backing(record: NodeRecord, incoming: str | None) -> RamBacking | None:
@@ -158,4 +166,4 @@ class NodePaths:
         )
 
 
-__all__ = ["MAX_SOCKET_PATH", "NodePaths", "backing", "discard"]
+__all__ = ["MAX_SOCKET_PATH", "NodePaths", "backing", "daemon_tag", "discard"]

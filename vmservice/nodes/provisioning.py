@@ -27,8 +27,8 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
 
 from ..errors import AgentError, GuestErrorKind, NotFound
+from ..guestport.guest import GuestSecret, IGuest, UserdataOutcome
 from ..observer import OneShotObserver
-from .guest import GuestSecret, IGuest, UserdataOutcome
 
 log = Logger()
 

@@ -19,8 +19,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ..errors import AgentNotConnected
+from ..guestport.guest import AgentHealth, IGuest, IGuestConnection
 from ..hypervisors.base import IMachine, MachineExit, describe_exit
-from .guest import AgentHealth, IGuest, IGuestConnection
 
 log = Logger()
 

@@ -27,9 +27,9 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ..errors import AgentError, GuestErrorKind, StateDirFull, no_room
+from ..guestport.guest import IGuestConnection
 from ..hypervisors.base import HypervisorError, IMachine
 from ..observer import OneShotObserver
-from .guest import IGuestConnection
 from .model import NodeRecord, Status
 from .readiness import first_of
 

@@ -21,11 +21,12 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ..errors import BadRequest, Conflict, Internal
-from ..hypervisors.base import HypervisorError, IMachine, MachineExit, NetSpec, RamBacking, describe_exit
+from ..guestport.guest import IGuestConnection, UserdataOutcome
+from ..hypervisors.base import HypervisorError, IMachine, MachineExit, NetSpec, describe_exit
 from ..observer import OneShotObserver
 from . import fork_memory
 from .events import DELETED, EventType, status_event
-from .guest import IGuestConnection, UserdataOutcome
+from .launch import Launch, incoming, shaped, timed
 from .model import ASLEEP_STATUSES, NodeRecord, Status
 from .parts import FleetParts
 from .paths import NodePaths
@@ -33,7 +34,6 @@ from .phase import NodePhase, node_phase
 from .provisioning import GuestSetup, Provisioning
 from .room import NodeRoom
 from .spare import remove_spare_directory
-from .templates import Template
 
 log = Logger()
 
@@ -150,23 +150,13 @@ class NodeRuntime:
             ) from error
         self.record = record
 
-    async def spawn(
-        self, kernel: str, initrd: str, net: NetSpec | None, incoming: str | None = None,
-        clone_of: Template | None = None, deferred: bool = False, memory: RamBacking | None = None,
-    ) -> IMachine:
+    async def spawn(self, launch: Launch, net: NetSpec | None) -> IMachine:
         """
-        Start the node's VM (its disk exists); the caller records the new
-        status.  A boot (not a restore from ``incoming``, not a clone) is
-        timed for the boot metric.
+        Start the node's VM (its disk exists) as ``launch`` says; the caller
+        records the new status.  A boot (:class:`.launch.Cold`) is timed for
+        the boot metric.
 
-        :param clone_of: start as a clone of this template: its RAM file
-            mapped privately, waiting for its device state
-            (:meth:`IMachine.load_device_state`).
-        :param deferred: start waiting for the state ``incoming`` to be
-            loaded by :meth:`IMachine.load_state` (a fork's child) instead of
-            reading it at once.
-        :param memory: its memory backend instead of its record's (a fork's
-            child mapping its parent's memory copy).
+        :param net: its network interface, if its group has a network.
 
         :raise Internal: (``boot_failed``) the VM could not be started.
         :raise Conflict: one of its PCI devices fails a host check now (the
@@ -180,17 +170,12 @@ class NodeRuntime:
             except BadRequest as error:
                 raise Conflict(f"cannot start the VM of node {self.hostname!r}: {error}", code=error.code) from None
         driver = await self._parts.driver.get()
-        spec = self.paths.spec(self.record, kernel, initrd, incoming, net)
+        kernel, initrd = launch.kernel, launch.initrd
+        spec = self.paths.spec(self.record, kernel, initrd, incoming(launch), net)
         group = self._parts.config.group(self.record.hostgroup)
-        spec = evolve(spec, aslr=group is None or group.guest_aslr)
-        if clone_of is not None:
-            spec = evolve(spec, memory=RamBacking(clone_of.ram_file, shared=False), defer_incoming=True)
-        if deferred:
-            spec = evolve(spec, incoming=None, defer_incoming=True)
-        if memory is not None:
-            spec = evolve(spec, memory=memory)
+        spec = shaped(launch, evolve(spec, aslr=group is None or group.guest_aslr))
         fork_memory.prepare(self.record)
-        self._boot_started = None if incoming or clone_of else self._parts.clock.seconds()
+        self._boot_started = self._parts.clock.seconds() if timed(launch) else None
         try:
             machine = await driver.start(spec, self.paths.qemu_log)
         except HypervisorError as error:

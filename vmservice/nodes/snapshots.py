@@ -18,6 +18,7 @@ from twisted.logger import Logger
 from ..durable import commit
 from ..errors import AgentNotConnected, Conflict
 from ..hypervisors.base import IMachine
+from .launch import Restore
 from .model import Status, Wait
 from .operation import Done, NodeOperations, drive, running, set_anyway, settled, suspendable, wait_after
 from .readiness import NotReady, sync_clock, wait_for_agent
@@ -156,7 +157,7 @@ class Snapshots(NodeOperations):
         try:
             node.set(Status.RESTORING)
             net = await self._parts.addressing.attach(node.record)
-            machine = await node.spawn(kernel, initrd, net, incoming=node.paths.state)
+            machine = await node.spawn(Restore(kernel, initrd, node.paths.state), net)
             await drive("restore", hostname, machine.finish_incoming())
             # Written before the guest runs on (and the snapshot goes): a record that cannot say
             # Running fails the restore while the snapshot still matches the disk.

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from attrs import define
 from automat import TypeMachine, TypeMachineBuilder
@@ -51,9 +51,7 @@ from ..hypervisors.base import IHypervisor, IMachine, MachineExit, MachineSpec, 
 from ..storage.interfaces import IDisks
 from .clone_disk import make_clone_disk
 from .paths import NodePaths
-
-if TYPE_CHECKING:
-    from .templates import Template
+from .template_files import Template
 
 log = Logger()
 

@@ -19,14 +19,14 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from ..errors import AgentError
+from ..guestport.exec import ExecRequest, IExecSink
+from ..guestport.files import UploadRequest
+from ..guestport.guest import IGuestConnection
 from ..hypervisors.base import IMachine, MachineSpec, RamBacking
 from .clone_disk import make_empty_overlay
-from .guest import IGuestConnection
-from .guest_exec import ExecRequest, IExecSink
-from .guest_files import UploadRequest
 from .parts import FleetParts
 from .readiness import answered, first_of, wait_for_guest
-from .templates import Template
+from .template_files import Template
 
 log = Logger()
 

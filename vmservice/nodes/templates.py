@@ -20,12 +20,10 @@ itself (boot, warm up, save) is the caller's (:mod:`.template_build`).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from typing import Awaitable, Callable, Iterable
 
-from attrs import frozen
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -34,8 +32,9 @@ from twisted.python.failure import Failure
 from ..errors import Internal, no_room
 from ..observer import OneShotObserver
 from ..private_files import NotPrivate, create_private, private_directory
-from .paths import discard
+from .paths import daemon_tag, discard
 from .spare import SPARE_PREFIX, SPARE_TAP_PREFIX, Spare
+from .template_files import Template
 from .template_key import TemplateKey
 
 log = Logger()
@@ -56,47 +55,8 @@ class TemplateUnavailable(Exception):
         self.kind = kind
 
 
-@frozen
-class Template:
-    """One template's files.
-
-    :ivar key: what it was built for.
-    :ivar directory: its directory under the state directory.
-    :ivar disk: its frozen disk.
-    :ivar device_state: its saved device state.
-    :ivar ram_file: its memory, in the tmpfs.
-    :ivar kernel: the kernel it booted (its clones run the same).
-    :ivar initrd: the initramfs it booted.
-    """
-
-    key: TemplateKey
-    directory: str
-    disk: str
-    device_state: str
-    ram_file: str
-    kernel: str
-    initrd: str
-
-    @property
-    def empty_overlay(self) -> str:
-        """An empty overlay over its frozen disk, which every clone's disk is a copy of (:mod:`.clone_disk`)."""
-        return os.path.join(self.directory, "empty.qcow2")
-
-    def missing(self) -> str | None:
-        """What is gone of it (deleted under the daemon), or ``None`` when it is whole."""
-        for path in (self.disk, self.device_state, self.ram_file):
-            if not os.path.exists(path):
-                return f"{path} is missing"
-        return None
-
-
 #: Builds a template into its (empty, existing) files; fails with why not.
 Build = Callable[[Template], Awaitable[None]]
-
-
-def daemon_tag(state_dir: str) -> str:
-    """What names this daemon's files in a tmpfs other daemons may share: a digest of its state directory."""
-    return hashlib.sha256(os.path.abspath(state_dir).encode()).hexdigest()[:12]
 
 
 def ram_directory(state_dir: str, tmpfs_dir: str) -> str:
@@ -396,4 +356,4 @@ def _listdir(directory: str) -> list[str]:
         return []
 
 
-__all__ = ["Build", "RETRY_AFTER", "Template", "TemplateStore", "TemplateUnavailable", "daemon_tag", "ram_directory"]
+__all__ = ["Build", "RETRY_AFTER", "TemplateStore", "TemplateUnavailable", "ram_directory"]

@@ -22,7 +22,7 @@ from twisted.internet.interfaces import IPushProducer
 from zope.interface import Interface
 
 from ..errors import AgentError
-from .guest_exec import ExecRequest
+from .exec import ExecRequest
 
 
 @frozen

@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.agent.test_copying,tests.agent.test_filesystem -*-
 """
-Files in a node's guest: copies into it (:meth:`vmservice.nodes.guest.IGuest.upload`)
-and out of it (:meth:`~vmservice.nodes.guest.IGuest.download`), and the
+Files in a node's guest: copies into it (:meth:`vmservice.guestport.guest.IGuest.upload`)
+and out of it (:meth:`~vmservice.guestport.guest.IGuest.download`), and the
 entries its file-system operations describe.
 """
 

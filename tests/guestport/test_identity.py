@@ -1,5 +1,5 @@
-# -*- test-case-name: tests.nodes.test_identity -*-
-"""Tests for :mod:`vmservice.nodes.identity`."""
+# -*- test-case-name: tests.guestport.test_identity -*-
+"""Tests for :mod:`vmservice.guestport.identity`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyClass, verifyObject
 
 from vmservice.agent.client import AgentClient
-from vmservice.nodes.identity import ENTROPY_SIZE, GuestIdentity, GuestNet, IAdoption, new_identity
+from vmservice.guestport.identity import ENTROPY_SIZE, GuestIdentity, GuestNet, IAdoption, new_identity
 
 
 class NewIdentityTests(SynchronousTestCase):

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.nodes.test_identity -*-
+# -*- test-case-name: tests.guestport.test_identity -*-
 """
 A guest's identity: what makes a VM cloned from a template (or forked from a
 running node) a node of its own rather than one more copy of its origin.

@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.agent.test_shell,tests.api.test_shell_bridge -*-
 """
-Interactive shells in a node's guest (:meth:`vmservice.nodes.guest.IGuest.shell`):
+Interactive shells in a node's guest (:meth:`vmservice.guestport.guest.IGuest.shell`):
 the request, the sink of what the shell does, and the running session.
 """
 

@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.agent.test_execution,tests.nodes.test_fakes -*-
 """
-One command run in a node's guest (:meth:`vmservice.nodes.guest.IGuest.exec`):
+One command run in a node's guest (:meth:`vmservice.guestport.guest.IGuest.exec`):
 the request, the sink that receives what happens to it, and the running
 process as its caller holds it.
 """

@@ -1,14 +1,16 @@
-# -*- test-case-name: tests.cli.test_forwarding -*-
+# -*- test-case-name: tests.wire.test_upstream -*-
 """
-The upstream of a tunnel as clients write it (the forward route's
-``upstream``): ``host:port`` or ``unix:/path`` inside the node, read and
-checked here before anything is dialled, so a bad one is refused with the
-daemon's own words without a request.
+The upstream of a tunnel inside a node: ``host:port`` (``[v6 address]:port``
+too) over TCP, or ``unix:/absolute/path``, as clients write it (the forward
+route's ``X-Inlets-Upstream`` header or ``upstream`` parameter, ``vmctl
+forward``'s SPEC).  One rule, read the same by the daemon before it opens a
+tunnel and by the client before it dials one, so a bad upstream is refused
+with the same words on either side.  Standard library only.
 """
 
 from __future__ import annotations
 
-from attrs import frozen
+from dataclasses import dataclass
 
 __all__ = ["MAX_UNIX_SOCKET_PATH", "Upstream"]
 
@@ -16,7 +18,7 @@ __all__ = ["MAX_UNIX_SOCKET_PATH", "Upstream"]
 MAX_UNIX_SOCKET_PATH = 107
 
 
-@frozen
+@dataclass(frozen=True)
 class Upstream:
     """
     The upstream of a tunnel inside the guest: ``host``:``port`` over TCP, or

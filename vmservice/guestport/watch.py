@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.agent.test_watching -*-
 """
-File watching in a node's guest (:meth:`vmservice.nodes.guest.IGuest.watch`):
+File watching in a node's guest (:meth:`vmservice.guestport.guest.IGuest.watch`):
 what to watch, the events, the sink they go to and the watch in progress.
 """
 

@@ -12,10 +12,10 @@ API and the fleet know only these interfaces, and the tests stand fakes in
 for them (checked with ``verifyObject``).
 
 The records and interfaces of each operation live in a module of their own:
-:mod:`.guest_exec` (exec), :mod:`.guest_files` (copies both ways and
-file-system entries), :mod:`.guest_watch` (file watching), :mod:`.guest_shell`
-(interactive shells) and :mod:`.guest_tunnel` (tunnels); this module holds the
-interfaces and the records of health and provisioning.
+:mod:`.exec` (exec), :mod:`.files` (copies both ways and file-system
+entries), :mod:`.watch` (file watching), :mod:`.shell` (interactive shells),
+:mod:`.tunnel` (tunnels) and :mod:`.background` (background execs); this
+module holds the interfaces and the records of health and provisioning.
 
 Failures of guest operations are :class:`vmservice.errors.AgentError`\\ s with
 a :class:`~vmservice.errors.GuestErrorKind`; what they mean for a client is
@@ -31,11 +31,12 @@ from twisted.internet.defer import Deferred
 from zope.interface import Attribute, Interface
 
 from ..errors import AgentError
-from .guest_exec import ExecRequest, IExecProcess, IExecSink
-from .guest_files import DownloadRequest, FsEntry, IDownload, IUpload, UploadRequest
-from .guest_shell import IShellSession, IShellSink, ShellRequest
-from .guest_tunnel import ForwardRequest, ITunnel
-from .guest_watch import IWatch, IWatchSink, WatchRequest
+from .exec import ExecRequest, IExecProcess, IExecSink
+from .files import DownloadRequest, FsEntry, IDownload, IUpload, UploadRequest
+from .shell import IShellSession, IShellSink, ShellRequest
+from ..wire.upstream import Upstream
+from .tunnel import ITunnel
+from .watch import IWatch, IWatchSink, WatchRequest
 
 
 @frozen
@@ -137,7 +138,7 @@ class IGuest(Interface):
         """Make ``user`` (when missing), install its SSH keys, start the SSH server when there are keys."""
 
     background = Attribute(
-        "Its background execs, a vmservice.nodes.background.IBackgroundExecs: processes that run on their own, "
+        "Its background execs, a vmservice.guestport.background.IBackgroundExecs: processes that run on their own, "
         "their output kept in the guest."
     )
 
@@ -168,7 +169,7 @@ class IGuest(Interface):
     def shell(request: ShellRequest, sink: IShellSink) -> IShellSession:
         """Start an interactive shell; what happens to it goes to ``sink``."""
 
-    def forward(request: ForwardRequest) -> "Deferred[ITunnel]":
+    def forward(request: Upstream) -> "Deferred[ITunnel]":
         """
         Open a tunnel to ``request``'s upstream in the guest; fails with an
         AgentError (kinds ``UPSTREAM_REFUSED``, ``UPSTREAM_UNREACHABLE``,

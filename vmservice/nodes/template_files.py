@@ -1,0 +1,53 @@
+# -*- test-case-name: tests.nodes.test_templates,tests.nodes.test_spare,tests.nodes.test_cloning -*-
+"""
+One template's files: :class:`Template`, the record every part of a warm
+start passes around (the store that builds and collects templates,
+:mod:`.templates`; their builder, :mod:`.template_build`; the clones' disks,
+:mod:`.clone_disk`; the spares, :mod:`.spare`; cloning and the node's
+runtime), kept apart from all of them so that each imports it from below.
+"""
+
+from __future__ import annotations
+
+import os
+
+from attrs import frozen
+
+from .template_key import TemplateKey
+
+
+@frozen
+class Template:
+    """One template's files.
+
+    :ivar key: what it was built for.
+    :ivar directory: its directory under the state directory.
+    :ivar disk: its frozen disk.
+    :ivar device_state: its saved device state.
+    :ivar ram_file: its memory, in the tmpfs.
+    :ivar kernel: the kernel it booted (its clones run the same).
+    :ivar initrd: the initramfs it booted.
+    """
+
+    key: TemplateKey
+    directory: str
+    disk: str
+    device_state: str
+    ram_file: str
+    kernel: str
+    initrd: str
+
+    @property
+    def empty_overlay(self) -> str:
+        """An empty overlay over its frozen disk, which every clone's disk is a copy of (:mod:`.clone_disk`)."""
+        return os.path.join(self.directory, "empty.qcow2")
+
+    def missing(self) -> str | None:
+        """What is gone of it (deleted under the daemon), or ``None`` when it is whole."""
+        for path in (self.disk, self.device_state, self.ram_file):
+            if not os.path.exists(path):
+                return f"{path} is missing"
+        return None
+
+
+__all__ = ["Template"]
