@@ -40,7 +40,6 @@ OVER_LIMIT_FOR_NOW: set[tuple[str, str]] = {
     ("vmservice/hypervisors/qemu.py", "probe_accel"),
     ("vmservice/images/build.py", "_build"),
     ("vmservice/images/imported.py", "_assemble"),
-    ("vmservice/service.py", "make_service"),
 }
 
 
