@@ -169,6 +169,7 @@ class _Family:
         return Histogram(self.name, self.documentation, self.labels, buckets=self.buckets, registry=registry)
 
     def _preset(self, metric: _Labelled) -> _Labelled:
+        """``metric`` with the series of :attr:`preset` made."""
         for value in self.preset:
             metric.labels(value)
         return metric

@@ -57,6 +57,7 @@ class Resolver(GroupChecks):
     """
 
     def config(self, document: ConfigDocument) -> Config:
+        """The whole ``config:`` section, resolved."""
         base: Path = ("config",)
         api = self.api(document.api, (*base, "api"))
         state_dir = self.nonempty(document.state_dir, (*base, "state_dir"))
@@ -100,6 +101,7 @@ class Resolver(GroupChecks):
         )
 
     def limits(self, document: LimitsConfig, parts: Path) -> LimitsConfig:
+        """``limits``, checked (as read: nothing to resolve)."""
         if document.buffer_budget is not None and document.buffer_budget < MiB:
             raise self.error((*parts, "buffer_budget"), f"buffer_budget {document.buffer_budget} must be at least 1M")
         execs = document.background_execs_per_node
@@ -116,6 +118,7 @@ class Resolver(GroupChecks):
         return document
 
     def audit(self, document: AuditConfig, parts: Path) -> AuditConfig:
+        """``audit``, checked (as read: nothing to resolve)."""
         if document.path is not None and not os.path.isabs(document.path):
             raise self.error((*parts, "path"), f"path {document.path!r} must be an absolute path")
         if document.max_size < 64 * 1024:
@@ -125,6 +128,7 @@ class Resolver(GroupChecks):
         return document
 
     def admission(self, document: AdmissionConfig, parts: Path) -> AdmissionConfig:
+        """``admission``, checked (as read: nothing to resolve)."""
         if document.memory_budget is not None and document.memory_budget < MiB:
             raise self.error((*parts, "memory_budget"), f"memory_budget {document.memory_budget} must be at least 1M")
         concurrency = document.boot_concurrency
@@ -152,30 +156,35 @@ class Resolver(GroupChecks):
         return url.rstrip("/")
 
     def codehost_timeout(self, seconds: float, parts: Path) -> float:
+        """More than 0 and at most :data:`~vmservice.config.defaults.MAX_CODEHOST_TIMEOUT` seconds."""
         if not 0 < seconds <= MAX_CODEHOST_TIMEOUT:
             raise self.error(parts, f"codehost_timeout {seconds:g} must be more than 0 and at most "
                                     f"{MAX_CODEHOST_TIMEOUT:g} seconds")
         return seconds
 
     def tcg_tb_size_mb(self, size: int, parts: Path) -> int:
+        """0 (QEMU's default) or up to :data:`~vmservice.config.defaults.MAX_TCG_TB_SIZE_MB` MiB."""
         if not 0 <= size <= MAX_TCG_TB_SIZE_MB:
             raise self.error(parts, f"tcg_tb_size_mb {size} must be 0 (QEMU's default) or from 1 to "
                                     f"{MAX_TCG_TB_SIZE_MB} MiB")
         return size
 
     def console_log_size(self, size: int, parts: Path) -> int:
+        """Within :data:`~vmservice.config.defaults.MIN_CONSOLE_LOG_SIZE` and ``MAX_CONSOLE_LOG_SIZE``."""
         if not MIN_CONSOLE_LOG_SIZE <= size <= MAX_CONSOLE_LOG_SIZE:
             raise self.error(parts, f"console_log_size {format_size(size)} must be from "
                                     f"{format_size(MIN_CONSOLE_LOG_SIZE)} to {format_size(MAX_CONSOLE_LOG_SIZE)}")
         return size
 
     def stats_interval(self, seconds: float, parts: Path) -> float:
+        """0 (off) or from 1 to :data:`~vmservice.config.defaults.MAX_STATS_INTERVAL` seconds."""
         if seconds != 0 and not 1 <= seconds <= MAX_STATS_INTERVAL:
             raise self.error(parts, f"stats_interval {seconds:g} must be 0 (off) or from 1 to "
                                     f"{MAX_STATS_INTERVAL:g} seconds")
         return seconds
 
     def api(self, document: ApiConfig, parts: Path) -> ApiConfig:
+        """``api``, checked; its allowed hosts and origins in their canonical form."""
         address = document.bind_address
         try:
             ipaddress.ip_address(address)

@@ -45,6 +45,7 @@ class GroupChecks(Checks):
     """Turns the documents of host groups into :class:`HostGroupConfig` records."""
 
     def group(self, document: GroupDocument, parts: Path, top: ConfigDocument) -> HostGroupConfig:
+        """One host group, its inherited keys filled in from ``top``."""
         if not _GROUP_NAME.fullmatch(document.name):
             raise self.error((*parts, "name"), f"bad group name {document.name!r} ({_GROUP_NAME_RULE})")
         if document.count < 0:
@@ -134,12 +135,14 @@ class GroupChecks(Checks):
         return tuple(seen)
 
     def userdata(self, text: str, parts: Path) -> str:
+        """At most :data:`~vmservice.config.defaults.MAX_USERDATA` bytes (UTF-8)."""
         size = len(text.encode("utf-8"))
         if size > MAX_USERDATA:
             raise self.error(parts, f"userdata is {size} bytes; at most {MAX_USERDATA} bytes are allowed")
         return text
 
     def ram(self, document: GroupDocument, parts: Path) -> int:
+        """The RAM in bytes from the one of ``ram_gb``, ``ram_mb``, ``ram_bytes`` given (or the default)."""
         given = [
             (key, value, unit)
             for key, value, unit in (
@@ -164,6 +167,7 @@ class GroupChecks(Checks):
         return value * unit
 
     def network(self, document: NetworkConfig, parts: Path) -> NetworkConfig:
+        """A group's ``network``, checked (as read: nothing to resolve): what each mode needs and allows."""
         mode = self.one_of(document.mode, NETWORK_MODES, "network mode", (*parts, "mode"))
         if mode == "isolated":
             if document.range is None:

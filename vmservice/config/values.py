@@ -35,6 +35,7 @@ PciText = Annotated[str, "PCI address"]
 
 
 def _structure_size(value: object, _type: object) -> int:
+    """A :data:`Size`: a non-negative integer, or a size string (:func:`~vmservice.config.units.parse_size`)."""
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 0:
             raise BadValue(f"bad size {value} (must not be negative)")
@@ -48,6 +49,7 @@ def _structure_size(value: object, _type: object) -> int:
 
 
 def _structure_spare_count(value: object, _type: object) -> int:
+    """A :data:`SpareCount`: a boolean, or a count up to :data:`~vmservice.config.defaults.MAX_WARM_SPARE`."""
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, int):
@@ -58,6 +60,7 @@ def _structure_spare_count(value: object, _type: object) -> int:
 
 
 def _structure_pci_text(value: object, _type: object) -> str:
+    """A :data:`PciText`: a string (its form is checked as the group is resolved)."""
     if not isinstance(value, str):
         raise BadValue(f"expected a PCI address in quotes, e.g. \"0000:01:00.0\" (YAML reads one without quotes "
                        f"as a number), got {describe(value)}")
@@ -65,6 +68,7 @@ def _structure_pci_text(value: object, _type: object) -> str:
 
 
 def _cidr_text(value: object) -> str:
+    """``value`` if it is a string with a prefix length."""
     if not isinstance(value, str):
         raise BadValue(f"expected a CIDR such as 10.0.0.0/8, got {describe(value)}")
     if "/" not in value:
@@ -85,6 +89,7 @@ def _ipv4_interface(value: object, what: str, example: str) -> IPv4Interface:
 
 
 def _structure_network(value: object, _type: object) -> IPv4Network:
+    """An IPv4 network, its host bits clear (``10.0.0.0/8``)."""
     interface = _ipv4_interface(value, "CIDR", "10.0.0.0/8")
     if interface.ip != interface.network.network_address:
         raise BadValue(f"bad CIDR {str(interface)!r} (host bits set; did you mean {interface.network}?)")
@@ -92,6 +97,7 @@ def _structure_network(value: object, _type: object) -> IPv4Network:
 
 
 def _structure_interface(value: object, _type: object) -> IPv4Interface:
+    """An IPv4 host address with its network's prefix length (``192.168.137.1/24``)."""
     interface = _ipv4_interface(value, "address", "192.168.137.1/24")
     network = interface.network
     if network.prefixlen < 31 and interface.ip in (network.network_address, network.broadcast_address):
