@@ -47,7 +47,8 @@ from vmservice.wire.shellframes import (
     DATA, HEARTBEAT, SESSION_CLOSE, SHUTDOWN, WINDOW_SIZE, FrameError, decode_message, encode_data, encode_frame,
 )
 
-log = Logger()
+#: ShellProtocol logs under the shell route's name, as when it lived there.
+log = Logger(namespace="vmservice.api.shell")
 
 #: The close code when the shell was lost rather than ended (agent gone,
 #: stream reset); autobahn lets an application send only 1000 or 3000-4999.

@@ -31,7 +31,8 @@ from .records import (
     check_size,
 )
 
-log = Logger()
+#: Logged under the package's name, as when it was one module.
+log = Logger(namespace="vmservice.secretstore")
 
 _SUFFIX = ".secret"
 #: The temporary files of earlier versions' writes (``<name>.tmp<pid>``).

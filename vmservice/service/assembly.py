@@ -59,7 +59,8 @@ from .host import (
 from .driver import decide_driver
 from .reactor import IDaemonReactor
 
-log = Logger()
+#: Logged under the package's name, as when it was one module.
+log = Logger(namespace="vmservice.service")
 
 
 def _endpoint(reactor: IDaemonReactor, config: Config) -> IStreamServerEndpoint:

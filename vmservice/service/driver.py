@@ -19,7 +19,8 @@ from ..hypervisors.qemu import QemuDriver, QemuSettings, host_tsc_khz, probe_acc
 from ..images.store import Image
 from .reactor import IDaemonReactor
 
-log = Logger()
+#: Logged under the package's name, as when it was one module.
+log = Logger(namespace="vmservice.service")
 
 
 def _read_tsc_khz() -> int | None:

@@ -28,7 +28,8 @@ from ..private_files import NotPrivate, private_directory, tighten
 from ..secretstore import SecretStore
 from .reactor import IDaemonReactor
 
-log = Logger()
+#: Logged under the package's name, as when it was one module.
+log = Logger(namespace="vmservice.service")
 
 
 class StartupError(Exception):
