@@ -15,7 +15,8 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.log_capture import assert_never_logged, captured_log, logged_text
-from vmservice import durable, secretstore
+from vmservice import durable
+from vmservice.secretstore import store as store_module
 from vmservice.errors import BadRequest, Conflict, Internal, NotFound, ServiceError, StateDirFull
 from vmservice.nodes.provisioning import SecretSource, guest_secrets
 from vmservice.secretstore import MAX_SECRET_SIZE, SecretChange, SecretSpec, SecretStore
@@ -100,7 +101,7 @@ class SecretStoreTests(SynchronousTestCase):
 
     def test_count_limit(self) -> None:
         """The store holds at most MAX_SECRETS; past it create is a 400, and after a delete it has room again."""
-        self.patch(secretstore, "MAX_SECRETS", 3)
+        self.patch(store_module, "MAX_SECRETS", 3)
         for name in "abc":
             self.store.create(SecretSpec(name, CONTENT))
         error = self.error(BadRequest, self.store.create, SecretSpec("d", CONTENT))

@@ -19,7 +19,8 @@ from vmservice.config import ApiConfig, Config, HostGroupConfig
 from vmservice.errors import BadGateway
 from vmservice.nodes.fork_memory import memory_directory
 from vmservice.nodes.templates import ram_directory
-from vmservice.service import StartupError, _codehost, make_service
+from vmservice.service import StartupError, make_service
+from vmservice.service.assembly import _codehost
 
 
 class _Configured(SynchronousTestCase):
@@ -75,7 +76,7 @@ class MakeServiceTests(_Configured):
 
         from vmservice.api.connection_limits import ConnectionLimits
         from vmservice.config import LimitsConfig
-        from vmservice.service import _buffer_budget
+        from vmservice.service.host import size_buffer_budget as _buffer_budget
 
         limits = LimitsConfig(buffer_budget=4 << 20, max_connections=8, max_connections_per_peer=3)
         config = attrs.evolve(self.config(), limits=limits)

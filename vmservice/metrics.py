@@ -21,7 +21,9 @@ docs/metrics.md describes each.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping, Protocol
+from typing import Callable, Iterable, Mapping, Protocol, TypeVar
+
+from attrs import frozen
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -129,6 +131,97 @@ class _LimitsCollector(Collector):
         yield refused
 
 
+#: A family with labels made at once.
+_Labelled = TypeVar("_Labelled", Counter, Gauge)
+
+
+@frozen
+class _Family:
+    """
+    One metric family of :class:`Metrics`, declared once in the table below.
+
+    :ivar name: its name (a counter's without ``_total``).
+    :ivar documentation: its help text.
+    :ivar labels: its label names.
+    :ivar buckets: a histogram's buckets; ``None``: prometheus-client's default.
+    :ivar preset: the values of its one label made at once, so that each
+        series is there (at 0) before anything is counted.
+    """
+
+    name: str
+    documentation: str
+    labels: tuple[str, ...]
+    buckets: tuple[float, ...] | None = None
+    preset: tuple[str, ...] = ()
+
+    def counter(self, registry: CollectorRegistry) -> Counter:
+        """The family as a counter in ``registry``."""
+        return self._preset(Counter(self.name, self.documentation, self.labels, registry=registry))
+
+    def gauge(self, registry: CollectorRegistry) -> Gauge:
+        """The family as a gauge in ``registry``."""
+        return self._preset(Gauge(self.name, self.documentation, self.labels, registry=registry))
+
+    def histogram(self, registry: CollectorRegistry) -> Histogram:
+        """The family as a histogram in ``registry``."""
+        if self.buckets is None:
+            return Histogram(self.name, self.documentation, self.labels, registry=registry)
+        return Histogram(self.name, self.documentation, self.labels, buckets=self.buckets, registry=registry)
+
+    def _preset(self, metric: _Labelled) -> _Labelled:
+        """``metric`` with the series of :attr:`preset` made."""
+        for value in self.preset:
+            metric.labels(value)
+        return metric
+
+
+_REQUESTS = _Family("vmservice_http_requests", "HTTP requests served", ("route", "method", "status"))
+_LATENCY = _Family("vmservice_http_request_duration_seconds", "Time to serve an HTTP request", ("route", "method"))
+_BOOT = _Family(
+    "vmservice_boot_duration_seconds", "Time from starting a VM to its agent's first hello", ("hostgroup",),
+    buckets=(0.5, 1, 2, 3, 4, 5, 7.5, 10, 15, 20, 30, 60, 120, 300),
+)
+_RESTORE = _Family(
+    "vmservice_restore_duration_seconds", "Time from a restore's start to its VM running again", ("hostgroup",),
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 20, 30, 60),
+)
+_RECONNECTS = _Family(
+    "vmservice_agent_reconnects", "Times a node's agent answered again after it was lost", ("hostgroup",),
+)
+_EVENTS = _Family(
+    "vmservice_node_events", "Lifecycle events of the nodes, by type", ("type",),
+    preset=tuple(kind.value for kind in EventType),
+)
+_CLONE = _Family(
+    "vmservice_clone_duration_seconds",
+    "Time from a clone's start (its disk over the template's) to its VM running with its identity adopted",
+    ("hostgroup",), buckets=(0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10),
+)
+_TEMPLATE_BUILDS = _Family(
+    "vmservice_template_builds", "Templates built for warm groups, by result (ok, failed)", ("result",),
+    preset=("ok", "failed"),
+)
+_WARM_FALLBACKS = _Family(
+    "vmservice_warm_fallbacks", "Nodes of warm groups booted cold instead of cloned, by host group and reason",
+    ("hostgroup", "reason"),
+)
+_STREAMS = _Family("vmservice_open_streams", "Streams open now, by kind", ("kind",), preset=STREAM_KINDS)
+_IDLE_SUSPENDS = _Family(
+    "vmservice_idle_suspend_duration_seconds",
+    "Automatic suspends of idle nodes: from the idle timer's expiry to the VM ended with its snapshot",
+    ("hostgroup",), buckets=(0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 20, 30, 60),
+)
+_IDLE_WAKES = _Family(
+    "vmservice_idle_wake_duration_seconds",
+    "Wakes of nodes the idle timer suspended: from the request that needs the guest to its agent answering",
+    ("hostgroup",), buckets=(0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30),
+)
+_IDLE_FAILURES = _Family(
+    "vmservice_idle_failures", "Automatic suspends and wakes that failed, by host group and kind",
+    ("hostgroup", "kind"),
+)
+
+
 class Metrics:
     """
     The daemon's metrics.
@@ -139,78 +232,19 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        self.requests = Counter(
-            "vmservice_http_requests", "HTTP requests served", ["route", "method", "status"], registry=self.registry
-        )
-        self.latency = Histogram(
-            "vmservice_http_request_duration_seconds",
-            "Time to serve an HTTP request",
-            ["route", "method"],
-            registry=self.registry,
-        )
-        self.boot = Histogram(
-            "vmservice_boot_duration_seconds",
-            "Time from starting a VM to its agent's first hello",
-            ["hostgroup"],
-            buckets=(0.5, 1, 2, 3, 4, 5, 7.5, 10, 15, 20, 30, 60, 120, 300),
-            registry=self.registry,
-        )
-        self.restore = Histogram(
-            "vmservice_restore_duration_seconds",
-            "Time from a restore's start to its VM running again",
-            ["hostgroup"],
-            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 20, 30, 60),
-            registry=self.registry,
-        )
-        self.reconnects = Counter(
-            "vmservice_agent_reconnects", "Times a node's agent answered again after it was lost", ["hostgroup"],
-            registry=self.registry,
-        )
-        self.events = Counter(
-            "vmservice_node_events", "Lifecycle events of the nodes, by type", ["type"], registry=self.registry
-        )
-        for kind in EventType:
-            self.events.labels(kind.value)
-        self.clone = Histogram(
-            "vmservice_clone_duration_seconds",
-            "Time from a clone's start (its disk over the template's) to its VM running with its identity adopted",
-            ["hostgroup"],
-            buckets=(0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10),
-            registry=self.registry,
-        )
-        self.template_builds = Counter(
-            "vmservice_template_builds", "Templates built for warm groups, by result (ok, failed)", ["result"],
-            registry=self.registry,
-        )
-        for result in ("ok", "failed"):
-            self.template_builds.labels(result)
-        self.warm_fallbacks = Counter(
-            "vmservice_warm_fallbacks",
-            "Nodes of warm groups booted cold instead of cloned, by host group and reason",
-            ["hostgroup", "reason"],
-            registry=self.registry,
-        )
-        self.streams = Gauge("vmservice_open_streams", "Streams open now, by kind", ["kind"], registry=self.registry)
-        for stream in STREAM_KINDS:
-            self.streams.labels(stream)
-        self.idle_suspends = Histogram(
-            "vmservice_idle_suspend_duration_seconds",
-            "Automatic suspends of idle nodes: from the idle timer's expiry to the VM ended with its snapshot",
-            ["hostgroup"],
-            buckets=(0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 20, 30, 60),
-            registry=self.registry,
-        )
-        self.idle_wakes = Histogram(
-            "vmservice_idle_wake_duration_seconds",
-            "Wakes of nodes the idle timer suspended: from the request that needs the guest to its agent answering",
-            ["hostgroup"],
-            buckets=(0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30),
-            registry=self.registry,
-        )
-        self.idle_failures = Counter(
-            "vmservice_idle_failures", "Automatic suspends and wakes that failed, by host group and kind",
-            ["hostgroup", "kind"], registry=self.registry,
-        )
+        self.requests = _REQUESTS.counter(self.registry)
+        self.latency = _LATENCY.histogram(self.registry)
+        self.boot = _BOOT.histogram(self.registry)
+        self.restore = _RESTORE.histogram(self.registry)
+        self.reconnects = _RECONNECTS.counter(self.registry)
+        self.events = _EVENTS.counter(self.registry)
+        self.clone = _CLONE.histogram(self.registry)
+        self.template_builds = _TEMPLATE_BUILDS.counter(self.registry)
+        self.warm_fallbacks = _WARM_FALLBACKS.counter(self.registry)
+        self.streams = _STREAMS.gauge(self.registry)
+        self.idle_suspends = _IDLE_SUSPENDS.histogram(self.registry)
+        self.idle_wakes = _IDLE_WAKES.histogram(self.registry)
+        self.idle_failures = _IDLE_FAILURES.counter(self.registry)
         self._agent_lost: set[str] = set()
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:

@@ -25,36 +25,19 @@ from __future__ import annotations
 from typing import Optional
 
 from attrs import frozen
-from autobahn.twisted.websocket import WebSocketServerProtocol
-from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.interfaces import IPushProducer, IReactorTime
-from twisted.logger import Logger
+from twisted.internet.defer import CancelledError
+from twisted.internet.interfaces import IReactorTime
 from twisted.web.resource import IResource
 from twisted.web.server import Request
-from zope.interface import implementer
 
-from ..errors import AgentError
-from ..guestport.shell import IShellSession, IShellSink, ShellRequest
+from ..guestport.shell import ShellRequest
 from ..nodes.fleet import Fleet
 from .models.meta import ErrorResponse
 from .query import Text, UserId, param
 from .routing import Reply, Route
-from .shell_bridge import ShellBridge
+from .shell_bridge import ShellBridge, ShellProtocol
 from .websocket import accept, check_upgrade
-from vmservice.wire.shellframes import (
-    DATA,
-    HEARTBEAT,
-    MAX_MESSAGE,
-    SESSION_CLOSE,
-    SHUTDOWN,
-    WINDOW_SIZE,
-    FrameError,
-    decode_message,
-    encode_data,
-    encode_frame,
-)
-
-log = Logger()
+from vmservice.wire.shellframes import MAX_MESSAGE
 
 #: The shell when the query names none (the contract's default).
 DEFAULT_SHELL = "/bin/bash"
@@ -72,69 +55,6 @@ class ShellQuery:
     def request(self) -> ShellRequest:
         """What to start in the guest."""
         return ShellRequest(uid=self.uid or 0, gid=self.gid or 0, shell=self.shell or DEFAULT_SHELL, cwd=self.cwd)
-
-
-class ShellProtocol(WebSocketServerProtocol):
-    """
-    The WebSocket of one shell (see the module docstring).
-
-    :param bridge: the shell it serves.
-    """
-
-    def __init__(self, bridge: ShellBridge) -> None:
-        super().__init__()
-        self._bridge = bridge
-        self._closing = False
-
-    def onOpen(self) -> None:
-        self._bridge.attach(self)
-
-    def onMessage(self, payload: bytes, isBinary: bool) -> None:
-        if not isBinary or self._closing:
-            return
-        session = self._bridge.session
-        try:
-            frame = decode_message(payload)
-        except FrameError as e:
-            log.info("shell: malformed message ignored: {error}", error=str(e))
-            return
-        if session is None:
-            return
-        if frame.kind == DATA:
-            session.write(frame.payload)
-        elif frame.kind == WINDOW_SIZE:
-            try:
-                cols, rows = frame.window_size()
-            except FrameError:
-                return
-            session.resize(cols, rows)
-        elif frame.kind == SHUTDOWN:
-            # Hang up; the client closes the socket next (autobahn answers its
-            # close).  Closing from here too would race with that close, whose
-            # answer drops the connection before our frames are flushed.
-            self._closing = True
-            self._bridge.detach()
-        elif frame.kind == HEARTBEAT:
-            pass
-
-    def onClose(self, wasClean: bool, code: Optional[int], reason: Optional[str]) -> None:
-        self._closing = True
-        self._bridge.detach()
-
-    def send_output(self, data: bytes) -> None:
-        """Terminal output, as DATA messages."""
-        if self._closing or self.state != self.STATE_OPEN:
-            return
-        for message in encode_data(data):
-            self.sendMessage(message, isBinary=True)  # type: ignore[no-untyped-call]
-
-    def close_session(self, code: int, reason: str) -> None:
-        """SESSION_CLOSE, then the close handshake with ``code``."""
-        if self._closing or self.state != self.STATE_OPEN:
-            return
-        self._closing = True
-        self.sendMessage(encode_frame(SESSION_CLOSE), isBinary=True)  # type: ignore[no-untyped-call]
-        self.sendClose(code, reason)
 
 
 class ShellApi:

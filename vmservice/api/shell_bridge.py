@@ -23,29 +23,99 @@ arrive in any order:
 - **Ended** (with the close it owes): the shell ended before the socket
   opened.  ``attach`` → Closed: the held output, then that close.
 - **Closed**: nothing more; every input is ignored.
+
+:class:`ShellProtocol`, the socket's side, lives here with the bridge it
+attaches to and detaches from: the two know each other.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Protocol
+from typing import Optional, Protocol
 
 from attrs import define, field
 from automat import TypeMachine, TypeMachineBuilder
 from autobahn.twisted.websocket import WebSocketServerProtocol
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IPushProducer
+from twisted.logger import Logger
 from zope.interface import implementer
 
 from ..errors import AgentError
 from ..guestport.shell import IShellSession, IShellSink
 from .websocket import take_transport_producer
+from vmservice.wire.shellframes import (
+    DATA, HEARTBEAT, SESSION_CLOSE, SHUTDOWN, WINDOW_SIZE, FrameError, decode_message, encode_data, encode_frame,
+)
 
-if TYPE_CHECKING:
-    from .shell import ShellProtocol
+#: ShellProtocol logs under the shell route's name, as when it lived there.
+log = Logger(namespace="vmservice.api.shell")
 
 #: The close code when the shell was lost rather than ended (agent gone,
 #: stream reset); autobahn lets an application send only 1000 or 3000-4999.
 LOST_CLOSE_CODE = 4000
+
+
+class ShellProtocol(WebSocketServerProtocol):
+    """
+    The WebSocket of one shell: its frames as :mod:`vmservice.api.shell` describes them.
+
+    :param bridge: the shell it serves.
+    """
+
+    def __init__(self, bridge: ShellBridge) -> None:
+        super().__init__()
+        self._bridge = bridge
+        self._closing = False
+
+    def onOpen(self) -> None:
+        self._bridge.attach(self)
+
+    def onMessage(self, payload: bytes, isBinary: bool) -> None:
+        if not isBinary or self._closing:
+            return
+        session = self._bridge.session
+        try:
+            frame = decode_message(payload)
+        except FrameError as e:
+            log.info("shell: malformed message ignored: {error}", error=str(e))
+            return
+        if session is None:
+            return
+        if frame.kind == DATA:
+            session.write(frame.payload)
+        elif frame.kind == WINDOW_SIZE:
+            try:
+                cols, rows = frame.window_size()
+            except FrameError:
+                return
+            session.resize(cols, rows)
+        elif frame.kind == SHUTDOWN:
+            # Hang up; the client closes the socket next (autobahn answers its
+            # close).  Closing from here too would race with that close, whose
+            # answer drops the connection before our frames are flushed.
+            self._closing = True
+            self._bridge.detach()
+        elif frame.kind == HEARTBEAT:
+            pass
+
+    def onClose(self, wasClean: bool, code: Optional[int], reason: Optional[str]) -> None:
+        self._closing = True
+        self._bridge.detach()
+
+    def send_output(self, data: bytes) -> None:
+        """Terminal output, as DATA messages."""
+        if self._closing or self.state != self.STATE_OPEN:
+            return
+        for message in encode_data(data):
+            self.sendMessage(message, isBinary=True)  # type: ignore[no-untyped-call]
+
+    def close_session(self, code: int, reason: str) -> None:
+        """SESSION_CLOSE, then the close handshake with ``code``."""
+        if self._closing or self.state != self.STATE_OPEN:
+            return
+        self._closing = True
+        self.sendMessage(encode_frame(SESSION_CLOSE), isBinary=True)  # type: ignore[no-untyped-call]
+        self.sendClose(code, reason)
 
 
 class BridgeInputs(Protocol):
@@ -63,7 +133,7 @@ class BridgeInputs(Protocol):
     def lost(self, error: AgentError) -> None:
         """The shell was refused or lost."""
 
-    def attach(self, socket: "ShellProtocol") -> None:
+    def attach(self, socket: ShellProtocol) -> None:
         """The WebSocket is open."""
 
     def detach(self) -> None:
@@ -81,10 +151,10 @@ class BridgeCore:
 
     ready: Deferred[None] = field(factory=Deferred)
     session: Optional[IShellSession] = None
-    socket: Optional["ShellProtocol"] = None
+    socket: Optional[ShellProtocol] = None
     held: list[bytes] = field(factory=list)
 
-    def join(self, socket: "ShellProtocol") -> None:
+    def join(self, socket: ShellProtocol) -> None:
         """Deliver what was held to ``socket``."""
         self.socket = socket
         for data in self.held:
@@ -176,7 +246,7 @@ def _hold(inputs: BridgeInputs, core: BridgeCore, data: bytes) -> None:
     core.held.append(data)
 
 
-def _join(inputs: BridgeInputs, core: BridgeCore, socket: "ShellProtocol") -> None:
+def _join(inputs: BridgeInputs, core: BridgeCore, socket: ShellProtocol) -> None:
     core.join(socket)
     if core.session is not None:
         take_transport_producer(socket, OutputPause(core.session))
@@ -209,7 +279,7 @@ def _hold_late(inputs: BridgeInputs, core: BridgeCore, end: tuple[int, str], dat
     core.held.append(data)
 
 
-def _deliver_end(inputs: BridgeInputs, core: BridgeCore, end: tuple[int, str], socket: "ShellProtocol") -> None:
+def _deliver_end(inputs: BridgeInputs, core: BridgeCore, end: tuple[int, str], socket: ShellProtocol) -> None:
     core.stop_input()
     core.join(socket)
     socket.close_session(*end)
@@ -301,7 +371,7 @@ class ShellBridge:
 
     # -- the socket ----------------------------------------------------------------------
 
-    def attach(self, socket: "ShellProtocol") -> None:
+    def attach(self, socket: ShellProtocol) -> None:
         """The socket is open: deliver what was held, then let output flow."""
         self._inputs.attach(socket)
 
@@ -310,4 +380,5 @@ class ShellBridge:
         self._inputs.detach()
 
 
-__all__ = ["BRIDGE_MACHINE", "BridgeCore", "BridgeInputs", "LOST_CLOSE_CODE", "OutputPause", "ReadingPause", "ShellBridge"]
+__all__ = ["BRIDGE_MACHINE", "BridgeCore", "BridgeInputs", "LOST_CLOSE_CODE", "OutputPause", "ReadingPause", "ShellBridge",
+           "ShellProtocol"]

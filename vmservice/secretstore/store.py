@@ -1,31 +1,8 @@
 # -*- test-case-name: tests.test_secretstore -*-
 """
-The daemon's secrets store: named blobs that nodes get in their guest's
-``/run/secrets`` (see :mod:`vmservice.nodes.provisioning`).
-
-Layout under ``state_dir``::
-
-    secrets/                  the directory, mode 0700
-    secrets/<name>.secret     one file per secret, mode 0600: a line of JSON
-                              metadata, then the content as it is
-
-Every file is written whole beside its final name and renamed over it
-(:func:`vmservice.durable.write_atomic`), so a crash leaves the old secret or
-the new one; temporary files a crash left behind are removed at start.  The
-store reads the directory on every call (nothing is cached), so the files
-are the one truth.
-
-Only metadata ever leaves the store towards the API (:meth:`SecretStore.list`);
-the content goes only to guests.  No message, log line or error says
-anything of a secret's content: they name the secret and the problem.
-
-Limits: a name matches :data:`~vmservice.nodes.model.SECRET_NAME_PATTERN`
-(no path separators, no dot-files, at most 128 characters); a secret holds
-at most :data:`MAX_SECRET_SIZE` bytes; the store holds at most
-:data:`MAX_SECRETS` secrets.
-
-Subscribers (the fleet) are told a secret's name after it was created,
-changed or deleted, so nodes that hold it get the new set at once.
+:class:`SecretStore`: the secrets of one daemon as files under
+``state_dir`` (see :mod:`vmservice.secretstore` for the layout, the limits
+and what never leaves the store).
 """
 
 from __future__ import annotations
@@ -36,135 +13,32 @@ import re
 from datetime import datetime, timezone
 from typing import Callable, Sequence
 
-from attrs import field, frozen
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from .durable import remove_temporaries, write_atomic
-from .errors import BadRequest, Conflict, Internal, NotFound, ServiceError, StateDirFull, no_room
-from .nodes.model import SECRET_NAME_PATTERN
+from ..durable import remove_temporaries, write_atomic
+from ..errors import BadRequest, Conflict, Internal, NotFound, ServiceError, StateDirFull, no_room
+from ..nodes.model import SECRET_NAME_PATTERN
+from .records import (
+    MAX_SECRET_SIZE,
+    MAX_SECRETS,
+    Secret,
+    SecretChange,
+    SecretMeta,
+    SecretSpec,
+    check_attributes,
+    check_secret_name,
+    check_size,
+)
 
-log = Logger()
-
-__all__ = [
-    "DEFAULT_PERMISSIONS",
-    "MAX_ID",
-    "MAX_SECRETS",
-    "MAX_SECRET_SIZE",
-    "Secret",
-    "SecretChange",
-    "SecretMeta",
-    "SecretSpec",
-    "SecretStore",
-    "check_secret_name",
-]
-
-#: Most bytes of one secret's content.
-MAX_SECRET_SIZE = 1 << 20
-#: Most secrets one store (one daemon) holds.
-MAX_SECRETS = 1024
-#: The permission bits of a secret created without any.
-DEFAULT_PERMISSIONS = 0o600
-#: The largest uid or gid a secret may be owned by (4294967295 is "no owner" to the kernel).
-MAX_ID = 2**32 - 2
+#: Logged under the package's name, as when it was one module.
+log = Logger(namespace="vmservice.secretstore")
 
 _SUFFIX = ".secret"
 #: The temporary files of earlier versions' writes (``<name>.tmp<pid>``).
 _OLD_TEMPORARY = re.compile(r".+\.tmp[0-9]+\Z")
 #: The longest metadata line read (it is far shorter).
 _MAX_META_LINE = 4096
-
-
-def check_secret_name(name: str) -> str:
-    """
-    ``name`` if it can name a secret.
-
-    :raise BadRequest: (``invalid_secret_name``) it cannot.
-    """
-    if not re.fullmatch(SECRET_NAME_PATTERN, name):
-        raise BadRequest(
-            f"{name[:64]!r} is not a secret's name: letters, digits, '.', '_' and '-', starting with a letter or "
-            "digit, at most 128 characters", code="invalid_secret_name")
-    return name
-
-
-def _check_attributes(permissions: int | None, uid: int | None, gid: int | None) -> None:
-    """:raise BadRequest: (``invalid_secret``) permission bits or ids out of range."""
-    if permissions is not None and not 0 <= permissions <= 0o777:
-        raise BadRequest("permissions must be 0000 .. 0777", code="invalid_secret")
-    for what, value in (("uid", uid), ("gid", gid)):
-        if value is not None and not 0 <= value <= MAX_ID:
-            raise BadRequest(f"{what} must be 0 .. {MAX_ID}", code="invalid_secret")
-
-
-def _check_size(name: str, data: bytes | None) -> None:
-    """:raise BadRequest: (``secret_too_large``) content beyond the limit."""
-    if data is not None and len(data) > MAX_SECRET_SIZE:
-        raise BadRequest(f"secret {name!r} is {len(data)} bytes; at most {MAX_SECRET_SIZE} are allowed",
-                         code="secret_too_large")
-
-
-@frozen
-class SecretMeta:
-    """
-    What is known of a secret besides its content: all that the API shows.
-
-    :ivar name: its name, also its file's name in the guest.
-    :ivar size: its content's length in bytes.
-    :ivar permissions: its file's permission bits in the guest.
-    :ivar uid: its file's owner in the guest.
-    :ivar gid: its file's group in the guest.
-    :ivar mod_time: when it was created or last changed (UTC).
-    """
-
-    name: str
-    size: int
-    permissions: int
-    uid: int
-    gid: int
-    mod_time: datetime
-
-
-@frozen
-class Secret:
-    """A stored secret: its metadata and content (never in its ``repr``)."""
-
-    meta: SecretMeta
-    data: bytes = field(repr=False)
-
-
-@frozen
-class SecretSpec:
-    """
-    A secret to create.
-
-    :ivar name: its name (checked by the store).
-    :ivar data: its content.
-    :ivar permissions: permission bits in the guest.
-    :ivar uid: owner in the guest.
-    :ivar gid: group in the guest.
-    """
-
-    name: str
-    data: bytes = field(repr=False)
-    permissions: int = DEFAULT_PERMISSIONS
-    uid: int = 0
-    gid: int = 0
-
-
-@frozen
-class SecretChange:
-    """What an update changes; ``None`` leaves that part as it is."""
-
-    data: bytes | None = field(default=None, repr=False)
-    permissions: int | None = None
-    uid: int | None = None
-    gid: int | None = None
-
-    @property
-    def empty(self) -> bool:
-        """Whether it changes nothing."""
-        return self.data is None and self.permissions is None and self.uid is None and self.gid is None
 
 
 class _Damaged(Internal):
@@ -333,8 +207,8 @@ class SecretStore:
         :raise Internal: (``secret_store_failed``) it cannot be written.
         """
         name = check_secret_name(spec.name)
-        _check_attributes(spec.permissions, spec.uid, spec.gid)
-        _check_size(name, spec.data)
+        check_attributes(spec.permissions, spec.uid, spec.gid)
+        check_size(name, spec.data)
         if os.path.exists(self._path(name)):
             raise Conflict(f"secret {name!r} already exists", code="secret_exists")
         if len(self._names()) >= MAX_SECRETS:
@@ -355,8 +229,8 @@ class SecretStore:
         :raise Internal: (``secret_store_failed``) it cannot be read or written.
         """
         check_secret_name(name)
-        _check_attributes(change.permissions, change.uid, change.gid)
-        _check_size(name, change.data)
+        check_attributes(change.permissions, change.uid, change.gid)
+        check_size(name, change.data)
         old = self._read(name, content=True)
         if change.empty:
             return old.meta

@@ -1,0 +1,235 @@
+# -*- test-case-name: tests.test_service -*-
+"""
+Assembling the daemon: :func:`make_service`, in named steps (what the host
+gives, the fleet's parts, the API site, the service tree).
+
+The service holds the fleet (which stops every VM when the daemon stops) and
+the API listener (which stops first, so no request arrives while VMs go).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from collections import Counter
+from typing import Any, Callable, Mapping
+
+from treq.client import HTTPClient
+from twisted.application.service import MultiService
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint, UNIXServerEndpoint
+from twisted.internet.interfaces import IStreamServerEndpoint
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.web.client import Agent
+
+from ..agent.client import AgentClient
+from ..agent.metrics import MetricsClient
+from ..api.app import Api
+from ..api.connection_limits import ConnectionLimits
+from ..api.resources import every_route
+from ..api.streaming import StreamingSite
+from ..auth import Tokens, TokenWatch
+from ..buffer_budget import BufferBudget
+from ..codehost import CodeHost
+from ..config import Config
+from ..hypervisors.qemu import QemuProcesses
+from ..images.store import Image
+from ..listening import listening_service
+from ..metrics import STATUSES, Metrics
+from ..network.claims import RangeClaims
+from ..network.host import HostNetwork, command_runner
+from ..nodes.addressing import Addressing
+from ..nodes.adoption import IdentityAdoption
+from ..nodes.background_limit import BackgroundLimit
+from ..nodes.console_rotation import ConsoleRotation
+from ..nodes.events import EventHub
+from ..nodes.fleet import Fleet
+from ..nodes.parts import DriverChoice, FleetParts
+from ..nodes.room import RoomWatch
+from ..nodes.store import NodeStore
+from ..nodes.templates import TemplateStore
+from ..nodestats_metrics import NodeStatsCollector, SnapshotSampler
+from ..secretstore import SecretStore
+from ..storage.overlay import OverlayDisks
+from .host import (
+    claim_ranges, find_images, load_tokens, make_admission, open_audit_log, open_secret_store, size_buffer_budget,
+    take_state_dir,
+)
+from .driver import decide_driver
+from .reactor import IDaemonReactor
+
+#: Logged under the package's name, as when it was one module.
+log = Logger(namespace="vmservice.service")
+
+
+def _endpoint(reactor: IDaemonReactor, config: Config) -> IStreamServerEndpoint:
+    api = config.api
+    if api.unix_socket_path is not None:
+        return UNIXServerEndpoint(reactor, api.unix_socket_path, mode=0o660, wantPID=True)
+    if ipaddress.ip_address(api.bind_address).version == 6:
+        return TCP6ServerEndpoint(reactor, api.port, interface=api.bind_address)
+    return TCP4ServerEndpoint(reactor, api.port, interface=api.bind_address)
+
+
+class _Claimed(MultiService):
+    """
+    Holds the daemon's host-wide range claims around its children (the
+    fleet): the claims are released only once every VM is stopped and
+    detached, so no other daemon can take the ranges while they are in use.
+    """
+
+    def __init__(self, claims: RangeClaims) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # Twisted's MultiService is not annotated
+        self._claims = claims
+
+    def stopService(self) -> Deferred[None]:
+        stopped: Deferred[None] = super().stopService()  # type: ignore[no-untyped-call]  # Twisted's MultiService is not annotated
+
+        def release(result: object) -> object:
+            self._claims.release()
+            return result
+
+        return stopped.addBoth(release)
+
+
+def _codehost(config: Config, reactor: IDaemonReactor) -> Callable[[str], Deferred[tuple[str, ...]]] | None:
+    """What fetches a ``codehost_user``'s keys from ``codehost_url``; ``None`` when it is disabled."""
+    if config.codehost_url is None:
+        return None
+    # No connect timeout of its own: CodeHost's timeout covers the whole fetch and cancels the attempt.
+    client = HTTPClient(Agent(reactor))
+    return CodeHost(reactor, client, config.codehost_url, config.codehost_timeout).public_keys
+
+
+def _snapshots(reactor: IDaemonReactor) -> Callable[[str, float], Deferred[Mapping[str, Any]]]:
+    """What asks a node's metrics agent for a snapshot."""
+    client = MetricsClient(reactor)
+    return lambda socket, deadline: Deferred.fromCoroutine(client.snapshot(socket, deadline))
+
+
+def _fleet_parts(
+    config: Config, reactor: IDaemonReactor, store: NodeStore, images: Callable[[str], Image], secrets: SecretStore,
+    metrics: Metrics, budget: BufferBudget, room: RoomWatch,
+) -> FleetParts:
+    """The fleet's collaborators: its driver, processes, disks, agents, network, templates, admission, ..."""
+    return FleetParts(
+        clock=reactor,
+        config=config,
+        store=store,
+        driver=DriverChoice(lambda: Deferred.fromCoroutine(decide_driver(reactor, config, images(config.image)))),
+        vms=QemuProcesses(reactor),
+        images=images,
+        disks=OverlayDisks(reactor),
+        agents=lambda path: AgentClient(reactor, path, budget=budget),
+        addressing=Addressing(config, HostNetwork(config, command_runner(reactor))),
+        blocking=lambda call: deferToThreadPool(reactor, reactor.getThreadPool(), call),
+        secrets=secrets,
+        on_boot=metrics.observe_boot,
+        on_restore=metrics.observe_restore,
+        events=EventHub(lambda: reactor.seconds()),
+        codehost_keys=_codehost(config, reactor),
+        snapshots=_snapshots(reactor),
+        templates=TemplateStore(
+            reactor, config.state_dir, config.templates_tmpfs_dir, config.templates_tmpfs_budget,
+            metrics.observe_template_build,
+        ),
+        adoption=IdentityAdoption(time.time_ns),
+        on_clone=metrics.observe_clone,
+        on_warm_fallback=metrics.observe_warm_fallback,
+        admission=make_admission(config, reactor),
+        on_idle=metrics.observe_idle,
+        room=room,
+    )
+
+
+def _watch_fleet(config: Config, fleet: Fleet, parts: FleetParts, metrics: Metrics) -> None:
+    """The fleet's events, node counts (by group and status) and admission, reported in ``metrics``."""
+    parts.events.listen(metrics.observe_event)
+
+    def node_counts() -> list[tuple[str, str, int]]:
+        counted = Counter((r.hostgroup, r.status.value) for r in fleet.list())
+        return [(g.name, s, counted[(g.name, s)]) for g in config.host_groups for s in STATUSES]
+
+    metrics.watch_nodes(node_counts)
+    metrics.watch_admission(parts.admission.state)
+
+
+def _api_site(
+    config: Config, reactor: IDaemonReactor, fleet: Fleet, metrics: Metrics, secrets: SecretStore,
+    budget: BufferBudget, tokens: Tokens | None,
+) -> ConnectionLimits:
+    """
+    The API: its routes, the site that serves them, and the connection limits
+    around it (what the listener serves).
+
+    :raise StartupError: the audit log cannot be opened.
+    """
+    routes = every_route(fleet, reactor, metrics, secrets, public_metrics=config.api.auth.public_metrics,
+                         budget=budget, background_limit=BackgroundLimit(config.limits.background_execs_per_node))
+    api = Api(reactor, routes, metrics, tokens, fleet.hold, listener=config.api, audit=open_audit_log(config))
+    site = StreamingSite(api.resource(), api.plan_body)
+    site.displayTracebacks = False
+    connections = ConnectionLimits(site, reactor, config.limits.max_connections,
+                                   config.limits.max_connections_per_peer)
+    metrics.watch_limits(budget, connections)
+    return connections
+
+
+def _service_tree(
+    config: Config, reactor: IDaemonReactor, claims: RangeClaims, fleet: Fleet, parts: FleetParts,
+    room: RoomWatch, metrics: Metrics, tokens: Tokens | None, connections: ConnectionLimits,
+) -> MultiService:
+    """
+    The daemon's services: the range claims held around the fleet, its room
+    watch, console rotation and statistics sampler; the token watch; the API
+    listener.
+    """
+    top = MultiService()
+    claimed = _Claimed(claims)
+    claimed.setServiceParent(top)  # type: ignore[no-untyped-call]  # Twisted's services are not annotated
+    fleet.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
+    room.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
+    # After the fleet: its first round sees the nodes the fleet's start registered.
+    rotation = ConsoleRotation(reactor, fleet.consoles, parts.blocking, config.console_log_size)
+    rotation.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
+    if config.stats_interval:
+        sampler = SnapshotSampler(reactor, fleet.stats.all, config.stats_interval)
+        metrics.registry.register(NodeStatsCollector(lambda: sampler.latest, lambda: {r.hostname for r in fleet.list()}))
+        sampler.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
+    if tokens is not None:
+        TokenWatch(reactor, tokens).setServiceParent(top)  # type: ignore[no-untyped-call]  # (as above)
+    listener = listening_service(_endpoint(reactor, config), connections)
+    listener.setServiceParent(top)
+    return top
+
+
+def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
+    """
+    Build the daemon's service tree from ``config``: what it takes of the
+    host (the steps of :mod:`~vmservice.service.host`), then the fleet, the
+    API and the services that run them.
+
+    :param reactor: the reactor everything runs on (process, time, TCP, UNIX).
+    :raise StartupError: an image named by the configuration is missing, or
+        a network range is claimed by another daemon.
+    """
+    images = find_images(config)
+    store = take_state_dir(config)
+    secrets = open_secret_store(config, reactor)
+    claims = claim_ranges(config)
+    metrics = Metrics()
+    budget = size_buffer_budget(config)
+    room = RoomWatch(reactor, config.state_dir)
+    parts = _fleet_parts(config, reactor, store, images, secrets, metrics, budget, room)
+    fleet = Fleet(parts)
+    _watch_fleet(config, fleet, parts, metrics)
+    tokens = load_tokens(config)
+    connections = _api_site(config, reactor, fleet, metrics, secrets, budget, tokens)
+    top = _service_tree(config, reactor, claims, fleet, parts, room, metrics, tokens, connections)
+    where = config.api.unix_socket_path or f"{config.api.bind_address}:{config.api.port}"
+    log.info(
+        "vmservice on {where}, state in {state_dir}, auth {auth}",
+        where=where, state_dir=config.state_dir, auth=f"on ({tokens.path})" if tokens else "off",
+    )
+    return top
