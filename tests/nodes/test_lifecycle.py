@@ -707,6 +707,38 @@ class RecoveryTests(LifecycleTestCase):
         undecided.callback(h.driver)
         self.assertEqual(self.successResultOf(creating).hostname, "demo-2")
 
+    def test_guest_waits_for_the_recovery(self) -> None:
+        """
+        A request for the guest of a node the start-up recovery has registered
+        but not adopted yet (its VM's run state still being asked) waits for the
+        adoption and the agent, within the same bound, instead of a 503 at once.
+        """
+        from vmservice.errors import AgentNotConnected
+        from vmservice.nodes.readiness import AGENT_WAIT
+
+        self.create()
+        self.create()
+        self.h.crash()
+        held: list[Deferred[str]] = []
+        for machine in self.h.driver.machines:
+            def run_state(machine: object = machine) -> Deferred[str]:
+                held.append(Deferred())
+                return held[-1]
+            machine.run_state = run_state  # type: ignore[method-assign]
+        self.h = h = self.harness(self.h.driver)
+        served = self.do(h.fleet.guest("demo-1"))
+        late = self.do(h.fleet.guest("demo-2"))
+        h.reactor.advance(1)
+        self.assertNoResult(served)
+        held[0].callback("running")
+        [agent] = h.agents
+        self.assertNoResult(served)
+        agent.ready()
+        self.assertIs(self.successResultOf(served), agent)
+        h.reactor.advance(AGENT_WAIT)  # demo-2's adoption takes longer than the bound: 503 then, not before
+        self.failureResultOf(late, AgentNotConnected)
+        held[1].callback("running")
+
     def test_dead_vms(self) -> None:
         """A VM that died with the daemon: persistent Stopped without pid, ephemeral removed."""
         self.create()

@@ -33,14 +33,13 @@ from typing import Callable
 
 from attrs import evolve
 from twisted.application.service import Service
-from twisted.internet.defer import CancelledError, Deferred, DeferredList
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ..config import HostGroupConfig
 from ..errors import AgentNotConnected, NotFound, Protected
 from ..guestport.guest import AgentHealth, IGuest
-from ..hypervisors.base import IMachine, MachineExit
 from ..images.store import ImageInfo
 from ..observer import OneShotObserver
 from . import console, fork_memory
@@ -52,15 +51,16 @@ from .forking import Forked, Forking, ForkRequest, collect_forks, discard_fork_s
 from .description import NodeDescription, describe
 from .idling import IdleNodes
 from .lifecycle import Lifecycle
-from .model import CreateRequest, DeleteResult, NodeRecord, Status, Wait, visible
+from .model import CreateRequest, DeleteResult, NodeRecord, Wait, visible
 from .operation import settled
 from .parts import FleetParts
-from .readiness import AGENT_WAIT, bounded_health, connected_within
+from .readiness import AGENT_WAIT, bounded_health, connected_within, settled_within
 from .registry import Registry
 from .runtime import NodeRuntime
 from .snapshots import Snapshots
 from .stats import NodeStats
 from .startup import Startup
+from .stopping import stop_all
 from .tagging import Tagging
 from .transitions import Op, check
 
@@ -191,47 +191,7 @@ class Fleet(Service):
         super().stopService()  # type: ignore[no-untyped-call]  # Twisted's Service is not annotated
         self._unsubscribe()
         self._idle.stop()
-        return Deferred.fromCoroutine(self._stop_all())
-
-    async def _stop_all(self) -> None:
-        # A KVM probe under way is stopped with the daemon (its QEMU killed and reaped).
-        await self._parts.driver.stop()
-        running = [node for node in self._registry.all() if node.machine is not None]
-        if running:
-            log.info("stopping {count} node(s)", count=len(running))
-            stops = [Deferred.fromCoroutine(self._stop(node)) for node in running]
-            await DeferredList(stops, consumeErrors=True)
-        await self._parts.addressing.close()
-        fork_memory.close(self._memory_directory())
-        if self._parts.templates is not None:
-            self._parts.templates.close()
-
-    async def _stop(self, node: NodeRuntime) -> None:
-        """Stop a node's VM for the daemon's stop: ephemeral nodes go, persistent ones are kept Stopped."""
-        group = self._parts.config.group(node.record.hostgroup)
-        graceful = group.graceful_shutdown if group is not None else False
-        paused = node.record.status == Status.PAUSED
-        node.phase.abandon()
-        await node.release(self._ending(graceful, paused))
-        if node.record.persistent:
-            self._parts.store.save(node.record.with_status(Status.STOPPED))
-        else:
-            self._parts.store.remove(node.hostname)
-        self._registry.drop(node)
-
-    def _ending(self, graceful: bool, paused: bool) -> Callable[[IMachine], Deferred[MachineExit]]:
-        """How a VM ends when the daemon stops: powered off within the grace (a paused one resumed first), or killed."""
-        grace = self._parts.stop_grace
-
-        async def end(machine: IMachine) -> MachineExit:
-            if graceful and paused:
-                try:
-                    await machine.resume()  # a frozen guest cannot hear the power button
-                except Exception:
-                    pass
-            return await machine.stop(graceful, grace)
-
-        return lambda machine: Deferred.fromCoroutine(end(machine))
+        return Deferred.fromCoroutine(stop_all(self._registry, self._parts, self._memory_directory()))
 
     # -- queries ---------------------------------------------------------
 
@@ -294,8 +254,9 @@ class Fleet(Service):
         """
         The guest of a running node, for operations inside it (exec, cp, fs),
         woken first when the idle timer suspended it (:mod:`.idle`), its agent
-        waited for up to ``wait`` seconds (booting, or reconnecting after a
-        daemon restart): the one place requests reach a guest.
+        waited for up to ``wait`` seconds in all (booting, not adopted yet by
+        the start-up recovery, or reconnecting after a daemon restart): the
+        one place requests reach a guest.
 
         :raise NotFound: no such node (or it went away meanwhile).
         :raise Conflict: paused (the contract's 409 for exec, cp, fs and
@@ -305,6 +266,8 @@ class Fleet(Service):
         """
         await self._awake(hostname)
         node = self._registry.find(hostname)
+        if not node.has_started and wait > 0:  # being created, or not adopted yet by the start-up recovery
+            return await self.guest(hostname, await settled_within(self._parts.clock, node.settled(), wait))
         check(Op.AGENT, hostname, node.record.status)
         node.room.check()
         agent = node.agent

@@ -99,6 +99,17 @@ async def wait_for_guest(clock: IReactorTime, machine: IMachine, ready: "Deferre
     return value
 
 
+async def settled_within(clock: IReactorTime, settled: Deferred[None], seconds: float) -> float:
+    """
+    Wait until a node has started (its creation, or the start-up recovery's
+    adoption of its VM, is done: ``settled`` fires), for at most ``seconds``;
+    return the seconds left of them either way (the caller looks again).
+    """
+    begun = clock.seconds()
+    await race([settled, deferLater(clock, seconds, lambda: None)])
+    return max(0.0, seconds - (clock.seconds() - begun))
+
+
 async def connected_within(clock: IReactorTime, machine: IMachine, agent: IGuestConnection, seconds: float) -> None:
     """
     Wait until ``agent`` is connected, for at most ``seconds`` and no longer

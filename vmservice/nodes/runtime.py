@@ -100,6 +100,11 @@ class NodeRuntime:
         """Fires once the node has :meth:`started` (at once when it has)."""
         return self._up.when_fired()
 
+    @property
+    def has_started(self) -> bool:
+        """Whether it has :meth:`started` (a request for its guest need not wait for that)."""
+        return self._up.fired
+
     def set(self, status: Status, **changes: Any) -> None:
         """
         Give the node a new status (and other changes), written to its file
