@@ -6,9 +6,9 @@ Building a guest image from its recipe: Debian packages in, ``vmlinux`` + ``init
 An image directory holds ``<name>-<recipehash>/`` per build and the symbolic link ``<name>`` to the current
 one. A build happens in a temporary directory beside them (its artefacts made by
 :mod:`vmservice.images.artefacts`) and is renamed into place only when complete, then the link is replaced
-atomically, so a reader (:func:`vmservice.images.store.resolve_image`) never sees half an image. A lock file serialises builders of one image. Downloaded packages are kept in
-``.debs/`` and reused. After a build, builds older than the last few are removed unless in use
-(:func:`prune_builds`).
+atomically, so a reader (:func:`vmservice.images.store.resolve_image`) never sees half an image. A lock
+file serialises builders of one image. Downloaded packages are kept in ``.debs/`` and reused. After a
+build, builds older than the last few are removed unless in use (:func:`prune_builds`).
 
 This runs synchronously (it is a command-line tool and a step of ``make``), with ``subprocess``; the
 daemon never builds images, it only resolves them.

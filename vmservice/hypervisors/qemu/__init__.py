@@ -13,7 +13,9 @@ It offers the names the rest of the daemon uses, re-exported here.
 
 from ..base import describe_exit
 from ..file_identity import binary_identity
-from .command_line import PROBE_NAME, QemuSettings, host_tsc_khz, kernel_cmdline, probe_command, qemu_command, qmp_address
+from .command_line import (
+    PROBE_NAME, QemuSettings, host_tsc_khz, kernel_cmdline, probe_command, qemu_command, qmp_address,
+)
 from .driver import QemuDriver
 from .machine import QemuMachine
 from .probe import PROBE_MARKER, PROBE_SOCKET, AccelChoice, kvm_usable, probe_accel

@@ -108,6 +108,7 @@ def kernel_cmdline(
 
 
 def _accel_args(accel: str, tb_size_mb: int = 0) -> list[str]:
+    """The accelerator and CPU model: the host's CPU under KVM, ``max`` less the slow string copies under TCG."""
     if accel == "kvm":
         return ["-accel", "kvm", "-cpu", "host"]
     # A bounded translation cache: QEMU's default lets it grow with all the code a guest ever ran.
@@ -121,6 +122,7 @@ def _common_args(
     accel: str, vcpus: int, ram_bytes: int, *, pcie: bool = False, memory: RamBacking | None = None,
     tb_size_mb: int = 0,
 ) -> list[str]:
+    """The words every QEMU of ours has: the machine, accelerator, memory, vCPUs and no default devices."""
     machine = "microvm,pcie=on" if pcie else "microvm"
     if memory is not None:
         machine += f",memory-backend={RAM_BACKEND_ID}"
@@ -173,6 +175,7 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
 
 
 def _incoming_args(spec: MachineSpec) -> list[str]:
+    """Where a VM's state comes from: later over QMP (``defer``), a saved state file, or nowhere (a boot)."""
     if spec.defer_incoming:
         return ["-incoming", "defer"]
     if spec.incoming:
@@ -217,6 +220,7 @@ def _metrics_args(socket: str | None) -> list[str]:
 
 
 def _net_args(net: NetSpec | None, loose_nic: str | None = None) -> list[str]:
+    """The VM's NIC on its tap, or a template's on a hub port that reaches nothing, or none."""
     if net is None and loose_nic is not None:
         # The same device as a node's, on a hub port that reaches nothing.
         return [

@@ -83,6 +83,7 @@ class QemuMachine:
         process.ended.addCallback(self._ended)
 
     def _ended(self, result: MachineExit) -> MachineExit:
+        """QEMU ended: its output's tail kept, the waiters told, the QMP session dropped."""
         if self._log_path is not None:
             result = _with_log_tail(result, self._log_path)
         self._exit = result
@@ -140,6 +141,7 @@ class QemuMachine:
             Deferred.fromCoroutine(self._stopped_now()).addErrback(lambda failure: None)
 
     def _io_error(self, event: JSONObject) -> None:
+        """A QMP event: the watchers told when it says the VM stopped for lack of room."""
         data = event.get("data")
         if event.get("event") == "BLOCK_IO_ERROR" and isinstance(data, dict) and data.get("nospace") is True \
                 and data.get("action") == "stop":
@@ -151,6 +153,7 @@ class QemuMachine:
             self._no_room()
 
     def _no_room(self) -> None:
+        """Tell every watcher of lack of room (one that fails is logged, the others still told)."""
         for watcher in list(self._no_room_watchers):
             try:
                 watcher()
@@ -177,6 +180,7 @@ class QemuMachine:
         return Deferred.fromCoroutine(self._resume())
 
     async def _resume(self) -> None:
+        """A save under way cancelled, then ``cont``."""
         await cancel_migration(self)
         await command(self, "cont")
 
@@ -241,6 +245,7 @@ class QemuMachine:
         return Deferred.fromCoroutine(self._stop(graceful, grace))
 
     async def _stop(self, graceful: bool, grace: float) -> MachineExit:
+        """See :meth:`stop`: the button pressed every :attr:`POWER_BUTTON_REPEAT` s until QEMU ends or is killed."""
         if self._exit is not None:
             return self._exit
         if graceful:
@@ -264,6 +269,7 @@ class QemuMachine:
         return await self.kill()
 
     def _press_power_button(self) -> None:
+        """Press the power button again (QEMU gone meanwhile is no error)."""
         Deferred.fromCoroutine(self.qmp("system_powerdown")).addErrback(lambda failure: None)
 
 

@@ -99,6 +99,7 @@ class QemuMonitor:
         return await connecting.when_fired()
 
     async def _connect(self, attempts: int = 250) -> QMPProtocol:
+        """A new session, greeted, after up to ``attempts`` tries while the socket is missing or refused."""
         for attempt in range(attempts):
             endpoint = UNIXClientEndpoint(self._reactor, self.socket, timeout=5)
             protocol = QMPProtocol(self.event)

@@ -61,6 +61,7 @@ class QemuProcess(ProcessProtocol):
         self._pid: int | None = None
 
     def connectionMade(self) -> None:
+        """The child started: its pid kept."""
         # Kept now: a child that ends at once (killed as it starts) is reaped
         # within spawnProcess, and its transport's pid is None from then on.
         self._pid = self.transport.pid if self.transport is not None else None
@@ -76,6 +77,7 @@ class QemuProcess(ProcessProtocol):
         return self._ended.fired
 
     def _keep(self, data: bytes) -> None:
+        """Keep the tail of the output; fire the watch once its marker shows."""
         self.output = (self.output + data)[-self._TAIL :]
         if self.watch is not None and self.watch[0] in self.output:
             marker, seen = self.watch
@@ -83,9 +85,11 @@ class QemuProcess(ProcessProtocol):
             seen.callback(None)
 
     def outReceived(self, data: bytes) -> None:
+        """Output on stdout, kept."""
         self._keep(data)
 
     def errReceived(self, data: bytes) -> None:
+        """Output on stderr, kept."""
         self._keep(data)
 
     @property
@@ -105,6 +109,7 @@ class QemuProcess(ProcessProtocol):
             pass
 
     def processEnded(self, reason: Failure) -> None:
+        """The child ended: how, told to every waiter."""
         value = reason.value
         exit_code: int | None = None
         sig: int | None = None
@@ -142,9 +147,11 @@ class PidWatch:
         return self._ended.when_fired()
 
     def fileno(self) -> int:
+        """The pidfd (-1 once closed)."""
         return -1 if self._fd is None else self._fd
 
     def logPrefix(self) -> str:
+        """What the reactor's log calls this reader."""
         return f"pidfd {self.pid}"
 
     def doRead(self) -> None:
@@ -153,6 +160,7 @@ class PidWatch:
         self._ended.fire(MachineExit(None, None, ""))
 
     def connectionLost(self, reason: Failure) -> None:
+        """The reactor gave up the pidfd: taken as the end of the process."""
         self.doRead()
 
     def kill(self) -> None:
@@ -164,6 +172,7 @@ class PidWatch:
                 pass
 
     def _close(self) -> None:
+        """Stop watching and close the pidfd (once)."""
         if self._fd is not None:
             self._reactor.removeReader(self)
             os.close(self._fd)

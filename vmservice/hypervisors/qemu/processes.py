@@ -137,6 +137,7 @@ def sweep_probes(directory: str, proc: str = "/proc") -> list[int]:
 
 
 def _cmdline(proc: str, pid: int) -> list[str]:
+    """The command line of ``pid`` as its words (none when it is gone or cannot be read)."""
     try:
         with open(os.path.join(proc, str(pid), "cmdline"), "rb") as f:
             return f.read().decode("utf-8", "replace").split("\0")
@@ -163,6 +164,7 @@ def _qmp_socket(argv: list[str]) -> str | None:
 
 
 def _contains(argv: list[str], words: list[str]) -> bool:
+    """Whether ``words`` appear in ``argv`` one after another."""
     return any(argv[i : i + len(words)] == words for i in range(len(argv)))
 
 

@@ -31,6 +31,7 @@ _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 def _remove(path: str) -> None:
+    """Remove whatever is at ``path`` (a directory with its content), if anything; never through a link."""
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path)
     elif os.path.lexists(path):
@@ -38,6 +39,7 @@ def _remove(path: str) -> None:
 
 
 def _member_parts(name: str) -> list[str]:
+    """The components of a layer member's ``name`` (``\\`` read as ``/``), refused when one is ``..``."""
     parts = [part for part in name.replace("\\", "/").split("/") if part not in ("", ".")]
     if ".." in parts:
         raise OciError(f"layer member {name!r} points outside the root")
@@ -71,6 +73,7 @@ def _prune_opaque(directory: str, relative: str, created: set[str]) -> None:
 
 @contextmanager
 def _layer_tar(stream: IO[bytes]) -> Iterator[tarfile.TarFile]:
+    """The layer in ``stream`` as a tar file read in order (zstd through the ``zstd`` program, else by tarfile)."""
     magic = stream.read(4)
     stream.seek(0)
     if magic == _ZSTD_MAGIC:
@@ -144,6 +147,7 @@ def apply_layer(stream: IO[bytes], root: str) -> int:
 
 
 def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, root: str, path: str) -> None:
+    """Write ``member`` at ``path`` in the tree ``root`` (replacing what is there), with its owner, mode and time."""
     existing_dir = os.path.isdir(path) and not os.path.islink(path)
     if member.isdir():
         if not existing_dir:

@@ -45,6 +45,7 @@ class ContainerImage:
 
 
 def _blob_path(digest: object) -> str:
+    """The path of the blob ``digest`` (``sha256:<hex>`` only) in an OCI layout."""
     if not isinstance(digest, str) or ":" not in digest:
         raise OciError(f"bad digest {digest!r}")
     algorithm, _, hexdigest = digest.partition(":")
@@ -54,22 +55,26 @@ def _blob_path(digest: object) -> str:
 
 
 def _mapping(value: object, what: str) -> dict[str, object]:
+    """``value``, which must be a JSON object (``what`` names it in the error)."""
     if not isinstance(value, dict):
         raise OciError(f"{what} is not a JSON object")
     return value
 
 
 def _list(value: object, what: str) -> list[object]:
+    """``value``, which must be a JSON list (``what`` names it in the error)."""
     if not isinstance(value, list):
         raise OciError(f"{what} is not a JSON list")
     return value
 
 
 def _platform_of(config: dict[str, object]) -> tuple[str, str]:
+    """The (os, architecture) an image configuration says."""
     return (str(config.get("os", "")), str(config.get("architecture", "")))
 
 
 def _describe(platform: tuple[str, str]) -> str:
+    """A platform as ``os/architecture``, ``?`` for what is missing."""
     return "/".join(part or "?" for part in platform)
 
 
@@ -100,10 +105,12 @@ def _oci_candidates(source: ImageSource, index: dict[str, object], depth: int = 
 
 
 def _matches(ref: str, wanted: str) -> bool:
+    """Whether the reference ``ref`` is the one ``wanted`` (whole, its tag, or its name without the tag)."""
     return bool(wanted) and (ref == wanted or ref.endswith(f":{wanted}") or ref.rsplit(":", 1)[0] == wanted)
 
 
 def _open_oci(source: ImageSource, wanted_ref: str) -> ContainerImage:
+    """The image of an OCI layout's ``index.json`` (its layers checked against their digests)."""
     index = _mapping(source.read_json("index.json"), "index.json")
     candidates = _oci_candidates(source, index)
     if wanted_ref:
@@ -131,6 +138,7 @@ def _open_oci(source: ImageSource, wanted_ref: str) -> ContainerImage:
 
 
 def _open_docker(source: ImageSource, wanted_ref: str) -> ContainerImage:
+    """The image of a ``docker save`` tar file's ``manifest.json``."""
     entries = _list(source.read_json("manifest.json"), "manifest.json")
     images = []
     seen_platforms = []
@@ -161,6 +169,7 @@ def _open_docker(source: ImageSource, wanted_ref: str) -> ContainerImage:
 
 def _pick(source: ImageSource, images: list[ContainerImage], wanted_ref: str,
           seen_platforms: Sequence[tuple[str, str]]) -> ContainerImage:
+    """The one image of ``images``; else an error that says what there was (``seen_platforms``)."""
     if not images:
         if wanted_ref and not seen_platforms:
             raise OciError(f"{source.path}: no image named {wanted_ref!r}")

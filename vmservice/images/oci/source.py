@@ -49,12 +49,14 @@ class ImageSource:
         return self._member(relative) is not None
 
     def _local(self, relative: str) -> str:
+        """The host path of ``relative`` in a layout directory, refused when it climbs out."""
         parts = _normal_name(relative).split("/")
         if ".." in parts or not relative:
             raise OciError(f"{self.path}: refusing the path {relative!r}")
         return os.path.join(self.path, *parts)
 
     def _member(self, relative: str) -> tarfile.TarInfo | None:
+        """The member of the tar file at ``relative``, links followed within the tar file; ``None`` when missing."""
         member = self._members.get(_normal_name(relative))
         for _ in range(SYMLINK_HOPS):
             if member is None or not (member.issym() or member.islnk()):
