@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.hypervisors.qemu.test_command_line,tests.hypervisors.test_qemu_network -*-
+# -*- test-case-name: tests.hypervisors.qemu.test_command_line,tests.hypervisors.qemu.test_network -*-
 """
 QEMU's command lines, built as lists of words (pure: no file is touched).
 

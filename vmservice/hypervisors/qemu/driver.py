@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.hypervisors.qemu.test_driver,tests.hypervisors.test_qemu_network -*-
+# -*- test-case-name: tests.hypervisors.qemu.test_driver,tests.hypervisors.qemu.test_network -*-
 """
 The QEMU driver (:class:`QemuDriver`): starts each VM as a QEMU child of the
 daemon, in a session of its own and in the VM's network namespace, and
