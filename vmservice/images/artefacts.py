@@ -89,6 +89,7 @@ def file_record(path: str) -> ArtefactRecord:
             digest.update(chunk)
     return {"size": os.path.getsize(path), "sha256": digest.hexdigest()}
 
+
 def build_artefacts(recipe: Recipe, digest: str, source: str, base: str, work: str, output: str,
                     out: Callable[[str], None], run: debian.Runner) -> Manifest:
     """

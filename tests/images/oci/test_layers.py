@@ -15,6 +15,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.images.containers import Entry, layer
 from vmservice.images.oci import OciError, apply_layer
 
+
 def read(path: str) -> bytes:
     """The content of the file ``path``."""
     with open(path, "rb") as stream:

@@ -46,7 +46,6 @@ class QemuSettings:
     tb_size_mb: int = 0
 
 
-
 def host_tsc_khz(cpuinfo: str) -> int | None:
     """
     Read the host's CPU frequency in kHz from the text of ``/proc/cpuinfo``.

@@ -81,5 +81,4 @@ class QemuDriver:
         return succeed(QemuMachine(self._reactor, process, spec.qmp_socket, log_path))
 
 
-
 __all__ = ["QemuDriver"]

@@ -35,8 +35,9 @@ class AccelChoice:
     :ivar reason: one sentence saying why, for the log.
     :ivar lasting: a probe guest ran and gave this outcome, which holds as
         long as the host's kernel, its KVM device, QEMU and the guest kernel
-        stay the same (:mod:`..probe_memory` remembers it); not for a choice
-        set in the configuration or a probe that could not start.
+        stay the same (:mod:`vmservice.hypervisors.probe_memory` remembers
+        it); not for a choice set in the configuration or a probe that could
+        not start.
     """
 
     accel: str
@@ -67,11 +68,12 @@ def _parent_death_prefix() -> list[str]:
     ``setpriv --pdeathsig KILL`` (util-linux), which execs its program in
     place (the pid spawned stays QEMU's) with the kernel told to SIGKILL it
     when its parent, the daemon, dies: even by ``kill -9``.  Nothing when
-    ``setpriv`` is missing (the next start's :func:`.processes.sweep_probes` is then
-    the only net).
+    ``setpriv`` is missing (the next start's :func:`.processes.sweep_probes`
+    is then the only net).
     """
     setpriv = shutil.which("setpriv")
     return [setpriv, "--pdeathsig", "KILL"] if setpriv else []
+
 
 async def probe_accel(
     reactor: IProbeReactor,

@@ -179,7 +179,6 @@ class PidWatch:
             self._fd = None
 
 
-
 def child_env() -> dict[str, str]:
     """The environment QEMU runs in: ``PATH`` only (the daemon's, or a default), and the C locale."""
     return {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LC_ALL": "C"}

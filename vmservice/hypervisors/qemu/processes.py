@@ -162,11 +162,9 @@ def _qmp_socket(argv: list[str]) -> str | None:
     return None
 
 
-
 def _contains(argv: list[str], words: list[str]) -> bool:
     """Whether ``words`` appear in ``argv`` one after another."""
     return any(argv[i : i + len(words)] == words for i in range(len(argv)))
-
 
 
 __all__ = ["QemuProcesses", "sweep_probes"]

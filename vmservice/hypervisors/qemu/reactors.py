@@ -34,5 +34,4 @@ class IQemuReactor(IMachineReactor, IReactorProcess, IReactorFDSet):
     """
 
 
-
 __all__ = ["IMachineReactor", "IProbeReactor", "IQemuReactor"]

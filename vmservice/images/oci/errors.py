@@ -11,5 +11,4 @@ class OciError(Exception):
     """
 
 
-
 __all__ = ["OciError"]

@@ -43,7 +43,6 @@ class ContainerImage:
     ref: str
 
 
-
 def _blob_path(digest: object) -> str:
     """The path of the blob ``digest`` (``sha256:<hex>`` only) in an OCI layout."""
     if not isinstance(digest, str) or ":" not in digest:

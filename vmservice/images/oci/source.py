@@ -116,5 +116,4 @@ def check_digest(data: bytes, digest: str, what: str) -> None:
         raise OciError(f"{what} does not match its digest {digest}")
 
 
-
 __all__ = ["ImageSource", "check_digest"]
