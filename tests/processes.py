@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.hypervisors.test_qemu,tests.network.test_host,tests.storage.test_overlay -*-
+# -*- test-case-name: tests.hypervisors.qemu.test_driver,tests.hypervisors.qemu.test_probe,tests.network.test_host,tests.storage.test_overlay -*-
 """
 A reactor that records the children it is asked to start instead of
 starting them (the shape of ``DummyProcessReactor`` in twisted.runner's

@@ -1,7 +1,7 @@
 """
 A ``StringTransport`` of a UNIX socket that records the file descriptors sent over it
 (:class:`DescriptorTransport`), for the tests of QMP (:mod:`tests.hypervisors.test_qmp`) and of the
-driver that hands QEMU its files that way (:mod:`tests.hypervisors.test_qemu`).
+driver that hands QEMU its files that way (:mod:`tests.hypervisors.qemu.test_migration`).
 """
 
 from __future__ import annotations

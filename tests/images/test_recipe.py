@@ -61,7 +61,7 @@ class RecipeTests(SynchronousTestCase):
         """
         seen = {self.hash()}
         for relative in ("guest/files/inittab", "guest/powerbutton.py", "wire/__init__.py",
-                         "images/build.py", "images/recipes/default.toml"):
+                         "images/build.py", "images/oci/layers.py", "images/recipes/default.toml"):
             self.edit(relative, b"\n# changed\n")
             value = self.hash()
             self.assertNotIn(value, seen, relative)
@@ -88,7 +88,7 @@ class RecipeTests(SynchronousTestCase):
     def test_source_lists(self) -> None:
         """
         The guest sources are the guest and wire modules and the boot files; the builder's are its own
-        modules and recipes.
+        modules (its subpackage oci/ too) and recipes.
         """
         guest = guest_sources(self.root)
         self.assertIn("guest/powerbutton.py", guest)
@@ -96,6 +96,7 @@ class RecipeTests(SynchronousTestCase):
         self.assertIn("wire/__init__.py", guest)
         self.assertIn("images/recipes/default.toml", builder_sources(self.root))
         self.assertIn("images/build.py", builder_sources(self.root))
+        self.assertIn("images/oci/layers.py", builder_sources(self.root))
 
     def test_missing_recipe(self) -> None:
         """

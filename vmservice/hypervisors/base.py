@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.hypervisors.test_qemu -*-
+# -*- test-case-name: tests.hypervisors.qemu -*-
 """
 The driver interface every hypervisor implements, and the records it uses.
 

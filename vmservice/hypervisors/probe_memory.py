@@ -23,7 +23,8 @@ from typing import Callable
 from attrs import frozen
 
 from ..durable import write_atomic
-from .qemu import AccelChoice, binary_identity
+from .file_identity import binary_identity, file_identity
+from .qemu.probe import AccelChoice
 
 #: The remembered outcome's file, in the probe's directory.
 OUTCOME_FILE = "outcome.json"
@@ -33,15 +34,6 @@ MAX_SIZE = 4096
 MAX_REASON = 1000
 #: Changes when what the key covers changes, so an older file is not trusted.
 FORMAT = 1
-
-
-def _file_identity(path: str) -> list[object] | None:
-    """A file's real path, size and modification time (``None`` when it is missing)."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return [os.path.realpath(path), info.st_size, info.st_mtime_ns]
 
 
 def _device_identity(path: str) -> list[object] | None:
@@ -87,7 +79,7 @@ def probe_key(
         "host": [uname.release, uname.version, _boot_id(boot_id_path)],
         "kvm": _device_identity(kvm_path),
         "qemu": qemu_identity(binary),
-        "guest": [_file_identity(kernel), _file_identity(initrd)],
+        "guest": [file_identity(kernel), file_identity(initrd)],
     }
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 

@@ -42,7 +42,8 @@ from typing import Callable
 from twisted.python.filepath import FilePath
 
 from vmservice.images import rootfs
-from vmservice.images.build import BuildError, _file_record, _locked, build_image, prune_builds, publish, up_to_date
+from vmservice.images.artefacts import file_record
+from vmservice.images.build import BuildError, _locked, build_image, prune_builds, publish, up_to_date
 from vmservice.images.oci import ContainerImage, ImageSource, OciError, apply_layer, open_source, resolve_inside
 from vmservice.images.recipe import RecipeError, guest_sources, load_recipe, package_root
 from vmservice.images.runtime import RUNTIME_DIR, RUNTIME_SHELL, RuntimeError_, install_runtime
@@ -149,6 +150,16 @@ def _run_checks(root: str, checks: list[tuple[list[str], str]]) -> None:
 
 def _assemble(root: str, base: Image, out: Callable[[str], None]) -> bool:
     """Add what a guest needs to the unpacked tree; return whether it has an SSH server."""
+    _add_base_files(root)
+    _add_guest_files(root, base, out)
+    return _check_tree(root, out)
+
+
+def _add_base_files(root: str) -> None:
+    """
+    Our directories (real ones), the base directories, ``/etc/passwd``, ``group`` and ``hostname`` when
+    the image has none, no SSH host keys, ``/etc/mtab`` and the console and null devices.
+    """
     for relative in _OUR_DIRECTORIES:
         _real_directory(root, relative, empty=relative in _OUR_TREES)
     for relative, mode in rootfs.BASE_DIRECTORIES.items():
@@ -186,9 +197,12 @@ def _assemble(root: str, base: Image, out: Callable[[str], None]) -> bool:
         if not os.path.lexists(node):
             os.mknod(node, stat.S_IFCHR | mode, os.makedev(major, minor))
 
+
+def _add_guest_files(root: str, base: Image, out: Callable[[str], None]) -> None:
+    """Our guest files, the ``/etc/inittab`` that runs them, the runtime (``base``'s), ``/sbin/init``: busybox."""
     source = package_root()
     rootfs.install_guest_files(root, source, guest_sources(source))
-    with open(os.path.join(etc, "inittab"), "wb") as stream:
+    with open(os.path.join(root, "etc", "inittab"), "wb") as stream:
         stream.write(inittab())
     missing = install_runtime(root, base.rootfs.path)
     if missing:
@@ -199,6 +213,9 @@ def _assemble(root: str, base: Image, out: Callable[[str], None]) -> bool:
         shutil.rmtree(init) if os.path.isdir(init) and not os.path.islink(init) else os.unlink(init)
     os.symlink(f"{RUNTIME_DIR}/bin/busybox", init)
 
+
+def _check_tree(root: str, out: Callable[[str], None]) -> bool:
+    """Compile and import the guest code and run the runtime's shell in the tree; whether it has an SSH server."""
     python = f"{RUNTIME_DIR}/bin/python3"
     _run_checks(root, [
         ([python, "-I", "-m", "compileall", "-q", "/opt/vmservice"], "compiling the guest code"),
@@ -307,6 +324,6 @@ def _import(source: ImageSource, container: ContainerImage, base: Image, work: s
         "initramfs_modules": base.manifest.get("initramfs_modules"),
         "ssh_server": ssh_server,
         "runtime": RUNTIME_DIR,
-        "artefacts": {file: _file_record(os.path.join(output, file))
+        "artefacts": {file: file_record(os.path.join(output, file))
                       for file in (KERNEL_FILE, INITRD_FILE, ROOTFS_FILE)},
     }

@@ -186,11 +186,21 @@ def guest_sources(root: str | None = None) -> list[str]:
 
 def builder_sources(root: str | None = None) -> list[str]:
     """
-    The builder's own files, relative to the ``vmservice`` package directory: a change to how images are
-    built is a change to the image.
+    The builder's own files, relative to the ``vmservice`` package directory: its modules (those of its
+    subpackages too) and recipes; a change to how images are built is a change to the image.
     """
     base = root or package_root()
-    return _files(base, "images", ".py") + _files(base, "images/recipes")
+    return _module_files(base, "images") + _files(base, "images/recipes")
+
+
+def _module_files(root: str, subdir: str) -> list[str]:
+    """The ``.py`` files of the package ``subdir`` and of its subpackages (``images/oci/``), relative to ``root``."""
+    found = _files(root, subdir, ".py")
+    directory = os.path.join(root, subdir)
+    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+        if not name.startswith((".", "__")) and os.path.isfile(os.path.join(directory, name, "__init__.py")):
+            found += _module_files(root, f"{subdir}/{name}")
+    return found
 
 
 def recipe_hash(recipe: Recipe, root: str | None = None) -> str:

@@ -4,7 +4,7 @@ Tests for :mod:`vmservice.hypervisors.qemu` with real processes: adoption and
 orphan handling against a fake /proc that names real (``sleep``) processes,
 and a real QEMU started, driven over QMP and stopped by :class:`QemuDriver`
 on the global reactor.  The driver's logic without processes is tested in
-:mod:`tests.hypervisors.test_qemu`.
+:mod:`tests.hypervisors.qemu`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.hypervisors.test_qemu_network -*-
+# -*- test-case-name: tests.hypervisors.qemu.test_network -*-
 """
 Tests for the QEMU driver's networking: the tap netdev and virtio-net device
 on the command line, the guest address on the kernel command line, and QEMU

@@ -1,0 +1,84 @@
+# -*- test-case-name: tests.hypervisors.qemu.test_driver,tests.hypervisors.qemu.test_network -*-
+"""
+The QEMU driver (:class:`QemuDriver`): starts each VM as a QEMU child of the
+daemon, in a session of its own and in the VM's network namespace, and
+hands back its :class:`~.machine.QemuMachine`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from twisted.internet.defer import Deferred, succeed
+from zope.interface import implementer
+
+from ..base import Capabilities, HypervisorError, IHypervisor, IMachine, MachineSpec
+from ..file_identity import binary_identity
+from .command_line import QemuSettings, qemu_command
+from .machine import QemuMachine
+from .process import QemuProcess, child_env
+from .reactors import IQemuReactor
+
+
+@implementer(IHypervisor)
+class QemuDriver:
+    """
+    Starts VMs as QEMU children.
+
+    :param reactor: starts QEMU children and runs the machines (an ``IReactorProcess``, ``IReactorFDSet``,
+        ``IReactorTime`` and ``IReactorUNIX`` provider).
+    :param settings: the binary, accelerator and TSC frequency to use.
+    """
+
+    capabilities = Capabilities(can_pause=True, can_suspend=True)
+
+    def __init__(self, reactor: IQemuReactor, settings: QemuSettings) -> None:
+        self._reactor = reactor
+        self.settings = settings
+        # QEMU runs in a session of its own: a Ctrl-C meant for the daemon
+        # (sent to its whole process group) must not kill the VMs before the
+        # daemon stops them its own way.
+        setsid = shutil.which("setsid")
+        self._prefix = [setsid] if setsid else []
+        self._version: str | None = None
+
+    @property
+    def description(self) -> str:
+        """How VMs run: ``qemu microvm, kvm`` or ``qemu microvm, tcg``."""
+        return f"qemu microvm, {self.settings.accel}"
+
+    @property
+    def version(self) -> str:
+        """
+        The QEMU build: its binary's real path, size and modification time
+        (a package upgrade changes them), read once.
+        """
+        if self._version is None:
+            self._version = binary_identity(self.settings.binary)
+        return self._version
+
+    def start(self, spec: MachineSpec, log_path: str | None = None) -> Deferred[IMachine]:
+        """
+        Spawn QEMU for ``spec``.  Its stdout and stderr go to ``log_path``
+        (a file beside the node's other files) so QEMU does not depend on the
+        daemon's pipes staying open.
+        """
+        # In the VM's network namespace when it has one: "ip netns exec" and
+        # setsid both exec in place, so the pid spawned is QEMU's.
+        netns = ["ip", "netns", "exec", spec.net.netns] if spec.net is not None and spec.net.netns else []
+        argv = [*self._prefix, *netns, *qemu_command(spec, self.settings)]
+        process = QemuProcess()
+        output_fd = os.open(log_path or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        try:
+            self._reactor.spawnProcess(
+                process, argv[0], argv, env=child_env(), childFDs={0: "w", 1: output_fd, 2: output_fd}
+            )
+        except OSError as error:
+            raise HypervisorError(f"cannot start {argv[0]}: {error}") from error
+        finally:
+            os.close(output_fd)
+        return succeed(QemuMachine(self._reactor, process, spec.qmp_socket, log_path))
+
+
+__all__ = ["QemuDriver"]
