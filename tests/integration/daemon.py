@@ -187,6 +187,14 @@ class Daemon:
         if self.process is not None and self.process.stdout is not None:
             self.process.stdout.close()
         shutil.rmtree(self.root, ignore_errors=True)
+        # Its directories in the tmpfs (named after its state directory): a daemon killed or stopped
+        # mid-way leaves them, which the daemon's own stop would have removed.
+        from vmservice.nodes.fork_memory import memory_directory
+        from vmservice.nodes.templates import ram_directory
+
+        tmpfs = self.config["config"].get("templates_tmpfs_dir", "/dev/shm")
+        for directory in (ram_directory(self.state_dir, tmpfs), memory_directory(self.state_dir, tmpfs)):
+            shutil.rmtree(directory, ignore_errors=True)
 
     def request(
         self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None, timeout: float = 120.0
