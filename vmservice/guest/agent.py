@@ -775,9 +775,9 @@ HANDLERS: dict[str, type[StreamHandler]] = {
 LAZY_HANDLERS: dict[str, str] = {
     "exec": "vmservice.guest.execution:ExecHandler",
     "fs": "vmservice.guest.filesystem:FsHandler",
-    "cp-upload": "vmservice.guest.copying:UploadHandler",
-    "cp-download": "vmservice.guest.copying:DownloadHandler",
-    "cp-upload-bulk": "vmservice.guest.copying:BulkUploadHandler",
+    "cp-upload": "vmservice.guest.copying.streams:UploadHandler",
+    "cp-download": "vmservice.guest.copying.streams:DownloadHandler",
+    "cp-upload-bulk": "vmservice.guest.copying.streams:BulkUploadHandler",
     "background": "vmservice.guest.background:BackgroundHandler",
     "watch": "vmservice.guest.watching:WatchHandler",
     "shell": "vmservice.guest.shell:ShellHandler",
