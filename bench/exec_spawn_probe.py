@@ -27,7 +27,10 @@ import types
 
 sys.path.insert(0, "/opt/vmservice")
 
-from vmservice.guest import agent  # noqa: E402
+from vmservice.guest.context import AgentContext  # noqa: E402
+from vmservice.guest.loop import Loop  # noqa: E402
+from vmservice.guest.operations import HANDLERS  # noqa: E402
+from vmservice.guest.session import Session  # noqa: E402
 from vmservice.guest import execution  # noqa: E402
 from vmservice.wire import NEED_DATA, Connection, Role  # noqa: E402
 from vmservice.wire.events import Data, HalfClose, Open  # noqa: E402
@@ -124,10 +127,10 @@ def in_process_agent(module=execution):
     ExecHandler in this process (no port: what the host would send is fed to
     the session directly): seconds from the OPEN to the stream's end.
     """
-    loop = agent.Loop()
+    loop = Loop()
     written = bytearray()
-    session = agent.Session(loop, agent.AgentContext("probe"), written.extend, lambda: True,
-                            {**agent.HANDLERS, "exec": module.ExecHandler})
+    session = Session(loop, AgentContext("probe"), written.extend, lambda: True,
+                      {**HANDLERS, "exec": module.ExecHandler})
     host = Connection(Role.HOST, nonce=b"PROBENON")
 
     def received():

@@ -19,7 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.guest.session import GuestSessionMixin
 from vmservice.guest import execution
-from vmservice.guest.agent import AgentContext
+from vmservice.guest.context import AgentContext
 from vmservice.guest.execution import (DEFAULT_PATH, BadExecHeader, ExecSpec, default_path, resolve_cwd, shell_quote,
                                        usable_shell)
 from vmservice.wire import ResetCode

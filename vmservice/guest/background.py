@@ -45,7 +45,8 @@ import weakref
 from collections import deque
 from typing import Any, Callable, Mapping, Optional
 
-from vmservice.guest.agent import GuestStream, Loop, StreamHandler, Timer
+from vmservice.guest.loop import Loop, Timer
+from vmservice.guest.streams import GuestStream, StreamHandler
 from vmservice.guest.execution import (
     BadExecHeader,
     CannotStart,

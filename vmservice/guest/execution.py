@@ -4,7 +4,7 @@
 
 Stdlib only (it runs inside the VM, and the host imports the record codec from
 here too).  The process is started on the agent's own
-:class:`~vmservice.guest.agent.Loop`, without :mod:`subprocess` (whose import
+:class:`~vmservice.guest.loop.Loop`, without :mod:`subprocess` (whose import
 costs under TCG), in one of two ways:
 
 - :func:`os.posix_spawn` when the agent already has the identity asked for (the
@@ -47,7 +47,8 @@ import signal
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from vmservice.guest.agent import GuestStream, StreamHandler, Timer
+from vmservice.guest.loop import Timer
+from vmservice.guest.streams import GuestStream, StreamHandler
 from vmservice.wire.payloads import (
     ERROR,
     REJECTED,

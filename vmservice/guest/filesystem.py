@@ -34,7 +34,7 @@ import stat
 import threading
 from typing import Any, Callable, Mapping, Optional
 
-from vmservice.guest.agent import GuestStream, StreamHandler
+from vmservice.guest.streams import GuestStream, StreamHandler
 from vmservice.wire.errors import ResetCode
 
 #: The actions of the ``fs`` operation.

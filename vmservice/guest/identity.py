@@ -57,9 +57,9 @@ refused (BAD_HEADER).
 6. ``files``: ``/etc/hostname`` and ``/etc/hosts`` (as the guest's ``rc`` writes
    them at boot) and ``/etc/machine-id``, each written beside and renamed over
    the old one, after the answer, as the agent's deferred start-up work is
-   (:func:`vmservice.guest.agent.run_deferred`): before the first operation
+   (:func:`vmservice.guest.deferred.run_deferred`): before the first operation
    that could read them (any but health, echo, clock, secrets and login, which
-   do not), else :data:`~vmservice.guest.agent.DEFERRED_DELAY` seconds later.
+   do not), else :data:`~vmservice.guest.deferred.DEFERRED_DELAY` seconds later.
    No request of the host (on any session) can see the template's files, the
    host does not wait for them, and clones created together do not spend the
    shared CPU on them while the others adopt.  In the default image the three are links into the
@@ -96,8 +96,8 @@ import struct
 import time
 from typing import Any, Callable, Mapping, Optional, Protocol
 
-from vmservice.guest import agent
-from vmservice.guest.agent import GuestStream
+from vmservice.guest import agentlog, deferred
+from vmservice.guest.streams import GuestStream
 from vmservice.guest.bodies import BodyHandler
 from vmservice.guest.login import System as LoginSystem
 from vmservice.guest.login import renew_host_keys, stop_inherited_sshd
@@ -268,17 +268,17 @@ class AdoptHandler(BodyHandler):
         try:
             previous = self._adopt(request)
         except AdoptionFailed as failure:
-            agent._log(f"adoption failed at {failure.step}: {failure}")
+            agentlog.log(f"adoption failed at {failure.step}: {failure}")
             self.reply({"error": "adoption_failed", "step": failure.step, "message": str(failure)[:500]})
             return
         self.stream.write(b'{"previous_ns":%d}' % previous)
         # The nonce of the new session is drawn after the reseed.
         self.stream.end_session("adopted a new identity")
         answered = time.monotonic()
-        # Before the first operation that could read them, else a moment later (agent.run_deferred).
-        agent.DEFERRED.append(lambda: self._write_files(request, (answered - started) * 1000))
-        agent.DEFERRED.append(self._renew_host_keys)
-        self.stream.loop.call_later(agent.DEFERRED_DELAY, agent.run_deferred)
+        # Before the first operation that could read them, else a moment later (deferred.run_deferred).
+        deferred.DEFERRED.append(lambda: self._write_files(request, (answered - started) * 1000))
+        deferred.DEFERRED.append(self._renew_host_keys)
+        self.stream.loop.call_later(deferred.DEFERRED_DELAY, deferred.run_deferred)
 
     def _settle(self) -> None:
         """Answer ``prepare`` once the guest settled (see the module's description)."""
@@ -311,9 +311,9 @@ class AdoptHandler(BodyHandler):
         try:
             self._step("files", self._files, request)
         except Exception as failure:  # the loop must go on: the host was answered already
-            agent._log(f"adoption of {request.hostname} answered, then failed at files: {failure}")
+            agentlog.log(f"adoption of {request.hostname} answered, then failed at files: {failure}")
             return
-        agent._log(f"adopted {request.hostname} ({', '.join(self._timings)}; answered after {answered_ms:.0f} ms)")
+        agentlog.log(f"adopted {request.hostname} ({', '.join(self._timings)}; answered after {answered_ms:.0f} ms)")
         self.stream.loop.call_later(PERSIST_DELAY, lambda: self._persist(request))
 
     def _renew_host_keys(self) -> None:
@@ -321,10 +321,10 @@ class AdoptHandler(BodyHandler):
         try:
             done = renew_host_keys(self.ssh_system())
         except Exception as failure:  # the loop must go on: the host was answered already
-            agent._log(f"renewing the SSH host keys failed: {failure}")
+            agentlog.log(f"renewing the SSH host keys failed: {failure}")
             return
         if done:
-            agent._log(done)
+            agentlog.log(done)
 
     def _persist(self, request: AdoptionRequest) -> None:
         """The ``persist`` step: the hostname and machine-id on the root file system."""
@@ -332,7 +332,7 @@ class AdoptHandler(BodyHandler):
             os.makedirs(os.path.dirname(self.persisted_machine_id), exist_ok=True)
             _replace_file(self.persisted_machine_id, f"{request.hostname}\n{request.machine_id}\n", 0o444, True)
         except OSError as failure:
-            agent._log(f"cannot keep the machine-id of {request.hostname} on the disk: {failure}")
+            agentlog.log(f"cannot keep the machine-id of {request.hostname} on the disk: {failure}")
 
     def _adopt(self, request: AdoptionRequest) -> int:
         self._timings: list[str] = []

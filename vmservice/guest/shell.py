@@ -38,20 +38,12 @@ import struct
 import termios
 from typing import Any, Mapping, Optional
 
-from vmservice.guest.agent import GuestStream, StreamHandler, Timer
+from vmservice.guest.loop import Timer
+from vmservice.guest.streams import GuestStream, StreamHandler
 from vmservice.guest.execution import (ExecSpec, build_env, exit_status, passwd_entry, read_report, resolve_cwd,
                                        usable_shell)
-from vmservice.wire.shellframes import (
-    DATA,
-    EXIT,
-    REJECTED,
-    STARTED,
-    WINDOW_SIZE,
-    FrameDecoder,
-    FrameError,
-    encode_frame,
-    encode_json_frame,
-)
+from vmservice.wire.shellframes import (DATA, EXIT, REJECTED, STARTED, WINDOW_SIZE, FrameDecoder, FrameError,
+                                        encode_frame, encode_json_frame)
 
 #: Bytes read from the pty at a time (one DATA frame; a WebSocket message
 #: with its header stays under 32 KiB).

@@ -69,7 +69,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Protocol
 
-from vmservice.guest.agent import GuestStream, StreamHandler, Timer
+from vmservice.guest.loop import Timer
+from vmservice.guest.streams import GuestStream, StreamHandler
 from vmservice.guest.execution import passwd_entry
 from vmservice.guest.filesystem import FsError, display_name, error_from_os, resolve_path
 from vmservice.wire.errors import ResetCode

@@ -19,7 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.guest.session import GuestSessionMixin
 from vmservice.guest import background
-from vmservice.guest.agent import AgentContext
+from vmservice.guest.context import AgentContext
 from vmservice.wire.events import Data, HalfClose, Open, Reset
 from vmservice.wire.logframes import EXIT, GAP, STDOUT, FrameDecoder, LogFrame
 from vmservice.wire.payloads import decode_head

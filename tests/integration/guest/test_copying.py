@@ -20,7 +20,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.guest.session import GuestSessionMixin
 from tests.guest.tars import make_tar
-from vmservice.guest import agent
+from vmservice.guest import health
 from vmservice.guest import copying as cp
 from vmservice.guest.copying import downloading
 from vmservice.wire import payloads
@@ -214,7 +214,7 @@ class HandlerTests(GuestSessionMixin, SynchronousTestCase):
             write(payloads.encode_head({"ok": True, "result": {}}))
 
         self.patch(downloading, "download", slow)
-        self.patch(agent, "system_uptime_ns", lambda path: 1)
+        self.patch(health, "system_uptime_ns", lambda path: 1)
         busy = self.open(op="cp-download", path="/", mode="binary")
         quick = self.open(op="health")
         self.send(HalfClose(quick))

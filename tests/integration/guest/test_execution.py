@@ -19,7 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.guest.session import GuestSessionMixin
 from vmservice.guest import execution
-from vmservice.guest.agent import AgentContext
+from vmservice.guest.context import AgentContext
 from vmservice.guest.execution import ExecSpec
 from vmservice.wire import payloads
 from vmservice.wire.payloads import EXIT, STDOUT, RecordDecoder

@@ -16,7 +16,7 @@ import time
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.guest.session import GuestSessionMixin
-from vmservice.guest import agent
+from vmservice.guest import health
 from vmservice.guest import filesystem as fs
 from vmservice.wire import Data, HalfClose, Open, Reset, ResetCode
 
@@ -98,7 +98,7 @@ class HandlerTests(GuestSessionMixin, SynchronousTestCase):
             return {"ok": True, "result": []}
 
         self.patch(fs, "perform", slow)
-        self.patch(agent, "system_uptime_ns", lambda path: 1)
+        self.patch(health, "system_uptime_ns", lambda path: 1)
         busy = self.host.next_stream_id()
         self.send(Open(busy, {"op": "fs", "action": "readdir", "path": "/"}), HalfClose(busy))
         quick = self.host.next_stream_id()

@@ -11,7 +11,7 @@ import json
 import threading
 from typing import Any, Callable, Mapping, Optional
 
-from vmservice.guest.agent import GuestStream, StreamHandler
+from vmservice.guest.streams import GuestStream, StreamHandler
 from vmservice.guest.bulkport import BulkClosed, BulkPort, PortReader, Stop
 import vmservice.guest.copying.downloading as downloading
 from vmservice.guest.copying.binary_upload import upload_file, upload_file_v1
