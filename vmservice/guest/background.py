@@ -45,6 +45,7 @@ import weakref
 from collections import deque
 from typing import Any, Callable, Mapping, Optional
 
+from vmservice.guest.children import Child, signal_group
 from vmservice.guest.loop import Loop, Timer
 from vmservice.guest.streams import GuestStream, StreamHandler
 from vmservice.guest.execution import (
@@ -204,7 +205,7 @@ class BackgroundExec:
         self.signal: Optional[str] = None
         self._loop = loop
         self._clock_ns = clock_ns
-        self._pidfd = -1
+        self._child: Optional[Child] = None
         self._outputs: dict[int, int] = {}  # fd -> frame kind
         self._status = 0  # the leader's wait status, once reaped
         self._listeners: list[Callable[[], None]] = []
@@ -242,8 +243,7 @@ class BackgroundExec:
             for fd in opened:
                 os.close(fd)
             raise
-        self._pidfd = os.pidfd_open(self.pid)
-        self._loop.watch(self._pidfd, self._exited)
+        self._child = Child(self._loop, self.pid, self._exited)
         size = min(READ_SIZE, self.ring.capacity)
         for r, _, kind in pipes:
             os.set_blocking(r, False)
@@ -281,13 +281,8 @@ class BackgroundExec:
                 self._advance("drained")
 
     def _exited(self) -> None:
-        self._loop.watch(self._pidfd)
-        os.close(self._pidfd)
-        self._pidfd = -1
-        try:
-            _, self._status = os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            pass
+        assert self._child is not None
+        self._status = self._child.reap()
         self._advance("exited")
         # Take what is in the pipes now; an empty pipe is closed at once.
         size = min(READ_SIZE, self.ring.capacity)
@@ -327,7 +322,7 @@ class BackgroundExec:
         """
         if self.phase not in (RUNNING, QUIET):
             return ""  # ended, or its leader reaped: its process group id may be another's now
-        self._signal_group(SIGNALS[name])
+        signal_group(self.pid, SIGNALS[name])
         if name in ESCALATED and self._kill_timer is None:
             self._kill_timer = self._loop.call_later(grace_ms / 1000.0, self._escalate)
         return name
@@ -335,13 +330,7 @@ class BackgroundExec:
     def _escalate(self) -> None:
         self._kill_timer = None
         if self.phase in (RUNNING, QUIET):
-            self._signal_group(signal.SIGKILL)
-
-    def _signal_group(self, number: int) -> None:
-        try:
-            os.killpg(self.pid, number)
-        except (ProcessLookupError, PermissionError):
-            pass
+            signal_group(self.pid, signal.SIGKILL)
 
     def delete(self) -> None:
         """

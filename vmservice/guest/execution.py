@@ -47,7 +47,7 @@ import signal
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from vmservice.guest.loop import Timer
+from vmservice.guest.children import Child
 from vmservice.guest.streams import GuestStream, StreamHandler
 from vmservice.wire.payloads import (
     ERROR,
@@ -576,7 +576,7 @@ class ExecHandler(StreamHandler):
     def __init__(self, stream: GuestStream, header: Mapping[str, Any]) -> None:
         super().__init__(stream, header)
         self.pid: Optional[int] = None
-        self._pidfd = -1
+        self._child: Optional[Child] = None
         self._stdin = -1
         self._stdin_buffer = bytearray()
         self._stdin_eof = False
@@ -586,7 +586,6 @@ class ExecHandler(StreamHandler):
         self._status: Optional[int] = None
         self._finished = False
         self._killing = False
-        self._kill_timer: Optional[Timer] = None
 
     # -- StreamHandler ---------------------------------------------------------------
 
@@ -634,10 +633,10 @@ class ExecHandler(StreamHandler):
         self._close_stdin()
         for fd in list(self._outputs):
             self._close_output(fd)
-        if self.pid is not None and not self._exited:
+        if self._child is not None and not self._exited:
             self._killing = True
-            self._signal_group(signal.SIGTERM)
-            self._kill_timer = self.stream.loop.call_later(KILL_GRACE, self._kill_now)
+            self._child.signal(signal.SIGTERM)
+            self._child.kill_later(KILL_GRACE)
 
     # -- starting ----------------------------------------------------------------------
 
@@ -691,8 +690,7 @@ class ExecHandler(StreamHandler):
             self._outputs.clear()
             raise
         self.pid = pid
-        self._pidfd = os.pidfd_open(pid)
-        self.stream.loop.watch(self._pidfd, self._child_exited)
+        self._child = Child(self.stream.loop, pid, self._child_exited)
         for fd in self._outputs:
             os.set_blocking(fd, False)
         if self._stdin >= 0:
@@ -782,30 +780,20 @@ class ExecHandler(StreamHandler):
     # -- exit --------------------------------------------------------------------------
 
     def _child_exited(self) -> None:
+        assert self._child is not None
         if self._killing:
             # Reaped only after the group's SIGKILL: the zombie keeps the
             # process group id from being reused until then.
-            self.stream.loop.watch(self._pidfd)
+            self._child.forget()
             self._exited = True
             return
-        self._reap()
+        self._status = self._child.reap()
+        self._exited = True
         if self.stream.pending < PENDING_HIGH_WATER:
             # Drain what is in the pipes now; an empty pipe is closed at once.
             for fd in list(self._outputs):
                 self._read_output(fd)
         self._maybe_finish()
-
-    def _reap(self) -> None:
-        assert self.pid is not None
-        self.stream.loop.watch(self._pidfd)
-        os.close(self._pidfd)
-        self._pidfd = -1
-        try:
-            _, status = os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            status = 0
-        self._status = status
-        self._exited = True
 
     def _maybe_finish(self) -> None:
         if self._finished or not self._exited or self._outputs or self._status is None:
@@ -814,25 +802,6 @@ class ExecHandler(StreamHandler):
         self._close_stdin()
         self.stream.write(exit_record(*exit_status(self._status)))
         self.stream.end()
-
-    def _signal_group(self, number: int) -> None:
-        assert self.pid is not None
-        try:
-            os.killpg(self.pid, number)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def _kill_now(self) -> None:
-        self._signal_group(signal.SIGKILL)
-        if self._pidfd >= 0:
-            self.stream.loop.watch(self._pidfd)
-            os.close(self._pidfd)
-            self._pidfd = -1
-        assert self.pid is not None
-        try:
-            os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            pass
 
 
 __all__ = [
