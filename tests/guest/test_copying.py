@@ -612,7 +612,7 @@ class HomeTests(SynchronousTestCase):
 
     def test_home_of(self) -> None:
         """No uid or 0 is root's home; another uid's comes from /etc/passwd; an unknown uid is root's (as before)."""
-        from vmservice.guest.execution import passwd_entry
+        from vmservice.guest.exec_spec import passwd_entry
         from vmservice.guest.filesystem import root_home
 
         self.assertEqual(cp.home_of(None), root_home())

@@ -10,8 +10,8 @@ restore (the agent's memory is part of the snapshot).  The agent's
 :class:`Registry` (one per event loop) holds every exec until it is deleted
 after its end.
 
-The process starts as a foreground exec does (:func:`~vmservice.guest.execution.prepare`,
-:func:`~vmservice.guest.execution.spawn`: a session of its own, stdin from
+The process starts as a foreground exec does (:func:`~vmservice.guest.spawning.prepare`,
+:func:`~vmservice.guest.spawning.spawn`: a session of its own, stdin from
 ``/dev/null``); its stdout and stderr are read as soon as they are readable,
 whatever the readers do, into a :class:`Ring` of at most ``ring_bytes`` bytes of
 output: the oldest frames are evicted to make room, and a reader that asks for
@@ -20,7 +20,7 @@ an evicted frame first gets a GAP frame saying how much it missed
 
 One stream per request; the header's ``action`` says what to do:
 
-- ``start`` (the exec fields of :class:`~vmservice.guest.execution.ExecSpec`
+- ``start`` (the exec fields of :class:`~vmservice.guest.exec_spec.ExecSpec`
   and ``ring_bytes``), ``list``, ``info``, ``kill`` (``signal``,
   ``grace_ms``), ``wait`` (``timeout_ms``), ``delete``: one JSON reply
   ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": KIND,
@@ -48,15 +48,8 @@ from typing import Any, Callable, Mapping, Optional
 from vmservice.guest.children import Child, signal_group
 from vmservice.guest.loop import Loop, Timer
 from vmservice.guest.streams import GuestStream, StreamHandler
-from vmservice.guest.execution import (
-    BadExecHeader,
-    CannotStart,
-    ExecSpec,
-    Rejected,
-    exit_status,
-    prepare,
-    spawn,
-)
+from vmservice.guest.exec_spec import BadExecHeader, ExecSpec
+from vmservice.guest.spawning import CannotStart, Rejected, exit_status, prepare, spawn
 from vmservice.wire.logframes import EXIT, STDERR, STDOUT, LogFrame, encode_frame, exit_frame, gap_frame
 from vmservice.wire.payloads import encode_head
 

@@ -40,8 +40,8 @@ from typing import Any, Mapping, Optional
 
 from vmservice.guest.children import Child
 from vmservice.guest.streams import GuestStream, StreamHandler
-from vmservice.guest.execution import (ExecSpec, build_env, exit_status, passwd_entry, read_report, resolve_cwd,
-                                       usable_shell)
+from vmservice.guest.exec_spec import ExecSpec, build_env, passwd_entry, resolve_cwd, usable_shell
+from vmservice.guest.spawning import exit_status, read_report
 from vmservice.wire.shellframes import (DATA, EXIT, REJECTED, STARTED, WINDOW_SIZE, FrameDecoder, FrameError,
                                         encode_frame, encode_json_frame)
 

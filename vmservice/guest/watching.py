@@ -71,7 +71,7 @@ from typing import Any, Callable, Mapping, Optional, Protocol
 
 from vmservice.guest.loop import Timer
 from vmservice.guest.streams import GuestStream, StreamHandler
-from vmservice.guest.execution import passwd_entry
+from vmservice.guest.exec_spec import passwd_entry
 from vmservice.guest.filesystem import FsError, display_name, error_from_os, resolve_path
 from vmservice.wire.errors import ResetCode
 from vmservice.wire.messages import encode_message

@@ -22,7 +22,7 @@ def home_of(uid: Optional[int]) -> str:
     """
     if not uid:
         return root_home()
-    from vmservice.guest.execution import passwd_entry
+    from vmservice.guest.exec_spec import passwd_entry
 
     entry = passwd_entry(uid)
     if entry is None or not entry[1].startswith("/"):
