@@ -30,7 +30,7 @@ LAZY_HANDLERS: dict[str, str] = {
     "cp-upload": "vmservice.guest.copying.streams:UploadHandler",
     "cp-download": "vmservice.guest.copying.streams:DownloadHandler",
     "cp-upload-bulk": "vmservice.guest.copying.streams:BulkUploadHandler",
-    "background": "vmservice.guest.background:BackgroundHandler",
+    "background": "vmservice.guest.background_requests:BackgroundHandler",
     "watch": "vmservice.guest.watching:WatchHandler",
     "shell": "vmservice.guest.shell:ShellHandler",
     "forward": "vmservice.guest.forwarding:ForwardHandler",
