@@ -55,7 +55,6 @@ MODULES_OVER_LIMIT_FOR_NOW: set[str] = {
     "vmservice/guest/filesystem.py",
     "vmservice/guest/identity.py",
     "vmservice/guest/metrics.py",
-    "vmservice/guest/watching.py",
     "vmservice/hypervisors/qemu.py",
     "vmservice/images/oci.py",
     "vmservice/secretstore.py",
