@@ -26,7 +26,7 @@ HANDLERS: dict[str, type[StreamHandler]] = {
 #: use, so that the agent starts fast (every import costs under TCG).
 LAZY_HANDLERS: dict[str, str] = {
     "exec": "vmservice.guest.execution:ExecHandler",
-    "fs": "vmservice.guest.filesystem:FsHandler",
+    "fs": "vmservice.guest.fs_requests:FsHandler",
     "cp-upload": "vmservice.guest.copying.streams:UploadHandler",
     "cp-download": "vmservice.guest.copying.streams:DownloadHandler",
     "cp-upload-bulk": "vmservice.guest.copying.streams:BulkUploadHandler",

@@ -12,7 +12,8 @@ import threading
 from typing import Any, Callable, Mapping, Optional
 
 from vmservice.guest.streams import GuestStream, StreamHandler
-from vmservice.guest.bulkport import BulkClosed, BulkPort, PortReader, Stop
+from vmservice.guest.bulk_upload import PortReader
+from vmservice.guest.bulkport import BulkClosed, BulkPort, Stop
 import vmservice.guest.copying.downloading as downloading
 from vmservice.guest.copying.binary_upload import upload_file, upload_file_v1
 from vmservice.guest.copying.bridge import Bridge
