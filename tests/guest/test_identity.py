@@ -23,8 +23,8 @@ from tests.guest.identity_fakes import BEFORE, FakeSteps
 from tests.guest.session import GuestSessionMixin
 from vmservice.guest import deferred, operations
 from vmservice.guest import login, rtnetlink
-from vmservice.guest.identity import (PERSIST_DELAY, RNDADDENTROPY, RNDRESEEDCRNG, SETTLE_LIMIT, SETTLE_POLL,
-                                      AdoptHandler, add_entropy, hosts_file)
+from vmservice.guest.adoption_system import RNDADDENTROPY, RNDRESEEDCRNG, add_entropy, hosts_file
+from vmservice.guest.identity import PERSIST_DELAY, SETTLE_LIMIT, SETTLE_POLL, AdoptHandler
 from vmservice.wire import ResetCode
 from vmservice.wire.adoption import AdoptionRequest, encode_adoption
 from vmservice.wire.events import Data, HalfClose, Hello, Open, Reset
