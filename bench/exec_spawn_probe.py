@@ -27,8 +27,11 @@ import types
 
 sys.path.insert(0, "/opt/vmservice")
 
-from vmservice.guest import agent  # noqa: E402
-from vmservice.guest import execution  # noqa: E402
+from vmservice.guest.context import AgentContext  # noqa: E402
+from vmservice.guest.loop import Loop  # noqa: E402
+from vmservice.guest.operations import HANDLERS  # noqa: E402
+from vmservice.guest.session import Session  # noqa: E402
+from vmservice.guest import exec_spec, execution, spawning  # noqa: E402
 from vmservice.wire import NEED_DATA, Connection, Role  # noqa: E402
 from vmservice.wire.events import Data, HalfClose, Open  # noqa: E402
 
@@ -56,9 +59,9 @@ def agent_steps():
     header = {"cmd": "/bin/true", "shell": ""}
     for _ in range(ROUNDS):
         t0 = time.perf_counter()
-        spec = execution.ExecSpec.from_header(header)
+        spec = exec_spec.ExecSpec.from_header(header)
         t1 = time.perf_counter()
-        launch = execution.prepare(spec)
+        launch = spawning.prepare(spec)
         t2 = time.perf_counter()
         opened = []
         stdin = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
@@ -66,7 +69,7 @@ def agent_steps():
         err_r, err_w = os.pipe()
         opened.extend((stdin, out_w, err_w))
         t3 = time.perf_counter()
-        pid = execution.spawn(launch, (stdin, out_w, err_w), opened)
+        pid = spawning.spawn(launch, (stdin, out_w, err_w), opened)
         pidfd = os.pidfd_open(pid)
         t4 = time.perf_counter()
         select.select([pidfd], [], [])
@@ -124,10 +127,10 @@ def in_process_agent(module=execution):
     ExecHandler in this process (no port: what the host would send is fed to
     the session directly): seconds from the OPEN to the stream's end.
     """
-    loop = agent.Loop()
+    loop = Loop()
     written = bytearray()
-    session = agent.Session(loop, agent.AgentContext("probe"), written.extend, lambda: True,
-                            {**agent.HANDLERS, "exec": module.ExecHandler})
+    session = Session(loop, AgentContext("probe"), written.extend, lambda: True,
+                      {**HANDLERS, "exec": module.ExecHandler})
     host = Connection(Role.HOST, nonce=b"PROBENON")
 
     def received():
@@ -168,7 +171,7 @@ def process_cost(argv, program=None):
     samples = []
     for _ in range(ROUNDS):
         t0 = time.perf_counter()
-        pid = os.posix_spawn(program or argv[0], argv, {"PATH": execution.DEFAULT_PATH},
+        pid = os.posix_spawn(program or argv[0], argv, {"PATH": exec_spec.DEFAULT_PATH},
                              file_actions=[(os.POSIX_SPAWN_DUP2, null, n) for n in (0, 1, 2)])
         os.waitpid(pid, 0)
         samples.append(time.perf_counter() - t0)

@@ -17,8 +17,9 @@ from twisted.python.failure import Failure
 
 from tests.agent.fakes import ClientTestCase
 from tests.guest.identity_fakes import FakeSteps
-from vmservice.guest import agent
-from vmservice.guest.agent import Loop, Session
+from vmservice.guest import agentlog
+from vmservice.guest.loop import Loop
+from vmservice.guest.session import Session
 from vmservice.agent.errors import AgentRequestFailed, AgentUnavailable
 from vmservice.errors import GuestErrorKind
 from vmservice.guestport.identity import GuestIdentity, GuestNet
@@ -178,7 +179,7 @@ class JoinedTests(ClientTestCase):
 
     def setUp(self) -> None:
         super().setUp()
-        self.patch(agent, "_log", lambda message: None)
+        self.patch(agentlog, "log", lambda message: None)
         steps = FakeSteps(self)
         self.steps = steps
         self.loop = Loop()

@@ -21,8 +21,11 @@ from tests.agent.fakes import Recorder
 from tests.guest.session import refuse_real_clock
 from vmservice.agent.protocol import AgentProtocol
 from vmservice.agent.stream import StreamReset
-from vmservice.guest import agent
-from vmservice.guest.agent import AgentContext, Loop, Session, StreamHandler
+from vmservice.guest import agentlog, operations
+from vmservice.guest.context import AgentContext
+from vmservice.guest.loop import Loop
+from vmservice.guest.session import Session
+from vmservice.guest.streams import StreamHandler
 from vmservice.wire import ResetCode
 from vmservice.wire.frames import HELLO_SIGNATURE
 
@@ -70,7 +73,7 @@ class Link:
         """A new guest agent (the old one is gone, its unsent output with it)."""
         context = AgentContext("guest", time.monotonic_ns(), set_realtime_ns=refuse_real_clock)
         self.to_host.clear()
-        self.guest = Session(self.loop, context, self.to_host.extend, handlers={**agent.HANDLERS, "hold": Holding})
+        self.guest = Session(self.loop, context, self.to_host.extend, handlers={**operations.HANDLERS, "hold": Holding})
         self.guest.start()
         return self.guest
 
@@ -110,7 +113,7 @@ class RestartTests(SynchronousTestCase):
 
     def setUp(self) -> None:
         Holding.resets = []
-        self.patch(agent, "_log", lambda message: None)
+        self.patch(agentlog, "log", lambda message: None)
         self.link = Link(self)
         self.link.pump()
         self.link.check_established()

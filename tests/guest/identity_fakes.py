@@ -18,9 +18,9 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.guest.session import FakeClock
 from tests.short_dirs import temp_dir
-from vmservice.guest import agent
+from vmservice.guest import deferred
 from vmservice.guest import login, rtnetlink
-from vmservice.guest.agent import AgentContext
+from vmservice.guest.context import AgentContext
 from vmservice.guest.identity import AdoptHandler
 from vmservice.guest.rtnetlink import Address, Message, NetlinkError
 
@@ -197,7 +197,7 @@ class FakeSteps:
         with open(os.path.join(self.proc, "1", "comm"), "w") as stream:
             stream.write("init\n")
         self.persisted = os.path.join(root, "var", "lib", "vmservice", "machine-id")
-        case.patch(agent, "DEFERRED", [])
+        case.patch(deferred, "DEFERRED", [])
         case.patch(AdoptHandler, "metrics_ready", self.metrics_ready)
         case.patch(AdoptHandler, "proc", self.proc)
         case.patch(AdoptHandler, "persisted_machine_id", self.persisted)

@@ -10,8 +10,11 @@ import time
 from typing import Any, Callable, Mapping, Optional
 
 from tests.wire.pair import drain
-from vmservice.guest import agent
-from vmservice.guest.agent import AgentContext, Loop, Session, StreamHandler
+from vmservice.guest import agentlog, operations
+from vmservice.guest.context import AgentContext
+from vmservice.guest.loop import Loop
+from vmservice.guest.session import Session
+from vmservice.guest.streams import StreamHandler
 from vmservice.wire import Connection, Role
 
 
@@ -76,7 +79,7 @@ class GuestSessionMixin:
         test: Any = self
         self.loop = Loop(clock)
         test.addCleanup(self.loop.close)
-        test.patch(agent, "_log", log)
+        test.patch(agentlog, "log", log)
         self.written = bytearray()
         self.session = Session(
             self.loop,
@@ -84,7 +87,7 @@ class GuestSessionMixin:
             self.written.extend,
             room,
             # Without extra handlers the agent's own table, with its lazily imported operations.
-            {**agent.HANDLERS, **handlers} if handlers else None,
+            {**operations.HANDLERS, **handlers} if handlers else None,
         )
         self.host = Connection(Role.HOST, nonce=b"HOSTNONC")
 

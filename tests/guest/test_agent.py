@@ -20,15 +20,11 @@ from twisted.trial.unittest import SynchronousTestCase
 import vmservice
 from tests.guest.session import GuestSessionMixin
 from tests.short_dirs import temp_dir
-from vmservice.guest import agent
-from vmservice.guest.agent import (
-    AgentContext,
-    GuestStream,
-    Loop,
-    StreamHandler,
-
-    system_uptime_ns,
-)
+from vmservice.guest import agent, agentlog, context, deferred, operations, session
+from vmservice.guest.context import AgentContext
+from vmservice.guest.health import system_uptime_ns
+from vmservice.guest.loop import Loop
+from vmservice.guest.streams import GuestStream, StreamHandler
 from vmservice.guest.ports import find_port
 from vmservice.wire import (
     INITIAL_WINDOW,
@@ -286,7 +282,7 @@ class SessionTests(GuestSessionMixin, SynchronousTestCase):
         """
         Streams beyond the limit are refused.
         """
-        self.patch(agent, "MAX_STREAMS", 2)
+        self.patch(session, "MAX_STREAMS", 2)
         self.handshake()
         self.send(Open(1, {"op": "echo"}), Open(3, {"op": "echo"}), Open(5, {"op": "echo"}))
         [reset] = self.receive()
@@ -349,7 +345,7 @@ class HelpersTests(SynchronousTestCase):
         """
         The agent reports vmservice's version.
         """
-        self.assertEqual(agent.agent_version(), vmservice.__version__)
+        self.assertEqual(context.agent_version(), vmservice.__version__)
 
 
 class LoopTests(SynchronousTestCase):
@@ -437,7 +433,7 @@ class ReadyMarkTests(SynchronousTestCase):
         path = os.path.join(directory, "missing", "agent.ready")
         self._environment(path)
         logged: list[str] = []
-        self.patch(agent, "_log", logged.append)
+        self.patch(agentlog, "log", logged.append)
         agent._mark_ready()
         self.assertFalse(os.path.exists(path))
         self.assertEqual(len(logged), 1)
@@ -446,25 +442,25 @@ class ReadyMarkTests(SynchronousTestCase):
 
 class DeferredStartTests(SynchronousTestCase):
     """
-    Start-up work put off until the host has its first answer (:func:`agent.run_deferred`): the
+    Start-up work put off until the host has its first answer (:func:`deferred.run_deferred`): the
     operations the host asks while a node boots do not run it; any other operation runs it first, once.
     """
 
     def test_runs_before_the_first_other_operation(self) -> None:
         ran: list[str] = []
-        self.patch(agent, "DEFERRED", [lambda: ran.append("grown")])
-        for op in sorted(agent.UNDEFERRED_OPS):
-            self.assertIsNotNone(agent.find_handler(op, agent.HANDLERS))
+        self.patch(deferred, "DEFERRED", [lambda: ran.append("grown")])
+        for op in sorted(deferred.UNDEFERRED_OPS):
+            self.assertIsNotNone(operations.find_handler(op, operations.HANDLERS))
         self.assertEqual(ran, [])
-        agent.find_handler("no-such-op", agent.HANDLERS)
+        operations.find_handler("no-such-op", operations.HANDLERS)
         self.assertEqual(ran, ["grown"])
-        agent.find_handler("exec", agent.HANDLERS)
+        operations.find_handler("exec", operations.HANDLERS)
         self.assertEqual(ran, ["grown"])
 
     def test_once_in_order(self) -> None:
         """run_deferred() itself runs each piece of work once, in order."""
         ran: list[int] = []
-        self.patch(agent, "DEFERRED", [lambda: ran.append(1), lambda: ran.append(2)])
-        agent.run_deferred()
-        agent.run_deferred()
+        self.patch(deferred, "DEFERRED", [lambda: ran.append(1), lambda: ran.append(2)])
+        deferred.run_deferred()
+        deferred.run_deferred()
         self.assertEqual(ran, [1, 2])

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from vmservice.guest.background import Ring
+from vmservice.guest.background_ring import Ring
 from vmservice.wire.logframes import EXIT, STDERR, STDOUT
 
 

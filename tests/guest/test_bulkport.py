@@ -16,7 +16,8 @@ import threading
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from vmservice.guest.bulkport import BulkClosed, BulkPort, PortReader, Stop
+from vmservice.guest.bulk_upload import PortReader
+from vmservice.guest.bulkport import BulkClosed, BulkPort, Stop
 from vmservice.wire.bulk import new_token
 
 

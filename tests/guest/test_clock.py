@@ -15,8 +15,9 @@ from typing import Any
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.guest.session import FakeClock, GuestSessionMixin, refuse_real_clock
-from vmservice.guest import agent
-from vmservice.guest.agent import AgentContext, ClockHandler
+from vmservice.guest import operations
+from vmservice.guest.clock import ClockHandler
+from vmservice.guest.context import AgentContext, set_realtime_ns
 from vmservice.wire import ResetCode
 from vmservice.wire.events import Data, HalfClose, Open, Reset
 
@@ -44,8 +45,8 @@ class ClockTests(GuestSessionMixin, SynchronousTestCase):
 
     def test_eager(self) -> None:
         """The operation is in the agent's own table, not imported lazily."""
-        self.assertIs(agent.HANDLERS["clock"], ClockHandler)
-        self.assertNotIn("clock", agent.LAZY_HANDLERS)
+        self.assertIs(operations.HANDLERS["clock"], ClockHandler)
+        self.assertNotIn("clock", operations.LAZY_HANDLERS)
 
     def test_sets_the_clock(self) -> None:
         """The clock is set to ``unix_ns``; the answer is the clock before, then HALF_CLOSE."""
@@ -108,10 +109,10 @@ class DefaultsTests(SynchronousTestCase):
         """By default the context reads ``time.time_ns`` and sets ``CLOCK_REALTIME``."""
         context = AgentContext("t")
         self.assertIs(context.realtime_ns, time.time_ns)
-        self.assertIs(context.set_realtime_ns, agent.set_realtime_ns)
+        self.assertIs(context.set_realtime_ns, set_realtime_ns)
         calls: list[tuple[int, int]] = []
         self.patch(time, "clock_settime_ns", lambda clock, ns: calls.append((clock, ns)))
-        agent.set_realtime_ns(AFTER)
+        set_realtime_ns(AFTER)
         self.assertEqual(calls, [(time.CLOCK_REALTIME, AFTER)])
 
     def test_test_sessions_refuse(self) -> None:

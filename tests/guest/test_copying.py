@@ -25,6 +25,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.guest.tars import make_tar
 from vmservice.guest import copying as cp
+from vmservice.guest.copying.errors import Cancelled
 from vmservice.wire.excludes import Excludes
 from vmservice.guest.filesystem import FsError
 from vmservice.wire import payloads
@@ -161,10 +162,10 @@ class UploadTests(SynchronousTestCase):
         def read(size: int) -> bytes:
             chunk = next(pieces, None)
             if chunk is None:
-                raise cp._Cancelled()
+                raise Cancelled()
             return chunk
 
-        with self.assertRaises(cp._Cancelled):
+        with self.assertRaises(Cancelled):
             cp.upload_file(path, read)
         self.assertEqual(os.listdir(self.root), ["f"])
         with open(path, "rb") as f:
@@ -438,9 +439,9 @@ class UploadV1Tests(SynchronousTestCase):
     def test_file_failure_leaves_nothing(self) -> None:
         """A file whose body fails leaves neither the file nor the parents made for it."""
         def read(size: int) -> bytes:
-            raise cp._Cancelled()
+            raise Cancelled()
 
-        with self.assertRaises(cp._Cancelled):
+        with self.assertRaises(Cancelled):
             cp.upload_file_v1(os.path.join(self.root, "a", "b", "f"), "f", read)
         self.assertEqual(os.listdir(self.root), [])
 
@@ -611,7 +612,7 @@ class HomeTests(SynchronousTestCase):
 
     def test_home_of(self) -> None:
         """No uid or 0 is root's home; another uid's comes from /etc/passwd; an unknown uid is root's (as before)."""
-        from vmservice.guest.execution import passwd_entry
+        from vmservice.guest.exec_spec import passwd_entry
         from vmservice.guest.filesystem import root_home
 
         self.assertEqual(cp.home_of(None), root_home())

@@ -18,9 +18,9 @@ from hypothesis import given, strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.guest.session import GuestSessionMixin
-from vmservice.guest import execution
-from vmservice.guest.agent import AgentContext
-from vmservice.guest.execution import (DEFAULT_PATH, BadExecHeader, ExecSpec, default_path, resolve_cwd, shell_quote,
+from vmservice.guest import exec_spec, execution, spawning
+from vmservice.guest.context import AgentContext
+from vmservice.guest.exec_spec import (DEFAULT_PATH, BadExecHeader, ExecSpec, default_path, resolve_cwd, shell_quote,
                                        usable_shell)
 from vmservice.wire import ResetCode
 from vmservice.wire.events import Open, Reset
@@ -34,7 +34,7 @@ class PasswdTests(SynchronousTestCase):
         path = self.mktemp()
         with open(path, "w") as f:
             f.write("root:x:0:0:root:/root:/bin/bash\nu:x:1000:1000::/home/u:/bin/sh\nv:x:1000:1000::/v:/bin/sh\n")
-        self.assertEqual(execution.passwd_entry(1000, path), ("u", "/home/u"))
+        self.assertEqual(exec_spec.passwd_entry(1000, path), ("u", "/home/u"))
         opened: list[str] = []
         real_open = builtins.open
 
@@ -43,15 +43,15 @@ class PasswdTests(SynchronousTestCase):
             return real_open(file, *args, **kwargs)
 
         self.patch(builtins, "open", counting_open)
-        self.assertEqual(execution.passwd_entry(0, path), ("root", "/root"))
-        self.assertIsNone(execution.passwd_entry(7, path))
+        self.assertEqual(exec_spec.passwd_entry(0, path), ("root", "/root"))
+        self.assertIsNone(exec_spec.passwd_entry(7, path))
         self.assertEqual(opened, [])
         with real_open(path, "a") as f:
             f.write("w:x:7:7::/w:/bin/sh\n")
-        self.assertEqual(execution.passwd_entry(7, path), ("w", "/w"))
+        self.assertEqual(exec_spec.passwd_entry(7, path), ("w", "/w"))
         self.assertEqual(opened, [path])
         os.rename(path, path + ".old")
-        self.assertIsNone(execution.passwd_entry(7, path))
+        self.assertIsNone(exec_spec.passwd_entry(7, path))
 
 
 class HelperTests(SynchronousTestCase):
@@ -82,11 +82,11 @@ class HelperTests(SynchronousTestCase):
 
     def test_shell_program(self) -> None:
         """The default shell runs as the static bash when the image has it; any other program as itself."""
-        self.assertEqual(execution.shell_program("/bin/bash", lambda path: path == "/bin/bash-static"),
+        self.assertEqual(exec_spec.shell_program("/bin/bash", lambda path: path == "/bin/bash-static"),
                          "/bin/bash-static")
-        self.assertEqual(execution.shell_program("/bin/bash", lambda path: False), "/bin/bash")
-        self.assertEqual(execution.shell_program("/bin/sh", lambda path: True), "/bin/sh")
-        self.assertEqual(execution.shell_program("/usr/bin/bash", lambda path: True), "/usr/bin/bash")
+        self.assertEqual(exec_spec.shell_program("/bin/bash", lambda path: False), "/bin/bash")
+        self.assertEqual(exec_spec.shell_program("/bin/sh", lambda path: True), "/bin/sh")
+        self.assertEqual(exec_spec.shell_program("/usr/bin/bash", lambda path: True), "/usr/bin/bash")
 
     def test_default_path(self) -> None:
         """The runtime's applets come last in PATH, only in an image that has them."""
@@ -120,11 +120,11 @@ class HelperTests(SynchronousTestCase):
         """Only a request for exactly the agent's ids and no other groups skips fork."""
         uid, gid = os.getuid(), os.getgid()
         self.patch(os, "getgroups", lambda: [])
-        self.assertTrue(execution._identity_is_set(ExecSpec(cmd="x", uid=uid, gid=gid)))
-        self.assertFalse(execution._identity_is_set(ExecSpec(cmd="x", uid=uid + 1, gid=gid)))
-        self.assertFalse(execution._identity_is_set(ExecSpec(cmd="x", uid=uid, gid=gid + 1)))
+        self.assertTrue(spawning._identity_is_set(ExecSpec(cmd="x", uid=uid, gid=gid)))
+        self.assertFalse(spawning._identity_is_set(ExecSpec(cmd="x", uid=uid + 1, gid=gid)))
+        self.assertFalse(spawning._identity_is_set(ExecSpec(cmd="x", uid=uid, gid=gid + 1)))
         self.patch(os, "getgroups", lambda: [gid + 1])
-        self.assertFalse(execution._identity_is_set(ExecSpec(cmd="x", uid=uid, gid=gid)))
+        self.assertFalse(spawning._identity_is_set(ExecSpec(cmd="x", uid=uid, gid=gid)))
 
 
 class HeaderTests(GuestSessionMixin, SynchronousTestCase):

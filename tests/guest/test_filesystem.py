@@ -2,7 +2,7 @@
 """
 Tests for :mod:`vmservice.guest.filesystem`: the operations in-process on the host
 against a temporary directory, and the entry formatting with hypothesis.
-:class:`FsHandler`, whose work runs on a thread, is served by a real
+:class:`~vmservice.guest.fs_requests.FsHandler`, whose work runs on a thread, is served by a real
 :class:`~vmservice.guest.agent.Session` and :class:`~vmservice.guest.agent.Loop`
 in :mod:`tests.integration.guest.test_filesystem`.
 """
@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.guest import filesystem as fs
+from vmservice.guest.fs_requests import perform
 
 
 def _temp_dir(case: SynchronousTestCase) -> str:
@@ -120,7 +121,7 @@ class OperationTests(SynchronousTestCase):
         os.mkfifo(os.path.join(self.root, "pipe"))
 
     def perform(self, **header: object) -> dict:
-        reply = fs.perform(header, home=lambda: self.root)
+        reply = perform(header, home=lambda: self.root)
         json.dumps(reply)
         return reply
 
@@ -299,7 +300,7 @@ class OperationTests(SynchronousTestCase):
 
     def test_cancelled_removal_stops(self) -> None:
         """A recursive removal stops between entries once cancelled, leaving the rest."""
-        with self.assertRaises(fs._Cancelled):
+        with self.assertRaises(fs.Cancelled):
             fs.do_remove(self.dir, True, lambda: True)
         self.assertTrue(os.path.exists(self.dir))
 

@@ -21,10 +21,10 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.guest.identity_fakes import BEFORE, FakeSteps
 from tests.guest.session import GuestSessionMixin
-from vmservice.guest import agent
+from vmservice.guest import deferred, operations
 from vmservice.guest import login, rtnetlink
-from vmservice.guest.identity import (PERSIST_DELAY, RNDADDENTROPY, RNDRESEEDCRNG, SETTLE_LIMIT, SETTLE_POLL,
-                                      AdoptHandler, add_entropy, hosts_file)
+from vmservice.guest.adoption_system import RNDADDENTROPY, RNDRESEEDCRNG, add_entropy, hosts_file
+from vmservice.guest.identity import PERSIST_DELAY, SETTLE_LIMIT, SETTLE_POLL, AdoptHandler
 from vmservice.wire import ResetCode
 from vmservice.wire.adoption import AdoptionRequest, encode_adoption
 from vmservice.wire.events import Data, HalfClose, Hello, Open, Reset
@@ -62,7 +62,7 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
 
     def test_lazy(self) -> None:
         """The operation is imported on first use."""
-        self.assertEqual(agent.LAZY_HANDLERS["adopt"], "vmservice.guest.identity:AdoptHandler")
+        self.assertEqual(operations.LAZY_HANDLERS["adopt"], "vmservice.guest.identity:AdoptHandler")
 
     def test_adopts_in_order_then_starts_a_new_session(self) -> None:
         """
@@ -113,7 +113,7 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
         self.send(self.host.hello("host"))
         self.loop.run_once(0)
         self.assertEqual(self.read("hostname"), "template\n")
-        self.wait(agent.DEFERRED_DELAY - 0.01)
+        self.wait(deferred.DEFERRED_DELAY - 0.01)
         self.assertEqual(self.read("hostname"), "template\n")
         self.wait(0.01)
         self.assertEqual(self.read("hostname"), "clone-3\n")
@@ -153,7 +153,7 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
         self.assertEqual(ssh.ran, [])
         self.assertIn("ssh_host_ed25519_key", ssh.files("/etc/ssh"))
         self.send(self.host.hello("host"))
-        self.wait(agent.DEFERRED_DELAY)
+        self.wait(deferred.DEFERRED_DELAY)
         self.assertEqual(ssh.files("/etc/ssh"), ["sshd_config"])
         self.assertEqual(self.calls[-4:], [("signal", 4321, signal.SIGKILL), ("gone", 4321),
                                            ("run", "/usr/bin/ssh-keygen"), ("run", "/usr/sbin/sshd")])
@@ -173,7 +173,7 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
         self.assertEqual([call for call in self.calls if call[0] == "signal"], [])
         self.assertEqual(self.steps.ssh.looked, [])
         self.send(self.host.hello("host"))
-        self.wait(agent.DEFERRED_DELAY)
+        self.wait(deferred.DEFERRED_DELAY)
         self.assertEqual([call for call in self.calls if call[0] == "signal"], [])
         self.assertEqual(self.steps.ssh.files("/etc/ssh"), ["sshd_config"])
         self.assertEqual(self.steps.ssh.ran, [])
@@ -190,7 +190,7 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
         self.adopt()
         self.assertEqual(([call for call in self.calls if call[0] == "signal"], ssh.looked), ([], []))
         self.send(self.host.hello("host"))
-        self.wait(agent.DEFERRED_DELAY)
+        self.wait(deferred.DEFERRED_DELAY)
         self.assertEqual([call for call in self.calls if call[0] in ("signal", "gone", "run")], [
             ("signal", 777, signal.SIGSTOP), ("signal", 777, signal.SIGKILL), ("gone", 777),
             ("run", "/usr/bin/ssh-keygen"), ("run", "/usr/sbin/sshd")])
@@ -225,7 +225,7 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
         os.mkdir(os.path.join(self.etc, "hostname.adopt"))  # where the new file would be written first
         data, _, _ = self.adopt()
         self.assertEqual(json.loads(data.data), {"previous_ns": BEFORE})
-        self.wait(agent.DEFERRED_DELAY)
+        self.wait(deferred.DEFERRED_DELAY)
         self.assertRegex(self.logged[-1], r"\Aadoption of clone-3 answered, then failed at files: files: ")
         self.assertEqual(self.read("hostname"), "template\n")
 
@@ -308,7 +308,7 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
         with open(os.path.join(run, "hostname"), "w") as stream:
             stream.write("template\n")
         self.adopt()
-        self.wait(agent.DEFERRED_DELAY)
+        self.wait(deferred.DEFERRED_DELAY)
         self.assertEqual(sorted(os.listdir(run)), ["hostname", "hosts", "machine-id"])
         for name in ("hostname", "hosts", "machine-id"):
             self.assertTrue(os.path.islink(os.path.join(self.etc, name)))
@@ -320,7 +320,7 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
     def test_machine_id_kept_on_the_disk_later(self) -> None:
         """:data:`PERSIST_DELAY` seconds after the answer, the hostname and machine-id are kept on the disk."""
         self.adopt()
-        self.wait(agent.DEFERRED_DELAY)
+        self.wait(deferred.DEFERRED_DELAY)
         self.wait(PERSIST_DELAY - 1)
         self.assertFalse(os.path.exists(self.steps.persisted))
         self.wait(1.0)
@@ -333,14 +333,14 @@ class AdoptTests(GuestSessionMixin, SynchronousTestCase):
         os.makedirs(os.path.dirname(self.steps.persisted))
         os.mkdir(self.steps.persisted + ".adopt")
         self.adopt()
-        self.wait(agent.DEFERRED_DELAY)
+        self.wait(deferred.DEFERRED_DELAY)
         self.wait(PERSIST_DELAY)
         self.assertRegex(self.logged[-1], r"\Acannot keep the machine-id of clone-3 on the disk: ")
 
     def test_no_network(self) -> None:
         """Without a net the routing netlink is not used."""
         self.adopt(AdoptionRequest("solo", "1" * 32, LATER, ENTROPY))
-        self.wait(agent.DEFERRED_DELAY)
+        self.wait(deferred.DEFERRED_DELAY)
         self.assertEqual([call[0] for call in self.calls], ["ioctl", "ioctl", "clock"])
         self.assertEqual(self.steps.route.closed, 0)
         self.assertEqual(self.read("hostname"), "solo\n")

@@ -12,9 +12,9 @@ from hypothesis import given, strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.guest import metrics
-from vmservice.guest.metrics import (disk_totals, entropy, established_connections, handle_line, load_average,
-                                     mark_ready, memory, network_totals, open_files, sample, serve_port, space,
-                                     whole_disks)
+from vmservice.guest.metrics import handle_line, mark_ready, sample, serve_port
+from vmservice.guest.procfs import (disk_totals, entropy, established_connections, load_average, memory,
+                                    network_totals, open_files, space, whole_disks)
 
 MEMINFO = """\
 MemTotal:         241124 kB

@@ -17,7 +17,9 @@ from typing import Any
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.guest.session import GuestSessionMixin
-from vmservice.guest.agent import AgentContext, HealthHandler, read_userdata_marker
+from vmservice.guest.context import AgentContext
+from vmservice.guest.health import HealthHandler
+from vmservice.guest.userdata_marker import read_userdata_marker
 from vmservice.guest.userdata import POLL_INTERVAL, Userdata, UserdataHandler, write_marker
 from vmservice.wire import ResetCode
 from vmservice.wire.events import Data, HalfClose, Open, Reset

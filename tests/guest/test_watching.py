@@ -21,22 +21,12 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.guest import watching
 from vmservice.guest.filesystem import FsError
-from vmservice.guest.watching import (
-    IN_CREATE,
-    IN_ISDIR,
-    IN_Q_OVERFLOW,
-    OVERFLOW,
-    Debouncer,
-    Inotify,
-    RawEvent,
-    Report,
-    Selection,
-    Tree,
-    WatchSpec,
-    encode_event,
-    parse_events,
-    set_up,
-)
+from vmservice.guest import watch_coalescing
+from vmservice.guest.inotify import IN_CREATE, IN_IGNORED, IN_ISDIR, IN_Q_OVERFLOW, Inotify, RawEvent, encode_event, parse_events
+from vmservice.guest.loop import Timer
+from vmservice.guest.watch_coalescing import Debouncer, Selection
+from vmservice.guest.watch_tree import OVERFLOW, Report, Tree
+from vmservice.guest.watching import WatchSpec, set_up
 
 
 def _temp_dir(case: SynchronousTestCase) -> str:
@@ -140,7 +130,7 @@ class FakeTimers:
         self.timers: list[tuple[float, Any]] = []
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> Any:
-        timer = watching.Timer(self.now + delay, callback)
+        timer = Timer(self.now + delay, callback)
         self.timers.append((self.now + delay, timer))
         return timer
 
@@ -200,7 +190,7 @@ class DebouncerTests(SynchronousTestCase):
 
     def test_bounded(self) -> None:
         """Past the most windows held, reports go out uncoalesced instead of growing memory."""
-        self.patch(watching, "MAX_DEBOUNCED", 2)
+        self.patch(watch_coalescing, "MAX_DEBOUNCED", 2)
         debouncer = self.debouncer(1)
         for name in "abc":
             debouncer.add(Report("write", "/" + name))
@@ -412,7 +402,7 @@ class RaceTests(SynchronousTestCase):
     def test_stale_watch_ignored(self) -> None:
         """Events queued for a watch that was removed meanwhile, or for an unknown one, are dropped."""
         self.assertEqual(self.tree.handle(RawEvent(99, IN_CREATE, 0, b"x")), [])
-        self.assertEqual(self.tree.handle(RawEvent(1, watching.IN_IGNORED, 0, b"")), [])
+        self.assertEqual(self.tree.handle(RawEvent(1, IN_IGNORED, 0, b"")), [])
         self.assertFalse(self.tree.alive)
 
 

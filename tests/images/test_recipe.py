@@ -75,6 +75,41 @@ class RecipeTests(SynchronousTestCase):
         self.edit("guest/newmodule.py", b"")
         self.assertNotEqual(before, self.hash())
 
+    def test_guest_subpackage_shipped(self) -> None:
+        """
+        The modules of a subpackage of vmservice/guest (at any depth) and of vmservice/wire are guest
+        sources, and adding or changing one changes the hash.
+        """
+        seen = {self.hash()}
+        for relative in ("guest/newpackage/__init__.py", "guest/newpackage/deeper/module.py",
+                         "wire/newpackage/__init__.py"):
+            os.makedirs(os.path.join(self.root, os.path.dirname(relative)), exist_ok=True)
+            self.edit(relative, b"")
+            self.assertIn(relative, guest_sources(self.root))
+            value = self.hash()
+            self.assertNotIn(value, seen, relative)
+            seen.add(value)
+        self.edit("guest/newpackage/deeper/module.py", b"\n# changed\n")
+        self.assertNotIn(self.hash(), seen)
+
+    def test_guest_sources_leave_out(self) -> None:
+        """
+        Below vmservice/guest, bytecode caches, hidden files and folders and files not ending in .py are
+        no guest code; a .py file among the boot files is not shipped as a module; the list is sorted and
+        has each file once.
+        """
+        for relative in ("guest/.hidden/x.py", "guest/sub/__pycache__/x.py", "guest/sub/notes.txt",
+                         "guest/sub/.x.py", "guest/files/sub/stray.py"):
+            os.makedirs(os.path.join(self.root, os.path.dirname(relative)), exist_ok=True)
+            self.edit(relative, b"")
+        guest = guest_sources(self.root)
+        for relative in ("guest/.hidden/x.py", "guest/sub/__pycache__/x.py", "guest/sub/notes.txt",
+                         "guest/sub/.x.py", "guest/files/sub/stray.py"):
+            self.assertNotIn(relative, guest)
+        modules = [name for name in guest if name.endswith(".py")]
+        self.assertEqual(modules[1:], sorted(set(modules[1:])))
+        self.assertEqual(modules[0], "__init__.py")
+
     def test_unrelated_file_keeps_hash(self) -> None:
         """
         Files that do not go into the image (another package, bytecode caches) leave the hash alone.

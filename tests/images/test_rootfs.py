@@ -7,6 +7,7 @@ real ``mkfs.ext4`` is tested in :mod:`tests.integration.images.test_rootfs`.
 from __future__ import annotations
 
 import os
+import shutil
 
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -111,6 +112,22 @@ class TreeTests(SynchronousTestCase):
         self.assertIn("from vmservice.guest.agent import main; main()", open(agent).read())
         self.assertTrue(os.access(os.path.join(self.root, "etc/vmservice/shutdown"), os.X_OK))
         self.assertFalse(os.path.exists(os.path.join(self.root, "etc/vmservice/init")))
+
+    def test_guest_subpackages(self) -> None:
+        """
+        A module of a subpackage of vmservice/guest lands below /opt/vmservice/vmservice at the same
+        relative path.
+        """
+        source = os.path.abspath(self.mktemp())
+        shutil.copytree(package_root(), source, ignore=shutil.ignore_patterns("__pycache__"))
+        os.makedirs(os.path.join(source, "guest", "sub", "deeper"))
+        for relative in ("guest/sub/__init__.py", "guest/sub/deeper/module.py"):
+            with open(os.path.join(source, relative), "wb") as stream:
+                stream.write(b"# " + relative.encode())
+        install_guest_files(self.root, source, guest_sources(source))
+        for relative in ("guest/sub/__init__.py", "guest/sub/deeper/module.py"):
+            with open(os.path.join(self.root, "opt/vmservice/vmservice", relative), "rb") as stream:
+                self.assertEqual(stream.read(), b"# " + relative.encode())
 
     def test_guest_files_missing(self) -> None:
         """

@@ -21,7 +21,7 @@ from urllib.parse import urlencode
 
 from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image
 
-#: Appended to the guest's ``vmservice/guest/copying.py``: the module's ``download`` rewrites its head.
+#: Appended to the guest's ``vmservice/guest/copying/downloading.py``: the module's ``download`` rewrites its head.
 LIAR = '''
 
 _honest_download = download
@@ -71,7 +71,7 @@ class LyingGuestTests(SharedDaemonTestCase):
         code, out = daemon.run(host, "pgrep -f 'guest[.]agent import'")
         assert code == 0, out
         old_agent = out.split()[0]
-        script = (f"printf %s {shlex.quote(LIAR)} >> /opt/vmservice/vmservice/guest/copying.py && "
+        script = (f"printf %s {shlex.quote(LIAR)} >> /opt/vmservice/vmservice/guest/copying/downloading.py && "
                   f"printf %s {shlex.quote(CONTENT.decode())} > /root/file && "
                   f"setsid sh -c 'sleep 1; kill {old_agent}' >/dev/null 2>&1 < /dev/null &")
         code, out = daemon.run(host, script)

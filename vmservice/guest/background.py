@@ -10,17 +10,17 @@ restore (the agent's memory is part of the snapshot).  The agent's
 :class:`Registry` (one per event loop) holds every exec until it is deleted
 after its end.
 
-The process starts as a foreground exec does (:func:`~vmservice.guest.execution.prepare`,
-:func:`~vmservice.guest.execution.spawn`: a session of its own, stdin from
+The process starts as a foreground exec does (:func:`~vmservice.guest.spawning.prepare`,
+:func:`~vmservice.guest.spawning.spawn`: a session of its own, stdin from
 ``/dev/null``); its stdout and stderr are read as soon as they are readable,
-whatever the readers do, into a :class:`Ring` of at most ``ring_bytes`` bytes of
+whatever the readers do, into a :class:`~vmservice.guest.background_ring.Ring` of at most ``ring_bytes`` bytes of
 output: the oldest frames are evicted to make room, and a reader that asks for
 an evicted frame first gets a GAP frame saying how much it missed
 (:mod:`vmservice.wire.logframes`).
 
 One stream per request; the header's ``action`` says what to do:
 
-- ``start`` (the exec fields of :class:`~vmservice.guest.execution.ExecSpec`
+- ``start`` (the exec fields of :class:`~vmservice.guest.exec_spec.ExecSpec`
   and ``ring_bytes``), ``list``, ``info``, ``kill`` (``signal``,
   ``grace_ms``), ``wait`` (``timeout_ms``), ``delete``: one JSON reply
   ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": KIND,
@@ -32,12 +32,15 @@ One stream per request; the header's ``action`` says what to do:
   falls behind does not hold the process back: what it has not read may be
   evicted, and it is told so with a GAP frame.
 
+The registry and the execs are here; each request's stream is served by
+:mod:`vmservice.guest.background_requests`, and the ring is
+:mod:`vmservice.guest.background_ring`'s.
+
 Standard library only: it runs inside the guest.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -45,18 +48,12 @@ import weakref
 from collections import deque
 from typing import Any, Callable, Mapping, Optional
 
-from vmservice.guest.agent import GuestStream, Loop, StreamHandler, Timer
-from vmservice.guest.execution import (
-    BadExecHeader,
-    CannotStart,
-    ExecSpec,
-    Rejected,
-    exit_status,
-    prepare,
-    spawn,
-)
-from vmservice.wire.logframes import EXIT, STDERR, STDOUT, LogFrame, encode_frame, exit_frame, gap_frame
-from vmservice.wire.payloads import encode_head
+from vmservice.guest.background_ring import Ring
+from vmservice.guest.children import Child, signal_group
+from vmservice.guest.loop import Loop, Timer
+from vmservice.guest.exec_spec import BadExecHeader, ExecSpec
+from vmservice.guest.spawning import CannotStart, Rejected, exit_status, prepare, spawn
+from vmservice.wire.logframes import STDERR, STDOUT
 
 #: ``ring_bytes`` when the request gives none (1 MiB), and the largest accepted (64 MiB).
 DEFAULT_RING_BYTES = 1024 * 1024
@@ -110,75 +107,6 @@ class BackgroundError(Exception):
         self.message = message
 
 
-# -- the ring ---------------------------------------------------------------------------------
-
-
-class Ring:
-    """
-    An exec's log: frames numbered from 1, at most ``capacity`` bytes of output
-    kept, the oldest evicted first.
-
-    :ivar written: output bytes ever appended.
-    :ivar dropped_bytes: output bytes evicted.
-    :ivar dropped_frames: frames evicted.
-    :ivar next_id: the id the next frame gets.
-    """
-
-    def __init__(self, capacity: int, clock_ns: Callable[[], int] = time.time_ns) -> None:
-        self.capacity = capacity
-        self._clock_ns = clock_ns
-        # id -> (frame, offset of its first byte in the whole output); insertion order is id order.
-        self._frames: dict[int, tuple[LogFrame, int]] = {}
-        self._size = 0
-        self.written = 0
-        self.dropped_bytes = 0
-        self.dropped_frames = 0
-        self.next_id = 1
-
-    @property
-    def first_id(self) -> int:
-        """The oldest frame still held (``next_id`` when none is)."""
-        return self.next_id - len(self._frames)
-
-    @property
-    def first_offset(self) -> int:
-        """Output bytes before the oldest frame still held."""
-        return self.dropped_bytes
-
-    def append_output(self, kind: int, data: bytes) -> LogFrame:
-        """
-        Keep ``data`` (at most ``capacity`` bytes: a longer one keeps its end)
-        written on ``kind`` (:data:`STDOUT` or :data:`STDERR`).
-        """
-        if len(data) > self.capacity:
-            self.written += len(data) - self.capacity
-            self.dropped_bytes += len(data) - self.capacity
-            data = data[-self.capacity:]
-        while self._frames and self._size + len(data) > self.capacity:
-            oldest = next(iter(self._frames))
-            frame, _ = self._frames.pop(oldest)
-            self._size -= len(frame.payload)
-            self.dropped_bytes += len(frame.payload)
-            self.dropped_frames += 1
-        frame = LogFrame(kind, self.next_id, self._clock_ns(), bytes(data))
-        self._frames[frame.id] = (frame, self.written)
-        self.next_id += 1
-        self._size += len(data)
-        self.written += len(data)
-        return frame
-
-    def append_exit(self, exit_code: int, signal_name: Optional[str]) -> LogFrame:
-        """The last frame: how the process ended (takes no room)."""
-        frame = exit_frame(self.next_id, self._clock_ns(), exit_code, signal_name)
-        self._frames[frame.id] = (frame, self.written)
-        self.next_id += 1
-        return frame
-
-    def get(self, frame_id: int) -> tuple[LogFrame, int]:
-        """Frame ``frame_id`` and its offset; ``KeyError`` unless ``first_id <= frame_id < next_id``."""
-        return self._frames[frame_id]
-
-
 # -- one exec ---------------------------------------------------------------------------------
 
 
@@ -203,7 +131,7 @@ class BackgroundExec:
         self.signal: Optional[str] = None
         self._loop = loop
         self._clock_ns = clock_ns
-        self._pidfd = -1
+        self._child: Optional[Child] = None
         self._outputs: dict[int, int] = {}  # fd -> frame kind
         self._status = 0  # the leader's wait status, once reaped
         self._listeners: list[Callable[[], None]] = []
@@ -241,8 +169,7 @@ class BackgroundExec:
             for fd in opened:
                 os.close(fd)
             raise
-        self._pidfd = os.pidfd_open(self.pid)
-        self._loop.watch(self._pidfd, self._exited)
+        self._child = Child(self._loop, self.pid, self._exited)
         size = min(READ_SIZE, self.ring.capacity)
         for r, _, kind in pipes:
             os.set_blocking(r, False)
@@ -280,13 +207,8 @@ class BackgroundExec:
                 self._advance("drained")
 
     def _exited(self) -> None:
-        self._loop.watch(self._pidfd)
-        os.close(self._pidfd)
-        self._pidfd = -1
-        try:
-            _, self._status = os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            pass
+        assert self._child is not None
+        self._status = self._child.reap()
         self._advance("exited")
         # Take what is in the pipes now; an empty pipe is closed at once.
         size = min(READ_SIZE, self.ring.capacity)
@@ -326,7 +248,7 @@ class BackgroundExec:
         """
         if self.phase not in (RUNNING, QUIET):
             return ""  # ended, or its leader reaped: its process group id may be another's now
-        self._signal_group(SIGNALS[name])
+        signal_group(self.pid, SIGNALS[name])
         if name in ESCALATED and self._kill_timer is None:
             self._kill_timer = self._loop.call_later(grace_ms / 1000.0, self._escalate)
         return name
@@ -334,13 +256,7 @@ class BackgroundExec:
     def _escalate(self) -> None:
         self._kill_timer = None
         if self.phase in (RUNNING, QUIET):
-            self._signal_group(signal.SIGKILL)
-
-    def _signal_group(self, number: int) -> None:
-        try:
-            os.killpg(self.pid, number)
-        except (ProcessLookupError, PermissionError):
-            pass
+            signal_group(self.pid, signal.SIGKILL)
 
     def delete(self) -> None:
         """
@@ -463,181 +379,15 @@ def registry_of(loop: Loop) -> Registry:
     return registry
 
 
-# -- the stream handler -----------------------------------------------------------------------
-
-
-def _int_field(header: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
-    value = header.get(name, default)
-    if type(value) is not int or not low <= value <= high:
-        raise BackgroundError("invalid", f"{name} must be an integer {low} .. {high}")
-    return value
-
-
-class BackgroundHandler(StreamHandler):
-    """
-    Serves ``{"op": "background", "action": ...}`` (see the module docstring).
-    """
-
-    def __init__(self, stream: GuestStream, header: Mapping[str, Any]) -> None:
-        super().__init__(stream, header)
-        self._entry: Optional[BackgroundExec] = None
-        self._timer: Optional[Timer] = None
-        self._cursor = 0
-        self._offset: Optional[int] = None
-        self._follow = False
-        self._done = False
-        self._pumping = False
-
-    def start(self) -> None:
-        action = self.header.get("action")
-        try:
-            if action not in ACTIONS:
-                raise BackgroundError("invalid", f"unknown action {action!r}")
-            registry = registry_of(self.stream.loop)
-            if action == "start":
-                self._reply(registry.start(self.header).info())
-            elif action == "list":
-                self._reply([entry.info() for entry in registry.execs.values()])
-            else:
-                entry = registry.get(self.header.get("exec_id"))
-                if action == "info":
-                    self._reply(entry.info())
-                elif action == "kill":
-                    self._kill(entry)
-                elif action == "delete":
-                    registry.delete(entry.exec_id)
-                    self._reply({"exec_id": entry.exec_id, "reaped": True})
-                elif action == "wait":
-                    self._wait(entry)
-                else:
-                    self._logs(entry)
-        except BackgroundError as e:
-            reply = {"ok": False, "error": e.kind, "message": e.message}
-            if action == "logs":
-                self.stream.write(encode_head(reply))
-            else:
-                self.stream.write(json.dumps(reply).encode())
-            self.stream.end()
-
-    def _reply(self, result: Any) -> None:
-        self.stream.write(json.dumps({"ok": True, "result": result}, separators=(",", ":")).encode())
-        self.stream.end()
-
-    def _kill(self, entry: BackgroundExec) -> None:
-        name = self.header.get("signal", "TERM")
-        if name not in SIGNALS:
-            raise BackgroundError("invalid", f"signal must be one of {', '.join(SIGNALS)}")
-        grace_ms = _int_field(self.header, "grace_ms", DEFAULT_GRACE_MS, 0, 3_600_000)
-        sent = entry.kill(name, grace_ms)
-        self._reply({"exec_id": entry.exec_id, "pid": entry.pid, "running": entry.running, "signal_sent": sent})
-
-    # -- wait ---------------------------------------------------------------------------
-
-    def _wait(self, entry: BackgroundExec) -> None:
-        timeout_ms = _int_field(self.header, "timeout_ms", 30_000, 0, 24 * 3_600_000)
-        self._entry = entry
-        if entry.running and timeout_ms > 0:
-            entry.listen(self._wait_check)
-            self._timer = self.stream.loop.call_later(timeout_ms / 1000.0, self._wait_over)
-            return
-        self._wait_over()
-
-    def _wait_check(self) -> None:
-        if self._entry is not None and not self._entry.running:
-            self._wait_over()
-
-    def _wait_over(self) -> None:
-        entry = self._entry
-        if entry is None or self._done:
-            return
-        self._done = True
-        entry.unlisten(self._wait_check)
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._reply({
-            "exec_id": entry.exec_id, "running": entry.running, "exit_code": entry.exit_code,
-            "signal": entry.signal, "ended_ns": entry.ended_ns, "timed_out": entry.running,
-        })
-
-    # -- logs ---------------------------------------------------------------------------
-
-    def _logs(self, entry: BackgroundExec) -> None:
-        from_id = _int_field(self.header, "from_id", 0, 0, 2**63 - 1)
-        follow = self.header.get("follow", False)
-        if not isinstance(follow, bool):
-            raise BackgroundError("invalid", "follow must be a boolean")
-        self._entry, self._follow = entry, follow
-        ring = entry.ring
-        self._cursor = from_id or ring.first_id
-        if from_id == 1 or from_id == 0:
-            self._offset = 0 if from_id == 1 else ring.first_offset
-        self.stream.write(encode_head({"ok": True, "result": entry.info()}))
-        entry.listen(self._pump)
-        self._pump()
-
-    def _pump(self) -> None:
-        entry = self._entry
-        if entry is None or self._done or self._pumping:
-            # Writing may call back (flushed, a new frame): the loop below goes on from where it is.
-            return
-        self._pumping = True
-        try:
-            self._send_frames(entry)
-        finally:
-            self._pumping = False
-
-    def _send_frames(self, entry: BackgroundExec) -> None:
-        ring = entry.ring
-        stream = self.stream
-        while not self._done and stream.pending < LOGS_HIGH_WATER and self._cursor < ring.next_id:
-            if self._cursor < ring.first_id:
-                # Evicted before this reader got to it: say how much, once, when it can take more.
-                missed = ring.first_id - self._cursor
-                dropped = ring.first_offset - (self._offset if self._offset is not None else 0)
-                self._cursor, self._offset = ring.first_id, ring.first_offset
-                stream.write(encode_frame(gap_frame(time.time_ns(), missed, max(dropped, 0))))
-                continue
-            frame, offset = ring.get(self._cursor)
-            self._cursor += 1
-            self._offset = offset + len(frame.payload)
-            stream.write(encode_frame(frame))
-            if frame.kind == EXIT:
-                self._finish()
-                return
-        if not self._done and self._cursor >= ring.next_id and (not self._follow or not entry.running):
-            self._finish()
-
-    def _finish(self) -> None:
-        self._done = True
-        if self._entry is not None:
-            self._entry.unlisten(self._pump)
-        self.stream.end()
-
-    def flushed(self) -> None:
-        if self._entry is not None and not self._done and self.header.get("action") == "logs":
-            self._pump()
-
-    def reset(self, code: int, reason: str) -> None:
-        self._done = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._entry is not None:
-            self._entry.unlisten(self._pump)
-            self._entry.unlisten(self._wait_check)
-
-
 __all__ = [
     "ACTIONS",
     "BackgroundError",
     "BackgroundExec",
-    "BackgroundHandler",
     "DEFAULT_RING_BYTES",
     "MAX_EXECS",
     "MAX_RING_BYTES",
     "Registry",
-    "Ring",
     "SIGNALS",
+    "TRANSITIONS",
     "registry_of",
 ]

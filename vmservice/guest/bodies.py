@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from vmservice.guest.agent import GuestStream, StreamHandler
+from vmservice.guest.streams import GuestStream, StreamHandler
 from vmservice.wire.errors import ResetCode
 
 __all__ = ["BodyHandler"]

@@ -28,14 +28,10 @@ Standard library only, and cheap to import: it runs inside the guest.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import stat
-import threading
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable
 
-from vmservice.guest.agent import GuestStream, StreamHandler
-from vmservice.wire.errors import ResetCode
 
 #: The actions of the ``fs`` operation.
 ACTIONS = ("readdir", "stat", "mkdir", "remove")
@@ -84,7 +80,7 @@ class FsError(Exception):
         self.message = message
 
 
-class _Cancelled(Exception):
+class Cancelled(Exception):
     """The stream was reset while the work ran."""
 
 
@@ -209,7 +205,7 @@ def do_readdir(path: str, cancelled: Callable[[], bool] = lambda: False) -> list
         with os.scandir(path) as listing:
             for found in listing:
                 if cancelled():
-                    raise _Cancelled()
+                    raise Cancelled()
                 try:
                     status = found.stat(follow_symlinks=False)
                 except FileNotFoundError:
@@ -297,7 +293,7 @@ def _remove_tree(path: str, cancelled: Callable[[], bool]) -> None:
     while stack:
         directory, emptied = stack.pop()
         if cancelled():
-            raise _Cancelled()
+            raise Cancelled()
         if emptied:
             os.rmdir(directory)
             continue
@@ -334,113 +330,11 @@ def do_remove(path: str, recursive: bool, cancelled: Callable[[], bool] = lambda
     return entry
 
 
-def _flag(header: Mapping[str, Any], name: str) -> bool:
-    value = header.get(name, False)
-    if not isinstance(value, bool):
-        raise FsError("invalid", f"{name} must be true or false")
-    return value
-
-
-def perform(
-    header: Mapping[str, Any],
-    cancelled: Callable[[], bool] = lambda: False,
-    home: Callable[[], str] = root_home,
-) -> dict[str, Any]:
-    """
-    Carry out the request of an ``fs`` OPEN header and return the reply object.
-
-    Never raises for a file-system failure or a bad header: both become
-    ``{"ok": false, ...}``.
-
-    :param cancelled: polled during long work; true stops it.
-    :param home: root's home directory, for ``~``.
-    """
-    try:
-        action = header.get("action")
-        if action not in ACTIONS:
-            raise FsError("invalid", f"unknown action {action!r}")
-        path = resolve_path(header.get("path"), home)
-        result: Any
-        if action == "stat":
-            result = do_stat(path)
-        elif action == "readdir":
-            result = do_readdir(path, cancelled)
-        elif action == "mkdir":
-            mode = header.get("mode", DEFAULT_DIRECTORY_MODE)
-            if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o7777:
-                raise FsError("invalid", "mode must be an integer from 0 to 0o7777")
-            result = do_mkdir(path, _flag(header, "recursive"), mode)
-        else:
-            result = do_remove(path, _flag(header, "recursive"), cancelled)
-    except FsError as e:
-        return {"ok": False, "error": e.kind, "message": e.message}
-    except OSError as e:
-        failed = error_from_os(e, getattr(e, "filename", None) or str(header.get("path")))
-        return {"ok": False, "error": failed.kind, "message": failed.message}
-    return {"ok": True, "result": result}
-
-
-class FsHandler(StreamHandler):
-    """
-    ``{"op": "fs", ...}``: runs :func:`perform` on a thread, writes its reply, then
-    half-closes.  Data from the host is ignored (acknowledged).
-    """
-
-    def __init__(self, stream: GuestStream, header: Mapping[str, Any]) -> None:
-        super().__init__(stream, header)
-        self._cancelled = False
-        self._reply: Optional[dict[str, Any]] = None
-        self._failure: Optional[str] = None
-        self._wake_r = -1
-        self._wake_w = -1
-
-    def start(self) -> None:
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        self.stream.loop.watch(self._wake_r, self._finished)
-        worker = threading.Thread(target=self._work, name=f"fs-{self.stream.stream_id}", daemon=True)
-        worker.start()
-
-    def _work(self) -> None:
-        try:
-            self._reply = perform(self.header, lambda: self._cancelled)
-        except _Cancelled:
-            self._reply = None
-        except Exception as e:  # a bug, not a file-system failure: reset the stream
-            self._failure = repr(e)[:200]
-        finally:
-            os.write(self._wake_w, b"x")
-
-    def _close_pipe(self) -> None:
-        self.stream.loop.watch(self._wake_r)
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._wake_r = self._wake_w = -1
-
-    def _finished(self) -> None:
-        self._close_pipe()
-        reply = self._reply
-        if self._cancelled:
-            return
-        if reply is None:
-            self.stream.reset(ResetCode.INTERNAL_ERROR, self._failure or "fs operation failed")
-            return
-        self.stream.write(json.dumps(reply, separators=(",", ":")).encode("utf-8"))
-        self.stream.end()
-
-    def reset(self, code: int, reason: str) -> None:
-        # The worker notices between entries; its wake-up still closes the pipe.
-        self._cancelled = True
-
-
 __all__ = [
     "ACTIONS",
     "ERROR_KINDS",
     "FsError",
-    "FsHandler",
+    "Cancelled",
     "describe",
     "display_name",
     "do_mkdir",
@@ -448,6 +342,5 @@ __all__ = [
     "do_remove",
     "do_stat",
     "file_type",
-    "perform",
     "resolve_path",
 ]

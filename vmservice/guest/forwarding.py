@@ -31,7 +31,8 @@ import socket
 import time
 from typing import Any, Mapping, Optional
 
-from vmservice.guest.agent import GuestStream, StreamHandler, Timer
+from vmservice.guest.loop import Timer
+from vmservice.guest.streams import GuestStream, StreamHandler
 from vmservice.wire.payloads import encode_head
 
 #: Seconds a connection to the upstream may take.

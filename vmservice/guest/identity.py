@@ -57,9 +57,9 @@ refused (BAD_HEADER).
 6. ``files``: ``/etc/hostname`` and ``/etc/hosts`` (as the guest's ``rc`` writes
    them at boot) and ``/etc/machine-id``, each written beside and renamed over
    the old one, after the answer, as the agent's deferred start-up work is
-   (:func:`vmservice.guest.agent.run_deferred`): before the first operation
+   (:func:`vmservice.guest.deferred.run_deferred`): before the first operation
    that could read them (any but health, echo, clock, secrets and login, which
-   do not), else :data:`~vmservice.guest.agent.DEFERRED_DELAY` seconds later.
+   do not), else :data:`~vmservice.guest.deferred.DEFERRED_DELAY` seconds later.
    No request of the host (on any session) can see the template's files, the
    host does not wait for them, and clones created together do not spend the
    shared CPU on them while the others adopt.  In the default image the three are links into the
@@ -92,12 +92,12 @@ import fcntl
 import gc
 import os
 import socket
-import struct
 import time
 from typing import Any, Callable, Mapping, Optional, Protocol
 
-from vmservice.guest import agent
-from vmservice.guest.agent import GuestStream
+from vmservice.guest import agentlog, deferred
+from vmservice.guest.adoption_system import add_entropy, hosts_file, replace_file
+from vmservice.guest.streams import GuestStream
 from vmservice.guest.bodies import BodyHandler
 from vmservice.guest.login import System as LoginSystem
 from vmservice.guest.login import renew_host_keys, stop_inherited_sshd
@@ -114,18 +114,8 @@ __all__ = [
     "SETTLE_LIMIT",
     "AdoptHandler",
     "AdoptionFailed",
-    "RNDADDENTROPY",
-    "RNDRESEEDCRNG",
-    "add_entropy",
-    "hosts_file",
 ]
 
-#: ``_IOW('R', 0x03, int[2])``: add bytes to the pool and credit their entropy.
-RNDADDENTROPY = 0x40085203
-#: ``_IO('R', 0x07)``: reseed the CRNG from the pool now.
-RNDRESEEDCRNG = 0x5207
-#: ``struct rand_pool_info``'s head: ``int entropy_count`` (bits), ``int buf_size`` (bytes).
-_POOL_INFO = struct.Struct("=ii")
 #: Seconds after the agent started when ``prepare`` stops waiting for the guest's other services.
 SETTLE_LIMIT = 15.0
 #: How often ``prepare`` looks for them meanwhile.
@@ -157,49 +147,6 @@ class AdoptionFailed(Exception):
     def __init__(self, step: str, message: str) -> None:
         super().__init__(message)
         self.step = step
-
-
-def add_entropy(fd: int, entropy: bytes, ioctl: Callable[..., Any] = fcntl.ioctl) -> None:
-    """
-    Mix ``entropy`` into the kernel's pool on ``fd`` (``/dev/urandom``), crediting
-    all its bits, then reseed the CRNG from it.
-    """
-    ioctl(fd, RNDADDENTROPY, _POOL_INFO.pack(len(entropy) * 8, len(entropy)) + entropy)
-    ioctl(fd, RNDRESEEDCRNG, 0)
-
-
-def hosts_file(hostname: str) -> str:
-    """``/etc/hosts`` for ``hostname``, exactly as the guest's ``rc`` writes it at boot."""
-    return f"127.0.0.1\tlocalhost\n127.0.1.1\t{hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-
-
-def _replace_file(path: str, content: str, mode: int, durable: bool = False) -> None:
-    """
-    Write ``content`` beside ``path`` (beside the file it links to, when it
-    is a link: ``/etc/hostname`` into ``/run``), then rename it over that.
-    Plain system calls: the fewest paths for a clone to translate.  ``durable``:
-    on the disk (the file and its directory synced) before this returns.
-    """
-    try:
-        path = os.path.join(os.path.dirname(path), os.readlink(path))
-    except OSError:  # not a link (EINVAL), or missing
-        pass
-    temporary = f"{path}.adopt"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
-    try:
-        os.write(fd, content.encode())
-        os.fchmod(fd, mode)
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(temporary, path)
-    if durable:
-        directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
 
 
 def _freeze_objects() -> None:
@@ -268,17 +215,17 @@ class AdoptHandler(BodyHandler):
         try:
             previous = self._adopt(request)
         except AdoptionFailed as failure:
-            agent._log(f"adoption failed at {failure.step}: {failure}")
+            agentlog.log(f"adoption failed at {failure.step}: {failure}")
             self.reply({"error": "adoption_failed", "step": failure.step, "message": str(failure)[:500]})
             return
         self.stream.write(b'{"previous_ns":%d}' % previous)
         # The nonce of the new session is drawn after the reseed.
         self.stream.end_session("adopted a new identity")
         answered = time.monotonic()
-        # Before the first operation that could read them, else a moment later (agent.run_deferred).
-        agent.DEFERRED.append(lambda: self._write_files(request, (answered - started) * 1000))
-        agent.DEFERRED.append(self._renew_host_keys)
-        self.stream.loop.call_later(agent.DEFERRED_DELAY, agent.run_deferred)
+        # Before the first operation that could read them, else a moment later (deferred.run_deferred).
+        deferred.DEFERRED.append(lambda: self._write_files(request, (answered - started) * 1000))
+        deferred.DEFERRED.append(self._renew_host_keys)
+        self.stream.loop.call_later(deferred.DEFERRED_DELAY, deferred.run_deferred)
 
     def _settle(self) -> None:
         """Answer ``prepare`` once the guest settled (see the module's description)."""
@@ -311,9 +258,9 @@ class AdoptHandler(BodyHandler):
         try:
             self._step("files", self._files, request)
         except Exception as failure:  # the loop must go on: the host was answered already
-            agent._log(f"adoption of {request.hostname} answered, then failed at files: {failure}")
+            agentlog.log(f"adoption of {request.hostname} answered, then failed at files: {failure}")
             return
-        agent._log(f"adopted {request.hostname} ({', '.join(self._timings)}; answered after {answered_ms:.0f} ms)")
+        agentlog.log(f"adopted {request.hostname} ({', '.join(self._timings)}; answered after {answered_ms:.0f} ms)")
         self.stream.loop.call_later(PERSIST_DELAY, lambda: self._persist(request))
 
     def _renew_host_keys(self) -> None:
@@ -321,18 +268,18 @@ class AdoptHandler(BodyHandler):
         try:
             done = renew_host_keys(self.ssh_system())
         except Exception as failure:  # the loop must go on: the host was answered already
-            agent._log(f"renewing the SSH host keys failed: {failure}")
+            agentlog.log(f"renewing the SSH host keys failed: {failure}")
             return
         if done:
-            agent._log(done)
+            agentlog.log(done)
 
     def _persist(self, request: AdoptionRequest) -> None:
         """The ``persist`` step: the hostname and machine-id on the root file system."""
         try:
             os.makedirs(os.path.dirname(self.persisted_machine_id), exist_ok=True)
-            _replace_file(self.persisted_machine_id, f"{request.hostname}\n{request.machine_id}\n", 0o444, True)
+            replace_file(self.persisted_machine_id, f"{request.hostname}\n{request.machine_id}\n", 0o444, True)
         except OSError as failure:
-            agent._log(f"cannot keep the machine-id of {request.hostname} on the disk: {failure}")
+            agentlog.log(f"cannot keep the machine-id of {request.hostname} on the disk: {failure}")
 
     def _adopt(self, request: AdoptionRequest) -> int:
         self._timings: list[str] = []
@@ -371,9 +318,9 @@ class AdoptHandler(BodyHandler):
         self.set_kernel_hostname(hostname)
 
     def _files(self, request: AdoptionRequest) -> None:
-        _replace_file(os.path.join(self.etc, "hostname"), f"{request.hostname}\n", 0o644)
-        _replace_file(os.path.join(self.etc, "hosts"), hosts_file(request.hostname), 0o644)
-        _replace_file(os.path.join(self.etc, "machine-id"), f"{request.machine_id}\n", 0o444)
+        replace_file(os.path.join(self.etc, "hostname"), f"{request.hostname}\n", 0o644)
+        replace_file(os.path.join(self.etc, "hosts"), hosts_file(request.hostname), 0o644)
+        replace_file(os.path.join(self.etc, "machine-id"), f"{request.machine_id}\n", 0o444)
 
     def _netlink(self, channel: RouteChannel, what: str, type_: int, flags: int, body: bytes) -> list[Message]:
         """One request with its acknowledgement; the kernel's refusal fails the network step."""

@@ -65,7 +65,7 @@ class PowerButton:
     for each power key press; devices that appear later (a module loaded after boot) are picked up every
     ``rescan_seconds``.
 
-    :param loop: the agent's :class:`~vmservice.guest.agent.Loop` (``watch`` and ``call_later``).
+    :param loop: the agent's :class:`~vmservice.guest.loop.Loop` (``watch`` and ``call_later``).
     :param on_press: called for each press, from the loop.
     """
 

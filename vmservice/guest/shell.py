@@ -38,20 +38,12 @@ import struct
 import termios
 from typing import Any, Mapping, Optional
 
-from vmservice.guest.agent import GuestStream, StreamHandler, Timer
-from vmservice.guest.execution import (ExecSpec, build_env, exit_status, passwd_entry, read_report, resolve_cwd,
-                                       usable_shell)
-from vmservice.wire.shellframes import (
-    DATA,
-    EXIT,
-    REJECTED,
-    STARTED,
-    WINDOW_SIZE,
-    FrameDecoder,
-    FrameError,
-    encode_frame,
-    encode_json_frame,
-)
+from vmservice.guest.children import Child
+from vmservice.guest.streams import GuestStream, StreamHandler
+from vmservice.guest.exec_spec import ExecSpec, build_env, passwd_entry, resolve_cwd, usable_shell
+from vmservice.guest.spawning import exit_status, read_report
+from vmservice.wire.shellframes import (DATA, EXIT, REJECTED, STARTED, WINDOW_SIZE, FrameDecoder, FrameError,
+                                        encode_frame, encode_json_frame)
 
 #: Bytes read from the pty at a time (one DATA frame; a WebSocket message
 #: with its header stays under 32 KiB).
@@ -91,14 +83,13 @@ class ShellHandler(StreamHandler):
         super().__init__(stream, header)
         self.pid: Optional[int] = None
         self._master = -1
-        self._pidfd = -1
+        self._child: Optional[Child] = None
         self._decoder = FrameDecoder(MAX_INPUT_FRAME)
         self._input = bytearray()
         self._input_credit = 0
         self._status: Optional[int] = None
         self._finished = False
         self._hungup = False
-        self._kill_timer: Optional[Timer] = None
 
     # -- StreamHandler -----------------------------------------------------------------
 
@@ -176,11 +167,11 @@ class ShellHandler(StreamHandler):
         """
         self._finished = True
         self._close_master()
-        if self.pid is not None and self._status is None and not self._hungup:
+        if self._child is not None and self._status is None and not self._hungup:
             self._hungup = True
-            self._signal_group(signal.SIGHUP)
-            self._signal_group(signal.SIGCONT)
-            self._kill_timer = self.stream.loop.call_later(KILL_GRACE, self._kill_now)
+            self._child.signal(signal.SIGHUP)
+            self._child.signal(signal.SIGCONT)
+            self._child.kill_later(KILL_GRACE, self._close_master)
 
     # -- starting ----------------------------------------------------------------------
 
@@ -214,8 +205,7 @@ class ShellHandler(StreamHandler):
         self.pid = pid
         self._master = master
         os.set_blocking(master, False)
-        self._pidfd = os.pidfd_open(pid)
-        self.stream.loop.watch(self._pidfd, self._child_exited)
+        self._child = Child(self.stream.loop, pid, self._child_exited, send=signal_session)
         self.stream.write(encode_json_frame(STARTED, {"pid": pid}))
         self.stream.loop.watch(master, self._read_output)
 
@@ -282,19 +272,13 @@ class ShellHandler(StreamHandler):
     # -- the end -----------------------------------------------------------------------
 
     def _child_exited(self) -> None:
-        assert self.pid is not None
-        self.stream.loop.watch(self._pidfd)
+        assert self._child is not None
         if self._hungup:
             # Reaped after the session's SIGKILL: the zombie holds the session id.
+            self._child.forget()
             self._close_master()
             return
-        os.close(self._pidfd)
-        self._pidfd = -1
-        try:
-            _, status = os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            status = 0
-        self._status = status
+        self._status = self._child.reap()
         # Whatever the shell wrote last is drained before EXIT (but not what a
         # process it left behind keeps writing).
         self._drain()
@@ -323,26 +307,14 @@ class ShellHandler(StreamHandler):
         self.stream.write(encode_json_frame(EXIT, {"exit_code": code, "signal": name}))
         self.stream.end()
 
-    def _signal_group(self, number: int) -> None:
-        """Signal every process of the shell's session (its jobs have process groups of their own)."""
-        assert self.pid is not None
-        for pid in session_members(self.pid):
-            try:
-                os.kill(pid, number)
-            except (ProcessLookupError, PermissionError):
-                pass
 
-    def _kill_now(self) -> None:
-        self._signal_group(signal.SIGKILL)
-        self._close_master()
-        if self._pidfd >= 0:
-            self.stream.loop.watch(self._pidfd)
-            os.close(self._pidfd)
-            self._pidfd = -1
-        assert self.pid is not None
+
+def signal_session(sid: int, number: int) -> None:
+    """Signal every process of session ``sid`` (a shell's jobs have process groups of their own)."""
+    for pid in session_members(sid):
         try:
-            os.waitpid(self.pid, 0)
-        except ChildProcessError:
+            os.kill(pid, number)
+        except (ProcessLookupError, PermissionError):
             pass
 
 

@@ -7,7 +7,7 @@ boot of the node.
 node has none).  The answer, once userdata is over, is
 ``{"state": "finished"|"interrupted", "exit_code": N|null, "ran_script": bool}``.
 
-The marker (:data:`~vmservice.guest.agent.USERDATA_MARKER`, on the node's
+The marker (:data:`~vmservice.guest.userdata_marker.USERDATA_MARKER`, on the node's
 disk) makes it run once: written ``running`` (with the boot's id) before the
 script starts and ``finished`` with the exit code after it ended, so a reboot,
 relaunch or restore never runs it again.  A marker still ``running`` from an
@@ -34,7 +34,9 @@ import sys
 import time
 from typing import Any, Callable, Mapping, Optional
 
-from vmservice.guest.agent import USERDATA_MARKER, USERDATA_OVER, GuestStream, Timer, read_userdata_marker
+from vmservice.guest.loop import Timer
+from vmservice.guest.streams import GuestStream
+from vmservice.guest.userdata_marker import USERDATA_MARKER, USERDATA_OVER, read_userdata_marker
 from vmservice.guest.bodies import BodyHandler
 
 __all__ = ["USERDATA_LOG", "USERDATA_SCRIPT", "UserdataHandler", "Userdata", "run", "write_marker"]

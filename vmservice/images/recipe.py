@@ -4,8 +4,8 @@ Recipes say what goes into a guest image; the recipe hash says when an image mus
 
 A recipe is a TOML file in ``vmservice/images/recipes/``. The hash covers everything that decides the
 image's content and is under our control: the recipe itself (so its package list), the builder's own
-source, and every guest-side file copied into the image (``vmservice/guest/files/*``,
-``vmservice/guest/*.py``, ``vmservice/wire/*.py``). It leaves out the package versions on purpose: a
+source, and every guest-side file copied into the image (``vmservice/guest/files/*``, the ``*.py`` of
+``vmservice/guest/`` and ``vmservice/wire/`` at any depth). It leaves out the package versions on purpose: a
 Debian point release should not force every host to rebuild, and the versions used are in the manifest.
 """
 
@@ -174,14 +174,38 @@ def _files(root: str, subdir: str, suffix: str = "") -> list[str]:
     )
 
 
+def _modules(root: str, subdir: str, leave_out: tuple[str, ...] = ()) -> list[str]:
+    """
+    The ``*.py`` files of ``subdir`` and of every folder below it, relative to ``root``, sorted; hidden
+    files and folders, bytecode caches and the folders named in ``leave_out`` (relative to ``subdir``)
+    are not code of the package.
+    """
+    top = os.path.join(root, subdir)
+    found = []
+    for directory, folders, names in os.walk(top):
+        here = os.path.relpath(directory, top)
+        folders[:] = [
+            name for name in folders
+            if not name.startswith(".") and name != "__pycache__"
+            and os.path.normpath(os.path.join(here, name)) not in leave_out
+        ]
+        found += [
+            os.path.normpath(os.path.join(subdir, here, name)).replace(os.sep, "/") for name in names
+            if name.endswith(".py") and not name.startswith(".")
+            and os.path.isfile(os.path.join(directory, name))
+        ]
+    return sorted(found)
+
+
 def guest_sources(root: str | None = None) -> list[str]:
     """
     The files, relative to the ``vmservice`` package directory, that are copied into every image:
-    the package's ``__init__.py`` (it carries the version the agent reports), ``guest/*.py``,
-    ``wire/*.py`` and ``guest/files/*``.
+    the package's ``__init__.py`` (it carries the version the agent reports), the ``*.py`` of ``guest/``
+    and its subpackages, those of ``wire/`` (and below), and ``guest/files/*`` (the boot files).
     """
     base = root or package_root()
-    return ["__init__.py"] + _files(base, "guest", ".py") + _files(base, "wire", ".py") + _files(base, "guest/files")
+    return (["__init__.py"] + _modules(base, "guest", leave_out=("files",)) + _modules(base, "wire")
+            + _files(base, "guest/files"))
 
 
 def builder_sources(root: str | None = None) -> list[str]:

@@ -211,7 +211,8 @@ def install_guest_files(root: str, package_root: str, guest_sources: Sequence[st
 
     :param package_root: the ``vmservice`` package directory of the source tree.
     :param guest_sources: paths relative to it (from :func:`vmservice.images.recipe.guest_sources`):
-        ``guest/*.py`` and ``wire/*.py`` go below ``/opt/vmservice/vmservice/``; of ``guest/files/*``,
+        the modules of ``guest/`` and ``wire/`` (subpackages too) go below ``/opt/vmservice/vmservice/``,
+        at the same relative paths; of ``guest/files/*``,
         ``inittab`` becomes ``/etc/inittab``, ``rc`` and ``shutdown`` go to ``/etc/vmservice/``, ``agent``
         and ``metrics`` (launchers) to ``/opt/vmservice/bin/``; ``init`` belongs to the initramfs.
     """

@@ -37,8 +37,9 @@ from tests.integration.guest.agent_process import AGENT, AgentProcess
 from tests.short_dirs import temp_dir
 from tests.wire.pair import drain
 from vmservice.agent.client import AgentClient, AgentRequestFailed
-from vmservice.guest import agent
-from vmservice.guest.agent import Loop, Pipe
+from vmservice.guest.loop import Loop
+from vmservice.guest.pipe import OUTPUT_HIGH_WATER, READ_BUFFER_SIZE, WRITE_BUFFER_SIZE, Pipe
+from vmservice.images.recipe import guest_sources
 from vmservice.wire import Connection, Data, HalfClose, Hello, Open, ResetCode, Role
 from vmservice.wire.events import Event
 
@@ -52,21 +53,23 @@ class ImageLayoutTests(SynchronousTestCase):
 
     def test_image_layout(self) -> None:
         """
-        Copied as the image does (wire and guest modules under another root) and
-        run with ``-I -S``, the agent imports with the stdlib alone; without
+        Copied as the image does (the guest sources of the image recipe, subpackages
+        too, under another root) and run with ``-I -S``, the agent and the modules of
+        its operations import with the stdlib alone; without
         ``vmservice/__init__.py`` its version is "unknown".
         """
         root = temp_dir(self)
-        for package in ("wire", "guest"):
-            target = os.path.join(root, "vmservice", package)
-            os.makedirs(target)
-            source = os.path.join(ROOT, "vmservice", package)
-            for name in os.listdir(source):
-                if name.endswith(".py"):
-                    shutil.copy(os.path.join(source, name), target)
+        for relative in guest_sources():
+            if relative.endswith(".py") and relative != "__init__.py":
+                target = os.path.join(root, "vmservice", relative)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                shutil.copy(os.path.join(ROOT, "vmservice", relative), target)
         script = (
             f"import sys; sys.path.insert(0, {root!r}); "
-            "from vmservice.guest.agent import agent_version, main; print(agent_version())"
+            "from vmservice.guest.agent import main; from vmservice.guest.context import agent_version; "
+            "from vmservice.guest.operations import LAZY_HANDLERS; "
+            "[__import__(name.partition(':')[0]) for name in LAZY_HANDLERS.values()]; "
+            "print(agent_version())"
         )
         result = subprocess.run(
             [sys.executable, "-I", "-S", "-c", script], capture_output=True, timeout=30, env={}
@@ -110,7 +113,7 @@ class PipeTests(SynchronousTestCase):
         self.loop.run_once(0)
         self.assertEqual(len(calls), 1)
         self.assertEqual(sum(calls[0]), 100_013)
-        self.assertLessEqual(max(calls[0]), agent.WRITE_BUFFER_SIZE)
+        self.assertLessEqual(max(calls[0]), WRITE_BUFFER_SIZE)
         got = b""
         while len(got) < 100_013:
             got += theirs.recv(1 << 20)
@@ -128,7 +131,7 @@ class PipeTests(SynchronousTestCase):
         received: list[bytes] = []
         pipe = Pipe(self.loop, ours.fileno(), received.append, lambda: None, lambda: None)
         pipe.start()
-        payload = os.urandom(3 * agent.READ_BUFFER_SIZE + 100)
+        payload = os.urandom(3 * READ_BUFFER_SIZE + 100)
         theirs.sendall(payload)
         self.loop.run_once(1.0)
         self.assertEqual(received, [payload])
@@ -151,7 +154,7 @@ class PipeTests(SynchronousTestCase):
         pipe = Pipe(self.loop, ours.fileno(), lambda data: None, lambda: None, lambda: events.append("drained"))
         pipe.start()
         for _ in range(5):
-            pipe.write(b"x" * (agent.OUTPUT_HIGH_WATER // 4))
+            pipe.write(b"x" * (OUTPUT_HIGH_WATER // 4))
         self.assertFalse(pipe.has_room)
         self.loop.run_once(0)
         self.assertEqual(pipe.buffered, 0)

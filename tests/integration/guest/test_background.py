@@ -18,8 +18,8 @@ from typing import Any
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.guest.session import GuestSessionMixin
-from vmservice.guest import background
-from vmservice.guest.agent import AgentContext
+from vmservice.guest import background, background_requests
+from vmservice.guest.context import AgentContext
 from vmservice.wire.events import Data, HalfClose, Open, Reset
 from vmservice.wire.logframes import EXIT, GAP, STDOUT, FrameDecoder, LogFrame
 from vmservice.wire.payloads import decode_head
@@ -29,7 +29,7 @@ class HandlerTests(GuestSessionMixin, SynchronousTestCase):
     """:class:`BackgroundHandler` in a real session with real children."""
 
     def setUp(self) -> None:
-        self.start_session({"background": background.BackgroundHandler}, AgentContext("t"))
+        self.start_session({"background": background_requests.BackgroundHandler}, AgentContext("t"))
         self.handshake()
         self.registry = background.registry_of(self.loop)
         self.addCleanup(self._kill_leftovers)

@@ -20,8 +20,9 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.guest.session import GuestSessionMixin
 from tests.guest.tars import make_tar
-from vmservice.guest import agent
+from vmservice.guest import health
 from vmservice.guest import copying as cp
+from vmservice.guest.copying import downloading
 from vmservice.wire import payloads
 from vmservice.wire import Data, HalfClose, Open, Reset, ResetCode
 
@@ -197,7 +198,7 @@ class HandlerTests(GuestSessionMixin, SynchronousTestCase):
             write(payloads.encode_head({"ok": True, "result": {}}))
             raise cp.CopyFailed("disk on fire")
 
-        self.patch(cp, "download", failing)
+        self.patch(downloading, "download", failing)
         stream_id = self.open(op="cp-download", path="/", mode="binary")
         self.send(HalfClose(stream_id))
         _, how = self.run_stream(stream_id)
@@ -212,8 +213,8 @@ class HandlerTests(GuestSessionMixin, SynchronousTestCase):
             release.wait(10)
             write(payloads.encode_head({"ok": True, "result": {}}))
 
-        self.patch(cp, "download", slow)
-        self.patch(agent, "system_uptime_ns", lambda path: 1)
+        self.patch(downloading, "download", slow)
+        self.patch(health, "system_uptime_ns", lambda path: 1)
         busy = self.open(op="cp-download", path="/", mode="binary")
         quick = self.open(op="health")
         self.send(HalfClose(quick))

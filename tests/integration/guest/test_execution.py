@@ -18,9 +18,9 @@ from typing import Any
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.guest.session import GuestSessionMixin
-from vmservice.guest import execution
-from vmservice.guest.agent import AgentContext
-from vmservice.guest.execution import ExecSpec
+from vmservice.guest import execution, spawning
+from vmservice.guest.context import AgentContext
+from vmservice.guest.exec_spec import ExecSpec
 from vmservice.wire import payloads
 from vmservice.wire.payloads import EXIT, STDOUT, RecordDecoder
 from vmservice.wire import Connection, ResetCode, Role
@@ -135,7 +135,7 @@ class HandlerTests(GuestSessionMixin, SynchronousTestCase):
         here, mask = os.getcwd(), os.umask(0o022)
         self.addCleanup(os.umask, mask)
         ids = os.getuid(), os.getgid()
-        self.assertTrue(execution._identity_is_set(ExecSpec(cmd="x", uid=ids[0], gid=ids[1])))
+        self.assertTrue(spawning._identity_is_set(ExecSpec(cmd="x", uid=ids[0], gid=ids[1])))
         records, _ = self.run_stream(self.open(
             cmd="umask; pwd; echo $A; ps -o sid= -p $$ | tr -d ' '; echo $$; trap",
             uid=ids[0], gid=ids[1], umask=0o77, cwd="/tmp", env=["A=1"]))

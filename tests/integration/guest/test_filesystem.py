@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.integration.guest.test_filesystem -*-
 """
-Tests for :mod:`vmservice.guest.filesystem`: :class:`FsHandler` served by a real
+Tests for :mod:`vmservice.guest.filesystem`: :class:`~vmservice.guest.fs_requests.FsHandler` served by a real
 :class:`~vmservice.guest.agent.Session` and :class:`~vmservice.guest.agent.Loop`,
 its work on a real thread.  The operations themselves are tested in
 :mod:`tests.guest.test_filesystem`.
@@ -16,8 +16,9 @@ import time
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.guest.session import GuestSessionMixin
-from vmservice.guest import agent
+from vmservice.guest import health
 from vmservice.guest import filesystem as fs
+from vmservice.guest import fs_requests
 from vmservice.wire import Data, HalfClose, Open, Reset, ResetCode
 
 
@@ -29,7 +30,7 @@ def _temp_dir(case: SynchronousTestCase) -> str:
 
 class HandlerTests(GuestSessionMixin, SynchronousTestCase):
     """
-    :class:`FsHandler` behind the agent's real session and loop.
+    :class:`~vmservice.guest.fs_requests.FsHandler` behind the agent's real session and loop.
     """
 
     def setUp(self) -> None:
@@ -78,7 +79,7 @@ class HandlerTests(GuestSessionMixin, SynchronousTestCase):
 
     def test_crash_resets(self) -> None:
         """A bug in the work resets the stream with INTERNAL_ERROR."""
-        self.patch(fs, "perform", lambda header, cancelled: 1 / 0)
+        self.patch(fs_requests, "perform", lambda header, cancelled: 1 / 0)
         stream = self.host.next_stream_id()
         self.send(Open(stream, {"op": "fs", "action": "stat", "path": "/"}), HalfClose(stream))
         events = self.run_until(lambda evs: any(isinstance(e, Reset) for e in evs))
@@ -97,8 +98,8 @@ class HandlerTests(GuestSessionMixin, SynchronousTestCase):
             release.wait(10)
             return {"ok": True, "result": []}
 
-        self.patch(fs, "perform", slow)
-        self.patch(agent, "system_uptime_ns", lambda path: 1)
+        self.patch(fs_requests, "perform", slow)
+        self.patch(health, "system_uptime_ns", lambda path: 1)
         busy = self.host.next_stream_id()
         self.send(Open(busy, {"op": "fs", "action": "readdir", "path": "/"}), HalfClose(busy))
         quick = self.host.next_stream_id()

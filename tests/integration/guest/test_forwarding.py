@@ -18,7 +18,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.guest.session import GuestSessionMixin
 from tests.integration.echo_server import echo_server
 from vmservice.guest import forwarding
-from vmservice.guest.agent import AgentContext
+from vmservice.guest.context import AgentContext
 from vmservice.wire.events import Data, HalfClose, Open, Reset
 from vmservice.wire.payloads import decode_head
 

@@ -21,6 +21,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.guest.session import GuestSessionMixin
 from vmservice.guest import watching
+from vmservice.guest.inotify import RawEvent
+from vmservice.guest.watch_tree import Report
 from vmservice.wire import Data, HalfClose, Open, Reset, ResetCode
 from vmservice.wire.messages import MessageDecoder
 
@@ -215,7 +217,7 @@ class HandlerTests(GuestSessionMixin, SynchronousTestCase):
         before = inotify_descriptors()
         self.watch()
 
-        def broken(raw: watching.RawEvent) -> list[watching.Report]:
+        def broken(raw: RawEvent) -> list[Report]:
             raise RuntimeError("a bug")
 
         tree = self.session.streams[1].handler._tree  # type: ignore[attr-defined]

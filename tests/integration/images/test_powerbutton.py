@@ -13,7 +13,7 @@ import time
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.images.input_events import event
-from vmservice.guest.agent import Loop
+from vmservice.guest.loop import Loop
 from vmservice.guest.powerbutton import EV_KEY, KEY_POWER, PowerButton
 
 
