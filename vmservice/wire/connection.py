@@ -12,23 +12,15 @@ knows about time, so the guest agent (selectors) and the host (Twisted) share it
 Theory of operation
 -------------------
 
-*Sessions.*  A :class:`Connection` is one session of one side, identified by a random
-nonce.  Both sides send a :class:`Hello` first (the host as soon as it connects, the
-guest when its port opens).  A side answers every HELLO that brings a nonce it has not
-seen (the peer started a session) or that does not echo its own nonce (the peer has
-not heard of this session): :attr:`Connection.hello_wanted` says so.  The link is
-*established* once a HELLO from the peer's current session echoes our nonce; only
-then may streams be opened or pings sent, and stream frames received before that are
-dropped, since they belong to an older session.  A HELLO with a new nonce after that
-means the peer restarted: every stream is gone (reported as :class:`Reset` events with
-:attr:`ResetCode.PEER_RESTARTED`) and the exchange starts over.  The exchange always
-ends: a side answers only a HELLO that does not show that the peer knows both nonces,
-and its answer shows exactly that (two HELLOs each way in the usual cases).
+*Sessions* (:mod:`vmservice.wire.handshake`): a connection is one session of
+one side; both sides send a HELLO first, and streams and pings flow once the
+peer's current session has acknowledged ours.  A HELLO with a new nonce after
+that means the peer restarted: every stream is gone, reported as
+:class:`Reset` events with :attr:`ResetCode.PEER_RESTARTED`.
 
-*Hunting.*  Until the peer's first HELLO arrives, input is scanned for
-:data:`~vmservice.wire.frames.HELLO_SIGNATURE` and everything before it is skipped:
-a virtio-serial port may hand a new connection the tail of what was written for the
-previous one.  After that, every byte must parse, or :class:`RemoteProtocolError`.
+*Hunting* (:mod:`vmservice.wire.input_buffer`): until the peer's first HELLO
+arrives, everything before it is skipped.  After that, every byte must parse,
+or :class:`RemoteProtocolError`.
 
 *Streams.*  The host opens odd ids, the guest even ids, each side in increasing
 order, never reused within a session.  Each direction of a stream ends with
@@ -36,13 +28,9 @@ HALF_CLOSE; when both have, the stream is gone.  RESET ends both at once.  Frame
 for a stream that existed but is gone are ignored (they crossed a RESET on the
 wire); frames for a stream that never existed are a protocol error.
 
-*Flow control.*  Each direction of each stream starts with
-:data:`INITIAL_WINDOW` bytes of credit.  :meth:`Connection.send` refuses DATA beyond
-the peer's credit (:class:`FlowControlError`).  Received DATA uses up the peer's
-credit; :meth:`Connection.acknowledge_received_data` gives it back once our consumer
-has taken the bytes (batched into WINDOW frames of at least
-:data:`WINDOW_UPDATE_THRESHOLD` bytes), so a consumer that stops acknowledging stops
-the sender after at most one window.
+*Flow control* (:mod:`vmservice.wire.flow`): each direction of each stream has
+credit; DATA beyond the peer's credit is refused, and received DATA is given
+back as credit once our consumer acknowledged it.
 
 Stdlib only: the guest imports this module.
 """
@@ -51,20 +39,11 @@ from __future__ import annotations
 
 import collections
 import enum
-import os
 from typing import Deque, Optional, Union
 
-from vmservice.wire.errors import (
-    FlowControlError,
-    LocalProtocolError,
-    RemoteProtocolError,
-    ResetCode,
-)
+from vmservice.wire.errors import LocalProtocolError, RemoteProtocolError, ResetCode
 from vmservice.wire.events import (
     NEED_DATA,
-    NO_NONCE,
-    NONCE_SIZE,
-    PROTOCOL_VERSION,
     Data,
     Event,
     HalfClose,
@@ -76,30 +55,14 @@ from vmservice.wire.events import (
     Sentinel,
     WindowUpdate,
 )
-from vmservice.wire.frames import (
-    HEADER_SIZE,
-    HELLO_SIGNATURE,
-    HELLO_SIGNATURE_OFFSET,
-    MAX_PAYLOAD,
-    MAX_STREAM_ID,
-    MAX_WINDOW,
-    decode_frame,
-    encode_event,
-    parse_header,
-)
-
-#: Credit each side has on each new stream, in each direction (256 KiB).  Both sides
-#: must agree: it is part of the protocol, not a setting.
-INITIAL_WINDOW = 256 * 1024
-#: Acknowledged bytes are given back in WINDOW frames of at least this many bytes,
-#: so the peer always keeps three quarters of its window while the consumer keeps up.
-WINDOW_UPDATE_THRESHOLD = INITIAL_WINDOW // 4
+from vmservice.wire.flow import INITIAL_WINDOW, WINDOW_UPDATE_THRESHOLD, StreamState
+from vmservice.wire.frames import HEADER_SIZE, MAX_PAYLOAD, MAX_STREAM_ID, decode_frame, encode_event, parse_header
+from vmservice.wire.handshake import Handshake, new_nonce
+from vmservice.wire.input_buffer import InputBuffer
 
 
 class Role(enum.Enum):
-    """
-    Which end of the channel a :class:`Connection` is.
-    """
+    """Which end of the channel a :class:`Connection` is."""
 
     #: The daemon; opens odd stream ids.
     HOST = "host"
@@ -107,69 +70,29 @@ class Role(enum.Enum):
     GUEST = "guest"
 
 
-class _Stream:
-    """
-    What a connection knows about one open stream.
-
-    :ivar send_open: we may still send DATA.
-    :ivar recv_open: the peer may still send DATA.
-    :ivar send_window: credit we have for sending.
-    :ivar recv_window: credit the peer has for sending to us.
-    :ivar outstanding: bytes received that our consumer has not acknowledged yet.
-    :ivar unsent_credit: bytes acknowledged but not yet given back in a WINDOW frame.
-    """
-
-    __slots__ = ("send_open", "recv_open", "send_window", "recv_window", "outstanding", "unsent_credit")
-
-    def __init__(self) -> None:
-        self.send_open = True
-        self.recv_open = True
-        self.send_window = INITIAL_WINDOW
-        self.recv_window = INITIAL_WINDOW
-        self.outstanding = 0
-        self.unsent_credit = 0
-
-
 class Connection:
     """
     One session of one side of the agent channel.
 
     :param role: which side we are.
-    :param nonce: this session's 8-byte nonce; random unless a test fixes it.
     """
 
     def __init__(self, role: Role, *, nonce: Optional[bytes] = None, peer_nonce: Optional[bytes] = None) -> None:
         """
-        :param nonce: this session's nonce; drawn now (``os.urandom``) by default.
+        :param nonce: this session's 8-byte nonce; drawn now (``os.urandom``) unless a test fixes it.
         :param peer_nonce: the nonce of the peer's session when this session
             replaces one of ours on a link whose peer is known (the guest after
             ``adopt``): our first HELLO echoes it, so the peer is acknowledged in
             one HELLO and the exchange needs no second one from us.
         """
-        if peer_nonce is not None and (len(peer_nonce) != NONCE_SIZE or peer_nonce == NO_NONCE):
-            raise ValueError(f"peer_nonce must be {NONCE_SIZE} bytes, not all zero")
-        if nonce is None:
-            nonce = os.urandom(NONCE_SIZE)
-            while nonce == NO_NONCE:
-                nonce = os.urandom(NONCE_SIZE)
-        if len(nonce) != NONCE_SIZE or nonce == NO_NONCE:
-            raise ValueError(f"nonce must be {NONCE_SIZE} bytes, not all zero")
+        self._handshake = Handshake(new_nonce() if nonce is None else nonce, peer_nonce)
         self.role = role
-        self.nonce = nonce
-        # Input not parsed yet: the chunks as received (never copied together
-        # except around a frame that spans two), the bytes of the first already
-        # consumed, and the unconsumed total.
-        self._chunks: Deque[bytes] = collections.deque()
-        self._offset = 0
-        self._size = 0
+        self.nonce = self._handshake.nonce
+        self._input = InputBuffer()
         self._pending: Deque[Event] = collections.deque()
         self._hunting = True
         self._error: Optional[str] = None
-        self._peer_nonce: Optional[bytes] = peer_nonce
-        self._peer_hello: Optional[Hello] = None
-        self._established = False
-        self._hello_wanted = True
-        self._streams: dict[int, _Stream] = {}
+        self._streams: dict[int, StreamState] = {}
         self._next_local_id = 1 if role is Role.HOST else 2
         self._last_peer_id = 0
 
@@ -177,11 +100,8 @@ class Connection:
 
     @property
     def established(self) -> bool:
-        """
-        Whether the peer's current session has acknowledged ours: streams and pings
-        may flow.
-        """
-        return self._established
+        """Whether the peer's current session has acknowledged ours: streams and pings may flow."""
+        return self._handshake.established
 
     @property
     def hello_wanted(self) -> bool:
@@ -190,21 +110,16 @@ class Connection:
         a peer HELLO that starts a session or does not echo our nonce.  Nothing but
         a HELLO can be sent while this is true.
         """
-        return self._hello_wanted
+        return self._handshake.hello_wanted
 
     @property
     def peer_hello(self) -> Optional[Hello]:
-        """
-        The latest HELLO the peer sent, e.g. for its ``agent_version``; ``None``
-        before the first.
-        """
-        return self._peer_hello
+        """The latest HELLO the peer sent, e.g. for its ``agent_version``; ``None`` before the first."""
+        return self._handshake.peer_hello
 
     @property
     def dead(self) -> bool:
-        """
-        Whether a :class:`RemoteProtocolError` ended this connection.
-        """
+        """Whether a :class:`RemoteProtocolError` ended this connection."""
         return self._error is not None
 
     @property
@@ -214,20 +129,15 @@ class Connection:
         starts with the offending frame; a guest that resynchronises feeds it (minus
         its first byte) to a fresh connection, which hunts for the next HELLO.
         """
-        return self._slice(0, self._size)
+        return self._input.slice(0, self._input.size)
 
     @property
     def open_streams(self) -> frozenset[int]:
-        """
-        The ids of the streams open in at least one direction.
-        """
+        """The ids of the streams open in at least one direction."""
         return frozenset(self._streams)
 
     def is_open(self, stream_id: int) -> bool:
-        """
-        Whether ``stream_id`` is open in at least one direction (cheaper than
-        :attr:`open_streams` for one id).
-        """
+        """Whether ``stream_id`` is open in at least one direction (cheaper than :attr:`open_streams`)."""
         return stream_id in self._streams
 
     def send_window(self, stream_id: int) -> int:
@@ -241,16 +151,12 @@ class Connection:
         return stream.send_window
 
     def can_send(self, stream_id: int) -> bool:
-        """
-        Whether ``stream_id`` is open for our DATA (not half-closed by us, not reset).
-        """
+        """Whether ``stream_id`` is open for our DATA (not half-closed by us, not reset)."""
         stream = self._streams.get(stream_id)
         return stream is not None and stream.send_open
 
     def next_stream_id(self) -> int:
-        """
-        The id the next stream we open should use (not reserved until sent).
-        """
+        """The id the next stream we open should use (not reserved until sent)."""
         if self._next_local_id > MAX_STREAM_ID:
             raise LocalProtocolError("stream ids exhausted; start a new connection")
         return self._next_local_id
@@ -261,7 +167,7 @@ class Connection:
 
         :param agent_version: our software version, shown to the peer.
         """
-        return Hello(self.nonce, self._peer_nonce or NO_NONCE, agent_version)
+        return self._handshake.hello(agent_version)
 
     # -- input ------------------------------------------------------------------------
 
@@ -274,41 +180,7 @@ class Connection:
         :class:`Connection`), so ``b""`` is simply nothing.
         """
         if self._error is None and data:
-            self._chunks.append(bytes(data))
-            self._size += len(data)
-
-    def _slice(self, start: int, end: int) -> bytes:
-        """
-        Unconsumed input from ``start`` to ``end`` (``end <= self._size``), not
-        consumed: one copy, or none when it is a whole received chunk.
-        """
-        chunks = self._chunks
-        if start == end:
-            return b""
-        first = chunks[0]
-        begin, finish = self._offset + start, self._offset + end
-        if finish <= len(first):
-            return first if begin == 0 and finish == len(first) else first[begin:finish]
-        parts = []
-        for chunk in chunks:
-            if begin < len(chunk):
-                parts.append(chunk[begin:finish])
-            begin = max(0, begin - len(chunk))
-            finish -= len(chunk)
-            if finish <= 0:
-                break
-        return b"".join(parts)
-
-    def _discard(self, count: int) -> None:
-        """
-        Consume ``count`` bytes of input (at most ``self._size``).
-        """
-        self._size -= count
-        chunks = self._chunks
-        offset = self._offset + count
-        while chunks and offset >= len(chunks[0]):
-            offset -= len(chunks.popleft())
-        self._offset = offset
+            self._input.append(data)
 
     def next_event(self) -> Union[Event, Sentinel]:
         """
@@ -329,62 +201,38 @@ class Connection:
             raise
 
     def _next_event(self) -> Union[Event, Sentinel]:
+        received = self._input
         while True:
             if self._pending:
                 return self._pending.popleft()
-            if self._hunting and not self._hunt():
+            if self._hunting and not received.hunt_hello():
                 return NEED_DATA
-            if self._size < HEADER_SIZE:
+            if received.size < HEADER_SIZE:
                 return NEED_DATA
-            length, frame_type, flags, stream_id = parse_header(self._slice(0, HEADER_SIZE))
+            length, frame_type, flags, stream_id = parse_header(received.slice(0, HEADER_SIZE))
             end = HEADER_SIZE + length
-            if self._size < end:
+            if received.size < end:
                 return NEED_DATA
-            payload = self._slice(HEADER_SIZE, end)
+            payload = received.slice(HEADER_SIZE, end)
             if self._hunting:
                 try:
                     event = decode_frame(frame_type, flags, stream_id, payload)
                 except RemoteProtocolError:
                     # Garbage that happens to contain the signature: keep looking.
-                    self._discard(1)
+                    received.discard(1)
                     continue
             else:
                 event = decode_frame(frame_type, flags, stream_id, payload)
             self._handle_received(event)
-            self._discard(end)
+            received.discard(end)
             self._hunting = False
 
-    def _hunt(self) -> bool:
-        """
-        Skip input up to the next HELLO frame; return whether one starts the buffer.
-        """
-        # Rare (until the first HELLO): look at all the input as one piece.
-        data = self._slice(0, self._size)
-        self._chunks.clear()
-        self._offset = 0
-        if data:
-            self._chunks.append(data)
-        start = 0
-        while True:
-            at = data.find(HELLO_SIGNATURE, start + HELLO_SIGNATURE_OFFSET)
-            if at < 0:
-                keep = len(HELLO_SIGNATURE) + HELLO_SIGNATURE_OFFSET - 1
-                self._discard(max(0, self._size - keep))
-                return False
-            start = at - HELLO_SIGNATURE_OFFSET
-            if int.from_bytes(data[start : start + 4], "big") <= MAX_PAYLOAD:
-                self._discard(start)
-                return True
-            start += 1
-
     def _handle_received(self, event: Event) -> None:
-        """
-        Apply a decoded event to the connection's state and queue it (or drop it).
-        """
+        """Apply a decoded event to the connection's state and queue it (or drop it)."""
         if isinstance(event, Hello):
             self._received_hello(event)
             return
-        if not self._established:
+        if not self._handshake.established:
             # A frame of a session that has not (yet) acknowledged ours: stale.
             return
         if isinstance(event, (Ping, Pong)):
@@ -399,49 +247,23 @@ class Connection:
                 return
             raise RemoteProtocolError(f"frame for unknown stream {event.stream_id}")
         if isinstance(event, Data):
-            if not stream.recv_open:
-                raise RemoteProtocolError(f"DATA after HALF_CLOSE on stream {event.stream_id}")
-            if len(event.data) > stream.recv_window:
-                raise RemoteProtocolError(
-                    f"DATA beyond the window on stream {event.stream_id}"
-                )
-            stream.recv_window -= len(event.data)
-            stream.outstanding += len(event.data)
+            stream.received_data(len(event.data))
         elif isinstance(event, WindowUpdate):
-            if stream.send_window + event.increment > MAX_WINDOW:
-                raise RemoteProtocolError(f"window overflow on stream {event.stream_id}")
-            stream.send_window += event.increment
+            stream.received_credit(event.increment)
         elif isinstance(event, HalfClose):
-            if not stream.recv_open:
-                raise RemoteProtocolError(f"second HALF_CLOSE on stream {event.stream_id}")
-            stream.recv_open = False
-            self._forget_if_done(event.stream_id, stream)
+            stream.received_half_close()
+            self._forget_if_done(stream)
         elif isinstance(event, Reset):
             del self._streams[event.stream_id]
         self._pending.append(event)
 
     def _received_hello(self, hello: Hello) -> None:
-        if hello.protocol_version != PROTOCOL_VERSION:
-            raise RemoteProtocolError(
-                f"peer speaks protocol version {hello.protocol_version}, "
-                f"not {PROTOCOL_VERSION}"
-            )
-        if hello.nonce != self._peer_nonce:
+        if self._handshake.received(hello):
             # The peer started a session: everything of its old one is gone.
             for stream_id in sorted(self._streams):
-                self._pending.append(
-                    Reset(stream_id, ResetCode.PEER_RESTARTED, "peer restarted")
-                )
+                self._pending.append(Reset(stream_id, ResetCode.PEER_RESTARTED, "peer restarted"))
             self._streams.clear()
             self._last_peer_id = 0
-            self._peer_nonce = hello.nonce
-            self._established = hello.echo == self.nonce
-            self._hello_wanted = True
-        elif hello.echo == self.nonce:
-            self._established = True
-        else:
-            self._hello_wanted = True
-        self._peer_hello = hello
         self._pending.append(hello)
 
     def _received_open(self, event: Open) -> None:
@@ -451,7 +273,7 @@ class Connection:
         if stream_id <= self._last_peer_id:
             raise RemoteProtocolError(f"stream id {stream_id} reused or out of order")
         self._last_peer_id = stream_id
-        self._streams[stream_id] = _Stream()
+        self._streams[stream_id] = StreamState(stream_id)
         self._pending.append(event)
 
     def _is_local_id(self, stream_id: int) -> bool:
@@ -462,9 +284,9 @@ class Connection:
             return stream_id < self._next_local_id
         return stream_id <= self._last_peer_id
 
-    def _forget_if_done(self, stream_id: int, stream: _Stream) -> None:
-        if not (stream.send_open or stream.recv_open):
-            del self._streams[stream_id]
+    def _forget_if_done(self, stream: StreamState) -> None:
+        if stream.done:
+            del self._streams[stream.stream_id]
 
     # -- output -----------------------------------------------------------------------
 
@@ -485,9 +307,9 @@ class Connection:
             raise LocalProtocolError(f"connection is dead: {self._error}")
         if isinstance(event, Hello):
             return self._send_hello(event)
-        if self._hello_wanted:
+        if self._handshake.hello_wanted:
             raise LocalProtocolError("send a HELLO first (hello_wanted)")
-        if not self._established:
+        if not self._handshake.established:
             raise LocalProtocolError("the peer has not acknowledged this session yet")
         if isinstance(event, (Ping, Pong)):
             return encode_event(event)
@@ -498,33 +320,30 @@ class Connection:
             raise LocalProtocolError(f"stream {event.stream_id} is not open")
         if isinstance(event, Data):
             return self._send_data(event, stream)
-        if isinstance(event, WindowUpdate):
-            if stream.recv_window + event.increment > MAX_WINDOW:
-                raise LocalProtocolError(f"window overflow on stream {event.stream_id}")
-            frame = encode_event(event)
-            stream.recv_window += event.increment
-            return frame
-        if isinstance(event, HalfClose):
-            if not stream.send_open:
-                raise LocalProtocolError(f"stream {event.stream_id} already half-closed")
-            frame = encode_event(event)
-            stream.send_open = False
-            self._forget_if_done(event.stream_id, stream)
-            return frame
-        if isinstance(event, Reset):
-            frame = encode_event(event)
-            del self._streams[event.stream_id]
-            return frame
+        if isinstance(event, (WindowUpdate, HalfClose, Reset)):
+            return self._send_stream_frame(event, stream)
         raise LocalProtocolError(f"not an event: {event!r}")
 
+    def _send_stream_frame(self, event: Union[WindowUpdate, HalfClose, Reset], stream: StreamState) -> bytes:
+        """A WINDOW, HALF_CLOSE or RESET of ours: checked, encoded, then applied."""
+        if isinstance(event, WindowUpdate):
+            stream.check_credit(event.increment)
+        elif isinstance(event, HalfClose):
+            stream.check_half_close()
+        frame = encode_event(event)
+        if isinstance(event, WindowUpdate):
+            stream.recv_window += event.increment
+        elif isinstance(event, HalfClose):
+            stream.send_open = False
+            self._forget_if_done(stream)
+        else:
+            del self._streams[event.stream_id]
+        return frame
+
     def _send_hello(self, hello: Hello) -> bytes:
-        expected = self.hello(hello.agent_version)
-        if hello.nonce != expected.nonce or hello.echo != expected.echo:
-            raise LocalProtocolError("HELLO must carry our nonce and echo the peer's")
-        if hello.protocol_version != PROTOCOL_VERSION:
-            raise LocalProtocolError(f"we speak protocol version {PROTOCOL_VERSION}")
+        self._handshake.check_outgoing(hello)
         frame = encode_event(hello)
-        self._hello_wanted = False
+        self._handshake.sent()
         return frame
 
     def _send_open(self, event: Open) -> bytes:
@@ -535,18 +354,12 @@ class Connection:
             raise LocalProtocolError(f"stream id {stream_id} reused or out of order")
         frame = encode_event(event)
         self._next_local_id = stream_id + 2
-        self._streams[stream_id] = _Stream()
+        self._streams[stream_id] = StreamState(stream_id)
         return frame
 
-    def _send_data(self, event: Data, stream: _Stream) -> bytes:
-        if not stream.send_open:
-            raise LocalProtocolError(f"stream {event.stream_id} is half-closed")
+    def _send_data(self, event: Data, stream: StreamState) -> bytes:
         data = event.data
-        if len(data) > stream.send_window:
-            raise FlowControlError(
-                f"{len(data)} bytes exceed the window of {stream.send_window} "
-                f"on stream {event.stream_id}"
-            )
+        stream.check_data(len(data))
         if len(data) <= MAX_PAYLOAD:
             frame = encode_event(event)
         else:
@@ -575,15 +388,8 @@ class Connection:
         stream = self._streams.get(stream_id)
         if stream is None:
             return b""
-        if not 0 <= count <= stream.outstanding:
-            raise LocalProtocolError(
-                f"cannot acknowledge {count} bytes; {stream.outstanding} outstanding"
-            )
-        stream.outstanding -= count
-        if not stream.recv_open:
-            return b""
-        stream.unsent_credit += count
-        if stream.unsent_credit < WINDOW_UPDATE_THRESHOLD:
-            return b""
-        increment, stream.unsent_credit = stream.unsent_credit, 0
-        return self.send(WindowUpdate(stream_id, increment))
+        increment = stream.acknowledge(count)
+        return self.send(WindowUpdate(stream_id, increment)) if increment else b""
+
+
+__all__ = ["INITIAL_WINDOW", "WINDOW_UPDATE_THRESHOLD", "Connection", "Role"]
