@@ -116,6 +116,21 @@ class TemplateStoreTests(SynchronousTestCase):
         self.assertIn("is a symbolic link", str(failure.value))
         self.assertEqual((self.builds.started, os.listdir(elsewhere)), ([], []))
 
+    def test_build_without_files_fails(self) -> None:
+        """A build that ends well but wrote no frozen disk failed: its asks are told, the key is Failed, no files."""
+
+        async def nothing_written(template: Template) -> None:
+            self.builds.started.append(template)
+
+        failure = self.failureResultOf(
+            Deferred.fromCoroutine(self.store.get(KEY, "/img/vmlinux", "/img/initrd", nothing_written)),
+            TemplateUnavailable)
+        self.assertEqual(failure.value.kind, "build_failed")
+        self.assertEqual(self.results, ["failed"])
+        self.assertEqual(os.listdir(os.path.join(self.state_dir, "templates")), [])
+        self.failureResultOf(self.get(), TemplateUnavailable)  # remembered: no second build before the retry
+        self.assertEqual(len(self.builds.started), 1)
+
     def test_failed_build_remembered(self) -> None:
         """A failed build fails every ask with its reason, is counted, leaves no files, and is retried only later."""
         self.builds.fail = "the guest did not answer"

@@ -124,8 +124,12 @@ class TemplateStore:
             if isinstance(result, Failure):
                 self._failed(record, building, result)
                 return
-            os.chmod(template.disk, 0o400)
-            os.chmod(template.device_state, 0o400)
+            try:
+                os.chmod(template.disk, 0o400)
+                os.chmod(template.device_state, 0o400)
+            except OSError as error:  # a build that wrote no files failed, whatever it said
+                self._failed(record, building, Failure(error))
+                return
             record.state.built(template)
             self._records[key] = self._records.pop(key)
             self._on_build("ok")
