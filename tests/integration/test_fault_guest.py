@@ -24,7 +24,8 @@ from typing import Any
 
 from tests.integration.daemon import Daemon, SharedDaemonTestCase, ensure_image
 
-#: Appended to the guest's ``vmservice/guest/agent.py``: ``main`` abuses the channel once.
+#: Appended to the guest's ``vmservice/guest/agent.py``: ``main`` abuses the channel once (importing what
+#: it uses itself: the agent module's own imports are not a stable interface).
 EVIL = '''
 
 _honest_main = main
@@ -32,6 +33,7 @@ _honest_main = main
 
 def main(argv=None):
     import json as _json
+    import os
     try:
         with open("/tmp/evil.json") as _stream:
             how = _json.load(_stream)
@@ -43,7 +45,11 @@ def main(argv=None):
 
 def _abuse(how):
     import json as _json
+    import os
     import select as _select
+    import time
+    from vmservice.guest.loop import Loop
+    from vmservice.guest.servers import wait_for_port
     from vmservice.wire import NEED_DATA, Connection, Hello, Open, Ping, Role
     from vmservice.wire.frames import encode_event
 
