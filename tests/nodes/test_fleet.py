@@ -155,7 +155,7 @@ class FleetTests(SynchronousTestCase):
     def test_logs(self) -> None:
         """logs returns the last N lines with CRLF folded, all of them for 0."""
         self.successResultOf(self.create())
-        logs = lambda hostname, lines: Deferred.fromCoroutine(self.fleet.logs(hostname, lines))
+        logs = lambda hostname, lines: Deferred.fromCoroutine(self.fleet.consoles.tail(hostname, lines))
         text, count = self.successResultOf(logs("demo-1", 2))
         self.assertEqual((text, count), ("line 29\nline 30\n", 2))
         self.assertEqual(self.successResultOf(logs("demo-1", 0))[1], 30)

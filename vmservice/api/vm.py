@@ -111,8 +111,8 @@ class VmApi:
 
     async def logs(self, request: Request, query: LogsQuery, hostname: str) -> bytes:
         if query.lines == 0:
-            return await write_console(request, hostname, self._fleet.console(hostname))
-        content, count = await self._fleet.logs(hostname, query.lines)
+            return await write_console(request, hostname, self._fleet.consoles.stream(hostname))
+        content, count = await self._fleet.consoles.tail(hostname, query.lines)
         return json_body(request, LogsResponse(hostname=hostname, lines=count, content=content))
 
     async def health(self, request: IRequest, query: NoQuery, hostname: str) -> bytes:

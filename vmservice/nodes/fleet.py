@@ -4,7 +4,7 @@ The fleet: every node this daemon owns, as a Twisted service.
 
 :class:`Fleet` is the registry and the facade of the node layer: it starts
 (the start-up recovery, then ``count: N``) and stops (every VM), lists and
-looks up nodes, creates and deletes them, reads their consoles, and hands out
+looks up nodes, creates and deletes them, and hands out
 a running node's guest (:class:`~.guest.IGuest`).  The work is done by the
 modules named after it:
 
@@ -19,7 +19,9 @@ modules named after it:
 - :mod:`.runtime` and :mod:`.phase`: one node at run time, its VM, agent
   connection and phase, and the one teardown path;
 - :mod:`.readiness`: waiting for a guest; :mod:`.addressing`: addresses and
-  networks; :mod:`.console`: the console's tail; :mod:`.paths`: its files.
+  networks; :mod:`.consoles`: reading the consoles (:attr:`Fleet.consoles`);
+  :mod:`.leftovers`: what no node names any more; :mod:`.stopping`: the
+  daemon's stop; :mod:`.paths`: a node's files.
 
 On stop every VM is stopped: ephemeral nodes are removed, persistent ones
 kept ``Stopped``, suspended ones kept as they are.
@@ -28,28 +30,27 @@ kept ``Stopped``, suspended ones kept as they are.
 from __future__ import annotations
 
 import builtins
-import os
 from typing import Callable
 
 from attrs import evolve
 from twisted.application.service import Service
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
 from ..config import HostGroupConfig
 from ..errors import AgentNotConnected, NotFound, Protected
 from ..guestport.guest import AgentHealth, IGuest
 from ..images.store import ImageInfo
 from ..observer import OneShotObserver
-from . import console, fork_memory
 from .admission import Holder
+from .consoles import Consoles
 from .counts import keep_counts
 from .cloning import Cloning
 from .creation import Creation
-from .forking import Forked, Forking, ForkRequest, collect_forks, discard_fork_states
+from .forking import Forked, Forking, ForkRequest
 from .description import NodeDescription, describe
 from .idling import IdleNodes
+from .leftovers import Leftovers
 from .lifecycle import Lifecycle
 from .model import CreateRequest, DeleteResult, NodeRecord, Wait, visible
 from .operation import settled
@@ -57,6 +58,7 @@ from .parts import FleetParts
 from .readiness import AGENT_WAIT, bounded_health, connected_within, settled_within
 from .registry import Registry
 from .runtime import NodeRuntime
+from .secret_sync import secret_changed
 from .snapshots import Snapshots
 from .stats import NodeStats
 from .startup import Startup
@@ -65,10 +67,6 @@ from .tagging import Tagging
 from .transitions import Op, check
 
 log = Logger()
-
-
-def _resync_failed(failure: Failure, hostname: str) -> None:
-    log.error("could not place the secrets of node {hostname} again: {error}", hostname=hostname, error=failure.value)
 
 
 def _noted(node: NodeRuntime, found: list[NodeRuntime]) -> NodeRuntime:
@@ -85,6 +83,7 @@ class Fleet(Service):
     :ivar lifecycle: pause, resume, reboot, shutdown, relaunch.
     :ivar snapshots: suspend and restore.
     :ivar tagging: a node's tags, read and changed.
+    :ivar consoles: the nodes' consoles, read.
     :ivar stats: the statistics of the nodes' guests.
     :ivar events: the nodes' lifecycle events.
     """
@@ -94,12 +93,14 @@ class Fleet(Service):
     def __init__(self, parts: FleetParts) -> None:
         self._parts = parts
         self._registry = Registry()
+        self._leftovers = Leftovers(self._registry, parts)
         self._recovered: OneShotObserver[None] = OneShotObserver()
         self._creation = Creation(self._registry, parts, self._register)
         self._forking = Forking(self._registry, parts, self._register)
         self.lifecycle = Lifecycle(self._registry, parts)
         self.snapshots = Snapshots(self._registry, parts)
         self.tagging = Tagging(self._registry)
+        self.consoles = Consoles(self._registry, parts.config.console_log_size, parts.blocking)
         self._idle = IdleNodes(parts.clock, self._idle_timeout, self._suspend_idle, self.snapshots.wake, parts.on_idle)
         self.stats = NodeStats(self._registry, parts.clock, parts.snapshots, awake=self._awake)
         self.events = parts.events
@@ -112,7 +113,7 @@ class Fleet(Service):
                 for node in self._registry.all()]
 
     def _register(self, record: NodeRecord) -> NodeRuntime:
-        node = NodeRuntime(record, self._parts, self._forgotten, self._collect_copies)
+        node = NodeRuntime(record, self._parts, self._forgotten, self._leftovers.copies)
         self._registry.add(node)
         self._idle.track(record, new=True)  # held until its create or fork answered (or re-tracked at start)
         return node
@@ -121,42 +122,14 @@ class Fleet(Service):
         self._registry.drop(node)
         self._idle.forget(node.hostname)
         Cloning(self._parts).room_freed()
-        if node.record.frozen_disk:
-            self._collect_templates()
-        if node.record.forked_disks:
-            self._collect_forks()
-        if node.record.memory_copies:
-            self._collect_copies()
-
-    def _collect_copies(self) -> None:
-        """Delete the fork memory copies that no node names any more."""
-        fork_memory.collect_copies(self._memory_directory(), fork_memory.kept_files(self._nodes())[1])
-
-    def _memory_directory(self) -> str:
-        return fork_memory.memory_directory(self._parts.config.state_dir, self._parts.config.templates_tmpfs_dir)
-
-    def _nodes(self) -> builtins.list[tuple[NodeRecord, bool]]:
-        return [(node.record, node.machine is not None) for node in self._registry.all()]
-
-    def _collect_forks(self) -> None:
-        """Delete the frozen disks of forks that no node names any more."""
-        collect_forks(self._parts.config.state_dir,
-                      {path for node in self._registry.all() for path in node.record.forked_disks})
-
-    def _collect_templates(self) -> None:
-        """Delete the template files that no template in use and no node needs any more."""
-        templates = self._parts.templates
-        if templates is not None:
-            records = [node.record for node in self._registry.all()]
-            templates.collect({record.frozen_disk for record in records if record.frozen_disk},
-                              {os.path.dirname(record.started_qmp) for record in records if record.started_qmp})
+        self._leftovers.forgotten(node.record)
 
     # -- service ---------------------------------------------------------
 
     def startService(self) -> None:
         super().startService()  # type: ignore[no-untyped-call]  # Twisted's Service is not annotated
         if self._parts.secrets is not None:
-            self._unsubscribe = self._parts.secrets.subscribe(self._secret_changed)
+            self._unsubscribe = self._parts.secrets.subscribe(lambda name: secret_changed(self._registry, name))
         self._parts.driver.start()  # in the background: the recovery does not wait for it
         Deferred.fromCoroutine(self._start()).addBoth(self._recovered.fire)
 
@@ -167,10 +140,7 @@ class Fleet(Service):
             for node in found:
                 if node in self._registry.all():
                     self._idle.track(node.record)  # as recovered (asleep or awake), not held: no create to wait for
-            self._collect_templates()
-            self._collect_forks()
-            discard_fork_states(self._parts.config.state_dir, self._parts.config.templates_tmpfs_dir)
-            fork_memory.sweep(self._memory_directory(), set.union(*fork_memory.kept_files(self._nodes(), forking=False)))
+            self._leftovers.at_start()
             for group in self._parts.config.host_groups:
                 if group.warm:
                     # In the background: creates of the group meanwhile wait for this one build.
@@ -191,7 +161,7 @@ class Fleet(Service):
         super().stopService()  # type: ignore[no-untyped-call]  # Twisted's Service is not annotated
         self._unsubscribe()
         self._idle.stop()
-        return Deferred.fromCoroutine(stop_all(self._registry, self._parts, self._memory_directory()))
+        return Deferred.fromCoroutine(stop_all(self._registry, self._parts, self._leftovers.memory_directory))
 
     # -- queries ---------------------------------------------------------
 
@@ -223,32 +193,6 @@ class Fleet(Service):
     async def describe(self, hostname: str) -> NodeDescription:
         """Everything a user needs to see of node ``hostname``; :class:`NotFound` when there is none."""
         return await describe(self._registry.find(hostname), self._parts)
-
-    async def logs(self, hostname: str, lines: int) -> tuple[str, int]:
-        """
-        The last ``lines`` lines of the node's console (all of it for 0),
-        read off the reactor: never more than ``console_log_size`` bytes.
-
-        :return: the text and the number of lines in it.
-        """
-        path = self._registry.find(hostname).paths.console
-        limit = self._parts.config.console_log_size
-        return await self._parts.blocking(lambda: console.tail(path, lines, limit))
-
-    def console(self, hostname: str) -> console.ConsoleStream:
-        """
-        The node's whole console (at most ``console_log_size`` bytes), to be
-        read piece by piece off the reactor; the caller closes it.
-
-        :raise NotFound: no such node.
-        """
-        path = self._registry.find(hostname).paths.console
-        return console.ConsoleStream(console.ConsoleText(path, self._parts.config.console_log_size),
-                                     self._parts.blocking)
-
-    def consoles(self) -> builtins.list[str]:
-        """The console logs of every node, which the daemon keeps bounded (:mod:`.console_rotation`)."""
-        return [node.paths.console for node in self._registry.all()]
 
     async def guest(self, hostname: str, wait: float = AGENT_WAIT) -> IGuest:
         """
@@ -312,16 +256,6 @@ class Fleet(Service):
     async def _suspend_idle(self, hostname: str) -> bool:
         """The automatic suspend: whether the node now sleeps."""
         return (await self.snapshots.suspend(hostname, automatic=True)).changed
-
-    def _secret_changed(self, name: str) -> None:
-        """A secret was created, changed or deleted: place it again in the running nodes that hold it."""
-        for node in self._registry.all():
-            agent = node.agent
-            if name in node.record.secrets and agent is not None and agent.connected:
-                log.info("placing secret {name} again in node {hostname}", name=name, hostname=node.hostname)
-                Deferred.fromCoroutine(node.provisioning.resync_secrets(agent)).addErrback(
-                    _resync_failed, node.hostname
-                )
 
     # -- create and delete ----------------------------------------------
 

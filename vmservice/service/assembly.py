@@ -191,7 +191,7 @@ def _service_tree(
     fleet.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
     room.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
     # After the fleet: its first round sees the nodes the fleet's start registered.
-    rotation = ConsoleRotation(reactor, fleet.consoles, parts.blocking, config.console_log_size)
+    rotation = ConsoleRotation(reactor, fleet.consoles.paths, parts.blocking, config.console_log_size)
     rotation.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
     if config.stats_interval:
         sampler = SnapshotSampler(reactor, fleet.stats.all, config.stats_interval)
