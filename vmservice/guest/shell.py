@@ -41,7 +41,7 @@ from typing import Any, Mapping, Optional
 from vmservice.guest.children import Child
 from vmservice.guest.streams import GuestStream, StreamHandler
 from vmservice.guest.exec_spec import ExecSpec, build_env, passwd_entry, resolve_cwd, usable_shell
-from vmservice.guest.spawning import exit_status, read_report
+from vmservice.guest.spawning import exit_reporting, exit_status, read_report
 from vmservice.wire.shellframes import (DATA, EXIT, REJECTED, STARTED, WINDOW_SIZE, FrameDecoder, FrameError,
                                         encode_frame, encode_json_frame)
 
@@ -363,10 +363,7 @@ def _child(spec: ExecSpec, env: dict[str, str], directory: str, slave: int, repo
         message = f"{spec.shell}: {e.strerror or e}"
     except BaseException as e:  # noqa: BLE001 - the child must never return
         message = f"{spec.shell}: {e!r}"
-    try:
-        os.write(report, message.encode("utf-8", "replace")[:4000])
-    finally:
-        os._exit(127)
+    exit_reporting(report, message)
 
 
 __all__ = ["KILL_GRACE", "PENDING_HIGH_WATER", "READ_SIZE", "ShellHandler", "set_window_size"]

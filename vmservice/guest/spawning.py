@@ -25,7 +25,7 @@ import errno
 import os
 import signal
 from dataclasses import dataclass
-from typing import Optional
+from typing import NoReturn, Optional
 
 from vmservice.guest.exec_spec import DEFAULT_PATH, ExecSpec, build_env, passwd_entry, resolve_cwd, shell_program
 
@@ -136,6 +136,14 @@ def read_report(fd: int) -> bytes:
     return b"".join(chunks)
 
 
+def exit_reporting(fd: int, message: str) -> NoReturn:
+    """In a forked child whose exec failed: write ``message`` on its report pipe ``fd`` (:func:`read_report`), exit 127."""
+    try:
+        os.write(fd, message.encode("utf-8", "replace")[:4000])
+    finally:
+        os._exit(127)
+
+
 def _fork(
     spec: ExecSpec,
     program: str,
@@ -214,10 +222,7 @@ def _child(
         message = f"{e.errno or 0}:{e.strerror or e}"
     except BaseException as e:  # noqa: BLE001 - the child must never return
         message = f"0:{e!r}"
-    try:
-        os.write(report, message.encode("utf-8", "replace")[:4000])
-    finally:
-        os._exit(127)
+    exit_reporting(report, message)
 
 
 #: Signals the child gets back at their default action: the agent ignores
@@ -289,4 +294,4 @@ def exit_status(status: int) -> tuple[int, Optional[str]]:
     return os.waitstatus_to_exitcode(status), None
 
 
-__all__ = ["CannotStart", "Launch", "Rejected", "exit_status", "prepare", "read_report", "spawn"]
+__all__ = ["CannotStart", "Launch", "Rejected", "exit_reporting", "exit_status", "prepare", "read_report", "spawn"]
