@@ -51,8 +51,21 @@ background exec logs beside their cp download, ``--parts cp`` the copies
 against the ceilings: each part writes its own file, ``channel_PART.json``
 (a file holds one run, never figures of runs merged).
 
+``--before DIR`` (or ``--before-ref REF``, see ``bench/earlier.py``): a
+second daemon runs the earlier checkout's code on its own image, with a node
+like this daemon's, and the parts of the API the restructuring touches are
+measured on both in turn (this daemon's, then the earlier one's, each
+time): exec ``true`` through the API with and without a shell (each round),
+the watch latency, cp upload and download, and the background exec logs
+(with ``--parts cp``, each round's cp).  The raw channel, the agent's own
+exec and the ceilings are no daemon's and are measured once.  The results
+get ``before`` (the earlier daemon's figures, under the same keys) and
+``ratio_after_over_before`` (this checkout's figure over the earlier one's,
+by key) beside the existing keys.
+
     .venv/bin/python bench/channel.py [--rounds 30] [--echo-mib 32] [--cp-mib 1024] [--bg-mib 64]
                                       [--watch-writes 50] [--parts all|watch|background|cp]
+                                      [--before DIR | --before-ref REF] [--before-image-dir DIR]
 """
 
 from __future__ import annotations
@@ -79,6 +92,7 @@ from twisted.web.iweb import UNKNOWN_LENGTH, IBodyProducer  # noqa: E402
 from zope.interface import implementer  # noqa: E402
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image, processes_under  # noqa: E402
+from bench.earlier import Earlier, add_options, from_options, ratios, start_earlier  # noqa: E402
 from bench.limits import channel_ceilings, image_guest, minimal_initramfs  # noqa: E402
 from bench.recording import begin, cpu_seconds, status_kib, write_result  # noqa: E402
 from vmservice.agent.client import AgentClient  # noqa: E402
@@ -93,6 +107,44 @@ OUTPUTS = {"all": "channel.json", "cp": "channel_cp.json", "watch": "channel_wat
            "background": "channel_background.json"}
 #: The node's disk: room for the 1 GiB copy beside the root file system.
 STORAGE = "3G"
+#: The figures ``ratio_after_over_before`` compares, by ``--parts`` (the API paths the restructuring touches).
+COMPARED = {
+    "all": ("exec_true_api_s.p50", "exec_true_no_shell_api_s.p50", "cp.upload_mb_per_s", "cp.download_mb_per_s",
+            "cp.daemon_peak_rss_kib", "background_logs.logs_follow_mb_per_s", "watch.watch_event_s.p50",
+            "watch.watch_exec_echo_s.p50"),
+    "watch": ("watch.watch_event_s.p50", "watch.watch_exec_echo_s.p50"),
+    "background": ("background_logs.logs_follow_mb_per_s", "background_logs.cp_download_mb_per_s"),
+    "cp": ("upload_mb_per_s.median", "download_mb_per_s.median"),
+}
+
+
+def groups(storage: str) -> list[dict[str, Any]]:
+    """The one group of every daemon of this benchmark, its nodes' disk ``storage``."""
+    return [{"name": "demo", "vcpu": 1, "ram_mb": RAM >> 20, "storage_size": storage}]
+
+
+async def started_node(daemon: Daemon) -> None:
+    """Start ``daemon`` and create its node ``demo-1``, until its agent answers."""
+    if daemon.process is None:
+        await deferToThread(daemon.start)
+    await deferToThread(daemon.json, "POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {}, expect=201)
+
+
+async def started_earlier(earlier: Earlier | None, storage: str) -> Daemon | None:
+    """The earlier checkout's daemon with its node ``demo-1`` (``None`` without ``--before``)."""
+    if earlier is None:
+        return None
+    before = await deferToThread(start_earlier, earlier, groups(storage))
+    await started_node(before)
+    return before
+
+
+def compared(earlier: Earlier | None, before: dict[str, Any], after: dict[str, Any], parts: str) -> dict[str, Any]:
+    """The ``before`` and ``ratio_after_over_before`` keys of a result (none without ``--before``)."""
+    if earlier is None:
+        return {}
+    return {"before": {**earlier.record(), **before},
+            "ratio_after_over_before": ratios(after, before, COMPARED[parts])}
 
 
 def percentiles(samples: list[float]) -> dict[str, Any]:
@@ -394,13 +446,14 @@ async def echo_seconds(client: AgentClient, size: int) -> float:
     return time.monotonic() - started
 
 
-async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
-    daemon = Daemon(groups=[{"name": "demo", "vcpu": 1, "ram_mb": RAM >> 20, "storage_size": STORAGE}])
+async def measure(options: argparse.Namespace, workdir: str, earlier: Earlier | None) -> dict[str, Any]:
+    daemon = Daemon(groups=groups(STORAGE))
+    before: Daemon | None = None
     qemu = None
     client = None
     try:
-        await deferToThread(daemon.start)
-        await deferToThread(daemon.json, "POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {}, expect=201)
+        before = await started_earlier(earlier, STORAGE)
+        await started_node(daemon)
         qemu, socket_path = start_bare_guest(workdir)
         client = AgentClient(reactor, socket_path)
         client.start()
@@ -431,14 +484,14 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
             if outcome.exit_code != 0:
                 raise RuntimeError(f"exec /bin/true failed: {outcome}")
 
-        def api_exec() -> float:
+        def api_exec(daemon: Daemon = daemon) -> float:
             started = time.monotonic()
             status, _, body = daemon.request("POST", "/vm/demo-1/exec?cmd=true")
             if status != 200 or b'"exit"' not in body:
                 raise RuntimeError(f"exec through the API failed: {status} {body!r}")
             return time.monotonic() - started
 
-        def api_exec_no_shell() -> float:
+        def api_exec_no_shell(daemon: Daemon = daemon) -> float:
             started = time.monotonic()
             status, _, body = daemon.request("POST", "/vm/demo-1/exec?cmd=/bin/true&shell=")
             if status != 200 or b'"exit_code": 0' not in body.replace(b'"exit_code":0', b'"exit_code": 0'):
@@ -446,8 +499,15 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
             return time.monotonic() - started
 
         await deferToThread(api_exec)  # warm-up
-        api = [await deferToThread(api_exec) for _ in range(options.rounds)]
-        api_no_shell = [await deferToThread(api_exec_no_shell) for _ in range(options.rounds)]
+        daemons = [daemon] if before is None else [daemon, before]
+        if before is not None:
+            await deferToThread(api_exec, before)  # its warm-up
+        # Each round, this daemon's exec then the earlier one's (if any): the load hits both alike.
+        api_rounds = [[await deferToThread(api_exec, d) for d in daemons] for _ in range(options.rounds)]
+        api_no_shell_rounds = [[await deferToThread(api_exec_no_shell, d) for d in daemons]
+                               for _ in range(options.rounds)]
+        api = [pair[0] for pair in api_rounds]
+        api_no_shell = [pair[0] for pair in api_no_shell_rounds]
         floor_dir = os.path.join(workdir, "ceilings")
         os.mkdir(floor_dir)
         image = resolve_image(IMAGE_DIR, "default")
@@ -455,8 +515,12 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
         minimal_initramfs(image, initrd)
         ceilings = await deferToThread(channel_ceilings, image, floor_dir, initrd, options.ceiling_mib, 50)
         watch = await measure_watch(daemon, options.watch_writes)
+        before_watch = await measure_watch(before, options.watch_writes) if before is not None else None
         cp = await deferToThread(measure_cp, daemon, options.cp_mib << 20)
+        before_cp = await deferToThread(measure_cp, before, options.cp_mib << 20) if before is not None else None
         background = await deferToThread(measure_background_logs, daemon, options.bg_mib << 20)
+        before_background = (await deferToThread(measure_background_logs, before, options.bg_mib << 20)
+                             if before is not None else None)
     finally:
         if client is not None:
             await client.stop()
@@ -464,10 +528,19 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
             qemu.kill()
             qemu.wait()
         await deferToThread(daemon.cleanup)
+        if before is not None:
+            await deferToThread(before.cleanup)
     raw = percentiles(pings)
     api_p = percentiles(api)
     api_direct = percentiles(api_no_shell)
-    return {
+    earlier_figures = {
+        "exec_true_api_s": percentiles([pair[-1] for pair in api_rounds]),
+        "exec_true_no_shell_api_s": percentiles([pair[-1] for pair in api_no_shell_rounds]),
+        "cp": before_cp,
+        "background_logs": before_background,
+        "watch": before_watch,
+    }
+    result = {
         "benchmark": "channel",
         "accel": "tcg",
         "rounds": options.rounds,
@@ -490,25 +563,34 @@ async def measure(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
         "background_logs": background,
         "watch": watch,
     }
+    return {**result, **compared(earlier, earlier_figures, result, "all")}
 
 
-async def measure_part(options: argparse.Namespace) -> dict[str, Any]:
+async def measure_part(options: argparse.Namespace, earlier: Earlier | None) -> dict[str, Any]:
     """
     ``--parts watch`` or ``--parts background``: one node of the daemon and
-    that measure alone (the background one beside its cp download).
+    that measure alone (the background one beside its cp download); with
+    ``--before``, then the same on the earlier daemon's node.
     """
     storage = "1G" if options.parts == "watch" else STORAGE
-    daemon = Daemon(groups=[{"name": "demo", "vcpu": 1, "ram_mb": RAM >> 20, "storage_size": storage}])
+    daemon = Daemon(groups=groups(storage))
+    before: Daemon | None = None
+    key = "watch" if options.parts == "watch" else "background_logs"
+    parts: list[dict[str, Any]] = []
     try:
-        await deferToThread(daemon.start)
-        await deferToThread(daemon.json, "POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {}, expect=201)
-        if options.parts == "watch":
-            part = await measure_watch(daemon, options.watch_writes)
-        else:
-            part = await deferToThread(measure_background_logs, daemon, options.bg_mib << 20)
+        before = await started_earlier(earlier, storage)
+        await started_node(daemon)
+        for each in [daemon] if before is None else [daemon, before]:
+            if options.parts == "watch":
+                parts.append(await measure_watch(each, options.watch_writes))
+            else:
+                parts.append(await deferToThread(measure_background_logs, each, options.bg_mib << 20))
     finally:
         await deferToThread(daemon.cleanup)
-    return {"watch" if options.parts == "watch" else "background_logs": part}
+        if before is not None:
+            await deferToThread(before.cleanup)
+    result = {key: parts[0]}
+    return {**result, **compared(earlier, {key: parts[-1]}, result, options.parts)}
 
 
 def measure_node_disk(daemon: Daemon, mib: int) -> dict[str, Any]:
@@ -566,17 +648,20 @@ def _round_ratios(sample: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-async def measure_cp_part(options: argparse.Namespace, workdir: str) -> dict[str, Any]:
+async def measure_cp_part(options: argparse.Namespace, workdir: str, earlier: Earlier | None) -> dict[str, Any]:
     """
     ``--parts cp``: the channel's ceilings, the node's disk and cp each way,
     side by side in one run (``--rounds`` rounds of each in turn; each
-    direction's median round, see :func:`cp_summary`, and every round).
+    direction's median round, see :func:`cp_summary`, and every round); with
+    ``--before``, each round's cp on the earlier daemon's node too.
     """
-    daemon = Daemon(groups=[{"name": "demo", "vcpu": 1, "ram_mb": RAM >> 20, "storage_size": STORAGE}])
+    daemon = Daemon(groups=groups(STORAGE))
+    before: Daemon | None = None
     rounds: list[dict[str, Any]] = []
+    before_cps: list[dict[str, Any]] = []
     try:
-        await deferToThread(daemon.start)
-        await deferToThread(daemon.json, "POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", {}, expect=201)
+        before = await started_earlier(earlier, STORAGE)
+        await started_node(daemon)
         floor_dir = os.path.join(workdir, "ceilings")
         os.mkdir(floor_dir)
         image = resolve_image(IMAGE_DIR, "default")
@@ -589,16 +674,30 @@ async def measure_cp_part(options: argparse.Namespace, workdir: str) -> dict[str
             sample = {"ceilings": ceilings, "node_disk": disk, "cp": cp, "load_average": os.getloadavg()}
             sample["ratios"] = _round_ratios(sample)
             rounds.append(sample)
+            if before is not None:
+                before_cps.append(await deferToThread(measure_cp, before, options.cp_mib << 20))
     finally:
         await deferToThread(daemon.cleanup)
-    return {
+        if before is not None:
+            await deferToThread(before.cleanup)
+    # Each direction's MB/s over the rounds, for the comparison with the earlier daemon's copies (with --before).
+    after = {f"{way}_mb_per_s": median_of([r["cp"][f"{way}_mb_per_s"] for r in rounds])
+             for way in DIRECTIONS} if before_cps else {}
+    before_figures = {f"{way}_mb_per_s": median_of([cp[f"{way}_mb_per_s"] for cp in before_cps])
+                      for way in DIRECTIONS} | {"rounds": before_cps} if before_cps else {}
+    return {**after, **compared(earlier, before_figures, after, "cp"), **{
         "bytes": options.cp_mib << 20,
         "ceiling_bytes": options.ceiling_mib << 20,
         "upload": cp_summary(rounds, "upload"),
         "download": cp_summary(rounds, "download"),
         "target_ratio_cp": 0.8,
         "rounds": rounds,
-    }
+    }}
+
+
+def median_of(samples: list[float]) -> dict[str, Any]:
+    """The median of ``samples`` (``--parts cp``'s copies side by side), with the samples."""
+    return {"median": statistics.median(samples), "samples": samples}
 
 
 #: For each direction of a copy: the channel's ceiling it is held against and the node disk's side.
@@ -643,10 +742,12 @@ def main() -> None:
     parser.add_argument("--parts", choices=tuple(OUTPUTS), default="all")
     parser.add_argument("--output", help="the results file (default bench/results/channel.json, "
                                          "channel_PART.json with --parts)")
+    add_options(parser)
     options = parser.parse_args()
     output = options.output or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                             OUTPUTS[options.parts])
     ensure_image()
+    earlier = from_options(options)
     run_ = begin()
     workdir = tempfile.mkdtemp(prefix="vms-bench-", dir="/tmp")
     outcome: dict[str, Any] = {}
@@ -654,11 +755,11 @@ def main() -> None:
     def run() -> Deferred[None]:
         async def go() -> None:
             if options.parts == "cp":
-                outcome.update(await measure_cp_part(options, workdir))
+                outcome.update(await measure_cp_part(options, workdir, earlier))
             elif options.parts != "all":
-                outcome.update(await measure_part(options))
+                outcome.update(await measure_part(options, earlier))
             else:
-                outcome.update(await measure(options, workdir))
+                outcome.update(await measure(options, workdir, earlier))
 
         d = Deferred.fromCoroutine(go())
         d.addErrback(lambda failure: outcome.update(error=failure))
@@ -671,11 +772,13 @@ def main() -> None:
     if "error" in outcome:
         outcome["error"].raiseException()
     write_result(output, {"benchmark": "channel", "parts": options.parts, **outcome}, run_)
+    if "ratio_after_over_before" in outcome:
+        print(json.dumps({"ratio_after_over_before": outcome["ratio_after_over_before"]}))
     if options.parts == "background":
         print(json.dumps(outcome["background_logs"]))
         return
     if options.parts == "cp":
-        print(json.dumps({k: v for k, v in outcome.items() if k != "rounds"}))
+        print(json.dumps({k: v for k, v in outcome.items() if k not in ("rounds", "before")}))
         return
     watch = {"watch_event_p50": outcome["watch"]["watch_event_s"]["p50"],
              "watch_event_p95": outcome["watch"]["watch_event_s"]["p95"],

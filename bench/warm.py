@@ -24,12 +24,15 @@ Writes medians, samples and the ratios (cold / clone) to
 ``bench/results/warm.json``.  Seconds depend on the host (TCG here); the
 ratios are what to compare across machines.
 
-    .venv/bin/python bench/warm.py [--rounds 5] [--together 4] [--together-rounds 3] [--before DIR]
+    .venv/bin/python bench/warm.py [--rounds 5] [--together 4] [--together-rounds 3]
+                                   [--before DIR | --before-ref REF] [--before-image-dir DIR]
 
 ``--before DIR``: a second daemon runs the code of an earlier checkout
-(``git archive <commit> | tar -x -C DIR``) with a group without spares and
-one with ``warm_spare: true``; its N at once alternate with this daemon's
-in each round (``before`` in the results).
+(``git archive <commit> | tar -x -C DIR``; or ``--before-ref REF``, see
+``bench/earlier.py``) on its own image (``--before-image-dir``) with a group
+without spares and one with ``warm_spare: true``; its N at once alternate
+with this daemon's in each round (``before`` in the results, and
+``ratio_after_over_before``: this daemon's median over the earlier one's).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import Daemon, ensure_image  # noqa: E402
-from bench.earlier import ready_spares, start_daemon  # noqa: E402
+from bench.earlier import add_options, from_options, ratios, ready_spares, start_earlier  # noqa: E402
 from bench.recording import begin, peak_rss, write_result  # noqa: E402
 
 RAM_MB = 256
@@ -198,14 +201,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--together", type=int, default=4)
     parser.add_argument("--together-rounds", type=int, default=3)
-    parser.add_argument("--before", help="an earlier checkout: its daemon's N at once (without spares, with "
-                                         "warm_spare: true) alternate with this one's")
+    add_options(parser)  # the earlier checkout: its daemon's N at once (without spares, with warm_spare: true)
     parser.add_argument("--before-pool", action="store_true",
                         help="the earlier checkout takes warm_spare: N too: its pool's N at once as well")
     parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "warm.json"))
     parser.add_argument("--note", default="", help="what to know about the run, e.g. other VMs on the machine")
     options = parser.parse_args()
     ensure_image()
+    earlier = from_options(options)
     run = begin()
     group = {"vcpu": 1, "ram_mb": RAM_MB, "storage_size": "1G"}
     # The pool's own template (a pool is per template): its disk 8 MiB larger, nothing else differs.
@@ -218,12 +221,11 @@ def main() -> None:
                             {"name": "fmem", "fork_memory": "file", **group}])
     before: Daemon | None = None
     try:
-        if options.before:
-            before = start_daemon([{"name": "warm", "warm": True, "warm_spare": False, **group},
+        if earlier is not None:
+            before = start_earlier(earlier, [{"name": "warm", "warm": True, "warm_spare": False, **group},
                                    {"name": "spare", "warm": True, "warm_spare": True, **group}]
                                   + ([{"name": "pool", "warm": True, "warm_spare": options.together, **group,
-                                       "storage_size": pool_size}] if options.before_pool else []),
-                                  path=options.before)
+                                       "storage_size": pool_size}] if options.before_pool else []))
         daemon.start()
         first_warm, _ = one_at_a_time(daemon, "warm")  # includes the template build
         one_at_a_time(daemon, "cold")  # the page cache, like the template's boot did for the warm group
@@ -349,7 +351,7 @@ def main() -> None:
         },
         "together_rounds_without_ready_spares": spares_missing,
         "before": {
-            "code": options.before,
+            **earlier.record(),
             "clone_together_s": summary(before_clone),
             "spare_clone_together_s": summary(before_spare),
             "pool_clone_together_s": summary(before_pool) if before_pool else None,
@@ -358,7 +360,7 @@ def main() -> None:
             "ratio_before_spare_clone_over_pool_clone_together": statistics.median(before_spare) / statistics.median(
                 pool_together),
             "together_steps_ms": before_steps,
-        } if before is not None else None,
+        } if earlier is not None else None,
         "together_daemon_cpu_s": {
             "without spares (warm_spare: 0)": summary(burst_cpu["warm"]),
             "with a spare (warm_spare: 1)": summary(burst_cpu["spare"]),
@@ -394,12 +396,16 @@ def main() -> None:
         "daemon_peak_rss_bytes": daemon_peak_rss,
         "note": options.note,
     }
+    if earlier is not None:
+        result["ratio_after_over_before"] = ratios(result, result["before"], (
+            "clone_together_s.median", "spare_clone_together_s.median", "pool_clone_together_s.median"))
     write_result(options.output, result, run)
     print(json.dumps({k: result[k] for k in ("accel", "ratio_cold_over_clone", "ratio_clone_over_spare_clone",
                                               "ratio_clone_over_pool_clone_together",
                                               "ratio_cold_over_clone_together",
                                               "fork_of_together_s", "fork_memory_file_of_together_s",
-                                              "clone_pss_bytes_together", "daemon_peak_rss_bytes")}, default=str))
+                                              "clone_pss_bytes_together", "daemon_peak_rss_bytes",
+                                              "ratio_after_over_before") if k in result}, default=str))
 
 
 if __name__ == "__main__":
