@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_config -*-
+# -*- test-case-name: tests.config -*-
 """
 The daemon's configuration: a YAML file with a ``config:`` root, in the shape
 of Slicer's configuration, read into frozen attrs records.

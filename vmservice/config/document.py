@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_config -*-
+# -*- test-case-name: tests.config.test_document -*-
 """
 How the file writes what :class:`~vmservice.config.model.Config` and
 :class:`~vmservice.config.model.HostGroupConfig` mean, where the file's shape

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_config -*-
+# -*- test-case-name: tests.config.test_model -*-
 """
 The configuration as frozen attrs records: :class:`Config` (the whole,
 resolved ``config:`` section) and its parts.

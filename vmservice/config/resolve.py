@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_config -*-
+# -*- test-case-name: tests.config.test_resolve -*-
 """
 Checking and resolving the configuration (step 2 of loading): the
 documents and sections the converter read, checked value by value and

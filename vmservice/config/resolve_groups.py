@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_config -*-
+# -*- test-case-name: tests.config.test_resolve_groups -*-
 """
 Checking and resolving the host groups (step 2 of loading, for
 ``config.host_groups``): names, counts, RAM, storage, inherited keys,
