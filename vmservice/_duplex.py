@@ -20,6 +20,9 @@ parts:
   protocol's ``_responseDeferred``: the parser's Deferred, fired with the
   response once its headers are in, which :class:`DuplexProtocol` passes on
   to a :class:`DuplexBody`.
+
+:class:`WrappedBody`, the request body that passes on another producer's
+bytes, is here too, below the client and the command line that both use it.
 """
 
 from __future__ import annotations
@@ -33,24 +36,23 @@ from twisted.web.client import HTTPConnectionPool, _HTTP11ClientFactory
 from twisted.web.iweb import IBodyProducer, IResponse
 from zope.interface import implementer
 
-__all__ = ["DuplexBody", "DuplexFactory", "DuplexPool", "DuplexProtocol"]
+__all__ = ["DuplexBody", "DuplexFactory", "DuplexPool", "DuplexProtocol", "WrappedBody"]
 
 
 @implementer(IBodyProducer)
-class DuplexBody:
+class WrappedBody:
     """
-    A request body that learns when the response's headers arrive, even while
-    it is still being sent (see :class:`DuplexProtocol`).
+    A request body whose bytes are those of another producer: its length,
+    starting, pausing, resuming and stopping passed on.  The one such
+    wrapper: :class:`DuplexBody` adds the response to it, and
+    :class:`vmservice.cli.progress.Counted` counts the bytes on their way.
 
     :param inner: the producer of the body's bytes.
-    :ivar response: fires with the response once its headers are parsed, when
-        the request went through a :class:`DuplexProtocol`.
     """
 
     def __init__(self, inner: IBodyProducer) -> None:
         self._inner = inner
         self.length = inner.length
-        self.response: Deferred[IResponse] = Deferred()
 
     def startProducing(self, consumer: IConsumer) -> Deferred[None]:
         done: Deferred[None] = self._inner.startProducing(consumer)
@@ -64,6 +66,21 @@ class DuplexBody:
 
     def stopProducing(self) -> None:
         self._inner.stopProducing()
+
+
+class DuplexBody(WrappedBody):
+    """
+    A request body that learns when the response's headers arrive, even while
+    it is still being sent (see :class:`DuplexProtocol`).
+
+    :param inner: the producer of the body's bytes.
+    :ivar response: fires with the response once its headers are parsed, when
+        the request went through a :class:`DuplexProtocol`.
+    """
+
+    def __init__(self, inner: IBodyProducer) -> None:
+        super().__init__(inner)
+        self.response: Deferred[IResponse] = Deferred()
 
 
 class DuplexProtocol(HTTP11ClientProtocol):

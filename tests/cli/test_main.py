@@ -19,7 +19,7 @@ from typing import Any
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.cli.parsing import parse
+from tests.cli.parsing import GrammarCase, parse
 from vmservice.cli import copying
 from vmservice.cli import main as cli
 from vmservice.cli.context import Failed as _Failed
@@ -29,15 +29,7 @@ from vmservice.cli.nodes import create_body
 from vmservice.client import DEFAULT_URL, ExecRecord
 
 
-class ParseTests(SynchronousTestCase):
-    def assertUsageError(self, *argv: str) -> None:
-        stderr = io.StringIO()
-        self.patch(cli.sys, "stderr", stderr)
-        with self.assertRaises(SystemExit) as raised:
-            parse(*argv)
-        self.assertEqual(raised.exception.code, 2)
-        self.assertIn("usage: vmctl", stderr.getvalue())
-
+class ParseTests(GrammarCase):
     def test_defaults(self) -> None:
         """Without options or environment the URL is the default and there is no token."""
         options = parse("list")
@@ -236,13 +228,7 @@ class MainTests(SynchronousTestCase):
         self.assertEqual(cli.sys.stderr.getvalue(), "vmctl: no\n")
 
 
-class ExecFsParseTests(SynchronousTestCase):
-    def assertUsageError(self, *argv: str) -> None:
-        self.patch(cli.sys, "stderr", io.StringIO())
-        with self.assertRaises(SystemExit) as raised:
-            parse(*argv)
-        self.assertEqual(raised.exception.code, 2)
-
+class ExecFsParseTests(GrammarCase):
     def test_exec_words_after_double_dash(self) -> None:
         """Everything after the first -- is the command, verbatim, a later -- included; options go before it."""
         options = parse("exec", "demo-1", "--stdin", "--uid", "5", "--env", "A=1", "--", "echo", "--", "-x")

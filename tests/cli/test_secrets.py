@@ -5,22 +5,10 @@ Tests for :mod:`vmservice.cli.secrets`: ``vmctl secret``'s grammar.
 
 from __future__ import annotations
 
-import io
-
-from twisted.trial.unittest import SynchronousTestCase
-
-from tests.cli.parsing import parse
-from vmservice.cli import main as cli
+from tests.cli.parsing import GrammarCase, parse
 
 
-class SecretParseTests(SynchronousTestCase):
-    def assertUsageError(self, *argv: str) -> None:
-        stderr = io.StringIO()
-        self.patch(cli.sys, "stderr", stderr)
-        with self.assertRaises(SystemExit) as raised:
-            parse(*argv)
-        self.assertEqual(raised.exception.code, 2)
-
+class SecretParseTests(GrammarCase):
     def test_secret_commands(self) -> None:
         """secret create/update take NAME, --file, --mode (sent as four octal digits), --uid, --gid; list and rm."""
         options = parse("secret", "create", "db", "--file", "pw.txt", "--mode", "440", "--uid", "1000", "--gid", "7")

@@ -6,25 +6,12 @@ line before argparse reads it, and ``vmctl describe``'s arguments beside it.
 
 from __future__ import annotations
 
-import io
-
-from twisted.trial.unittest import SynchronousTestCase
-
-from tests.cli.parsing import parse
-from vmservice.cli import main as cli
+from tests.cli.parsing import GrammarCase, parse
 from vmservice.cli.tagging import TagWords, tag_words
 
 
-class TagParseTests(SynchronousTestCase):
+class TagParseTests(GrammarCase):
     """``vmctl describe`` and ``vmctl tag``, whose -TAG words are not options."""
-
-    def assertUsageError(self, *argv: str) -> str:
-        stderr = io.StringIO()
-        self.patch(cli.sys, "stderr", stderr)
-        with self.assertRaises(SystemExit) as raised:
-            parse(*argv)
-        self.assertEqual(raised.exception.code, 2)
-        return stderr.getvalue()
 
     def test_describe(self) -> None:
         """describe takes HOST and --json."""

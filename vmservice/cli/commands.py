@@ -20,7 +20,10 @@ from attrs import frozen
 from ..client import DEFAULT_URL
 from .context import Local, Run
 
-__all__ = ["Command", "CommandGroup", "TOKEN_VARIABLE", "URL_VARIABLE", "add_connection_options", "install"]
+__all__ = [
+    "Command", "CommandGroup", "TOKEN_VARIABLE", "URL_VARIABLE", "add_connection_options", "add_host_and_json", "add_json_option",
+    "install",
+]
 
 #: Environment variable with the daemon's address.
 URL_VARIABLE = "VMSERVICE_URL"
@@ -90,6 +93,17 @@ def add_connection_options(parser: argparse.ArgumentParser, suppress: bool) -> N
                        help=f"the bearer token (default: ${TOKEN_VARIABLE})")
     group.add_argument("--token-file", default=default(None), metavar="PATH",
                        help="read the token from this file, e.g. the daemon's <state_dir>/auth/token")
+
+
+def add_json_option(parser: argparse.ArgumentParser, help: str = "print the JSON answer") -> None:
+    """``--json``: print the answer as JSON (``help`` says what instead); on its own, the arguments of a command."""
+    parser.add_argument("--json", action="store_true", help=help)
+
+
+def add_host_and_json(parser: argparse.ArgumentParser) -> None:
+    """The arguments of a command about one node that can print its answer as JSON: ``HOST`` and ``--json``."""
+    parser.add_argument("hostname", metavar="HOST")
+    add_json_option(parser)
 
 
 def install(commands: "argparse._SubParsersAction[argparse.ArgumentParser]", entry: Command | CommandGroup) -> None:

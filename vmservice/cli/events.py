@@ -11,7 +11,7 @@ import argparse
 from ..client import Client
 from . import output
 from .arguments import duration, non_negative_int, positive_int, uint32
-from .commands import Command
+from .commands import Command, add_json_option
 from .context import Context
 
 __all__ = ["EVENTS", "WATCH"]
@@ -54,7 +54,7 @@ def _watch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debounce", type=duration, metavar="DURATION",
                         help="one event per type and path within this window, e.g. 200ms")
     parser.add_argument("--uid", type=uint32, metavar="N", help="whose home ~ is (daemon default root)")
-    parser.add_argument("--json", action="store_true", help="print each event as one line of JSON")
+    add_json_option(parser, "print each event as one line of JSON")
 
 
 WATCH = Command(
@@ -81,7 +81,7 @@ def _events_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tag", metavar="TAG", help="only events of nodes with this tag")
     parser.add_argument("--since", type=non_negative_int, metavar="ID", default=0,
                         help="only events after this id (default: every event the daemon holds)")
-    parser.add_argument("--json", action="store_true", help="print each event as one line of JSON")
+    add_json_option(parser, "print each event as one line of JSON")
 
 
 EVENTS = Command("events", "print the nodes' lifecycle events the daemon holds, one line each; with "

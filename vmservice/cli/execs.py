@@ -14,7 +14,7 @@ from typing import Callable, TextIO
 from ..client import Client, ExecOptions, ExecRecord
 from . import output
 from .arguments import env, mode, non_negative_int, size, uint32
-from .commands import Command
+from .commands import Command, add_host_and_json
 from .context import Context, Failed
 
 __all__ = ["EXEC", "KILL", "LOGS", "PS", "exit_status"]
@@ -42,6 +42,27 @@ def _binary_writer(stream: TextIO) -> Callable[[bytes], None]:
         stream.flush()
 
     return write_text
+
+
+def _output_writer(
+    context: Context, otherwise: Callable[[ExecRecord], None] | None = None
+) -> Callable[[ExecRecord], None]:
+    """
+    Write a command's output as its records come, stdout to ``context.out``
+    and stderr to ``context.err`` (see :func:`_binary_writer`); a record
+    that is not output goes to ``otherwise``, if given.
+    """
+    write_out, write_err = _binary_writer(context.out), _binary_writer(context.err)
+
+    def write(record: ExecRecord) -> None:
+        if record.type == "stdout":
+            write_out(record.data)
+        elif record.type == "stderr":
+            write_err(record.data)
+        elif otherwise is not None:
+            otherwise(record)
+
+    return write
 
 
 def exit_status(record: ExecRecord) -> int:
@@ -72,20 +93,15 @@ async def _logs(client: Client, options: argparse.Namespace, context: Context) -
 
 async def _exec_logs(client: Client, options: argparse.Namespace, context: Context) -> int:
     """``vmctl logs HOST EXEC_ID``: a background exec's output, stdout here and stderr to stderr."""
-    write_out, write_err = _binary_writer(context.out), _binary_writer(context.err)
 
-    def on_record(record: ExecRecord) -> None:
-        if record.type == "stdout":
-            write_out(record.data)
-        elif record.type == "stderr":
-            write_err(record.data)
-        elif record.type == "gap":
+    def on_other(record: ExecRecord) -> None:
+        if record.type == "gap":
             context.err.write(f"vmctl: {record.message or 'output was dropped'}\n")
         elif record.type == "error":
             context.err.write(f"vmctl: {record.error}\n")
 
-    await client.exec_logs(options.hostname, options.exec_id, on_record=on_record, from_id=options.from_id,
-                           follow=options.follow)
+    await client.exec_logs(options.hostname, options.exec_id, on_record=_output_writer(context, on_other),
+                           from_id=options.from_id, follow=options.follow)
     return 0
 
 
@@ -113,14 +129,7 @@ async def _exec(client: Client, options: argparse.Namespace, context: Context) -
         raise Failed("--ring-bytes needs --background")
     if options.stdin and context.stdin is None:
         raise Failed("--stdin: there is no stdin to read")
-    write_out, write_err = _binary_writer(context.out), _binary_writer(context.err)
-
-    def on_record(record: ExecRecord) -> None:
-        if record.type == "stdout":
-            write_out(record.data)
-        elif record.type == "stderr":
-            write_err(record.data)
-
+    on_record = _output_writer(context)
     cmd, *args = options.words
     last = await client.exec(
         options.hostname, cmd, args, _exec_options(options), on_record=on_record,
@@ -178,18 +187,11 @@ EXEC = Command("exec", "run a command in a node; exit with its exit status", _ex
 async def _ps(client: Client, options: argparse.Namespace, context: Context) -> int:
     """``vmctl ps``: list a node's background execs."""
     execs = await client.background_execs(options.hostname)
-    context.out.write(output.format_json(execs) if options.json
-                      else output.format_table(output.EXEC_HEADERS, output.exec_rows(execs)))
+    context.out.write(output.format_listing(execs, options.json, output.EXEC_HEADERS, output.exec_rows))
     return 0
 
 
-def _ps_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``vmctl ps``."""
-    parser.add_argument("hostname", metavar="HOST")
-    parser.add_argument("--json", action="store_true", help="print the JSON answer")
-
-
-PS = Command("ps", "list a node's background execs", _ps_arguments, _ps)
+PS = Command("ps", "list a node's background execs", add_host_and_json, _ps)
 
 
 async def _kill(client: Client, options: argparse.Namespace, context: Context) -> int:

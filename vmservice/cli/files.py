@@ -11,7 +11,7 @@ import argparse
 from ..client import Client
 from . import copying, output
 from .arguments import mode, uint32
-from .commands import Command, CommandGroup
+from .commands import Command, CommandGroup, add_json_option
 from .context import Context, Failed
 
 __all__ = ["CP", "FS"]
@@ -48,8 +48,7 @@ CP = Command("cp", "copy a file or directory between here and a node (one side i
 async def _fs_ls(client: Client, options: argparse.Namespace, context: Context) -> int:
     """``vmctl fs ls``: list a directory in a node."""
     entries = await client.readdir(options.hostname, options.path)
-    context.out.write(output.format_json(entries) if options.json
-                      else output.format_table(output.FS_HEADERS, output.entry_rows(entries)))
+    context.out.write(output.format_listing(entries, options.json, output.FS_HEADERS, output.entry_rows))
     return 0
 
 
@@ -80,7 +79,7 @@ def _fs_arguments(parser: argparse.ArgumentParser) -> None:
 def _ls_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl fs ls``."""
     _fs_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print the JSON answer")
+    add_json_option(parser)
 
 
 def _mkdir_arguments(parser: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ from typing import TextIO
 
 from ..client import Client
 from . import output
-from .commands import Command, CommandGroup
+from .commands import Command, CommandGroup, add_json_option
 from .context import Context, Failed
 
 __all__ = ["IMAGE"]
@@ -22,8 +22,7 @@ async def _image_list(client: Client, options: argparse.Namespace, context: Cont
     """``vmctl image list``: list the images the daemon can make nodes from."""
     out = context.out
     images = await client.images()
-    out.write(output.format_json(images) if options.json
-              else output.format_table(output.IMAGE_HEADERS, output.image_rows(images)))
+    out.write(output.format_listing(images, options.json, output.IMAGE_HEADERS, output.image_rows))
     return 0
 
 
@@ -77,11 +76,6 @@ def _build_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="rebuild even if an up-to-date build exists")
 
 
-def _list_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``vmctl image list``."""
-    parser.add_argument("--json", action="store_true", help="print the JSON answer")
-
-
 def _import_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl image import``."""
     _image_dir_argument(parser)
@@ -94,7 +88,7 @@ def _import_arguments(parser: argparse.ArgumentParser) -> None:
 IMAGE = CommandGroup("image", "guest images on this machine", "Guest images on this machine.", "image_command", (
     Command("build", "build a guest image unless it is up to date", _build_arguments, None, _image_build,
             description="Build a guest image unless it is up to date.", connection=False),
-    Command("list", "list the images the daemon can make nodes from", _list_arguments, _image_list,
+    Command("list", "list the images the daemon can make nodes from", add_json_option, _image_list,
             description="List the images the daemon can make nodes from."),
     Command("import", "make a guest image of an OCI image layout or a docker save tar file", _import_arguments, None,
             _image_import, connection=False,

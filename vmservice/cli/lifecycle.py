@@ -12,7 +12,7 @@ from typing import TextIO
 from ..client import Client
 from . import output
 from .arguments import duration
-from .commands import Command
+from .commands import Command, add_json_option
 from .context import Context
 
 __all__ = ["COMMANDS"]
@@ -97,7 +97,7 @@ def _fork_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("hostname", metavar="NODE")
     parser.add_argument("-n", "--count", type=int, default=1, help="how many new nodes (1 to 8; default 1)")
     parser.add_argument("--tag", action="append", dest="tags", metavar="T", help="a tag of the new nodes (repeat for more)")
-    parser.add_argument("--json", action="store_true", help="print the JSON answer instead of the hostnames")
+    add_json_option(parser, "print the JSON answer instead of the hostnames")
 
 
 FORK = Command("fork", "fork a running node into new nodes and print their hostnames", _fork_arguments, _fork)
@@ -117,7 +117,7 @@ def _relaunch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wait", choices=("agent",), help="answer only once the node's guest agent answers")
     parser.add_argument("--timeout", type=duration, metavar="DURATION",
                         help="how long --wait may take, e.g. 2m")
-    parser.add_argument("--json", action="store_true", help="print the JSON answer instead of the hostname")
+    add_json_option(parser, "print the JSON answer instead of the hostname")
 
 
 RELAUNCH = Command("relaunch", "start a node's VM again and print its hostname", _relaunch_arguments, _relaunch)

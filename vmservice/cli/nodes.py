@@ -14,7 +14,7 @@ from typing import Any
 from ..client import ApiError, Client
 from . import listings, output
 from .arguments import duration, positive_int, size
-from .commands import Command
+from .commands import Command, add_host_and_json, add_json_option
 from .context import Context, Failed
 
 __all__ = ["CREATE", "DELETE", "DESCRIBE", "GROUPS", "HEALTH", "INFO", "LIST", "create_body"]
@@ -28,37 +28,25 @@ async def _info(client: Client, options: argparse.Namespace, context: Context) -
     return 0
 
 
-def _info_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``vmctl info``."""
-    parser.add_argument("--json", action="store_true", help="print the JSON answer")
-
-
-INFO = Command("info", "show the daemon's version", _info_arguments, _info)
+INFO = Command("info", "show the daemon's version", add_json_option, _info)
 
 
 async def _groups(client: Client, options: argparse.Namespace, context: Context) -> int:
     """``vmctl groups``: list the host groups."""
     out = context.out
     groups = await client.hostgroups()
-    out.write(output.format_json(groups) if options.json
-              else output.format_table(output.GROUP_HEADERS, output.group_rows(groups)))
+    out.write(output.format_listing(groups, options.json, output.GROUP_HEADERS, output.group_rows))
     return 0
 
 
-def _groups_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``vmctl groups``."""
-    parser.add_argument("--json", action="store_true", help="print the JSON answer")
-
-
-GROUPS = Command("groups", "list the host groups", _groups_arguments, _groups)
+GROUPS = Command("groups", "list the host groups", add_json_option, _groups)
 
 
 async def _list(client: Client, options: argparse.Namespace, context: Context) -> int:
     """``vmctl list``: list nodes, of all groups or of GROUP."""
     out = context.out
     nodes = await client.nodes(options.group, tag=options.tag, tag_prefix=options.tag_prefix)
-    out.write(output.format_json(nodes) if options.json
-              else output.format_table(output.NODE_HEADERS, output.node_rows(nodes)))
+    out.write(output.format_listing(nodes, options.json, output.NODE_HEADERS, output.node_rows))
     return 0
 
 
@@ -68,7 +56,7 @@ def _list_arguments(parser: argparse.ArgumentParser) -> None:
     match = parser.add_mutually_exclusive_group()
     match.add_argument("--tag", metavar="T", help="only nodes with this exact tag")
     match.add_argument("--tag-prefix", metavar="P", help="only nodes with a tag starting with P")
-    parser.add_argument("--json", action="store_true", help="print the JSON answer")
+    add_json_option(parser)
 
 
 LIST = Command("list", "list nodes, of all groups or of GROUP", _list_arguments, _list)
@@ -158,7 +146,7 @@ def _create_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pass N of the group's GPUs through to the node")
     parser.add_argument("--pci-device", action="append", dest="pci_devices", metavar="ADDRESS",
                         help="pass the host's PCI device ADDRESS (0000:01:00.0) through to the node (repeat for more)")
-    parser.add_argument("--json", action="store_true", help="print the JSON answer instead of the hostname")
+    add_json_option(parser, "print the JSON answer instead of the hostname")
 
 
 CREATE = Command("create", "create a node in GROUP and print its hostname", _create_arguments, _create)
@@ -190,14 +178,8 @@ async def _describe(client: Client, options: argparse.Namespace, context: Contex
     return 0
 
 
-def _describe_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``vmctl describe``."""
-    parser.add_argument("hostname", metavar="HOST")
-    parser.add_argument("--json", action="store_true", help="print the JSON answer")
-
-
 DESCRIBE = Command(
-    "describe", "describe a node: its resources, storage, image, network and state", _describe_arguments, _describe
+    "describe", "describe a node: its resources, storage, image, network and state", add_host_and_json, _describe
 )
 
 
@@ -220,7 +202,7 @@ async def _health(client: Client, options: argparse.Namespace, context: Context)
 def _health_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl health``."""
     parser.add_argument("hostname", metavar="HOSTNAME")
-    parser.add_argument("--json", action="store_true", help="print the JSON answer")
+    add_json_option(parser)
 
 
 HEALTH = Command("health", "ask a node's guest agent; exit 0 if it answers, 1 otherwise", _health_arguments, _health)

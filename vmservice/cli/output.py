@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from ..client import ApiError
 
@@ -68,6 +68,20 @@ def format_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in table]
     return "\n".join(lines) + "\n"
+
+
+def format_listing(
+    answer: list[dict[str, Any]],
+    as_json: bool,
+    headers: Sequence[str],
+    rows: Callable[[Iterable[dict[str, Any]]], list[list[str]]],
+) -> str:
+    """
+    A listing as ``vmctl`` prints it: the JSON answer with ``--json``
+    (:func:`format_json`), else a table of ``headers`` whose cells ``rows``
+    makes (:func:`format_table`).
+    """
+    return format_json(answer) if as_json else format_table(headers, rows(answer))
 
 
 def human_size(size: int) -> str:

@@ -14,6 +14,7 @@ from twisted.internet.interfaces import IConsumer, IProducer, IReactorTime
 from twisted.web.iweb import IBodyProducer
 from zope.interface import implementer
 
+from .._duplex import WrappedBody
 from . import output
 
 __all__ = ["Counted", "PROGRESS_INTERVAL", "Progress"]
@@ -89,24 +90,12 @@ class _CountingConsumer:
         self._consumer.unregisterProducer()
 
 
-@implementer(IBodyProducer)
-class Counted:
+class Counted(WrappedBody):
     """A body producer whose bytes are counted on their way to the connection."""
 
     def __init__(self, inner: IBodyProducer, count: Callable[[int], None]) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._count = count
-        self.length = inner.length
 
     def startProducing(self, consumer: IConsumer) -> Deferred[None]:
-        done: Deferred[None] = self._inner.startProducing(_CountingConsumer(consumer, self._count))
-        return done
-
-    def pauseProducing(self) -> None:
-        self._inner.pauseProducing()
-
-    def resumeProducing(self) -> None:
-        self._inner.resumeProducing()
-
-    def stopProducing(self) -> None:
-        self._inner.stopProducing()
+        return super().startProducing(_CountingConsumer(consumer, self._count))

@@ -14,7 +14,7 @@ from ..client import Client
 from ..client.secrets import MAX_SECRET_SIZE
 from . import output
 from .arguments import mode, uint32
-from .commands import Command, CommandGroup
+from .commands import Command, CommandGroup, add_json_option
 from .context import Context, Failed
 
 __all__ = ["SECRET"]
@@ -49,8 +49,7 @@ def _secret_content(options: argparse.Namespace, context: Context) -> bytes:
 async def _secret_list(client: Client, options: argparse.Namespace, context: Context) -> int:
     """``vmctl secret list``: list the secrets (metadata only)."""
     secrets = await client.secrets()
-    context.out.write(output.format_json(secrets) if options.json
-                      else output.format_table(output.SECRET_HEADERS, output.secret_rows(secrets)))
+    context.out.write(output.format_listing(secrets, options.json, output.SECRET_HEADERS, output.secret_rows))
     return 0
 
 
@@ -82,11 +81,6 @@ def _name_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME")
 
 
-def _list_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``vmctl secret list``."""
-    parser.add_argument("--json", action="store_true", help="print the JSON answer")
-
-
 def _stored_arguments(defaults: bool) -> Callable[[argparse.ArgumentParser], None]:
     """The arguments of ``vmctl secret create`` (``defaults``: the daemon's defaults said) and ``update``."""
 
@@ -108,7 +102,7 @@ SECRET = CommandGroup(
     "secret", "the daemon's secrets store (content from a file or stdin)",
     "The daemon's secrets store.  Content is read from a file or from standard input, never from the command line.",
     "secret_command", (
-        Command("list", "list the secrets (metadata only)", _list_arguments, _secret_list),
+        Command("list", "list the secrets (metadata only)", add_json_option, _secret_list),
         Command("create", "store a new secret NAME, read from --file or standard input", _stored_arguments(True),
                 _secret_create),
         Command("update", "change secret NAME: its content (--file, or standard input when no other option is "

@@ -18,7 +18,7 @@ from twisted.internet.task import deferLater
 from ..client import Client
 from . import output
 from .arguments import positive_float, positive_int
-from .commands import Command
+from .commands import Command, add_json_option
 from .context import Context
 
 __all__ = ["STATS", "TOP"]
@@ -37,7 +37,7 @@ async def _stats(client: Client, options: argparse.Namespace, context: Context) 
 def _stats_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl stats``."""
     parser.add_argument("hostname", nargs="?", metavar="NODE", help="only this node")
-    parser.add_argument("--json", action="store_true", help="print the JSON answer")
+    add_json_option(parser)
 
 
 STATS = Command("stats", "show the statistics of every node's guest, or of NODE", _stats_arguments, _stats)

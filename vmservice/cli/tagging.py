@@ -14,7 +14,7 @@ from attrs import frozen
 
 from ..client import Client
 from . import output
-from .commands import Command
+from .commands import Command, add_host_and_json
 from .context import Context
 
 __all__ = ["TAG", "TagWords", "VALUE_OPTIONS", "tag_words", "take_tag_edits"]
@@ -137,12 +137,6 @@ async def _tag(client: Client, options: argparse.Namespace, context: Context) ->
     return 0
 
 
-def _tag_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``vmctl tag``."""
-    parser.add_argument("hostname", metavar="HOST")
-    parser.add_argument("--json", action="store_true", help="print the JSON answer")
-
-
 TAG = Command(
-    "tag", "show or change a node's tags: +TAG adds, -TAG removes, =TAG... replaces all", _tag_arguments, _tag
+    "tag", "show or change a node's tags: +TAG adds, -TAG removes, =TAG... replaces all", add_host_and_json, _tag
 )

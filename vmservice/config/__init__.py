@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_config -*-
+# -*- test-case-name: tests.config -*-
 """
 The daemon's configuration: a YAML file with a ``config:`` root, in the shape
 of Slicer's configuration, read into frozen attrs records.
@@ -10,7 +10,9 @@ Loading happens in two steps, so that each step does one job:
    key: the sections the file writes as the public records hold them are read
    straight into those records (:mod:`~vmservice.config.model`, each field
    declared once), the root and the host groups into the documents of
-   :mod:`~vmservice.config.document`.  Unknown keys are refused
+   :mod:`~vmservice.config.document` (the keys they share with
+   :class:`Config` and :class:`HostGroupConfig` declared once, in
+   :mod:`~vmservice.config.model`).  Unknown keys are refused
    (``forbid_extra_keys``), a string is never coerced into an integer and a
    boolean must be a YAML boolean. cattrs reports every problem as an
    exception group with notes naming the attribute or list index; we walk that
@@ -30,46 +32,19 @@ and exits with status 1.
 
 This package offers the records, :class:`ConfigError`, the entry points
 (:mod:`~vmservice.config.load`), sizes (:mod:`~vmservice.config.units`) and
-the defaults and bounds (:mod:`~vmservice.config.defaults`).
+the defaults and bounds that other parts of the daemon share (the others are
+read from :mod:`~vmservice.config.defaults` itself).
 """
 
 from .defaults import (
-    ACCELERATORS,
-    DEFAULT_AUDIT_KEEP,
-    DEFAULT_AUDIT_MAX_SIZE,
     DEFAULT_BACKGROUND_EXECS_PER_NODE,
     DEFAULT_CODEHOST_TIMEOUT,
-    DEFAULT_CODEHOST_URL,
-    DEFAULT_CONSOLE_LOG_SIZE,
     DEFAULT_IMAGE_DIR,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_PEER,
-    DEFAULT_RAM_BYTES,
-    DEFAULT_STATE_DIR,
-    DEFAULT_STATS_INTERVAL,
-    DEFAULT_STORAGE_SIZE,
-    DEFAULT_TCG_TB_SIZE_MB,
-    DEFAULT_TEMPLATES_TMPFS_BUDGET,
-    DEFAULT_TEMPLATES_TMPFS_DIR,
-    DEFAULT_VM_OVERHEAD,
-    FORK_MEMORY_KINDS,
-    HYPERVISORS,
-    IMAGE_DIR_ENVIRONMENT,
     ISOLATED_SLOT_PREFIX,
-    MAX_AUDIT_KEEP,
     MAX_BACKGROUND_EXECS_PER_NODE,
-    MAX_BOOT_CONCURRENCY,
-    MAX_CODEHOST_TIMEOUT,
-    MAX_CONNECTIONS,
-    MAX_CONSOLE_LOG_SIZE,
-    MAX_STATS_INTERVAL,
-    MAX_TCG_TB_SIZE_MB,
     MAX_USERDATA,
-    MAX_WARM_SPARE,
-    MIN_CONSOLE_LOG_SIZE,
-    MIN_IDLE_SUSPEND,
-    NETWORK_MODES,
-    STORAGE_KINDS,
 )
 from .error import ConfigError
 from .load import load_config, parse_config
@@ -86,42 +61,14 @@ from .model import (
 from .units import GiB, KiB, MiB, TiB, format_size, parse_size
 
 __all__ = [
-    "ACCELERATORS",
-    "DEFAULT_AUDIT_KEEP",
-    "DEFAULT_AUDIT_MAX_SIZE",
     "DEFAULT_BACKGROUND_EXECS_PER_NODE",
     "DEFAULT_CODEHOST_TIMEOUT",
-    "DEFAULT_CODEHOST_URL",
-    "DEFAULT_CONSOLE_LOG_SIZE",
     "DEFAULT_IMAGE_DIR",
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_MAX_CONNECTIONS_PER_PEER",
-    "DEFAULT_RAM_BYTES",
-    "DEFAULT_STATE_DIR",
-    "DEFAULT_STATS_INTERVAL",
-    "DEFAULT_STORAGE_SIZE",
-    "DEFAULT_TCG_TB_SIZE_MB",
-    "DEFAULT_TEMPLATES_TMPFS_BUDGET",
-    "DEFAULT_TEMPLATES_TMPFS_DIR",
-    "DEFAULT_VM_OVERHEAD",
-    "FORK_MEMORY_KINDS",
-    "HYPERVISORS",
-    "IMAGE_DIR_ENVIRONMENT",
     "ISOLATED_SLOT_PREFIX",
-    "MAX_AUDIT_KEEP",
     "MAX_BACKGROUND_EXECS_PER_NODE",
-    "MAX_BOOT_CONCURRENCY",
-    "MAX_CODEHOST_TIMEOUT",
-    "MAX_CONNECTIONS",
-    "MAX_CONSOLE_LOG_SIZE",
-    "MAX_STATS_INTERVAL",
-    "MAX_TCG_TB_SIZE_MB",
     "MAX_USERDATA",
-    "MAX_WARM_SPARE",
-    "MIN_CONSOLE_LOG_SIZE",
-    "MIN_IDLE_SUSPEND",
-    "NETWORK_MODES",
-    "STORAGE_KINDS",
     "AdmissionConfig",
     "ApiConfig",
     "AuditConfig",

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_config -*-
+# -*- test-case-name: tests.config.test_checks -*-
 """
 :class:`Checks`: what the resolvers of the configuration share (a problem
 located at its key and line, a value not empty, one of a list).

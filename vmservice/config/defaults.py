@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_config -*-
+# -*- test-case-name: tests.config.test_defaults -*-
 """
 The configuration's defaults and bounds: what a key means when the file
 leaves it out, and the least and most it may say.

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_config -*-
+# -*- test-case-name: tests.config.test_error -*-
 """
 :class:`ConfigError`: the one error of a configuration that cannot be used,
 one line naming the key and what is wrong, with the line of the file.

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_config -*-
+# -*- test-case-name: tests.config.test_load -*-
 """
 Loading the configuration: :func:`load_config` reads the file,
 :func:`parse_config` its text, in two steps (see :mod:`vmservice.config`).

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_config -*-
+# -*- test-case-name: tests.config.test_model -*-
 """
 The configuration as frozen attrs records: :class:`Config` (the whole,
 resolved ``config:`` section) and its parts.
@@ -9,8 +9,11 @@ straight into these records, so each of their keys is declared once, here;
 a field's type says how the file writes it (:data:`~vmservice.config.values.Size`
 is an ``int`` written as ``2G`` or bytes).  :class:`HostGroupConfig` and
 :class:`Config` are what the file means once resolved (inherited keys
-filled in, RAM in bytes, durations in seconds); how the file writes those
-is :mod:`vmservice.config.document`.
+filled in, RAM in bytes, durations in seconds); the keys the file writes as
+they hold them are declared once too, in :class:`GroupKeys` and
+:class:`RootKeys`, which the file's documents
+(:mod:`vmservice.config.document`) share, adding only the keys the file
+writes otherwise.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from .defaults import (
     DEFAULT_TEMPLATES_TMPFS_DIR,
     DEFAULT_VM_OVERHEAD,
 )
-from .values import Size
+from .values import PciText, Size, SpareCount
 
 
 def _quote_endpoint_argument(argument: str) -> str:
@@ -152,25 +155,19 @@ class NetworkConfig:
 
 
 @attrs.frozen(kw_only=True)
-class HostGroupConfig:
+class GroupKeys:
     """
-    One entry of ``config.host_groups``: the template of a group's nodes.
-
-    All inheritance is resolved: ``image``, ``hypervisor`` and
-    ``graceful_shutdown`` hold the group's own value or the top-level one.
+    The keys of an entry of ``config.host_groups`` that the file writes as
+    :class:`HostGroupConfig` holds them, declared once for the record and for
+    the file's document (:class:`~vmservice.config.document.GroupDocument`).
 
     :ivar name: The group name, also the hostname prefix (``<name>-<n>``).
     :ivar count: How many nodes the daemon keeps running; 0 means nodes are
         only created through the API.
     :ivar vcpu: Virtual CPUs per node (at least 1).
-    :ivar ram_bytes: Guest memory in bytes, a whole number of MiB.
     :ivar storage: How disks are made; only ``image`` (a copy of the image's
         root file system grown to ``storage_size``) for now.
     :ivar storage_size: Disk size of each node in bytes.
-    :ivar image: The guest image name.
-    :ivar hypervisor: The hypervisor driver; only ``qemu`` for now.
-    :ivar graceful_shutdown: Ask the guest to shut down (rather than killing
-        it) when a node is stopped.
     :ivar persistent: Keep a node's disk across relaunches and daemon restarts.
     :ivar network: The network section, or ``None`` when absent.
     :ivar userdata: A shell script run at the first boot of each node of the
@@ -179,15 +176,12 @@ class HostGroupConfig:
         hands out to the group's nodes, in this order.
     :ivar warm: Start the group's nodes as clones of a template booted once
         (see ``docs/warm-start.md``) instead of booting each.
+    :ivar max_nodes: The most nodes the group may have at once (whatever
+        their status); ``None`` for no limit.
     :ivar warm_spare: How many spare VMs of a warm group's template to keep
         started and waiting (0 to :data:`MAX_WARM_SPARE`; the file's ``true``
         is 1, ``false`` 0), so as many creates at once only load and adopt
         (``docs/warm-start.md``).
-    :ivar max_nodes: The most nodes the group may have at once (whatever
-        their status); ``None`` for no limit.
-    :ivar idle_suspend: Seconds a node may go without API activity before it
-        is suspended to disk automatically (and woken by the next request
-        that needs its guest); ``None``: never (see ``docs/lifecycle.md``).
     :ivar fork_memory: How a fork gets a node's memory: ``copy`` (its
         memory is QEMU's own; each child loads the whole saved state) or
         ``file`` (its memory is a file in ``templates_tmpfs_dir`` from its
@@ -201,22 +195,43 @@ class HostGroupConfig:
     name: str
     count: int = 0
     vcpu: int = 1
-    ram_bytes: int = DEFAULT_RAM_BYTES
     storage: str = "image"
-    storage_size: int = DEFAULT_STORAGE_SIZE
-    image: str = "default"
-    hypervisor: str = "qemu"
-    graceful_shutdown: bool = True
+    storage_size: Size = DEFAULT_STORAGE_SIZE
     persistent: bool = False
     network: NetworkConfig | None = None
     userdata: str = ""
-    gpus: tuple[str, ...] = ()
+    gpus: tuple[PciText, ...] = ()
     warm: bool = False
     max_nodes: int | None = None
-    idle_suspend: float | None = None
-    warm_spare: int = 1
+    warm_spare: SpareCount = 1
     fork_memory: str = "copy"
     guest_aslr: bool = True
+
+
+@attrs.frozen(kw_only=True)
+class HostGroupConfig(GroupKeys):
+    """
+    One entry of ``config.host_groups``: the template of a group's nodes
+    (its keys as the file writes them: :class:`GroupKeys`).
+
+    All inheritance is resolved: ``image``, ``hypervisor`` and
+    ``graceful_shutdown`` hold the group's own value or the top-level one.
+
+    :ivar ram_bytes: Guest memory in bytes, a whole number of MiB.
+    :ivar image: The guest image name.
+    :ivar hypervisor: The hypervisor driver; only ``qemu`` for now.
+    :ivar graceful_shutdown: Ask the guest to shut down (rather than killing
+        it) when a node is stopped.
+    :ivar idle_suspend: Seconds a node may go without API activity before it
+        is suspended to disk automatically (and woken by the next request
+        that needs its guest); ``None``: never (see ``docs/lifecycle.md``).
+    """
+
+    ram_bytes: int = DEFAULT_RAM_BYTES
+    image: str = "default"
+    hypervisor: str = "qemu"
+    graceful_shutdown: bool = True
+    idle_suspend: float | None = None
 
     @property
     def arch(self) -> str:
@@ -288,18 +303,18 @@ class LimitsConfig:
 
 
 @attrs.frozen(kw_only=True)
-class Config:
+class RootKeys:
     """
-    The whole, resolved ``config:`` section.
+    The keys of the ``config:`` section that the file writes as
+    :class:`Config` holds them, declared once for the record and for the
+    file's document (:class:`~vmservice.config.document.ConfigDocument`).
 
     :ivar api: The API listener.
     :ivar state_dir: Where node records and runtime files are kept.
-    :ivar image_dir: Where built guest images are found.
     :ivar image: The default image name of groups.
     :ivar hypervisor: The default hypervisor of groups.
     :ivar graceful_shutdown: The default of groups' ``graceful_shutdown``.
     :ivar accel: ``auto`` (probe KVM, fall back to TCG), ``kvm`` or ``tcg``.
-    :ivar host_groups: The host groups, in file order, names unique.
     :ivar codehost_url: The code-hosting site ``codehost_user`` fetches SSH
         keys from (``{url}/{user}.keys``), without a final ``/``; ``None``
         when disabled.
@@ -308,11 +323,11 @@ class Config:
         statistics for the per-node series of ``/metrics``; 0 for none.
     :ivar templates_tmpfs_dir: The tmpfs directory under which this daemon
         keeps its templates' RAM files (in a directory of its own).
-    :ivar tcg_tb_size_mb: MiB of translation cache of each VM under TCG
-        (``-accel tcg,tb-size=N``), 0 for QEMU's own default.
     :ivar templates_tmpfs_budget: Bytes of RAM files this daemon's templates
         may hold at once; a template that would exceed it is not built.
     :ivar admission: The memory budget and the bound on cold boots.
+    :ivar tcg_tb_size_mb: MiB of translation cache of each VM under TCG
+        (``-accel tcg,tb-size=N``), 0 for QEMU's own default.
     :ivar limits: The bounds on what clients and guests make the daemon hold.
     :ivar console_log_size: Bytes of each node's serial console kept on disk
         (the log and its rotated older part together; see
@@ -322,22 +337,34 @@ class Config:
 
     api: ApiConfig = ApiConfig()
     state_dir: str = DEFAULT_STATE_DIR
-    image_dir: str = DEFAULT_IMAGE_DIR
     image: str = "default"
     hypervisor: str = "qemu"
     graceful_shutdown: bool = True
     accel: str = "auto"
-    host_groups: tuple[HostGroupConfig, ...] = ()
     codehost_url: str | None = DEFAULT_CODEHOST_URL
     codehost_timeout: float = DEFAULT_CODEHOST_TIMEOUT
     stats_interval: float = DEFAULT_STATS_INTERVAL
     templates_tmpfs_dir: str = DEFAULT_TEMPLATES_TMPFS_DIR
-    templates_tmpfs_budget: int = DEFAULT_TEMPLATES_TMPFS_BUDGET
+    templates_tmpfs_budget: Size = DEFAULT_TEMPLATES_TMPFS_BUDGET
     admission: AdmissionConfig = AdmissionConfig()
     tcg_tb_size_mb: int = DEFAULT_TCG_TB_SIZE_MB
     limits: LimitsConfig = LimitsConfig()
-    console_log_size: int = DEFAULT_CONSOLE_LOG_SIZE
+    console_log_size: Size = DEFAULT_CONSOLE_LOG_SIZE
     audit: AuditConfig = AuditConfig()
+
+
+@attrs.frozen(kw_only=True)
+class Config(RootKeys):
+    """
+    The whole, resolved ``config:`` section (its keys as the file writes
+    them: :class:`RootKeys`).
+
+    :ivar image_dir: Where built guest images are found.
+    :ivar host_groups: The host groups, in file order, names unique.
+    """
+
+    image_dir: str = DEFAULT_IMAGE_DIR
+    host_groups: tuple[HostGroupConfig, ...] = ()
 
     def group(self, name: str) -> HostGroupConfig | None:
         """

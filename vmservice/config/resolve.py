@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_config -*-
+# -*- test-case-name: tests.config.test_resolve -*-
 """
 Checking and resolving the configuration (step 2 of loading): the
 documents and sections the converter read, checked value by value and
@@ -79,26 +79,24 @@ class Resolver(GroupChecks):
             names[group.name] = index
             groups.append(group)
         self.check_overlaps(groups, (*base, "host_groups"))
-        return Config(
+        checked = attrs.evolve(
+            document,  # the shared keys checked; a key not named here is taken as read
             api=api,
             state_dir=state_dir,
-            image_dir=image_dir,
             image=image,
             hypervisor=hypervisor,
-            graceful_shutdown=document.graceful_shutdown,
             accel=accel,
-            host_groups=tuple(groups),
             codehost_url=self.codehost_url(document.codehost_url, (*base, "codehost_url")),
             codehost_timeout=self.codehost_timeout(document.codehost_timeout, (*base, "codehost_timeout")),
             stats_interval=self.stats_interval(document.stats_interval, (*base, "stats_interval")),
             templates_tmpfs_dir=self.nonempty(document.templates_tmpfs_dir, (*base, "templates_tmpfs_dir")),
-            templates_tmpfs_budget=document.templates_tmpfs_budget,
             admission=self.admission(document.admission, (*base, "admission")),
             tcg_tb_size_mb=self.tcg_tb_size_mb(document.tcg_tb_size_mb, (*base, "tcg_tb_size_mb")),
             limits=self.limits(document.limits, (*base, "limits")),
             console_log_size=self.console_log_size(document.console_log_size, (*base, "console_log_size")),
             audit=self.audit(document.audit, (*base, "audit")),
         )
+        return checked.record(image_dir=image_dir, host_groups=tuple(groups))
 
     def limits(self, document: LimitsConfig, parts: Path) -> LimitsConfig:
         """``limits``, checked (as read: nothing to resolve)."""

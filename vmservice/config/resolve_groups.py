@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_config -*-
+# -*- test-case-name: tests.config.test_resolve_groups -*-
 """
 Checking and resolving the host groups (step 2 of loading, for
 ``config.host_groups``): names, counts, RAM, storage, inherited keys,
@@ -8,6 +8,8 @@ networks and their overlaps, GPUs, userdata, idle suspend, fork memory.
 from __future__ import annotations
 
 import re
+
+import attrs
 
 from ..devices.pci import normalise_address
 from ..durations import parse_go_duration
@@ -78,26 +80,19 @@ class GroupChecks(Checks):
                         (*parts, "count"),
                         f"count {document.count} exceeds the {slots} VM slots of network.range {network.range}",
                     )
-        return HostGroupConfig(
-            name=document.name,
-            count=document.count,
-            vcpu=document.vcpu,
-            ram_bytes=ram_bytes,
+        userdata = self.userdata(document.userdata, (*parts, "userdata"))
+        gpus = self.gpus(document.gpus, (*parts, "gpus"))
+        idle_suspend = self.idle_suspend(document.idle_suspend, (*parts, "idle_suspend"))
+        checked = attrs.evolve(
+            document,  # the shared keys checked; a key not named here is taken as read
             storage=storage,
-            storage_size=document.storage_size,
-            image=image,
-            hypervisor=hypervisor,
-            graceful_shutdown=graceful,
-            persistent=document.persistent,
             network=network,
-            userdata=self.userdata(document.userdata, (*parts, "userdata")),
-            gpus=self.gpus(document.gpus, (*parts, "gpus")),
-            warm=document.warm,
-            max_nodes=document.max_nodes,
-            idle_suspend=self.idle_suspend(document.idle_suspend, (*parts, "idle_suspend")),
-            warm_spare=document.warm_spare,
+            userdata=userdata,
+            gpus=gpus,
             fork_memory=self.fork_memory(document, (*parts, "fork_memory")),
-            guest_aslr=document.guest_aslr,
+        )
+        return checked.record(
+            ram_bytes=ram_bytes, image=image, hypervisor=hypervisor, graceful_shutdown=graceful, idle_suspend=idle_suspend
         )
 
     def fork_memory(self, document: GroupDocument, parts: Path) -> str:

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_config -*-
+# -*- test-case-name: tests.config.test_units -*-
 """
 Sizes as the configuration writes them: ``2G``, ``512M``, ``1.5G``, ``4096``
 (binary multiples, as in Slicer and QEMU), read and written back.

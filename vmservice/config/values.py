@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_config -*-
+# -*- test-case-name: tests.config.test_values -*-
 """
 The values of the configuration file that are more than YAML's own types,
 as the records' fields declare them: a size (:data:`Size`: an integer or

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_config -*-
+# -*- test-case-name: tests.config.test_yaml_source -*-
 """
 The YAML side of a configuration: its text parsed into both data and a
 node tree, so that a key path can be turned into the line of the file it

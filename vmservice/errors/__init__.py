@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_errors -*-
+# -*- test-case-name: tests.errors -*-
 """
 The error vocabulary of vmservice and its single mapping to HTTP.
 

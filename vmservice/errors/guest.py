@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_errors -*-
+# -*- test-case-name: tests.errors.test_guest -*-
 """
 What goes wrong with an operation in a guest: the agent code raises
 :class:`AgentError` with a :class:`GuestErrorKind`, and :data:`GUEST_ERRORS`

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_errors -*-
+# -*- test-case-name: tests.errors.test_http -*-
 """
 The one mapping of any error to HTTP: a status and an ErrorResponse body
 (called by the API's error renderer only).

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_errors -*-
+# -*- test-case-name: tests.errors.test_no_room -*-
 """
 Whether an error says a file system had no room for a write: the host's
 (the state directory's, :class:`~vmservice.errors.service.StateDirFull`) or

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_errors -*-
+# -*- test-case-name: tests.errors.test_service -*-
 """
 The errors the service reports to a caller: :class:`ServiceError` and its
 subclasses, each with the HTTP status it maps to (see

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_secretstore -*-
+# -*- test-case-name: tests.secretstore -*-
 """
 The daemon's secrets store: named blobs that nodes get in their guest's
 ``/run/secrets`` (see :mod:`vmservice.nodes.provisioning`).

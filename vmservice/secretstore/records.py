@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_secretstore -*-
+# -*- test-case-name: tests.secretstore.test_records -*-
 """
 What the secrets store holds and takes: a secret's metadata and content, a
 secret to create, a change to one, and the limits and checks of each (names,

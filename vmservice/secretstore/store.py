@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_secretstore -*-
+# -*- test-case-name: tests.secretstore.test_store -*-
 """
 :class:`SecretStore`: the secrets of one daemon as files under
 ``state_dir`` (see :mod:`vmservice.secretstore` for the layout, the limits

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_service -*-
+# -*- test-case-name: tests.service -*-
 """
 Assembling the daemon: configuration in, a ``MultiService`` out
 (:func:`make_service`).

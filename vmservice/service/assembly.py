@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_service -*-
+# -*- test-case-name: tests.service.test_assembly -*-
 """
 Assembling the daemon: :func:`make_service`, in named steps (what the host
 gives, the fleet's parts, the API site, the service tree).

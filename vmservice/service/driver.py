@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_service -*-
+# -*- test-case-name: tests.integration.test_service -*-
 """
 The KVM/TCG decision: the hypervisor driver the fleet starts new VMs with,
 decided in the background once the fleet starts (see docs/architecture.md,

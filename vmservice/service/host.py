@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_service -*-
+# -*- test-case-name: tests.service.test_host -*-
 """
 What the daemon takes of its host as it starts: its images, its state
 directory (locked, kept private), the tmpfs directories, the network

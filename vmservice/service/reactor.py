@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_service -*-
+# -*- test-case-name: tests.service -*-
 """What the daemon needs of its reactor, named once for the type checker."""
 
 from __future__ import annotations

@@ -1,99 +1,28 @@
+# -*- test-case-name: tests.service.test_host -*-
 """
-Tests for :mod:`vmservice.service`: the daemon's service tree from a
-configuration, on a memory reactor (nothing is started, so no VM, socket
-or process).  The assembled daemon running for real is tested in
-``tests/integration/``.
+Tests for :mod:`vmservice.service.host`: what the daemon takes of its host
+at start (its image, its state directory, its secrets store, its files
+kept private), through :func:`~vmservice.service.make_service` on a memory
+reactor.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 
 from attrs import evolve
 from twisted.internet.testing import MemoryReactorClock
-from twisted.trial.unittest import SynchronousTestCase
 
-from vmservice.config import ApiConfig, Config, HostGroupConfig
-from vmservice.errors import BadGateway
+from tests.service.configured import ConfiguredCase
+from vmservice.config import ApiConfig, Config
 from vmservice.nodes.fork_memory import memory_directory
 from vmservice.nodes.templates import ram_directory
 from vmservice.service import StartupError, make_service
-from vmservice.service.assembly import _codehost
 
 
-class _Configured(SynchronousTestCase):
-    """A built image and a configuration naming it, its state and tmpfs directories the test's own."""
-
-    def setUp(self) -> None:
-        self.base = os.path.abspath(self.mktemp())
-        self.image_dir = os.path.join(self.base, "images")
-        os.makedirs(os.path.join(self.image_dir, "default-1"))
-        for name in ("vmlinux", "initrd.img", "rootfs.ext4"):
-            with open(os.path.join(self.image_dir, "default-1", name), "wb") as f:
-                f.write(b"x")
-        with open(os.path.join(self.image_dir, "default-1", "manifest.json"), "w") as f:
-            json.dump({"name": "default"}, f)
-        os.symlink("default-1", os.path.join(self.image_dir, "default"))
-        # The daemon's directories in the tmpfs go here, not in /dev/shm.
-        self.shm = os.path.join(self.base, "shm")
-        os.makedirs(self.shm)
-
-    def config(self, image: str = "default", stats_interval: float = 15.0) -> Config:
-        return Config(
-            stats_interval=stats_interval,
-            state_dir=os.path.join(self.base, "state"),
-            templates_tmpfs_dir=self.shm,
-            image_dir=self.image_dir,
-            image=image,
-            api=ApiConfig(bind_address="127.0.0.1", port=18080),
-            host_groups=(HostGroupConfig(name="demo", vcpu=1, ram_bytes=256 << 20),),
-        )
-
-
-class MakeServiceTests(_Configured):
-
-    def test_tree(self) -> None:
-        """
-        The daemon is the fleet, the console logs' rotation and the stats sampler (inside the range claims)
-        and the API listener, not started yet.
-        """
-        top = make_service(self.config(), MemoryReactorClock())
-        names = sorted(type(service).__name__ for service in top)
-        self.assertEqual(names, ["StreamServerEndpointService", "_Claimed"])
-        [claimed] = [service for service in top if type(service).__name__ == "_Claimed"]
-        self.assertEqual([service.name for service in claimed], ["fleet", "room-watch", "console-rotation", "stats-sampler"])
-        self.assertFalse(top.running)
-
-    def test_limits(self) -> None:
-        """
-        The listener's factory bounds the API's connections as configured
-        (around the site); the buffer budget is sized from the host's RAM
-        unless the configuration gives it.
-        """
-        import attrs
-
-        from vmservice.api.connection_limits import ConnectionLimits
-        from vmservice.config import LimitsConfig
-        from vmservice.service.host import size_buffer_budget as _buffer_budget
-
-        limits = LimitsConfig(buffer_budget=4 << 20, max_connections=8, max_connections_per_peer=3)
-        config = attrs.evolve(self.config(), limits=limits)
-        top = make_service(config, MemoryReactorClock())
-        [listener] = [service for service in top if type(service).__name__ == "StreamServerEndpointService"]
-        factory = listener.factory
-        self.assertIsInstance(factory, ConnectionLimits)
-        self.assertEqual((factory.most, factory.most_per_peer), (8, 3))
-        self.assertEqual(type(factory.wrappedFactory).__name__, "StreamingSite")
-        self.assertEqual(_buffer_budget(config).size, 4 << 20)
-        self.assertGreaterEqual(_buffer_budget(self.config()).size, 64 << 20)
-
-    def test_no_stats_sampler(self) -> None:
-        """stats_interval 0: no sampling of the nodes' statistics for /metrics."""
-        top = make_service(self.config(stats_interval=0), MemoryReactorClock())
-        [claimed] = [service for service in top if type(service).__name__ == "_Claimed"]
-        self.assertEqual([service.name for service in claimed], ["fleet", "room-watch", "console-rotation"])
+class StartupTests(ConfiguredCase):
+    """What stops the start: an image not built, a state directory in use, a secrets store not made."""
 
     def test_missing_image(self) -> None:
         """An image the configuration names that is not built stops the start with one line."""
@@ -122,7 +51,7 @@ class MakeServiceTests(_Configured):
         self.assertIn("secrets store", str(error))
 
 
-class PrivateFilesTests(_Configured):
+class PrivateFilesTests(ConfiguredCase):
     """The daemon's files at start: its own alone (docs/security.md, "The daemon's files")."""
 
     def setUp(self) -> None:
@@ -200,22 +129,3 @@ class PrivateFilesTests(_Configured):
         self.assertEqual(modes, {"": 0o700, "nodes": 0o700, "nodes/demo-1": 0o700, "nodes/demo-1/node.json": 0o600,
                                  "nodes/demo-1/disk.qcow2": 0o400})
         self.assertEqual(stat.S_IMODE(os.stat(outside).st_mode), 0o644)
-
-
-class CodehostTests(SynchronousTestCase):
-    def test_disabled(self) -> None:
-        """Without codehost_url there is nothing to fetch keys with (create answers not_supported)."""
-        self.assertIsNone(_codehost(Config(codehost_url=None), MemoryReactorClock()))
-
-    def test_fetch_on_the_reactor(self) -> None:
-        """The keys are fetched from codehost_url over the daemon's reactor, within codehost_timeout."""
-        reactor = MemoryReactorClock()
-        fetch = _codehost(Config(codehost_url="http://127.0.0.1:8123", codehost_timeout=2.0), reactor)
-        assert fetch is not None
-        fetching = fetch("alice")
-        self.assertEqual(reactor.tcpClients[0][:2], ("127.0.0.1", 8123))
-        reactor.advance(1.9)
-        self.assertNoResult(fetching)
-        reactor.advance(0.2)
-        error = self.failureResultOf(fetching, BadGateway).value
-        self.assertEqual(str(error), "code host 127.0.0.1:8123 did not answer within 2 s")

@@ -1,0 +1,1 @@
+"""Tests for :mod:`vmservice.config`, a module each of its modules."""

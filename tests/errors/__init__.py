@@ -1,0 +1,1 @@
+"""Tests for :mod:`vmservice.errors`, a module each of its modules."""

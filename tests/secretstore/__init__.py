@@ -1,0 +1,1 @@
+"""Tests for :mod:`vmservice.secretstore`, a module each of its modules."""

@@ -1,0 +1,1 @@
+"""Tests for :mod:`vmservice.service`, a module each of its modules."""
