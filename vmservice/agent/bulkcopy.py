@@ -25,8 +25,7 @@ from typing import Any, Optional, cast
 
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone
-from twisted.internet.interfaces import IHalfCloseableProtocol, IPushProducer
-from twisted.internet.protocol import Protocol
+from twisted.internet.interfaces import IPushProducer
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
@@ -34,67 +33,59 @@ from ..errors import AgentError, GuestErrorKind
 from ..guestport.files import DownloadRequest, IUpload, UploadRequest, UploadResult, usable_size
 from ..wire import ResetCode
 from ..wire.bulk import encode_upload_end
-from ..wire.payloads import decode_head
 from .bulk import BulkChannel, BulkLink
 from .channel import Channel
 from .copying import (
     GuestDownload,
     GuestUpload,
-    _DownloadProtocol,
     _UploadProtocol,
     download_header,
     start_upload,
     upload_header,
 )
 from .errors import stream_error
+from .headed import HeadedProtocol
 from .stream import AgentStream, StreamReset
 
 #: Bytes of body held while the guest has not said how it takes them.
 HELD_HIGH_WATER = 1024 * 1024
 
 
-@implementer(IHalfCloseableProtocol)
-class _BulkUploadProtocol(Protocol):
-    """The guest's head (it holds the port), then its reply as for ``cp-upload``."""
+class _BulkReply:
+    """
+    The :class:`~.headed.HeadReceiver` of a bulk upload: the guest's head (it
+    holds the port; a head that does not decode counts as one that says
+    otherwise, and resets the stream), then its reply as for ``cp-upload``.
+    """
 
     def __init__(self, owner: "BulkUpload") -> None:
         self._owner = owner
-        self._buffer = b""
         self._headed = False
         self.reply = _UploadProtocol()
 
-    def connectionMade(self) -> None:
-        self.reply.transport = self.transport
+    def connected(self, stream: AgentStream) -> None:
+        self.reply.transport = stream
 
-    def dataReceived(self, data: bytes) -> None:
-        if self._headed:
-            self.reply.dataReceived(data)
-            return
-        self._buffer += data
-        try:
-            decoded = decode_head(self._buffer)
-        except ValueError:
-            decoded = ({}, len(self._buffer))
-        if decoded is None:
-            return
-        head, used = decoded
-        rest, self._buffer = self._buffer[used:], b""
+    def head_malformed(self, error: ValueError) -> None:
+        self.headed({}, b"")
+
+    def headed(self, head: dict[str, Any], rest: bytes) -> None:
         self._headed = True
         if head.get("ok") is not True or head.get("bulk") is not True:
-            cast(AgentStream, self.transport).abortConnection(ResetCode.PROTOCOL_ERROR, "bad bulk head")
+            cast(AgentStream, self.reply.transport).abortConnection(ResetCode.PROTOCOL_ERROR, "bad bulk head")
             return
         self._owner._accepted()
         if rest:
             self.reply.dataReceived(rest)
 
-    def readConnectionLost(self) -> None:
+    def body(self, data: bytes) -> None:
+        self.reply.dataReceived(data)
+
+    def read_ended(self) -> None:
         if self._headed:
             self.reply.readConnectionLost()
 
-    def writeConnectionLost(self) -> None:
-        pass
-
-    def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
+    def ended(self, reason: Failure) -> None:
         if self._headed:
             self.reply.connectionLost(reason)
         else:
@@ -134,9 +125,9 @@ class BulkUpload:
             return
         self._link = link
         header = {**upload_header(self._request), "op": "cp-upload-bulk", "bulk": link.token.hex()}
-        protocol = _BulkUploadProtocol(self)
+        protocol = _BulkReply(self)
         try:
-            self._stream = self._agent.open_stream(header, protocol)
+            self._stream = self._agent.open_stream(header, HeadedProtocol(protocol))
         except AgentError as e:
             link.close()
             self._settle(Failure(e))
@@ -294,17 +285,16 @@ class BulkDownload(GuestDownload):
             self._link = link
             link.lost.addCallback(lambda _: self._link_lost())
         try:
-            stream = agent.open_stream(header, _DownloadProtocol(self))
+            stream = agent.open_stream(header, HeadedProtocol(self))
         except AgentError as e:
             if link is not None:
                 link.close()
             self._head_failed(Failure(e))
             return
-        self._stream = stream
         stream.loseConnection()
         self._regulate()
 
-    def _headed(self, reply: Any, rest: bytes) -> None:
+    def headed(self, reply: Any, rest: bytes) -> None:
         result = reply.get("result") if isinstance(reply, dict) else None
         size = result.get("size") if isinstance(result, dict) else None
         link = self._link
@@ -313,7 +303,7 @@ class BulkDownload(GuestDownload):
         elif link is not None:
             self._link = None
             link.close()
-        super()._headed(reply, rest)
+        super().headed(reply, rest)
         if self._bulk_size is not None and link is not None:
             if not self._head_ok:
                 link.close()
@@ -326,19 +316,19 @@ class BulkDownload(GuestDownload):
         data = data[:left]
         self._bulk_received += len(data)
         if data:
-            GuestDownload._content(self, data)
+            GuestDownload.body(self, data)
         if self._bulk_received >= self._bulk_size:
             link, self._link = self._link, None
             if link is not None:
                 link.close()
             self._complete()
 
-    def _ended(self, reason: Failure, headed: bool) -> None:
+    def ended(self, reason: Failure) -> None:
         if self._bulk_size is None or reason.check(ConnectionDone) is None:
             if self._link is not None:
                 link, self._link = self._link, None
                 link.close()
-            super()._ended(reason, headed)
+            super().ended(reason)
             return
         self._stream_ended = True
         self._complete()
@@ -347,7 +337,7 @@ class BulkDownload(GuestDownload):
         """Both the stream ended and all content came: done (once there is a writer)."""
         assert self._bulk_size is not None
         if self._stream_ended and self._bulk_received >= self._bulk_size:
-            super()._ended(Failure(ConnectionDone()), True)
+            super().ended(Failure(ConnectionDone()))
 
     def _link_lost(self) -> None:
         if self._bulk_size is None or self._bulk_received >= self._bulk_size or self._aborted:

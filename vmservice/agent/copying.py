@@ -28,11 +28,12 @@ from zope.interface import implementer
 from ..errors import AgentError, GuestErrorKind
 from ..guestport.files import (DownloadHead, DownloadRequest, IDownload, IUpload, UploadRequest, UploadResult,
                                  usable_name, usable_size)
-from ..wire.payloads import decode_head
 from ..wire import ResetCode
 from .channel import Channel
 from .errors import AgentRequestFailed, stream_error
 from .filesystem import reply_result, reply_value
+from .headed import HeadedProtocol
+from .relay import CreditRelay
 from .stream import AgentStream
 
 log = Logger()
@@ -185,46 +186,8 @@ def download_head(result: Any) -> DownloadHead:
                         size=size if usable_size(size) else None)
 
 
-@implementer(IHalfCloseableProtocol)
-class _DownloadProtocol(Protocol):
-    """Parses the head, then passes content on (holding it until there is a writer)."""
-
-    def __init__(self, owner: "GuestDownload") -> None:
-        self._owner = owner
-        self._buffer = bytearray()
-        self._headed = False
-
-    def dataReceived(self, data: bytes) -> None:
-        if self._headed:
-            self._owner._content(data)
-            return
-        self._buffer += data
-        try:
-            decoded = decode_head(bytes(self._buffer))
-        except ValueError as e:
-            self._owner._head_failed(Failure(_malformed(f"the guest's copy head is malformed: {e}")))
-            cast(AgentStream, self.transport).abortConnection(ResetCode.PROTOCOL_ERROR, "bad head")
-            return
-        if decoded is None:
-            return
-        reply, used = decoded
-        rest = bytes(self._buffer[used:])
-        self._buffer.clear()
-        self._headed = True
-        self._owner._headed(reply, rest)
-
-    def readConnectionLost(self) -> None:
-        pass
-
-    def writeConnectionLost(self) -> None:
-        pass
-
-    def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
-        self._owner._ended(reason, self._headed)
-
-
 @implementer(IDownload)
-class GuestDownload:
+class GuestDownload(CreditRelay):
     """
     A download in progress, and the push producer of its content.
 
@@ -238,10 +201,9 @@ class GuestDownload:
     """
 
     def __init__(self) -> None:
-        self._stream: Optional[AgentStream] = None
+        super().__init__()
         self._write: Optional[Callable[[bytes], None]] = None
         self._pending: list[bytes] = []
-        self._consumer_paused = False
         self._finished = False
         self._head_ok = False
         self._aborted = False
@@ -253,13 +215,24 @@ class GuestDownload:
         self.head: Deferred[DownloadHead] = Deferred()
         self.done: Deferred[None] = Deferred()
 
-    # -- from the protocol --------------------------------------------------------
+    # -- from the protocol (a HeadReceiver) -----------------------------------------
 
     def _head_failed(self, reason: Failure) -> None:
         if not self.head.called:
             self.head.errback(reason)
 
-    def _headed(self, reply: Any, rest: bytes) -> None:
+    def connected(self, stream: AgentStream) -> None:
+        self._stream = stream
+
+    def head_malformed(self, error: ValueError) -> None:
+        self._head_failed(Failure(_malformed(f"the guest's copy head is malformed: {error}")))
+        assert self._stream is not None
+        self._stream.abortConnection(ResetCode.PROTOCOL_ERROR, "bad head")
+
+    def read_ended(self) -> None:
+        pass
+
+    def headed(self, reply: Any, rest: bytes) -> None:
         try:
             result = reply_value(reply, "copy")
             head = download_head(result)
@@ -275,10 +248,10 @@ class GuestDownload:
         if rest:
             # After the head's callback: the content checked against its size may fail the copy, which
             # comes after the head.
-            self._content(rest)
+            self.body(rest)
         self._regulate()
 
-    def _content(self, data: bytes) -> None:
+    def body(self, data: bytes) -> None:
         if self.done.called:
             return
         declared = self._declared
@@ -309,7 +282,7 @@ class GuestDownload:
         if self._stream is not None:
             self._stream.abortConnection(ResetCode.PROTOCOL_ERROR, "content does not match the head")
 
-    def _ended(self, reason: Failure, headed: bool) -> None:
+    def ended(self, reason: Failure) -> None:
         self._finished = True
         clean = reason.check(ConnectionDone) is not None
         if not self.head.called:
@@ -341,27 +314,8 @@ class GuestDownload:
             self.done.callback(None)
 
     def _regulate(self) -> None:
-        stream = self._stream
-        if stream is None or self._finished:
-            return
-        if self._consumer_paused or (self._head_ok and self._write is None):
-            stream.pauseProducing()
-        else:
-            stream.resumeProducing()
-
-    def pauseProducing(self) -> None:
-        """The consumer is full: withhold credit (the guest stops reading)."""
-        self._consumer_paused = True
-        self._regulate()
-
-    def resumeProducing(self) -> None:
-        """The consumer has room again."""
-        self._consumer_paused = False
-        self._regulate()
-
-    def stopProducing(self) -> None:
-        """The consumer went away: abort."""
-        self.abort()
+        if not self._finished:
+            self._give_credit(self._head_ok and self._write is None)
 
     def abort(self) -> None:
         """Reset the stream (the guest stops); :attr:`done` is left unfired."""
@@ -377,8 +331,7 @@ def start_download(agent: Channel, request: DownloadRequest) -> GuestDownload:
     :raises vmservice.agent.errors.AgentUnavailable: the agent is not connected.
     """
     download = GuestDownload()
-    stream = agent.open_stream(download_header(request), _DownloadProtocol(download))
-    download._stream = stream
+    stream = agent.open_stream(download_header(request), HeadedProtocol(download))
     stream.loseConnection()
     download._regulate()
     return download

@@ -17,7 +17,7 @@ from typing import Any, Optional, cast
 from attrs import frozen
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone
-from twisted.internet.interfaces import IPushProducer, IReactorTime
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -27,6 +27,7 @@ from ..errors import AgentError, GuestErrorKind
 from ..guestport.exec import ExecRequest, IExecProcess, IExecSink
 from .channel import Channel
 from .errors import AgentRequestFailed, stream_error
+from .relay import GuestOutput
 from .stream import AgentStream
 from vmservice.wire.payloads import (
     ERROR,
@@ -123,20 +124,21 @@ class _ExecProtocol(Protocol):
 
 
 @implementer(IExecProcess)
-class ExecProcess:
+class ExecProcess(GuestOutput):
     """
     A running exec, as the caller sees it.
 
     - :meth:`write_stdin`, :meth:`close_stdin` and :meth:`register_stdin_producer`
       feed the process (the stream's credit paces a registered producer).
-    - As an ``IPushProducer`` it controls the *output*: :meth:`pauseProducing`
-      withholds credit from the guest, which stops reading the process's pipes,
-      which blocks the process; :meth:`stopProducing` kills it.
+    - As an ``IPushProducer`` (:class:`~.relay.GuestOutput`) it controls the
+      *output*: :meth:`pauseProducing` withholds credit from the guest, which
+      stops reading the process's pipes, which blocks the process;
+      :meth:`stopProducing` kills it.
     - :meth:`kill` resets the stream: the guest kills the process group.
     """
 
     def __init__(self, stream: AgentStream) -> None:
-        self._stream = stream
+        super().__init__(stream, "exec cancelled")
 
     @property
     def stream_id(self) -> int:
@@ -151,29 +153,14 @@ class ExecProcess:
         """EOF on stdin, after what was written."""
         self._stream.loseConnection()
 
-    def register_stdin_producer(self, producer: IPushProducer) -> None:
-        """Pause ``producer`` while the guest does not take stdin."""
-        self._stream.registerProducer(producer, True)
-
-    def unregister_stdin_producer(self) -> None:
-        """Forget the stdin producer."""
-        self._stream.unregisterProducer()
-
-    def pauseProducing(self) -> None:
-        """Hold output back (and so the process, once its pipes fill)."""
-        self._stream.pauseProducing()
-
-    def resumeProducing(self) -> None:
-        """Let output flow again."""
-        self._stream.resumeProducing()
-
-    def stopProducing(self) -> None:
-        """The consumer went away: kill the process."""
-        self.kill()
+    #: Pause a producer of stdin while the guest does not take it.
+    register_stdin_producer = GuestOutput.register_input_producer
+    #: Forget the stdin producer.
+    unregister_stdin_producer = GuestOutput.unregister_input_producer
 
     def kill(self) -> None:
         """Reset the stream; the guest kills the process group (SIGTERM, then SIGKILL)."""
-        self._stream.abortConnection(ResetCode.CANCEL, "exec cancelled")
+        self.cancel()
 
 
 def start_exec(agent: Channel, request: ExecRequest, sink: IExecSink) -> ExecProcess:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any, cast
 
 from twisted.internet.error import ConnectionDone
-from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -23,6 +22,7 @@ from ..errors import AgentError, GuestErrorKind
 from ..guestport.shell import IShellSession, IShellSink, ShellRequest
 from .channel import Channel
 from .errors import AgentRequestFailed, stream_error
+from .relay import GuestOutput
 from .stream import AgentStream
 from vmservice.wire import ResetCode
 from vmservice.wire.shellframes import (
@@ -107,15 +107,17 @@ class _ShellProtocol(Protocol):
 
 
 @implementer(IShellSession)
-class ShellSession:
+class ShellSession(GuestOutput):
     """
-    A running shell (see :class:`~vmservice.guestport.shell.IShellSession`).
+    A running shell (see :class:`~vmservice.guestport.shell.IShellSession`); as
+    a push producer (:class:`~.relay.GuestOutput`) it controls the terminal's
+    output, and stopping it hangs the shell up.
 
     :param stream: its agent stream.
     """
 
     def __init__(self, stream: AgentStream) -> None:
-        self._stream = stream
+        super().__init__(stream, "shell hung up")
 
     def write(self, data: bytes) -> None:
         for frame in encode_data(data):
@@ -124,23 +126,8 @@ class ShellSession:
     def resize(self, cols: int, rows: int) -> None:
         self._stream.write(encode_window_size(cols, rows))
 
-    def register_input_producer(self, producer: IPushProducer) -> None:
-        self._stream.registerProducer(producer, True)
-
-    def unregister_input_producer(self) -> None:
-        self._stream.unregisterProducer()
-
-    def pauseProducing(self) -> None:
-        self._stream.pauseProducing()
-
-    def resumeProducing(self) -> None:
-        self._stream.resumeProducing()
-
-    def stopProducing(self) -> None:
-        self.hangup()
-
     def hangup(self) -> None:
-        self._stream.abortConnection(ResetCode.CANCEL, "shell hung up")
+        self.cancel()
 
 
 def start_shell(agent: Channel, request: ShellRequest, sink: IShellSink) -> ShellSession:
