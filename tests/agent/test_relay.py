@@ -51,7 +51,7 @@ class _Holding(CreditRelay):
         self.aborted = False
 
     def _regulate(self) -> None:
-        self._give_credit(self.holding)
+        self.give_credit(self.holding)
 
     def abort(self) -> None:
         self.aborted = True

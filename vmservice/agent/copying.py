@@ -315,7 +315,7 @@ class GuestDownload(CreditRelay):
 
     def _regulate(self) -> None:
         if not self._finished:
-            self._give_credit(self._head_ok and self._write is None)
+            self.give_credit(self._head_ok and self._write is None)
 
     def abort(self) -> None:
         """Reset the stream (the guest stops); :attr:`done` is left unfired."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from twisted.internet.defer import Deferred
-from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IPushProducer
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -30,10 +29,11 @@ from ..guestport.tunnel import ITunnel, ITunnelPeer
 from ..wire.upstream import Upstream
 from ..wire import ResetCode
 from .channel import Channel
-from .errors import AgentRequestFailed, stream_error
+from .errors import AgentRequestFailed
 from .headed import HeadedProtocol
 from .relay import CreditRelay
 from .stream import AgentStream
+from .tunnel_state import TUNNEL_MACHINE, TunnelCore
 
 #: The guest's error names in a forward head, and what they are.
 UPSTREAM_ERRORS = {
@@ -68,7 +68,8 @@ def head_error(reply: Any, upstream: str) -> Optional[AgentError]:
 @implementer(ITunnel)
 class GuestTunnel(CreditRelay):
     """
-    One tunnel through the agent channel (see the module's description).
+    One tunnel through the agent channel (see the module's description); its
+    lifecycle is the machine of :mod:`.tunnel_state`.
 
     :ivar opened: fires with the tunnel once the guest connected, or fails
         with an :class:`~vmservice.errors.AgentError`.
@@ -79,25 +80,20 @@ class GuestTunnel(CreditRelay):
     def __init__(self, upstream: str) -> None:
         super().__init__()
         self._upstream = upstream
-        self._peer: Optional[ITunnelPeer] = None
-        self._pending: list[bytes] = []
-        self._ok = False
-        self._over = False
         self.received = 0
         self.opened: Deferred[ITunnel] = Deferred(lambda d: self.abort())
-        self.done: Deferred[None] = Deferred()
+        self._core = TunnelCore(tunnel=self, relay=self, opened=self.opened)
+        self._inputs = TUNNEL_MACHINE(self._core)
+        self.done = self._core.done
 
     # -- from the protocol (a HeadReceiver) -----------------------------------------
 
-    def _failed(self, error: AgentError) -> None:
-        if not self.opened.called:
-            self.opened.errback(Failure(error))
-
     def connected(self, stream: AgentStream) -> None:
-        self._stream = stream
+        self._stream = self._core.stream = stream
 
     def head_malformed(self, error: ValueError) -> None:
-        self._failed(AgentRequestFailed(f"the guest's tunnel head is malformed: {error}", kind=GuestErrorKind.MALFORMED))
+        self._inputs.refused(AgentRequestFailed(f"the guest's tunnel head is malformed: {error}",
+                                                kind=GuestErrorKind.MALFORMED))
         assert self._stream is not None
         self._stream.abortConnection(ResetCode.PROTOCOL_ERROR, "bad head")
 
@@ -107,53 +103,24 @@ class GuestTunnel(CreditRelay):
         self._stream.loseConnection()
 
     def headed(self, reply: Any, rest: bytes) -> None:
-        if self.opened.called:
-            return  # cancelled meanwhile: the stream is being reset
         error = head_error(reply, self._upstream)
-        if error is not None:
-            self._failed(error)
-            return
-        self._ok = True
-        if rest:
-            self._pending.append(rest)
-        self._regulate()
-        self.opened.callback(self)
+        if error is None:
+            self._inputs.head_ok(rest)
+        else:
+            self._inputs.refused(error)
 
     def body(self, data: bytes) -> None:
         self.received += len(data)
-        if self._peer is None:
-            self._pending.append(data)
-            self._regulate()
-        else:
-            self._peer.write(data)
+        self._inputs.content(data)
 
     def ended(self, reason: Failure) -> None:
-        self._over = True
-        if not self.opened.called:
-            clean = reason.check(ConnectionDone) is not None
-            error = (AgentRequestFailed("the guest ended the tunnel without a head", kind=GuestErrorKind.MALFORMED)
-                     if clean else stream_error(reason, "the tunnel"))
-            self._failed(error)
-        peer, self._peer = self._peer, None
-        if peer is not None:
-            peer.unregisterProducer()
-            peer.loseConnection()
-        if not self.done.called:
-            self.done.callback(None)
+        self._inputs.ended(reason)
 
     # -- ITunnel --------------------------------------------------------------------------
 
     def join(self, peer: ITunnelPeer) -> None:
         """Deliver the guest's bytes to ``peer`` from now on (what came already first)."""
-        if self._over:
-            peer.loseConnection()
-            return
-        self._peer = peer
-        peer.registerProducer(self, True)
-        pending, self._pending = self._pending, []
-        for chunk in pending:
-            peer.write(chunk)
-        self._regulate()
+        self._inputs.join(peer)
 
     def write(self, data: bytes) -> None:
         """Send ``data`` to the upstream."""
@@ -167,17 +134,14 @@ class GuestTunnel(CreditRelay):
 
     def close(self) -> None:
         """The peer is done: half-close; the guest closes the upstream and ends the stream."""
-        if self._stream is not None and not self._over:
-            self._stream.loseConnection()
+        self._inputs.close()
 
     def abort(self) -> None:
         """Reset the tunnel now."""
-        if self._stream is not None and not self._over:
-            self._stream.abortConnection(ResetCode.CANCEL, "tunnel closed")
+        self._inputs.abort()
 
     def _regulate(self) -> None:
-        if not self._over:
-            self._give_credit(self._ok and self._peer is None)
+        self._inputs.credit()
 
 
 def start_forward(agent: Channel, request: Upstream) -> "Deferred[ITunnel]":

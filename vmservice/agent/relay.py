@@ -13,7 +13,7 @@ its source; see :mod:`vmservice.agent.inbound`).
   consumer that may come later (a download's writer, a tunnel's peer): credit
   is also withheld while content is held for that consumer.  Whether content
   is held, and whether the stream is over, is the owner's lifecycle: it
-  :meth:`~CreditRelay._give_credit` from the states where the stream is open.
+  :meth:`~CreditRelay.give_credit` from the states where the stream is open.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class CreditRelay:
         """Reset the stream (the guest stops)."""
         raise NotImplementedError
 
-    def _give_credit(self, holding: bool) -> None:
+    def give_credit(self, holding: bool) -> None:
         """
         Withhold credit while the consumer is paused or content is held for a consumer yet to come
         (``holding``); else give it.
