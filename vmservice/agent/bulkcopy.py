@@ -29,7 +29,7 @@ from twisted.internet.interfaces import IPushProducer
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from ..errors import AgentError, GuestErrorKind
+from ..errors import AgentError
 from ..guestport.files import DownloadRequest, IUpload, UploadRequest, UploadResult, usable_size
 from ..wire import ResetCode
 from ..wire.bulk import encode_upload_end
@@ -275,7 +275,7 @@ class BulkDownload(GuestDownload):
     async def open(self, agent: Channel, request: DownloadRequest) -> None:
         """Connect the link and open the stream."""
         link = await self._channel.connect()
-        if self._aborted:
+        if not self._inputs.may_open():
             if link is not None:
                 link.close()
             return
@@ -303,11 +303,13 @@ class BulkDownload(GuestDownload):
         elif link is not None:
             self._link = None
             link.close()
-        super().headed(reply, rest)
-        if self._bulk_size is not None and link is not None:
-            if not self._head_ok:
+        head = self._head_of(reply)
+        if head is None:
+            if self._bulk_size is not None and link is not None:
                 link.close()
-                return
+            return
+        self._take(head, rest)
+        if self._bulk_size is not None and link is not None:
             link.start(self._bulk_content)
 
     def _bulk_content(self, data: bytes) -> None:
@@ -340,22 +342,18 @@ class BulkDownload(GuestDownload):
             super().ended(Failure(ConnectionDone()))
 
     def _link_lost(self) -> None:
-        if self._bulk_size is None or self._bulk_received >= self._bulk_size or self._aborted:
+        if self._bulk_size is None or self._bulk_received >= self._bulk_size:
             return
-        if self.done.called or not self._head_ok:
-            return
-        self._finished = True
-        self.done.errback(AgentError(GuestErrorKind.INTERRUPTED,
-                                     f"the copy was cut short: the bulk port closed after {self._bulk_received} bytes"))
-        if self._stream is not None:
-            self._stream.abortConnection(ResetCode.CANCEL, "bulk port closed")
+        self._inputs.cut(f"the bulk port closed after {self._bulk_received} bytes", ResetCode.CANCEL,
+                         "bulk port closed")
 
-    def _regulate(self) -> None:
-        super()._regulate()
+    def give_credit(self, holding: bool) -> None:
+        """The link's socket is paused as the stream's credit is withheld."""
+        super().give_credit(holding)
         link = self._link
         if link is None:
             return
-        if self._consumer_paused or (self._head_ok and self._write is None):
+        if self.withheld(holding):
             link.pause()
         else:
             link.resume()

@@ -30,6 +30,7 @@ from ..guestport.files import (DownloadHead, DownloadRequest, IDownload, IUpload
                                  usable_name, usable_size)
 from ..wire import ResetCode
 from .channel import Channel
+from .download_state import DOWNLOAD_MACHINE, DownloadCore
 from .errors import AgentRequestFailed, stream_error
 from .filesystem import reply_result, reply_value
 from .headed import HeadedProtocol
@@ -189,7 +190,8 @@ def download_head(result: Any) -> DownloadHead:
 @implementer(IDownload)
 class GuestDownload(CreditRelay):
     """
-    A download in progress, and the push producer of its content.
+    A download in progress, and the push producer of its content; its
+    lifecycle is the machine of :mod:`.download_state`.
 
     :ivar head: fires with the :class:`DownloadHead`, or fails with an
         :class:`~vmservice.errors.AgentError` (not found, a directory in
@@ -202,27 +204,27 @@ class GuestDownload(CreditRelay):
 
     def __init__(self) -> None:
         super().__init__()
-        self._write: Optional[Callable[[bytes], None]] = None
-        self._pending: list[bytes] = []
-        self._finished = False
-        self._head_ok = False
-        self._aborted = False
+        self._core = DownloadCore(relay=self)
+        self._inputs = DOWNLOAD_MACHINE(self._core)
         #: The head's size: the content must be exactly that many bytes.
         self._declared: Optional[int] = None
         #: Bytes of content received so far (delivered or pending).
         self._received = 0
-        self.delivered = 0
-        self.head: Deferred[DownloadHead] = Deferred()
-        self.done: Deferred[None] = Deferred()
+        self.head = self._core.head
+        self.done = self._core.done
+
+    @property
+    def delivered(self) -> int:
+        """Bytes given to the writer so far."""
+        return self._core.delivered
 
     # -- from the protocol (a HeadReceiver) -----------------------------------------
 
     def _head_failed(self, reason: Failure) -> None:
-        if not self.head.called:
-            self.head.errback(reason)
+        self._inputs.refused(reason)
 
     def connected(self, stream: AgentStream) -> None:
-        self._stream = stream
+        self._stream = self._core.stream = stream
 
     def head_malformed(self, error: ValueError) -> None:
         self._head_failed(Failure(_malformed(f"the guest's copy head is malformed: {error}")))
@@ -233,18 +235,24 @@ class GuestDownload(CreditRelay):
         pass
 
     def headed(self, reply: Any, rest: bytes) -> None:
+        head = self._head_of(reply)
+        if head is not None:
+            self._take(head, rest)
+
+    def _head_of(self, reply: Any) -> Optional[DownloadHead]:
+        """The head the guest's ``reply`` describes, or ``None`` (the head failed)."""
         try:
-            result = reply_value(reply, "copy")
-            head = download_head(result)
+            return download_head(reply_value(reply, "copy"))
         except AgentError as e:
             self._head_failed(Failure(e))
-            return
         except (KeyError, TypeError, ValueError):
             self._head_failed(Failure(_malformed("the guest's copy head is incomplete")))
-            return
-        self._head_ok = True
+        return None
+
+    def _take(self, head: DownloadHead, rest: bytes) -> None:
+        """The head is good: content may come, ``rest`` first."""
         self._declared = head.size
-        self.head.callback(head)
+        self._inputs.head_ok(head)
         if rest:
             # After the head's callback: the content checked against its size may fail the copy, which
             # comes after the head.
@@ -261,67 +269,36 @@ class GuestDownload(CreditRelay):
             data = data[:declared - self._received]
             self._received += len(data)
             if data:
-                self._deliver(data)
+                self._inputs.content(data)
             self._lied(f"the guest sent more than the {declared} bytes it declared")
             return
         self._received += len(data)
-        self._deliver(data)
-
-    def _deliver(self, data: bytes) -> None:
-        if self._write is None:
-            self._pending.append(data)
-            self._regulate()
-            return
-        self.delivered += len(data)
-        self._write(data)
+        self._inputs.content(data)
 
     def _lied(self, message: str) -> None:
         """The content does not match the head: the copy fails, the guest's stream is reset."""
-        self._finished = True
-        self.done.errback(AgentError(GuestErrorKind.INTERRUPTED, f"the copy was cut short: {message}"))
-        if self._stream is not None:
-            self._stream.abortConnection(ResetCode.PROTOCOL_ERROR, "content does not match the head")
+        self._inputs.cut(message, ResetCode.PROTOCOL_ERROR, "content does not match the head")
 
     def ended(self, reason: Failure) -> None:
-        self._finished = True
-        clean = reason.check(ConnectionDone) is not None
-        if not self.head.called:
-            error = _malformed("the guest ended the copy without a head") if clean else stream_error(reason, "the copy")
-            self._head_failed(Failure(error))
-            return
-        if not self._head_ok or self.done.called:
-            return
-        if not clean:
-            if not self._aborted:
-                lost = stream_error(reason, "the copy")
-                self.done.errback(AgentError(GuestErrorKind.INTERRUPTED, f"the copy was cut short: {lost}"))
+        if reason.check(ConnectionDone) is None:
+            self._inputs.lost(reason)
         elif self._declared is not None and self._received < self._declared:
             self._lied(f"the guest ended the copy after {self._received} of the {self._declared} bytes it declared")
-        elif self._write is not None:
-            self.done.callback(None)
+        else:
+            self._inputs.finished()
 
     # -- for the caller -------------------------------------------------------------
 
     def deliver_to(self, write: Callable[[bytes], None]) -> None:
         """Send the content to ``write`` from now on (what arrived already first)."""
-        self._write = write
-        pending, self._pending = self._pending, []
-        for chunk in pending:
-            self.delivered += len(chunk)
-            write(chunk)
-        self._regulate()
-        if self._finished and self._head_ok and not self.done.called:
-            self.done.callback(None)
+        self._inputs.writer(write)
 
     def _regulate(self) -> None:
-        if not self._finished:
-            self.give_credit(self._head_ok and self._write is None)
+        self._inputs.credit()
 
     def abort(self) -> None:
         """Reset the stream (the guest stops); :attr:`done` is left unfired."""
-        self._aborted = True
-        if self._stream is not None and not self._finished:
-            self._stream.abortConnection(ResetCode.CANCEL, "copy cancelled")
+        self._inputs.abort()
 
 
 def start_download(agent: Channel, request: DownloadRequest) -> GuestDownload:

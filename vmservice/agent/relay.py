@@ -89,15 +89,17 @@ class CreditRelay:
         """Reset the stream (the guest stops)."""
         raise NotImplementedError
 
+    def withheld(self, holding: bool) -> bool:
+        """Whether credit is withheld: while the consumer is paused or content is held for a consumer
+        yet to come (``holding``)."""
+        return self._consumer_paused or holding
+
     def give_credit(self, holding: bool) -> None:
-        """
-        Withhold credit while the consumer is paused or content is held for a consumer yet to come
-        (``holding``); else give it.
-        """
+        """Give credit, or withhold it (:meth:`withheld`)."""
         stream = self._stream
         if stream is None:
             return
-        if self._consumer_paused or holding:
+        if self.withheld(holding):
             stream.pauseProducing()
         else:
             stream.resumeProducing()
