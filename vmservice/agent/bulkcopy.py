@@ -23,33 +23,21 @@ from __future__ import annotations
 
 from typing import Any, Optional, cast
 
-from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IPushProducer
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ..errors import AgentError
-from ..guestport.files import DownloadRequest, IUpload, UploadRequest, UploadResult, usable_size
+from ..guestport.files import DownloadRequest, IUpload, UploadRequest, usable_size
 from ..wire import ResetCode
-from ..wire.bulk import encode_upload_end
 from .bulk import BulkChannel, BulkLink
+from .bulk_upload_state import BULK_UPLOAD_MACHINE, HELD_HIGH_WATER, BulkUploadCore
 from .channel import Channel
-from .copying import (
-    GuestDownload,
-    GuestUpload,
-    _UploadProtocol,
-    download_header,
-    start_upload,
-    upload_header,
-)
+from .copying import GuestDownload, _UploadProtocol, download_header, upload_header
 from .errors import stream_error
 from .headed import HeadedProtocol
 from .stream import AgentStream, StreamReset
-
-#: Bytes of body held while the guest has not said how it takes them.
-HELD_HIGH_WATER = 1024 * 1024
-
 
 class _BulkReply:
     """
@@ -94,171 +82,72 @@ class _BulkReply:
 
 @implementer(IUpload)
 class BulkUpload:
-    """An upload over the bulk port (or, when the guest refuses it, its stream)."""
+    """
+    An upload over the bulk port (or, when the guest refuses it, its stream);
+    its lifecycle is the machine of :mod:`.bulk_upload_state`.
+
+    :ivar result: fires with the guest's reply, or fails.
+    """
 
     def __init__(self, agent: Channel, channel: BulkChannel, request: UploadRequest) -> None:
-        self._agent = agent
-        self._channel = channel
-        self._request = request
-        self._link: Optional[BulkLink] = None
-        self._stream: Optional[AgentStream] = None
-        self._fallback: Optional[GuestUpload] = None
-        self._bulk = False
-        self._held: list[bytes] = []
-        self._held_size = 0
-        self._sent = 0
-        self._producer: Optional[IPushProducer] = None
-        self._producer_paused = False
-        self._ended = False
-        self._aborted = False
-        self.result: Deferred[UploadResult] = Deferred()
+        self._core = BulkUploadCore(agent=agent, channel=channel, request=request)
+        self._inputs = BULK_UPLOAD_MACHINE(self._core)
+        self.result = self._core.result
 
     async def open(self) -> None:
         """Connect the link and open the stream (or fall back at once)."""
-        link = await self._channel.connect()
-        if self._aborted:
-            if link is not None:
-                link.close()
-            return
+        core = self._core
+        link = await core.channel.connect()
         if link is None:
-            self._fall_back()
+            self._inputs.no_link()
             return
-        self._link = link
-        header = {**upload_header(self._request), "op": "cp-upload-bulk", "bulk": link.token.hex()}
+        if not self._inputs.link_connected(link):
+            return
+        header = {**upload_header(core.request), "op": "cp-upload-bulk", "bulk": link.token.hex()}
         protocol = _BulkReply(self)
         try:
-            self._stream = self._agent.open_stream(header, HeadedProtocol(protocol))
+            core.stream = core.agent.open_stream(header, HeadedProtocol(protocol))
         except AgentError as e:
-            link.close()
-            self._settle(Failure(e))
+            self._inputs.failed(e)
             return
-        protocol.reply.reply.addBoth(self._replied)
+        protocol.reply.reply.addBoth(self._inputs.replied)
 
     # -- the guest's answers ------------------------------------------------------------
 
     def _accepted(self) -> None:
-        link = self._link
-        if link is None or self._aborted:
-            return
-        self._bulk = True
-        link.start()
-        held, self._held, self._held_size = self._held, [], 0
-        for chunk in held:
-            self._send(chunk)
-        if self._producer is not None:
-            link.transport.registerProducer(self._producer, True)  # type: ignore[attr-defined]
-            self._resume_producer()
-        if self._ended:
-            self._finish()
+        self._inputs.accepted()
 
     def _refused(self, reason: Failure) -> None:
-        if self._link is not None:
-            self._link.close()
-        if self._aborted:
-            return
         error = reason.value
         if isinstance(error, StreamReset) and error.code in (ResetCode.REFUSED, ResetCode.UNKNOWN_OP):
-            if error.code == ResetCode.UNKNOWN_OP:
-                self._channel.supported = False
-            self._fall_back()
-            return
-        self._settle(Failure(stream_error(reason, "the copy")))
-
-    def _replied(self, outcome: Any) -> None:
-        if self._link is not None:
-            self._link.close()
-        self._settle(outcome)
+            self._inputs.declined(error.code == ResetCode.REFUSED)
+        else:
+            self._inputs.failed(stream_error(reason, "the copy"))
 
     def _settle(self, outcome: Any) -> None:
-        if self.result.called:
-            return
-        if isinstance(outcome, Failure):
-            self.result.errback(outcome)
-        else:
-            self.result.callback(outcome)
-
-    def _fall_back(self) -> None:
-        """Send the body on a ``cp-upload`` stream instead."""
-        try:
-            upload = start_upload(self._agent, self._request)
-        except AgentError as e:
-            self._settle(Failure(e))
-            return
-        self._fallback = upload
-        upload.result.addBoth(self._settle)
-        held, self._held, self._held_size = self._held, [], 0
-        for chunk in held:
-            upload.write(chunk)
-        if self._producer is not None:
-            upload.register_producer(self._producer)
-            self._resume_producer()
-        if self._ended:
-            upload.end()
+        self._core.settle(outcome)
 
     # -- IUpload ----------------------------------------------------------------------
 
-    def _send(self, data: bytes) -> None:
-        self._sent += len(data)
-        assert self._link is not None
-        self._link.write(data)
-
     def write(self, data: bytes) -> None:
         """Body bytes: held until the guest said how it takes them."""
-        if self._fallback is not None:
-            self._fallback.write(data)
-        elif self._bulk:
-            self._send(data)
-        else:
-            self._held.append(data)
-            self._held_size += len(data)
-            if self._held_size > HELD_HIGH_WATER and self._producer is not None and not self._producer_paused:
-                self._producer_paused = True
-                self._producer.pauseProducing()
-
-    def _resume_producer(self) -> None:
-        if self._producer is not None and self._producer_paused:
-            self._producer_paused = False
-            self._producer.resumeProducing()
+        self._inputs.write(data)
 
     def register_producer(self, producer: IPushProducer) -> None:
         """Pause ``producer`` while the guest does not take more."""
-        self._producer = producer
-        if self._fallback is not None:
-            self._fallback.register_producer(producer)
-        elif self._bulk and self._link is not None:
-            self._link.transport.registerProducer(producer, True)  # type: ignore[attr-defined]
+        self._inputs.register_producer(producer)
 
     def unregister_producer(self) -> None:
         """Forget the producer."""
-        if self._fallback is not None:
-            self._fallback.unregister_producer()
-        elif self._bulk and self._link is not None and self._producer is not None:
-            self._link.transport.unregisterProducer()  # type: ignore[attr-defined]
-        self._producer = None
+        self._inputs.unregister_producer()
 
     def end(self) -> None:
         """The body is complete."""
-        self._ended = True
-        if self._fallback is not None:
-            self._fallback.end()
-        elif self._bulk:
-            self._finish()
-
-    def _finish(self) -> None:
-        if self._stream is not None:
-            self._stream.write(encode_upload_end(self._sent))
-            self._stream.loseConnection()
+        self._inputs.end()
 
     def abort(self) -> None:
         """Give up: the guest removes what it was writing."""
-        self._aborted = True
-        if self._fallback is not None:
-            self._fallback.abort()
-            return
-        if self._link is not None:
-            self._link.close()
-        if self._stream is not None:
-            self._stream.abortConnection(ResetCode.CANCEL, "copy cancelled")
+        self._inputs.abort()
 
 
 class BulkDownload(GuestDownload):
