@@ -50,7 +50,7 @@ from ..wire import ResetCode
 from ..wire.bulk import encode_upload_end
 from .bulk import BulkChannel, BulkLink
 from .channel import Channel
-from .copying import GuestUpload, start_upload
+from .copying import GuestUpload, settle, start_upload
 from .stream import AgentStream
 
 #: Bytes of body held while the guest has not said how it takes them.
@@ -128,12 +128,7 @@ class BulkUploadCore:
 
     def settle(self, outcome: Any) -> None:
         """Fire the result with ``outcome`` (a failure fails it), unless it fired."""
-        if self.result.called:
-            return
-        if isinstance(outcome, Failure):
-            self.result.errback(outcome)
-        else:
-            self.result.callback(outcome)
+        settle(self.result, outcome)
 
     def release(self, write: Callable[[bytes], None]) -> bool:
         """Write what was held; whether its end came too."""
@@ -342,17 +337,10 @@ def _build() -> TypeMachine[BulkUploadInputs, BulkUploadCore]:
         state.upon(I.register_producer).loop().returns(None)
         for each in (I.end, I.unregister_producer, I.abort, I.accepted):
             state.upon(each).loop().returns(None)
-        state.upon(I.declined).loop()(_declined_late)
-        state.upon(I.failed).loop()(_failed_late)
+        # The link was closed on the way here.
+        state.upon(I.declined).loop().returns(None)
+        state.upon(I.failed).loop().returns(None)
     return builder.build()
-
-
-def _declined_late(inputs: BulkUploadInputs, core: BulkUploadCore, supported: bool) -> None:
-    core.close_link()
-
-
-def _failed_late(inputs: BulkUploadInputs, core: BulkUploadCore, error: AgentError) -> None:
-    core.close_link()
 
 
 #: The machine; calling it with a core gives one upload's inputs.

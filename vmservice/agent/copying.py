@@ -71,6 +71,16 @@ def download_header(request: DownloadRequest) -> dict[str, Any]:
     return header
 
 
+def settle(result: Deferred[Any], outcome: Any) -> None:
+    """Fire ``result`` with ``outcome`` (a failure fails it), unless it fired."""
+    if result.called:
+        return
+    if isinstance(outcome, Failure):
+        result.errback(outcome)
+    else:
+        result.callback(outcome)
+
+
 def _malformed(message: str) -> AgentError:
     return AgentRequestFailed(message, kind=GuestErrorKind.MALFORMED)
 
@@ -93,12 +103,7 @@ class _UploadProtocol(Protocol):
         self._chunks.append(data)
 
     def _settle(self, outcome: Any) -> None:
-        if self.reply.called:
-            return
-        if isinstance(outcome, Failure):
-            self.reply.errback(outcome)
-        else:
-            self.reply.callback(outcome)
+        settle(self.reply, outcome)
 
     def readConnectionLost(self) -> None:
         try:
@@ -320,6 +325,7 @@ __all__ = [
     "MAX_UPLOAD_REPLY",
     "download_head",
     "download_header",
+    "settle",
     "start_download",
     "start_upload",
     "upload_header",

@@ -54,9 +54,8 @@ from twisted.python.failure import Failure
 
 from ..errors import AgentError, GuestErrorKind
 from ..guestport.files import DownloadHead
-from ..wire import ResetCode
 from .errors import AgentRequestFailed, stream_error
-from .relay import CreditRelay
+from .relay import CreditRelay, give, reset, withhold
 from .stream import AgentStream
 
 
@@ -102,6 +101,7 @@ class DownloadCore:
     :ivar relay: the download, as the producer of its content.
     :ivar head: fires with the head, or fails.
     :ivar done: fires once all content was delivered, or fails (``INTERRUPTED``).
+    :ivar cancel_reason: the reason of the reset that aborts it.
     :ivar stream: the stream, once open.
     :ivar write: the writer, once given.
     :ivar pending: content held for the writer.
@@ -112,6 +112,7 @@ class DownloadCore:
     head: Deferred[DownloadHead] = field(default_factory=Deferred)
     done: Deferred[None] = field(default_factory=Deferred)
     stream: Optional[AgentStream] = None
+    cancel_reason: str = "copy cancelled"
     write: Optional[Callable[[bytes], None]] = None
     pending: list[bytes] = field(default_factory=list)
     delivered: int = 0
@@ -202,19 +203,6 @@ def _cut(inputs: DownloadInputs, core: DownloadCore, message: str, code: int, re
         core.stream.abortConnection(code, reason)
 
 
-def _reset(inputs: DownloadInputs, core: DownloadCore) -> None:
-    if core.stream is not None:
-        core.stream.abortConnection(ResetCode.CANCEL, "copy cancelled")
-
-
-def _withhold(inputs: DownloadInputs, core: DownloadCore) -> None:
-    core.relay.give_credit(holding=True)
-
-
-def _give(inputs: DownloadInputs, core: DownloadCore) -> None:
-    core.relay.give_credit(holding=False)
-
-
 def _build() -> TypeMachine[DownloadInputs, DownloadCore]:
     """The machine: its states, what each input does in them, and what each state ignores."""
     builder = TypeMachineBuilder(DownloadInputs, DownloadCore)
@@ -229,29 +217,29 @@ def _build() -> TypeMachine[DownloadInputs, DownloadCore]:
     heading.upon(I.head_ok).to(holding)(_headed)
     heading.upon(I.finished).to(over)(_no_head)
     heading.upon(I.lost).to(over)(_lost_head)
-    heading.upon(I.credit).loop()(_give)
+    heading.upon(I.credit).loop()(give)
 
     holding.upon(I.content).loop()(_hold)
     holding.upon(I.writer).to(delivering)(_deliver)
     holding.upon(I.finished).to(arrived).returns(None)
-    holding.upon(I.credit).loop()(_withhold)
+    holding.upon(I.credit).loop()(withhold)
 
     delivering.upon(I.content).loop()(_write)
     delivering.upon(I.writer).loop()(_deliver)
     delivering.upon(I.finished).to(done)(_done)
-    delivering.upon(I.credit).loop()(_give)
+    delivering.upon(I.credit).loop()(give)
 
     for state in (holding, delivering):
         state.upon(I.lost).to(failed)(_interrupted)
         state.upon(I.cut).to(failed)(_cut)
     for state in (heading, holding, delivering, refused):
-        state.upon(I.abort).to(abandoned)(_reset)
+        state.upon(I.abort).to(abandoned)(reset)
 
     arrived.upon(I.writer).to(done)(_deliver_all)
     failed.upon(I.writer).loop()(_deliver_late)
 
     refused.upon(I.content).loop()(_drop)
-    refused.upon(I.credit).loop()(_give)
+    refused.upon(I.credit).loop()(give)
     refused.upon(I.finished).to(over).returns(None)
     refused.upon(I.lost).to(over).returns(None)
 

@@ -18,7 +18,7 @@ its source; see :mod:`vmservice.agent.inbound`).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional, Protocol
 
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
@@ -119,4 +119,37 @@ class CreditRelay:
         self.abort()
 
 
-__all__ = ["CreditRelay", "GuestOutput"]
+class RelayCore(Protocol):
+    """
+    What the outputs below need of the core of a :class:`CreditRelay`'s lifecycle machine.
+
+    :ivar relay: the relay.
+    :ivar stream: its stream, once open.
+    :ivar cancel_reason: the reason of the ``CANCEL`` reset that aborts it.
+    """
+
+    relay: CreditRelay
+    stream: Optional[AgentStream]
+    cancel_reason: str
+
+
+# Outputs that every such machine has.
+
+
+def withhold(inputs: Any, core: RelayCore) -> None:
+    """Content is held for a consumer yet to come: withhold credit."""
+    core.relay.give_credit(holding=True)
+
+
+def give(inputs: Any, core: RelayCore) -> None:
+    """Give credit unless the consumer is paused."""
+    core.relay.give_credit(holding=False)
+
+
+def reset(inputs: Any, core: RelayCore) -> None:
+    """Abort: reset the stream with ``CANCEL``."""
+    if core.stream is not None:
+        core.stream.abortConnection(ResetCode.CANCEL, core.cancel_reason)
+
+
+__all__ = ["CreditRelay", "GuestOutput", "RelayCore", "give", "reset", "withhold"]

@@ -40,9 +40,8 @@ from twisted.python.failure import Failure
 
 from ..errors import AgentError, GuestErrorKind
 from ..guestport.tunnel import ITunnel, ITunnelPeer
-from ..wire import ResetCode
 from .errors import AgentRequestFailed, stream_error
-from .relay import CreditRelay
+from .relay import CreditRelay, give, reset, withhold
 from .stream import AgentStream
 
 
@@ -82,6 +81,7 @@ class TunnelCore:
     :ivar tunnel: the tunnel, as ``opened`` gives it.
     :ivar relay: the tunnel, as the producer of what the guest sends.
     :ivar upstream: what the guest connects to, for error messages.
+    :ivar cancel_reason: the reason of the reset that aborts it.
     :ivar stream: the tunnel's stream, once open.
     :ivar opened: fires with the tunnel once the guest connected.
     :ivar done: fires once the tunnel is over.
@@ -93,6 +93,7 @@ class TunnelCore:
     relay: CreditRelay
     opened: Deferred[ITunnel]
     stream: Optional[AgentStream] = None
+    cancel_reason: str = "tunnel closed"
     done: Deferred[None] = field(default_factory=Deferred)
     pending: list[bytes] = field(default_factory=list)
     peer: Optional[ITunnelPeer] = None
@@ -140,19 +141,6 @@ def _half_close(inputs: TunnelInputs, core: TunnelCore) -> None:
         core.stream.loseConnection()
 
 
-def _reset(inputs: TunnelInputs, core: TunnelCore) -> None:
-    if core.stream is not None:
-        core.stream.abortConnection(ResetCode.CANCEL, "tunnel closed")
-
-
-def _withhold(inputs: TunnelInputs, core: TunnelCore) -> None:
-    core.relay.give_credit(holding=True)
-
-
-def _give(inputs: TunnelInputs, core: TunnelCore) -> None:
-    core.relay.give_credit(holding=False)
-
-
 def _ignore_data(inputs: TunnelInputs, core: TunnelCore, data: bytes) -> None:
     pass
 
@@ -176,31 +164,28 @@ def _over(inputs: TunnelInputs, core: TunnelCore, reason: Failure) -> None:
 def _build() -> TypeMachine[TunnelInputs, TunnelCore]:
     """The machine: its states, what each input does in them, and what each state ignores."""
     builder = TypeMachineBuilder(TunnelInputs, TunnelCore)
-    opening = builder.state("Opening")
-    held = builder.state("Held")
-    joined = builder.state("Joined")
-    refused = builder.state("Refused")
-    over = builder.state("Over")
+    opening, held, joined = builder.state("Opening"), builder.state("Held"), builder.state("Joined")
+    refused, over = builder.state("Refused"), builder.state("Over")
 
     opening.upon(TunnelInputs.head_ok).to(held)(_opened)
     opening.upon(TunnelInputs.refused).to(refused)(_refused)
-    opening.upon(TunnelInputs.credit).loop()(_give)
+    opening.upon(TunnelInputs.credit).loop()(give)
     opening.upon(TunnelInputs.ended).to(over)(_lost_before_head)
 
     held.upon(TunnelInputs.content).loop()(_hold)
     held.upon(TunnelInputs.join).to(joined)(_join)
-    held.upon(TunnelInputs.credit).loop()(_withhold)
+    held.upon(TunnelInputs.credit).loop()(withhold)
 
     joined.upon(TunnelInputs.content).loop()(_pass)
-    joined.upon(TunnelInputs.credit).loop()(_give)
+    joined.upon(TunnelInputs.credit).loop()(give)
 
     refused.upon(TunnelInputs.content).loop()(_ignore_data)
     refused.upon(TunnelInputs.join).loop()(_let_go)
-    refused.upon(TunnelInputs.credit).loop()(_give)
+    refused.upon(TunnelInputs.credit).loop()(give)
 
     for state in (opening, held, joined, refused):
         state.upon(TunnelInputs.close).loop()(_half_close)
-        state.upon(TunnelInputs.abort).loop()(_reset)
+        state.upon(TunnelInputs.abort).loop()(reset)
     for state in (held, joined, refused):
         state.upon(TunnelInputs.ended).to(over)(_over)
 
