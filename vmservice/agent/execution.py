@@ -12,21 +12,18 @@ producer to a request body.
 
 from __future__ import annotations
 
-from typing import Any, Optional, cast
+from typing import Any, Optional
 
 from attrs import frozen
 from twisted.internet.defer import Deferred
-from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IReactorTime
-from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ..errors import AgentError, GuestErrorKind
 from ..guestport.exec import ExecRequest, IExecProcess, IExecSink
 from .channel import Channel
-from .errors import AgentRequestFailed, stream_error
+from .recorded import RecordedProtocol
 from .relay import GuestOutput
 from .stream import AgentStream
 from vmservice.wire.payloads import (
@@ -40,7 +37,6 @@ from vmservice.wire.payloads import (
     RecordDecoder,
     RecordError,
 )
-from vmservice.wire import ResetCode
 
 log = Logger()
 
@@ -63,29 +59,13 @@ def exec_header(request: ExecRequest) -> dict[str, Any]:
     }
 
 
-class _ExecProtocol(Protocol):
+class _ExecProtocol(RecordedProtocol[IExecSink, Record]):
     """
     Decodes the records of one exec stream and drives an :class:`IExecSink`.
     """
 
     def __init__(self, sink: IExecSink) -> None:
-        self._sink = sink
-        self._decoder = RecordDecoder()
-        self._ended = False
-
-    def dataReceived(self, data: bytes) -> None:
-        if self._ended:
-            return
-        try:
-            for record in self._decoder.feed(data):
-                self._record(record)
-                if self._ended:
-                    return
-        except RecordError as e:
-            log.warn("exec stream: bad record from the guest: {error}", error=str(e))
-            self._ended = True
-            cast(AgentStream, self.transport).abortConnection(ResetCode.PROTOCOL_ERROR, "bad exec record")
-            self._sink.lost(AgentRequestFailed(f"bad exec record from the guest: {e}", kind=GuestErrorKind.MALFORMED))
+        super().__init__(sink, RecordDecoder(), "exec", "record", RecordError, log)
 
     def _record(self, record: Record) -> None:
         kind = record.kind
@@ -113,14 +93,6 @@ class _ExecProtocol(Protocol):
         elif kind == REJECTED:
             self._ended = True
             self._sink.lost(AgentError(GuestErrorKind.REJECTED, str(record.json().get("message", ""))))
-
-    def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
-        if self._ended:
-            return
-        self._ended = True
-        if reason.check(ConnectionDone):
-            reason = Failure(ConnectionDone("the exec stream ended without an exit record"))
-        self._sink.lost(stream_error(reason, "the exec stream"))
 
 
 @implementer(IExecProcess)
