@@ -12,7 +12,9 @@ its source; see :mod:`vmservice.agent.inbound`).
 - :class:`CreditRelay`: the same for a stream whose content is handed to a
   consumer that may come later (a download's writer, a tunnel's peer): credit
   is also withheld while content is held for that consumer.  Whether content
-  is held, and whether the stream is over, is the owner's lifecycle: it
+  is held, and whether the stream is over, is the owner's lifecycle machine:
+  its outputs (:func:`give`, :func:`withhold`, :func:`reset`, shared by the
+  machines of :mod:`.download_state` and :mod:`.tunnel_state`) call
   :meth:`~CreditRelay.give_credit` from the states where the stream is open.
 """
 
