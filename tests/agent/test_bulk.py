@@ -18,8 +18,10 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.agent.fakes import FakeExecAgent
+from tests.agent.fakes import FakeExecAgent, RecordingProducer
+from tests.diagrams import drawn_transitions, machine_transitions
 from vmservice.agent.bulk import BulkChannel, BulkLink
+from vmservice.agent.bulk_upload_state import BULK_UPLOAD_MACHINE, HELD_HIGH_WATER
 from vmservice.agent.bulkcopy import BulkDownload, BulkUpload
 from vmservice.agent.stream import StreamReset
 from vmservice.errors import AgentError, GuestErrorKind
@@ -159,6 +161,10 @@ class UploadTests(_Case):
         link, transport = self.connect()
         return upload, link, transport, self.agent.streams[-1]
 
+    def test_diagram(self) -> None:
+        """docs/state-machines/bulk-upload.dot draws exactly the machine's transitions."""
+        self.assertEqual(drawn_transitions("bulk-upload.dot"), machine_transitions(BULK_UPLOAD_MACHINE))
+
     def test_body_over_the_port(self) -> None:
         """Held until the guest's head, then token and body on the port, the size and HALF_CLOSE on the stream."""
         upload, link, transport, stream = self.start()
@@ -226,3 +232,36 @@ class UploadTests(_Case):
         self.addCleanup(lambda: open(self.path, "w").close())
         self.assertNotIsInstance(self.agent.upload(UploadRequest(path="/f")), BulkUpload)
         self.assertNotIsInstance(self.agent.download(DownloadRequest(path="/f")), BulkDownload)
+
+    def test_held_end_and_producer(self) -> None:
+        """
+        A producer is paused once more than the high water is held; when the guest takes the port, the
+        held body, then the producer (resumed), then the held end go to it.
+        """
+        upload, link, transport, stream = self.start()
+        producer = RecordingProducer()
+        upload.register_producer(producer)
+        upload.write(b"x" * (HELD_HIGH_WATER + 1))
+        upload.end()
+        self.assertEqual(producer.calls, ["pause"])
+        stream.deliver(encode_head({"ok": True, "bulk": True}))
+        self.assertEqual(producer.calls, ["pause", "resume"])
+        self.assertIs(transport.producer, producer)
+        self.assertEqual(len(transport.value()), len(link.token) + HELD_HIGH_WATER + 1)
+        self.assertEqual(decode_upload_end(bytes(stream.written)), HELD_HIGH_WATER + 1)
+
+    def test_bad_head(self) -> None:
+        """A head that does not say bulk resets the stream and fails the result."""
+        upload, link, transport, stream = self.start()
+        stream.deliver(encode_head({"ok": True}))
+        self.assertEqual(stream.aborted[0], ResetCode.PROTOCOL_ERROR)
+        self.failureResultOf(upload.result, AgentError)
+        self.assertTrue(transport.disconnecting)
+
+    def test_abort_before_the_link(self) -> None:
+        """Aborted while the link connects: the link is closed once connected, and no stream is opened."""
+        upload = self.agent.upload(UploadRequest(path="/f"))
+        upload.abort()
+        link, transport = self.connect()
+        self.assertEqual(self.agent.streams, [])
+        self.assertTrue(transport.disconnecting)

@@ -14,9 +14,11 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.agent.fakes import FakeExecAgent
+from tests.diagrams import drawn_transitions, machine_transitions
 from twisted.internet.defer import Deferred
 
 from vmservice.agent.copying import start_download, start_upload
+from vmservice.agent.download_state import DOWNLOAD_MACHINE
 from vmservice.agent.stream import StreamReset
 from vmservice.errors import (
     AgentError,
@@ -123,6 +125,10 @@ class DownloadTests(SynchronousTestCase):
     def head(self, **result: object) -> bytes:
         return encode_head({"ok": True, "result": {"type": "file", "name": "f", "mode": 0o640, "size": 5, **result}})
 
+    def test_diagram(self) -> None:
+        """docs/state-machines/download.dot draws exactly the machine's transitions."""
+        self.assertEqual(drawn_transitions("download.dot"), machine_transitions(DOWNLOAD_MACHINE))
+
     def test_cp_v1_header(self) -> None:
         """Semantics, excludes and uid join the header only when given."""
         start_download(self.agent, DownloadRequest(path="~/d", mode="recursive", semantics="cp-v1", exclude=("x",),
@@ -191,3 +197,47 @@ class DownloadTests(SynchronousTestCase):
         stream.deliver(b"\x00\x00\x00\x02[]")
         failed_as(self, download.head, Internal)
         self.assertEqual(stream.aborted[0], ResetCode.PROTOCOL_ERROR)
+
+    def test_all_content_before_the_writer(self) -> None:
+        """Content that all came before the writer is delivered to it, then done fires."""
+        self.stream.deliver(self.head() + b"hello")
+        self.stream.end()
+        self.assertNoResult(self.download.done)
+        out: list[bytes] = []
+        self.download.deliver_to(out.append)
+        self.successResultOf(self.download.done)
+        self.assertEqual((out, self.download.delivered), ([b"hello"], 5))
+
+    def test_more_than_declared(self) -> None:
+        """Content past the head's size is cut: what fits is delivered, done fails, the stream is reset."""
+        self.stream.deliver(self.head())
+        out: list[bytes] = []
+        self.download.deliver_to(out.append)
+        self.stream.deliver(b"hello, world")
+        self.assertEqual(out, [b"hello"])
+        self.assertIs(self.failureResultOf(self.download.done, AgentError).value.kind, GuestErrorKind.INTERRUPTED)
+        self.assertEqual(self.stream.aborted[0], ResetCode.PROTOCOL_ERROR)
+
+    def test_fewer_than_declared(self) -> None:
+        """A clean end short of the head's size fails done."""
+        self.stream.deliver(self.head() + b"hel")
+        self.download.deliver_to(lambda data: None)
+        self.stream.end()
+        error = self.failureResultOf(self.download.done, AgentError).value
+        self.assertIn("after 3 of the 5 bytes", str(error))
+
+    def test_abort_after_head(self) -> None:
+        """An abort resets the stream with CANCEL and leaves done unfired, whatever comes after."""
+        self.stream.deliver(self.head() + b"he")
+        self.download.abort()
+        self.assertEqual(self.stream.aborted[0], ResetCode.CANCEL)
+        self.download.deliver_to(lambda data: None)
+        self.download.abort()
+        self.assertNoResult(self.download.done)
+
+    def test_abort_error_head(self) -> None:
+        """Aborting after an error head resets the stream the guest has not ended yet."""
+        self.stream.deliver(encode_head({"ok": False, "error": "not_found", "message": "m"}))
+        failed_as(self, self.download.head, NotFound)
+        self.download.abort()
+        self.assertEqual(self.stream.aborted[0], ResetCode.CANCEL)

@@ -13,7 +13,9 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.agent.fakes import FakeExecAgent
+from tests.diagrams import drawn_transitions, machine_transitions
 from vmservice.agent.stream import StreamReset
+from vmservice.agent.tunnel_state import TUNNEL_MACHINE
 from vmservice.errors import AgentError, GuestErrorKind
 from vmservice.guestport.tunnel import ITunnel
 from vmservice.wire.upstream import Upstream
@@ -45,6 +47,10 @@ class TunnelTests(SynchronousTestCase):
         self.agent = FakeExecAgent()
         self.opened = self.agent.forward(Upstream(host="localhost", port=8000))
         self.stream = self.agent.streams[-1]
+
+    def test_diagram(self) -> None:
+        """docs/state-machines/tunnel.dot draws exactly the machine's transitions."""
+        self.assertEqual(drawn_transitions("tunnel.dot"), machine_transitions(TUNNEL_MACHINE))
 
     def test_opened(self) -> None:
         """The head ``ok`` opens the tunnel; bytes before the join are kept and credit withheld."""
@@ -94,3 +100,32 @@ class TunnelTests(SynchronousTestCase):
         self.opened.cancel()
         self.failureResultOf(self.opened)
         self.assertIsNotNone(self.stream.aborted)
+
+    def test_malformed_head_resets(self) -> None:
+        """A head that does not decode fails ``opened`` and resets the stream; ``done`` fires."""
+        self.stream.deliver(b"\x00\x00\x00\x02[}")
+        self.assertEqual(self.failureResultOf(self.opened, AgentError).value.kind, GuestErrorKind.MALFORMED)
+        self.assertEqual(self.stream.aborted[0], ResetCode.PROTOCOL_ERROR)
+
+    def test_join_after_the_end(self) -> None:
+        """A peer joining a tunnel that is over is closed at once; close and abort do nothing then."""
+        self.stream.deliver(encode_head({"ok": True}))
+        tunnel = self.successResultOf(self.opened)
+        self.stream.end()
+        self.successResultOf(tunnel.done)
+        peer = Peer()
+        tunnel.join(peer)
+        tunnel.close()
+        tunnel.abort()
+        self.assertEqual((peer.lost, self.stream.aborted), (True, None))
+
+    def test_cancel_after_open(self) -> None:
+        """Aborting an open tunnel resets it with CANCEL; the joined peer is let go."""
+        self.stream.deliver(encode_head({"ok": True}))
+        tunnel = self.successResultOf(self.opened)
+        peer = Peer()
+        tunnel.join(peer)
+        tunnel.stopProducing()
+        self.assertEqual(self.stream.aborted, (ResetCode.CANCEL, "tunnel closed"))
+        self.assertTrue(peer.lost)
+        self.successResultOf(tunnel.done)

@@ -119,7 +119,7 @@ class ForwardApiTests(SynchronousTestCase):
         self.assertTrue(self.transport.value().endswith(b"\r\n\r\nbody"))
         # Back-pressure: the stream pauses the client's reading; the client's transport pauses the stream.
         self.assertIs(self.stream.producer, self.transport)
-        self.assertIs(self.transport.producer, self.fleet.agent.streams[-1].protocol._owner)
+        self.assertIs(self.transport.producer, self.fleet.agent.streams[-1].protocol.receiver)
         self.transport.producer.pauseProducing()
         self.assertTrue(self.stream.paused)
         self.transport.producer.resumeProducing()

@@ -14,12 +14,10 @@ stream's credit as back-pressure.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, Optional
 
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone
-from twisted.internet.interfaces import IPushProducer
-from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
@@ -35,11 +33,12 @@ from ..guestport.background import (
 )
 from ..wire import ResetCode
 from ..wire.logframes import EXIT, GAP, FrameDecoder, FrameError
-from ..wire.payloads import decode_head
 from .channel import Channel
 from .errors import AgentRequestFailed, stream_error
 from .execution import exec_header
 from .filesystem import reply_result, reply_value
+from .headed import HeadedProtocol
+from .relay import GuestOutput
 from .stream import AgentStream
 
 #: Largest reply accepted for one action (a list of every exec the guest keeps fits easily).
@@ -57,6 +56,15 @@ def _field(value: dict[str, Any], name: str, kind: type, optional: bool = False)
     if not isinstance(item, kind) or (kind is int and isinstance(item, bool)):
         raise _malformed(f"the guest's background exec reply has no valid {name!r}")
     return item
+
+
+def _ending(value: dict[str, Any]) -> dict[str, Any]:
+    """How an exec ended, as the guest's info and wait replies say it (all ``None`` while it runs)."""
+    return {
+        "exit_code": _field(value, "exit_code", int, optional=True),
+        "signal": _field(value, "signal", str, optional=True),
+        "ended_ns": _field(value, "ended_ns", int, optional=True),
+    }
 
 
 def parse_info(value: Any) -> BackgroundInfo:
@@ -80,9 +88,7 @@ def parse_info(value: Any) -> BackgroundInfo:
         gid=_field(value, "gid", int),
         started_ns=_field(value, "started_ns", int),
         running=_field(value, "running", bool),
-        exit_code=_field(value, "exit_code", int, optional=True),
-        signal=_field(value, "signal", str, optional=True),
-        ended_ns=_field(value, "ended_ns", int, optional=True),
+        **_ending(value),
         bytes_written=_field(value, "bytes_written", int),
         bytes_dropped=_field(value, "bytes_dropped", int),
         next_id=_field(value, "next_id", int),
@@ -107,57 +113,61 @@ def _log_frame(frame: Any) -> LogFrame:
     return LogFrame(frame.name, frame.id, frame.time_ns, data=frame.payload)
 
 
-class _LogsProtocol(Protocol):
-    """Decodes a logs stream: the head, then frames, into an :class:`ILogSink`."""
+class _LogsReading:
+    """
+    The :class:`~.headed.HeadReceiver` of a logs stream: the head (the exec's
+    info, or the guest's error), then frames, into an :class:`ILogSink`, which
+    hears ``opened`` at most once and then ``ended`` or ``lost`` once.
+    """
 
     def __init__(self, sink: ILogSink) -> None:
         self._sink = sink
-        self._buffer = bytearray()
+        self._stream: Optional[AgentStream] = None
         self._opened = False
         self._ended = False
         self._decoder = FrameDecoder()
 
     def _fail(self, error: AgentError) -> None:
         self._ended = True
-        cast(AgentStream, self.transport).abortConnection(ResetCode.PROTOCOL_ERROR, "bad logs stream")
+        assert self._stream is not None
+        self._stream.abortConnection(ResetCode.PROTOCOL_ERROR, "bad logs stream")
         self._sink.lost(error)
 
-    def dataReceived(self, data: bytes) -> None:
+    def connected(self, stream: AgentStream) -> None:
+        self._stream = stream
+
+    def head_malformed(self, error: ValueError) -> None:
+        if not self._ended:
+            self._fail(_malformed(f"the guest's logs head is malformed: {error}"))
+
+    def headed(self, head: dict[str, Any], rest: bytes) -> None:
         if self._ended:
             return
-        if not self._opened:
-            self._buffer += data
-            try:
-                decoded = decode_head(bytes(self._buffer))
-            except ValueError as e:
-                self._fail(_malformed(f"the guest's logs head is malformed: {e}"))
-                return
-            if decoded is None:
-                return
-            reply, used = decoded
-            data = bytes(self._buffer[used:])
-            self._buffer.clear()
-            try:
-                info = parse_info(reply_value(reply, "background exec"))
-            except AgentError as error:
-                self._ended = True
-                self._sink.lost(error)
-                return
-            self._opened = True
-            self._sink.opened(info)
+        try:
+            info = parse_info(reply_value(head, "background exec"))
+        except AgentError as error:
+            self._ended = True
+            self._sink.lost(error)
+            return
+        self._opened = True
+        self._sink.opened(info)
+        self._frames(rest)
+
+    def body(self, data: bytes) -> None:
+        if not self._ended:
+            self._frames(data)
+
+    def _frames(self, data: bytes) -> None:
         try:
             for frame in self._decoder.feed(data):
                 self._sink.frame(_log_frame(frame))
         except FrameError as e:
             self._fail(_malformed(f"bad log frame from the guest: {e}"))
 
-    def readConnectionLost(self) -> None:
+    def read_ended(self) -> None:
         pass
 
-    def writeConnectionLost(self) -> None:
-        pass
-
-    def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
+    def ended(self, reason: Failure) -> None:
         if self._ended:
             return
         self._ended = True
@@ -169,21 +179,11 @@ class _LogsProtocol(Protocol):
         self._sink.lost(stream_error(reason, "the logs stream"))
 
 
-@implementer(IPushProducer)
-class LogReader:
+class LogReader(GuestOutput):
     """One reading of a log: pausing it withholds credit from the guest; stopping it resets the stream."""
 
     def __init__(self, stream: AgentStream) -> None:
-        self._stream = stream
-
-    def pauseProducing(self) -> None:
-        self._stream.pauseProducing()
-
-    def resumeProducing(self) -> None:
-        self._stream.resumeProducing()
-
-    def stopProducing(self) -> None:
-        self._stream.abortConnection(ResetCode.CANCEL, "logs reader gone")
+        super().__init__(stream, "logs reader gone")
 
 
 @implementer(IBackgroundExecs)
@@ -247,9 +247,7 @@ class AgentBackground:
             return WaitOutcome(
                 exec_id=_field(value, "exec_id", str),
                 running=_field(value, "running", bool),
-                exit_code=_field(value, "exit_code", int, optional=True),
-                signal=_field(value, "signal", str, optional=True),
-                ended_ns=_field(value, "ended_ns", int, optional=True),
+                **_ending(value),
                 timed_out=_field(value, "timed_out", bool),
             )
 
@@ -263,7 +261,7 @@ class AgentBackground:
 
     def logs(self, exec_id: str, from_id: int, follow: bool, sink: ILogSink) -> LogReader:
         header = {"op": "background", "action": "logs", "exec_id": exec_id, "from_id": from_id, "follow": follow}
-        stream = self._agent.open_stream(header, _LogsProtocol(sink))
+        stream = self._agent.open_stream(header, HeadedProtocol(_LogsReading(sink)))
         stream.loseConnection()  # nothing to send: half-close at once
         return LogReader(stream)
 

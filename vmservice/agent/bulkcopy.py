@@ -23,78 +23,57 @@ from __future__ import annotations
 
 from typing import Any, Optional, cast
 
-from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone
-from twisted.internet.interfaces import IHalfCloseableProtocol, IPushProducer
-from twisted.internet.protocol import Protocol
+from twisted.internet.interfaces import IPushProducer
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from ..errors import AgentError, GuestErrorKind
-from ..guestport.files import DownloadRequest, IUpload, UploadRequest, UploadResult, usable_size
+from ..errors import AgentError
+from ..guestport.files import DownloadRequest, IUpload, UploadRequest, usable_size
 from ..wire import ResetCode
-from ..wire.bulk import encode_upload_end
-from ..wire.payloads import decode_head
 from .bulk import BulkChannel, BulkLink
+from .bulk_upload_state import BULK_UPLOAD_MACHINE, HELD_HIGH_WATER, BulkUploadCore
 from .channel import Channel
-from .copying import (
-    GuestDownload,
-    GuestUpload,
-    _DownloadProtocol,
-    _UploadProtocol,
-    download_header,
-    start_upload,
-    upload_header,
-)
+from .copying import GuestDownload, _UploadProtocol, download_header, upload_header
 from .errors import stream_error
+from .headed import HeadedProtocol
 from .stream import AgentStream, StreamReset
 
-#: Bytes of body held while the guest has not said how it takes them.
-HELD_HIGH_WATER = 1024 * 1024
-
-
-@implementer(IHalfCloseableProtocol)
-class _BulkUploadProtocol(Protocol):
-    """The guest's head (it holds the port), then its reply as for ``cp-upload``."""
+class _BulkReply:
+    """
+    The :class:`~.headed.HeadReceiver` of a bulk upload: the guest's head (it
+    holds the port; a head that does not decode counts as one that says
+    otherwise, and resets the stream), then its reply as for ``cp-upload``.
+    """
 
     def __init__(self, owner: "BulkUpload") -> None:
         self._owner = owner
-        self._buffer = b""
         self._headed = False
         self.reply = _UploadProtocol()
 
-    def connectionMade(self) -> None:
-        self.reply.transport = self.transport
+    def connected(self, stream: AgentStream) -> None:
+        self.reply.transport = stream
 
-    def dataReceived(self, data: bytes) -> None:
-        if self._headed:
-            self.reply.dataReceived(data)
-            return
-        self._buffer += data
-        try:
-            decoded = decode_head(self._buffer)
-        except ValueError:
-            decoded = ({}, len(self._buffer))
-        if decoded is None:
-            return
-        head, used = decoded
-        rest, self._buffer = self._buffer[used:], b""
+    def head_malformed(self, error: ValueError) -> None:
+        self.headed({}, b"")
+
+    def headed(self, head: dict[str, Any], rest: bytes) -> None:
         self._headed = True
         if head.get("ok") is not True or head.get("bulk") is not True:
-            cast(AgentStream, self.transport).abortConnection(ResetCode.PROTOCOL_ERROR, "bad bulk head")
+            cast(AgentStream, self.reply.transport).abortConnection(ResetCode.PROTOCOL_ERROR, "bad bulk head")
             return
         self._owner._accepted()
         if rest:
             self.reply.dataReceived(rest)
 
-    def readConnectionLost(self) -> None:
+    def body(self, data: bytes) -> None:
+        self.reply.dataReceived(data)
+
+    def read_ended(self) -> None:
         if self._headed:
             self.reply.readConnectionLost()
 
-    def writeConnectionLost(self) -> None:
-        pass
-
-    def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
+    def ended(self, reason: Failure) -> None:
         if self._headed:
             self.reply.connectionLost(reason)
         else:
@@ -103,171 +82,72 @@ class _BulkUploadProtocol(Protocol):
 
 @implementer(IUpload)
 class BulkUpload:
-    """An upload over the bulk port (or, when the guest refuses it, its stream)."""
+    """
+    An upload over the bulk port (or, when the guest refuses it, its stream);
+    its lifecycle is the machine of :mod:`.bulk_upload_state`.
+
+    :ivar result: fires with the guest's reply, or fails.
+    """
 
     def __init__(self, agent: Channel, channel: BulkChannel, request: UploadRequest) -> None:
-        self._agent = agent
-        self._channel = channel
-        self._request = request
-        self._link: Optional[BulkLink] = None
-        self._stream: Optional[AgentStream] = None
-        self._fallback: Optional[GuestUpload] = None
-        self._bulk = False
-        self._held: list[bytes] = []
-        self._held_size = 0
-        self._sent = 0
-        self._producer: Optional[IPushProducer] = None
-        self._producer_paused = False
-        self._ended = False
-        self._aborted = False
-        self.result: Deferred[UploadResult] = Deferred()
+        self._core = BulkUploadCore(agent=agent, channel=channel, request=request)
+        self._inputs = BULK_UPLOAD_MACHINE(self._core)
+        self.result = self._core.result
 
     async def open(self) -> None:
         """Connect the link and open the stream (or fall back at once)."""
-        link = await self._channel.connect()
-        if self._aborted:
-            if link is not None:
-                link.close()
-            return
+        core = self._core
+        link = await core.channel.connect()
         if link is None:
-            self._fall_back()
+            self._inputs.no_link()
             return
-        self._link = link
-        header = {**upload_header(self._request), "op": "cp-upload-bulk", "bulk": link.token.hex()}
-        protocol = _BulkUploadProtocol(self)
+        if not self._inputs.link_connected(link):
+            return
+        header = {**upload_header(core.request), "op": "cp-upload-bulk", "bulk": link.token.hex()}
+        protocol = _BulkReply(self)
         try:
-            self._stream = self._agent.open_stream(header, protocol)
+            core.stream = core.agent.open_stream(header, HeadedProtocol(protocol))
         except AgentError as e:
-            link.close()
-            self._settle(Failure(e))
+            self._inputs.failed(e)
             return
-        protocol.reply.reply.addBoth(self._replied)
+        protocol.reply.reply.addBoth(self._inputs.replied)
 
     # -- the guest's answers ------------------------------------------------------------
 
     def _accepted(self) -> None:
-        link = self._link
-        if link is None or self._aborted:
-            return
-        self._bulk = True
-        link.start()
-        held, self._held, self._held_size = self._held, [], 0
-        for chunk in held:
-            self._send(chunk)
-        if self._producer is not None:
-            link.transport.registerProducer(self._producer, True)  # type: ignore[attr-defined]
-            self._resume_producer()
-        if self._ended:
-            self._finish()
+        self._inputs.accepted()
 
     def _refused(self, reason: Failure) -> None:
-        if self._link is not None:
-            self._link.close()
-        if self._aborted:
-            return
         error = reason.value
         if isinstance(error, StreamReset) and error.code in (ResetCode.REFUSED, ResetCode.UNKNOWN_OP):
-            if error.code == ResetCode.UNKNOWN_OP:
-                self._channel.supported = False
-            self._fall_back()
-            return
-        self._settle(Failure(stream_error(reason, "the copy")))
-
-    def _replied(self, outcome: Any) -> None:
-        if self._link is not None:
-            self._link.close()
-        self._settle(outcome)
+            self._inputs.declined(error.code == ResetCode.REFUSED)
+        else:
+            self._inputs.failed(stream_error(reason, "the copy"))
 
     def _settle(self, outcome: Any) -> None:
-        if self.result.called:
-            return
-        if isinstance(outcome, Failure):
-            self.result.errback(outcome)
-        else:
-            self.result.callback(outcome)
-
-    def _fall_back(self) -> None:
-        """Send the body on a ``cp-upload`` stream instead."""
-        try:
-            upload = start_upload(self._agent, self._request)
-        except AgentError as e:
-            self._settle(Failure(e))
-            return
-        self._fallback = upload
-        upload.result.addBoth(self._settle)
-        held, self._held, self._held_size = self._held, [], 0
-        for chunk in held:
-            upload.write(chunk)
-        if self._producer is not None:
-            upload.register_producer(self._producer)
-            self._resume_producer()
-        if self._ended:
-            upload.end()
+        self._core.settle(outcome)
 
     # -- IUpload ----------------------------------------------------------------------
 
-    def _send(self, data: bytes) -> None:
-        self._sent += len(data)
-        assert self._link is not None
-        self._link.write(data)
-
     def write(self, data: bytes) -> None:
         """Body bytes: held until the guest said how it takes them."""
-        if self._fallback is not None:
-            self._fallback.write(data)
-        elif self._bulk:
-            self._send(data)
-        else:
-            self._held.append(data)
-            self._held_size += len(data)
-            if self._held_size > HELD_HIGH_WATER and self._producer is not None and not self._producer_paused:
-                self._producer_paused = True
-                self._producer.pauseProducing()
-
-    def _resume_producer(self) -> None:
-        if self._producer is not None and self._producer_paused:
-            self._producer_paused = False
-            self._producer.resumeProducing()
+        self._inputs.write(data)
 
     def register_producer(self, producer: IPushProducer) -> None:
         """Pause ``producer`` while the guest does not take more."""
-        self._producer = producer
-        if self._fallback is not None:
-            self._fallback.register_producer(producer)
-        elif self._bulk and self._link is not None:
-            self._link.transport.registerProducer(producer, True)  # type: ignore[attr-defined]
+        self._inputs.register_producer(producer)
 
     def unregister_producer(self) -> None:
         """Forget the producer."""
-        if self._fallback is not None:
-            self._fallback.unregister_producer()
-        elif self._bulk and self._link is not None and self._producer is not None:
-            self._link.transport.unregisterProducer()  # type: ignore[attr-defined]
-        self._producer = None
+        self._inputs.unregister_producer()
 
     def end(self) -> None:
         """The body is complete."""
-        self._ended = True
-        if self._fallback is not None:
-            self._fallback.end()
-        elif self._bulk:
-            self._finish()
-
-    def _finish(self) -> None:
-        if self._stream is not None:
-            self._stream.write(encode_upload_end(self._sent))
-            self._stream.loseConnection()
+        self._inputs.end()
 
     def abort(self) -> None:
         """Give up: the guest removes what it was writing."""
-        self._aborted = True
-        if self._fallback is not None:
-            self._fallback.abort()
-            return
-        if self._link is not None:
-            self._link.close()
-        if self._stream is not None:
-            self._stream.abortConnection(ResetCode.CANCEL, "copy cancelled")
+        self._inputs.abort()
 
 
 class BulkDownload(GuestDownload):
@@ -284,7 +164,7 @@ class BulkDownload(GuestDownload):
     async def open(self, agent: Channel, request: DownloadRequest) -> None:
         """Connect the link and open the stream."""
         link = await self._channel.connect()
-        if self._aborted:
+        if not self._inputs.may_open():
             if link is not None:
                 link.close()
             return
@@ -294,17 +174,16 @@ class BulkDownload(GuestDownload):
             self._link = link
             link.lost.addCallback(lambda _: self._link_lost())
         try:
-            stream = agent.open_stream(header, _DownloadProtocol(self))
+            stream = agent.open_stream(header, HeadedProtocol(self))
         except AgentError as e:
             if link is not None:
                 link.close()
             self._head_failed(Failure(e))
             return
-        self._stream = stream
         stream.loseConnection()
         self._regulate()
 
-    def _headed(self, reply: Any, rest: bytes) -> None:
+    def headed(self, reply: Any, rest: bytes) -> None:
         result = reply.get("result") if isinstance(reply, dict) else None
         size = result.get("size") if isinstance(result, dict) else None
         link = self._link
@@ -313,11 +192,13 @@ class BulkDownload(GuestDownload):
         elif link is not None:
             self._link = None
             link.close()
-        super()._headed(reply, rest)
-        if self._bulk_size is not None and link is not None:
-            if not self._head_ok:
+        head = self._head_of(reply)
+        if head is None:
+            if self._bulk_size is not None and link is not None:
                 link.close()
-                return
+            return
+        self._take(head, rest)
+        if self._bulk_size is not None and link is not None:
             link.start(self._bulk_content)
 
     def _bulk_content(self, data: bytes) -> None:
@@ -326,19 +207,19 @@ class BulkDownload(GuestDownload):
         data = data[:left]
         self._bulk_received += len(data)
         if data:
-            GuestDownload._content(self, data)
+            GuestDownload.body(self, data)
         if self._bulk_received >= self._bulk_size:
             link, self._link = self._link, None
             if link is not None:
                 link.close()
             self._complete()
 
-    def _ended(self, reason: Failure, headed: bool) -> None:
+    def ended(self, reason: Failure) -> None:
         if self._bulk_size is None or reason.check(ConnectionDone) is None:
             if self._link is not None:
                 link, self._link = self._link, None
                 link.close()
-            super()._ended(reason, headed)
+            super().ended(reason)
             return
         self._stream_ended = True
         self._complete()
@@ -347,25 +228,21 @@ class BulkDownload(GuestDownload):
         """Both the stream ended and all content came: done (once there is a writer)."""
         assert self._bulk_size is not None
         if self._stream_ended and self._bulk_received >= self._bulk_size:
-            super()._ended(Failure(ConnectionDone()), True)
+            super().ended(Failure(ConnectionDone()))
 
     def _link_lost(self) -> None:
-        if self._bulk_size is None or self._bulk_received >= self._bulk_size or self._aborted:
+        if self._bulk_size is None or self._bulk_received >= self._bulk_size:
             return
-        if self.done.called or not self._head_ok:
-            return
-        self._finished = True
-        self.done.errback(AgentError(GuestErrorKind.INTERRUPTED,
-                                     f"the copy was cut short: the bulk port closed after {self._bulk_received} bytes"))
-        if self._stream is not None:
-            self._stream.abortConnection(ResetCode.CANCEL, "bulk port closed")
+        self._inputs.cut(f"the bulk port closed after {self._bulk_received} bytes", ResetCode.CANCEL,
+                         "bulk port closed")
 
-    def _regulate(self) -> None:
-        super()._regulate()
+    def give_credit(self, holding: bool) -> None:
+        """The link's socket is paused as the stream's credit is withheld."""
+        super().give_credit(holding)
         link = self._link
         if link is None:
             return
-        if self._consumer_paused or (self._head_ok and self._write is None):
+        if self.withheld(holding):
             link.pause()
         else:
             link.resume()

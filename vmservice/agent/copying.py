@@ -28,11 +28,13 @@ from zope.interface import implementer
 from ..errors import AgentError, GuestErrorKind
 from ..guestport.files import (DownloadHead, DownloadRequest, IDownload, IUpload, UploadRequest, UploadResult,
                                  usable_name, usable_size)
-from ..wire.payloads import decode_head
 from ..wire import ResetCode
 from .channel import Channel
+from .download_state import DOWNLOAD_MACHINE, DownloadCore
 from .errors import AgentRequestFailed, stream_error
 from .filesystem import reply_result, reply_value
+from .headed import HeadedProtocol
+from .relay import CreditRelay
 from .stream import AgentStream
 
 log = Logger()
@@ -69,6 +71,16 @@ def download_header(request: DownloadRequest) -> dict[str, Any]:
     return header
 
 
+def settle(result: Deferred[Any], outcome: Any) -> None:
+    """Fire ``result`` with ``outcome`` (a failure fails it), unless it fired."""
+    if result.called:
+        return
+    if isinstance(outcome, Failure):
+        result.errback(outcome)
+    else:
+        result.callback(outcome)
+
+
 def _malformed(message: str) -> AgentError:
     return AgentRequestFailed(message, kind=GuestErrorKind.MALFORMED)
 
@@ -91,12 +103,7 @@ class _UploadProtocol(Protocol):
         self._chunks.append(data)
 
     def _settle(self, outcome: Any) -> None:
-        if self.reply.called:
-            return
-        if isinstance(outcome, Failure):
-            self.reply.errback(outcome)
-        else:
-            self.reply.callback(outcome)
+        settle(self.reply, outcome)
 
     def readConnectionLost(self) -> None:
         try:
@@ -185,48 +192,11 @@ def download_head(result: Any) -> DownloadHead:
                         size=size if usable_size(size) else None)
 
 
-@implementer(IHalfCloseableProtocol)
-class _DownloadProtocol(Protocol):
-    """Parses the head, then passes content on (holding it until there is a writer)."""
-
-    def __init__(self, owner: "GuestDownload") -> None:
-        self._owner = owner
-        self._buffer = bytearray()
-        self._headed = False
-
-    def dataReceived(self, data: bytes) -> None:
-        if self._headed:
-            self._owner._content(data)
-            return
-        self._buffer += data
-        try:
-            decoded = decode_head(bytes(self._buffer))
-        except ValueError as e:
-            self._owner._head_failed(Failure(_malformed(f"the guest's copy head is malformed: {e}")))
-            cast(AgentStream, self.transport).abortConnection(ResetCode.PROTOCOL_ERROR, "bad head")
-            return
-        if decoded is None:
-            return
-        reply, used = decoded
-        rest = bytes(self._buffer[used:])
-        self._buffer.clear()
-        self._headed = True
-        self._owner._headed(reply, rest)
-
-    def readConnectionLost(self) -> None:
-        pass
-
-    def writeConnectionLost(self) -> None:
-        pass
-
-    def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
-        self._owner._ended(reason, self._headed)
-
-
 @implementer(IDownload)
-class GuestDownload:
+class GuestDownload(CreditRelay):
     """
-    A download in progress, and the push producer of its content.
+    A download in progress, and the push producer of its content; its
+    lifecycle is the machine of :mod:`.download_state`.
 
     :ivar head: fires with the :class:`DownloadHead`, or fails with an
         :class:`~vmservice.errors.AgentError` (not found, a directory in
@@ -238,47 +208,63 @@ class GuestDownload:
     """
 
     def __init__(self) -> None:
-        self._stream: Optional[AgentStream] = None
-        self._write: Optional[Callable[[bytes], None]] = None
-        self._pending: list[bytes] = []
-        self._consumer_paused = False
-        self._finished = False
-        self._head_ok = False
-        self._aborted = False
+        super().__init__()
+        self._core = DownloadCore(relay=self)
+        self._inputs = DOWNLOAD_MACHINE(self._core)
         #: The head's size: the content must be exactly that many bytes.
         self._declared: Optional[int] = None
         #: Bytes of content received so far (delivered or pending).
         self._received = 0
-        self.delivered = 0
-        self.head: Deferred[DownloadHead] = Deferred()
-        self.done: Deferred[None] = Deferred()
+        self.head = self._core.head
+        self.done = self._core.done
 
-    # -- from the protocol --------------------------------------------------------
+    @property
+    def delivered(self) -> int:
+        """Bytes given to the writer so far."""
+        return self._core.delivered
+
+    # -- from the protocol (a HeadReceiver) -----------------------------------------
 
     def _head_failed(self, reason: Failure) -> None:
-        if not self.head.called:
-            self.head.errback(reason)
+        self._inputs.refused(reason)
 
-    def _headed(self, reply: Any, rest: bytes) -> None:
+    def connected(self, stream: AgentStream) -> None:
+        self._stream = self._core.stream = stream
+
+    def head_malformed(self, error: ValueError) -> None:
+        self._head_failed(Failure(_malformed(f"the guest's copy head is malformed: {error}")))
+        assert self._stream is not None
+        self._stream.abortConnection(ResetCode.PROTOCOL_ERROR, "bad head")
+
+    def read_ended(self) -> None:
+        pass
+
+    def headed(self, reply: Any, rest: bytes) -> None:
+        head = self._head_of(reply)
+        if head is not None:
+            self._take(head, rest)
+
+    def _head_of(self, reply: Any) -> Optional[DownloadHead]:
+        """The head the guest's ``reply`` describes, or ``None`` (the head failed)."""
         try:
-            result = reply_value(reply, "copy")
-            head = download_head(result)
+            return download_head(reply_value(reply, "copy"))
         except AgentError as e:
             self._head_failed(Failure(e))
-            return
         except (KeyError, TypeError, ValueError):
             self._head_failed(Failure(_malformed("the guest's copy head is incomplete")))
-            return
-        self._head_ok = True
+        return None
+
+    def _take(self, head: DownloadHead, rest: bytes) -> None:
+        """The head is good: content may come, ``rest`` first."""
         self._declared = head.size
-        self.head.callback(head)
+        self._inputs.head_ok(head)
         if rest:
             # After the head's callback: the content checked against its size may fail the copy, which
             # comes after the head.
-            self._content(rest)
+            self.body(rest)
         self._regulate()
 
-    def _content(self, data: bytes) -> None:
+    def body(self, data: bytes) -> None:
         if self.done.called:
             return
         declared = self._declared
@@ -288,86 +274,36 @@ class GuestDownload:
             data = data[:declared - self._received]
             self._received += len(data)
             if data:
-                self._deliver(data)
+                self._inputs.content(data)
             self._lied(f"the guest sent more than the {declared} bytes it declared")
             return
         self._received += len(data)
-        self._deliver(data)
-
-    def _deliver(self, data: bytes) -> None:
-        if self._write is None:
-            self._pending.append(data)
-            self._regulate()
-            return
-        self.delivered += len(data)
-        self._write(data)
+        self._inputs.content(data)
 
     def _lied(self, message: str) -> None:
         """The content does not match the head: the copy fails, the guest's stream is reset."""
-        self._finished = True
-        self.done.errback(AgentError(GuestErrorKind.INTERRUPTED, f"the copy was cut short: {message}"))
-        if self._stream is not None:
-            self._stream.abortConnection(ResetCode.PROTOCOL_ERROR, "content does not match the head")
+        self._inputs.cut(message, ResetCode.PROTOCOL_ERROR, "content does not match the head")
 
-    def _ended(self, reason: Failure, headed: bool) -> None:
-        self._finished = True
-        clean = reason.check(ConnectionDone) is not None
-        if not self.head.called:
-            error = _malformed("the guest ended the copy without a head") if clean else stream_error(reason, "the copy")
-            self._head_failed(Failure(error))
-            return
-        if not self._head_ok or self.done.called:
-            return
-        if not clean:
-            if not self._aborted:
-                lost = stream_error(reason, "the copy")
-                self.done.errback(AgentError(GuestErrorKind.INTERRUPTED, f"the copy was cut short: {lost}"))
+    def ended(self, reason: Failure) -> None:
+        if reason.check(ConnectionDone) is None:
+            self._inputs.lost(reason)
         elif self._declared is not None and self._received < self._declared:
             self._lied(f"the guest ended the copy after {self._received} of the {self._declared} bytes it declared")
-        elif self._write is not None:
-            self.done.callback(None)
+        else:
+            self._inputs.finished()
 
     # -- for the caller -------------------------------------------------------------
 
     def deliver_to(self, write: Callable[[bytes], None]) -> None:
         """Send the content to ``write`` from now on (what arrived already first)."""
-        self._write = write
-        pending, self._pending = self._pending, []
-        for chunk in pending:
-            self.delivered += len(chunk)
-            write(chunk)
-        self._regulate()
-        if self._finished and self._head_ok and not self.done.called:
-            self.done.callback(None)
+        self._inputs.writer(write)
 
     def _regulate(self) -> None:
-        stream = self._stream
-        if stream is None or self._finished:
-            return
-        if self._consumer_paused or (self._head_ok and self._write is None):
-            stream.pauseProducing()
-        else:
-            stream.resumeProducing()
-
-    def pauseProducing(self) -> None:
-        """The consumer is full: withhold credit (the guest stops reading)."""
-        self._consumer_paused = True
-        self._regulate()
-
-    def resumeProducing(self) -> None:
-        """The consumer has room again."""
-        self._consumer_paused = False
-        self._regulate()
-
-    def stopProducing(self) -> None:
-        """The consumer went away: abort."""
-        self.abort()
+        self._inputs.credit()
 
     def abort(self) -> None:
         """Reset the stream (the guest stops); :attr:`done` is left unfired."""
-        self._aborted = True
-        if self._stream is not None and not self._finished:
-            self._stream.abortConnection(ResetCode.CANCEL, "copy cancelled")
+        self._inputs.abort()
 
 
 def start_download(agent: Channel, request: DownloadRequest) -> GuestDownload:
@@ -377,8 +313,7 @@ def start_download(agent: Channel, request: DownloadRequest) -> GuestDownload:
     :raises vmservice.agent.errors.AgentUnavailable: the agent is not connected.
     """
     download = GuestDownload()
-    stream = agent.open_stream(download_header(request), _DownloadProtocol(download))
-    download._stream = stream
+    stream = agent.open_stream(download_header(request), HeadedProtocol(download))
     stream.loseConnection()
     download._regulate()
     return download
@@ -390,6 +325,7 @@ __all__ = [
     "MAX_UPLOAD_REPLY",
     "download_head",
     "download_header",
+    "settle",
     "start_download",
     "start_upload",
     "upload_header",

@@ -12,21 +12,19 @@ producer to a request body.
 
 from __future__ import annotations
 
-from typing import Any, Optional, cast
+from typing import Any, Optional
 
 from attrs import frozen
 from twisted.internet.defer import Deferred
-from twisted.internet.error import ConnectionDone
-from twisted.internet.interfaces import IPushProducer, IReactorTime
-from twisted.internet.protocol import Protocol
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ..errors import AgentError, GuestErrorKind
 from ..guestport.exec import ExecRequest, IExecProcess, IExecSink
 from .channel import Channel
-from .errors import AgentRequestFailed, stream_error
+from .recorded import RecordedProtocol
+from .relay import GuestOutput
 from .stream import AgentStream
 from vmservice.wire.payloads import (
     ERROR,
@@ -39,7 +37,6 @@ from vmservice.wire.payloads import (
     RecordDecoder,
     RecordError,
 )
-from vmservice.wire import ResetCode
 
 log = Logger()
 
@@ -62,29 +59,13 @@ def exec_header(request: ExecRequest) -> dict[str, Any]:
     }
 
 
-class _ExecProtocol(Protocol):
+class _ExecProtocol(RecordedProtocol[IExecSink, Record]):
     """
     Decodes the records of one exec stream and drives an :class:`IExecSink`.
     """
 
     def __init__(self, sink: IExecSink) -> None:
-        self._sink = sink
-        self._decoder = RecordDecoder()
-        self._ended = False
-
-    def dataReceived(self, data: bytes) -> None:
-        if self._ended:
-            return
-        try:
-            for record in self._decoder.feed(data):
-                self._record(record)
-                if self._ended:
-                    return
-        except RecordError as e:
-            log.warn("exec stream: bad record from the guest: {error}", error=str(e))
-            self._ended = True
-            cast(AgentStream, self.transport).abortConnection(ResetCode.PROTOCOL_ERROR, "bad exec record")
-            self._sink.lost(AgentRequestFailed(f"bad exec record from the guest: {e}", kind=GuestErrorKind.MALFORMED))
+        super().__init__(sink, RecordDecoder(), "exec", "record", RecordError, log)
 
     def _record(self, record: Record) -> None:
         kind = record.kind
@@ -113,30 +94,23 @@ class _ExecProtocol(Protocol):
             self._ended = True
             self._sink.lost(AgentError(GuestErrorKind.REJECTED, str(record.json().get("message", ""))))
 
-    def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
-        if self._ended:
-            return
-        self._ended = True
-        if reason.check(ConnectionDone):
-            reason = Failure(ConnectionDone("the exec stream ended without an exit record"))
-        self._sink.lost(stream_error(reason, "the exec stream"))
-
 
 @implementer(IExecProcess)
-class ExecProcess:
+class ExecProcess(GuestOutput):
     """
     A running exec, as the caller sees it.
 
     - :meth:`write_stdin`, :meth:`close_stdin` and :meth:`register_stdin_producer`
       feed the process (the stream's credit paces a registered producer).
-    - As an ``IPushProducer`` it controls the *output*: :meth:`pauseProducing`
-      withholds credit from the guest, which stops reading the process's pipes,
-      which blocks the process; :meth:`stopProducing` kills it.
+    - As an ``IPushProducer`` (:class:`~.relay.GuestOutput`) it controls the
+      *output*: :meth:`pauseProducing` withholds credit from the guest, which
+      stops reading the process's pipes, which blocks the process;
+      :meth:`stopProducing` kills it.
     - :meth:`kill` resets the stream: the guest kills the process group.
     """
 
     def __init__(self, stream: AgentStream) -> None:
-        self._stream = stream
+        super().__init__(stream, "exec cancelled")
 
     @property
     def stream_id(self) -> int:
@@ -151,29 +125,14 @@ class ExecProcess:
         """EOF on stdin, after what was written."""
         self._stream.loseConnection()
 
-    def register_stdin_producer(self, producer: IPushProducer) -> None:
-        """Pause ``producer`` while the guest does not take stdin."""
-        self._stream.registerProducer(producer, True)
-
-    def unregister_stdin_producer(self) -> None:
-        """Forget the stdin producer."""
-        self._stream.unregisterProducer()
-
-    def pauseProducing(self) -> None:
-        """Hold output back (and so the process, once its pipes fill)."""
-        self._stream.pauseProducing()
-
-    def resumeProducing(self) -> None:
-        """Let output flow again."""
-        self._stream.resumeProducing()
-
-    def stopProducing(self) -> None:
-        """The consumer went away: kill the process."""
-        self.kill()
+    #: Pause a producer of stdin while the guest does not take it.
+    register_stdin_producer = GuestOutput.register_input_producer
+    #: Forget the stdin producer.
+    unregister_stdin_producer = GuestOutput.unregister_input_producer
 
     def kill(self) -> None:
         """Reset the stream; the guest kills the process group (SIGTERM, then SIGKILL)."""
-        self._stream.abortConnection(ResetCode.CANCEL, "exec cancelled")
+        self.cancel()
 
 
 def start_exec(agent: Channel, request: ExecRequest, sink: IExecSink) -> ExecProcess:

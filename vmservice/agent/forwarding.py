@@ -17,12 +17,10 @@ credit is spent.  Nothing here knows HTTP.
 
 from __future__ import annotations
 
-from typing import Any, Optional, cast
+from typing import Any, Optional
 
 from twisted.internet.defer import Deferred
-from twisted.internet.error import ConnectionDone
-from twisted.internet.interfaces import IHalfCloseableProtocol, IPushProducer
-from twisted.internet.protocol import Protocol
+from twisted.internet.interfaces import IPushProducer
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
@@ -30,10 +28,12 @@ from ..errors import AgentError, GuestErrorKind
 from ..guestport.tunnel import ITunnel, ITunnelPeer
 from ..wire.upstream import Upstream
 from ..wire import ResetCode
-from ..wire.payloads import decode_head
 from .channel import Channel
-from .errors import AgentRequestFailed, stream_error
+from .errors import AgentRequestFailed
+from .headed import HeadedProtocol
+from .relay import CreditRelay
 from .stream import AgentStream
+from .tunnel_state import TUNNEL_MACHINE, TunnelCore
 
 #: The guest's error names in a forward head, and what they are.
 UPSTREAM_ERRORS = {
@@ -65,50 +65,11 @@ def head_error(reply: Any, upstream: str) -> Optional[AgentError]:
     return AgentError(kind, f"cannot connect to {upstream} in the guest: {message if isinstance(message, str) else kind.value}")
 
 
-@implementer(IHalfCloseableProtocol)
-class _TunnelProtocol(Protocol):
-    """Parses the head, then passes the guest's bytes to the tunnel."""
-
-    def __init__(self, owner: "GuestTunnel") -> None:
-        self._owner = owner
-        self._buffer = bytearray()
-        self._headed = False
-
-    def dataReceived(self, data: bytes) -> None:
-        if self._headed:
-            self._owner._content(data)
-            return
-        self._buffer += data
-        try:
-            decoded = decode_head(bytes(self._buffer))
-        except ValueError as e:
-            self._owner._failed(AgentRequestFailed(f"the guest's tunnel head is malformed: {e}",
-                                                   kind=GuestErrorKind.MALFORMED))
-            cast(AgentStream, self.transport).abortConnection(ResetCode.PROTOCOL_ERROR, "bad head")
-            return
-        if decoded is None:
-            return
-        reply, used = decoded
-        rest = bytes(self._buffer[used:])
-        self._buffer.clear()
-        self._headed = True
-        self._owner._headed(reply, rest)
-
-    def readConnectionLost(self) -> None:
-        # No half-close: the upstream's end (or a refusal) ends the tunnel.
-        cast(AgentStream, self.transport).loseConnection()
-
-    def writeConnectionLost(self) -> None:
-        pass
-
-    def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
-        self._owner._ended(reason)
-
-
 @implementer(ITunnel)
-class GuestTunnel:
+class GuestTunnel(CreditRelay):
     """
-    One tunnel through the agent channel (see the module's description).
+    One tunnel through the agent channel (see the module's description); its
+    lifecycle is the machine of :mod:`.tunnel_state`.
 
     :ivar opened: fires with the tunnel once the guest connected, or fails
         with an :class:`~vmservice.errors.AgentError`.
@@ -117,71 +78,49 @@ class GuestTunnel:
     """
 
     def __init__(self, upstream: str) -> None:
+        super().__init__()
         self._upstream = upstream
-        self._stream: Optional[AgentStream] = None
-        self._peer: Optional[ITunnelPeer] = None
-        self._pending: list[bytes] = []
-        self._peer_paused = False
-        self._ok = False
-        self._over = False
         self.received = 0
         self.opened: Deferred[ITunnel] = Deferred(lambda d: self.abort())
-        self.done: Deferred[None] = Deferred()
+        self._core = TunnelCore(tunnel=self, relay=self, opened=self.opened)
+        self._inputs = TUNNEL_MACHINE(self._core)
+        self.done = self._core.done
 
-    # -- from the protocol ------------------------------------------------------------
+    # -- from the protocol (a HeadReceiver) -----------------------------------------
 
-    def _failed(self, error: AgentError) -> None:
-        if not self.opened.called:
-            self.opened.errback(Failure(error))
+    def connected(self, stream: AgentStream) -> None:
+        self._stream = self._core.stream = stream
 
-    def _headed(self, reply: Any, rest: bytes) -> None:
-        if self.opened.called:
-            return  # cancelled meanwhile: the stream is being reset
+    def head_malformed(self, error: ValueError) -> None:
+        self._inputs.refused(AgentRequestFailed(f"the guest's tunnel head is malformed: {error}",
+                                                kind=GuestErrorKind.MALFORMED))
+        assert self._stream is not None
+        self._stream.abortConnection(ResetCode.PROTOCOL_ERROR, "bad head")
+
+    def read_ended(self) -> None:
+        # No half-close: the upstream's end (or a refusal) ends the tunnel.
+        assert self._stream is not None
+        self._stream.loseConnection()
+
+    def headed(self, reply: Any, rest: bytes) -> None:
         error = head_error(reply, self._upstream)
-        if error is not None:
-            self._failed(error)
-            return
-        self._ok = True
-        if rest:
-            self._pending.append(rest)
-        self._regulate()
-        self.opened.callback(self)
-
-    def _content(self, data: bytes) -> None:
-        self.received += len(data)
-        if self._peer is None:
-            self._pending.append(data)
-            self._regulate()
+        if error is None:
+            self._inputs.head_ok(rest)
         else:
-            self._peer.write(data)
+            self._inputs.refused(error)
 
-    def _ended(self, reason: Failure) -> None:
-        self._over = True
-        if not self.opened.called:
-            clean = reason.check(ConnectionDone) is not None
-            error = (AgentRequestFailed("the guest ended the tunnel without a head", kind=GuestErrorKind.MALFORMED)
-                     if clean else stream_error(reason, "the tunnel"))
-            self._failed(error)
-        peer, self._peer = self._peer, None
-        if peer is not None:
-            peer.unregisterProducer()
-            peer.loseConnection()
-        if not self.done.called:
-            self.done.callback(None)
+    def body(self, data: bytes) -> None:
+        self.received += len(data)
+        self._inputs.content(data)
+
+    def ended(self, reason: Failure) -> None:
+        self._inputs.ended(reason)
 
     # -- ITunnel --------------------------------------------------------------------------
 
     def join(self, peer: ITunnelPeer) -> None:
         """Deliver the guest's bytes to ``peer`` from now on (what came already first)."""
-        if self._over:
-            peer.loseConnection()
-            return
-        self._peer = peer
-        peer.registerProducer(self, True)
-        pending, self._pending = self._pending, []
-        for chunk in pending:
-            peer.write(chunk)
-        self._regulate()
+        self._inputs.join(peer)
 
     def write(self, data: bytes) -> None:
         """Send ``data`` to the upstream."""
@@ -195,36 +134,14 @@ class GuestTunnel:
 
     def close(self) -> None:
         """The peer is done: half-close; the guest closes the upstream and ends the stream."""
-        if self._stream is not None and not self._over:
-            self._stream.loseConnection()
+        self._inputs.close()
 
     def abort(self) -> None:
         """Reset the tunnel now."""
-        if self._stream is not None and not self._over:
-            self._stream.abortConnection(ResetCode.CANCEL, "tunnel closed")
+        self._inputs.abort()
 
     def _regulate(self) -> None:
-        stream = self._stream
-        if stream is None or self._over:
-            return
-        if self._peer_paused or (self._ok and self._peer is None):
-            stream.pauseProducing()
-        else:
-            stream.resumeProducing()
-
-    def pauseProducing(self) -> None:
-        """The peer is full: withhold credit (the guest stops reading the upstream)."""
-        self._peer_paused = True
-        self._regulate()
-
-    def resumeProducing(self) -> None:
-        """The peer has room again."""
-        self._peer_paused = False
-        self._regulate()
-
-    def stopProducing(self) -> None:
-        """The peer went away: abort."""
-        self.abort()
+        self._inputs.credit()
 
 
 def start_forward(agent: Channel, request: Upstream) -> "Deferred[ITunnel]":
@@ -234,7 +151,7 @@ def start_forward(agent: Channel, request: Upstream) -> "Deferred[ITunnel]":
     :raises vmservice.agent.errors.AgentUnavailable: the agent is not connected.
     """
     tunnel = GuestTunnel(request.describe())
-    tunnel._stream = agent.open_stream(forward_header(request), _TunnelProtocol(tunnel))
+    agent.open_stream(forward_header(request), HeadedProtocol(tunnel))
     return tunnel.opened
 
 

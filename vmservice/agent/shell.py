@@ -10,21 +10,17 @@ Nothing here knows HTTP or WebSockets.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
-from twisted.internet.error import ConnectionDone
-from twisted.internet.interfaces import IPushProducer
-from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ..errors import AgentError, GuestErrorKind
 from ..guestport.shell import IShellSession, IShellSink, ShellRequest
 from .channel import Channel
-from .errors import AgentRequestFailed, stream_error
+from .recorded import RecordedProtocol
+from .relay import GuestOutput
 from .stream import AgentStream
-from vmservice.wire import ResetCode
 from vmservice.wire.shellframes import (
     DATA,
     EXIT,
@@ -56,29 +52,13 @@ def shell_header(request: ShellRequest) -> dict[str, Any]:
     }
 
 
-class _ShellProtocol(Protocol):
+class _ShellProtocol(RecordedProtocol[IShellSink, Frame]):
     """Decodes the frames of one shell stream and drives an :class:`IShellSink`."""
 
     def __init__(self, sink: IShellSink) -> None:
-        self._sink = sink
-        self._decoder = FrameDecoder(MAX_GUEST_FRAME)
-        self._ended = False
+        super().__init__(sink, FrameDecoder(MAX_GUEST_FRAME), "shell", "frame", FrameError, log)
 
-    def dataReceived(self, data: bytes) -> None:
-        if self._ended:
-            return
-        try:
-            for frame in self._decoder.feed(data):
-                self._frame(frame)
-                if self._ended:
-                    return
-        except FrameError as e:
-            log.warn("shell stream: bad frame from the guest: {error}", error=str(e))
-            self._ended = True
-            cast(AgentStream, self.transport).abortConnection(ResetCode.PROTOCOL_ERROR, "bad shell frame")
-            self._sink.lost(AgentRequestFailed(f"bad shell frame from the guest: {e}", kind=GuestErrorKind.MALFORMED))
-
-    def _frame(self, frame: Frame) -> None:
+    def _record(self, frame: Frame) -> None:
         if frame.kind == DATA:
             self._sink.output(frame.payload)
         elif frame.kind == STARTED:
@@ -97,25 +77,19 @@ class _ShellProtocol(Protocol):
             self._ended = True
             self._sink.lost(AgentError(GuestErrorKind.REJECTED, str(frame.json().get("message", ""))))
 
-    def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
-        if self._ended:
-            return
-        self._ended = True
-        if reason.check(ConnectionDone):
-            reason = Failure(ConnectionDone("the shell stream ended without an exit frame"))
-        self._sink.lost(stream_error(reason, "the shell stream"))
-
 
 @implementer(IShellSession)
-class ShellSession:
+class ShellSession(GuestOutput):
     """
-    A running shell (see :class:`~vmservice.guestport.shell.IShellSession`).
+    A running shell (see :class:`~vmservice.guestport.shell.IShellSession`); as
+    a push producer (:class:`~.relay.GuestOutput`) it controls the terminal's
+    output, and stopping it hangs the shell up.
 
     :param stream: its agent stream.
     """
 
     def __init__(self, stream: AgentStream) -> None:
-        self._stream = stream
+        super().__init__(stream, "shell hung up")
 
     def write(self, data: bytes) -> None:
         for frame in encode_data(data):
@@ -124,23 +98,8 @@ class ShellSession:
     def resize(self, cols: int, rows: int) -> None:
         self._stream.write(encode_window_size(cols, rows))
 
-    def register_input_producer(self, producer: IPushProducer) -> None:
-        self._stream.registerProducer(producer, True)
-
-    def unregister_input_producer(self) -> None:
-        self._stream.unregisterProducer()
-
-    def pauseProducing(self) -> None:
-        self._stream.pauseProducing()
-
-    def resumeProducing(self) -> None:
-        self._stream.resumeProducing()
-
-    def stopProducing(self) -> None:
-        self.hangup()
-
     def hangup(self) -> None:
-        self._stream.abortConnection(ResetCode.CANCEL, "shell hung up")
+        self.cancel()
 
 
 def start_shell(agent: Channel, request: ShellRequest, sink: IShellSink) -> ShellSession:
