@@ -28,11 +28,11 @@ Chunks are written to the consumer outside the machine, by
 :meth:`RequestBody._pump` after each input: a consumer that pauses or
 stops from inside its ``write`` is heard at once (automat would postpone an
 input sent from one of its own outputs), and the pump does not run inside
-itself.  When the pump has written all it holds it sends ``drained`` (a
-drained body that has arrived is delivered) and then ``settle``: each state
-decides whether the network is held.  While arriving it is held from
-``high_water`` bytes on, or as soon as anything waits for a paused
-consumer; otherwise it is released.  That hold is a small machine of its own
+itself (its one guard, ``_pumping``).  When it has written what it held it
+sends ``drained`` (a drained body that has arrived is delivered), then
+``settle``: each state decides whether the network is held.  While arriving
+it is held from ``high_water`` bytes on, or as soon as anything waits for a
+paused consumer; otherwise it is released.  That hold is a small machine of its own
 (:mod:`.network_valve`, ``Open``/``Shut`` in the same diagram): a hold is
 asserted again on every chunk (the HTTP channel may resume the connection
 by itself when its send buffer drains), a release only after a hold.
