@@ -29,10 +29,12 @@ Chunks are written to the consumer outside the machine, by
 stops from inside its ``write`` is heard at once (automat would postpone an
 input sent from one of its own outputs), and the pump does not run inside
 itself (its one guard, ``_pumping``).  When it has written what it held it
-sends ``drained`` (a drained body that has arrived is delivered), then
+sends ``drained`` once the body has arrived (then it is delivered), then
 ``settle``: each state decides whether the network is held.  While arriving
 it is held from ``high_water`` bytes on, or as soon as anything waits for a
-paused consumer; otherwise it is released.  That hold is a small machine of its own
+paused consumer; otherwise it is released, as by every state when nothing
+waits: then the pump releases it without asking (an input costs a walk
+through the machine's transitions; a chunk, one: ``feed``).  That hold is a small machine of its own
 (:mod:`.network_valve`, ``Open``/``Shut`` in the same diagram): a hold is
 asserted again on every chunk (the HTTP channel may resume the connection
 by itself when its send buffer drains), a release only after a hold.
@@ -97,8 +99,7 @@ class BodyCore:
     :ivar queue: chunks not yet written to the consumer.
     :ivar queued: their bytes.
     :ivar received: body bytes received so far.
-    :ivar complete: whether the whole body arrived (for the request; the
-        machine's states already know it).
+    :ivar complete: whether the whole body arrived (told to the request).
     :ivar consumer: the claimant's ``write``, from the claim until it stops
         or has the whole body.
     :ivar outlet: ``consumer`` while it takes chunks (not paused): what the
@@ -221,6 +222,10 @@ def _release(inputs: BodyInputs, core: BodyCore) -> None:
     core.valve.release()
 
 
+def _release_lost(inputs: BodyInputs, core: BodyCore, reason: Failure) -> None:
+    core.valve.release()
+
+
 def _build_body() -> TypeMachine[BodyInputs, BodyCore]:
     """The body's machine: its states, what each input does in them, and what each ignores."""
     builder = TypeMachineBuilder(BodyInputs, BodyCore)
@@ -263,7 +268,7 @@ def _build_body() -> TypeMachine[BodyInputs, BodyCore]:
         each.upon(BodyInputs.settle).loop()(_hold_at_high_water)
     for each in (waiting_paused, paused):
         each.upon(BodyInputs.settle).loop()(_hold_while_held)
-    for each in over + (discarding,):
+    for each in over + (discarding, failed):
         each.upon(BodyInputs.settle).loop()(_release)
 
     # What cannot change a state any more: the body arrived, or the consumer is gone.
@@ -276,9 +281,9 @@ def _build_body() -> TypeMachine[BodyInputs, BodyCore]:
     for each in arriving + (discarding, arrived, arrived_paused, discarded, delivered, failed):
         each.upon(BodyInputs.drained).loop().returns(None)
     discarding.upon(BodyInputs.fail).loop().returns(None)
-    failed.upon(BodyInputs.settle).loop().returns(None)
+    lost.upon(BodyInputs.settle).loop()(_release_lost)
     for signal in (BodyInputs.feed, BodyInputs.end, BodyInputs.fail, BodyInputs.pause, BodyInputs.resume,
-                   BodyInputs.drained, BodyInputs.settle):
+                   BodyInputs.drained):
         lost.upon(signal, nodata=True).loop().returns(None)
     return builder.build()
 
@@ -382,11 +387,14 @@ class RequestBody:
                 chunk = core.queue.popleft()
                 core.queued -= len(chunk)
                 core.outlet(chunk)
-            if not core.queue:
-                self._inputs.drained()
+            if not core.queue and core.complete:
+                self._inputs.drained()  # before the end it changes nothing: spared on every chunk
         finally:
             self._pumping = False
-        self._inputs.settle()
+        if core.queued == 0 and core.high_water > 0:
+            core.valve.release()  # what every state settles on when nothing waits: spared on every chunk
+        else:
+            self._inputs.settle()
 
 
 __all__ = ["BODY_HIGH_WATER", "BODY_MACHINE", "BodyCore", "BodyInputs", "RequestBody"]
