@@ -9,7 +9,7 @@ the frames of each stream, which it passes to that stream's
 :class:`~vmservice.agent.stream.AgentStream`.  It is the socket's
 ``IPushProducer``; the streams' DATA goes out in fair turns through its
 :class:`~vmservice.agent.outbound.Outbound`, which it pauses and resumes with the
-socket.
+socket.  The link's state is :mod:`.link`'s machine; the HELLO exchange's, the codec's.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from zope.interface import implementer
 
 from vmservice import __version__
 from vmservice.agent.guard import ChannelGuard, GuestFault
+from vmservice.agent.link import LINK_MACHINE, LinkCore
 from vmservice.agent.outbound import Outbound
 from vmservice.agent.pings import Pings
 from vmservice.agent.stream import AgentStream, StreamChannel
@@ -117,9 +118,9 @@ class AgentProtocol(Protocol):
         self._streams: dict[int, AgentStream] = {}
         self._pings = Pings(clock)
         self._hello_timer: Optional[IDelayedCall] = None
-        self._connected = False
+        self._link_core = LinkCore(self._ready, lambda: self._on_lost(self), self._await_hello)
+        self._link = LINK_MACHINE(self._link_core)
         self._peer_nonce: Optional[bytes] = None
-        self._ready = False
         # A new guest session asked for (adopt): the peer nonce it replaces, and
         # what to fire once the agent acknowledged us in the new one.
         self._switch: Optional[tuple[bytes, Deferred[None]]] = None
@@ -130,7 +131,7 @@ class AgentProtocol(Protocol):
     @property
     def established(self) -> bool:
         """Whether the agent acknowledged our session and streams may be opened."""
-        return self._connected and self._conn.established
+        return self._link_core.socket is not None and self._conn.established
 
     @property
     def agent_version(self) -> Optional[str]:
@@ -187,15 +188,15 @@ class AgentProtocol(Protocol):
     # -- Protocol ---------------------------------------------------------------------
 
     def connectionMade(self) -> None:
-        self._connected = True
+        self._link.connected(self._socket)
         self._socket.registerProducer(self, True)
         self._send(self._conn.hello(self._agent_version))
-        self._start_hello_timer()
+        self._await_hello()
 
     def dataReceived(self, data: bytes) -> None:
         self._conn.receive_data(data)
         try:
-            while self._connected and (event := self._conn.next_event()) is not NEED_DATA:
+            while self._link_core.socket is not None and (event := self._conn.next_event()) is not NEED_DATA:
                 self._dispatch(event)
         except (RemoteProtocolError, GuestFault) as e:
             self._log.error("agent protocol error, dropping the connection: {error}", error=str(e))
@@ -204,15 +205,12 @@ class AgentProtocol(Protocol):
 
     def cut_off(self, error: Exception) -> None:
         """Drop the connection now: every stream, ping and switch under way fails with ``error``, not as a loss."""
-        if self.transport is not None and self._connected:
+        if self._link_core.socket is not None:
             self._cut_off = error
             self._socket.abortConnection()
 
     def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
-        self._connected = False
-        if self._ready:
-            self._ready = False
-            self._on_lost(self)
+        self._link.lost()
         self._cancel_hello_timer()
         lost = Failure(self._cut_off or ConnectionLost(f"agent connection lost: {reason.getErrorMessage()}"))
         switch, self._switch = self._switch, None
@@ -326,20 +324,19 @@ class AgentProtocol(Protocol):
                 self._cancel_hello_timer()
                 self._log.info("agent ready in its new session")
                 switched.callback(None)
-            elif self._hello_timer is None:
-                self._start_hello_timer()
+            else:
+                self._await_hello()
             return
-        if self._conn.established and not self._ready:
-            self._ready = True
-            self._cancel_hello_timer()
-            self._log.info("agent ready (version {version})", version=hello.agent_version)
-            self._on_established(self)
-        elif not self._conn.established:
-            if self._ready:
-                self._ready = False
-                self._on_lost(self)
-            if self._hello_timer is None:
-                self._start_hello_timer()
+        if self._conn.established:
+            self._link.acknowledged()
+        else:
+            self._link.unacknowledged()
+
+    def _ready(self) -> None:
+        """The agent acknowledged our session: tell the owner."""
+        self._cancel_hello_timer()
+        self._log.info("agent ready (version {version})", version=self.agent_version)
+        self._on_established(self)
 
     def _received_open(self, event: Open) -> None:
         protocol = self._on_stream(event.header) if self._on_stream is not None else None
@@ -356,8 +353,10 @@ class AgentProtocol(Protocol):
         protocol.makeConnection(stream)
         return stream
 
-    def _start_hello_timer(self) -> None:
-        self._hello_timer = self._clock.callLater(self._hello_timeout, self._hello_timed_out)
+    def _await_hello(self) -> None:
+        """Drop the connection unless the agent acknowledges us in time (the timer runs once)."""
+        if self._hello_timer is None:
+            self._hello_timer = self._clock.callLater(self._hello_timeout, self._hello_timed_out)
 
     def _cancel_hello_timer(self) -> None:
         timer, self._hello_timer = self._hello_timer, None
@@ -372,8 +371,9 @@ class AgentProtocol(Protocol):
         self._socket.abortConnection()
 
     def _send(self, event: Event) -> None:
-        if self._connected:
-            self._socket.write(self._conn.send(event))
+        socket = self._link_core.socket
+        if socket is not None:
+            socket.write(self._conn.send(event))
 
     def _answer(self, event: Event) -> None:
         # What the guest's frames make us send: bounded while the guest does not read (.guard).
@@ -381,18 +381,19 @@ class AgentProtocol(Protocol):
         self._send(event)
 
     def _send_reset(self, stream_id: int, code: int, reason: str) -> None:
-        if self._connected and self._conn.is_open(stream_id):
+        if self._link_core.socket is not None and self._conn.is_open(stream_id):
             self._send(Reset(stream_id, code, reason))
 
     def _acknowledge(self, stream_id: int, count: int) -> None:
-        if not self._connected:
+        socket = self._link_core.socket
+        if socket is None:
             return
         try:
             frame = self._conn.acknowledge_received_data(stream_id, count)
         except LocalProtocolError:
             return
         if frame:
-            self._socket.write(frame)
+            socket.write(frame)
 
     def _forget(self, stream_id: int) -> None:
         self._streams.pop(stream_id, None)

@@ -25,6 +25,9 @@ so stdout and stderr keep their order and boundaries:
 After the last record the agent half-closes.  A reset of the stream (the HTTP
 client went away) kills the process group: SIGTERM, then SIGKILL after
 :data:`KILL_GRACE` seconds.
+
+The handler's phases (the process's, reading its outputs, its stdin) are the
+tables of :mod:`vmservice.guest.exec_phase`.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ import signal
 from typing import Any, Callable, Mapping, Optional
 
 from vmservice.guest.children import Child
+from vmservice.guest.exec_phase import (
+    CLOSED, DRAINING, ENDED, ENDING, FLOW, HELD, KILLING, READING, STARTING, STDIN, TRANSITIONS,
+)
 from vmservice.guest.exec_spec import BadExecHeader, ExecSpec
 from vmservice.guest.spawning import CannotStart, Launch, Rejected, exit_status, prepare, spawn
 from vmservice.guest.streams import GuestStream, StreamHandler
@@ -68,13 +74,17 @@ class ExecHandler(StreamHandler):
         self._child: Optional[Child] = None
         self._stdin = -1
         self._stdin_buffer = bytearray()
-        self._stdin_eof = False
         self._outputs: dict[int, int] = {}  # fd -> record type
-        self._outputs_watched = False
-        self._exited = False
         self._status: Optional[int] = None
-        self._finished = False
-        self._killing = False
+        self.phase = STARTING  # the process's (exec_phase.TRANSITIONS)
+        self._flow = HELD  # reading its outputs (exec_phase.FLOW)
+        self._stdin_phase = CLOSED  # its stdin (exec_phase.STDIN)
+
+    def _advance(self, event: str) -> None:
+        """Take ``event`` by :data:`~vmservice.guest.exec_phase.TRANSITIONS`; the EXIT record on entering Ended."""
+        self.phase = TRANSITIONS[(self.phase, event)]
+        if self.phase == ENDED:
+            self._finish()
 
     # -- StreamHandler ---------------------------------------------------------------
 
@@ -105,25 +115,23 @@ class ExecHandler(StreamHandler):
         self._write_stdin()
 
     def half_closed(self) -> None:
-        self._stdin_eof = True
+        self._stdin_phase = STDIN[(self._stdin_phase, "eof")]
         if self._stdin >= 0 and not self._stdin_buffer:
             self._close_stdin()
 
     def flushed(self) -> None:
         if self.stream.pending < PENDING_HIGH_WATER:
             self._watch_outputs()
-        self._maybe_finish()
 
     def reset(self, code: int, reason: str) -> None:
         """
         The host gave up (its HTTP client went away): kill the process group.
         """
-        self._finished = True
+        self._advance("reset")
         self._close_stdin()
         for fd in list(self._outputs):
             self._close_output(fd)
-        if self._child is not None and not self._exited:
-            self._killing = True
+        if self._child is not None and self.phase == KILLING:
             self._child.signal(signal.SIGTERM)
             self._child.kill_later(KILL_GRACE)
 
@@ -131,12 +139,12 @@ class ExecHandler(StreamHandler):
 
     def _reject(self, message: str) -> None:
         self.stream.write(encode_json_record(REJECTED, {"message": message}))
-        self._finished = True
+        self._advance("refused")
         self.stream.end()
 
     def _fail(self, message: str, exit_code: int) -> None:
         self.stream.write(encode_json_record(ERROR, {"message": message, "exit_code": exit_code}))
-        self._finished = True
+        self._advance("refused")
         self.stream.end()
 
     def _spawn(self, spec: ExecSpec, launch: Launch) -> None:
@@ -179,6 +187,11 @@ class ExecHandler(StreamHandler):
             self._outputs.clear()
             raise
         self.pid = pid
+        self._advance("started")
+        if not self._outputs:
+            self._advance("drained")
+        if self._stdin >= 0:
+            self._stdin_phase = STDIN[(self._stdin_phase, "opened")]
         self._child = Child(self.stream.loop, pid, self._child_exited)
         for fd in self._outputs:
             os.set_blocking(fd, False)
@@ -209,7 +222,7 @@ class ExecHandler(StreamHandler):
                 self.stream.loop.watch(self._stdin, None, self._write_stdin)
             else:
                 self.stream.loop.watch(self._stdin)
-                if self._stdin_eof:
+                if self._stdin_phase == ENDING:
                     self._close_stdin()
 
     def _close_stdin(self) -> None:
@@ -217,6 +230,7 @@ class ExecHandler(StreamHandler):
             self.stream.loop.watch(self._stdin)
             os.close(self._stdin)
             self._stdin = -1
+        self._stdin_phase = STDIN[(self._stdin_phase, "closed")]
         if self._stdin_buffer:
             count = len(self._stdin_buffer)
             self._stdin_buffer.clear()
@@ -226,9 +240,9 @@ class ExecHandler(StreamHandler):
 
     def _watch_outputs(self) -> None:
         # Once per change: every write to the stream calls flushed() and so this.
-        if self._outputs_watched:
+        if self._flow != HELD:
             return
-        self._outputs_watched = True
+        self._flow = FLOW[(self._flow, "room")]
         for fd in self._outputs:
             self.stream.loop.watch(fd, self._output_reader(fd))
 
@@ -243,23 +257,27 @@ class ExecHandler(StreamHandler):
         try:
             chunk = os.read(fd, READ_SIZE)
         except (BlockingIOError, InterruptedError):
-            if self._exited:
+            if self.phase == DRAINING:
                 # The process is gone and the pipe is empty: only something it
                 # left running still holds the pipe; do not wait for it.
-                self._close_output(fd)
-                self._maybe_finish()
+                self._output_ended(fd)
             return
         except OSError:
             chunk = b""
         if not chunk:
-            self._close_output(fd)
-            self._maybe_finish()
+            self._output_ended(fd)
             return
         self.stream.write(encode_record(kind, chunk))
-        if self.stream.pending >= PENDING_HIGH_WATER:
-            self._outputs_watched = False
+        if self.stream.pending >= PENDING_HIGH_WATER and self._flow == READING:
+            self._flow = FLOW[(self._flow, "full")]
             for out in self._outputs:
                 self.stream.loop.watch(out)
+
+    def _output_ended(self, fd: int) -> None:
+        """``fd`` is at its end: close it; the last one drains the process's outputs."""
+        self._close_output(fd)
+        if not self._outputs:
+            self._advance("drained")
 
     def _close_output(self, fd: int) -> None:
         if self._outputs.pop(fd, None) is not None:
@@ -270,24 +288,22 @@ class ExecHandler(StreamHandler):
 
     def _child_exited(self) -> None:
         assert self._child is not None
-        if self._killing:
+        if self.phase == KILLING:
             # Reaped only after the group's SIGKILL: the zombie keeps the
             # process group id from being reused until then.
             self._child.forget()
-            self._exited = True
+            self._advance("exited")
             return
         self._status = self._child.reap()
-        self._exited = True
+        self._advance("exited")
         if self.stream.pending < PENDING_HIGH_WATER:
             # Drain what is in the pipes now; an empty pipe is closed at once.
             for fd in list(self._outputs):
                 self._read_output(fd)
-        self._maybe_finish()
 
-    def _maybe_finish(self) -> None:
-        if self._finished or not self._exited or self._outputs or self._status is None:
-            return
-        self._finished = True
+    def _finish(self) -> None:
+        """The process was reaped and its outputs drained: the EXIT record ends the stream."""
+        assert self._status is not None
         self._close_stdin()
         self.stream.write(exit_record(*exit_status(self._status)))
         self.stream.end()

@@ -20,6 +20,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.guest.session import GuestSessionMixin
 from vmservice.guest import execution, spawning
 from vmservice.guest.context import AgentContext
+from vmservice.guest.exec_phase import KILLING, QUIET, RUNNING
 from vmservice.guest.exec_spec import ExecSpec
 from vmservice.wire import payloads
 from vmservice.wire.payloads import EXIT, STDOUT, RecordDecoder
@@ -37,6 +38,10 @@ class BashTests(SynchronousTestCase):
         self.assertEqual(out, b"a b|$X|it's|;rm|")
 
 
+#: The phases of an exec whose process has not exited yet.
+ALIVE = (RUNNING, QUIET, KILLING)
+
+
 class HandlerTests(GuestSessionMixin, SynchronousTestCase):
     """:class:`ExecHandler` in a real session with real children."""
 
@@ -49,7 +54,7 @@ class HandlerTests(GuestSessionMixin, SynchronousTestCase):
     def _kill_leftovers(self) -> None:
         for stream in list(self.session.streams.values()):
             handler = stream.handler
-            if isinstance(handler, execution.ExecHandler) and handler.pid and not handler._exited:
+            if isinstance(handler, execution.ExecHandler) and handler.pid and handler.phase in ALIVE:
                 os.killpg(handler.pid, 9)
                 os.waitpid(handler.pid, 0)
 

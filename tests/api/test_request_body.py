@@ -1,0 +1,146 @@
+# -*- test-case-name: tests.api.test_request_body -*-
+"""
+Tests for :mod:`vmservice.api.request_body` and :mod:`vmservice.api.network_valve`:
+the body's machine against its diagram, and the orders of its inputs that
+:mod:`tests.api.test_streaming` does not take.
+"""
+
+from __future__ import annotations
+
+from twisted.internet.error import ConnectionLost
+from twisted.python.failure import Failure
+from twisted.trial.unittest import SynchronousTestCase
+
+from tests.diagrams import drawn_transitions, machine_transitions
+from vmservice.api.network_valve import VALVE_MACHINE, ValveCore
+from vmservice.api.request_body import BODY_MACHINE, RequestBody
+
+
+class Network:
+    """Records what the body did to the connection."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def pause(self) -> None:
+        self.calls.append("pause")
+
+    def resume(self) -> None:
+        self.calls.append("resume")
+
+
+class DiagramTests(SynchronousTestCase):
+    def test_diagram(self) -> None:
+        """docs/state-machines/request-body.dot draws exactly the body's and the valve's transitions."""
+        self.assertEqual(
+            drawn_transitions("request-body.dot"),
+            machine_transitions(BODY_MACHINE) | machine_transitions(VALVE_MACHINE),
+        )
+
+
+class ValveTests(SynchronousTestCase):
+    def test_hold_again_release_once(self) -> None:
+        """Every hold pauses the connection; a release resumes it only after a hold."""
+        network = Network()
+        valve = VALVE_MACHINE(ValveCore(network.pause, network.resume))
+        valve.release()
+        valve.hold()
+        valve.hold()
+        valve.release()
+        valve.release()
+        self.assertEqual(network.calls, ["pause", "pause", "resume"])
+
+
+class RequestBodyOrderTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.network = Network()
+        self.body = RequestBody(self.network.pause, self.network.resume, high_water=4)
+
+    def test_pause_inside_write(self) -> None:
+        """A consumer that pauses from inside its write gets no further chunk until it resumes."""
+        out: list[bytes] = []
+
+        def write(data: bytes) -> None:
+            out.append(data)
+            self.body.pauseProducing()
+
+        self.body.feed(b"a")
+        self.body.feed(b"b")
+        self.body.feed(b"c")
+        d = self.body.deliver_to(write)
+        self.assertEqual(out, [b"a"])
+        self.body.end()
+        self.body.resumeProducing()
+        self.assertEqual(out, [b"a", b"b"])
+        self.assertNoResult(d)
+        self.body.resumeProducing()
+        self.assertEqual(self.successResultOf(d), 3)
+
+    def test_paused_before_claim(self) -> None:
+        """A producer paused before the claim holds the network at the first byte and delivers nothing until resumed."""
+        self.body.pauseProducing()
+        self.body.feed(b"x")
+        self.assertEqual(self.network.calls, ["pause"])
+        out = bytearray()
+        d = self.body.deliver_to(out.extend)
+        self.assertEqual(bytes(out), b"")
+        self.body.resumeProducing()
+        self.assertEqual((bytes(out), self.network.calls), (b"x", ["pause", "pause", "resume"]))
+        self.body.end()
+        self.assertEqual(self.successResultOf(d), 1)
+
+    def test_hold_asserted_on_every_chunk(self) -> None:
+        """Past the high water every chunk pauses the connection again; the end releases it."""
+        self.body.feed(b"12345")
+        self.body.feed(b"6")
+        self.body.end()
+        self.assertEqual(self.network.calls, ["pause", "pause", "resume"])
+        self.assertTrue(self.body.complete)
+
+    def test_claimed_twice(self) -> None:
+        """A second claim, or one after the consumer stopped, raises RuntimeError."""
+        self.body.deliver_to(lambda data: None)
+        self.assertRaises(RuntimeError, self.body.deliver_to, lambda data: None)
+        self.body.stopProducing()
+        self.assertRaises(RuntimeError, self.body.deliver_to, lambda data: None)
+
+    def test_lost_before_claim(self) -> None:
+        """A body lost before its claim fails the claim with the loss; a later one raises."""
+        self.body.feed(b"ab")
+        self.body.fail(Failure(ConnectionLost()))
+        self.failureResultOf(self.body.deliver_to(lambda data: None), ConnectionLost)
+        self.assertRaises(RuntimeError, self.body.deliver_to, lambda data: None)
+        self.assertFalse(self.body.complete)
+
+    def test_loss_after_end_ignored(self) -> None:
+        """Once the whole body arrived, a lost connection changes nothing: what was held is delivered."""
+        self.body.feed(b"ab")
+        self.body.end()
+        self.body.fail(Failure(ConnectionLost()))
+        out = bytearray()
+        self.assertEqual(self.successResultOf(self.body.deliver_to(out.extend)), 2)
+        self.assertEqual(bytes(out), b"ab")
+
+    def test_stop_before_claim(self) -> None:
+        """A body stopped before its claim drops what it held, releases the network and counts what comes."""
+        self.body.feed(b"12345")
+        self.body.stopProducing()
+        self.body.feed(b"67")
+        self.body.end()
+        self.assertEqual((self.body.received, self.network.calls), (7, ["pause", "resume"]))
+        self.assertRaises(RuntimeError, self.body.deliver_to, lambda data: None)
+
+    def test_claim_after_delivery(self) -> None:
+        """A claim after the whole body was delivered fires at once with its length."""
+        out = bytearray()
+        self.body.feed(b"abc")
+        self.body.end()
+        self.successResultOf(self.body.deliver_to(out.extend))
+        self.assertEqual(self.successResultOf(self.body.deliver_to(out.extend)), 3)
+        self.assertEqual(bytes(out), b"abc")
+
+    def test_stop_after_loss(self) -> None:
+        """A consumer that stops a lost body ends it: a claim after that raises."""
+        self.body.fail(Failure(ConnectionLost()))
+        self.body.stopProducing()
+        self.assertRaises(RuntimeError, self.body.deliver_to, lambda data: None)
