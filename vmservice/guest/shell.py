@@ -40,8 +40,9 @@ from typing import Any, Mapping, Optional
 
 from vmservice.guest.children import Child
 from vmservice.guest.streams import GuestStream, StreamHandler
-from vmservice.guest.exec_spec import ExecSpec, build_env, passwd_entry, resolve_cwd, usable_shell
+from vmservice.guest.exec_spec import build_env, passwd_entry, resolve_cwd, usable_shell
 from vmservice.guest.spawning import exit_reporting, exit_status, read_report
+from vmservice.wire.openheaders.exec import ExecHeader
 from vmservice.wire.shellframes import (DATA, EXIT, REJECTED, STARTED, WINDOW_SIZE, FrameDecoder, FrameError,
                                         encode_frame, encode_json_frame)
 
@@ -109,7 +110,7 @@ class ShellHandler(StreamHandler):
 
             self.stream.reset(ResetCode.BAD_HEADER, str(e))
             return
-        spec = ExecSpec(cmd=shell, uid=uid, gid=gid, cwd=cwd, shell=shell)
+        spec = ExecHeader(cmd=shell, uid=uid, gid=gid, cwd=cwd, shell=shell)
         user = passwd_entry(uid)
         try:
             directory = resolve_cwd(cwd, user[1] if user else None)
@@ -180,7 +181,7 @@ class ShellHandler(StreamHandler):
         self._finished = True
         self.stream.end()
 
-    def _spawn(self, spec: ExecSpec, env: dict[str, str], directory: str, cols: int, rows: int) -> None:
+    def _spawn(self, spec: ExecHeader, env: dict[str, str], directory: str, cols: int, rows: int) -> None:
         master, slave = os.openpty()
         try:
             set_window_size(master, cols, rows)
@@ -336,7 +337,7 @@ def session_members(sid: int, proc: str = "/proc") -> list[int]:
     return members
 
 
-def _child(spec: ExecSpec, env: dict[str, str], directory: str, slave: int, report: int) -> None:
+def _child(spec: ExecHeader, env: dict[str, str], directory: str, slave: int, report: int) -> None:
     """
     In the forked child: new session, the pty ``slave`` as controlling terminal
     and stdio, identity, directory, then ``exec shell -l``.  A failure is

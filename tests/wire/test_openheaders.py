@@ -1,0 +1,149 @@
+# -*- test-case-name: tests.wire.test_openheaders -*-
+"""
+Tests for :mod:`vmservice.wire.openheaders`: every record comes back from its
+own JSON, and no JSON value makes a reader raise anything but ``BadHeader``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any, Callable
+
+from hypothesis import given, strategies as st
+from twisted.trial.unittest import SynchronousTestCase
+
+from tests.wire.strategies import headers, json_values
+from vmservice.wire.openheaders import BackgroundStartHeader, BadHeader, ExecHeader
+from vmservice.wire.openheaders.exec import MAX_RING_BYTES
+
+texts = st.text(max_size=20)
+ids = st.integers(min_value=0, max_value=2**32 - 1)
+exec_headers = st.builds(
+    ExecHeader,
+    cmd=st.text(min_size=1, max_size=20),
+    args=st.lists(texts, max_size=4).map(tuple),
+    env=st.lists(texts, max_size=4).map(tuple),
+    uid=ids,
+    gid=ids,
+    cwd=texts,
+    shell=texts,
+    umask=st.none() | st.integers(min_value=0, max_value=0o777),
+    stdin=st.booleans(),
+    stdout=st.booleans(),
+    stderr=st.booleans(),
+)
+background_starts = st.builds(
+    BackgroundStartHeader,
+    exec=exec_headers.map(lambda h: replace(h, stdin=False, stdout=True, stderr=True)),
+    ring_bytes=st.integers(min_value=1, max_value=MAX_RING_BYTES),
+)
+
+#: Every reader of untrusted JSON.
+READERS: list[Callable[[object], object]] = [ExecHeader.from_json, BackgroundStartHeader.from_json]
+
+
+def _through_json(value: dict[str, Any]) -> Any:
+    """``value`` as the peer reads it: encoded and decoded."""
+    return json.loads(json.dumps(value))
+
+
+class RoundTripTests(SynchronousTestCase):
+    """``from_json(to_json(record)) == record``, through real JSON."""
+
+    @given(exec_headers)
+    def test_exec(self, header: ExecHeader) -> None:
+        """An exec header comes back unchanged, its op ``exec``."""
+        sent = _through_json(header.to_json())
+        self.assertEqual(sent["op"], "exec")
+        self.assertEqual(ExecHeader.from_json(sent), header)
+
+    @given(background_starts)
+    def test_background_start(self, header: BackgroundStartHeader) -> None:
+        """A background start comes back unchanged, op ``background``, action ``start``."""
+        sent = _through_json(header.to_json())
+        self.assertEqual((sent["op"], sent["action"]), ("background", "start"))
+        self.assertEqual(BackgroundStartHeader.from_json(sent), header)
+
+
+class UntrustedTests(SynchronousTestCase):
+    """Whatever the peer sends, a reader returns a record or raises ``BadHeader``."""
+
+    @given(json_values)
+    def test_any_json(self, value: Any) -> None:
+        """Any JSON value: a record or BadHeader."""
+        for read in READERS:
+            try:
+                read(value)
+            except BadHeader:
+                pass
+
+    @given(headers, st.sampled_from(["cmd", "args", "env", "uid", "gid", "cwd", "shell", "umask", "stdin",
+                                     "stdout", "stderr", "ring_bytes"]), json_values)
+    def test_any_field(self, header: dict[str, Any], name: str, value: Any) -> None:
+        """An object with any value in a known field (and others besides): a record or BadHeader."""
+        for read in READERS:
+            try:
+                read({**header, "cmd": "x", name: value})
+            except BadHeader:
+                pass
+
+    def test_not_an_object(self) -> None:
+        """A header that is not an object is refused as such."""
+        for read in READERS:
+            with self.assertRaises(BadHeader) as caught:
+                read(["cmd"])
+            self.assertEqual(str(caught.exception), "the header must be a JSON object")
+
+
+class ExecMessageTests(SynchronousTestCase):
+    """The refusals name the field, in the words the guest has always sent."""
+
+    def assertRefused(self, header: dict[str, Any], message: str) -> None:
+        """``header`` is refused with ``message``."""
+        with self.assertRaises(BadHeader) as caught:
+            ExecHeader.from_json(header)
+        self.assertEqual(str(caught.exception), message)
+
+    def test_messages(self) -> None:
+        """Each wrong field gives its own message; the first wrong one wins."""
+        self.assertRefused({}, "field 'cmd' must be a non-empty string")
+        self.assertRefused({"cmd": ""}, "field 'cmd' must be a non-empty string")
+        self.assertRefused({"cmd": "x", "args": "a"}, "field 'args' must be a list of strings")
+        self.assertRefused({"cmd": "x", "env": [1]}, "field 'env' must be a list of strings")
+        self.assertRefused({"cmd": "x", "umask": 0o1000}, "field 'umask' must be null or 0..0o777")
+        self.assertRefused({"cmd": "x", "umask": True}, "field 'umask' must be null or 0..0o777")
+        self.assertRefused({"cmd": "x", "uid": True}, "field 'uid' must be int")
+        self.assertRefused({"cmd": "x", "gid": 2**32}, "uid and gid must be 0 .. 2^32-1")
+        self.assertRefused({"cmd": "x", "cwd": 1, "stdin": 1}, "field 'cwd' must be str")
+        self.assertRefused({"cmd": "x", "stdin": "yes"}, "field 'stdin' must be bool")
+
+    def test_defaults(self) -> None:
+        """Absent fields take the defaults of the record."""
+        self.assertEqual(ExecHeader.from_json({"cmd": "x", "op": "exec"}), ExecHeader(cmd="x"))
+
+
+class BackgroundStartTests(SynchronousTestCase):
+    """The start of a background exec."""
+
+    def test_outputs_forced(self) -> None:
+        """stdin, stdout and stderr are read as /dev/null, kept and kept, whatever they say."""
+        start = BackgroundStartHeader.from_json({"cmd": "x", "stdin": "junk", "stdout": False, "stderr": 3})
+        self.assertEqual(start, BackgroundStartHeader(ExecHeader(cmd="x", stdin=False, stdout=True, stderr=True)))
+
+    def test_ring_bytes(self) -> None:
+        """ring_bytes is 1 .. MAX_RING_BYTES, an exact int; the exec fields are checked first."""
+        for bad in (0, MAX_RING_BYTES + 1, True, 1.0, "1"):
+            with self.assertRaises(BadHeader) as caught:
+                BackgroundStartHeader.from_json({"cmd": "x", "ring_bytes": bad})
+            self.assertEqual(str(caught.exception), f"ring_bytes must be 1 .. {MAX_RING_BYTES}")
+        with self.assertRaises(BadHeader) as caught:
+            BackgroundStartHeader.from_json({"ring_bytes": 0})
+        self.assertEqual(str(caught.exception), "field 'cmd' must be a non-empty string")
+
+    def test_json(self) -> None:
+        """The exec's fields sit beside op, action and ring_bytes."""
+        self.assertEqual(BackgroundStartHeader(ExecHeader(cmd="x"), 5).to_json(), {
+            "op": "background", "action": "start", "ring_bytes": 5, "cmd": "x", "args": [], "env": [], "uid": 0,
+            "gid": 0, "cwd": "", "shell": "/bin/bash", "umask": None, "stdin": False, "stdout": True, "stderr": True,
+        })
