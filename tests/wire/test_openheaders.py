@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, Union
 
 from hypothesis import given, strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.wire.strategies import headers, json_values
-from vmservice.wire.openheaders import BackgroundStartHeader, BadHeader, ExecHeader
+from vmservice.wire.openheaders import BackgroundStartHeader, BadHeader, ExecHeader, ForwardHeader, ShellHeader
 from vmservice.wire.openheaders.exec import MAX_RING_BYTES
+from vmservice.wire.upstream import MAX_UNIX_SOCKET_PATH, Upstream
 
 texts = st.text(max_size=20)
 ids = st.integers(min_value=0, max_value=2**32 - 1)
@@ -38,9 +39,37 @@ background_starts = st.builds(
     exec=exec_headers.map(lambda h: replace(h, stdin=False, stdout=True, stderr=True)),
     ring_bytes=st.integers(min_value=1, max_value=MAX_RING_BYTES),
 )
+shell_headers = st.builds(ShellHeader, uid=ids, gid=ids, shell=texts, cwd=texts, cols=ids, rows=ids)
+forward_headers = st.builds(
+    ForwardHeader,
+    st.builds(Upstream, unix=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)
+              .map(lambda p: "/" + p).filter(lambda p: len(p.encode()) <= MAX_UNIX_SOCKET_PATH))
+    | st.builds(Upstream, host=st.text(st.characters(blacklist_characters="\x00"), min_size=1, max_size=30),
+                port=st.integers(min_value=1, max_value=65535)),
+)
+
+Header = Union[ExecHeader, BackgroundStartHeader, ShellHeader, ForwardHeader]
+#: The op each record's JSON names.
+OPS = {ExecHeader: "exec", BackgroundStartHeader: "background", ShellHeader: "shell", ForwardHeader: "forward"}
+#: Strings with lone surrogates too (JSON's ``\\ud800`` escapes decode to them).
+any_texts = st.text(st.characters(blacklist_categories=()), max_size=10)
 
 #: Every reader of untrusted JSON.
-READERS: list[Callable[[object], object]] = [ExecHeader.from_json, BackgroundStartHeader.from_json]
+READERS: list[Callable[[object], object]] = [
+    ExecHeader.from_json, BackgroundStartHeader.from_json, ShellHeader.from_json, ForwardHeader.from_json,
+]
+#: Every field a reader looks at.
+FIELDS = ["cmd", "args", "env", "uid", "gid", "cwd", "shell", "umask", "stdin", "stdout", "stderr", "ring_bytes",
+          "cols", "rows", "unix", "host", "port"]
+
+
+def refusal(read: Callable[[object], object], header: object) -> str:
+    """The message ``read`` refuses ``header`` with (an AssertionError if it takes it)."""
+    try:
+        read(header)
+    except BadHeader as e:
+        return str(e)
+    raise AssertionError(f"{header!r} was taken")
 
 
 def _through_json(value: dict[str, Any]) -> Any:
@@ -51,19 +80,12 @@ def _through_json(value: dict[str, Any]) -> Any:
 class RoundTripTests(SynchronousTestCase):
     """``from_json(to_json(record)) == record``, through real JSON."""
 
-    @given(exec_headers)
-    def test_exec(self, header: ExecHeader) -> None:
-        """An exec header comes back unchanged, its op ``exec``."""
+    @given(exec_headers | background_starts | shell_headers | forward_headers)
+    def test_round_trip(self, header: Header) -> None:
+        """Every record comes back unchanged from its JSON, which names its op."""
         sent = _through_json(header.to_json())
-        self.assertEqual(sent["op"], "exec")
-        self.assertEqual(ExecHeader.from_json(sent), header)
-
-    @given(background_starts)
-    def test_background_start(self, header: BackgroundStartHeader) -> None:
-        """A background start comes back unchanged, op ``background``, action ``start``."""
-        sent = _through_json(header.to_json())
-        self.assertEqual((sent["op"], sent["action"]), ("background", "start"))
-        self.assertEqual(BackgroundStartHeader.from_json(sent), header)
+        self.assertEqual(sent["op"], OPS[type(header)])
+        self.assertEqual(type(header).from_json(sent), header)
 
 
 class UntrustedTests(SynchronousTestCase):
@@ -78,13 +100,12 @@ class UntrustedTests(SynchronousTestCase):
             except BadHeader:
                 pass
 
-    @given(headers, st.sampled_from(["cmd", "args", "env", "uid", "gid", "cwd", "shell", "umask", "stdin",
-                                     "stdout", "stderr", "ring_bytes"]), json_values)
-    def test_any_field(self, header: dict[str, Any], name: str, value: Any) -> None:
+    @given(headers, st.sampled_from(FIELDS), json_values | any_texts, st.sampled_from([{}, {"cmd": "x"}, {"host": "h"}]))
+    def test_any_field(self, header: dict[str, Any], name: str, value: Any, base: dict[str, Any]) -> None:
         """An object with any value in a known field (and others besides): a record or BadHeader."""
         for read in READERS:
             try:
-                read({**header, "cmd": "x", name: value})
+                read({**header, **base, name: value})
             except BadHeader:
                 pass
 
@@ -101,9 +122,7 @@ class ExecMessageTests(SynchronousTestCase):
 
     def assertRefused(self, header: dict[str, Any], message: str) -> None:
         """``header`` is refused with ``message``."""
-        with self.assertRaises(BadHeader) as caught:
-            ExecHeader.from_json(header)
-        self.assertEqual(str(caught.exception), message)
+        self.assertEqual(refusal(ExecHeader.from_json, header), message)
 
     def test_messages(self) -> None:
         """Each wrong field gives its own message; the first wrong one wins."""
@@ -147,3 +166,46 @@ class BackgroundStartTests(SynchronousTestCase):
             "op": "background", "action": "start", "ring_bytes": 5, "cmd": "x", "args": [], "env": [], "uid": 0,
             "gid": 0, "cwd": "", "shell": "/bin/bash", "umask": None, "stdin": False, "stdout": True, "stderr": True,
         })
+
+
+class ShellMessageTests(SynchronousTestCase):
+    """The refusals of a shell header, in the words the guest has always sent."""
+
+    def test_messages(self) -> None:
+        """Numbers are 0 .. 2^32-1 (not bools), shell and cwd strings; defaults fill the rest."""
+        for name in ("uid", "gid", "cols", "rows"):
+            for bad in (-1, 2**32, True, 1.5, "1"):
+                with self.assertRaises(BadHeader) as caught:
+                    ShellHeader.from_json({name: bad})
+                self.assertEqual(str(caught.exception), f"field {name!r} must be an integer 0 .. 4294967295")
+        for header in ({"shell": 1}, {"cwd": None}):
+            with self.assertRaises(BadHeader) as caught:
+                ShellHeader.from_json(header)
+            self.assertEqual(str(caught.exception), "fields 'shell' and 'cwd' must be strings")
+        self.assertEqual(ShellHeader.from_json({"op": "shell"}), ShellHeader())
+
+
+class ForwardMessageTests(SynchronousTestCase):
+    """The refusals of a tunnel's header, in the words the guest has always sent."""
+
+    def assertRefused(self, header: dict[str, Any], message: str) -> None:
+        """``header`` is refused with ``message``."""
+        self.assertEqual(refusal(ForwardHeader.from_json, header), message)
+
+    def test_messages(self) -> None:
+        """unix wins when present; else host and port; long values are cut at 200 characters."""
+        self.assertRefused({"unix": "x", "host": "h", "port": 1}, "unix must be an absolute path, not 'x'")
+        self.assertRefused({"unix": "/" + "x" * MAX_UNIX_SOCKET_PATH}, "the UNIX socket path is too long")
+        self.assertRefused({}, "host must be a non-empty string, not None")
+        self.assertRefused({"host": "h", "port": 0}, "port must be an integer from 1 to 65535, not 0")
+        self.assertRefused({"host": "h", "port": True}, "port must be an integer from 1 to 65535, not True")
+        self.assertRefused({"unix": "/\ud800"}, "unix must be an absolute path, not '/\\ud800'")
+        with self.assertRaises(BadHeader) as caught:
+            ForwardHeader.from_json({"unix": "x" * 500})
+        self.assertEqual(str(caught.exception), f"unix must be an absolute path, not {'x' * 500!r}"[:200])
+
+    def test_json(self) -> None:
+        """A UNIX socket is sent as unix alone, a TCP upstream as host and port."""
+        self.assertEqual(ForwardHeader(Upstream(unix="/s")).to_json(), {"op": "forward", "unix": "/s"})
+        self.assertEqual(ForwardHeader(Upstream(host="h", port=80)).to_json(),
+                         {"op": "forward", "host": "h", "port": 80})

@@ -7,12 +7,16 @@ untrusted JSON object back with :meth:`from_json`, which raises
 fields of each header and their checks are written here once.
 
 - :mod:`.fields`: :class:`BadHeader` and the readers of single fields;
-- :mod:`.exec`: exec streams and the start of a background exec.
+- :mod:`.exec`: exec streams and the start of a background exec;
+- :mod:`.shell`: shell streams;
+- :mod:`.tunnel`: tunnels (``forward`` streams).
 
 Stdlib only: the guest image copies these files.
 """
 
 from vmservice.wire.openheaders.exec import BackgroundStartHeader, ExecHeader
 from vmservice.wire.openheaders.fields import BadHeader
+from vmservice.wire.openheaders.shell import ShellHeader
+from vmservice.wire.openheaders.tunnel import ForwardHeader
 
-__all__ = ["BackgroundStartHeader", "BadHeader", "ExecHeader"]
+__all__ = ["BackgroundStartHeader", "BadHeader", "ExecHeader", "ForwardHeader", "ShellHeader"]
