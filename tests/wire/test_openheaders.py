@@ -14,8 +14,10 @@ from hypothesis import given, strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.wire.strategies import headers, json_values
-from vmservice.wire.openheaders import BackgroundStartHeader, BadHeader, ExecHeader, ForwardHeader, ShellHeader
+from vmservice.wire.openheaders import (BackgroundStartHeader, BadHeader, ExecHeader, ForwardHeader, ShellHeader,
+                                        WatchHeader)
 from vmservice.wire.openheaders.exec import MAX_RING_BYTES
+from vmservice.wire.openheaders.watch import MAX_DEBOUNCE, WATCH_EVENT_TYPES
 from vmservice.wire.upstream import MAX_UNIX_SOCKET_PATH, Upstream
 
 texts = st.text(max_size=20)
@@ -47,20 +49,31 @@ forward_headers = st.builds(
     | st.builds(Upstream, host=st.text(st.characters(blacklist_characters="\x00"), min_size=1, max_size=30),
                 port=st.integers(min_value=1, max_value=65535)),
 )
+watch_headers = st.builds(
+    WatchHeader,
+    paths=st.lists(texts, min_size=1, max_size=3).map(tuple),
+    patterns=st.lists(texts, max_size=3).map(tuple),
+    events=st.lists(st.sampled_from(WATCH_EVENT_TYPES), max_size=5).map(tuple),
+    recursive=st.booleans(),
+    debounce=st.floats(min_value=0, max_value=MAX_DEBOUNCE),
+    uid=ids,
+)
 
-Header = Union[ExecHeader, BackgroundStartHeader, ShellHeader, ForwardHeader]
+Header = Union[ExecHeader, BackgroundStartHeader, ShellHeader, ForwardHeader, WatchHeader]
 #: The op each record's JSON names.
-OPS = {ExecHeader: "exec", BackgroundStartHeader: "background", ShellHeader: "shell", ForwardHeader: "forward"}
+OPS = {ExecHeader: "exec", BackgroundStartHeader: "background", ShellHeader: "shell", ForwardHeader: "forward",
+       WatchHeader: "watch"}
 #: Strings with lone surrogates too (JSON's ``\\ud800`` escapes decode to them).
 any_texts = st.text(st.characters(blacklist_categories=()), max_size=10)
 
 #: Every reader of untrusted JSON.
 READERS: list[Callable[[object], object]] = [
     ExecHeader.from_json, BackgroundStartHeader.from_json, ShellHeader.from_json, ForwardHeader.from_json,
+    WatchHeader.from_json,
 ]
 #: Every field a reader looks at.
 FIELDS = ["cmd", "args", "env", "uid", "gid", "cwd", "shell", "umask", "stdin", "stdout", "stderr", "ring_bytes",
-          "cols", "rows", "unix", "host", "port"]
+          "cols", "rows", "unix", "host", "port", "paths", "patterns", "events", "recursive", "debounce"]
 
 
 def refusal(read: Callable[[object], object], header: object) -> str:
@@ -80,7 +93,7 @@ def _through_json(value: dict[str, Any]) -> Any:
 class RoundTripTests(SynchronousTestCase):
     """``from_json(to_json(record)) == record``, through real JSON."""
 
-    @given(exec_headers | background_starts | shell_headers | forward_headers)
+    @given(exec_headers | background_starts | shell_headers | forward_headers | watch_headers)
     def test_round_trip(self, header: Header) -> None:
         """Every record comes back unchanged from its JSON, which names its op."""
         sent = _through_json(header.to_json())
@@ -100,7 +113,7 @@ class UntrustedTests(SynchronousTestCase):
             except BadHeader:
                 pass
 
-    @given(headers, st.sampled_from(FIELDS), json_values | any_texts, st.sampled_from([{}, {"cmd": "x"}, {"host": "h"}]))
+    @given(headers, st.sampled_from(FIELDS), json_values | any_texts, st.sampled_from([{}, {"cmd": "x"}, {"host": "h"}, {"paths": ["/"]}]))
     def test_any_field(self, header: dict[str, Any], name: str, value: Any, base: dict[str, Any]) -> None:
         """An object with any value in a known field (and others besides): a record or BadHeader."""
         for read in READERS:
@@ -209,3 +222,26 @@ class ForwardMessageTests(SynchronousTestCase):
         self.assertEqual(ForwardHeader(Upstream(unix="/s")).to_json(), {"op": "forward", "unix": "/s"})
         self.assertEqual(ForwardHeader(Upstream(host="h", port=80)).to_json(),
                          {"op": "forward", "host": "h", "port": 80})
+
+
+class WatchMessageTests(SynchronousTestCase):
+    """The refusals of a watch's header, in the words the guest has always sent."""
+
+    def test_messages(self) -> None:
+        """Each wrong field is named; the first wrong one wins."""
+        use = ", ".join(WATCH_EVENT_TYPES)
+        for header, message in [
+            ({}, "paths must name at least one path"),
+            ({"paths": "/x"}, "paths must be a list of strings"),
+            ({"paths": ["/"], "events": ["open", "create"]}, f"unknown event types ['open']: use {use}"),
+            ({"paths": ["/"], "recursive": "yes"}, "recursive must be true or false"),
+            ({"paths": ["/"], "debounce": True}, "debounce must be 0 to 3600 seconds"),
+            ({"paths": ["/"], "debounce": 7200}, "debounce must be 0 to 3600 seconds"),
+            ({"paths": ["/"], "uid": 2**32}, "uid must be 0 .. 2^32-1"),
+            ({"paths": ["/"], "patterns": [3]}, "patterns must be a list of strings"),
+        ]:
+            self.assertEqual(refusal(WatchHeader.from_json, header), message)
+
+    def test_defaults(self) -> None:
+        """Only paths are needed; an integer debounce is read as seconds."""
+        self.assertEqual(WatchHeader.from_json({"paths": ["/"], "debounce": 2}), WatchHeader(("/",), debounce=2.0))

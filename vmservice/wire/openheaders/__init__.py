@@ -9,7 +9,8 @@ fields of each header and their checks are written here once.
 - :mod:`.fields`: :class:`BadHeader` and the readers of single fields;
 - :mod:`.exec`: exec streams and the start of a background exec;
 - :mod:`.shell`: shell streams;
-- :mod:`.tunnel`: tunnels (``forward`` streams).
+- :mod:`.tunnel`: tunnels (``forward`` streams);
+- :mod:`.watch`: file watches.
 
 Stdlib only: the guest image copies these files.
 """
@@ -18,5 +19,6 @@ from vmservice.wire.openheaders.exec import BackgroundStartHeader, ExecHeader
 from vmservice.wire.openheaders.fields import BadHeader
 from vmservice.wire.openheaders.shell import ShellHeader
 from vmservice.wire.openheaders.tunnel import ForwardHeader
+from vmservice.wire.openheaders.watch import WatchHeader
 
-__all__ = ["BackgroundStartHeader", "BadHeader", "ExecHeader", "ForwardHeader", "ShellHeader"]
+__all__ = ["BackgroundStartHeader", "BadHeader", "ExecHeader", "ForwardHeader", "ShellHeader", "WatchHeader"]
