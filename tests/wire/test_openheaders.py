@@ -16,6 +16,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.wire.strategies import headers, json_values
 from vmservice.wire.openheaders import (BackgroundStartHeader, BadHeader, ExecHeader, ForwardHeader, ShellHeader,
                                         WatchHeader)
+from vmservice.wire.openheaders.copy import DownloadHeader, UploadHeader
 from vmservice.wire.openheaders.exec import MAX_RING_BYTES
 from vmservice.wire.openheaders.watch import MAX_DEBOUNCE, WATCH_EVENT_TYPES
 from vmservice.wire.upstream import MAX_UNIX_SOCKET_PATH, Upstream
@@ -58,22 +59,48 @@ watch_headers = st.builds(
     debounce=st.floats(min_value=0, max_value=MAX_DEBOUNCE),
     uid=ids,
 )
+copy_paths = st.just("~") | st.sampled_from(["/", "~/"]).flatmap(lambda head: texts.map(lambda tail: head + tail)).filter(
+    lambda path: "\x00" not in path)
+optional_ids = st.none() | st.integers(min_value=0, max_value=2**32 - 2)
+base_names = st.none() | texts.filter(lambda name: name not in ("", ".", "..") and not set(name) & {"/", "\x00"})
+upload_headers = st.builds(
+    UploadHeader,
+    path=copy_paths,
+    mode=st.sampled_from(["binary", "tar"]),
+    uid=optional_ids,
+    gid=optional_ids,
+    permissions=st.none() | st.integers(min_value=0, max_value=0o7777),
+    exclude=st.lists(texts, max_size=3).map(tuple),
+    unpacked_size=st.none() | st.integers(min_value=0, max_value=2**63),
+) | st.builds(
+    UploadHeader, path=copy_paths, semantics=st.just("cp-v1"), source_name=base_names, copy_contents=st.booleans(),
+)
+download_headers = st.builds(
+    DownloadHeader,
+    path=copy_paths,
+    mode=st.sampled_from(["binary", "tar", "recursive"]),
+    semantics=st.sampled_from(["legacy", "cp-v1"]),
+    exclude=st.lists(texts, max_size=3).map(tuple),
+    uid=optional_ids,
+)
 
-Header = Union[ExecHeader, BackgroundStartHeader, ShellHeader, ForwardHeader, WatchHeader]
+Header = Union[ExecHeader, BackgroundStartHeader, ShellHeader, ForwardHeader, WatchHeader, UploadHeader,
+               DownloadHeader]
 #: The op each record's JSON names.
 OPS = {ExecHeader: "exec", BackgroundStartHeader: "background", ShellHeader: "shell", ForwardHeader: "forward",
-       WatchHeader: "watch"}
+       WatchHeader: "watch", UploadHeader: "cp-upload", DownloadHeader: "cp-download"}
 #: Strings with lone surrogates too (JSON's ``\\ud800`` escapes decode to them).
 any_texts = st.text(st.characters(blacklist_categories=()), max_size=10)
 
 #: Every reader of untrusted JSON.
 READERS: list[Callable[[object], object]] = [
     ExecHeader.from_json, BackgroundStartHeader.from_json, ShellHeader.from_json, ForwardHeader.from_json,
-    WatchHeader.from_json,
+    WatchHeader.from_json, UploadHeader.from_json, DownloadHeader.from_json,
 ]
 #: Every field a reader looks at.
 FIELDS = ["cmd", "args", "env", "uid", "gid", "cwd", "shell", "umask", "stdin", "stdout", "stderr", "ring_bytes",
-          "cols", "rows", "unix", "host", "port", "paths", "patterns", "events", "recursive", "debounce"]
+          "cols", "rows", "unix", "host", "port", "paths", "patterns", "events", "recursive", "debounce",
+          "path", "mode", "permissions", "semantics", "source_name", "copy_contents", "exclude", "unpacked_size"]
 
 
 def refusal(read: Callable[[object], object], header: object) -> str:
@@ -93,7 +120,8 @@ def _through_json(value: dict[str, Any]) -> Any:
 class RoundTripTests(SynchronousTestCase):
     """``from_json(to_json(record)) == record``, through real JSON."""
 
-    @given(exec_headers | background_starts | shell_headers | forward_headers | watch_headers)
+    @given(exec_headers | background_starts | shell_headers | forward_headers | watch_headers | upload_headers
+           | download_headers)
     def test_round_trip(self, header: Header) -> None:
         """Every record comes back unchanged from its JSON, which names its op."""
         sent = _through_json(header.to_json())
@@ -113,7 +141,8 @@ class UntrustedTests(SynchronousTestCase):
             except BadHeader:
                 pass
 
-    @given(headers, st.sampled_from(FIELDS), json_values | any_texts, st.sampled_from([{}, {"cmd": "x"}, {"host": "h"}, {"paths": ["/"]}]))
+    @given(headers, st.sampled_from(FIELDS), json_values | any_texts, st.sampled_from([{}, {"cmd": "x"}, {"host": "h"}, {"paths": ["/"]},
+                                                                                {"path": "/", "semantics": "cp-v1"}]))
     def test_any_field(self, header: dict[str, Any], name: str, value: Any, base: dict[str, Any]) -> None:
         """An object with any value in a known field (and others besides): a record or BadHeader."""
         for read in READERS:
@@ -245,3 +274,40 @@ class WatchMessageTests(SynchronousTestCase):
     def test_defaults(self) -> None:
         """Only paths are needed; an integer debounce is read as seconds."""
         self.assertEqual(WatchHeader.from_json({"paths": ["/"], "debounce": 2}), WatchHeader(("/",), debounce=2.0))
+
+
+class CopyMessageTests(SynchronousTestCase):
+    """The refusals of a copy's header, in the words the guest has always sent."""
+
+    def test_upload(self) -> None:
+        """Each wrong field is named, in the order the guest always checked them."""
+        for header, message in [
+            ({"mode": "zip", "semantics": "x"}, "invalid mode: zip (binary, tar)"),
+            ({"semantics": "cp-v2"}, "invalid copy semantics: cp-v2 (legacy, cp-v1)"),
+            ({"uid": True}, "uid must be null or 0 .. 4294967294"),
+            ({"gid": 2**32 - 1}, "gid must be null or 0 .. 4294967294"),
+            ({}, "path is required"),
+            ({"path": "/a\x00"}, "path must not contain NUL"),
+            ({"path": "~x", "permissions": -1}, "path must be absolute: '~x'"),
+            ({"path": "/", "permissions": 0o10000}, "permissions must be null or 0 .. 0o7777"),
+            ({"path": "/", "exclude": "*.o"}, "exclude must be a list of patterns"),
+            ({"path": "/", "unpacked_size": -1}, "unpacked_size must be null or a byte count"),
+            ({"path": "/", "semantics": "cp-v1", "source_name": ".."},
+             "source_name must be a base name (no '/', not . or ..), not '..'"),
+        ]:
+            self.assertEqual(refusal(UploadHeader.from_json, header), message)
+
+    def test_upload_lenient(self) -> None:
+        """Falsy semantics and excludes are the defaults; legacy copies ignore the cp-v1 fields."""
+        self.assertEqual(UploadHeader.from_json({"path": "/x", "semantics": "", "exclude": 0, "source_name": "..",
+                                                 "copy_contents": True}), UploadHeader("/x"))
+        self.assertEqual(UploadHeader.from_json({"path": "/x", "semantics": "cp-v1", "source_name": "",
+                                                 "copy_contents": 1}), UploadHeader("/x", semantics="cp-v1"))
+
+    def test_download(self) -> None:
+        """A download's mode may be recursive; its uid is checked before its path."""
+        self.assertEqual(refusal(DownloadHeader.from_json, {"mode": "zip"}), "invalid mode: zip (binary, tar, recursive)")
+        self.assertEqual(refusal(DownloadHeader.from_json, {"uid": -1}), "uid must be null or 0 .. 4294967294")
+        self.assertEqual(refusal(DownloadHeader.from_json, {"path": "/", "exclude": [1]}),
+                         "exclude must be a list of patterns")
+        self.assertEqual(DownloadHeader.from_json({"path": "~", "mode": "recursive"}), DownloadHeader("~", "recursive"))

@@ -42,9 +42,7 @@ from .copying import (
     GuestUpload,
     _DownloadProtocol,
     _UploadProtocol,
-    download_header,
     start_upload,
-    upload_header,
 )
 from .errors import stream_error
 from .stream import AgentStream, StreamReset
@@ -133,7 +131,7 @@ class BulkUpload:
             self._fall_back()
             return
         self._link = link
-        header = {**upload_header(self._request), "op": "cp-upload-bulk", "bulk": link.token.hex()}
+        header = {**self._request.to_json(), "op": "cp-upload-bulk", "bulk": link.token.hex()}
         protocol = _BulkUploadProtocol(self)
         try:
             self._stream = self._agent.open_stream(header, protocol)
@@ -288,7 +286,7 @@ class BulkDownload(GuestDownload):
             if link is not None:
                 link.close()
             return
-        header = download_header(request)
+        header = request.to_json()
         if link is not None:
             header["bulk"] = link.token.hex()
             self._link = link

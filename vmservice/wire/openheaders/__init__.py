@@ -10,15 +10,26 @@ fields of each header and their checks are written here once.
 - :mod:`.exec`: exec streams and the start of a background exec;
 - :mod:`.shell`: shell streams;
 - :mod:`.tunnel`: tunnels (``forward`` streams);
-- :mod:`.watch`: file watches.
+- :mod:`.watch`: file watches;
+- :mod:`.copy`: copies into and out of the guest.
 
 Stdlib only: the guest image copies these files.
 """
 
+from vmservice.wire.openheaders.copy import DownloadHeader, UploadHeader
 from vmservice.wire.openheaders.exec import BackgroundStartHeader, ExecHeader
 from vmservice.wire.openheaders.fields import BadHeader
 from vmservice.wire.openheaders.shell import ShellHeader
 from vmservice.wire.openheaders.tunnel import ForwardHeader
 from vmservice.wire.openheaders.watch import WatchHeader
 
-__all__ = ["BackgroundStartHeader", "BadHeader", "ExecHeader", "ForwardHeader", "ShellHeader", "WatchHeader"]
+__all__ = [
+    "BackgroundStartHeader",
+    "BadHeader",
+    "DownloadHeader",
+    "ExecHeader",
+    "ForwardHeader",
+    "ShellHeader",
+    "UploadHeader",
+    "WatchHeader",
+]
