@@ -34,6 +34,7 @@ from vmservice.guest.session import Session  # noqa: E402
 from vmservice.guest import exec_spec, execution, spawning  # noqa: E402
 from vmservice.wire import NEED_DATA, Connection, Role  # noqa: E402
 from vmservice.wire.events import Data, HalfClose, Open  # noqa: E402
+from vmservice.wire.openheaders import ExecHeader  # noqa: E402
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 30
 if len(sys.argv) > 2:
@@ -59,7 +60,7 @@ def agent_steps():
     header = {"cmd": "/bin/true", "shell": ""}
     for _ in range(ROUNDS):
         t0 = time.perf_counter()
-        spec = exec_spec.ExecSpec.from_header(header)
+        spec = exec_spec.runnable(ExecHeader.from_json(header))
         t1 = time.perf_counter()
         launch = spawning.prepare(spec)
         t2 = time.perf_counter()
@@ -86,6 +87,13 @@ def agent_steps():
     return {name: median(values) for name, values in steps.items()}
 
 
+def header_reader(module):
+    """How ``module`` (this guest's exec handler module, or a baseline's) reads an exec's OPEN header."""
+    if hasattr(module, "ExecSpec"):
+        return module.ExecSpec.from_header
+    return lambda header: exec_spec.runnable(ExecHeader.from_json(header))
+
+
 def baseline_module():
     """The exec handler's module of ``BASELINE`` (set by the bench), or ``None``."""
     source = globals().get("BASELINE")
@@ -109,9 +117,10 @@ def steps_against(baseline, block=100):
     samples = {f"{step}_{label}": [] for step in ("header", "prepare") for label in modules}
     for _ in range(ROUNDS):
         for label, module in modules.items():
+            read_header = header_reader(module)
             t0 = time.perf_counter()
             for _ in range(block):
-                spec = module.ExecSpec.from_header(header)
+                spec = read_header(header)
             t1 = time.perf_counter()
             for _ in range(block):
                 module.prepare(spec)

@@ -20,10 +20,11 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.guest.session import GuestSessionMixin
 from vmservice.guest import exec_spec, execution, spawning
 from vmservice.guest.context import AgentContext
-from vmservice.guest.exec_spec import (DEFAULT_PATH, BadExecHeader, ExecSpec, default_path, resolve_cwd, shell_quote,
+from vmservice.guest.exec_spec import (DEFAULT_PATH, argv, default_path, resolve_cwd, runnable, shell_quote,
                                        usable_shell)
 from vmservice.wire import ResetCode
 from vmservice.wire.events import Open, Reset
+from vmservice.wire.openheaders import BadHeader, ExecHeader
 
 
 class PasswdTests(SynchronousTestCase):
@@ -64,8 +65,8 @@ class HelperTests(SynchronousTestCase):
 
     def test_argv_without_shell(self) -> None:
         """An empty shell: cmd is the program and args its argv."""
-        self.assertEqual(ExecSpec(cmd="ls", args=("-l",), shell="").argv(), ["ls", "-l"])
-        self.assertEqual(ExecSpec(cmd="ls").argv(), ["/bin/bash", "-c", "ls"])
+        self.assertEqual(argv(ExecHeader(cmd="ls", args=("-l",), shell="")), ["ls", "-l"])
+        self.assertEqual(argv(ExecHeader(cmd="ls")), ["/bin/bash", "-c", "ls"])
 
     def test_usable_shell(self) -> None:
         """
@@ -79,6 +80,12 @@ class HelperTests(SynchronousTestCase):
         self.assertEqual(usable_shell("/bin/bash", lambda path: False), "/bin/bash")
         self.assertEqual(usable_shell("", lambda path: False), "")
         self.assertEqual(usable_shell("/no/shell", lambda path: path == "/bin/sh"), "/no/shell")
+
+    def test_runnable(self) -> None:
+        """The exec read from a header runs with the usable shell; its other fields stay."""
+        spec = ExecHeader(cmd="x", args=("a",), uid=3, shell="/no/shell")
+        self.assertEqual(runnable(spec), spec)
+        self.assertEqual(runnable(ExecHeader(cmd="x", shell="")), ExecHeader(cmd="x", shell=""))
 
     def test_shell_program(self) -> None:
         """The default shell runs as the static bash when the image has it; any other program as itself."""
@@ -111,20 +118,20 @@ class HelperTests(SynchronousTestCase):
         """Wrong types in the OPEN header are refused."""
         for header in ({}, {"cmd": ""}, {"cmd": "x", "args": "a"}, {"cmd": "x", "uid": True},
                        {"cmd": "x", "umask": 0o1000}, {"cmd": "x", "stdin": "yes"}, {"cmd": "x", "uid": 2**32}):
-            with self.assertRaises(BadExecHeader):
-                ExecSpec.from_header(header)
-        spec = ExecSpec.from_header({"cmd": "x", "args": ["a"], "env": ["A=1"], "umask": 18, "stdin": True})
+            with self.assertRaises(BadHeader):
+                ExecHeader.from_json(header)
+        spec = ExecHeader.from_json({"cmd": "x", "args": ["a"], "env": ["A=1"], "umask": 18, "stdin": True})
         self.assertEqual((spec.args, spec.env, spec.umask, spec.stdin), (("a",), ("A=1",), 18, True))
 
     def test_identity_is_set(self) -> None:
         """Only a request for exactly the agent's ids and no other groups skips fork."""
         uid, gid = os.getuid(), os.getgid()
         self.patch(os, "getgroups", lambda: [])
-        self.assertTrue(spawning._identity_is_set(ExecSpec(cmd="x", uid=uid, gid=gid)))
-        self.assertFalse(spawning._identity_is_set(ExecSpec(cmd="x", uid=uid + 1, gid=gid)))
-        self.assertFalse(spawning._identity_is_set(ExecSpec(cmd="x", uid=uid, gid=gid + 1)))
+        self.assertTrue(spawning._identity_is_set(ExecHeader(cmd="x", uid=uid, gid=gid)))
+        self.assertFalse(spawning._identity_is_set(ExecHeader(cmd="x", uid=uid + 1, gid=gid)))
+        self.assertFalse(spawning._identity_is_set(ExecHeader(cmd="x", uid=uid, gid=gid + 1)))
         self.patch(os, "getgroups", lambda: [gid + 1])
-        self.assertFalse(spawning._identity_is_set(ExecSpec(cmd="x", uid=uid, gid=gid)))
+        self.assertFalse(spawning._identity_is_set(ExecHeader(cmd="x", uid=uid, gid=gid)))
 
 
 class HeaderTests(GuestSessionMixin, SynchronousTestCase):

@@ -33,9 +33,9 @@ from ..guestport.background import (
 )
 from ..wire import ResetCode
 from ..wire.logframes import EXIT, GAP, FrameDecoder, FrameError
+from ..wire.openheaders.exec import BackgroundStartHeader
 from .channel import Channel
 from .errors import AgentRequestFailed, stream_error
-from .execution import exec_header
 from .filesystem import reply_result, reply_value
 from .headed import HeadedProtocol
 from .relay import GuestOutput
@@ -202,11 +202,11 @@ class AgentBackground:
         return reply_result(body, "background exec")
 
     def start(self, request: BackgroundRequest) -> Deferred[BackgroundInfo]:
-        header = exec_header(request.exec)
-        del header["op"]
+        header = BackgroundStartHeader(request.exec, request.ring_bytes).to_json()
 
         async def start() -> BackgroundInfo:
-            return parse_info(await self._call("start", ring_bytes=request.ring_bytes, **header))
+            body = await self._agent.request(header, MAX_REPLY)
+            return parse_info(reply_result(body, "background exec"))
 
         return Deferred.fromCoroutine(start())
 

@@ -34,10 +34,11 @@ from ..wire import ResetCode
 from .bulk import BulkChannel, BulkLink
 from .bulk_upload_state import BULK_UPLOAD_MACHINE, HELD_HIGH_WATER, BulkUploadCore
 from .channel import Channel
-from .copying import GuestDownload, _UploadProtocol, download_header, upload_header
+from .copying import GuestDownload, _UploadProtocol
 from .errors import stream_error
 from .headed import HeadedProtocol
 from .stream import AgentStream, StreamReset
+
 
 class _BulkReply:
     """
@@ -103,7 +104,7 @@ class BulkUpload:
             return
         if not self._inputs.link_connected(link):
             return
-        header = {**upload_header(core.request), "op": "cp-upload-bulk", "bulk": link.token.hex()}
+        header = {**core.request.to_json(), "op": "cp-upload-bulk", "bulk": link.token.hex()}
         protocol = _BulkReply(self)
         try:
             core.stream = core.agent.open_stream(header, HeadedProtocol(protocol))
@@ -168,7 +169,7 @@ class BulkDownload(GuestDownload):
             if link is not None:
                 link.close()
             return
-        header = download_header(request)
+        header = request.to_json()
         if link is not None:
             header["bulk"] = link.token.hex()
             self._link = link

@@ -42,34 +42,6 @@ log = Logger()
 #: Largest upload reply accepted from the guest.
 MAX_UPLOAD_REPLY = 64 * 1024
 
-def upload_header(request: UploadRequest) -> dict[str, Any]:
-    """
-    The OPEN header of an upload (documented in ``docs/agent-protocol.md``);
-    the optional fields only when they say something.
-    """
-    header: dict[str, Any] = {"op": "cp-upload", "path": request.path, "mode": request.mode, "uid": request.uid,
-                              "gid": request.gid, "permissions": request.permissions}
-    if request.semantics != "legacy":
-        header.update(semantics=request.semantics, source_name=request.source_name,
-                      copy_contents=request.copy_contents)
-    if request.exclude:
-        header["exclude"] = list(request.exclude)
-    if request.unpacked_size is not None:
-        header["unpacked_size"] = request.unpacked_size
-    return header
-
-
-def download_header(request: DownloadRequest) -> dict[str, Any]:
-    """The OPEN header of a download; the optional fields only when they say something."""
-    header: dict[str, Any] = {"op": "cp-download", "path": request.path, "mode": request.mode}
-    if request.semantics != "legacy":
-        header["semantics"] = request.semantics
-    if request.exclude:
-        header["exclude"] = list(request.exclude)
-    if request.uid is not None:
-        header["uid"] = request.uid
-    return header
-
 
 def settle(result: Deferred[Any], outcome: Any) -> None:
     """Fire ``result`` with ``outcome`` (a failure fails it), unless it fired."""
@@ -170,7 +142,7 @@ def start_upload(agent: Channel, request: UploadRequest) -> GuestUpload:
     :raises vmservice.agent.errors.AgentUnavailable: the agent is not connected.
     """
     protocol = _UploadProtocol()
-    stream = agent.open_stream(upload_header(request), protocol)
+    stream = agent.open_stream(request.to_json(), protocol)
     return GuestUpload(stream, protocol)
 
 
@@ -313,7 +285,7 @@ def start_download(agent: Channel, request: DownloadRequest) -> GuestDownload:
     :raises vmservice.agent.errors.AgentUnavailable: the agent is not connected.
     """
     download = GuestDownload()
-    stream = agent.open_stream(download_header(request), HeadedProtocol(download))
+    stream = agent.open_stream(request.to_json(), HeadedProtocol(download))
     stream.loseConnection()
     download._regulate()
     return download
@@ -324,9 +296,7 @@ __all__ = [
     "GuestUpload",
     "MAX_UPLOAD_REPLY",
     "download_head",
-    "download_header",
     "settle",
     "start_download",
     "start_upload",
-    "upload_header",
 ]

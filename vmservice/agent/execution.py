@@ -12,7 +12,7 @@ producer to a request body.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from attrs import frozen
 from twisted.internet.defer import Deferred
@@ -39,24 +39,6 @@ from vmservice.wire.payloads import (
 )
 
 log = Logger()
-
-
-def exec_header(request: ExecRequest) -> dict[str, Any]:
-    """The OPEN header of an exec stream (documented in ``docs/agent-protocol.md``)."""
-    return {
-        "op": "exec",
-        "cmd": request.cmd,
-        "args": list(request.args),
-        "env": list(request.env),
-        "uid": request.uid,
-        "gid": request.gid,
-        "cwd": request.cwd,
-        "shell": request.shell,
-        "umask": request.umask,
-        "stdin": request.stdin,
-        "stdout": request.stdout,
-        "stderr": request.stderr,
-    }
 
 
 class _ExecProtocol(RecordedProtocol[IExecSink, Record]):
@@ -143,7 +125,7 @@ def start_exec(agent: Channel, request: ExecRequest, sink: IExecSink) -> ExecPro
 
     :raises vmservice.agent.errors.AgentUnavailable: the agent is not connected.
     """
-    stream = agent.open_stream(exec_header(request), _ExecProtocol(sink))
+    stream = agent.open_stream(request.to_json(), _ExecProtocol(sink))
     process = ExecProcess(stream)
     if not request.stdin:
         process.close_stdin()
@@ -240,4 +222,4 @@ async def run_collected(agent: Channel, request: ExecRequest, clock: IReactorTim
         raise
 
 
-__all__ = ["ExecOutcome", "ExecProcess", "exec_header", "run_collected", "start_exec"]
+__all__ = ["ExecOutcome", "ExecProcess", "run_collected", "start_exec"]

@@ -27,6 +27,7 @@ from zope.interface import implementer
 from ..errors import AgentError, GuestErrorKind
 from ..guestport.tunnel import ITunnel, ITunnelPeer
 from ..wire.upstream import Upstream
+from ..wire.openheaders.tunnel import ForwardHeader
 from ..wire import ResetCode
 from .channel import Channel
 from .errors import AgentRequestFailed
@@ -43,13 +44,6 @@ UPSTREAM_ERRORS = {
     "not_found": GuestErrorKind.UPSTREAM_NOT_FOUND,
     "invalid": GuestErrorKind.UPSTREAM_INVALID,
 }
-
-
-def forward_header(request: Upstream) -> dict[str, Any]:
-    """The OPEN header of a tunnel (documented in ``docs/agent-protocol.md``)."""
-    if request.unix:
-        return {"op": "forward", "unix": request.unix}
-    return {"op": "forward", "host": request.host, "port": request.port}
 
 
 def head_error(reply: Any, upstream: str) -> Optional[AgentError]:
@@ -151,8 +145,8 @@ def start_forward(agent: Channel, request: Upstream) -> "Deferred[ITunnel]":
     :raises vmservice.agent.errors.AgentUnavailable: the agent is not connected.
     """
     tunnel = GuestTunnel(request.describe())
-    agent.open_stream(forward_header(request), HeadedProtocol(tunnel))
+    agent.open_stream(ForwardHeader(request).to_json(), HeadedProtocol(tunnel))
     return tunnel.opened
 
 
-__all__ = ["GuestTunnel", "UPSTREAM_ERRORS", "forward_header", "head_error", "start_forward"]
+__all__ = ["GuestTunnel", "UPSTREAM_ERRORS", "head_error", "start_forward"]

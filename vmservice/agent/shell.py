@@ -10,7 +10,6 @@ Nothing here knows HTTP or WebSockets.
 
 from __future__ import annotations
 
-from typing import Any
 
 from twisted.logger import Logger
 from zope.interface import implementer
@@ -37,19 +36,6 @@ log = Logger()
 
 #: Largest frame accepted from the guest (it sends at most 16 KiB of output a frame).
 MAX_GUEST_FRAME = 256 * 1024
-
-
-def shell_header(request: ShellRequest) -> dict[str, Any]:
-    """The OPEN header of a shell stream (documented in ``docs/agent-protocol.md``)."""
-    return {
-        "op": "shell",
-        "uid": request.uid,
-        "gid": request.gid,
-        "shell": request.shell,
-        "cwd": request.cwd,
-        "cols": request.cols,
-        "rows": request.rows,
-    }
 
 
 class _ShellProtocol(RecordedProtocol[IShellSink, Frame]):
@@ -108,7 +94,7 @@ def start_shell(agent: Channel, request: ShellRequest, sink: IShellSink) -> Shel
 
     :raises vmservice.agent.errors.AgentUnavailable: the agent is not connected.
     """
-    return ShellSession(agent.open_stream(shell_header(request), _ShellProtocol(sink)))
+    return ShellSession(agent.open_stream(request.to_json(), _ShellProtocol(sink)))
 
 
-__all__ = ["ShellSession", "shell_header", "start_shell"]
+__all__ = ["ShellSession", "start_shell"]

@@ -46,19 +46,6 @@ MAX_WATCH_HEADER = 60 * 1024
 EVENT_TYPES = frozenset(WATCH_EVENT_TYPES) | {"overflow"}
 
 
-def watch_header(request: WatchRequest) -> dict[str, Any]:
-    """The OPEN header of a watch (documented in ``docs/agent-protocol.md``)."""
-    return {
-        "op": "watch",
-        "paths": list(request.paths),
-        "patterns": list(request.patterns),
-        "events": list(request.events),
-        "recursive": request.recursive,
-        "debounce": request.debounce,
-        "uid": request.uid,
-    }
-
-
 def _malformed(message: str) -> AgentError:
     return AgentRequestFailed(message, kind=GuestErrorKind.MALFORMED)
 
@@ -202,7 +189,7 @@ def start_watch(agent: Channel, request: WatchRequest, sink: IWatchSink) -> Gues
         anything is sent.
     :raises vmservice.agent.errors.AgentUnavailable: the agent is not connected.
     """
-    header = watch_header(request)
+    header = request.to_json()
     if len(json.dumps(header, separators=(",", ":"))) > MAX_WATCH_HEADER:
         raise AgentError(GuestErrorKind.INVALID, "the watch names too many or too long paths and patterns")
     watch = GuestWatch(sink)
@@ -212,4 +199,4 @@ def start_watch(agent: Channel, request: WatchRequest, sink: IWatchSink) -> Gues
     return watch
 
 
-__all__ = ["EVENT_TYPES", "GuestWatch", "MAX_WATCH_HEADER", "parse_event", "start_watch", "watch_header"]
+__all__ = ["EVENT_TYPES", "GuestWatch", "MAX_WATCH_HEADER", "parse_event", "start_watch"]

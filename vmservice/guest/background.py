@@ -20,8 +20,8 @@ an evicted frame first gets a GAP frame saying how much it missed
 
 One stream per request; the header's ``action`` says what to do:
 
-- ``start`` (the exec fields of :class:`~vmservice.guest.exec_spec.ExecSpec`
-  and ``ring_bytes``), ``list``, ``info``, ``kill`` (``signal``,
+- ``start`` (:class:`~vmservice.wire.openheaders.exec.BackgroundStartHeader`:
+  the exec fields and ``ring_bytes``), ``list``, ``info``, ``kill`` (``signal``,
   ``grace_ms``), ``wait`` (``timeout_ms``), ``delete``: one JSON reply
   ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": KIND,
   "message": ...}``, then HALF_CLOSE.
@@ -51,13 +51,12 @@ from typing import Any, Callable, Mapping, Optional
 from vmservice.guest.background_ring import Ring
 from vmservice.guest.children import Child, signal_group
 from vmservice.guest.loop import Loop, Timer
-from vmservice.guest.exec_spec import BadExecHeader, ExecSpec
+from vmservice.guest.exec_spec import runnable
 from vmservice.guest.spawning import CannotStart, Rejected, exit_status, prepare, spawn
 from vmservice.wire.logframes import STDERR, STDOUT
+from vmservice.wire.openheaders.exec import DEFAULT_RING_BYTES, MAX_RING_BYTES, BackgroundStartHeader, ExecHeader
+from vmservice.wire.openheaders.fields import BadHeader
 
-#: ``ring_bytes`` when the request gives none (1 MiB), and the largest accepted (64 MiB).
-DEFAULT_RING_BYTES = 1024 * 1024
-MAX_RING_BYTES = 64 * 1024 * 1024
 #: Most background execs a guest keeps (running, or ended and not deleted yet).
 MAX_EXECS = 256
 #: How many deleted exec ids the registry remembers, to answer "gone" rather than "not found".
@@ -118,7 +117,7 @@ class BackgroundExec:
     :ivar pid: the process (the leader of its own session and process group).
     """
 
-    def __init__(self, exec_id: str, spec: ExecSpec, cwd: str, ring: Ring, loop: Loop,
+    def __init__(self, exec_id: str, spec: ExecHeader, cwd: str, ring: Ring, loop: Loop,
                  clock_ns: Callable[[], int]) -> None:
         self.exec_id = exec_id
         self.spec = spec
@@ -314,12 +313,10 @@ class Registry:
             (``busy``), a directory or program that cannot be used (``rejected``).
         """
         try:
-            spec = ExecSpec.from_header({**header, "stdin": False, "stdout": True, "stderr": True})
-        except BadExecHeader as e:
+            start = BackgroundStartHeader.from_json(header)
+        except BadHeader as e:
             raise BackgroundError("invalid", str(e)) from None
-        ring_bytes = header.get("ring_bytes", DEFAULT_RING_BYTES)
-        if type(ring_bytes) is not int or not 0 < ring_bytes <= MAX_RING_BYTES:
-            raise BackgroundError("invalid", f"ring_bytes must be 1 .. {MAX_RING_BYTES}")
+        spec, ring_bytes = runnable(start.exec), start.ring_bytes
         if len(self.execs) >= MAX_EXECS:
             raise BackgroundError(
                 "busy", f"the guest keeps at most {MAX_EXECS} background execs: delete ended ones first"

@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.guest.test_execution,tests.integration.guest.test_execution -*-
 """
-What an exec runs, from its OPEN header (:class:`ExecSpec`), and what it
-resolves to in this guest: the shell (:func:`usable_shell`, :func:`shell_program`),
+What an exec (its OPEN header, :class:`~vmservice.wire.openheaders.exec.ExecHeader`)
+resolves to in this guest: the shell (:func:`usable_shell`, :func:`shell_program`), the argv,
 the user's ``/etc/passwd`` entry, the working directory, PATH and the environment.
 Shared by exec, background execs and the shell.  Standard library only.
 """
@@ -9,8 +9,10 @@ Shared by exec, background execs and the shell.  Standard library only.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from dataclasses import replace
+from typing import Callable, Optional
+
+from vmservice.wire.openheaders.exec import ExecHeader
 
 #: PATH of a process whose request does not set one.
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -77,12 +79,6 @@ def _image_path(known: list[str] = []) -> str:
     return known[0]
 
 
-class BadExecHeader(ValueError):
-    """
-    The OPEN header is malformed (a host bug: the stream is reset with BAD_HEADER).
-    """
-
-
 def shell_quote(word: str) -> str:
     """
     ``word`` as one POSIX shell word (what :func:`shlex.quote` does, without
@@ -93,88 +89,22 @@ def shell_quote(word: str) -> str:
     return "'" + word.replace("'", "'\"'\"'") + "'"
 
 
-@dataclass(frozen=True)
-class ExecSpec:
+def runnable(spec: ExecHeader) -> ExecHeader:
     """
-    What to run, from the OPEN header.
-
-    :ivar cmd: a command line for ``shell``, or the program when ``shell`` is empty.
-    :ivar args: appended as quoted words (shell) or as argv (no shell).
-    :ivar env: ``KEY=VALUE`` entries laid over the default environment.
-    :ivar uid: user id to run as.
-    :ivar gid: group id to run as.
-    :ivar cwd: working directory: absolute, ``~``/``~/x`` (the user's home) or
-        relative to the home; empty = the home, or ``/`` without one.
-    :ivar shell: the shell (``<shell> -c <line>``), or empty for none.
-    :ivar umask: the process's umask, or ``None`` to inherit the agent's (022).
-    :ivar stdin: whether stream DATA feeds stdin (else stdin is ``/dev/null``).
-    :ivar stdout: whether stdout is sent back (else ``/dev/null``).
-    :ivar stderr: whether stderr is sent back (else ``/dev/null``).
+    ``spec`` (as read from its OPEN header) with the shell this guest runs for
+    it (:func:`usable_shell`).
     """
+    return replace(spec, shell=usable_shell(spec.shell))
 
-    cmd: str
-    args: tuple[str, ...] = ()
-    env: tuple[str, ...] = ()
-    uid: int = 0
-    gid: int = 0
-    cwd: str = ""
-    shell: str = "/bin/bash"
-    umask: Optional[int] = None
-    stdin: bool = False
-    stdout: bool = True
-    stderr: bool = True
 
-    @classmethod
-    def from_header(cls, header: Mapping[str, Any]) -> "ExecSpec":
-        """
-        Read and type-check the header.
-
-        :raises BadExecHeader: a field is missing or has the wrong type.
-        """
-
-        def get(name: str, kind: type, default: Any) -> Any:
-            value = header.get(name, default)
-            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise BadExecHeader(f"field {name!r} must be {kind.__name__}")
-            return value
-
-        cmd = header.get("cmd")
-        if not isinstance(cmd, str) or not cmd:
-            raise BadExecHeader("field 'cmd' must be a non-empty string")
-        words = {}
-        for name in ("args", "env"):
-            value = header.get(name, [])
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise BadExecHeader(f"field {name!r} must be a list of strings")
-            words[name] = tuple(value)
-        umask = header.get("umask")
-        if umask is not None and (not isinstance(umask, int) or isinstance(umask, bool) or not 0 <= umask <= 0o777):
-            raise BadExecHeader("field 'umask' must be null or 0..0o777")
-        uid, gid = get("uid", int, 0), get("gid", int, 0)
-        if not 0 <= uid < 2**32 or not 0 <= gid < 2**32:
-            raise BadExecHeader("uid and gid must be 0 .. 2^32-1")
-        return cls(
-            cmd=cmd,
-            args=words["args"],
-            env=words["env"],
-            uid=uid,
-            gid=gid,
-            cwd=get("cwd", str, ""),
-            shell=usable_shell(get("shell", str, "/bin/bash")),
-            umask=umask,
-            stdin=get("stdin", bool, False),
-            stdout=get("stdout", bool, True),
-            stderr=get("stderr", bool, True),
-        )
-
-    def argv(self) -> list[str]:
-        """
-        The process's argv: ``[shell, "-c", cmd + quoted args]`` or ``[cmd, *args]``.
-        """
-        if self.shell:
-            line = " ".join([self.cmd] + [shell_quote(a) for a in self.args])
-            return [self.shell, "-c", line]
-        return [self.cmd, *self.args]
+def argv(spec: ExecHeader) -> list[str]:
+    """
+    The process's argv: ``[shell, "-c", cmd + quoted args]`` or ``[cmd, *args]``.
+    """
+    if spec.shell:
+        line = " ".join([spec.cmd] + [shell_quote(a) for a in spec.args])
+        return [spec.shell, "-c", line]
+    return [spec.cmd, *spec.args]
 
 
 #: The users of each passwd file read so far: ``path -> (stamp, {uid text: (name, home)})``.
@@ -213,7 +143,7 @@ def passwd_entry(uid: int, path: str = "/etc/passwd") -> Optional[tuple[str, str
 
 def resolve_cwd(cwd: str, home: Optional[str]) -> str:
     """
-    The absolute working directory for ``cwd`` (see :class:`ExecSpec`).
+    The absolute working directory for ``cwd`` (see :class:`~vmservice.wire.openheaders.exec.ExecHeader`).
 
     :raises ValueError: ``cwd`` needs a home directory the user does not have.
     """
@@ -232,7 +162,7 @@ def resolve_cwd(cwd: str, home: Optional[str]) -> str:
     return os.path.join(home, cwd)
 
 
-def build_env(spec: ExecSpec, user: Optional[tuple[str, str]]) -> dict[str, str]:
+def build_env(spec: ExecHeader, user: Optional[tuple[str, str]]) -> dict[str, str]:
     """
     The process environment: PATH, HOME, USER, LOGNAME and SHELL, then the
     request's ``KEY=VALUE`` entries in order (later ones win).
@@ -253,12 +183,12 @@ __all__ = [
     "DEFAULT_SHELL",
     "RUNTIME_BIN",
     "STATIC_SHELL",
-    "BadExecHeader",
-    "ExecSpec",
+    "argv",
     "build_env",
     "default_path",
     "passwd_entry",
     "resolve_cwd",
+    "runnable",
     "shell_program",
     "shell_quote",
     "usable_shell",

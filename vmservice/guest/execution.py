@@ -40,9 +40,11 @@ from vmservice.guest.children import Child
 from vmservice.guest.exec_phase import (
     CLOSED, DRAINING, ENDED, ENDING, FLOW, HELD, KILLING, READING, STARTING, STDIN, TRANSITIONS,
 )
-from vmservice.guest.exec_spec import BadExecHeader, ExecSpec
+from vmservice.guest.exec_spec import runnable
 from vmservice.guest.spawning import CannotStart, Launch, Rejected, exit_status, prepare, spawn
 from vmservice.guest.streams import GuestStream, StreamHandler
+from vmservice.wire.openheaders.exec import ExecHeader
+from vmservice.wire.openheaders.fields import BadHeader
 from vmservice.wire.payloads import (
     ERROR,
     REJECTED,
@@ -65,7 +67,7 @@ KILL_GRACE = 0.5
 
 class ExecHandler(StreamHandler):
     """
-    Serves ``{"op": "exec", ...}`` (see the module docstring and :class:`ExecSpec`).
+    Serves ``{"op": "exec", ...}`` (see the module docstring and :class:`ExecHeader`).
     """
 
     def __init__(self, stream: GuestStream, header: Mapping[str, Any]) -> None:
@@ -90,8 +92,8 @@ class ExecHandler(StreamHandler):
 
     def start(self) -> None:
         try:
-            spec = ExecSpec.from_header(self.header)
-        except BadExecHeader as e:
+            spec = runnable(ExecHeader.from_json(self.header))
+        except BadHeader as e:
             from vmservice.wire.errors import ResetCode
 
             self.stream.reset(ResetCode.BAD_HEADER, str(e))
@@ -147,7 +149,7 @@ class ExecHandler(StreamHandler):
         self._advance("refused")
         self.stream.end()
 
-    def _spawn(self, spec: ExecSpec, launch: Launch) -> None:
+    def _spawn(self, spec: ExecHeader, launch: Launch) -> None:
         opened: list[int] = []
 
         def pipe() -> tuple[int, int]:

@@ -32,6 +32,9 @@ import os
 import stat
 from typing import Any, Callable
 
+from vmservice.wire.openheaders.copy import checked_path
+from vmservice.wire.openheaders.fields import BadHeader
+
 
 #: The actions of the ``fs`` operation.
 ACTIONS = ("readdir", "stat", "mkdir", "remove")
@@ -159,15 +162,13 @@ def resolve_path(value: object, home: Callable[[], str] = root_home) -> str:
 
     :raises FsError: ``invalid`` for anything else (relative, ``~user``, empty, NUL).
     """
-    if not isinstance(value, str) or not value:
-        raise FsError("invalid", "path is required")
-    if "\x00" in value:
-        raise FsError("invalid", "path must not contain NUL")
-    if value == "~" or value.startswith("~/"):
-        return home().rstrip("/") + value[1:] if value != "~" else home()
-    if not value.startswith("/"):
-        raise FsError("invalid", f"path must be absolute: {value!r}")
-    return value
+    try:
+        path = checked_path(value)
+    except BadHeader as e:
+        raise FsError("invalid", str(e)) from None
+    if path == "~" or path.startswith("~/"):
+        return home().rstrip("/") + path[1:] if path != "~" else home()
+    return path
 
 
 def _is_root(path: str) -> bool:

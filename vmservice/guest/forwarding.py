@@ -33,6 +33,8 @@ from typing import Any, Mapping, Optional
 
 from vmservice.guest.loop import Timer
 from vmservice.guest.streams import GuestStream, StreamHandler
+from vmservice.wire.openheaders.fields import BadHeader
+from vmservice.wire.openheaders.tunnel import ForwardHeader
 from vmservice.wire.payloads import encode_head
 
 #: Seconds a connection to the upstream may take.
@@ -43,8 +45,6 @@ UNIX_RETRY_INTERVAL = 0.02
 READ_SIZE = 256 * 1024
 #: Stop reading the socket while this many bytes wait for the host's credit ...
 READ_PAUSE_PENDING = 1024 * 1024
-#: Longest UNIX socket path (``sun_path`` holds 108 bytes with its NUL).
-MAX_UNIX_PATH = 107
 
 #: What each connect errno means for the host.
 _CONNECT_ERRORS = {
@@ -84,18 +84,13 @@ def parse_target(header: Mapping[str, Any]) -> tuple[int, Any]:
     :raises UpstreamError: ``invalid`` for a header that names no upstream,
         ``unreachable`` for a host name that does not resolve.
     """
-    unix = header.get("unix")
-    if unix is not None:
-        if not isinstance(unix, str) or not unix.startswith("/") or "\0" in unix:
-            raise UpstreamError("invalid", f"unix must be an absolute path, not {unix!r}"[:200])
-        if len(unix.encode("utf-8", "surrogateescape")) > MAX_UNIX_PATH:
-            raise UpstreamError("invalid", "the UNIX socket path is too long")
-        return socket.AF_UNIX, unix
-    host, port = header.get("host"), header.get("port")
-    if not isinstance(host, str) or not host or "\0" in host:
-        raise UpstreamError("invalid", f"host must be a non-empty string, not {host!r}"[:200])
-    if type(port) is not int or not 0 < port < 65536:
-        raise UpstreamError("invalid", f"port must be an integer from 1 to 65535, not {port!r}"[:200])
+    try:
+        upstream = ForwardHeader.from_json(header).upstream
+    except BadHeader as e:
+        raise UpstreamError("invalid", str(e)) from None
+    if upstream.unix:
+        return socket.AF_UNIX, upstream.unix
+    host, port = upstream.host, upstream.port
     try:
         found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError) as e:

@@ -40,8 +40,11 @@ from typing import Any, Mapping, Optional
 
 from vmservice.guest.children import Child
 from vmservice.guest.streams import GuestStream, StreamHandler
-from vmservice.guest.exec_spec import ExecSpec, build_env, passwd_entry, resolve_cwd, usable_shell
+from vmservice.guest.exec_spec import build_env, passwd_entry, resolve_cwd, usable_shell
 from vmservice.guest.spawning import exit_reporting, exit_status, read_report
+from vmservice.wire.openheaders.exec import ExecHeader
+from vmservice.wire.openheaders.fields import BadHeader
+from vmservice.wire.openheaders.shell import ShellHeader
 from vmservice.wire.shellframes import (DATA, EXIT, REJECTED, STARTED, WINDOW_SIZE, FrameDecoder, FrameError,
                                         encode_frame, encode_json_frame)
 
@@ -54,17 +57,6 @@ PENDING_HIGH_WATER = 128 * 1024
 KILL_GRACE = 2.0
 #: Largest frame the host may send (its messages are at most 32 KiB).
 MAX_INPUT_FRAME = 64 * 1024
-
-
-class BadShellHeader(ValueError):
-    """The OPEN header is malformed (a host bug: the stream is reset with BAD_HEADER)."""
-
-
-def _header_int(header: Mapping[str, Any], name: str, default: int, limit: int) -> int:
-    value = header.get(name, default)
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < limit:
-        raise BadShellHeader(f"field {name!r} must be an integer 0 .. {limit - 1}")
-    return value
 
 
 def set_window_size(fd: int, cols: int, rows: int) -> None:
@@ -95,21 +87,15 @@ class ShellHandler(StreamHandler):
 
     def start(self) -> None:
         try:
-            uid = _header_int(self.header, "uid", 0, 2**32)
-            gid = _header_int(self.header, "gid", 0, 2**32)
-            cols = _header_int(self.header, "cols", 80, 2**32)
-            rows = _header_int(self.header, "rows", 24, 2**32)
-            shell = self.header.get("shell", "/bin/bash")
-            cwd = self.header.get("cwd", "")
-            if not isinstance(shell, str) or not isinstance(cwd, str):
-                raise BadShellHeader("fields 'shell' and 'cwd' must be strings")
-            shell = usable_shell(shell)
-        except BadShellHeader as e:
+            header = ShellHeader.from_json(self.header)
+        except BadHeader as e:
             from vmservice.wire.errors import ResetCode
 
             self.stream.reset(ResetCode.BAD_HEADER, str(e))
             return
-        spec = ExecSpec(cmd=shell, uid=uid, gid=gid, cwd=cwd, shell=shell)
+        uid, gid, cwd, cols, rows = header.uid, header.gid, header.cwd, header.cols, header.rows
+        shell = usable_shell(header.shell)
+        spec = ExecHeader(cmd=shell, uid=uid, gid=gid, cwd=cwd, shell=shell)
         user = passwd_entry(uid)
         try:
             directory = resolve_cwd(cwd, user[1] if user else None)
@@ -180,7 +166,7 @@ class ShellHandler(StreamHandler):
         self._finished = True
         self.stream.end()
 
-    def _spawn(self, spec: ExecSpec, env: dict[str, str], directory: str, cols: int, rows: int) -> None:
+    def _spawn(self, spec: ExecHeader, env: dict[str, str], directory: str, cols: int, rows: int) -> None:
         master, slave = os.openpty()
         try:
             set_window_size(master, cols, rows)
@@ -336,7 +322,7 @@ def session_members(sid: int, proc: str = "/proc") -> list[int]:
     return members
 
 
-def _child(spec: ExecSpec, env: dict[str, str], directory: str, slave: int, report: int) -> None:
+def _child(spec: ExecHeader, env: dict[str, str], directory: str, slave: int, report: int) -> None:
     """
     In the forked child: new session, the pty ``slave`` as controlling terminal
     and stdio, identity, directory, then ``exec shell -l``.  A failure is

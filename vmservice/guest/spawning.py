@@ -27,7 +27,8 @@ import signal
 from dataclasses import dataclass
 from typing import NoReturn, Optional
 
-from vmservice.guest.exec_spec import DEFAULT_PATH, ExecSpec, build_env, passwd_entry, resolve_cwd, shell_program
+from vmservice.guest.exec_spec import DEFAULT_PATH, argv as spec_argv, build_env, passwd_entry, resolve_cwd, shell_program
+from vmservice.wire.openheaders.exec import ExecHeader
 
 
 class Rejected(ValueError):
@@ -53,17 +54,17 @@ class CannotStart(Exception):
 @dataclass(frozen=True)
 class Launch:
     """
-    Everything :func:`spawn` needs, resolved from an :class:`ExecSpec` by :func:`prepare`.
+    Everything :func:`spawn` needs, resolved from an :class:`ExecHeader` by :func:`prepare`.
     """
 
-    spec: ExecSpec
+    spec: ExecHeader
     program: str
     argv: list[str]
     env: dict[str, str]
     cwd: str
 
 
-def prepare(spec: ExecSpec) -> Launch:
+def prepare(spec: ExecHeader) -> Launch:
     """
     Resolve the user, working directory, environment and program of ``spec``.
 
@@ -79,7 +80,7 @@ def prepare(spec: ExecSpec) -> Launch:
     if spec.cwd and not os.path.isdir(cwd):
         raise Rejected(f"cwd {cwd!r} is not a directory in the guest")
     env = build_env(spec, user)
-    argv = spec.argv()
+    argv = spec_argv(spec)
     try:
         program = _find_program(argv[0], env.get("PATH", DEFAULT_PATH))
     except OSError as e:
@@ -145,7 +146,7 @@ def exit_reporting(fd: int, message: str) -> NoReturn:
 
 
 def _fork(
-    spec: ExecSpec,
+    spec: ExecHeader,
     program: str,
     argv: list[str],
     env: dict[str, str],
@@ -190,7 +191,7 @@ def _find_program(name: str, path: str) -> str:
 
 
 def _child(
-    spec: ExecSpec,
+    spec: ExecHeader,
     program: str,
     argv: list[str],
     env: dict[str, str],
@@ -233,7 +234,7 @@ _DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGIN
                     signal.SIGHUP)
 
 
-def _identity_is_set(spec: ExecSpec) -> bool:
+def _identity_is_set(spec: ExecHeader) -> bool:
     """
     Whether the child may simply inherit the agent's identity: what :func:`_child`
     would do to it (``setgroups([])``, ``setgid``, ``setuid``) changes nothing.
@@ -248,7 +249,7 @@ def _identity_is_set(spec: ExecSpec) -> bool:
     )
 
 
-def _spawn_inheriting(spec: ExecSpec, program: str, argv: list[str], env: dict[str, str], cwd: str,
+def _spawn_inheriting(spec: ExecHeader, program: str, argv: list[str], env: dict[str, str], cwd: str,
                       fds: tuple[int, int, int]) -> int:
     """
     Start the process with :func:`os.posix_spawn` (see the module docstring): a

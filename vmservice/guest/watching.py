@@ -72,9 +72,11 @@ from vmservice.guest.filesystem import FsError, display_name, resolve_path
 from vmservice.guest.inotify import Inotify
 from vmservice.guest.streams import GuestStream, StreamHandler
 from vmservice.guest.watch_coalescing import Debouncer, Selection
-from vmservice.guest.watch_tree import EVENT_TYPES, OVERFLOW, Cancelled, Report, Tree
+from vmservice.guest.watch_tree import OVERFLOW, Cancelled, Report, Tree
 from vmservice.wire.errors import ResetCode
 from vmservice.wire.messages import encode_message
+from vmservice.wire.openheaders.fields import BadHeader
+from vmservice.wire.openheaders.watch import MAX_DEBOUNCE, WatchHeader
 
 #: Most reads per wake-up, so that other streams get their turn.
 MAX_READS_PER_WAKEUP = 4
@@ -83,8 +85,6 @@ MAX_READS_PER_WAKEUP = 4
 PENDING_HIGH_WATER = 256 * 1024
 #: ... until the backlog falls below this.
 PENDING_LOW_WATER = 64 * 1024
-#: The longest debounce window accepted, in seconds.
-MAX_DEBOUNCE = 3600.0
 
 
 @dataclass(frozen=True)
@@ -108,35 +108,16 @@ class WatchSpec:
     @classmethod
     def from_header(cls, header: Mapping[str, Any]) -> "WatchSpec":
         """
-        Read and check the header.
+        Read and check the header (:class:`~vmservice.wire.openheaders.watch.WatchHeader`).
 
         :raises FsError: ``invalid``, naming the field.
         """
-
-        def strings(name: str) -> tuple[str, ...]:
-            value = header.get(name, [])
-            if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-                raise FsError("invalid", f"{name} must be a list of strings")
-            return tuple(value)
-
-        paths = strings("paths")
-        if not paths:
-            raise FsError("invalid", "paths must name at least one path")
-        events = strings("events")
-        unknown = sorted(set(events) - set(EVENT_TYPES))
-        if unknown:
-            raise FsError("invalid", f"unknown event types {unknown}: use {', '.join(EVENT_TYPES)}")
-        recursive = header.get("recursive", False)
-        if not isinstance(recursive, bool):
-            raise FsError("invalid", "recursive must be true or false")
-        debounce = header.get("debounce", 0)
-        if isinstance(debounce, bool) or not isinstance(debounce, (int, float)) or not 0 <= debounce <= MAX_DEBOUNCE:
-            raise FsError("invalid", f"debounce must be 0 to {MAX_DEBOUNCE:g} seconds")
-        uid = header.get("uid", 0)
-        if isinstance(uid, bool) or not isinstance(uid, int) or not 0 <= uid < 2**32:
-            raise FsError("invalid", "uid must be 0 .. 2^32-1")
-        patterns = tuple(pattern for pattern in strings("patterns") if pattern)
-        return cls(paths, Selection(frozenset(events), patterns), recursive, float(debounce), uid)
+        try:
+            read = WatchHeader.from_json(header)
+        except BadHeader as e:
+            raise FsError("invalid", str(e)) from None
+        patterns = tuple(pattern for pattern in read.patterns if pattern)
+        return cls(read.paths, Selection(frozenset(read.events), patterns), read.recursive, read.debounce, read.uid)
 
     def resolved(self, passwd: str = "/etc/passwd") -> list[str]:
         """

@@ -7,42 +7,18 @@ process as its caller holds it.
 
 from __future__ import annotations
 
-from attrs import frozen
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import Interface
+
+from vmservice.wire.openheaders.exec import ExecHeader
 
 from ..errors import AgentError
 
 
-@frozen
-class ExecRequest:
-    """
-    One command to run in the guest.
-
-    :ivar cmd: a command line for ``shell``, or the program when ``shell`` is empty.
-    :ivar args: extra words: quoted and appended (shell) or the argv (no shell).
-    :ivar env: ``KEY=VALUE`` entries laid over the guest's default environment.
-    :ivar uid: user id (0 = root).
-    :ivar gid: group id.
-    :ivar cwd: working directory (absolute, ``~``, ``~/x`` or relative to the home).
-    :ivar shell: the shell, ``""`` for none.
-    :ivar umask: the process's umask, ``None`` to keep the agent's (022).
-    :ivar stdin: whether stdin is fed from the host (else ``/dev/null``).
-    :ivar stdout: whether stdout comes back.
-    :ivar stderr: whether stderr comes back.
-    """
-
-    cmd: str
-    args: tuple[str, ...] = ()
-    env: tuple[str, ...] = ()
-    uid: int = 0
-    gid: int = 0
-    cwd: str = ""
-    shell: str = "/bin/bash"
-    umask: int | None = None
-    stdin: bool = False
-    stdout: bool = True
-    stderr: bool = True
+#: One command to run in the guest: the exec stream's OPEN header itself, so
+#: its fields and their checks are written once (see
+#: :class:`~vmservice.wire.openheaders.exec.ExecHeader`).
+ExecRequest = ExecHeader
 
 
 class IExecSink(Interface):

@@ -13,37 +13,12 @@ from attrs import field, frozen
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import Attribute, Interface
 
+from vmservice.wire.openheaders.copy import DownloadHeader, UploadHeader
 
-@frozen
-class UploadRequest:
-    """
-    One copy into the guest.
 
-    :ivar path: the guest path (absolute or ``~``/``~/...``; ``~`` is the
-        home directory of ``uid``, root's when it is ``None``).
-    :ivar mode: ``binary`` (the body is the file) or ``tar``.
-    :ivar uid: owner, ``None`` for the default (the replaced file's, else root).
-    :ivar gid: group, ``None`` for the default.
-    :ivar permissions: the file's mode (binary) or the directory's (tar), or ``None``.
-    :ivar semantics: ``legacy`` (``path`` is the file or directory itself) or
-        ``cp-v1`` (placed like ``cp`` would, see ``docs/api.md``).
-    :ivar source_name: cp-v1: the base name of what was copied.
-    :ivar copy_contents: cp-v1: the directory's contents go into ``path``.
-    :ivar exclude: patterns of tar entries left out.
-    :ivar unpacked_size: bytes the upload unpacks to, checked against the
-        guest's free space before anything is written.
-    """
-
-    path: str
-    mode: str = "binary"
-    uid: int | None = None
-    gid: int | None = None
-    permissions: int | None = None
-    semantics: str = "legacy"
-    source_name: str | None = None
-    copy_contents: bool = False
-    exclude: tuple[str, ...] = ()
-    unpacked_size: int | None = None
+#: One copy into the guest: the upload's OPEN header itself, so its fields and
+#: their checks are written once (see :class:`~vmservice.wire.openheaders.copy.UploadHeader`).
+UploadRequest = UploadHeader
 
 
 @frozen
@@ -85,24 +60,9 @@ class IUpload(Interface):
         """Give up: the guest removes what it was writing."""
 
 
-@frozen
-class DownloadRequest:
-    """
-    One copy out of the guest.
-
-    :ivar path: the guest path.
-    :ivar mode: ``binary`` (a file's bytes), ``tar``, or ``recursive``
-        (``binary`` for a file, ``tar`` for a directory).
-    :ivar semantics: ``legacy`` or ``cp-v1`` (``tar`` is then for directories only).
-    :ivar exclude: patterns of entries left out of a tar.
-    :ivar uid: whose home directory ``~`` is (root's when ``None``).
-    """
-
-    path: str
-    mode: str = "binary"
-    semantics: str = "legacy"
-    exclude: tuple[str, ...] = ()
-    uid: int | None = None
+#: One copy out of the guest: the download's OPEN header itself (see
+#: :class:`~vmservice.wire.openheaders.copy.DownloadHeader`).
+DownloadRequest = DownloadHeader
 
 
 #: Bytes a download's head may announce: no file is larger (``off_t``).

@@ -6,32 +6,18 @@ the request, the sink of what the shell does, and the running session.
 
 from __future__ import annotations
 
-from attrs import frozen
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import Interface
+
+from vmservice.wire.openheaders.shell import ShellHeader
 
 from ..errors import AgentError
 
 
-@frozen
-class ShellRequest:
-    """
-    An interactive login shell on a terminal in the guest.
-
-    :ivar uid: user id (0 = root).
-    :ivar gid: group id.
-    :ivar shell: the shell program, run as ``shell -l``.
-    :ivar cwd: working directory (as :class:`ExecRequest`'s; empty = the user's home).
-    :ivar cols: the terminal's width at start.
-    :ivar rows: the terminal's height at start.
-    """
-
-    uid: int = 0
-    gid: int = 0
-    shell: str = "/bin/bash"
-    cwd: str = ""
-    cols: int = 80
-    rows: int = 24
+#: An interactive login shell on a terminal in the guest: the shell stream's
+#: OPEN header itself, so its fields and their checks are written once (see
+#: :class:`~vmservice.wire.openheaders.shell.ShellHeader`).
+ShellRequest = ShellHeader
 
 
 class IShellSink(Interface):

@@ -10,32 +10,15 @@ from attrs import frozen
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import Attribute, Interface
 
+from vmservice.wire.openheaders.watch import WATCH_EVENT_TYPES as WATCH_EVENT_TYPES, WatchHeader
+
 from ..errors import AgentError
 
 
-#: The event types a watch may ask for (``overflow`` is always reported).
-WATCH_EVENT_TYPES = ("create", "write", "remove", "rename", "chmod")
-
-
-@frozen
-class WatchRequest:
-    """
-    What to watch in the guest.
-
-    :ivar paths: absolute, or ``~``/``~/...`` (the home of ``uid``).
-    :ivar patterns: globs on an entry's base name; empty for every name.
-    :ivar events: the types reported (of :data:`WATCH_EVENT_TYPES`); empty for all.
-    :ivar recursive: watch every directory below, and new ones as they appear.
-    :ivar debounce: seconds within which events of one type and path become one; 0 for none.
-    :ivar uid: whose home directory ``~`` is.
-    """
-
-    paths: tuple[str, ...]
-    patterns: tuple[str, ...] = ()
-    events: tuple[str, ...] = ()
-    recursive: bool = False
-    debounce: float = 0.0
-    uid: int = 0
+#: What to watch in the guest: the watch stream's OPEN header itself, so its
+#: fields and their checks are written once (see
+#: :class:`~vmservice.wire.openheaders.watch.WatchHeader`).
+WatchRequest = WatchHeader
 
 
 @frozen

@@ -19,44 +19,21 @@ from vmservice.wire.errors import (
     ResetCode,
     WireError,
 )
-from vmservice.wire.events import (
-    NEED_DATA,
-    NO_NONCE,
-    PROTOCOL_VERSION,
-    Data,
-    Event,
-    HalfClose,
-    Hello,
-    Open,
-    Ping,
-    Pong,
-    Reset,
-    WindowUpdate,
-)
+from vmservice.wire import events
+from vmservice.wire.events import *  # noqa: F403 (the events, listed in events.__all__)
 from vmservice.wire.frames import MAX_FRAME, MAX_PAYLOAD
 
 __all__ = [
     "Connection",
-    "Data",
-    "Event",
     "FlowControlError",
-    "HalfClose",
-    "Hello",
     "INITIAL_WINDOW",
     "LocalProtocolError",
     "MAX_FRAME",
     "MAX_PAYLOAD",
-    "NEED_DATA",
-    "NO_NONCE",
-    "Open",
-    "PROTOCOL_VERSION",
-    "Ping",
-    "Pong",
     "RemoteProtocolError",
-    "Reset",
     "ResetCode",
     "Role",
     "WINDOW_UPDATE_THRESHOLD",
-    "WindowUpdate",
     "WireError",
 ]
+__all__ += events.__all__

@@ -234,3 +234,22 @@ Event = Union[Hello, Open, Data, WindowUpdate, HalfClose, Reset, Ping, Pong]
 
 #: Events that belong to a stream (they have a ``stream_id``).
 StreamEvent = Union[Open, Data, WindowUpdate, HalfClose, Reset]
+
+__all__ = [
+    "Data",
+    "Event",
+    "HalfClose",
+    "Hello",
+    "NEED_DATA",
+    "NONCE_SIZE",
+    "NO_NONCE",
+    "OPAQUE_SIZE",
+    "Open",
+    "PROTOCOL_VERSION",
+    "Ping",
+    "Pong",
+    "Reset",
+    "Sentinel",
+    "StreamEvent",
+    "WindowUpdate",
+]

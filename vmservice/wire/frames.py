@@ -23,20 +23,9 @@ import json
 import struct
 from typing import Any, Mapping
 
+import vmservice.wire.events as events
 from vmservice.wire.errors import LocalProtocolError, RemoteProtocolError, ResetCode
-from vmservice.wire.events import (
-    NONCE_SIZE,
-    OPAQUE_SIZE,
-    Data,
-    Event,
-    HalfClose,
-    Hello,
-    Open,
-    Ping,
-    Pong,
-    Reset,
-    WindowUpdate,
-)
+from vmservice.wire.events import Event
 
 HEADER = struct.Struct(">IBBI")
 #: Size of the frame header in bytes.
@@ -166,23 +155,23 @@ def encode_event(event: Event) -> bytes:
 
     :raises LocalProtocolError: if the event cannot be encoded.
     """
-    if isinstance(event, Data):
+    if isinstance(event, events.Data):
         _check_stream_id(event.stream_id)
         if not event.data:
             raise LocalProtocolError("DATA must not be empty")
         return encode_frame(FrameType.DATA, event.stream_id, bytes(event.data))
-    if isinstance(event, WindowUpdate):
+    if isinstance(event, events.WindowUpdate):
         _check_stream_id(event.stream_id)
         if not 0 < event.increment <= MAX_WINDOW:
             raise LocalProtocolError(f"window increment {event.increment} out of range")
         return encode_frame(FrameType.WINDOW, event.stream_id, _U32.pack(event.increment))
-    if isinstance(event, Open):
+    if isinstance(event, events.Open):
         _check_stream_id(event.stream_id)
         return encode_frame(FrameType.OPEN, event.stream_id, encode_header(event.header))
-    if isinstance(event, HalfClose):
+    if isinstance(event, events.HalfClose):
         _check_stream_id(event.stream_id)
         return encode_frame(FrameType.HALF_CLOSE, event.stream_id, b"")
-    if isinstance(event, Reset):
+    if isinstance(event, events.Reset):
         _check_stream_id(event.stream_id)
         if not 0 <= event.code <= 0xFFFFFFFF:
             raise LocalProtocolError(f"reset code {event.code} out of range")
@@ -190,14 +179,14 @@ def encode_event(event: Event) -> bytes:
         if len(reason) > MAX_REASON:
             raise LocalProtocolError(f"reset reason longer than {MAX_REASON} bytes")
         return encode_frame(FrameType.RESET, event.stream_id, _U32.pack(event.code) + reason)
-    if isinstance(event, (Ping, Pong)):
-        if len(event.opaque) != OPAQUE_SIZE:
-            raise LocalProtocolError(f"ping payload must be {OPAQUE_SIZE} bytes")
-        frame_type = FrameType.PING if isinstance(event, Ping) else FrameType.PONG
+    if isinstance(event, (events.Ping, events.Pong)):
+        if len(event.opaque) != events.OPAQUE_SIZE:
+            raise LocalProtocolError(f"ping payload must be {events.OPAQUE_SIZE} bytes")
+        frame_type = FrameType.PING if isinstance(event, events.Ping) else FrameType.PONG
         return encode_frame(frame_type, 0, bytes(event.opaque))
-    if isinstance(event, Hello):
-        if len(event.nonce) != NONCE_SIZE or len(event.echo) != NONCE_SIZE:
-            raise LocalProtocolError(f"HELLO nonces must be {NONCE_SIZE} bytes")
+    if isinstance(event, events.Hello):
+        if len(event.nonce) != events.NONCE_SIZE or len(event.echo) != events.NONCE_SIZE:
+            raise LocalProtocolError(f"HELLO nonces must be {events.NONCE_SIZE} bytes")
         if not 0 <= event.protocol_version <= 0xFFFF:
             raise LocalProtocolError("protocol version out of range")
         version = event.agent_version.encode("utf-8")
@@ -232,22 +221,22 @@ def decode_frame(frame_type: int, flags: int, stream_id: int, payload: bytes) ->
             raise RemoteProtocolError(f"frame type {frame_type} on stream {stream_id}")
         if frame_type == FrameType.HELLO:
             return _decode_hello(payload)
-        if len(payload) != OPAQUE_SIZE:
-            raise RemoteProtocolError(f"PING/PONG payload must be {OPAQUE_SIZE} bytes")
-        return Ping(payload) if frame_type == FrameType.PING else Pong(payload)
+        if len(payload) != events.OPAQUE_SIZE:
+            raise RemoteProtocolError(f"PING/PONG payload must be {events.OPAQUE_SIZE} bytes")
+        return events.Ping(payload) if frame_type == FrameType.PING else events.Pong(payload)
     if stream_id == 0:
         raise RemoteProtocolError(f"frame type {frame_type} needs a stream id")
     if frame_type == FrameType.DATA:
         if not payload:
             raise RemoteProtocolError("empty DATA frame")
-        return Data(stream_id, payload)
+        return events.Data(stream_id, payload)
     if frame_type == FrameType.WINDOW:
         if len(payload) != _U32.size:
             raise RemoteProtocolError("WINDOW payload must be 4 bytes")
         (increment,) = _U32.unpack(payload)
         if not 0 < increment <= MAX_WINDOW:
             raise RemoteProtocolError(f"window increment {increment} out of range")
-        return WindowUpdate(stream_id, increment)
+        return events.WindowUpdate(stream_id, increment)
     if frame_type == FrameType.OPEN:
         try:
             header = json.loads(_text(payload, "OPEN header"))
@@ -255,11 +244,11 @@ def decode_frame(frame_type: int, flags: int, stream_id: int, payload: bytes) ->
             raise RemoteProtocolError("OPEN header is not JSON") from None
         if not isinstance(header, dict):
             raise RemoteProtocolError("OPEN header is not a JSON object")
-        return Open(stream_id, header)
+        return events.Open(stream_id, header)
     if frame_type == FrameType.HALF_CLOSE:
         if payload:
             raise RemoteProtocolError("HALF_CLOSE carries no payload")
-        return HalfClose(stream_id)
+        return events.HalfClose(stream_id)
     if frame_type == FrameType.RESET:
         if len(payload) < _U32.size or len(payload) - _U32.size > MAX_REASON:
             raise RemoteProtocolError("RESET payload has the wrong size")
@@ -269,11 +258,11 @@ def decode_frame(frame_type: int, flags: int, stream_id: int, payload: bytes) ->
             known = ResetCode(code)
         except ValueError:
             known = code
-        return Reset(stream_id, known, _text(payload[_U32.size :], "RESET reason"))
+        return events.Reset(stream_id, known, _text(payload[_U32.size :], "RESET reason"))
     raise RemoteProtocolError(f"unknown frame type {frame_type}")
 
 
-def _decode_hello(payload: bytes) -> Hello:
+def _decode_hello(payload: bytes) -> events.Hello:
     if len(payload) < _HELLO_FIXED.size:
         raise RemoteProtocolError("HELLO too short")
     if len(payload) - _HELLO_FIXED.size > MAX_AGENT_VERSION:
@@ -282,4 +271,4 @@ def _decode_hello(payload: bytes) -> Hello:
     if magic != MAGIC:
         raise RemoteProtocolError("HELLO has the wrong magic")
     agent_version = _text(payload[_HELLO_FIXED.size :], "HELLO agent_version")
-    return Hello(nonce, echo, agent_version, version)
+    return events.Hello(nonce, echo, agent_version, version)

@@ -21,11 +21,12 @@ from tests.guest.session import GuestSessionMixin
 from vmservice.guest import execution, spawning
 from vmservice.guest.context import AgentContext
 from vmservice.guest.exec_phase import KILLING, QUIET, RUNNING
-from vmservice.guest.exec_spec import ExecSpec
+from vmservice.guest.exec_spec import argv
 from vmservice.wire import payloads
 from vmservice.wire.payloads import EXIT, STDOUT, RecordDecoder
 from vmservice.wire import Connection, ResetCode, Role
 from vmservice.wire.events import Data, HalfClose, Hello, Open, Reset
+from vmservice.wire.openheaders import ExecHeader
 
 
 class BashTests(SynchronousTestCase):
@@ -33,8 +34,8 @@ class BashTests(SynchronousTestCase):
 
     def test_quote_really_in_bash(self) -> None:
         """bash sees the quoted args as the words given."""
-        spec = ExecSpec(cmd="printf '%s|'", args=("a b", "$X", "it's", ";rm"))
-        out = subprocess.run(spec.argv(), capture_output=True, check=True).stdout
+        spec = ExecHeader(cmd="printf '%s|'", args=("a b", "$X", "it's", ";rm"))
+        out = subprocess.run(argv(spec), capture_output=True, check=True).stdout
         self.assertEqual(out, b"a b|$X|it's|;rm|")
 
 
@@ -140,7 +141,7 @@ class HandlerTests(GuestSessionMixin, SynchronousTestCase):
         here, mask = os.getcwd(), os.umask(0o022)
         self.addCleanup(os.umask, mask)
         ids = os.getuid(), os.getgid()
-        self.assertTrue(spawning._identity_is_set(ExecSpec(cmd="x", uid=ids[0], gid=ids[1])))
+        self.assertTrue(spawning._identity_is_set(ExecHeader(cmd="x", uid=ids[0], gid=ids[1])))
         records, _ = self.run_stream(self.open(
             cmd="umask; pwd; echo $A; ps -o sid= -p $$ | tr -d ' '; echo $$; trap",
             uid=ids[0], gid=ids[1], umask=0o77, cwd="/tmp", env=["A=1"]))

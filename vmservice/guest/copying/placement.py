@@ -11,6 +11,8 @@ import stat
 from typing import Optional
 
 from vmservice.guest.filesystem import FsError, error_from_os, root_home
+from vmservice.wire.openheaders.copy import checked_source_name
+from vmservice.wire.openheaders.fields import BadHeader
 
 
 def home_of(uid: Optional[int]) -> str:
@@ -32,15 +34,15 @@ def home_of(uid: Optional[int]) -> str:
 
 def source_name(value: object) -> Optional[str]:
     """
-    A cp-v1 ``source_name``: ``None`` when absent or empty, else a base name.
+    A cp-v1 ``source_name``: ``None`` when absent or empty, else a base name
+    (:func:`~vmservice.wire.openheaders.copy.checked_source_name`).
 
     :raises FsError: ``invalid`` for a name with ``/`` or NUL, ``.`` or ``..``.
     """
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str) or "/" in value or "\x00" in value or value in (".", ".."):
-        raise FsError("invalid", f"source_name must be a base name (no '/', not . or ..), not {value!r}")
-    return value
+    try:
+        return checked_source_name(value)
+    except BadHeader as e:
+        raise FsError("invalid", str(e)) from None
 
 
 def _named(path: str, name: Optional[str]) -> str:

@@ -18,12 +18,12 @@ import vmservice.guest.copying.downloading as downloading
 from vmservice.guest.copying.binary_upload import upload_file, upload_file_v1
 from vmservice.guest.copying.bridge import Bridge
 from vmservice.guest.copying.errors import Cancelled, CopyFailed, error_reply, os_error
-from vmservice.guest.copying.fields import (DOWNLOAD_MODES, excludes_field, id_field, mode_field, path_field,
-                                            semantics_field, unpacked_size_field)
-from vmservice.guest.copying.placement import source_name
+from vmservice.guest.copying.fields import home_path, read_header
 from vmservice.guest.copying.tar_upload import upload_tar, upload_tar_v1
 from vmservice.guest.filesystem import FsError
 from vmservice.wire.bulk import MAX_END, decode_upload_end, parse_token
+from vmservice.wire.excludes import Excludes
+from vmservice.wire.openheaders.copy import DownloadHeader, UploadHeader
 from vmservice.wire.errors import ResetCode
 from vmservice.wire.payloads import encode_head
 
@@ -153,22 +153,15 @@ class UploadHandler(_CopyHandler):
         """
         header = self.header
         try:
-            mode = mode_field(header)
-            semantics = semantics_field(header)
-            uid, gid = id_field(header, "uid"), id_field(header, "gid")
-            path = path_field(header, uid)
-            permissions = header.get("permissions")
-            if permissions is not None and (
-                isinstance(permissions, bool) or not isinstance(permissions, int) or not 0 <= permissions <= 0o7777
-            ):
-                raise FsError("invalid", "permissions must be null or 0 .. 0o7777")
-            excludes, unpacked = excludes_field(header), unpacked_size_field(header)
-            if semantics == "cp-v1":
-                name = source_name(header.get("source_name"))
+            asked = read_header(UploadHeader, header)
+            mode, uid, gid, permissions = asked.mode, asked.uid, asked.gid, asked.permissions
+            path, excludes, unpacked = home_path(asked.path, uid), Excludes(asked.exclude), asked.unpacked_size
+            if asked.semantics == "cp-v1":
+                name = asked.source_name
                 if mode == "binary":
                     result = upload_file_v1(path, name, read, uid, gid, permissions, unpacked, fill)
                 else:
-                    result = upload_tar_v1(path, name, header.get("copy_contents") is True, read, uid, gid,
+                    result = upload_tar_v1(path, name, asked.copy_contents, read, uid, gid,
                                            permissions, excludes, unpacked)
             elif mode == "binary":
                 result = upload_file(path, read, uid, gid, permissions, unpacked, fill=fill)
@@ -242,10 +235,9 @@ class DownloadHandler(_CopyHandler):
     def work(self, bridge: Bridge) -> None:
         header = self.header
         try:
-            mode = mode_field(header, DOWNLOAD_MODES)
-            semantics = semantics_field(header)
-            path = path_field(header, id_field(header, "uid"))
-            excludes = excludes_field(header)
+            asked = read_header(DownloadHeader, header)
+            mode, semantics, excludes = asked.mode, asked.semantics, Excludes(asked.exclude)
+            path = home_path(asked.path, asked.uid)
         except FsError as e:
             bridge.write(encode_head(error_reply(e)))
             return

@@ -1,0 +1,65 @@
+# -*- test-case-name: tests.wire.test_openheaders -*-
+"""
+Reading the fields of an OPEN header, which comes from the peer and is not
+trusted: each reader returns the field's value (or its default when the field
+is absent) or raises :class:`BadHeader`, the one error of
+:mod:`vmservice.wire.openheaders`.  Stdlib only: the guest imports this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, TypeVar
+
+_T = TypeVar("_T")
+
+
+class BadHeader(ValueError):
+    """
+    An OPEN header that cannot be read: not a JSON object, or a field missing,
+    of the wrong type or out of range.  The message names the field; the guest
+    refuses the stream with it as it always did for that kind of stream (a
+    reset with ``BAD_HEADER``, an ``invalid`` reply, ...).
+    """
+
+
+def header_object(value: object) -> Mapping[str, Any]:
+    """
+    ``value`` as a header: a JSON object (what the frame codec hands over).
+
+    :raises BadHeader: anything else.
+    """
+    if not isinstance(value, Mapping):
+        raise BadHeader("the header must be a JSON object")
+    return value
+
+
+def typed(header: Mapping[str, Any], name: str, kind: type[_T], default: _T) -> _T:
+    """
+    The field ``name``, of exactly ``kind`` (a bool is no int), or ``default``.
+
+    :raises BadHeader: ``field 'NAME' must be KIND``.
+    """
+    value = header.get(name, default)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise BadHeader(f"field {name!r} must be {kind.__name__}")
+    return value
+
+
+def words(header: Mapping[str, Any], name: str) -> tuple[str, ...]:
+    """
+    The field ``name``, a list of strings (none when absent).
+
+    :raises BadHeader: ``field 'NAME' must be a list of strings``.
+    """
+    value = header.get(name, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise BadHeader(f"field {name!r} must be a list of strings")
+    return tuple(value)
+
+
+def is_int(value: object) -> bool:
+    """Whether ``value`` is a JSON integer (``True`` and ``False`` are not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+__all__ = ["BadHeader", "header_object", "is_int", "typed", "words"]
