@@ -18,6 +18,7 @@ from attrs import frozen
 from twisted.python.filepath import FilePath
 from zope.interface import implementer
 
+from tests.nodes.fleets import fleet_of
 from vmservice.config import Config, HostGroupConfig
 from vmservice.devices.pci import PciHost
 from vmservice.errors import AgentNotConnected, BadRequest, Conflict, NotFound
@@ -39,12 +40,11 @@ from vmservice.images.store import Image, ImageNotFound
 from vmservice.network.interfaces import INodeNetwork
 from vmservice.nodes.addressing import Addressing
 from vmservice.nodes.events import EventHub
-from vmservice.nodes.fleet import Fleet
 from vmservice.nodes.parts import DriverChoice, FleetParts
 from vmservice.nodes.runtime import NodeRuntime
 from vmservice.nodes.room import RoomWatch
 from vmservice.nodes.store import NodeStore
-from vmservice.nodes.template_files import Template
+from vmservice.nodes.warm.template_files import Template
 from vmservice.private_files import create_private
 from vmservice.storage.interfaces import DiskInfo, IDisks
 from vmservice.storage.overlay import StorageError
@@ -553,7 +553,7 @@ class FleetHarness:
             pci=pci or PciHost(os.path.join(state_dir, "sys"), os.path.join(state_dir, "dev")),
             room=self.room,
         )
-        self.fleet = Fleet(self.parts)
+        self.fleet = fleet_of(self.parts)
 
     def node(self, hostname: str) -> NodeRuntime:
         """The fleet's run-time side of node ``hostname`` (for tests that look inside)."""

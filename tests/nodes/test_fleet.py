@@ -10,6 +10,7 @@ import os
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.nodes.fleets import fleet_of
 from tests.fakes import FleetHarness
 from vmservice.errors import BadRequest, Conflict, Internal, NotFound, Protected, WaitTimeout
 from vmservice.nodes.model import CreateRequest, Wait
@@ -355,7 +356,6 @@ class DriverChoiceStopTests(SynchronousTestCase):
 
         from tests.processes import ProcessReactor
         from vmservice.hypervisors.qemu import probe_accel
-        from vmservice.nodes.fleet import Fleet
         from vmservice.nodes.parts import DriverChoice
 
         h = FleetHarness(self.mktemp())
@@ -367,7 +367,7 @@ class DriverChoiceStopTests(SynchronousTestCase):
             await probe_accel(reactor, "qemu", "/k", "/i", "auto", None, directory=self.mktemp(), kvm_path=kvm)
             return h.driver
 
-        fleet = Fleet(evolve(h.parts, driver=DriverChoice(lambda: Deferred.fromCoroutine(decide()))))
+        fleet = fleet_of(evolve(h.parts, driver=DriverChoice(lambda: Deferred.fromCoroutine(decide()))))
         fleet.startService()
         [transport] = reactor.transports
         self.assertEqual(transport.signals, [])

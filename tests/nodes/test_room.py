@@ -16,9 +16,9 @@ from vmservice.errors import Internal, StateDirFull, http_error, no_room
 from vmservice.nodes import store
 from vmservice.nodes.model import CreateRequest, Status, Wait
 from vmservice.nodes.room import RoomWatch, room_for
-from vmservice.nodes.template_build import TemplateBuilder
-from vmservice.nodes.template_key import TemplateKey
-from vmservice.nodes.template_files import Template
+from vmservice.nodes.warm.template_build import TemplateBuilder
+from vmservice.nodes.warm.template_key import TemplateKey
+from vmservice.nodes.warm.template_files import Template
 
 
 class RoomForTests(SynchronousTestCase):

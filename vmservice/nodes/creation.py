@@ -29,13 +29,12 @@ from .model import CreateRequest, NodeRecord, Status, Wait, unique, valid_hostna
 from .events import EventType
 from .parts import FleetParts
 from .admission import Claim
-from .cloning import Cloning
-from .fork_memory import memory_file, ready_for_forks
 from .launch import Cold
 from .readiness import NotReady, answered, wait_for_guest
 from .registry import Registry
 from .room import room_for
 from .runtime import NodeRuntime
+from .warm_port import WarmStart
 
 log = Logger()
 
@@ -104,12 +103,15 @@ class Creation:
     """
     :param registry: the nodes.
     :param parts: the node layer's collaborators.
+    :param warm: clones of warm groups' templates, and nodes' memory files.
     :param make: registers a node for a new record.
     """
 
-    def __init__(self, registry: Registry, parts: FleetParts, make: Callable[[NodeRecord], NodeRuntime]) -> None:
+    def __init__(self, registry: Registry, parts: FleetParts, warm: WarmStart,
+                 make: Callable[[NodeRecord], NodeRuntime]) -> None:
         self._registry = registry
         self._parts = parts
+        self._warm = warm
         self._make = make
 
     async def create(self, group_name: str, request: CreateRequest, wait: Wait, timeout: float) -> NodeRecord:
@@ -148,9 +150,7 @@ class Creation:
         """The node made once admitted (see :meth:`create`)."""
         began = self._parts.clock.seconds()
         record = await self._record(group, request, limits, image, bool(userdata))
-        config = self._parts.config
-        record = evolve(record, memory_file=memory_file(config.state_dir, config.templates_tmpfs_dir,
-                                                        record.hostname, group.fork_memory))
+        record = evolve(record, memory_file=self._warm.memory_file(record.hostname, group.fork_memory))
         node = self._make(record)
         claim.name(record.hostname)
         try:
@@ -168,7 +168,7 @@ class Creation:
             node.set(Status.RUNNING)
             node.started()
             if record.memory_file:
-                ready_for_forks(record.hostname, agent, self._parts.adoption)
+                self._warm.ready_for_forks(record.hostname, agent)
             if wait is not Wait.NONE:
                 # A VM stopped for lack of room for its disk's writes fails the create at once (507).
                 ready = node.room.unless_stopped(Deferred.fromCoroutine(_ready(node, agent, wait, adopted)))
@@ -191,10 +191,9 @@ class Creation:
         parts = self._parts
         net = await parts.addressing.attach(node.record)
         if group.warm:
-            cloned = await Cloning(parts).start(node, group, image, net)
+            cloned = await self._warm.clone(node, group, image, net)
             if cloned is not None:
-                machine, agent = cloned
-                return machine, agent, parts.adoption is not None
+                return cloned
         await parts.disks.create(image.rootfs.path, node.paths.disk, group.storage_size)
         slot = await parts.admission.boot_slot(max(0.0, deadline - parts.clock.seconds()), f"node {node.hostname!r}")
         try:

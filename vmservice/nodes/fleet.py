@@ -45,9 +45,7 @@ from ..observer import OneShotObserver
 from .admission import Holder
 from .consoles import Consoles
 from .counts import keep_counts
-from .cloning import Cloning
 from .creation import Creation
-from .forking import Forked, Forking, ForkRequest
 from .description import NodeDescription, describe
 from .idling import IdleNodes
 from .leftovers import Leftovers
@@ -65,6 +63,7 @@ from .startup import Startup
 from .stopping import stop_all
 from .tagging import Tagging
 from .transitions import Op, check
+from .warm_port import Forked, ForkRequest, WarmStart
 
 log = Logger()
 
@@ -80,6 +79,7 @@ class Fleet(Service):
     The nodes of one daemon.
 
     :param parts: the node layer's collaborators.
+    :param warm: warm start: clones, spares, forks and memory files (see :mod:`.warm_port`).
     :ivar lifecycle: pause, resume, reboot, shutdown, relaunch.
     :ivar snapshots: suspend and restore.
     :ivar tagging: a node's tags, read and changed.
@@ -90,13 +90,14 @@ class Fleet(Service):
 
     name = "fleet"
 
-    def __init__(self, parts: FleetParts) -> None:
+    def __init__(self, parts: FleetParts, warm: WarmStart) -> None:
         self._parts = parts
+        self._warm = warm
         self._registry = Registry()
-        self._leftovers = Leftovers(self._registry, parts)
+        self._leftovers = Leftovers(self._registry, warm)
         self._recovered: OneShotObserver[None] = OneShotObserver()
-        self._creation = Creation(self._registry, parts, self._register)
-        self._forking = Forking(self._registry, parts, self._register)
+        self._creation = Creation(self._registry, parts, warm, self._register)
+        self._forking = warm.forks(self._registry, self._register)
         self.lifecycle = Lifecycle(self._registry, parts)
         self.snapshots = Snapshots(self._registry, parts)
         self.tagging = Tagging(self._registry)
@@ -105,7 +106,7 @@ class Fleet(Service):
         self.stats = NodeStats(self._registry, parts.clock, parts.snapshots, awake=self._awake)
         self.events = parts.events
         self._unsubscribe: Callable[[], None] = lambda: None
-        parts.admission.watch(self._holders, parts.templates.spare_ram if parts.templates is not None else list)
+        parts.admission.watch(self._holders, warm.spare_ram)
 
     def _holders(self) -> builtins.list[Holder]:
         """The nodes as admission counts them: a node whose VM this daemon runs holds memory."""
@@ -113,7 +114,7 @@ class Fleet(Service):
                 for node in self._registry.all()]
 
     def _register(self, record: NodeRecord) -> NodeRuntime:
-        node = NodeRuntime(record, self._parts, self._forgotten, self._leftovers.copies)
+        node = NodeRuntime(record, self._parts, self._warm, self._forgotten, self._leftovers.copies)
         self._registry.add(node)
         self._idle.track(record, new=True)  # held until its create or fork answered (or re-tracked at start)
         return node
@@ -121,7 +122,7 @@ class Fleet(Service):
     def _forgotten(self, node: NodeRuntime) -> None:
         self._registry.drop(node)
         self._idle.forget(node.hostname)
-        Cloning(self._parts).room_freed()
+        self._warm.room_freed()
         self._leftovers.forgotten(node.record)
 
     # -- service ---------------------------------------------------------
@@ -136,7 +137,8 @@ class Fleet(Service):
     async def _start(self) -> None:
         try:
             found: list[NodeRuntime] = []
-            await Startup(self._registry, self._parts, lambda record: _noted(self._register(record), found)).recover()
+            await Startup(self._registry, self._parts, lambda record: _noted(self._register(record), found),
+                          self._warm.vm_directory).recover()
             for node in found:
                 if node in self._registry.all():
                     self._idle.track(node.record)  # as recovered (asleep or awake), not held: no create to wait for
@@ -144,7 +146,7 @@ class Fleet(Service):
             for group in self._parts.config.host_groups:
                 if group.warm:
                     # In the background: creates of the group meanwhile wait for this one build.
-                    Deferred.fromCoroutine(Cloning(self._parts).prepare(group))
+                    Deferred.fromCoroutine(self._warm.prepare(group))
             await keep_counts(
                 self._parts.config, self._registry, self.create, self.lifecycle.relaunch, self.snapshots.restore
             )
@@ -161,7 +163,7 @@ class Fleet(Service):
         super().stopService()  # type: ignore[no-untyped-call]  # Twisted's Service is not annotated
         self._unsubscribe()
         self._idle.stop()
-        return Deferred.fromCoroutine(stop_all(self._registry, self._parts, self._leftovers.memory_directory))
+        return Deferred.fromCoroutine(stop_all(self._registry, self._parts, self._warm))
 
     # -- queries ---------------------------------------------------------
 
@@ -266,7 +268,7 @@ class Fleet(Service):
         return record
 
     async def fork(self, hostname: str, request: ForkRequest) -> Forked:
-        """Fork a running node into new ones (see :meth:`.forking.Forking.fork`); their idle timers start then."""
+        """Fork a running node into new ones (see :mod:`.warm.forking`); their idle timers start then."""
         forked = await self._forking.fork(hostname, request)
         for child in forked.children:
             self._idle.made(child.hostname)

@@ -25,12 +25,10 @@ from ..observer import OneShotObserver
 from ..storage.interfaces import IDisks
 from .addressing import Addressing
 from .admission import Admission
-from .adoption import ICloneAdoption
 from .events import EventHub
 from .provisioning import SecretSource
 from .room import RoomWatch
 from .store import NodeStore
-from .templates import TemplateStore
 
 _T = TypeVar("_T")
 
@@ -148,10 +146,6 @@ class FleetParts:
     :ivar pci: the host's PCI devices, checked before one is given to a node.
     :ivar snapshots: asks a node's metrics socket for one snapshot's fields
         within a deadline (seconds).
-    :ivar templates: the templates warm groups' nodes are cloned from;
-        ``None`` for none (every node boots cold).
-    :ivar adoption: gives each clone an identity of its own before anything
-        else reaches it; ``None`` for none.
     :ivar on_clone: called with ``(group, seconds)`` for each node cloned:
         from its disk's creation to its VM running with its identity adopted.
     :ivar on_warm_fallback: called with ``(group, kind)`` each time a warm
@@ -183,8 +177,6 @@ class FleetParts:
     wall_clock: Callable[[], int] = field(default=time.time_ns)
     pci: PciHost = field(factory=PciHost)
     snapshots: Callable[[str, float], Deferred[Mapping[str, Any]]] = field(default=_no_metrics)
-    templates: TemplateStore | None = None
-    adoption: ICloneAdoption | None = None
     on_clone: Callable[[str, float], None] = field(default=_no_boots)
     on_warm_fallback: Callable[[str, str], None] = field(default=_no_fallbacks)
     admission: Admission = field(factory=Admission.unlimited)

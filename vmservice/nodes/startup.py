@@ -33,12 +33,16 @@ class Startup:
     :param registry: the nodes (empty when the recovery starts).
     :param parts: the node layer's collaborators.
     :param make: registers a node for a record found on disk.
+    :param vm_directory: where the VMs of templates and spares run (those an
+        earlier run left are killed); ``None`` for none.
     """
 
-    def __init__(self, registry: Registry, parts: FleetParts, make: Callable[[NodeRecord], NodeRuntime]) -> None:
+    def __init__(self, registry: Registry, parts: FleetParts, make: Callable[[NodeRecord], NodeRuntime],
+                 vm_directory: str | None = None) -> None:
         self._registry = registry
         self._parts = parts
         self._make = make
+        self._vm_directory = vm_directory
 
     async def recover(self) -> None:
         """Recover every node on disk, then clean up what no node claims."""
@@ -67,8 +71,8 @@ class Startup:
                 log.info("killing VM process {pid}, which no node record claims", pid=pid)
                 vms.kill_orphan(pid)
         # A template's VM left by a run that ended during its build, and spare VMs no node was handed.
-        if self._parts.templates is not None:
-            directory = self._parts.templates.directory
+        directory = self._vm_directory
+        if directory is not None:
             for pid in vms.orphans(directory, 1) + vms.orphans(directory, 2):
                 if pid not in known:
                     log.info("killing template or spare VM process {pid} of an earlier run", pid=pid)

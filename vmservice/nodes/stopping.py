@@ -16,20 +16,20 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 
 from ..hypervisors.base import IMachine, MachineExit
-from . import fork_memory
 from .model import Status
 from .parts import FleetParts
 from .registry import Registry
 from .runtime import NodeRuntime
+from .warm_port import WarmStart
 
 log = Logger("vmservice.nodes.fleet")
 
 
-async def stop_all(registry: Registry, parts: FleetParts, memory_directory: str) -> None:
+async def stop_all(registry: Registry, parts: FleetParts, warm: WarmStart) -> None:
     """
     Stop every node's VM and close what the nodes share.
 
-    :param memory_directory: the daemon's fork memory directory (:func:`.fork_memory.memory_directory`).
+    :param warm: warm start, whose memory directory and templates are closed last.
     """
     # A KVM probe under way is stopped with the daemon (its QEMU killed and reaped).
     await parts.driver.stop()
@@ -39,9 +39,7 @@ async def stop_all(registry: Registry, parts: FleetParts, memory_directory: str)
         stops = [Deferred.fromCoroutine(_stop(registry, parts, node)) for node in running]
         await DeferredList(stops, consumeErrors=True)
     await parts.addressing.close()
-    fork_memory.close(memory_directory)
-    if parts.templates is not None:
-        parts.templates.close()
+    warm.close()
 
 
 async def _stop(registry: Registry, parts: FleetParts, node: NodeRuntime) -> None:

@@ -40,7 +40,6 @@ from ..metrics import STATUSES, Metrics
 from ..network.claims import RangeClaims
 from ..network.host import HostNetwork, command_runner
 from ..nodes.addressing import Addressing
-from ..nodes.adoption import IdentityAdoption
 from ..nodes.background_limit import BackgroundLimit
 from ..nodes.console_rotation import ConsoleRotation
 from ..nodes.events import EventHub
@@ -48,7 +47,9 @@ from ..nodes.fleet import Fleet
 from ..nodes.parts import DriverChoice, FleetParts
 from ..nodes.room import RoomWatch
 from ..nodes.store import NodeStore
-from ..nodes.templates import TemplateStore
+from ..nodes.warm.adoption import IdentityAdoption
+from ..nodes.warm.starts import WarmStarts
+from ..nodes.warm.templates import TemplateStore
 from ..nodestats_metrics import NodeStatsCollector, SnapshotSampler
 from ..secretstore import SecretStore
 from ..storage.overlay import OverlayDisks
@@ -112,7 +113,7 @@ def _fleet_parts(
     config: Config, reactor: IDaemonReactor, store: NodeStore, images: Callable[[str], Image], secrets: SecretStore,
     metrics: Metrics, budget: BufferBudget, room: RoomWatch,
 ) -> FleetParts:
-    """The fleet's collaborators: its driver, processes, disks, agents, network, templates, admission, ..."""
+    """The fleet's collaborators: its driver, processes, disks, agents, network, admission, ..."""
     return FleetParts(
         clock=reactor,
         config=config,
@@ -130,17 +131,19 @@ def _fleet_parts(
         events=EventHub(lambda: reactor.seconds()),
         codehost_keys=_codehost(config, reactor),
         snapshots=_snapshots(reactor),
-        templates=TemplateStore(
-            reactor, config.state_dir, config.templates_tmpfs_dir, config.templates_tmpfs_budget,
-            metrics.observe_template_build,
-        ),
-        adoption=IdentityAdoption(time.time_ns),
         on_clone=metrics.observe_clone,
         on_warm_fallback=metrics.observe_warm_fallback,
         admission=make_admission(config, reactor),
         on_idle=metrics.observe_idle,
         room=room,
     )
+
+
+def _warm_starts(config: Config, reactor: IDaemonReactor, parts: FleetParts, metrics: Metrics) -> WarmStarts:
+    """Warm start: the templates warm groups' nodes are cloned from, and the identities clones and forks adopt."""
+    templates = TemplateStore(reactor, config.state_dir, config.templates_tmpfs_dir, config.templates_tmpfs_budget,
+                              metrics.observe_template_build)
+    return WarmStarts(parts, templates, IdentityAdoption(time.time_ns))
 
 
 def _watch_fleet(config: Config, fleet: Fleet, parts: FleetParts, metrics: Metrics) -> None:
@@ -222,7 +225,7 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
     budget = size_buffer_budget(config)
     room = RoomWatch(reactor, config.state_dir)
     parts = _fleet_parts(config, reactor, store, images, secrets, metrics, budget, room)
-    fleet = Fleet(parts)
+    fleet = Fleet(parts, _warm_starts(config, reactor, parts, metrics))
     _watch_fleet(config, fleet, parts, metrics)
     tokens = load_tokens(config)
     connections = _api_site(config, reactor, fleet, metrics, secrets, budget, tokens)

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.nodes.test_forking -*-
+# -*- test-case-name: tests.nodes.warm.test_forking -*-
 """
 A hot fork: N new nodes that continue from a running node's memory and disk
 at one instant, each with an identity of its own, while the parent goes on
@@ -27,75 +27,50 @@ import shutil
 from datetime import datetime, timezone
 from typing import Callable
 
-from attrs import evolve, frozen
+from attrs import evolve
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ..errors import BadRequest, Conflict, Internal
-from ..hypervisors.base import HypervisorError, IMachine
-from ..private_files import private_directory
-from .adoption import ICloneAdoption
+from ...errors import BadRequest, Conflict, Internal
+from ...hypervisors.base import HypervisorError, IMachine
+from ...private_files import private_directory
+from ..creation import next_hostname
+from ..events import EventType
+from ..launch import ForkChild
+from ..model import MAX_FORK_COUNT, NodeRecord, Status, unique, visible
+from ..operation import drive, failure_of, settled
+from ..parts import FleetParts
+from ..paths import discard
+from ..readiness import wait_for_guest
+from ..registry import Registry
+from ..room import room_for
+from ..runtime import NodeRuntime
+from ..warm_port import Forked, ForkRequest
+from .adoption import ICloneAdoption, prepare_children
 from .clone_disk import make_empty_overlay
 from .cloning import ADOPT_TIMEOUT, StepTimes
-from .creation import next_hostname
-from .events import EventType
+from .fork_files import file_size, forks_directory
 from .fork_memory import fork_state
-from .launch import ForkChild
 from .memory_fork import MemoryFork
-from .model import MAX_FORK_COUNT, NodeRecord, Status, unique, visible
-from .operation import drive, failure_of, settled
-from .parts import FleetParts
-from .paths import daemon_tag, discard
-from .readiness import wait_for_guest
-from .registry import Registry
-from .room import room_for
-from .runtime import NodeRuntime
 
 log = Logger()
-
-@frozen
-class ForkRequest:
-    """
-    :ivar count: how many children (1 to :data:`MAX_FORK_COUNT`).
-    :ivar tags: the children's tags.
-    :ivar persistent: whether the children are persistent; ``None`` for the parent's.
-    """
-
-    count: int = 1
-    tags: tuple[str, ...] = ()
-    persistent: bool | None = None
-
-
-@frozen
-class Forked:
-    """
-    What a fork made.
-
-    :ivar children: the children's records, in order.
-    :ivar pause: seconds the parent stood still.
-    """
-
-    children: tuple[NodeRecord, ...]
-    pause: float
-
-
-def forks_directory(state_dir: str) -> str:
-    """Where the frozen disks of forks live."""
-    return os.path.join(state_dir, "forks")
-
 
 class Forking:
     """
     :param registry: the nodes.
     :param parts: the node layer's collaborators.
     :param make: registers a node for a new record.
+    :param adoption: gives each child an identity of its own; ``None``:
+        this daemon cannot fork.
     """
 
-    def __init__(self, registry: Registry, parts: FleetParts, make: Callable[[NodeRecord], NodeRuntime]) -> None:
+    def __init__(self, registry: Registry, parts: FleetParts, make: Callable[[NodeRecord], NodeRuntime],
+                 adoption: ICloneAdoption | None = None) -> None:
         self._registry = registry
         self._parts = parts
         self._make = make
+        self._adoption = adoption
 
     async def fork(self, hostname: str, request: ForkRequest) -> Forked:
         """
@@ -132,7 +107,7 @@ class Forking:
             raise Conflict(f"node {hostname!r} has host PCI devices passed through: it cannot be forked",
                            code="not_forkable")
         group = self._parts.group(parent.record.hostgroup)
-        adoption = self._parts.adoption
+        adoption = self._adoption
         if adoption is None:
             raise Conflict("this daemon cannot give forked nodes identities of their own", code="not_forkable")
         if await drive("fork", hostname, machine.run_state(), machine) != "running":
@@ -143,7 +118,7 @@ class Forking:
         private_directory(os.path.dirname(state))
         frozen_disk = os.path.join(directory, "disk.qcow2")
         empty = os.path.join(directory, "empty.qcow2")
-        await _prepare(hostname, parent, adoption)
+        await prepare_children(hostname, parent.agent, adoption)
         children: list[NodeRuntime] = []
         memory = await MemoryFork.begin(parent, self._parts.clock, self._parts.blocking)
         try:
@@ -169,7 +144,7 @@ class Forking:
                 raise
             raise failure from error
         finally:
-            size = _size(state)
+            size = file_size(state)
             discard(state)
             discard(empty)
             memory.end(parent, [node.record for node in self._registry.all()])
@@ -320,68 +295,4 @@ class Forking:
         node.started()
 
 
-async def _prepare(hostname: str, parent: NodeRuntime, adoption: ICloneAdoption) -> None:
-    """
-    Have the parent's guest load what adopting needs before it is frozen (as
-    a template does), so its children adopt at once; one that cannot (no
-    agent now, an older agent) is forked all the same, its children slower.
-    """
-    agent = parent.agent
-    if agent is None or not agent.connected:
-        return
-    try:
-        await adoption.prepare(agent)
-    except Exception as error:
-        log.info("node {hostname} could not prepare its children's adoption: {error}", hostname=hostname, error=error)
-
-
-def _size(path: str) -> int:
-    """The size of the file at ``path``, 0 when there is none."""
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
-
-
-def state_prefix(state_dir: str, tmpfs_dir: str) -> str:
-    """
-    How the names of this daemon's fork state files began in earlier versions
-    (in ``tmpfs_dir`` itself, which others share; now they are in its memory
-    directory: :func:`.fork_memory.fork_state`).
-    """
-    return os.path.join(tmpfs_dir, f"vmservice-fork-{daemon_tag(state_dir)}-")
-
-
-def discard_fork_states(state_dir: str, tmpfs_dir: str) -> None:
-    """
-    Delete the state files of forks an earlier version of this daemon left in
-    ``tmpfs_dir`` (it ended during a fork; those of this version go with the
-    memory directory's sweep).
-    """
-    prefix = state_prefix(state_dir, tmpfs_dir)
-    try:
-        names = os.listdir(tmpfs_dir)
-    except OSError:
-        return
-    for name in names:
-        path = os.path.join(tmpfs_dir, name)
-        if path.startswith(prefix):
-            discard(path)
-
-
-def collect_forks(state_dir: str, referenced: set[str]) -> None:
-    """Delete the fork directories whose frozen disk no record in ``referenced`` names."""
-    directory = forks_directory(state_dir)
-    live = {os.path.dirname(path) for path in referenced}
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return
-    for name in names:
-        path = os.path.join(directory, name)
-        if path not in live:
-            log.info("removing unused fork files {path}", path=path)
-            shutil.rmtree(path, ignore_errors=True)
-
-
-__all__ = ["ForkRequest", "Forked", "Forking", "collect_forks", "discard_fork_states", "forks_directory", "state_prefix"]
+__all__ = ["Forking"]

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.nodes.test_fork_memory -*-
+# -*- test-case-name: tests.nodes.warm.test_fork_memory -*-
 """
 Nodes whose memory is a file, and the fork it makes fast.
 
@@ -44,13 +44,13 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ..errors import InsufficientMemory
-from ..private_files import create_private, private_directory
-from .model import NodeRecord
-from .paths import daemon_tag, discard
+from ...errors import InsufficientMemory
+from ...private_files import create_private, private_directory
+from ..model import NodeRecord
+from ..paths import daemon_tag, discard
 
 if TYPE_CHECKING:
-    from ..guestport.guest import IGuestConnection
+    from ...guestport.guest import IGuestConnection
     from .adoption import ICloneAdoption
 
 log = Logger()
