@@ -298,7 +298,7 @@ class DriverChoiceStopTests(SynchronousTestCase):
         """
         from twisted.internet.defer import CancelledError
 
-        from vmservice.nodes.parts import DriverChoice
+        from vmservice.nodes.driver_choice import DriverChoice
 
         over: Deferred = Deferred()
         cancelled: list[Deferred] = []
@@ -325,7 +325,7 @@ class DriverChoiceStopTests(SynchronousTestCase):
         """Stopping before anyone asked: no decision ever starts, and the driver is never given."""
         from twisted.internet.defer import CancelledError
 
-        from vmservice.nodes.parts import DriverChoice
+        from vmservice.nodes.driver_choice import DriverChoice
 
         started: list[int] = []
         choice = DriverChoice(lambda: Deferred(lambda d: started.append(1)))
@@ -337,7 +337,7 @@ class DriverChoiceStopTests(SynchronousTestCase):
         """Stopping once decided changes nothing: the driver is still given."""
         from twisted.internet.defer import succeed
 
-        from vmservice.nodes.parts import DriverChoice
+        from vmservice.nodes.driver_choice import DriverChoice
 
         choice = DriverChoice(lambda: succeed("driver"))
         self.assertEqual(self.successResultOf(choice.get()), "driver")
@@ -356,7 +356,7 @@ class DriverChoiceStopTests(SynchronousTestCase):
 
         from tests.processes import ProcessReactor
         from vmservice.hypervisors.qemu import probe_accel
-        from vmservice.nodes.parts import DriverChoice
+        from vmservice.nodes.driver_choice import DriverChoice
 
         h = FleetHarness(self.mktemp())
         reactor = ProcessReactor()
@@ -385,7 +385,7 @@ class DriverChoiceStartTests(SynchronousTestCase):
         """A decision started in the background and stopped before it is over says so in the log."""
         from twisted.logger import globalLogPublisher
 
-        from vmservice.nodes.parts import DriverChoice
+        from vmservice.nodes.driver_choice import DriverChoice
 
         seen: list[str] = []
 

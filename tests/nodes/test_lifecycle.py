@@ -689,7 +689,7 @@ class RecoveryTests(LifecycleTestCase):
         from attrs import evolve
 
         from vmservice.hypervisors.base import IHypervisor
-        from vmservice.nodes.parts import DriverChoice
+        from vmservice.nodes.driver_choice import DriverChoice
 
         self.create()
         self.h.crash()

@@ -27,13 +27,15 @@ from ..errors import AgentError, BadRequest, Conflict, Internal, WaitTimeout
 from ..guestport.guest import IGuestConnection
 from .model import CreateRequest, NodeRecord, Status, Wait, unique, valid_hostname, visible
 from .events import EventType
-from .parts import FleetParts
-from .admission import Claim
+from .admission import Admission, Claim
+from .catalog import Catalog
 from .launch import Cold
 from .readiness import NotReady, answered, wait_for_guest
 from .registry import Registry
 from .room import room_for
 from .runtime import NodeRuntime
+from .runtime_parts import RuntimeParts
+from .store import NodeStore
 from .warm_port import WarmStart
 
 log = Logger()
@@ -101,18 +103,26 @@ def _failed(error: BaseException, hostname: str, timeout: float) -> BaseExceptio
 
 class Creation:
     """
-    :param registry: the nodes.
-    :param parts: the node layer's collaborators.
-    :param warm: clones of warm groups' templates, and nodes' memory files.
+    :param registry: the nodes, to which ``make`` adds a new one.
     :param make: registers a node for a new record.
+    :param parts: what a new node is made with (its record, address, devices, disk, VM).
+    :param catalog: the host groups and the images a node is made of.
+    :param admission: the memory budget, ``max_nodes`` and the cold boots queue.
+    :param warm: clones of warm groups' templates, and nodes' memory files.
+    :param codehost_keys: fetches the SSH keys a user publishes on the code
+        host (``codehost_user``); ``None`` when no code host is configured.
     """
 
-    def __init__(self, registry: Registry, parts: FleetParts, warm: WarmStart,
-                 make: Callable[[NodeRecord], NodeRuntime]) -> None:
+    def __init__(self, registry: Registry, make: Callable[[NodeRecord], NodeRuntime], parts: RuntimeParts,
+                 catalog: Catalog, admission: Admission, warm: WarmStart,
+                 codehost_keys: Callable[[str], Deferred[tuple[str, ...]]] | None = None) -> None:
         self._registry = registry
-        self._parts = parts
-        self._warm = warm
         self._make = make
+        self._parts = parts
+        self._catalog = catalog
+        self._admission = admission
+        self._warm = warm
+        self._codehost_keys = codehost_keys
 
     async def create(self, group_name: str, request: CreateRequest, wait: Wait, timeout: float) -> NodeRecord:
         """
@@ -130,13 +140,13 @@ class Creation:
         :raise Conflict: (``max_nodes_reached``) the group has its
             ``max_nodes``; nothing was made.
         """
-        group = self._parts.group(group_name)
+        group = self._catalog.group(group_name)
         limits = _limits(group, request)
-        image = self._parts.requested_image(group, request.disk_image)
+        image = self._catalog.requested_image(group, request.disk_image)
         userdata = _userdata(group, request)
         # Admitted (memory, max_nodes) before anything is made; the claim
         # stands in for the node until its VM runs or it was removed.
-        claim = self._parts.admission.admit(limits[0], group=group.name)
+        claim = self._admission.admit(limits[0], group=group.name)
         try:
             with room_for(f"a new node of host group {group.name!r}"):
                 return await self._create(group, request, limits, image, userdata, claim, wait, timeout)
@@ -195,7 +205,7 @@ class Creation:
             if cloned is not None:
                 return cloned
         await parts.disks.create(image.rootfs.path, node.paths.disk, group.storage_size)
-        slot = await parts.admission.boot_slot(max(0.0, deadline - parts.clock.seconds()), f"node {node.hostname!r}")
+        slot = await self._admission.boot_slot(max(0.0, deadline - parts.clock.seconds()), f"node {node.hostname!r}")
         try:
             machine = await node.spawn(Cold(image.kernel.path, image.initrd.path), net)
         except BaseException:
@@ -255,7 +265,7 @@ class Creation:
         """
         keys = request.ssh_keys
         if request.codehost_user:
-            fetch = self._parts.codehost_keys
+            fetch = self._codehost_keys
             if fetch is None:
                 raise BadRequest("codehost_user: no code host is configured", code="not_supported")
             keys = await fetch(request.codehost_user)
@@ -276,12 +286,11 @@ class Creation:
             if wanted in self._registry:
                 raise Conflict(f"hostname {wanted!r} is taken", code="hostname_taken")
             return wanted
-        return next_hostname(self._registry, self._parts, group)
+        return next_hostname(self._registry, self._parts.store, group)
 
 
-def next_hostname(registry: Registry, parts: FleetParts, group: HostGroupConfig) -> str:
+def next_hostname(registry: Registry, store: NodeStore, group: HostGroupConfig) -> str:
     """The group's next free ``<group>-<n>``."""
-    store = parts.store
     while True:
         candidate = f"{group.name}-{store.next_index(group.name)}"
         if candidate not in registry and not os.path.exists(store.node_dir(candidate)):

@@ -13,7 +13,7 @@ removed with :meth:`~NodeRuntime.forget`) is the caller's decision.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from attrs import evolve
 from twisted.internet.defer import Deferred
@@ -27,34 +27,13 @@ from ..observer import OneShotObserver
 from .events import DELETED, EventType, status_event
 from .launch import Launch, incoming, shaped, timed
 from .model import ASLEEP_STATUSES, NodeRecord, Status
-from .parts import FleetParts
 from .paths import NodePaths
 from .phase import NodePhase, node_phase
 from .provisioning import GuestSetup, Provisioning
 from .room import NodeRoom
+from .runtime_parts import RuntimeParts, VmFiles
 
 log = Logger()
-
-
-class VmFiles(Protocol):
-    """
-    What warm start keeps beside a node's VM (:mod:`.warm_port`): a memory
-    file made before the VM starts and gone once it ended, and the directory
-    of a spare whose VM the node's own replaced.
-    """
-
-    def before_start(self, record: NodeRecord) -> None:
-        """
-        A VM of ``record`` starts: its memory file made (empty) when it has one.
-
-        :raise InsufficientMemory: (``tmpfs_full``) no room for it.
-        """
-
-    def after_end(self, record: NodeRecord) -> bool:
-        """``record``'s VM ended: its memory file gone; whether it names copies it no longer needs."""
-
-    def spare_replaced(self, started_qmp: str) -> None:
-        """Remove the directory of the spare whose QMP socket was ``started_qmp`` (its VM is gone)."""
 
 
 def _kill(machine: IMachine) -> Deferred[MachineExit]:
@@ -66,7 +45,7 @@ class NodeRuntime:
     One node of this daemon.
 
     :param record: its record as loaded or made.
-    :param parts: the node layer's collaborators.
+    :param parts: what it is made with.
     :param files: what warm start keeps beside its VM.
     :param forgotten: called with this node once it is forgotten (the
         registry drops it).
@@ -81,7 +60,7 @@ class NodeRuntime:
     """
 
     def __init__(
-        self, record: NodeRecord, parts: FleetParts, files: VmFiles, forgotten: Callable[["NodeRuntime"], None],
+        self, record: NodeRecord, parts: RuntimeParts, files: VmFiles, forgotten: Callable[["NodeRuntime"], None],
         unmapped: Callable[[], None] = lambda: None,
     ) -> None:
         self.record = record
@@ -265,7 +244,7 @@ class NodeRuntime:
     def _first_ready(self, _: object) -> None:
         started, self._boot_started = self._boot_started, None
         if started is not None and self.phase.persists():
-            self._parts.on_boot(self.record.hostgroup, self._parts.clock.seconds() - started)
+            self._parts.metrics.observe_boot(self.record.hostgroup, self._parts.clock.seconds() - started)
 
     def take_machine(self) -> IMachine | None:
         """Take the VM from the node: whatever it does from now on is the taker's business."""
@@ -361,4 +340,4 @@ class NodeRuntime:
         log.failure("cleaning up after node {hostname}", failure, hostname=self.hostname)
 
 
-__all__ = ["NodeRuntime", "VmFiles"]
+__all__ = ["NodeRuntime"]

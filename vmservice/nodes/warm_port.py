@@ -5,7 +5,7 @@ of :mod:`vmservice.nodes` but :mod:`vmservice.nodes.warm`) imports nothing of
 warm start, and :class:`vmservice.nodes.warm.starts.WarmStarts` implements
 these, handed to the fleet by the daemon's composition root.
 
-- :class:`~.runtime.VmFiles`: what a node's VM keeps beside it (its memory
+- :class:`~.runtime_parts.VmFiles`: what a node's VM keeps beside it (its memory
   file, a spare's directory), around each start and end;
 - :class:`WarmStart`: that, and a new node's clone, the spare pools, the
   fleet's forks (:class:`Forks`), the files no node names any more and the
@@ -27,7 +27,8 @@ from ..hypervisors.base import IMachine, NetSpec
 from ..images.store import Image
 from .model import NodeRecord
 from .registry import Registry
-from .runtime import NodeRuntime, VmFiles
+from .runtime import NodeRuntime
+from .runtime_parts import VmFiles
 
 
 @frozen

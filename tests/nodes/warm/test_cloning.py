@@ -101,11 +101,9 @@ class CloningTests(SynchronousTestCase):
         self.harness = FleetHarness(state_dir, groups=groups)
         self.store = TemplateStore(self.harness.reactor, state_dir, os.path.join(state_dir, "shm"), 1 << 30)
         self.adoption = FakeAdoption(self.harness)
-        self.fallbacks: list[tuple[str, str]] = []
-        self.clones: list[tuple[str, float]] = []
-        self.parts = evolve(self.harness.parts,
-                            on_clone=lambda group, seconds: self.clones.append((group, seconds)),
-                            on_warm_fallback=lambda group, kind: self.fallbacks.append((group, kind)))
+        self.fallbacks = self.harness.metrics.warm_fallbacks
+        self.clones = self.harness.metrics.clones
+        self.parts = self.harness.parts
         self.fleet = fleet_of(self.parts, self.store, self.adoption)
 
     def start(self) -> None:

@@ -75,12 +75,12 @@ class Cloning:
                 # Only once no clone of it is adopting: a spare started earlier would compete with them for the CPU.
                 if templates.clone_ended(template.key):
                     self.supply.replenish(group, template)
-            parts.on_clone(group.name, parts.clock.seconds() - began)
+            parts.metrics.observe_clone(group.name, parts.clock.seconds() - began)
             return cloned
         except TemplateUnavailable as error:
             log.warn("node {hostname} boots cold instead of from a template: {reason}",
                      hostname=node.hostname, reason=error)
-            self.supply.parts.on_warm_fallback(group.name, error.kind)
+            self.supply.parts.metrics.observe_warm_fallback(group.name, error.kind)
             if error.kind in _REBUILT:
                 # The warm group keeps a template ready: its next one is built now, not at its next create.
                 log.info("host group {group} gets a new template in the background", group=group.name)

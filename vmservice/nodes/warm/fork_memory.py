@@ -21,7 +21,7 @@ shared file out, as a template's does) and copies its memory file once, sparse, 
 *frozen copy* (``fork-<parent>.<random>.ram`` in the same directory); then
 the parent runs on.  The copy's pages are allocated before the pause and
 both the allocation and the copy (the kernel's ``copy_file_range``) run off
-the reactor (:attr:`FleetParts.blocking`), which serves other requests
+the reactor (:class:`~vmservice.nodes.blocking.Blocking`), which serves other requests
 meanwhile; a tmpfs that fills up under them fails the fork (503
 ``tmpfs_full``), the copy deleted.  Each child maps the frozen copy privately
 (``share=off``, as a clone maps its template's file) and loads the small

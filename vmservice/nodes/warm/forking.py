@@ -35,22 +35,25 @@ from twisted.python.failure import Failure
 from ...errors import BadRequest, Conflict, Internal
 from ...hypervisors.base import HypervisorError, IMachine
 from ...private_files import private_directory
+from ..admission import Admission
+from ..blocking import Blocking
+from ..catalog import Catalog
 from ..creation import next_hostname
 from ..events import EventType
 from ..launch import ForkChild
 from ..model import MAX_FORK_COUNT, NodeRecord, Status, unique, visible
 from ..operation import drive, failure_of, settled
-from ..parts import FleetParts
 from ..paths import discard
 from ..readiness import wait_for_guest
 from ..registry import Registry
 from ..room import room_for
 from ..runtime import NodeRuntime
+from ..runtime_parts import RuntimeParts
 from ..warm_port import Forked, ForkRequest
 from .adoption import ICloneAdoption, prepare_children
 from .clone_disk import make_empty_overlay
 from .cloning import ADOPT_TIMEOUT, StepTimes
-from .fork_files import file_size, forks_directory
+from .fork_files import file_size, forks_directory, switch_disk
 from .fork_memory import fork_state
 from .memory_fork import MemoryFork
 
@@ -58,18 +61,25 @@ log = Logger()
 
 class Forking:
     """
-    :param registry: the nodes.
-    :param parts: the node layer's collaborators.
+    :param registry: the nodes, to which ``make`` adds the children.
     :param make: registers a node for a new record.
+    :param parts: what the children are made with.
+    :param catalog: the parent's host group and image.
+    :param admission: the memory budget the children must fit in.
+    :param blocking: runs the memory file's copy off the reactor.
     :param adoption: gives each child an identity of its own; ``None``:
         this daemon cannot fork.
     """
 
-    def __init__(self, registry: Registry, parts: FleetParts, make: Callable[[NodeRecord], NodeRuntime],
+    def __init__(self, registry: Registry, make: Callable[[NodeRecord], NodeRuntime], parts: RuntimeParts,
+                 catalog: Catalog, admission: Admission, blocking: Blocking,
                  adoption: ICloneAdoption | None = None) -> None:
         self._registry = registry
-        self._parts = parts
         self._make = make
+        self._parts = parts
+        self._catalog = catalog
+        self._admission = admission
+        self._blocking = blocking
         self._adoption = adoption
 
     async def fork(self, hostname: str, request: ForkRequest) -> Forked:
@@ -91,7 +101,7 @@ class Forking:
         parent.phase.begin("fork")
         try:
             with room_for(f"the fork of node {hostname!r}"):
-                return await self._parts.admission.admitted(
+                return await self._admission.admitted(
                     self._fork(parent, request), parent.record.ram_bytes, request.count, parent.record.hostgroup)
         finally:
             parent.phase.finish()
@@ -106,7 +116,7 @@ class Forking:
         if parent.record.pci_devices:
             raise Conflict(f"node {hostname!r} has host PCI devices passed through: it cannot be forked",
                            code="not_forkable")
-        group = self._parts.group(parent.record.hostgroup)
+        group = self._catalog.group(parent.record.hostgroup)
         adoption = self._adoption
         if adoption is None:
             raise Conflict("this daemon cannot give forked nodes identities of their own", code="not_forkable")
@@ -120,7 +130,7 @@ class Forking:
         empty = os.path.join(directory, "empty.qcow2")
         await prepare_children(hostname, parent.agent, adoption)
         children: list[NodeRuntime] = []
-        memory = await MemoryFork.begin(parent, self._parts.clock, self._parts.blocking)
+        memory = await MemoryFork.begin(parent, self._parts.clock, self._blocking)
         try:
             pause = await self._freeze(parent, machine, frozen_disk, state, memory)
             await self._empty_overlay(frozen_disk, empty, group.storage_size)
@@ -175,7 +185,8 @@ class Forking:
             before = parent.record.forked_disks
             parent.set(parent.record.status, forked_disks=(*before, frozen_disk))
             try:
-                await self._switch_disk(parent, machine, frozen_disk)
+                await switch_disk(parent, machine, frozen_disk, self._parts.disks,
+                                  self._catalog.group(parent.record.hostgroup).storage_size)
             except BaseException:
                 parent.set(parent.record.status, forked_disks=before)
                 raise
@@ -191,45 +202,13 @@ class Forking:
                 parent.set(parent.record.status, forking=False)
         return pause
 
-    async def _switch_disk(self, parent: NodeRuntime, machine: IMachine, frozen_disk: str) -> None:
-        """
-        Give the parent's disk a second name, ``frozen_disk``, and switch its
-        VM to a new overlay over it, which then takes the disk's usual name.
-
-        QEMU reopens the frozen disk read-only *by the name it opened it
-        with* when it switches, so that name must still be the frozen disk
-        then: the overlay is made under a name of its own
-        (``disk.<random>.qcow2``, kept as a second name of the parent's disk
-        for the next fork) and renamed over ``disk.qcow2`` only afterwards.
-        """
-        disk = parent.paths.disk
-        directory = os.path.dirname(disk)
-        earlier = [os.path.join(directory, name) for name in os.listdir(directory)
-                   if name.startswith("disk.") and name.endswith(".qcow2") and name != "disk.qcow2"]
-        overlay = os.path.join(directory, f"disk.{secrets.token_hex(4)}.qcow2")
-        os.makedirs(os.path.dirname(frozen_disk), mode=0o700, exist_ok=True)
-        os.link(disk, frozen_disk)
-        try:
-            info = self._parts.disks.info(frozen_disk)
-            size = info.size_bytes if info is not None else self._parts.group(parent.record.hostgroup).storage_size
-            await self._parts.disks.create(frozen_disk, overlay, size)
-            await drive("fork", parent.hostname, machine.snapshot_disk(overlay), machine)
-        except BaseException:
-            discard(overlay)
-            discard(frozen_disk)
-            raise
-        os.link(overlay, disk + ".new")
-        os.replace(disk + ".new", disk)
-        for path in earlier:
-            discard(path)
-
     def _child(self, parent: NodeRuntime, group_name: str, request: ForkRequest, memory: MemoryFork) -> NodeRuntime:
         """Record and register one child (its status ``Creating``)."""
         parts = self._parts
-        group = parts.group(group_name)
+        group = self._catalog.group(group_name)
         lease = parts.addressing.lease(group, None, self._registry.addresses())
         record = memory.child(NodeRecord(
-            hostname=next_hostname(self._registry, parts, group),
+            hostname=next_hostname(self._registry, parts.store, group),
             hostgroup=group.name,
             ram_bytes=parent.record.ram_bytes,
             cpus=parent.record.cpus,
@@ -270,7 +249,7 @@ class Forking:
         shutil.copyfile(empty_overlay, node.paths.disk)
         kernel, initrd = node.record.kernel, node.record.initrd
         if not kernel:
-            image = parts.image(parts.group(node.record.hostgroup), node.record.image)
+            image = self._catalog.image(self._catalog.group(node.record.hostgroup), node.record.image)
             kernel, initrd = image.kernel.path, image.initrd.path
         machine = await node.spawn(ForkChild(kernel, initrd, state, memory.memory()), net)
         try:

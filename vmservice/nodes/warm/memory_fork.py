@@ -21,7 +21,7 @@ from twisted.logger import Logger
 from ...hypervisors.base import IMachine, RamBacking
 from .fork_memory import COPY_PREFIX, ensure_room, used_bytes
 from ..model import NodeRecord
-from ..parts import Blocking
+from ..blocking import Blocking
 from ..paths import discard
 from ..runtime import NodeRuntime
 from .sparse_copy import copy_sparse, create_copy, reserve

@@ -17,9 +17,12 @@ from ...guestport.guest import IGuestConnection
 from ...hypervisors.base import NetSpec
 from ...images.store import Image
 from ..model import NodeRecord
-from ..parts import FleetParts
+from ..admission import Admission
+from ..blocking import Blocking
+from ..catalog import Catalog
 from ..registry import Registry
 from ..runtime import NodeRuntime
+from ..runtime_parts import RuntimeParts
 from ..warm_port import Cloned, Forks
 from . import fork_memory
 from .adoption import ICloneAdoption
@@ -33,7 +36,10 @@ from .templates import TemplateStore
 
 class WarmStarts:
     """
-    :param parts: the node layer's collaborators.
+    :param parts: what nodes (and so clones, spares, templates and fork children) are made with.
+    :param catalog: the host groups and their images.
+    :param admission: the memory budget spares and fork children must fit in.
+    :param blocking: runs a fork's memory copy off the reactor.
     :param templates: the templates warm groups' nodes are cloned from;
         ``None`` for none (every node boots cold).
     :param adoption: gives each clone and fork child an identity of its own
@@ -41,10 +47,13 @@ class WarmStarts:
         clones with a network).
     """
 
-    def __init__(self, parts: FleetParts, templates: TemplateStore | None = None,
-                 adoption: ICloneAdoption | None = None) -> None:
+    def __init__(self, parts: RuntimeParts, catalog: Catalog, admission: Admission, blocking: Blocking,
+                 templates: TemplateStore | None = None, adoption: ICloneAdoption | None = None) -> None:
         self._parts = parts
-        self._supply = TemplateSupply(parts, templates, adoption)
+        self._catalog = catalog
+        self._admission = admission
+        self._blocking = blocking
+        self._supply = TemplateSupply(parts, catalog, admission, templates, adoption)
         config = parts.config
         self._memory_directory = fork_memory.memory_directory(config.state_dir, config.templates_tmpfs_dir)
 
@@ -89,7 +98,8 @@ class WarmStarts:
         return templates.spare_ram() if templates is not None else []
 
     def forks(self, registry: Registry, make: Callable[[NodeRecord], NodeRuntime]) -> Forks:
-        return Forking(registry, self._parts, make, self._supply.adoption)
+        return Forking(registry, make, self._parts, self._catalog, self._admission, self._blocking,
+                       self._supply.adoption)
 
     @property
     def vm_directory(self) -> str | None:

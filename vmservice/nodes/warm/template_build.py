@@ -23,10 +23,10 @@ from ...guestport.exec import ExecRequest, IExecSink
 from ...guestport.files import UploadRequest
 from ...guestport.guest import IGuestConnection
 from ...hypervisors.base import IMachine, MachineSpec, RamBacking
+from ..readiness import answered, first_of, wait_for_guest
+from ..runtime_parts import RuntimeParts
 from .adoption import ICloneAdoption
 from .clone_disk import make_empty_overlay
-from ..parts import FleetParts
-from ..readiness import answered, first_of, wait_for_guest
 from .template_files import Template
 
 log = Logger()
@@ -86,14 +86,14 @@ class TemplateBuilder:
     """
     Builds templates with the node layer's driver, disks and agent connections.
 
-    :ivar parts: the node layer's collaborators.
+    :ivar parts: what nodes are made with (driver, disks, agent connections, clock).
     :ivar rootfs: the image's root file system, the template's disk's base.
     :ivar adoption: what the template's guest loads ahead for its clones'
         adoption; ``None`` for none.
     :ivar timeout: seconds the template's guest has to answer.
     """
 
-    parts: FleetParts
+    parts: RuntimeParts
     rootfs: str
     adoption: ICloneAdoption | None = None
     timeout: float = BOOT_TIMEOUT

@@ -15,7 +15,9 @@ from twisted.logger import Logger
 from ...config import HostGroupConfig
 from ...hypervisors.base import IHypervisor
 from ...images.store import Image
-from ..parts import FleetParts
+from ..admission import Admission
+from ..catalog import Catalog
+from ..runtime_parts import RuntimeParts
 from .adoption import ICloneAdoption
 from .spare import Spare
 from .template_build import TemplateBuilder
@@ -51,14 +53,18 @@ def spare_count(group: HostGroupConfig) -> int:
 @frozen
 class TemplateSupply:
     """
-    :ivar parts: the node layer's collaborators.
+    :ivar parts: what nodes (and so templates and spares) are made with.
+    :ivar catalog: the host groups' images.
+    :ivar admission: the memory budget a spare must fit in.
     :ivar templates: the templates warm groups' nodes are cloned from;
         ``None`` for none (every node boots cold).
     :ivar adoption: gives each clone an identity of its own; ``None`` for
         none (a group with a network then has no templates).
     """
 
-    parts: FleetParts
+    parts: RuntimeParts
+    catalog: Catalog
+    admission: Admission
     templates: TemplateStore | None = None
     adoption: ICloneAdoption | None = None
 
@@ -85,7 +91,7 @@ class TemplateSupply:
         if self.templates is None or (group.network is not None and self.adoption is None):
             return
         try:
-            template = await self.get(group, group.ram_bytes, group.vcpu, self.parts.image(group))
+            template = await self.get(group, group.ram_bytes, group.vcpu, self.catalog.image(group))
         except Exception as error:
             log.warn("no template for host group {group} yet: {error}", group=group.name, error=error)
             return
@@ -101,11 +107,11 @@ class TemplateSupply:
         networked template has spares only for a bridged group (a spare's tap
         is renamed to the node's at the hand-over).
         """
-        templates, parts = self.templates, self.parts
+        templates = self.templates
         # The clone that ends last may be of another group of the same template: it starts the spare then.
         if templates is None or not templates.wants_spare(template.key, spare_count(group)):
             return
-        if not parts.admission.room_for(template.key.ram_bytes):
+        if not self.admission.room_for(template.key.ram_bytes):
             log.info("no spare VM for template {digest}: the memory budget has no room",
                      digest=template.key.digest())
             templates.short_of_room[template.key] = lambda: self.replenish(group, template)
