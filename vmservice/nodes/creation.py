@@ -9,7 +9,6 @@ a ``wait`` that runs out) removes everything made so far.
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timezone
 from typing import Callable
 
@@ -27,15 +26,12 @@ from ..errors import AgentError, BadRequest, Conflict, Internal, WaitTimeout
 from ..guestport.guest import IGuestConnection
 from .model import CreateRequest, NodeRecord, Status, Wait, unique, valid_hostname, visible
 from .events import EventType
-from .admission import Admission, Claim
-from .catalog import Catalog
+from .admission import Claim
 from .launch import Cold
 from .readiness import NotReady, answered, wait_for_guest
-from .registry import Registry
 from .room import room_for
+from .new_nodes import NewNodes
 from .runtime import NodeRuntime
-from .runtime_parts import RuntimeParts
-from .store import NodeStore
 from .warm_port import WarmStart
 
 log = Logger()
@@ -103,24 +99,16 @@ def _failed(error: BaseException, hostname: str, timeout: float) -> BaseExceptio
 
 class Creation:
     """
-    :param registry: the nodes, to which ``make`` adds a new one.
-    :param make: registers a node for a new record.
-    :param parts: what a new node is made with (its record, address, devices, disk, VM).
-    :param catalog: the host groups and the images a node is made of.
-    :param admission: the memory budget, ``max_nodes`` and the cold boots queue.
+    :param new: what makes a new node (registry, parts, catalog, admission).
     :param warm: clones of warm groups' templates, and nodes' memory files.
     :param codehost_keys: fetches the SSH keys a user publishes on the code
         host (``codehost_user``); ``None`` when no code host is configured.
     """
 
-    def __init__(self, registry: Registry, make: Callable[[NodeRecord], NodeRuntime], parts: RuntimeParts,
-                 catalog: Catalog, admission: Admission, warm: WarmStart,
+    def __init__(self, new: NewNodes, warm: WarmStart,
                  codehost_keys: Callable[[str], Deferred[tuple[str, ...]]] | None = None) -> None:
-        self._registry = registry
-        self._make = make
-        self._parts = parts
-        self._catalog = catalog
-        self._admission = admission
+        self._new = new
+        self._parts = new.parts
         self._warm = warm
         self._codehost_keys = codehost_keys
 
@@ -140,13 +128,13 @@ class Creation:
         :raise Conflict: (``max_nodes_reached``) the group has its
             ``max_nodes``; nothing was made.
         """
-        group = self._catalog.group(group_name)
+        group = self._new.catalog.group(group_name)
         limits = _limits(group, request)
-        image = self._catalog.requested_image(group, request.disk_image)
+        image = self._new.catalog.requested_image(group, request.disk_image)
         userdata = _userdata(group, request)
         # Admitted (memory, max_nodes) before anything is made; the claim
         # stands in for the node until its VM runs or it was removed.
-        claim = self._admission.admit(limits[0], group=group.name)
+        claim = self._new.admission.admit(limits[0], group=group.name)
         try:
             with room_for(f"a new node of host group {group.name!r}"):
                 return await self._create(group, request, limits, image, userdata, claim, wait, timeout)
@@ -161,7 +149,7 @@ class Creation:
         began = self._parts.clock.seconds()
         record = await self._record(group, request, limits, image, bool(userdata))
         record = evolve(record, memory_file=self._warm.memory_file(record.hostname, group.fork_memory))
-        node = self._make(record)
+        node = self._new.make(record)
         claim.name(record.hostname)
         try:
             self._parts.store.save(record)
@@ -205,7 +193,7 @@ class Creation:
             if cloned is not None:
                 return cloned
         await parts.disks.create(image.rootfs.path, node.paths.disk, group.storage_size)
-        slot = await self._admission.boot_slot(max(0.0, deadline - parts.clock.seconds()), f"node {node.hostname!r}")
+        slot = await self._new.admission.boot_slot(max(0.0, deadline - parts.clock.seconds()), f"node {node.hostname!r}")
         try:
             machine = await node.spawn(Cold(image.kernel.path, image.initrd.path), net)
         except BaseException:
@@ -234,8 +222,8 @@ class Creation:
             raise BadRequest(f"image {image.name!r} has no SSH server: ssh_keys cannot be used with it",
                              code="no_ssh_server")
         devices = assign(parts.pci, request.pci_devices, request.gpu_count, group.name, group.gpus,
-                         self._registry.pci_claims())
-        lease = parts.addressing.lease(group, request.ip, self._registry.addresses())
+                         self._new.registry.pci_claims())
+        lease = parts.addressing.lease(group, request.ip, self._new.registry.addresses())
         return NodeRecord(
             hostname=self._hostname(group, request.hostname),
             hostgroup=group.name,
@@ -283,18 +271,10 @@ class Creation:
         if wanted:
             if not valid_hostname(wanted):
                 raise BadRequest(f"invalid hostname {wanted!r}", code="invalid_hostname")
-            if wanted in self._registry:
+            if wanted in self._new.registry:
                 raise Conflict(f"hostname {wanted!r} is taken", code="hostname_taken")
             return wanted
-        return next_hostname(self._registry, self._parts.store, group)
+        return self._new.next_hostname(group)
 
 
-def next_hostname(registry: Registry, store: NodeStore, group: HostGroupConfig) -> str:
-    """The group's next free ``<group>-<n>``."""
-    while True:
-        candidate = f"{group.name}-{store.next_index(group.name)}"
-        if candidate not in registry and not os.path.exists(store.node_dir(candidate)):
-            return candidate
-
-
-__all__ = ["Creation", "next_hostname"]
+__all__ = ["Creation"]

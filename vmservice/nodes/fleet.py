@@ -55,6 +55,7 @@ from .idling import IdleNodes
 from .leftovers import Leftovers
 from .lifecycle import Lifecycle
 from .model import CreateRequest, DeleteResult, NodeRecord, Wait, visible
+from .new_nodes import NewNodes
 from .operation import OperationParts, settled
 from .readiness import AGENT_WAIT, bounded_health, connected_within, settled_within
 from .registry import Registry
@@ -128,8 +129,9 @@ class Fleet(Service):
         self._registry = Registry()
         self._leftovers = Leftovers(self._registry, warm)
         self._recovered: OneShotObserver[None] = OneShotObserver()
-        self._creation = Creation(self._registry, self._register, parts, catalog, admission, warm, codehost_keys)
-        self._forking = warm.forks(self._registry, self._register)
+        new = NewNodes(self._registry, self._register, parts, catalog, admission)
+        self._creation = Creation(new, warm, codehost_keys)
+        self._forking = warm.forks(new)
         operations = OperationParts(parts.clock, parts.driver, catalog, admission, parts.addressing, parts.metrics,
                                     stop_grace, wall_clock)
         self.lifecycle = Lifecycle(self._registry, operations)

@@ -17,7 +17,7 @@ which the API uses too.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Protocol
+from typing import Iterable, Protocol
 
 from attrs import frozen
 
@@ -26,7 +26,7 @@ from ..guestport.guest import IGuestConnection
 from ..hypervisors.base import IMachine, NetSpec
 from ..images.store import Image
 from .model import NodeRecord
-from .registry import Registry
+from .new_nodes import NewNodes
 from .runtime import NodeRuntime
 from .runtime_parts import VmFiles
 
@@ -90,8 +90,8 @@ class WarmStart(VmFiles, Protocol):
     def spare_ram(self) -> Iterable[int]:
         """The RAM of each spare VM, for the memory budget."""
 
-    def forks(self, registry: Registry, make: Callable[[NodeRecord], NodeRuntime]) -> Forks:
-        """The forks of the nodes of ``registry``, each child registered by ``make``."""
+    def forks(self, new: NewNodes) -> Forks:
+        """The forks of the fleet's nodes, each child made through ``new``."""
 
     @property
     def vm_directory(self) -> str | None:

@@ -17,7 +17,7 @@ from twisted.logger import Logger
 from ...hypervisors.base import IMachine
 from ...storage.interfaces import IDisks
 from ..operation import drive
-from ..paths import daemon_tag, discard
+from ..paths import daemon_tag, discard, listing
 from ..runtime import NodeRuntime
 
 log = Logger()
@@ -59,11 +59,7 @@ def collect_forks(state_dir: str, referenced: set[str]) -> None:
     """Delete the fork directories whose frozen disk no record in ``referenced`` names."""
     directory = forks_directory(state_dir)
     live = {os.path.dirname(path) for path in referenced}
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return
-    for name in names:
+    for name in listing(directory):
         path = os.path.join(directory, name)
         if path not in live:
             log.info("removing unused fork files {path}", path=path)

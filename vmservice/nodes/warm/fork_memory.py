@@ -47,7 +47,7 @@ from twisted.python.failure import Failure
 from ...errors import InsufficientMemory
 from ...private_files import create_private, private_directory
 from ..model import NodeRecord
-from ..paths import daemon_tag, discard
+from ..paths import daemon_tag, discard, listing
 
 if TYPE_CHECKING:
     from ...guestport.guest import IGuestConnection
@@ -192,10 +192,7 @@ def sweep(directory: str, keep: set[str]) -> None:
 
 
 def _listing(directory: str) -> list[str]:
-    try:
-        return [os.path.join(directory, name) for name in os.listdir(directory)]
-    except FileNotFoundError:
-        return []
+    return [os.path.join(directory, name) for name in listing(directory)]
 
 
 def kept_files(records: Iterable[tuple[NodeRecord, bool]], forking: bool = True) -> tuple[set[str], set[str]]:

@@ -25,9 +25,7 @@ import os
 import secrets
 import shutil
 from datetime import datetime, timezone
-from typing import Callable
 
-from attrs import evolve
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -35,20 +33,16 @@ from twisted.python.failure import Failure
 from ...errors import BadRequest, Conflict, Internal
 from ...hypervisors.base import HypervisorError, IMachine
 from ...private_files import private_directory
-from ..admission import Admission
 from ..blocking import Blocking
-from ..catalog import Catalog
-from ..creation import next_hostname
 from ..events import EventType
 from ..launch import ForkChild
 from ..model import MAX_FORK_COUNT, NodeRecord, Status, unique, visible
+from ..new_nodes import NewNodes
 from ..operation import drive, failure_of, settled
 from ..paths import discard
 from ..readiness import wait_for_guest
-from ..registry import Registry
 from ..room import room_for
 from ..runtime import NodeRuntime
-from ..runtime_parts import RuntimeParts
 from ..warm_port import Forked, ForkRequest
 from .adoption import ICloneAdoption, prepare_children
 from .clone_disk import make_empty_overlay
@@ -61,24 +55,15 @@ log = Logger()
 
 class Forking:
     """
-    :param registry: the nodes, to which ``make`` adds the children.
-    :param make: registers a node for a new record.
-    :param parts: what the children are made with.
-    :param catalog: the parent's host group and image.
-    :param admission: the memory budget the children must fit in.
+    :param new: what makes the children (registry, parts, catalog, admission).
     :param blocking: runs the memory file's copy off the reactor.
     :param adoption: gives each child an identity of its own; ``None``:
         this daemon cannot fork.
     """
 
-    def __init__(self, registry: Registry, make: Callable[[NodeRecord], NodeRuntime], parts: RuntimeParts,
-                 catalog: Catalog, admission: Admission, blocking: Blocking,
-                 adoption: ICloneAdoption | None = None) -> None:
-        self._registry = registry
-        self._make = make
-        self._parts = parts
-        self._catalog = catalog
-        self._admission = admission
+    def __init__(self, new: NewNodes, blocking: Blocking, adoption: ICloneAdoption | None = None) -> None:
+        self._new = new
+        self._parts = new.parts
         self._blocking = blocking
         self._adoption = adoption
 
@@ -97,11 +82,11 @@ class Forking:
         """
         if not 1 <= request.count <= MAX_FORK_COUNT:
             raise BadRequest(f"count must be between 1 and {MAX_FORK_COUNT}", code="limit_exceeded")
-        parent = await settled(self._registry, hostname)
+        parent = await settled(self._new.registry, hostname)
         parent.phase.begin("fork")
         try:
             with room_for(f"the fork of node {hostname!r}"):
-                return await self._admission.admitted(
+                return await self._new.admission.admitted(
                     self._fork(parent, request), parent.record.ram_bytes, request.count, parent.record.hostgroup)
         finally:
             parent.phase.finish()
@@ -116,7 +101,7 @@ class Forking:
         if parent.record.pci_devices:
             raise Conflict(f"node {hostname!r} has host PCI devices passed through: it cannot be forked",
                            code="not_forkable")
-        group = self._catalog.group(parent.record.hostgroup)
+        group = self._new.catalog.group(parent.record.hostgroup)
         adoption = self._adoption
         if adoption is None:
             raise Conflict("this daemon cannot give forked nodes identities of their own", code="not_forkable")
@@ -157,7 +142,7 @@ class Forking:
             size = file_size(state)
             discard(state)
             discard(empty)
-            memory.end(parent, [node.record for node in self._registry.all()])
+            memory.end(parent, [node.record for node in self._new.registry.all()])
         log.info("forked node {hostname} into {children} after a pause of {pause:.3f} s (state {size:.0f} MB)",
                  hostname=hostname, children=", ".join(c.hostname for c in children), pause=pause, size=size / 1e6)
         return Forked(tuple(visible(child.record) for child in children), pause)
@@ -186,7 +171,7 @@ class Forking:
             parent.set(parent.record.status, forked_disks=(*before, frozen_disk))
             try:
                 await switch_disk(parent, machine, frozen_disk, self._parts.disks,
-                                  self._catalog.group(parent.record.hostgroup).storage_size)
+                                  self._new.catalog.group(parent.record.hostgroup).storage_size)
             except BaseException:
                 parent.set(parent.record.status, forked_disks=before)
                 raise
@@ -205,10 +190,10 @@ class Forking:
     def _child(self, parent: NodeRuntime, group_name: str, request: ForkRequest, memory: MemoryFork) -> NodeRuntime:
         """Record and register one child (its status ``Creating``)."""
         parts = self._parts
-        group = self._catalog.group(group_name)
-        lease = parts.addressing.lease(group, None, self._registry.addresses())
+        group = self._new.catalog.group(group_name)
+        lease = parts.addressing.lease(group, None, self._new.registry.addresses())
         record = memory.child(NodeRecord(
-            hostname=next_hostname(self._registry, parts.store, group),
+            hostname=self._new.next_hostname(group),
             hostgroup=group.name,
             ram_bytes=parent.record.ram_bytes,
             cpus=parent.record.cpus,
@@ -225,7 +210,7 @@ class Forking:
             kernel=parent.record.kernel,
             initrd=parent.record.initrd,
         ))
-        node = self._make(record)
+        node = self._new.make(record)
         parts.store.save(record)
         node.announce(EventType.CREATED)
         return node
@@ -249,7 +234,7 @@ class Forking:
         shutil.copyfile(empty_overlay, node.paths.disk)
         kernel, initrd = node.record.kernel, node.record.initrd
         if not kernel:
-            image = self._catalog.image(self._catalog.group(node.record.hostgroup), node.record.image)
+            image = self._new.catalog.image(self._new.catalog.group(node.record.hostgroup), node.record.image)
             kernel, initrd = image.kernel.path, image.initrd.path
         machine = await node.spawn(ForkChild(kernel, initrd, state, memory.memory()), net)
         try:

@@ -10,17 +10,17 @@ templates and their spare pools (:mod:`.template_supply`) and the forks
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterable
+from typing import Iterable
 
 from ...config import HostGroupConfig
 from ...guestport.guest import IGuestConnection
 from ...hypervisors.base import NetSpec
 from ...images.store import Image
 from ..model import NodeRecord
+from ..new_nodes import NewNodes
 from ..admission import Admission
 from ..blocking import Blocking
 from ..catalog import Catalog
-from ..registry import Registry
 from ..runtime import NodeRuntime
 from ..runtime_parts import RuntimeParts
 from ..warm_port import Cloned, Forks
@@ -97,9 +97,8 @@ class WarmStarts:
         templates = self._supply.templates
         return templates.spare_ram() if templates is not None else []
 
-    def forks(self, registry: Registry, make: Callable[[NodeRecord], NodeRuntime]) -> Forks:
-        return Forking(registry, make, self._parts, self._catalog, self._admission, self._blocking,
-                       self._supply.adoption)
+    def forks(self, new: NewNodes) -> Forks:
+        return Forking(new, self._blocking, self._supply.adoption)
 
     @property
     def vm_directory(self) -> str | None:

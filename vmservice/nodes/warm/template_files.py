@@ -22,14 +22,6 @@ def ram_directory(state_dir: str, tmpfs_dir: str) -> str:
     return os.path.join(tmpfs_dir, f"vmservice-{daemon_tag(state_dir)}")
 
 
-def listing(directory: str) -> list[str]:
-    """The names in ``directory``, sorted; none when it does not exist."""
-    try:
-        return sorted(os.listdir(directory))
-    except FileNotFoundError:
-        return []
-
-
 @frozen
 class Template:
     """One template's files.
@@ -64,4 +56,4 @@ class Template:
         return None
 
 
-__all__ = ["Template", "listing", "ram_directory"]
+__all__ = ["Template", "ram_directory"]

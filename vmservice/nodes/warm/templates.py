@@ -34,9 +34,9 @@ from twisted.python.failure import Failure
 from ...errors import no_room
 from ...observer import OneShotObserver
 from ...private_files import NotPrivate, create_private, private_directory
-from ..paths import discard
+from ..paths import discard, listing
 from .spare import SPARE_PREFIX, Spare
-from .template_files import Template, listing, ram_directory
+from .template_files import Template, ram_directory
 from .template_key import TemplateKey
 from .template_records import RETRY_AFTER, Build, BuildUnderWay, TemplateUnavailable, run_build
 from .template_state import TemplateRecord
