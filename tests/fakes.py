@@ -18,6 +18,7 @@ from attrs import frozen
 from twisted.python.filepath import FilePath
 from zope.interface import implementer
 
+from tests.nodes.fleets import FleetKit, RecordingMetrics, fleet_of
 from vmservice.config import Config, HostGroupConfig
 from vmservice.devices.pci import PciHost
 from vmservice.errors import AgentNotConnected, BadRequest, Conflict, NotFound
@@ -39,12 +40,11 @@ from vmservice.images.store import Image, ImageNotFound
 from vmservice.network.interfaces import INodeNetwork
 from vmservice.nodes.addressing import Addressing
 from vmservice.nodes.events import EventHub
-from vmservice.nodes.fleet import Fleet
-from vmservice.nodes.parts import DriverChoice, FleetParts
+from vmservice.nodes.driver_choice import DriverChoice
 from vmservice.nodes.runtime import NodeRuntime
 from vmservice.nodes.room import RoomWatch
 from vmservice.nodes.store import NodeStore
-from vmservice.nodes.template_files import Template
+from vmservice.nodes.warm.template_files import Template
 from vmservice.private_files import create_private
 from vmservice.storage.interfaces import DiskInfo, IDisks
 from vmservice.storage.overlay import StorageError
@@ -507,8 +507,10 @@ class FleetHarness:
         self.disks = FakeDisks()
         self.network = network or FakeNetwork()
         self.agents: list[FakeAgent] = []
-        self.boots: list[tuple[str, float]] = []
-        self.restores: list[tuple[str, float]] = []
+        #: What the fleet measured (boots and restores read as the two lists below).
+        self.metrics = RecordingMetrics()
+        self.boots: list[tuple[str, float]] = self.metrics.boots
+        self.restores: list[tuple[str, float]] = self.metrics.restores
         #: The fleet's lifecycle events, timed by the harness's clock.
         self.events = EventHub(self.reactor.seconds)
         os.makedirs(os.path.join(state_dir, "image"), exist_ok=True)
@@ -532,7 +534,7 @@ class FleetHarness:
         #: The bytes the state directory has free, as the fleet's RoomWatch sees them.
         self.free = 1 << 40
         self.room = RoomWatch(self.reactor, state_dir, free=lambda path: self.free)
-        self.parts = FleetParts(
+        self.parts = FleetKit(
             clock=self.reactor,
             config=self.config,
             store=self.store,
@@ -545,15 +547,14 @@ class FleetHarness:
             blocking=at_once,
             secrets=self.secrets,
             codehost_keys=self._codehost_keys if codehost is not None else None,
-            on_boot=lambda group, seconds: self.boots.append((group, seconds)),
-            on_restore=lambda group, seconds: self.restores.append((group, seconds)),
+            metrics=self.metrics,
             events=self.events,
             wall_clock=lambda: 1_700_000_000_000_000_000,
             # An empty tree of the test's own unless given: never the host's.
             pci=pci or PciHost(os.path.join(state_dir, "sys"), os.path.join(state_dir, "dev")),
             room=self.room,
         )
-        self.fleet = Fleet(self.parts)
+        self.fleet = fleet_of(self.parts)
 
     def node(self, hostname: str) -> NodeRuntime:
         """The fleet's run-time side of node ``hostname`` (for tests that look inside)."""

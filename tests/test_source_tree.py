@@ -284,6 +284,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("vmservice.guestport",),
     ("vmservice.agent",),
     ("vmservice.nodes",),
+    # Warm start above the node core, which asks for it through nodes.warm_port (never imports it).
+    ("vmservice.nodes.warm",),
     ("vmservice.secretstore", "vmservice.codehost", "vmservice.metrics", "vmservice.nodestats_metrics"),
     ("vmservice.api",),
     ("vmservice.service", "vmservice.listening"),
@@ -303,6 +305,17 @@ def layer_of(name: str) -> int:
     if not covering:
         raise KeyError(f"{name} is in no layer of LAYERS")
     return max(covering)[1]
+
+
+def _under(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def core_to_warm(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """The imports of ``graph`` from the node core (vmservice/nodes/ but nodes/warm/) of warm start (nodes/warm/)."""
+    warm = "vmservice.nodes.warm"
+    return {(name, other) for name, imported in graph.items() for other in imported
+            if _under(name, "vmservice.nodes") and not _under(name, warm) and _under(other, warm)}
 
 
 #: Import circles still to break, as sorted tuples of module names, on the
@@ -338,6 +351,17 @@ class ImportGraphTests(SynchronousTestCase):
         found = {(name, other) for name, imported in import_graph().items() for other in imported
                  if name.startswith(client) and other.startswith(daemon)}
         self.assertEqual(found, CLIENT_TO_DAEMON_FOR_NOW)
+
+    def test_node_core_apart_from_warm_start(self) -> None:
+        """No module of vmservice/nodes/ outside nodes/warm/ imports nodes/warm/ (TYPE_CHECKING and in-function imports count)."""
+        self.assertEqual(core_to_warm(import_graph()), set())
+
+    def test_core_to_warm_found(self) -> None:
+        """An import of nodes/warm/ by a core module of nodes/ is found; one by warm start or by the service is not."""
+        graph = {"vmservice.nodes.runtime": {"vmservice.nodes.warm.spare", "vmservice.nodes.model"},
+                 "vmservice.nodes.warm.cloning": {"vmservice.nodes.runtime", "vmservice.nodes.warm.spare"},
+                 "vmservice.service.assembly": {"vmservice.nodes.warm.starts"}}
+        self.assertEqual(core_to_warm(graph), {("vmservice.nodes.runtime", "vmservice.nodes.warm.spare")})
 
     def test_every_module_layered(self) -> None:
         """Every module of vmservice/ is in a layer (a new package must be placed)."""

@@ -17,6 +17,7 @@ from treq.testing import StubTreq
 from twisted.internet.defer import Deferred, succeed
 from zope.interface import implementer
 
+from tests.nodes.fleets import fleet_of
 from tests.api.fleet_api import ApiTestCase
 from tests.fakes import FleetHarness
 from vmservice.api.app import Api
@@ -26,8 +27,7 @@ from vmservice.api.nodes import NodesApi
 from vmservice.guestport.guest import IGuestConnection
 from vmservice.hypervisors.base import NetSpec
 from vmservice.metrics import Metrics
-from vmservice.nodes.adoption import ICloneAdoption
-from vmservice.nodes.fleet import Fleet
+from vmservice.nodes.warm.adoption import ICloneAdoption
 from vmservice.nodes.model import NodeRecord
 
 
@@ -48,8 +48,8 @@ class ForkRouteTests(ApiTestCase):
         self.h = FleetHarness(state_dir)
         shm = os.path.join(state_dir, "shm")
         os.makedirs(shm)
-        fleet = Fleet(evolve(self.h.parts, config=evolve(self.h.config, templates_tmpfs_dir=shm),
-                             adoption=AcceptingAdoption()))
+        fleet = fleet_of(evolve(self.h.parts, config=evolve(self.h.config, templates_tmpfs_dir=shm)),
+                         adoption=AcceptingAdoption())
         fleet.startService()
         self.addCleanup(fleet.stopService)
         routes: list[Any] = NodesApi(fleet).routes() + LifecycleApi(fleet).routes() + ForkApi(fleet).routes()

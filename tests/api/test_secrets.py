@@ -26,6 +26,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.http_headers import Headers
 from twisted.web.test.requesthelper import DummyRequest
 
+from tests.nodes.fleets import fleet_of
 from tests.api.connections import parse_response
 from tests.api.fleet_api import ApiTestCase
 from tests.fakes import FleetHarness
@@ -37,7 +38,6 @@ from vmservice.api.resources import every_route
 from vmservice.api.streaming import StreamingSite
 from vmservice.errors import BadRequest
 from vmservice.metrics import Metrics
-from vmservice.nodes.fleet import Fleet
 from vmservice.nodes.model import CreateRequest, Wait
 from vmservice.secretstore import MAX_SECRET_SIZE, SecretChange, SecretSpec, SecretStore
 
@@ -119,7 +119,7 @@ class SecretRouteTests(ApiTestCase):
         self.store = SecretStore(state_dir, self.h.reactor)
         # The fleet reads this store, as in the daemon (the harness has one in memory).
         self.h.parts = evolve(self.h.parts, secrets=self.store)
-        self.h.fleet = Fleet(self.h.parts)
+        self.h.fleet = fleet_of(self.h.parts)
         self.h.fleet.startService()
         self.addCleanup(self.h.fleet.stopService)
         self.routes = every_route(self.h.fleet, self.h.reactor, self.metrics, self.store)

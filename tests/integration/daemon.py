@@ -189,8 +189,8 @@ class Daemon:
         shutil.rmtree(self.root, ignore_errors=True)
         # Its directories in the tmpfs (named after its state directory): a daemon killed or stopped
         # mid-way leaves them, which the daemon's own stop would have removed.
-        from vmservice.nodes.fork_memory import memory_directory
-        from vmservice.nodes.templates import ram_directory
+        from vmservice.nodes.warm.fork_memory import memory_directory
+        from vmservice.nodes.warm.template_files import ram_directory
 
         tmpfs = self.config["config"].get("templates_tmpfs_dir", "/dev/shm")
         for directory in (ram_directory(self.state_dir, tmpfs), memory_directory(self.state_dir, tmpfs)):

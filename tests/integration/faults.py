@@ -56,7 +56,7 @@ def stray_files(daemon: Daemon) -> list[str]:
 
 def fork_states(daemon: Daemon, tmpfs_dir: str) -> list[str]:
     """The fork state files in the daemon's memory directory of ``tmpfs_dir`` (a fork under way has one)."""
-    from vmservice.nodes.fork_memory import STATE_PREFIX, memory_directory
+    from vmservice.nodes.warm.fork_memory import STATE_PREFIX, memory_directory
 
     directory = memory_directory(daemon.state_dir, tmpfs_dir)
     names = os.listdir(directory) if os.path.isdir(directory) else []

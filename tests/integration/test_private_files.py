@@ -21,8 +21,8 @@ from typing import Any
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.integration.daemon import Daemon, TemplatesDaemonTestCase, ensure_image
-from vmservice.nodes.fork_memory import memory_directory
-from vmservice.nodes.templates import ram_directory
+from vmservice.nodes.warm.fork_memory import memory_directory
+from vmservice.nodes.warm.template_files import ram_directory
 
 #: The uid of another user of the host.
 NOBODY = 65534

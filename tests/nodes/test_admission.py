@@ -17,13 +17,13 @@ from twisted.internet.defer import CancelledError, Deferred, TimeoutError as Def
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.nodes.fleets import fleet_of
 from tests.fakes import FleetHarness
 from vmservice.config import AdmissionConfig, Config, HostGroupConfig, parse_config, ConfigError
 from vmservice.errors import Conflict, InsufficientMemory, WaitTimeout, http_error
 from vmservice.hypervisors.base import HypervisorError
 from vmservice.nodes.admission import Admission, BootQueue, Holder, Limits, host_reserve, limits, mem_total
-from vmservice.nodes.fleet import Fleet
-from vmservice.nodes.forking import ForkRequest
+from vmservice.nodes.warm_port import ForkRequest
 from vmservice.nodes.model import CreateRequest, NodeRecord, Status, Wait
 
 MiB = 1024**2
@@ -305,7 +305,7 @@ class FleetAdmissionTests(SynchronousTestCase):
         self.admission = Admission(self.h.reactor, Limits(budget=800 * MiB, overhead=128 * MiB, boot_concurrency=1,
                                                           max_nodes={"small": 1}))
         self.h.parts = evolve(self.h.parts, admission=self.admission)
-        self.h.fleet = Fleet(self.h.parts)
+        self.h.fleet = fleet_of(self.h.parts)
         self.fleet = self.h.fleet
         self.fleet.startService()
 

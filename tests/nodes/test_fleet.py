@@ -10,6 +10,7 @@ import os
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.nodes.fleets import fleet_of
 from tests.fakes import FleetHarness
 from vmservice.errors import BadRequest, Conflict, Internal, NotFound, Protected, WaitTimeout
 from vmservice.nodes.model import CreateRequest, Wait
@@ -297,7 +298,7 @@ class DriverChoiceStopTests(SynchronousTestCase):
         """
         from twisted.internet.defer import CancelledError
 
-        from vmservice.nodes.parts import DriverChoice
+        from vmservice.nodes.driver_choice import DriverChoice
 
         over: Deferred = Deferred()
         cancelled: list[Deferred] = []
@@ -324,7 +325,7 @@ class DriverChoiceStopTests(SynchronousTestCase):
         """Stopping before anyone asked: no decision ever starts, and the driver is never given."""
         from twisted.internet.defer import CancelledError
 
-        from vmservice.nodes.parts import DriverChoice
+        from vmservice.nodes.driver_choice import DriverChoice
 
         started: list[int] = []
         choice = DriverChoice(lambda: Deferred(lambda d: started.append(1)))
@@ -336,7 +337,7 @@ class DriverChoiceStopTests(SynchronousTestCase):
         """Stopping once decided changes nothing: the driver is still given."""
         from twisted.internet.defer import succeed
 
-        from vmservice.nodes.parts import DriverChoice
+        from vmservice.nodes.driver_choice import DriverChoice
 
         choice = DriverChoice(lambda: succeed("driver"))
         self.assertEqual(self.successResultOf(choice.get()), "driver")
@@ -355,8 +356,7 @@ class DriverChoiceStopTests(SynchronousTestCase):
 
         from tests.processes import ProcessReactor
         from vmservice.hypervisors.qemu import probe_accel
-        from vmservice.nodes.fleet import Fleet
-        from vmservice.nodes.parts import DriverChoice
+        from vmservice.nodes.driver_choice import DriverChoice
 
         h = FleetHarness(self.mktemp())
         reactor = ProcessReactor()
@@ -367,7 +367,7 @@ class DriverChoiceStopTests(SynchronousTestCase):
             await probe_accel(reactor, "qemu", "/k", "/i", "auto", None, directory=self.mktemp(), kvm_path=kvm)
             return h.driver
 
-        fleet = Fleet(evolve(h.parts, driver=DriverChoice(lambda: Deferred.fromCoroutine(decide()))))
+        fleet = fleet_of(evolve(h.parts, driver=DriverChoice(lambda: Deferred.fromCoroutine(decide()))))
         fleet.startService()
         [transport] = reactor.transports
         self.assertEqual(transport.signals, [])
@@ -385,7 +385,7 @@ class DriverChoiceStartTests(SynchronousTestCase):
         """A decision started in the background and stopped before it is over says so in the log."""
         from twisted.logger import globalLogPublisher
 
-        from vmservice.nodes.parts import DriverChoice
+        from vmservice.nodes.driver_choice import DriverChoice
 
         seen: list[str] = []
 

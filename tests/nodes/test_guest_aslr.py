@@ -14,13 +14,13 @@ from attrs import asdict, evolve
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.nodes.fleets import fleet_of
 from tests.fakes import FakeMachine, FleetHarness
-from tests.nodes.adoptions import FakeAdoption
+from tests.nodes.warm.adoptions import FakeAdoption
 from vmservice.config import HostGroupConfig
-from vmservice.nodes.cloning import template_key
-from vmservice.nodes.fleet import Fleet
+from vmservice.nodes.warm.template_supply import template_key
 from vmservice.nodes.model import CreateRequest, Wait
-from vmservice.nodes.templates import TemplateStore
+from vmservice.nodes.warm.templates import TemplateStore
 
 MiB = 1024 * 1024
 GROUPS = (
@@ -36,7 +36,7 @@ class GuestAslrTests(SynchronousTestCase):
         state_dir = self.mktemp()
         self.harness = FleetHarness(state_dir, groups=GROUPS)
         store = TemplateStore(self.harness.reactor, state_dir, os.path.join(state_dir, "shm"), 1 << 30)
-        self.fleet = Fleet(evolve(self.harness.parts, templates=store, adoption=FakeAdoption(self.harness)))
+        self.fleet = fleet_of(self.harness.parts, store, FakeAdoption(self.harness))
         self.fleet.startService()
         self.addCleanup(lambda: self.fleet.stopService() if self.fleet.running else None)
 

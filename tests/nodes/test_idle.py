@@ -15,6 +15,7 @@ from twisted.internet.defer import Deferred, fail
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.nodes.fleets import RecordingMetrics, fleet_of
 from tests.diagrams import drawn_transitions, machine_transitions
 from tests.fakes import FleetHarness
 from tests.short_dirs import short_dir
@@ -212,8 +213,8 @@ class FleetIdleTests(SynchronousTestCase):
         state_dir = h.config.state_dir if h is not None else short_dir()
         groups = (HostGroupConfig(name="demo", ram_bytes=256 * MiB, idle_suspend=30.0),)
         new = FleetHarness(state_dir, groups, h.driver if h is not None else None)
-        new.parts = evolve(new.parts, on_idle=lambda *args: self.observed.append(args))
-        new.fleet = Fleet(new.parts)
+        new.parts = evolve(new.parts, metrics=RecordingMetrics(idle=self.observed))
+        new.fleet = fleet_of(new.parts)
         new.fleet.startService()
         return new
 

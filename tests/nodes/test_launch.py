@@ -8,8 +8,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.hypervisors.base import MachineSpec, RamBacking
 from vmservice.nodes.launch import Clone, Cold, ForkChild, Launch, Restore, incoming, shaped, timed
-from vmservice.nodes.template_files import Template
-from vmservice.nodes.template_key import TemplateKey
+from vmservice.nodes.warm.template_files import Template
+from vmservice.nodes.warm.template_key import TemplateKey
 
 KEY = TemplateKey(image="default", build="/img/default-1", qemu="qemu 7.2", ram_bytes=256 << 20, vcpus=1,
                   network=False, storage_size=1 << 30)

@@ -12,6 +12,7 @@ from typing import Any
 
 from twisted.internet.defer import Deferred, fail
 
+from tests.nodes.fleets import fleet_of
 from tests.fakes import FakeDriver, FakeMachine, FleetHarness
 from tests.nodes.fleet_case import LifecycleTestCase
 from tests.short_dirs import short_dir
@@ -688,14 +689,13 @@ class RecoveryTests(LifecycleTestCase):
         from attrs import evolve
 
         from vmservice.hypervisors.base import IHypervisor
-        from vmservice.nodes.fleet import Fleet
-        from vmservice.nodes.parts import DriverChoice
+        from vmservice.nodes.driver_choice import DriverChoice
 
         self.create()
         self.h.crash()
         h = FleetHarness(self.state_dir, self.groups, self.h.driver)
         undecided: Deferred[IHypervisor] = Deferred()
-        h.fleet = Fleet(evolve(h.parts, driver=DriverChoice(lambda: undecided)))
+        h.fleet = fleet_of(evolve(h.parts, driver=DriverChoice(lambda: undecided)))
         h.fleet.startService()
         self.h = h
         self.successResultOf(h.fleet.recovered())

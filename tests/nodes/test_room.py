@@ -16,9 +16,9 @@ from vmservice.errors import Internal, StateDirFull, http_error, no_room
 from vmservice.nodes import store
 from vmservice.nodes.model import CreateRequest, Status, Wait
 from vmservice.nodes.room import RoomWatch, room_for
-from vmservice.nodes.template_build import TemplateBuilder
-from vmservice.nodes.template_key import TemplateKey
-from vmservice.nodes.template_files import Template
+from vmservice.nodes.warm.template_build import TemplateBuilder
+from vmservice.nodes.warm.template_key import TemplateKey
+from vmservice.nodes.warm.template_files import Template
 
 
 class RoomForTests(SynchronousTestCase):
@@ -397,7 +397,7 @@ class TemplateBuildRoomTests(SynchronousTestCase):
         template = Template(key=key, directory=directory, disk=os.path.join(directory, "disk.qcow2"),
                             device_state=os.path.join(directory, "dev.bin"), ram_file=os.path.join(directory, "ram"),
                             kernel=h.image.kernel.path, initrd=h.image.initrd.path)
-        built = Deferred.fromCoroutine(TemplateBuilder(h.parts, h.image.rootfs.path)(template))
+        built = Deferred.fromCoroutine(TemplateBuilder(h.parts.nodes(), h.image.rootfs.path)(template))
         self.assertNoResult(built)
         machine = h.driver.machines[-1]
         machine.no_room()

@@ -16,8 +16,8 @@ from twisted.internet.testing import MemoryReactorClock
 
 from tests.service.configured import ConfiguredCase
 from vmservice.config import ApiConfig, Config
-from vmservice.nodes.fork_memory import memory_directory
-from vmservice.nodes.templates import ram_directory
+from vmservice.nodes.warm.fork_memory import memory_directory
+from vmservice.nodes.warm.template_files import ram_directory
 from vmservice.service import StartupError, make_service
 
 

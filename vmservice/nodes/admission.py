@@ -12,7 +12,7 @@ Every operation that starts a VM asks here first, before it makes anything:
   nodes whose VM this daemon runs now (paused ones too; stopped and
   suspended ones hold nothing), plus the :class:`Claim` of each operation
   under way (a create, restore, relaunch or fork), which covers its VMs
-  until they run or the operation failed (and each spare VM, :mod:`.spare`).  A claim named after its node
+  until they run or the operation failed (and each spare VM, :mod:`.warm.spare`).  A claim named after its node
   (:meth:`Claim.name`) stands in for that node, so nothing counts twice
   (a fork's claim is not named: its children count twice for the second
   the fork takes, never less than they hold).

@@ -42,7 +42,7 @@ from twisted.internet.defer import Deferred
 from ..errors import Internal
 
 if TYPE_CHECKING:
-    from .parts import Blocking
+    from .blocking import Blocking
 
 #: Bytes read (or copied) per step.
 BLOCK = 64 * 1024

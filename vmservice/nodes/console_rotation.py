@@ -25,7 +25,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from .console import BLOCK, data_start, previous, regular_file
-from .parts import Blocking
+from .blocking import Blocking
 
 log = Logger()
 

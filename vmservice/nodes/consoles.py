@@ -8,7 +8,7 @@ always off the reactor and never more than ``console_log_size`` bytes
 from __future__ import annotations
 
 from . import console
-from .parts import Blocking
+from .blocking import Blocking
 from .registry import Registry
 
 

@@ -9,7 +9,6 @@ a ``wait`` that runs out) removes everything made so far.
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timezone
 from typing import Callable
 
@@ -27,15 +26,13 @@ from ..errors import AgentError, BadRequest, Conflict, Internal, WaitTimeout
 from ..guestport.guest import IGuestConnection
 from .model import CreateRequest, NodeRecord, Status, Wait, unique, valid_hostname, visible
 from .events import EventType
-from .parts import FleetParts
 from .admission import Claim
-from .cloning import Cloning
-from .fork_memory import memory_file, ready_for_forks
 from .launch import Cold
 from .readiness import NotReady, answered, wait_for_guest
-from .registry import Registry
 from .room import room_for
+from .new_nodes import NewNodes
 from .runtime import NodeRuntime
+from .warm_port import WarmStart
 
 log = Logger()
 
@@ -102,15 +99,18 @@ def _failed(error: BaseException, hostname: str, timeout: float) -> BaseExceptio
 
 class Creation:
     """
-    :param registry: the nodes.
-    :param parts: the node layer's collaborators.
-    :param make: registers a node for a new record.
+    :param new: what makes a new node (registry, parts, catalog, admission).
+    :param warm: clones of warm groups' templates, and nodes' memory files.
+    :param codehost_keys: fetches the SSH keys a user publishes on the code
+        host (``codehost_user``); ``None`` when no code host is configured.
     """
 
-    def __init__(self, registry: Registry, parts: FleetParts, make: Callable[[NodeRecord], NodeRuntime]) -> None:
-        self._registry = registry
-        self._parts = parts
-        self._make = make
+    def __init__(self, new: NewNodes, warm: WarmStart,
+                 codehost_keys: Callable[[str], Deferred[tuple[str, ...]]] | None = None) -> None:
+        self._new = new
+        self._parts = new.parts
+        self._warm = warm
+        self._codehost_keys = codehost_keys
 
     async def create(self, group_name: str, request: CreateRequest, wait: Wait, timeout: float) -> NodeRecord:
         """
@@ -128,13 +128,13 @@ class Creation:
         :raise Conflict: (``max_nodes_reached``) the group has its
             ``max_nodes``; nothing was made.
         """
-        group = self._parts.group(group_name)
+        group = self._new.catalog.group(group_name)
         limits = _limits(group, request)
-        image = self._parts.requested_image(group, request.disk_image)
+        image = self._new.catalog.requested_image(group, request.disk_image)
         userdata = _userdata(group, request)
         # Admitted (memory, max_nodes) before anything is made; the claim
         # stands in for the node until its VM runs or it was removed.
-        claim = self._parts.admission.admit(limits[0], group=group.name)
+        claim = self._new.admission.admit(limits[0], group=group.name)
         try:
             with room_for(f"a new node of host group {group.name!r}"):
                 return await self._create(group, request, limits, image, userdata, claim, wait, timeout)
@@ -148,10 +148,8 @@ class Creation:
         """The node made once admitted (see :meth:`create`)."""
         began = self._parts.clock.seconds()
         record = await self._record(group, request, limits, image, bool(userdata))
-        config = self._parts.config
-        record = evolve(record, memory_file=memory_file(config.state_dir, config.templates_tmpfs_dir,
-                                                        record.hostname, group.fork_memory))
-        node = self._make(record)
+        record = evolve(record, memory_file=self._warm.memory_file(record.hostname, group.fork_memory))
+        node = self._new.make(record)
         claim.name(record.hostname)
         try:
             self._parts.store.save(record)
@@ -168,7 +166,7 @@ class Creation:
             node.set(Status.RUNNING)
             node.started()
             if record.memory_file:
-                ready_for_forks(record.hostname, agent, self._parts.adoption)
+                self._warm.ready_for_forks(record.hostname, agent)
             if wait is not Wait.NONE:
                 # A VM stopped for lack of room for its disk's writes fails the create at once (507).
                 ready = node.room.unless_stopped(Deferred.fromCoroutine(_ready(node, agent, wait, adopted)))
@@ -191,12 +189,11 @@ class Creation:
         parts = self._parts
         net = await parts.addressing.attach(node.record)
         if group.warm:
-            cloned = await Cloning(parts).start(node, group, image, net)
+            cloned = await self._warm.clone(node, group, image, net)
             if cloned is not None:
-                machine, agent = cloned
-                return machine, agent, parts.adoption is not None
+                return cloned
         await parts.disks.create(image.rootfs.path, node.paths.disk, group.storage_size)
-        slot = await parts.admission.boot_slot(max(0.0, deadline - parts.clock.seconds()), f"node {node.hostname!r}")
+        slot = await self._new.admission.boot_slot(max(0.0, deadline - parts.clock.seconds()), f"node {node.hostname!r}")
         try:
             machine = await node.spawn(Cold(image.kernel.path, image.initrd.path), net)
         except BaseException:
@@ -225,8 +222,8 @@ class Creation:
             raise BadRequest(f"image {image.name!r} has no SSH server: ssh_keys cannot be used with it",
                              code="no_ssh_server")
         devices = assign(parts.pci, request.pci_devices, request.gpu_count, group.name, group.gpus,
-                         self._registry.pci_claims())
-        lease = parts.addressing.lease(group, request.ip, self._registry.addresses())
+                         self._new.registry.pci_claims())
+        lease = parts.addressing.lease(group, request.ip, self._new.registry.addresses())
         return NodeRecord(
             hostname=self._hostname(group, request.hostname),
             hostgroup=group.name,
@@ -256,7 +253,7 @@ class Creation:
         """
         keys = request.ssh_keys
         if request.codehost_user:
-            fetch = self._parts.codehost_keys
+            fetch = self._codehost_keys
             if fetch is None:
                 raise BadRequest("codehost_user: no code host is configured", code="not_supported")
             keys = await fetch(request.codehost_user)
@@ -274,19 +271,10 @@ class Creation:
         if wanted:
             if not valid_hostname(wanted):
                 raise BadRequest(f"invalid hostname {wanted!r}", code="invalid_hostname")
-            if wanted in self._registry:
+            if wanted in self._new.registry:
                 raise Conflict(f"hostname {wanted!r} is taken", code="hostname_taken")
             return wanted
-        return next_hostname(self._registry, self._parts, group)
+        return self._new.next_hostname(group)
 
 
-def next_hostname(registry: Registry, parts: FleetParts, group: HostGroupConfig) -> str:
-    """The group's next free ``<group>-<n>``."""
-    store = parts.store
-    while True:
-        candidate = f"{group.name}-{store.next_index(group.name)}"
-        if candidate not in registry and not os.path.exists(store.node_dir(candidate)):
-            return candidate
-
-
-__all__ = ["Creation", "next_hostname"]
+__all__ = ["Creation"]

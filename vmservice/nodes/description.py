@@ -17,13 +17,13 @@ from ipaddress import IPv4Address
 
 from attrs import frozen
 
-from ..config import HostGroupConfig
+from ..config import Config, HostGroupConfig
 from ..errors import BadRequest
 from ..network.ipam import lease_of
 from ..network.plans import mac_address
-from ..storage.interfaces import DiskInfo
+from ..storage.interfaces import DiskInfo, IDisks
+from .blocking import Blocking
 from .model import NodeRecord, visible
-from .parts import FleetParts
 from .runtime import NodeRuntime
 
 
@@ -96,12 +96,15 @@ def network_facts(group: HostGroupConfig, ip: str) -> NetworkFacts:
     return NetworkFacts(network.mode, allow, drop, address, gateway, mac_address(IPv4Address(ip)), network.bridge)
 
 
-async def describe(node: NodeRuntime, parts: FleetParts) -> NodeDescription:
-    """Describe ``node``; its files are read off the reactor."""
+async def describe(node: NodeRuntime, config: Config, disks: IDisks, blocking: Blocking) -> NodeDescription:
+    """
+    Describe ``node``, of a host group of ``config``; its files are read off
+    the reactor (``blocking``), its disk's facts through ``disks``.
+    """
     paths = node.paths
-    disk, snapshot = await parts.blocking(lambda: (parts.disks.info(paths.disk), paths.has_snapshot()))
+    disk, snapshot = await blocking(lambda: (disks.info(paths.disk), paths.has_snapshot()))
     record = visible(node.record)
-    group = parts.config.group(record.hostgroup)
+    group = config.group(record.hostgroup)
     agent = node.agent
     return NodeDescription(
         record=record,

@@ -30,34 +30,37 @@ kept ``Stopped``, suspended ones kept as they are.
 from __future__ import annotations
 
 import builtins
-from typing import Callable
+import time
+from typing import Any, Callable, Mapping
 
 from attrs import evolve
 from twisted.application.service import Service
-from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.defer import CancelledError, Deferred, fail
 from twisted.logger import Logger
 
 from ..config import HostGroupConfig
 from ..errors import AgentNotConnected, NotFound, Protected
 from ..guestport.guest import AgentHealth, IGuest
+from ..hypervisors.base import IVmProcesses
 from ..images.store import ImageInfo
 from ..observer import OneShotObserver
-from .admission import Holder
+from .admission import Admission, Holder
+from .blocking import Blocking
+from .catalog import Catalog
 from .consoles import Consoles
 from .counts import keep_counts
-from .cloning import Cloning
 from .creation import Creation
-from .forking import Forked, Forking, ForkRequest
 from .description import NodeDescription, describe
 from .idling import IdleNodes
 from .leftovers import Leftovers
 from .lifecycle import Lifecycle
 from .model import CreateRequest, DeleteResult, NodeRecord, Wait, visible
-from .operation import settled
-from .parts import FleetParts
+from .new_nodes import NewNodes
+from .operation import OperationParts, settled
 from .readiness import AGENT_WAIT, bounded_health, connected_within, settled_within
 from .registry import Registry
 from .runtime import NodeRuntime
+from .runtime_parts import RuntimeParts
 from .secret_sync import secret_changed
 from .snapshots import Snapshots
 from .stats import NodeStats
@@ -65,8 +68,14 @@ from .startup import Startup
 from .stopping import stop_all
 from .tagging import Tagging
 from .transitions import Op, check
+from .warm_port import Forked, ForkRequest, WarmStart
 
 log = Logger()
+
+
+def _no_snapshots(socket: str, deadline: float) -> Deferred[Mapping[str, Any]]:
+    """No metrics channel: every snapshot fails."""
+    return fail(LookupError("no metrics channel is configured"))
 
 
 def _noted(node: NodeRuntime, found: list[NodeRuntime]) -> NodeRuntime:
@@ -79,7 +88,22 @@ class Fleet(Service):
     """
     The nodes of one daemon.
 
-    :param parts: the node layer's collaborators.
+    :param parts: what its nodes are made with (clock, configuration, store,
+        driver, agents, addressing, disks, events, metrics, ...).
+    :param catalog: the host groups and the images nodes are made of.
+    :param warm: warm start: clones, spares, forks and memory files (see :mod:`.warm_port`).
+    :param admission: the memory budget, ``max_nodes`` and the cold boots
+        queue every start of a VM goes through.
+    :param vms: the VMs an earlier run left: adopted, found and killed
+        without waiting for the driver's decision.
+    :param blocking: runs a blocking call off the reactor (console reads, image listings).
+    :param snapshots: asks a node's metrics socket for one snapshot's fields
+        within a deadline (seconds).
+    :param codehost_keys: fetches the SSH keys a user publishes on the code
+        host (``codehost_user``); ``None`` when no code host is configured.
+    :param stop_grace: seconds a graceful stop waits before it kills.
+    :param wall_clock: the time in nanoseconds since the epoch, given to
+        guests whose clock stood still (resume, restore).
     :ivar lifecycle: pause, resume, reboot, shutdown, relaunch.
     :ivar snapshots: suspend and restore.
     :ivar tagging: a node's tags, read and changed.
@@ -90,22 +114,36 @@ class Fleet(Service):
 
     name = "fleet"
 
-    def __init__(self, parts: FleetParts) -> None:
+    def __init__(
+        self, parts: RuntimeParts, catalog: Catalog, warm: WarmStart, *, admission: Admission, vms: IVmProcesses,
+        blocking: Blocking, snapshots: Callable[[str, float], Deferred[Mapping[str, Any]]] = _no_snapshots,
+        codehost_keys: Callable[[str], Deferred[tuple[str, ...]]] | None = None, stop_grace: float = 10.0,
+        wall_clock: Callable[[], int] = time.time_ns,
+    ) -> None:
         self._parts = parts
+        self._catalog = catalog
+        self._warm = warm
+        self._vms = vms
+        self._blocking = blocking
+        self._stop_grace = stop_grace
         self._registry = Registry()
-        self._leftovers = Leftovers(self._registry, parts)
+        self._leftovers = Leftovers(self._registry, warm)
         self._recovered: OneShotObserver[None] = OneShotObserver()
-        self._creation = Creation(self._registry, parts, self._register)
-        self._forking = Forking(self._registry, parts, self._register)
-        self.lifecycle = Lifecycle(self._registry, parts)
-        self.snapshots = Snapshots(self._registry, parts)
+        new = NewNodes(self._registry, self._register, parts, catalog, admission)
+        self._creation = Creation(new, warm, codehost_keys)
+        self._forking = warm.forks(new)
+        operations = OperationParts(parts.clock, parts.driver, catalog, admission, parts.addressing, parts.metrics,
+                                    stop_grace, wall_clock)
+        self.lifecycle = Lifecycle(self._registry, operations)
+        self.snapshots = Snapshots(self._registry, operations)
         self.tagging = Tagging(self._registry)
-        self.consoles = Consoles(self._registry, parts.config.console_log_size, parts.blocking)
-        self._idle = IdleNodes(parts.clock, self._idle_timeout, self._suspend_idle, self.snapshots.wake, parts.on_idle)
-        self.stats = NodeStats(self._registry, parts.clock, parts.snapshots, awake=self._awake)
+        self.consoles = Consoles(self._registry, parts.config.console_log_size, blocking)
+        self._idle = IdleNodes(parts.clock, self._idle_timeout, self._suspend_idle, self.snapshots.wake,
+                               parts.metrics.observe_idle)
+        self.stats = NodeStats(self._registry, parts.clock, snapshots, awake=self._awake)
         self.events = parts.events
         self._unsubscribe: Callable[[], None] = lambda: None
-        parts.admission.watch(self._holders, parts.templates.spare_ram if parts.templates is not None else list)
+        admission.watch(self._holders, warm.spare_ram)
 
     def _holders(self) -> builtins.list[Holder]:
         """The nodes as admission counts them: a node whose VM this daemon runs holds memory."""
@@ -113,7 +151,7 @@ class Fleet(Service):
                 for node in self._registry.all()]
 
     def _register(self, record: NodeRecord) -> NodeRuntime:
-        node = NodeRuntime(record, self._parts, self._forgotten, self._leftovers.copies)
+        node = NodeRuntime(record, self._parts, self._warm, self._forgotten, self._leftovers.copies)
         self._registry.add(node)
         self._idle.track(record, new=True)  # held until its create or fork answered (or re-tracked at start)
         return node
@@ -121,7 +159,7 @@ class Fleet(Service):
     def _forgotten(self, node: NodeRuntime) -> None:
         self._registry.drop(node)
         self._idle.forget(node.hostname)
-        Cloning(self._parts).room_freed()
+        self._warm.room_freed()
         self._leftovers.forgotten(node.record)
 
     # -- service ---------------------------------------------------------
@@ -136,7 +174,8 @@ class Fleet(Service):
     async def _start(self) -> None:
         try:
             found: list[NodeRuntime] = []
-            await Startup(self._registry, self._parts, lambda record: _noted(self._register(record), found)).recover()
+            await Startup(self._registry, lambda record: _noted(self._register(record), found), self._parts,
+                          self._vms, self._warm.vm_directory).recover()
             for node in found:
                 if node in self._registry.all():
                     self._idle.track(node.record)  # as recovered (asleep or awake), not held: no create to wait for
@@ -144,7 +183,7 @@ class Fleet(Service):
             for group in self._parts.config.host_groups:
                 if group.warm:
                     # In the background: creates of the group meanwhile wait for this one build.
-                    Deferred.fromCoroutine(Cloning(self._parts).prepare(group))
+                    Deferred.fromCoroutine(self._warm.prepare(group))
             await keep_counts(
                 self._parts.config, self._registry, self.create, self.lifecycle.relaunch, self.snapshots.restore
             )
@@ -161,7 +200,7 @@ class Fleet(Service):
         super().stopService()  # type: ignore[no-untyped-call]  # Twisted's Service is not annotated
         self._unsubscribe()
         self._idle.stop()
-        return Deferred.fromCoroutine(stop_all(self._registry, self._parts, self._leftovers.memory_directory))
+        return Deferred.fromCoroutine(stop_all(self._registry, self._parts, self._warm, self._stop_grace))
 
     # -- queries ---------------------------------------------------------
 
@@ -171,7 +210,7 @@ class Fleet(Service):
 
     def group(self, name: str) -> HostGroupConfig:
         """The host group ``name``; :class:`NotFound` when there is none."""
-        return self._parts.group(name)
+        return self._catalog.group(name)
 
     def list(self, group: str | None = None, tag: str | None = None, tag_prefix: str | None = None) -> list[NodeRecord]:
         """
@@ -179,12 +218,12 @@ class Fleet(Service):
         exact tag or a tag prefix (not both).
         """
         if group is not None:
-            self._parts.group(group)
+            self._catalog.group(group)
         return self._registry.listing(group, tag, tag_prefix)
 
     async def images(self) -> builtins.list[ImageInfo]:
         """The guest images built in the image directory (read off the reactor)."""
-        return await self._parts.blocking(self._parts.image_list)
+        return await self._blocking(self._catalog.image_list)
 
     def node(self, hostname: str) -> NodeRecord:
         """The node ``hostname``; :class:`NotFound` when there is none."""
@@ -192,7 +231,7 @@ class Fleet(Service):
 
     async def describe(self, hostname: str) -> NodeDescription:
         """Everything a user needs to see of node ``hostname``; :class:`NotFound` when there is none."""
-        return await describe(self._registry.find(hostname), self._parts)
+        return await describe(self._registry.find(hostname), self._parts.config, self._parts.disks, self._blocking)
 
     async def guest(self, hostname: str, wait: float = AGENT_WAIT) -> IGuest:
         """
@@ -266,7 +305,7 @@ class Fleet(Service):
         return record
 
     async def fork(self, hostname: str, request: ForkRequest) -> Forked:
-        """Fork a running node into new ones (see :meth:`.forking.Forking.fork`); their idle timers start then."""
+        """Fork a running node into new ones (see :mod:`.warm.forking`); their idle timers start then."""
         forked = await self._forking.fork(hostname, request)
         for child in forked.children:
             self._idle.made(child.hostname)
@@ -280,7 +319,7 @@ class Fleet(Service):
         :raise Protected: the node is protected.
         :raise Conflict: another operation on the node is in progress.
         """
-        self._parts.group(group_name)
+        self._catalog.group(group_name)
         node = await settled(self._registry, hostname)
         if node.record.hostgroup != group_name:
             raise NotFound(f"node {hostname!r} not found in host group {group_name!r}", code="node_not_found")

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.nodes.test_launch,tests.nodes.test_fleet,tests.nodes.test_forking -*-
+# -*- test-case-name: tests.nodes.test_launch,tests.nodes.test_fleet,tests.nodes.warm.test_forking -*-
 """
 How a node's VM starts: a :data:`Launch`, which each maker of a VM builds
 and :meth:`.runtime.NodeRuntime.spawn` starts.
@@ -10,18 +10,33 @@ and :meth:`.runtime.NodeRuntime.spawn` starts.
   VM waiting in ``-incoming defer`` for the template's device state
   (:meth:`IMachine.load_device_state`);
 - :class:`ForkChild`: a fork's child: waiting in ``-incoming defer`` for the
-  state its parent saved (loaded by :class:`.memory_fork.MemoryFork`), its
+  state its parent saved (loaded by :class:`.warm.memory_fork.MemoryFork`), its
   memory the parent's frozen copy when the parent had a memory file.
 """
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Protocol, Union
 
 from attrs import evolve, frozen
 
 from ..hypervisors.base import MachineSpec, RamBacking
-from .template_files import Template
+
+
+class ClonedFrom(Protocol):
+    """What a clone starts from of its template (:class:`.warm.template_files.Template`)."""
+
+    @property
+    def kernel(self) -> str:
+        """The kernel the template booted."""
+
+    @property
+    def initrd(self) -> str:
+        """The initramfs it booted."""
+
+    @property
+    def ram_file(self) -> str:
+        """Its RAM file, which the clone maps privately."""
 
 
 @frozen
@@ -59,7 +74,7 @@ class Clone:
     the kernel and initramfs are the template's.
     """
 
-    template: Template
+    template: ClonedFrom
 
     @property
     def kernel(self) -> str:
@@ -117,4 +132,4 @@ def timed(launch: Launch) -> bool:
     return isinstance(launch, Cold)
 
 
-__all__ = ["Clone", "Cold", "ForkChild", "Launch", "Restore", "incoming", "shaped", "timed"]
+__all__ = ["Clone", "ClonedFrom", "Cold", "ForkChild", "Launch", "Restore", "incoming", "shaped", "timed"]

@@ -97,13 +97,13 @@ class Lifecycle(NodeOperations):
         """
         node = await settled(self._registry, hostname)
         with running(node, Op.RELAUNCH), room_for(f"the relaunch of node {hostname!r}"):
-            group = self._parts.config.group(node.record.hostgroup)
+            group = self._parts.catalog.config.group(node.record.hostgroup)
             if group is None:
                 raise Conflict(
                     f"the host group {node.record.hostgroup!r} of node {hostname!r} is no longer configured",
                     code="hostgroup_gone",
                 )
-            image = self._parts.image(group, node.record.image)
+            image = self._parts.catalog.image(group, node.record.image)
             if not os.path.exists(node.paths.disk):
                 raise Internal(f"the disk of node {hostname!r} is missing", code="disk_missing")
             before = node.record.status
@@ -125,7 +125,7 @@ class Lifecycle(NodeOperations):
             finally:
                 claim.release()
         log.info("relaunched node {hostname}", hostname=hostname)
-        await wait_after(self._parts, node, wait, timeout)
+        await wait_after(self._parts.clock, node, wait, timeout)
         return visible(node.record)
 
 

@@ -105,7 +105,7 @@ class NodeRecord:
         spare's) is removed with the node or when another VM replaces it.
     :ivar memory_file: the file in a tmpfs its memory lives in, mapped
         shared (a group with ``fork_memory: file``), or empty for QEMU's own
-        memory; the file exists while its VM runs (see :mod:`.fork_memory`).
+        memory; the file exists while its VM runs (see :mod:`.warm.fork_memory`).
     :ivar memory_copies: the frozen copies of a parent's memory file its VM
         maps privately (a fork's child), or that a fork under way makes
         (its parent), each kept while a record names it.

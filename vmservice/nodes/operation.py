@@ -8,16 +8,22 @@ operations off while it runs, drive the hypervisor, wait for the guest.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Iterator, TypeVar
+import time
+from typing import Any, Callable, Iterator, TypeVar
 
-from attrs import frozen
+from attrs import field, frozen
 from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from ..errors import Conflict, Internal, NotSupported, ServiceError, WaitTimeout
 from ..hypervisors.base import HypervisorError, IMachine, MachineExit
+from .addressing import Addressing
+from .admission import Admission
+from .catalog import Catalog
+from .driver_choice import DriverChoice
 from .model import Status, Wait
-from .parts import FleetParts
+from .node_metrics import NodeMetrics, NullMetrics
 from .readiness import NotReady, wait_for_agent
 from .registry import Registry
 from .runtime import NodeRuntime
@@ -43,15 +49,41 @@ class Done:
     changed: bool = True
 
 
+@frozen
+class OperationParts:
+    """
+    What the lifecycle operations (:mod:`.lifecycle`, :mod:`.snapshots`) act with.
+
+    :ivar clock: times waits and restores.
+    :ivar driver: the hypervisor driver (whether it can suspend).
+    :ivar catalog: a node's host group and image, for a relaunch or a restore.
+    :ivar admission: the memory budget and cold boots a relaunch or restore goes through.
+    :ivar addressing: a node's network, attached again when its VM starts again.
+    :ivar metrics: where a restore's duration is reported.
+    :ivar stop_grace: seconds a graceful stop waits before it kills.
+    :ivar wall_clock: the time in nanoseconds since the epoch, given to
+        guests whose clock stood still (resume, restore).
+    """
+
+    clock: IReactorTime
+    driver: DriverChoice
+    catalog: Catalog
+    admission: Admission
+    addressing: Addressing
+    metrics: NodeMetrics = field(factory=NullMetrics)
+    stop_grace: float = 10.0
+    wall_clock: Callable[[], int] = field(default=time.time_ns)
+
+
 class NodeOperations:
     """
     Operations on the nodes of one daemon (:mod:`.lifecycle`, :mod:`.snapshots`).
 
     :param registry: the nodes.
-    :param parts: the node layer's collaborators.
+    :param parts: what they act with.
     """
 
-    def __init__(self, registry: Registry, parts: FleetParts) -> None:
+    def __init__(self, registry: Registry, parts: OperationParts) -> None:
         self._registry = registry
         self._parts = parts
 
@@ -120,16 +152,16 @@ def failure_of(what: str, hostname: str, machine: IMachine, error: BaseException
     return Internal(f"{what} of node {hostname!r} failed: {error}", code=f"{what}_failed")
 
 
-async def suspendable(parts: FleetParts) -> None:
+async def suspendable(choice: DriverChoice) -> None:
     """
     :raise NotSupported: the hypervisor driver cannot suspend VMs to disk (501).
     """
-    driver = await parts.driver.get()
+    driver = await choice.get()
     if not driver.capabilities.can_suspend:
         raise NotSupported(f"{driver.description} cannot suspend VMs to disk", code="not_supported")
 
 
-async def wait_after(parts: FleetParts, node: NodeRuntime, wait: Wait, timeout: float) -> None:
+async def wait_after(clock: IReactorTime, node: NodeRuntime, wait: Wait, timeout: float) -> None:
     """
     ``wait=agent`` of restore and relaunch (``wait=userdata`` waits the same:
     userdata runs at the first boot only): the node stays up when the wait fails.
@@ -140,7 +172,7 @@ async def wait_after(parts: FleetParts, node: NodeRuntime, wait: Wait, timeout: 
     if wait is Wait.NONE or node.machine is None or node.agent is None:
         return
     try:
-        await wait_for_agent(parts.clock, node.machine, node.agent, timeout)
+        await wait_for_agent(clock, node.machine, node.agent, timeout)
     except NotReady as error:
         if error.ended is None:
             raise WaitTimeout(

@@ -32,6 +32,14 @@ def discard(path: str) -> None:
         pass
 
 
+def listing(directory: str) -> list[str]:
+    """The names in ``directory``, sorted; none when it does not exist."""
+    try:
+        return sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+
+
 def daemon_tag(state_dir: str) -> str:
     """What names this daemon's files in a tmpfs other daemons may share: a digest of its state directory."""
     return hashlib.sha256(os.path.abspath(state_dir).encode()).hexdigest()[:12]
@@ -166,4 +174,4 @@ class NodePaths:
         )
 
 
-__all__ = ["MAX_SOCKET_PATH", "NodePaths", "backing", "daemon_tag", "discard"]
+__all__ = ["MAX_SOCKET_PATH", "NodePaths", "backing", "daemon_tag", "discard", "listing"]

@@ -24,16 +24,14 @@ from ..errors import BadRequest, Conflict, Internal
 from ..guestport.guest import IGuestConnection, UserdataOutcome
 from ..hypervisors.base import HypervisorError, IMachine, MachineExit, NetSpec, describe_exit
 from ..observer import OneShotObserver
-from . import fork_memory
 from .events import DELETED, EventType, status_event
 from .launch import Launch, incoming, shaped, timed
 from .model import ASLEEP_STATUSES, NodeRecord, Status
-from .parts import FleetParts
 from .paths import NodePaths
 from .phase import NodePhase, node_phase
 from .provisioning import GuestSetup, Provisioning
 from .room import NodeRoom
-from .spare import remove_spare_directory
+from .runtime_parts import RuntimeParts, VmFiles
 
 log = Logger()
 
@@ -47,11 +45,12 @@ class NodeRuntime:
     One node of this daemon.
 
     :param record: its record as loaded or made.
-    :param parts: the node layer's collaborators.
+    :param parts: what it is made with.
+    :param files: what warm start keeps beside its VM.
     :param forgotten: called with this node once it is forgotten (the
         registry drops it).
     :param unmapped: called once its record stopped naming the fork memory
-        copies its VM mapped (see :func:`.fork_memory.release`).
+        copies its VM mapped (see :meth:`VmFiles.after_end`).
     :ivar machine: its VM while it runs and is this node's.
     :ivar agent: its agent connection while its VM runs.
     :ivar phase: what the daemon is doing with it (see :mod:`.phase`).
@@ -61,11 +60,12 @@ class NodeRuntime:
     """
 
     def __init__(
-        self, record: NodeRecord, parts: FleetParts, forgotten: Callable[["NodeRuntime"], None],
+        self, record: NodeRecord, parts: RuntimeParts, files: VmFiles, forgotten: Callable[["NodeRuntime"], None],
         unmapped: Callable[[], None] = lambda: None,
     ) -> None:
         self.record = record
         self._parts = parts
+        self._files = files
         self._forgotten = forgotten
         self._unmapped = unmapped
         self.paths = NodePaths.of(parts.store.node_dir(record.hostname))
@@ -179,15 +179,15 @@ class NodeRuntime:
         spec = self.paths.spec(self.record, kernel, initrd, incoming(launch), net)
         group = self._parts.config.group(self.record.hostgroup)
         spec = shaped(launch, evolve(spec, aslr=group is None or group.guest_aslr))
-        fork_memory.prepare(self.record)
+        self._files.before_start(self.record)
         self._boot_started = self._parts.clock.seconds() if timed(launch) else None
         try:
             machine = await driver.start(spec, self.paths.qemu_log)
         except HypervisorError as error:
             raise Internal(f"cannot start the VM of node {self.hostname!r}: {error}", code="boot_failed") from error
         self.own(machine)
-        # A VM of the node's own names replaces a spare's: its directory goes (see :mod:`.spare`).
-        remove_spare_directory(self.record.started_qmp)
+        # A VM of the node's own names replaces a spare's: its directory goes.
+        self._files.spare_replaced(self.record.started_qmp)
         self.record = evolve(
             self.record, pid=machine.pid, kernel=kernel, initrd=initrd, hypervisor=driver.description,
             metrics_channel=spec.metrics_socket is not None, bulk_channel=spec.bulk_socket is not None,
@@ -244,7 +244,7 @@ class NodeRuntime:
     def _first_ready(self, _: object) -> None:
         started, self._boot_started = self._boot_started, None
         if started is not None and self.phase.persists():
-            self._parts.on_boot(self.record.hostgroup, self._parts.clock.seconds() - started)
+            self._parts.metrics.observe_boot(self.record.hostgroup, self._parts.clock.seconds() - started)
 
     def take_machine(self) -> IMachine | None:
         """Take the VM from the node: whatever it does from now on is the taker's business."""
@@ -267,7 +267,7 @@ class NodeRuntime:
             await agent.stop()
         if machine is not None:
             await end(machine)
-        if fork_memory.release(self.record):
+        if self._files.after_end(self.record):
             # Not through set(): the status (and the idle timer's mark of a suspend under way) stays.
             self.record = evolve(self.record, memory_copies=())
             if self.phase.persists():
@@ -321,7 +321,7 @@ class NodeRuntime:
         if announce:
             self.announce(EventType.DELETED, status=DELETED)
         disk_removed = self._parts.disks.remove(self.paths.disk)
-        remove_spare_directory(self.record.started_qmp)
+        self._files.spare_replaced(self.record.started_qmp)
         self._parts.store.remove(self.hostname)
         return disk_removed
 

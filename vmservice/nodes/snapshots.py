@@ -48,7 +48,7 @@ class Snapshots(NodeOperations):
         node = await settled(self._registry, hostname)
         if automatic and (node.record.status is not Status.RUNNING or node.record.pci_devices):
             return Done(Op.SUSPEND, hostname, changed=False)  # the timer leaves these alone, quietly
-        await suspendable(self._parts)
+        await suspendable(self._parts.driver)
         if node.record.pci_devices:
             raise Conflict(f"node {hostname!r} has host PCI devices passed through, whose state cannot be saved",
                            code="pci_devices_not_suspendable")
@@ -104,10 +104,10 @@ class Snapshots(NodeOperations):
             (:mod:`.admission`); the node stays suspended, its snapshot kept.
         """
         node = await settled(self._registry, hostname)
-        await suspendable(self._parts)
+        await suspendable(self._parts.driver)
         with running(node, Op.RESTORE), room_for(f"the restore of node {hostname!r}"):
             await self._restore(node)
-        await wait_after(self._parts, node, wait, timeout)
+        await wait_after(self._parts.clock, node, wait, timeout)
         return Done(Op.RESTORE, hostname)
 
     async def wake(self, hostname: str, timeout: float) -> bool:
@@ -150,7 +150,7 @@ class Snapshots(NodeOperations):
             raise Conflict(f"node {hostname!r} has no snapshot to restore", code="no_snapshot")
         kernel, initrd = node.record.kernel, node.record.initrd
         if not kernel:
-            image = self._parts.image(self._parts.group(node.record.hostgroup), node.record.image)
+            image = self._parts.catalog.image(self._parts.catalog.group(node.record.hostgroup), node.record.image)
             kernel, initrd = image.kernel.path, image.initrd.path
         claim = self._parts.admission.admit(node.record.ram_bytes, hostname=hostname)
         began = self._parts.clock.seconds()
@@ -169,7 +169,7 @@ class Snapshots(NodeOperations):
             raise
         finally:
             claim.release()  # the node's VM runs (and counts) or it failed
-        self._parts.on_restore(node.record.hostgroup, self._parts.clock.seconds() - began)
+        self._parts.metrics.observe_restore(node.record.hostgroup, self._parts.clock.seconds() - began)
         node.paths.discard_snapshot()
         agent = node.connect_agent()
         sync_clock(hostname, agent, self._parts.wall_clock)

@@ -20,10 +20,10 @@ from twisted.logger import Logger
 
 from ..hypervisors.base import HypervisorError, IMachine, IVmProcesses
 from .model import NodeRecord, Status
-from .parts import FleetParts
 from .recovery import decide
 from .registry import Registry
 from .runtime import NodeRuntime
+from .runtime_parts import RuntimeParts
 
 log = Logger()
 
@@ -31,14 +31,21 @@ log = Logger()
 class Startup:
     """
     :param registry: the nodes (empty when the recovery starts).
-    :param parts: the node layer's collaborators.
     :param make: registers a node for a record found on disk.
+    :param parts: what the nodes are made with (their records, networks).
+    :param vms: the VMs an earlier run left: adopted, found and killed
+        without waiting for the driver's decision.
+    :param vm_directory: where the VMs of templates and spares run (those an
+        earlier run left are killed); ``None`` for none.
     """
 
-    def __init__(self, registry: Registry, parts: FleetParts, make: Callable[[NodeRecord], NodeRuntime]) -> None:
+    def __init__(self, registry: Registry, make: Callable[[NodeRecord], NodeRuntime], parts: RuntimeParts,
+                 vms: IVmProcesses, vm_directory: str | None = None) -> None:
         self._registry = registry
-        self._parts = parts
         self._make = make
+        self._parts = parts
+        self._vms = vms
+        self._vm_directory = vm_directory
 
     async def recover(self) -> None:
         """Recover every node on disk, then clean up what no node claims."""
@@ -51,7 +58,7 @@ class Startup:
         nodes = [self._make(record) for record in records]
         # Running VMs are adopted at once: none waits for the hypervisor's
         # decision (the KVM probe), which only VMs started from now on need.
-        vms = self._parts.vms
+        vms = self._vms
         for node in nodes:
             try:
                 await self._recover(vms, node)
@@ -67,8 +74,8 @@ class Startup:
                 log.info("killing VM process {pid}, which no node record claims", pid=pid)
                 vms.kill_orphan(pid)
         # A template's VM left by a run that ended during its build, and spare VMs no node was handed.
-        if self._parts.templates is not None:
-            directory = self._parts.templates.directory
+        directory = self._vm_directory
+        if directory is not None:
             for pid in vms.orphans(directory, 1) + vms.orphans(directory, 2):
                 if pid not in known:
                     log.info("killing template or spare VM process {pid} of an earlier run", pid=pid)

@@ -16,41 +16,41 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 
 from ..hypervisors.base import IMachine, MachineExit
-from . import fork_memory
 from .model import Status
-from .parts import FleetParts
 from .registry import Registry
 from .runtime import NodeRuntime
+from .runtime_parts import RuntimeParts
+from .warm_port import WarmStart
 
 log = Logger("vmservice.nodes.fleet")
 
 
-async def stop_all(registry: Registry, parts: FleetParts, memory_directory: str) -> None:
+async def stop_all(registry: Registry, parts: RuntimeParts, warm: WarmStart, stop_grace: float) -> None:
     """
     Stop every node's VM and close what the nodes share.
 
-    :param memory_directory: the daemon's fork memory directory (:func:`.fork_memory.memory_directory`).
+    :param parts: what the nodes are made with (driver, records, networks).
+    :param warm: warm start, whose memory directory and templates are closed last.
+    :param stop_grace: seconds a graceful stop waits before it kills.
     """
     # A KVM probe under way is stopped with the daemon (its QEMU killed and reaped).
     await parts.driver.stop()
     running = [node for node in registry.all() if node.machine is not None]
     if running:
         log.info("stopping {count} node(s)", count=len(running))
-        stops = [Deferred.fromCoroutine(_stop(registry, parts, node)) for node in running]
+        stops = [Deferred.fromCoroutine(_stop(registry, parts, node, stop_grace)) for node in running]
         await DeferredList(stops, consumeErrors=True)
     await parts.addressing.close()
-    fork_memory.close(memory_directory)
-    if parts.templates is not None:
-        parts.templates.close()
+    warm.close()
 
 
-async def _stop(registry: Registry, parts: FleetParts, node: NodeRuntime) -> None:
+async def _stop(registry: Registry, parts: RuntimeParts, node: NodeRuntime, stop_grace: float) -> None:
     """Stop a node's VM for the daemon's stop: ephemeral nodes go, persistent ones are kept Stopped."""
     group = parts.config.group(node.record.hostgroup)
     graceful = group.graceful_shutdown if group is not None else False
     paused = node.record.status == Status.PAUSED
     node.phase.abandon()
-    await node.release(_ending(parts.stop_grace, graceful, paused))
+    await node.release(_ending(stop_grace, graceful, paused))
     if node.record.persistent:
         parts.store.save(node.record.with_status(Status.STOPPED))
     else:

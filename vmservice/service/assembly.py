@@ -40,15 +40,20 @@ from ..metrics import STATUSES, Metrics
 from ..network.claims import RangeClaims
 from ..network.host import HostNetwork, command_runner
 from ..nodes.addressing import Addressing
-from ..nodes.adoption import IdentityAdoption
+from ..nodes.admission import Admission
 from ..nodes.background_limit import BackgroundLimit
 from ..nodes.console_rotation import ConsoleRotation
 from ..nodes.events import EventHub
 from ..nodes.fleet import Fleet
-from ..nodes.parts import DriverChoice, FleetParts
+from ..nodes.blocking import Blocking
+from ..nodes.catalog import Catalog
+from ..nodes.driver_choice import DriverChoice
 from ..nodes.room import RoomWatch
+from ..nodes.runtime_parts import RuntimeParts
 from ..nodes.store import NodeStore
-from ..nodes.templates import TemplateStore
+from ..nodes.warm.adoption import IdentityAdoption
+from ..nodes.warm.starts import WarmStarts
+from ..nodes.warm.templates import TemplateStore
 from ..nodestats_metrics import NodeStatsCollector, SnapshotSampler
 from ..secretstore import SecretStore
 from ..storage.overlay import OverlayDisks
@@ -108,51 +113,52 @@ def _snapshots(reactor: IDaemonReactor) -> Callable[[str, float], Deferred[Mappi
     return lambda socket, deadline: Deferred.fromCoroutine(client.snapshot(socket, deadline))
 
 
-def _fleet_parts(
+def _node_parts(
     config: Config, reactor: IDaemonReactor, store: NodeStore, images: Callable[[str], Image], secrets: SecretStore,
     metrics: Metrics, budget: BufferBudget, room: RoomWatch,
-) -> FleetParts:
-    """The fleet's collaborators: its driver, processes, disks, agents, network, templates, admission, ..."""
-    return FleetParts(
+) -> RuntimeParts:
+    """What the nodes are made with: the driver, agents, network, disks, events, secrets, room, metrics."""
+    return RuntimeParts(
         clock=reactor,
         config=config,
         store=store,
         driver=DriverChoice(lambda: Deferred.fromCoroutine(decide_driver(reactor, config, images(config.image)))),
-        vms=QemuProcesses(reactor),
-        images=images,
-        disks=OverlayDisks(reactor),
         agents=lambda path: AgentClient(reactor, path, budget=budget),
         addressing=Addressing(config, HostNetwork(config, command_runner(reactor))),
-        blocking=lambda call: deferToThreadPool(reactor, reactor.getThreadPool(), call),
-        secrets=secrets,
-        on_boot=metrics.observe_boot,
-        on_restore=metrics.observe_restore,
+        disks=OverlayDisks(reactor),
         events=EventHub(lambda: reactor.seconds()),
-        codehost_keys=_codehost(config, reactor),
-        snapshots=_snapshots(reactor),
-        templates=TemplateStore(
-            reactor, config.state_dir, config.templates_tmpfs_dir, config.templates_tmpfs_budget,
-            metrics.observe_template_build,
-        ),
-        adoption=IdentityAdoption(time.time_ns),
-        on_clone=metrics.observe_clone,
-        on_warm_fallback=metrics.observe_warm_fallback,
-        admission=make_admission(config, reactor),
-        on_idle=metrics.observe_idle,
+        secrets=secrets,
         room=room,
+        metrics=metrics,
     )
 
 
-def _watch_fleet(config: Config, fleet: Fleet, parts: FleetParts, metrics: Metrics) -> None:
+def _fleet(
+    config: Config, reactor: IDaemonReactor, parts: RuntimeParts, images: Callable[[str], Image], metrics: Metrics,
+    admission: Admission, blocking: Blocking,
+) -> Fleet:
+    """
+    The fleet of ``parts``, and warm start wired into it: the templates warm
+    groups' nodes are cloned from, and the identities clones and forks adopt.
+    """
+    catalog = Catalog(config, images)
+    templates = TemplateStore(reactor, config.state_dir, config.templates_tmpfs_dir, config.templates_tmpfs_budget,
+                              metrics.observe_template_build)
+    warm = WarmStarts(parts, catalog, admission, blocking, templates, IdentityAdoption(time.time_ns))
+    return Fleet(parts, catalog, warm, admission=admission, vms=QemuProcesses(reactor), blocking=blocking,
+                 snapshots=_snapshots(reactor), codehost_keys=_codehost(config, reactor))
+
+
+def _watch_fleet(config: Config, fleet: Fleet, admission: Admission, metrics: Metrics) -> None:
     """The fleet's events, node counts (by group and status) and admission, reported in ``metrics``."""
-    parts.events.listen(metrics.observe_event)
+    fleet.events.listen(metrics.observe_event)
 
     def node_counts() -> list[tuple[str, str, int]]:
         counted = Counter((r.hostgroup, r.status.value) for r in fleet.list())
         return [(g.name, s, counted[(g.name, s)]) for g in config.host_groups for s in STATUSES]
 
     metrics.watch_nodes(node_counts)
-    metrics.watch_admission(parts.admission.state)
+    metrics.watch_admission(admission.state)
 
 
 def _api_site(
@@ -177,7 +183,7 @@ def _api_site(
 
 
 def _service_tree(
-    config: Config, reactor: IDaemonReactor, claims: RangeClaims, fleet: Fleet, parts: FleetParts,
+    config: Config, reactor: IDaemonReactor, claims: RangeClaims, fleet: Fleet, blocking: Blocking,
     room: RoomWatch, metrics: Metrics, tokens: Tokens | None, connections: ConnectionLimits,
 ) -> MultiService:
     """
@@ -191,7 +197,7 @@ def _service_tree(
     fleet.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
     room.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
     # After the fleet: its first round sees the nodes the fleet's start registered.
-    rotation = ConsoleRotation(reactor, fleet.consoles.paths, parts.blocking, config.console_log_size)
+    rotation = ConsoleRotation(reactor, fleet.consoles.paths, blocking, config.console_log_size)
     rotation.setServiceParent(claimed)  # type: ignore[no-untyped-call]  # (as above)
     if config.stats_interval:
         sampler = SnapshotSampler(reactor, fleet.stats.all, config.stats_interval)
@@ -221,12 +227,14 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
     metrics = Metrics()
     budget = size_buffer_budget(config)
     room = RoomWatch(reactor, config.state_dir)
-    parts = _fleet_parts(config, reactor, store, images, secrets, metrics, budget, room)
-    fleet = Fleet(parts)
-    _watch_fleet(config, fleet, parts, metrics)
+    parts = _node_parts(config, reactor, store, images, secrets, metrics, budget, room)
+    admission = make_admission(config, reactor)
+    blocking: Blocking = lambda call: deferToThreadPool(reactor, reactor.getThreadPool(), call)
+    fleet = _fleet(config, reactor, parts, images, metrics, admission, blocking)
+    _watch_fleet(config, fleet, admission, metrics)
     tokens = load_tokens(config)
     connections = _api_site(config, reactor, fleet, metrics, secrets, budget, tokens)
-    top = _service_tree(config, reactor, claims, fleet, parts, room, metrics, tokens, connections)
+    top = _service_tree(config, reactor, claims, fleet, blocking, room, metrics, tokens, connections)
     where = config.api.unix_socket_path or f"{config.api.bind_address}:{config.api.port}"
     log.info(
         "vmservice on {where}, state in {state_dir}, auth {auth}",

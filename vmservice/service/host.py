@@ -21,9 +21,9 @@ from ..images.store import Image, ImageNotFound, resolve_image
 from ..network.claims import RangeClaims, RangeTaken
 from ..network.ipam import pool
 from ..nodes.admission import Admission, limits, mem_total
-from ..nodes.fork_memory import memory_directory
 from ..nodes.store import NodeStore, StateDirectoryInUse
-from ..nodes.templates import ram_directory
+from ..nodes.warm.fork_memory import memory_directory
+from ..nodes.warm.template_files import ram_directory
 from ..private_files import NotPrivate, private_directory, tighten
 from ..secretstore import SecretStore
 from .reactor import IDaemonReactor

@@ -10,7 +10,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.api.inputs.requests import dummy_request
 from vmservice.api.inputs.forks import fork_request
 from vmservice.errors import BadRequest
-from vmservice.nodes.forking import ForkRequest
+from vmservice.nodes.warm_port import ForkRequest
 from vmservice.nodes.model import MAX_FORK_COUNT
 
 

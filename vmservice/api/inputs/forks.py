@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.api.inputs.test_forks -*-
 """
 The body of a fork request, into the domain's
-:class:`~vmservice.nodes.forking.ForkRequest`: its count and tags checked.
+:class:`~vmservice.nodes.warm_port.ForkRequest`: its count and tags checked.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from twisted.web.iweb import IRequest
 
 from ...errors import BadRequest
-from ...nodes.forking import ForkRequest
+from ...nodes.warm_port import ForkRequest
 from ...nodes.model import MAX_FORK_COUNT
 from ..models.nodes import ForkNodeRequest
 from .bodies import json_object, structure

@@ -1,5 +1,5 @@
 """
-Tests for :mod:`vmservice.nodes.spare` (the machine) and the hand-over of a
+Tests for :mod:`vmservice.nodes.warm.spare` (the machine) and the hand-over of a
 template's spare VM to a create through the fleet on fakes: the create
 takes the spare (its record names the spare's QMP socket before anything
 else), the next spare starts only afterwards, a failed hand-over leaves
@@ -18,20 +18,20 @@ from attrs import evolve
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.nodes.fleets import fleet_of
 from tests.diagrams import drawn_transitions, machine_transitions
 from tests.fakes import FakeMachine, FleetHarness, empty_overlay_base
 from ipaddress import IPv4Interface, IPv4Network
 
-from tests.nodes.adoptions import FakeAdoption
+from tests.nodes.warm.adoptions import FakeAdoption
 from vmservice.config import HostGroupConfig, NetworkConfig
 from vmservice.hypervisors.base import HypervisorError, MachineSpec
 from vmservice.nodes.admission import Admission, Limits
-from vmservice.nodes.cloning import template_key
-from vmservice.nodes.fleet import Fleet
+from vmservice.nodes.warm.template_supply import template_key
 from vmservice.nodes.model import CreateRequest, NodeRecord, Wait
-from vmservice.nodes.spare import SPARE_PHASE, SpareCore
-from vmservice.nodes.template_files import Template
-from vmservice.nodes.templates import TemplateStore
+from vmservice.nodes.warm.spare import SPARE_PHASE, SpareCore
+from vmservice.nodes.warm.template_files import Template
+from vmservice.nodes.warm.templates import TemplateStore
 
 MiB = 1024 * 1024
 BRIDGED = HostGroupConfig(name="warm", vcpu=1, ram_bytes=256 * MiB, warm=True, storage_size=1 << 30,
@@ -99,8 +99,8 @@ class SpareTests(SynchronousTestCase):
         self.store = TemplateStore(self.harness.reactor, state_dir, os.path.join(state_dir, "shm"), 1 << 30)
         self.adoption = FakeAdoption(self.harness)
         admission = Admission(self.harness.reactor, Limits(budget=budget)) if budget else Admission.unlimited()
-        self.parts = evolve(self.harness.parts, templates=self.store, adoption=self.adoption, admission=admission)
-        self.fleet = Fleet(self.parts)
+        self.parts = evolve(self.harness.parts, admission=admission)
+        self.fleet = fleet_of(self.parts, self.store, self.adoption)
         self.key = template_key(group, 256 * MiB, 1, self.harness.image, self.harness.driver)
         self.group = group
 

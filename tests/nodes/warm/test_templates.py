@@ -1,5 +1,5 @@
 """
-Tests for :mod:`vmservice.nodes.templates`: one build per key however many
+Tests for :mod:`vmservice.nodes.warm.templates`: one build per key however many
 ask, failures remembered for a while, the tmpfs budget, replaced and
 collected templates.
 """
@@ -14,9 +14,9 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from vmservice.nodes.template_files import Template
-from vmservice.nodes.template_key import TemplateKey
-from vmservice.nodes.templates import RETRY_AFTER, TemplateStore, TemplateUnavailable
+from vmservice.nodes.warm.template_files import Template
+from vmservice.nodes.warm.template_key import TemplateKey
+from vmservice.nodes.warm.templates import RETRY_AFTER, TemplateStore, TemplateUnavailable
 
 MiB = 1024 * 1024
 KEY = TemplateKey(image="default", build="/img/default-1", qemu="qemu 7.2", ram_bytes=256 * MiB, vcpus=1,

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.nodes.test_cloning -*-
+# -*- test-case-name: tests.nodes.warm.test_cloning -*-
 """
 What a new clone needs before anything else reaches it: an identity of its
 own (:class:`ICloneAdoption`), since it continues the template's guest with
@@ -13,12 +13,15 @@ import os
 from typing import Callable
 
 from twisted.internet.defer import Deferred
+from twisted.logger import Logger
 from zope.interface import Interface, implementer
 
-from ..guestport.guest import IGuestConnection
-from ..guestport.identity import GuestNet, IAdoption, new_identity
-from ..hypervisors.base import NetSpec
-from .model import NodeRecord
+from ...guestport.guest import IGuestConnection
+from ...guestport.identity import GuestNet, IAdoption, new_identity
+from ...hypervisors.base import NetSpec
+from ..model import NodeRecord
+
+log = Logger()
 
 
 class ICloneAdoption(Interface):
@@ -72,4 +75,19 @@ async def _awaited(call: Callable[[], object]) -> None:
     await call()  # type: ignore[misc]
 
 
-__all__ = ["ICloneAdoption", "IdentityAdoption"]
+async def prepare_children(hostname: str, agent: IGuestConnection | None, adoption: ICloneAdoption) -> None:
+    """
+    Have a fork's parent's guest (``agent``) load what adopting needs before
+    it is frozen (as a template does), so its children adopt at once; one
+    that cannot (no agent now, an older agent) is forked all the same, its
+    children slower.
+    """
+    if agent is None or not agent.connected:
+        return
+    try:
+        await adoption.prepare(agent)
+    except Exception as error:
+        log.info("node {hostname} could not prepare its children's adoption: {error}", hostname=hostname, error=error)
+
+
+__all__ = ["ICloneAdoption", "IdentityAdoption", "prepare_children"]

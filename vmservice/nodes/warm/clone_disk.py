@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.nodes.test_cloning,tests.nodes.test_forking -*-
+# -*- test-case-name: tests.nodes.warm.test_cloning,tests.nodes.warm.test_forking -*-
 """
 A clone's disk: a copy of its template's *empty overlay*.
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from ..storage.interfaces import IDisks
-from .paths import discard
+from ...storage.interfaces import IDisks
+from ..paths import discard
 from .template_files import Template
 
 

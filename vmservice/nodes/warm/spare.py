@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.nodes.test_spare -*-
+# -*- test-case-name: tests.nodes.warm.test_spare -*-
 """
 A template's spare VM: a clone's QEMU started ahead of the create that
 needs it (diagram: ``docs/state-machines/spare.dot``).
@@ -47,10 +47,10 @@ from automat import TypeMachine, TypeMachineBuilder
 from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 
-from ..hypervisors.base import IHypervisor, IMachine, MachineExit, MachineSpec, NetSpec, RamBacking
-from ..storage.interfaces import IDisks
+from ...hypervisors.base import IHypervisor, IMachine, MachineExit, MachineSpec, NetSpec, RamBacking
+from ...storage.interfaces import IDisks
 from .clone_disk import make_clone_disk
-from .paths import NodePaths
+from ..paths import NodePaths
 from .template_files import Template
 
 log = Logger()

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.nodes.test_cloning -*-
+# -*- test-case-name: tests.nodes.warm.test_cloning -*-
 """
 Starting a warm group's node as a clone of its template, and falling back
 to a cold boot of the same node whenever that cannot be done.
@@ -22,22 +22,20 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from ..config import HostGroupConfig
-from ..guestport.guest import IGuestConnection
-from ..hypervisors.base import HypervisorError, IHypervisor, IMachine, NetSpec
-from ..images.store import Image
+from ...config import HostGroupConfig
+from ...guestport.guest import IGuestConnection
+from ...hypervisors.base import HypervisorError, IMachine, NetSpec
+from ...images.store import Image
+from ..launch import Clone
+from ..model import NodeRecord
+from ..operation import ended
+from ..paths import discard
+from ..readiness import wait_for_guest
+from ..runtime import NodeRuntime
 from .clone_disk import make_clone_disk
-from .launch import Clone
-from .model import NodeRecord
-from .operation import ended
-from .paths import discard
-from .parts import FleetParts
-from .readiness import wait_for_guest
-from .runtime import NodeRuntime
 from .spare import Spare
-from .template_build import TemplateBuilder
 from .template_files import Template
-from .template_key import TemplateKey
+from .template_supply import TemplateSupply, spare_count
 from .templates import TemplateUnavailable
 
 log = Logger()
@@ -49,27 +47,14 @@ ADOPT_TIMEOUT = 30.0
 _REBUILT = frozenset({"missing", "load_failed"})
 
 
-def template_key(group: HostGroupConfig, ram_bytes: int, vcpus: int, image: Image, driver: IHypervisor) -> TemplateKey:
-    """The key of the template a node of ``group`` with ``ram_bytes`` and ``vcpus`` is cloned from."""
-    return TemplateKey(
-        image=image.name,
-        build=image.path.path,
-        qemu=f"{driver.version}, {driver.description}",
-        ram_bytes=ram_bytes,
-        vcpus=vcpus,
-        network=group.network is not None,
-        storage_size=group.storage_size,
-        aslr=group.guest_aslr,
-    )
-
-
 @frozen
 class Cloning:
     """
-    :ivar parts: the node layer's collaborators (with their templates).
+    :ivar supply: the templates and spares clones are made of (with the
+        node layer's collaborators).
     """
 
-    parts: FleetParts
+    supply: TemplateSupply
 
     async def start(self, node: NodeRuntime, group: HostGroupConfig, image: Image,
                     net: NetSpec | None) -> tuple[IMachine, IGuestConnection] | None:
@@ -79,8 +64,9 @@ class Cloning:
         """
         try:
             template = await self._template(node.record, group, image, net)
-            began = self.parts.clock.seconds()
-            templates = self.parts.templates
+            parts = self.supply.parts
+            began = parts.clock.seconds()
+            templates = self.supply.templates
             assert templates is not None
             templates.clone_began(template.key)
             try:
@@ -88,99 +74,33 @@ class Cloning:
             finally:
                 # Only once no clone of it is adopting: a spare started earlier would compete with them for the CPU.
                 if templates.clone_ended(template.key):
-                    self.replenish(group, template)
-            self.parts.on_clone(group.name, self.parts.clock.seconds() - began)
+                    self.supply.replenish(group, template)
+            parts.metrics.observe_clone(group.name, parts.clock.seconds() - began)
             return cloned
         except TemplateUnavailable as error:
             log.warn("node {hostname} boots cold instead of from a template: {reason}",
                      hostname=node.hostname, reason=error)
-            self.parts.on_warm_fallback(group.name, error.kind)
+            self.supply.parts.metrics.observe_warm_fallback(group.name, error.kind)
             if error.kind in _REBUILT:
                 # The warm group keeps a template ready: its next one is built now, not at its next create.
                 log.info("host group {group} gets a new template in the background", group=group.name)
-                Deferred.fromCoroutine(self.prepare(group))
+                Deferred.fromCoroutine(self.supply.prepare(group))
             return None
 
     async def _template(self, record: NodeRecord, group: HostGroupConfig, image: Image,
                         net: NetSpec | None) -> Template:
         if record.pci_devices:
             raise TemplateUnavailable("pci_devices", "a node with host PCI devices is never a clone")
-        if net is not None and self.parts.adoption is None:
+        if net is not None and self.supply.adoption is None:
             raise TemplateUnavailable("network", "a clone with a network must adopt its own MAC and address, "
                                                  "and this daemon has no adoption")
-        return await self._get(group, record.ram_bytes, record.cpus, image)
-
-    async def _get(self, group: HostGroupConfig, ram_bytes: int, vcpus: int, image: Image) -> Template:
-        driver = await self.parts.driver.get()
-        key = template_key(group, ram_bytes, vcpus, image, driver)
-        builder = TemplateBuilder(self.parts, image.rootfs.path)
-        templates = self.parts.templates
-        if templates is None:
-            raise TemplateUnavailable("no_templates", "this daemon keeps no templates")
-        return await templates.get(key, image.kernel.path, image.initrd.path, builder)
-
-    async def prepare(self, group: HostGroupConfig) -> None:
-        """
-        Build the template of ``group``'s nodes as the group makes them (its
-        image, RAM and vCPUs) ahead of the first create, when the daemon
-        starts; a failure is only logged (creates then boot cold).
-        """
-        if self.parts.templates is None or (group.network is not None and self.parts.adoption is None):
-            return
-        try:
-            template = await self._get(group, group.ram_bytes, group.vcpu, self.parts.image(group))
-        except Exception as error:
-            log.warn("no template for host group {group} yet: {error}", group=group.name, error=error)
-            return
-        self.replenish(group, template)
-
-    def replenish(self, group: HostGroupConfig, template: Template) -> None:
-        """
-        Start a spare VM of ``template`` in the background when ``group`` (or
-        another group of it before) asks for spares, the template's pool
-        has fewer than that, none is being started and no clone of it is being
-        made (:meth:`TemplateStore.add_spare`), and admission has room for one
-        more VM of its RAM; once it is ready, the next one the same way.  A
-        networked template has spares only for a bridged group (a spare's tap
-        is renamed to the node's at the hand-over).
-        """
-        templates, parts = self.parts.templates, self.parts
-        # The clone that ends last may be of another group of the same template: it starts the spare then.
-        if templates is None or not templates.wants_spare(template.key, _spare_count(group)):
-            return
-        if not parts.admission.room_for(template.key.ram_bytes):
-            log.info("no spare VM for template {digest}: the memory budget has no room",
-                     digest=template.key.digest())
-            templates.short_of_room[template.key] = lambda: self.replenish(group, template)
-            return
-        spare = templates.add_spare(template)
-        if spare is not None:
-            Deferred.fromCoroutine(self._start_spare(group, spare))
-
-    def room_freed(self) -> None:
-        """
-        Memory was given back (a node is gone): start the spares refused for
-        lack of it, as far as it has room now (one still refused waits for the
-        next).  Without this a pool stayed short until a clone of its template
-        ended, though the group waits idle with memory to spare.
-        """
-        templates = self.parts.templates
-        if templates is not None and templates.short_of_room:
-            retries = list(templates.short_of_room.values())
-            templates.short_of_room.clear()
-            for retry in retries:
-                retry()
-
-    async def _start_spare(self, group: HostGroupConfig, spare: Spare) -> None:
-        """Start ``spare``; once it is ready, the pool's next one (a failed start is not tried again until a clone ends)."""
-        if await spare.start(await self.parts.driver.get(), self.parts.disks):
-            self.replenish(group, spare.template)
+        return await self.supply.get(group, record.ram_bytes, record.cpus, image)
 
     async def _spare_or_clone(self, node: NodeRuntime, group: HostGroupConfig, template: Template,
                               net: NetSpec | None) -> tuple[IMachine, IGuestConnection]:
         """Clone ``node`` from the template's ready spare VM when its group takes spares, else as usual."""
-        templates = self.parts.templates
-        spare = templates.take_spare(template) if templates is not None and _spare_count(group) else None
+        templates = self.supply.templates
+        spare = templates.take_spare(template) if templates is not None and spare_count(group) else None
         if spare is not None:
             try:
                 return await self._from_spare(node, template, spare, net)
@@ -197,10 +117,10 @@ class Cloning:
         recognizes), then the files, then load and adopt as any clone.  A
         failure kills the spare and leaves nothing of it.
         """
-        steps = StepTimes(self.parts.clock)
+        steps = StepTimes(self.supply.parts.clock)
         machine = spare.machine
         assert machine is not None
-        driver = await self.parts.driver.get()
+        driver = await self.supply.parts.driver.get()
         tapped = False
         try:
             node.set(node.record.status, frozen_disk=template.disk, clone_memory=True,
@@ -210,7 +130,7 @@ class Cloning:
             spare.hand_over(node.paths)
             if spare.tap is not None:
                 tapped = True
-                await self.parts.addressing.take_tap(node.record, spare.tap)
+                await self.supply.parts.addressing.take_tap(node.record, spare.tap)
             steps.done("hand over")
             agent = node.connect_agent(adopting=True)
             await machine.load_device_state(template.device_state)
@@ -228,10 +148,10 @@ class Cloning:
 
     async def _adopt(self, node: NodeRuntime, machine: IMachine, net: NetSpec | None,
                      agent: IGuestConnection) -> None:
-        adoption = self.parts.adoption
+        adoption = self.supply.adoption
         if adoption is not None:
             adopted = adoption.adopt(node.record, net, agent)
-            await wait_for_guest(self.parts.clock, machine, adopted, ADOPT_TIMEOUT)
+            await wait_for_guest(self.supply.parts.clock, machine, adopted, ADOPT_TIMEOUT)
 
     async def _undo_spare(self, node: NodeRuntime, spare: Spare, tapped: bool) -> None:
         """
@@ -246,15 +166,15 @@ class Cloning:
         paths = node.paths
         for path in (paths.agent, paths.qmp, paths.metrics, paths.bulk):
             discard(path)
-        self.parts.disks.remove(paths.disk)
+        self.supply.parts.disks.remove(paths.disk)
         node.set(node.record.status, frozen_disk="", clone_memory=False, started_qmp="", pid=None)
         if tapped:
-            await self.parts.addressing.detach(node.record)
-            await self.parts.addressing.attach(node.record)
+            await self.supply.parts.addressing.detach(node.record)
+            await self.supply.parts.addressing.attach(node.record)
 
     async def _clone(self, node: NodeRuntime, template: Template,
                      net: NetSpec | None) -> tuple[IMachine, IGuestConnection]:
-        parts = self.parts
+        parts = self.supply.parts
         steps = StepTimes(parts.clock)
         node.record = evolve(node.record, frozen_disk=template.disk, clone_memory=True)
         try:
@@ -281,9 +201,9 @@ class Cloning:
             if killed:
                 # Killed from outside (kill -9, the OOM killer): the template is not to blame and is kept.
                 raise TemplateUnavailable("clone_killed", f"the clone's VM was killed: {error}") from None
-            if self.parts.templates is not None:
+            if self.supply.templates is not None:
                 # Broken: the next create builds it again.
-                self.parts.templates.discard(template.key, only=template)
+                self.supply.templates.discard(template.key, only=template)
             raise TemplateUnavailable("load_failed", f"the template's state could not be loaded: {error}") from None
         try:
             await self._adopt(node, machine, net, agent)
@@ -304,7 +224,7 @@ class Cloning:
         machine = node.take_machine() or machine
         if machine is not None:
             await machine.kill()
-        self.parts.disks.remove(node.paths.disk)
+        self.supply.parts.disks.remove(node.paths.disk)
         node.record = evolve(node.record, frozen_disk="", clone_memory=False, pid=None)
 
 
@@ -312,14 +232,6 @@ def _killed(machine: IMachine) -> bool:
     """Whether ``machine`` has ended, killed by SIGKILL (from outside: the daemon had not killed it yet)."""
     how = ended(machine)
     return how is not None and how.signal == signal.SIGKILL
-
-
-def _spare_count(group: HostGroupConfig) -> int:
-    """
-    How many spare VMs of its templates ``group`` asks for (its nodes take
-    them when it asks for any): ``warm_spare``, and none for a network other than a bridge.
-    """
-    return group.warm_spare if group.network is None or group.network.mode == "bridge" else 0
 
 
 class StepTimes:
@@ -339,4 +251,4 @@ class StepTimes:
         return ", ".join(self._steps)
 
 
-__all__ = ["Cloning", "StepTimes", "template_key"]
+__all__ = ["ADOPT_TIMEOUT", "Cloning", "StepTimes"]

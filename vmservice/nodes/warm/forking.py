@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.nodes.test_forking -*-
+# -*- test-case-name: tests.nodes.warm.test_forking -*-
 """
 A hot fork: N new nodes that continue from a running node's memory and disk
 at one instant, each with an identity of its own, while the parent goes on
@@ -25,77 +25,47 @@ import os
 import secrets
 import shutil
 from datetime import datetime, timezone
-from typing import Callable
 
-from attrs import evolve, frozen
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ..errors import BadRequest, Conflict, Internal
-from ..hypervisors.base import HypervisorError, IMachine
-from ..private_files import private_directory
-from .adoption import ICloneAdoption
+from ...errors import BadRequest, Conflict, Internal
+from ...hypervisors.base import HypervisorError, IMachine
+from ...private_files import private_directory
+from ..blocking import Blocking
+from ..events import EventType
+from ..launch import ForkChild
+from ..model import MAX_FORK_COUNT, NodeRecord, Status, unique, visible
+from ..new_nodes import NewNodes
+from ..operation import drive, failure_of, settled
+from ..paths import discard
+from ..readiness import wait_for_guest
+from ..room import room_for
+from ..runtime import NodeRuntime
+from ..warm_port import Forked, ForkRequest
+from .adoption import ICloneAdoption, prepare_children
 from .clone_disk import make_empty_overlay
 from .cloning import ADOPT_TIMEOUT, StepTimes
-from .creation import next_hostname
-from .events import EventType
+from .fork_files import file_size, forks_directory, switch_disk
 from .fork_memory import fork_state
-from .launch import ForkChild
 from .memory_fork import MemoryFork
-from .model import MAX_FORK_COUNT, NodeRecord, Status, unique, visible
-from .operation import drive, failure_of, settled
-from .parts import FleetParts
-from .paths import daemon_tag, discard
-from .readiness import wait_for_guest
-from .registry import Registry
-from .room import room_for
-from .runtime import NodeRuntime
 
 log = Logger()
 
-@frozen
-class ForkRequest:
-    """
-    :ivar count: how many children (1 to :data:`MAX_FORK_COUNT`).
-    :ivar tags: the children's tags.
-    :ivar persistent: whether the children are persistent; ``None`` for the parent's.
-    """
-
-    count: int = 1
-    tags: tuple[str, ...] = ()
-    persistent: bool | None = None
-
-
-@frozen
-class Forked:
-    """
-    What a fork made.
-
-    :ivar children: the children's records, in order.
-    :ivar pause: seconds the parent stood still.
-    """
-
-    children: tuple[NodeRecord, ...]
-    pause: float
-
-
-def forks_directory(state_dir: str) -> str:
-    """Where the frozen disks of forks live."""
-    return os.path.join(state_dir, "forks")
-
-
 class Forking:
     """
-    :param registry: the nodes.
-    :param parts: the node layer's collaborators.
-    :param make: registers a node for a new record.
+    :param new: what makes the children (registry, parts, catalog, admission).
+    :param blocking: runs the memory file's copy off the reactor.
+    :param adoption: gives each child an identity of its own; ``None``:
+        this daemon cannot fork.
     """
 
-    def __init__(self, registry: Registry, parts: FleetParts, make: Callable[[NodeRecord], NodeRuntime]) -> None:
-        self._registry = registry
-        self._parts = parts
-        self._make = make
+    def __init__(self, new: NewNodes, blocking: Blocking, adoption: ICloneAdoption | None = None) -> None:
+        self._new = new
+        self._parts = new.parts
+        self._blocking = blocking
+        self._adoption = adoption
 
     async def fork(self, hostname: str, request: ForkRequest) -> Forked:
         """
@@ -112,11 +82,11 @@ class Forking:
         """
         if not 1 <= request.count <= MAX_FORK_COUNT:
             raise BadRequest(f"count must be between 1 and {MAX_FORK_COUNT}", code="limit_exceeded")
-        parent = await settled(self._registry, hostname)
+        parent = await settled(self._new.registry, hostname)
         parent.phase.begin("fork")
         try:
             with room_for(f"the fork of node {hostname!r}"):
-                return await self._parts.admission.admitted(
+                return await self._new.admission.admitted(
                     self._fork(parent, request), parent.record.ram_bytes, request.count, parent.record.hostgroup)
         finally:
             parent.phase.finish()
@@ -131,8 +101,8 @@ class Forking:
         if parent.record.pci_devices:
             raise Conflict(f"node {hostname!r} has host PCI devices passed through: it cannot be forked",
                            code="not_forkable")
-        group = self._parts.group(parent.record.hostgroup)
-        adoption = self._parts.adoption
+        group = self._new.catalog.group(parent.record.hostgroup)
+        adoption = self._adoption
         if adoption is None:
             raise Conflict("this daemon cannot give forked nodes identities of their own", code="not_forkable")
         if await drive("fork", hostname, machine.run_state(), machine) != "running":
@@ -143,9 +113,9 @@ class Forking:
         private_directory(os.path.dirname(state))
         frozen_disk = os.path.join(directory, "disk.qcow2")
         empty = os.path.join(directory, "empty.qcow2")
-        await _prepare(hostname, parent, adoption)
+        await prepare_children(hostname, parent.agent, adoption)
         children: list[NodeRuntime] = []
-        memory = await MemoryFork.begin(parent, self._parts.clock, self._parts.blocking)
+        memory = await MemoryFork.begin(parent, self._parts.clock, self._blocking)
         try:
             pause = await self._freeze(parent, machine, frozen_disk, state, memory)
             await self._empty_overlay(frozen_disk, empty, group.storage_size)
@@ -169,10 +139,10 @@ class Forking:
                 raise
             raise failure from error
         finally:
-            size = _size(state)
+            size = file_size(state)
             discard(state)
             discard(empty)
-            memory.end(parent, [node.record for node in self._registry.all()])
+            memory.end(parent, [node.record for node in self._new.registry.all()])
         log.info("forked node {hostname} into {children} after a pause of {pause:.3f} s (state {size:.0f} MB)",
                  hostname=hostname, children=", ".join(c.hostname for c in children), pause=pause, size=size / 1e6)
         return Forked(tuple(visible(child.record) for child in children), pause)
@@ -200,7 +170,8 @@ class Forking:
             before = parent.record.forked_disks
             parent.set(parent.record.status, forked_disks=(*before, frozen_disk))
             try:
-                await self._switch_disk(parent, machine, frozen_disk)
+                await switch_disk(parent, machine, frozen_disk, self._parts.disks,
+                                  self._new.catalog.group(parent.record.hostgroup).storage_size)
             except BaseException:
                 parent.set(parent.record.status, forked_disks=before)
                 raise
@@ -216,45 +187,13 @@ class Forking:
                 parent.set(parent.record.status, forking=False)
         return pause
 
-    async def _switch_disk(self, parent: NodeRuntime, machine: IMachine, frozen_disk: str) -> None:
-        """
-        Give the parent's disk a second name, ``frozen_disk``, and switch its
-        VM to a new overlay over it, which then takes the disk's usual name.
-
-        QEMU reopens the frozen disk read-only *by the name it opened it
-        with* when it switches, so that name must still be the frozen disk
-        then: the overlay is made under a name of its own
-        (``disk.<random>.qcow2``, kept as a second name of the parent's disk
-        for the next fork) and renamed over ``disk.qcow2`` only afterwards.
-        """
-        disk = parent.paths.disk
-        directory = os.path.dirname(disk)
-        earlier = [os.path.join(directory, name) for name in os.listdir(directory)
-                   if name.startswith("disk.") and name.endswith(".qcow2") and name != "disk.qcow2"]
-        overlay = os.path.join(directory, f"disk.{secrets.token_hex(4)}.qcow2")
-        os.makedirs(os.path.dirname(frozen_disk), mode=0o700, exist_ok=True)
-        os.link(disk, frozen_disk)
-        try:
-            info = self._parts.disks.info(frozen_disk)
-            size = info.size_bytes if info is not None else self._parts.group(parent.record.hostgroup).storage_size
-            await self._parts.disks.create(frozen_disk, overlay, size)
-            await drive("fork", parent.hostname, machine.snapshot_disk(overlay), machine)
-        except BaseException:
-            discard(overlay)
-            discard(frozen_disk)
-            raise
-        os.link(overlay, disk + ".new")
-        os.replace(disk + ".new", disk)
-        for path in earlier:
-            discard(path)
-
     def _child(self, parent: NodeRuntime, group_name: str, request: ForkRequest, memory: MemoryFork) -> NodeRuntime:
         """Record and register one child (its status ``Creating``)."""
         parts = self._parts
-        group = parts.group(group_name)
-        lease = parts.addressing.lease(group, None, self._registry.addresses())
+        group = self._new.catalog.group(group_name)
+        lease = parts.addressing.lease(group, None, self._new.registry.addresses())
         record = memory.child(NodeRecord(
-            hostname=next_hostname(self._registry, parts, group),
+            hostname=self._new.next_hostname(group),
             hostgroup=group.name,
             ram_bytes=parent.record.ram_bytes,
             cpus=parent.record.cpus,
@@ -271,7 +210,7 @@ class Forking:
             kernel=parent.record.kernel,
             initrd=parent.record.initrd,
         ))
-        node = self._make(record)
+        node = self._new.make(record)
         parts.store.save(record)
         node.announce(EventType.CREATED)
         return node
@@ -295,7 +234,7 @@ class Forking:
         shutil.copyfile(empty_overlay, node.paths.disk)
         kernel, initrd = node.record.kernel, node.record.initrd
         if not kernel:
-            image = parts.image(parts.group(node.record.hostgroup), node.record.image)
+            image = self._new.catalog.image(self._new.catalog.group(node.record.hostgroup), node.record.image)
             kernel, initrd = image.kernel.path, image.initrd.path
         machine = await node.spawn(ForkChild(kernel, initrd, state, memory.memory()), net)
         try:
@@ -320,68 +259,4 @@ class Forking:
         node.started()
 
 
-async def _prepare(hostname: str, parent: NodeRuntime, adoption: ICloneAdoption) -> None:
-    """
-    Have the parent's guest load what adopting needs before it is frozen (as
-    a template does), so its children adopt at once; one that cannot (no
-    agent now, an older agent) is forked all the same, its children slower.
-    """
-    agent = parent.agent
-    if agent is None or not agent.connected:
-        return
-    try:
-        await adoption.prepare(agent)
-    except Exception as error:
-        log.info("node {hostname} could not prepare its children's adoption: {error}", hostname=hostname, error=error)
-
-
-def _size(path: str) -> int:
-    """The size of the file at ``path``, 0 when there is none."""
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
-
-
-def state_prefix(state_dir: str, tmpfs_dir: str) -> str:
-    """
-    How the names of this daemon's fork state files began in earlier versions
-    (in ``tmpfs_dir`` itself, which others share; now they are in its memory
-    directory: :func:`.fork_memory.fork_state`).
-    """
-    return os.path.join(tmpfs_dir, f"vmservice-fork-{daemon_tag(state_dir)}-")
-
-
-def discard_fork_states(state_dir: str, tmpfs_dir: str) -> None:
-    """
-    Delete the state files of forks an earlier version of this daemon left in
-    ``tmpfs_dir`` (it ended during a fork; those of this version go with the
-    memory directory's sweep).
-    """
-    prefix = state_prefix(state_dir, tmpfs_dir)
-    try:
-        names = os.listdir(tmpfs_dir)
-    except OSError:
-        return
-    for name in names:
-        path = os.path.join(tmpfs_dir, name)
-        if path.startswith(prefix):
-            discard(path)
-
-
-def collect_forks(state_dir: str, referenced: set[str]) -> None:
-    """Delete the fork directories whose frozen disk no record in ``referenced`` names."""
-    directory = forks_directory(state_dir)
-    live = {os.path.dirname(path) for path in referenced}
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return
-    for name in names:
-        path = os.path.join(directory, name)
-        if path not in live:
-            log.info("removing unused fork files {path}", path=path)
-            shutil.rmtree(path, ignore_errors=True)
-
-
-__all__ = ["ForkRequest", "Forked", "Forking", "collect_forks", "discard_fork_states", "forks_directory", "state_prefix"]
+__all__ = ["Forking"]

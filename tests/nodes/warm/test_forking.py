@@ -1,5 +1,5 @@
 """
-Tests for :mod:`vmservice.nodes.forking` through the fleet on fakes: the
+Tests for :mod:`vmservice.nodes.warm.forking` through the fleet on fakes: the
 parent is paused, its disk frozen and its state saved before it runs on;
 each child loads that state with its agent connected first and adopts its
 identity; the limits and statuses refused; a failure halfway removes the
@@ -19,14 +19,15 @@ from attrs import evolve
 from twisted.internet.defer import Deferred, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.nodes.fleets import fleet_of
 from tests.fakes import FakeMachine, FleetHarness
-from tests.nodes.adoptions import RecordingAdoption
+from tests.nodes.warm.adoptions import RecordingAdoption
 from vmservice.config import HostGroupConfig, NetworkConfig
 from vmservice.errors import BadRequest, Conflict, Internal, NotFound
 from vmservice.hypervisors.base import HypervisorError, IMachine, MachineSpec
-from vmservice.nodes.fleet import Fleet
-from vmservice.nodes.fork_memory import STATE_PREFIX, memory_directory
-from vmservice.nodes.forking import Forked, ForkRequest, forks_directory, state_prefix
+from vmservice.nodes.warm.fork_memory import STATE_PREFIX, memory_directory
+from vmservice.nodes.warm.fork_files import forks_directory, state_prefix
+from vmservice.nodes.warm_port import Forked, ForkRequest
 from vmservice.private_files import NotPrivate
 from vmservice.nodes.model import CreateRequest, Status, Wait
 
@@ -45,7 +46,7 @@ class ForkingTests(SynchronousTestCase):
         os.makedirs(self.shm)
         self.adoption = RecordingAdoption(self.harness)
         config = evolve(self.harness.config, templates_tmpfs_dir=self.shm)
-        self.fleet = Fleet(evolve(self.harness.parts, config=config, adoption=self.adoption))
+        self.fleet = fleet_of(evolve(self.harness.parts, config=config), adoption=self.adoption)
         self.fleet.startService()
         self.addCleanup(lambda: self.fleet.stopService() if self.fleet.running else None)
         self.parent = self.successResultOf(
@@ -209,7 +210,7 @@ class ForkingTests(SynchronousTestCase):
         again = FleetHarness(self.harness.config.state_dir, groups=GROUPS, driver=self.harness.driver)
         config = evolve(again.config, templates_tmpfs_dir=self.shm)
         # The dead daemon's fleet is never stopped; the new one is, by setUp's cleanup.
-        dead, self.fleet = self.fleet, Fleet(evolve(again.parts, config=config, adoption=self.adoption))
+        dead, self.fleet = self.fleet, fleet_of(evolve(again.parts, config=config), adoption=self.adoption)
         self.fleet.startService()
         [record] = again.store.load_all()[0]
         self.assertEqual((record.hostname, record.status, record.forking), (self.parent, Status.RUNNING, False))
@@ -300,8 +301,8 @@ class ForkingTests(SynchronousTestCase):
         for path in (left, foreign, os.path.join(memory, STATE_PREFIX + "0123")):
             with open(path, "wb") as f:
                 f.write(b"state")
-        fleet = Fleet(evolve(self.harness.parts, config=evolve(config, templates_tmpfs_dir=self.shm),
-                             adoption=self.adoption))
+        fleet = fleet_of(evolve(self.harness.parts, config=evolve(config, templates_tmpfs_dir=self.shm)),
+                         adoption=self.adoption)
         fleet.startService()
         self.addCleanup(fleet.stopService)
         self.assertEqual(sorted(os.listdir(self.shm)), sorted([os.path.basename(foreign), os.path.basename(memory)]))

@@ -1,6 +1,6 @@
-# -*- test-case-name: tests.nodes.test_template_state -*-
+# -*- test-case-name: tests.nodes.warm.test_template_state -*-
 """
-One template key's state in :class:`~vmservice.nodes.templates.TemplateStore`,
+One template key's state in :class:`~vmservice.nodes.warm.templates.TemplateStore`,
 as one automat machine (diagram: ``docs/state-machines/template.dot``).
 
 Theory of operation
@@ -25,7 +25,7 @@ of the key, whatever its template is) and its :class:`TemplateState`.
   template; spares are added to and taken from its pool.  :meth:`drop
   <TemplateState.drop>` kills the spares and removes the RAM file, the
   device state and the empty overlay (the frozen disk stays for the nodes
-  that name it, until :meth:`~vmservice.nodes.templates.TemplateStore.collect`).
+  that name it, until :meth:`~vmservice.nodes.warm.templates.TemplateStore.collect`).
 - **Failed** (when, why): asks within :data:`RETRY_AFTER` of the failure are
   refused with its reason (the node boots cold); a later ask starts a build.
 
@@ -38,7 +38,6 @@ each state answers it in its own way.
 from __future__ import annotations
 
 import os
-import shutil
 from typing import Any, Callable, Protocol
 
 from attrs import define, field, frozen
@@ -47,93 +46,15 @@ from automat._typed import TypedDataState, TypedState  # the types of a builder'
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from ..errors import Internal
-from ..observer import OneShotObserver
-from .paths import discard
-from .spare import SPARE_PREFIX, SPARE_TAP_PREFIX, Spare
+from ...observer import OneShotObserver
+from .spare import Spare
 from .template_files import Template
 from .template_key import TemplateKey
+from .template_records import (
+    RETRY_AFTER, BuildFailure, BuildUnderWay, Built, Held, TemplateUnavailable, delete_files, new_spare,
+)
 
 log = Logger()
-
-#: Seconds a failed build of a key is remembered: creates meanwhile boot cold at once instead of trying again.
-RETRY_AFTER = 60.0
-
-
-class TemplateUnavailable(Exception):
-    """No template can be used: the node boots cold.
-
-    :ivar kind: a short word for the metric (``build_failed``, ``budget``,
-        ``missing``, ``load_failed``, ``network``).
-    """
-
-    def __init__(self, kind: str, reason: str) -> None:
-        super().__init__(reason)
-        self.kind = kind
-
-
-@frozen
-class BuildUnderWay:
-    """
-    A build under way.
-
-    :ivar template: the files it makes.
-    :ivar observer: fired with the template (or failed) when it ends; every ask waits for it.
-    :ivar run: the build itself (cancelled when the daemon stops).
-    """
-
-    template: Template
-    observer: OneShotObserver[Template]
-    run: Deferred[None]
-
-
-@frozen
-class Built:
-    """
-    A ready template.
-
-    :ivar template: its files.
-    :ivar spares: its spare VMs (those that hold memory no longer are dropped when it is looked at).
-    """
-
-    template: Template
-    spares: list[Spare] = field(factory=list)
-
-    def pool(self) -> list[Spare]:
-        """The spares that hold memory (starting or ready), the others forgotten."""
-        self.spares[:] = [spare for spare in self.spares if spare.phase.holds()]
-        return self.spares
-
-
-@frozen
-class BuildFailure:
-    """
-    A failed build, remembered.
-
-    :ivar at: when it failed.
-    :ivar reason: why.
-    """
-
-    at: float
-    reason: str
-
-
-@frozen
-class Held:
-    """
-    What of a key's files :meth:`~vmservice.nodes.templates.TemplateStore.collect` keeps.
-
-    :ivar directory: the ready template's directory (``""``: none).
-    :ivar ram_name: the name of the ready template's RAM file (``""``: none).
-    :ivar spares: the directories of its spares.
-    :ivar building: the name of the directory and RAM file of the build under way (``""``: none).
-    """
-
-    directory: str = ""
-    ram_name: str = ""
-    spares: tuple[str, ...] = ()
-    building: str = ""
-
 
 class TemplateState(Protocol):
     """The inputs of a template key's state."""
@@ -198,27 +119,6 @@ class TemplateCore:
     used: float = 0.0
     cloning: int = 0
     wanted: int = 0
-
-
-def delete_files(template: Template, keep_disk: bool) -> None:
-    """Remove ``template``'s RAM file, device state and empty overlay, and its directory unless ``keep_disk``."""
-    for path in (template.ram_file, template.device_state, template.empty_overlay):
-        discard(path)
-    if not keep_disk:
-        shutil.rmtree(template.directory, ignore_errors=True)
-
-
-def new_spare(template: Template) -> Spare | None:
-    """A spare of ``template`` under a name no earlier one had (with a tap of its own when it has a network)."""
-    name = os.urandom(3).hex()
-    while os.path.exists(os.path.join(template.directory, SPARE_PREFIX + name)):
-        name = os.urandom(3).hex()
-    try:
-        return Spare(template, os.path.join(template.directory, SPARE_PREFIX + name),
-                     SPARE_TAP_PREFIX + name if template.key.network else None)
-    except Internal as error:
-        log.warn("no spare VM for template {digest}: {error}", digest=template.key.digest(), error=error)
-        return None
 
 
 _State = TypedState[TemplateState, TemplateCore]
@@ -362,5 +262,4 @@ class TemplateRecord:
         return cls(core, TEMPLATE_STATE(core))
 
 
-__all__ = ["RETRY_AFTER", "TEMPLATE_STATE", "BuildUnderWay", "BuildFailure", "Built", "Held", "TemplateCore",
-           "TemplateRecord", "TemplateState", "TemplateUnavailable", "delete_files", "new_spare"]
+__all__ = ["TEMPLATE_STATE", "TemplateCore", "TemplateRecord", "TemplateState"]

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.nodes.test_fork_memory,tests.nodes.test_forking -*-
+# -*- test-case-name: tests.nodes.warm.test_fork_memory,tests.nodes.warm.test_forking -*-
 """
 The memory of one fork (:class:`MemoryFork`): for a parent whose memory is a
 file (:mod:`.fork_memory`), the frozen copy its children map, made sparse
@@ -18,12 +18,12 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from ..hypervisors.base import IMachine, RamBacking
+from ...hypervisors.base import IMachine, RamBacking
 from .fork_memory import COPY_PREFIX, ensure_room, used_bytes
-from .model import NodeRecord
-from .parts import Blocking
-from .paths import discard
-from .runtime import NodeRuntime
+from ..model import NodeRecord
+from ..blocking import Blocking
+from ..paths import discard
+from ..runtime import NodeRuntime
 from .sparse_copy import copy_sparse, create_copy, reserve
 
 log = Logger()

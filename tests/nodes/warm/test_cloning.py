@@ -1,5 +1,5 @@
 """
-Tests for :mod:`vmservice.nodes.cloning` through the fleet on fakes: a warm
+Tests for :mod:`vmservice.nodes.warm.cloning` through the fleet on fakes: a warm
 group's node is cloned from its template (the agent connected before the
 device state is loaded, the identity adopted before the guest is
 provisioned), and boots cold when the template cannot be had or loaded.
@@ -18,27 +18,29 @@ from zope.interface.verify import verifyObject
 
 from datetime import datetime, timezone
 
+from tests.nodes.fleets import fleet_of
 from tests.fakes import FakeAgent, FakeMachine, FleetHarness, empty_overlay_base
-from tests.nodes.adoptions import FakeAdoption
+from tests.nodes.warm.adoptions import FakeAdoption
+from tests.short_dirs import temp_dir
 from vmservice.agent.errors import AgentUnavailable
-from vmservice.nodes.adoption import IdentityAdoption
+from vmservice.nodes.warm.adoption import IdentityAdoption
 from vmservice.guestport.identity import GuestIdentity, GuestNet, IAdoption
 from ipaddress import IPv4Network
 
 from vmservice.config import HostGroupConfig, NetworkConfig
 from vmservice.hypervisors.base import HypervisorError, NetSpec
-from vmservice.nodes.adoption import ICloneAdoption
-from vmservice.nodes.cloning import template_key
-from vmservice.nodes.fleet import Fleet
+from vmservice.nodes.warm.adoption import ICloneAdoption
+from vmservice.nodes.warm.template_supply import template_key
 from vmservice.guestport.guest import IGuestConnection
 from vmservice.nodes.model import CreateRequest, NodeRecord, Status, Wait
-from vmservice.nodes.template_files import Template
-from vmservice.nodes.templates import TemplateStore
+from vmservice.nodes.warm.template_files import Template
+from vmservice.nodes.warm.templates import TemplateStore
 
 MiB = 1024 * 1024
-GROUPS = (HostGroupConfig(name="warm", vcpu=1, ram_bytes=256 * MiB, warm=True, storage_size=1 << 30),
+# No spare VMs here (their pool is tests.nodes.warm.test_spare's): each clone is made from the template.
+GROUPS = (HostGroupConfig(name="warm", vcpu=1, ram_bytes=256 * MiB, warm=True, storage_size=1 << 30, warm_spare=0),
           HostGroupConfig(name="cold", vcpu=1, ram_bytes=256 * MiB))
-NET = HostGroupConfig(name="net", vcpu=1, ram_bytes=256 * MiB, warm=True,
+NET = HostGroupConfig(name="net", vcpu=1, ram_bytes=256 * MiB, warm=True, warm_spare=0,
                       network=NetworkConfig(mode="isolated", range=IPv4Network("10.77.0.0/29")))
 
 
@@ -95,16 +97,14 @@ class CloningTests(SynchronousTestCase):
         self.make(GROUPS)
 
     def make(self, groups: tuple[HostGroupConfig, ...]) -> None:
-        state_dir = self.mktemp()
+        state_dir = temp_dir(self)
         self.harness = FleetHarness(state_dir, groups=groups)
         self.store = TemplateStore(self.harness.reactor, state_dir, os.path.join(state_dir, "shm"), 1 << 30)
         self.adoption = FakeAdoption(self.harness)
-        self.fallbacks: list[tuple[str, str]] = []
-        self.clones: list[tuple[str, float]] = []
-        self.parts = evolve(self.harness.parts, templates=self.store, adoption=self.adoption,
-                            on_clone=lambda group, seconds: self.clones.append((group, seconds)),
-                            on_warm_fallback=lambda group, kind: self.fallbacks.append((group, kind)))
-        self.fleet = Fleet(self.parts)
+        self.fallbacks = self.harness.metrics.warm_fallbacks
+        self.clones = self.harness.metrics.clones
+        self.parts = self.harness.parts
+        self.fleet = fleet_of(self.parts, self.store, self.adoption)
 
     def start(self) -> None:
         """Start the fleet (once): its start builds the warm group's template unless there is one."""
@@ -307,8 +307,7 @@ class CloningTests(SynchronousTestCase):
     def test_network_needs_adoption(self) -> None:
         """A networked clone must adopt its MAC and address: without an adoption, its node boots cold."""
         self.make((NET,))
-        self.parts = evolve(self.parts, adoption=None)
-        self.fleet = Fleet(self.parts)
+        self.fleet = fleet_of(self.parts, self.store)
         self.successResultOf(self.create("net"))
         self.assertIsNone(self.machine().spec.memory)
         self.assertIsNotNone(self.machine().spec.net)
@@ -385,15 +384,14 @@ class OrphanTests(SynchronousTestCase):
         state_dir = self.mktemp()
         harness = FleetHarness(state_dir, groups=GROUPS)
         store = TemplateStore(harness.reactor, state_dir, os.path.join(state_dir, "shm"), 1 << 30)
-        fleet = Fleet(evolve(harness.parts, templates=store))
+        fleet = fleet_of(harness.parts, store)
         fleet.startService()
         d = Deferred.fromCoroutine(fleet.create("warm", CreateRequest(), Wait.NONE, 60))
         self.assertNoResult(d)
         template_vm = harness.driver.machines[-1]
         self.assertTrue(template_vm.spec.qmp_socket.startswith(store.directory))
         harness.crash()
-        later = Fleet(evolve(harness.parts, templates=TemplateStore(harness.reactor, state_dir,
-                                                                     os.path.join(state_dir, "shm"), 1 << 30)))
+        later = fleet_of(harness.parts, TemplateStore(harness.reactor, state_dir, os.path.join(state_dir, "shm"), 1 << 30))
         later.startService()
         self.successResultOf(later.recovered())
         self.assertIsNotNone(template_vm._exit)

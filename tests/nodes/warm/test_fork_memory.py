@@ -1,5 +1,5 @@
 """
-Tests for :mod:`vmservice.nodes.fork_memory` and :mod:`vmservice.nodes.sparse_copy`: the sparse copy, the tmpfs's
+Tests for :mod:`vmservice.nodes.warm.fork_memory` and :mod:`vmservice.nodes.warm.sparse_copy`: the sparse copy, the tmpfs's
 room, the memory backend a spec gets, the sweep and collection of files; and
 through the fleet on fakes, a node of a ``fork_memory: file`` group: its VM
 maps its file shared, the file goes when the VM ends, a fork saves only the
@@ -21,14 +21,14 @@ from attrs import evolve
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.nodes.fleets import fleet_of
 from tests.fakes import FakeMachine, FleetHarness
-from tests.nodes.adoptions import RecordingAdoption
+from tests.nodes.warm.adoptions import RecordingAdoption
 from vmservice.config import HostGroupConfig
 from vmservice.errors import Internal, InsufficientMemory
 from vmservice.hypervisors.base import RamBacking
-from vmservice.nodes import fork_memory, sparse_copy
-from vmservice.nodes.fleet import Fleet
-from vmservice.nodes.forking import Forked, ForkRequest
+from vmservice.nodes.warm import fork_memory, sparse_copy
+from vmservice.nodes.warm_port import Forked, ForkRequest
 from vmservice.nodes.model import CreateRequest, NodeRecord, Wait
 from vmservice.nodes.paths import backing
 from vmservice.private_files import NotPrivate
@@ -261,7 +261,7 @@ class ForkMemoryFleetTests(SynchronousTestCase):
         self.adoption = RecordingAdoption(self.harness)
         config = evolve(self.harness.config, templates_tmpfs_dir=self.shm)
         self.held: list[tuple[Callable[[], Any], Deferred[Any]]] | None = None
-        self.fleet = Fleet(evolve(self.harness.parts, config=config, adoption=self.adoption, blocking=self.blocking))
+        self.fleet = fleet_of(evolve(self.harness.parts, config=config, blocking=self.blocking), adoption=self.adoption)
         self.fleet.startService()
         self.addCleanup(lambda: self.fleet.stopService() if self.fleet.running else None)
         self.parent = self.successResultOf(

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.nodes.test_fork_memory -*-
+# -*- test-case-name: tests.nodes.warm.test_fork_memory -*-
 """
 Nodes whose memory is a file, and the fork it makes fast.
 
@@ -21,7 +21,7 @@ shared file out, as a template's does) and copies its memory file once, sparse, 
 *frozen copy* (``fork-<parent>.<random>.ram`` in the same directory); then
 the parent runs on.  The copy's pages are allocated before the pause and
 both the allocation and the copy (the kernel's ``copy_file_range``) run off
-the reactor (:attr:`FleetParts.blocking`), which serves other requests
+the reactor (:class:`~vmservice.nodes.blocking.Blocking`), which serves other requests
 meanwhile; a tmpfs that fills up under them fails the fork (503
 ``tmpfs_full``), the copy deleted.  Each child maps the frozen copy privately
 (``share=off``, as a clone maps its template's file) and loads the small
@@ -44,13 +44,13 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ..errors import InsufficientMemory
-from ..private_files import create_private, private_directory
-from .model import NodeRecord
-from .paths import daemon_tag, discard
+from ...errors import InsufficientMemory
+from ...private_files import create_private, private_directory
+from ..model import NodeRecord
+from ..paths import daemon_tag, discard, listing
 
 if TYPE_CHECKING:
-    from ..guestport.guest import IGuestConnection
+    from ...guestport.guest import IGuestConnection
     from .adoption import ICloneAdoption
 
 log = Logger()
@@ -192,10 +192,7 @@ def sweep(directory: str, keep: set[str]) -> None:
 
 
 def _listing(directory: str) -> list[str]:
-    try:
-        return [os.path.join(directory, name) for name in os.listdir(directory)]
-    except FileNotFoundError:
-        return []
+    return [os.path.join(directory, name) for name in listing(directory)]
 
 
 def kept_files(records: Iterable[tuple[NodeRecord, bool]], forking: bool = True) -> tuple[set[str], set[str]]:

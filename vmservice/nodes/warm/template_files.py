@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.nodes.test_templates,tests.nodes.test_spare,tests.nodes.test_cloning -*-
+# -*- test-case-name: tests.nodes.warm.test_templates,tests.nodes.warm.test_spare,tests.nodes.warm.test_cloning -*-
 """
 One template's files: :class:`Template`, the record every part of a warm
 start passes around (the store that builds and collects templates,
@@ -13,7 +13,13 @@ import os
 
 from attrs import frozen
 
+from ..paths import daemon_tag
 from .template_key import TemplateKey
+
+
+def ram_directory(state_dir: str, tmpfs_dir: str) -> str:
+    """The directory of this daemon's templates' RAM files (in a tmpfs others may share)."""
+    return os.path.join(tmpfs_dir, f"vmservice-{daemon_tag(state_dir)}")
 
 
 @frozen
@@ -50,4 +56,4 @@ class Template:
         return None
 
 
-__all__ = ["Template"]
+__all__ = ["Template", "ram_directory"]

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.nodes.test_templates -*-
+# -*- test-case-name: tests.nodes.warm.test_templates -*-
 """
 What a template depends on (:class:`TemplateKey`): a clone must equal its
 template in all of it, and a template is rebuilt when any of it changes.

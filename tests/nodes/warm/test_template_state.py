@@ -1,5 +1,5 @@
 """
-Tests for :mod:`vmservice.nodes.template_state`: one template key's state as
+Tests for :mod:`vmservice.nodes.warm.template_state`: one template key's state as
 an automat machine; every (state, input) moves, stays or is refused.
 """
 
@@ -17,12 +17,11 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.diagrams import drawn_transitions, machine_transitions
-from vmservice.nodes.spare import SPARE_PREFIX
-from vmservice.nodes.template_files import Template
-from vmservice.nodes.template_key import TemplateKey
-from vmservice.nodes.template_state import (
-    RETRY_AFTER, TEMPLATE_STATE, BuildUnderWay, Held, TemplateRecord, TemplateState, TemplateUnavailable,
-)
+from vmservice.nodes.warm.spare import SPARE_PREFIX
+from vmservice.nodes.warm.template_files import Template
+from vmservice.nodes.warm.template_key import TemplateKey
+from vmservice.nodes.warm.template_records import RETRY_AFTER, BuildUnderWay, Held, TemplateUnavailable
+from vmservice.nodes.warm.template_state import TEMPLATE_STATE, TemplateRecord, TemplateState
 from vmservice.observer import OneShotObserver
 
 MiB = 1024 * 1024

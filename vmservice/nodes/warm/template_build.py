@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.nodes.test_templates -*-
+# -*- test-case-name: tests.nodes.warm.test_templates -*-
 """
 Building one template: boot the image with its memory in the template's RAM
 file (mapped shared), wait for the agent, warm up the agent's lazily loaded
@@ -18,14 +18,15 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from ..errors import AgentError
-from ..guestport.exec import ExecRequest, IExecSink
-from ..guestport.files import UploadRequest
-from ..guestport.guest import IGuestConnection
-from ..hypervisors.base import IMachine, MachineSpec, RamBacking
+from ...errors import AgentError
+from ...guestport.exec import ExecRequest, IExecSink
+from ...guestport.files import UploadRequest
+from ...guestport.guest import IGuestConnection
+from ...hypervisors.base import IMachine, MachineSpec, RamBacking
+from ..readiness import answered, first_of, wait_for_guest
+from ..runtime_parts import RuntimeParts
+from .adoption import ICloneAdoption
 from .clone_disk import make_empty_overlay
-from .parts import FleetParts
-from .readiness import answered, first_of, wait_for_guest
 from .template_files import Template
 
 log = Logger()
@@ -85,13 +86,16 @@ class TemplateBuilder:
     """
     Builds templates with the node layer's driver, disks and agent connections.
 
-    :ivar parts: the node layer's collaborators.
+    :ivar parts: what nodes are made with (driver, disks, agent connections, clock).
     :ivar rootfs: the image's root file system, the template's disk's base.
+    :ivar adoption: what the template's guest loads ahead for its clones'
+        adoption; ``None`` for none.
     :ivar timeout: seconds the template's guest has to answer.
     """
 
-    parts: FleetParts
+    parts: RuntimeParts
     rootfs: str
+    adoption: ICloneAdoption | None = None
     timeout: float = BOOT_TIMEOUT
 
     def spec(self, template: Template) -> MachineSpec:
@@ -145,8 +149,8 @@ class TemplateBuilder:
     async def _warm(self, agent: IGuestConnection) -> None:
         await answered(agent)
         await warm_up(agent)
-        if self.parts.adoption is not None:
-            await self.parts.adoption.prepare(agent)
+        if self.adoption is not None:
+            await self.adoption.prepare(agent)
 
 
 async def _kill(machine: IMachine) -> None:

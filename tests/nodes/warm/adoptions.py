@@ -1,6 +1,6 @@
 """
 Clone adoptions that record what they are asked (each providing
-:class:`~vmservice.nodes.adoption.ICloneAdoption`), for the tests of clones made from a template
+:class:`~vmservice.nodes.warm.adoption.ICloneAdoption`), for the tests of clones made from a template
 (:class:`FakeAdoption`) and of forks (:class:`RecordingAdoption`).
 """
 
@@ -11,7 +11,7 @@ from zope.interface import implementer
 
 from tests.fakes import FleetHarness
 from vmservice.hypervisors.base import NetSpec
-from vmservice.nodes.adoption import ICloneAdoption
+from vmservice.nodes.warm.adoption import ICloneAdoption
 from vmservice.guestport.guest import IGuestConnection
 from vmservice.nodes.model import NodeRecord
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.nodes.test_fork_memory -*-
+# -*- test-case-name: tests.nodes.warm.test_fork_memory -*-
 """
 Sparse copies of a memory file in a tmpfs (a fork's frozen copy, see
 :mod:`.fork_memory`): the target made at once as large as the source, its
@@ -18,8 +18,8 @@ import os
 from contextlib import contextmanager
 from typing import Iterable, Iterator
 
-from ..errors import InsufficientMemory
-from ..private_files import create_private
+from ...errors import InsufficientMemory
+from ...private_files import create_private
 
 #: How a memory file is opened for reading: never through a link.
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.nodes.test_templates -*-
+# -*- test-case-name: tests.nodes.warm.test_templates -*-
 """
 The templates of this daemon: one pre-booted, frozen guest per
 :class:`TemplateKey`, which warm groups' nodes are cloned from.
@@ -24,32 +24,24 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Awaitable, Callable, Iterable
+from typing import Callable, Iterable
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ..errors import no_room
-from ..observer import OneShotObserver
-from ..private_files import NotPrivate, create_private, private_directory
-from .paths import daemon_tag, discard
+from ...errors import no_room
+from ...observer import OneShotObserver
+from ...private_files import NotPrivate, create_private, private_directory
+from ..paths import discard, listing
 from .spare import SPARE_PREFIX, Spare
-from .template_files import Template
+from .template_files import Template, ram_directory
 from .template_key import TemplateKey
-from .template_state import RETRY_AFTER, BuildUnderWay, TemplateRecord, TemplateUnavailable
+from .template_records import RETRY_AFTER, Build, BuildUnderWay, TemplateUnavailable, run_build
+from .template_state import TemplateRecord
 
 log = Logger()
-
-#: Builds a template into its (empty, existing) files; fails with why not.
-Build = Callable[[Template], Awaitable[None]]
-
-
-def ram_directory(state_dir: str, tmpfs_dir: str) -> str:
-    """The directory of this daemon's templates' RAM files (in a tmpfs others may share)."""
-    return os.path.join(tmpfs_dir, f"vmservice-{daemon_tag(state_dir)}")
-
 
 class TemplateStore:
     """
@@ -137,7 +129,7 @@ class TemplateStore:
             building.fire(template)
 
         log.info("building template {digest} ({key})", digest=key.digest(), key=key)
-        run = Deferred.fromCoroutine(_run(build, template))
+        run = Deferred.fromCoroutine(run_build(build, template))
         record.state.started(BuildUnderWay(template, building, run))
         run.addBoth(done)
         return building
@@ -267,19 +259,19 @@ class TemplateStore:
         live |= {os.path.dirname(path) for path in referenced}
         kept = set(spares) | {spare for files in held for spare in files.spares}
         building = {files.building for files in held if files.building}
-        for name in _listdir(self.directory):
+        for name in listing(self.directory):
             path = os.path.join(self.directory, name)
             if path not in live and name not in building:
                 log.info("removing unused template files {path}", path=path)
                 shutil.rmtree(path, ignore_errors=True)
             elif path in live:
-                for inner in _listdir(path):
+                for inner in listing(path):
                     spare = os.path.join(path, inner)
                     if inner.startswith(SPARE_PREFIX) and spare not in kept:
                         log.info("removing unused spare VM files {path}", path=spare)
                         shutil.rmtree(spare, ignore_errors=True)
         known = {files.ram_name for files in held if files.ram_name} | building
-        for name in _listdir(self.ram_directory):
+        for name in listing(self.ram_directory):
             if name not in known:
                 discard(os.path.join(self.ram_directory, name))
 
@@ -299,15 +291,4 @@ class TemplateStore:
             pass
 
 
-async def _run(build: Build, template: Template) -> None:
-    await build(template)
-
-
-def _listdir(directory: str) -> list[str]:
-    try:
-        return sorted(os.listdir(directory))
-    except FileNotFoundError:
-        return []
-
-
-__all__ = ["Build", "RETRY_AFTER", "TemplateStore", "TemplateUnavailable", "ram_directory"]
+__all__ = ["Build", "RETRY_AFTER", "TemplateStore", "TemplateUnavailable"]
