@@ -57,9 +57,21 @@ def words(header: Mapping[str, Any], name: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def flag(header: Mapping[str, Any], name: str) -> bool:
+    """
+    The field ``name``, true or false (false when absent).
+
+    :raises BadHeader: ``NAME must be true or false``.
+    """
+    value = header.get(name, False)
+    if not isinstance(value, bool):
+        raise BadHeader(f"{name} must be true or false")
+    return value
+
+
 def is_int(value: object) -> bool:
     """Whether ``value`` is a JSON integer (``True`` and ``False`` are not)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-__all__ = ["BadHeader", "header_object", "is_int", "typed", "words"]
+__all__ = ["BadHeader", "flag", "header_object", "is_int", "typed", "words"]
