@@ -14,10 +14,10 @@ rest of the header, so that an unknown or deleted exec is answered as such
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, TypeVar
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, Mapping
 
-from vmservice.wire.openheaders.fields import BadHeader, header_object
+from vmservice.wire.openheaders.fields import BadHeader, FlatHeader
 
 #: What ``action`` may be.
 ACTIONS = ("start", "list", "info", "kill", "wait", "delete", "logs")
@@ -31,9 +31,6 @@ DEFAULT_WAIT_MS = 30_000
 MAX_WAIT_MS = 24 * 3_600_000
 #: The largest log frame id a reading may start from.
 MAX_LOG_ID = 2**63 - 1
-
-_Request = TypeVar("_Request", bound="_ExecRequest")
-
 
 def _count(header: Mapping[str, Any], name: str, default: int, high: int) -> int:
     value = header.get(name, default)
@@ -50,52 +47,41 @@ def _exec_id(header: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class BackgroundListHeader:
+class _BackgroundRequest(FlatHeader):
+    """A request about background execs; each kind names its :attr:`action`."""
+
+    op: ClassVar[str] = "background"
+    action: ClassVar[str]
+
+    def to_json(self) -> dict[str, Any]:
+        """The header as a JSON object: ``op``, ``action``, then the fields in their order."""
+        return {"op": self.op, "action": self.action, **asdict(self)}
+
+    @classmethod
+    def read(cls, header: Mapping[str, Any]) -> tuple[Any, ...]:
+        return ()
+
+
+@dataclass(frozen=True)
+class BackgroundListHeader(_BackgroundRequest):
     """Every exec the guest keeps: the header of a ``list`` request, which has no fields."""
 
     action: ClassVar[str] = "list"
 
-    def to_json(self) -> dict[str, Any]:
-        """The header as a JSON object."""
-        return {"op": "background", "action": self.action}
-
-    @classmethod
-    def from_json(cls, value: object) -> BackgroundListHeader:
-        """
-        Read a header (its ``op`` and ``action`` are not looked at).
-
-        :raises BadHeader: not a JSON object.
-        """
-        header_object(value)
-        return cls()
-
 
 @dataclass(frozen=True)
-class _ExecRequest:
+class _ExecRequest(_BackgroundRequest):
     """
-    A request about one exec; each kind names its :attr:`action`.
+    A request about one exec (its ``action`` is not looked at when read).
 
-    :ivar exec_id: the exec's id (``ex_...``).
+    :ivar exec_id: the exec's id (``ex_...``); first read, and it must be a string.
     """
 
-    action: ClassVar[str]
     exec_id: str
 
-    def _json(self, **fields: Any) -> dict[str, Any]:
-        return {"op": "background", "action": self.action, "exec_id": self.exec_id, **fields}
-
-    def to_json(self) -> dict[str, Any]:
-        """The header as a JSON object."""
-        return self._json()
-
     @classmethod
-    def from_json(cls: type[_Request], value: object) -> _Request:
-        """
-        Read a header (its ``op`` and ``action`` are not looked at).
-
-        :raises BadHeader: not a JSON object, or no string ``exec_id``.
-        """
-        return cls(_exec_id(header_object(value)))
+    def read(cls, header: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (_exec_id(header),)
 
 
 @dataclass(frozen=True)
@@ -117,32 +103,22 @@ class BackgroundKillHeader(_ExecRequest):
     """
     Signal an exec's process group: the header of a ``kill`` request.
 
-    :ivar signal: one of :data:`SIGNAL_NAMES`.
+    :ivar signal: one of :data:`SIGNAL_NAMES` (read after ``exec_id``).
     :ivar grace_ms: after ``TERM``, ``HUP``, ``INT`` or ``QUIT``, milliseconds
-        before ``KILL`` follows (0 .. :data:`MAX_GRACE_MS`).
+        before ``KILL`` follows (0 .. :data:`MAX_GRACE_MS`; read last).
     """
 
     action: ClassVar[str] = "kill"
     signal: str = "TERM"
     grace_ms: int = DEFAULT_GRACE_MS
 
-    def to_json(self) -> dict[str, Any]:
-        """The header as a JSON object."""
-        return self._json(signal=self.signal, grace_ms=self.grace_ms)
-
     @classmethod
-    def from_json(cls, value: object) -> BackgroundKillHeader:
-        """
-        Read and check a header: ``exec_id``, then ``signal``, then ``grace_ms``.
-
-        :raises BadHeader: naming the field.
-        """
-        header = header_object(value)
+    def read(cls, header: Mapping[str, Any]) -> tuple[Any, ...]:
         exec_id = _exec_id(header)
         name = header.get("signal", "TERM")
         if not isinstance(name, str) or name not in SIGNAL_NAMES:
             raise BadHeader(f"signal must be one of {', '.join(SIGNAL_NAMES)}")
-        return cls(exec_id, name, _count(header, "grace_ms", DEFAULT_GRACE_MS, MAX_GRACE_MS))
+        return (exec_id, name, _count(header, "grace_ms", DEFAULT_GRACE_MS, MAX_GRACE_MS))
 
 
 @dataclass(frozen=True)
@@ -156,20 +132,9 @@ class BackgroundWaitHeader(_ExecRequest):
     action: ClassVar[str] = "wait"
     timeout_ms: int = DEFAULT_WAIT_MS
 
-    def to_json(self) -> dict[str, Any]:
-        """The header as a JSON object."""
-        return self._json(timeout_ms=self.timeout_ms)
-
     @classmethod
-    def from_json(cls, value: object) -> BackgroundWaitHeader:
-        """
-        Read and check a header.
-
-        :raises BadHeader: naming the field.
-        """
-        header = header_object(value)
-        exec_id = _exec_id(header)
-        return cls(exec_id, _count(header, "timeout_ms", DEFAULT_WAIT_MS, MAX_WAIT_MS))
+    def read(cls, header: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (_exec_id(header), _count(header, "timeout_ms", DEFAULT_WAIT_MS, MAX_WAIT_MS))
 
 
 @dataclass(frozen=True)
@@ -178,32 +143,21 @@ class BackgroundLogsHeader(_ExecRequest):
     Read an exec's log: the header of a ``logs`` stream.
 
     :ivar from_id: the first frame wanted (0: the oldest in the ring; 1: from
-        the very start, with a GAP for what was evicted).
-    :ivar follow: keep the stream open for new frames until the exec ends.
+        the very start, with a GAP for what was evicted); read after ``exec_id``.
+    :ivar follow: keep the stream open for new frames until the exec ends (read last).
     """
 
     action: ClassVar[str] = "logs"
     from_id: int = 0
     follow: bool = False
 
-    def to_json(self) -> dict[str, Any]:
-        """The header as a JSON object."""
-        return self._json(from_id=self.from_id, follow=self.follow)
-
     @classmethod
-    def from_json(cls, value: object) -> BackgroundLogsHeader:
-        """
-        Read and check a header: ``exec_id``, then ``from_id``, then ``follow``.
-
-        :raises BadHeader: naming the field.
-        """
-        header = header_object(value)
-        exec_id = _exec_id(header)
-        from_id = _count(header, "from_id", 0, MAX_LOG_ID)
+    def read(cls, header: Mapping[str, Any]) -> tuple[Any, ...]:
+        exec_id, from_id = _exec_id(header), _count(header, "from_id", 0, MAX_LOG_ID)
         follow = header.get("follow", False)
         if not isinstance(follow, bool):
             raise BadHeader("follow must be a boolean")
-        return cls(exec_id, from_id, follow)
+        return (exec_id, from_id, follow)
 
 
 #: The record of each action about one exec, by action.

@@ -11,10 +11,10 @@ the guest imports this module.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, Mapping
 
-from vmservice.wire.openheaders.fields import BadHeader, header_object
+from vmservice.wire.openheaders.fields import BadHeader, FlatHeader, header_object
 
 #: Most secrets one request places.
 MAX_SECRETS = 64
@@ -44,7 +44,7 @@ class SecretEntry:
 
     def to_json(self) -> dict[str, Any]:
         """The entry as a JSON object."""
-        return {"name": self.name, "size": self.size, "mode": self.mode, "uid": self.uid, "gid": self.gid}
+        return asdict(self)
 
     @classmethod
     def from_json(cls, value: object) -> SecretEntry:
@@ -104,57 +104,41 @@ class SecretsHeader:
 
 
 @dataclass(frozen=True)
-class UserdataHeader:
+class UserdataHeader(FlatHeader):
     """
     Run the node's userdata once; the body is the script.
 
     :ivar size: the script's bytes (0 .. :data:`MAX_USERDATA`; 0 for none).
     """
 
+    op: ClassVar[str] = "userdata"
     size: int
 
-    def to_json(self) -> dict[str, Any]:
-        """The header as a JSON object."""
-        return {"op": "userdata", "size": self.size}
-
     @classmethod
-    def from_json(cls, value: object) -> UserdataHeader:
-        """
-        Read and check a header (its ``op`` is not looked at).
-
-        :raises BadHeader: ``size`` is not 0 .. :data:`MAX_USERDATA`.
-        """
-        size = header_object(value).get("size")
+    def read(cls, header: Mapping[str, Any]) -> tuple[int]:
+        size = header.get("size")
         if type(size) is not int or not 0 <= size <= MAX_USERDATA:
             raise BadHeader(f"size must be an integer from 0 to {MAX_USERDATA}")
-        return cls(size)
+        return (size,)
 
 
 @dataclass(frozen=True)
-class LoginHeader:
+class LoginHeader(FlatHeader):
     """
     Make the login user and install its keys; the body is the authorized keys, one a line.
 
     :ivar user: the user's name (``[a-z_][a-z0-9_-]*``, at most 32 characters).
     """
 
+    op: ClassVar[str] = "login"
     user: str
 
-    def to_json(self) -> dict[str, Any]:
-        """The header as a JSON object."""
-        return {"op": "login", "user": self.user}
-
     @classmethod
-    def from_json(cls, value: object) -> LoginHeader:
-        """
-        Read and check a header (its ``op`` is not looked at).
-
-        :raises BadHeader: ``user`` is not a user name.
-        """
-        user = header_object(value).get("user")
+    def read(cls, header: Mapping[str, Any]) -> tuple[str]:
+        user = header.get("user")
         if not isinstance(user, str) or not _USER.match(user):
             raise BadHeader(f"bad user name {user!r}")
-        return cls(user)
+        return (user,)
 
 
 __all__ = ["LoginHeader", "MAX_SECRETS", "MAX_USERDATA", "SecretEntry", "SecretsHeader", "UserdataHeader"]
