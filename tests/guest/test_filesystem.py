@@ -290,6 +290,20 @@ class OperationTests(SynchronousTestCase):
         for mode in ("0755", -1, 0o10000, True):
             self.assertFails(self.perform(action="mkdir", path=self.root + "/m", mode=mode), "invalid")
 
+    def test_refusals(self) -> None:
+        """A bad header's reply names the field; the first wrong one wins: action, path, mode, recursive."""
+        for header, message in [
+            ({"action": "chmod", "path": 1}, "unknown action 'chmod'"),
+            ({"path": "/"}, "unknown action None"),
+            ({"action": "stat"}, "path is required"),
+            ({"action": "stat", "path": "etc", "recursive": 1}, "path must be absolute: 'etc'"),
+            ({"action": "readdir", "path": "/a\x00"}, "path must not contain NUL"),
+            ({"action": "mkdir", "path": "/m", "mode": True, "recursive": 1}, "mode must be an integer from 0 to 0o7777"),
+            ({"action": "mkdir", "path": "/m", "recursive": "yes"}, "recursive must be true or false"),
+            ({"action": "remove", "path": "/m", "recursive": "yes", "mode": "x"}, "recursive must be true or false"),
+        ]:
+            self.assertEqual(perform(header), {"ok": False, "error": "invalid", "message": message})
+
     def test_permission_denied(self) -> None:
         """An EACCES/EPERM/EROFS failure is ``permission_denied``."""
         import errno

@@ -96,24 +96,38 @@ class SecretsTests(GuestSessionMixin, SynchronousTestCase):
     def test_bad_requests(self) -> None:
         """Bad names, numbers, duplicates or a body of the wrong length reset with BAD_HEADER, touching nothing."""
         bad = [
-            [("../x", b"1", 0o600, 0, 0)],
-            [(".hidden", b"1", 0o600, 0, 0)],
-            [("a/b", b"1", 0o600, 0, 0)],
-            [("a", b"1", 0o10000, 0, 0)],
-            [("a", b"1", 0o600, -1, 0)],
-            [("a", b"1", 0o600, 0, 2**32)],
-            [("a", b"1", 0o600, 0, 0), ("a", b"2", 0o600, 0, 0)],
+            ([("../x", b"1", 0o600, 0, 0)], "bad secret name '../x'"),
+            ([(".hidden", b"1", 0o600, 0, 0)], "bad secret name '.hidden'"),
+            ([("a/b", b"1", 0o600, 0, 0)], "bad secret name 'a/b'"),
+            ([("a", b"1", 0o10000, 0, 0)], "bad mode for secret 'a'"),
+            ([("a", b"1", 0o600, -1, 0)], "bad uid for secret 'a'"),
+            ([("a", b"1", 0o600, 0, 2**32)], "bad gid for secret 'a'"),
+            ([("a", b"1", 0o600, 0, 0), ("a", b"2", 0o600, 0, 0)], "a secret is named twice"),
+            ([("a", b"1", 0o600, 0, 0), ("b/", b"2", 0o600, 0, 0), ("a", b"2", 0o600, 0, 0)], "bad secret name 'b/'"),
         ]
-        for secrets in bad:
+        for secrets, reason in bad:
             [reset] = self.place(*secrets)
             assert isinstance(reset, Reset)
-            self.assertEqual(reset.code, ResetCode.BAD_HEADER, secrets)
+            self.assertEqual((reset.code, reset.reason), (ResetCode.BAD_HEADER, reason), secrets)
+        for entries, reason in [
+            ({}, "entries must be a list of at most 64"),
+            ([{}] * 65, "entries must be a list of at most 64"),
+            (["a"], "each entry must be an object"),
+            ([{"name": "a", "size": 1, "mode": True, "uid": 0, "gid": 0}], "bad mode for secret 'a'"),
+            ([{"name": "a", "mode": 0o10000}], "bad size for secret 'a'"),
+        ]:
+            stream_id = self.host.next_stream_id()
+            self.send(Open(stream_id, {"op": "secrets", "entries": entries}), HalfClose(stream_id))
+            [reset] = self.receive()
+            assert isinstance(reset, Reset)
+            self.assertEqual((reset.code, reset.reason), (ResetCode.BAD_HEADER, reason), entries)
         stream_id = self.host.next_stream_id()
         header = {"op": "secrets", "entries": [{"name": "a", "size": 5, "mode": 0o600, "uid": 0, "gid": 0}]}
         self.send(Open(stream_id, header), Data(stream_id, b"abc"), HalfClose(stream_id))
         [reset] = self.receive()
         assert isinstance(reset, Reset)
-        self.assertEqual(reset.code, ResetCode.BAD_HEADER)
+        self.assertEqual((reset.code, reset.reason),
+                         (ResetCode.BAD_HEADER, "the body's length is not the sum of the entries' sizes"))
         self.assertFalse(os.path.exists(self.directory) and os.listdir(self.directory))
 
     def test_refuses_a_disk(self) -> None:

@@ -135,15 +135,17 @@ class UserdataTests(GuestSessionMixin, SynchronousTestCase):
 
     def test_bad_size(self) -> None:
         """A size that is missing, not an integer, too large or not the body's resets with BAD_HEADER."""
-        for header in ({"op": "userdata"}, {"op": "userdata", "size": "3"}, {"op": "userdata", "size": 10**9}):
+        for header in ({"op": "userdata"}, {"op": "userdata", "size": "3"}, {"op": "userdata", "size": 10**9},
+                       {"op": "userdata", "size": True}, {"op": "userdata", "size": -1}):
             stream_id = self.host.next_stream_id()
             self.send(Open(stream_id, header), HalfClose(stream_id))
             [reset] = self.receive()
             assert isinstance(reset, Reset)
-            self.assertEqual(reset.code, ResetCode.BAD_HEADER)
+            self.assertEqual((reset.code, reset.reason), (ResetCode.BAD_HEADER, "size must be an integer from 0 to 524288"))
         stream_id = self.host.next_stream_id()
         self.send(Open(stream_id, {"op": "userdata", "size": 5}), Data(stream_id, b"ab"), HalfClose(stream_id))
         [reset] = self.receive()
         assert isinstance(reset, Reset)
+        self.assertEqual((reset.code, reset.reason), (ResetCode.BAD_HEADER, "the body is not 'size' bytes long"))
         self.assertEqual(self.spawned, [])
         self.assertIsNone(read_userdata_marker(self.files.marker))

@@ -6,13 +6,13 @@ own JSON, and no JSON value makes a reader raise anything but ``BadHeader``.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any, Callable, Union
 
 from hypothesis import given, strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.wire.headerchecks import any_texts, ids, read_all, refusal, texts, through_json
 from tests.wire.strategies import headers, json_values
 from vmservice.wire.openheaders import (BackgroundStartHeader, BadHeader, ExecHeader, ForwardHeader, ShellHeader,
                                         WatchHeader)
@@ -21,8 +21,6 @@ from vmservice.wire.openheaders.exec import MAX_RING_BYTES
 from vmservice.wire.openheaders.watch import MAX_DEBOUNCE, WATCH_EVENT_TYPES
 from vmservice.wire.upstream import MAX_UNIX_SOCKET_PATH, Upstream
 
-texts = st.text(max_size=20)
-ids = st.integers(min_value=0, max_value=2**32 - 1)
 exec_headers = st.builds(
     ExecHeader,
     cmd=st.text(min_size=1, max_size=20),
@@ -89,8 +87,6 @@ Header = Union[ExecHeader, BackgroundStartHeader, ShellHeader, ForwardHeader, Wa
 #: The op each record's JSON names.
 OPS = {ExecHeader: "exec", BackgroundStartHeader: "background", ShellHeader: "shell", ForwardHeader: "forward",
        WatchHeader: "watch", UploadHeader: "cp-upload", DownloadHeader: "cp-download"}
-#: Strings with lone surrogates too (JSON's ``\\ud800`` escapes decode to them).
-any_texts = st.text(st.characters(blacklist_categories=()), max_size=10)
 
 #: Every reader of untrusted JSON.
 READERS: list[Callable[[object], object]] = [
@@ -103,20 +99,6 @@ FIELDS = ["cmd", "args", "env", "uid", "gid", "cwd", "shell", "umask", "stdin", 
           "path", "mode", "permissions", "semantics", "source_name", "copy_contents", "exclude", "unpacked_size"]
 
 
-def refusal(read: Callable[[object], object], header: object) -> str:
-    """The message ``read`` refuses ``header`` with (an AssertionError if it takes it)."""
-    try:
-        read(header)
-    except BadHeader as e:
-        return str(e)
-    raise AssertionError(f"{header!r} was taken")
-
-
-def _through_json(value: dict[str, Any]) -> Any:
-    """``value`` as the peer reads it: encoded and decoded."""
-    return json.loads(json.dumps(value))
-
-
 class RoundTripTests(SynchronousTestCase):
     """``from_json(to_json(record)) == record``, through real JSON."""
 
@@ -124,7 +106,7 @@ class RoundTripTests(SynchronousTestCase):
            | download_headers)
     def test_round_trip(self, header: Header) -> None:
         """Every record comes back unchanged from its JSON, which names its op."""
-        sent = _through_json(header.to_json())
+        sent = through_json(header.to_json())
         self.assertEqual(sent["op"], OPS[type(header)])
         self.assertEqual(type(header).from_json(sent), header)
 
@@ -135,21 +117,13 @@ class UntrustedTests(SynchronousTestCase):
     @given(json_values)
     def test_any_json(self, value: Any) -> None:
         """Any JSON value: a record or BadHeader."""
-        for read in READERS:
-            try:
-                read(value)
-            except BadHeader:
-                pass
+        read_all(READERS, value)
 
     @given(headers, st.sampled_from(FIELDS), json_values | any_texts, st.sampled_from([{}, {"cmd": "x"}, {"host": "h"}, {"paths": ["/"]},
                                                                                 {"path": "/", "semantics": "cp-v1"}]))
     def test_any_field(self, header: dict[str, Any], name: str, value: Any, base: dict[str, Any]) -> None:
         """An object with any value in a known field (and others besides): a record or BadHeader."""
-        for read in READERS:
-            try:
-                read({**header, **base, name: value})
-            except BadHeader:
-                pass
+        read_all(READERS, {**header, **base, name: value})
 
     def test_not_an_object(self) -> None:
         """A header that is not an object is refused as such."""

@@ -4,6 +4,8 @@ The host's side of background execs (``{"op": "background"}`` streams, served
 by :mod:`vmservice.guest.background`): :class:`AgentBackground` implements
 :class:`~vmservice.guestport.background.IBackgroundExecs` over an agent channel.
 
+Each action's header is its record of :mod:`vmservice.wire.openheaders.background`
+(``start``'s :class:`~vmservice.wire.openheaders.exec.BackgroundStartHeader`).
 Every action but ``logs`` is one request and one JSON reply (read with
 :func:`.filesystem.reply_result`, so the guest's error kinds become
 :class:`~vmservice.errors.AgentError`\\ s).  ``logs`` is a stream: a head
@@ -14,7 +16,7 @@ stream's credit as back-pressure.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone
@@ -33,6 +35,8 @@ from ..guestport.background import (
 )
 from ..wire import ResetCode
 from ..wire.logframes import EXIT, GAP, FrameDecoder, FrameError
+from ..wire.openheaders.background import (BackgroundDeleteHeader, BackgroundInfoHeader, BackgroundKillHeader,
+                                           BackgroundListHeader, BackgroundLogsHeader, BackgroundWaitHeader)
 from ..wire.openheaders.exec import BackgroundStartHeader
 from .channel import Channel
 from .errors import AgentRequestFailed, stream_error
@@ -40,6 +44,9 @@ from .filesystem import reply_result, reply_value
 from .headed import HeadedProtocol
 from .relay import GuestOutput
 from .stream import AgentStream
+
+_Request = Union[BackgroundListHeader, BackgroundInfoHeader, BackgroundKillHeader, BackgroundWaitHeader,
+                 BackgroundDeleteHeader]
 
 #: Largest reply accepted for one action (a list of every exec the guest keeps fits easily).
 MAX_REPLY = 4 * 1024 * 1024
@@ -197,8 +204,8 @@ class AgentBackground:
     def __init__(self, agent: Channel) -> None:
         self._agent = agent
 
-    async def _call(self, action: str, **fields: Any) -> Any:
-        body = await self._agent.request({"op": "background", "action": action, **fields}, MAX_REPLY)
+    async def _call(self, header: _Request) -> Any:
+        body = await self._agent.request(header.to_json(), MAX_REPLY)
         return reply_result(body, "background exec")
 
     def start(self, request: BackgroundRequest) -> Deferred[BackgroundInfo]:
@@ -212,7 +219,7 @@ class AgentBackground:
 
     def listing(self) -> Deferred[list[BackgroundInfo]]:
         async def listing() -> list[BackgroundInfo]:
-            result = await self._call("list")
+            result = await self._call(BackgroundListHeader())
             if not isinstance(result, list):
                 raise _malformed("the guest's background exec list is not a list")
             return [parse_info(item) for item in result]
@@ -221,13 +228,13 @@ class AgentBackground:
 
     def info(self, exec_id: str) -> Deferred[BackgroundInfo]:
         async def info() -> BackgroundInfo:
-            return parse_info(await self._call("info", exec_id=exec_id))
+            return parse_info(await self._call(BackgroundInfoHeader(exec_id)))
 
         return Deferred.fromCoroutine(info())
 
     def kill(self, exec_id: str, signal: str, grace_ms: int) -> Deferred[KillOutcome]:
         async def kill() -> KillOutcome:
-            value = await self._call("kill", exec_id=exec_id, signal=signal, grace_ms=grace_ms)
+            value = await self._call(BackgroundKillHeader(exec_id, signal, grace_ms))
             if not isinstance(value, dict):
                 raise _malformed("the guest's kill reply is not an object")
             return KillOutcome(
@@ -241,7 +248,7 @@ class AgentBackground:
 
     def wait(self, exec_id: str, timeout_ms: int) -> Deferred[WaitOutcome]:
         async def wait() -> WaitOutcome:
-            value = await self._call("wait", exec_id=exec_id, timeout_ms=timeout_ms)
+            value = await self._call(BackgroundWaitHeader(exec_id, timeout_ms))
             if not isinstance(value, dict):
                 raise _malformed("the guest's wait reply is not an object")
             return WaitOutcome(
@@ -255,12 +262,12 @@ class AgentBackground:
 
     def delete(self, exec_id: str) -> Deferred[None]:
         async def delete() -> None:
-            await self._call("delete", exec_id=exec_id)
+            await self._call(BackgroundDeleteHeader(exec_id))
 
         return Deferred.fromCoroutine(delete())
 
     def logs(self, exec_id: str, from_id: int, follow: bool, sink: ILogSink) -> LogReader:
-        header = {"op": "background", "action": "logs", "exec_id": exec_id, "from_id": from_id, "follow": follow}
+        header = BackgroundLogsHeader(exec_id, from_id, follow).to_json()
         stream = self._agent.open_stream(header, HeadedProtocol(_LogsReading(sink)))
         stream.loseConnection()  # nothing to send: half-close at once
         return LogReader(stream)

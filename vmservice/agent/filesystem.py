@@ -3,8 +3,9 @@
 The host's side of the guest's file-system operations (``{"op": "fs"}`` streams),
 and the reading of the guest's JSON replies.
 
-Each call opens one stream with a header such as
-``{"op": "fs", "action": "stat", "path": "/etc/hostname"}``, reads the guest's one
+Each call opens one stream with the JSON of an
+:class:`~vmservice.wire.openheaders.fs.FsHeader` (such as
+``{"op": "fs", "action": "stat", "path": "/etc/hostname"}``), reads the guest's one
 JSON reply (see :mod:`vmservice.guest.filesystem` and ``docs/agent-protocol.md``)
 and returns :class:`~vmservice.guestport.files.FsEntry` records, or raises an
 :class:`~vmservice.errors.AgentError` of the kind the guest named; what a
@@ -18,6 +19,7 @@ from typing import Any
 
 from ..errors import AgentError, GuestErrorKind
 from ..guestport.files import FsEntry
+from ..wire.openheaders.fs import FsHeader
 from .channel import Channel
 from .errors import AgentRequestFailed
 
@@ -72,19 +74,19 @@ def _entry(value: Any) -> FsEntry:
     )
 
 
-async def _call(agent: Channel, header: dict[str, Any]) -> Any:
-    body = await agent.request({"op": "fs", **header}, MAX_FS_REPLY)
+async def _call(agent: Channel, header: FsHeader) -> Any:
+    body = await agent.request(header.to_json(), MAX_FS_REPLY)
     return reply_result(body, "file-system")
 
 
 async def stat(agent: Channel, path: str) -> FsEntry:
     """Describe ``path`` itself (a symlink is not followed): absolute, or ``~``/``~/...``."""
-    return _entry(await _call(agent, {"action": "stat", "path": path}))
+    return _entry(await _call(agent, FsHeader("stat", path)))
 
 
 async def readdir(agent: Channel, path: str) -> list[FsEntry]:
     """The entries of directory ``path``, sorted by name, without ``.`` and ``..``."""
-    result = await _call(agent, {"action": "readdir", "path": path})
+    result = await _call(agent, FsHeader("readdir", path))
     if not isinstance(result, list):
         raise _malformed("the guest's readdir reply is not a list")
     return [_entry(item) for item in result]
@@ -95,12 +97,12 @@ async def mkdir(agent: Channel, path: str, recursive: bool, mode: int) -> FsEntr
     Make directory ``path`` with exactly ``mode``; with ``recursive``, make
     missing parents (0755) and accept an existing directory.
     """
-    return _entry(await _call(agent, {"action": "mkdir", "path": path, "recursive": recursive, "mode": mode}))
+    return _entry(await _call(agent, FsHeader("mkdir", path, recursive, mode)))
 
 
 async def remove(agent: Channel, path: str, recursive: bool) -> FsEntry:
     """Remove a file, symlink or empty directory (with ``recursive``, a tree); the entry as it was."""
-    return _entry(await _call(agent, {"action": "remove", "path": path, "recursive": recursive}))
+    return _entry(await _call(agent, FsHeader("remove", path, recursive)))
 
 
 __all__ = ["ENTRY_TYPES", "MAX_FS_REPLY", "mkdir", "readdir", "remove", "reply_result", "reply_value", "stat"]

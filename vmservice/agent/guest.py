@@ -27,6 +27,7 @@ from ..guestport.files import DownloadRequest, FsEntry, IDownload, IUpload, Uplo
 from ..guestport.guest import AgentHealth, GuestSecret, IGuest, LoginOutcome, UserdataOutcome
 from ..guestport.shell import IShellSession, IShellSink, ShellRequest
 from ..guestport.tunnel import ITunnel
+from ..wire.openheaders.clock import ClockHeader
 from ..wire.upstream import Upstream
 from ..guestport.watch import IWatch, IWatchSink, WatchRequest
 from . import filesystem, provisioning
@@ -113,7 +114,7 @@ class AgentGuest(ABC):
         """
         if isinstance(unix_ns, bool) or not isinstance(unix_ns, int) or not 0 < unix_ns < _CLOCK_LIMIT:
             raise ValueError(f"unix_ns must be a positive integer below 2**63, not {unix_ns!r}")
-        body = await self.request({"op": "clock", "unix_ns": int(unix_ns)}, MAX_CLOCK_REPLY)
+        body = await self.request(ClockHeader(int(unix_ns)).to_json(), MAX_CLOCK_REPLY)
         try:
             reply = json.loads(body)
         except ValueError:

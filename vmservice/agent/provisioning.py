@@ -2,7 +2,8 @@
 """
 The requests that make a guest the node it was asked to be: its secrets
 (``secrets``), its login user and SSH keys (``login``) and its userdata
-(``userdata``).  Each is one stream: a JSON header, a body, one JSON answer
+(``userdata``).  Each is one stream: a JSON header (a record of
+:mod:`vmservice.wire.openheaders.provisioning`), a body, one JSON answer
 (see ``docs/agent-protocol.md`` and the guest's modules of the same names).
 """
 
@@ -13,6 +14,7 @@ from typing import Any, Mapping
 
 from ..errors import GuestErrorKind
 from ..guestport.guest import GuestSecret, LoginOutcome, UserdataOutcome
+from ..wire.openheaders.provisioning import LoginHeader, SecretEntry, SecretsHeader, UserdataHeader
 from .channel import Channel
 from .errors import AgentRequestFailed
 
@@ -34,10 +36,7 @@ def _object(body: bytes, what: str) -> Mapping[str, Any]:
 
 async def place_secrets(channel: Channel, secrets: tuple[GuestSecret, ...]) -> tuple[str, ...]:
     """Make the guest's ``/run/secrets`` hold exactly ``secrets``; the names removed."""
-    header = {
-        "op": "secrets",
-        "entries": [{"name": s.name, "size": len(s.data), "mode": s.mode, "uid": s.uid, "gid": s.gid} for s in secrets],
-    }
+    header = SecretsHeader(tuple(SecretEntry(s.name, len(s.data), s.mode, s.uid, s.gid) for s in secrets)).to_json()
     answer = _object(await channel.request(header, MAX_REPLY, b"".join(s.data for s in secrets)), "secrets")
     removed = answer.get("removed")
     if not isinstance(removed, list) or not all(isinstance(name, str) for name in removed):
@@ -47,7 +46,7 @@ async def place_secrets(channel: Channel, secrets: tuple[GuestSecret, ...]) -> t
 
 async def run_userdata(channel: Channel, script: bytes) -> UserdataOutcome:
     """Run the guest's userdata unless it ran before; its outcome, once it is over."""
-    answer = _object(await channel.request({"op": "userdata", "size": len(script)}, MAX_REPLY, script), "userdata")
+    answer = _object(await channel.request(UserdataHeader(len(script)).to_json(), MAX_REPLY, script), "userdata")
     state, exit_code = answer.get("state"), answer.get("exit_code")
     if state not in ("finished", "interrupted") or not (exit_code is None or type(exit_code) is int):
         raise AgentRequestFailed("the userdata answer has no valid 'state' or 'exit_code'", kind=GuestErrorKind.MALFORMED)
@@ -57,7 +56,7 @@ async def run_userdata(channel: Channel, script: bytes) -> UserdataOutcome:
 async def login(channel: Channel, user: str, keys: tuple[str, ...]) -> LoginOutcome:
     """Make the login user, install its keys and start the SSH server when there are keys."""
     body = "".join(f"{key}\n" for key in keys).encode("utf-8")
-    answer = _object(await channel.request({"op": "login", "user": user}, MAX_REPLY, body), "login")
+    answer = _object(await channel.request(LoginHeader(user).to_json(), MAX_REPLY, body), "login")
     try:
         return LoginOutcome(user=str(answer["user"]), uid=int(answer["uid"]), home=str(answer["home"]),
                             created=bool(answer["created"]), sshd=str(answer["sshd"]))

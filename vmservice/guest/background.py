@@ -46,7 +46,7 @@ import signal
 import time
 import weakref
 from collections import deque
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, TypeVar
 
 from vmservice.guest.background_ring import Ring
 from vmservice.guest.children import Child, signal_group
@@ -57,6 +57,8 @@ from vmservice.wire.logframes import STDERR, STDOUT
 from vmservice.wire.openheaders.exec import DEFAULT_RING_BYTES, MAX_RING_BYTES, BackgroundStartHeader, ExecHeader
 from vmservice.wire.openheaders.fields import BadHeader
 
+_Header = TypeVar("_Header")
+
 #: Most background execs a guest keeps (running, or ended and not deleted yet).
 MAX_EXECS = 256
 #: How many deleted exec ids the registry remembers, to answer "gone" rather than "not found".
@@ -65,16 +67,13 @@ REMEMBERED_DELETED = 4096
 READ_SIZE = 64 * 1024
 #: A logs stream stops sending while this much waits for credit or room on the link.
 LOGS_HIGH_WATER = 256 * 1024
-#: Milliseconds between the signal of a kill and SIGKILL, when the request gives none.
-DEFAULT_GRACE_MS = 5000
-#: The signals a kill may send, and which of them are followed by SIGKILL after the grace period.
+#: The signals a kill may send (:data:`~vmservice.wire.openheaders.background.SIGNAL_NAMES`), and which of
+#: them are followed by SIGKILL after the grace period.
 SIGNALS = {
     "TERM": signal.SIGTERM, "KILL": signal.SIGKILL, "HUP": signal.SIGHUP, "INT": signal.SIGINT,
     "QUIT": signal.SIGQUIT, "USR1": signal.SIGUSR1, "USR2": signal.SIGUSR2,
 }
 ESCALATED = frozenset({"TERM", "HUP", "INT", "QUIT"})
-#: What ``action`` may be.
-ACTIONS = ("start", "list", "info", "kill", "wait", "delete", "logs")
 
 #: The phases of a background exec (``docs/state-machines/background-exec.md``): the leader
 #: runs (``Running``); it was reaped but output pipes are still open (``Draining``); it runs
@@ -107,6 +106,18 @@ class BackgroundError(Exception):
 
 
 # -- one exec ---------------------------------------------------------------------------------
+
+
+def read_header(read: Callable[[object], _Header], header: Mapping[str, Any]) -> _Header:
+    """
+    ``header`` read with ``read`` (a record's ``from_json``).
+
+    :raises BackgroundError: ``invalid``, naming the field, for a bad header.
+    """
+    try:
+        return read(header)
+    except BadHeader as e:
+        raise BackgroundError("invalid", str(e)) from None
 
 
 class BackgroundExec:
@@ -312,10 +323,7 @@ class Registry:
         :raises BackgroundError: a bad field (``invalid``), too many execs
             (``busy``), a directory or program that cannot be used (``rejected``).
         """
-        try:
-            start = BackgroundStartHeader.from_json(header)
-        except BadHeader as e:
-            raise BackgroundError("invalid", str(e)) from None
+        start = read_header(BackgroundStartHeader.from_json, header)
         spec, ring_bytes = runnable(start.exec), start.ring_bytes
         if len(self.execs) >= MAX_EXECS:
             raise BackgroundError(
@@ -377,7 +385,6 @@ def registry_of(loop: Loop) -> Registry:
 
 
 __all__ = [
-    "ACTIONS",
     "BackgroundError",
     "BackgroundExec",
     "DEFAULT_RING_BYTES",
@@ -386,5 +393,6 @@ __all__ = [
     "Registry",
     "SIGNALS",
     "TRANSITIONS",
+    "read_header",
     "registry_of",
 ]

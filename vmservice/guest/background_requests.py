@@ -12,24 +12,20 @@ import json
 import time
 from typing import Any, Mapping, Optional
 
-from vmservice.guest.background import (ACTIONS, DEFAULT_GRACE_MS, LOGS_HIGH_WATER, SIGNALS, BackgroundError,
-                                        BackgroundExec, registry_of)
+from vmservice.guest.background import LOGS_HIGH_WATER, BackgroundError, BackgroundExec, read_header, registry_of
 from vmservice.guest.loop import Timer
 from vmservice.guest.streams import GuestStream, StreamHandler
 from vmservice.wire.logframes import EXIT, encode_frame, gap_frame
+from vmservice.wire.openheaders.background import (ACTIONS, EXEC_REQUESTS, BackgroundKillHeader, BackgroundListHeader,
+                                                   BackgroundLogsHeader, BackgroundWaitHeader)
 from vmservice.wire.payloads import encode_head
-
-
-def _int_field(header: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
-    value = header.get(name, default)
-    if type(value) is not int or not low <= value <= high:
-        raise BackgroundError("invalid", f"{name} must be an integer {low} .. {high}")
-    return value
 
 
 class BackgroundHandler(StreamHandler):
     """
-    Serves ``{"op": "background", "action": ...}`` (see :mod:`vmservice.guest.background`).
+    Serves ``{"op": "background", "action": ...}`` (see :mod:`vmservice.guest.background`),
+    each action's header read as its record (:mod:`vmservice.wire.openheaders.background`)
+    once the exec it names was found.
     """
 
     def __init__(self, stream: GuestStream, header: Mapping[str, Any]) -> None:
@@ -51,20 +47,22 @@ class BackgroundHandler(StreamHandler):
             if action == "start":
                 self._reply(registry.start(self.header).info())
             elif action == "list":
+                read_header(BackgroundListHeader.from_json, self.header)
                 self._reply([entry.info() for entry in registry.execs.values()])
             else:
                 entry = registry.get(self.header.get("exec_id"))
-                if action == "info":
-                    self._reply(entry.info())
-                elif action == "kill":
-                    self._kill(entry)
+                request = read_header(EXEC_REQUESTS[action].from_json, self.header)
+                if isinstance(request, BackgroundKillHeader):
+                    self._kill(entry, request)
+                elif isinstance(request, BackgroundWaitHeader):
+                    self._wait(entry, request.timeout_ms)
+                elif isinstance(request, BackgroundLogsHeader):
+                    self._logs(entry, request)
                 elif action == "delete":
                     registry.delete(entry.exec_id)
                     self._reply({"exec_id": entry.exec_id, "reaped": True})
-                elif action == "wait":
-                    self._wait(entry)
                 else:
-                    self._logs(entry)
+                    self._reply(entry.info())
         except BackgroundError as e:
             reply = {"ok": False, "error": e.kind, "message": e.message}
             if action == "logs":
@@ -77,18 +75,13 @@ class BackgroundHandler(StreamHandler):
         self.stream.write(json.dumps({"ok": True, "result": result}, separators=(",", ":")).encode())
         self.stream.end()
 
-    def _kill(self, entry: BackgroundExec) -> None:
-        name = self.header.get("signal", "TERM")
-        if name not in SIGNALS:
-            raise BackgroundError("invalid", f"signal must be one of {', '.join(SIGNALS)}")
-        grace_ms = _int_field(self.header, "grace_ms", DEFAULT_GRACE_MS, 0, 3_600_000)
-        sent = entry.kill(name, grace_ms)
+    def _kill(self, entry: BackgroundExec, request: BackgroundKillHeader) -> None:
+        sent = entry.kill(request.signal, request.grace_ms)
         self._reply({"exec_id": entry.exec_id, "pid": entry.pid, "running": entry.running, "signal_sent": sent})
 
     # -- wait ---------------------------------------------------------------------------
 
-    def _wait(self, entry: BackgroundExec) -> None:
-        timeout_ms = _int_field(self.header, "timeout_ms", 30_000, 0, 24 * 3_600_000)
+    def _wait(self, entry: BackgroundExec, timeout_ms: int) -> None:
         self._entry = entry
         if entry.running and timeout_ms > 0:
             entry.listen(self._wait_check)
@@ -116,12 +109,9 @@ class BackgroundHandler(StreamHandler):
 
     # -- logs ---------------------------------------------------------------------------
 
-    def _logs(self, entry: BackgroundExec) -> None:
-        from_id = _int_field(self.header, "from_id", 0, 0, 2**63 - 1)
-        follow = self.header.get("follow", False)
-        if not isinstance(follow, bool):
-            raise BackgroundError("invalid", "follow must be a boolean")
-        self._entry, self._follow = entry, follow
+    def _logs(self, entry: BackgroundExec, request: BackgroundLogsHeader) -> None:
+        from_id = request.from_id
+        self._entry, self._follow = entry, request.follow
         ring = entry.ring
         self._cursor = from_id or ring.first_id
         if from_id == 1 or from_id == 0:

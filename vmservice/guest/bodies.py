@@ -9,12 +9,15 @@ Standard library only, and cheap to import: it runs inside the guest.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Generic, Mapping, TypeVar
 
 from vmservice.guest.streams import GuestStream, StreamHandler
 from vmservice.wire.errors import ResetCode
+from vmservice.wire.openheaders.fields import BadHeader
 
-__all__ = ["BodyHandler"]
+__all__ = ["BodyHandler", "RecordBodyHandler"]
+
+_Header = TypeVar("_Header")
 
 
 class BodyHandler(StreamHandler):
@@ -59,3 +62,29 @@ class BodyHandler(StreamHandler):
         """Send ``answer`` as JSON and half-close."""
         self.stream.write(json.dumps(answer, separators=(",", ":")).encode("utf-8"))
         self.stream.end()
+
+
+class RecordBodyHandler(BodyHandler, Generic[_Header]):
+    """
+    A :class:`BodyHandler` whose header is a record of
+    :mod:`vmservice.wire.openheaders`: :meth:`start` reads it (:meth:`read`)
+    into :attr:`request`, and refuses a bad one with BAD_HEADER and the
+    message of its ``BadHeader``.
+    """
+
+    #: The header as :meth:`start` read it (a refused stream has none, and no :meth:`complete`).
+    request: _Header
+
+    def read(self, header: Mapping[str, Any]) -> _Header:
+        """
+        The header as a record (its ``from_json``).
+
+        :raises BadHeader: naming the field.
+        """
+        raise NotImplementedError
+
+    def start(self) -> None:
+        try:
+            self.request = self.read(self.header)
+        except BadHeader as e:
+            self.refuse(str(e))

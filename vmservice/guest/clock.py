@@ -10,10 +10,8 @@ import errno
 from vmservice.guest import agentlog
 from vmservice.guest.streams import StreamHandler
 from vmservice.wire.errors import ResetCode
-
-#: Largest ``unix_ns`` of the ``clock`` op: the kernel keeps time in signed 64-bit
-#: nanoseconds.
-MAX_CLOCK_NS = 2**63 - 1
+from vmservice.wire.openheaders.clock import MAX_CLOCK_NS, ClockHeader
+from vmservice.wire.openheaders.fields import BadHeader
 
 
 class ClockHandler(StreamHandler):
@@ -29,11 +27,10 @@ class ClockHandler(StreamHandler):
     """
 
     def start(self) -> None:
-        unix_ns = self.header.get("unix_ns")
-        if type(unix_ns) is not int or not 0 < unix_ns <= MAX_CLOCK_NS:
-            self.stream.reset(
-                ResetCode.BAD_HEADER, f"unix_ns must be a positive integer (nanoseconds), not {unix_ns!r}"[:200]
-            )
+        try:
+            unix_ns = ClockHeader.from_json(self.header).unix_ns
+        except BadHeader as e:
+            self.stream.reset(ResetCode.BAD_HEADER, str(e)[:200])
             return
         context = self.stream.context
         previous = context.realtime_ns()

@@ -3,7 +3,8 @@
 The guest's file-system operations: ``{"op": "fs", "action": ...}`` streams.
 
 One stream per request.  The host opens the stream with a header such as
-``{"op": "fs", "action": "readdir", "path": "/etc"}`` and half-closes it; the agent
+``{"op": "fs", "action": "readdir", "path": "/etc"}`` (an
+:class:`~vmservice.wire.openheaders.fs.FsHeader`) and half-closes it; the agent
 answers one JSON object and half-closes in turn:
 
 - ``{"ok": true, "result": ...}``: an entry (``stat``, ``mkdir``, ``remove``) or a
@@ -34,10 +35,8 @@ from typing import Any, Callable
 
 from vmservice.wire.openheaders.copy import checked_path
 from vmservice.wire.openheaders.fields import BadHeader
+from vmservice.wire.openheaders.fs import DEFAULT_DIRECTORY_MODE
 
-
-#: The actions of the ``fs`` operation.
-ACTIONS = ("readdir", "stat", "mkdir", "remove")
 
 #: Every ``error`` kind a reply may carry.
 ERROR_KINDS = (
@@ -50,9 +49,6 @@ ERROR_KINDS = (
     "busy",
     "io_error",
 )
-
-#: Mode of a directory made by ``mkdir`` when the header gives none.
-DEFAULT_DIRECTORY_MODE = 0o755
 
 _ERRNO_KINDS = {
     errno.ENOENT: "not_found",
@@ -332,7 +328,6 @@ def do_remove(path: str, recursive: bool, cancelled: Callable[[], bool] = lambda
 
 
 __all__ = [
-    "ACTIONS",
     "ERROR_KINDS",
     "FsError",
     "Cancelled",

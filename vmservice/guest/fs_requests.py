@@ -12,17 +12,12 @@ import os
 import threading
 from typing import Any, Callable, Mapping, Optional
 
-from vmservice.guest.filesystem import (ACTIONS, DEFAULT_DIRECTORY_MODE, Cancelled, FsError, do_mkdir, do_readdir,
-                                        do_remove, do_stat, error_from_os, resolve_path, root_home)
+from vmservice.guest.filesystem import (Cancelled, FsError, do_mkdir, do_readdir, do_remove, do_stat, error_from_os,
+                                        resolve_path, root_home)
 from vmservice.guest.streams import GuestStream, StreamHandler
 from vmservice.wire.errors import ResetCode
-
-
-def _flag(header: Mapping[str, Any], name: str) -> bool:
-    value = header.get(name, False)
-    if not isinstance(value, bool):
-        raise FsError("invalid", f"{name} must be true or false")
-    return value
+from vmservice.wire.openheaders.fields import BadHeader
+from vmservice.wire.openheaders.fs import FsHeader
 
 
 def perform(
@@ -31,31 +26,30 @@ def perform(
     home: Callable[[], str] = root_home,
 ) -> dict[str, Any]:
     """
-    Carry out the request of an ``fs`` OPEN header and return the reply object.
+    Carry out the request of an ``fs`` OPEN header (read as an
+    :class:`~vmservice.wire.openheaders.fs.FsHeader`) and return the reply object.
 
     Never raises for a file-system failure or a bad header: both become
-    ``{"ok": false, ...}``.
+    ``{"ok": false, ...}`` (a bad header is ``invalid``, with the field named).
 
     :param cancelled: polled during long work; true stops it.
     :param home: root's home directory, for ``~``.
     """
     try:
-        action = header.get("action")
-        if action not in ACTIONS:
-            raise FsError("invalid", f"unknown action {action!r}")
-        path = resolve_path(header.get("path"), home)
+        try:
+            request = FsHeader.from_json(header)
+        except BadHeader as e:
+            raise FsError("invalid", str(e)) from None
+        path = resolve_path(request.path, home)
         result: Any
-        if action == "stat":
+        if request.action == "stat":
             result = do_stat(path)
-        elif action == "readdir":
+        elif request.action == "readdir":
             result = do_readdir(path, cancelled)
-        elif action == "mkdir":
-            mode = header.get("mode", DEFAULT_DIRECTORY_MODE)
-            if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o7777:
-                raise FsError("invalid", "mode must be an integer from 0 to 0o7777")
-            result = do_mkdir(path, _flag(header, "recursive"), mode)
+        elif request.action == "mkdir":
+            result = do_mkdir(path, request.recursive, request.mode)
         else:
-            result = do_remove(path, _flag(header, "recursive"), cancelled)
+            result = do_remove(path, request.recursive, cancelled)
     except FsError as e:
         return {"ok": False, "error": e.kind, "message": e.message}
     except OSError as e:

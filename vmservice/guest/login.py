@@ -46,13 +46,13 @@ Standard library only: it runs inside the guest.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import time
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
-from vmservice.guest.bodies import BodyHandler
+from vmservice.guest.bodies import RecordBodyHandler
+from vmservice.wire.openheaders.provisioning import LoginHeader
 
 __all__ = ["HOST_KEY", "INHERITED", "LoginHandler", "SSHD", "SSHD_CONFIG", "System", "ensure_user", "renew_host_keys",
            "sshd_config", "stop_inherited_sshd"]
@@ -64,7 +64,6 @@ SSHD_PID = "/run/sshd.pid"
 HOST_KEY = "/etc/ssh/ssh_host_ed25519_key"
 #: Where host keys are (of any type: an image's own server may have others).
 HOST_KEY_DIR = "/etc/ssh"
-_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
 #: Most bytes of authorized keys.
 MAX_KEYS = 256 * 1024
 
@@ -337,21 +336,19 @@ def start_sshd(system: System) -> str:
     return "started"
 
 
-class LoginHandler(BodyHandler):
+class LoginHandler(RecordBodyHandler[LoginHeader]):
     """Makes the login user, installs its keys, starts the SSH server (see the module's description)."""
 
     limit = MAX_KEYS
     #: The system worked on; tests replace it.
     system: Optional[System] = None
 
-    def start(self) -> None:
-        user = self.header.get("user")
-        if not isinstance(user, str) or not _USER.match(user):
-            self.refuse(f"bad user name {user!r}")
+    def read(self, header: Mapping[str, Any]) -> LoginHeader:
+        return LoginHeader.from_json(header)
 
     def complete(self, body: bytes) -> None:
         system = self.system if self.system is not None else System()
-        name: str = self.header["user"]
+        name = self.request.user
         keys = body.decode("utf-8")
         uid, gid, home, created = ensure_user(system, name)
         sshd = "off"

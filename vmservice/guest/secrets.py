@@ -3,8 +3,8 @@
 The node's secrets in the guest: files in ``/run/secrets``, a tmpfs, so their
 content never reaches the node's disk.
 
-``{"op": "secrets", "entries": [{"name", "size", "mode", "uid", "gid"}, ...]}``,
-then the contents of the entries one after the other as the body: afterwards
+``{"op": "secrets", "entries": [{"name", "size", "mode", "uid", "gid"}, ...]}``
+(:class:`~vmservice.wire.openheaders.provisioning.SecretsHeader`), then the contents of the entries one after the other as the body: afterwards
 the directory holds exactly these files, each with its mode and owner, every
 one replaced atomically (a reader sees the old content or the new, never half),
 and nothing else (secrets no longer given are removed).  The answer is
@@ -19,19 +19,17 @@ Standard library only: it runs inside the guest.
 from __future__ import annotations
 
 import os
-import re
 from typing import Any, Mapping, Optional
 
-from vmservice.guest.bodies import BodyHandler
+from vmservice.guest.bodies import RecordBodyHandler
+from vmservice.wire.openheaders.provisioning import MAX_SECRETS, SecretsHeader
 
 __all__ = ["MAX_SECRETS", "SECRETS_DIR", "SecretsHandler", "mount_point_type"]
 
 #: Where secrets are placed.
 SECRETS_DIR = "/run/secrets"
-#: Most secrets one node holds, and most bytes of all of them.
-MAX_SECRETS = 64
+#: Most bytes of all the secrets of a node (at most :data:`MAX_SECRETS` of them).
 MAX_TOTAL = 64 << 20
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
 
 def mount_point_type(path: str, mounts: str) -> Optional[str]:
@@ -49,30 +47,6 @@ def mount_point_type(path: str, mounts: str) -> Optional[str]:
         if inside and len(point) > best[0]:
             best = (len(point), fields[2])
     return best[1]
-
-
-def _entries(header: Mapping[str, Any]) -> list[tuple[str, int, int, int, int]]:
-    """``(name, size, mode, uid, gid)`` of each entry; ValueError says what is wrong."""
-    raw = header.get("entries")
-    if not isinstance(raw, list) or len(raw) > MAX_SECRETS:
-        raise ValueError(f"entries must be a list of at most {MAX_SECRETS}")
-    entries = []
-    for entry in raw:
-        if not isinstance(entry, dict):
-            raise ValueError("each entry must be an object")
-        name = entry.get("name")
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise ValueError(f"bad secret name {name!r}")
-        numbers: list[int] = []
-        for key in ("size", "mode", "uid", "gid"):
-            value = entry.get(key)
-            if type(value) is not int or not 0 <= value < 2**32 or (key == "mode" and value > 0o7777):
-                raise ValueError(f"bad {key} for secret {name!r}")
-            numbers.append(value)
-        entries.append((name, numbers[0], numbers[1], numbers[2], numbers[3]))
-    if len({e[0] for e in entries}) != len(entries):
-        raise ValueError("a secret is named twice")
-    return entries
 
 
 def _place(directory: str, name: str, data: bytes, mode: int, uid: int, gid: int) -> None:
@@ -97,7 +71,7 @@ def _place(directory: str, name: str, data: bytes, mode: int, uid: int, gid: int
     os.rename(temporary, os.path.join(directory, name))
 
 
-class SecretsHandler(BodyHandler):
+class SecretsHandler(RecordBodyHandler[SecretsHeader]):
     """Places the node's secrets (see the module's description)."""
 
     limit = MAX_TOTAL
@@ -108,14 +82,11 @@ class SecretsHandler(BodyHandler):
     #: Where the mounts are listed; tests point it elsewhere.
     mounts = "/proc/mounts"
 
-    def start(self) -> None:
-        try:
-            self._wanted = _entries(self.header)
-        except ValueError as error:
-            self.refuse(str(error))
+    def read(self, header: Mapping[str, Any]) -> SecretsHeader:
+        return SecretsHeader.from_json(header)
 
     def complete(self, body: bytes) -> None:
-        if len(body) != sum(entry[1] for entry in self._wanted):
+        if len(body) != self.request.size:
             self.refuse("the body's length is not the sum of the entries' sizes")
             return
         directory = self.directory
@@ -128,10 +99,10 @@ class SecretsHandler(BodyHandler):
                 self.refuse(f"{directory} is on {kind}, not on a tmpfs: secrets must not reach a disk")
                 return
         offset = 0
-        for name, size, mode, uid, gid in self._wanted:
-            _place(directory, name, body[offset : offset + size], mode, uid, gid)
-            offset += size
-        names = {entry[0] for entry in self._wanted}
+        for entry in self.request.entries:
+            _place(directory, entry.name, body[offset : offset + entry.size], entry.mode, entry.uid, entry.gid)
+            offset += entry.size
+        names = {entry.name for entry in self.request.entries}
         removed = []
         for existing in sorted(os.listdir(directory)):
             if existing not in names:
@@ -140,4 +111,4 @@ class SecretsHandler(BodyHandler):
                     os.unlink(path)
                     if not existing.startswith("."):
                         removed.append(existing)
-        self.reply({"placed": [entry[0] for entry in self._wanted], "removed": removed})
+        self.reply({"placed": [entry.name for entry in self.request.entries], "removed": removed})

@@ -37,7 +37,8 @@ from typing import Any, Callable, Mapping, Optional
 from vmservice.guest.loop import Timer
 from vmservice.guest.streams import GuestStream
 from vmservice.guest.userdata_marker import USERDATA_MARKER, USERDATA_OVER, read_userdata_marker
-from vmservice.guest.bodies import BodyHandler
+from vmservice.guest.bodies import RecordBodyHandler
+from vmservice.wire.openheaders.provisioning import MAX_USERDATA, UserdataHeader
 
 __all__ = ["USERDATA_LOG", "USERDATA_SCRIPT", "UserdataHandler", "Userdata", "run", "write_marker"]
 
@@ -45,8 +46,6 @@ __all__ = ["USERDATA_LOG", "USERDATA_SCRIPT", "UserdataHandler", "Userdata", "ru
 USERDATA_LOG = "/var/log/vmservice/userdata.log"
 #: Where the script is kept while it runs (tmpfs).
 USERDATA_SCRIPT = "/run/vmservice/userdata.sh"
-#: Most bytes of userdata (the host checks first).
-MAX_USERDATA = 512 * 1024
 #: Seconds between two looks at the marker while the script runs.
 POLL_INTERVAL = 0.2
 _BOOT_ID = "/proc/sys/kernel/random/boot_id"
@@ -158,7 +157,7 @@ def _answer(marker: Mapping[str, Any]) -> dict[str, Any]:
             "ran_script": bool(marker.get("ran_script", True))}
 
 
-class UserdataHandler(BodyHandler):
+class UserdataHandler(RecordBodyHandler[UserdataHeader]):
     """Runs the node's userdata once and answers when it is over (see the module's description)."""
 
     limit = MAX_USERDATA
@@ -173,13 +172,11 @@ class UserdataHandler(BodyHandler):
         self._files = self.files if self.files is not None else Userdata(
             marker=stream.context.userdata_marker)
 
-    def start(self) -> None:
-        size = self.header.get("size")
-        if type(size) is not int or not 0 <= size <= MAX_USERDATA:
-            self.refuse(f"size must be an integer from 0 to {MAX_USERDATA}")
+    def read(self, header: Mapping[str, Any]) -> UserdataHeader:
+        return UserdataHeader.from_json(header)
 
     def complete(self, body: bytes) -> None:
-        if len(body) != self.header["size"]:
+        if len(body) != self.request.size:
             self.refuse("the body is not 'size' bytes long")
             return
         marker = self._files.state()

@@ -8,9 +8,11 @@ is absent) or raises :class:`BadHeader`, the one error of
 
 from __future__ import annotations
 
-from typing import Any, Mapping, TypeVar
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, Mapping, TypeVar
 
 _T = TypeVar("_T")
+_Flat = TypeVar("_Flat", bound="FlatHeader")
 
 
 class BadHeader(ValueError):
@@ -57,9 +59,54 @@ def words(header: Mapping[str, Any], name: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def flag(header: Mapping[str, Any], name: str) -> bool:
+    """
+    The field ``name``, true or false (false when absent).
+
+    :raises BadHeader: ``NAME must be true or false``.
+    """
+    value = header.get(name, False)
+    if not isinstance(value, bool):
+        raise BadHeader(f"{name} must be true or false")
+    return value
+
+
 def is_int(value: object) -> bool:
     """Whether ``value`` is a JSON integer (``True`` and ``False`` are not)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-__all__ = ["BadHeader", "header_object", "is_int", "typed", "words"]
+@dataclass(frozen=True)
+class FlatHeader:
+    """
+    A header that is its ``op`` beside the fields of its record, each a JSON
+    scalar: each kind names its :attr:`op` and reads its fields (:meth:`read`).
+    """
+
+    #: The operation the header names.
+    op: ClassVar[str]
+
+    def to_json(self) -> dict[str, Any]:
+        """The header as a JSON object: ``op``, then the fields in their order."""
+        return {"op": self.op, **asdict(self)}
+
+    @classmethod
+    def from_json(cls: type[_Flat], value: object) -> _Flat:
+        """
+        Read and check a header (its ``op`` is not looked at).
+
+        :raises BadHeader: naming the field.
+        """
+        return cls(*cls.read(header_object(value)))
+
+    @classmethod
+    def read(cls, header: Mapping[str, Any]) -> tuple[Any, ...]:
+        """
+        The record's fields, in their order.
+
+        :raises BadHeader: naming the field.
+        """
+        raise NotImplementedError
+
+
+__all__ = ["BadHeader", "FlatHeader", "flag", "header_object", "is_int", "typed", "words"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from vmservice.wire.openheaders.fields import BadHeader, header_object, is_int
+from vmservice.wire.openheaders.fields import BadHeader, flag, header_object, is_int
 
 #: The event types a watch may ask for (``overflow`` is always reported).
 WATCH_EVENT_TYPES = ("create", "write", "remove", "rename", "chmod")
@@ -65,9 +65,7 @@ class WatchHeader:
         unknown = sorted(set(events) - set(WATCH_EVENT_TYPES))
         if unknown:
             raise BadHeader(f"unknown event types {unknown}: use {', '.join(WATCH_EVENT_TYPES)}")
-        recursive = header.get("recursive", False)
-        if not isinstance(recursive, bool):
-            raise BadHeader("recursive must be true or false")
+        recursive = flag(header, "recursive")
         debounce = header.get("debounce", 0)
         if isinstance(debounce, bool) or not isinstance(debounce, (int, float)) or not 0 <= debounce <= MAX_DEBOUNCE:
             raise BadHeader(f"debounce must be 0 to {MAX_DEBOUNCE:g} seconds")
