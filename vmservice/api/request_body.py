@@ -157,7 +157,7 @@ class RequestBody:
                 core.queued -= len(chunk)
                 core.outlet(chunk)
             if not core.queue and core.complete:
-                self._consumer.drained()  # before the end it changes nothing: spared on every chunk
+                self._consumer.drained()  # only once the whole body arrived (the consumer's machine counts on it)
         finally:
             self._pumping = False
         if core.queued == 0 and core.high_water > 0:
