@@ -1,8 +1,10 @@
 # -*- test-case-name: tests.api.test_request_body -*-
 """
-Tests for :mod:`vmservice.api.request_body` and :mod:`vmservice.api.network_valve`:
-the body's machine against its diagram, and the orders of its inputs that
-:mod:`tests.api.test_streaming` does not take.
+Tests for :mod:`vmservice.api.request_body` and its machines
+(:mod:`vmservice.api.body_arrival`, :mod:`vmservice.api.body_consumer`,
+:mod:`vmservice.api.network_valve`): each machine against its diagram, and
+the orders of the body's inputs that :mod:`tests.api.test_streaming` does
+not take.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.diagrams import drawn_transitions, machine_transitions
+from vmservice.api.body_arrival import ARRIVAL_MACHINE
+from vmservice.api.body_consumer import CONSUMER_MACHINE
 from vmservice.api.network_valve import VALVE_MACHINE, ValveCore
-from vmservice.api.request_body import BODY_MACHINE, RequestBody
+from vmservice.api.request_body import RequestBody
 
 
 class Network:
@@ -30,12 +34,17 @@ class Network:
 
 
 class DiagramTests(SynchronousTestCase):
-    def test_diagram(self) -> None:
-        """docs/state-machines/request-body.dot draws exactly the body's and the valve's transitions."""
-        self.assertEqual(
-            drawn_transitions("request-body.dot"),
-            machine_transitions(BODY_MACHINE) | machine_transitions(VALVE_MACHINE),
-        )
+    def test_arrival_diagram(self) -> None:
+        """docs/state-machines/request-body-arrival.dot draws exactly the arrival machine's transitions."""
+        self.assertEqual(drawn_transitions("request-body-arrival.dot"), machine_transitions(ARRIVAL_MACHINE))
+
+    def test_consumer_diagram(self) -> None:
+        """docs/state-machines/request-body-consumer.dot draws exactly the consumer's machine's transitions."""
+        self.assertEqual(drawn_transitions("request-body-consumer.dot"), machine_transitions(CONSUMER_MACHINE))
+
+    def test_valve_diagram(self) -> None:
+        """docs/state-machines/request-body-valve.dot draws exactly the valve's transitions."""
+        self.assertEqual(drawn_transitions("request-body-valve.dot"), machine_transitions(VALVE_MACHINE))
 
 
 class ValveTests(SynchronousTestCase):

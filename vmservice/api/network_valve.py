@@ -1,8 +1,8 @@
 # -*- test-case-name: tests.api.test_request_body -*-
 """
 Whether a streamed request body holds the network, as a small automat
-machine (drawn in ``docs/state-machines/request-body.dot`` beside the body's
-own machine, :mod:`.request_body`).
+machine (diagram: ``docs/state-machines/request-body-valve.dot``; the
+body's other machines: :mod:`.body_arrival`, :mod:`.body_consumer`).
 
 A hold is asserted again every time it is asked for: the HTTP channel may
 resume the connection by itself (it does when its send buffer drains).  A
