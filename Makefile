@@ -108,6 +108,10 @@ faults: install
 # around them).  Not here, as they compare with an earlier build: limits.py --pairs-against DIR, and
 # warm.py and netlink.py with --before DIR.
 # Not benchmarks: exec_spawn_probe.py (runs in a guest), earlier.py, recording.py, publish.py.
+# The earlier commit bench/sidebyside.py measures this checkout against: the last one before the
+# source-tree restructuring.
+BEFORE_REF ?= 9690c00
+
 bench: install bench-extra
 	$(BIN)/python bench/limits.py
 	$(BIN)/python bench/boot.py
@@ -127,6 +131,7 @@ bench: install bench-extra
 	$(BIN)/python bench/load.py
 	$(BIN)/python bench/fuzz.py --max-examples $(FUZZ_EXAMPLES) --seed $(FUZZ_SEED)
 	$(BIN)/python bench/faults.py
+	$(BIN)/python bench/sidebyside.py --ref $(BEFORE_REF)
 	$(BIN)/python bench/publish.py
 
 # The load benchmark's soak variant: an hour of load, unattended; exits 1 (and says why in
