@@ -18,10 +18,11 @@ modules named after it:
   start, and groups kept at N nodes;
 - :mod:`.runtime` and :mod:`.phase`: one node at run time, its VM, agent
   connection and phase, and the one teardown path;
-- :mod:`.readiness`: waiting for a guest; :mod:`.addressing`: addresses and
-  networks; :mod:`.consoles`: reading the consoles (:attr:`Fleet.consoles`);
-  :mod:`.leftovers`: what no node names any more; :mod:`.stopping`: the
-  daemon's stop; :mod:`.paths`: a node's files.
+- :mod:`.guest_access` and :mod:`.readiness`: handing out a guest, waiting
+  for it; :mod:`.addressing`: addresses and networks; :mod:`.consoles`:
+  reading the consoles (:attr:`Fleet.consoles`); :mod:`.leftovers`: what no
+  node names any more; :mod:`.stopping`: the daemon's stop; :mod:`.paths`:
+  a node's files.
 
 On stop every VM is stopped: ephemeral nodes are removed, persistent ones
 kept ``Stopped``, suspended ones kept as they are.
@@ -33,13 +34,12 @@ import builtins
 import time
 from typing import Any, Callable, Mapping
 
-from attrs import evolve
 from twisted.application.service import Service
-from twisted.internet.defer import CancelledError, Deferred, fail
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
 
 from ..config import HostGroupConfig
-from ..errors import AgentNotConnected, NotFound, Protected
+from ..errors import NotFound, Protected
 from ..guestport.guest import AgentHealth, IGuest
 from ..hypervisors.base import IVmProcesses
 from ..images.store import ImageInfo
@@ -51,31 +51,26 @@ from .consoles import Consoles
 from .counts import keep_counts
 from .creation import Creation
 from .description import NodeDescription, describe
+from .guest_access import GuestAccess
 from .idling import IdleNodes
 from .leftovers import Leftovers
 from .lifecycle import Lifecycle
 from .model import CreateRequest, DeleteResult, NodeRecord, Wait, visible
 from .new_nodes import NewNodes
 from .operation import OperationParts, settled
-from .readiness import AGENT_WAIT, bounded_health, connected_within, settled_within
+from .readiness import AGENT_WAIT
 from .registry import Registry
 from .runtime import NodeRuntime
 from .runtime_parts import RuntimeParts
 from .secret_sync import secret_changed
 from .snapshots import Snapshots
-from .stats import NodeStats
+from .stats import NodeStats, no_snapshots
 from .startup import Startup
 from .stopping import stop_all
 from .tagging import Tagging
-from .transitions import Op, check
 from .warm_port import Forked, ForkRequest, WarmStart
 
 log = Logger()
-
-
-def _no_snapshots(socket: str, deadline: float) -> Deferred[Mapping[str, Any]]:
-    """No metrics channel: every snapshot fails."""
-    return fail(LookupError("no metrics channel is configured"))
 
 
 def _noted(node: NodeRuntime, found: list[NodeRuntime]) -> NodeRuntime:
@@ -116,7 +111,7 @@ class Fleet(Service):
 
     def __init__(
         self, parts: RuntimeParts, catalog: Catalog, warm: WarmStart, *, admission: Admission, vms: IVmProcesses,
-        blocking: Blocking, snapshots: Callable[[str, float], Deferred[Mapping[str, Any]]] = _no_snapshots,
+        blocking: Blocking, snapshots: Callable[[str, float], Deferred[Mapping[str, Any]]] = no_snapshots,
         codehost_keys: Callable[[str], Deferred[tuple[str, ...]]] | None = None, stop_grace: float = 10.0,
         wall_clock: Callable[[], int] = time.time_ns,
     ) -> None:
@@ -140,6 +135,7 @@ class Fleet(Service):
         self.consoles = Consoles(self._registry, parts.config.console_log_size, blocking)
         self._idle = IdleNodes(parts.clock, self._idle_timeout, self._suspend_idle, self.snapshots.wake,
                                parts.metrics.observe_idle)
+        self._guests = GuestAccess(self._registry, parts.clock, self._awake)
         self.stats = NodeStats(self._registry, parts.clock, snapshots, awake=self._awake)
         self.events = parts.events
         self._unsubscribe: Callable[[], None] = lambda: None
@@ -234,45 +230,12 @@ class Fleet(Service):
         return await describe(self._registry.find(hostname), self._parts.config, self._parts.disks, self._blocking)
 
     async def guest(self, hostname: str, wait: float = AGENT_WAIT) -> IGuest:
-        """
-        The guest of a running node, for operations inside it (exec, cp, fs),
-        woken first when the idle timer suspended it (:mod:`.idle`), its agent
-        waited for up to ``wait`` seconds in all (booting, not adopted yet by
-        the start-up recovery, or reconnecting after a daemon restart): the
-        one place requests reach a guest.
-
-        :raise NotFound: no such node (or it went away meanwhile).
-        :raise Conflict: paused (the contract's 409 for exec, cp, fs and
-            shell), stopped or suspended, or busy.
-        :raise AgentNotConnected: it runs but its agent is not connected in time.
-        :raise ServiceError: it slept and its wake failed (:meth:`.idling.IdleNodes.ready`).
-        """
-        await self._awake(hostname)
-        node = self._registry.find(hostname)
-        if not node.has_started and wait > 0:  # being created, or not adopted yet by the start-up recovery
-            return await self.guest(hostname, await settled_within(self._parts.clock, node.settled(), wait))
-        check(Op.AGENT, hostname, node.record.status)
-        node.room.check()
-        agent = node.agent
-        if agent is not None and not agent.connected and node.machine is not None and wait > 0:
-            await connected_within(self._parts.clock, node.machine, agent, wait)
-            return await self.guest(hostname, wait=0)  # looked at again: gone, paused or stopped by now?
-        if agent is None or not agent.connected:
-            raise AgentNotConnected(f"the agent of node {hostname!r} is not connected (yet)", code="agent_unavailable")
-        return agent
+        """A running node's guest, for operations inside it (:meth:`.guest_access.GuestAccess.guest`)."""
+        return await self._guests.guest(hostname, wait)
 
     async def health(self, hostname: str) -> AgentHealth:
-        """
-        Ask the node's agent for its health, within a bounded time.
-
-        :raise Conflict: the node is in a state without an agent: paused,
-            stopped, suspended, or busy with an operation that ends its VM.
-        :raise AgentNotConnected: it should answer but does not (in time).
-        """
-        health = await bounded_health(self._parts.clock, hostname, await self.guest(hostname, wait=0))
-        if not self._registry.find(hostname).record.userdata:  # nothing to run: over once the agent answers
-            health = evolve(health, userdata_ran=True)
-        return health
+        """The node's agent's health, asked within a bounded time (:meth:`.guest_access.GuestAccess.health`)."""
+        return await self._guests.health(hostname)
 
     # -- idle suspend ----------------------------------------------------
 

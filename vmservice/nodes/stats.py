@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable, Mapping
 
 from attrs import frozen
-from twisted.internet.defer import CancelledError, Deferred, gatherResults
+from twisted.internet.defer import CancelledError, Deferred, fail, gatherResults
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import deferLater
 
@@ -152,6 +152,11 @@ _NOT_ASKED = {
 }
 
 
+def no_snapshots(socket: str, deadline: float) -> Deferred[Mapping[str, Any]]:
+    """No metrics channel: every snapshot fails."""
+    return fail(LookupError("no metrics channel is configured"))
+
+
 class NodeStats:
     """
     The statistics of one daemon's nodes.
@@ -216,4 +221,4 @@ class NodeStats:
             return NodeStat(record, error=str(error) or type(error).__name__)
 
 
-__all__ = ["STATS_DEADLINE", "BadSnapshot", "NodeStat", "NodeStats", "Snapshot", "SnapshotFetch", "snapshot_of"]
+__all__ = ["STATS_DEADLINE", "BadSnapshot", "NodeStat", "NodeStats", "Snapshot", "SnapshotFetch", "no_snapshots", "snapshot_of"]
