@@ -382,8 +382,8 @@ def _round(value: float | None) -> float | None:
 
 def leftovers(daemon: Daemon, api: Api, recorder: Recorder) -> dict[str, Any]:
     """What must be gone with the daemon still running, once every client deleted its nodes."""
-    from vmservice.nodes.fork_memory import memory_directory
-    from vmservice.nodes.templates import ram_directory
+    from vmservice.nodes.warm.fork_memory import memory_directory
+    from vmservice.nodes.warm.template_files import ram_directory
 
     tmpfs = daemon.config["config"]["templates_tmpfs_dir"]
     nodes_dir = os.path.join(daemon.state_dir, "nodes")

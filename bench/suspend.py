@@ -48,7 +48,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image  # noqa: E402
 from bench.recording import begin, peak_rss, write_result  # noqa: E402
-from vmservice.agent.execution import exec_header  # noqa: E402
 from vmservice.guestport.exec import ExecRequest  # noqa: E402
 from vmservice.hypervisors.base import MachineSpec  # noqa: E402
 from vmservice.hypervisors.qemu import QemuMachine, QemuSettings, host_tsc_khz, qemu_command  # noqa: E402
@@ -263,7 +262,7 @@ class BareGuest:
     def fill(self, mib: int) -> float:
         assert self.agent is not None
         started = time.monotonic()
-        reply = self.agent.request(exec_header(ExecRequest(cmd=fill_command(mib))))
+        reply = self.agent.request(ExecRequest(cmd=fill_command(mib)).to_json())
         exits = [record for record in RecordDecoder().feed(reply) if record.kind == EXIT]
         if not exits or exits[0].json()["exit_code"] != 0:
             raise RuntimeError(f"bare fill failed: {exits}")

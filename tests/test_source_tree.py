@@ -10,6 +10,7 @@ modules).
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -334,6 +335,28 @@ UPWARD_FOR_NOW: set[tuple[str, str]] = set()
 
 #: Imports of the daemon's layers by the client side, on the same terms.
 CLIENT_TO_DAEMON_FOR_NOW: set[tuple[str, str]] = set()
+
+
+class BenchImportTests(SynchronousTestCase):
+    """The benchmarks name the daemon's code where it is: they run outside the unit suite, so a move is caught here."""
+
+    def test_bench_imports_resolve(self) -> None:
+        """Every ``from vmservice... import name`` of bench/ (in functions too) names a module and a name that exist."""
+        missing = []
+        for path in sorted((ROOT / "bench").glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("vmservice"):
+                    assert node.module is not None
+                    try:
+                        module = importlib.import_module(node.module)
+                    except ImportError:
+                        missing.append(f"{path.name}:{node.lineno} {node.module}")
+                        continue
+                    missing += [f"{path.name}:{node.lineno} {node.module}.{alias.name}" for alias in node.names
+                                if not hasattr(module, alias.name) and not (
+                                    hasattr(module, "__path__")
+                                    and importlib.util.find_spec(f"{node.module}.{alias.name}") is not None)]
+        self.assertEqual(missing, [])
 
 
 class ImportGraphTests(SynchronousTestCase):
