@@ -10,7 +10,7 @@ modules).
 from __future__ import annotations
 
 import ast
-import importlib
+import importlib.util
 import re
 from pathlib import Path
 
