@@ -265,3 +265,55 @@ class UploadTests(_Case):
         link, transport = self.connect()
         self.assertEqual(self.agent.streams, [])
         self.assertTrue(transport.disconnecting)
+
+
+class UploadWriteTests(_Case):
+    """What body bytes do in each state of the upload's machine (set by its transitions)."""
+
+    def start(self) -> tuple[Any, BulkLink, StringTransport, Any]:
+        upload = self.agent.upload(UploadRequest(path="/f"))
+        link, transport = self.connect()
+        return upload, link, transport, self.agent.streams[-1]
+
+    def test_dropped_once_aborted(self) -> None:
+        """After an abort, writes go nowhere: not on the link, not on the stream."""
+        upload, link, transport, stream = self.start()
+        stream.deliver(encode_head({"ok": True, "bulk": True}))
+        upload.write(b"ab")
+        upload.abort()
+        upload.write(b"cd")
+        self.assertEqual((transport.value(), bytes(stream.written)), (link.token + b"ab", b""))
+        self.failureResultOf(upload.result, AgentError)
+
+    def test_dropped_once_failed(self) -> None:
+        """A head that does not say bulk fails the upload: what was held and what comes are dropped."""
+        upload, link, transport, stream = self.start()
+        upload.write(b"ab")
+        stream.deliver(encode_head({"ok": True}))
+        upload.write(b"cd")
+        self.assertEqual((transport.value(), bytes(stream.written)), (b"", b""))
+        self.failureResultOf(upload.result, AgentError)
+
+    def test_sent_while_finishing(self) -> None:
+        """Bytes after the end still go on the link, as while Bulk."""
+        upload, link, transport, stream = self.start()
+        stream.deliver(encode_head({"ok": True, "bulk": True}))
+        upload.end()
+        upload.write(b"z")
+        self.assertEqual(transport.value(), link.token + b"z")
+
+    def test_written_on_resume_after_held(self) -> None:
+        """A producer that writes as it is resumed on entering Bulk: its bytes follow the held ones on the link."""
+        upload, link, transport, stream = self.start()
+
+        class Writing(RecordingProducer):
+            def resumeProducing(self) -> None:
+                super().resumeProducing()
+                upload.write(b"new")
+
+        producer = Writing()
+        upload.register_producer(producer)
+        upload.write(b"x" * (HELD_HIGH_WATER + 1))
+        stream.deliver(encode_head({"ok": True, "bulk": True}))
+        self.assertEqual(producer.calls, ["pause", "resume"])
+        self.assertEqual(transport.value(), link.token + b"x" * (HELD_HIGH_WATER + 1) + b"new")

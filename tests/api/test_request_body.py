@@ -16,7 +16,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.diagrams import drawn_transitions, machine_transitions
 from vmservice.api.body_arrival import ARRIVAL_MACHINE
 from vmservice.api.body_consumer import CONSUMER_MACHINE
-from vmservice.api.network_valve import VALVE_MACHINE, ValveCore
+from vmservice.api.network_valve import VALVE_MACHINE, ValveCore, network_valve
 from vmservice.api.request_body import RequestBody
 
 
@@ -58,6 +58,78 @@ class ValveTests(SynchronousTestCase):
         valve.release()
         valve.release()
         self.assertEqual(network.calls, ["pause", "pause", "resume"])
+
+    def test_release_set_by_state(self) -> None:
+        """The body's valve: a release does nothing while open, resumes once after a hold (its state's release)."""
+        network = Network()
+        valve = network_valve(network.pause, network.resume)
+        valve.release()
+        valve.hold()
+        valve.hold()
+        valve.release()
+        valve.release()
+        valve.hold()
+        valve.release()
+        self.assertEqual(network.calls, ["pause", "pause", "resume", "pause", "resume"])
+
+
+class PieceTests(SynchronousTestCase):
+    """What a chunk does in each state of the arrival machine (set by its transitions)."""
+
+    def setUp(self) -> None:
+        self.network = Network()
+        self.body = RequestBody(self.network.pause, self.network.resume, high_water=4)
+
+    def test_arriving_takes(self) -> None:
+        """While the body arrives, chunks are held for the claim, then written as they come."""
+        self.body.feed(b"ab")
+        out = bytearray()
+        d = self.body.deliver_to(out.extend)
+        self.body.feed(b"")
+        self.body.feed(b"cd")
+        self.body.end()
+        self.assertEqual((self.successResultOf(d), bytes(out), self.body.received), (4, b"abcd", 4))
+
+    def test_discarding_counts(self) -> None:
+        """Once the consumer stopped, chunks are counted and dropped."""
+        out = bytearray()
+        d = self.body.deliver_to(out.extend)
+        self.body.feed(b"ab")
+        self.body.stopProducing()
+        self.body.feed(b"cde")
+        self.assertEqual((self.successResultOf(d), bytes(out), self.body.received), (2, b"ab", 5))
+
+    def test_arrived_ignores(self) -> None:
+        """A chunk after the end is neither counted nor delivered."""
+        self.body.feed(b"ab")
+        self.body.end()
+        self.body.feed(b"cd")
+        out = bytearray()
+        self.assertEqual(self.successResultOf(self.body.deliver_to(out.extend)), 2)
+        self.assertEqual((bytes(out), self.body.received), (b"ab", 2))
+
+    def test_lost_ignores(self) -> None:
+        """A chunk after the loss is neither counted nor held."""
+        self.body.feed(b"ab")
+        self.body.fail(Failure(ConnectionLost()))
+        self.body.feed(b"cd")
+        self.assertEqual(self.body.received, 2)
+        self.failureResultOf(self.body.deliver_to(lambda data: None), ConnectionLost)
+
+    def test_chunk_inside_loss(self) -> None:
+        """A chunk that comes while the loss is told (from the claim's errback) is ignored, as once Lost."""
+        d = self.body.deliver_to(lambda data: None)
+        d.addErrback(lambda failure: self.body.feed(b"late"))
+        self.body.fail(Failure(ConnectionLost()))
+        self.assertEqual((self.successResultOf(d), self.body.received), (None, 0))
+
+    def test_flowing_open_spares_the_network(self) -> None:
+        """Chunks the consumer takes at once, under the high water, never touch the connection."""
+        out = bytearray()
+        self.body.deliver_to(out.extend)
+        for _ in range(3):
+            self.body.feed(b"abcdef")
+        self.assertEqual((len(out), self.network.calls), (18, []))
 
 
 class RequestBodyOrderTests(SynchronousTestCase):

@@ -29,6 +29,15 @@ What was held goes first on entering Bulk or FallenBack, then the producer
 is handed over and resumed, then the end if it came.  The producer's pausing
 past the high water is back-pressure, a plain flag, not a state.
 
+Body bytes are not an input: every transition sets, first, what a write
+does in the state it enters (:attr:`BulkUploadCore.on_write`: held while
+Connecting or Offered, the state the machine starts in; on the link while
+Bulk or Finishing; to the ``cp-upload`` once FallenBack; dropped once
+Failed or Aborted), and the upload calls that for every piece: an automat
+input costs a few µs, a call much less.  Bytes written while a transition's
+outputs run (the producer resumed on entering Bulk) go as the new state
+sends them, after what was held.
+
 Re-entrancy: a failure met in an output (the stream or the fall-back's
 stream cannot be opened) is sent as ``failed``, which automat runs once the
 output returned.
@@ -78,9 +87,6 @@ class BulkUploadInputs(Protocol):
     def replied(self, outcome: Any) -> None:
         """The guest's reply (an :class:`UploadResult` or a failure)."""
 
-    def write(self, data: bytes) -> None:
-        """Body bytes."""
-
     def end(self) -> None:
         """The body is complete."""
 
@@ -110,6 +116,9 @@ class BulkUploadCore:
     :ivar producer: the body's producer, if one is registered.
     :ivar producer_paused: whether we paused it (too much held).
     :ivar sent: body bytes sent on the link.
+    :ivar on_write: what body bytes do in the machine's state, set by its
+        transitions: :meth:`hold`, :meth:`send`, :meth:`pass_on` or
+        :meth:`drop`.
     """
 
     agent: Channel
@@ -125,6 +134,26 @@ class BulkUploadCore:
     producer: Optional[IPushProducer] = None
     producer_paused: bool = False
     sent: int = 0
+    on_write: Callable[[bytes], None] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.on_write = self.hold  # Connecting
+
+    def hold(self, data: bytes) -> None:
+        """Body bytes before the guest said how it takes them: held, the producer paused past the high water."""
+        self.held.append(data)
+        self.held_size += len(data)
+        if self.held_size > HELD_HIGH_WATER and self.producer is not None and not self.producer_paused:
+            self.producer_paused = True
+            self.producer.pauseProducing()
+
+    def pass_on(self, data: bytes) -> None:
+        """Body bytes once fallen back: to the ``cp-upload``."""
+        if self.fallback is not None:
+            self.fallback.write(data)
+
+    def drop(self, data: bytes) -> None:
+        """Body bytes once failed or aborted."""
 
     def settle(self, outcome: Any) -> None:
         """Fire the result with ``outcome`` (a failure fails it), unless it fired."""
@@ -172,14 +201,6 @@ def _refuse_link(inputs: BulkUploadInputs, core: BulkUploadCore, link: BulkLink)
     return False
 
 
-def _hold(inputs: BulkUploadInputs, core: BulkUploadCore, data: bytes) -> None:
-    core.held.append(data)
-    core.held_size += len(data)
-    if core.held_size > HELD_HIGH_WATER and core.producer is not None and not core.producer_paused:
-        core.producer_paused = True
-        core.producer.pauseProducing()
-
-
 def _hold_end(inputs: BulkUploadInputs, core: BulkUploadCore) -> None:
     core.held_end = True
 
@@ -193,6 +214,7 @@ def _forget_producer(inputs: BulkUploadInputs, core: BulkUploadCore) -> None:
 
 
 def _go_bulk(inputs: BulkUploadInputs, core: BulkUploadCore) -> None:
+    core.on_write = core.send
     assert core.link is not None
     core.link.start()
     ended = core.release(core.send)
@@ -204,6 +226,7 @@ def _go_bulk(inputs: BulkUploadInputs, core: BulkUploadCore) -> None:
 
 
 def _fall_back(inputs: BulkUploadInputs, core: BulkUploadCore) -> None:
+    core.on_write = core.pass_on
     try:
         upload = start_upload(core.agent, core.request)
     except AgentError as e:
@@ -226,7 +249,12 @@ def _declined(inputs: BulkUploadInputs, core: BulkUploadCore, supported: bool) -
     _fall_back(inputs, core)
 
 
+def _give_up(inputs: BulkUploadInputs, core: BulkUploadCore) -> None:
+    core.on_write = core.drop
+
+
 def _fail(inputs: BulkUploadInputs, core: BulkUploadCore, error: AgentError) -> None:
+    core.on_write = core.drop
     core.close_link()
     core.settle(Failure(error))
 
@@ -234,10 +262,6 @@ def _fail(inputs: BulkUploadInputs, core: BulkUploadCore, error: AgentError) -> 
 def _replied(inputs: BulkUploadInputs, core: BulkUploadCore, outcome: Any) -> None:
     core.close_link()
     core.settle(outcome)
-
-
-def _send(inputs: BulkUploadInputs, core: BulkUploadCore, data: bytes) -> None:
-    core.send(data)
 
 
 def _finish(inputs: BulkUploadInputs, core: BulkUploadCore) -> None:
@@ -257,11 +281,6 @@ def _unlink_producer(inputs: BulkUploadInputs, core: BulkUploadCore) -> None:
     core.producer = None
 
 
-def _pass(inputs: BulkUploadInputs, core: BulkUploadCore, data: bytes) -> None:
-    if core.fallback is not None:
-        core.fallback.write(data)
-
-
 def _pass_end(inputs: BulkUploadInputs, core: BulkUploadCore) -> None:
     if core.fallback is not None:
         core.fallback.end()
@@ -279,13 +298,20 @@ def _unpass_producer(inputs: BulkUploadInputs, core: BulkUploadCore) -> None:
     core.producer = None
 
 
+def _replied_early(inputs: BulkUploadInputs, core: BulkUploadCore, outcome: Any) -> None:
+    core.on_write = core.drop
+    _replied(inputs, core, outcome)
+
+
 def _reset(inputs: BulkUploadInputs, core: BulkUploadCore) -> None:
+    core.on_write = core.drop
     core.close_link()
     if core.stream is not None:
         core.stream.abortConnection(ResetCode.CANCEL, "copy cancelled")
 
 
 def _abort_fallback(inputs: BulkUploadInputs, core: BulkUploadCore) -> None:
+    core.on_write = core.drop
     if core.fallback is not None:
         core.fallback.abort()
 
@@ -303,11 +329,10 @@ def _build() -> TypeMachine[BulkUploadInputs, BulkUploadCore]:
     aborted.upon(I.link_connected).loop()(_refuse_link)
     aborted.upon(I.no_link).loop().returns(None)
     for state in (connecting, offered):
-        state.upon(I.write).loop()(_hold)
         state.upon(I.end).loop()(_hold_end)
         state.upon(I.register_producer).loop()(_keep_producer)
         state.upon(I.unregister_producer).loop()(_forget_producer)
-    connecting.upon(I.abort).to(aborted).returns(None)
+    connecting.upon(I.abort).to(aborted)(_give_up)
 
     offered.upon(I.accepted).to(bulk)(_go_bulk)
     offered.upon(I.declined).to(fallen)(_declined)
@@ -315,7 +340,6 @@ def _build() -> TypeMachine[BulkUploadInputs, BulkUploadCore]:
     offered.upon(I.abort).to(aborted)(_reset)
 
     for state in (bulk, finishing):
-        state.upon(I.write).loop()(_send)
         state.upon(I.register_producer).loop()(_link_producer)
         state.upon(I.unregister_producer).loop()(_unlink_producer)
         state.upon(I.replied).loop()(_replied)
@@ -323,17 +347,15 @@ def _build() -> TypeMachine[BulkUploadInputs, BulkUploadCore]:
     bulk.upon(I.end).to(finishing)(_finish)
     finishing.upon(I.end).loop().returns(None)
 
-    fallen.upon(I.write).loop()(_pass)
     fallen.upon(I.end).loop()(_pass_end)
     fallen.upon(I.register_producer).loop()(_pass_producer)
     fallen.upon(I.unregister_producer).loop()(_unpass_producer)
     fallen.upon(I.failed).to(failed)(_fail)
     fallen.upon(I.abort).to(aborted)(_abort_fallback)
 
-    offered.upon(I.replied).to(failed)(_replied)
+    offered.upon(I.replied).to(failed)(_replied_early)
     for state in (aborted, failed):
         state.upon(I.replied).loop()(_replied)
-        state.upon(I.write).loop().returns(None)
         state.upon(I.register_producer).loop().returns(None)
         for each in (I.end, I.unregister_producer, I.abort, I.accepted):
             state.upon(each).loop().returns(None)

@@ -131,8 +131,8 @@ class BulkUpload:
     # -- IUpload ----------------------------------------------------------------------
 
     def write(self, data: bytes) -> None:
-        """Body bytes: held until the guest said how it takes them."""
-        self._inputs.write(data)
+        """Body bytes: held until the guest said how it takes them (what the machine's state does with them)."""
+        self._core.on_write(data)
 
     def register_producer(self, producer: IPushProducer) -> None:
         """Pause ``producer`` while the guest does not take more."""

@@ -23,9 +23,13 @@ lifecycle is two small automat machines, one per side (how they combine:
 
 Each input goes to the machine of its side; the arrival machine tells the
 consumer's of a loss while the body arrives, and a stop goes to both (the
-held chunks are dropped, the delivery fires).  Every chunk costs one input
-of the small arrival machine: automat finds a transition by walking the
-machine's list of them.
+held chunks are dropped, the delivery fires).  A chunk is no machine input:
+what it does in the arrival's state (held, counted, ignored) is set by that
+machine's transitions (``on_piece``), as is where the pump writes in the
+consumer's state (``outlet``) and what a release does in the valve's; a
+chunk the consumer takes at once, while the network is not held, costs no
+input of any machine (automat finds a transition by walking the machine's
+list of them, a few µs an input).
 
 Chunks are written to the consumer outside the machines, by
 :meth:`RequestBody._pump` after each input: a consumer that pauses or
@@ -39,7 +43,8 @@ soon as anything waits for a paused consumer); otherwise it is released, as
 in every state when nothing waits: then the pump releases it without asking.
 That hold is a small machine of its own (:mod:`.network_valve`): a hold is
 asserted again on every chunk (the HTTP channel may resume the connection
-by itself when its send buffer drains), a release only after a hold.
+by itself when its send buffer drains), a release only after a hold (while
+the valve is open, the release its state sets does nothing).
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ from zope.interface import implementer
 
 from .body_arrival import ARRIVAL_MACHINE, ArrivalCore
 from .body_consumer import CONSUMER_MACHINE, BodyCore
-from .network_valve import VALVE_MACHINE, ValveCore
+from .network_valve import network_valve
 
 #: Body bytes held (not yet taken by the consumer) before the connection pauses.
 BODY_HIGH_WATER = 256 * 1024
@@ -81,9 +86,10 @@ class RequestBody:
         resume_network: Callable[[], None] = lambda: None,
         high_water: int = BODY_HIGH_WATER,
     ) -> None:
-        self._core = BodyCore(VALVE_MACHINE(ValveCore(pause_network, resume_network)), high_water)
+        self._core = BodyCore(network_valve(pause_network, resume_network), high_water)
         self._consumer = CONSUMER_MACHINE(self._core)
-        self._arrival = ARRIVAL_MACHINE(ArrivalCore(self._core, self._consumer))
+        self._arriving = ArrivalCore(self._core, self._consumer)
+        self._arrival = ARRIVAL_MACHINE(self._arriving)
         self._pumping = False  # the pump does not run inside itself (a consumer's write may resume it)
 
     @property
@@ -99,9 +105,9 @@ class RequestBody:
     # -- the network side ----------------------------------------------------------------
 
     def feed(self, data: bytes) -> None:
-        """A chunk of the body arrived."""
+        """A chunk of the body arrived: what the arrival's state does with one, then the pump."""
         if data:
-            self._arrival.feed(data)
+            self._arriving.on_piece(data)
             self._pump()
 
     def end(self) -> None:
@@ -161,7 +167,7 @@ class RequestBody:
         finally:
             self._pumping = False
         if core.queued == 0 and core.high_water > 0:
-            core.valve.release()  # what every state settles on when nothing waits: spared on every chunk
+            core.valve.release()  # what every state settles on when nothing waits; while open, no input
         else:
             self._arrival.settle()
 
