@@ -20,7 +20,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.agent.fakes import FakeExecAgent, RecordingProducer
 from tests.diagrams import drawn_transitions, machine_transitions
-from vmservice.agent.bulk import BulkChannel, BulkLink
+from vmservice.agent.bulk import WRITE_BUFFER, BulkChannel, BulkLink
 from vmservice.agent.bulk_upload_state import BULK_UPLOAD_MACHINE, HELD_HIGH_WATER
 from vmservice.agent.bulkcopy import BulkDownload, BulkUpload
 from vmservice.agent.stream import StreamReset
@@ -164,6 +164,12 @@ class UploadTests(_Case):
     def test_diagram(self) -> None:
         """docs/state-machines/bulk-upload.dot draws exactly the machine's transitions."""
         self.assertEqual(drawn_transitions("bulk-upload.dot"), machine_transitions(BULK_UPLOAD_MACHINE))
+
+    def test_write_buffer(self) -> None:
+        """The port's connection buffers a megabyte before it pauses the body that writes to it."""
+        _, _, transport, _ = self.start()
+        self.assertEqual(WRITE_BUFFER, 1 << 20)
+        self.assertEqual(getattr(transport, "bufferSize"), WRITE_BUFFER)
 
     def test_body_over_the_port(self) -> None:
         """Held until the guest's head, then token and body on the port, the size and HALF_CLOSE on the stream."""

@@ -79,6 +79,10 @@ class BulkChannel:
         return link
 
 
+WRITE_BUFFER = 1 << 20
+"""What a copy's connection buffers before it pauses what writes to it."""
+
+
 class BulkLink(Protocol):
     """
     One copy's connection to the bulk port.
@@ -102,6 +106,9 @@ class BulkLink(Protocol):
 
     def connectionMade(self) -> None:
         self._connected = True
+        # The transport pauses its producer (an upload's body) past this many buffered bytes: at the
+        # default 64 KiB a 1 GiB upload paused and resumed its body thousands of times.
+        self.transport.bufferSize = WRITE_BUFFER  # type: ignore[attr-defined]
 
     def start(self, sink: Optional[Callable[[bytes], None]] = None) -> None:
         """
