@@ -182,7 +182,7 @@ class ConsoleLogs:
             if data:
                 text = decoder.decode(data).replace("\r\n", "\n")
                 request.write(shaper.shape(text, self._clock.seconds()))
-            if len(data) < MAX_READ:
+            if len(data) < MAX_READ and not shaper.full:
                 try:
                     await deferLater(self._clock, POLL, lambda: None)
                 except CancelledError:

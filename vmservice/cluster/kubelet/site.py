@@ -69,6 +69,11 @@ def _header(request: Request, name: bytes) -> str:
     return value.decode("latin-1") if isinstance(value, bytes) else ""
 
 
+def _over(request: Request) -> bool:
+    """Whether ``request`` was answered or its client is gone."""
+    return bool(request.finished or getattr(request, "_disconnected", False))
+
+
 def _offered(request: Request) -> list[str]:
     return [word.strip() for word in _header(request, b"sec-websocket-protocol").split(",") if word.strip()]
 
@@ -96,7 +101,7 @@ class KubeletResource(Resource):
         self._tls = tls
 
     def render(self, request: Request) -> Any:
-        if self._tls is not None and not self._tls.authenticated(request.transport):
+        if self._tls is not None and not self._tls.authenticated(getattr(getattr(request, "channel", None), "transport", None)):
             return self._fail(request, Unauthorized("a client certificate signed by the kubelet's client CA is "
                                                     "required"))
         segments = [part.decode("latin-1") for part in request.path.split(b"/")[1:]]
@@ -154,15 +159,15 @@ class KubeletResource(Resource):
             if not isinstance(error, ServiceError):
                 log.failure("kubelet request failed", failure)
                 error = ServiceError("the kubelet request failed")
-            if request.finished or request._disconnected:
+            if _over(request):
                 return
-            if request.startedWriting:
+            if getattr(request, "startedWriting", False):
                 request.loseConnection()
                 return
             request.write(self._fail(request, error))
 
         def finish(_: object) -> None:
-            if not request.finished and not request._disconnected and not getattr(request, "_upgraded", False):
+            if not _over(request) and not getattr(request, "_upgraded", False):
                 request.finish()
 
         work.addErrback(failed).addCallback(finish)

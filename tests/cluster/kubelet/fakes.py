@@ -1,0 +1,84 @@
+"""Fakes of what the kubelet API drives: a guest's exec, the pod resolver, the fleet's guests."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from twisted.internet.interfaces import IPushProducer
+from zope.interface import implementer
+
+from vmservice.cluster.kubelet.pods import PodNotFound, PodRef
+from vmservice.errors import NotFound
+from vmservice.guestport.exec import ExecRequest, IExecProcess, IExecSink
+
+
+@implementer(IExecProcess)
+class FakeProcess:
+    """A running exec that records what it is told."""
+
+    def __init__(self) -> None:
+        self.calls: list[Any] = []
+        self.stdin = b""
+        self.stdin_producer: Optional[IPushProducer] = None
+
+    def pauseProducing(self) -> None:
+        self.calls.append("pause")
+
+    def resumeProducing(self) -> None:
+        self.calls.append("resume")
+
+    def stopProducing(self) -> None:
+        self.calls.append("stop")
+
+    def write_stdin(self, data: bytes) -> None:
+        self.stdin += data
+
+    def close_stdin(self) -> None:
+        self.calls.append("eof")
+
+    def register_stdin_producer(self, producer: IPushProducer) -> None:
+        self.stdin_producer = producer
+
+    def unregister_stdin_producer(self) -> None:
+        self.stdin_producer = None
+
+    def kill(self) -> None:
+        self.calls.append("kill")
+
+
+class FakeExecGuest:
+    """A guest whose execs are recorded: ``requests`` and their ``sink``, each given a FakeProcess."""
+
+    def __init__(self) -> None:
+        self.requests: list[ExecRequest] = []
+        self.sink: Optional[IExecSink] = None
+        self.process = FakeProcess()
+
+    def exec(self, request: ExecRequest, sink: IExecSink) -> FakeProcess:
+        self.requests.append(request)
+        self.sink = sink
+        return self.process
+
+
+class FakeResolver:
+    """One pod, ``default/web`` with container ``vm``, on VM ``demo-1``."""
+
+    def hostname(self, namespace: str, pod: str, container: str) -> str:
+        if (namespace, pod, container) != ("default", "web", "vm"):
+            raise PodNotFound(f"pod {namespace}/{pod} has no container {container} here")
+        return "demo-1"
+
+    def pods(self) -> Sequence[PodRef]:
+        return [PodRef("default", "web", "uid-1", ("vm",), "demo-1")]
+
+
+class FakeGuests:
+    """The fleet's guests: ``demo-1`` is ``guest``."""
+
+    def __init__(self, guest: Any) -> None:
+        self.guest_ = guest
+
+    async def guest(self, hostname: str) -> Any:
+        if hostname != "demo-1":
+            raise NotFound(f"no node {hostname}")
+        return self.guest_
