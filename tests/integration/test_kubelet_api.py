@@ -72,12 +72,15 @@ class KubeletApiTests(SharedGuestTestCase, TestCase):
         with open(f"{self.daemon.tls_dir}/kubelet.crt", "rb") as stream:  # type: ignore[attr-defined]
             return stream.read()
 
-    def https(self, path: str, client: Optional[str] = "client") -> tuple[int, bytes]:
+    def connection(self, client: Optional[str] = "client") -> http.client.HTTPSConnection:
         context = ssl.create_default_context(cadata=self.server_cert().decode())
         if client is not None:
             context.load_cert_chain(self.files[f"{client}.crt"], self.files[f"{client}.key"])
-        connection = http.client.HTTPSConnection("127.0.0.1", self.daemon.kubelet_port,  # type: ignore[attr-defined]
-                                                 context=context, timeout=60)
+        return http.client.HTTPSConnection("127.0.0.1", self.daemon.kubelet_port,  # type: ignore[attr-defined]
+                                           context=context, timeout=60)
+
+    def https(self, path: str, client: Optional[str] = "client") -> tuple[int, bytes]:
+        connection = self.connection(client)
         try:
             connection.request("GET", path)
             response = connection.getresponse()
@@ -85,9 +88,10 @@ class KubeletApiTests(SharedGuestTestCase, TestCase):
         finally:
             connection.close()
 
-    async def exec(self, command: list[str], stdin: Optional[bytes] = None) -> dict[int, bytes]:
-        query = urlencode([("command", word) for word in command]
-                          + [("stdout", "1"), ("stderr", "1")] + ([("stdin", "1")] if stdin is not None else []))
+    async def exec(self, command: list[str], stdin: Optional[bytes] = None, tty: bool = False) -> dict[int, bytes]:
+        query = urlencode([("command", word) for word in command] + [("stdout", "1")]
+                          + ([("tty", "1")] if tty else [("stderr", "1")])
+                          + ([("stdin", "1")] if stdin is not None else []))
         port = self.daemon.kubelet_port  # type: ignore[attr-defined]
         factory = WebSocketClientFactory(f"wss://127.0.0.1:{port}/exec/default/web/vm?{query}",
                                          protocols=["v5.channel.k8s.io"])
@@ -110,7 +114,8 @@ class KubeletApiTests(SharedGuestTestCase, TestCase):
         await made[0].opened
         if stdin is not None:
             made[0].sendMessage(b"\x00" + stdin, isBinary=True)
-            made[0].sendMessage(b"\xff\x00", isBinary=True)
+            if not tty:
+                made[0].sendMessage(b"\xff\x00", isBinary=True)
         return await made[0].done
 
     async def test_exec_output_and_exit_code(self) -> None:
@@ -127,13 +132,37 @@ class KubeletApiTests(SharedGuestTestCase, TestCase):
         self.assertEqual(received.get(1), b"hello kubelet\n")
         self.assertEqual(json.loads(received[3])["status"], "Success")
 
+    async def test_exec_terminal(self) -> None:
+        """kubectl exec -it POD -- sh: a shell on a terminal (a tty answers), its exit code in the Status."""
+        received = await self.exec(["sh"], stdin=b"tty && exit 5\n", tty=True)
+        self.assertIn(b"/dev/pts/", received.get(1, b""))
+        self.assertEqual(json.loads(received[3])["details"]["causes"], [{"reason": "ExitCode", "message": "5"}])
+
     def test_logs(self) -> None:
-        """containerLogs gives the guest's console; tailLines=1 its last line."""
+        """containerLogs gives the guest's console; tailLines=1 one line of it (the console may grow meanwhile)."""
+        code, last = self.https("/containerLogs/default/web/vm?tailLines=1")
+        self.assertEqual((code, len(last.splitlines())), (200, 1))
         code, whole = self.https("/containerLogs/default/web/vm")
         self.assertEqual(code, 200)
         self.assertIn(b"vmservice-init", whole)
-        code, last = self.https("/containerLogs/default/web/vm?tailLines=1")
-        self.assertEqual(last, whole.splitlines(keepends=True)[-1])
+        self.assertIn(last, whole.splitlines(keepends=True))
+
+    def test_logs_follow(self) -> None:
+        """follow=true streams what the guest writes on its console next, with timestamps."""
+        connection = self.connection()
+        try:
+            connection.request("GET", "/containerLogs/default/web/vm?follow=true&tailLines=0&timestamps=true")
+            response = connection.getresponse()
+            self.assertEqual(response.status, 200)
+            self.daemon.run("demo-1", "echo kubelet-follow-marker > /dev/console")
+            seen = b""
+            while b"kubelet-follow-marker" not in seen:
+                piece = response.read1(65536)
+                self.assertTrue(piece, "the follow ended early")
+                seen += piece
+            self.assertRegex(seen.decode(), r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z [^\n]*kubelet-follow-marker")
+        finally:
+            connection.close()
 
     def test_unknown_pod(self) -> None:
         code, body = self.https("/containerLogs/default/nosuch/vm")

@@ -10,6 +10,7 @@ from zope.interface import implementer
 from vmservice.cluster.kubelet.pods import PodNotFound, PodRef
 from vmservice.errors import NotFound
 from vmservice.guestport.exec import ExecRequest, IExecProcess, IExecSink
+from vmservice.guestport.shell import IShellSession, IShellSink, ShellRequest
 
 
 @implementer(IExecProcess)
@@ -46,18 +47,47 @@ class FakeProcess:
         self.calls.append("kill")
 
 
+@implementer(IShellSession)
+class FakeShellSession(FakeProcess):
+    """A running shell that records what it is told (typing goes to ``stdin``)."""
+
+    def write(self, data: bytes) -> None:
+        self.stdin += data
+
+    def resize(self, cols: int, rows: int) -> None:
+        self.calls.append(("resize", cols, rows))
+
+    def register_input_producer(self, producer: IPushProducer) -> None:
+        self.stdin_producer = producer
+
+    def unregister_input_producer(self) -> None:
+        self.stdin_producer = None
+
+    def hangup(self) -> None:
+        self.calls.append("hangup")
+
+
 class FakeExecGuest:
-    """A guest whose execs are recorded: ``requests`` and their ``sink``, each given a FakeProcess."""
+    """
+    A guest whose execs and shells are recorded: ``requests`` and their
+    ``sink``, each exec given ``process`` and each shell ``shell_session``.
+    """
 
     def __init__(self) -> None:
-        self.requests: list[ExecRequest] = []
-        self.sink: Optional[IExecSink] = None
+        self.requests: list[Any] = []
+        self.sink: Any = None
         self.process = FakeProcess()
+        self.shell_session = FakeShellSession()
 
     def exec(self, request: ExecRequest, sink: IExecSink) -> FakeProcess:
         self.requests.append(request)
         self.sink = sink
         return self.process
+
+    def shell(self, request: ShellRequest, sink: IShellSink) -> FakeShellSession:
+        self.requests.append(request)
+        self.sink = sink
+        return self.shell_session
 
 
 class FakeResolver:

@@ -11,11 +11,13 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.cluster.kubelet.fakes import FakeExecGuest, FakeProcess
 from tests.diagrams import drawn_transitions, machine_transitions
-from vmservice.cluster.kubelet import channels
+from vmservice.cluster.kubelet import channels, status
 from vmservice.cluster.kubelet.exec_session import SESSION_MACHINE
 from vmservice.cluster.kubelet.exec_socket import ExecProtocol, exec_request
+from vmservice.cluster.kubelet.exec_terminal import terminal_shell
 from vmservice.cluster.kubelet.params import ExecQuery
 from vmservice.errors import AgentError, GuestErrorKind
+from vmservice.guestport.shell import ShellRequest
 
 
 def opened(socket: ExecProtocol) -> list[Any]:
@@ -159,7 +161,7 @@ class SocketTests(SynchronousTestCase):
 
     def test_tty_output(self) -> None:
         """With tty stderr goes out on stdout; a resize is taken (and ignored without a terminal)."""
-        socket, guest, sent = open_socket(ExecQuery(("sh",), stdin=True, stdout=True, tty=True))
+        socket, guest, sent = open_socket(ExecQuery(("ls", "-l"), stdin=True, stdout=True, tty=True))
         socket.onMessage(b'\x04{"Width":100,"Height":30}', True)
         socket.onMessage(b"\x04nonsense", True)
         assert guest.sink is not None
@@ -185,6 +187,40 @@ class SocketTests(SynchronousTestCase):
 
         guest.exec = refuse  # type: ignore[method-assign]
         sent = opened(ExecProtocol(guest, ALL, channels.V5))  # type: ignore[arg-type]
+        found = status_of(sent)
+        assert found is not None
+        self.assertEqual(found["reason"], "InternalError")
+
+    def test_terminal_shell_chosen(self) -> None:
+        """tty=1 and one shell, by name or absolute path: a terminal; anything else: none."""
+        self.assertEqual(terminal_shell(ExecQuery(("sh",), stdout=True, tty=True)), "/bin/sh")
+        self.assertEqual(terminal_shell(ExecQuery(("/usr/bin/bash",), stdout=True, tty=True)), "/usr/bin/bash")
+        for command, tty in ((("sh",), False), (("sh", "-c", "ls"), True), (("top",), True),
+                             (("/bin/../tmp/sh",), True), (("./sh",), True)):
+            self.assertIsNone(terminal_shell(ExecQuery(command, stdout=True, tty=tty)))
+
+    def test_terminal(self) -> None:
+        """A shell on a terminal: typing, resizes, output on stdout, EOF as Ctrl-D, its exit as the Status."""
+        socket, guest, sent = open_socket(ExecQuery(("bash",), stdin=True, stdout=True, tty=True))
+        self.assertEqual(guest.requests, [ShellRequest(shell="/bin/bash")])
+        socket.onMessage(b"\x00ls\r", True)
+        socket.onMessage(b'\x04{"Width":100,"Height":30}', True)
+        socket.onMessage(b'\x04{"Width":0,"Height":0}', True)
+        guest.sink.output(b"$ ")
+        socket.onMessage(b"\xff\x00", True)
+        guest.sink.exited(0, None)
+        session = guest.shell_session
+        self.assertEqual((session.stdin, session.calls), (b"ls\r\x04", [("resize", 100, 30)]))
+        self.assertEqual(sent[1], b"\x01$ ")
+        self.assertEqual(status_of(sent), json.loads(status.exec_success()))
+
+    def test_terminal_hung_up(self) -> None:
+        """The client gone hangs the terminal's shell up; a shell lost is an InternalError."""
+        socket, guest, sent = open_socket(ExecQuery(("sh",), stdin=True, stdout=True, tty=True))
+        socket.onClose(False, 1006, None)
+        self.assertIn("hangup", guest.shell_session.calls)
+        socket, guest, sent = open_socket(ExecQuery(("sh",), stdin=True, stdout=True, tty=True))
+        guest.sink.lost(AgentError(GuestErrorKind.UNAVAILABLE, "gone"))
         found = status_of(sent)
         assert found is not None
         self.assertEqual(found["reason"], "InternalError")

@@ -7,9 +7,11 @@ The command starts when the socket opens, through the guest's exec (argv as
 given, no shell).  As the kubelet does, the server first sends an empty
 message on the lowest channel it will write (stdout, else stderr, else the
 error channel), which tells the client the streams are set up.  With
-``tty=1`` the command gets no terminal (the guest's exec has none): its
-stderr goes out on stdout, as a terminal would merge them, and resizes are
-dropped (docs/cluster.md).
+``tty=1`` a lone shell (``kubectl exec -it POD -- sh``) runs as a login
+shell on a terminal (:mod:`.exec_terminal`, resizes reach it); any other
+command gets no terminal (the guest's exec has none): its stderr goes out on
+stdout, as a terminal would merge them, and resizes are dropped
+(docs/cluster.md).
 
 Back-pressure both ways: while the socket's send buffer is full the
 command's output is paused (the guest withholds it, the process blocks);
@@ -19,7 +21,7 @@ holds at most a message and the socket's buffers.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Protocol
 
 from autobahn.twisted.websocket import WebSocketServerProtocol
 from autobahn.websocket.types import ConnectionRequest
@@ -33,7 +35,8 @@ from ...errors import AgentError
 from ...guestport.exec import ExecRequest, IExecProcess, IExecSink
 from ...guestport.guest import IGuest
 from . import channels, status
-from .exec_session import SessionInputs, session
+from .exec_session import Command, SessionInputs, session
+from .exec_terminal import TerminalCommand, terminal_shell
 from .params import ExecQuery
 
 log = Logger()
@@ -49,10 +52,10 @@ def exec_request(query: ExecQuery) -> ExecRequest:
 
 
 @implementer(IPushProducer)
-class _Output:
-    """The command's output as the socket transport's producer; stopping it does nothing (``onClose`` kills)."""
+class Output:
+    """A command's output as the socket transport's producer; stopping it does nothing (``onClose`` kills)."""
 
-    def __init__(self, process: IExecProcess) -> None:
+    def __init__(self, process: IPushProducer) -> None:
         self._process = process
 
     def pauseProducing(self) -> None:
@@ -74,10 +77,25 @@ class ExecCommand:
     :param tty: stderr goes out on stdout.
     """
 
-    def __init__(self, tty: bool) -> None:
-        self._tty = tty
+    def __init__(self, query: ExecQuery) -> None:
+        self._query = query
+        self._tty = query.tty
         self.process: Optional[IExecProcess] = None
         self.inputs: Optional[SessionInputs] = None
+
+    def start(self, guest: IGuest) -> IPushProducer:
+        """
+        Start the command in ``guest``: the producer of its output.
+
+        :raise AgentError: the guest cannot start it.
+        """
+        self.process = guest.exec(exec_request(self._query), self)
+        return Output(self.process)
+
+    def register_stdin(self, producer: IPushProducer) -> None:
+        """Pause ``producer`` while the guest takes no stdin."""
+        if self.process is not None:
+            self.process.register_stdin_producer(producer)
 
     # -- the session's Command -----------------------------------------------------------
 
@@ -114,18 +132,34 @@ class ExecCommand:
             self.inputs.ended(body)
 
     def exited(self, exit_code: int, signal: Optional[str]) -> None:
-        if exit_code == 0 and signal is None:
-            self._end(status.exec_success())
-            return
-        code = exit_code or 1
-        why = f"killed by {signal}" if signal else f"exit code {code}"
-        self._end(status.exec_exit(code, f"command terminated with non-zero exit code: {why}"))
+        self._end(status.exec_ended(exit_code, signal))
 
     def failed(self, message: str, exit_code: int) -> None:
         self._end(status.exec_exit(exit_code, message))
 
     def lost(self, error: AgentError) -> None:
         self._end(status.exec_error(f"the command was lost: {error}"))
+
+
+class StartedCommand(Command, Protocol):
+    """A command the socket starts: an exec, or a shell on a terminal (:mod:`.exec_terminal`)."""
+
+    inputs: Optional[SessionInputs]
+
+    def start(self, guest: IGuest) -> IPushProducer:
+        """Start it in ``guest``: the producer of its output (:raise AgentError: it cannot start)."""
+
+    def register_stdin(self, producer: IPushProducer) -> None:
+        """Pause ``producer`` while the guest takes no stdin."""
+
+    def lost(self, error: AgentError) -> None:
+        """It ended without an exit (or never started)."""
+
+
+def command_for(query: ExecQuery) -> StartedCommand:
+    """A shell on a terminal for ``tty=1`` and a lone shell (``kubectl exec -it POD -- sh``), else an exec."""
+    shell = terminal_shell(query)
+    return ExecCommand(query) if shell is None else TerminalCommand(shell)
 
 
 class ExecProtocol(WebSocketServerProtocol):
@@ -142,7 +176,7 @@ class ExecProtocol(WebSocketServerProtocol):
         self._guest = guest
         self._query = query
         self._protocol = protocol
-        self._command = ExecCommand(query.tty)
+        self._command: StartedCommand = command_for(query)
         self._inputs: Optional[SessionInputs] = None
 
     def onConnect(self, request: ConnectionRequest) -> str:
@@ -153,14 +187,13 @@ class ExecProtocol(WebSocketServerProtocol):
         first = channels.STDOUT if self._query.stdout else channels.STDERR if self._query.stderr else channels.ERROR
         self.send(first, b"")
         try:
-            process = self._guest.exec(exec_request(self._query), self._command)
+            output = self._command.start(self._guest)
         except AgentError as error:
             self._command.lost(error)
             return
-        self._command.process = process
-        take_transport_producer(self, _Output(process))
+        take_transport_producer(self, output)
         if self._query.stdin:
-            process.register_stdin_producer(ReadingPause(self))
+            self._command.register_stdin(ReadingPause(self))
 
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
         if self._inputs is None:
@@ -193,4 +226,4 @@ class ExecProtocol(WebSocketServerProtocol):
             self.sendClose(1000)
 
 
-__all__ = ["MAX_MESSAGE", "ExecCommand", "ExecProtocol", "exec_request"]
+__all__ = ["MAX_MESSAGE", "ExecCommand", "ExecProtocol", "Output", "StartedCommand", "command_for", "exec_request"]

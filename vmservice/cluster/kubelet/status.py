@@ -61,9 +61,18 @@ def exec_exit(exit_code: int, message: str) -> bytes:
     })
 
 
+def exec_ended(exit_code: int, signal: Optional[str]) -> bytes:
+    """An exec's end from the guest's exit record: Success for 0, else NonZeroExitCode (1 for a signal alone)."""
+    if exit_code == 0 and signal is None:
+        return exec_success()
+    code = exit_code or 1
+    why = f"killed by {signal}" if signal else f"exit code {code}"
+    return exec_exit(code, f"command terminated with non-zero exit code: {why}")
+
+
 def exec_error(message: str) -> bytes:
     """An exec's end: it was lost or never ran (no exit code to give)."""
     return _encode({"status": "Failure", "message": message, "reason": "InternalError", "code": 500})
 
 
-__all__ = ["REASONS", "exec_error", "exec_exit", "exec_success", "failure", "from_error"]
+__all__ = ["REASONS", "exec_ended", "exec_error", "exec_exit", "exec_success", "failure", "from_error"]
