@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.cluster.kubelet.test_console_files -*-
+# -*- test-case-name: tests.cluster.kubelet.test_logs -*-
 """
 A VM's console log read for ``containerLogs``: what it holds now, then what
 QEMU appends to it (blocking calls, each run off the reactor by the caller).

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.cluster.kubelet.test_exec_socket -*-
+# -*- test-case-name: tests.cluster.kubelet.test_exec_session -*-
 """
 The WebSocket of one ``kubectl exec``: the channels of :mod:`.channels`
 joined to a command in the VM through the session of :mod:`.exec_session`.
