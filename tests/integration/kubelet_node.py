@@ -2,7 +2,8 @@
 A real daemon with the kubelet API beside it, for :mod:`tests.integration.test_kubelet_api`, until the
 daemon wires the kubelet port itself: :func:`main` runs in a child process what ``twistd vmservice``
 runs (the configuration, :func:`~vmservice.service.make_service`) and adds the kubelet listener on the
-same fleet, one pod (``default/web``, container ``vm``) standing for VM ``demo-1``.  :class:`KubeletDaemon`
+same fleet, one pod (``default/web``, container ``vm``: :class:`~tests.cluster.kubelet.fakes.FakeResolver`)
+standing for VM ``demo-1``.  :class:`KubeletDaemon`
 is a :class:`~tests.integration.daemon.Daemon` running it; :func:`certificates` makes the client CA and
 the certificates the tests connect with.
 """
@@ -13,7 +14,7 @@ import datetime
 import json
 import os
 import sys
-from typing import Any, Sequence, cast
+from typing import Any, cast
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -80,26 +81,12 @@ class KubeletDaemon(Daemon):
         return [sys.executable, "-c", code, self.config_path, settings]
 
 
-class OnePod:
-    """The pod resolver of :func:`main`: ``default/web``'s container ``vm`` is VM ``demo-1``."""
-
-    def hostname(self, namespace: str, pod: str, container: str) -> str:
-        from vmservice.cluster.kubelet.pods import PodNotFound
-
-        if (namespace, pod, container) != ("default", "web", "vm"):
-            raise PodNotFound(f"no pod {namespace}/{pod} with a container {container} here")
-        return "demo-1"
-
-    def pods(self) -> Sequence[Any]:
-        from vmservice.cluster.kubelet.pods import PodRef
-
-        return [PodRef("default", "web", "uid-web", ("vm",), "demo-1")]
-
-
 def main() -> None:
     """``CONFIG SETTINGS``: the daemon of CONFIG and its kubelet listener, until SIGTERM."""
     from twisted.internet import reactor
     from twisted.internet.threads import deferToThreadPool
+
+    from tests.cluster.kubelet.fakes import FakeResolver
 
     from vmservice.cluster.kubelet.site import KubeletListener, kubelet_site
     from vmservice.cluster.kubelet.tls import KubeletTls, KubeletTlsConfig
@@ -126,7 +113,7 @@ def main() -> None:
 
     tls = KubeletTls(KubeletTlsConfig("node-a", "127.0.0.1", "localhost", settings["tls_dir"],
                                       client_ca_file=settings["client_ca"]), datetime.datetime.now(datetime.timezone.utc))
-    site = kubelet_site(reactor, OnePod(), fleet, console_path, config.console_log_size,
+    site = kubelet_site(reactor, FakeResolver(), fleet, console_path, config.console_log_size,
                         lambda call: deferToThreadPool(reactor, reactor.getThreadPool(), call), tls)
     KubeletListener(reactor, site, tls, "127.0.0.1", settings["port"]).setServiceParent(top)
     top.startService()

@@ -23,6 +23,7 @@ from twisted.trial.unittest import TestCase
 
 from tests.integration.daemon import SharedGuestTestCase, ensure_image
 from tests.integration.kubelet_node import KubeletDaemon, certificates
+from tests.integration.loopback import until
 
 
 class ChannelClient(WebSocketClientProtocol):
@@ -110,7 +111,7 @@ class KubeletApiTests(SharedGuestTestCase, TestCase):
         options = optionsForClientTLS("127.0.0.1", Certificate.loadPEM(self.server_cert()), mine)
         connector = connectWS(factory, options)
         self.addCleanup(connector.disconnect)
-        await _until(lambda: bool(made))
+        await until(lambda: bool(made), timeout=30.0)
         await made[0].opened
         if stdin is not None:
             made[0].sendMessage(b"\x00" + stdin, isBinary=True)
@@ -177,13 +178,3 @@ class KubeletApiTests(SharedGuestTestCase, TestCase):
         """A certificate another CA signed fails the handshake."""
         self.assertRaises((ssl.SSLError, ConnectionError), self.https, "/healthz", "stranger")
 
-
-async def _until(condition: Any, timeout: float = 30.0) -> None:
-    from twisted.internet.task import deferLater
-
-    waited = 0.0
-    while not condition():
-        if waited > timeout:
-            raise AssertionError("condition not reached")
-        await deferLater(reactor, 0.05, lambda: None)
-        waited += 0.05

@@ -7,6 +7,7 @@ from typing import Any, Optional, Sequence
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
+from tests.agent.fakes import RecordingProducer
 from vmservice.cluster.kubelet.pods import PodNotFound, PodRef
 from vmservice.errors import NotFound
 from vmservice.guestport.exec import ExecRequest, IExecProcess, IExecSink
@@ -14,22 +15,14 @@ from vmservice.guestport.shell import IShellSession, IShellSink, ShellRequest
 
 
 @implementer(IExecProcess)
-class FakeProcess:
+class FakeProcess(RecordingProducer):
     """A running exec that records what it is told."""
 
     def __init__(self) -> None:
-        self.calls: list[Any] = []
+        super().__init__()
+        self.calls: list[Any] = []  # type: ignore[assignment]  # strings and resizes
         self.stdin = b""
         self.stdin_producer: Optional[IPushProducer] = None
-
-    def pauseProducing(self) -> None:
-        self.calls.append("pause")
-
-    def resumeProducing(self) -> None:
-        self.calls.append("resume")
-
-    def stopProducing(self) -> None:
-        self.calls.append("stop")
 
     def write_stdin(self, data: bytes) -> None:
         self.stdin += data

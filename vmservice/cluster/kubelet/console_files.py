@@ -20,7 +20,7 @@ import os
 from attrs import frozen
 
 from ...errors import Internal
-from ...nodes.console import data_start, previous, regular_file
+from ...nodes.console import data_start, open_window, regular_file
 
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
@@ -66,31 +66,30 @@ def _read(fd: int, low: int, high: int) -> bytes:
 
 def snapshot(path: str, limit: int) -> Snapshot:
     """
-    The newest ``limit`` bytes of the retained log ``path``.
+    The newest ``limit`` bytes of the retained log ``path`` (from its first
+    whole line when older bytes were left out), as :func:`~vmservice.nodes.console.open_window` takes them.
 
     :raise Internal: (``log_read_failed``) a file there cannot be read.
     """
-    parts: list[bytes] = []
-    position, modified = Position(0, 0), 0.0
+    fds, window, cut = open_window(path, limit)
     try:
-        for name in (path, previous(path)):
-            try:
-                fd = os.open(name, _READ)
-            except FileNotFoundError:
-                continue
-            try:
-                info = regular_file(fd, name)
-                low = max(data_start(fd, info.st_size), info.st_size - limit + sum(map(len, parts)))
-                parts.insert(0, _read(fd, low, info.st_size))
-                if name == path:
-                    position, modified = Position(info.st_ino, info.st_size), info.st_mtime
-                else:
-                    modified = max(modified, info.st_mtime)
-            finally:
-                os.close(fd)
+        data = b"".join(_read(part.fd, part.low, part.high) for part in window)
+        found = [os.fstat(fd) for fd in fds]
+        try:
+            # The log is opened first; the rotation truncates it in place, so its inode stays.
+            current = found[0] if found and os.path.samestat(found[0], os.lstat(path)) else None
+        except FileNotFoundError:
+            current = None
     except OSError as error:
         raise _unreadable(error) from None
-    return Snapshot(b"".join(parts)[-limit:] if limit else b"", position, modified)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    # Where the read stopped in the log (not its size now: what came meanwhile is the follower's).
+    end = next((part.high for part in window if fds and part.fd == fds[0]), 0)
+    position = Position(current.st_ino, end) if current is not None else Position(0, 0)
+    modified = max((info.st_mtime for info in found), default=0.0)
+    return Snapshot(data[data.find(b"\n") + 1:] if cut else data, position, modified)
 
 
 def more(path: str, position: Position, most: int) -> tuple[bytes, Position]:
@@ -109,7 +108,8 @@ def more(path: str, position: Position, most: int) -> tuple[bytes, Position]:
         info = regular_file(fd, path)
         offset = position.offset
         if info.st_ino != position.inode or info.st_size < offset:
-            offset = data_start(fd, info.st_size)
+            offset = 0
+        offset = max(offset, data_start(fd, info.st_size))
         data = _read(fd, offset, min(info.st_size, offset + most))
         return data, Position(info.st_ino, offset + len(data))
     except OSError as error:

@@ -24,12 +24,12 @@ import codecs
 from datetime import datetime, timezone
 from typing import Callable, Optional
 
-from twisted.internet.defer import CancelledError, Deferred, succeed
-from twisted.internet.interfaces import IPushProducer, IReactorTime
+from twisted.internet.defer import CancelledError
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import deferLater
 from twisted.web.server import Request
-from zope.interface import implementer
 
+from ...api.console_body import ClientPace
 from ...errors import NotFound
 from ...nodes.blocking import Blocking
 from . import console_files
@@ -99,30 +99,16 @@ def first_text(query: LogsQuery, snapshot: console_files.Snapshot, now: float) -
     return text
 
 
-@implementer(IPushProducer)
-class Pace:
-    """The client's pace: paused while the connection's send buffer is full; stopped when it is gone."""
+class Pace(ClientPace):
+    """The client's pace (:class:`~vmservice.api.console_body.ClientPace`), and whether the client is gone."""
 
     def __init__(self) -> None:
-        self._resumed: Optional[Deferred[None]] = None
+        super().__init__()
         self.stopped = False
-
-    def ready(self) -> Deferred[None]:
-        """Fires once the client takes more (at once unless paused)."""
-        return succeed(None) if self._resumed is None else self._resumed
-
-    def pauseProducing(self) -> None:
-        if self._resumed is None:
-            self._resumed = Deferred()
-
-    def resumeProducing(self) -> None:
-        resumed, self._resumed = self._resumed, None
-        if resumed is not None:
-            resumed.callback(None)
 
     def stopProducing(self) -> None:
         self.stopped = True
-        self.resumeProducing()
+        super().stopProducing()
 
 
 class ConsoleLogs:
