@@ -16,7 +16,6 @@ from typing import Any, Optional
 from urllib.parse import urlencode
 
 from autobahn.twisted.websocket import WebSocketClientFactory, WebSocketClientProtocol, connectWS
-from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.ssl import Certificate, PrivateCertificate, optionsForClientTLS
 from twisted.trial.unittest import TestCase

@@ -29,7 +29,7 @@ from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from ...api.shell_bridge import ReadingPause
+from ...api.shell_bridge import OutputPause, ReadingPause
 from ...api.websocket import take_transport_producer
 from ...errors import AgentError
 from ...guestport.exec import ExecRequest, IExecProcess, IExecSink
@@ -49,23 +49,6 @@ def exec_request(query: ExecQuery) -> ExecRequest:
     """What runs in the guest for ``query``: its argv, no shell."""
     return ExecRequest(cmd=query.command[0], args=query.command[1:], shell="", stdin=query.stdin,
                        stdout=query.stdout, stderr=query.stderr or (query.tty and query.stdout))
-
-
-@implementer(IPushProducer)
-class Output:
-    """A command's output as the socket transport's producer; stopping it does nothing (``onClose`` kills)."""
-
-    def __init__(self, process: IPushProducer) -> None:
-        self._process = process
-
-    def pauseProducing(self) -> None:
-        self._process.pauseProducing()
-
-    def resumeProducing(self) -> None:
-        self._process.resumeProducing()
-
-    def stopProducing(self) -> None:
-        pass
 
 
 @implementer(IExecSink)
@@ -90,7 +73,7 @@ class ExecCommand:
         :raise AgentError: the guest cannot start it.
         """
         self.process = guest.exec(exec_request(self._query), self)
-        return Output(self.process)
+        return OutputPause(self.process)
 
     def register_stdin(self, producer: IPushProducer) -> None:
         """Pause ``producer`` while the guest takes no stdin."""
@@ -226,4 +209,4 @@ class ExecProtocol(WebSocketServerProtocol):
             self.sendClose(1000)
 
 
-__all__ = ["MAX_MESSAGE", "ExecCommand", "ExecProtocol", "Output", "StartedCommand", "command_for", "exec_request"]
+__all__ = ["MAX_MESSAGE", "ExecCommand", "ExecProtocol", "StartedCommand", "command_for", "exec_request"]

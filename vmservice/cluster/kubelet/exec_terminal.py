@@ -18,6 +18,7 @@ from typing import Optional
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
+from ...api.shell_bridge import OutputPause
 from ...errors import AgentError
 from ...guestport.guest import IGuest
 from ...guestport.shell import IShellSession, IShellSink, ShellRequest
@@ -59,7 +60,7 @@ class TerminalCommand:
     def start(self, guest: IGuest) -> IPushProducer:
         """Start the shell in ``guest``: its terminal's output producer (:raise AgentError: no guest)."""
         self.session = guest.shell(ShellRequest(shell=self._shell), self)
-        return self.session
+        return OutputPause(self.session)
 
     def register_stdin(self, producer: IPushProducer) -> None:
         if self.session is not None:
