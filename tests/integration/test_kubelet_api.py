@@ -89,9 +89,10 @@ class KubeletApiTests(SharedGuestTestCase, TestCase):
             connection.close()
 
     async def exec(self, command: list[str], stdin: Optional[bytes] = None, tty: bool = False) -> dict[int, bytes]:
-        query = urlencode([("command", word) for word in command] + [("stdout", "1")]
-                          + ([("tty", "1")] if tty else [("stderr", "1")])
-                          + ([("stdin", "1")] if stdin is not None else []))
+        # As the API server writes it for the kubelet.
+        query = urlencode([("command", word) for word in command] + [("output", "1")]
+                          + ([("tty", "1")] if tty else [("error", "1")])
+                          + ([("input", "1")] if stdin is not None else []))
         port = self.daemon.kubelet_port  # type: ignore[attr-defined]
         factory = WebSocketClientFactory(f"wss://127.0.0.1:{port}/exec/default/web/vm?{query}",
                                          protocols=["v5.channel.k8s.io"])

@@ -87,7 +87,13 @@ class LogsQueryTests(SynchronousTestCase):
 
 class ExecQueryTests(SynchronousTestCase):
     def test_as_the_api_server_sends_it(self) -> None:
-        """command repeated (argv in order), booleans as 1."""
+        """command repeated (argv in order), the streams named input, output and error, booleans as 1."""
+        self.assertEqual(execs("command=sh&command=-c&command=echo+hi&input=1&output=1&error=1&tty=1"),
+                         ExecQuery(("sh", "-c", "echo hi"), True, True, True, True))
+        self.assertEqual(execs("command=true&output=1"), ExecQuery(("true",), False, True, False, False))
+
+    def test_pod_exec_options_names(self) -> None:
+        """The streams by PodExecOptions' names too."""
         self.assertEqual(execs("command=sh&command=-c&command=echo+hi&stdin=1&stdout=1&stderr=1&tty=0"),
                          ExecQuery(("sh", "-c", "echo hi"), True, True, True, False))
 

@@ -105,22 +105,22 @@ class SiteTests(SynchronousTestCase):
 
     def test_spdy(self) -> None:
         """An exec asking for SPDY/3.1 is told it is not supported."""
-        code, reason, message = self.status(b"/exec/default/web/vm?command=true&stdout=1", method=b"POST",
+        code, reason, message = self.status(b"/exec/default/web/vm?command=true&output=1", method=b"POST",
                                             headers={b"upgrade": b"SPDY/3.1", b"connection": b"Upgrade"})
         self.assertEqual(code, 400)
         self.assertIn("SPDY/3.1 is not supported", message)
 
     def test_exec_no_upgrade(self) -> None:
-        self.assertEqual(self.status(b"/exec/default/web/vm?command=true&stdout=1")[0], 400)
+        self.assertEqual(self.status(b"/exec/default/web/vm?command=true&output=1")[0], 400)
 
     def test_exec_wrong_protocol(self) -> None:
         """A WebSocket offering no channel protocol served is refused."""
         headers = {**UPGRADE, b"sec-websocket-protocol": b"channel.k8s.io"}
-        code, reason, message = self.status(b"/exec/default/web/vm?command=true&stdout=1", headers=headers)
+        code, reason, message = self.status(b"/exec/default/web/vm?command=true&output=1", headers=headers)
         self.assertIn("v5.channel.k8s.io", message)
 
     def test_exec_unknown_pod(self) -> None:
-        self.assertEqual(self.status(b"/exec/default/other/vm?command=true&stdout=1", headers=UPGRADE)[0], 404)
+        self.assertEqual(self.status(b"/exec/default/other/vm?command=true&output=1", headers=UPGRADE)[0], 404)
 
     def test_exec_bad_query(self) -> None:
         self.assertEqual(self.status(b"/exec/default/web/vm?stdout=1", headers=UPGRADE)[0], 400)

@@ -6,7 +6,8 @@ or :class:`~vmservice.errors.BadRequest` out).
 A path names ``{namespace}/{pod}/{container}``: a DNS label, a DNS
 subdomain and a DNS label, as Kubernetes names them, so a hostile name never
 reaches further than this module.  Booleans are ``1``/``true`` or
-``0``/``false`` (the API server writes ``1``), integers plain decimal digits;
+``0``/``false`` (the API server writes ``1``; an exec's streams it names
+``input``, ``output`` and ``error``), integers plain decimal digits;
 a parameter given twice, or a value of the wrong kind, is a 400.  Parameters
 this API does not know are ignored, as the kubelet ignores them.
 """
@@ -34,6 +35,8 @@ MAX_INTEGER = 2**53
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _DIGITS = re.compile(r"-?[0-9]{1,18}")
+#: The streams of an exec: the name the API server gives the kubelet, and PodExecOptions' name.
+STREAMS = (("input", "stdin"), ("output", "stdout"), ("error", "stderr"))
 _TRUE, _FALSE = ("1", "true", "True"), ("0", "false", "False", "")
 
 
@@ -173,7 +176,9 @@ def logs_query(params: dict[str, list[str]]) -> LogsQuery:
 
 def exec_query(params: dict[str, list[str]]) -> ExecQuery:
     """
-    The options of ``exec``.
+    The options of ``exec``: the streams by the names the API server writes
+    (``input``, ``output``, ``error``) or by those of PodExecOptions
+    (``stdin``, ``stdout``, ``stderr``).
 
     :raise BadRequest: no command, too long a command, a NUL in it, a bad
         boolean, or none of stdin, stdout and stderr.
@@ -184,11 +189,11 @@ def exec_query(params: dict[str, list[str]]) -> ExecQuery:
     if len(command) > MAX_WORDS or any(len(word) > MAX_WORD or "\0" in word for word in command):
         raise BadRequest(f"the command has more than {MAX_WORDS} words, a word over {MAX_WORD} "
                          "characters or a NUL")
-    query = ExecQuery(command, _boolean(params, "stdin"), _boolean(params, "stdout"), _boolean(params, "stderr"),
-                      _boolean(params, "tty"))
+    stdin, stdout, stderr = (_boolean(params, wire) or _boolean(params, name) for wire, name in STREAMS)
+    query = ExecQuery(command, stdin, stdout, stderr, _boolean(params, "tty"))
     if not (query.stdin or query.stdout or query.stderr):
-        raise BadRequest("you must specify at least one of stdin, stdout and stderr")
+        raise BadRequest("you must specify at least one of input (stdin), output (stdout) and error (stderr)")
     return query
 
 
-__all__ = ["ExecQuery", "LogsQuery", "Target", "exec_query", "logs_query", "query_pairs", "target"]
+__all__ = ["STREAMS", "ExecQuery", "LogsQuery", "Target", "exec_query", "logs_query", "query_pairs", "target"]
