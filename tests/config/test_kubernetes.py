@@ -9,7 +9,7 @@ import os
 import socket
 
 from tests.config.kube_files import CA_PEM, KubeFiles
-from tests.config.parsing import ConfigErrorCase, parse_text
+from tests.config.parsing import EXAMPLE, ConfigErrorCase, parse_text
 from vmservice.config import CapacityConfig, TaintConfig, TokenSource
 from vmservice.config.kubeconfig import KubeconfigError, read_kubeconfig, read_token
 
@@ -188,3 +188,18 @@ class KubeconfigTests(ConfigErrorCase):
         self.assertRaises(KubeconfigError, read_token, TokenSource(path=self.files.token))
         self.files.write("node.token", b"two words")
         self.assertRaises(KubeconfigError, read_token, TokenSource(path=self.files.token))
+
+
+class ExampleTests(ConfigErrorCase):
+    """``conf/cluster-node.yaml``, the example of a cluster node."""
+
+    def test_example(self) -> None:
+        """It parses once its kubeconfig exists, and is a node ``vms-a`` of a token kubeconfig."""
+        example = os.path.join(os.path.dirname(EXAMPLE), "cluster-node.yaml")
+        with open(example, encoding="utf-8") as stream:
+            text = stream.read()
+        path = KubeFiles(self).kubeconfig()
+        config = parse_text(text.replace("/var/lib/vmservice/devcluster/nodes/vms-a.kubeconfig", path))
+        assert config.kubernetes is not None
+        self.assertEqual((config.kubernetes.node_name, config.kubernetes.token.kubeconfig), ("vms-a", True))
+        self.assertEqual([group.name for group in config.host_groups], ["vm"])

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.cluster.test_backoff -*-
+# -*- test-case-name: tests.cluster.test_capacity -*-
 """
 :class:`Backoff`: capped exponential back-off with jitter, for calls of the
 API that failed (a registration, a watch); the random source is passed in,

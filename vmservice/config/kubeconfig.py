@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.config.test_kubeconfig -*-
+# -*- test-case-name: tests.config.test_kubernetes -*-
 """
 What the daemon takes of a kubeconfig file (its current context's cluster
 and user) and of a token file: :func:`read_kubeconfig`, :func:`read_token`.
