@@ -18,13 +18,12 @@ from typing import Any, Callable, Mapping, Protocol as TypingProtocol
 
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError as DeferredTimeout
 from twisted.internet.interfaces import IReactorTime
-from twisted.internet.protocol import Protocol, connectionDone
+from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
-from twisted.web.client import ResponseDone
-from twisted.web.http import PotentialDataLoss
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IResponse
 
+from ..bounded_body import BodyTooLarge, BoundedBody
 from .api_errors import ApiError, BadResponse, Unavailable, status_error
 
 #: The most bytes of one answer read (a Node or a Lease is a few KiB; a list of a node's pods far less than this).
@@ -46,38 +45,6 @@ class Requester(TypingProtocol):
     def request(self, method: str, url: str, *, headers: Headers | None = None, data: bytes | None = None,
                 allow_redirects: bool = True, unbuffered: bool = False) -> "Deferred[Any]":
         """One request; its answer (an ``IResponse``), whose body the caller reads."""
-
-
-class _BoundedBody(Protocol):
-    """A response's body, read up to ``limit`` bytes; cancelling :attr:`done` drops the connection."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._chunks: list[bytes] = []
-        self._size = 0
-        self.done: Deferred[bytes] = Deferred(lambda _: self._drop())
-
-    def dataReceived(self, data: bytes) -> None:
-        if self.done.called:
-            return
-        self._size += len(data)
-        if self._size > self._limit:
-            self._drop()
-            self.done.errback(BadResponse(0, "TooLarge", f"the answer is larger than {self._limit} bytes"))
-            return
-        self._chunks.append(data)
-
-    def _drop(self) -> None:
-        if self.transport is not None:
-            self.transport.loseConnection()
-
-    def connectionLost(self, reason: Failure = connectionDone) -> None:
-        if self.done.called:
-            return
-        if reason.check(ResponseDone, PotentialDataLoss):
-            self.done.callback(b"".join(self._chunks))
-        else:
-            self.done.errback(Unavailable(0, "ConnectionLost", reason.getErrorMessage()))
 
 
 def parse_object(body: bytes, kind: str | None) -> Json:
@@ -136,9 +103,16 @@ class ApiClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _body(self, response: IResponse) -> bytes:
-        reader = _BoundedBody(self._max_body)
+        reader = BoundedBody(self._max_body)
         response.deliverBody(reader)
-        return await reader.done
+        try:
+            return await reader.done
+        except BodyTooLarge as error:
+            raise BadResponse(0, "TooLarge", str(error)) from None
+        except (CancelledError, ApiError):
+            raise
+        except Exception as error:
+            raise Unavailable(0, "ConnectionLost", str(error) or type(error).__name__) from None
 
     async def _call(self, method: str, path: str, body: Mapping[str, Any] | None, content_type: str | None,
                     kind: str | None) -> Json:
