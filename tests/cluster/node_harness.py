@@ -6,7 +6,10 @@ fake API server, a clock, a controller of node ``vms-a`` over them) and
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+import twisted.test
 
 import attrs
 from twisted.internet.defer import Deferred, fail
@@ -23,6 +26,8 @@ from vmservice.cluster.node_object import NodeInfo
 from vmservice.config import KubernetesConfig, TokenSource
 
 NODE = "/api/v1/nodes/vms-a"
+#: A certificate (and its key) shipped with Twisted's tests.
+SERVER_PEM = os.path.join(os.path.dirname(twisted.test.__file__), "server.pem")
 LEASE = f"{LEASES}/vms-a"
 
 
@@ -31,6 +36,15 @@ def kube_config(**changes: Any) -> KubernetesConfig:
     config = KubernetesConfig(server=SERVER, ca_pem=b"", token=TokenSource(path="/nonexistent"), node_name="vms-a",
                               internal_ip="10.0.0.5", labels=(("type", "vmservice"),))
     return attrs.evolve(config, **changes)
+
+
+def sample_certificate() -> bytes:
+    """The PEM of a certificate OpenSSL reads (Twisted's test server's)."""
+    with open(SERVER_PEM, "rb") as stream:
+        text = stream.read()
+    start = text.index(b"-----BEGIN CERTIFICATE-----")
+    end = text.index(b"-----END CERTIFICATE-----") + len(b"-----END CERTIFICATE-----")
+    return text[start:end] + b"\n"
 
 
 class Refusing:
@@ -80,4 +94,4 @@ class NodeHarness:
         return [body for m, path, body in self.api.requests if m == method and fragment in path]
 
 
-__all__ = ["LEASE", "NODE", "NodeHarness", "Refusing", "kube_config"]
+__all__ = ["LEASE", "NODE", "NodeHarness", "Refusing", "kube_config", "sample_certificate"]

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import os
 
-import twisted.test
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.cluster.node_harness import kube_config
+from tests.cluster.node_harness import kube_config, sample_certificate
 from vmservice.cluster.node_service import NodeService
 from vmservice.config import Config
 from vmservice.metrics import Metrics
@@ -19,24 +18,12 @@ from vmservice.nodes.admission import Admission
 from vmservice.service.cluster_node import cluster_node, host_info, https_client
 from vmservice.service.host import StartupError
 
-#: A certificate (and its key) shipped with Twisted's tests.
-SERVER_PEM = os.path.join(os.path.dirname(twisted.test.__file__), "server.pem")
-
-
-def _certificate() -> bytes:
-    with open(SERVER_PEM, "rb") as stream:
-        text = stream.read()
-    start = text.index(b"-----BEGIN CERTIFICATE-----")
-    end = text.index(b"-----END CERTIFICATE-----") + len(b"-----END CERTIFICATE-----")
-    return text[start:end] + b"\n"
-
-
 class ClusterNodeTests(SynchronousTestCase):
     """The cluster node's parts."""
 
     def test_https_client(self) -> None:
         """A CA OpenSSL reads gives a client; one it does not is a StartupError."""
-        self.assertIsNotNone(https_client(MemoryReactorClock(), _certificate()))
+        self.assertIsNotNone(https_client(MemoryReactorClock(), sample_certificate()))
         bad = b"-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n"
         self.assertRaises(StartupError, https_client, MemoryReactorClock(), bad)
         self.assertRaises(StartupError, https_client, MemoryReactorClock(), b"nothing")
@@ -44,7 +31,7 @@ class ClusterNodeTests(SynchronousTestCase):
     def test_service_and_metrics(self) -> None:
         """The service runs a controller; its series are in /metrics at 0."""
         metrics = Metrics()
-        config = kube_config(ca_pem=_certificate())
+        config = kube_config(ca_pem=sample_certificate())
         service = cluster_node(Config(kubernetes=config), config, MemoryReactorClock(), Admission.unlimited(), metrics)
         self.assertIsInstance(service, NodeService)
         text = metrics.render()[0].decode()
