@@ -14,6 +14,7 @@ from tests.cluster.fake_api import status
 from tests.cluster.node_harness import LEASE, NODE, NodeHarness, kube_config
 from tests.log_capture import captured_log, logged_text
 from vmservice.cluster.lease import CONFLICT_RETRIES
+from vmservice.cluster.node_controller import missing_taints
 from vmservice.cluster.node_service import NodeService
 from vmservice.config import TaintConfig
 
@@ -70,7 +71,31 @@ class RegistrationTests(SynchronousTestCase):
                                "spec": {}, "status": {}}
         h.controller.start()
         self.assertNotIn("taints", h.node["spec"])
-        self.assertIn("its taints differ", logged_text(events))
+        self.assertIn("the Node lacks configured taints", logged_text(events))
+
+    def test_taints_of_the_control_plane_ignored(self) -> None:
+        """The configured taints present (beside the control plane's own): nothing is said."""
+        h = NodeHarness()
+        node = {"spec": {"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+                                    {"key": "vmservice.io/vm", "value": "true", "effect": "NoSchedule",
+                                     "timeAdded": "2020-01-01T00:00:00Z"}]}}
+        self.assertEqual(missing_taints(node, h.config), [])
+        self.assertEqual(len(missing_taints({"spec": {"taints": "x"}}, h.config)), 1)
+
+    def test_hostile_conditions(self) -> None:
+        """Conditions of the wrong shape, or an overlong transition time, are not taken back."""
+        h = NodeHarness()
+        h.api.objects[NODE] = {"kind": "Node", "metadata": {"name": "vms-a", "uid": "u", "resourceVersion": "7"},
+                               "spec": {}, "status": {"conditions": 7}}
+        h.controller.start()
+        self.assertEqual(h.metrics.failures["register"], 0)
+        h.api.objects[NODE]["status"]["conditions"] = [{"type": "Ready", "status": "True",
+                                                         "lastTransitionTime": "x" * 1000}]
+        h.controller.stop()
+        h2 = NodeHarness()
+        h2.api.objects[NODE] = h.api.objects[NODE]
+        h2.controller.start()
+        self.assertEqual(len(h2.node["status"]["conditions"][0]["lastTransitionTime"]), 20)
 
     def test_registration_retried(self) -> None:
         """A failed registration is logged with its reason, without a traceback, and tried again after a back-off."""

@@ -46,6 +46,15 @@ def reason(failure: Failure) -> str:
     return f"{type(failure.value).__name__}: {failure.getErrorMessage()}"[:300]
 
 
+def missing_taints(node: Json, config: KubernetesConfig) -> list[Json]:
+    """The configured taints the Node read lacks (the control plane's own, such as unreachable, do not count)."""
+    spec = node.get("spec")
+    present = spec.get("taints") if isinstance(spec, dict) else None
+    have = {(t.get("key"), t.get("value", ""), t.get("effect")) for t in present or () if isinstance(t, dict)} \
+        if isinstance(present, list) else set()
+    return [t for t in taints(config) if (t["key"], t.get("value", ""), t["effect"]) not in have]
+
+
 class NodeController:
     """
     One daemon's Node, Lease and status.
@@ -129,13 +138,11 @@ class NodeController:
             node = await self._api.create_node(node_manifest(self._config, self._status()))
         else:
             old = node.get("status")
-            self._conditions = list(old.get("conditions") or []) if isinstance(old, dict) else []
-            if not isinstance(self._conditions, list):
-                self._conditions = []
-            spec = node.get("spec")
-            if (spec.get("taints") if isinstance(spec, dict) else None) != (taints(self._config) or None):
-                log.warn("cluster node {name}: its taints differ from the configured ones; a node may not change "
-                         "its own taints: change them with kubectl, or delete the Node", name=self._config.node_name)
+            conditions = old.get("conditions") if isinstance(old, dict) else None
+            self._conditions = conditions if isinstance(conditions, list) else []
+            if missing_taints(node, self._config):
+                log.warn("cluster node {name}: the Node lacks configured taints; a node may not change its own "
+                         "taints: add them with kubectl taint, or delete the Node", name=self._config.node_name)
             await self._api.patch_node({"metadata": {"labels": dict(self._config.labels)}})
             node = await self._api.patch_status(self._status())
         metadata = node.get("metadata")
@@ -201,4 +208,4 @@ class NodeController:
                  name=self._config.node_name)
 
 
-__all__ = ["NodeController", "reason"]
+__all__ = ["NodeController", "missing_taints", "reason"]

@@ -92,14 +92,15 @@ def stamp_conditions(now: float, judged: Sequence[Verdict], previous: Sequence[A
     """
     ``judged`` as the Node's conditions at ``now``: each with its heartbeat
     now, and its transition time kept from ``previous`` (the conditions last
-    written, or read from the Node) when its status did not change.
+    written, or read from the Node) when its status did not change (and
+    it is a time's length: nothing more of what was read is written back).
     """
     before = {c.get("type"): c for c in previous if isinstance(c, dict)}
     stamped = []
     for verdict in judged:
         old = before.get(verdict.type)
         kept = (isinstance(old, dict) and old.get("status") == verdict.status
-                and isinstance(old.get("lastTransitionTime"), str))
+                and isinstance(old.get("lastTransitionTime"), str) and len(old["lastTransitionTime"]) <= 40)
         stamped.append({
             "type": verdict.type, "status": verdict.status, "reason": verdict.reason, "message": verdict.message,
             "lastHeartbeatTime": rfc3339(now),
