@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 from vmservice.devcluster.build import DEFAULT_CACHE_DIR, BuildFailed, build_entry
+from vmservice.devcluster.control import start, status, stop
+from vmservice.devcluster.ports import DEFAULT_NODES, parse_nodes, parse_ports
 from vmservice.devcluster.recipe import RecipeError
+from vmservice.private_files import NotPrivate
 
 __all__ = ["main"]
+
+T = TypeVar("T")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,8 +34,30 @@ def _parser() -> argparse.ArgumentParser:
                                      description="a Kubernetes control plane for development")
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build", help="build the control plane's programs unless they are cached")
-    build.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help=f"the cache (default {DEFAULT_CACHE_DIR})")
+    begin = commands.add_parser("start", help="start a control plane in a directory unless one runs there")
+    for command in (build, begin):
+        command.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR,
+                             help=f"where the built programs are kept (default {DEFAULT_CACHE_DIR})")
+    begin.add_argument("--nodes", type=_checked(parse_nodes), default=parse_nodes(DEFAULT_NODES),
+                       help=f"the node names that get an identity, comma-separated (default {DEFAULT_NODES})")
+    begin.add_argument("--ports", type=_checked(parse_ports), default=None,
+                       help="'auto' (free ports) or the first of five consecutive ports (default auto)")
+    end = commands.add_parser("stop", help="end the recorded control plane of a directory")
+    end.add_argument("--purge", action="store_true", help="remove the directory too (etcd's data included)")
+    query = commands.add_parser("status", help="show whether the control plane of a directory runs and is ready")
+    for command in (begin, end, query):
+        command.add_argument("--dir", required=True, help="the control plane's directory")
     return parser
+
+
+def _checked(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """``parse`` as an argparse type: its ValueError becomes a usage error (exit status 2, no traceback)."""
+    def checked(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return checked
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -44,7 +71,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if options.command == "build":
             build_entry(options.cache_dir, out)
-    except (BuildFailed, RecipeError) as error:
+        elif options.command == "start":
+            return start(options.dir, options.nodes, options.ports, options.cache_dir, out)
+        elif options.command == "stop":
+            return stop(options.dir, options.purge, out)
+        else:
+            return status(options.dir, out)
+    except (BuildFailed, RecipeError, NotPrivate, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0
