@@ -9,12 +9,14 @@ Usage::
     python -m vmservice.devcluster stop --dir DIR [--purge]
     python -m vmservice.devcluster status --dir DIR
 
-``start`` prints ``export KUBECONFIG=DIR/admin.kubeconfig`` as its last line.
+``start`` prints ``export KUBECONFIG=DIR/admin.kubeconfig`` as its last line. ``--cache-dir`` defaults to
+``$VMSERVICE_CONTROLPLANE_DIR`` or ``/var/cache/vmservice/controlplane``; ``--ports`` to ``auto``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Callable, Sequence, TypeVar
 
@@ -24,7 +26,10 @@ from vmservice.devcluster.ports import DEFAULT_NODES, parse_nodes, parse_ports
 from vmservice.devcluster.recipe import RecipeError
 from vmservice.private_files import NotPrivate
 
-__all__ = ["main"]
+__all__ = ["CACHE_DIR_VARIABLE", "main"]
+
+#: The environment variable that names the cache when ``--cache-dir`` does not.
+CACHE_DIR_VARIABLE = "VMSERVICE_CONTROLPLANE_DIR"
 
 T = TypeVar("T")
 
@@ -33,11 +38,12 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m vmservice.devcluster",
                                      description="a Kubernetes control plane for development")
     commands = parser.add_subparsers(dest="command", required=True)
+    cache_dir = os.environ.get(CACHE_DIR_VARIABLE) or DEFAULT_CACHE_DIR
     build = commands.add_parser("build", help="build the control plane's programs unless they are cached")
     begin = commands.add_parser("start", help="start a control plane in a directory unless one runs there")
     for command in (build, begin):
-        command.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR,
-                             help=f"where the built programs are kept (default {DEFAULT_CACHE_DIR})")
+        command.add_argument("--cache-dir", default=cache_dir,
+                             help=f"where the built programs are kept (default ${CACHE_DIR_VARIABLE} or {DEFAULT_CACHE_DIR})")
     begin.add_argument("--nodes", type=_checked(parse_nodes), default=parse_nodes(DEFAULT_NODES),
                        help=f"the node names that get an identity, comma-separated (default {DEFAULT_NODES})")
     begin.add_argument("--ports", type=_checked(parse_ports), default=None,
