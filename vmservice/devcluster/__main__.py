@@ -32,6 +32,7 @@ __all__ = ["CACHE_DIR_VARIABLE", "main"]
 CACHE_DIR_VARIABLE = "VMSERVICE_CONTROLPLANE_DIR"
 
 T = TypeVar("T")
+Out = Callable[[str], None]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,6 +67,24 @@ def _checked(parse: Callable[[str], T]) -> Callable[[str], T]:
     return checked
 
 
+def _build(options: argparse.Namespace, out: Out) -> int:
+    build_entry(options.cache_dir, out)
+    return 0
+
+
+#: What each command runs: its options and the output in, the exit status out.
+COMMANDS: dict[str, Callable[[argparse.Namespace, Out], int]] = {
+    "build": _build,
+    "start": lambda options, out: start(options.dir, options.nodes, options.ports, options.cache_dir, out),
+    "stop": lambda options, out: stop(options.dir, options.purge, out),
+    "status": lambda options, out: status(options.dir, out),
+}
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """
     Run the command line; the exit status (0 on success, 1 on a failure, 2 on a usage error).
@@ -73,20 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     :param argv: the arguments after the program name (``sys.argv[1:]`` by default).
     """
     options = _parser().parse_args(argv)
-    out = lambda line: print(line, flush=True)  # noqa: E731
     try:
-        if options.command == "build":
-            build_entry(options.cache_dir, out)
-        elif options.command == "start":
-            return start(options.dir, options.nodes, options.ports, options.cache_dir, out)
-        elif options.command == "stop":
-            return stop(options.dir, options.purge, out)
-        else:
-            return status(options.dir, out)
-    except (BuildFailed, RecipeError, NotPrivate, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        return COMMANDS[options.command](options, _print)
+    except (BuildFailed, RecipeError, NotPrivate, ValueError) as failure:
+        sys.stderr.write(f"error: {failure}\n")
         return 1
-    return 0
 
 
 if __name__ == "__main__":
