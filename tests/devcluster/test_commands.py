@@ -78,6 +78,9 @@ class CommandLineTests(SynchronousTestCase):
         self.assertIn("--use-service-account-credentials", manager)
         self.assertEqual((manager["--node-monitor-period"], manager["--node-monitor-grace-period"]), ("2s", "10s"))
         self.assertEqual(manager["--root-ca-file"], "/d/ca.crt")
+        self.assertEqual((scheduler["--tls-cert-file"], manager["--tls-cert-file"]),
+                         ("/d/scheduler.crt", "/d/controller-manager.crt"))
+        self.assertEqual(manager["--flex-volume-plugin-dir"], "/d/flexvolume")
 
     def test_api_url(self) -> None:
         """The API URL is https on loopback at the API server's port."""

@@ -2,8 +2,8 @@
 """
 The development control plane's keys and certificates, made once per directory.
 
-One certificate authority signs everything: the API server's serving certificate (IP 127.0.0.1 and
-``localhost``), etcd's (serving and peer, both ends checked), the API server's client certificates for
+One certificate authority signs everything: the serving certificates (IP 127.0.0.1 and ``localhost``)
+of the API server, the scheduler and the controller-manager, etcd's (serving and peer, both ends checked), the API server's client certificates for
 etcd and for the kubelets (so that a node's kubelet server can verify the API server as its client), and
 the controller-manager signs certificate requests with it. The service accounts' tokens are signed with a
 key pair of their own. Every file is 0600; what exists is kept (a restart keeps its identities).
@@ -68,6 +68,8 @@ KEY_PAIRS = (
     KeyPair("etcd", "etcd", None, server=True, client=True),
     KeyPair("apiserver-etcd-client", "kube-apiserver-etcd-client", None, server=False, client=True),
     KeyPair("kubelet-client", "kube-apiserver-kubelet-client", "system:masters", server=False, client=True),
+    KeyPair("scheduler", "kube-scheduler", None, server=True, client=False),
+    KeyPair("controller-manager", "kube-controller-manager", None, server=True, client=False),
 )
 
 

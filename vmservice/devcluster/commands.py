@@ -6,7 +6,8 @@ Everything listens on 127.0.0.1 only. etcd speaks TLS to its one client (the API
 certificate) and to itself as a peer; the API server authenticates by static token (and client
 certificate), authorizes with the Node authorizer and RBAC, confines hosts with NodeRestriction, and
 needs no endpoint reconciler for a loopback address; the scheduler and the controller-manager serve no
-plain port and elect no leader. The controller-manager notices a silent node within 10 s
+plain port and elect no leader; they serve with certificates of the CA, and the controller-manager looks
+for volume plugins in the directory, not in ``/usr/libexec`` (which it would create). The controller-manager notices a silent node within 10 s
 (``--node-monitor-grace-period``) and the API server's default tolerations let its pods be evicted 2 s
 later, so that tests of a lost host are quick.
 """
@@ -80,15 +81,15 @@ def _apiserver(layout: Layout) -> list[str]:
         "--endpoint-reconciler-type=none", "--kubelet-preferred-address-types=InternalIP",
         f"--kubelet-client-certificate={path('kubelet-client.crt')}", f"--kubelet-client-key={path('kubelet-client.key')}",
         "--default-unreachable-toleration-seconds=2", "--default-not-ready-toleration-seconds=2",
-        f"--cert-dir={path('apiserver-certs')}", "--profiling=false",
+        "--profiling=false",
     ]
 
 
 def _scheduler(layout: Layout) -> list[str]:
     return [os.path.join(layout.bin_dir, "kube-scheduler"), f"--kubeconfig={layout.path('scheduler.kubeconfig')}",
             "--leader-elect=false", "--port=0", f"--bind-address={LOOPBACK}",
-            f"--secure-port={layout.ports.scheduler}", f"--cert-dir={layout.path('scheduler-certs')}",
-            "--profiling=false"]
+            f"--secure-port={layout.ports.scheduler}", f"--tls-cert-file={layout.path('scheduler.crt')}",
+            f"--tls-private-key-file={layout.path('scheduler.key')}", "--profiling=false"]
 
 
 def _controller_manager(layout: Layout) -> list[str]:
@@ -96,7 +97,8 @@ def _controller_manager(layout: Layout) -> list[str]:
     return [
         os.path.join(layout.bin_dir, "kube-controller-manager"), f"--kubeconfig={path('controller-manager.kubeconfig')}",
         "--leader-elect=false", "--port=0", f"--bind-address={LOOPBACK}",
-        f"--secure-port={layout.ports.controller_manager}", f"--cert-dir={path('controller-manager-certs')}",
+        f"--secure-port={layout.ports.controller_manager}", f"--tls-cert-file={path('controller-manager.crt')}",
+        f"--tls-private-key-file={path('controller-manager.key')}", f"--flex-volume-plugin-dir={path('flexvolume')}",
         "--use-service-account-credentials", f"--service-account-private-key-file={path('sa.key')}",
         f"--root-ca-file={path('ca.crt')}", f"--cluster-signing-cert-file={path('ca.crt')}",
         f"--cluster-signing-key-file={path('ca.key')}", "--node-monitor-period=2s",

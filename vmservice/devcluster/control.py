@@ -62,7 +62,7 @@ def prepare(layout: Layout, nodes: Sequence[str]) -> None:
     ``scheduler.kubeconfig``, ``controller-manager.kubeconfig`` and ``nodes/NAME.kubeconfig`` with
     ``nodes/NAME.token`` (every file 0600).
     """
-    for name in ("etcd", "logs", "nodes", "apiserver-certs", "scheduler-certs", "controller-manager-certs"):
+    for name in ("etcd", "logs", "nodes", "flexvolume"):
         private_directory(layout.path(name), repair=True)
     ensure_certificates(layout.directory)
     known: dict[str, str] = {}
