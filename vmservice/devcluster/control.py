@@ -172,7 +172,7 @@ def start(directory: str, nodes: Sequence[str], base: int | None, cache_dir: str
     state = ClusterState(directory, layout.bin_dir, layout.api_url, ports, ())
     try:
         state = _start_all(layout, state, out, timeout)
-    except NotReady as error:
+    except (NotReady, OSError) as error:  # OSError: a program that cannot be run
         out(f"error: the control plane did not start: {error}")
         _show_logs(layout, out)
         recorded = load_state(directory)
