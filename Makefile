@@ -125,8 +125,8 @@ faults: install
 # Every benchmark, one after another (each boots its own guests; none beside another), each writing
 # its bench/results/*.json through bench/recording.py (the commit, the load average before and after,
 # the machine), the fuzzing pass of `make fuzz` (bench/fuzz.py) and the fault-injection modules
-# (bench/faults.py) among them; then the figures README.md, docs/performance.md and docs/reliability.md
-# cite are rewritten from those files (bench/publish.py lists what changed: re-read the sentences
+# (bench/faults.py) among them; then the figures README.md, docs/performance.md, docs/reliability.md
+# and docs/cluster.md cite are rewritten from those files (bench/publish.py lists what changed: re-read the sentences
 # around them).  Not here, as they compare with an earlier build: limits.py --pairs-against DIR, and
 # warm.py and netlink.py with --before DIR.
 # Not benchmarks: exec_spawn_probe.py (runs in a guest), earlier.py, recording.py, publish.py.
@@ -134,7 +134,7 @@ faults: install
 # source-tree restructuring.
 BEFORE_REF ?= 9690c00
 
-bench: install bench-extra
+bench: install bench-extra controlplane
 	$(BIN)/python bench/limits.py
 	$(BIN)/python bench/boot.py
 	$(BIN)/python bench/channel.py
@@ -153,6 +153,7 @@ bench: install bench-extra
 	$(BIN)/python bench/load.py
 	$(BIN)/python bench/fuzz.py --max-examples $(FUZZ_EXAMPLES) --seed $(FUZZ_SEED)
 	$(BIN)/python bench/faults.py
+	$(BIN)/python bench/cluster.py
 	$(BIN)/python bench/sidebyside.py --ref $(BEFORE_REF)
 	$(BIN)/python bench/publish.py
 
