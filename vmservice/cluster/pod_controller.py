@@ -41,7 +41,8 @@ from .pod_lifecycle import POD_MACHINE, PodCore, PodInputs
 from .pod_object import PodFacts, PodKey, pod_facts
 from .pod_provider import GONE, PodProvider, VmPhase, VmState
 from .pod_spec import PodRejected, PodSpec
-from .pod_status import creating, failed, rfc3339, running
+from .node_object import rfc3339
+from .pod_status import creating, failed, running
 from .pod_writer import PodGone, StatusWriter
 from .watch_events import WatchEvent
 from .watch_loop import WatchLoop

@@ -21,7 +21,7 @@ from twisted.python.failure import Failure
 
 from .api_errors import excerpt
 from .pod_object import PodKey
-from .pod_status import rfc3339
+from .node_object import rfc3339
 
 log = Logger(namespace="vmservice.cluster")
 

@@ -16,17 +16,12 @@ the scheduler wrote it.  Three shapes:
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
 
 from .api_client import Json
+from .node_object import rfc3339
 from .pod_object import CONTAINER_SCHEME, PodFacts
 from .pod_provider import VmPhase, VmState
-
-
-def rfc3339(seconds: float) -> str:
-    """``seconds`` since the epoch as the API writes times (UTC, whole seconds)."""
-    return datetime.fromtimestamp(int(seconds), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _condition(kind: str, true: bool, now: str, reason: str = "", message: str = "") -> Json:
@@ -107,4 +102,4 @@ def essence(status: Json) -> Json:
     return result
 
 
-__all__ = ["creating", "essence", "failed", "rfc3339", "running"]
+__all__ = ["creating", "essence", "failed", "running"]

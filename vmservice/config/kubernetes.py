@@ -128,6 +128,9 @@ class KubernetesConfig:
     :ivar images: Container images and the host groups they name, sorted.
     :ivar pod_boot_timeout_seconds: Seconds a pod's VM may take until its
         agent answers (then the pod fails).
+    :ivar vmservice_api: Where the host's vmservice API is
+        (``http://ADDRESS:PORT``, the Node's ``vmservice.io/api``
+        annotation); empty when it listens on a UNIX socket.
     """
 
     server: str
@@ -145,6 +148,7 @@ class KubernetesConfig:
     default_group: str | None = None
     images: tuple[tuple[str, str], ...] = ()
     pod_boot_timeout_seconds: float = DEFAULT_POD_BOOT_TIMEOUT
+    vmservice_api: str = ""
 
 
 __all__ = [

@@ -89,6 +89,16 @@ def default_labels(node_name: str) -> dict[str, str]:
     return labels
 
 
+def vmservice_api(api: ApiConfig, internal_ip: str) -> str:
+    """The host's vmservice API as a URL (the InternalIP for a wildcard address); empty for a UNIX socket."""
+    try:
+        bound = ipaddress.ip_address(api.bind_address)
+    except ValueError:
+        return ""
+    host = ipaddress.ip_address(internal_ip) if bound.is_unspecified else bound
+    return f"http://{host}:{api.port}" if host.version == 4 else f"http://[{host}]:{api.port}"
+
+
 class KubernetesChecks(Checks):
     """The checks of the ``kubernetes:`` section."""
 
@@ -112,11 +122,12 @@ class KubernetesChecks(Checks):
                 raise self.error((*parts, "labels", key), problem)
             labels[key] = value
         lease, renew, status = self.timing(document, parts)
+        internal_ip = self.internal_ip(document.internal_ip, api, (*parts, "internal_ip"))
         taints = DEFAULT_TAINTS if document.taints is None else tuple(
             self.taint(taint, (*parts, "taints", index)) for index, taint in enumerate(document.taints))
         return KubernetesConfig(
             server=server, ca_pem=ca_pem, token=token, node_name=node_name,
-            internal_ip=self.internal_ip(document.internal_ip, api, (*parts, "internal_ip")),
+            internal_ip=internal_ip, vmservice_api=vmservice_api(api, internal_ip),
             kubelet_port=document.kubelet_port, labels=tuple(sorted(labels.items())), taints=taints,
             capacity=self.capacity(document, (*parts, "capacity")),
             lease_duration_seconds=lease, renew_interval_seconds=renew, status_interval_seconds=status,
