@@ -91,6 +91,7 @@ def _build() -> TypeMachine[PodInputs, PodCore]:
         core.event("Warning", "Failed", f"{reason}: {message}")
 
     failed.upon(PodInputs.failed).loop().returns(None)
+    failed.upon(PodInputs.adopted).loop().returns(None)
 
     @waiting.upon(PodInputs.delete).to(terminating)
     @creating.upon(PodInputs.delete).to(terminating)

@@ -6,9 +6,10 @@ pods and adopts them, and the VM's hostname.
 
 Tags are 1 to 256 characters without control characters
 (:func:`~vmservice.nodes.model.tag_problem`); a namespace is at most 63, a
-pod's name at most 253 and a uid 36, so each tag below fits:
+pod's name at most 253 and a uid 36:
 
-- ``vmservice.io/pod=<namespace>/<name>``
+- ``vmservice.io/pod=<namespace>/<name>``, cut at 256 characters (it is
+  for people and logs: the uid alone says which pod a VM is for)
 - ``vmservice.io/pod-uid=<uid>``
 - ``vmservice.io/pod-node=<node name>`` (the Node it was made on)
 
@@ -24,7 +25,7 @@ from typing import Callable
 
 from attrs import frozen
 
-from ..nodes.model import tag_problem, valid_hostname
+from ..nodes.model import MAX_TAG_LENGTH, tag_problem, valid_hostname
 from .pod_object import PodKey
 
 #: The tag prefixes of a pod's VM.
@@ -43,7 +44,7 @@ class PodTags:
 
 def pod_tags(key: PodKey, node_name: str) -> tuple[str, ...]:
     """The tags of the VM made for pod ``key`` on Node ``node_name``."""
-    tags = (f"{POD_TAG}{key.namespace}/{key.name}", f"{UID_TAG}{key.uid}", f"{NODE_TAG}{node_name}")
+    tags = (f"{POD_TAG}{key.namespace}/{key.name}"[:MAX_TAG_LENGTH], f"{UID_TAG}{key.uid}", f"{NODE_TAG}{node_name}")
     assert all(tag_problem(tag) is None for tag in tags)
     return tags
 

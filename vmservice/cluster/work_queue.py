@@ -88,9 +88,10 @@ class WorkQueue:
             self._running.pop(key, None)
             if isinstance(result, Failure) and not self._stopped:
                 log.failure("the work on {key} failed", result, key=key)
-            if key in self._again:
+            if key in self._again and not self._stopped:
                 self._again.discard(key)
-                self.add(key)
+                self._queued.add(key)  # owed already: not refused by the limit
+                self._waiting.append(key)
             self._next()
 
         self._running[key] = running
