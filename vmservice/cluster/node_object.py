@@ -136,11 +136,13 @@ def node_annotations(config: KubernetesConfig) -> dict[str, str]:
 
 
 def node_manifest(config: KubernetesConfig, status: Mapping[str, Any]) -> Json:
-    """The Node to register: name, labels, annotations, taints, status."""
+    """The Node to register: name, labels, annotations (when any), taints, status."""
+    metadata: Json = {"name": config.node_name, "labels": dict(config.labels)}
+    if config.vmservice_api:
+        metadata["annotations"] = node_annotations(config)
     return {
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": config.node_name, "labels": dict(config.labels),
-                     "annotations": node_annotations(config)},
+        "metadata": metadata,
         "spec": {"taints": taints(config)},
         "status": dict(status),
     }

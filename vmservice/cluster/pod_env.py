@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.cluster.test_pod_env -*-
+# -*- test-case-name: tests.cluster.test_pod_parts -*-
 """
 A pod's environment for its VM (pure): the container's plain ``env`` and
 the values of the Secrets it names, as one shell file of ``export NAME='value'``

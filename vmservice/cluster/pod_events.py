@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.cluster.test_pod_events -*-
+# -*- test-case-name: tests.cluster.test_pod_parts -*-
 """
 :class:`EventRecorder`: ``core/v1`` Events on the pods (``Created``,
 ``Started``, ``Killing``, ``Failed``, ``FailedCreate``), as ``kubectl

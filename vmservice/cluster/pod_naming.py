@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.cluster.test_pod_naming -*-
+# -*- test-case-name: tests.cluster.test_pod_parts -*-
 """
 What a pod's VM is called and tagged (pure), in one place: the tags that
 tie a VM to its Pod, so that a restarted daemon finds the VMs it made for

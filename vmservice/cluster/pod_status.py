@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.cluster.test_pod_status -*-
+# -*- test-case-name: tests.cluster.test_pod_controller -*-
 """
 A VM pod's ``status`` as written (pure): the body of a merge patch of the
 Pod's ``status`` subresource.  A merge patch replaces the ``conditions``

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.cluster.test_work_queue -*-
+# -*- test-case-name: tests.cluster.test_pod_parts -*-
 """
 :class:`WorkQueue`: keys to work on (a pod's uid), as Kubernetes' controllers
 keep them: a key is queued once however often it is added; one work runs at
