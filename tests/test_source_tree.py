@@ -296,7 +296,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("vmservice.secretstore", "vmservice.codehost", "vmservice.metrics", "vmservice.nodestats_metrics"),
     ("vmservice.api", "vmservice.cluster"),
     ("vmservice.service", "vmservice.listening"),
-    ("vmservice.tap", "vmservice.cli"),
+    ("vmservice.tap", "vmservice.cli", "vmservice.devcluster"),
 ]
 
 
