@@ -13,10 +13,10 @@ import os
 import signal
 import subprocess
 import time
-from typing import Any, Callable
+from typing import Any
 
 from tests.integration.controlplane import SharedControlPlaneTestCase
-from tests.integration.daemon import Daemon, ensure_image, processes_under
+from tests.integration.daemon import Daemon, ensure_image, processes_under, wait_until
 from tests.integration.faults import remove_network
 
 #: Each daemon's network range (and the names of its network objects, for a clean-up after a kill).
@@ -39,17 +39,6 @@ DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name"
 def group(name: str) -> list[dict[str, Any]]:
     return [{"name": "vm", "vcpu": 1, "ram_mb": 256, "storage_size": "1G",
              "network": {"mode": "isolated", "range": RANGES[name][0]}}]
-
-
-def wait_until(what: str, predicate: Callable[[], Any], timeout: float, interval: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(interval)
 
 
 class PodVmTests(SharedControlPlaneTestCase):
@@ -117,14 +106,14 @@ class PodVmTests(SharedControlPlaneTestCase):
             nodes = json.loads(self.kubectl("get", "nodes", "-o", "json"))["items"]
             return len([n for n in nodes if any(c["type"] == "Ready" and c["status"] == "True"
                                                 for c in n["status"]["conditions"])]) == 2
-        wait_until("both Nodes Ready", ready, 60)
+        wait_until("both Nodes Ready", ready, 60, 1.0)
         node = json.loads(self.kubectl("get", "node", "vms-a", "-o", "json"))
         self.assertEqual(node["metadata"]["annotations"]["vmservice.io/api"], f"http://127.0.0.1:{self.daemons['vms-a'].port}")
 
     def test_b_deployment_spreads(self) -> None:
         """Three VM pods spread over both Nodes and run, each with its VM's address and hostname."""
         self.kubectl("apply", "-f", "-", stdin=json.dumps(DEPLOYMENT))
-        pods = wait_until("3 pods Running", lambda: self.running(3), 180)
+        pods = wait_until("3 pods Running", lambda: self.running(3), 180, 1.0)
         self.assertEqual({p["spec"]["nodeName"] for p in pods}, {"vms-a", "vms-b"})
         for p in pods:
             self.assertTrue(p["status"]["containerStatuses"][0]["containerID"].startswith("vmservice://"))
@@ -141,7 +130,7 @@ class PodVmTests(SharedControlPlaneTestCase):
         def reason() -> str:
             status = json.loads(self.kubectl("get", "pod", "huge", "-o", "json"))["status"]
             return " ".join(c.get("message", "") for c in status.get("conditions", []))
-        self.assertIn("Insufficient vmservice.io/slots", wait_until("unschedulable", reason, 60))
+        self.assertIn("Insufficient vmservice.io/slots", wait_until("unschedulable", reason, 60, 1.0))
         self.kubectl("delete", "pod", "huge", "--wait=false")
 
     def test_cc_node_cannot_annotate(self) -> None:
@@ -162,8 +151,8 @@ class PodVmTests(SharedControlPlaneTestCase):
         name, node = victim[0]["metadata"]["name"], victim[0]["spec"]["nodeName"]
         hostname = victim[0]["status"]["containerStatuses"][0]["containerID"][len("vmservice://"):]
         self.kubectl("delete", "pod", name, "--wait=true", "--timeout=60s")
-        wait_until("its VM deleted", lambda: hostname not in self.daemons[node].nodes(), 30)
-        wait_until("3 pods Running again", lambda: self.running(3), 120)
+        wait_until("its VM deleted", lambda: hostname not in self.daemons[node].nodes(), 30, 1.0)
+        wait_until("3 pods Running again", lambda: self.running(3), 120, 1.0)
 
     def test_e_host_lost_and_back(self) -> None:
         """vms-b killed with its VMs: its pods are replaced on vms-a; back, it deletes what it left."""
@@ -176,13 +165,13 @@ class PodVmTests(SharedControlPlaneTestCase):
             pods = self.running(3)
             return pods is not None and all(p["spec"]["nodeName"] == "vms-a" for p in pods)
         started = time.monotonic()
-        wait_until("replacements Running on vms-a", all_on_a, 150)
+        wait_until("replacements Running on vms-a", all_on_a, 150, 1.0)
         lost = time.monotonic() - started
         b.start()
 
         def nothing_left_on_b() -> bool:
             return not [p for p in self.pods() if p["spec"].get("nodeName") == "vms-b"]
-        wait_until("vms-b's Terminating pods deleted", nothing_left_on_b, 90)
+        wait_until("vms-b's Terminating pods deleted", nothing_left_on_b, 90, 1.0)
         self.assertEqual(self.vm_count("vms-b"), 0)
         self.assertLess(lost, 150)
 
