@@ -48,3 +48,8 @@ class NodeObjectTests(SynchronousTestCase):
         self.assertEqual(lease["metadata"]["namespace"], "kube-node-lease")
         self.assertEqual(lease["metadata"]["ownerReferences"][0]["uid"], "uid-1")
         self.assertEqual(lease["spec"]["renewTime"], "1970-01-01T00:00:00.000000Z")
+
+    def test_api_annotation(self) -> None:
+        """The host's vmservice API is the Node's vmservice.io/api annotation."""
+        node = node_manifest(kube_config(vmservice_api="http://10.0.0.5:8081"), {"conditions": []})
+        self.assertEqual(node["metadata"]["annotations"], {"vmservice.io/api": "http://10.0.0.5:8081"})

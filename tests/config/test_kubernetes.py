@@ -40,6 +40,8 @@ class SectionTests(ConfigErrorCase):
         self.assertEqual(kube.taints, (TaintConfig(key="vmservice.io/vm", value="true", effect="NoSchedule"),))
         self.assertEqual((kube.capacity, kube.lease_duration_seconds, kube.renew_interval_seconds,
                           kube.status_interval_seconds), (CapacityConfig(), 40, 10.0, 10.0))
+        self.assertEqual((kube.default_group, kube.images, kube.pod_boot_timeout_seconds, kube.vmservice_api),
+                         (None, (), 300.0, "http://127.0.0.1:8080"))
 
     def test_every_key(self) -> None:
         """Every key given."""
@@ -109,6 +111,9 @@ class SectionTests(ConfigErrorCase):
             ("    internal_ip: nowhere\n", f"{K}.internal_ip: bad address 'nowhere'"),
             ("    internal_ip: 0.0.0.0\n", f"{K}.internal_ip: 0.0.0.0 is no address"),
             ("    surprise: 1\n", f"{K}.surprise: unknown key"),
+            ("    default_group: nope\n", f"{K}.default_group: no host group 'nope'"),
+            ("    images: {ubuntu: nope}\n", f"{K}.images.ubuntu: no host group 'nope'"),
+            ("    pod_boot_timeout_seconds: 0\n", f"{K}.pod_boot_timeout_seconds: pod_boot_timeout_seconds 0 must be"),
         ):
             text = self.files.section(body)
             if "node_name" in body:

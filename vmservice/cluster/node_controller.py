@@ -33,7 +33,7 @@ from .capacity import Capacity
 from .cluster_metrics import ClusterMetrics
 from .lease import LeaseKeeper
 from .node_api import NodeApi
-from .node_object import NodeInfo, node_manifest, node_status, stamp_conditions, taints, verdicts
+from .node_object import NodeInfo, node_annotations, node_manifest, node_status, stamp_conditions, taints, verdicts
 from .node_phase import PHASE_MACHINE, PhaseCore
 
 log = Logger(namespace="vmservice.cluster")
@@ -67,11 +67,12 @@ class NodeController:
     :param info: what the host is.
     :param metrics: what is counted for ``/metrics``.
     :param random: numbers in [0, 1) for the back-off's jitter.
+    :param registered: called once the Node is registered (the pod controller starts then).
     """
 
     def __init__(self, clock: IReactorTime, api: NodeApi, config: KubernetesConfig, capacity: Capacity,
                  memory_pressure: Callable[[], bool], info: NodeInfo, metrics: ClusterMetrics,
-                 random: Callable[[], float]) -> None:
+                 random: Callable[[], float], registered: Callable[[], None] = lambda: None) -> None:
         self._clock, self._api, self._config, self._capacity = clock, api, config, capacity
         self._memory_pressure, self._info, self.metrics = memory_pressure, info, metrics
         self._lease = LeaseKeeper(clock, api, config)
@@ -82,6 +83,7 @@ class NodeController:
         self._conditions: list[Any] = []
         self._status_failing = False
         self._stopped = False
+        self._registered = registered
         self._phase = PHASE_MACHINE(PhaseCore(config.node_name, self._register, self._register_later,
                                               self._run_loops, self._halt))
 
@@ -143,7 +145,8 @@ class NodeController:
             if missing_taints(node, self._config):
                 log.warn("cluster node {name}: the Node lacks configured taints; a node may not change its own "
                          "taints: add them with kubectl taint, or delete the Node", name=self._config.node_name)
-            await self._api.patch_node({"metadata": {"labels": dict(self._config.labels)}})
+            await self._api.patch_node({"metadata": {"labels": dict(self._config.labels),
+                                                     "annotations": node_annotations(self._config)}})
             node = await self._api.patch_status(self._status())
         metadata = node.get("metadata")
         uid = metadata.get("uid") if isinstance(metadata, dict) else None
@@ -160,6 +163,7 @@ class NodeController:
         self._later("register", self._register_backoff.delay(), self._register)
 
     def _run_loops(self) -> None:
+        self._registered()
         self._renew()
         self._later("status", self._config.status_interval_seconds, self._post_status)
 

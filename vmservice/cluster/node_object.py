@@ -126,11 +126,23 @@ def taints(config: KubernetesConfig) -> list[Json]:
             for t in config.taints]
 
 
+#: The Node's annotation that says where the host's vmservice API is (``http://ADDRESS:PORT``).
+API_ANNOTATION = "vmservice.io/api"
+
+
+def node_annotations(config: KubernetesConfig) -> dict[str, str]:
+    """The Node's annotations: where the host's vmservice API is, when it listens on TCP."""
+    return {API_ANNOTATION: config.vmservice_api} if config.vmservice_api else {}
+
+
 def node_manifest(config: KubernetesConfig, status: Mapping[str, Any]) -> Json:
-    """The Node to register: name, labels, taints, status."""
+    """The Node to register: name, labels, annotations (when any), taints, status."""
+    metadata: Json = {"name": config.node_name, "labels": dict(config.labels)}
+    if config.vmservice_api:
+        metadata["annotations"] = node_annotations(config)
     return {
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": config.node_name, "labels": dict(config.labels)},
+        "metadata": metadata,
         "spec": {"taints": taints(config)},
         "status": dict(status),
     }
@@ -148,5 +160,5 @@ def lease_manifest(config: KubernetesConfig, node_uid: str, now: float) -> Json:
     }
 
 
-__all__ = ["KUBE_VERSION", "NodeInfo", "READY_REASON", "Verdict", "lease_manifest", "micro_time", "node_manifest",
+__all__ = ["API_ANNOTATION", "KUBE_VERSION", "NodeInfo", "READY_REASON", "Verdict", "lease_manifest", "micro_time", "node_annotations", "node_manifest",
            "node_status", "rfc3339", "stamp_conditions", "taints", "verdicts"]

@@ -22,6 +22,8 @@ DEFAULT_LEASE_DURATION = 40
 DEFAULT_RENEW_INTERVAL = 10.0
 #: Seconds between two status updates of the Node by default (the kubelet's ``nodeStatusUpdateFrequency``).
 DEFAULT_STATUS_INTERVAL = 10.0
+#: Seconds a pod's VM may take to boot until its agent answers, by default.
+DEFAULT_POD_BOOT_TIMEOUT = 300.0
 #: The taint effects Kubernetes knows.
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
@@ -83,6 +85,9 @@ class KubernetesDocument:
     lease_duration_seconds: int = DEFAULT_LEASE_DURATION
     renew_interval_seconds: float = DEFAULT_RENEW_INTERVAL
     status_interval_seconds: float = DEFAULT_STATUS_INTERVAL
+    default_group: str | None = None
+    images: dict[str, str] = attrs.field(factory=dict)
+    pod_boot_timeout_seconds: float = DEFAULT_POD_BOOT_TIMEOUT
 
 
 @attrs.frozen(kw_only=True)
@@ -118,6 +123,14 @@ class KubernetesConfig:
     :ivar lease_duration_seconds: The Lease's ``leaseDurationSeconds``.
     :ivar renew_interval_seconds: Seconds between two renewals of the Lease.
     :ivar status_interval_seconds: Seconds between two status updates.
+    :ivar default_group: The host group of a pod that names none (by
+        annotation or image); ``None``: such a pod fails.
+    :ivar images: Container images and the host groups they name, sorted.
+    :ivar pod_boot_timeout_seconds: Seconds a pod's VM may take until its
+        agent answers (then the pod fails).
+    :ivar vmservice_api: Where the host's vmservice API is
+        (``http://ADDRESS:PORT``, the Node's ``vmservice.io/api``
+        annotation); empty when it listens on a UNIX socket.
     """
 
     server: str
@@ -132,10 +145,14 @@ class KubernetesConfig:
     lease_duration_seconds: int = DEFAULT_LEASE_DURATION
     renew_interval_seconds: float = DEFAULT_RENEW_INTERVAL
     status_interval_seconds: float = DEFAULT_STATUS_INTERVAL
+    default_group: str | None = None
+    images: tuple[tuple[str, str], ...] = ()
+    pod_boot_timeout_seconds: float = DEFAULT_POD_BOOT_TIMEOUT
+    vmservice_api: str = ""
 
 
 __all__ = [
-    "CapacityConfig", "DEFAULT_KUBELET_PORT", "DEFAULT_LEASE_DURATION", "DEFAULT_RENEW_INTERVAL",
+    "CapacityConfig", "DEFAULT_KUBELET_PORT", "DEFAULT_LEASE_DURATION", "DEFAULT_POD_BOOT_TIMEOUT", "DEFAULT_RENEW_INTERVAL",
     "DEFAULT_STATUS_INTERVAL", "DEFAULT_TAINTS", "KubernetesConfig", "KubernetesDocument", "TAINT_EFFECTS",
     "TaintConfig", "TokenSource",
 ]

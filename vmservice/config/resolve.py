@@ -97,7 +97,7 @@ class Resolver(GroupChecks, KubernetesChecks):
             console_log_size=self.console_log_size(document.console_log_size, (*base, "console_log_size")),
             audit=self.audit(document.audit, (*base, "audit")),
         )
-        kubernetes = self.kubernetes(document.kubernetes, (*base, "kubernetes"), api)
+        kubernetes = self.kubernetes(document.kubernetes, (*base, "kubernetes"), api, tuple(g.name for g in groups))
         return checked.record(image_dir=image_dir, host_groups=tuple(groups), kubernetes=kubernetes)
 
     def limits(self, document: LimitsConfig, parts: Path) -> LimitsConfig:

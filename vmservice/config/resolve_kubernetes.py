@@ -13,6 +13,7 @@ import ipaddress
 import re
 import socket
 import urllib.parse
+from typing import Any
 
 from ..structuring import Path
 from .checks import Checks
@@ -29,6 +30,8 @@ _LABEL_NAME = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
 MAX_CA = 1024 * 1024
 #: The longest Lease, and the longest interval between status updates, in seconds.
 MAX_LEASE_DURATION, MAX_STATUS_INTERVAL = 3600, 300.0
+#: The longest container image name ``images`` maps, and the longest boot of a pod's VM (seconds).
+MAX_IMAGE_NAME, MAX_POD_BOOT_TIMEOUT = 512, 3600.0
 #: Labels a node may set on itself under NodeRestriction, of the ``kubernetes.io`` and ``k8s.io`` namespaces.
 KUBELET_LABELS = frozenset({
     "kubernetes.io/hostname", "kubernetes.io/os", "kubernetes.io/arch", "beta.kubernetes.io/os",
@@ -86,11 +89,26 @@ def default_labels(node_name: str) -> dict[str, str]:
     return labels
 
 
+def vmservice_api(api: ApiConfig, internal_ip: str) -> str:
+    """The host's vmservice API as a URL (the InternalIP for a wildcard address); empty for a UNIX socket."""
+    try:
+        bound = ipaddress.ip_address(api.bind_address)
+    except ValueError:
+        return ""
+    host = ipaddress.ip_address(internal_ip) if bound.is_unspecified else bound
+    return f"http://{host}:{api.port}" if host.version == 4 else f"http://[{host}]:{api.port}"
+
+
 class KubernetesChecks(Checks):
     """The checks of the ``kubernetes:`` section."""
 
-    def kubernetes(self, document: KubernetesDocument | None, parts: Path, api: ApiConfig) -> KubernetesConfig | None:
-        """The section resolved; ``None`` when absent or not enabled (the daemon is no cluster node)."""
+    def kubernetes(self, document: KubernetesDocument | None, parts: Path, api: ApiConfig,
+                   groups: tuple[str, ...] = ()) -> KubernetesConfig | None:
+        """
+        The section resolved; ``None`` when absent or not enabled (the daemon
+        is no cluster node).  ``groups`` are the configured host groups' names
+        (those ``default_group`` and ``images`` may name).
+        """
         if document is None or not document.enabled:
             return None
         server, ca_pem, token = self.credentials(document, parts)
@@ -104,15 +122,34 @@ class KubernetesChecks(Checks):
                 raise self.error((*parts, "labels", key), problem)
             labels[key] = value
         lease, renew, status = self.timing(document, parts)
+        internal_ip = self.internal_ip(document.internal_ip, api, (*parts, "internal_ip"))
         taints = DEFAULT_TAINTS if document.taints is None else tuple(
             self.taint(taint, (*parts, "taints", index)) for index, taint in enumerate(document.taints))
         return KubernetesConfig(
             server=server, ca_pem=ca_pem, token=token, node_name=node_name,
-            internal_ip=self.internal_ip(document.internal_ip, api, (*parts, "internal_ip")),
+            internal_ip=internal_ip, vmservice_api=vmservice_api(api, internal_ip),
             kubelet_port=document.kubelet_port, labels=tuple(sorted(labels.items())), taints=taints,
             capacity=self.capacity(document, (*parts, "capacity")),
             lease_duration_seconds=lease, renew_interval_seconds=renew, status_interval_seconds=status,
+            **self.pods(document, parts, groups),
         )
+
+    def pods(self, document: KubernetesDocument, parts: Path, groups: tuple[str, ...]) -> dict[str, Any]:
+        """``default_group``, ``images`` and ``pod_boot_timeout_seconds``, checked: each group a configured one."""
+        for where, group in ((("default_group",), document.default_group),
+                             *((("images", image), group) for image, group in document.images.items())):
+            if group is not None and group not in groups:
+                raise self.error((*parts, *where), f"no host group {group!r} (configured: {', '.join(groups) or 'none'})")
+        for image in document.images:
+            if not image or len(image) > MAX_IMAGE_NAME or not image.isprintable():
+                raise self.error((*parts, "images"), f"bad image name {image[:60]!r} (1 to {MAX_IMAGE_NAME} printable "
+                                                     "characters)")
+        timeout = document.pod_boot_timeout_seconds
+        if not 0 < timeout <= MAX_POD_BOOT_TIMEOUT:
+            raise self.error((*parts, "pod_boot_timeout_seconds"), f"pod_boot_timeout_seconds {timeout:g} must be more "
+                                                                   f"than 0 and at most {MAX_POD_BOOT_TIMEOUT:g}")
+        return {"default_group": document.default_group, "images": tuple(sorted(document.images.items())),
+                "pod_boot_timeout_seconds": timeout}
 
     def credentials(self, document: KubernetesDocument, parts: Path) -> tuple[str, bytes, TokenSource]:
         """The server, the CA's PEM and the token's source: from ``kubeconfig``, or ``api_url``, ``ca_file``, ``token_file``."""

@@ -239,7 +239,7 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
     connections = _api_site(config, reactor, fleet, metrics, secrets, budget, tokens)
     top = _service_tree(config, reactor, claims, fleet, blocking, room, metrics, tokens, connections)
     if config.kubernetes is not None:  # added last, stopped first: no renewal once the VMs go
-        node = cluster_node(config, config.kubernetes, reactor, admission, metrics)
+        node = cluster_node(config, config.kubernetes, reactor, admission, metrics, fleet, secrets)
         node.setServiceParent(top)  # type: ignore[no-untyped-call]  # Twisted's services are not annotated
     where = config.api.unix_socket_path or f"{config.api.bind_address}:{config.api.port}"
     log.info(

@@ -27,10 +27,16 @@ from ..cluster.node_api import NodeApi
 from ..cluster.node_controller import NodeController
 from ..cluster.node_object import NodeInfo
 from ..cluster.node_service import NodeService
+from ..cluster.fleet_pods import FleetPods
+from ..cluster.pod_api import PodApi
+from ..cluster.pod_controller import PodController
+from ..cluster.pod_spec import parse_spec
 from ..config import Config, KubernetesConfig
 from ..config.kubeconfig import read_token
 from ..metrics import Metrics
 from ..nodes.admission import Admission, mem_total
+from ..nodes.fleet import Fleet
+from ..secretstore import SecretStore
 from ..version import go_platform
 from .host import StartupError
 from .reactor import IDaemonReactor
@@ -80,21 +86,37 @@ def _host_memory() -> int | None:
         return None
 
 
+def pod_controller(config: Config, kubernetes: KubernetesConfig, reactor: IDaemonReactor, client: ApiClient,
+                   fleet: Fleet, secrets: SecretStore | None) -> PodController:
+    """The pods bound to this Node, run as VMs of ``fleet`` (its events heard from now on)."""
+    provider = FleetPods(reactor, fleet, secrets, kubernetes.node_name, kubernetes.pod_boot_timeout_seconds)
+    groups = {group.name: group for group in config.host_groups}
+    return PodController(reactor, PodApi(client), provider, kubernetes.node_name, kubernetes.internal_ip,
+                         lambda pod: parse_spec(pod, groups, kubernetes), random.random)
+
+
 def cluster_node(config: Config, kubernetes: KubernetesConfig, reactor: IDaemonReactor, admission: Admission,
-                 metrics: Metrics) -> NodeService:
-    """The service that keeps this daemon's Node in the cluster; its series join ``metrics``."""
+                 metrics: Metrics, fleet: Fleet | None = None, secrets: SecretStore | None = None) -> NodeService:
+    """
+    The service that keeps this daemon's Node in the cluster and (with
+    ``fleet``) runs the pods bound to it; its series join ``metrics``.
+    """
     client = ApiClient(reactor, https_client(reactor, kubernetes.ca_pem), kubernetes.server,
                        lambda: read_token(kubernetes.token))
     capacity = derive(kubernetes.capacity, config, admission, os.cpu_count(), _host_memory())
     counts = ClusterMetrics()
     metrics.registry.register(counts)
+    pods = None if fleet is None else pod_controller(config, kubernetes, reactor, client, fleet, secrets)
+    registered: list[NodeService] = []
     controller = NodeController(reactor, NodeApi(client, kubernetes.node_name), kubernetes, capacity,
                                 NodeBudget(admission, smallest_vm(config)).memory_pressure, host_info(), counts,
-                                random.random)
+                                random.random, lambda: registered[0].pods_start())
     log.info("cluster node {name} of {server}: {cpu} CPUs, {memory} MiB, {pods} pods advertised",
              name=kubernetes.node_name, server=kubernetes.server, cpu=capacity.cpu, memory=capacity.memory // 2**20,
              pods=capacity.pods)
-    return NodeService(controller)
+    service = NodeService(controller, pods)
+    registered.append(service)
+    return service
 
 
-__all__ = ["cluster_node", "host_info", "https_client"]
+__all__ = ["cluster_node", "host_info", "https_client", "pod_controller"]
