@@ -11,8 +11,17 @@ CONFIG ?= conf/vmservice.yaml
 IMAGE_DIR ?= $(or $(VMSERVICE_IMAGE_DIR),/var/cache/vmservice/images)
 APT_PACKAGES := qemu-system-x86 qemu-utils e2fsprogs lz4 cpio kmod dpkg apt iproute2 nftables tmux openssh-client gcc
 export VMSERVICE_IMAGE_DIR := $(IMAGE_DIR)
+# The development control plane's programs (kube-apiserver, kube-scheduler, kube-controller-manager built
+# from Debian's source package, etcd and kubectl from its binary packages), cached outside the clone, keyed
+# by the hash of their recipe ($VMSERVICE_CONTROLPLANE_DIR when set); `make cluster` runs one in
+# CLUSTER_DIR on CLUSTER_PORTS (API server), +1 and +2 (etcd), +3 (scheduler), +4 (controller-manager).
+CONTROLPLANE_DIR ?= $(or $(VMSERVICE_CONTROLPLANE_DIR),/var/cache/vmservice/controlplane)
+export VMSERVICE_CONTROLPLANE_DIR := $(CONTROLPLANE_DIR)
+CLUSTER_DIR ?= /var/lib/vmservice/devcluster
+CLUSTER_PORTS ?= 16443
+CLUSTER_NODES ?= vms-a,vms-b
 
-.PHONY: install apt venv image run typecheck check test-unit test-integration test fuzz faults bench clean
+.PHONY: install apt venv image controlplane cluster cluster-stop run typecheck check test-unit test-integration test fuzz faults bench clean
 
 install: apt venv image
 
@@ -46,6 +55,19 @@ image: apt venv
 	  $(BIN)/python -m vmservice.images build --image-dir $(IMAGE_DIR) --name $$name || exit 1; \
 	done
 
+# The control plane's programs, built once (about 6 minutes of 2 cores the first time; then a check of a
+# second). The integration tests start a control plane of their own from them.
+controlplane: apt venv
+	@$(BIN)/python -m vmservice.devcluster build --cache-dir $(CONTROLPLANE_DIR)
+
+# A development control plane on loopback (docs/cluster.md); the last line is `export KUBECONFIG=...`.
+cluster: venv
+	@$(BIN)/python -m vmservice.devcluster start --dir $(CLUSTER_DIR) --ports $(CLUSTER_PORTS) \
+	  --nodes $(CLUSTER_NODES) --cache-dir $(CONTROLPLANE_DIR)
+
+cluster-stop: venv
+	@$(BIN)/python -m vmservice.devcluster stop --dir $(CLUSTER_DIR)
+
 run: install
 	$(BIN)/twistd -n vmservice --config $(CONFIG)
 
@@ -67,7 +89,7 @@ test-unit: venv
 INTEGRATION_SHARDS ?= 2
 INTEGRATION := $(BIN)/python tests/shards.py $(INTEGRATION_SHARDS) $(TRIAL) --reporter=timing
 
-test-integration: install
+test-integration: install controlplane
 	$(INTEGRATION)
 
 # mypy and the unit tests: fast, needs no image.
@@ -76,7 +98,7 @@ check: typecheck test-unit
 # Everything CI runs: mypy, the unit tests, then the integration tests (real guests, in shards, each
 # test with its time: `python tests/shards.py --record LOG` keeps the modules' times for the next
 # deal); trial's own summaries, then the plain "N passed, N failed" line CI reads (both runs counted).
-test: install
+test: install controlplane
 	@set -o pipefail; status=0; rm -f .trial-output.log; \
 	steps=""; $(BIN)/mypy || { status=1; steps="mypy"; }; \
 	$(TRIAL) $(UNIT_TESTS) 2>&1 | tee -a .trial-output.log || status=1; \
@@ -103,8 +125,8 @@ faults: install
 # Every benchmark, one after another (each boots its own guests; none beside another), each writing
 # its bench/results/*.json through bench/recording.py (the commit, the load average before and after,
 # the machine), the fuzzing pass of `make fuzz` (bench/fuzz.py) and the fault-injection modules
-# (bench/faults.py) among them; then the figures README.md, docs/performance.md and docs/reliability.md
-# cite are rewritten from those files (bench/publish.py lists what changed: re-read the sentences
+# (bench/faults.py) among them; then the figures README.md, docs/performance.md, docs/reliability.md
+# and docs/cluster.md cite are rewritten from those files (bench/publish.py lists what changed: re-read the sentences
 # around them).  Not here, as they compare with an earlier build: limits.py --pairs-against DIR, and
 # warm.py and netlink.py with --before DIR.
 # Not benchmarks: exec_spawn_probe.py (runs in a guest), earlier.py, recording.py, publish.py.
@@ -112,7 +134,7 @@ faults: install
 # source-tree restructuring.
 BEFORE_REF ?= 9690c00
 
-bench: install bench-extra
+bench: install bench-extra controlplane
 	$(BIN)/python bench/limits.py
 	$(BIN)/python bench/boot.py
 	$(BIN)/python bench/channel.py
@@ -131,6 +153,7 @@ bench: install bench-extra
 	$(BIN)/python bench/load.py
 	$(BIN)/python bench/fuzz.py --max-examples $(FUZZ_EXAMPLES) --seed $(FUZZ_SEED)
 	$(BIN)/python bench/faults.py
+	$(BIN)/python bench/cluster.py
 	$(BIN)/python bench/sidebyside.py --ref $(BEFORE_REF)
 	$(BIN)/python bench/publish.py
 

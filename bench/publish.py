@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.test_published_figures -*-
 """
-The figures README.md, docs/performance.md and docs/reliability.md publish,
+The figures README.md, docs/performance.md, docs/reliability.md and docs/cluster.md publish,
 rewritten from the results files they cite.
 
 A published figure is followed by a marker naming its results file and the
@@ -51,7 +51,8 @@ from typing import Any, Callable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
 #: The documents whose figures are published from results files.
-DOCUMENTS = ("README.md", os.path.join("docs", "performance.md"), os.path.join("docs", "reliability.md"))
+DOCUMENTS = ("README.md", os.path.join("docs", "performance.md"), os.path.join("docs", "reliability.md"),
+             os.path.join("docs", "cluster.md"))
 
 _NUMBER = r"\d+(?:\.\d+)?"
 _UNITS = r"ms|µs|s|MB/s|MiB|KiB|GiB|MB|GB|×|%"

@@ -1,5 +1,5 @@
 """
-Every figure README.md, docs/performance.md and docs/reliability.md publish
+Every figure README.md, docs/performance.md, docs/reliability.md and docs/cluster.md publish
 is the figure of the results file it cites (:mod:`bench.publish`), and every
 results file is written by its benchmark through :mod:`bench.recording`,
 which ``make bench`` runs; how ``bench/faults.py`` reads trial's output and

@@ -283,7 +283,8 @@ def circles(graph: dict[str, set[str]]) -> set[tuple[str, ...]]:
 LAYERS: list[tuple[str, ...]] = [
     ("vmservice.__init__", "vmservice.version", "vmservice.wire", "vmservice.errors", "vmservice.private_files",
      "vmservice.durable", "vmservice.structuring", "vmservice.durations", "vmservice.observer",
-     "vmservice.buffer_budget", "vmservice.devices", "vmservice._duplex", "vmservice.sshkeys"),
+     "vmservice.buffer_budget", "vmservice.devices", "vmservice._duplex", "vmservice.sshkeys",
+     "vmservice.bounded_body"),
     ("vmservice.guest", "vmservice.client"),
     ("vmservice.config", "vmservice.hypervisors", "vmservice.storage", "vmservice.images", "vmservice.network",
      "vmservice.auth", "vmservice.audit"),
@@ -295,7 +296,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("vmservice.secretstore", "vmservice.codehost", "vmservice.metrics", "vmservice.nodestats_metrics"),
     ("vmservice.api", "vmservice.cluster"),
     ("vmservice.service", "vmservice.listening"),
-    ("vmservice.tap", "vmservice.cli"),
+    ("vmservice.tap", "vmservice.cli", "vmservice.devcluster"),
 ]
 
 

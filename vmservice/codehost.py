@@ -30,14 +30,12 @@ from treq.client import HTTPClient
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError
 from twisted.internet.error import ConnectingCancelledError
 from twisted.internet.interfaces import IReactorTime
-from twisted.internet.protocol import Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web.client import ResponseDone
-from twisted.web.http import PotentialDataLoss
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IResponse
 
+from .bounded_body import BodyTooLarge, BoundedBody
 from .config import DEFAULT_CODEHOST_TIMEOUT
 from .errors import BadGateway, BadRequest
 from .nodes.model import MAX_SSH_KEYS, unique
@@ -55,49 +53,9 @@ MAX_KEYS_BODY = 512 * 1024
 CODEHOST_USER_PATTERN = r"(?=.{1,39}$)[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*"
 
 
-class _TooLarge(Exception):
-    """The page is larger than the reader takes."""
-
-
-class _PageReader(Protocol):
-    """
-    Reads a response's body up to ``limit`` bytes; past them it closes the
-    connection.  Cancelling :attr:`done` closes it too, so a site that
-    trickles its answer past the timeout holds no connection.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._chunks: list[bytes] = []
-        self._size = 0
-        self.done: Deferred[bytes] = Deferred(lambda _: self._close())
-
-    def dataReceived(self, data: bytes) -> None:
-        if self.done.called:
-            return
-        self._size += len(data)
-        if self._size > self._limit:
-            self._close()
-            self.done.errback(_TooLarge())
-            return
-        self._chunks.append(data)
-
-    def connectionLost(self, reason: Failure = connectionDone) -> None:
-        if self.done.called:
-            return
-        if reason.check(ResponseDone, PotentialDataLoss):
-            self.done.callback(b"".join(self._chunks))
-        else:
-            self.done.errback(reason)
-
-    def _close(self) -> None:
-        if self.transport is not None:
-            self.transport.loseConnection()
-
-
 def _discard(response: IResponse) -> None:
     """Drop a response's body: close the connection at its first byte, rather than leave it open unread."""
-    reader = _PageReader(0)
+    reader = BoundedBody(0)
     response.deliverBody(reader)
     reader.done.addErrback(lambda _: None)
 
@@ -169,11 +127,11 @@ class CodeHost:
         if response.code != 200:
             raise BadGateway(f"code host {self._site} answered {response.code} for the keys of {user!r}",
                              code="codehost_bad_answer")
-        reader = _PageReader(MAX_KEYS_BODY)
+        reader = BoundedBody(MAX_KEYS_BODY)
         response.deliverBody(reader)
         try:
             return await reader.done
-        except _TooLarge:
+        except BodyTooLarge:
             raise BadGateway(f"code host {self._site} sent more than {MAX_KEYS_BODY} bytes of keys",
                              code="codehost_bad_answer") from None
         except Exception as error:

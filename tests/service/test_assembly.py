@@ -60,6 +60,17 @@ class MakeServiceTests(ConfiguredCase):
         [claimed] = [service for service in top if type(service).__name__ == "_Claimed"]
         self.assertEqual([service.name for service in claimed], ["fleet", "room-watch", "console-rotation"])
 
+    def test_cluster_node(self) -> None:
+        """With a kubernetes: section the tree ends with the node's service (stopped first)."""
+        import attrs
+
+        from tests.cluster.node_harness import kube_config, sample_certificate
+        from vmservice.cluster.node_service import NodeService
+
+        config = attrs.evolve(self.config(), kubernetes=kube_config(ca_pem=sample_certificate()))
+        top = make_service(config, MemoryReactorClock())
+        self.assertIsInstance(list(top)[-1], NodeService)  # without the section: test_tree
+
 
 class CodehostTests(SynchronousTestCase):
     def test_disabled(self) -> None:

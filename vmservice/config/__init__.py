@@ -47,6 +47,7 @@ from .defaults import (
     MAX_USERDATA,
 )
 from .error import ConfigError
+from .kubernetes import CapacityConfig, KubernetesConfig, TaintConfig, TokenSource
 from .load import load_config, parse_config
 from .model import (
     AdmissionConfig,
@@ -73,15 +74,19 @@ __all__ = [
     "ApiConfig",
     "AuditConfig",
     "AuthConfig",
+    "CapacityConfig",
     "Config",
     "ConfigError",
     "GiB",
     "HostGroupConfig",
     "KiB",
+    "KubernetesConfig",
     "LimitsConfig",
     "MiB",
     "NetworkConfig",
+    "TaintConfig",
     "TiB",
+    "TokenSource",
     "format_size",
     "load_config",
     "parse_config",

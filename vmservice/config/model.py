@@ -42,6 +42,7 @@ from .defaults import (
     DEFAULT_TEMPLATES_TMPFS_DIR,
     DEFAULT_VM_OVERHEAD,
 )
+from .kubernetes import KubernetesConfig
 from .values import PciText, Size, SpareCount
 
 
@@ -361,10 +362,12 @@ class Config(RootKeys):
 
     :ivar image_dir: Where built guest images are found.
     :ivar host_groups: The host groups, in file order, names unique.
+    :ivar kubernetes: The daemon as a node of a Kubernetes cluster; ``None``: it is none.
     """
 
     image_dir: str = DEFAULT_IMAGE_DIR
     host_groups: tuple[HostGroupConfig, ...] = ()
+    kubernetes: KubernetesConfig | None = None
 
     def group(self, name: str) -> HostGroupConfig | None:
         """

@@ -35,6 +35,7 @@ from .defaults import (
 from .document import ConfigDocument
 from .model import AdmissionConfig, ApiConfig, AuditConfig, AuthConfig, Config, HostGroupConfig, LimitsConfig
 from .resolve_groups import GroupChecks
+from .resolve_kubernetes import KubernetesChecks
 from .units import MiB, format_size
 
 #: A DNS name in ``api.allowed_hosts`` (lowercase labels of letters, digits, '-' and '_').
@@ -50,7 +51,7 @@ def _remote_without_auth(address: str, auth: AuthConfig) -> bool:
     return not ip.is_loopback and not auth.enabled
 
 
-class Resolver(GroupChecks):
+class Resolver(GroupChecks, KubernetesChecks):
     """
     Turns checked documents into public records, raising :class:`~vmservice.config.error.ConfigError`
     with the line of the key at fault.
@@ -96,7 +97,8 @@ class Resolver(GroupChecks):
             console_log_size=self.console_log_size(document.console_log_size, (*base, "console_log_size")),
             audit=self.audit(document.audit, (*base, "audit")),
         )
-        return checked.record(image_dir=image_dir, host_groups=tuple(groups))
+        kubernetes = self.kubernetes(document.kubernetes, (*base, "kubernetes"), api, tuple(g.name for g in groups))
+        return checked.record(image_dir=image_dir, host_groups=tuple(groups), kubernetes=kubernetes)
 
     def limits(self, document: LimitsConfig, parts: Path) -> LimitsConfig:
         """``limits``, checked (as read: nothing to resolve)."""

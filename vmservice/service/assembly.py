@@ -3,8 +3,10 @@
 Assembling the daemon: :func:`make_service`, in named steps (what the host
 gives, the fleet's parts, the API site, the service tree).
 
-The service holds the fleet (which stops every VM when the daemon stops) and
-the API listener (which stops first, so no request arrives while VMs go).
+The service holds the fleet (which stops every VM when the daemon stops),
+the API listener (which stops first, so no request arrives while VMs go)
+and, when the daemon is a node of a Kubernetes cluster, the node's
+controller (:mod:`.cluster_node`).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from .host import (
     claim_ranges, find_images, load_tokens, make_admission, open_audit_log, open_secret_store, size_buffer_budget,
     take_state_dir,
 )
+from .cluster_node import cluster_node
 from .driver import decide_driver
 from .reactor import IDaemonReactor
 
@@ -235,6 +238,9 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
     tokens = load_tokens(config)
     connections = _api_site(config, reactor, fleet, metrics, secrets, budget, tokens)
     top = _service_tree(config, reactor, claims, fleet, blocking, room, metrics, tokens, connections)
+    if config.kubernetes is not None:  # added last, stopped first: no renewal once the VMs go
+        node = cluster_node(config, config.kubernetes, reactor, admission, metrics, fleet, secrets)
+        node.setServiceParent(top)  # type: ignore[no-untyped-call]  # Twisted's services are not annotated
     where = config.api.unix_socket_path or f"{config.api.bind_address}:{config.api.port}"
     log.info(
         "vmservice on {where}, state in {state_dir}, auth {auth}",

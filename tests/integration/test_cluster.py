@@ -1,0 +1,191 @@
+"""
+Pods as VMs, for real: the development control plane and two daemons on this machine as Nodes vms-a and
+vms-b (their own state directories, network ranges and API ports). A Deployment of three VM pods spreads
+over both and runs; a pod beyond capacity stays Pending with the scheduler's reason; deleting a pod
+deletes its VM; killing one daemon (and its VMs) gets its pods replaced on the other; restarting it
+reconciles (nothing stray, its Terminating pods deleted).  Everything is removed even when a test fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from typing import Any
+
+from tests.integration.controlplane import SharedControlPlaneTestCase
+from tests.integration.daemon import Daemon, ensure_image, processes_under, wait_until
+from tests.integration.faults import remove_network
+
+#: Each daemon's network range (and the names of its network objects, for a clean-up after a kill).
+RANGES = {"vms-a": ("10.88.1.0/28", ("vmh0a5801", "vms-0a5801")), "vms-b": ("10.88.2.0/28", ("vmh0a5802", "vms-0a5802"))}
+#: A VM pod: tolerates the vmservice taint, selects vmservice Nodes, asks for one slot, boots the smallest VM.
+TEMPLATE = {
+    "metadata": {"labels": {"app": "vmpods"}},
+    "spec": {
+        "nodeSelector": {"type": "vmservice"},
+        "tolerations": [{"key": "vmservice.io/vm", "operator": "Exists", "effect": "NoSchedule"}],
+        "terminationGracePeriodSeconds": 5,
+        "containers": [{"name": "vm", "image": "vmservice.io/group/vm",
+                        "resources": {"limits": {"vmservice.io/slots": "1", "memory": "256Mi"}}}],
+    },
+}
+DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "vmpods", "namespace": "default"},
+              "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "vmpods"}}, "template": TEMPLATE}}
+
+
+def group(name: str) -> list[dict[str, Any]]:
+    return [{"name": "vm", "vcpu": 1, "ram_mb": 256, "storage_size": "1G",
+             "network": {"mode": "isolated", "range": RANGES[name][0]}}]
+
+
+class PodVmTests(SharedControlPlaneTestCase):
+    """One control plane, two daemons as its Nodes; the tests run in their names' order."""
+
+    daemons: dict[str, Daemon] = {}
+
+    @classmethod
+    def start_shared(cls) -> None:
+        ensure_image()
+        super().start_shared()
+        assert cls.plane is not None
+        cls.daemons = {}
+        for name in ("vms-a", "vms-b"):
+            daemon = Daemon(groups=group(name), kubernetes={
+                "kubeconfig": os.path.join(cls.plane.directory, "nodes", f"{name}.kubeconfig"), "node_name": name,
+                "internal_ip": "127.0.0.1", "capacity": {"pods": 3}, "default_group": "vm",
+                "renew_interval_seconds": 2, "status_interval_seconds": 2})
+            cls.daemons[name] = daemon
+            daemon.start()
+
+    @classmethod
+    def _stop_shared(cls) -> None:
+        try:
+            if cls.plane is not None:
+                cls.kubectl_as_admin("delete", "deployment", "vmpods", "--ignore-not-found", "--wait=false")
+        except Exception:
+            pass  # the control plane may not have started
+        for name, daemon in cls.daemons.items():
+            daemon.cleanup()
+            remove_network(RANGES[name][1])
+        cls.daemons = {}
+        super()._stop_shared()
+
+    @classmethod
+    def kubectl_as_admin(cls, *argv: str, stdin: str | None = None) -> str:
+        assert cls.plane is not None
+        kubectl = os.path.join(cls.plane.state()["bin_dir"], "kubectl")
+        result = subprocess.run([kubectl, "--kubeconfig", os.path.join(cls.plane.directory, "admin.kubeconfig"), *argv],
+                                capture_output=True, text=True, timeout=60, input=stdin)
+        if result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(argv)}: {result.stderr}")
+        return result.stdout
+
+    def kubectl(self, *argv: str, stdin: str | None = None) -> str:
+        return self.kubectl_as_admin(*argv, stdin=stdin)
+
+    def pods(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = json.loads(self.kubectl("get", "pods", "-o", "json"))["items"]
+        return items
+
+    def running(self, count: int) -> list[dict[str, Any]] | None:
+        """The Deployment's pods when ``count`` of them run (and none is being deleted)."""
+        pods = [p for p in self.pods() if p["metadata"].get("labels", {}).get("app") == "vmpods"
+                and "deletionTimestamp" not in p["metadata"]]
+        ready = [p for p in pods if p["status"].get("phase") == "Running" and p["status"].get("podIP")]
+        return ready if len(ready) == count else None
+
+    def vm_count(self, name: str) -> int:
+        return len(self.daemons[name].json("GET", "/nodes?tag_prefix=vmservice.io/pod-uid%3D"))
+
+    def test_a_nodes_ready(self) -> None:
+        """Both daemons are Ready Nodes, each with its vmservice.io/api annotation."""
+        def ready() -> bool:
+            nodes = json.loads(self.kubectl("get", "nodes", "-o", "json"))["items"]
+            return len([n for n in nodes if any(c["type"] == "Ready" and c["status"] == "True"
+                                                for c in n["status"]["conditions"])]) == 2
+        wait_until("both Nodes Ready", ready, 60, 1.0)
+        node = json.loads(self.kubectl("get", "node", "vms-a", "-o", "json"))
+        self.assertEqual(node["metadata"]["annotations"]["vmservice.io/api"], f"http://127.0.0.1:{self.daemons['vms-a'].port}")
+
+    def test_b_deployment_spreads(self) -> None:
+        """Three VM pods spread over both Nodes and run, each with its VM's address and hostname."""
+        self.kubectl("apply", "-f", "-", stdin=json.dumps(DEPLOYMENT))
+        pods = wait_until("3 pods Running", lambda: self.running(3), 180, 1.0)
+        self.assertEqual({p["spec"]["nodeName"] for p in pods}, {"vms-a", "vms-b"})
+        for p in pods:
+            self.assertTrue(p["status"]["containerStatuses"][0]["containerID"].startswith("vmservice://"))
+            self.assertTrue(any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"]["conditions"]))
+        self.assertEqual(self.vm_count("vms-a") + self.vm_count("vms-b"), 3)
+
+    def test_c_beyond_capacity(self) -> None:
+        """A pod asking for more slots than any Node has stays Pending with the scheduler's reason."""
+        item = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "huge", "namespace": "default"},
+                "spec": {**TEMPLATE["spec"], "containers": [{"name": "vm", "image": "vm", "resources": {
+                    "limits": {"vmservice.io/slots": "9"}}}]}}
+        self.kubectl("apply", "-f", "-", stdin=json.dumps(item))
+
+        def reason() -> str:
+            status = json.loads(self.kubectl("get", "pod", "huge", "-o", "json"))["status"]
+            return " ".join(c.get("message", "") for c in status.get("conditions", []))
+        self.assertIn("Insufficient vmservice.io/slots", wait_until("unschedulable", reason, 60, 1.0))
+        self.kubectl("delete", "pod", "huge", "--wait=false")
+
+    def test_cc_node_cannot_annotate(self) -> None:
+        """NodeRestriction: a node may not change its pod's metadata (why the VM's hostname is in its status)."""
+        pods = self.running(3)
+        assert pods is not None and self.plane is not None
+        item = pods[0]
+        node = item["spec"]["nodeName"]
+        path = f"/api/v1/namespaces/default/pods/{item['metadata']['name']}"
+        item["metadata"].setdefault("annotations", {})["vmservice.io/hostname"] = "x"
+        status, answer = self.plane.request("PUT", path, self.plane.token(node), item)
+        self.assertEqual(status, 403, answer)
+
+    def test_d_delete_pod(self) -> None:
+        """Deleting a pod deletes its VM (its daemon no longer lists it); the Deployment replaces the pod."""
+        victim = self.running(3)
+        assert victim is not None
+        name, node = victim[0]["metadata"]["name"], victim[0]["spec"]["nodeName"]
+        hostname = victim[0]["status"]["containerStatuses"][0]["containerID"][len("vmservice://"):]
+        self.kubectl("delete", "pod", name, "--wait=true", "--timeout=60s")
+        wait_until("its VM deleted", lambda: hostname not in self.daemons[node].nodes(), 30, 1.0)
+        wait_until("3 pods Running again", lambda: self.running(3), 120, 1.0)
+
+    def test_e_host_lost_and_back(self) -> None:
+        """vms-b killed with its VMs: its pods are replaced on vms-a; back, it deletes what it left."""
+        b = self.daemons["vms-b"]
+        b.stop(signal.SIGKILL)
+        for pid in processes_under(b.state_dir):
+            os.kill(pid, signal.SIGKILL)
+
+        def all_on_a() -> bool:
+            pods = self.running(3)
+            return pods is not None and all(p["spec"]["nodeName"] == "vms-a" for p in pods)
+        started = time.monotonic()
+        wait_until("replacements Running on vms-a", all_on_a, 150, 1.0)
+        lost = time.monotonic() - started
+        b.start()
+
+        def nothing_left_on_b() -> bool:
+            return not [p for p in self.pods() if p["spec"].get("nodeName") == "vms-b"]
+        wait_until("vms-b's Terminating pods deleted", nothing_left_on_b, 90, 1.0)
+        self.assertEqual(self.vm_count("vms-b"), 0)
+        self.assertLess(lost, 150)
+
+    def test_f_host_never_returns(self) -> None:
+        """A host gone for good: once its Node is deleted, the pods bound to it are garbage-collected."""
+        b = self.daemons["vms-b"]
+        b.stop(signal.SIGKILL)
+        for pid in processes_under(b.state_dir):
+            os.kill(pid, signal.SIGKILL)
+        orphan = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "orphan", "namespace": "default"},
+                  "spec": {**TEMPLATE["spec"], "nodeName": "vms-b"}}
+        self.kubectl("apply", "-f", "-", stdin=json.dumps(orphan))
+        self.kubectl("delete", "node", "vms-b", "--wait=true", "--timeout=30s")
+
+        def collected() -> bool:
+            return "orphan" not in {p["metadata"]["name"] for p in self.pods()}
+        wait_until("the pods of the deleted Node collected", collected, 120, interval=2.0)
