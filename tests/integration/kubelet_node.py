@@ -113,8 +113,9 @@ def main() -> None:
 
     tls = KubeletTls(KubeletTlsConfig("node-a", "127.0.0.1", "localhost", settings["tls_dir"],
                                       client_ca_file=settings["client_ca"]), datetime.datetime.now(datetime.timezone.utc))
-    site = kubelet_site(reactor, FakeResolver(), fleet, console_path, config.console_log_size,
-                        lambda call: deferToThreadPool(reactor, reactor.getThreadPool(), call), tls)
+    resolver = FakeResolver()
+    site = kubelet_site(reactor, resolver, fleet, console_path, config.console_log_size,
+                        lambda call: deferToThreadPool(reactor, reactor.getThreadPool(), call), tls, resolver.pods)
     KubeletListener(reactor, site, tls, "127.0.0.1", settings["port"]).setServiceParent(top)
     top.startService()
     reactor.addSystemEventTrigger("before", "shutdown", top.stopService)

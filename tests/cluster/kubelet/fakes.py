@@ -8,7 +8,7 @@ from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
 from tests.agent.fakes import RecordingProducer
-from vmservice.cluster.kubelet.pods import PodNotFound, PodRef
+from vmservice.cluster.kubelet.pods import PodRef
 from vmservice.errors import NotFound
 from vmservice.guestport.exec import ExecRequest, IExecProcess, IExecSink
 from vmservice.guestport.shell import IShellSession, IShellSink, ShellRequest
@@ -84,12 +84,10 @@ class FakeExecGuest:
 
 
 class FakeResolver:
-    """One pod, ``default/web`` with container ``vm``, on VM ``demo-1``."""
+    """One pod, ``default/web`` with container ``vm``, on VM ``demo-1``; it lists itself."""
 
-    def hostname(self, namespace: str, pod: str, container: str) -> str:
-        if (namespace, pod, container) != ("default", "web", "vm"):
-            raise PodNotFound(f"pod {namespace}/{pod} has no container {container} here")
-        return "demo-1"
+    def __call__(self, namespace: str, pod: str, container: str) -> Optional[str]:
+        return "demo-1" if (namespace, pod, container) == ("default", "web", "vm") else None
 
     def pods(self) -> Sequence[PodRef]:
         return [PodRef("default", "web", "uid-1", ("vm",), "demo-1")]

@@ -14,6 +14,7 @@ from twisted.web.test.requesthelper import DummyRequest
 
 from tests.cluster.kubelet.fakes import FakeExecGuest, FakeGuests, FakeResolver
 from vmservice.cluster.kubelet.site import kubelet_site
+from vmservice.cluster.pod_resolver import PodResolver
 from vmservice.errors import NotFound
 
 UPGRADE = {b"upgrade": b"websocket", b"connection": b"Upgrade", b"sec-websocket-key": b"dGhlIHNhbXBsZSBub25jZQ==",
@@ -45,8 +46,9 @@ class SiteTests(SynchronousTestCase):
 
     def get(self, uri: bytes, method: bytes = b"GET", headers: Optional[dict[bytes, bytes]] = None,
             tls: Any = None) -> tuple[int, bytes]:
-        site = kubelet_site(Clock(), FakeResolver(), FakeGuests(FakeExecGuest()), self.console_path, 1 << 20,
-                            execute, tls)
+        resolver = FakeResolver()
+        site = kubelet_site(Clock(), resolver, FakeGuests(FakeExecGuest()), self.console_path, 1 << 20,
+                            execute, tls, resolver.pods)
         request = DummyRequest([b""])
         request.method, request.uri, request.path = method, uri, uri.partition(b"?")[0]
         for name, value in (headers or {}).items():
@@ -72,6 +74,28 @@ class SiteTests(SynchronousTestCase):
         code, body = self.get(b"/pods")
         self.assertEqual(json.loads(body)["items"][0]["metadata"], {"namespace": "default", "name": "web",
                                                                     "uid": "uid-1"})
+
+    def test_no_pod_list(self) -> None:
+        """Without a list of pods GET /pods is an empty PodList."""
+        site = kubelet_site(Clock(), FakeResolver(), FakeGuests(FakeExecGuest()), self.console_path, 1 << 20,
+                            execute, None)
+        request = DummyRequest([b""])
+        request.method, request.uri, request.path = b"GET", b"/pods", b"/pods"
+        self.assertEqual(json.loads(site.resource.render(request))["items"], [])
+
+    def test_pod_controllers_resolver(self) -> None:
+        """The pod controller's PodResolver is what the site takes: its None is a 404."""
+        class Controller:
+            def hostname(self, namespace: str, pod: str) -> Optional[str]:
+                return "demo-1" if (namespace, pod) == ("default", "web") else None
+
+        site = kubelet_site(Clock(), PodResolver(Controller()), FakeGuests(FakeExecGuest()),  # type: ignore[arg-type]
+                            self.console_path, 1 << 20, execute, None)
+        for uri, code in ((b"/containerLogs/default/web/vm", 200), (b"/containerLogs/default/db/vm", 404)):
+            request = DummyRequest([b""])
+            request.method, request.uri, request.path = b"GET", uri, uri
+            site.resource.render(request)
+            self.assertEqual(request.responseCode or 200, code)
 
     def test_logs(self) -> None:
         code, body = self.get(b"/containerLogs/default/web/vm?tailLines=1")

@@ -1,13 +1,13 @@
 # -*- test-case-name: tests.cluster.kubelet.test_site -*-
 """
 What the kubelet API asks of the pod side: which VM a pod's container is
-(:class:`PodResolver`), and the pods it knows.  The pod controller
-implements it; the kubelet API knows nothing of how pods become VMs.
+(:class:`PodResolver`), and the pods it knows (:class:`PodList`).  The pod
+controller answers both; the kubelet API knows nothing of how pods become VMs.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Optional, Protocol, Sequence
 
 from attrs import frozen
 
@@ -40,17 +40,20 @@ class PodRef:
 
 
 class PodResolver(Protocol):
-    """The pods of this node, as the kubelet API needs them."""
+    """
+    Which VM a pod's container is (:class:`vmservice.cluster.pod_resolver.PodResolver`
+    is one, over the pod controller).
+    """
 
-    def hostname(self, namespace: str, pod: str, container: str) -> str:
-        """
-        The hostname of the VM that is container ``container`` of pod ``namespace/pod``.
-
-        :raise PodNotFound: no such pod here, or no such container in it.
-        """
-
-    def pods(self) -> Sequence[PodRef]:
-        """The pods of this node."""
+    def __call__(self, namespace: str, pod: str, container: str) -> Optional[str]:
+        """The hostname of the VM that is container ``container`` of pod ``namespace/pod``, or ``None``: no such pod here."""
 
 
-__all__ = ["PodNotFound", "PodRef", "PodResolver"]
+class PodList(Protocol):
+    """The pods of this node, for ``GET /pods``."""
+
+    def __call__(self) -> Sequence[PodRef]:
+        """Each pod this node runs."""
+
+
+__all__ = ["PodList", "PodNotFound", "PodRef", "PodResolver"]

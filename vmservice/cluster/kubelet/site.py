@@ -6,7 +6,7 @@ the client, and hands each request to its part; errors are Kubernetes
 
 =======================================================  =====================================
 ``GET /healthz``                                         ``ok``
-``GET /pods``                                            a PodList of the pods the resolver knows
+``GET /pods``                                            a PodList of the pods of this node (none unless told)
 ``GET /containerLogs/{namespace}/{pod}/{container}``     the VM's console (:mod:`.logs`)
 ``GET /exec/{namespace}/{pod}/{container}``              a WebSocket (:mod:`.exec_socket`)
 ``/attach/...``                                          400: a VM has no main process to attach to
@@ -39,7 +39,7 @@ from . import channels, status
 from .exec_socket import MAX_MESSAGE, ExecProtocol
 from .logs import ConsoleLogs
 from .params import Target, exec_query, logs_query, query_pairs, target
-from .pods import PodResolver
+from .pods import PodList, PodNotFound, PodResolver
 from .tls import KubeletTls
 
 log = Logger()
@@ -83,7 +83,7 @@ class KubeletResource(Resource):
     The whole kubelet API, one leaf resource.
 
     :param reactor: the reactor the WebSockets run on.
-    :param resolver: the pods of this node.
+    :param resolver: the pods' VMs.
     :param guests: the VMs' guests.
     :param logs: writes ``containerLogs`` answers.
     :param tls: says whether a request's client may be served.
@@ -92,10 +92,11 @@ class KubeletResource(Resource):
     isLeaf = True
 
     def __init__(self, reactor: IReactorTime, resolver: PodResolver, guests: Guests, logs: ConsoleLogs,
-                 tls: Optional[KubeletTls]) -> None:
+                 tls: Optional[KubeletTls], pods: Optional[PodList] = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self._reactor = reactor
         self._resolver = resolver
+        self._pod_list = pods
         self._guests = guests
         self._logs = logs
         self._tls = tls
@@ -138,7 +139,7 @@ class KubeletResource(Resource):
         self._get_only(request)
         items = [{"metadata": {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid},
                   "spec": {"containers": [{"name": name} for name in pod.containers]}}
-                 for pod in self._resolver.pods()]
+                 for pod in (self._pod_list() if self._pod_list is not None else ())]
         body = json.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}).encode()
         return self._answer(request, 200, body)
 
@@ -150,7 +151,10 @@ class KubeletResource(Resource):
                                  "(vmctl forward, the pod's vmservice.io/api annotation names the host)")
 
     def _resolve(self, where: Target) -> str:
-        return self._resolver.hostname(where.namespace, where.pod, where.container)
+        hostname = self._resolver(where.namespace, where.pod, where.container)
+        if hostname is None:
+            raise PodNotFound(f"pod {where.namespace}/{where.pod} with container {where.container} is not on this node")
+        return hostname
 
     def _run(self, request: Request, work: Deferred[Any]) -> Any:
         """Finish ``request`` once ``work`` is done: a ServiceError as its Status (when nothing was written yet)."""
@@ -227,20 +231,22 @@ class KubeletListener(Service):
 
 
 def kubelet_site(reactor: IReactorTime, resolver: PodResolver, guests: Guests, console_path: Callable[[str], str],
-                 console_log_size: int, blocking: Blocking, tls: Optional[KubeletTls]) -> Site:
+                 console_log_size: int, blocking: Blocking, tls: Optional[KubeletTls],
+                 pods: Optional[PodList] = None) -> Site:
     """
     The kubelet API as a web site, to be listened on with ``tls.options``.
 
     :param reactor: the daemon's reactor.
-    :param resolver: the pods of this node (the pod controller).
+    :param resolver: the pods' VMs (:class:`vmservice.cluster.pod_resolver.PodResolver`).
     :param guests: the VMs' guests (the fleet).
     :param console_path: a VM's console log by hostname, ``NotFound`` when there is no such VM.
     :param console_log_size: the configured ``console_log_size``.
     :param blocking: runs file reads off the reactor (the fleet's thread pool).
     :param tls: the TLS material; ``None`` only in tests (nothing is checked).
+    :param pods: the pods ``GET /pods`` lists (none without it).
     """
     logs = ConsoleLogs(reactor, blocking, console_path, console_log_size)
-    site = Site(KubeletResource(reactor, resolver, guests, logs, tls))
+    site = Site(KubeletResource(reactor, resolver, guests, logs, tls, pods))
     site.displayTracebacks = False
     return site
 
