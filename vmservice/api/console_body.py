@@ -30,7 +30,7 @@ log = Logger()
 
 
 @implementer(IPushProducer)
-class _Pace:
+class ClientPace:
     """The client's pace: paused while the connection's send buffer is full."""
 
     def __init__(self) -> None:
@@ -72,7 +72,7 @@ async def write_console(request: Request, hostname: str, console: ConsoleStream)
     :return: nothing more to write (Klein finishes the request).
     :raise ServiceError: the console cannot be read (before anything was written).
     """
-    pace = _Pace()
+    pace = ClientPace()
     try:
         piece = await console.read()
         request.setResponseCode(200)
@@ -97,4 +97,4 @@ async def write_console(request: Request, hostname: str, console: ConsoleStream)
     return b""
 
 
-__all__ = ["write_console"]
+__all__ = ["ClientPace", "write_console"]

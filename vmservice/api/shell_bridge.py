@@ -175,14 +175,14 @@ class BridgeCore:
 @implementer(IPushProducer)
 class OutputPause:
     """
-    The shell's output as the WebSocket transport's producer: a full socket
-    buffer pauses it.  Stopping it does nothing: the socket's close
-    (``onClose``) hangs the shell up.
+    The shell's output (or a kubelet exec's command's) as the WebSocket
+    transport's producer: a full socket buffer pauses it.  Stopping it does
+    nothing: the socket's close (``onClose``) hangs the shell up.
 
-    :param session: the shell.
+    :param session: the shell (or command), as the producer of its output.
     """
 
-    def __init__(self, session: IShellSession) -> None:
+    def __init__(self, session: IPushProducer) -> None:
         self._session = session
 
     def pauseProducing(self) -> None:

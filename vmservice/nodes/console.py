@@ -88,7 +88,7 @@ def regular_file(fd: int, path: str) -> os.stat_result:
 
 
 @frozen
-class _Range:
+class Range:
     """Bytes ``[low, high)`` of the open file ``fd``."""
 
     fd: int
@@ -96,7 +96,7 @@ class _Range:
     high: int
 
 
-def _open_window(path: str, limit: int) -> tuple[list[int], list[_Range], bool]:
+def open_window(path: str, limit: int) -> tuple[list[int], list[Range], bool]:
     """
     Open the retained log of ``path`` and take its newest ``limit`` bytes.
 
@@ -105,7 +105,7 @@ def _open_window(path: str, limit: int) -> tuple[list[int], list[_Range], bool]:
     :raise Internal: (``log_read_failed``) a file there cannot be read.
     """
     fds: list[int] = []
-    parts: list[_Range] = []
+    parts: list[Range] = []
     try:
         # The log first: a rotation between the two opens then leaves the
         # log we hold truncated and the part it kept in the console.log.1 we
@@ -117,23 +117,23 @@ def _open_window(path: str, limit: int) -> tuple[list[int], list[_Range], bool]:
                 continue
             fds.append(fd)
             size = regular_file(fd, name).st_size
-            parts.insert(0, _Range(fd, data_start(fd, size), size))
+            parts.insert(0, Range(fd, data_start(fd, size), size))
     except OSError as error:
         for fd in fds:
             os.close(fd)
         raise _unreadable(error) from None
-    window: list[_Range] = []
+    window: list[Range] = []
     budget = limit
     for part in reversed(parts):
         low = max(part.low, part.high - budget)
         if part.high > low:
-            window.insert(0, _Range(part.fd, low, part.high))
+            window.insert(0, Range(part.fd, low, part.high))
             budget -= part.high - low
     cut = sum(part.high - part.low for part in parts) > limit
     return fds, window, cut
 
 
-def _tail_bytes(window: list[_Range], cut: bool, count: int) -> bytes:
+def _tail_bytes(window: list[Range], cut: bool, count: int) -> bytes:
     """
     The end of the window from just after its (count+1)-th last newline (all
     of it for 0, from after its first newline if older bytes were cut).
@@ -183,7 +183,7 @@ def tail(path: str, count: int, limit: int) -> tuple[str, int]:
     :return: the text and the number of lines in it; a log not written yet is empty.
     :raise Internal: (``log_read_failed``) it cannot be read.
     """
-    fds, window, cut = _open_window(path, limit)
+    fds, window, cut = open_window(path, limit)
     try:
         data = _tail_bytes(window, cut, count)
     except OSError as error:
@@ -238,7 +238,7 @@ class ConsoleText:
         self._limit = limit
         self._lock = threading.Lock()
         self._fds: list[int] | None = None
-        self._window: list[_Range] = []
+        self._window: list[Range] = []
         self._position = 0
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         #: A "\r" that ended the last block, held until we know whether a "\n" follows.
@@ -265,7 +265,7 @@ class ConsoleText:
 
     def _read(self) -> str:
         if self._fds is None and not self._over:
-            self._fds, self._window, cut = _open_window(self._path, self._limit)
+            self._fds, self._window, cut = open_window(self._path, self._limit)
             self._position = self._window[0].low if self._window else 0
             if cut:
                 self._to_first_line()
@@ -348,4 +348,5 @@ class ConsoleStream:
         return self._blocking(self._text.close)
 
 
-__all__ = ["BLOCK", "PREVIOUS", "ConsoleStream", "ConsoleText", "data_start", "previous", "regular_file", "tail"]
+__all__ = ["BLOCK", "PREVIOUS", "ConsoleStream", "ConsoleText", "Range", "data_start", "open_window", "previous",
+           "regular_file", "tail"]
