@@ -121,6 +121,25 @@ class SectionTests(ConfigErrorCase):
             error = self.assertRaises(Exception, parse_text, text)
             self.assertTrue(str(error).startswith(expected), f"{error} does not start with {expected}")
 
+    def test_kubelet_files(self) -> None:
+        """The kubelet port's certificate, key and client CA: none by default, read when given, the pair together."""
+        kube = parse_text(self.files.section()).kubernetes
+        assert kube is not None
+        self.assertEqual((kube.kubelet_cert_file, kube.kubelet_key_file, kube.kubelet_client_ca_file), (None, None, None))
+        ca = self.files.ca
+        kube = parse_text(self.files.section(
+            f"    kubelet_cert_file: {ca}\n    kubelet_key_file: {ca}\n    kubelet_client_ca_file: {ca}\n")).kubernetes
+        assert kube is not None
+        self.assertEqual((kube.kubelet_cert_file, kube.kubelet_key_file, kube.kubelet_client_ca_file), (ca, ca, ca))
+        for body, expected in (
+            (f"    kubelet_cert_file: {ca}\n", f"{K}.kubelet_cert_file: give kubelet_cert_file and kubelet_key_file"),
+            (f"    kubelet_key_file: {ca}\n", f"{K}.kubelet_cert_file: give kubelet_cert_file and kubelet_key_file"),
+            ("    kubelet_client_ca_file: /nonexistent/ca.crt\n",
+             f"{K}.kubelet_client_ca_file: cannot read /nonexistent/ca.crt"),
+        ):
+            error = self.assertRaises(Exception, parse_text, self.files.section(body))
+            self.assertTrue(str(error).startswith(expected), f"{error} does not start with {expected}")
+
     def test_internal_ip_required(self) -> None:
         """Without internal_ip, the API's address must be one IP address."""
         for api in ("bind_address: ./api.sock", "{bind_address: 0.0.0.0, allow_unauthenticated_remote: true}"):
@@ -203,8 +222,11 @@ class ExampleTests(ConfigErrorCase):
         example = os.path.join(os.path.dirname(EXAMPLE), "cluster-node.yaml")
         with open(example, encoding="utf-8") as stream:
             text = stream.read()
-        path = KubeFiles(self).kubeconfig()
+        files = KubeFiles(self)
+        path = files.kubeconfig()
+        text = text.replace("/var/lib/vmservice/devcluster/ca.crt", files.ca)
         config = parse_text(text.replace("/var/lib/vmservice/devcluster/nodes/vms-a.kubeconfig", path))
         assert config.kubernetes is not None
         self.assertEqual((config.kubernetes.node_name, config.kubernetes.token.kubeconfig), ("vms-a", True))
+        self.assertEqual(config.kubernetes.kubelet_client_ca_file, files.ca)
         self.assertEqual([group.name for group in config.host_groups], ["vm"])

@@ -61,15 +61,20 @@ class MakeServiceTests(ConfiguredCase):
         self.assertEqual([service.name for service in claimed], ["fleet", "room-watch", "console-rotation"])
 
     def test_cluster_node(self) -> None:
-        """With a kubernetes: section the tree ends with the node's service (stopped first)."""
+        """
+        With a kubernetes: section the tree ends with the node's service, then its kubelet port (stopped
+        first: no exec arrives while the node's controllers stop).
+        """
         import attrs
 
         from tests.cluster.node_harness import kube_config, sample_certificate
+        from vmservice.cluster.kubelet.site import KubeletListener
         from vmservice.cluster.node_service import NodeService
 
         config = attrs.evolve(self.config(), kubernetes=kube_config(ca_pem=sample_certificate()))
         top = make_service(config, MemoryReactorClock())
-        self.assertIsInstance(list(top)[-1], NodeService)  # without the section: test_tree
+        self.assertIsInstance(list(top)[-2], NodeService)  # without the section: test_tree
+        self.assertIsInstance(list(top)[-1], KubeletListener)
 
 
 class CodehostTests(SynchronousTestCase):

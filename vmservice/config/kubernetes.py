@@ -88,6 +88,9 @@ class KubernetesDocument:
     default_group: str | None = None
     images: dict[str, str] = attrs.field(factory=dict)
     pod_boot_timeout_seconds: float = DEFAULT_POD_BOOT_TIMEOUT
+    kubelet_cert_file: str | None = None
+    kubelet_key_file: str | None = None
+    kubelet_client_ca_file: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -128,6 +131,12 @@ class KubernetesConfig:
     :ivar images: Container images and the host groups they name, sorted.
     :ivar pod_boot_timeout_seconds: Seconds a pod's VM may take until its
         agent answers (then the pod fails).
+    :ivar kubelet_cert_file: The kubelet port's serving certificate (PEM);
+        ``None``: one is made at the first start and kept in the state directory.
+    :ivar kubelet_key_file: Its key (given with ``kubelet_cert_file``).
+    :ivar kubelet_client_ca_file: The CA whose certificate the API server
+        presents as the kubelet port's client (``--kubelet-client-certificate``);
+        ``None``: any client may connect (then only the InternalIP should reach it).
     :ivar vmservice_api: Where the host's vmservice API is
         (``http://ADDRESS:PORT``, the Node's ``vmservice.io/api``
         annotation); empty when it listens on a UNIX socket.
@@ -148,6 +157,9 @@ class KubernetesConfig:
     default_group: str | None = None
     images: tuple[tuple[str, str], ...] = ()
     pod_boot_timeout_seconds: float = DEFAULT_POD_BOOT_TIMEOUT
+    kubelet_cert_file: str | None = None
+    kubelet_key_file: str | None = None
+    kubelet_client_ca_file: str | None = None
     vmservice_api: str = ""
 
 

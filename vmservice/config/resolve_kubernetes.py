@@ -131,8 +131,23 @@ class KubernetesChecks(Checks):
             kubelet_port=document.kubelet_port, labels=tuple(sorted(labels.items())), taints=taints,
             capacity=self.capacity(document, (*parts, "capacity")),
             lease_duration_seconds=lease, renew_interval_seconds=renew, status_interval_seconds=status,
-            **self.pods(document, parts, groups),
+            **self.pods(document, parts, groups), **self.kubelet_files(document, parts),
         )
+
+    def kubelet_files(self, document: KubernetesDocument, parts: Path) -> dict[str, Any]:
+        """The kubelet port's certificate, key and client CA files, each readable; the pair given together."""
+        files: dict[str, str | None] = {"kubelet_cert_file": document.kubelet_cert_file, "kubelet_key_file": document.kubelet_key_file,
+                 "kubelet_client_ca_file": document.kubelet_client_ca_file}
+        if (files["kubelet_cert_file"] is None) != (files["kubelet_key_file"] is None):
+            raise self.error((*parts, "kubelet_cert_file"), "give kubelet_cert_file and kubelet_key_file together")
+        for key, path in files.items():
+            if path is not None:
+                try:
+                    read_limited(path, MAX_CA)
+                except (OSError, KubeconfigError) as error:
+                    raise self.error((*parts, key), f"cannot read {path}: "
+                                     f"{getattr(error, 'strerror', None) or error}") from None
+        return files
 
     def pods(self, document: KubernetesDocument, parts: Path, groups: tuple[str, ...]) -> dict[str, Any]:
         """``default_group``, ``images`` and ``pod_boot_timeout_seconds``, checked: each group a configured one."""

@@ -6,7 +6,7 @@ gives, the fleet's parts, the API site, the service tree).
 The service holds the fleet (which stops every VM when the daemon stops),
 the API listener (which stops first, so no request arrives while VMs go)
 and, when the daemon is a node of a Kubernetes cluster, the node's
-controller (:mod:`.cluster_node`).
+controller (:mod:`.cluster_node`) and its kubelet port (:mod:`.kubelet_port`).
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ from .host import (
     take_state_dir,
 )
 from .cluster_node import cluster_node
+from .kubelet_port import kubelet_listener
 from .driver import decide_driver
 from .reactor import IDaemonReactor
 
@@ -241,6 +242,8 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
     if config.kubernetes is not None:  # added last, stopped first: no renewal once the VMs go
         node = cluster_node(config, config.kubernetes, reactor, admission, metrics, fleet, secrets)
         node.setServiceParent(top)  # type: ignore[no-untyped-call]  # Twisted's services are not annotated
+        assert node.pods is not None  # made with the fleet
+        kubelet_listener(config, config.kubernetes, reactor, fleet, node.pods, blocking).setServiceParent(top)  # type: ignore[no-untyped-call]
     where = config.api.unix_socket_path or f"{config.api.bind_address}:{config.api.port}"
     log.info(
         "vmservice on {where}, state in {state_dir}, auth {auth}",
