@@ -21,11 +21,27 @@ that tolerate the taint and select ``type: vmservice`` nodes, and the run times:
 - the peak RSS of kube-apiserver and etcd over the run, and their CPU (cores) while the fleet is idle
   with every pod Running (``--idle`` seconds, default 20).
 
+``--parts apply`` runs one real daemon as host ``vms-a`` of a control plane of its own, with two
+groups of the smallest VM: ``cold`` (each VM boots) and ``warm`` (clones of a warm template, one spare).
+For each group, ``--rounds`` times (default 3, after one unmeasured round that builds the template):
+``pod_ready_s``, from the POST of a Pod (what ``kubectl apply`` sends) until the Pod is Ready, polled
+every 50 ms, and beside it in the same round ``api_create_s``, the daemon's own create of the same
+group through its API (``wait=agent``): ``ratio_pod_ready_over_api_create`` is what the way through
+Kubernetes costs over the daemon's floor for the same VM.
+
+``--parts loss`` runs two real daemons as hosts ``vms-a`` and ``vms-b`` and a Deployment of one VM
+pod; it kills the daemon whose pod it is, with its VMs (``SIGKILL``), and times ``replacement_ready_s``
+until a replacement pod is Ready on the other host; then starts the killed daemon again and times
+``reconciled_s`` until nothing of its pods is left on its Node. The control plane's flags set most of
+that time: the Node is NotReady after ``--node-monitor-grace-period=10s`` without a Lease renewal and
+its pods are evicted ``--default-unreachable-toleration-seconds=2`` later.
+
 The scheduler and the controller-manager run with the flags docs/cluster.md lists (the
 controller-manager's ``--kube-api-qps=50 --kube-api-burst=100``); the time per pod is theirs and the
 API server's, the hosts answer at once. Writes ``bench/results/cluster.json``.
 
-    .venv/bin/python bench/cluster.py [--parts scale] [--hosts 100] [--pods 1000] [--idle 20]
+    .venv/bin/python bench/cluster.py [--parts apply,loss,scale] [--rounds 3] [--hosts 100] [--pods 1000]
+                                      [--idle 20]
 """
 
 from __future__ import annotations
@@ -46,6 +62,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from twisted.internet.defer import Deferred, DeferredList, ensureDeferred  # noqa: E402
 from twisted.internet.interfaces import IReactorTime  # noqa: E402
 from twisted.internet.task import LoopingCall, deferLater, react  # noqa: E402
+
+from bench.cluster_vms import measure_apply, measure_loss  # noqa: E402
 
 from bench.recording import begin, cpu_seconds, peak_rss, write_result  # noqa: E402
 from vmservice.cluster.api_client import ApiClient  # noqa: E402
@@ -270,39 +288,62 @@ async def scale(reactor: Any, options: argparse.Namespace, directory: str) -> di
     }
 
 
+PARTS = ("apply", "loss", "scale")
+
+
+def _part_directory(top: str, part: str) -> str:
+    return os.path.join(top, part)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parts", default="scale", help="comma-separated, of: scale (default scale)")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of: {', '.join(PARTS)}")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hosts", type=int, default=100)
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--idle", type=float, default=20.0)
     options = parser.parse_args()
     parts = options.parts.split(",")
-    if set(parts) - {"scale"} or not 1 <= options.hosts <= 1000 or options.pods < 1:
-        parser.error("--parts takes scale; --hosts 1 to 1000; --pods at least 1")
+    if set(parts) - set(PARTS) or not 1 <= options.hosts <= 1000 or options.pods < 1 or options.rounds < 1:
+        parser.error(f"--parts takes {', '.join(PARTS)}; --hosts 1 to 1000; --pods and --rounds at least 1")
     run = begin()
     top = tempfile.mkdtemp(prefix="vms-bench-cluster-")
-    directory = os.path.join(top, "cp")
     result: dict[str, Any] = {"benchmark": "cluster", "parts": parts}
 
     async def measure(reactor: Any) -> None:
-        result["scale"] = await scale(reactor, options, directory)
+        result["scale"] = await scale(reactor, options, _part_directory(top, "scale"))
 
     try:
-        react(lambda reactor: ensureDeferred(measure(reactor)))
-    except SystemExit as exit:
-        if exit.code:
-            raise
+        # The parts with real daemons first: the reactor the simulated hosts run on cannot start twice.
+        if "apply" in parts:
+            result["apply"] = measure_apply(_part_directory(top, "apply"), control_plane, options.rounds)
+        if "loss" in parts:
+            result["loss"] = measure_loss(_part_directory(top, "loss"), control_plane)
+        if "scale" in parts:
+            try:
+                react(lambda reactor: ensureDeferred(measure(reactor)))
+            except SystemExit as exit:
+                if exit.code:
+                    raise
     finally:
-        subprocess.run([sys.executable, "-m", "vmservice.devcluster", "stop", "--dir", directory, "--purge"],
-                       capture_output=True, timeout=120)
+        for part in parts:
+            subprocess.run([sys.executable, "-m", "vmservice.devcluster", "stop", "--dir",
+                            _part_directory(top, part), "--purge"], capture_output=True, timeout=120)
         shutil.rmtree(top, ignore_errors=True)
     write_result(RESULTS, result, run)
-    figures = result["scale"]
-    print(f"{figures['hosts']} hosts, {figures['pods']} pods: scheduled in {figures['scheduled_s']:.1f} s "
-          f"({figures['pods_bound_a_second']:.0f}/s), Running in {figures['running_s']:.1f} s, deleted in "
-          f"{figures['deleted_s']:.1f} s; peak RSS apiserver {figures['peak_rss_bytes']['apiserver'] >> 20} MiB, "
-          f"etcd {figures['peak_rss_bytes']['etcd'] >> 20} MiB")
+    if "apply" in result:
+        for name, figures in result["apply"]["groups"].items():
+            print(f"{name}: pod Ready {figures['pod_ready_s']['median']:.2f} s, API create "
+                  f"{figures['api_create_s']['median']:.2f} s (ratio {figures['ratio_pod_ready_over_api_create']:.2f})")
+    if "loss" in result:
+        print(f"host lost: replacement Ready after {result['loss']['replacement_ready_s']:.1f} s, "
+              f"reconciled {result['loss']['reconciled_s']:.1f} s after the restart")
+    if "scale" in result:
+        figures = result["scale"]
+        print(f"{figures['hosts']} hosts, {figures['pods']} pods: scheduled in {figures['scheduled_s']:.1f} s "
+              f"({figures['pods_bound_a_second']:.0f}/s), Running in {figures['running_s']:.1f} s, deleted in "
+              f"{figures['deleted_s']:.1f} s; peak RSS apiserver {figures['peak_rss_bytes']['apiserver'] >> 20} MiB, "
+              f"etcd {figures['peak_rss_bytes']['etcd'] >> 20} MiB")
     print(f"wrote {RESULTS}")
 
 

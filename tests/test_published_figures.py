@@ -22,7 +22,7 @@ from tests import fuzzing
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "bench")
 #: Modules of bench/ that are no benchmark: helpers, and the probe bench/exec_spawn.py runs in a guest.
-HELPERS = {"child_output.py", "earlier.py", "exec_spawn_probe.py", "loadmix.py", "publish.py", "recording.py"}
+HELPERS = {"child_output.py", "cluster_vms.py", "earlier.py", "exec_spawn_probe.py", "loadmix.py", "publish.py", "recording.py"}
 
 
 def _read(*path: str) -> str:
