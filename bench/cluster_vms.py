@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Callable
 
-from tests.integration.daemon import Daemon, ensure_image, processes_under
+from tests.integration.daemon import Daemon, ensure_image, free_port, processes_under
 from tests.integration.faults import remove_network
 from vmservice.config.kubeconfig import load_kubeconfig
 
@@ -82,7 +82,8 @@ def node_daemon(directory: str, name: str, groups: list[dict[str, Any]]) -> Daem
     return Daemon(groups=groups, kubernetes={
         "kubeconfig": os.path.join(directory, "nodes", f"{name}.kubeconfig"), "node_name": name,
         "internal_ip": "127.0.0.1", "default_group": groups[0]["name"],
-        "renew_interval_seconds": 2, "status_interval_seconds": 2})
+        "renew_interval_seconds": 2, "status_interval_seconds": 2, "kubelet_port": free_port(),
+        "kubelet_client_ca_file": os.path.join(directory, "ca.crt")})
 
 
 def pod(name: str, group: str, labels: dict[str, str] | None = None) -> dict[str, Any]:

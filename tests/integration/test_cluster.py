@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from tests.integration.controlplane import SharedControlPlaneTestCase
-from tests.integration.daemon import Daemon, ensure_image, processes_under, wait_until
+from tests.integration.daemon import Daemon, ensure_image, free_port, processes_under, wait_until
 from tests.integration.faults import remove_network
 
 #: Each daemon's network range (and the names of its network objects, for a clean-up after a kill).
@@ -32,6 +32,9 @@ TEMPLATE = {
                         "resources": {"limits": {"vmservice.io/slots": "1", "memory": "256Mi"}}}],
     },
 }
+#: A current kubectl: v1.30 or later speaks the v5.channel.k8s.io WebSocket the kubelet port serves (the
+#: control plane's own v1.20 kubectl speaks SPDY/3.1 only, which it refuses).
+KUBECTL = "/usr/bin/kubectl"
 DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "vmpods", "namespace": "default"},
               "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "vmpods"}}, "template": TEMPLATE}}
 
@@ -56,7 +59,8 @@ class PodVmTests(SharedControlPlaneTestCase):
             daemon = Daemon(groups=group(name), kubernetes={
                 "kubeconfig": os.path.join(cls.plane.directory, "nodes", f"{name}.kubeconfig"), "node_name": name,
                 "internal_ip": "127.0.0.1", "capacity": {"pods": 3}, "default_group": "vm",
-                "renew_interval_seconds": 2, "status_interval_seconds": 2})
+                "renew_interval_seconds": 2, "status_interval_seconds": 2, "kubelet_port": free_port(),
+                "kubelet_client_ca_file": os.path.join(cls.plane.directory, "ca.crt")})
             cls.daemons[name] = daemon
             daemon.start()
 
@@ -132,6 +136,32 @@ class PodVmTests(SharedControlPlaneTestCase):
             return " ".join(c.get("message", "") for c in status.get("conditions", []))
         self.assertIn("Insufficient vmservice.io/slots", wait_until("unschedulable", reason, 60, 1.0))
         self.kubectl("delete", "pod", "huge", "--wait=false")
+
+    def current_kubectl(self, *argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        """``kubectl ARGV`` with :data:`KUBECTL` as the administrator (its exit status not checked)."""
+        assert self.plane is not None
+        version = subprocess.run([KUBECTL, "version", "--client", "-o", "json"], capture_output=True, text=True,
+                                 timeout=60)
+        minor = json.loads(version.stdout or "{}").get("clientVersion", {}).get("minor", "0").rstrip("+")
+        self.assertGreaterEqual(int(minor or 0), 30, f"{KUBECTL} is not a kubectl of v1.30 or later: {version.stdout}")
+        return subprocess.run([KUBECTL, "--kubeconfig", os.path.join(self.plane.directory, "admin.kubeconfig"), *argv],
+                              capture_output=True, text=True, timeout=60, input=stdin)
+
+    def test_bb_kubectl_logs_and_exec(self) -> None:
+        """
+        Through the real API server and the node's kubelet port: ``kubectl logs`` shows the VM's console,
+        ``kubectl exec`` runs a command in it (its output, its error stream, its exit status, its stdin).
+        """
+        pods = wait_until("3 pods Running", lambda: self.running(3), 180, 1.0)
+        name = pods[0]["metadata"]["name"]
+        logs = self.current_kubectl("logs", name, "--tail=20")
+        self.assertEqual(logs.returncode, 0, logs.stderr)
+        self.assertTrue(logs.stdout.strip(), "an empty console")
+        ran = self.current_kubectl("exec", name, "--", "sh", "-c", "echo hi; echo oops >&2; exit 3")
+        self.assertEqual((ran.returncode, ran.stdout), (3, "hi\n"), ran.stderr)
+        self.assertIn("oops", ran.stderr)
+        echoed = self.current_kubectl("exec", "-i", name, "--", "cat", stdin="from stdin\n")
+        self.assertEqual((echoed.returncode, echoed.stdout), (0, "from stdin\n"), echoed.stderr)
 
     def test_cc_node_cannot_annotate(self) -> None:
         """NodeRestriction: a node may not change its pod's metadata (why the VM's hostname is in its status)."""

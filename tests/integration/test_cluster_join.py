@@ -35,6 +35,7 @@ class JoinTests(SharedControlPlaneTestCase):
             "renew_interval_seconds": 2,
             "status_interval_seconds": 2,
             "labels": {"vmservice.io/pool": "test"},
+            "kubelet_client_ca_file": os.path.join(cls.plane.directory, "ca.crt"),
         })
         cls.daemon.start()
 
