@@ -11,7 +11,7 @@ import argparse
 from ..client import Client
 from . import copying, output
 from .arguments import mode, uint32
-from .commands import Command, CommandGroup, add_json_option
+from .commands import Command, CommandGroup, add_json_option, add_node_argument
 from .context import Context, Failed
 
 __all__ = ["CP", "FS"]
@@ -72,7 +72,7 @@ async def _fs_rm(client: Client, options: argparse.Namespace, context: Context) 
 
 def _fs_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments every ``vmctl fs`` command takes first: the node and the path."""
-    parser.add_argument("hostname", metavar="HOST")
+    add_node_argument(parser, "HOST")
     parser.add_argument("path", metavar="PATH", help="absolute, or ~ / ~/... for root's home")
 
 
