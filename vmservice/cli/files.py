@@ -33,8 +33,9 @@ async def _cp(client: Client, options: argparse.Namespace, context: Context) -> 
 
 def _cp_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl cp``."""
-    parser.add_argument("source", metavar="SRC")
-    parser.add_argument("destination", metavar="DST")
+    where = "a local path, HOST:PATH, or pod/[NAMESPACE/]NAME:PATH for a VM pod"
+    parser.add_argument("source", metavar="SRC", help=where)
+    parser.add_argument("destination", metavar="DST", help=where)
     parser.add_argument("--uid", type=uint32, metavar="N", help="owner of what is written in the node")
     parser.add_argument("--gid", type=uint32, metavar="N", help="group of what is written in the node")
     parser.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
