@@ -62,7 +62,8 @@ class InstallTests(SynchronousTestCase):
                          ("home", "http://h:1", _run, None))
         sub = _choices(parser)["go"]
         self.assertEqual(sub.description, "go somewhere")
-        self.assertEqual(sub.format_usage(), "usage: t go [-h] [--url URL] [--token TOKEN] [--token-file PATH] where\n")
+        self.assertEqual(" ".join(sub.format_usage().split()),
+                         "usage: t go [-h] [--url URL] [--token TOKEN] [--token-file PATH] [--kubeconfig PATH] where")
 
     def test_local_command(self) -> None:
         """A command run here alone has no daemon options, no handler, and its own description."""

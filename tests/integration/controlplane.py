@@ -73,6 +73,15 @@ class ControlPlane:
         with open(os.path.join(self.directory, "nodes", f"{node}.token"), encoding="utf-8") as f:
             return f.read().strip()
 
+    def kubectl(self, *argv: str, stdin: str | None = None) -> str:
+        """The output of the control plane's ``kubectl ARGV...`` as its administrator; raise with its error."""
+        kubectl = os.path.join(self.state()["bin_dir"], "kubectl")
+        result = subprocess.run([kubectl, "--kubeconfig", os.path.join(self.directory, "admin.kubeconfig"), *argv],
+                                capture_output=True, text=True, timeout=60, input=stdin)
+        if result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(argv)}: {result.stderr}")
+        return result.stdout
+
     def request(self, method: str, path: str, token: str, body: object = None) -> tuple[int, dict[str, Any]]:
         """``(status, JSON answer)`` of a request to the API server with ``token``, trusting its CA."""
         context = ssl.create_default_context(cafile=os.path.join(self.directory, "ca.crt"))

@@ -22,7 +22,7 @@ from .context import Local, Run
 
 __all__ = [
     "Command", "CommandGroup", "TOKEN_VARIABLE", "URL_VARIABLE", "add_connection_options", "add_host_and_json", "add_json_option",
-    "install",
+    "add_node_argument", "install",
 ]
 
 #: Environment variable with the daemon's address.
@@ -93,6 +93,9 @@ def add_connection_options(parser: argparse.ArgumentParser, suppress: bool) -> N
                        help=f"the bearer token (default: ${TOKEN_VARIABLE})")
     group.add_argument("--token-file", default=default(None), metavar="PATH",
                        help="read the token from this file, e.g. the daemon's <state_dir>/auth/token")
+    group.add_argument("--kubeconfig", default=default(None), metavar="PATH",
+                       help="the kubeconfig that finds a pod/NAME (default: the first file of $KUBECONFIG, "
+                            "else ~/.kube/config)")
 
 
 def add_json_option(parser: argparse.ArgumentParser, help: str = "print the JSON answer") -> None:
@@ -100,9 +103,22 @@ def add_json_option(parser: argparse.ArgumentParser, help: str = "print the JSON
     parser.add_argument("--json", action="store_true", help=help)
 
 
+def add_node_argument(parser: argparse.ArgumentParser, metavar: str = "HOST", optional: bool = False,
+                      help: str | None = None) -> None:
+    """
+    The node a command is about (``options.hostname``): a hostname, or
+    ``pod/NAME`` / ``pod/NAMESPACE/NAME`` for the VM of a pod, which
+    :mod:`~vmservice.cli.pods` resolves before the command runs (the command
+    marks itself with ``options.node_argument``).
+    """
+    text = f"{help + '; ' if help else ''}a hostname, or pod/[NAMESPACE/]NAME for a VM pod"
+    parser.add_argument("hostname", metavar=metavar, nargs="?" if optional else None, help=text)
+    parser.set_defaults(node_argument=True)
+
+
 def add_host_and_json(parser: argparse.ArgumentParser) -> None:
     """The arguments of a command about one node that can print its answer as JSON: ``HOST`` and ``--json``."""
-    parser.add_argument("hostname", metavar="HOST")
+    add_node_argument(parser)
     add_json_option(parser)
 
 

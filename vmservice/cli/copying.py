@@ -37,6 +37,7 @@ from twisted.python.failure import Failure
 
 from ..durable import commit
 from ..client import Client, Download, FdBodyProducer, IBodyReactor, body_producer
+from ..client.pods import POD_PREFIX
 from ..wire.excludes import Excludes
 from .progress import Counted, Progress
 from .tar_streams import pack_directory, unpack_into, unpacked_size, write_all
@@ -83,12 +84,16 @@ class Location:
 
 def parse_location(text: str) -> Location:
     """
-    ``HOST:PATH`` names a path in node ``HOST``; anything else is a local
-    path.  A text that starts with ``/``, ``.`` or ``~``, or whose part before
-    the first ``:`` holds a ``/`` or is empty, is local, so ``./a:b`` and
-    ``/x:y`` are files here.
+    ``HOST:PATH`` names a path in node ``HOST``, ``pod/[NAMESPACE/]NAME:PATH``
+    one in a VM pod (its ``host`` resolved later, see
+    :mod:`~vmservice.cli.pods`); anything else is a local path.  A text that
+    starts with ``/``, ``.`` or ``~``, or whose part before the first ``:``
+    holds a ``/`` (but after ``pod/``) or is empty, is local, so ``./a:b``,
+    ``/x:y`` and ``./pod/x:y`` are files here.
     """
     host, colon, path = text.partition(":")
+    if colon and host.startswith(POD_PREFIX):
+        return Location(host, path)
     if not colon or not host or "/" in host or text.startswith((".", "~")):
         return Location(None, text)
     return Location(host, path)

@@ -11,7 +11,7 @@ import argparse
 from ..client import Client
 from . import output
 from .arguments import duration, non_negative_int, positive_int, uint32
-from .commands import Command, add_json_option
+from .commands import Command, add_json_option, add_node_argument
 from .context import Context
 
 __all__ = ["EVENTS", "WATCH"]
@@ -39,7 +39,7 @@ async def _watch(client: Client, options: argparse.Namespace, context: Context) 
 
 def _watch_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl watch``."""
-    parser.add_argument("hostname", metavar="HOST")
+    add_node_argument(parser, "HOST")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="what to watch: absolute, or ~ / ~/... (the home "
                                                                  "of --uid, default root)")
     parser.add_argument("--pattern", action="append", dest="patterns", metavar="GLOB",

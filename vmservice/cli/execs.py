@@ -14,7 +14,7 @@ from typing import Callable, TextIO
 from ..client import Client, ExecOptions, ExecRecord
 from . import output
 from .arguments import env, mode, non_negative_int, size, uint32
-from .commands import Command, add_host_and_json
+from .commands import Command, add_host_and_json, add_node_argument
 from .context import Context, Failed
 
 __all__ = ["EXEC", "KILL", "LOGS", "PS", "exit_status"]
@@ -107,7 +107,7 @@ async def _exec_logs(client: Client, options: argparse.Namespace, context: Conte
 
 def _logs_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl logs``."""
-    parser.add_argument("hostname", metavar="HOSTNAME")
+    add_node_argument(parser, "HOSTNAME")
     parser.add_argument("exec_id", nargs="?", metavar="EXEC_ID",
                         help="a background exec: print its output (stdout here, stderr to stderr)")
     parser.add_argument("--lines", type=non_negative_int, metavar="N",
@@ -162,7 +162,7 @@ def _exec_options(options: argparse.Namespace) -> ExecOptions:
 
 def _exec_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl exec``."""
-    parser.add_argument("hostname", metavar="HOST")
+    add_node_argument(parser, "HOST")
     parser.add_argument("words", nargs="*", metavar="CMD [ARGS...]",
                         help="after --: the command line (for the shell) and words appended to it, each quoted")
     parser.add_argument("--stdin", action="store_true", help="stream this program's stdin to the command")
@@ -204,7 +204,7 @@ async def _kill(client: Client, options: argparse.Namespace, context: Context) -
 
 def _kill_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl kill``."""
-    parser.add_argument("hostname", metavar="HOST")
+    add_node_argument(parser, "HOST")
     parser.add_argument("exec_id", metavar="EXEC_ID")
     parser.add_argument("--signal", choices=("TERM", "KILL", "HUP", "INT", "QUIT", "USR1", "USR2"),
                         help="the signal (daemon default TERM)")

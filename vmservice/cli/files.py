@@ -11,7 +11,7 @@ import argparse
 from ..client import Client
 from . import copying, output
 from .arguments import mode, uint32
-from .commands import Command, CommandGroup, add_json_option
+from .commands import Command, CommandGroup, add_json_option, add_node_argument
 from .context import Context, Failed
 
 __all__ = ["CP", "FS"]
@@ -33,8 +33,9 @@ async def _cp(client: Client, options: argparse.Namespace, context: Context) -> 
 
 def _cp_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl cp``."""
-    parser.add_argument("source", metavar="SRC")
-    parser.add_argument("destination", metavar="DST")
+    where = "a local path, HOST:PATH, or pod/[NAMESPACE/]NAME:PATH for a VM pod"
+    parser.add_argument("source", metavar="SRC", help=where)
+    parser.add_argument("destination", metavar="DST", help=where)
     parser.add_argument("--uid", type=uint32, metavar="N", help="owner of what is written in the node")
     parser.add_argument("--gid", type=uint32, metavar="N", help="group of what is written in the node")
     parser.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
@@ -72,7 +73,7 @@ async def _fs_rm(client: Client, options: argparse.Namespace, context: Context) 
 
 def _fs_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments every ``vmctl fs`` command takes first: the node and the path."""
-    parser.add_argument("hostname", metavar="HOST")
+    add_node_argument(parser, "HOST")
     parser.add_argument("path", metavar="PATH", help="absolute, or ~ / ~/... for root's home")
 
 

@@ -27,7 +27,7 @@ from twisted.python.failure import Failure
 from ..client import Client, IClientReactor
 from ..client.tunnel import TunnelEndpoint, TunnelRefused
 from ..wire.upstream import Upstream
-from .commands import Command
+from .commands import Command, add_node_argument
 from .context import Context, Failed
 
 #: The local address when a SPEC names none.
@@ -241,7 +241,7 @@ async def _forward(client: Client, options: argparse.Namespace, context: Context
 
 def _forward_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl forward``."""
-    parser.add_argument("hostname", metavar="NODE")
+    add_node_argument(parser, "NODE")
     parser.add_argument("specs", nargs="+", metavar="SPEC",
                         help="[LOCAL_ADDR:]LOCAL_PORT:REMOTE_HOST:REMOTE_PORT, unix:/path on either side "
                              "(LOCAL_ADDR defaults to 127.0.0.1; LOCAL_PORT 0 picks a free port)")

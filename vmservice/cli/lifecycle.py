@@ -12,7 +12,7 @@ from typing import TextIO
 from ..client import Client
 from . import output
 from .arguments import duration
-from .commands import Command, add_json_option
+from .commands import Command, add_json_option, add_node_argument
 from .context import Context
 
 __all__ = ["COMMANDS"]
@@ -51,7 +51,7 @@ async def _restore(client: Client, options: argparse.Namespace, context: Context
 
 def _pause_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl pause``."""
-    parser.add_argument("hostname", metavar="HOST")
+    add_node_argument(parser, "HOST")
 
 
 PAUSE = Command("pause", "pause a node's VM", _pause_arguments, _pause)
@@ -59,7 +59,7 @@ PAUSE = Command("pause", "pause a node's VM", _pause_arguments, _pause)
 
 def _resume_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl resume``."""
-    parser.add_argument("hostname", metavar="HOST")
+    add_node_argument(parser, "HOST")
 
 
 RESUME = Command("resume", "resume a paused node", _resume_arguments, _resume)
@@ -67,7 +67,7 @@ RESUME = Command("resume", "resume a paused node", _resume_arguments, _resume)
 
 def _suspend_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl suspend``."""
-    parser.add_argument("hostname", metavar="HOST")
+    add_node_argument(parser, "HOST")
 
 
 SUSPEND = Command("suspend", "suspend a node until it is restored", _suspend_arguments, _suspend)
@@ -75,7 +75,7 @@ SUSPEND = Command("suspend", "suspend a node until it is restored", _suspend_arg
 
 def _restore_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl restore``."""
-    parser.add_argument("hostname", metavar="HOST")
+    add_node_argument(parser, "HOST")
     parser.add_argument("--wait", choices=("agent",), help="answer only once the node's guest agent answers")
     parser.add_argument("--timeout", type=duration, metavar="DURATION",
                         help="how long --wait may take, e.g. 2m")
@@ -94,7 +94,7 @@ async def _fork(client: Client, options: argparse.Namespace, context: Context) -
 
 def _fork_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl fork``."""
-    parser.add_argument("hostname", metavar="NODE")
+    add_node_argument(parser, "NODE")
     parser.add_argument("-n", "--count", type=int, default=1, help="how many new nodes (1 to 8; default 1)")
     parser.add_argument("--tag", action="append", dest="tags", metavar="T", help="a tag of the new nodes (repeat for more)")
     add_json_option(parser, "print the JSON answer instead of the hostnames")
@@ -113,7 +113,7 @@ async def _relaunch(client: Client, options: argparse.Namespace, context: Contex
 
 def _relaunch_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl relaunch``."""
-    parser.add_argument("hostname", metavar="HOST")
+    add_node_argument(parser, "HOST")
     parser.add_argument("--wait", choices=("agent",), help="answer only once the node's guest agent answers")
     parser.add_argument("--timeout", type=duration, metavar="DURATION",
                         help="how long --wait may take, e.g. 2m")
@@ -131,7 +131,7 @@ async def _shutdown(client: Client, options: argparse.Namespace, context: Contex
 
 def _shutdown_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl shutdown``."""
-    parser.add_argument("hostname", metavar="HOST")
+    add_node_argument(parser, "HOST")
     parser.set_defaults(action="shutdown")
 
 
@@ -140,7 +140,7 @@ SHUTDOWN = Command("shutdown", "power a node's guest off", _shutdown_arguments, 
 
 def _reboot_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl reboot``."""
-    parser.add_argument("hostname", metavar="HOST")
+    add_node_argument(parser, "HOST")
     parser.set_defaults(action="reboot")
 
 

@@ -35,8 +35,8 @@ from twisted.internet.defer import Deferred
 from twisted.web.client import RequestGenerationFailed, RequestTransmissionFailed, ResponseFailed
 
 from ..client import DEFAULT_URL, ApiError, Client, ConnectFailed, ExecInterrupted, WatchInterrupted
-from . import copying, events, execs, files, forwarding, images, lifecycle, nodes, output, secrets, stats, tagging
-from . import terminal
+from . import copying, events, execs, files, forwarding, images, lifecycle, nodes, output, pods, secrets, stats
+from . import tagging, terminal
 from .commands import TOKEN_VARIABLE, URL_VARIABLE, Command, CommandGroup, add_connection_options, install
 from .context import Context, Failed, IVmctlReactor
 
@@ -96,6 +96,10 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Name
         options.destination = copying.parse_location(options.destination)
         if (options.source.host is None) == (options.destination.host is None):
             parser.error("cp: exactly one of SRC and DST must be HOST:PATH")
+    try:
+        pods.check_pod_references(options, url_given=options.url is not None)
+    except ValueError as error:
+        parser.error(str(error))
     options.url = options.url or environ.get(URL_VARIABLE) or DEFAULT_URL
     if options.token is None and options.token_file is None:
         options.token = environ.get(TOKEN_VARIABLE) or None
@@ -161,6 +165,7 @@ async def run(
         local = _local(options, out)
         if local is not None:
             return local
+        await pods.resolve_pod_references(reactor, options, os.environ if environ is None else environ)
         client = Client(reactor, options.url, resolve_token(options))
         try:
             code: int = await options.handler(client, options, Context(reactor, out, err, stdin))

@@ -14,7 +14,7 @@ from typing import Any
 from ..client import ApiError, Client
 from . import listings, output
 from .arguments import duration, positive_int, size
-from .commands import Command, add_host_and_json, add_json_option
+from .commands import Command, add_host_and_json, add_json_option, add_node_argument
 from .context import Context, Failed
 
 __all__ = ["CREATE", "DELETE", "DESCRIBE", "GROUPS", "HEALTH", "INFO", "LIST", "create_body"]
@@ -165,7 +165,7 @@ async def _delete(client: Client, options: argparse.Namespace, context: Context)
 def _delete_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl delete``."""
     parser.add_argument("group", metavar="GROUP")
-    parser.add_argument("hostname", metavar="HOSTNAME")
+    add_node_argument(parser, "HOSTNAME")
 
 
 DELETE = Command("delete", "delete node HOSTNAME of GROUP", _delete_arguments, _delete)
@@ -201,7 +201,7 @@ async def _health(client: Client, options: argparse.Namespace, context: Context)
 
 def _health_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl health``."""
-    parser.add_argument("hostname", metavar="HOSTNAME")
+    add_node_argument(parser, "HOSTNAME")
     add_json_option(parser)
 
 

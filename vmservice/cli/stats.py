@@ -18,7 +18,7 @@ from twisted.internet.task import deferLater
 from ..client import Client
 from . import output
 from .arguments import positive_float, positive_int
-from .commands import Command, add_json_option
+from .commands import Command, add_json_option, add_node_argument
 from .context import Context
 
 __all__ = ["STATS", "TOP"]
@@ -36,7 +36,7 @@ async def _stats(client: Client, options: argparse.Namespace, context: Context) 
 
 def _stats_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl stats``."""
-    parser.add_argument("hostname", nargs="?", metavar="NODE", help="only this node")
+    add_node_argument(parser, "NODE", optional=True, help="only this node")
     add_json_option(parser)
 
 

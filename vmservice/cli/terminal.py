@@ -25,7 +25,7 @@ from twisted.internet.task import LoopingCall
 
 from ..client import Client, FdReader, ShellError, ShellSession
 from .arguments import uint32
-from .commands import Command
+from .commands import Command, add_node_argument
 from .context import Context, IVmctlReactor
 
 #: Seconds between HEARTBEATs (what existing clients send).
@@ -116,7 +116,7 @@ async def _shell(client: Client, options: argparse.Namespace, context: Context) 
 
 def _shell_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``vmctl shell``."""
-    parser.add_argument("hostname", metavar="HOST")
+    add_node_argument(parser, "HOST")
     parser.add_argument("--uid", type=uint32, metavar="UID", help="user id (default 0, root)")
     parser.add_argument("--gid", type=uint32, metavar="GID", help="group id (default 0)")
     parser.add_argument("--cwd", metavar="DIR", help="working directory (default: the user's home)")
