@@ -284,7 +284,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("vmservice.__init__", "vmservice.version", "vmservice.wire", "vmservice.errors", "vmservice.private_files",
      "vmservice.durable", "vmservice.structuring", "vmservice.durations", "vmservice.observer",
      "vmservice.buffer_budget", "vmservice.devices", "vmservice._duplex", "vmservice.sshkeys",
-     "vmservice.bounded_body"),
+     "vmservice.bounded_body", "vmservice.quiet_pool"),
     ("vmservice.guest", "vmservice.client"),
     ("vmservice.config", "vmservice.hypervisors", "vmservice.storage", "vmservice.images", "vmservice.network",
      "vmservice.auth", "vmservice.audit"),

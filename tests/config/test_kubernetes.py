@@ -218,15 +218,26 @@ class ExampleTests(ConfigErrorCase):
     """``conf/cluster-node.yaml``, the example of a cluster node."""
 
     def test_example(self) -> None:
-        """It parses once its kubeconfig exists, and is a node ``vms-a`` of a token kubeconfig."""
-        example = os.path.join(os.path.dirname(EXAMPLE), "cluster-node.yaml")
-        with open(example, encoding="utf-8") as stream:
-            text = stream.read()
-        files = KubeFiles(self)
-        path = files.kubeconfig()
-        text = text.replace("/var/lib/vmservice/devcluster/ca.crt", files.ca)
-        config = parse_text(text.replace("/var/lib/vmservice/devcluster/nodes/vms-a.kubeconfig", path))
-        assert config.kubernetes is not None
-        self.assertEqual((config.kubernetes.node_name, config.kubernetes.token.kubeconfig), ("vms-a", True))
-        self.assertEqual(config.kubernetes.kubelet_client_ca_file, files.ca)
-        self.assertEqual([group.name for group in config.host_groups], ["vm"])
+        """
+        conf/cluster-node.yaml and conf/cluster-node-b.yaml parse once their files exist: nodes ``vms-a``
+        and ``vms-b`` of token kubeconfigs, on ports, state directories and ranges of their own.
+        """
+        configs = []
+        for name, node in (("cluster-node.yaml", "vms-a"), ("cluster-node-b.yaml", "vms-b")):
+            with open(os.path.join(os.path.dirname(EXAMPLE), name), encoding="utf-8") as stream:
+                text = stream.read()
+            files = KubeFiles(self)
+            text = text.replace("/var/lib/vmservice/devcluster/ca.crt", files.ca)
+            config = parse_text(text.replace(f"/var/lib/vmservice/devcluster/nodes/{node}.kubeconfig",
+                                             files.kubeconfig()))
+            assert config.kubernetes is not None
+            self.assertEqual((config.kubernetes.node_name, config.kubernetes.token.kubeconfig), (node, True))
+            self.assertEqual(config.kubernetes.kubelet_client_ca_file, files.ca)
+            self.assertEqual([group.name for group in config.host_groups], ["vm"])
+            configs.append(config)
+        a, b = configs
+        assert a.kubernetes is not None and b.kubernetes is not None
+        self.assertNotEqual(a.api.port, b.api.port)
+        self.assertNotEqual(a.state_dir, b.state_dir)
+        self.assertNotEqual(a.kubernetes.kubelet_port, b.kubernetes.kubelet_port)
+        self.assertNotEqual(a.host_groups[0].network.range, b.host_groups[0].network.range)

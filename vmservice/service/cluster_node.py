@@ -35,6 +35,7 @@ from ..config import Config, KubernetesConfig
 from ..config.kubeconfig import read_token
 from ..metrics import Metrics
 from ..nodes.admission import Admission, mem_total
+from ..quiet_pool import QuietPool
 from ..nodes.fleet import Fleet
 from ..secretstore import SecretStore
 from ..version import go_platform
@@ -49,7 +50,8 @@ _PEM_CERTIFICATE = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFIC
 def https_client(reactor: IDaemonReactor, ca_pem: bytes) -> HTTPClient:
     """
     A treq client whose HTTPS trusts the certificates of ``ca_pem`` alone
-    (the server's name or address checked against its certificate).
+    (the server's name or address checked against its certificate), its
+    connections kept for the next call and not logged.
 
     :raise StartupError: ``ca_pem`` holds no certificate OpenSSL reads.
     """
@@ -60,7 +62,7 @@ def https_client(reactor: IDaemonReactor, ca_pem: bytes) -> HTTPClient:
         raise StartupError(f"kubernetes: the CA cannot be read ({error})") from None
     if not certificates:
         raise StartupError("kubernetes: the CA holds no certificate")
-    return HTTPClient(Agent(reactor, contextFactory=BrowserLikePolicyForHTTPS(trustRoot=trust)))
+    return HTTPClient(Agent(reactor, contextFactory=BrowserLikePolicyForHTTPS(trustRoot=trust), pool=QuietPool(reactor)))
 
 
 def _first_line(path: str) -> str:
