@@ -1,6 +1,7 @@
 """
-A real daemon with the kubelet API beside it, for :mod:`tests.integration.test_kubelet_api`, until the
-daemon wires the kubelet port itself: :func:`main` runs in a child process what ``twistd vmservice``
+A real daemon with the kubelet API beside it, for :mod:`tests.integration.test_kubelet_api`, without a
+control plane (the daemon wires the kubelet port itself only as a cluster node, tested end to end in
+:mod:`tests.integration.test_cluster`): :func:`main` runs in a child process what ``twistd vmservice``
 runs (the configuration, :func:`~vmservice.service.make_service`) and adds the kubelet listener on the
 same fleet, one pod (``default/web``, container ``vm``: :class:`~tests.cluster.kubelet.fakes.FakeResolver`)
 standing for VM ``demo-1``.  :class:`KubeletDaemon`
@@ -92,8 +93,8 @@ def main() -> None:
     from vmservice.cluster.kubelet.tls import KubeletTls, KubeletTlsConfig
     from vmservice.config import load_config
     from vmservice.nodes.fleet import Fleet
-    from vmservice.nodes.paths import NodePaths
     from vmservice.service import IDaemonReactor, make_service
+    from vmservice.service.kubelet_port import console_paths
 
     os.umask(0o077)
     config_path, settings = sys.argv[1], json.loads(sys.argv[2])
@@ -107,14 +108,10 @@ def main() -> None:
 
     fleet = fleets(top)[0]
 
-    def console_path(hostname: str) -> str:
-        fleet.node(hostname)
-        return NodePaths.of(os.path.join(config.state_dir, "nodes", hostname)).console
-
     tls = KubeletTls(KubeletTlsConfig("node-a", "127.0.0.1", "localhost", settings["tls_dir"],
                                       client_ca_file=settings["client_ca"]), datetime.datetime.now(datetime.timezone.utc))
     resolver = FakeResolver()
-    site = kubelet_site(reactor, resolver, fleet, console_path, config.console_log_size,
+    site = kubelet_site(reactor, resolver, fleet, console_paths(config, fleet), config.console_log_size,
                         lambda call: deferToThreadPool(reactor, reactor.getThreadPool(), call), tls, resolver.pods)
     KubeletListener(reactor, site, tls, "127.0.0.1", settings["port"]).setServiceParent(top)
     top.startService()

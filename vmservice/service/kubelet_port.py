@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+from typing import Callable
 
 from ..cluster.kubelet.site import KubeletListener, kubelet_site
 from ..cluster.kubelet.tls import KubeletTls, KubeletTlsConfig
@@ -35,17 +36,23 @@ def kubelet_tls(config: Config, kubernetes: KubernetesConfig, now: datetime.date
         kubernetes.kubelet_client_ca_file), now)
 
 
+def console_paths(config: Config, fleet: Fleet) -> Callable[[str], str]:
+    """A VM's console log by hostname; :class:`~vmservice.errors.NotFound` when ``fleet`` has no such VM."""
+
+    def console_path(hostname: str) -> str:
+        fleet.node(hostname)
+        return NodePaths.of(os.path.join(config.state_dir, "nodes", hostname)).console
+
+    return console_path
+
+
 def kubelet_listener(config: Config, kubernetes: KubernetesConfig, reactor: IDaemonReactor, fleet: Fleet,
                      pods: PodController, blocking: Blocking) -> KubeletListener:
     """The kubelet API of this node's pods, listened on while the service runs."""
-
-    def console_path(hostname: str) -> str:
-        fleet.node(hostname)  # NotFound when there is no such VM
-        return NodePaths.of(os.path.join(config.state_dir, "nodes", hostname)).console
-
+    console_path = console_paths(config, fleet)
     tls = kubelet_tls(config, kubernetes, datetime.datetime.now(datetime.timezone.utc))
     site = kubelet_site(reactor, PodResolver(pods), fleet, console_path, config.console_log_size, blocking, tls)
     return KubeletListener(reactor, site, tls, kubernetes.internal_ip, kubernetes.kubelet_port)
 
 
-__all__ = ["GENERATED_DIR", "kubelet_listener", "kubelet_tls"]
+__all__ = ["GENERATED_DIR", "console_paths", "kubelet_listener", "kubelet_tls"]
