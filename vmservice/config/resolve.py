@@ -98,9 +98,9 @@ class Resolver(GroupChecks, KubernetesChecks, E2bChecks):
             console_log_size=self.console_log_size(document.console_log_size, (*base, "console_log_size")),
             audit=self.audit(document.audit, (*base, "audit")),
         )
-        names = tuple(g.name for g in groups)
-        kubernetes = self.kubernetes(document.kubernetes, (*base, "kubernetes"), api, names)
-        e2b = self.e2b(document.e2b, (*base, "e2b"), api, names)
+        group_names = tuple(g.name for g in groups)
+        kubernetes = self.kubernetes(document.kubernetes, (*base, "kubernetes"), api, group_names)
+        e2b = self.e2b(document.e2b, (*base, "e2b"), api, group_names)
         return checked.record(image_dir=image_dir, host_groups=tuple(groups), kubernetes=kubernetes, e2b=e2b)
 
     def limits(self, document: LimitsConfig, parts: Path) -> LimitsConfig:
