@@ -22,6 +22,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IRequest
 from twisted.web.resource import IResource
+from twisted.web.server import NOT_DONE_YET
 from zope.interface import implementer
 
 from ..api.connection_limits import ConnectionLimits
@@ -89,12 +90,12 @@ class E2bRoot:
             return BodyPlan(refusal=refusal)
         return BodyPlan(limit=MAX_BODY)
 
-    def render(self, request: IRequest) -> int | bytes:
+    def render(self, request: IRequest) -> int:
         refusal = getattr(request, "refusal", None)
         if isinstance(refusal, Exception):
             status, body = failure_of(refusal, Call.OTHER)
             answer(request, status, body)
-            return b""
+            return NOT_DONE_YET
         if request.requestHeaders.hasHeader(SANDBOX_HEADER):
             return self.data.render(request)
         return self.control.render(request)
