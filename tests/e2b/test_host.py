@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Callable, cast
 
+import attrs
+
 from twisted.internet.defer import Deferred, succeed
 
 from twisted.trial.unittest import SynchronousTestCase
@@ -94,6 +96,7 @@ class FleetHostTests(SynchronousTestCase):
         self.assertEqual(heard, ["x"])
 
     def test_paused(self) -> None:
-        """Paused is suspended to disk (a node paused in memory still counts as running)."""
+        """Paused is suspended to disk (a node paused in memory, or asleep by the idle timer, counts as running)."""
         self.assertEqual([is_paused(RECORD.with_status(s)) for s in (Status.SUSPENDED, Status.PAUSED, Status.RUNNING)],
                          [True, False, False])
+        self.assertFalse(is_paused(attrs.evolve(RECORD, status=Status.SUSPENDED, idle_suspended=True)))

@@ -180,7 +180,8 @@ class DataPlaneTests(SiteCase):
         header = {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": "49983"}
         self.assertEqual(self.request("GET", "/health", headers=header)[0], 204)
         self.request("POST", f"/sandboxes/{sandbox_id}/pause")
-        self.assertEqual(self.request("GET", "/health", headers=header)[0], 502)
+        status, headers, _ = self.request("GET", "/health", headers=header)
+        self.assertEqual((status, headers[b"should-retry"]), (502, b"false"))
         self.request("DELETE", f"/sandboxes/{sandbox_id}")
         status, _, body = self.request("GET", "/health", headers=header)
         self.assertEqual((status, body["code"]), (502, 502))

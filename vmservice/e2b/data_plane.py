@@ -3,7 +3,7 @@
 A sandbox's data plane (envd: every request carrying ``E2b-Sandbox-Id``),
 as far as it is served yet: ``GET /health`` answers 204 for a running
 sandbox and 502 for one that is paused or gone (the only status the SDKs
-read as "not running"); every other request is answered as envd answers
+read as "not running"; with ``Should-Retry: false``, which they obey); every other request is answered as envd answers
 what it does not serve: a Connect RPC call (``POST /<package.Service>/<Method>``)
 with Connect's ``unimplemented`` error, anything else with a 404 in E2B's
 error body.  Commands, files and watches over the guest are the next step.
@@ -47,8 +47,10 @@ class DataPlane:
             if self._running(sandbox_id):
                 answer(request, 204, None)
             else:
+                # Said once: the SDKs retry a 502 without it.
                 answer(request, 502, json.dumps({"sandboxId": sandbox_id[:64], "code": 502,
-                                                 "message": "The sandbox is not running"}).encode())
+                                                 "message": "The sandbox is not running"}).encode(),
+                       {b"Should-Retry": b"false"})
         elif request.method == b"POST" and RPC_PATH.fullmatch(path):
             answer(request, 404, json.dumps({"code": "unimplemented",
                                              "message": f"{path[1:]} is not served by this daemon yet"}).encode())

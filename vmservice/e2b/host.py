@@ -56,8 +56,12 @@ class SandboxHost(Protocol):
 
 
 def is_paused(record: NodeRecord) -> bool:
-    """Whether a sandbox on node ``record`` is paused: its node is suspended."""
-    return record.status is Status.SUSPENDED
+    """
+    Whether a sandbox on node ``record`` is paused: its node is suspended, and
+    not by a group's idle timer (such a node wakes at the next request: for E2B
+    it runs).
+    """
+    return record.status is Status.SUSPENDED and not record.idle_suspended
 
 
 class FleetHost:
