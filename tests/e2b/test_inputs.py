@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.e2b import inputs
@@ -54,6 +56,25 @@ class NewSandboxTests(SynchronousTestCase):
         for given, message in cases:
             error = self.assertRaises(BadRequest, inputs.new_sandbox, given, 3600)
             self.assertTrue(error.message.startswith(message), (given[:60], error.message))
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                    max_leaves=10)
+KEYS = st.sampled_from(["templateID", "timeout", "autoPause", "metadata", "envVars", "secure", "other"])
+
+
+class AnyBodyTests(SynchronousTestCase):
+    @given(st.dictionaries(KEYS, JSON | st.just("base"), max_size=7))
+    def test_read_or_refused(self, fields: dict[str, Any]) -> None:
+        """Any JSON object is a create or a 400, nothing else; every parser alike."""
+        raw = json.dumps(fields).encode()
+        for parse in (lambda: inputs.new_sandbox(raw, 3600), lambda: inputs.set_timeout(raw, 3600),
+                      lambda: inputs.connect(raw, 3600), lambda: inputs.pause(raw)):
+            try:
+                parse()
+            except BadRequest:
+                pass
 
 
 class OtherBodiesTests(SynchronousTestCase):

@@ -59,6 +59,16 @@ class QueryTests(SynchronousTestCase):
                     args(template="x" * 8193)):
             self.assertRaises(BadRequest, list_query, bad)
 
+    @given(st.dictionaries(st.sampled_from([b"metadata", b"state", b"template", b"startedAfter", b"order", b"limit",
+                                            b"nextToken", b"other"]),
+                           st.lists(st.binary(max_size=40), min_size=1, max_size=3)))
+    def test_any_query(self, given_args: dict[bytes, list[bytes]]) -> None:
+        """Whatever a query holds, it is read or refused as a 400, nothing else."""
+        try:
+            list_query(given_args)
+        except BadRequest:
+            pass
+
     @given(st.dictionaries(st.text(min_size=1, max_size=20), st.text(max_size=20), max_size=5))
     def test_metadata_round_trip(self, pairs: dict[str, str]) -> None:
         """Whatever the SDK encodes, the filter reads back."""
