@@ -294,7 +294,7 @@ LAYERS: list[tuple[str, ...]] = [
     # Warm start above the node core, which asks for it through nodes.warm_port (never imports it).
     ("vmservice.nodes.warm",),
     ("vmservice.secretstore", "vmservice.codehost", "vmservice.metrics", "vmservice.nodestats_metrics"),
-    ("vmservice.api", "vmservice.cluster"),
+    ("vmservice.api", "vmservice.cluster", "vmservice.e2b"),
     ("vmservice.service", "vmservice.listening"),
     ("vmservice.tap", "vmservice.cli", "vmservice.devcluster"),
 ]

@@ -48,7 +48,7 @@ class RecordTests(SynchronousTestCase):
         def names(cls: type) -> set[str]:
             return {field.name for field in attrs.fields(cls)}
 
-        self.assertEqual(names(ConfigDocument) & names(Config), names(RootKeys) | {"image_dir", "host_groups", "kubernetes"})
+        self.assertEqual(names(ConfigDocument) & names(Config), names(RootKeys) | {"image_dir", "host_groups", "kubernetes", "e2b"})
         self.assertEqual(names(GroupDocument) & names(HostGroupConfig),
                          names(GroupKeys) | {"ram_bytes", "image", "hypervisor", "graceful_shutdown", "idle_suspend"})
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.config.parsing import EXAMPLE, ConfigErrorCase, GiB, MiB, group_text
-from vmservice.config import DEFAULT_IMAGE_DIR, ApiConfig, AuthConfig, Config, ConfigError, HostGroupConfig, load_config
+from vmservice.config import DEFAULT_IMAGE_DIR, ApiConfig, AuthConfig, Config, ConfigError, E2bConfig, HostGroupConfig, load_config
 
 
 class ExampleTests(SynchronousTestCase):
@@ -19,7 +19,8 @@ class ExampleTests(SynchronousTestCase):
     def test_loads(self) -> None:
         """
         The example loads into the configuration the documentation promises:
-        TCP on 127.0.0.1:8080 without auth and one empty ``demo`` group whose nodes are clones.
+        TCP on 127.0.0.1:8080 without auth, one empty ``demo`` group whose nodes are clones, and the
+        E2B API on 127.0.0.1:49982 serving ``base`` from a warm ``e2b`` group.
         """
         config = load_config(EXAMPLE, environ={})
         self.assertEqual(
@@ -30,7 +31,9 @@ class ExampleTests(SynchronousTestCase):
                 image_dir=DEFAULT_IMAGE_DIR,
                 host_groups=(
                     HostGroupConfig(name="demo", count=0, vcpu=1, ram_bytes=256 * MiB, storage_size=2 * GiB, warm=True),
+                    HostGroupConfig(name="e2b", count=0, vcpu=1, ram_bytes=256 * MiB, storage_size=2 * GiB, warm=True),
                 ),
+                e2b=E2bConfig(bind_address="127.0.0.1", port=49982, templates=(("base", "e2b"),)),
             ),
         )
 

@@ -46,6 +46,7 @@ from .defaults import (
     MAX_BACKGROUND_EXECS_PER_NODE,
     MAX_USERDATA,
 )
+from .e2b import E2bConfig
 from .error import ConfigError
 from .kubernetes import CapacityConfig, KubernetesConfig, TaintConfig, TokenSource
 from .load import load_config, parse_config
@@ -80,6 +81,7 @@ __all__ = [
     "GiB",
     "HostGroupConfig",
     "KiB",
+    "E2bConfig",
     "KubernetesConfig",
     "LimitsConfig",
     "MiB",

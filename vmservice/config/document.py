@@ -9,7 +9,7 @@ others.  A group gives its RAM as one of three keys (``ram_gb``, ``ram_mb``,
 ``ram_bytes``), may leave ``image``, ``hypervisor`` and
 ``graceful_shutdown`` to the top level, and writes ``idle_suspend`` as a
 duration; the root may leave ``image_dir`` to the environment and writes
-its groups and its ``kubernetes`` section as documents.  ``None`` means "not given" where the meaning of
+its groups and its ``kubernetes`` and ``e2b`` sections as documents.  ``None`` means "not given" where the meaning of
 absence is decided later (inheritance, the environment, "exactly one of").
 Every other section is read straight into its record
 (:mod:`vmservice.config.model`).
@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 
+from .e2b import E2bConfig, E2bDocument
 from .kubernetes import KubernetesConfig, KubernetesDocument
 from .model import Config, GroupKeys, HostGroupConfig, RootKeys
 
@@ -66,8 +67,13 @@ class ConfigDocument(RootKeys):
     image_dir: str | None = None
     host_groups: tuple[GroupDocument, ...] = ()
     kubernetes: KubernetesDocument | None = None
+    e2b: E2bDocument | None = None
 
     def record(self, *, image_dir: str, host_groups: tuple[HostGroupConfig, ...],
-               kubernetes: KubernetesConfig | None = None) -> Config:
-        """The whole record: the shared keys as they are, ``image_dir``, the groups and ``kubernetes`` as resolved."""
-        return Config(**_shared(RootKeys, self), image_dir=image_dir, host_groups=host_groups, kubernetes=kubernetes)
+               kubernetes: KubernetesConfig | None = None, e2b: E2bConfig | None = None) -> Config:
+        """
+        The whole record: the shared keys as they are, ``image_dir``, the
+        groups, ``kubernetes`` and ``e2b`` as resolved.
+        """
+        return Config(**_shared(RootKeys, self), image_dir=image_dir, host_groups=host_groups, kubernetes=kubernetes,
+                      e2b=e2b)

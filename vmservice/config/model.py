@@ -42,6 +42,7 @@ from .defaults import (
     DEFAULT_TEMPLATES_TMPFS_DIR,
     DEFAULT_VM_OVERHEAD,
 )
+from .e2b import E2bConfig
 from .kubernetes import KubernetesConfig
 from .values import PciText, Size, SpareCount
 
@@ -363,11 +364,13 @@ class Config(RootKeys):
     :ivar image_dir: Where built guest images are found.
     :ivar host_groups: The host groups, in file order, names unique.
     :ivar kubernetes: The daemon as a node of a Kubernetes cluster; ``None``: it is none.
+    :ivar e2b: The E2B-compatible API; ``None``: it is not served.
     """
 
     image_dir: str = DEFAULT_IMAGE_DIR
     host_groups: tuple[HostGroupConfig, ...] = ()
     kubernetes: KubernetesConfig | None = None
+    e2b: E2bConfig | None = None
 
     def group(self, name: str) -> HostGroupConfig | None:
         """

@@ -34,6 +34,7 @@ from .defaults import (
 )
 from .document import ConfigDocument
 from .model import AdmissionConfig, ApiConfig, AuditConfig, AuthConfig, Config, HostGroupConfig, LimitsConfig
+from .resolve_e2b import E2bChecks
 from .resolve_groups import GroupChecks
 from .resolve_kubernetes import KubernetesChecks
 from .units import MiB, format_size
@@ -51,7 +52,7 @@ def _remote_without_auth(address: str, auth: AuthConfig) -> bool:
     return not ip.is_loopback and not auth.enabled
 
 
-class Resolver(GroupChecks, KubernetesChecks):
+class Resolver(GroupChecks, KubernetesChecks, E2bChecks):
     """
     Turns checked documents into public records, raising :class:`~vmservice.config.error.ConfigError`
     with the line of the key at fault.
@@ -97,8 +98,10 @@ class Resolver(GroupChecks, KubernetesChecks):
             console_log_size=self.console_log_size(document.console_log_size, (*base, "console_log_size")),
             audit=self.audit(document.audit, (*base, "audit")),
         )
-        kubernetes = self.kubernetes(document.kubernetes, (*base, "kubernetes"), api, tuple(g.name for g in groups))
-        return checked.record(image_dir=image_dir, host_groups=tuple(groups), kubernetes=kubernetes)
+        group_names = tuple(g.name for g in groups)
+        kubernetes = self.kubernetes(document.kubernetes, (*base, "kubernetes"), api, group_names)
+        e2b = self.e2b(document.e2b, (*base, "e2b"), api, group_names)
+        return checked.record(image_dir=image_dir, host_groups=tuple(groups), kubernetes=kubernetes, e2b=e2b)
 
     def limits(self, document: LimitsConfig, parts: Path) -> LimitsConfig:
         """``limits``, checked (as read: nothing to resolve)."""

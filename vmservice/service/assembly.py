@@ -5,6 +5,7 @@ gives, the fleet's parts, the API site, the service tree).
 
 The service holds the fleet (which stops every VM when the daemon stops),
 the API listener (which stops first, so no request arrives while VMs go)
+with ``e2b:``, the E2B sandboxes and their listener (:mod:`.e2b_port`),
 and, when the daemon is a node of a Kubernetes cluster, the node's
 controller (:mod:`.cluster_node`) and its kubelet port (:mod:`.kubelet_port`).
 """
@@ -65,6 +66,7 @@ from .host import (
 )
 from .cluster_node import cluster_node
 from .kubelet_port import kubelet_listener
+from .e2b_port import e2b_port
 from .driver import decide_driver
 from .reactor import IDaemonReactor
 
@@ -239,12 +241,16 @@ def make_service(config: Config, reactor: IDaemonReactor) -> MultiService:
     tokens = load_tokens(config)
     connections = _api_site(config, reactor, fleet, metrics, secrets, budget, tokens)
     top = _service_tree(config, reactor, claims, fleet, blocking, room, metrics, tokens, connections)
+    if config.e2b is not None:  # after the fleet, stopped before it: no sandbox request while the VMs go
+        e2b_port(config, config.e2b, reactor, fleet, tokens).setServiceParent(top)
     if config.kubernetes is not None:  # added last, stopped first: no renewal once the VMs go
         node = cluster_node(config, config.kubernetes, reactor, admission, metrics, fleet, secrets)
         node.setServiceParent(top)  # type: ignore[no-untyped-call]  # Twisted's services are not annotated
         assert node.pods is not None  # made with the fleet
         kubelet_listener(config, config.kubernetes, reactor, fleet, node.pods, blocking).setServiceParent(top)  # type: ignore[no-untyped-call]
     where = config.api.unix_socket_path or f"{config.api.bind_address}:{config.api.port}"
+    if config.e2b is not None:
+        where += f", E2B API on {config.e2b.bind_address}:{config.e2b.port}"
     log.info(
         "vmservice on {where}, state in {state_dir}, auth {auth}",
         where=where, state_dir=config.state_dir, auth=f"on ({tokens.path})" if tokens else "off",
