@@ -21,7 +21,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from vmservice.config import E2bConfig
 from vmservice.e2b.sandboxes import Sandboxes
 from vmservice.e2b.store import SandboxStore
-from vmservice.errors import NotFound
+from vmservice.errors import AgentError, GuestErrorKind, NotFound
+from vmservice.guestport.guest import IGuest
 from vmservice.nodes.model import NodeRecord, Status
 from vmservice.nodes.stats import Snapshot
 
@@ -46,14 +47,16 @@ def snapshot(hostname: str) -> Snapshot:
 
 class FakeHost:
     """
-    Nodes in memory.  Operations finish at once unless ``hold`` names them
+    Nodes in memory.  Operations finish at once unless ``waiting`` names them
     (``create``, ``delete``, ``suspend``, ``restore``): then they wait on a
     Deferred in ``held``; ``fail`` names operations that raise.
     """
 
     def __init__(self) -> None:
         self.nodes: dict[str, NodeRecord] = {}
-        self.hold: set[str] = set()
+        self.waiting: set[str] = set()
+        self.guests: dict[str, IGuest] = {}
+        self.holds: dict[str, int] = {}
         self.fail: dict[str, Exception] = {}
         self.held: dict[str, Deferred[None]] = {}
         self.calls: list[tuple[str, str]] = []
@@ -73,7 +76,7 @@ class FakeHost:
 
     async def _step(self, name: str, hostname: str) -> None:
         self.calls.append((name, hostname))
-        if name in self.hold:
+        if name in self.waiting:
             self.held[name] = Deferred()
             await self.held[name]
         if name in self.fail:
@@ -110,6 +113,20 @@ class FakeHost:
     async def snapshot(self, hostname: str) -> Snapshot | None:
         self.node(hostname)
         return snapshot(hostname)
+
+    async def guest(self, hostname: str) -> IGuest:
+        self.node(hostname)
+        if hostname not in self.guests:
+            raise AgentError(GuestErrorKind.UNAVAILABLE, f"no agent answers on {hostname}")
+        return self.guests[hostname]
+
+    def hold(self, hostname: str) -> Callable[[], None]:
+        """Count the holds of each node (``holds``)."""
+        self.holds[hostname] = self.holds.get(hostname, 0) + 1
+
+        def release() -> None:
+            self.holds[hostname] -= 1
+        return release
 
     def on_deleted(self, listener: Callable[[str], None]) -> Callable[[], None]:
         self.listeners.append(listener)

@@ -57,7 +57,7 @@ class SandboxesTests(SynchronousTestCase):
 
     def test_creating_not_shown(self) -> None:
         """While its node is made the sandbox is not listed; a failed create leaves nothing."""
-        self.host.hold.add("create")
+        self.host.waiting.add("create")
         self.host.fail["create"] = Internal("no room")
         made = run(self.sandboxes.create(NewSandbox(template_id="base")))
         self.assertEqual(self.sandboxes.all(), [])
@@ -128,7 +128,7 @@ class SandboxesTests(SynchronousTestCase):
     def test_busy(self) -> None:
         """A pause or connect while a pause is under way is a conflict; a kill is not."""
         sandbox_id = self.create()
-        self.host.hold.add("suspend")
+        self.host.waiting.add("suspend")
         pausing = run(self.sandboxes.pause(sandbox_id))
         self.assertEqual(self.failureResultOf(run(self.sandboxes.pause(sandbox_id)), Conflict).value.code, "busy")
         self.failureResultOf(run(self.sandboxes.connect(sandbox_id, 10)), Conflict)

@@ -30,7 +30,7 @@ class SiteCase(SynchronousTestCase):
     def setUp(self) -> None:
         self.sandboxes, self.host, self.clock, _ = make_sandboxes(self)
         config = Config(api=ApiConfig(auth=AuthConfig(enabled=self.tokens is not None)))
-        self.site = e2b_site(self.clock, config, CONFIG, self.sandboxes, self.tokens).wrappedFactory
+        self.site = e2b_site(self.clock, config, CONFIG, self.sandboxes, self.host, self.tokens).wrappedFactory
 
     def request(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None,
                 raw: bytes | None = None) -> tuple[int, dict[bytes, bytes], Any]:
@@ -186,10 +186,10 @@ class DataPlaneTests(SiteCase):
         status, _, body = self.request("GET", "/health", headers=header)
         self.assertEqual((status, body["code"]), (502, 502))
 
-    def test_not_served_yet(self) -> None:
-        """A Connect call: 404 with Connect's ``unimplemented``; any other path: 404 with E2B's body."""
+    def test_not_served(self) -> None:
+        """A Connect call no service has: 501 with Connect's ``unimplemented``; any other path: 404 with E2B's body."""
         header = {"E2b-Sandbox-Id": self.create(), "Content-Type": "application/json"}
-        status, _, body = self.request("POST", "/process.Process/List", {}, headers=header)
-        self.assertEqual((status, body["code"]), (404, "unimplemented"))
+        status, _, body = self.request("POST", "/nothing.Nothing/List", {}, headers=header)
+        self.assertEqual((status, body["code"]), (501, "unimplemented"))
         status, _, body = self.request("GET", "/files?path=/x", headers=header)
         self.assertEqual((status, body["code"]), (404, 404))

@@ -1,62 +1,300 @@
-# -*- test-case-name: tests.e2b.test_site -*-
+# -*- test-case-name: tests.e2b.test_data_plane -*-
 """
-A sandbox's data plane (envd: every request carrying ``E2b-Sandbox-Id``),
-as far as it is served yet: ``GET /health`` answers 204 for a running
-sandbox and 502 for one that is paused or gone (the only status the SDKs
-read as "not running"; with ``Should-Retry: false``, which they obey); every other request is answered as envd answers
-what it does not serve: a Connect RPC call (``POST /<package.Service>/<Method>``)
-with Connect's ``unimplemented`` error, anything else with a 404 in E2B's
-error body.  Commands, files and watches over the guest are the next step.
+A sandbox's data plane (envd: every request carrying ``E2b-Sandbox-Id``):
+the router between the HTTP requests and the services that serve them.
+
+``GET /health`` answers 204 for a running sandbox and 502 for one that is
+paused or gone (the only status the SDKs read as "not running"; with
+``Should-Retry: false``, which they obey); any other call to a sandbox that
+is not running gets the same 502.  Then the call's user is read
+(:mod:`.users`), its ``X-Access-Token`` checked against the sandbox's
+(envd's 401 otherwise; the plain routes, which may be signed instead, are
+told whether it matched), its node's guest found and its idle timer held
+for the call's length, and the call goes to its service:
+
+- a Connect RPC (``POST /<package.Service>/<Method>``) to the
+  :class:`RpcMethod` registered under ``package.Service/Method``: a unary
+  one answers one message, a server-streaming one sends its messages to a
+  :class:`MessageSink` and the router ends the stream (``{}`` or the error);
+  a ``Connect-Timeout-Ms`` header bounds either (``deadline_exceeded``);
+- any other path to the :data:`PlainHandler` registered for it (``/files``).
+
+A client that goes away cancels its call.  Every failure is answered
+through :func:`~.envd_failures.connect_error_of`.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from hmac import compare_digest
+from typing import Any, Awaitable, Callable, Coroutine, Mapping, Optional, Protocol
 
+from attrs import frozen
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web.iweb import IRequest
-from twisted.web.server import NOT_DONE_YET
+from twisted.web.server import NOT_DONE_YET, Request
 
 from ..errors import NotFound
+from ..guestport.guest import IGuest
+from .connect import (STREAM_TYPE, UNARY_TYPE, Code, ConnectError, end_envelope, envelope, error_body,
+                      message_bytes, request_message, stream_request)
 from .control import answer
-from .failures import error_body
-from .sandbox import SandboxState
+from .envd_failures import connect_error_of
+from .failures import error_body as e2b_error_body
+from .host import SandboxHost
+from .sandbox import Sandbox, SandboxState
 from .sandboxes import Sandboxes
+from .users import EnvdUser, user_of_authorization
+
+log = Logger(namespace="vmservice.e2b")
 
 #: A Connect RPC call's path.
-RPC_PATH = re.compile(r"/[A-Za-z_][A-Za-z0-9_.]*\.[A-Za-z_][A-Za-z0-9_]*/[A-Za-z_][A-Za-z0-9_]*")
+RPC_PATH = re.compile(r"/([A-Za-z_][A-Za-z0-9_.]*\.[A-Za-z_][A-Za-z0-9_]*/[A-Za-z_][A-Za-z0-9_]*)")
+#: The longest ``Connect-Timeout-Ms`` honoured (Connect allows 10 digits).
+MAX_TIMEOUT_MS = 10 ** 10 - 1
+
+
+@frozen
+class EnvdCall:
+    """
+    One call to a sandbox's data plane, as its service sees it.
+
+    :ivar sandbox: the sandbox (its environment, its access token).
+    :ivar guest: its node's guest.
+    :ivar user: the user the call acts as.
+    :ivar token_ok: whether the call carried the sandbox's access token (or
+        the sandbox has none); a plain route that accepts a signature instead
+        checks one when this is false.
+    """
+
+    sandbox: Sandbox
+    guest: IGuest
+    user: EnvdUser
+    token_ok: bool
+
+
+class MessageSink(Protocol):
+    """Where a server-streaming method sends its messages."""
+
+    def send(self, message: Mapping[str, Any]) -> None:
+        """Send one message to the client."""
+
+    def abort(self) -> None:
+        """Break the connection (no end envelope: the stream did not end, it broke)."""
+
+
+#: A unary method: the request's message in, the answer's out.
+Unary = Callable[[EnvdCall, dict[str, Any]], Awaitable[Mapping[str, Any]]]
+#: A server-streaming method: the request's message in, its messages to the sink; it returns when the stream ends.
+ServerStream = Callable[[EnvdCall, dict[str, Any], MessageSink], Awaitable[None]]
+#: A plain HTTP route: it answers the request itself.
+PlainHandler = Callable[[EnvdCall, IRequest], Awaitable[None]]
+
+
+@frozen
+class RpcMethod:
+    """A method of a service: exactly one of ``unary`` and ``stream``."""
+
+    unary: Optional[Unary] = None
+    stream: Optional[ServerStream] = None
+
+
+class _ResponseSink:
+    """A :class:`MessageSink` over a streaming response."""
+
+    def __init__(self, request: IRequest) -> None:
+        self._request = request
+        self.started = self.aborted = False
+
+    def start(self) -> None:
+        if not self.started:
+            self.started = True
+            self._request.setResponseCode(200)
+            self._request.setHeader(b"Content-Type", STREAM_TYPE)
+
+    def send(self, message: Mapping[str, Any]) -> None:
+        if not (self.aborted or getattr(self._request, "_disconnected", False)):
+            self.start()
+            self._request.write(envelope(message))
+
+    def abort(self) -> None:
+        self.aborted = True
+        transport = getattr(getattr(self._request, "channel", None), "transport", None)
+        if transport is not None:
+            transport.abortConnection()
 
 
 class DataPlane:
-    """The sandboxes' data plane (:param sandboxes: the sandboxes)."""
+    """
+    The sandboxes' data plane.
 
-    def __init__(self, sandboxes: Sandboxes) -> None:
-        self.sandboxes = sandboxes
+    :param clock: the reactor's clock (deadlines).
+    :param sandboxes: the sandboxes.
+    :param host: the nodes under them (guests, idle holds).
+    :param methods: the RPC methods, by ``package.Service/Method``.
+    :param plain: the plain routes, by method and path.
+    """
 
-    def _running(self, sandbox_id: str) -> bool:
+    def __init__(self, clock: IReactorTime, sandboxes: Sandboxes, host: SandboxHost,
+                 methods: Mapping[str, RpcMethod] | None = None,
+                 plain: Mapping[tuple[bytes, str], PlainHandler] | None = None) -> None:
+        self._clock, self.sandboxes, self._host = clock, sandboxes, host
+        self._methods = dict(methods or {})
+        self._plain = dict(plain or {})
+
+    def _sandbox(self, sandbox_id: str) -> Sandbox | None:
         try:
-            return self.sandboxes.get(sandbox_id).state is SandboxState.RUNNING
+            view = self.sandboxes.get(sandbox_id)
         except NotFound:
-            return False
+            return None
+        return view.sandbox if view.state is SandboxState.RUNNING else None
 
-    def render(self, request: IRequest) -> int:
-        """Answer ``request`` of the sandbox its ``E2b-Sandbox-Id`` names."""
-        sandbox_id = (request.getHeader(b"e2b-sandbox-id") or b"").decode("latin-1")
+    def render(self, request: Request, sandbox_id: str) -> int:
+        """Answer ``request`` of sandbox ``sandbox_id``."""
         path = (request.path or b"").decode("latin-1")
-        if path == "/health" and request.method in (b"GET", b"HEAD"):
-            if self._running(sandbox_id):
-                answer(request, 204, None)
-            else:
-                # Said once: the SDKs retry a 502 without it.
-                answer(request, 502, json.dumps({"sandboxId": sandbox_id[:64], "code": 502,
-                                                 "message": "The sandbox is not running"}).encode(),
-                       {b"Should-Retry": b"false"})
-        elif request.method == b"POST" and RPC_PATH.fullmatch(path):
-            answer(request, 404, json.dumps({"code": "unimplemented",
-                                             "message": f"{path[1:]} is not served by this daemon yet"}).encode())
+        sandbox = self._sandbox(sandbox_id)
+        if sandbox is None:
+            # Said once: the SDKs retry a 502 without it.
+            answer(request, 502, json.dumps({"sandboxId": sandbox_id[:64], "code": 502,
+                                             "message": "The sandbox is not running"}).encode(),
+                   {b"Should-Retry": b"false"})
+        elif path == "/health" and request.method in (b"GET", b"HEAD"):
+            answer(request, 204, None)
         else:
-            answer(request, 404, error_body(404, f"{path[:200]} is not served by this daemon yet"))
+            served = Deferred.fromCoroutine(self._serve(request, sandbox, path))
+            request.notifyFinish().addErrback(lambda _: served.cancel())
         return NOT_DONE_YET
 
+    async def _serve(self, request: IRequest, sandbox: Sandbox, path: str) -> None:
+        rpc = RPC_PATH.fullmatch(path) if request.method == b"POST" else None
+        streaming = rpc is not None and _content_type(request) == STREAM_TYPE
+        sink = _ResponseSink(request)
+        release = self._host.hold(sandbox.sandbox_id)
+        try:
+            token = (request.getHeader(b"x-access-token") or b"").decode("latin-1")
+            token_ok = not sandbox.access_token or compare_digest(token, sandbox.access_token)
+            handler = self._handler(request, path, rpc.group(1) if rpc else None, streaming)
+            if not token_ok and not (rpc is None and (request.method, path) in self._plain):
+                raise ConnectError(Code.UNAUTHENTICATED, "unauthorized access, please provide a valid access "
+                                                         "token or method signing if supported")
+            user = user_of_authorization(request.getHeader(b"authorization"))
+            call = EnvdCall(sandbox, await self._host.guest(sandbox.sandbox_id), user, token_ok)
+            await self._bounded(request, handler(call, request, sink))
+        except CancelledError:
+            return
+        except Exception as error:
+            self._failed(request, path, error, sink if streaming else None)
+            return
+        finally:
+            release()
+        if streaming and not sink.aborted:
+            sink.start()
+            _finish(request, end_envelope())
 
-__all__ = ["DataPlane", "RPC_PATH"]
+    def _handler(self, request: IRequest, path: str, name: str | None,
+                 streaming: bool) -> Callable[[EnvdCall, IRequest, _ResponseSink], Awaitable[None]]:
+        if name is None:
+            plain = self._plain.get((request.method, path))
+            if plain is None:
+                raise NotFound(f"{path[:200]} is not served by this daemon")
+            return lambda call, request, sink: plain(call, request)
+        method = self._methods.get(name)
+        if method is None:
+            raise ConnectError(Code.UNIMPLEMENTED, f"{name} is not served by this daemon")
+        if streaming and method.stream is not None:
+            stream = method.stream
+            return lambda call, request, sink: stream(call, stream_request(_body(request)), sink)
+        if not streaming and method.unary is not None:
+            unary = method.unary
+
+            async def answered(call: EnvdCall, request: IRequest, sink: _ResponseSink) -> None:
+                result = await unary(call, request_message(_body(request)))
+                request.setHeader(b"Content-Type", UNARY_TYPE)
+                _finish(request, message_bytes(result))
+            return answered
+        raise ConnectError(Code.INVALID_ARGUMENT, f"{name} is {'not ' if streaming else ''}a unary method")
+
+    async def _bounded(self, request: IRequest, work: Awaitable[None]) -> None:
+        """Await ``work``, cancelled at the call's ``Connect-Timeout-Ms``."""
+        try:
+            timeout = _timeout_ms(request)
+        except ConnectError:
+            if isinstance(work, Coroutine):
+                work.close()
+            raise
+        running: Deferred[None] = Deferred.fromCoroutine(_awaited(work))
+        if timeout is None:
+            await running
+            return
+        expired: list[bool] = []
+
+        def expire() -> None:
+            expired.append(True)
+            running.cancel()
+
+        timer: IDelayedCall = self._clock.callLater(timeout / 1000, expire)
+        try:
+            await running
+        except CancelledError:
+            if expired:
+                raise ConnectError(Code.DEADLINE_EXCEEDED, "the call's deadline passed") from None
+            raise
+        finally:
+            if timer.active():
+                timer.cancel()
+
+    def _failed(self, request: IRequest, path: str, error: Exception, sink: _ResponseSink | None) -> None:
+        if isinstance(error, NotFound) and not RPC_PATH.fullmatch(path):
+            answer(request, 404, e2b_error_body(404, error.message))
+            return
+        failure = connect_error_of(error)
+        if failure.code is Code.INTERNAL and not isinstance(error, ConnectError):
+            log.failure("envd {path} failed", Failure(error), path=path)
+        if sink is not None and sink.aborted:
+            return
+        if sink is not None:
+            sink.start()
+            _finish(request, end_envelope(failure))
+        elif getattr(request, "startedWriting", False):
+            _finish(request, b"")
+        else:
+            answer(request, failure.status, error_body(failure))
+
+
+async def _awaited(work: Awaitable[None]) -> None:
+    await work
+
+
+def _finish(request: IRequest, data: bytes) -> None:
+    if not getattr(request, "_disconnected", False):
+        if data:
+            request.write(data)
+        request.finish()
+
+
+def _content_type(request: IRequest) -> bytes:
+    return (request.getHeader(b"content-type") or b"").split(b";")[0].strip().lower()
+
+
+def _body(request: IRequest) -> bytes:
+    content = request.content
+    if content is None:
+        return b""
+    content.seek(0)
+    return bytes(content.read())
+
+
+def _timeout_ms(request: IRequest) -> int | None:
+    header = request.getHeader(b"connect-timeout-ms")
+    if header is None:
+        return None
+    if not header.isdigit() or len(header) > 10:
+        raise ConnectError(Code.INVALID_ARGUMENT, "Connect-Timeout-Ms is not a number of milliseconds")
+    return min(int(header), MAX_TIMEOUT_MS)
+
+
+__all__ = ["DataPlane", "EnvdCall", "MessageSink", "PlainHandler", "RPC_PATH", "RpcMethod", "ServerStream", "Unary"]

@@ -13,6 +13,7 @@ from typing import Callable, Protocol
 
 from twisted.internet.defer import Deferred
 
+from ..guestport.guest import IGuest
 from ..nodes.events import EventType, NodeEvent
 from ..nodes.fleet import Fleet
 from ..nodes.model import CreateRequest, NodeRecord, Status, Wait
@@ -50,6 +51,12 @@ class SandboxHost(Protocol):
 
     async def snapshot(self, hostname: str) -> Snapshot | None:
         """A sample of the node's guest, ``None`` when none can be taken now."""
+
+    async def guest(self, hostname: str) -> IGuest:
+        """Node ``hostname``'s guest, its agent answering (woken first if its idle timer put it to sleep)."""
+
+    def hold(self, hostname: str) -> Callable[[], None]:
+        """Keep node ``hostname``'s idle timer still until the returned function is called."""
 
     def on_deleted(self, listener: Callable[[str], None]) -> Callable[[], None]:
         """Call ``listener`` with every deleted node's hostname; returns a stop."""
@@ -95,6 +102,12 @@ class FleetHost:
 
     async def snapshot(self, hostname: str) -> Snapshot | None:
         return (await self._fleet.stats.one(hostname)).snapshot
+
+    async def guest(self, hostname: str) -> IGuest:
+        return await self._fleet.guest(hostname)
+
+    def hold(self, hostname: str) -> Callable[[], None]:
+        return self._fleet.hold(hostname)
 
     def on_deleted(self, listener: Callable[[str], None]) -> Callable[[], None]:
         def heard(event: NodeEvent) -> None:

@@ -16,13 +16,13 @@ Connections are bounded as the API's are (``limits``).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Mapping, Optional, cast
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IRequest
 from twisted.web.resource import IResource
-from twisted.web.server import NOT_DONE_YET
+from twisted.web.server import NOT_DONE_YET, Request
 from zope.interface import implementer
 
 from ..api.connection_limits import ConnectionLimits
@@ -32,9 +32,11 @@ from ..auth import Tokens
 from ..config import ApiConfig, Config, E2bConfig
 from ..errors import BodyTooLarge, Unauthorized
 from .control import ControlPlane, answer
-from .data_plane import DataPlane
+from .data_plane import DataPlane, PlainHandler, RpcMethod
+from .envd import envd_methods, envd_routes
 from .failures import Call, failure_of
 from .inputs import MAX_BODY
+from .host import SandboxHost
 from .sandboxes import Sandboxes
 
 #: The header that sends a request to a sandbox's data plane.
@@ -96,18 +98,27 @@ class E2bRoot:
             status, body = failure_of(refusal, Call.OTHER)
             answer(request, status, body)
             return NOT_DONE_YET
-        if request.requestHeaders.hasHeader(SANDBOX_HEADER):
-            return self.data.render(request)
+        sandbox_id = request.getHeader(SANDBOX_HEADER)
+        if sandbox_id is not None:
+            return self.data.render(cast(Request, request), sandbox_id.decode("latin-1"))
         return self.control.render(request)
 
 
-def e2b_site(reactor: IReactorTime, config: Config, e2b: E2bConfig, sandboxes: Sandboxes,
-             tokens: Tokens | None) -> ConnectionLimits:
-    """The E2B listener's site over ``sandboxes``, its connections bounded as the API's."""
+def e2b_site(reactor: IReactorTime, config: Config, e2b: E2bConfig, sandboxes: Sandboxes, host: SandboxHost,
+             tokens: Tokens | None, methods: Mapping[str, RpcMethod] | None = None,
+             plain: Mapping[tuple[bytes, str], PlainHandler] | None = None) -> ConnectionLimits:
+    """
+    The E2B listener's site over ``sandboxes`` on ``host``, its connections
+    bounded as the API's; its data plane serves ``methods`` and ``plain``
+    (by default, every service of :mod:`.envd`).
+    """
     listener = ApiConfig(bind_address=e2b.bind_address, port=e2b.port, auth=config.api.auth,
                                     allowed_hosts=config.api.allowed_hosts,
                                     allowed_origins=config.api.allowed_origins)
-    root = E2bRoot(ControlPlane(sandboxes, e2b), DataPlane(sandboxes), RequestGate(tokens, listener),
+    data = DataPlane(reactor, sandboxes, host,
+                     envd_methods(reactor, sandboxes) if methods is None else methods,
+                     envd_routes(reactor, sandboxes) if plain is None else plain)
+    root = E2bRoot(ControlPlane(sandboxes, e2b), data, RequestGate(tokens, listener),
                    RequestGate(None, listener))
     site = StreamingSite(root, root.plan_body)
     site.displayTracebacks = False

@@ -50,10 +50,11 @@ def e2b_port(config: Config, e2b: E2bConfig, reactor: IDaemonReactor, fleet: Fle
         store = SandboxStore(os.path.join(config.state_dir, RECORDS_DIR))
     except NotPrivate as error:
         raise StartupError(f"e2b: {error}") from None
-    sandboxes = Sandboxes(reactor, FleetHost(fleet), store, e2b)
+    host = FleetHost(fleet)
+    sandboxes = Sandboxes(reactor, host, store, e2b)
     top = MultiService()
     sandboxes.setServiceParent(top)  # type: ignore[no-untyped-call]  # Twisted's services are not annotated
-    listening_service(e2b_endpoint(reactor, e2b), e2b_site(reactor, config, e2b, sandboxes, tokens)).setServiceParent(top)
+    listening_service(e2b_endpoint(reactor, e2b), e2b_site(reactor, config, e2b, sandboxes, host, tokens)).setServiceParent(top)
     return top
 
 

@@ -1,0 +1,29 @@
+# -*- test-case-name: tests.e2b.test_data_plane -*-
+"""
+The services of a sandbox's data plane, gathered for its router
+(:class:`~.data_plane.DataPlane`): the Connect RPC methods by
+``package.Service/Method`` and the plain HTTP routes by method and path.
+Each service module adds its own here.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from twisted.internet.interfaces import IReactorTime
+
+from .data_plane import PlainHandler, RpcMethod
+from .sandboxes import Sandboxes
+
+
+def envd_methods(clock: IReactorTime, sandboxes: Sandboxes) -> Mapping[str, RpcMethod]:
+    """Every RPC method served."""
+    return {}
+
+
+def envd_routes(clock: IReactorTime, sandboxes: Sandboxes) -> Mapping[tuple[bytes, str], PlainHandler]:
+    """Every plain HTTP route served."""
+    return {}
+
+
+__all__ = ["envd_methods", "envd_routes"]
