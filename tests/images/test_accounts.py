@@ -10,6 +10,7 @@ import stat
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.images.rootfs_tree import read, write
 from vmservice.images.accounts import AccountError, add_accounts
 from vmservice.images.recipe import Account
 from vmservice.images.rootfs import add_base_files
@@ -33,14 +34,10 @@ class AccountsTests(SynchronousTestCase):
         self.touch("etc/sudoers", "root ALL=(ALL:ALL) ALL\n@includedir /etc/sudoers.d\n")
 
     def touch(self, relative: str, data: str = "") -> None:
-        path = os.path.join(self.root, relative)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as stream:
-            stream.write(data)
+        write(self.root, relative, data.encode())
 
     def read(self, relative: str) -> str:
-        with open(os.path.join(self.root, relative)) as stream:
-            return stream.read()
+        return read(self.root, relative)
 
     def test_made(self) -> None:
         """

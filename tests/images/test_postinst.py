@@ -9,6 +9,7 @@ import os
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.images.rootfs_tree import read, write
 from vmservice.images.postinst import (add_system_users, install_alternatives, secure_sudoers,
                                        select_ca_certificates, write_pam_stacks)
 from vmservice.images.rootfs import add_base_files
@@ -110,14 +111,10 @@ class PamStackTests(SynchronousTestCase):
         os.makedirs(self.root)
 
     def touch(self, relative: str, data: str = "") -> None:
-        path = os.path.join(self.root, relative)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as stream:
-            stream.write(data)
+        write(self.root, relative, data.encode())
 
     def lines(self, relative: str) -> list[str]:
-        with open(os.path.join(self.root, relative)) as stream:
-            return [" ".join(line.split()) for line in stream.read().splitlines() if not line.startswith("#")]
+        return [" ".join(line.split()) for line in read(self.root, relative).splitlines() if not line.startswith("#")]
 
     def test_stacks(self) -> None:
         """

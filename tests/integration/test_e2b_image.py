@@ -24,12 +24,13 @@ GROUPS: list[dict[str, Any]] = [
 class E2bImageTests(TemplatesDaemonTestCase):
     """One warm clone of the e2b image, shared by the tests."""
 
-    timeout = 600
     groups = GROUPS
     hostname: str
+    timeout = 600
 
     @classmethod
     def start_shared(cls) -> None:
+        # Built if missing, as the dev image is: the daemon refuses to start without its groups' images.
         ensure_image("e2b")
         super().start_shared()
 
