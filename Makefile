@@ -48,7 +48,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # The images the integration tests boot (each is rebuilt only when its recipe hash changes).
-IMAGES ?= default dev
+IMAGES ?= default dev e2b
 
 image: apt venv
 	@for name in $(IMAGES); do \
