@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 from twisted.internet.interfaces import IPushProducer
 
+from vmservice.errors import AgentError, GuestErrorKind
 from vmservice.guestport.exec import ExecRequest, IExecSink
 from vmservice.guestport.shell import IShellSink, ShellRequest
 
@@ -36,7 +37,9 @@ class FakeExec:
         pass
 
     def kill(self) -> None:
+        """As the agent's: the stream is reset, which the sink hears as a loss."""
         self.killed = True
+        self.sink.lost(AgentError(GuestErrorKind.UNAVAILABLE, "the exec stream was reset"))
 
     def pauseProducing(self) -> None:
         pass
@@ -70,7 +73,9 @@ class FakeShell:
         pass
 
     def hangup(self) -> None:
+        """As the agent's: the stream is reset, which the sink hears as a loss."""
         self.hung_up = True
+        self.sink.lost(AgentError(GuestErrorKind.UNAVAILABLE, "the shell stream was reset"))
 
     def pauseProducing(self) -> None:
         pass

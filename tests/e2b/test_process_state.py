@@ -144,13 +144,46 @@ class ProcessLifeTests(SynchronousTestCase):
             self.life.forget()
             self.assertEqual((sink.aborted, self.controls.killed, self.ended), (True, True, [True]))
 
+    def test_kill(self) -> None:
+        """A kill ends it through the guest; the loss of its stream is an end event for the signal."""
+        sink = RecordingSink()
+        done = self.life.subscribe(sink)
+        self.life.kill("SIGTERM")  # before the start: no client can name it, nothing happens
+        self.assertFalse(self.controls.killed)
+        self.life.started(8)
+        self.life.kill("SIGKILL")
+        self.life.kill("SIGTERM")
+        self.assertTrue(self.controls.killed)
+        self.life.output("stdout", b"last")
+        self.life.lost(AgentError(GuestErrorKind.UNAVAILABLE, "stream reset"))
+        self.assertEqual(sink.sent[-2:], [{"event": {"data": {"stdout": "bGFzdA=="}}}, end_event(-1, "SIGKILL")])
+        self.assertIsNone(self.successResultOf(done))
+        self.assertEqual((sink.aborted, self.ended), (False, [True]))
+
+    def test_kill_outcomes(self) -> None:
+        """While killing: an exit is its own end event; a forget breaks the streams."""
+        sink = RecordingSink()
+        self.life.subscribe(sink)
+        self.life.started(8)
+        self.life.kill("SIGTERM")
+        self.life.exited(143, "SIGTERM")
+        self.assertEqual(sink.sent[-1], end_event(143, "SIGTERM"))
+        self.setUp()
+        sink = RecordingSink()
+        self.life.subscribe(sink)
+        self.life.started(8)
+        self.life.kill("SIGTERM")
+        self.life.forget()
+        self.assertEqual((sink.aborted, self.ended), (True, [True]))
+
     def test_ended(self) -> None:
         """An ended process ignores what comes later, and refuses streams with ``not_found``."""
         self.life.started(1)
         self.life.exited(0, None)
         for call in (lambda: self.life.output("stdout", b"x"), lambda: self.life.exited(0, None),
                      lambda: self.life.lost(Exception()), self.life.forget, lambda: self.life.started(2),
-                     lambda: self.life.failed("x"), lambda: self.life.unsubscribe(RecordingSink())):
+                     lambda: self.life.failed("x"), lambda: self.life.unsubscribe(RecordingSink()),
+                     lambda: self.life.kill("SIGKILL")):
             call()
         self.assertEqual(self.ended, [True])
         done: Deferred[None] = self.life.subscribe(RecordingSink())

@@ -187,8 +187,8 @@ class TerminalTests(ProcessCase):
         self.assertEqual(self.call("CloseStdin", {"process": {"pid": 40}})[1]["code"], "unknown")
         self.assertEqual(self.call("SendSignal", {"process": {"pid": 40}, "signal": "SIGNAL_SIGKILL"}), (200, {}))
         self.assertTrue(shell.hung_up)
-        shell.sink.exited(0, "SIGHUP")
-        self.assertEqual(messages(transport)[1][-1], end_event(0, "SIGHUP"))
+        self.assertEqual(messages(transport)[1:], ([start_event(40), {"event": {"data": {"pty": "JCA="}}},
+                                                    end_event(-1, "SIGKILL")], {}))
 
 
 class ControlTests(ProcessCase):
@@ -237,15 +237,15 @@ class ControlTests(ProcessCase):
                          "invalid_argument")
 
     def test_signal(self) -> None:
-        """SIGTERM or SIGKILL kill the process; another signal is refused; the end follows."""
+        """SIGTERM or SIGKILL end the process (its stream reset), its stream ended cleanly; another is refused."""
         _, transport = self.start(command("sleep 100"))
         self.assertEqual(self.call("SendSignal", {"process": {"pid": 40}, "signal": "SIGNAL_UNSPECIFIED"})[1]["code"],
                          "invalid_argument")
         self.assertFalse(self.guest.execs[0].killed)
-        self.assertEqual(self.call("SendSignal", {"process": {"pid": 40}, "signal": "SIGNAL_SIGKILL"}), (200, {}))
+        self.assertEqual(self.call("SendSignal", {"process": {"pid": 40}, "signal": "SIGNAL_SIGTERM"}), (200, {}))
         self.assertTrue(self.guest.execs[0].killed)
-        self.guest.execs[0].sink.exited(137, "SIGKILL")
-        self.assertEqual(messages(transport)[1][-1], end_event(137, "SIGKILL"))
+        self.assertEqual(messages(transport)[1:], ([start_event(40), end_event(-1, "SIGTERM")], {}))
+        self.assertEqual(self.host.holds[self.sandbox_id], 0)
         self.assertEqual(self.call("SendSignal", {"process": {"pid": 40}, "signal": "SIGNAL_SIGKILL"})[1]["code"],
                          "not_found")
 

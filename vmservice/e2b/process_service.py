@@ -71,11 +71,11 @@ class ProcessService:
     async def send_signal(self, call: EnvdCall, message: dict[str, Any]) -> Mapping[str, Any]:
         """
         ``SendSignal``: end a process.  Both signals end it the same way:
-        the guest sends SIGTERM, then SIGKILL to what is left.
+        the guest sends SIGTERM (a terminal SIGHUP), then SIGKILL to what
+        is left; its streams get an end event for the signal sent.
         """
         process = self._find(call, message)
-        signal_name(message)
-        process.controls.kill()
+        process.life.kill(signal_name(message))
         return {}
 
     async def update(self, call: EnvdCall, message: dict[str, Any]) -> Mapping[str, Any]:

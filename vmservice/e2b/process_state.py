@@ -10,6 +10,9 @@ its life in the guest and the streams subscribed to it.
   first, then what happens from then on (output with no subscriber is
   dropped: nothing is replayed); every stream gets a keepalive after
   :data:`KEEPALIVE_SECONDS` without a message.
+- **Killing**: a client sent it a signal; the guest ends it (the stream to
+  the guest is reset: SIGTERM or SIGHUP, then SIGKILL), and the loss of
+  that stream is its end: every stream gets an end event for the signal.
 - **Ended**: it exited (every stream gets its end event and ends), or its
   guest was lost or its sandbox forgotten (the process is killed, every
   stream's connection is broken: the stream did not end, it broke).
@@ -70,6 +73,9 @@ class ProcessLife(Protocol):
     def forget(self) -> None:
         """Its sandbox is gone: kill it and break its streams."""
 
+    def kill(self, signal: str) -> None:
+        """A client sent it ``signal`` (``SIGTERM`` or ``SIGKILL``): end it."""
+
     def subscribe(self, sink: MessageSink) -> "Deferred[None]":
         """Send its events to ``sink``; fires once its stream is over (fails when it could not start)."""
 
@@ -116,6 +122,7 @@ class ProcessCore:
         self.clock, self.on_running, self.on_ended, self.keepalive = clock, on_running, on_ended, keepalive
         self.controls: Optional[ProcessControls] = None
         self.pid: Optional[int] = None
+        self.signal: Optional[str] = None
         self._subscriptions: dict[int, _Subscription] = {}
 
     def add(self, sink: MessageSink) -> Deferred[None]:
@@ -160,18 +167,20 @@ _State = TypedState[ProcessLife, ProcessCore]
 def _build() -> TypeMachine[ProcessLife, ProcessCore]:
     builder = TypeMachineBuilder(ProcessLife, ProcessCore)
     starting, running, ended = builder.state("Starting"), builder.state("Running"), builder.state("Ended")
-    _subscriptions(starting, running, ended)
+    killing = builder.state("Killing")
+    _subscriptions(starting, running, killing, ended)
     _starting(starting, running, ended)
-    _running(starting, running, ended)
+    _running(running, killing, ended)
+    _killing(killing, ended)
     for input in (ProcessLife.started, ProcessLife.output, ProcessLife.exited, ProcessLife.failed,
-                  ProcessLife.lost, ProcessLife.forget):
+                  ProcessLife.lost, ProcessLife.forget, ProcessLife.kill):
         ended.upon(input).loop().returns(None)
     return builder.build()
 
 
-def _subscriptions(starting: _State, running: _State, ended: _State) -> None:
+def _subscriptions(starting: _State, running: _State, killing: _State, ended: _State) -> None:
     """Streams come and go while it starts or runs; none subscribes to an ended one."""
-    for state in (starting, running):
+    for state in (starting, running, killing):
         @state.upon(ProcessLife.subscribe).loop()
         def subscribe(life: ProcessLife, core: ProcessCore, sink: MessageSink) -> Deferred[None]:
             return core.add(sink)
@@ -197,6 +206,7 @@ def _starting(starting: _State, running: _State, ended: _State) -> None:
         core.send(start_event(pid))
 
     starting.upon(ProcessLife.output).loop().returns(None)
+    starting.upon(ProcessLife.kill).loop().returns(None)  # not found by a client before its start
 
     @starting.upon(ProcessLife.exited).to(ended)
     def exited_unstarted(life: ProcessLife, core: ProcessCore, exit_code: int, signal: Optional[str]) -> None:
@@ -216,7 +226,7 @@ def _starting(starting: _State, running: _State, ended: _State) -> None:
         core.end(abort=True)
 
 
-def _running(starting: _State, running: _State, ended: _State) -> None:
+def _running(running: _State, killing: _State, ended: _State) -> None:
     """Its output goes to the streams until it ends, or its guest or sandbox is gone."""
     running.upon(ProcessLife.started).loop().returns(None)
 
@@ -241,6 +251,36 @@ def _running(starting: _State, running: _State, ended: _State) -> None:
     @running.upon(ProcessLife.forget).to(ended)
     def forget(life: ProcessLife, core: ProcessCore) -> None:
         core.kill()
+        core.end(abort=True)
+
+    @running.upon(ProcessLife.kill).to(killing)
+    def kill(life: ProcessLife, core: ProcessCore, signal: str) -> None:
+        core.signal = signal
+        core.kill()
+
+
+def _killing(killing: _State, ended: _State) -> None:
+    """The guest ends it: the loss of its stream is its end by the signal."""
+    killing.upon(ProcessLife.started).loop().returns(None)
+    killing.upon(ProcessLife.kill).loop().returns(None)
+
+    @killing.upon(ProcessLife.output).loop()
+    def output_killing(life: ProcessLife, core: ProcessCore, name: str, data: bytes) -> None:
+        core.send(data_event(name, data))
+
+    @killing.upon(ProcessLife.exited).to(ended)
+    def exited_killing(life: ProcessLife, core: ProcessCore, exit_code: int, signal: Optional[str]) -> None:
+        core.send(end_event(exit_code, signal))
+        core.end()
+
+    for input in (ProcessLife.lost, ProcessLife.failed):
+        @killing.upon(input).to(ended)
+        def killed(life: ProcessLife, core: ProcessCore, reason: object) -> None:
+            core.send(end_event(-1, core.signal))
+            core.end()
+
+    @killing.upon(ProcessLife.forget).to(ended)
+    def forget_killing(life: ProcessLife, core: ProcessCore) -> None:
         core.end(abort=True)
 
 
