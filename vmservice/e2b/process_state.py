@@ -172,6 +172,11 @@ def _build() -> TypeMachine[ProcessLife, ProcessCore]:
     _starting(starting, running, ended)
     _running(running, killing, ended)
     _killing(killing, ended)
+    for state in (starting, running, killing):
+        @state.upon(ProcessLife.forget).to(ended)
+        def forget(life: ProcessLife, core: ProcessCore) -> None:
+            core.kill()
+            core.end(abort=True)
     for input in (ProcessLife.started, ProcessLife.output, ProcessLife.exited, ProcessLife.failed,
                   ProcessLife.lost, ProcessLife.forget, ProcessLife.kill):
         ended.upon(input).loop().returns(None)
@@ -220,24 +225,20 @@ def _starting(starting: _State, running: _State, ended: _State) -> None:
     def refused(life: ProcessLife, core: ProcessCore, error: Exception) -> None:
         core.end(error=error)
 
-    @starting.upon(ProcessLife.forget).to(ended)
-    def forget_starting(life: ProcessLife, core: ProcessCore) -> None:
-        core.kill()
-        core.end(abort=True)
-
 
 def _running(running: _State, killing: _State, ended: _State) -> None:
-    """Its output goes to the streams until it ends, or its guest or sandbox is gone."""
-    running.upon(ProcessLife.started).loop().returns(None)
+    """Its output goes to the streams until it ends (killed or not), or its guest or sandbox is gone."""
+    for state in (running, killing):
+        state.upon(ProcessLife.started).loop().returns(None)
 
-    @running.upon(ProcessLife.output).loop()
-    def output(life: ProcessLife, core: ProcessCore, name: str, data: bytes) -> None:
-        core.send(data_event(name, data))
+        @state.upon(ProcessLife.output).loop()
+        def output(life: ProcessLife, core: ProcessCore, name: str, data: bytes) -> None:
+            core.send(data_event(name, data))
 
-    @running.upon(ProcessLife.exited).to(ended)
-    def exited(life: ProcessLife, core: ProcessCore, exit_code: int, signal: Optional[str]) -> None:
-        core.send(end_event(exit_code, signal))
-        core.end()
+        @state.upon(ProcessLife.exited).to(ended)
+        def exited(life: ProcessLife, core: ProcessCore, exit_code: int, signal: Optional[str]) -> None:
+            core.send(end_event(exit_code, signal))
+            core.end()
 
     @running.upon(ProcessLife.failed).to(ended)
     def failed_running(life: ProcessLife, core: ProcessCore, message: str) -> None:
@@ -248,11 +249,6 @@ def _running(running: _State, killing: _State, ended: _State) -> None:
     def lost(life: ProcessLife, core: ProcessCore, error: Exception) -> None:
         core.end(abort=True)
 
-    @running.upon(ProcessLife.forget).to(ended)
-    def forget(life: ProcessLife, core: ProcessCore) -> None:
-        core.kill()
-        core.end(abort=True)
-
     @running.upon(ProcessLife.kill).to(killing)
     def kill(life: ProcessLife, core: ProcessCore, signal: str) -> None:
         core.signal = signal
@@ -261,27 +257,13 @@ def _running(running: _State, killing: _State, ended: _State) -> None:
 
 def _killing(killing: _State, ended: _State) -> None:
     """The guest ends it: the loss of its stream is its end by the signal."""
-    killing.upon(ProcessLife.started).loop().returns(None)
     killing.upon(ProcessLife.kill).loop().returns(None)
-
-    @killing.upon(ProcessLife.output).loop()
-    def output_killing(life: ProcessLife, core: ProcessCore, name: str, data: bytes) -> None:
-        core.send(data_event(name, data))
-
-    @killing.upon(ProcessLife.exited).to(ended)
-    def exited_killing(life: ProcessLife, core: ProcessCore, exit_code: int, signal: Optional[str]) -> None:
-        core.send(end_event(exit_code, signal))
-        core.end()
 
     for input in (ProcessLife.lost, ProcessLife.failed):
         @killing.upon(input).to(ended)
         def killed(life: ProcessLife, core: ProcessCore, reason: object) -> None:
             core.send(end_event(-1, core.signal))
             core.end()
-
-    @killing.upon(ProcessLife.forget).to(ended)
-    def forget_killing(life: ProcessLife, core: ProcessCore) -> None:
-        core.end(abort=True)
 
 
 PROCESS_LIFE = _build()
