@@ -157,6 +157,14 @@ class StartTests(ProcessCase):
         self.assertTrue(transport.disconnecting)
         self.assertEqual(self.host.holds[self.sandbox_id], 0)
 
+    def test_forged_pid(self) -> None:
+        """A pid no guest has ends the process: killed, its stream broken, nothing kept."""
+        for pid in (0, -5, 2**32):
+            _, transport = self.start(command(), pid=pid)
+            self.assertTrue(self.guest.execs[-1].killed)
+            self.assertTrue(transport.disconnecting)
+        self.assertEqual((len(self.processes.table(self.sandbox_id)), self.host.holds[self.sandbox_id]), (0, 0))
+
     def test_keepalive(self) -> None:
         """A stream with nothing to say gets a keepalive at the interval."""
         _, transport = self.start(command("sleep 100"))

@@ -93,6 +93,14 @@ def shell_request(spec: StartSpec, user: EnvdUser, env: tuple[str, ...]) -> Shel
                         cwd=user.home if not config.cwd else config.cwd, cols=cols, rows=rows, env=env)
 
 
+def _started(life: ProcessLife, pid: int) -> None:
+    """A pid from the guest, to the machine; one no guest has (a forgery) ends the process instead."""
+    if 0 < pid < 2**32:
+        life.started(pid)
+    else:
+        life.forget()
+
+
 @implementer(IExecSink)
 class _ExecEvents:
     """An exec's events, to its machine."""
@@ -101,7 +109,7 @@ class _ExecEvents:
         self._life = life
 
     def started(self, pid: int) -> None:
-        self._life.started(pid)
+        _started(self._life, pid)
 
     def output(self, name: str, data: bytes) -> None:
         self._life.output(name, data)
@@ -124,7 +132,7 @@ class _ShellEvents:
         self._life = life
 
     def started(self, pid: int) -> None:
-        self._life.started(pid)
+        _started(self._life, pid)
 
     def output(self, data: bytes) -> None:
         self._life.output("pty", data)
