@@ -13,15 +13,18 @@ from typing import Mapping
 from twisted.internet.interfaces import IReactorTime
 
 from .data_plane import PlainHandler, RpcMethod
+from .host import SandboxHost
+from .process_service import ProcessService
+from .processes import Processes
 from .sandboxes import Sandboxes
 
 
-def envd_methods(clock: IReactorTime, sandboxes: Sandboxes) -> Mapping[str, RpcMethod]:
+def envd_methods(clock: IReactorTime, sandboxes: Sandboxes, host: SandboxHost) -> Mapping[str, RpcMethod]:
     """Every RPC method served."""
-    return {}
+    return {**ProcessService(Processes(clock, host)).methods()}
 
 
-def envd_routes(clock: IReactorTime, sandboxes: Sandboxes) -> Mapping[tuple[bytes, str], PlainHandler]:
+def envd_routes(clock: IReactorTime, sandboxes: Sandboxes, host: SandboxHost) -> Mapping[tuple[bytes, str], PlainHandler]:
     """Every plain HTTP route served."""
     return {}
 
