@@ -19,7 +19,7 @@ from twisted.web.iweb import IRequest
 from tests.api.connections import parse_response
 from tests.e2b.envd_harness import EnvdCase, messages
 from vmservice.e2b.connect import Code, ConnectError
-from vmservice.e2b.data_plane import EnvdCall, MessageSink, RpcMethod
+from vmservice.e2b.data_plane import MAX_UNREAD, EnvdCall, MessageSink, RpcMethod
 from vmservice.e2b.envd import envd_methods, envd_routes
 from vmservice.errors import AgentError, GuestErrorKind
 from vmservice.guestport.guest import IGuest
@@ -27,6 +27,7 @@ from vmservice.guestport.guest import IGuest
 calls: list[EnvdCall] = []
 pending: list[Deferred[None]] = []
 cancelled: list[EnvdCall] = []
+sinks: list[MessageSink] = []
 
 
 async def echo(call: EnvdCall, message: dict[str, Any]) -> Mapping[str, Any]:
@@ -38,6 +39,7 @@ async def echo(call: EnvdCall, message: dict[str, Any]) -> Mapping[str, Any]:
 
 async def count(call: EnvdCall, message: dict[str, Any], sink: MessageSink) -> None:
     calls.append(call)
+    sinks.append(sink)
     for number in range(int(message.get("n", 0))):
         sink.send({"n": number})
     if message.get("wait"):
@@ -72,6 +74,7 @@ class RouterTests(EnvdCase):
         calls.clear()
         pending.clear()
         cancelled.clear()
+        sinks.clear()
         super().setUp()
 
     def test_unary(self) -> None:
@@ -129,6 +132,15 @@ class RouterTests(EnvdCase):
         """A stream the method breaks ends without an end envelope, its connection aborted."""
         _, transport = self.open_stream("/test.Test/Count", {"n": 1, "break": True})
         self.assertEqual(messages(transport), (200, [{"n": 0}], None))
+        self.assertTrue(transport.disconnecting)
+
+    def test_unread_bound(self) -> None:
+        """A client whose connection stops taking bytes loses it once it leaves MAX_UNREAD bytes unread."""
+        _, transport = self.open_stream("/test.Test/Count", {"n": 1, "wait": True})
+        transport.producer.pauseProducing()
+        self.assertFalse(transport.disconnecting)
+        for _ in range(MAX_UNREAD // 1000 + 1):
+            sinks[0].send({"pad": "x" * 1000})
         self.assertTrue(transport.disconnecting)
 
     def test_deadline(self) -> None:

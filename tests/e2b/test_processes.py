@@ -141,6 +141,15 @@ class StartTests(ProcessCase):
         self.assertFalse(self.guest.execs[0].killed)
         self.assertEqual(self.host.holds[self.sandbox_id], 1)
 
+    def test_deadline(self) -> None:
+        """A Start's ``Connect-Timeout-Ms`` passing ends its stream and kills its process, as envd's does."""
+        _, transport = self.start(command("sleep 100"), {"Connect-Timeout-Ms": "2000"})
+        self.clock.advance(1.9)
+        self.assertFalse(self.guest.execs[0].killed)
+        self.clock.advance(0.2)
+        self.assertTrue(self.guest.execs[0].killed)
+        self.assertEqual(messages(transport)[2]["error"]["code"], "deadline_exceeded")
+
     def test_lost(self) -> None:
         """A guest lost mid-command breaks the stream at the connection: no end envelope."""
         _, transport = self.start(command("sleep 100"))

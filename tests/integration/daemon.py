@@ -353,7 +353,8 @@ class TemplatesDaemonTestCase(SharedDaemonTestCase):
 
     @classmethod
     def start_shared(cls) -> None:
-        ensure_image()
+        for image in sorted({"default", *(group.get("image", "default") for group in cls.groups)}):
+            ensure_image(image)
         cls.shm = tempfile.mkdtemp(prefix="vms-t-", dir="/dev/shm")
         cls.daemon = Daemon(groups=cls.groups, templates_tmpfs_dir=cls.shm, **cls.settings)
         try:

@@ -23,7 +23,8 @@ from tests.integration.daemon import CREATE_TIMEOUT, TemplatesDaemonTestCase, fr
 
 #: The small warm group the ``base`` template names.
 GROUPS: list[dict[str, Any]] = [
-    {"name": "e2b", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True},
+    {"name": "e2b", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True,
+     "image": "e2b"},
 ]
 
 

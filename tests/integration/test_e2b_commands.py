@@ -6,7 +6,8 @@ SDK (``e2b``, unchanged, sync) against a real daemon and real guests:
 callbacks, stdin), background commands listed, reconnected and killed, a
 terminal typed into and resized, a pause and a kill under running commands.
 
-The default image has no user ``user``: the calls act as ``root``.
+The sandboxes boot the ``e2b`` image (user ``user``, the calls' default);
+one test acts as ``root``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from tests.integration.daemon import CREATE_TIMEOUT, TemplatesDaemonTestCase, fr
 
 #: The small warm group the ``base`` template names.
 GROUPS: list[dict[str, Any]] = [
-    {"name": "e2b", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True},
+    {"name": "e2b", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True,
+     "image": "e2b"},
 ]
 #: The SDK's settings, from the environment.
 SDK_ENV = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DEBUG", "E2B_DOMAIN")
@@ -78,7 +80,7 @@ class E2bCommandTests(TemplatesDaemonTestCase):
     def test_run(self) -> None:
         """``run``: stdout, exit code 0, the output callbacks."""
         seen: list[str] = []
-        result = self.sandbox.commands.run("echo hi; echo there >&2", user=ROOT, on_stdout=seen.append,
+        result = self.sandbox.commands.run("echo hi; echo there >&2", on_stdout=seen.append,
                                            on_stderr=seen.append)
         self.assertEqual((result.stdout, result.stderr, result.exit_code, result.error), ("hi\n", "there\n", 0, None))
         self.assertEqual(sorted(seen), ["hi\n", "there\n"])
@@ -86,25 +88,26 @@ class E2bCommandTests(TemplatesDaemonTestCase):
     def test_failure(self) -> None:
         """A failing command raises ``CommandExitException`` with its code and stderr."""
         with self.assertRaises(CommandExitException) as caught:
-            self.sandbox.commands.run("echo oops >&2; exit 3", user=ROOT)
+            self.sandbox.commands.run("echo oops >&2; exit 3")
         self.assertEqual((caught.exception.exit_code, caught.exception.stderr), (3, "oops\n"))
 
     def test_envs(self) -> None:
         """The sandbox's envVars for every command, a command's own over them, not leaking to the next."""
-        own = self.sandbox.commands.run('echo "$GLOBAL_VAR $SHARED $OWN"', envs={"SHARED": "mine", "OWN": "x"},
-                                        user=ROOT)
+        own = self.sandbox.commands.run('echo "$GLOBAL_VAR $SHARED $OWN"', envs={"SHARED": "mine", "OWN": "x"})
         self.assertEqual(own.stdout, "sandbox mine x\n")
-        after = self.sandbox.commands.run('echo "${OWN:-unset} $SHARED"', user=ROOT)
+        after = self.sandbox.commands.run('echo "${OWN:-unset} $SHARED"')
         self.assertEqual(after.stdout, "unset sandbox\n")
 
     def test_cwd_umask(self) -> None:
         """The user's home by default, a cwd given otherwise; umask 022."""
-        self.assertEqual(self.sandbox.commands.run("pwd; umask", user=ROOT).stdout, "/root\n0022\n")
-        self.assertEqual(self.sandbox.commands.run("pwd", cwd="/tmp", user=ROOT).stdout, "/tmp\n")
+        self.assertEqual(self.sandbox.commands.run("pwd; umask; id -un").stdout, "/home/user\n0022\nuser\n")
+        self.assertEqual(self.sandbox.commands.run("pwd; id -u", user=ROOT).stdout, "/root\n0\n")
+        self.assertEqual(self.sandbox.commands.run("pwd", cwd="/tmp").stdout, "/tmp\n")
+        self.assertEqual(self.sandbox.commands.run("sudo -n id -u").stdout, "0\n")
 
     def test_background_list_kill(self) -> None:
         """A background command is listed; ``kill`` ends it (True, then False); its handle raises."""
-        handle = self.sandbox.commands.run("sleep 600", background=True, user=ROOT)
+        handle = self.sandbox.commands.run("sleep 600", background=True)
         listed = {process.pid: process for process in self.sandbox.commands.list()}
         self.assertIn(handle.pid, listed)
         self.assertEqual(listed[handle.pid].args, ["-l", "-c", "sleep 600"])
@@ -118,7 +121,7 @@ class E2bCommandTests(TemplatesDaemonTestCase):
 
     def test_stdin(self) -> None:
         """``stdin=True``: what ``send_stdin`` sends is read; ``close_stdin`` ends it."""
-        handle = self.sandbox.commands.run("cat", background=True, stdin=True, user=ROOT)
+        handle = self.sandbox.commands.run("cat", background=True, stdin=True)
         self.sandbox.commands.send_stdin(handle.pid, "hello\n")
         self.sandbox.commands.close_stdin(handle.pid)
         self.assertEqual(handle.wait().stdout, "hello\n")
@@ -126,7 +129,7 @@ class E2bCommandTests(TemplatesDaemonTestCase):
     def test_connect(self) -> None:
         """A disconnected command runs on; ``connect`` by pid streams it from then on to its end."""
         handle = self.sandbox.commands.run("sleep 1; for i in 1 2 3; do echo $i; sleep 0.3; done; exit 4",
-                                           background=True, user=ROOT)
+                                           background=True)
         handle.disconnect()
         again = self.sandbox.commands.connect(handle.pid)
         with self.assertRaises(CommandExitException) as caught:
@@ -135,7 +138,7 @@ class E2bCommandTests(TemplatesDaemonTestCase):
 
     def test_pty(self) -> None:
         """A terminal: typed input echoed and run with the sandbox's envVars, resized, killed."""
-        handle = self.sandbox.pty.create(PtySize(rows=24, cols=80), user=ROOT, envs={"OWN": "pty"})
+        handle = self.sandbox.pty.create(PtySize(rows=24, cols=80), envs={"OWN": "pty"})
         self.sandbox.pty.send_stdin(handle.pid, b"echo MARK-$TERM-$GLOBAL_VAR-$OWN\n")
         self.sandbox.pty.resize(handle.pid, PtySize(rows=30, cols=100))
         self.sandbox.pty.send_stdin(handle.pid, b"stty size\n")
@@ -156,12 +159,12 @@ class E2bCommandTests(TemplatesDaemonTestCase):
         """
         sandbox = Sandbox.create()
         self.addCleanup(lambda: Sandbox.kill(sandbox.sandbox_id))
-        paused = sandbox.commands.run("sleep 600", background=True, user=ROOT)
+        paused = sandbox.commands.run("sleep 600", background=True)
         self.assertTrue(sandbox.pause())
         self.assertRaises(Exception, paused.wait)
         resumed = Sandbox.connect(sandbox.sandbox_id, timeout=120)
         self.assertEqual(resumed.commands.list(), [])
-        running = resumed.commands.run("sleep 600", background=True, user=ROOT)
+        running = resumed.commands.run("sleep 600", background=True)
         self.assertTrue(Sandbox.kill(sandbox.sandbox_id))
         self.assertRaises(Exception, running.wait)
         self.assertFalse(resumed.is_running())

@@ -18,7 +18,8 @@ from tests.integration.e2b_js_sdk import SOURCE, sdk
 
 #: The small warm group the ``base`` template names.
 GROUPS: list[dict[str, Any]] = [
-    {"name": "e2b", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True},
+    {"name": "e2b", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True,
+     "image": "e2b"},
 ]
 #: The longest a scenario may take.
 SCENARIO_TIMEOUT = 240
@@ -68,3 +69,19 @@ class E2bJsSdkTests(TemplatesDaemonTestCase):
         self.assertEqual(seen["stateAfterPause"], "paused")
         self.assertEqual((seen["resumedId"], seen["runningAfterConnect"]), (seen["id"], True))
         self.assertEqual((seen["killed"], seen["killedAgain"]), (True, False))
+
+    def test_commands(self) -> None:
+        """run (stdout, stderr, exit code), envs (create-time and per command, not leaking), cwd, user, a
+        failing command raising with its exit code, output callbacks, background + list + kill, stdin."""
+        seen = self.scenario("commands")
+        self.assertEqual(seen["echo"], {"stdout": "hi\n", "stderr": "err\n", "exitCode": 0})
+        self.assertEqual((seen["envs"], seen["envsAfter"]), ("create-run\n", "create-\n"))
+        self.assertEqual((seen["pwd"], seen["whoami"]), ("/home/user\n", "user\n"))
+        self.assertEqual(seen["failure"], {"name": "CommandExitError", "exitCode": 3})
+        self.assertEqual(seen["callbacks"], "line1\nline2\nline3\n")
+        self.assertEqual((seen["listed"], seen["killed"], seen["listedAfterKill"]), (True, True, False))
+        self.assertEqual(seen["stdin"], "through stdin\n")
+
+    def test_pty(self) -> None:
+        """A terminal: what is typed runs, a resize reaches it (stty size), kill."""
+        self.assertEqual(self.scenario("pty"), {"typed": True, "resized": True, "killed": True})

@@ -32,11 +32,12 @@ from typing import Any, Awaitable, Callable, Coroutine, Mapping, Optional, Proto
 
 from attrs import frozen
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.iweb import IRequest
 from twisted.web.server import NOT_DONE_YET, Request
+from zope.interface import implementer
 
 from ..errors import NotFound
 from ..guestport.guest import IGuest
@@ -56,6 +57,8 @@ log = Logger(namespace="vmservice.e2b")
 RPC_PATH = re.compile(r"/([A-Za-z_][A-Za-z0-9_.]*\.[A-Za-z_][A-Za-z0-9_]*/[A-Za-z_][A-Za-z0-9_]*)")
 #: The longest ``Connect-Timeout-Ms`` honoured (Connect allows 10 digits).
 MAX_TIMEOUT_MS = 10 ** 10 - 1
+#: The most bytes of a stream's messages kept for a client that stopped reading them.
+MAX_UNREAD = 8 * 1024 * 1024
 
 
 @frozen
@@ -80,6 +83,10 @@ class EnvdCall:
 class MessageSink(Protocol):
     """Where a server-streaming method sends its messages."""
 
+    @property
+    def expired(self) -> bool:
+        """Whether the call's ``Connect-Timeout-Ms`` passed (the method is cancelled for it)."""
+
     def send(self, message: Mapping[str, Any]) -> None:
         """Send one message to the client."""
 
@@ -103,23 +110,52 @@ class RpcMethod:
     stream: Optional[ServerStream] = None
 
 
+@implementer(IPushProducer)
 class _ResponseSink:
-    """A :class:`MessageSink` over a streaming response."""
+    """
+    A :class:`MessageSink` over a streaming response.  It is the response's
+    producer, so it hears when the client's connection stops taking bytes:
+    a client that leaves more than :data:`MAX_UNREAD` bytes of messages
+    unread loses its connection, rather than the daemon keeping them.
+    """
 
-    def __init__(self, request: IRequest) -> None:
+    def __init__(self, request: Request) -> None:
         self._request = request
-        self.started = self.aborted = False
+        self.started = self.aborted = self.expired = self._paused = False
+        self._unread = 0
 
     def start(self) -> None:
         if not self.started:
             self.started = True
             self._request.setResponseCode(200)
             self._request.setHeader(b"Content-Type", STREAM_TYPE)
+            self._request.registerProducer(self, True)
 
     def send(self, message: Mapping[str, Any]) -> None:
         if not (self.aborted or getattr(self._request, "_disconnected", False)):
             self.start()
-            self._request.write(envelope(message))
+            data = envelope(message)
+            if self._paused:
+                self._unread += len(data)
+                if self._unread > MAX_UNREAD:
+                    self.abort()
+                    return
+            self._request.write(data)
+
+    def finish(self, data: bytes) -> None:
+        """Write the end envelope ``data`` and end the response."""
+        if self.started and not getattr(self._request, "_disconnected", False):
+            self._request.unregisterProducer()
+        _finish(self._request, data)
+
+    def pauseProducing(self) -> None:
+        self._paused = True
+
+    def resumeProducing(self) -> None:
+        self._paused, self._unread = False, 0
+
+    def stopProducing(self) -> None:
+        """The connection is gone: the router hears it from the request."""
 
     def abort(self) -> None:
         self.aborted = True
@@ -169,7 +205,7 @@ class DataPlane:
             request.notifyFinish().addErrback(lambda _: served.cancel())
         return NOT_DONE_YET
 
-    async def _serve(self, request: IRequest, sandbox: Sandbox, path: str) -> None:
+    async def _serve(self, request: Request, sandbox: Sandbox, path: str) -> None:
         rpc = RPC_PATH.fullmatch(path) if request.method == b"POST" else None
         streaming = rpc is not None and _content_type(request) == STREAM_TYPE
         sink = _ResponseSink(request)
@@ -183,7 +219,7 @@ class DataPlane:
                                                          "token or method signing if supported")
             user = user_of_authorization(request.getHeader(b"authorization"))
             call = EnvdCall(sandbox, await self._host.guest(sandbox.sandbox_id), user, token_ok)
-            await self._bounded(request, handler(call, request, sink))
+            await self._bounded(request, handler(call, request, sink), sink)
         except CancelledError:
             return
         except Exception as error:
@@ -193,7 +229,7 @@ class DataPlane:
             release()
         if streaming and not sink.aborted:
             sink.start()
-            _finish(request, end_envelope())
+            sink.finish(end_envelope())
 
     def _handler(self, request: IRequest, path: str, name: str | None,
                  streaming: bool) -> Callable[[EnvdCall, IRequest, _ResponseSink], Awaitable[None]]:
@@ -218,8 +254,8 @@ class DataPlane:
             return answered
         raise ConnectError(Code.INVALID_ARGUMENT, f"{name} is {'not ' if streaming else ''}a unary method")
 
-    async def _bounded(self, request: IRequest, work: Awaitable[None]) -> None:
-        """Await ``work``, cancelled at the call's ``Connect-Timeout-Ms``."""
+    async def _bounded(self, request: IRequest, work: Awaitable[None], sink: _ResponseSink) -> None:
+        """Await ``work``, cancelled at the call's ``Connect-Timeout-Ms`` (``sink`` told it expired)."""
         try:
             timeout = _timeout_ms(request)
         except ConnectError:
@@ -234,6 +270,7 @@ class DataPlane:
 
         def expire() -> None:
             expired.append(True)
+            sink.expired = True
             running.cancel()
 
         timer: IDelayedCall = self._clock.callLater(timeout / 1000, expire)
@@ -258,7 +295,7 @@ class DataPlane:
             return
         if sink is not None:
             sink.start()
-            _finish(request, end_envelope(failure))
+            sink.finish(end_envelope(failure))
         elif getattr(request, "startedWriting", False):
             _finish(request, b"")
         else:

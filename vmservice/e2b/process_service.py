@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from twisted.internet.defer import CancelledError
+
 from .data_plane import EnvdCall, MessageSink, RpcMethod
 from .process_messages import process_input, pty_size, selector, signal_name, start_spec
 from .processes import Process, Processes
@@ -36,6 +38,11 @@ class ProcessService:
         process, done = table.start(call.guest, start_spec(message), call.user, call.sandbox.env_vars, sink)
         try:
             await done
+        except CancelledError:
+            if sink.expired:
+                # envd runs a command within its Start's timeout: at the deadline it is killed.
+                process.life.kill("SIGKILL")
+            raise
         finally:
             process.life.unsubscribe(sink)
 
