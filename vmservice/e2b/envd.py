@@ -13,12 +13,16 @@ from typing import Mapping
 from twisted.internet.interfaces import IReactorTime
 
 from .data_plane import PlainHandler, RpcMethod
+from .filesystem import filesystem_methods
 from .sandboxes import Sandboxes
+from .watching import Watchers
 
 
 def envd_methods(clock: IReactorTime, sandboxes: Sandboxes) -> Mapping[str, RpcMethod]:
     """Every RPC method served."""
-    return {}
+    return {
+        **filesystem_methods(), **Watchers(sandboxes).methods(),
+    }
 
 
 def envd_routes(clock: IReactorTime, sandboxes: Sandboxes) -> Mapping[tuple[bytes, str], PlainHandler]:
