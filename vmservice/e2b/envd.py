@@ -13,6 +13,7 @@ from typing import Mapping
 from twisted.internet.interfaces import IReactorTime
 
 from .data_plane import PlainHandler, RpcMethod
+from .files import files_routes
 from .filesystem import filesystem_methods
 from .sandboxes import Sandboxes
 from .watching import Watchers
@@ -27,7 +28,9 @@ def envd_methods(clock: IReactorTime, sandboxes: Sandboxes) -> Mapping[str, RpcM
 
 def envd_routes(clock: IReactorTime, sandboxes: Sandboxes) -> Mapping[tuple[bytes, str], PlainHandler]:
     """Every plain HTTP route served."""
-    return {}
+    return {
+        **files_routes(clock),
+    }
 
 
 __all__ = ["envd_methods", "envd_routes"]
