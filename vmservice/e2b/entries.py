@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.e2b.test_entries -*-
+# -*- test-case-name: tests.e2b.test_filesystem -*-
 """
 The filesystem service's words: the paths a call names, resolved as envd
 resolves them, and a guest's entries rendered as envd's ``EntryInfo``.

@@ -105,7 +105,8 @@ async def list_dir(call: EnvdCall, message: dict[str, Any]) -> Mapping[str, Any]
     if kind != "directory":
         raise ConnectError(Code.INVALID_ARGUMENT, f"path is not a directory: {path}")
     listed: list[dict[str, Any]] = []
-    await _walk(call.guest, path, path, depth, listed)
+    walked = top.details.symlink_target if top.type == "symlink" and top.details is not None else None
+    await _walk(call.guest, walked or path, path, depth, listed)
     return {"entries": listed}
 
 
