@@ -1,0 +1,208 @@
+# -*- test-case-name: tests.integration.test_e2b_files -*-
+"""
+A sandbox's files through the official E2B Python SDK (``e2b``, sync,
+unchanged) against a real daemon and a real guest: ``files.write`` and
+``read`` (text, bytes, a stream), ``write_files``, ``list`` with a depth,
+``exists``, ``get_info`` (owner, permissions, metadata), ``make_dir``
+(True, then False), ``rename``, ``remove``, ``watch_dir`` (create then
+write events, recursive names), signed download and upload URLs fetched
+with plain HTTP (an expired one refused), and a 50 MiB file up and down
+with the daemon's memory flat.
+
+The tests share one sandbox; each works in a directory of its own.  They
+act as ``root``: the image the ``e2b`` group boots has no user ``user``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+import uuid
+from typing import Any, Iterator
+
+from e2b import FileType, Sandbox
+from e2b.sandbox.filesystem.watch_handle import FilesystemEventType
+
+from tests.integration.daemon import CREATE_TIMEOUT, TemplatesDaemonTestCase, free_port, wait_until
+
+GROUPS: list[dict[str, Any]] = [
+    {"name": "e2b", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True},
+]
+ENVIRONMENT = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DEBUG", "E2B_DOMAIN")
+#: Who the tests act as.
+USER = "root"
+MiB = 1024 * 1024
+
+
+class _Pattern(io.RawIOBase):
+    """``size`` bytes of a repeating pattern, read in pieces (never held whole)."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+        self.block = bytes(range(256)) * 256
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        count = min(len(buffer), self.left, len(self.block))
+        buffer[:count] = self.block[:count]
+        self.left -= count
+        return count
+
+
+def _pattern_digest(size: int) -> str:
+    digest, source = hashlib.sha256(), _Pattern(size)
+    while True:
+        piece = source.read(MiB)
+        if not piece:
+            return digest.hexdigest()
+        digest.update(piece)
+
+
+class E2bFilesTests(TemplatesDaemonTestCase):
+    """``sandbox.files`` on one shared sandbox."""
+
+    timeout = 600
+    groups = GROUPS
+    url: str
+    sandbox: Sandbox
+    saved: dict[str, str | None] = {}
+
+    @classmethod
+    def start_shared(cls) -> None:
+        port = free_port()
+        cls.settings = {"e2b": {"enabled": True, "port": port, "templates": {"base": "e2b"}}}
+        cls.url = f"http://127.0.0.1:{port}"
+        super().start_shared()
+
+    @classmethod
+    def started(cls) -> None:
+        created = cls.daemon.json("POST", f"/hostgroup/e2b/nodes?wait=agent&timeout={CREATE_TIMEOUT}", {}, expect=201)
+        cls.daemon.json("DELETE", f"/hostgroup/e2b/nodes/{created['hostname']}")
+        cls.saved = {name: os.environ.get(name) for name in ENVIRONMENT}
+        os.environ.update(E2B_API_URL=cls.url, E2B_SANDBOX_URL=cls.url, E2B_API_KEY="e2b_any_key")
+        os.environ.pop("E2B_DEBUG", None)
+        cls.sandbox = Sandbox.create()
+
+    @classmethod
+    def _stop_shared(cls) -> None:
+        try:
+            sandbox = getattr(cls, "sandbox", None)
+            if sandbox is not None:
+                try:
+                    Sandbox.kill(sandbox.sandbox_id)
+                except Exception:
+                    pass
+            for name, value in cls.saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+        finally:
+            super()._stop_shared()
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.files = self.sandbox.files
+        self.dir = f"/root/t-{uuid.uuid4().hex[:12]}"
+        self.files.make_dir(self.dir, user=USER)
+        self.addCleanup(lambda: self.files.remove(self.dir, user=USER))
+
+    def rss(self) -> int:
+        assert self.daemon.process is not None
+        with open(f"/proc/{self.daemon.process.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
+    def test_write_read(self) -> None:
+        """Text, bytes and a stream written and read back; several files at once; exists."""
+        info = self.files.write(f"{self.dir}/a.txt", "héllo\n", user=USER)
+        self.assertEqual((info.path, info.name), (f"{self.dir}/a.txt", "a.txt"))
+        self.assertEqual(self.files.read(f"{self.dir}/a.txt", user=USER), "héllo\n")
+        self.files.write(f"{self.dir}/b.bin", b"\x00\xff" * 1000, user=USER)
+        self.assertEqual(bytes(self.files.read(f"{self.dir}/b.bin", format="bytes", user=USER)), b"\x00\xff" * 1000)
+        streamed = b"".join(self.files.read(f"{self.dir}/b.bin", format="stream", user=USER))
+        self.assertEqual(streamed, b"\x00\xff" * 1000)
+        written = self.files.write_files([{"path": f"{self.dir}/m/one", "data": "1"},
+                                          {"path": f"{self.dir}/m/two", "data": b"2"}], user=USER)
+        self.assertEqual(sorted(item.path for item in written), [f"{self.dir}/m/one", f"{self.dir}/m/two"])
+        self.assertEqual(self.files.read(f"{self.dir}/m/two", user=USER), "2")
+        self.assertTrue(self.files.exists(f"{self.dir}/m/one", user=USER))
+        self.assertFalse(self.files.exists(f"{self.dir}/nope", user=USER))
+
+    def test_list_info_dirs(self) -> None:
+        """list with depth, get_info with owner, permissions and metadata, make_dir twice, rename, remove."""
+        self.files.write(f"{self.dir}/x/y/z.txt", "z", user=USER, metadata={"team": "infra"})
+        self.assertEqual([entry.name for entry in self.files.list(self.dir, user=USER)], ["x"])
+        deep = self.files.list(self.dir, depth=3, user=USER)
+        self.assertEqual([entry.path for entry in deep], [f"{self.dir}/x", f"{self.dir}/x/y", f"{self.dir}/x/y/z.txt"])
+        info = self.files.get_info(f"{self.dir}/x/y/z.txt", user=USER)
+        self.assertEqual((info.type, info.size, info.owner, info.group), (FileType.FILE, 1, "root", "root"))
+        self.assertEqual(info.permissions, "-rw-r--r--")
+        self.assertEqual(info.metadata, {"team": "infra"})
+        self.assertEqual(self.files.get_info(self.dir, user=USER).type, FileType.DIR)
+        self.assertTrue(self.files.make_dir(f"{self.dir}/new", user=USER))
+        self.assertFalse(self.files.make_dir(f"{self.dir}/new", user=USER))
+        moved = self.files.rename(f"{self.dir}/x/y/z.txt", f"{self.dir}/new/z2.txt", user=USER)
+        self.assertEqual(moved.path, f"{self.dir}/new/z2.txt")
+        self.assertFalse(self.files.exists(f"{self.dir}/x/y/z.txt", user=USER))
+        self.files.remove(f"{self.dir}/new", user=USER)
+        self.assertFalse(self.files.exists(f"{self.dir}/new/z2.txt", user=USER))
+
+    def test_watch(self) -> None:
+        """watch_dir: a new file is a create then a write; recursive names are relative."""
+        self.files.make_dir(f"{self.dir}/sub", user=USER)
+        handle = self.files.watch_dir(self.dir, recursive=True, user=USER)
+        self.addCleanup(handle.stop)
+        self.files.write(f"{self.dir}/new.txt", "data", user=USER)
+        self.files.write(f"{self.dir}/sub/inner.txt", "data", user=USER)
+        events: list[Any] = []
+
+        def both_written() -> bool:
+            events.extend(handle.get_new_events())
+            seen = {(event.name, event.type) for event in events}
+            return {("new.txt", FilesystemEventType.WRITE), ("sub/inner.txt", FilesystemEventType.WRITE)} <= seen
+
+        wait_until("both files written", both_written, timeout=30, interval=0.5)
+        named = [event.type for event in events if event.name == "new.txt"]
+        self.assertEqual(named[0], FilesystemEventType.CREATE)
+
+    def test_signed_urls(self) -> None:
+        """download_url and upload_url fetched with plain HTTP, no sandbox header; an expired one refused."""
+        self.files.write(f"{self.dir}/d.txt", "signed", user=USER)
+        with urllib.request.urlopen(self.sandbox.download_url(f"{self.dir}/d.txt", user=USER)) as answer:
+            self.assertEqual(answer.read(), b"signed")
+        upload = urllib.request.Request(self.sandbox.upload_url(f"{self.dir}/u.txt", user=USER), data=b"up",
+                                        method="POST", headers={"Content-Type": "application/octet-stream"})
+        with urllib.request.urlopen(upload) as answer:
+            self.assertEqual(json.loads(answer.read())[0]["path"], f"{self.dir}/u.txt")
+        self.assertEqual(self.files.read(f"{self.dir}/u.txt", user=USER), "up")
+        expiring = self.sandbox.download_url(f"{self.dir}/d.txt", user=USER, use_signature_expiration=1)
+        time.sleep(2.5)
+        with self.assertRaises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(expiring)
+        self.assertEqual(refused.exception.code, 401)
+        self.assertEqual(json.loads(refused.exception.read()),
+                         {"code": 401, "message": "signature is already expired"})
+
+    def test_large_file(self) -> None:
+        """50 MiB up (streamed) and down (streamed), checksums equal, the daemon's memory flat."""
+        size = 50 * MiB
+        before = self.rss()
+        self.files.write(f"{self.dir}/big", _Pattern(size), user=USER)  # type: ignore[arg-type]
+        digest = hashlib.sha256()
+        for piece in self._stream(f"{self.dir}/big"):
+            digest.update(piece)
+        self.assertEqual(digest.hexdigest(), _pattern_digest(size))
+        self.assertLess(self.rss() - before, 40 * MiB)
+
+    def _stream(self, path: str) -> Iterator[bytes]:
+        yield from self.files.read(path, format="stream", user=USER)
