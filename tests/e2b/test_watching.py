@@ -11,9 +11,12 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.e2b.envd_harness import messages
 from tests.e2b.fs_fakes import FsCase, Node
-from vmservice.e2b import watching
+from tests.diagrams import drawn_transitions, machine_transitions
+from vmservice.e2b import watcher_state, watching
 from vmservice.e2b.inputs import NewSandbox
-from vmservice.e2b.watching import event_message
+from vmservice.e2b import watch_events
+from vmservice.e2b.watch_events import EventFolding, event_message
+from vmservice.e2b.watcher_state import WATCHER_MACHINE
 from vmservice.errors import AgentError, GuestErrorKind
 from vmservice.guestport.watch import WatchEvent
 
@@ -25,6 +28,28 @@ class EventTests(SynchronousTestCase):
         self.assertEqual(event_message(WatchEvent("chmod", "/w/x", 0, False), "/w")["type"],  # type: ignore[index]
                          "EVENT_TYPE_CHMOD")
         self.assertIsNone(event_message(WatchEvent("overflow", "", 0, False, "lost"), "/w"))
+
+    def test_upload_folded(self) -> None:
+        """An upload's temporary file shows as its name: create, writes, chmod; its rename and the name's create not."""
+        folding, temp = EventFolding(), "/w/.a.txt.vmservice-0123456789ab"
+        shown = [folding.fold(WatchEvent(kind, path, 0, False)) for kind, path in (
+            ("create", temp), ("write", temp), ("chmod", temp), ("rename", temp), ("create", "/w/a.txt"),
+            ("create", "/w/a.txt"), ("remove", "/w/.b.vmservice-0123456789ab"), ("write", "/w/.x.vmservice-no"))]
+        self.assertEqual([(event.type, event.path) if event else None for event in shown], [
+            ("create", "/w/a.txt"), ("write", "/w/a.txt"), ("chmod", "/w/a.txt"), None, None,
+            ("create", "/w/a.txt"), None, ("write", "/w/.x.vmservice-no")])
+
+    def test_pending_bound(self) -> None:
+        self.patch(watch_events, "MAX_PENDING", 2)
+        folding = EventFolding()
+        for name in "abc":
+            folding.fold(WatchEvent("rename", f"/w/.{name}.vmservice-0123456789ab", 0, False))
+        self.assertIsNotNone(folding.fold(WatchEvent("create", "/w/a", 0, False)))
+        self.assertIsNone(folding.fold(WatchEvent("create", "/w/c", 0, False)))
+
+    def test_diagram(self) -> None:
+        """docs/state-machines/e2b-watcher.dot draws exactly the watcher's machine."""
+        self.assertEqual(drawn_transitions("e2b-watcher.dot"), machine_transitions(WATCHER_MACHINE))
 
 
 class WatchDirTests(FsCase):
@@ -89,7 +114,7 @@ class PollingTests(FsCase):
         self.assertEqual(self.fs("GetWatcherEvents", {"watcherId": watcher_id})[1]["code"], "not_found")
 
     def test_buffer_bound(self) -> None:
-        self.patch(watching, "MAX_EVENTS", 3)
+        self.patch(watcher_state, "MAX_EVENTS", 3)
         watcher_id = self.create()
         for number in range(5):
             self.guest.watches[0].event("write", f"/home/user/w/{number}")

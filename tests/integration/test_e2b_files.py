@@ -171,7 +171,8 @@ class E2bFilesTests(TemplatesDaemonTestCase):
             seen = {(event.name, event.type) for event in events}
             return {("new.txt", FilesystemEventType.WRITE), ("sub/inner.txt", FilesystemEventType.WRITE)} <= seen
 
-        wait_until("both files written", both_written, timeout=30, interval=0.5)
+        wait_until("both files written", both_written, timeout=30, interval=0.5,
+                   details=lambda: f": {[(event.name, event.type) for event in events]}")
         named = [event.type for event in events if event.name == "new.txt"]
         self.assertEqual(named[0], FilesystemEventType.CREATE)
 
