@@ -19,33 +19,14 @@ from typing import Any
 from e2b import Sandbox, SandboxQuery, SandboxState
 from e2b.exceptions import SandboxNotFoundException
 
-from tests.integration.daemon import CREATE_TIMEOUT, TemplatesDaemonTestCase, free_port, wait_until
-
-#: The small warm group the ``base`` template names.
-GROUPS: list[dict[str, Any]] = [
-    {"name": "e2b", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True},
-]
+from tests.integration.daemon import wait_until
+from tests.integration.e2b_daemon import E2bDaemonTestCase
 
 
-class E2bSdkTests(TemplatesDaemonTestCase):
+class E2bSdkTests(E2bDaemonTestCase):
     """A few sandboxes, made and ended through the SDK."""
 
     timeout = 300
-    groups = GROUPS
-    url: str
-
-    @classmethod
-    def start_shared(cls) -> None:
-        port = free_port()
-        cls.settings = {"e2b": {"enabled": True, "port": port, "templates": {"base": "e2b"}}}
-        cls.url = f"http://127.0.0.1:{port}"
-        super().start_shared()
-
-    @classmethod
-    def started(cls) -> None:
-        """The group's template built (a cold boot under TCG takes longer than the SDK's 60 s request timeout)."""
-        created = cls.daemon.json("POST", f"/hostgroup/e2b/nodes?wait=agent&timeout={CREATE_TIMEOUT}", {}, expect=201)
-        cls.daemon.json("DELETE", f"/hostgroup/e2b/nodes/{created['hostname']}")
 
     def setUp(self) -> None:
         super().setUp()

@@ -28,11 +28,9 @@ from typing import Any, Iterator
 from e2b import FileType, Sandbox
 from e2b.sandbox.filesystem.watch_handle import FilesystemEventType
 
-from tests.integration.daemon import CREATE_TIMEOUT, TemplatesDaemonTestCase, free_port, wait_until
+from tests.integration.daemon import wait_until
+from tests.integration.e2b_daemon import E2bDaemonTestCase
 
-GROUPS: list[dict[str, Any]] = [
-    {"name": "e2b", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True},
-]
 ENVIRONMENT = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DEBUG", "E2B_DOMAIN")
 #: Who the tests act as.
 USER = "root"
@@ -65,26 +63,17 @@ def _pattern_digest(size: int) -> str:
         digest.update(piece)
 
 
-class E2bFilesTests(TemplatesDaemonTestCase):
+class E2bFilesTests(E2bDaemonTestCase):
     """``sandbox.files`` on one shared sandbox."""
 
     timeout = 600
-    groups = GROUPS
-    url: str
     sandbox: Sandbox
     saved: dict[str, str | None] = {}
 
     @classmethod
-    def start_shared(cls) -> None:
-        port = free_port()
-        cls.settings = {"e2b": {"enabled": True, "port": port, "templates": {"base": "e2b"}}}
-        cls.url = f"http://127.0.0.1:{port}"
-        super().start_shared()
-
-    @classmethod
     def started(cls) -> None:
-        created = cls.daemon.json("POST", f"/hostgroup/e2b/nodes?wait=agent&timeout={CREATE_TIMEOUT}", {}, expect=201)
-        cls.daemon.json("DELETE", f"/hostgroup/e2b/nodes/{created['hostname']}")
+        """The template built, the SDK pointed at the daemon, the shared sandbox made."""
+        super().started()
         cls.saved = {name: os.environ.get(name) for name in ENVIRONMENT}
         os.environ.update(E2B_API_URL=cls.url, E2B_SANDBOX_URL=cls.url, E2B_API_KEY="e2b_any_key")
         os.environ.pop("E2B_DEBUG", None)
@@ -113,14 +102,6 @@ class E2bFilesTests(TemplatesDaemonTestCase):
         self.dir = f"/root/t-{uuid.uuid4().hex[:12]}"
         self.files.make_dir(self.dir, user=USER)
         self.addCleanup(lambda: self.files.remove(self.dir, user=USER))
-
-    def rss(self) -> int:
-        assert self.daemon.process is not None
-        with open(f"/proc/{self.daemon.process.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        raise AssertionError("no VmRSS")
 
     def test_write_read(self) -> None:
         """Text, bytes and a stream written and read back; several files at once; exists."""
@@ -197,13 +178,13 @@ class E2bFilesTests(TemplatesDaemonTestCase):
     def test_large_file(self) -> None:
         """50 MiB up (streamed) and down (streamed), checksums equal, the daemon's memory flat."""
         size = 50 * MiB
-        before = self.rss()
+        before = self.daemon.rss()
         self.files.write(f"{self.dir}/big", _Pattern(size), user=USER)  # type: ignore[arg-type]
         digest = hashlib.sha256()
         for piece in self._stream(f"{self.dir}/big"):
             digest.update(piece)
         self.assertEqual(digest.hexdigest(), _pattern_digest(size))
-        self.assertLess(self.rss() - before, 40 * MiB)
+        self.assertLess(self.daemon.rss() - before, 40 * MiB)
 
     def _stream(self, path: str) -> Iterator[bytes]:
         yield from self.files.read(path, format="stream", user=USER)

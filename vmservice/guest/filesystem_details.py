@@ -23,7 +23,8 @@ import os
 import stat
 from typing import Any, Callable, Optional
 
-from vmservice.guest.filesystem import (Cancelled, FsError, describe, error_from_os, file_type, missing_directories)
+from vmservice.guest.filesystem import (FsError, describe, do_readdir, error_from_os, file_type,
+                                        missing_directories)
 from vmservice.wire.openheaders.fs import MAX_METADATA_BYTES, METADATA_PREFIX
 
 #: Errors that mean a file system keeps no extended attributes.
@@ -110,20 +111,7 @@ def detailed_stat(path: str) -> dict[str, Any]:
 
 def detailed_readdir(path: str, cancelled: Callable[[], bool] = lambda: False) -> list[dict[str, Any]]:
     """:func:`~vmservice.guest.filesystem.do_readdir` with each entry's details."""
-    entries = []
-    try:
-        with os.scandir(path) as listing:
-            for found in listing:
-                if cancelled():
-                    raise Cancelled()
-                try:
-                    entries.append(detailed(found.path, found.name, found.stat(follow_symlinks=False)))
-                except FileNotFoundError:
-                    continue
-    except OSError as e:
-        raise error_from_os(e, path) from None
-    entries.sort(key=lambda entry: entry["name"])
-    return entries
+    return do_readdir(path, cancelled, detailed)
 
 
 def _chown(path: str, uid: Optional[int], gid: Optional[int]) -> None:
