@@ -21,7 +21,7 @@ CLUSTER_DIR ?= /var/lib/vmservice/devcluster
 CLUSTER_PORTS ?= 16443
 CLUSTER_NODES ?= vms-a,vms-b
 
-.PHONY: install apt venv image controlplane cluster cluster-stop run typecheck check test-unit test-integration test fuzz faults bench clean
+.PHONY: install apt venv image e2b-js controlplane cluster cluster-stop run typecheck check test-unit test-integration test fuzz faults bench clean
 
 install: apt venv image
 
@@ -48,12 +48,18 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # The images the integration tests boot (each is rebuilt only when its recipe hash changes).
-IMAGES ?= default dev
+IMAGES ?= default dev e2b
 
 image: apt venv
 	@for name in $(IMAGES); do \
 	  $(BIN)/python -m vmservice.images build --image-dir $(IMAGE_DIR) --name $$name || exit 1; \
 	done
+
+# The official E2B JavaScript SDK and the Node.js it needs, for tests/integration/test_e2b_js.py: from the npm
+# registry as configured, cached outside the clone keyed by the lock file (Debian's npm runs the install).
+e2b-js: apt venv
+	@command -v npm >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm)
+	@$(BIN)/python -m tests.integration.e2b_js_sdk install
 
 # The control plane's programs, built once (about 6 minutes of 2 cores the first time; then a check of a
 # second). The integration tests start a control plane of their own from them.
@@ -89,7 +95,7 @@ test-unit: venv
 INTEGRATION_SHARDS ?= 2
 INTEGRATION := $(BIN)/python tests/shards.py $(INTEGRATION_SHARDS) $(TRIAL) --reporter=timing
 
-test-integration: install controlplane
+test-integration: install controlplane e2b-js
 	$(INTEGRATION)
 
 # mypy and the unit tests: fast, needs no image.
@@ -98,7 +104,7 @@ check: typecheck test-unit
 # Everything CI runs: mypy, the unit tests, then the integration tests (real guests, in shards, each
 # test with its time: `python tests/shards.py --record LOG` keeps the modules' times for the next
 # deal); trial's own summaries, then the plain "N passed, N failed" line CI reads (both runs counted).
-test: install controlplane
+test: install controlplane e2b-js
 	@set -o pipefail; status=0; rm -f .trial-output.log; \
 	steps=""; $(BIN)/mypy || { status=1; steps="mypy"; }; \
 	$(TRIAL) $(UNIT_TESTS) 2>&1 | tee -a .trial-output.log || status=1; \

@@ -20,7 +20,7 @@ class ExampleTests(SynchronousTestCase):
         """
         The example loads into the configuration the documentation promises:
         TCP on 127.0.0.1:8080 without auth, one empty ``demo`` group whose nodes are clones, and the
-        E2B API on 127.0.0.1:49982 serving ``base`` from a warm ``e2b`` group.
+        E2B API on 127.0.0.1:49982 serving ``base`` from a warm ``e2b`` group of the ``e2b`` image.
         """
         config = load_config(EXAMPLE, environ={})
         self.assertEqual(
@@ -31,7 +31,8 @@ class ExampleTests(SynchronousTestCase):
                 image_dir=DEFAULT_IMAGE_DIR,
                 host_groups=(
                     HostGroupConfig(name="demo", count=0, vcpu=1, ram_bytes=256 * MiB, storage_size=2 * GiB, warm=True),
-                    HostGroupConfig(name="e2b", count=0, vcpu=1, ram_bytes=256 * MiB, storage_size=2 * GiB, warm=True),
+                    HostGroupConfig(name="e2b", count=0, vcpu=1, ram_bytes=256 * MiB, storage_size=2 * GiB, warm=True,
+                                    image="e2b"),
                 ),
                 e2b=E2bConfig(bind_address="127.0.0.1", port=49982, templates=(("base", "e2b"),)),
             ),

@@ -173,5 +173,5 @@ class RouterTests(EnvdCase):
 class ServicesTests(EnvdCase):
     def test_gathered(self) -> None:
         """The daemon's services are gathered in one place."""
-        self.assertIsInstance(dict(envd_methods(self.clock, self.sandboxes)), dict)
-        self.assertIsInstance(dict(envd_routes(self.clock, self.sandboxes)), dict)
+        self.assertIsInstance(dict(envd_methods(self.clock, self.sandboxes, self.host)), dict)
+        self.assertIsInstance(dict(envd_routes(self.clock, self.sandboxes, self.host)), dict)

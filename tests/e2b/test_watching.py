@@ -145,5 +145,12 @@ class PollingTests(FsCase):
         self.assertTrue(self.guest.watches[0].cancelled)
         self.assertEqual(self.fs("GetWatcherEvents", {"watcherId": watcher_id})[1]["code"], "not_found")
 
+    def test_gone_with_node(self) -> None:
+        watcher_id = self.create()
+        for listener in list(self.host.listeners):
+            listener(self.sandbox_id)
+        self.assertTrue(self.guest.watches[0].cancelled)
+        self.assertEqual(self.fs("GetWatcherEvents", {"watcherId": watcher_id})[0], 502)  # the sandbox is gone too
+
     def test_unknown(self) -> None:
         self.assertEqual(self.fs("RemoveWatcher", {"watcherId": "nope"})[1]["code"], "not_found")

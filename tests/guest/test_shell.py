@@ -15,6 +15,7 @@ from tests.guest.session import GuestSessionMixin
 from vmservice.guest import shell
 from vmservice.wire import ResetCode
 from vmservice.wire.events import Open, Reset
+from vmservice.wire.openheaders.exec import ExecHeader
 
 
 class HeaderTests(GuestSessionMixin, SynchronousTestCase):
@@ -26,12 +27,29 @@ class HeaderTests(GuestSessionMixin, SynchronousTestCase):
 
     def test_bad_fields(self) -> None:
         """Wrong types or ranges of uid, gid, cols, rows, shell or cwd are refused."""
-        for header in ({"uid": -1}, {"gid": "0"}, {"cols": True}, {"rows": 2**32}, {"shell": 3}, {"cwd": None}):
+        for header in ({"uid": -1}, {"gid": "0"}, {"cols": True}, {"rows": 2**32}, {"shell": 3}, {"cwd": None},
+                       {"env": "A=1"}, {"env": [1]}):
             stream_id = self.host.next_stream_id()
             self.send(Open(stream_id, {"op": "shell", **header}))
             [event] = [e for e in self.receive() if getattr(e, "stream_id", None) == stream_id]
             self.assertIsInstance(event, Reset, header)
             self.assertEqual(event.code, ResetCode.BAD_HEADER)
+
+
+class EnvironmentTests(SynchronousTestCase):
+    """:func:`shell_env`: an exec's environment with ``TERM``, the header's entries winning."""
+
+    def test_term_default(self) -> None:
+        """Without entries ``TERM`` is ``xterm-256color``, beside the user's variables."""
+        env = shell.shell_env(ExecHeader(cmd="/bin/bash", shell="/bin/bash"), ("user", "/home/user"))
+        self.assertEqual((env["TERM"], env["HOME"], env["USER"], env["SHELL"]),
+                         ("xterm-256color", "/home/user", "user", "/bin/bash"))
+
+    def test_entries_win(self) -> None:
+        """The header's entries are laid over everything, ``TERM`` too; later ones win."""
+        spec = ExecHeader(cmd="/bin/bash", env=("TERM=vt100", "A=1", "A=2", "HOME=/x"))
+        env = shell.shell_env(spec, None)
+        self.assertEqual((env["TERM"], env["A"], env["HOME"]), ("vt100", "2", "/x"))
 
 
 class SessionMembersTests(SynchronousTestCase):

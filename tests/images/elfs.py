@@ -14,12 +14,16 @@ BASE = 0x400000
 
 
 def make_elf(needed: tuple[str, ...] = (), machine: int = 62, e_type: int = 2, payload: bytes = b"",
-             with_strtab: bool = True) -> bytes:
+             with_strtab: bool = True, runpath: str = "", runpath_tag: int = 29) -> bytes:
     """
     An ELF64 little-endian file: header, two program headers (PT_LOAD covering the whole file, and
-    PT_DYNAMIC when ``needed`` is given), a string table, a dynamic section and ``payload``.
+    PT_DYNAMIC when ``needed`` is given), a string table, a dynamic section (with a ``DT_RUNPATH``, or
+    the tag ``runpath_tag``, when ``runpath`` is given) and ``payload``.
     """
     strtab = b"\x00" + b"".join(name.encode() + b"\x00" for name in needed)
+    runpath_position = len(strtab)
+    if runpath:
+        strtab += runpath.encode() + b"\x00"
     phnum = 2 if needed else 1
     header_end = _EHDR.size + phnum * _PHDR.size
     strtab_offset = header_end
@@ -30,6 +34,8 @@ def make_elf(needed: tuple[str, ...] = (), machine: int = 62, e_type: int = 2, p
     for name in needed:
         entries.append(_DYN.pack(1, position))
         position += len(name) + 1
+    if needed and runpath:
+        entries.append(_DYN.pack(runpath_tag, runpath_position))
     if needed and with_strtab:
         entries.append(_DYN.pack(5, BASE + strtab_offset))
     entries.append(_DYN.pack(0, 0))

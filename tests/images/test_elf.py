@@ -33,6 +33,17 @@ class ParseElfTests(SynchronousTestCase):
         self.assertEqual(info.needed, ("libc.so.6", "libz.so.1"))
         self.assertEqual(info.type, 3)
 
+    def test_runpath(self) -> None:
+        """
+        DT_RUNPATH's directories come back split at ``:``; DT_RPATH serves when there is no DT_RUNPATH;
+        a file without either has none.
+        """
+        info = parse_elf(make_elf(needed=("libsudo_util.so.0",), runpath="/usr/libexec/sudo:$ORIGIN/../lib"))
+        self.assertEqual(info.runpath, ("/usr/libexec/sudo", "$ORIGIN/../lib"))
+        info = parse_elf(make_elf(needed=("libx.so",), runpath="/opt/lib", runpath_tag=15))
+        self.assertEqual(info.runpath, ("/opt/lib",))
+        self.assertEqual(parse_elf(make_elf(needed=("libc.so.6",))).runpath, ())
+
     def test_needed_without_strtab(self) -> None:
         """
         DT_NEEDED entries with no string table are an error, not a guess.

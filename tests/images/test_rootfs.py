@@ -159,6 +159,19 @@ class LibraryTests(SynchronousTestCase):
         """
         self.assertEqual(missing_libraries(self.root, ("usr/bin",)), [])
 
+    def test_runpath(self) -> None:
+        """
+        A library in the program's DT_RUNPATH (sudo's /usr/libexec/sudo, or $ORIGIN-relative) is found
+        there; without the run path it is missing.
+        """
+        write(self.root, "usr/libexec/sudo/libsudo_util.so.0", make_elf(needed=("libc.so.6",), e_type=3))
+        write(self.root, "usr/bin/sudo", make_elf(needed=("libsudo_util.so.0",), runpath="/usr/libexec/sudo"))
+        write(self.root, "usr/bin/visudo", make_elf(needed=("libsudo_util.so.0",), runpath="$ORIGIN/../libexec/sudo"))
+        self.assertEqual(missing_libraries(self.root, ("usr/bin",)), [])
+        write(self.root, "usr/bin/other", make_elf(needed=("libsudo_util.so.0",)))
+        self.assertEqual(missing_libraries(self.root, ("usr/bin",)),
+                         [MissingLibrary("usr/bin/other", "libsudo_util.so.0")])
+
     def test_missing_transitively(self) -> None:
         """
         A library needed by a library is reported against the library that needs it.

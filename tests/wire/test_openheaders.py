@@ -40,7 +40,8 @@ background_starts = st.builds(
     exec=exec_headers.map(lambda h: replace(h, stdin=False, stdout=True, stderr=True)),
     ring_bytes=st.integers(min_value=1, max_value=MAX_RING_BYTES),
 )
-shell_headers = st.builds(ShellHeader, uid=ids, gid=ids, shell=texts, cwd=texts, cols=ids, rows=ids)
+shell_headers = st.builds(ShellHeader, uid=ids, gid=ids, shell=texts, cwd=texts, cols=ids, rows=ids,
+                          env=st.lists(texts, max_size=4).map(tuple))
 forward_headers = st.builds(
     ForwardHeader,
     st.builds(Upstream, unix=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)

@@ -153,8 +153,8 @@ def e2b_site(reactor: IReactorTime, config: Config, e2b: E2bConfig, sandboxes: S
                                     allowed_hosts=config.api.allowed_hosts,
                                     allowed_origins=config.api.allowed_origins)
     data = DataPlane(reactor, sandboxes, host,
-                     envd_methods(reactor, sandboxes) if methods is None else methods,
-                     envd_routes(reactor, sandboxes) if plain is None else plain)
+                     envd_methods(reactor, sandboxes, host) if methods is None else methods,
+                     envd_routes(reactor, sandboxes, host) if plain is None else plain)
     root = E2bRoot(ControlPlane(sandboxes, e2b), data, RequestGate(tokens, listener),
                    RequestGate(None, listener))
     site = StreamingSite(root, root.plan_body)

@@ -18,8 +18,8 @@ sandbox's, at most :data:`MAX_WATCHERS` a sandbox, each an automat machine
 (:mod:`.watcher_state`) holding at most
 :data:`~.watcher_state.MAX_EVENTS` events not yet fetched; a watcher whose
 guest watch ended answers what it holds, then the end's error once (and is
-gone).  A sandbox's watchers go with it: those of
-sandboxes no longer running are removed whenever a watcher is created.
+gone).  A sandbox's watchers go with it: with its node, and those of
+sandboxes no longer running (paused) whenever a watcher is created.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from .data_plane import EnvdCall, MessageSink, RpcMethod
 from .filesystem import SERVICE, path_of, text_field
 from .watch_events import EventFolding, event_message
 from .watcher_state import WATCHER_MACHINE, WatcherCore, WatcherInputs
+from .host import SandboxHost
 from .sandbox import SandboxState
 from .sandboxes import Sandboxes
 
@@ -107,11 +108,13 @@ class Watchers:
     The polling watchers of every sandbox.
 
     :param sandboxes: the sandboxes (the watchers of one not running are removed).
+    :param host: the nodes under them (a node deleted takes its sandbox's watchers at once).
     """
 
-    def __init__(self, sandboxes: Sandboxes) -> None:
+    def __init__(self, sandboxes: Sandboxes, host: SandboxHost) -> None:
         self._sandboxes = sandboxes
         self._watchers: dict[str, tuple[WatcherCore, WatcherInputs]] = {}
+        host.on_deleted(self.forget_sandbox)
 
     def _running(self, sandbox_id: str) -> bool:
         try:

@@ -3,11 +3,12 @@
 ``{"op": "shell", ...}``: an interactive login shell on a pseudo-terminal.
 
 Stdlib only (it runs inside the VM).  The header is ``{"uid", "gid", "shell",
-"cwd", "cols", "rows"}``.  The agent opens a pty (:func:`os.openpty`) of
+"cwd", "cols", "rows", "env"}``.  The agent opens a pty (:func:`os.openpty`) of
 ``cols`` x ``rows`` and forks a child that starts a new session
 (:func:`os.setsid`), makes the pty its controlling terminal (``TIOCSCTTY``),
 takes the user's identity and directory and execs ``shell -l`` with ``TERM``,
-``HOME``, ``USER``, ``LOGNAME``, ``SHELL`` and ``PATH`` set.
+``HOME``, ``USER``, ``LOGNAME``, ``SHELL`` and ``PATH`` set, then the
+header's ``env`` entries over them (:func:`shell_env`).
 
 Inside the stream both ways are frames of :mod:`vmservice.wire.shellframes`:
 
@@ -95,7 +96,7 @@ class ShellHandler(StreamHandler):
             return
         uid, gid, cwd, cols, rows = header.uid, header.gid, header.cwd, header.cols, header.rows
         shell = usable_shell(header.shell)
-        spec = ExecHeader(cmd=shell, uid=uid, gid=gid, cwd=cwd, shell=shell)
+        spec = ExecHeader(cmd=shell, env=header.env, uid=uid, gid=gid, cwd=cwd, shell=shell)
         user = passwd_entry(uid)
         try:
             directory = resolve_cwd(cwd, user[1] if user else None)
@@ -108,9 +109,7 @@ class ShellHandler(StreamHandler):
         if not shell.startswith("/") or not os.path.isfile(shell) or not os.access(shell, os.X_OK):
             self._reject(f"shell {shell!r} is not an executable file in the guest")
             return
-        env = build_env(spec, user)
-        env["TERM"] = "xterm-256color"
-        self._spawn(spec, env, directory, cols, rows)
+        self._spawn(spec, shell_env(spec, user), directory, cols, rows)
 
     def data_received(self, data: bytes) -> None:
         if self._master < 0:
@@ -294,6 +293,10 @@ class ShellHandler(StreamHandler):
         self.stream.end()
 
 
+def shell_env(spec: ExecHeader, user: Optional[tuple[str, str]]) -> dict[str, str]:
+    """A shell's environment: ``TERM=xterm-256color``, then an exec's (the request's entries win)."""
+    return {"TERM": "xterm-256color", **build_env(spec, user)}
+
 
 def signal_session(sid: int, number: int) -> None:
     """Signal every process of session ``sid`` (a shell's jobs have process groups of their own)."""
@@ -352,4 +355,4 @@ def _child(spec: ExecHeader, env: dict[str, str], directory: str, slave: int, re
     exit_reporting(report, message)
 
 
-__all__ = ["KILL_GRACE", "PENDING_HIGH_WATER", "READ_SIZE", "ShellHandler", "set_window_size"]
+__all__ = ["KILL_GRACE", "PENDING_HIGH_WATER", "READ_SIZE", "ShellHandler", "set_window_size", "shell_env"]

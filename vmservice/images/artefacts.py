@@ -16,6 +16,7 @@ import subprocess
 from typing import Callable, NotRequired, TypedDict
 
 from vmservice.images import debian, postinst, rootfs
+from vmservice.images.accounts import AccountError, add_accounts
 from vmservice.images.cpio import write_newc
 from vmservice.images.initramfs import initramfs_entries
 from vmservice.images.kernel import extract_vmlinux, module_load_order
@@ -112,7 +113,7 @@ def build_artefacts(recipe: Recipe, digest: str, source: str, base: str, work: s
     rootfs.merge_usr(root)
     release = _write_kernel(root, output, kernel_package, out)
     order = _write_initramfs(root, release, recipe, source, output, out)
-    _assemble_rootfs(root, source, out)
+    _assemble_rootfs(root, recipe, source, out)
     image = os.path.join(output, ROOTFS_FILE)
     try:
         size = rootfs.make_ext4(root, image, recipe.rootfs_headroom_mib)
@@ -226,9 +227,14 @@ def _maintainer_steps(root: str, out: Callable[[str], None]) -> None:
         if not os.path.isfile(bundle) or os.path.getsize(bundle) == 0:
             raise BuildError(f"update-ca-certificates did not write /{postinst.CA_BUNDLE}")
         out(f"rootfs: /{postinst.CA_BUNDLE} with {certificates} certificates")
+    if postinst.secure_sudoers(root):
+        out("rootfs: /etc/sudoers 0440")
+    stacks = postinst.write_pam_stacks(root)
+    if stacks:
+        out(f"rootfs: PAM stacks {', '.join(f'common-{stack}' for stack in stacks)}")
 
 
-def _assemble_rootfs(root: str, source: str, out: Callable[[str], None]) -> None:
+def _assemble_rootfs(root: str, recipe: Recipe, source: str, out: Callable[[str], None]) -> None:
     rootfs.prune(root)
     rootfs.add_base_files(root)
     # Before busybox's links, so that a real program gets a name busybox also has (awk).
@@ -241,6 +247,12 @@ def _assemble_rootfs(root: str, source: str, out: Callable[[str], None]) -> None
     # The guest has no ldconfig (it is in libc-bin); the host's writes the cache for the tree.
     check_run(["ldconfig", "-r", root], "ldconfig -r")
     _maintainer_steps(root, out)
+    try:
+        accounts = add_accounts(root, recipe.users)
+    except AccountError as error:
+        raise BuildError(f"making the recipe's accounts: {error}") from None
+    if accounts:
+        out(f"rootfs: accounts {', '.join(accounts)}")
     missing = rootfs.missing_libraries(root, _REQUIRED_PROGRAM_DIRS)
     if missing:
         raise BuildError("programs lack shared libraries (add their packages to the recipe): "

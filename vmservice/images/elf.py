@@ -26,6 +26,8 @@ _PT_DYNAMIC = 2
 _DT_NULL = 0
 _DT_NEEDED = 1
 _DT_STRTAB = 5
+_DT_RPATH = 15
+_DT_RUNPATH = 29
 
 _HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
 _PHDR = struct.Struct("<IIQQQQQQ")
@@ -47,12 +49,15 @@ class ElfInfo:
     :ivar machine: ``e_machine``; 62 is x86-64.
     :ivar entry: the entry point address.
     :ivar needed: the ``DT_NEEDED`` sonames, in order; empty for a static binary.
+    :ivar runpath: the directories of its ``DT_RUNPATH`` (or, without one, ``DT_RPATH``), in order, as
+        written (``$ORIGIN`` unexpanded): where the dynamic loader looks before the default directories.
     """
 
     type: int
     machine: int
     entry: int
     needed: tuple[str, ...]
+    runpath: tuple[str, ...] = ()
 
 
 def _check_within(size: int, offset: int, length: int, what: str) -> None:
@@ -88,37 +93,43 @@ def parse_elf(data: bytes | memoryview) -> ElfInfo:
         if p_type in (_PT_LOAD, _PT_DYNAMIC):
             _check_within(size, p_offset, p_filesz, f"segment {index}")
         segments.append((p_type, p_offset, p_vaddr, p_filesz))
-    return ElfInfo(type=e_type, machine=e_machine, entry=e_entry, needed=_needed(view, segments))
+    needed, runpath = _dynamic(view, segments)
+    return ElfInfo(type=e_type, machine=e_machine, entry=e_entry, needed=needed, runpath=runpath)
 
 
-def _needed(view: memoryview, segments: list[tuple[int, int, int, int]]) -> tuple[str, ...]:
+def _dynamic(view: memoryview, segments: list[tuple[int, int, int, int]]
+             ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The ``DT_NEEDED`` names and the search path (``DT_RUNPATH``, else ``DT_RPATH``) of the dynamic section."""
     dynamic = [s for s in segments if s[0] == _PT_DYNAMIC]
     if not dynamic:
-        return ()
+        return (), ()
     _type, offset, _vaddr, filesz = dynamic[0]
     strtab_address = None
-    needed_offsets = []
+    offsets: dict[int, list[int]] = {_DT_NEEDED: [], _DT_RUNPATH: [], _DT_RPATH: []}
     for position in range(offset, offset + filesz - _DYN.size + 1, _DYN.size):
         tag, value = _DYN.unpack_from(view, position)
         if tag == _DT_NULL:
             break
-        if tag == _DT_NEEDED:
-            needed_offsets.append(value)
+        if tag in offsets:
+            offsets[tag].append(value)
         elif tag == _DT_STRTAB:
             strtab_address = value
-    if not needed_offsets:
-        return ()
+    if not any(offsets.values()):
+        return (), ()
     if strtab_address is None:
         raise ElfError("DT_NEEDED without a string table")
     strtab = _address_to_offset(segments, strtab_address)
-    names = []
-    for name_offset in needed_offsets:
-        start = strtab + name_offset
-        end = bytes(view[start:start + 4096]).find(b"\x00")
-        if end < 0:
-            raise ElfError("unterminated DT_NEEDED name")
-        names.append(bytes(view[start:start + end]).decode("utf-8", "replace"))
-    return tuple(names)
+    names = tuple(_string(view, strtab + name) for name in offsets[_DT_NEEDED])
+    paths = [_string(view, strtab + path) for path in offsets[_DT_RUNPATH] or offsets[_DT_RPATH]]
+    return names, tuple(directory for path in paths for directory in path.split(":") if directory)
+
+
+def _string(view: memoryview, start: int) -> str:
+    """The NUL-terminated string of the string table at ``start`` (at most 4096 bytes)."""
+    end = bytes(view[start:start + 4096]).find(b"\x00")
+    if end < 0:
+        raise ElfError("unterminated DT_NEEDED name")
+    return bytes(view[start:start + end]).decode("utf-8", "replace")
 
 
 def _address_to_offset(segments: list[tuple[int, int, int, int]], address: int) -> int:

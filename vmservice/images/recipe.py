@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 
 from attrs import frozen
 
 __all__ = [
+    "Account",
     "Recipe",
     "RecipeError",
     "builder_sources",
@@ -38,6 +40,28 @@ class RecipeError(Exception):
 
 
 @frozen
+class Account:
+    """
+    A login account the image has, with a group of its own name (a ``[[users]]`` table of a recipe).
+
+    :ivar name: the user and group name (``user``): lowercase letters, digits, ``_`` and ``-``, at most 32.
+    :ivar uid: its user id, 1 to 65533 (0 is root, 65534 nobody).
+    :ivar gid: the id of its group, named after it, 1 to 65533.
+    :ivar home: its home directory, absolute and normal (``/home/user``), made in the tree and owned by it.
+    :ivar shell: its login shell, an absolute path (``/bin/bash``) the tree must have.
+    :ivar sudo: whether it may run anything as anyone through ``sudo`` without a password (the tree must
+        have ``/etc/sudoers``).
+    """
+
+    name: str
+    uid: int
+    gid: int
+    home: str
+    shell: str
+    sudo: bool = False
+
+
+@frozen
 class Recipe:
     """
     What one guest image is made of.
@@ -52,6 +76,8 @@ class Recipe:
         :func:`vmservice.images.debian.resolve_dependencies`); otherwise they are the complete list.
     :ivar exclude_packages: packages the dependency resolution leaves out, with whatever only they
         would have brought in: those needed only by maintainer scripts, which the builder never runs.
+    :ivar users: the accounts made in the image besides the system ones (see
+        :func:`vmservice.images.accounts.add_accounts`).
     """
 
     name: str
@@ -61,6 +87,7 @@ class Recipe:
     rootfs_headroom_mib: int
     resolve_dependencies: bool = False
     exclude_packages: tuple[str, ...] = ()
+    users: tuple[Account, ...] = ()
 
 
 def package_root() -> str:
@@ -108,7 +135,56 @@ def _read(name: str, root: str | None) -> tuple[str, dict[str, object]]:
 
 
 _KEYS = frozenset({"extends", "kernel_metapackage", "packages", "initramfs_modules", "rootfs_headroom_mib",
-                   "resolve_dependencies", "exclude_packages"})
+                   "resolve_dependencies", "exclude_packages", "users"})
+_ACCOUNT_KEYS = frozenset({"name", "uid", "gid", "home", "shell", "sudo"})
+_ACCOUNT_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+#: Paths /etc/passwd can hold: no ``:`` or line break, nothing a shell or PAM would read twice.
+_ABSOLUTE = re.compile(r"(/[A-Za-z0-9._+-]+)+")
+
+
+def _id(table: Mapping[str, object], key: str, where: str) -> int:
+    value = table.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65533:
+        raise RecipeError(f"{where}: {key} must be an integer from 1 to 65533")
+    return value
+
+
+def _absolute(table: Mapping[str, object], key: str, where: str) -> str:
+    value = table.get(key)
+    if not isinstance(value, str) or not _ABSOLUTE.fullmatch(value) or os.path.normpath(value) != value:
+        raise RecipeError(f"{where}: {key} must be a normal absolute path below / (of A-Z, a-z, 0-9, ., _, + and -)")
+    return value
+
+
+def _account(table: object, where: str) -> Account:
+    """One ``[[users]]`` table, checked."""
+    if not isinstance(table, dict):
+        raise RecipeError(f"{where}: must be a table")
+    unknown = sorted(set(table) - _ACCOUNT_KEYS)
+    if unknown:
+        raise RecipeError(f"{where}: unknown key {', '.join(unknown)}")
+    name = table.get("name")
+    if not isinstance(name, str) or not _ACCOUNT_NAME.fullmatch(name):
+        raise RecipeError(f"{where}: name must be 1 to 32 of a-z, 0-9, _ and -, not starting with a digit or -")
+    sudo = table.get("sudo", False)
+    if not isinstance(sudo, bool):
+        raise RecipeError(f"{where}: sudo must be true or false")
+    return Account(name=name, uid=_id(table, "uid", where), gid=_id(table, "gid", where),
+                   home=_absolute(table, "home", where), shell=_absolute(table, "shell", where), sudo=sudo)
+
+
+def _accounts(data: Mapping[str, object], path: str, inherited: tuple[Account, ...]) -> tuple[Account, ...]:
+    """The base recipe's accounts, then this one's ``[[users]]``; no name or user id twice."""
+    tables = data.get("users", [])
+    if not isinstance(tables, list):
+        raise RecipeError(f"{path}: users must be an array of tables ([[users]])")
+    accounts = inherited + tuple(_account(table, f"{path}: users[{index}]") for index, table in enumerate(tables))
+    for key in ("name", "uid"):
+        values = [getattr(account, key) for account in accounts]
+        twice = sorted({str(value) for value in values if values.count(value) > 1})
+        if twice:
+            raise RecipeError(f"{path}: users: {key} {', '.join(twice)} given twice")
+    return accounts
 
 
 def load_recipe(name: str, root: str | None = None, _seen: tuple[str, ...] = ()) -> Recipe:
@@ -116,7 +192,8 @@ def load_recipe(name: str, root: str | None = None, _seen: tuple[str, ...] = ())
     Read the recipe called ``name`` from ``<root>/images/recipes/<name>.toml``.
 
     A recipe with ``extends = "other"`` starts from recipe ``other``: its ``packages`` and
-    ``exclude_packages`` are added to the other's, and the keys it leaves out are the other's.
+    ``exclude_packages`` are added to the other's, its ``[[users]]`` follow the other's, and the keys it
+    leaves out are the other's.
 
     :param root: the ``vmservice`` package directory; defaults to :func:`package_root`.
     :raises RecipeError: if the file is missing, not TOML, lacks a field, has a key no recipe has, or
@@ -161,6 +238,7 @@ def load_recipe(name: str, root: str | None = None, _seen: tuple[str, ...] = ())
         rootfs_headroom_mib=headroom,
         resolve_dependencies=resolve,
         exclude_packages=excluded,
+        users=_accounts(data, path, base.users if base else ()),
     )
 
 
@@ -237,9 +315,13 @@ def recipe_hash(recipe: Recipe, root: str | None = None) -> str:
     base = root or package_root()
     digest = hashlib.sha256()
     digest.update(b"vmservice-image-v1\x00")
-    digest.update(repr((recipe.name, recipe.kernel_metapackage, recipe.packages, recipe.initramfs_modules,
-                        recipe.rootfs_headroom_mib, recipe.resolve_dependencies,
-                        recipe.exclude_packages)).encode())
+    fields: tuple[object, ...] = (recipe.name, recipe.kernel_metapackage, recipe.packages,
+                                  recipe.initramfs_modules, recipe.rootfs_headroom_mib,
+                                  recipe.resolve_dependencies, recipe.exclude_packages)
+    if recipe.users:
+        # Only when there are any: a recipe without accounts hashes as it did before they existed.
+        fields += (tuple((a.name, a.uid, a.gid, a.home, a.shell, a.sudo) for a in recipe.users),)
+    digest.update(repr(fields).encode())
     for relative in sorted(set(builder_sources(base) + guest_sources(base))):
         with open(os.path.join(base, relative), "rb") as stream:
             content = stream.read()

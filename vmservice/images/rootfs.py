@@ -261,12 +261,19 @@ def _resolve_in_root(root: str, path: str) -> str | None:
     return None
 
 
+def _runpath_dir(root: str, path: str, directory: str) -> str:
+    """A ``DT_RUNPATH`` directory of the file ``path`` as a path in the tree: ``$ORIGIN`` is its directory."""
+    origin = "/" + os.path.relpath(os.path.dirname(path), root)
+    expanded = directory.replace("${ORIGIN}", origin).replace("$ORIGIN", origin)
+    return os.path.join(root, os.path.normpath(expanded).lstrip("/"))
+
+
 def missing_libraries(root: str, scan_dirs: Sequence[str] = ("usr/bin", "usr/sbin", "usr/lib/python3.11/lib-dynload")
                       ) -> list[MissingLibrary]:
     """
     Every ``DT_NEEDED`` library of the ELF files in ``scan_dirs`` and in the library directories that the
-    tree lacks, looked up the way the dynamic loader would in the default directories. Libraries found are
-    checked in turn.
+    tree lacks, looked up the way the dynamic loader would: in the file's ``DT_RUNPATH`` (sudo's
+    ``/usr/libexec/sudo``), then in the default directories. Libraries found are checked in turn.
     """
     search = [os.path.join(root, d) for d in LIBRARY_DIRS]
     queue: list[str] = []
@@ -283,12 +290,13 @@ def missing_libraries(root: str, scan_dirs: Sequence[str] = ("usr/bin", "usr/sbi
         seen.add(path)
         with open(path, "rb") as stream:
             try:
-                needed = parse_elf(stream.read()).needed
+                info = parse_elf(stream.read())
             except ElfError:
                 continue
-        for soname in needed:
+        own = [_runpath_dir(root, path, directory) for directory in info.runpath]
+        for soname in info.needed:
             found = None
-            for directory in search:
+            for directory in [*own, *search]:
                 candidate = _resolve_in_root(root, os.path.join(directory, soname))
                 if candidate is not None:
                     found = candidate

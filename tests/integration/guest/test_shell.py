@@ -106,6 +106,14 @@ class ShellHandlerTests(GuestSessionMixin, SynchronousTestCase):
         self.assertIn("65534\r\n65534\r\nLOGIN\r\n", out)
         self.assertRegex(out, rf"\s*{pid}\s+pts/\d+")
 
+    def test_env(self) -> None:
+        """The header's env entries are in the shell's environment, TERM among them."""
+        stream_id = self.open(cwd="/", env=["TERM=vt100", "FROM_HEADER=yes"])
+        self.pump(stream_id, lambda: bool(self.frames))
+        self.type(stream_id, b"echo T=$TERM H=$FROM_HEADER; exit\r")
+        self.pump(stream_id, lambda: self.ended)
+        self.assertIn("T=vt100 H=yes\r\n", self.output().decode())
+
     def test_rejected(self) -> None:
         """A missing directory or shell is REJECTED before anything runs."""
         stream_id = self.open(cwd="/no/such/dir")

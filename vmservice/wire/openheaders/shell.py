@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from vmservice.wire.openheaders.fields import BadHeader, header_object, is_int
+from vmservice.wire.openheaders.fields import BadHeader, header_object, is_int, words
 
 #: One more than the largest uid, gid, width or height a shell header may name.
 _LIMIT = 2**32
@@ -35,6 +35,8 @@ class ShellHeader:
     :ivar cwd: working directory (as an exec's; empty = the user's home).
     :ivar cols: the terminal's width at start.
     :ivar rows: the terminal's height at start.
+    :ivar env: ``KEY=VALUE`` entries laid over the shell's environment
+        (later ones win; ``TERM`` among them replaces ``xterm-256color``).
     """
 
     uid: int = 0
@@ -43,18 +45,23 @@ class ShellHeader:
     cwd: str = ""
     cols: int = 80
     rows: int = 24
+    env: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """The header as a JSON object."""
-        return {"op": "shell", "uid": self.uid, "gid": self.gid, "shell": self.shell, "cwd": self.cwd,
-                "cols": self.cols, "rows": self.rows}
+        """The header as a JSON object (``env`` only when there are entries: older guests know no such field)."""
+        fields: dict[str, Any] = {"op": "shell", "uid": self.uid, "gid": self.gid, "shell": self.shell,
+                                  "cwd": self.cwd, "cols": self.cols, "rows": self.rows}
+        if self.env:
+            fields["env"] = list(self.env)
+        return fields
 
     @classmethod
     def from_json(cls, value: object) -> ShellHeader:
         """
         Read and check a header (its ``op`` is not looked at).
 
-        :raises BadHeader: a number out of range, or ``shell`` or ``cwd`` not a string.
+        :raises BadHeader: a number out of range, ``shell`` or ``cwd`` not a
+            string, ``env`` not a list of strings.
         """
         header = header_object(value)
         uid, gid = _count(header, "uid", 0), _count(header, "gid", 0)
@@ -62,7 +69,7 @@ class ShellHeader:
         shell, cwd = header.get("shell", "/bin/bash"), header.get("cwd", "")
         if not isinstance(shell, str) or not isinstance(cwd, str):
             raise BadHeader("fields 'shell' and 'cwd' must be strings")
-        return cls(uid=uid, gid=gid, shell=shell, cwd=cwd, cols=cols, rows=rows)
+        return cls(uid=uid, gid=gid, shell=shell, cwd=cwd, cols=cols, rows=rows, env=words(header, "env"))
 
 
 __all__ = ["ShellHeader"]
