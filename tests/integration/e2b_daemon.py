@@ -1,18 +1,20 @@
 """
 What the E2B integration tests share: :class:`E2bDaemonTestCase`, one daemon
 per test class with the E2B port on (``base`` served by a small warm
-``e2b`` group whose template is built before the first test).
+``e2b`` group of the ``e2b`` image, as ``conf/vmservice.yaml``'s, whose
+template is built before the first test; the image is built first if it is
+missing).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tests.integration.daemon import CREATE_TIMEOUT, TemplatesDaemonTestCase, free_port
+from tests.integration.daemon import CREATE_TIMEOUT, TemplatesDaemonTestCase, ensure_image, free_port
 
-#: The small warm group the ``base`` template names.
+#: The small warm group the ``base`` template names, of the ``e2b`` image (the account ``user``).
 GROUPS: list[dict[str, Any]] = [
-    {"name": "e2b", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True},
+    {"name": "e2b", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True, "image": "e2b"},
 ]
 
 
@@ -31,6 +33,7 @@ class E2bDaemonTestCase(TemplatesDaemonTestCase):
         port = free_port()
         cls.settings = {"e2b": {"enabled": True, "port": port, "templates": {"base": "e2b"}}}
         cls.url = f"http://127.0.0.1:{port}"
+        ensure_image("e2b")
         super().start_shared()
 
     @classmethod
