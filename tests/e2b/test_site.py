@@ -191,5 +191,5 @@ class DataPlaneTests(SiteCase):
         header = {"E2b-Sandbox-Id": self.create(), "Content-Type": "application/json"}
         status, _, body = self.request("POST", "/nothing.Nothing/List", {}, headers=header)
         self.assertEqual((status, body["code"]), (501, "unimplemented"))
-        status, _, body = self.request("GET", "/files?path=/x", headers=header)
+        status, _, body = self.request("GET", "/nothing?path=/x", headers=header)
         self.assertEqual((status, body["code"]), (404, 404))

@@ -176,6 +176,15 @@ class Daemon:
             self.process.kill()
             return self.process.wait()
 
+    def rss(self) -> int:
+        """The daemon's resident memory in bytes."""
+        assert self.process is not None
+        with open(f"/proc/{self.process.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
     def cleanup(self) -> None:
         """Stop the daemon, kill any QEMU it left (by pid), remove every file."""
         self.stop()

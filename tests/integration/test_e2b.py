@@ -11,7 +11,6 @@ sends any ``E2B_API_KEY``: the daemon runs with auth off.
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from typing import Any
@@ -19,50 +18,14 @@ from typing import Any
 from e2b import Sandbox, SandboxQuery, SandboxState
 from e2b.exceptions import SandboxNotFoundException
 
-from tests.integration.daemon import CREATE_TIMEOUT, TemplatesDaemonTestCase, free_port, wait_until
-
-#: The small warm group the ``base`` template names.
-GROUPS: list[dict[str, Any]] = [
-    {"name": "e2b", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True,
-     "image": "e2b"},
-]
+from tests.integration.daemon import wait_until
+from tests.integration.e2b_daemon import E2bDaemonTestCase
 
 
-class E2bSdkTests(TemplatesDaemonTestCase):
+class E2bSdkTests(E2bDaemonTestCase):
     """A few sandboxes, made and ended through the SDK."""
 
     timeout = 300
-    groups = GROUPS
-    url: str
-
-    @classmethod
-    def start_shared(cls) -> None:
-        port = free_port()
-        cls.settings = {"e2b": {"enabled": True, "port": port, "templates": {"base": "e2b"}}}
-        cls.url = f"http://127.0.0.1:{port}"
-        super().start_shared()
-
-    @classmethod
-    def started(cls) -> None:
-        """The group's template built (a cold boot under TCG takes longer than the SDK's 60 s request timeout)."""
-        created = cls.daemon.json("POST", f"/hostgroup/e2b/nodes?wait=agent&timeout={CREATE_TIMEOUT}", {}, expect=201)
-        cls.daemon.json("DELETE", f"/hostgroup/e2b/nodes/{created['hostname']}")
-
-    def setUp(self) -> None:
-        super().setUp()
-        saved = {name: os.environ.get(name) for name in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY",
-                                                         "E2B_DEBUG", "E2B_DOMAIN")}
-        os.environ.update(E2B_API_URL=self.url, E2B_SANDBOX_URL=self.url, E2B_API_KEY="e2b_any_key")
-        os.environ.pop("E2B_DEBUG", None)
-
-        def restore() -> None:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-
-        self.addCleanup(restore)
 
     def create(self, **options: Any) -> Sandbox:
         sandbox = Sandbox.create(**options)

@@ -12,70 +12,22 @@ one test acts as ``root``.
 
 from __future__ import annotations
 
-import os
-from typing import Any
 
 from e2b import CommandExitException, PtySize, Sandbox
 
-from tests.integration.daemon import CREATE_TIMEOUT, TemplatesDaemonTestCase, free_port, wait_until
+from tests.integration.daemon import wait_until
+from tests.integration.e2b_daemon import E2bDaemonTestCase
 
-#: The small warm group the ``base`` template names.
-GROUPS: list[dict[str, Any]] = [
-    {"name": "e2b", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True,
-     "image": "e2b"},
-]
-#: The SDK's settings, from the environment.
-SDK_ENV = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DEBUG", "E2B_DOMAIN")
 #: The shared sandbox's create-time environment.
 SANDBOX_ENVS = {"GLOBAL_VAR": "sandbox", "SHARED": "sandbox"}
 ROOT = "root"
 
 
-class E2bCommandTests(TemplatesDaemonTestCase):
+class E2bCommandTests(E2bDaemonTestCase):
     """One daemon, one shared sandbox for the tests that leave it as they found it."""
 
     timeout = 300
-    groups = GROUPS
-    sandbox: Sandbox
-    _saved: dict[str, str | None]
-
-    @classmethod
-    def start_shared(cls) -> None:
-        port = free_port()
-        cls.settings = {"e2b": {"enabled": True, "port": port, "templates": {"base": "e2b"}}}
-        url = f"http://127.0.0.1:{port}"
-        cls._saved = {name: os.environ.get(name) for name in SDK_ENV}
-        os.environ.update(E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY="e2b_any_key")
-        os.environ.pop("E2B_DEBUG", None)
-        super().start_shared()
-
-    @classmethod
-    def started(cls) -> None:
-        """The group's template built, then the shared sandbox."""
-        created = cls.daemon.json("POST", f"/hostgroup/e2b/nodes?wait=agent&timeout={CREATE_TIMEOUT}", {}, expect=201)
-        cls.daemon.json("DELETE", f"/hostgroup/e2b/nodes/{created['hostname']}")
-        cls.sandbox = Sandbox.create(envs=SANDBOX_ENVS)
-
-    @classmethod
-    def _stop_shared(cls) -> None:
-        try:
-            sandbox = cls.__dict__.get("sandbox")
-            if sandbox is not None:
-                del cls.sandbox
-                Sandbox.kill(sandbox.sandbox_id)
-        finally:
-            cls._stop_daemon()
-
-    @classmethod
-    def _stop_daemon(cls) -> None:
-        try:
-            super()._stop_shared()
-        finally:
-            for name, value in cls.__dict__.get("_saved", {}).items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+    sandbox_envs = SANDBOX_ENVS
 
     def test_run(self) -> None:
         """``run``: stdout, exit code 0, the output callbacks."""

@@ -13,37 +13,17 @@ import os
 import subprocess
 from typing import Any
 
-from tests.integration.daemon import CREATE_TIMEOUT, TemplatesDaemonTestCase, free_port
+from tests.integration.e2b_daemon import E2bDaemonTestCase
 from tests.integration.e2b_js_sdk import SOURCE, sdk
 
-#: The small warm group the ``base`` template names.
-GROUPS: list[dict[str, Any]] = [
-    {"name": "e2b", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True,
-     "image": "e2b"},
-]
 #: The longest a scenario may take.
 SCENARIO_TIMEOUT = 240
 
 
-class E2bJsSdkTests(TemplatesDaemonTestCase):
+class E2bJsSdkTests(E2bDaemonTestCase):
     """The JavaScript SDK's scenarios, one daemon for them all."""
 
     timeout = 600
-    groups = GROUPS
-    url: str
-
-    @classmethod
-    def start_shared(cls) -> None:
-        port = free_port()
-        cls.settings = {"e2b": {"enabled": True, "port": port, "templates": {"base": "e2b"}}}
-        cls.url = f"http://127.0.0.1:{port}"
-        super().start_shared()
-
-    @classmethod
-    def started(cls) -> None:
-        """The group's template built (a cold boot under TCG takes longer than the SDK's request timeout)."""
-        created = cls.daemon.json("POST", f"/hostgroup/e2b/nodes?wait=agent&timeout={CREATE_TIMEOUT}", {}, expect=201)
-        cls.daemon.json("DELETE", f"/hostgroup/e2b/nodes/{created['hostname']}")
 
     def scenario(self, name: str) -> dict[str, Any]:
         """Run scenario ``name``; what it saw."""
@@ -81,6 +61,20 @@ class E2bJsSdkTests(TemplatesDaemonTestCase):
         self.assertEqual(seen["callbacks"], "line1\nline2\nline3\n")
         self.assertEqual((seen["listed"], seen["killed"], seen["listedAfterKill"]), (True, True, False))
         self.assertEqual(seen["stdin"], "through stdin\n")
+
+    def test_files(self) -> None:
+        """write and read (text, bytes, several at once), list, exists, make_dir twice, rename, get_info,
+        remove, watch_dir."""
+        seen = self.scenario("files")
+        self.assertEqual((seen["read"], seen["bytes"]), ("hello from js", 13))
+        self.assertEqual(seen["many"], ["one", "two"])
+        self.assertEqual(seen["listed"], [["a.txt", "file"]])
+        self.assertEqual(seen["exists"], [True, False])
+        self.assertEqual(seen["madeDir"], [True, False])
+        self.assertEqual(seen["renamed"], "b.txt")
+        self.assertEqual(seen["info"], {"name": "b.txt", "type": "file", "size": 13, "owner": "user"})
+        self.assertFalse(seen["existsAfterRemove"])
+        self.assertIn(["new.txt", "create"], seen["events"])
 
     def test_pty(self) -> None:
         """A terminal: what is typed runs, a resize reaches it (stty size), kill."""

@@ -345,12 +345,7 @@ class ExecTests(SharedGuestTestCase):
 
     def rss(self) -> int:
         """The daemon's resident memory in bytes."""
-        assert self.daemon.process is not None
-        with open(f"/proc/{self.daemon.process.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        raise AssertionError("no VmRSS")
+        return self.daemon.rss()
 
     def test_slow_reader_slows_the_guest(self) -> None:
         """

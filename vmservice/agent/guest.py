@@ -168,13 +168,25 @@ class AgentGuest(ABC):
         Deferred.fromCoroutine(download.open(self, request)).addErrback(download._head_failed)
         return download
 
-    async def stat(self, path: str) -> FsEntry:
-        """Describe ``path`` itself (a symlink is not followed)."""
-        return await filesystem.stat(self, path)
+    async def stat(self, path: str, details: bool = False) -> FsEntry:
+        """Describe ``path`` itself (a symlink is not followed); with ``details``, its owner, target and metadata."""
+        return await filesystem.stat(self, path, details)
 
-    async def readdir(self, path: str) -> list[FsEntry]:
-        """The entries of directory ``path``, sorted by name."""
-        return await filesystem.readdir(self, path)
+    async def readdir(self, path: str, details: bool = False) -> list[FsEntry]:
+        """The entries of directory ``path``, sorted by name (with ``details``, as :meth:`stat`'s)."""
+        return await filesystem.readdir(self, path, details)
+
+    async def make_directory(self, path: str, mode: int, uid: int, gid: int) -> FsEntry:
+        """Make directory ``path`` and its missing parents, owned by ``uid``/``gid``."""
+        return await filesystem.make_directory(self, path, mode, uid, gid)
+
+    async def rename(self, source: str, destination: str, uid: int, gid: int) -> FsEntry:
+        """Rename ``source`` to ``destination``, missing parents made owned by ``uid``/``gid``."""
+        return await filesystem.rename(self, source, destination, uid, gid)
+
+    async def set_metadata(self, path: str, metadata: tuple[tuple[str, str], ...]) -> FsEntry:
+        """Set ``path``'s ``user.e2b.<key>`` attributes."""
+        return await filesystem.set_metadata(self, path, metadata)
 
     async def mkdir(self, path: str, recursive: bool, mode: int) -> FsEntry:
         """Make directory ``path`` with exactly ``mode`` (with ``recursive``, its parents too)."""

@@ -3,20 +3,27 @@
 The E2B listener's site: one HTTP port for both planes, as the SDKs use it
 when ``E2B_API_URL`` and ``E2B_SANDBOX_URL`` name the same URL.  A request
 carrying ``E2b-Sandbox-Id`` is for that sandbox's data plane
-(:mod:`.data_plane`); any other is the control plane's (:mod:`.control`).
+(:mod:`.data_plane`), as is a signed ``/files`` URL (:mod:`.signing`: the
+SDKs build it without the header) for the running sandbox whose token
+signed it (none: envd's 401 ``invalid signature``); any other is the control
+plane's (:mod:`.control`).
 
 Every request is first checked when its headers arrive (the Slicer API's
 :class:`~vmservice.api.gate.RequestGate` and
 :class:`~vmservice.api.streaming.StreamingSite`): its ``Host`` and
 ``Origin`` (no browser page may drive it), and, for the control plane,
 ``X-API-KEY`` against the daemon's tokens when auth is on (any key with auth
-off); a body over :data:`~.inputs.MAX_BODY` is refused before it is stored.
+off); a body over :data:`~.inputs.MAX_BODY` is refused before it is stored,
+except an upload's (``POST /files``), which is streamed to the guest as it
+arrives, unbounded as the Slicer API's uploads are.
 Connections are bounded as the API's are (``limits``).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Mapping, Optional, cast
+from urllib.parse import parse_qs
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.web.http_headers import Headers
@@ -37,10 +44,20 @@ from .envd import envd_methods, envd_routes
 from .failures import Call, failure_of
 from .inputs import MAX_BODY
 from .host import SandboxHost
+from .sandbox import SandboxState
 from .sandboxes import Sandboxes
+from .signing import BadQuery, files_query, operation_of, signed_sandbox
 
 #: The header that sends a request to a sandbox's data plane.
 SANDBOX_HEADER = b"e2b-sandbox-id"
+#: The path of the file routes, which may be signed instead.
+FILES_PATH = b"/files"
+
+
+def signed_files(method: bytes, uri: bytes) -> bool:
+    """Whether ``method uri`` is a ``/files`` request carrying a signature."""
+    path, _, query = uri.partition(b"?")
+    return method in (b"GET", b"POST") and path == FILES_PATH and b"signature" in parse_qs(query)
 
 
 def _with_key(headers: Headers) -> Headers:
@@ -78,10 +95,13 @@ class E2bRoot:
         raise NotImplementedError
 
     def plan_body(self, method: bytes, uri: bytes, headers: Headers, length: Optional[int]) -> BodyPlan:
-        """The gate's refusal, if any; else the body read whole up to :data:`MAX_BODY`."""
+        """The gate's refusal, if any; else an upload's body streamed, any other read whole up to :data:`MAX_BODY`."""
+        upload = method == b"POST" and uri.partition(b"?")[0] == FILES_PATH
         try:
-            if headers.hasHeader(SANDBOX_HEADER):
-                self._data_gate.check(method, headers, None, length=length, limit=MAX_BODY)
+            if headers.hasHeader(SANDBOX_HEADER) or signed_files(method, uri):
+                self._data_gate.check(method, headers, None, length=length, limit=None if upload else MAX_BODY)
+                if upload:
+                    return BodyPlan(streamed=True)
             else:
                 self._control_gate.check(method, _with_key(headers), None, length=length, limit=MAX_BODY)
         except Unauthorized:
@@ -101,7 +121,24 @@ class E2bRoot:
         sandbox_id = request.getHeader(SANDBOX_HEADER)
         if sandbox_id is not None:
             return self.data.render(cast(Request, request), sandbox_id.decode("latin-1"))
+        if signed_files(request.method, request.uri):
+            return self._signed(request)
         return self.control.render(request)
+
+    def _signed(self, request: IRequest) -> int:
+        """A signed ``/files`` request, to the sandbox whose token signed it."""
+        try:
+            query = files_query(request.args or {})
+        except BadQuery as error:
+            answer(request, 400, json.dumps({"code": 400, "message": str(error)}).encode())
+            return NOT_DONE_YET
+        tokens = ((view.sandbox.sandbox_id, view.sandbox.access_token) for view in self.data.sandboxes.all()
+                  if view.state is SandboxState.RUNNING)
+        found = signed_sandbox(query, operation_of(request.method), tokens)
+        if found is None:
+            answer(request, 401, json.dumps({"code": 401, "message": "invalid signature"}).encode())
+            return NOT_DONE_YET
+        return self.data.render(cast(Request, request), found)
 
 
 def e2b_site(reactor: IReactorTime, config: Config, e2b: E2bConfig, sandboxes: Sandboxes, host: SandboxHost,

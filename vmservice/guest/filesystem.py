@@ -191,11 +191,14 @@ def do_stat(path: str) -> dict[str, Any]:
     return _lstat_entry(path)
 
 
-def do_readdir(path: str, cancelled: Callable[[], bool] = lambda: False) -> list[dict[str, Any]]:
+def do_readdir(path: str, cancelled: Callable[[], bool] = lambda: False,
+               entry: Callable[[str, str, os.stat_result], dict[str, Any]] = lambda path, name, status:
+               describe(name, status)) -> list[dict[str, Any]]:
     """
     The entries of directory ``path`` (following a symlink named by ``path``, as
     ``ls`` does), sorted by name, without ``.`` and ``..``; each entry is described
-    with ``lstat``.  Entries that vanish while being listed are left out.
+    with ``lstat``, by ``entry(its path, its name, its status)`` (:func:`describe`
+    by default).  Entries that vanish while being listed are left out.
     """
     entries = []
     try:
@@ -204,10 +207,9 @@ def do_readdir(path: str, cancelled: Callable[[], bool] = lambda: False) -> list
                 if cancelled():
                     raise Cancelled()
                 try:
-                    status = found.stat(follow_symlinks=False)
+                    entries.append(entry(found.path, found.name, found.stat(follow_symlinks=False)))
                 except FileNotFoundError:
                     continue
-                entries.append(describe(found.name, status))
     except OSError as e:
         raise error_from_os(e, path) from None
     entries.sort(key=lambda entry: entry["name"])

@@ -14,6 +14,8 @@ from typing import Any, Callable, Mapping, Optional
 
 from vmservice.guest.filesystem import (Cancelled, FsError, do_mkdir, do_readdir, do_remove, do_stat, error_from_os,
                                         resolve_path, root_home)
+from vmservice.guest.filesystem_details import (detailed_readdir, detailed_stat, do_mkdir_owned, do_rename,
+                                                do_setmeta)
 from vmservice.guest.streams import GuestStream, StreamHandler
 from vmservice.wire.errors import ResetCode
 from vmservice.wire.openheaders.fields import BadHeader
@@ -41,21 +43,32 @@ def perform(
         except BadHeader as e:
             raise FsError("invalid", str(e)) from None
         path = resolve_path(request.path, home)
-        result: Any
-        if request.action == "stat":
-            result = do_stat(path)
-        elif request.action == "readdir":
-            result = do_readdir(path, cancelled)
-        elif request.action == "mkdir":
-            result = do_mkdir(path, request.recursive, request.mode)
-        else:
-            result = do_remove(path, request.recursive, cancelled)
+        result = _carry_out(request, path, cancelled, home)
     except FsError as e:
         return {"ok": False, "error": e.kind, "message": e.message}
     except OSError as e:
         failed = error_from_os(e, getattr(e, "filename", None) or str(header.get("path")))
         return {"ok": False, "error": failed.kind, "message": failed.message}
     return {"ok": True, "result": result}
+
+
+def _carry_out(request: FsHeader, path: str, cancelled: Callable[[], bool], home: Callable[[], str]) -> Any:
+    """The result of ``request`` on ``path`` (already resolved)."""
+    owned = request.uid is not None or request.gid is not None
+    if request.action == "stat":
+        return detailed_stat(path) if request.details else do_stat(path)
+    if request.action == "readdir":
+        return detailed_readdir(path, cancelled) if request.details else do_readdir(path, cancelled)
+    if request.action == "mkdir" and owned:
+        return do_mkdir_owned(path, request.mode, request.uid, request.gid)
+    if request.action == "mkdir":
+        entry = do_mkdir(path, request.recursive, request.mode)
+        return detailed_stat(path) if request.details else entry
+    if request.action == "rename":
+        return do_rename(path, resolve_path(request.destination, home), request.uid, request.gid)
+    if request.action == "setmeta":
+        return do_setmeta(path, request.metadata)
+    return do_remove(path, request.recursive, cancelled)
 
 
 class FsHandler(StreamHandler):

@@ -154,6 +154,35 @@ class IDownload(IPushProducer):
 
 
 @frozen
+class FsDetails:
+    """
+    What an entry with details adds (the guest's ``details``): who owns it,
+    where a symlink leads, its metadata.
+
+    :ivar uid: its owner's user id.
+    :ivar gid: its group id.
+    :ivar owner: its owner's name (the number as text when the guest has none).
+    :ivar group: its group's name, likewise.
+    :ivar symlink_target: for a symlink, the path it resolves to (its own
+        when it does not resolve); else ``None``.
+    :ivar target_type: for a symlink that resolves, the type of what it
+        resolves to (as :attr:`FsEntry.type`); else ``None``.
+    :ivar target_mode: its permission bits, likewise.
+    :ivar metadata: the entry's ``user.e2b.<key>`` extended attributes, as
+        ``(key, value)`` pairs sorted by key.
+    """
+
+    uid: int
+    gid: int
+    owner: str
+    group: str
+    symlink_target: str | None = None
+    target_type: str | None = None
+    target_mode: int | None = None
+    metadata: tuple[tuple[str, str], ...] = ()
+
+
+@frozen
 class FsEntry:
     """
     One file-system entry as the guest saw it (``lstat``: a symlink is itself).
@@ -165,6 +194,8 @@ class FsEntry:
     :ivar size: ``st_size`` in bytes.
     :ivar mtime_ns: modification time, integer nanoseconds since the Unix epoch.
     :ivar mode: permission bits including setuid, setgid and sticky.
+    :ivar details: its owner, symlink target and metadata when asked for
+        (``IGuest.stat(path, details=True)`` and the like), else ``None``.
     """
 
     name: str
@@ -172,3 +203,4 @@ class FsEntry:
     size: int
     mtime_ns: int
     mode: int
+    details: FsDetails | None = None

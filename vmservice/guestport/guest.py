@@ -151,11 +151,23 @@ class IGuest(Interface):
     def download(request: DownloadRequest) -> IDownload:
         """Start a copy out of the guest."""
 
-    async def stat(path: str) -> FsEntry:
-        """Describe ``path`` itself (a symlink is not followed)."""
+    async def stat(path: str, details: bool = False) -> FsEntry:
+        """Describe ``path`` itself (a symlink is not followed); with ``details``, its owner, target and metadata."""
 
-    async def readdir(path: str) -> list[FsEntry]:
-        """The entries of directory ``path``, sorted by name."""
+    async def readdir(path: str, details: bool = False) -> list[FsEntry]:
+        """The entries of directory ``path``, sorted by name; with ``details``, as :meth:`stat`'s."""
+
+    async def make_directory(path: str, mode: int, uid: int, gid: int) -> FsEntry:
+        """
+        Make directory ``path`` and its missing parents, owned by ``uid``/``gid``;
+        fires with its detailed entry (fails ``EXISTS`` when it is a directory already).
+        """
+
+    async def rename(source: str, destination: str, uid: int, gid: int) -> FsEntry:
+        """Rename ``source`` to ``destination`` (missing parents made, owned by ``uid``/``gid``); its detailed entry."""
+
+    async def set_metadata(path: str, metadata: "tuple[tuple[str, str], ...]") -> FsEntry:
+        """Set ``path``'s ``user.e2b.<key>`` attributes; fires with its detailed entry."""
 
     async def mkdir(path: str, recursive: bool, mode: int) -> FsEntry:
         """Make directory ``path`` (with ``recursive``, its parents; an existing one is fine)."""
