@@ -160,6 +160,7 @@ bench: install bench-extra controlplane
 	$(BIN)/python bench/fuzz.py --max-examples $(FUZZ_EXAMPLES) --seed $(FUZZ_SEED)
 	$(BIN)/python bench/faults.py
 	$(BIN)/python bench/cluster.py
+	$(BIN)/python bench/e2b.py
 	$(BIN)/python bench/sidebyside.py --ref $(BEFORE_REF)
 	$(BIN)/python bench/publish.py
 

@@ -146,12 +146,15 @@ class ExecTests(SharedGuestTestCase):
     def test_default_shell_is_static_bash(self) -> None:
         """
         The default shell runs as the image's statically linked bash, still named /bin/bash, with bash's
-        features; /bin/bash itself is the ordinary one.
+        features, and so does /bin/bash run without a shell; /bin/bash itself is the ordinary one.
         """
         records = self.records([("cmd", 'readlink /proc/$$/exe; echo "$0 $BASH $SHELL ${BASH_VERSINFO[0]}"; '
                                         "[[ abc == a* ]] && echo glob; readlink -f /bin/bash")])
         self.assertEqual(self.output(records),
                          b"/usr/bin/bash-static\n/bin/bash /bin/bash /bin/bash 5\nglob\n/usr/bin/bash\n")
+        records = self.records([("cmd", "/bin/bash"), ("args", "-l"), ("args", "-c"), ("args", "readlink /proc/$$/exe; true"),
+                                ("shell", "")])
+        self.assertEqual(self.output(records), b"/usr/bin/bash-static\n")
 
     def test_identity_cwd_umask(self) -> None:
         """uid, gid, cwd and permissions (the umask) apply; 4294967295 means root; ~ is the home."""

@@ -67,7 +67,7 @@ class ControlPlane:
     # -- handlers --------------------------------------------------------------
 
     async def create(self, request: IRequest, sandbox_id: str) -> Answer:
-        new = inputs.new_sandbox(_body(request), self.config.max_timeout_seconds)
+        new = inputs.new_sandbox(body_of(request), self.config.max_timeout_seconds)
         view = await self.sandboxes.create(new)
         return 201, rendering.created(view, self.config.envd_version), {}
 
@@ -84,16 +84,16 @@ class ControlPlane:
         return 204, None, {}
 
     async def timeout(self, request: IRequest, sandbox_id: str) -> Answer:
-        self.sandboxes.set_timeout(sandbox_id, inputs.set_timeout(_body(request), self.config.max_timeout_seconds))
+        self.sandboxes.set_timeout(sandbox_id, inputs.set_timeout(body_of(request), self.config.max_timeout_seconds))
         return 204, None, {}
 
     async def connect(self, request: IRequest, sandbox_id: str) -> Answer:
-        timeout = inputs.connect(_body(request), self.config.max_timeout_seconds)
+        timeout = inputs.connect(body_of(request), self.config.max_timeout_seconds)
         view, resumed = await self.sandboxes.connect(sandbox_id, timeout)
         return 201 if resumed else 200, rendering.created(view, self.config.envd_version), {}
 
     async def pause(self, request: IRequest, sandbox_id: str) -> Answer:
-        inputs.pause(_body(request))
+        inputs.pause(body_of(request))
         await self.sandboxes.pause(sandbox_id)
         return 204, None, {}
 
@@ -123,7 +123,7 @@ class ControlPlane:
         answer(request, status, None if body is None else rendering.as_bytes(body), headers)
 
 
-def _body(request: IRequest) -> bytes:
+def body_of(request: IRequest) -> bytes:
     """The request's body (read whole, within the site's bound)."""
     content = request.content
     if content is None:
@@ -176,4 +176,4 @@ def _route_of(request: IRequest) -> tuple[_Route, str]:
     raise MethodNotAllowed(f"{request.method!r} is not allowed on {path[:200]!r}")
 
 
-__all__ = ["ControlPlane", "ROUTES", "answer"]
+__all__ = ["ControlPlane", "ROUTES", "answer", "body_of"]

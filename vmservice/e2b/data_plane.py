@@ -43,7 +43,7 @@ from ..errors import NotFound
 from ..guestport.guest import IGuest
 from .connect import (STREAM_TYPE, UNARY_TYPE, Code, ConnectError, end_envelope, envelope, error_body,
                       message_bytes, request_message, stream_request)
-from .control import answer
+from .control import answer, body_of
 from .envd_failures import connect_error_of
 from .failures import error_body as e2b_error_body
 from .host import SandboxHost
@@ -243,12 +243,12 @@ class DataPlane:
             raise ConnectError(Code.UNIMPLEMENTED, f"{name} is not served by this daemon")
         if streaming and method.stream is not None:
             stream = method.stream
-            return lambda call, request, sink: stream(call, stream_request(_body(request)), sink)
+            return lambda call, request, sink: stream(call, stream_request(body_of(request)), sink)
         if not streaming and method.unary is not None:
             unary = method.unary
 
             async def answered(call: EnvdCall, request: IRequest, sink: _ResponseSink) -> None:
-                result = await unary(call, request_message(_body(request)))
+                result = await unary(call, request_message(body_of(request)))
                 request.setHeader(b"Content-Type", UNARY_TYPE)
                 _finish(request, message_bytes(result))
             return answered
@@ -315,14 +315,6 @@ def _finish(request: IRequest, data: bytes) -> None:
 
 def _content_type(request: IRequest) -> bytes:
     return (request.getHeader(b"content-type") or b"").split(b";")[0].strip().lower()
-
-
-def _body(request: IRequest) -> bytes:
-    content = request.content
-    if content is None:
-        return b""
-    content.seek(0)
-    return bytes(content.read())
 
 
 def _timeout_ms(request: IRequest) -> int | None:

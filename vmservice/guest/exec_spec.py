@@ -23,7 +23,7 @@ RUNTIME_BIN = "/opt/vmservice/runtime/bin"
 DEFAULT_SHELL = "/bin/bash"
 #: Debian's statically linked build of the same bash (package ``bash-static``),
 #: run in place of :data:`DEFAULT_SHELL` when the image has it (argv[0] stays
-#: ``/bin/bash``).  Under TCG a dynamically linked program is translated again
+#: ``/bin/bash``), as the shell or as the program itself.  Under TCG a dynamically linked program is translated again
 #: at every start (ASLR maps ld.so and libc elsewhere each time, and QEMU 7.2
 #: keys its translations by virtual address): ``bash -c true`` takes ~110 ms
 #: there, the static build, whose code sits at fixed addresses, ~12 ms.
@@ -52,7 +52,8 @@ def usable_shell(shell: str, can_run: Callable[[str], bool] = _can_run) -> str:
 
 def shell_program(program: str, can_run: Callable[[str], bool] = _can_run) -> str:
     """
-    The file to execute for the shell ``program``: :data:`STATIC_SHELL` for
+    The file to execute for ``program`` (a shell, or the program an exec
+    without a shell names): :data:`STATIC_SHELL` for
     :data:`DEFAULT_SHELL` when the image has it, else ``program`` itself.
     """
     if program == DEFAULT_SHELL and can_run(STATIC_SHELL):

@@ -85,8 +85,8 @@ def prepare(spec: ExecHeader) -> Launch:
         program = _find_program(argv[0], env.get("PATH", DEFAULT_PATH))
     except OSError as e:
         raise CannotStart(f"{argv[0]}: command not found" if e.errno == errno.ENOENT else str(e), 127) from None
-    if spec.shell:
-        program = shell_program(program)
+    # The shell, or a program that is /bin/bash itself (E2B's commands are `/bin/bash -l -c ...`).
+    program = shell_program(program)
     return Launch(spec, program, argv, env, cwd)
 
 
