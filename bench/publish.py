@@ -52,7 +52,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
 #: The documents whose figures are published from results files.
 DOCUMENTS = ("README.md", os.path.join("docs", "performance.md"), os.path.join("docs", "reliability.md"),
-             os.path.join("docs", "cluster.md"))
+             os.path.join("docs", "cluster.md"), os.path.join("docs", "e2b.md"))
 
 _NUMBER = r"\d+(?:\.\d+)?"
 _UNITS = r"ms|µs|s|MB/s|MiB|KiB|GiB|MB|GB|×|%"
