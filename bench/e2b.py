@@ -101,7 +101,7 @@ def main() -> None:
               f"API {statistics.median(api_first):.3f} s; round trip: SDK {statistics.median(sdk_round) * 1000:.1f} ms, "
               f"API {statistics.median(api_round) * 1000:.1f} ms, health {statistics.median(health) * 1000:.1f} ms")
     finally:
-        daemon.stop()
+        daemon.cleanup()
 
 
 if __name__ == "__main__":
