@@ -113,7 +113,7 @@ class RecordingSink:
 
     def __init__(self) -> None:
         self.sent: list[Mapping[str, Any]] = []
-        self.aborted = False
+        self.aborted = self.expired = False
 
     def send(self, message: Mapping[str, Any]) -> None:
         self.sent.append(message)

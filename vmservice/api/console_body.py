@@ -25,6 +25,7 @@ from zope.interface import implementer
 
 from ..errors import ServiceError
 from ..nodes.console import ConsoleStream
+from .streaming import drop_connection
 
 log = Logger()
 
@@ -55,15 +56,6 @@ class ClientPace:
         self.resumeProducing()
 
 
-def _drop(request: Request) -> None:
-    """Drop the connection of a response whose head is out: the client sees it truncated."""
-    transport = getattr(getattr(request, "channel", None), "transport", None)
-    if transport is not None and hasattr(transport, "abortConnection"):
-        transport.abortConnection()
-    else:
-        request.loseConnection()
-
-
 async def write_console(request: Request, hostname: str, console: ConsoleStream) -> bytes:
     """
     Write the LogsResponse of ``console`` on ``request``, streamed; closes
@@ -88,7 +80,7 @@ async def write_console(request: Request, hostname: str, console: ConsoleStream)
             request.write(b'", "lines": %d}\n' % console.lines)
         except ServiceError as error:
             log.warn("console of {hostname} cut short: {error}", hostname=hostname, error=error)
-            _drop(request)
+            drop_connection(request)
         finally:
             if request.channel is not None:  # None once the client went away
                 request.unregisterProducer()

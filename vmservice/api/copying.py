@@ -49,7 +49,7 @@ from .query import COPY_SEMANTICS, CP_MODE, FILE_MODE, GUEST_PATH, SOURCE_TYPE, 
 from .rendering import format_mode, json_body
 from .request_body import RequestBody
 from .routing import Reply, Route
-from .streaming import request_body
+from .streaming import drop_connection, request_body
 
 log = Logger()
 
@@ -136,11 +136,7 @@ def _abort_response(request: Request) -> Deferred[None]:
     see the body as truncated.  Fires (or fails) once the connection is gone.
     """
     finished: Deferred[None] = request.notifyFinish()
-    transport = getattr(getattr(request, "channel", None), "transport", None)
-    if transport is not None and hasattr(transport, "abortConnection"):
-        transport.abortConnection()
-    else:
-        request.loseConnection()
+    drop_connection(request)
     return finished
 
 

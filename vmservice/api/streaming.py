@@ -36,7 +36,7 @@ correct but not streamed; the app's view applies the gate again.
 from __future__ import annotations
 
 from io import BytesIO
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 from attrs import frozen
 from twisted.python.failure import Failure
@@ -207,6 +207,18 @@ class StreamingSite(Site):
         super().__init__(resource, **kwargs)  # type: ignore[no-untyped-call]  # twisted.web's Request is not annotated
         self.requestFactory = StreamingRequest
         self.plan_body = plan_body
+
+
+def drop_connection(request: IRequest) -> None:
+    """
+    Drop the connection of a response whose head is out: the client sees its
+    body truncated (or its stream broken), never a clean end.
+    """
+    transport = getattr(getattr(request, "channel", None), "transport", None)
+    if transport is not None and hasattr(transport, "abortConnection"):
+        transport.abortConnection()
+    else:
+        cast(Request, request).loseConnection()
 
 
 def request_body(request: IRequest) -> RequestBody:

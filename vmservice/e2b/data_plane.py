@@ -19,8 +19,10 @@ for the call's length, and the call goes to its service:
   a ``Connect-Timeout-Ms`` header bounds either (``deadline_exceeded``);
 - any other path to the :data:`PlainHandler` registered for it (``/files``).
 
-A client that goes away cancels its call.  Every failure is answered
-through :func:`~.envd_failures.connect_error_of`.
+A client that goes away cancels its call; a streaming call's client that
+stops reading loses its connection once :data:`MAX_UNREAD` bytes of
+messages wait for it.  Every failure is answered through
+:func:`~.envd_failures.connect_error_of`.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from twisted.web.iweb import IRequest
 from twisted.web.server import NOT_DONE_YET, Request
 from zope.interface import implementer
 
+from ..api.streaming import drop_connection
 from ..errors import NotFound
 from ..guestport.guest import IGuest
 from .connect import (STREAM_TYPE, UNARY_TYPE, Code, ConnectError, end_envelope, envelope, error_body,
@@ -159,9 +162,7 @@ class _ResponseSink:
 
     def abort(self) -> None:
         self.aborted = True
-        transport = getattr(getattr(self._request, "channel", None), "transport", None)
-        if transport is not None:
-            transport.abortConnection()
+        drop_connection(self._request)
 
 
 class DataPlane:
@@ -207,7 +208,7 @@ class DataPlane:
 
     async def _serve(self, request: Request, sandbox: Sandbox, path: str) -> None:
         rpc = RPC_PATH.fullmatch(path) if request.method == b"POST" else None
-        streaming = rpc is not None and _content_type(request) == STREAM_TYPE
+        streaming = rpc is not None and media_type(request) == STREAM_TYPE
         sink = _ResponseSink(request)
         release = self._host.hold(sandbox.sandbox_id)
         try:
@@ -313,7 +314,8 @@ def _finish(request: IRequest, data: bytes) -> None:
         request.finish()
 
 
-def _content_type(request: IRequest) -> bytes:
+def media_type(request: IRequest) -> bytes:
+    """A request's media type (its ``Content-Type`` without parameters, lower case)."""
     return (request.getHeader(b"content-type") or b"").split(b";")[0].strip().lower()
 
 
@@ -326,4 +328,4 @@ def _timeout_ms(request: IRequest) -> int | None:
     return min(int(header), MAX_TIMEOUT_MS)
 
 
-__all__ = ["DataPlane", "EnvdCall", "MessageSink", "PlainHandler", "RPC_PATH", "RpcMethod", "ServerStream", "Unary"]
+__all__ = ["DataPlane", "EnvdCall", "MessageSink", "PlainHandler", "RPC_PATH", "RpcMethod", "ServerStream", "Unary", "media_type"]

@@ -35,7 +35,7 @@ from twisted.internet.interfaces import IPushProducer, IReactorTime
 from twisted.web.iweb import IRequest
 from twisted.web.server import Request
 
-from ..api.streaming import request_body
+from ..api.streaming import drop_connection, request_body
 from ..errors import AgentError, GuestErrorKind
 from ..guestport.files import DownloadRequest, IUpload, UploadRequest
 from ..guestport.guest import IGuest
@@ -43,8 +43,9 @@ from ..wire.openheaders.fields import BadHeader
 from ..wire.openheaders.fs import checked_metadata
 from .connect import ConnectError
 from .control import answer
-from .data_plane import EnvdCall, PlainHandler
+from .data_plane import EnvdCall, PlainHandler, media_type
 from .entries import resolve
+from .failures import error_body
 from .inflating import BadGzip, Inflater
 from .multipart import MultipartError, MultipartReader, PartHead, boundary_of
 from .signing import BadQuery, FilesQuery, check_signature, files_query, operation_of
@@ -111,10 +112,6 @@ def metadata_headers(request: IRequest) -> tuple[tuple[str, str], ...]:
         return checked_metadata(found)
     except BadHeader as error:
         raise Refusal(400, f"invalid metadata: {error}") from None
-
-
-def _media_type(request: IRequest) -> bytes:
-    return (request.getHeader(b"content-type") or b"").split(b";")[0].strip().lower()
 
 
 class _Uploads:
@@ -205,10 +202,10 @@ class FileRoutes:
             except Exception as error:
                 refusal = refusal_of(error)
                 if getattr(request, "startedWriting", False):
-                    _abort(request)
+                    drop_connection(request)
                     return
-                answer(request, refusal.status, json.dumps({"code": refusal.status, "message": refusal.message})
-                       .encode(), {b"X-Content-Type-Options": b"nosniff"})
+                answer(request, refusal.status, error_body(refusal.status, refusal.message),
+                       {b"X-Content-Type-Options": b"nosniff"})
         return handler
 
     def _authorize(self, call: EnvdCall, request: IRequest, query: FilesQuery) -> None:
@@ -286,7 +283,7 @@ class FileRoutes:
     async def _receive(self, request: IRequest, body: Any, uploads: _Uploads) -> None:
         """Read the body into ``uploads`` as it arrives."""
         metadata_headers(request)
-        media = _media_type(request)
+        media = media_type(request)
         reader: MultipartReader | None = None
         if media == b"application/octet-stream":
             if not uploads.fixed_path:
@@ -329,12 +326,6 @@ async def _delivered(body: Any, write: Callable[[bytes], None]) -> None:
     await body.deliver_to(guarded)
     if failed:
         raise failed[0]
-
-
-def _abort(request: IRequest) -> None:
-    transport = getattr(getattr(request, "channel", None), "transport", None)
-    if transport is not None and hasattr(transport, "abortConnection"):
-        transport.abortConnection()
 
 
 def files_routes(clock: IReactorTime) -> Mapping[tuple[bytes, str], PlainHandler]:

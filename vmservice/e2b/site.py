@@ -21,7 +21,6 @@ Connections are bounded as the API's are (``limits``).
 
 from __future__ import annotations
 
-import json
 from typing import Mapping, Optional, cast
 from urllib.parse import parse_qs
 
@@ -41,7 +40,7 @@ from ..errors import BodyTooLarge, Unauthorized
 from .control import ControlPlane, answer
 from .data_plane import DataPlane, PlainHandler, RpcMethod
 from .envd import envd_methods, envd_routes
-from .failures import Call, failure_of
+from .failures import Call, error_body, failure_of
 from .inputs import MAX_BODY
 from .host import SandboxHost
 from .sandbox import SandboxState
@@ -130,13 +129,13 @@ class E2bRoot:
         try:
             query = files_query(request.args or {})
         except BadQuery as error:
-            answer(request, 400, json.dumps({"code": 400, "message": str(error)}).encode())
+            answer(request, 400, error_body(400, str(error)))
             return NOT_DONE_YET
         tokens = ((view.sandbox.sandbox_id, view.sandbox.access_token) for view in self.data.sandboxes.all()
                   if view.state is SandboxState.RUNNING)
         found = signed_sandbox(query, operation_of(request.method), tokens)
         if found is None:
-            answer(request, 401, json.dumps({"code": 401, "message": "invalid signature"}).encode())
+            answer(request, 401, error_body(401, "invalid signature"))
             return NOT_DONE_YET
         return self.data.render(cast(Request, request), found)
 
