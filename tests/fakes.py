@@ -320,6 +320,9 @@ class FakeAgent(AgentGuest):
         self._lost_callbacks.append(callback)
         return lambda: self._lost_callbacks.remove(callback)
 
+    def moved_to(self, socket_path: str) -> None:
+        self.path = socket_path
+
     def interrupt(self, error: Any) -> None:
         """The connection is cut off: recorded; the agent is lost (it comes back when told ``ready``)."""
         self.interrupted.append(error)

@@ -118,6 +118,23 @@ class ConnectionTests(ClientTestCase):
         guest.handshake()
         self.successResultOf(ready)
 
+    def test_moved(self) -> None:
+        """
+        After :meth:`AgentClient.moved_to`, the connection stays; the next one
+        goes to the new path, and the bulk port is looked for beside it.
+        """
+        guest = self.connect()
+        self.client.moved_to("/run/node-1/agent.sock")
+        self.assertTrue(self.client.connected)
+        self.assertEqual(self.client.socket_path, "/run/node-1/agent.sock")
+        bulk = self.client.bulk_channel
+        assert bulk is not None
+        self.assertEqual(bulk.socket_path, "/run/node-1/bulk.sock")
+        guest.protocol.connectionLost(Failure(ConnectionDone()))
+        self.reactor.advance(0.1)
+        paths = [client[0] for client in self.reactor.unixClients]
+        self.assertEqual(paths, [SOCKET, "/run/node-1/agent.sock"])
+
     def test_hello_timeout_reconnects(self) -> None:
         """
         A connection on which the agent never answers is dropped after the HELLO

@@ -14,6 +14,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.agent.transports import (
     CONNECT_TIMEOUT,
+    MovableSocketEndpoint,
     reconnecting_channel,
     retry_policy,
     virtio_serial_endpoint,
@@ -33,6 +34,22 @@ class EndpointTests(SynchronousTestCase):
         virtio_serial_endpoint(reactor, "/run/x/agent.sock").connect(Factory.forProtocol(Protocol))
         [(path, _, timeout, _)] = reactor.unixClients
         self.assertEqual((path, timeout), ("/run/x/agent.sock", CONNECT_TIMEOUT))
+
+
+class MovableSocketEndpointTests(SynchronousTestCase):
+    """
+    The endpoint of a socket that may be renamed.
+    """
+
+    def test_connects_where_it_is_now(self) -> None:
+        """Each connection goes to the path the endpoint holds then, with the connect timeout."""
+        reactor = MemoryReactorClock()
+        endpoint = MovableSocketEndpoint(reactor, "/run/spare-1/agent.sock")
+        endpoint.connect(Factory.forProtocol(Protocol))
+        endpoint.socket_path = "/run/node-1/agent.sock"
+        endpoint.connect(Factory.forProtocol(Protocol))
+        self.assertEqual([(path, timeout) for path, _, timeout, _ in reactor.unixClients],
+                         [("/run/spare-1/agent.sock", CONNECT_TIMEOUT), ("/run/node-1/agent.sock", CONNECT_TIMEOUT)])
 
 
 class RetryPolicyTests(SynchronousTestCase):

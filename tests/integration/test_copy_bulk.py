@@ -21,16 +21,11 @@ import time
 from typing import Any
 from urllib.parse import urlencode
 
-from tests.integration.bulk_port import bulk_connections
+from tests.integration.bulk_port import BULK_PORT_OPEN, bulk_connections
 from tests.integration.daemon import Daemon, SharedDaemonTestCase, TemplatesDaemonTestCase, ensure_image
 
 MiB = 1024 * 1024
 
-#: The guest's agent holds the bulk port open once a copy used it (shell).
-BULK_PORT_OPEN = (
-    "for d in /sys/class/virtio-ports/*; do [ \"$(cat $d/name)\" = bulk ] && b=$(basename $d); done; "
-    "ls -l /proc/[0-9]*/fd 2>/dev/null | grep -c \"/dev/$b\\$\""
-)
 
 
 def _random(size: int) -> bytes:

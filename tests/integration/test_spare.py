@@ -22,6 +22,7 @@ import threading
 from ipaddress import IPv4Address
 from typing import Any
 
+from tests.integration.bulk_port import socket_connections
 from tests.integration.daemon import CREATE_TIMEOUT, TemplatesDaemonTestCase
 from tests.integration.greeting import CLIENT, HelloServer
 from tests.integration.metrics import metric
@@ -128,6 +129,19 @@ class SpareTests(_Spares):
         status, _, _ = daemon.request("POST", f"/vm/{first}/cp?path=/root/up.bin", payload)
         self.assertEqual(status, 200)
         self.assertEqual(daemon.request("GET", f"/vm/{first}/cp?path=/root/up.bin")[2], payload)
+        # A download over the bulk port, which the spare's agent connection now finds beside the node's agent
+        # socket: held open while this client does not read (64 MiB do not fit in the buffers on the way).
+        self.assertEqual(daemon.run(first, "head -c 64M /dev/zero > /root/big.bin"), (0, ""))
+        download = daemon._connection(60)
+        try:
+            download.request("GET", f"/vm/{first}/cp?path=/root/big.bin")
+            answer = download.getresponse()
+            self.assertEqual((answer.status, len(answer.read(65536))), (200, 65536))
+            bound = os.path.join(os.path.dirname(record["started_qmp"]), "bulk.sock")  # QEMU bound it there
+            daemon.wait_for("the download on the bulk port", lambda: socket_connections(bound) == 1)
+            self.assertEqual(len(answer.read()), 64 * 1024 * 1024 - 65536)
+        finally:
+            download.close()
         stat = daemon.wait_for("the node's statistics", lambda: (
             lambda answer: answer if "snapshot" in answer else None)(daemon.json("GET", f"/node/{first}/stats")))
         self.assertEqual(stat["snapshot"]["hostname"], first)

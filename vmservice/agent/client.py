@@ -35,7 +35,7 @@ from .guard import ReconnectPenalty
 from .guest import AgentGuest
 from .protocol import AgentProtocol, ChannelNotReady
 from .stream import AgentStream
-from .transports import reconnecting_channel, retry_policy as default_retry_policy, virtio_serial_endpoint
+from .transports import MovableSocketEndpoint, reconnecting_channel, retry_policy as default_retry_policy
 
 
 class ClientReactor(IReactorTime, IReactorUNIX):
@@ -141,9 +141,10 @@ class AgentClient(AgentGuest):
         self._lost_callbacks: list[Callable[[], None]] = []
         factory = Factory.forProtocol(lambda: self._build_protocol(hello_timeout))
         self._penalty = ReconnectPenalty(reactor)
+        self._socket = MovableSocketEndpoint(reactor, socket_path)
         self._service = reconnecting_channel(
             reactor,
-            endpoint if endpoint is not None else virtio_serial_endpoint(reactor, socket_path),
+            endpoint if endpoint is not None else self._socket,
             factory,
             policy=self._penalty.policy(retry_policy or default_retry_policy()),
         )
@@ -197,6 +198,14 @@ class AgentClient(AgentGuest):
         """
         self._ready_callbacks.append(callback)
         return lambda: self._ready_callbacks.remove(callback) if callback in self._ready_callbacks else None
+
+    def moved_to(self, socket_path: str) -> None:
+        """
+        QEMU's socket (and the bulk port's beside it) was renamed to
+        ``socket_path``: the connection stays, later ones go there.
+        """
+        self.socket_path = self._socket.socket_path = socket_path
+        self._bulk.socket_path = os.path.join(os.path.dirname(socket_path), BULK_SOCKET)
 
     @property
     def bulk_channel(self) -> Optional[BulkChannel]:

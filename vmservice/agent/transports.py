@@ -6,18 +6,24 @@ Here: the UNIX socket QEMU serves for the agent's virtio-serial port
 (``-chardev socket,path=...,server=on,wait=off``).  The socket file may not exist yet
 right after QEMU starts, and the connection drops whenever QEMU exits or the daemon
 reconnects, so the channel is a :class:`~twisted.application.internet.ClientService`
-that retries with a short exponential backoff on an injected clock.  AF_VSOCK and
-hybrid-vsock endpoints will sit beside :func:`virtio_serial_endpoint`; everything
-above takes any ``IStreamClientEndpoint``.
+that retries with a short exponential backoff on an injected clock.  The socket may
+also be renamed while the channel is connected (a spare VM's sockets move into the
+directory of the node it becomes): :class:`MovableSocketEndpoint` connects to where
+it is now.  AF_VSOCK and hybrid-vsock endpoints will sit beside
+:func:`virtio_serial_endpoint`; everything above takes any ``IStreamClientEndpoint``.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Optional
 
+from zope.interface import implementer
+
 from twisted.application.internet import ClientService, backoffPolicy
 from twisted.internet.endpoints import UNIXClientEndpoint
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import (
+    IProtocol,
     IProtocolFactory,
     IReactorTime,
     IReactorUNIX,
@@ -43,6 +49,25 @@ def virtio_serial_endpoint(
     :param timeout: seconds a connection attempt may take.
     """
     return UNIXClientEndpoint(reactor, socket_path, timeout=timeout)
+
+
+@implementer(IStreamClientEndpoint)
+class MovableSocketEndpoint:
+    """
+    :func:`virtio_serial_endpoint` at a path that may change: each connection
+    goes to :attr:`socket_path` as it is then.
+
+    :ivar socket_path: the ``path=`` of the ``-chardev socket``, now.
+    """
+
+    def __init__(self, reactor: IReactorUNIX, socket_path: str, *, timeout: float = CONNECT_TIMEOUT) -> None:
+        self._reactor = reactor
+        self._timeout = timeout
+        self.socket_path = socket_path
+
+    def connect(self, protocolFactory: IProtocolFactory) -> "Deferred[IProtocol]":
+        return virtio_serial_endpoint(self._reactor, self.socket_path, timeout=self._timeout).connect(
+            protocolFactory)
 
 
 def retry_policy(

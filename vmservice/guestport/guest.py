@@ -210,6 +210,9 @@ class IGuestConnection(IGuest):
     def on_lost(callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` each time an agent that answered is lost (its connection dropped, it restarted); returns a stop."""
 
+    def moved_to(socket_path: str) -> None:
+        """The VM's agent socket was renamed to ``socket_path`` (a spare VM's, into its node's directory): the connection stays, later ones go there."""
+
     def interrupt(error: AgentError) -> None:
         """
         Cut the current connection off: every operation under way in the

@@ -220,6 +220,14 @@ class NodeRuntime:
             self._watch_agent(agent)
         return agent
 
+    def keep_agent(self, agent: IGuestConnection) -> IGuestConnection:
+        """
+        Make ``agent``, connected already (a spare VM's), the connection to the
+        node's agent, as :meth:`connect_agent` with ``adopting`` does.
+        """
+        self.agent = agent
+        return agent
+
     def adopted(self) -> None:
         """The clone adopted its identity: its agent connection is watched (and its guest provisioned) from now on."""
         agent = self.agent

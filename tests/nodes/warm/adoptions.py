@@ -25,6 +25,10 @@ class FakeAdoption:
         self.adopted: list[tuple[str, list[str], list[str]]] = []
         self.prepared: list[IGuestConnection] = []
         self.fail: Exception | None = None
+        #: The names of the spares that rehearsed, with the commands their VM had been given by then.
+        self.rehearsed: list[tuple[str, list[str]]] = []
+        #: Rehearsals fail with this when set.
+        self.fail_rehearsal: Exception | None = None
 
     def prepare(self, agent: IGuestConnection) -> Deferred[None]:
         self.prepared.append(agent)
@@ -36,6 +40,12 @@ class FakeAdoption:
         self.adopted.append((record.hostname, list(machine.commands), requests))
         if self.fail is not None:
             raise self.fail
+        return succeed(None)
+
+    def rehearse(self, name: str, agent: IGuestConnection) -> Deferred[None]:
+        self.rehearsed.append((name, list(self.harness.driver.machines[-1].commands)))
+        if self.fail_rehearsal is not None:
+            raise self.fail_rehearsal
         return succeed(None)
 
 
@@ -59,4 +69,7 @@ class RecordingAdoption:
         self.adopted.append((record.hostname, list(machine.commands), net is not None))
         if record.hostname == self.fail_for:
             raise RuntimeError("the guest said no")
+        return succeed(None)
+
+    def rehearse(self, name: str, agent: IGuestConnection) -> Deferred[None]:
         return succeed(None)

@@ -131,7 +131,11 @@ class SpareTests(SynchronousTestCase):
         return [m for m in self.harness.driver.machines if "/spare-" in m.spec.qmp_socket]
 
     def test_started_with_the_template(self) -> None:
-        """The spare is a clone's VM of the template, waiting, in a directory of its own inside the template's."""
+        """
+        The spare is a clone's VM of the template, in a directory of its own
+        inside the template's, warmed up: its agent connected, the template's
+        state loaded, then a throwaway identity adopted under its own name.
+        """
         template = self.start()
         [spare] = self.spares()
         self.assertEqual(os.path.dirname(os.path.dirname(spare.spec.qmp_socket)), template.directory)
@@ -141,7 +145,46 @@ class SpareTests(SynchronousTestCase):
         self.assertEqual(empty_overlay_base(self.harness.disks, template), template.disk)
         with open(spare.spec.disk, "rb") as disk, open(template.empty_overlay, "rb") as empty:
             self.assertEqual(disk.read(), empty.read())
-        self.assertEqual(spare.commands, [])
+        self.assertEqual(spare.commands, ["load_device_state"])
+        name = os.path.basename(os.path.dirname(spare.spec.qmp_socket))
+        self.assertEqual(self.adoption.rehearsed, [(name, ["load_device_state"])])
+        [agent] = self.harness.agents
+        self.assertEqual((agent.path, agent.started, agent.stopped), (spare.spec.agent_socket, True, False))
+
+    def test_rehearsal_fails(self) -> None:
+        """A spare whose guest does not adopt its throwaway identity is killed, its connection stopped, its files gone."""
+        self.adoption.fail_rehearsal = RuntimeError("no reseed")
+        template = self.start()
+        [spare] = self.spares()
+        self.assertIsNotNone(spare._exit)
+        self.assertTrue(self.harness.agents[0].stopped)
+        self.assertFalse(os.path.exists(os.path.dirname(spare.spec.qmp_socket)))
+        self.assertIsNone(self.store.take_spare(template))
+        self.assertEqual(self.store.spare_ram(), [])
+
+    def test_killed_while_rehearsing(self) -> None:
+        """A template dropped while its spare rehearses: the spare's connection is stopped, its VM killed, its files gone."""
+        rehearsals: list[Deferred[None]] = []
+        self.adoption.rehearse = lambda name, agent: rehearsals.append(Deferred()) or rehearsals[-1]  # type: ignore
+        template = self.start()
+        [spare] = self.spares()
+        self.store.discard(template.key)
+        self.assertIsNotNone(spare._exit)
+        self.assertTrue(self.harness.agents[0].stopped)
+        self.assertFalse(os.path.exists(os.path.dirname(spare.spec.qmp_socket)))
+        self.assertEqual(self.store.spare_ram(), [])
+
+    def test_without_adoption(self) -> None:
+        """A daemon that gives clones no identities starts its spares waiting; the create loads the state."""
+        self.fleet = fleet_of(self.parts, self.store, None)
+        self.start()
+        [spare] = self.spares()
+        self.assertEqual((spare.commands, self.harness.agents), ([], []))
+        record = self.create()
+        self.assertIs(self.fleet._registry.find(record.hostname).machine, spare)
+        self.assertEqual(spare.commands, ["load_device_state"])
+        [agent] = self.harness.agents
+        self.assertEqual(agent.path, self.fleet._registry.find(record.hostname).paths.agent)
 
     def test_create_takes_the_spare(self) -> None:
         """
@@ -154,15 +197,19 @@ class SpareTests(SynchronousTestCase):
         record = self.create()
         node = self.fleet._registry.find(record.hostname)
         self.assertIs(node.machine, spare)
-        self.assertEqual(spare.commands, ["load_device_state"])
+        self.assertEqual(spare.commands, ["load_device_state"])  # by the spare, not again
         stored = self.harness.store.load_all()[0][0]
         self.assertEqual((stored.started_qmp, stored.pid), (spare.spec.qmp_socket, spare.pid))
         self.assertTrue(os.path.samefile(node.paths.disk, spare.spec.disk))
         self.assertTrue(os.path.exists(node.paths.qmp) and not os.path.exists(spare.spec.qmp_socket))
         self.assertEqual(self.adoption.adopted, [(record.hostname, ["load_device_state"], [])])
+        # The node's agent connection is the spare's, reconnecting to the node's socket from now on.
+        spare_agent = self.harness.agents[0]
+        self.assertIs(node.agent, spare_agent)
+        self.assertEqual((spare_agent.path, spare_agent.stopped), (node.paths.agent, False))
         spares = self.spares()
         self.assertEqual(len(spares), 2)
-        self.assertEqual(spares[1].commands, [])
+        self.assertEqual(spares[1].commands, ["load_device_state"])
 
     def test_one_spare_one_create(self) -> None:
         """A spare is taken once; the next ask finds none until another one is ready."""
@@ -205,12 +252,21 @@ class SpareTests(SynchronousTestCase):
 
     def test_load_fails(self) -> None:
         """A spare that does not load is killed, its files gone, and the node cloned the usual way."""
+        start = self.harness.driver.start
+
+        def failing_spares(spec: MachineSpec, log_path: str | None = None) -> Any:
+            machine = self.successResultOf(start(spec, log_path))
+            if "/spare-" in spec.qmp_socket:
+                machine.load_device_state = lambda path: fail(HypervisorError("bad state"))
+            return succeed(machine)
+
+        self.harness.driver.start = failing_spares  # type: ignore[method-assign]
         self.start()
         [spare] = self.spares()
-        spare.load_device_state = lambda path: fail(HypervisorError("bad state"))  # type: ignore[method-assign]
+        self.assertIsNotNone(spare._exit)
+        self.assertTrue(self.harness.agents[0].stopped)
         record = self.create()
         node = self.fleet._registry.find(record.hostname)
-        self.assertIsNotNone(spare._exit)
         self.assertFalse(os.path.exists(os.path.dirname(spare.spec.qmp_socket)))
         self.assertIsNot(node.machine, spare)
         assert node.machine is not None
@@ -469,6 +525,12 @@ class NetworkedSpareTests(SpareTests):
         record = self.create()
         self.assertIs(self.fleet._registry.find(record.hostname).machine, spare)
         self.assertEqual(self.harness.network.taken_taps, [(record.ip, tap)])
+
+    def test_without_adoption(self) -> None:
+        """A daemon that gives clones no identities clones no networked node, and starts no spare for one."""
+        self.fleet = fleet_of(self.parts, self.store, None)
+        self.start()
+        self.assertEqual((self.spares(), self.harness.agents), ([], []))
 
     def test_isolated_takes_none(self) -> None:
         assert BRIDGED.network is not None

@@ -41,6 +41,14 @@ class ICloneAdoption(Interface):
         ``agent`` may be used in the new guest session.
         """
 
+    def rehearse(name: str, agent: IGuestConnection) -> Deferred[None]:
+        """
+        Make a spare VM's guest adopt a throwaway identity (host name ``name``,
+        no network) ahead of its node, so that the node's adoption runs code
+        that guest has run already (under TCG, code is translated anew in
+        every VM at its first run).
+        """
+
 
 @implementer(ICloneAdoption)
 class IdentityAdoption:
@@ -62,12 +70,15 @@ class IdentityAdoption:
         return Deferred.fromCoroutine(_awaited(prepare))
 
     def adopt(self, record: NodeRecord, net: NetSpec | None, agent: IGuestConnection) -> Deferred[None]:
-        return Deferred.fromCoroutine(self._adopt(record, net, agent))
+        return Deferred.fromCoroutine(self._adopt(record.hostname, net, agent))
 
-    async def _adopt(self, record: NodeRecord, net: NetSpec | None, agent: IGuestConnection) -> None:
+    def rehearse(self, name: str, agent: IGuestConnection) -> Deferred[None]:
+        return Deferred.fromCoroutine(self._adopt(name, None, agent))
+
+    async def _adopt(self, hostname: str, net: NetSpec | None, agent: IGuestConnection) -> None:
         await agent.when_ready()
         guest_net = GuestNet(mac=net.mac.lower(), address=net.address, gateway=net.gateway) if net else None
-        identity = new_identity(record.hostname, guest_net, self._wall_clock(), self._urandom)
+        identity = new_identity(hostname, guest_net, self._wall_clock(), self._urandom)
         await IAdoption(agent).adopt(identity)
 
 

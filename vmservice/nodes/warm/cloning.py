@@ -114,8 +114,9 @@ class Cloning:
         """
         Hand ``spare`` over to ``node``: its record first (naming the spare's
         QMP socket, so a crash from here on leaves a VM the next start
-        recognizes), then the files, then load and adopt as any clone.  A
-        failure kills the spare and leaves nothing of it.
+        recognizes), then the files and the spare's agent connection, then
+        load (unless the spare did) and adopt as any clone.  A failure kills
+        the spare and leaves nothing of it.
         """
         steps = StepTimes(self.supply.parts.clock)
         machine = spare.machine
@@ -131,10 +132,15 @@ class Cloning:
             if spare.tap is not None:
                 tapped = True
                 await self.supply.parts.addressing.take_tap(node.record, spare.tap)
+            warmed = spare.take_agent()
             steps.done("hand over")
-            agent = node.connect_agent(adopting=True)
-            await machine.load_device_state(template.device_state)
-            steps.done("load")
+            if warmed is not None:
+                agent = node.keep_agent(warmed)
+            else:
+                agent = node.connect_agent(adopting=True)
+            if not spare.loaded:
+                await machine.load_device_state(template.device_state)
+                steps.done("load")
             await self._adopt(node, machine, net, agent)
             steps.done("adopt")
         except BaseException:

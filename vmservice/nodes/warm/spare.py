@@ -17,15 +17,22 @@ start never competes with the creates it serves.  Each lives in a directory
 of its own inside the template's, ``<template>/spare-<random>/``, named once
 and never reused (QEMU leaves its socket files behind when it exits).
 
-- **Starting**: its overlay is made and its QEMU started; it is *ready*
-  once QEMU answers its monitor (the connection stays open for the create).
+- **Starting**: its overlay is made and its QEMU started; where the daemon
+  gives clones identities (:class:`SpareWarmUp`), its agent is connected, the
+  template's device state loaded and a throwaway identity adopted (the
+  *rehearsal*): the guest runs then, and the code its node's adoption runs,
+  in the guest and in QEMU, is translated already (under TCG each VM
+  translates what it runs anew, and that was most of a clone's adoption).
+  It is *ready* once that is done (without a warm-up: once QEMU answers its
+  monitor); its monitor and agent connections stay open for the create.
 - **Ready**: waiting; one create :meth:`takes <SparePhase.take>` it (only
   one: the next create takes another ready spare of the pool, or, finding
   none, clones the usual way).
 - **Taken**: a create hands it over to its node (the node's record names
   the spare's QMP socket first, then the disk gets the node's name as a
   second link, the sockets and the console file are renamed into the
-  node's directory) and loads the template's state into it.  Its directory
+  node's directory, the agent connection goes to the node) and, unless the
+  spare loaded it already, loads the template's state into it.  Its directory
   stays (QEMU opened the disk by the spare's name: a fork switches the disk
   by that name) and is removed with the node.
 - **Killed**: its template went (dropped, replaced, the daemon stops), its
@@ -33,7 +40,11 @@ and never reused (QEMU leaves its socket files behind when it exits).
   killed and its directory removed.  Nothing leaves this state.
 
 Starting and Ready spares hold memory (admission counts them, see
-:meth:`SparePhase.holds`); a Taken one is its node's.
+:meth:`SparePhase.holds`); a Taken one is its node's.  A warmed-up spare's
+guest runs while it waits (idle: its agent waits on its port); its node
+adopts an identity of its own at the hand-over as any clone, so nothing of
+the rehearsal's identity (random generator state, host name, machine-id,
+clock) outlives it.
 """
 
 from __future__ import annotations
@@ -42,15 +53,21 @@ import os
 import shutil
 from typing import Protocol
 
-from attrs import define
+from typing import Callable
+
+from attrs import define, frozen
 from automat import TypeMachine, TypeMachineBuilder
 from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from ...guestport.guest import IGuestConnection
 from ...hypervisors.base import IHypervisor, IMachine, MachineExit, MachineSpec, NetSpec, RamBacking
 from ...storage.interfaces import IDisks
+from .adoption import ICloneAdoption
 from .clone_disk import make_clone_disk
 from ..paths import NodePaths
+from ..readiness import wait_for_guest
 from .template_files import Template
 
 log = Logger()
@@ -61,6 +78,8 @@ SPARE_PREFIX = "spare-"
 SPARE_TAP_PREFIX = "vmp"
 #: The MAC on a networked spare's command line (the loaded state and then the adoption decide the guest's).
 SPARE_MAC = "02:00:00:00:00:02"
+#: Seconds a spare's guest has to answer and adopt its throwaway identity.
+REHEARSAL_TIMEOUT = 30.0
 
 
 class SparePhase(Protocol):
@@ -119,6 +138,21 @@ def _build() -> TypeMachine[SparePhase, SpareCore]:
 SPARE_PHASE = _build()
 
 
+@frozen
+class SpareWarmUp:
+    """
+    What a spare needs to warm its guest up before it is ready (see the module's docstring).
+
+    :ivar agents: makes an agent connection from its socket path.
+    :ivar adoption: the rehearsal's adoption.
+    :ivar clock: times the rehearsal out.
+    """
+
+    agents: Callable[[str], IGuestConnection]
+    adoption: ICloneAdoption
+    clock: IReactorTime
+
+
 class Spare:
     """
     One spare VM of a template.
@@ -129,6 +163,8 @@ class Spare:
         for a bridged group: renamed to the node's at the hand-over); ``None``
         for none.
     :ivar machine: its QEMU once started.
+    :ivar agent: its agent connection once warmed up, until the hand-over.
+    :ivar loaded: whether the template's state is loaded in it (it was warmed up).
     :ivar phase: what it is (see the module's docstring).
     :ivar files: its files, named as a node's are in its directory.
     """
@@ -139,6 +175,8 @@ class Spare:
         self.tap = tap
         self.files = NodePaths.of(directory)
         self.machine: IMachine | None = None
+        self.agent: IGuestConnection | None = None
+        self.loaded = False
         self.phase: SparePhase = SPARE_PHASE(SpareCore(os.path.basename(directory)))
 
     def spec(self) -> MachineSpec:
@@ -161,8 +199,11 @@ class Spare:
             net=NetSpec(self.tap, SPARE_MAC, "", "") if self.tap else None,
         )
 
-    async def start(self, driver: IHypervisor, disks: IDisks) -> bool:
-        """Make its disk and start its QEMU: whether it is ready (it is killed on any failure)."""
+    async def start(self, driver: IHypervisor, disks: IDisks, warm_up: SpareWarmUp | None = None) -> bool:
+        """
+        Make its disk, start its QEMU and (with ``warm_up``) warm its guest
+        up: whether it is ready (it is killed on any failure).
+        """
         try:
             os.makedirs(self.directory, mode=0o700)
             await make_clone_disk(self.template, disks, self.files.disk)
@@ -173,6 +214,8 @@ class Spare:
                 await self._end()
                 return False
             await self.machine.run_state()
+            if warm_up is not None and self.phase.holds():
+                await self._rehearse(self.machine, warm_up)
         except Exception as error:
             log.warn("spare VM {name} of template {digest} could not be started: {error}",
                      name=os.path.basename(self.directory), digest=self.template.key.digest(), error=error)
@@ -184,6 +227,20 @@ class Spare:
                      name=os.path.basename(self.directory), digest=self.template.key.digest())
             return True
         return False
+
+    async def _rehearse(self, machine: IMachine, warm_up: SpareWarmUp) -> None:
+        """Connect its agent, load the template's state and adopt a throwaway identity (see the module's docstring)."""
+        self.agent = agent = warm_up.agents(self.files.agent)
+        agent.start()
+        await machine.load_device_state(self.template.device_state)
+        self.loaded = True
+        name = os.path.basename(self.directory)
+        await wait_for_guest(warm_up.clock, machine, warm_up.adoption.rehearse(name, agent), REHEARSAL_TIMEOUT)
+
+    def take_agent(self) -> IGuestConnection | None:
+        """Its agent connection, now the caller's (after :meth:`hand_over`: it reconnects to the node's socket)."""
+        agent, self.agent = self.agent, None
+        return agent
 
     def hand_over(self, node: NodePaths) -> None:
         """
@@ -200,6 +257,8 @@ class Spare:
             os.replace(self.files.qemu_log, node.qemu_log)
         except FileNotFoundError:
             pass  # QEMU wrote nothing (and a driver may keep no log)
+        if self.agent is not None:
+            self.agent.moved_to(node.agent)
 
     def kill(self) -> Deferred[None]:
         """Kill its QEMU (once started) and remove its directory; fires when done."""
@@ -216,6 +275,9 @@ class Spare:
         return ended
 
     async def _end(self) -> None:
+        agent = self.take_agent()
+        if agent is not None:
+            await agent.stop()
         machine = self.machine
         if machine is not None:
             try:
@@ -237,4 +299,5 @@ def remove_spare_directory(started_qmp: str) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-__all__ = ["SPARE_MAC", "SPARE_PHASE", "SPARE_PREFIX", "SPARE_TAP_PREFIX", "Spare", "SparePhase", "is_spare_directory", "remove_spare_directory"]
+__all__ = ["REHEARSAL_TIMEOUT", "SPARE_MAC", "SPARE_PHASE", "SPARE_PREFIX", "SPARE_TAP_PREFIX", "Spare", "SparePhase",
+           "SpareWarmUp", "is_spare_directory", "remove_spare_directory"]

@@ -19,7 +19,7 @@ from ..admission import Admission
 from ..catalog import Catalog
 from ..runtime_parts import RuntimeParts
 from .adoption import ICloneAdoption
-from .spare import Spare
+from .spare import Spare, SpareWarmUp
 from .template_build import TemplateBuilder
 from .template_files import Template
 from .template_key import TemplateKey
@@ -135,8 +135,14 @@ class TemplateSupply:
                 retry()
 
     async def _start_spare(self, group: HostGroupConfig, spare: Spare) -> None:
-        """Start ``spare``; once it is ready, the pool's next one (a failed start is not tried again until a clone ends)."""
-        if await spare.start(await self.parts.driver.get(), self.parts.disks):
+        """
+        Start ``spare`` (warmed up where clones adopt identities); once it is
+        ready, the pool's next one (a failed start is not tried again until a
+        clone ends).
+        """
+        adoption = self.adoption
+        warm_up = SpareWarmUp(self.parts.agents, adoption, self.parts.clock) if adoption is not None else None
+        if await spare.start(await self.parts.driver.get(), self.parts.disks, warm_up):
             self.replenish(group, spare.template)
 
 
