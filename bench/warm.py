@@ -32,7 +32,9 @@ ratios are what to compare across machines.
 ``bench/earlier.py``) on its own image (``--before-image-dir``) with a group
 without spares and one with ``warm_spare: true``; its N at once alternate
 with this daemon's in each round (``before`` in the results, and
-``ratio_after_over_before``: this daemon's median over the earlier one's).
+``ratio_after_over_before``: this daemon's median over the earlier one's);
+in each round of creates one at a time, its clone and clone from a spare
+follow this daemon's.
 """
 
 from __future__ import annotations
@@ -230,6 +232,9 @@ def main() -> None:
         first_warm, _ = one_at_a_time(daemon, "warm")  # includes the template build
         one_at_a_time(daemon, "cold")  # the page cache, like the template's boot did for the warm group
         cold, clone, spared, cold_memory, clone_memory = [], [], [], [], []
+        before_one_clone: list[float] = []
+        before_one_spared: list[float] = []
+        one_spares_missing = 0
         for round_ in range(options.rounds):
             seconds, figures = one_at_a_time(daemon, "cold")
             cold.append(seconds)
@@ -239,9 +244,17 @@ def main() -> None:
             seconds, figures = one_at_a_time(daemon, "warm")
             clone.append(seconds)
             clone_memory.append(figures)
+            one_spares_missing += not wait_spares(daemon, 1 << 30, 1)
             spared.append(one_at_a_time(daemon, "spare")[0])
+            if before is not None:
+                # The earlier daemon's clone and clone from a spare right after this one's: the same load.
+                before_one_clone.append(one_at_a_time(before, "warm")[0])
+                one_spares_missing += not wait_spares(before, 1 << 30, 1)
+                before_one_spared.append(one_at_a_time(before, "spare")[0])
             print(f"round {round_ + 1}: cold {cold[-1]:.3f} s, clone {clone[-1]:.3f} s, "
-                  f"clone from a spare {spared[-1]:.3f} s", flush=True)
+                  f"clone from a spare {spared[-1]:.3f} s"
+                  + (f"; before: clone {before_one_clone[-1]:.3f} s, clone from a spare {before_one_spared[-1]:.3f} s"
+                     if before is not None else ""), flush=True)
         cold_together, cold_together_memory, _ = together(daemon, "cold", options.together)
         # N at once: without spares, with one, with a pool of N, alternating; each spare group's spares ready first.
         clone_together: list[float] = []
@@ -251,6 +264,7 @@ def main() -> None:
         burst_cpu: dict[str, list[float]] = {"warm": [], "spare": [], "pool": []}
         pool_together_memory: list[dict[str, int]] = []
         together_log = len(daemon.log())
+        before_together_log = len(before.log()) if before is not None else 0
         spares_missing = 0
         before_clone: list[float] = []
         before_spare: list[float] = []
@@ -309,6 +323,8 @@ def main() -> None:
         copies = [(float(size) * 1e6, float(ms) / 1000) for size, ms in re.findall(
             r"copied the memory of fmem-\d+\.ram \((\d+) MB\) in (\d+) ms", daemon.log())]
         daemon_peak_rss = peak_rss(daemon.process.pid) if daemon.process else None
+        before_spare_steps = steps(before.log()[:before_together_log], r"cloned from spare VM \S+", "spare") \
+            if before is not None else None
         before_steps = {
             "without spares": steps(before.log(), "cloned", "warm"),
             "with a spare, from the spare": steps(before.log(), r"cloned from spare VM \S+", "spare"),
@@ -350,8 +366,12 @@ def main() -> None:
             f"with a pool (warm_spare: {options.together}), the others": steps(together_steps, "cloned", "pool"),
         },
         "together_rounds_without_ready_spares": spares_missing,
+        "rounds_without_a_ready_spare": one_spares_missing,
         "before": {
             **earlier.record(),
+            "clone_create_wait_agent_s": summary(before_one_clone),
+            "spare_clone_create_wait_agent_s": summary(before_one_spared),
+            "spare_clone_steps_ms": before_spare_steps,
             "clone_together_s": summary(before_clone),
             "spare_clone_together_s": summary(before_spare),
             "pool_clone_together_s": summary(before_pool) if before_pool else None,
@@ -398,6 +418,7 @@ def main() -> None:
     }
     if earlier is not None:
         result["ratio_after_over_before"] = ratios(result, result["before"], (
+            "clone_create_wait_agent_s.median", "spare_clone_create_wait_agent_s.median",
             "clone_together_s.median", "spare_clone_together_s.median", "pool_clone_together_s.median"))
     write_result(options.output, result, run)
     print(json.dumps({k: result[k] for k in ("accel", "ratio_cold_over_clone", "ratio_clone_over_spare_clone",
