@@ -134,7 +134,7 @@ faults: install
 # (bench/faults.py) among them; then the figures README.md, docs/performance.md, docs/reliability.md
 # and docs/cluster.md cite are rewritten from those files (bench/publish.py lists what changed: re-read the sentences
 # around them).  Not here, as they compare with an earlier build: limits.py --pairs-against DIR, and
-# warm.py and netlink.py with --before DIR.
+# warm.py (into bench/results/warm-against-earlier.json) and netlink.py with --before DIR.
 # Not benchmarks: exec_spawn_probe.py (runs in a guest), earlier.py, recording.py, publish.py.
 # The earlier commit bench/sidebyside.py measures this checkout against: the last one before the
 # source-tree restructuring.

@@ -206,11 +206,15 @@ def main() -> None:
     add_options(parser)  # the earlier checkout: its daemon's N at once (without spares, with warm_spare: true)
     parser.add_argument("--before-pool", action="store_true",
                         help="the earlier checkout takes warm_spare: N too: its pool's N at once as well")
-    parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "warm.json"))
+    parser.add_argument("--output", default=None,
+                        help="the results file: bench/results/warm.json, or with an earlier checkout beside this "
+                             "one bench/results/warm-against-earlier.json")
     parser.add_argument("--note", default="", help="what to know about the run, e.g. other VMs on the machine")
     options = parser.parse_args()
     ensure_image()
     earlier = from_options(options)
+    output = options.output or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                            "warm.json" if earlier is None else "warm-against-earlier.json")
     run = begin()
     group = {"vcpu": 1, "ram_mb": RAM_MB, "storage_size": "1G"}
     # The pool's own template (a pool is per template): its disk 8 MiB larger, nothing else differs.
@@ -420,7 +424,7 @@ def main() -> None:
         result["ratio_after_over_before"] = ratios(result, result["before"], (
             "clone_create_wait_agent_s.median", "spare_clone_create_wait_agent_s.median",
             "clone_together_s.median", "spare_clone_together_s.median", "pool_clone_together_s.median"))
-    write_result(options.output, result, run)
+    write_result(output, result, run)
     print(json.dumps({k: result[k] for k in ("accel", "ratio_cold_over_clone", "ratio_clone_over_spare_clone",
                                               "ratio_clone_over_pool_clone_together",
                                               "ratio_cold_over_clone_together",
