@@ -76,6 +76,37 @@ class ImageLayoutTests(SynchronousTestCase):
         )
         self.assertEqual((result.stdout, result.stderr), (b"unknown\n", b""))
 
+    def test_start_imports(self) -> None:
+        """
+        What the agent imports before it answers a create (its start, its port's session, the
+        health check, then the duties it starts once ready) leaves out the modules that cost most
+        to import in a cold guest under TCG (docs/performance.md, "Where a cold boot's time goes"):
+        ``typing`` (and ``contextlib``, ``warnings``), ``dataclasses`` (and ``inspect``, ``ast``,
+        ``dis``, ``tokenize``), ``argparse`` and any OPEN header module.
+        """
+        root = temp_dir(self)
+        for relative in guest_sources():
+            if relative.endswith(".py"):
+                target = os.path.join(root, "vmservice", relative)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                shutil.copy(os.path.join(ROOT, "vmservice", relative), target)
+        script = (
+            f"import sys; sys.path.insert(0, {root!r}); "
+            "from vmservice.guest import agent, operations; "
+            "operations.find_handler('health', operations.HANDLERS); "
+            "from vmservice.guest.powerbutton import PowerButton; from vmservice.guest.rootgrowth import grow_root; "
+            "print(' '.join(sorted(sys.modules)))"
+        )
+        result = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", script], capture_output=True, timeout=30, env={}
+        )
+        self.assertEqual(result.stderr, b"")
+        loaded = set(result.stdout.decode().split())
+        self.assertIn("vmservice.guest.health", loaded)
+        costly = {"typing", "contextlib", "warnings", "dataclasses", "inspect", "ast", "dis", "tokenize", "argparse"}
+        self.assertEqual(loaded & costly, set())
+        self.assertEqual({name for name in loaded if name.startswith("vmservice.wire.openheaders")}, set())
+
 
 class PipeTests(SynchronousTestCase):
     """
