@@ -30,7 +30,8 @@ Writes ``bench/results/limits.json``.  The other benchmarks import
 
 With ``--pairs-against IMAGE_DIR`` it only boots the default image of ``IMAGE_DIR`` (an older build)
 and this tree's in alternating pairs, each round with a floor beside it (:func:`image_pairs`), and
-writes ``bench/results/boot_pairs.json``: how a change to the image moved the boot, on a busy machine.
+writes ``bench/results/boot_pairs.json`` (``--pairs-output FILE`` elsewhere): how a change to the image
+moved the boot, on a busy machine.
 """
 
 from __future__ import annotations
@@ -536,12 +537,14 @@ def main() -> None:
     parser.add_argument("--pings", type=int, default=200)
     parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                                          "limits.json"))
+    parser.add_argument("--pairs-output", metavar="FILE",
+                        help="with --pairs-against: the results file (default: boot_pairs.json beside --output)")
     options = parser.parse_args()
     ensure_image()
     run = begin()
     if options.pairs_against:
         pairs = image_pairs(options.pairs_against, options.rounds)
-        write_result(os.path.join(os.path.dirname(options.output), "boot_pairs.json"), pairs, run)
+        write_result(options.pairs_output or os.path.join(os.path.dirname(options.output), "boot_pairs.json"), pairs, run)
         print(json.dumps({label: pairs[label]["ratio_over_floor"] for label in ("before", "after")}))
         return
     result = measure_limits(options.rounds, options.channel_mib, options.pings)
