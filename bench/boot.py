@@ -6,7 +6,7 @@ trivial userdata (``true``) next to them, for what running userdata adds.
 Each round also boots the machine's boot floor (``bench/limits.py``: the
 same kernel and command line with a minimal initramfs whose ``/init`` writes
 one byte to the agent port), and the headline ratio is API / floor (target
-<= 1.3).
+<= 1.5, issue 29).
 
 ``--before DIR`` (or ``--before-ref REF``, see ``bench/earlier.py``): a
 second daemon runs the earlier checkout's code on its own image; each
@@ -161,7 +161,7 @@ def main() -> None:
         "boot_floor_s": {"median": statistics.median(floor), "samples": floor, "hung": hung},
         "ratio_api_over_boot_floor": statistics.median(api) / statistics.median(floor),
         "ratio_bare_over_boot_floor": statistics.median(bare) / statistics.median(floor),
-        "target_ratio_api_over_boot_floor": 1.3,
+        "target_ratio_api_over_boot_floor": 1.5,
         "api_create_wait_userdata_trivial_s": {"median": statistics.median(userdata), "samples": userdata},
         "ratio_userdata_over_agent": statistics.median(userdata) / statistics.median(api),
         "daemon_peak_rss_bytes": daemon_peak_rss,

@@ -34,7 +34,7 @@ from vmservice.guest.session import Session  # noqa: E402
 from vmservice.guest import exec_spec, execution, spawning  # noqa: E402
 from vmservice.wire import NEED_DATA, Connection, Role  # noqa: E402
 from vmservice.wire.events import Data, HalfClose, Open  # noqa: E402
-from vmservice.wire.openheaders import ExecHeader  # noqa: E402
+from vmservice.wire.openheaders.exec import ExecHeader  # noqa: E402
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 30
 if len(sys.argv) > 2:

@@ -30,7 +30,8 @@ Writes ``bench/results/limits.json``.  The other benchmarks import
 
 With ``--pairs-against IMAGE_DIR`` it only boots the default image of ``IMAGE_DIR`` (an older build)
 and this tree's in alternating pairs, each round with a floor beside it (:func:`image_pairs`), and
-writes ``bench/results/boot_pairs.json``: how a change to the image moved the boot, on a busy machine.
+writes ``bench/results/boot_pairs.json`` (or another of :data:`PAIRS_RESULTS`, ``--pairs-output``): how
+a change to the image moved the boot, on a busy machine.
 """
 
 from __future__ import annotations
@@ -64,6 +65,12 @@ MiB = 1 << 20
 #: What the minimal guest loads (and what they depend on): the virtio-mmio bus and the console driver.
 FLOOR_MODULES = ("virtio_ring.ko", "virtio.ko", "virtio_mmio.ko", "virtio_console.ko")
 TIMEOUT = 120.0
+#: The files ``--pairs-against`` writes (``--pairs-output``), one per change measured that way: the boot
+#: scripts' (docs/performance.md, "Where a cold boot's time goes") and the agent's imports' ("The agent's
+#: imports").
+PAIRS_RESULTS = ("boot_pairs.json", "coldboot_pairs.json")
+#: The console step of the image's ``/init`` starting (its first line).
+INIT_STEP = "vmservice-init: loading modules"
 #: A minimal guest answers in a few seconds; one that has not in this long is counted as hung.
 FLOOR_TIMEOUT = 40.0
 
@@ -489,7 +496,8 @@ def image_pairs(before_dir: str, rounds: int, workdir: str | None = None) -> dic
     The real guest of the default image in ``before_dir`` and of this tree's (``IMAGE_DIR``), booted
     by hand in alternating order (before, after; then after, before; ...), each round followed by a
     boot floor: seconds to the agent's first byte of each, their medians as ratios of the floor's,
-    and each boot's console steps (see docs/performance.md, "Where a cold boot's time goes").
+    the seconds from ``/init``'s first line to that byte (the image's part of the boot), and each
+    boot's console steps (see docs/performance.md, "Where a cold boot's time goes").
     """
     images = {"before": resolve_image(before_dir, "default"), "after": resolve_image(IMAGE_DIR, "default")}
     work = workdir or tempfile.mkdtemp(prefix="vms-pairs-", dir="/tmp")
@@ -519,8 +527,13 @@ def image_pairs(before_dir: str, rounds: int, workdir: str | None = None) -> dic
         for sample in boots:
             for step, times in step_times(sample["steps"]).items():
                 took.setdefault(step, []).append(times["took_s"])
+        # From /init on: what the image decides, without the kernel's start (the same kernel and command
+        # line for both, and the noisiest part of a boot on a busy machine).
+        userland = [float(sample["agent_first_byte_s"]) - float(sample["steps"][INIT_STEP]) for sample in boots
+                    if INIT_STEP in sample["steps"]]
         result[label] = {"agent_first_byte_s": {"median": statistics.median(first), "samples": first},
                          "ratio_over_floor": statistics.median(first) / floor_median,
+                         "init_to_agent_first_byte_s": {"median": statistics.median(userland), "samples": userland},
                          "step_took_s": {step: statistics.median(values) for step, values in took.items()},
                          "boots": boots}
     return result
@@ -536,12 +549,14 @@ def main() -> None:
     parser.add_argument("--pings", type=int, default=200)
     parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                                          "limits.json"))
+    parser.add_argument("--pairs-output", choices=PAIRS_RESULTS, default=PAIRS_RESULTS[0],
+                        help="with --pairs-against: the results file, beside --output (default: %(default)s)")
     options = parser.parse_args()
     ensure_image()
     run = begin()
     if options.pairs_against:
         pairs = image_pairs(options.pairs_against, options.rounds)
-        write_result(os.path.join(os.path.dirname(options.output), "boot_pairs.json"), pairs, run)
+        write_result(os.path.join(os.path.dirname(options.output), options.pairs_output), pairs, run)
         print(json.dumps({label: pairs[label]["ratio_over_floor"] for label in ("before", "after")}))
         return
     result = measure_limits(options.rounds, options.channel_mib, options.pings)

@@ -24,7 +24,8 @@ from vmservice.guest.exec_spec import (DEFAULT_PATH, argv, default_path, resolve
                                        usable_shell)
 from vmservice.wire import ResetCode
 from vmservice.wire.events import Open, Reset
-from vmservice.wire.openheaders import BadHeader, ExecHeader
+from vmservice.wire.openheaders.exec import ExecHeader
+from vmservice.wire.openheaders.fields import BadHeader
 
 
 class PasswdTests(SynchronousTestCase):

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable
 
 from hypothesis import strategies as st
 
-from vmservice.wire.openheaders import BadHeader
+from vmservice.wire.openheaders.fields import BadHeader
 
 texts = st.text(max_size=20)
 ids = st.integers(min_value=0, max_value=2**32 - 1)

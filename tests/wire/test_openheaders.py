@@ -14,11 +14,12 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.wire.headerchecks import any_texts, ids, read_all, refusal, texts, through_json
 from tests.wire.strategies import headers, json_values
-from vmservice.wire.openheaders import (BackgroundStartHeader, BadHeader, ExecHeader, ForwardHeader, ShellHeader,
-                                        WatchHeader)
 from vmservice.wire.openheaders.copy import DownloadHeader, UploadHeader
-from vmservice.wire.openheaders.exec import MAX_RING_BYTES
-from vmservice.wire.openheaders.watch import MAX_DEBOUNCE, WATCH_EVENT_TYPES
+from vmservice.wire.openheaders.exec import MAX_RING_BYTES, BackgroundStartHeader, ExecHeader
+from vmservice.wire.openheaders.fields import BadHeader
+from vmservice.wire.openheaders.shell import ShellHeader
+from vmservice.wire.openheaders.tunnel import ForwardHeader
+from vmservice.wire.openheaders.watch import MAX_DEBOUNCE, WATCH_EVENT_TYPES, WatchHeader
 from vmservice.wire.upstream import MAX_UNIX_SOCKET_PATH, Upstream
 
 exec_headers = st.builds(

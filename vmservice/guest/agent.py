@@ -42,7 +42,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING, Optional
+
+TYPE_CHECKING = False
 
 if __name__ == "__main__" and not __package__:
     # Run as a script (tests on the host): make the package importable without
@@ -60,6 +61,7 @@ from vmservice.guest.servers import Server, UnixListenServer, VirtioPortServer, 
 
 if TYPE_CHECKING:
     import argparse
+    from typing import Optional
 
 #: Name of the virtio-serial port the host attaches the agent channel to.
 PORT_NAME = "agent"

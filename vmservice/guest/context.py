@@ -8,7 +8,10 @@ marker, each replaceable by tests.
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Optional
 
 from vmservice.guest.userdata_marker import USERDATA_MARKER
 

@@ -8,7 +8,9 @@ attribute) so that tests can replace the list.
 
 from __future__ import annotations
 
-from typing import Callable
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable
 
 #: Start-up work put off until the agent has answered the host (see :func:`run_deferred`).
 DEFERRED: list[Callable[[], None]] = []

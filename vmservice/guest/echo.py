@@ -6,7 +6,9 @@ flow control.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Mapping
 
 from vmservice.guest.streams import GuestStream, StreamHandler
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 from vmservice.guest.streams import StreamHandler
 from vmservice.guest.userdata_marker import read_userdata_marker, userdata_ran

@@ -10,7 +10,10 @@ import heapq
 import itertools
 import selectors
 import time
-from typing import Callable, Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Optional
 
 
 class Timer:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Callable, Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Optional
 
 from vmservice.guest import agentlog
 from vmservice.guest.loop import Loop

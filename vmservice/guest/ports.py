@@ -7,7 +7,10 @@ the guest agent's ``agent`` and the metrics agent's ``metrics``.  Standard libra
 from __future__ import annotations
 
 import os
-from typing import Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional
 
 __all__ = ["SYSFS_PORTS", "find_port"]
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 import os
 import signal
 import struct
-from typing import TYPE_CHECKING, Callable
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from typing import Optional, Protocol
+    from typing import Callable, Optional, Protocol
 
     class _Timer(Protocol):
         def cancel(self) -> None: ...

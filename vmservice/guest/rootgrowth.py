@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import TYPE_CHECKING
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from typing import Callable

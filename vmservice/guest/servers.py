@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import select
 import time
-from typing import TYPE_CHECKING, Optional
+
+TYPE_CHECKING = False
 
 from vmservice.guest import agentlog
 from vmservice.guest.context import AgentContext
@@ -21,6 +22,7 @@ from vmservice.guest.ports import find_port
 from vmservice.guest.session import Session
 
 if TYPE_CHECKING:
+    from typing import Optional
     import socket
 
 #: How often to look again while no host is connected, or the port is missing.

@@ -7,8 +7,6 @@ directly.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Optional, TypeVarTuple, Unpack
-
 from vmservice.guest import agentlog, operations
 from vmservice.guest.context import AgentContext
 from vmservice.guest.loop import Loop
@@ -17,8 +15,12 @@ from vmservice.wire.connection import Connection, Role
 from vmservice.wire.errors import LocalProtocolError, RemoteProtocolError, ResetCode
 from vmservice.wire.events import NEED_DATA, Data, Event, HalfClose, Hello, Open, Ping, Pong, Reset, WindowUpdate
 
-#: The arguments of a handler callback run by :meth:`Session.call_handler`.
-_HandlerArguments = TypeVarTuple("_HandlerArguments")
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Mapping, Optional, TypeVarTuple, Unpack
+
+    #: The arguments of a handler callback run by :meth:`Session.call_handler`.
+    _HandlerArguments = TypeVarTuple("_HandlerArguments")
 
 #: Most streams open at once; more are refused.
 MAX_STREAMS = 512

@@ -8,58 +8,58 @@ serves it.  The session a stream belongs to is seen through
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, TypeVarTuple, Unpack
-
 from vmservice.wire.errors import ResetCode
 from vmservice.wire.events import Data, Event, HalfClose
 from vmservice.wire.frames import MAX_PAYLOAD
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, Callable, Mapping, Optional, Protocol, TypeVarTuple, Unpack
+
     from vmservice.guest.context import AgentContext
     from vmservice.guest.loop import Loop
     from vmservice.wire.connection import Connection
 
-#: The arguments of a handler callback run by :meth:`StreamSession.call_handler`.
-_HandlerArguments = TypeVarTuple("_HandlerArguments")
+    #: The arguments of a handler callback run by :meth:`StreamSession.call_handler`.
+    _HandlerArguments = TypeVarTuple("_HandlerArguments")
 
+    class StreamSession(Protocol):
+        """
+        What a :class:`GuestStream` uses of its session
+        (:class:`vmservice.guest.session.Session` is one).
 
-class StreamSession(Protocol):
-    """
-    What a :class:`GuestStream` uses of its session
-    (:class:`vmservice.guest.session.Session` is one).
+        :ivar loop: the agent's event loop.
+        :ivar context: facts about the agent.
+        :ivar conn: the session's codec.
+        """
 
-    :ivar loop: the agent's event loop.
-    :ivar context: facts about the agent.
-    :ivar conn: the session's codec.
-    """
+        loop: Loop
+        context: AgentContext
+        conn: Connection
 
-    loop: Loop
-    context: AgentContext
-    conn: Connection
+        @property
+        def has_room(self) -> bool:
+            """Whether streams may move more data to the link."""
 
-    @property
-    def has_room(self) -> bool:
-        """Whether streams may move more data to the link."""
+        def send(self, event: Event) -> None:
+            """Encode ``event`` and write it."""
 
-    def send(self, event: Event) -> None:
-        """Encode ``event`` and write it."""
+        def call_handler(
+            self, stream: GuestStream, method: Callable[[Unpack[_HandlerArguments]], None], *args: Unpack[_HandlerArguments]
+        ) -> None:
+            """Run a handler callback, resetting its stream if it raises."""
 
-    def call_handler(
-        self, stream: GuestStream, method: Callable[[Unpack[_HandlerArguments]], None], *args: Unpack[_HandlerArguments]
-    ) -> None:
-        """Run a handler callback, resetting its stream if it raises."""
+        def reset_stream(self, stream_id: int, code: int, reason: str) -> None:
+            """Send RESET for ``stream_id`` and forget it."""
 
-    def reset_stream(self, stream_id: int, code: int, reason: str) -> None:
-        """Send RESET for ``stream_id`` and forget it."""
+        def acknowledge(self, stream_id: int, count: int) -> None:
+            """Give back ``count`` bytes of credit on ``stream_id``."""
 
-    def acknowledge(self, stream_id: int, count: int) -> None:
-        """Give back ``count`` bytes of credit on ``stream_id``."""
+        def forget_if_closed(self, stream_id: int) -> None:
+            """Drop the record of a stream that ended in both directions."""
 
-    def forget_if_closed(self, stream_id: int) -> None:
-        """Drop the record of a stream that ended in both directions."""
-
-    def start_over(self, why: str) -> None:
-        """End this session and start a new one on the same link."""
+        def start_over(self, why: str) -> None:
+            """End this session and start a new one on the same link."""
 
 
 class StreamHandler:

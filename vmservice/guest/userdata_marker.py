@@ -8,7 +8,10 @@ health reply nor the agent's context imports the userdata runner.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Mapping, Optional
 
 #: Where the outcome of the node's userdata is kept, on the node's disk: a JSON object
 #: whose ``state`` is ``running``, ``finished`` or ``interrupted`` (see

@@ -39,7 +39,10 @@ from __future__ import annotations
 
 import collections
 import enum
-from typing import Deque, Optional, Union
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Deque, Optional, Union
 
 from vmservice.wire.errors import LocalProtocolError, RemoteProtocolError, ResetCode
 from vmservice.wire.events import (

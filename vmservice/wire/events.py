@@ -13,7 +13,10 @@ Stdlib only: the guest imports this module.
 from __future__ import annotations
 
 import enum
-from typing import Any, Mapping, Union
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Mapping
 
 from vmservice.wire.errors import ResetCode
 
@@ -230,10 +233,10 @@ class Pong(_Event):
 
 
 #: Every event that maps to one frame.
-Event = Union[Hello, Open, Data, WindowUpdate, HalfClose, Reset, Ping, Pong]
+Event = Hello | Open | Data | WindowUpdate | HalfClose | Reset | Ping | Pong
 
 #: Events that belong to a stream (they have a ``stream_id``).
-StreamEvent = Union[Open, Data, WindowUpdate, HalfClose, Reset]
+StreamEvent = Open | Data | WindowUpdate | HalfClose | Reset
 
 __all__ = [
     "Data",

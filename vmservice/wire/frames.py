@@ -21,7 +21,11 @@ from __future__ import annotations
 import enum
 import json
 import struct
-from typing import Any, Mapping
+from collections.abc import Mapping
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 import vmservice.wire.events as events
 from vmservice.wire.errors import LocalProtocolError, RemoteProtocolError, ResetCode

@@ -22,7 +22,10 @@ Stdlib only: the guest imports this module.
 from __future__ import annotations
 
 import os
-from typing import Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional
 
 from vmservice.wire.errors import LocalProtocolError, RemoteProtocolError
 from vmservice.wire.events import NO_NONCE, NONCE_SIZE, PROTOCOL_VERSION, Hello

@@ -15,7 +15,10 @@ Stdlib only: the guest imports this module.
 from __future__ import annotations
 
 import collections
-from typing import Deque
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Deque
 
 from vmservice.wire.frames import HELLO_SIGNATURE, HELLO_SIGNATURE_OFFSET, MAX_PAYLOAD
 

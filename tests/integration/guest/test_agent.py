@@ -51,30 +51,56 @@ class ImageLayoutTests(SynchronousTestCase):
     The agent's modules as the image holds them.
     """
 
-    def test_image_layout(self) -> None:
+    def run_as_imaged(self, statements: str, with_version: bool = False) -> subprocess.CompletedProcess[bytes]:
         """
-        Copied as the image does (the guest sources of the image recipe, subpackages
-        too, under another root) and run with ``-I -S``, the agent and the modules of
-        its operations import with the stdlib alone; without
-        ``vmservice/__init__.py`` its version is "unknown".
+        Run ``statements`` with ``-I -S`` and the guest sources copied as the image copies them
+        (the guest sources of the image recipe, subpackages too, under another root; without
+        ``vmservice/__init__.py`` unless ``with_version``) first on the path.
         """
         root = temp_dir(self)
         for relative in guest_sources():
-            if relative.endswith(".py") and relative != "__init__.py":
+            if relative.endswith(".py") and (with_version or relative != "__init__.py"):
                 target = os.path.join(root, "vmservice", relative)
                 os.makedirs(os.path.dirname(target), exist_ok=True)
                 shutil.copy(os.path.join(ROOT, "vmservice", relative), target)
-        script = (
-            f"import sys; sys.path.insert(0, {root!r}); "
+        script = f"import sys; sys.path.insert(0, {root!r}); " + statements
+        return subprocess.run([sys.executable, "-I", "-S", "-c", script], capture_output=True, timeout=30, env={})
+
+    def test_image_layout(self) -> None:
+        """
+        Copied as the image does and run with ``-I -S``, the agent and the modules of
+        its operations import with the stdlib alone; without
+        ``vmservice/__init__.py`` its version is "unknown".
+        """
+        result = self.run_as_imaged(
             "from vmservice.guest.agent import main; from vmservice.guest.context import agent_version; "
             "from vmservice.guest.operations import LAZY_HANDLERS; "
             "[__import__(name.partition(':')[0]) for name in LAZY_HANDLERS.values()]; "
             "print(agent_version())"
         )
-        result = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", script], capture_output=True, timeout=30, env={}
-        )
         self.assertEqual((result.stdout, result.stderr), (b"unknown\n", b""))
+
+    def test_start_imports(self) -> None:
+        """
+        What the agent imports before it answers a create (its start, its port's session, the
+        health check, then the duties it starts once ready) leaves out the modules that cost most
+        to import in a cold guest under TCG (docs/performance.md, "Where a cold boot's time goes"):
+        ``typing`` (and ``contextlib``, ``warnings``), ``dataclasses`` (and ``inspect``, ``ast``,
+        ``dis``, ``tokenize``), ``argparse`` and any OPEN header module.
+        """
+        result = self.run_as_imaged(
+            "from vmservice.guest import agent, operations; "
+            "operations.find_handler('health', operations.HANDLERS); "
+            "from vmservice.guest.powerbutton import PowerButton; from vmservice.guest.rootgrowth import grow_root; "
+            "print(' '.join(sorted(sys.modules)))",
+            with_version=True,
+        )
+        self.assertEqual(result.stderr, b"")
+        loaded = set(result.stdout.decode().split())
+        self.assertIn("vmservice.guest.health", loaded)
+        costly = {"typing", "contextlib", "warnings", "dataclasses", "inspect", "ast", "dis", "tokenize", "argparse"}
+        self.assertEqual(loaded & costly, set())
+        self.assertEqual({name for name in loaded if name.startswith("vmservice.wire.openheaders")}, set())
 
 
 class PipeTests(SynchronousTestCase):

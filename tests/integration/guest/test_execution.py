@@ -26,7 +26,7 @@ from vmservice.wire import payloads
 from vmservice.wire.payloads import EXIT, STDOUT, RecordDecoder
 from vmservice.wire import Connection, ResetCode, Role
 from vmservice.wire.events import Data, HalfClose, Hello, Open, Reset
-from vmservice.wire.openheaders import ExecHeader
+from vmservice.wire.openheaders.exec import ExecHeader
 
 
 class BashTests(SynchronousTestCase):

@@ -11,25 +11,14 @@ fields of each header and their checks are written here once.
 - :mod:`.shell`: shell streams;
 - :mod:`.tunnel`: tunnels (``forward`` streams);
 - :mod:`.watch`: file watches;
-- :mod:`.copy`: copies into and out of the guest.
+- :mod:`.copy`: copies into and out of the guest;
+- :mod:`.fs`, :mod:`.background`, :mod:`.provisioning`, :mod:`.clock`: the
+  requests of those operations.
+
+Import each header from its module: this package imports none of them, so
+that the guest agent, which loads its operations one by one as they are first
+used, pays for no header module it does not use yet (under TCG every import
+costs).
 
 Stdlib only: the guest image copies these files.
 """
-
-from vmservice.wire.openheaders.copy import DownloadHeader, UploadHeader
-from vmservice.wire.openheaders.exec import BackgroundStartHeader, ExecHeader
-from vmservice.wire.openheaders.fields import BadHeader
-from vmservice.wire.openheaders.shell import ShellHeader
-from vmservice.wire.openheaders.tunnel import ForwardHeader
-from vmservice.wire.openheaders.watch import WatchHeader
-
-__all__ = [
-    "BackgroundStartHeader",
-    "BadHeader",
-    "DownloadHeader",
-    "ExecHeader",
-    "ForwardHeader",
-    "ShellHeader",
-    "UploadHeader",
-    "WatchHeader",
-]
