@@ -15,6 +15,15 @@ network interface: every byte goes through the agent channel),
 - ``--concurrent`` tunnels (default 4) at once each way (TCP), ``--mib`` /
   ``--concurrent`` MiB each: each one's MB/s over its own duration as a share
   of the ceiling, the smallest share, and the aggregate;
+- the **port relay**: what a tunnel on a dedicated raw virtio-serial port
+  would reach at best, the design that would move tunnels off the agent's
+  multiplexed stream as cp moved to the bulk port: a minimal guest (as the
+  ceilings') with 8 tunnel ports, each served by ``bench/tunnel_relay.c``
+  (splice, or read/write where the port refuses splice, between the port and
+  a connection to the same C upstream, TCP or UNIX), the host end a plain
+  socket; one tunnel of ``--mib`` MiB each way to each kind of upstream and
+  ``--concurrent`` at once each way (TCP), as above (no daemon in this path:
+  its share of the host's cost is not in it);
 - cp download and upload of ``--cp-mib`` MiB through the API in the same run;
 - tunnel set-up latency: ``--rounds`` times (default 30), from the client's
   connect to the daemon until the ``200`` head has arrived (the guest has
@@ -31,6 +40,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -44,10 +54,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image  # noqa: E402
 
 from bench.channel import measure_cp, percentiles  # noqa: E402  (the same cp measure as bench/channel.py)
-from bench.limits import channel_ceilings, minimal_initramfs  # noqa: E402
+from bench.limits import (FLOOR_MODULES, MINIMAL_INIT, TIMEOUT, channel_ceilings, clean_workdir,  # noqa: E402
+                          connect_socket, minimal_command, minimal_initramfs, read_newc, stop_process)
 from bench.recording import begin, write_result  # noqa: E402
 from tests.integration.forwarding import GUEST_SERVER, open_pipe, read_all  # noqa: E402
-from vmservice.images.store import resolve_image  # noqa: E402
+from vmservice.images.cpio import encode_newc, regular_file  # noqa: E402
+from vmservice.images.initramfs import initramfs_entries  # noqa: E402
+from vmservice.images.store import Image, resolve_image  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: The upstreams in the guest: (direction, kind) -> where the C server listens.
@@ -55,12 +68,117 @@ UPSTREAMS = {("download", "tcp"): "9002", ("upload", "tcp"): "9001",
              ("download", "unix"): "/tmp/tunnel-source.sock", ("upload", "unix"): "/tmp/tunnel-sink.sock"}
 
 
-def compile_upstream(workdir: str) -> bytes:
-    """``bench/tunnel_upstream.c`` built as a static executable: its bytes."""
-    binary = os.path.join(workdir, "tunnel_upstream")
-    subprocess.run(["gcc", "-static", "-O2", "-o", binary, os.path.join(HERE, "tunnel_upstream.c")], check=True)
+def compile_static(workdir: str, name: str) -> bytes:
+    """``bench/<name>.c`` built as a static executable: its bytes."""
+    binary = os.path.join(workdir, name)
+    subprocess.run(["gcc", "-static", "-O2", "-pthread", "-o", binary, os.path.join(HERE, f"{name}.c")], check=True)
     with open(binary, "rb") as f:
         return f.read()
+
+
+#: The relay guest's ``/init``: the minimal guest's start (modules, ``find_port``), then the C
+#: upstreams on the loopback and on UNIX sockets, and a relay looping on each tunnel port (``d*`` to the
+#: TCP source, ``u*`` to the TCP sink, ``e0`` to the UNIX source, ``v0`` to the UNIX sink); ``R`` on
+#: ``ctl`` when they run, power off at the host's byte on ``ctl``.
+RELAY_INIT = MINIMAL_INIT.split("mode=floor", 1)[0] + r"""ifconfig lo 127.0.0.1 up
+mkdir -p /tmp
+/bin/tunnel_upstream source 9002 &
+/bin/tunnel_upstream sink 9001 &
+/bin/tunnel_upstream source /tmp/source.sock &
+/bin/tunnel_upstream sink /tmp/sink.sock &
+usleep 200000
+for name in d0 d1 d2 d3 u0 u1 u2 u3 e0 v0; do
+    find_port $name
+    case $name in d*) to=9002 ;; u*) to=9001 ;; e*) to=/tmp/source.sock ;; *) to=/tmp/sink.sock ;; esac
+    (while true; do /bin/tunnel_relay "$found" $to || usleep 100000; done) &
+done
+find_port ctl
+exec 3<>"$found"
+printf R >&3
+dd bs=1 count=1 <&3 >/dev/null 2>&1
+poweroff -f
+"""
+RELAY_PORTS = ("ctl", "d0", "d1", "d2", "d3", "u0", "u1", "u2", "u3", "e0", "v0")
+
+
+def relay_initramfs(image: Image, path: str, upstream: bytes, relay: bytes) -> None:
+    """The relay guest's initramfs: the image's busybox and console modules, the two C programs."""
+    with open(image.initrd.path, "rb") as stream:
+        files = read_newc(stream.read())
+    order = files["etc/vmservice/modules"].decode().split()
+    modules = [(module, files[f"lib/modules/{module}"]) for module in order
+               if module.rsplit("/", 1)[-1] in FLOOR_MODULES]
+    applets = ["sh", "mount", "insmod", "usleep", "dd", "ifconfig", "mkdir", "poweroff"]
+    entries = initramfs_entries(RELAY_INIT.encode(), files["bin/busybox"], applets, modules)
+    entries += [regular_file("bin/tunnel_upstream", upstream, 0o755), regular_file("bin/tunnel_relay", relay, 0o755)]
+    with open(path, "wb") as stream:
+        stream.write(encode_newc(entries))
+
+
+def port_download(sock: socket.socket, size: int) -> float:
+    """Seconds for ``size`` bytes from the source through a relayed port."""
+    buffer = bytearray(1 << 20)
+    started = time.monotonic()
+    sock.sendall(b"%d\n" % size)
+    received = 0
+    while received < size:
+        count = sock.recv_into(buffer)
+        if not count:
+            raise RuntimeError(f"port relay download: {received} of {size} bytes")
+        received += count
+    return time.monotonic() - started
+
+
+def port_upload(sock: socket.socket, size: int) -> float:
+    """Seconds for ``size`` bytes to the sink through a relayed port, until its count has come back."""
+    block = os.urandom(1 << 20)
+    started = time.monotonic()
+    sock.sendall(b"%d\n" % size)
+    for _ in range(size >> 20):
+        sock.sendall(block)
+    answer = b""
+    while not answer.endswith(b"\n"):
+        chunk = sock.recv(64)
+        if not chunk:
+            break
+        answer += chunk
+    if answer.strip() != b"%d" % size:
+        raise RuntimeError(f"port relay upload: the sink counted {answer!r} of {size} bytes")
+    return time.monotonic() - started
+
+
+def port_relay(image: Image, upstream: bytes, relay: bytes, size: int, each: int, count: int) -> dict[str, Any]:
+    """The port relay's seconds (see the module docstring): one tunnel each way, then ``count`` at once."""
+    workdir = tempfile.mkdtemp(prefix="vms-tunnel-relay-", dir="/tmp")
+    process = None
+    try:
+        clean_workdir(workdir)
+        initrd = os.path.join(workdir, "relay.cpio")
+        relay_initramfs(image, initrd, upstream, relay)
+        argv = minimal_command(image, workdir, initrd, RELAY_PORTS, "")
+        started = time.monotonic()
+        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        ctl = connect_socket(os.path.join(workdir, "ctl.sock"), started)
+        ports = {name: connect_socket(os.path.join(workdir, f"{name}.sock"), started) for name in RELAY_PORTS[1:]}
+        ctl.settimeout(TIMEOUT)
+        if ctl.recv(1) != b"R":
+            raise RuntimeError("the relay guest did not start")
+        for sock in ports.values():
+            sock.settimeout(600)
+        single = {"tcp": {"download": port_download(ports["d0"], size), "upload": port_upload(ports["u0"], size)},
+                  "unix": {"download": port_download(ports["e0"], size), "upload": port_upload(ports["v0"], size)}}
+        together = {"download": concurrently(lambda name: port_download(ports[name], each),
+                                             [f"d{i}" for i in range(count)]),
+                    "upload": concurrently(lambda name: port_upload(ports[name], each),
+                                           [f"u{i}" for i in range(count)])}
+        ctl.sendall(b"G")
+        with open(os.path.join(workdir, "console.log"), errors="replace") as console:
+            how = sorted({line.strip() for line in console if line.startswith("tunnel_relay:")})
+        return {"single": single, "concurrent": together, "relay_paths": how}
+    finally:
+        if process is not None:
+            stop_process(process)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def background(daemon: Daemon, cmd: str) -> None:
@@ -134,19 +252,18 @@ def tunnel_upload(daemon: Daemon, upstream: str, size: int) -> float:
     return elapsed
 
 
-def concurrently(measure: Callable[[Daemon, str, int], float], daemon: Daemon, upstream: str, size: int,
-                 count: int) -> list[float]:
-    """``count`` tunnels measured by ``measure`` at once, each of ``size`` bytes: each one's seconds."""
-    seconds: list[float | None] = [None] * count
+def concurrently(measure: Callable[[str], float], names: list[str]) -> list[float]:
+    """``measure`` of each of ``names`` at once, on a thread each: each one's seconds."""
+    seconds: list[float | None] = [None] * len(names)
     errors: list[BaseException] = []
 
     def one(index: int) -> None:
         try:
-            seconds[index] = measure(daemon, upstream, size)
+            seconds[index] = measure(names[index])
         except BaseException as error:
             errors.append(error)
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(names))]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -185,6 +302,22 @@ def address(direction: str, kind: str) -> str:
     return f"unix:{where}" if kind == "unix" else f"127.0.0.1:{where}"
 
 
+def single_summary(seconds: dict[str, float], size: int, ceiling: dict[str, float]) -> dict[str, Any]:
+    """One tunnel's seconds each way as MB/s and as a ratio to the ceiling of its direction."""
+    return {direction: {"seconds": s, "mb_per_s": size / s / 1e6, "ratio_to_ceiling": size / s / 1e6 / ceiling[direction]}
+            for direction, s in seconds.items()}
+
+
+def concurrent_summary(together: dict[str, list[float]], each: int, ceiling: dict[str, float]) -> dict[str, Any]:
+    """Concurrent tunnels' seconds each way: each one's MB/s and share of the ceiling, the least, the sum."""
+    return {direction: {"tunnels": len(seconds), "bytes_each": each, "seconds": seconds,
+                        "mb_per_s": [each / s / 1e6 for s in seconds],
+                        "shares_of_ceiling": [each / s / 1e6 / ceiling[direction] for s in seconds],
+                        "min_share_of_ceiling": min(each / s / 1e6 / ceiling[direction] for s in seconds),
+                        "aggregate_mb_per_s": each * len(seconds) / max(seconds) / 1e6}
+            for direction, seconds in together.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mib", type=int, default=256)
@@ -202,8 +335,9 @@ def main() -> None:
     single: dict[str, dict[str, float]] = {}
     together: dict[str, list[float]] = {}
     try:
-        upstream = compile_upstream(workdir)
+        upstream, relay = compile_static(workdir, "tunnel_upstream"), compile_static(workdir, "tunnel_relay")
         channel = ceilings(options.mib)
+        relayed = port_relay(resolve_image(IMAGE_DIR, "default"), upstream, relay, size, each, options.concurrent)
         daemon.start()
         daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=3m", {}, expect=201)
         start_servers(daemon, upstream)
@@ -211,9 +345,9 @@ def main() -> None:
         for kind in ("tcp", "unix"):
             single[kind] = {"download": tunnel_download(daemon, address("download", kind), size),
                             "upload": tunnel_upload(daemon, address("upload", kind), size)}
-        together["download"] = concurrently(tunnel_download, daemon, address("download", "tcp"), each,
-                                            options.concurrent)
-        together["upload"] = concurrently(tunnel_upload, daemon, address("upload", "tcp"), each, options.concurrent)
+        for direction, measure in (("download", tunnel_download), ("upload", tunnel_upload)):
+            together[direction] = concurrently(lambda where: measure(daemon, where, each),
+                                               [address(direction, "tcp")] * options.concurrent)
         cp = measure_cp(daemon, options.cp_mib << 20)
     finally:
         daemon.cleanup()
@@ -225,17 +359,12 @@ def main() -> None:
         "upstream": "C (bench/tunnel_upstream.c, gcc -static -O2), one process per connection",
         "ceiling_mb_per_s": ceiling,
         "channel": channel,
-        "single": {kind: {direction: {"seconds": seconds, "mb_per_s": size / seconds / 1e6,
-                                      "ratio_to_ceiling": size / seconds / 1e6 / ceiling[direction]}
-                          for direction, seconds in directions.items()}
-                   for kind, directions in single.items()},
-        "concurrent": {direction: {"tunnels": options.concurrent, "bytes_each": each, "seconds": seconds,
-                                   "mb_per_s": [each / s / 1e6 for s in seconds],
-                                   "shares_of_ceiling": [each / s / 1e6 / ceiling[direction] for s in seconds],
-                                   "min_share_of_ceiling": min(each / s / 1e6 / ceiling[direction]
-                                                               for s in seconds),
-                                   "aggregate_mb_per_s": each * len(seconds) / max(seconds) / 1e6}
-                       for direction, seconds in together.items()},
+        "single": {kind: single_summary(directions, size, ceiling) for kind, directions in single.items()},
+        "concurrent": concurrent_summary(together, each, ceiling),
+        "port_relay": {"single": {kind: single_summary(directions, size, ceiling)
+                                  for kind, directions in relayed["single"].items()},
+                       "concurrent": concurrent_summary(relayed["concurrent"], each, ceiling),
+                       "relay_paths": relayed["relay_paths"]},
         "cp_download_mb_per_s": cp["download_mb_per_s"],
         "cp_upload_mb_per_s": cp["upload_mb_per_s"],
         "setup_latency_s": percentiles(latency),
