@@ -53,13 +53,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image  # noqa: E402
 
-from bench.channel import measure_cp, percentiles  # noqa: E402  (the same cp measure as bench/channel.py)
-from bench.limits import (FLOOR_MODULES, MINIMAL_INIT, TIMEOUT, channel_ceilings, clean_workdir,  # noqa: E402
-                          connect_socket, minimal_command, minimal_initramfs, read_newc, stop_process)
-from bench.recording import begin, write_result  # noqa: E402
+from bench.channel import _node_qemu, measure_cp, percentiles  # noqa: E402  (the same cp measure as bench/channel.py)
+from bench.limits import (MINIMAL_INIT, TIMEOUT, channel_ceilings, clean_workdir, connect_socket,  # noqa: E402
+                          minimal_command, minimal_initramfs, stop_process)
+from bench.recording import begin, cpu_seconds, write_result  # noqa: E402
 from tests.integration.forwarding import GUEST_SERVER, open_pipe, read_all  # noqa: E402
-from vmservice.images.cpio import encode_newc, regular_file  # noqa: E402
-from vmservice.images.initramfs import initramfs_entries  # noqa: E402
 from vmservice.images.store import Image, resolve_image  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -101,20 +99,6 @@ poweroff -f
 RELAY_PORTS = ("ctl", "d0", "d1", "d2", "d3", "u0", "u1", "u2", "u3", "e0", "v0")
 
 
-def relay_initramfs(image: Image, path: str, upstream: bytes, relay: bytes) -> None:
-    """The relay guest's initramfs: the image's busybox and console modules, the two C programs."""
-    with open(image.initrd.path, "rb") as stream:
-        files = read_newc(stream.read())
-    order = files["etc/vmservice/modules"].decode().split()
-    modules = [(module, files[f"lib/modules/{module}"]) for module in order
-               if module.rsplit("/", 1)[-1] in FLOOR_MODULES]
-    applets = ["sh", "mount", "insmod", "usleep", "dd", "ifconfig", "mkdir", "poweroff"]
-    entries = initramfs_entries(RELAY_INIT.encode(), files["bin/busybox"], applets, modules)
-    entries += [regular_file("bin/tunnel_upstream", upstream, 0o755), regular_file("bin/tunnel_relay", relay, 0o755)]
-    with open(path, "wb") as stream:
-        stream.write(encode_newc(entries))
-
-
 def port_download(sock: socket.socket, size: int) -> float:
     """Seconds for ``size`` bytes from the source through a relayed port."""
     buffer = bytearray(1 << 20)
@@ -154,7 +138,8 @@ def port_relay(image: Image, upstream: bytes, relay: bytes, size: int, each: int
     try:
         clean_workdir(workdir)
         initrd = os.path.join(workdir, "relay.cpio")
-        relay_initramfs(image, initrd, upstream, relay)
+        minimal_initramfs(image, initrd, RELAY_INIT, ("sh", "mount", "insmod", "usleep", "dd", "ifconfig", "mkdir",
+                                                      "poweroff"), (("tunnel_upstream", upstream), ("tunnel_relay", relay)))
         argv = minimal_command(image, workdir, initrd, RELAY_PORTS, "")
         started = time.monotonic()
         process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -165,12 +150,14 @@ def port_relay(image: Image, upstream: bytes, relay: bytes, size: int, each: int
             raise RuntimeError("the relay guest did not start")
         for sock in ports.values():
             sock.settimeout(600)
-        single = {"tcp": {"download": port_download(ports["d0"], size), "upload": port_upload(ports["u0"], size)},
-                  "unix": {"download": port_download(ports["e0"], size), "upload": port_upload(ports["v0"], size)}}
-        together = {"download": concurrently(lambda name: port_download(ports[name], each),
-                                             [f"d{i}" for i in range(count)]),
-                    "upload": concurrently(lambda name: port_upload(ports[name], each),
-                                           [f"u{i}" for i in range(count)])}
+        pid = process.pid
+        single = {kind: {"download": with_qemu_cpu(pid, lambda: port_download(ports[down], size)),
+                         "upload": with_qemu_cpu(pid, lambda: port_upload(ports[up], size))}
+                  for kind, down, up in (("tcp", "d0", "u0"), ("unix", "e0", "v0"))}
+        together = {"download": with_qemu_cpu(pid, lambda: concurrently(lambda name: port_download(ports[name], each),
+                                                                        [f"d{i}" for i in range(count)])),
+                    "upload": with_qemu_cpu(pid, lambda: concurrently(lambda name: port_upload(ports[name], each),
+                                                                      [f"u{i}" for i in range(count)]))}
         ctl.sendall(b"G")
         with open(os.path.join(workdir, "console.log"), errors="replace") as console:
             how = sorted({line.strip() for line in console if line.startswith("tunnel_relay:")})
@@ -252,6 +239,13 @@ def tunnel_upload(daemon: Daemon, upstream: str, size: int) -> float:
     return elapsed
 
 
+def with_qemu_cpu(pid: int, measure: Callable[[], Any]) -> tuple[Any, float]:
+    """What ``measure()`` returns, and the CPU seconds QEMU process ``pid`` used meanwhile."""
+    before = cpu_seconds(pid)
+    value = measure()
+    return value, cpu_seconds(pid) - before
+
+
 def concurrently(measure: Callable[[str], float], names: list[str]) -> list[float]:
     """``measure`` of each of ``names`` at once, on a thread each: each one's seconds."""
     seconds: list[float | None] = [None] * len(names)
@@ -302,20 +296,30 @@ def address(direction: str, kind: str) -> str:
     return f"unix:{where}" if kind == "unix" else f"127.0.0.1:{where}"
 
 
-def single_summary(seconds: dict[str, float], size: int, ceiling: dict[str, float]) -> dict[str, Any]:
-    """One tunnel's seconds each way as MB/s and as a ratio to the ceiling of its direction."""
-    return {direction: {"seconds": s, "mb_per_s": size / s / 1e6, "ratio_to_ceiling": size / s / 1e6 / ceiling[direction]}
-            for direction, s in seconds.items()}
+def single_summary(measured: dict[str, tuple[float, float]], size: int, ceiling: dict[str, float]) -> dict[str, Any]:
+    """
+    One tunnel's (seconds, QEMU CPU seconds) each way: MB/s, the ratio to the
+    ceiling of its direction, and the cores the node's QEMU used meanwhile.
+    """
+    return {direction: {"seconds": s, "mb_per_s": size / s / 1e6, "ratio_to_ceiling": size / s / 1e6 / ceiling[direction],
+                        "qemu_cores": cpu / s}
+            for direction, (s, cpu) in measured.items()}
 
 
-def concurrent_summary(together: dict[str, list[float]], each: int, ceiling: dict[str, float]) -> dict[str, Any]:
-    """Concurrent tunnels' seconds each way: each one's MB/s and share of the ceiling, the least, the sum."""
+def concurrent_summary(together: dict[str, tuple[list[float], float]], each: int,
+                       ceiling: dict[str, float]) -> dict[str, Any]:
+    """
+    Concurrent tunnels' (seconds of each, QEMU CPU seconds) each way: each one's
+    MB/s and share of the ceiling, the least share, the aggregate and QEMU's cores.
+    """
     return {direction: {"tunnels": len(seconds), "bytes_each": each, "seconds": seconds,
                         "mb_per_s": [each / s / 1e6 for s in seconds],
                         "shares_of_ceiling": [each / s / 1e6 / ceiling[direction] for s in seconds],
                         "min_share_of_ceiling": min(each / s / 1e6 / ceiling[direction] for s in seconds),
-                        "aggregate_mb_per_s": each * len(seconds) / max(seconds) / 1e6}
-            for direction, seconds in together.items()}
+                        "aggregate_mb_per_s": each * len(seconds) / max(seconds) / 1e6,
+                        "aggregate_ratio_to_ceiling": each * len(seconds) / max(seconds) / 1e6 / ceiling[direction],
+                        "qemu_cores": cpu / max(seconds)}
+            for direction, (seconds, cpu) in together.items()}
 
 
 def main() -> None:
@@ -332,8 +336,8 @@ def main() -> None:
     run = begin()
     workdir = tempfile.mkdtemp(prefix="vms-tunnel-", dir="/tmp")
     daemon = Daemon(groups=[{"name": "demo", "count": 0, "vcpu": 1, "ram_mb": 512, "storage_size": "3G"}])
-    single: dict[str, dict[str, float]] = {}
-    together: dict[str, list[float]] = {}
+    single: dict[str, dict[str, tuple[float, float]]] = {}
+    together: dict[str, tuple[list[float], float]] = {}
     try:
         upstream, relay = compile_static(workdir, "tunnel_upstream"), compile_static(workdir, "tunnel_relay")
         channel = ceilings(options.mib)
@@ -341,13 +345,16 @@ def main() -> None:
         daemon.start()
         daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=3m", {}, expect=201)
         start_servers(daemon, upstream)
+        qemu = _node_qemu(daemon)
         latency = setup_latency(daemon, options.rounds)
         for kind in ("tcp", "unix"):
-            single[kind] = {"download": tunnel_download(daemon, address("download", kind), size),
-                            "upload": tunnel_upload(daemon, address("upload", kind), size)}
+            single[kind] = {"download": with_qemu_cpu(qemu, lambda: tunnel_download(daemon, address("download", kind),
+                                                                                    size)),
+                            "upload": with_qemu_cpu(qemu, lambda: tunnel_upload(daemon, address("upload", kind), size))}
         for direction, measure in (("download", tunnel_download), ("upload", tunnel_upload)):
-            together[direction] = concurrently(lambda where: measure(daemon, where, each),
-                                               [address(direction, "tcp")] * options.concurrent)
+            together[direction] = with_qemu_cpu(qemu, lambda: concurrently(lambda where: measure(daemon, where, each),
+                                                                           [address(direction, "tcp")] *
+                                                                           options.concurrent))
         cp = measure_cp(daemon, options.cp_mib << 20)
     finally:
         daemon.cleanup()
