@@ -11,19 +11,22 @@ network interface: every byte goes through the agent channel),
   here with ``gcc -static -O2`` and uploaded with cp) that sends the bytes
   asked for (download) or reads them and answers their count (upload), so
   that the guest's vCPU spends on the upstream as little as ``dd`` does on the
-  ceiling's side; each as MB/s and as a ratio to the ceiling of its direction;
-- ``--concurrent`` tunnels (default 4) at once each way (TCP), ``--mib`` /
-  ``--concurrent`` MiB each: each one's MB/s over its own duration as a share
-  of the ceiling, the smallest share, and the aggregate;
-- the **port relay**: what a tunnel on a dedicated raw virtio-serial port
+  ceiling's side; each as MB/s, as a ratio to the ceiling of its direction,
+  and the node's QEMU cores meanwhile;
+- the **port relay**, side by side with each of those tunnels (the same
+  round, right after it): what a tunnel on a dedicated raw virtio-serial port
   would reach at best, the design that would move tunnels off the agent's
-  multiplexed stream as cp moved to the bulk port: a minimal guest (as the
-  ceilings') with 8 tunnel ports, each served by ``bench/tunnel_relay.c``
+  multiplexed stream as cp moved to the bulk port.  A minimal guest (as the
+  ceilings') with 10 tunnel ports, each served by ``bench/tunnel_relay.c``
   (splice, or read/write where the port refuses splice, between the port and
-  a connection to the same C upstream, TCP or UNIX), the host end a plain
-  socket; one tunnel of ``--mib`` MiB each way to each kind of upstream and
-  ``--concurrent`` at once each way (TCP), as above (no daemon in this path:
-  its share of the host's cost is not in it);
+  a connection to the same C upstreams, TCP or UNIX), the host end a plain
+  socket, no daemon in the path (its share of the host's cost is not in it);
+- ``--pairs`` rounds (default 3) of those: each figure is the round whose
+  ratio is the median, every round's ratio beside it;
+- ``--concurrent`` tunnels (at most 4, the default) at once each way (TCP),
+  through the daemon and then through the relay, ``--mib`` / ``--concurrent``
+  MiB each: each one's MB/s over its own duration as a share of the ceiling,
+  the smallest share, the aggregate;
 - cp download and upload of ``--cp-mib`` MiB through the API in the same run;
 - tunnel set-up latency: ``--rounds`` times (default 30), from the client's
   connect to the daemon until the ``200`` head has arrived (the guest has
@@ -31,14 +34,16 @@ network interface: every byte goes through the agent channel),
 
 Writes everything to ``bench/results/tunnel.json``.
 
-    .venv/bin/python bench/tunnel.py [--mib 256] [--concurrent 4] [--cp-mib 256] [--rounds 30]
+    .venv/bin/python bench/tunnel.py [--mib 256] [--pairs 3] [--concurrent 4] [--cp-mib 256] [--rounds 30]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -46,7 +51,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 from urllib.parse import urlencode
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -131,15 +136,24 @@ def port_upload(sock: socket.socket, size: int) -> float:
     return time.monotonic() - started
 
 
-def port_relay(image: Image, upstream: bytes, relay: bytes, size: int, each: int, count: int) -> dict[str, Any]:
-    """The port relay's seconds (see the module docstring): one tunnel each way, then ``count`` at once."""
+#: The relay guest's port for one tunnel of each (direction, kind), and for concurrent ones by direction.
+RELAY_PORT = {("download", "tcp"): "d0", ("upload", "tcp"): "u0", ("download", "unix"): "e0", ("upload", "unix"): "v0"}
+RELAY_CONCURRENT = {"download": ["d0", "d1", "d2", "d3"], "upload": ["u0", "u1", "u2", "u3"]}
+
+
+@contextlib.contextmanager
+def relay_guest(image: Image, upstream: bytes, relay: bytes) -> Iterator[tuple[int, dict[str, socket.socket], str]]:
+    """
+    The port relay's guest (see the module docstring) running: its QEMU's pid, its tunnel ports'
+    connected host ends by name, and its console log's path; stopped and removed at the end.
+    """
     workdir = tempfile.mkdtemp(prefix="vms-tunnel-relay-", dir="/tmp")
     process = None
     try:
         clean_workdir(workdir)
         initrd = os.path.join(workdir, "relay.cpio")
-        minimal_initramfs(image, initrd, RELAY_INIT, ("sh", "mount", "insmod", "usleep", "dd", "ifconfig", "mkdir",
-                                                      "poweroff"), (("tunnel_upstream", upstream), ("tunnel_relay", relay)))
+        applets = ("sh", "mount", "insmod", "usleep", "dd", "ifconfig", "mkdir", "poweroff")
+        minimal_initramfs(image, initrd, RELAY_INIT, applets, (("tunnel_upstream", upstream), ("tunnel_relay", relay)))
         argv = minimal_command(image, workdir, initrd, RELAY_PORTS, "")
         started = time.monotonic()
         process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -150,22 +164,19 @@ def port_relay(image: Image, upstream: bytes, relay: bytes, size: int, each: int
             raise RuntimeError("the relay guest did not start")
         for sock in ports.values():
             sock.settimeout(600)
-        pid = process.pid
-        single = {kind: {"download": with_qemu_cpu(pid, lambda: port_download(ports[down], size)),
-                         "upload": with_qemu_cpu(pid, lambda: port_upload(ports[up], size))}
-                  for kind, down, up in (("tcp", "d0", "u0"), ("unix", "e0", "v0"))}
-        together = {"download": with_qemu_cpu(pid, lambda: concurrently(lambda name: port_download(ports[name], each),
-                                                                        [f"d{i}" for i in range(count)])),
-                    "upload": with_qemu_cpu(pid, lambda: concurrently(lambda name: port_upload(ports[name], each),
-                                                                      [f"u{i}" for i in range(count)]))}
+        yield process.pid, ports, os.path.join(workdir, "console.log")
         ctl.sendall(b"G")
-        with open(os.path.join(workdir, "console.log"), errors="replace") as console:
-            how = sorted({line.strip() for line in console if line.startswith("tunnel_relay:")})
-        return {"single": single, "concurrent": together, "relay_paths": how}
     finally:
         if process is not None:
             stop_process(process)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def relay_paths(console_log: str) -> list[str]:
+    """What the relays said of how they moved bytes (``splice`` or ``read/write``, by direction)."""
+    with open(console_log, errors="replace") as console:
+        return sorted({line.strip() for line in console
+                       if re.fullmatch(r"tunnel_relay: .+ by (splice|read/write)", line.strip())})
 
 
 def background(daemon: Daemon, cmd: str) -> None:
@@ -199,6 +210,9 @@ def start_servers(daemon: Daemon, upstream: bytes) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError("the guest servers did not start")
         time.sleep(0.5)
+
+
+RELAY_MEASURE = {"download": port_download, "upload": port_upload}
 
 
 def tunnel_download(daemon: Daemon, upstream: str, size: int) -> float:
@@ -296,14 +310,21 @@ def address(direction: str, kind: str) -> str:
     return f"unix:{where}" if kind == "unix" else f"127.0.0.1:{where}"
 
 
-def single_summary(measured: dict[str, tuple[float, float]], size: int, ceiling: dict[str, float]) -> dict[str, Any]:
+def single_summary(measured: dict[str, list[tuple[float, float]]], size: int,
+                   ceiling: dict[str, float]) -> dict[str, Any]:
     """
-    One tunnel's (seconds, QEMU CPU seconds) each way: MB/s, the ratio to the
-    ceiling of its direction, and the cores the node's QEMU used meanwhile.
+    One tunnel's rounds of (seconds, QEMU CPU seconds) each way: the round
+    whose ratio to the ceiling of its direction is the median (its seconds,
+    MB/s, ratio and the cores the QEMU used meanwhile), and every round's ratio.
     """
-    return {direction: {"seconds": s, "mb_per_s": size / s / 1e6, "ratio_to_ceiling": size / s / 1e6 / ceiling[direction],
-                        "qemu_cores": cpu / s}
-            for direction, (s, cpu) in measured.items()}
+    summary = {}
+    for direction, rounds in measured.items():
+        ratios = sorted((size / s / 1e6 / ceiling[direction], s, cpu) for s, cpu in rounds)
+        ratio, s, cpu = ratios[(len(ratios) - 1) // 2]
+        summary[direction] = {"seconds": s, "mb_per_s": size / s / 1e6, "ratio_to_ceiling": ratio,
+                              "qemu_cores": cpu / s,
+                              "ratio_to_ceiling_rounds": [r for r, _, _ in ratios]}
+    return summary
 
 
 def concurrent_summary(together: dict[str, tuple[list[float], float]], each: int,
@@ -328,33 +349,48 @@ def main() -> None:
     parser.add_argument("--concurrent", type=int, default=4)
     parser.add_argument("--cp-mib", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--output", default=os.path.join(HERE, "results", "tunnel.json"))
     options = parser.parse_args()
+    if not 1 <= options.concurrent <= len(RELAY_CONCURRENT["download"]):
+        parser.error(f"--concurrent must be from 1 to {len(RELAY_CONCURRENT['download'])} (the relay guest's ports)")
     size = options.mib << 20
     each = (options.mib // options.concurrent) << 20
     ensure_image()
     run = begin()
     workdir = tempfile.mkdtemp(prefix="vms-tunnel-", dir="/tmp")
     daemon = Daemon(groups=[{"name": "demo", "count": 0, "vcpu": 1, "ram_mb": 512, "storage_size": "3G"}])
-    single: dict[str, dict[str, tuple[float, float]]] = {}
+    kinds = ("tcp", "unix")
+    single: dict[str, dict[str, list[tuple[float, float]]]] = {k: {"download": [], "upload": []} for k in kinds}
+    relayed: dict[str, dict[str, list[tuple[float, float]]]] = {k: {"download": [], "upload": []} for k in kinds}
     together: dict[str, tuple[list[float], float]] = {}
+    relayed_together: dict[str, tuple[list[float], float]] = {}
+    forward = {"download": tunnel_download, "upload": tunnel_upload}
     try:
         upstream, relay = compile_static(workdir, "tunnel_upstream"), compile_static(workdir, "tunnel_relay")
         channel = ceilings(options.mib)
-        relayed = port_relay(resolve_image(IMAGE_DIR, "default"), upstream, relay, size, each, options.concurrent)
-        daemon.start()
-        daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=3m", {}, expect=201)
-        start_servers(daemon, upstream)
-        qemu = _node_qemu(daemon)
-        latency = setup_latency(daemon, options.rounds)
-        for kind in ("tcp", "unix"):
-            single[kind] = {"download": with_qemu_cpu(qemu, lambda: tunnel_download(daemon, address("download", kind),
-                                                                                    size)),
-                            "upload": with_qemu_cpu(qemu, lambda: tunnel_upload(daemon, address("upload", kind), size))}
-        for direction, measure in (("download", tunnel_download), ("upload", tunnel_upload)):
-            together[direction] = with_qemu_cpu(qemu, lambda: concurrently(lambda where: measure(daemon, where, each),
-                                                                           [address(direction, "tcp")] *
-                                                                           options.concurrent))
+        with relay_guest(resolve_image(IMAGE_DIR, "default"), upstream, relay) as (relay_qemu, ports, console_log):
+            daemon.start()
+            daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=3m", {}, expect=201)
+            start_servers(daemon, upstream)
+            qemu = _node_qemu(daemon)
+            latency = setup_latency(daemon, options.rounds)
+            # Side by side: each round, each kind and direction through the daemon, then through the relay.
+            for _ in range(options.pairs):
+                for kind in kinds:
+                    for direction in ("download", "upload"):
+                        single[kind][direction].append(with_qemu_cpu(
+                            qemu, lambda: forward[direction](daemon, address(direction, kind), size)))
+                        relayed[kind][direction].append(with_qemu_cpu(
+                            relay_qemu, lambda: RELAY_MEASURE[direction](ports[RELAY_PORT[(direction, kind)]], size)))
+            for direction in ("download", "upload"):
+                together[direction] = with_qemu_cpu(qemu, lambda: concurrently(
+                    lambda where: forward[direction](daemon, where, each),
+                    [address(direction, "tcp")] * options.concurrent))
+                relayed_together[direction] = with_qemu_cpu(relay_qemu, lambda: concurrently(
+                    lambda name: RELAY_MEASURE[direction](ports[name], each),
+                    RELAY_CONCURRENT[direction][:options.concurrent]))
+            how = relay_paths(console_log)
         cp = measure_cp(daemon, options.cp_mib << 20)
     finally:
         daemon.cleanup()
@@ -369,9 +405,9 @@ def main() -> None:
         "single": {kind: single_summary(directions, size, ceiling) for kind, directions in single.items()},
         "concurrent": concurrent_summary(together, each, ceiling),
         "port_relay": {"single": {kind: single_summary(directions, size, ceiling)
-                                  for kind, directions in relayed["single"].items()},
-                       "concurrent": concurrent_summary(relayed["concurrent"], each, ceiling),
-                       "relay_paths": relayed["relay_paths"]},
+                                  for kind, directions in relayed.items()},
+                       "concurrent": concurrent_summary(relayed_together, each, ceiling),
+                       "relay_paths": how},
         "cp_download_mb_per_s": cp["download_mb_per_s"],
         "cp_upload_mb_per_s": cp["upload_mb_per_s"],
         "setup_latency_s": percentiles(latency),
