@@ -3,8 +3,9 @@ Tunnel benchmark: in one run, against one node of the default group (no
 network interface: every byte goes through the agent channel),
 
 - the channel's ceilings each way (:func:`bench.limits.channel_ceilings`: a
-  minimal guest with busybox ``dd`` on a raw virtio-serial port), measured in
-  the same run as the tunnels so that each figure is a ratio of them;
+  minimal guest with busybox ``dd`` on a raw virtio-serial port), measured at
+  the start of each round and before the concurrent tunnels, so that each
+  figure is a ratio of the ceilings taken just before it;
 - one tunnel of ``--mib`` MiB (default 256) each way through
   ``GET /vm/demo-1/forward`` as a plain byte pipe, to a TCP and to a UNIX
   upstream: a C server in the guest (``bench/tunnel_upstream.c``, compiled
@@ -21,8 +22,9 @@ network interface: every byte goes through the agent channel),
   (splice, or read/write where the port refuses splice, between the port and
   a connection to the same C upstreams, TCP or UNIX), the host end a plain
   socket, no daemon in the path (its share of the host's cost is not in it);
-- ``--pairs`` rounds (default 3) of those: each figure is the round whose
-  ratio is the median, every round's ratio beside it;
+- ``--pairs`` rounds (default 3) of those (ceilings, then each tunnel and
+  its relay): each figure is the round whose ratio is the median, every
+  round's ratio beside it;
 - ``--concurrent`` tunnels (at most 4, the default) at once each way (TCP),
   through the daemon and then through the relay, ``--mib`` / ``--concurrent``
   MiB each: each one's MB/s over its own duration as a share of the ceiling,
@@ -305,25 +307,30 @@ def ceilings(mib: int) -> dict[str, Any]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def ceiling_of(channel: dict[str, Any], direction: str) -> float:
+    """The ceiling in MB/s of a tunnel's ``direction`` (download: guest to host) in a ceilings measure."""
+    return float(channel["guest_to_host" if direction == "download" else "host_to_guest"]["mb_per_s"])
+
+
 def address(direction: str, kind: str) -> str:
     where = UPSTREAMS[(direction, kind)]
     return f"unix:{where}" if kind == "unix" else f"127.0.0.1:{where}"
 
 
-def single_summary(measured: dict[str, list[tuple[float, float]]], size: int,
-                   ceiling: dict[str, float]) -> dict[str, Any]:
+def single_summary(measured: dict[str, list[tuple[float, float, float]]], size: int) -> dict[str, Any]:
     """
-    One tunnel's rounds of (seconds, QEMU CPU seconds) each way: the round
-    whose ratio to the ceiling of its direction is the median (its seconds,
-    MB/s, ratio and the cores the QEMU used meanwhile), and every round's ratio.
+    One tunnel's rounds of (seconds, QEMU CPU seconds, that round's ceiling in
+    MB/s) each way: the round whose ratio to its ceiling is the median (its
+    seconds, MB/s, ceiling, ratio and the cores the QEMU used meanwhile), and
+    every round's ratio.
     """
     summary = {}
     for direction, rounds in measured.items():
-        ratios = sorted((size / s / 1e6 / ceiling[direction], s, cpu) for s, cpu in rounds)
-        ratio, s, cpu = ratios[(len(ratios) - 1) // 2]
-        summary[direction] = {"seconds": s, "mb_per_s": size / s / 1e6, "ratio_to_ceiling": ratio,
-                              "qemu_cores": cpu / s,
-                              "ratio_to_ceiling_rounds": [r for r, _, _ in ratios]}
+        ratios = sorted((size / s / 1e6 / ceiling, s, cpu, ceiling) for s, cpu, ceiling in rounds)
+        ratio, s, cpu, ceiling = ratios[(len(ratios) - 1) // 2]
+        summary[direction] = {"seconds": s, "mb_per_s": size / s / 1e6, "ceiling_mb_per_s": ceiling,
+                              "ratio_to_ceiling": ratio, "qemu_cores": cpu / s,
+                              "ratio_to_ceiling_rounds": [r for r, _, _, _ in ratios]}
     return summary
 
 
@@ -334,6 +341,7 @@ def concurrent_summary(together: dict[str, tuple[list[float], float]], each: int
     MB/s and share of the ceiling, the least share, the aggregate and QEMU's cores.
     """
     return {direction: {"tunnels": len(seconds), "bytes_each": each, "seconds": seconds,
+                        "ceiling_mb_per_s": ceiling[direction],
                         "mb_per_s": [each / s / 1e6 for s in seconds],
                         "shares_of_ceiling": [each / s / 1e6 / ceiling[direction] for s in seconds],
                         "min_share_of_ceiling": min(each / s / 1e6 / ceiling[direction] for s in seconds),
@@ -361,28 +369,32 @@ def main() -> None:
     workdir = tempfile.mkdtemp(prefix="vms-tunnel-", dir="/tmp")
     daemon = Daemon(groups=[{"name": "demo", "count": 0, "vcpu": 1, "ram_mb": 512, "storage_size": "3G"}])
     kinds = ("tcp", "unix")
-    single: dict[str, dict[str, list[tuple[float, float]]]] = {k: {"download": [], "upload": []} for k in kinds}
-    relayed: dict[str, dict[str, list[tuple[float, float]]]] = {k: {"download": [], "upload": []} for k in kinds}
+    single: dict[str, dict[str, list[tuple[float, float, float]]]] = {k: {"download": [], "upload": []} for k in kinds}
+    relayed: dict[str, dict[str, list[tuple[float, float, float]]]] = {k: {"download": [], "upload": []} for k in kinds}
+    channels: list[dict[str, Any]] = []
     together: dict[str, tuple[list[float], float]] = {}
     relayed_together: dict[str, tuple[list[float], float]] = {}
     forward = {"download": tunnel_download, "upload": tunnel_upload}
     try:
         upstream, relay = compile_static(workdir, "tunnel_upstream"), compile_static(workdir, "tunnel_relay")
-        channel = ceilings(options.mib)
         with relay_guest(resolve_image(IMAGE_DIR, "default"), upstream, relay) as (relay_qemu, ports, console_log):
             daemon.start()
             daemon.json("POST", "/hostgroup/demo/nodes?wait=agent&timeout=3m", {}, expect=201)
             start_servers(daemon, upstream)
             qemu = _node_qemu(daemon)
             latency = setup_latency(daemon, options.rounds)
-            # Side by side: each round, each kind and direction through the daemon, then through the relay.
+            # Side by side: each round, the ceilings, then each kind and direction through the daemon and
+            # right after through the relay, each a ratio to its round's ceiling.
             for _ in range(options.pairs):
+                channels.append(ceilings(options.mib))
                 for kind in kinds:
                     for direction in ("download", "upload"):
-                        single[kind][direction].append(with_qemu_cpu(
-                            qemu, lambda: forward[direction](daemon, address(direction, kind), size)))
-                        relayed[kind][direction].append(with_qemu_cpu(
-                            relay_qemu, lambda: RELAY_MEASURE[direction](ports[RELAY_PORT[(direction, kind)]], size)))
+                        s, cpu = with_qemu_cpu(qemu, lambda: forward[direction](daemon, address(direction, kind), size))
+                        single[kind][direction].append((s, cpu, ceiling_of(channels[-1], direction)))
+                        s, cpu = with_qemu_cpu(
+                            relay_qemu, lambda: RELAY_MEASURE[direction](ports[RELAY_PORT[(direction, kind)]], size))
+                        relayed[kind][direction].append((s, cpu, ceiling_of(channels[-1], direction)))
+            channels.append(ceilings(options.mib))  # the concurrent tunnels' own
             for direction in ("download", "upload"):
                 together[direction] = with_qemu_cpu(qemu, lambda: concurrently(
                     lambda where: forward[direction](daemon, where, each),
@@ -395,18 +407,18 @@ def main() -> None:
     finally:
         daemon.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
-    ceiling = {"download": channel["guest_to_host"]["mb_per_s"], "upload": channel["host_to_guest"]["mb_per_s"]}
+    last = {direction: ceiling_of(channels[-1], direction) for direction in ("download", "upload")}
     result: dict[str, Any] = {
         "benchmark": "tunnel",
         "bytes": size,
         "upstream": "C (bench/tunnel_upstream.c, gcc -static -O2), one process per connection",
-        "ceiling_mb_per_s": ceiling,
-        "channel": channel,
-        "single": {kind: single_summary(directions, size, ceiling) for kind, directions in single.items()},
-        "concurrent": concurrent_summary(together, each, ceiling),
-        "port_relay": {"single": {kind: single_summary(directions, size, ceiling)
-                                  for kind, directions in relayed.items()},
-                       "concurrent": concurrent_summary(relayed_together, each, ceiling),
+        "ceilings_mb_per_s": {direction: [ceiling_of(c, direction) for c in channels]
+                              for direction in ("download", "upload")},
+        "channels": channels,
+        "single": {kind: single_summary(directions, size) for kind, directions in single.items()},
+        "concurrent": concurrent_summary(together, each, last),
+        "port_relay": {"single": {kind: single_summary(directions, size) for kind, directions in relayed.items()},
+                       "concurrent": concurrent_summary(relayed_together, each, last),
                        "relay_paths": how},
         "cp_download_mb_per_s": cp["download_mb_per_s"],
         "cp_upload_mb_per_s": cp["upload_mb_per_s"],
@@ -414,7 +426,7 @@ def main() -> None:
         "cp": cp,
     }
     write_result(options.output, result, run)
-    print(json.dumps({k: v for k, v in result.items() if k not in ("cp", "channel", "setup_latency_s")}, indent=2))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("cp", "channels", "setup_latency_s")}, indent=2))
     print("setup latency p50/p95 (s):", result["setup_latency_s"]["p50"], result["setup_latency_s"]["p95"])
 
 
