@@ -312,24 +312,35 @@ def ceiling_of(channel: dict[str, Any], direction: str) -> float:
     return float(channel["guest_to_host" if direction == "download" else "host_to_guest"]["mb_per_s"])
 
 
+def ceiling_per_cpu(channel: dict[str, Any], direction: str) -> float:
+    """MB per CPU second of the ceilings guest's QEMU in a tunnel's ``direction`` in a ceilings measure."""
+    way = channel["guest_to_host" if direction == "download" else "host_to_guest"]
+    return float(channel["bytes"] / 1e6 / way["qemu_cpu_s"])
+
+
 def address(direction: str, kind: str) -> str:
     where = UPSTREAMS[(direction, kind)]
     return f"unix:{where}" if kind == "unix" else f"127.0.0.1:{where}"
 
 
-def single_summary(measured: dict[str, list[tuple[float, float, float]]], size: int) -> dict[str, Any]:
+def single_summary(measured: dict[str, list[tuple[float, float, dict[str, Any]]]], size: int) -> dict[str, Any]:
     """
-    One tunnel's rounds of (seconds, QEMU CPU seconds, that round's ceiling in
-    MB/s) each way: the round whose ratio to its ceiling is the median (its
-    seconds, MB/s, ceiling, ratio and the cores the QEMU used meanwhile), and
-    every round's ratio.
+    One tunnel's rounds of (seconds, QEMU CPU seconds, that round's ceilings)
+    each way: the round whose ratio to its ceiling is the median (its seconds,
+    MB/s, ceiling, ratio, the cores the QEMU used meanwhile, and the ratio per
+    QEMU CPU second: MB per CPU second of the QEMU over the same of the
+    ceiling's, the work per byte, which the load moves less than the speed),
+    and every round's ratio.
     """
     summary = {}
     for direction, rounds in measured.items():
-        ratios = sorted((size / s / 1e6 / ceiling, s, cpu, ceiling) for s, cpu, ceiling in rounds)
-        ratio, s, cpu, ceiling = ratios[(len(ratios) - 1) // 2]
-        summary[direction] = {"seconds": s, "mb_per_s": size / s / 1e6, "ceiling_mb_per_s": ceiling,
-                              "ratio_to_ceiling": ratio, "qemu_cores": cpu / s,
+        ratios = sorted(((size / s / 1e6 / ceiling_of(channel, direction), s, cpu, channel)
+                         for s, cpu, channel in rounds), key=lambda row: row[0])
+        ratio, s, cpu, channel = ratios[(len(ratios) - 1) // 2]
+        summary[direction] = {"seconds": s, "mb_per_s": size / s / 1e6,
+                              "ceiling_mb_per_s": ceiling_of(channel, direction), "ratio_to_ceiling": ratio,
+                              "qemu_cores": cpu / s,
+                              "ratio_per_qemu_cpu_to_ceiling": size / cpu / 1e6 / ceiling_per_cpu(channel, direction),
                               "ratio_to_ceiling_rounds": [r for r, _, _, _ in ratios]}
     return summary
 
@@ -369,8 +380,9 @@ def main() -> None:
     workdir = tempfile.mkdtemp(prefix="vms-tunnel-", dir="/tmp")
     daemon = Daemon(groups=[{"name": "demo", "count": 0, "vcpu": 1, "ram_mb": 512, "storage_size": "3G"}])
     kinds = ("tcp", "unix")
-    single: dict[str, dict[str, list[tuple[float, float, float]]]] = {k: {"download": [], "upload": []} for k in kinds}
-    relayed: dict[str, dict[str, list[tuple[float, float, float]]]] = {k: {"download": [], "upload": []} for k in kinds}
+    Rounds = dict[str, dict[str, list[tuple[float, float, dict[str, Any]]]]]
+    single: Rounds = {k: {"download": [], "upload": []} for k in kinds}
+    relayed: Rounds = {k: {"download": [], "upload": []} for k in kinds}
     channels: list[dict[str, Any]] = []
     together: dict[str, tuple[list[float], float]] = {}
     relayed_together: dict[str, tuple[list[float], float]] = {}
@@ -390,10 +402,10 @@ def main() -> None:
                 for kind in kinds:
                     for direction in ("download", "upload"):
                         s, cpu = with_qemu_cpu(qemu, lambda: forward[direction](daemon, address(direction, kind), size))
-                        single[kind][direction].append((s, cpu, ceiling_of(channels[-1], direction)))
+                        single[kind][direction].append((s, cpu, channels[-1]))
                         s, cpu = with_qemu_cpu(
                             relay_qemu, lambda: RELAY_MEASURE[direction](ports[RELAY_PORT[(direction, kind)]], size))
-                        relayed[kind][direction].append((s, cpu, ceiling_of(channels[-1], direction)))
+                        relayed[kind][direction].append((s, cpu, channels[-1]))
             channels.append(ceilings(options.mib))  # the concurrent tunnels' own
             for direction in ("download", "upload"):
                 together[direction] = with_qemu_cpu(qemu, lambda: concurrently(
