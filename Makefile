@@ -9,7 +9,7 @@ CONFIG ?= conf/vmservice.yaml
 # The guest image cache lives outside the clone, keyed by the hash of its recipe ($VMSERVICE_IMAGE_DIR
 # when set).
 IMAGE_DIR ?= $(or $(VMSERVICE_IMAGE_DIR),/var/cache/vmservice/images)
-APT_PACKAGES := qemu-system-x86 qemu-utils e2fsprogs lz4 cpio kmod dpkg apt iproute2 nftables tmux openssh-client gcc
+APT_PACKAGES := qemu-system-x86 qemu-utils e2fsprogs lz4 cpio kmod dpkg apt iproute2 nftables tmux openssh-client gcc libc6-dev
 export VMSERVICE_IMAGE_DIR := $(IMAGE_DIR)
 # The development control plane's programs (kube-apiserver, kube-scheduler, kube-controller-manager built
 # from Debian's source package, etcd and kubectl from its binary packages), cached outside the clone, keyed

@@ -55,7 +55,7 @@ from tests.integration.daemon import IMAGE_DIR, ensure_image  # noqa: E402
 from bench.recording import begin, cpu_seconds, write_result  # noqa: E402
 from vmservice.hypervisors.base import MachineSpec  # noqa: E402
 from vmservice.hypervisors.qemu import QemuSettings, host_tsc_khz, kernel_cmdline, qemu_command  # noqa: E402
-from vmservice.images.cpio import encode_newc  # noqa: E402
+from vmservice.images.cpio import encode_newc, regular_file  # noqa: E402
 from vmservice.images.initramfs import initramfs_entries  # noqa: E402
 from vmservice.images.store import Image, resolve_image  # noqa: E402
 from vmservice.wire import NEED_DATA, Connection, Ping, Pong, Role  # noqa: E402
@@ -145,15 +145,20 @@ def read_newc(data: bytes) -> dict[str, bytes]:
     return files
 
 
-def minimal_initramfs(image: Image, path: str) -> None:
-    """Write the minimal guest's initramfs to ``path``, from the image's own busybox and modules."""
+def minimal_initramfs(image: Image, path: str, init: str = MINIMAL_INIT,
+                      applets: Sequence[str] = ("sh", "mount", "insmod", "usleep", "dd", "cat", "poweroff"),
+                      programs: Sequence[tuple[str, bytes]] = ()) -> None:
+    """
+    Write the minimal guest's initramfs to ``path``, from the image's own busybox and modules:
+    ``init`` as its ``/init``, these busybox ``applets``, and ``programs`` (name, executable) in ``/bin``.
+    """
     with open(image.initrd.path, "rb") as stream:
         files = read_newc(stream.read())
     order = files["etc/vmservice/modules"].decode().split()
     modules = [(module, files[f"lib/modules/{module}"]) for module in order
                if module.rsplit("/", 1)[-1] in FLOOR_MODULES]
-    applets = ["sh", "mount", "insmod", "usleep", "dd", "cat", "poweroff"]
-    entries = initramfs_entries(MINIMAL_INIT.encode(), files["bin/busybox"], applets, modules)
+    entries = initramfs_entries(init.encode(), files["bin/busybox"], applets, modules)
+    entries += [regular_file(f"bin/{name}", program, 0o755) for name, program in programs]
     with open(path, "wb") as stream:
         stream.write(encode_newc(entries))
 
