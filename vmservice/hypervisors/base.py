@@ -89,6 +89,9 @@ class MachineSpec:
     :ivar aslr: whether the guest kernel randomizes the address space of its
         processes (off: ``norandmaps`` on its command line; see the host
         group's ``guest_aslr``).
+    :ivar vsock: the machine has a vhost-vsock device (its CID drawn at each
+        start of its QEMU) and its guest loads the vsock modules; the agent
+        listens on vsock beside its serial port (see ``docs/vsock.md``).
     """
 
     name: str
@@ -109,6 +112,7 @@ class MachineSpec:
     defer_incoming: bool = False
     loose_nic: str | None = None
     aslr: bool = True
+    vsock: bool = False
 
 
 @frozen
