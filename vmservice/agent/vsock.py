@@ -48,10 +48,6 @@ CONNECT_TIMEOUT = 5.0
 _IN_PROGRESS = (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK)
 
 
-class VsockReactor(IReactorFDSet, IReactorTime):
-    """What a :class:`VsockClientEndpoint` needs of its reactor: descriptors and time."""
-
-
 @implementer(IAddress)
 @frozen
 class VsockAddress:
@@ -101,14 +97,14 @@ class _Connecting:
     a protocol of ``factory``.
     """
 
-    def __init__(self, reactor: VsockReactor, skt: socket.socket, peer: VsockAddress,
+    def __init__(self, reactor: IReactorFDSet, clock: IReactorTime, skt: socket.socket, peer: VsockAddress,
                  factory: IProtocolFactory, timeout: float) -> None:
         self._reactor = reactor
         self._socket = skt
         self._peer = peer
         self._factory = factory
         self.result: Deferred[IProtocol] = Deferred(self._cancel)
-        self._timer: Optional[IDelayedCall] = reactor.callLater(timeout, self._timed_out)
+        self._timer: Optional[IDelayedCall] = clock.callLater(timeout, self._timed_out)
 
     def fileno(self) -> int:
         return self._socket.fileno()
@@ -173,6 +169,7 @@ class VsockClientEndpoint:
     Connects to vsock port ``port`` of the guest whose CID ``cid()`` answers now.
 
     :param reactor: the reactor the connection runs on.
+    :param clock: times the connect.
     :param cid: the guest's CID at the time of a connect, or ``None`` when it has none (its QEMU is not
         running, or was started without a vsock device): the connect fails at once.
     :param port: the guest's vsock port.
@@ -183,7 +180,8 @@ class VsockClientEndpoint:
 
     def __init__(
         self,
-        reactor: VsockReactor,
+        reactor: IReactorFDSet,
+        clock: IReactorTime,
         cid: Callable[[], Optional[int]],
         port: int = AGENT_VSOCK_PORT,
         *,
@@ -192,6 +190,7 @@ class VsockClientEndpoint:
         connect: Callable[[socket.socket, tuple[int, int]], int] = _connect,
     ) -> None:
         self._reactor = reactor
+        self._clock = clock
         self._cid = cid
         self._port = port
         self._timeout = timeout
@@ -212,7 +211,7 @@ class VsockClientEndpoint:
         if code not in (0, *_IN_PROGRESS):
             skt.close()
             return _failed(ConnectError(string=f"vsock {cid}:{self._port}: {os.strerror(code)}"))
-        connecting = _Connecting(self._reactor, skt, VsockAddress(cid, self._port), protocolFactory, self._timeout)
+        connecting = _Connecting(self._reactor, self._clock, skt, VsockAddress(cid, self._port), protocolFactory, self._timeout)
         connecting.start()
         return connecting.result
 
@@ -224,6 +223,6 @@ def _failed(error: Exception) -> Deferred[IProtocol]:
 
 
 __all__ = [
-    "AGENT_VSOCK_PORT", "CONNECT_TIMEOUT", "VsockAddress", "VsockClientEndpoint", "VsockConnection", "VsockReactor",
+    "AGENT_VSOCK_PORT", "CONNECT_TIMEOUT", "VsockAddress", "VsockClientEndpoint", "VsockConnection",
     "vsock_socket",
 ]

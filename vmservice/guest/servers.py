@@ -22,7 +22,7 @@ from vmservice.guest.loop import Loop
 from vmservice.guest.pipe import Pipe
 from vmservice.guest.ports import find_port
 from vmservice.guest.session import Session
-from vmservice.guest.session_slot import SERIAL, VSOCK, SessionSlot
+from vmservice.guest.session_slot import SERIAL_LINK, VSOCK_LINK, SessionSlot
 
 if TYPE_CHECKING:
     import socket
@@ -47,7 +47,7 @@ class Server:
     """
 
     #: The link this server is, to its :class:`SessionSlot`.
-    link = SERIAL
+    link = SERIAL_LINK
 
     def __init__(self, loop: Loop, context: AgentContext, slot: Optional[SessionSlot] = None) -> None:
         self.loop = loop
@@ -213,7 +213,7 @@ class UnixListenServer(ListenServer):
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(path)
         listener.listen(8)
-        super().__init__(loop, context, listener, SERIAL, slot)
+        super().__init__(loop, context, listener, SERIAL_LINK, slot)
         self.path = path
 
     def close(self) -> None:
@@ -254,7 +254,7 @@ class VsockListenServer(ListenServer):
 
     def __init__(self, loop: Loop, context: AgentContext, listener: "socket.socket",
                  slot: Optional[SessionSlot] = None) -> None:
-        super().__init__(loop, context, listener, VSOCK, slot)
+        super().__init__(loop, context, listener, VSOCK_LINK, slot)
 
 
 def wait_for_port(loop: Loop, name: str) -> str:

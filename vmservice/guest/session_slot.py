@@ -17,6 +17,8 @@ from __future__ import annotations
 from typing import Callable
 
 FREE, SERIAL, VSOCK = "Free", "Serial", "Vsock"
+#: The links, as the events that name them.
+SERIAL_LINK, VSOCK_LINK = "serial", "vsock"
 #: ``(state, event) -> next state``; any other pair is a bug.  Events:
 #: ``serial`` (a host is on the serial port), ``vsock`` (a vsock connection
 #: is waiting to be accepted), ``ended`` (the session's link closed).
@@ -32,7 +34,7 @@ TRANSITIONS = {
     (VSOCK, "ended"): FREE,
 }
 #: The link each event names, for telling whether it got the slot.
-_LINK = {"serial": SERIAL, "vsock": VSOCK}
+_LINK = {SERIAL_LINK: SERIAL, VSOCK_LINK: VSOCK}
 
 
 class SessionSlot:
@@ -75,4 +77,4 @@ class SessionSlot:
         self._waiting.append(callback)
 
 
-__all__ = ["FREE", "SERIAL", "TRANSITIONS", "VSOCK", "SessionSlot"]
+__all__ = ["FREE", "SERIAL", "SERIAL_LINK", "TRANSITIONS", "VSOCK", "VSOCK_LINK", "SessionSlot"]

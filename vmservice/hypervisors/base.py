@@ -261,6 +261,10 @@ class IHypervisor(Interface):
     version = Attribute(
         "What identifies the VMM's build (a saved state loads only into the same one), e.g. its version line."
     )
+    vsock_unusable = Attribute(
+        "None when VMs can have a vhost-vsock device on this host, else a short text saying why not "
+        "(see docs/vsock.md)."
+    )
 
     def start(spec: MachineSpec, log_path: str | None) -> Deferred[IMachine]:
         """

@@ -11,7 +11,10 @@ state is loaded (its listener, bound to any CID, survives).  A CID is held
 while its QEMU runs and released when it exits.  The kernel refuses a CID
 that another VM of the host holds (QEMU then fails to start), so CIDs are
 drawn at random from the whole 32-bit space rather than counted from 3,
-where other VMMs on the host start theirs.
+where other VMMs on the host start theirs.  A QEMU adopted from an earlier run
+of the daemon keeps its CID (its file is still there) without being held here:
+a draw that met it (one chance in about four billion per running VM) would
+fail that start, and the node's next start draws again.
 """
 
 from __future__ import annotations
@@ -46,10 +49,6 @@ class CidAllocator:
             if FIRST_CID <= cid <= LAST_CID and cid not in self._held:
                 self._held.add(cid)
                 return cid
-
-    def hold(self, cid: int) -> None:
-        """Hold ``cid``, which a QEMU adopted from an earlier run of the daemon has."""
-        self._held.add(cid)
 
     def release(self, cid: int) -> None:
         """Its QEMU exited: ``cid`` may be handed out again."""
@@ -95,14 +94,4 @@ def read_cid(agent_socket: str) -> Optional[int]:
     return cid if FIRST_CID <= cid <= LAST_CID else None
 
 
-def cid_in_argv(argv: list[str]) -> Optional[int]:
-    """The ``guest-cid=`` of a QEMU command line's vhost-vsock device, or ``None``."""
-    for word in argv:
-        if word.startswith("vhost-vsock-device,"):
-            for option in word.split(","):
-                if option.startswith("guest-cid=") and option[len("guest-cid="):].isdigit():
-                    return int(option[len("guest-cid="):])
-    return None
-
-
-__all__ = ["CID_FILE", "FIRST_CID", "LAST_CID", "CidAllocator", "cid_in_argv", "cid_path", "read_cid", "write_cid"]
+__all__ = ["CID_FILE", "FIRST_CID", "LAST_CID", "CidAllocator", "cid_path", "read_cid", "write_cid"]

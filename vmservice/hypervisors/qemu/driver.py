@@ -33,14 +33,18 @@ class QemuDriver:
         ``IReactorTime`` and ``IReactorUNIX`` provider).
     :param settings: the binary, accelerator and TSC frequency to use.
     :param cids: the CIDs of VMs with a vsock device (a new allocator by default).
+    :param vsock_unusable: ``None`` when VMs can have a vhost-vsock device here
+        (:func:`.vsock_probe.probe_vsock`), else why not.
     """
 
     capabilities = Capabilities(can_pause=True, can_suspend=True)
 
-    def __init__(self, reactor: IQemuReactor, settings: QemuSettings, cids: CidAllocator | None = None) -> None:
+    def __init__(self, reactor: IQemuReactor, settings: QemuSettings, cids: CidAllocator | None = None,
+                 vsock_unusable: str | None = "not probed") -> None:
         self._reactor = reactor
         self.settings = settings
         self.cids = cids if cids is not None else CidAllocator()
+        self.vsock_unusable = vsock_unusable
         # QEMU runs in a session of its own: a Ctrl-C meant for the daemon
         # (sent to its whole process group) must not kill the VMs before the
         # daemon stops them its own way.
@@ -72,7 +76,9 @@ class QemuDriver:
         # In the VM's network namespace when it has one: "ip netns exec" and
         # setsid both exec in place, so the pid spawned is QEMU's.
         netns = ["ip", "netns", "exec", spec.net.netns] if spec.net is not None and spec.net.netns else []
-        cid = self.cids.allocate() if spec.vsock else None
+        # Where the host has no vhost-vsock the guest still gets the vsock modules (its loopback works)
+        # but no device: its agent is reached over the serial port.
+        cid = self.cids.allocate() if spec.vsock and self.vsock_unusable is None else None
         argv = [*self._prefix, *netns, *qemu_command(spec, self.settings, cid)]
         process = QemuProcess()
         try:

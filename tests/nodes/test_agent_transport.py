@@ -1,0 +1,101 @@
+# -*- test-case-name: tests.nodes.test_agent_transport -*-
+"""
+Tests of a host group's ``agent_transport`` (:mod:`vmservice.nodes.agent_transport`)
+through the fleet on fakes: it decides whether the VM's spec has a vsock device
+(with what the host can do), reaches the agent connection, keys a warm group's
+template, is kept across a restore in the node's record, and a group that
+insists on vsock on a host without it is refused at create.
+"""
+
+from __future__ import annotations
+
+import os
+
+from attrs import evolve
+from twisted.internet.defer import Deferred
+from twisted.trial.unittest import SynchronousTestCase
+
+from tests.fakes import FakeDriver, FakeMachine, FleetHarness
+from tests.nodes.fleets import fleet_of
+from tests.nodes.warm.adoptions import FakeAdoption
+from vmservice.config import HostGroupConfig
+from vmservice.errors import Conflict
+from vmservice.nodes.agent_transport import group_transport, machine_vsock
+from vmservice.nodes.model import CreateRequest, Wait
+from vmservice.nodes.warm.template_supply import template_key
+from vmservice.nodes.warm.templates import TemplateStore
+
+MiB = 1024 * 1024
+GROUPS = (
+    HostGroupConfig(name="auto", vcpu=1, ram_bytes=256 * MiB),
+    HostGroupConfig(name="serial", vcpu=1, ram_bytes=256 * MiB, agent_transport="virtio-serial"),
+    HostGroupConfig(name="forced", vcpu=1, ram_bytes=256 * MiB, agent_transport="vsock"),
+    HostGroupConfig(name="warm", vcpu=1, ram_bytes=256 * MiB, warm=True),
+)
+
+
+class DecisionTests(SynchronousTestCase):
+    def test_machine_vsock(self) -> None:
+        """auto follows the host; virtio-serial never; vsock always, or a Conflict saying why not."""
+        usable, unusable = FakeDriver(), FakeDriver()
+        usable.vsock_unusable = None
+        self.assertEqual([machine_vsock(t, usable) for t in ("auto", "vsock", "virtio-serial")], [True, True, False])
+        self.assertEqual([machine_vsock(t, unusable) for t in ("auto", "virtio-serial")], [False, False])
+        with self.assertRaises(Conflict) as raised:
+            machine_vsock("vsock", unusable)
+        self.assertEqual(raised.exception.code, "vsock_unavailable")
+        self.assertIn("/dev/vhost-vsock", raised.exception.message)
+
+    def test_group_transport(self) -> None:
+        """A node whose group is gone from the configuration keeps auto."""
+        self.assertEqual(group_transport(None), "auto")
+        self.assertEqual(group_transport(GROUPS[1]), "virtio-serial")
+
+
+class FleetTests(SynchronousTestCase):
+    def start(self, usable: bool) -> None:
+        state_dir = self.mktemp()
+        self.harness = FleetHarness(state_dir, groups=GROUPS)
+        if usable:
+            self.harness.driver.vsock_unusable = None
+        store = TemplateStore(self.harness.reactor, state_dir, os.path.join(state_dir, "shm"), 1 << 30)
+        self.fleet = fleet_of(self.harness.parts, store, FakeAdoption(self.harness))
+        self.fleet.startService()
+        self.addCleanup(lambda: self.fleet.stopService() if self.fleet.running else None)
+
+    def machine(self, group: str) -> FakeMachine:
+        before = len(self.harness.driver.machines)
+        self.successResultOf(Deferred.fromCoroutine(self.fleet.create(group, CreateRequest(), Wait.NONE, 60)))
+        self.assertEqual(len(self.harness.driver.machines), before + 1)
+        return self.harness.driver.machines[-1]
+
+    def test_usable_host(self) -> None:
+        """Where vsock is usable: auto and vsock groups' VMs have it, recorded; the agents are told the group's word."""
+        self.start(usable=True)
+        self.assertTrue(self.machine("auto").spec.vsock)
+        self.assertFalse(self.machine("serial").spec.vsock)
+        self.assertTrue(self.machine("forced").spec.vsock)
+        self.assertEqual(self.harness.transports[-3:], ["auto", "virtio-serial", "vsock"])
+        records = {record.hostgroup: record.vsock_channel for record in self.harness.parts.store.load_all()[0]}
+        self.assertEqual(records, {"auto": True, "serial": False, "forced": True})
+
+    def test_unusable_host(self) -> None:
+        """Where it is not: auto falls to virtio-serial; a group that insists on vsock is refused at create."""
+        self.start(usable=False)
+        self.assertFalse(self.machine("auto").spec.vsock)
+        before = len(self.harness.driver.machines)
+        failure = self.failureResultOf(Deferred.fromCoroutine(self.fleet.create("forced", CreateRequest(), Wait.NONE, 60)))
+        self.assertIn("vsock", str(failure.value))
+        self.assertEqual(len(self.harness.driver.machines), before)
+
+    def test_template_keyed(self) -> None:
+        """A warm group's template is keyed by vsock (its clones load its devices): another digest with it."""
+        self.start(usable=False)
+        image, driver = self.harness.image, self.harness.driver
+        off = template_key(GROUPS[3], 256 * MiB, 1, image, driver)
+        driver.vsock_unusable = None
+        on = template_key(GROUPS[3], 256 * MiB, 1, image, driver)
+        self.assertEqual((off.vsock, on.vsock), (False, True))
+        self.assertNotEqual(off.digest(), on.digest())
+        self.assertEqual(off.digest(), evolve(on, vsock=False).digest())
+        self.assertFalse(on.supersedes(off) or off.supersedes(on))

@@ -1,0 +1,43 @@
+# -*- test-case-name: tests.service.test_agents -*-
+"""
+The agent client of a node or template (:func:`agent_client`), over the link
+its group's ``agent_transport`` and its QEMU allow (``docs/vsock.md``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..agent.client import AgentClient
+from ..agent.transport_choice import TransportChoice
+from ..agent.transports import virtio_serial_endpoint
+from ..agent.vsock import VsockClientEndpoint
+from ..buffer_budget import BufferBudget
+from ..hypervisors.qemu.cids import read_cid
+from .reactor import IDaemonReactor
+
+
+def agent_client(reactor: IDaemonReactor, socket_path: str, transport: str, budget: BufferBudget | None) -> AgentClient:
+    """
+    The agent client of the VM whose agent socket is ``socket_path``.
+
+    A VM started without a vhost-vsock device (no CID recorded beside its
+    socket: the host has none, or the group says ``virtio-serial``, or it was
+    started so by an earlier configuration) is reached over the serial port
+    whatever ``transport`` says; else ``vsock`` connects over vsock only and
+    ``auto`` tries vsock and falls back (:class:`TransportChoice`).  The CID
+    is read at each connect: a restore or a clone's QEMU has a new one.
+    """
+    if transport == "virtio-serial" or read_cid(socket_path) is None:
+        return AgentClient(reactor, socket_path, budget=budget)
+    vsock = VsockClientEndpoint(reactor, reactor, lambda: read_cid(socket_path))
+    if transport == "vsock":
+        return AgentClient(reactor, socket_path, endpoint=vsock, budget=budget)
+    name = os.path.basename(os.path.dirname(socket_path))
+    choice = TransportChoice(reactor, vsock, virtio_serial_endpoint(reactor, socket_path), name)
+    client = AgentClient(reactor, socket_path, endpoint=choice, budget=budget, on_stop=choice.stop)
+    client.on_ready(choice.answered)
+    return client
+
+
+__all__ = ["agent_client"]
