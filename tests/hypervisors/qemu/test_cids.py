@@ -91,6 +91,9 @@ class DriverCidTests(SynchronousTestCase):
         self.reactor.spawned[0][0].processEnded(Failure(ProcessTerminated(None, 9, None)))
         self.successResultOf(first.ended)
         self.assertEqual(self.cids.held, {101})
+        self.assertEqual(read_cid(self.spec.agent_socket), 101)  # the later start's file stays
+        self.reactor.spawned[1][0].processEnded(Failure(ProcessTerminated(None, 9, None)))
+        self.assertIsNone(read_cid(self.spec.agent_socket))  # no client connects to a CID nobody holds
 
     def test_no_device_where_unusable(self) -> None:
         """Where the host has no vhost-vsock the guest still gets vmservice.vsock=1 but no device, no CID."""

@@ -17,7 +17,7 @@ from zope.interface import implementer
 
 from ..base import Capabilities, HypervisorError, IHypervisor, IMachine, MachineSpec
 from ..file_identity import binary_identity
-from .cids import CidAllocator, write_cid
+from .cids import CidAllocator, read_cid, write_cid
 from .command_line import QemuSettings, qemu_command
 from .machine import QemuMachine
 from .process import QemuProcess, child_env
@@ -96,8 +96,14 @@ class QemuDriver:
             raise HypervisorError(f"cannot start {argv[0]}: {error}") from error
         machine = QemuMachine(self._reactor, process, spec.qmp_socket, log_path)
         if cid is not None:
-            machine.ended.addBoth(lambda result: self.cids.release(cid))
+            machine.ended.addBoth(lambda result: self._ended(spec.agent_socket, cid))
         return succeed(machine)
+
+    def _ended(self, agent_socket: str, cid: int) -> None:
+        """A QEMU with CID ``cid`` exited: the CID is free, and its file, unless a later start rewrote it, goes."""
+        self.cids.release(cid)
+        if read_cid(agent_socket) == cid:
+            write_cid(agent_socket, None)
 
 
 __all__ = ["QemuDriver"]
