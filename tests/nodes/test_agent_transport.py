@@ -9,21 +9,17 @@ insists on vsock on a host without it is refused at create.
 
 from __future__ import annotations
 
-import os
-
 from attrs import evolve
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakes import FakeDriver, FakeMachine, FleetHarness
-from tests.nodes.fleets import fleet_of
-from tests.nodes.warm.adoptions import FakeAdoption
+from tests.nodes.warm_fleets import started_fleet
 from vmservice.config import HostGroupConfig
 from vmservice.errors import Conflict
 from vmservice.nodes.agent_transport import group_transport, machine_vsock
 from vmservice.nodes.model import CreateRequest, Wait
 from vmservice.nodes.warm.template_supply import template_key
-from vmservice.nodes.warm.templates import TemplateStore
 
 MiB = 1024 * 1024
 GROUPS = (
@@ -54,14 +50,10 @@ class DecisionTests(SynchronousTestCase):
 
 class FleetTests(SynchronousTestCase):
     def start(self, usable: bool) -> None:
-        state_dir = self.mktemp()
-        self.harness = FleetHarness(state_dir, groups=GROUPS)
-        if usable:
-            self.harness.driver.vsock_unusable = None
-        store = TemplateStore(self.harness.reactor, state_dir, os.path.join(state_dir, "shm"), 1 << 30)
-        self.fleet = fleet_of(self.harness.parts, store, FakeAdoption(self.harness))
-        self.fleet.startService()
-        self.addCleanup(lambda: self.fleet.stopService() if self.fleet.running else None)
+        def usable_vsock(harness: FleetHarness) -> None:
+            harness.driver.vsock_unusable = None
+
+        self.harness, self.fleet = started_fleet(self, GROUPS, usable_vsock if usable else None)
 
     def machine(self, group: str) -> FakeMachine:
         before = len(self.harness.driver.machines)

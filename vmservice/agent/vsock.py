@@ -40,7 +40,7 @@ from twisted.internet.interfaces import (
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-#: The agent's vsock port in the guest (:data:`vmservice.guest.servers.VSOCK_PORT`).
+#: The agent's vsock port in the guest (:data:`vmservice.guest.listeners.VSOCK_PORT`).
 AGENT_VSOCK_PORT = 700
 #: Seconds one connection attempt may take.
 CONNECT_TIMEOUT = 5.0

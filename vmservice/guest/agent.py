@@ -19,7 +19,7 @@ nonce of its HELLO (see :mod:`vmservice.wire.connection`).
 ``--listen-unix PATH`` serves a UNIX socket instead, one connection at a time, the
 same way: it emulates QEMU's server socket for tests on the host.
 
-The agent also listens on AF_VSOCK port :data:`~vmservice.guest.servers.VSOCK_PORT`
+The agent also listens on AF_VSOCK port :data:`~vmservice.guest.listeners.VSOCK_PORT`
 (any CID) when the kernel command line says ``vmservice.vsock=1`` (the host gave
 the machine a vhost-vsock device, and the initramfs loaded the vsock modules) or
 when started with ``--listen-vsock [PORT]``.  The port and the vsock listener share
@@ -64,8 +64,8 @@ if __name__ == "__main__" and not __package__:
 from vmservice.guest import agentlog, deferred
 from vmservice.guest.context import AgentContext
 from vmservice.guest.loop import Loop
-from vmservice.guest.servers import (VSOCK_PORT, Server, UnixListenServer, VirtioPortServer, VsockListenServer,
-                                     vsock_listener, wait_for_port)
+from vmservice.guest.listeners import VSOCK_PORT, vsock_listener
+from vmservice.guest.servers import Server, UnixListenServer, VirtioPortServer, VsockListenServer, wait_for_port
 from vmservice.guest.session_slot import SessionSlot
 
 if TYPE_CHECKING:

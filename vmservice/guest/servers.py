@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Optional
 
 from vmservice.guest import agentlog
 from vmservice.guest.context import AgentContext
+from vmservice.guest.listeners import unix_listener
 from vmservice.guest.loop import Loop
 from vmservice.guest.pipe import Pipe
 from vmservice.guest.ports import find_port
@@ -29,11 +30,6 @@ if TYPE_CHECKING:
 
 #: How often to look again while no host is connected, or the port is missing.
 DISCONNECTED_POLL_INTERVAL = 0.1
-#: The AF_VSOCK port the agent listens on (``--listen-vsock``, ``vmservice.vsock=1``); the host's
-#: :data:`vmservice.agent.vsock.AGENT_VSOCK_PORT` is the same number.
-VSOCK_PORT = 700
-#: Connections the vsock listener's backlog holds while the slot is taken.
-VSOCK_BACKLOG = 4
 #: How the port is opened: never as our controlling terminal (tests use a pty).
 _PORT_FLAGS = os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 
@@ -204,16 +200,7 @@ class UnixListenServer(ListenServer):
     """
 
     def __init__(self, loop: Loop, context: AgentContext, path: str, slot: Optional[SessionSlot] = None) -> None:
-        import socket  # only here: its import costs under TCG, and the guest never listens on UNIX sockets
-
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(path)
-        listener.listen(8)
-        super().__init__(loop, context, listener, SERIAL_LINK, slot)
+        super().__init__(loop, context, unix_listener(path), SERIAL_LINK, slot)
         self.path = path
 
     def close(self) -> None:
@@ -225,25 +212,6 @@ class UnixListenServer(ListenServer):
             os.unlink(self.path)
         except OSError:
             pass
-
-
-def vsock_listener(port: int = VSOCK_PORT) -> "socket.socket":
-    """
-    A socket listening on AF_VSOCK ``port`` of any CID the guest has: bound to
-    ``VMADDR_CID_ANY``, it keeps listening when a restore or a clone's transport
-    reset gives the guest another CID.  Raises ``OSError`` when the guest has no
-    vsock (the modules not loaded: the kernel command line lacked ``vmservice.vsock=1``).
-    """
-    import socket
-
-    listener = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    try:
-        listener.bind((socket.VMADDR_CID_ANY, port))
-        listener.listen(VSOCK_BACKLOG)
-    except OSError:
-        listener.close()
-        raise
-    return listener
 
 
 class VsockListenServer(ListenServer):
@@ -273,6 +241,6 @@ def wait_for_port(loop: Loop, name: str) -> str:
 
 
 __all__ = [
-    "DISCONNECTED_POLL_INTERVAL", "ListenServer", "Server", "UnixListenServer", "VSOCK_BACKLOG", "VSOCK_PORT",
-    "VirtioPortServer", "VsockListenServer", "vsock_listener", "wait_for_port",
+    "DISCONNECTED_POLL_INTERVAL", "ListenServer", "Server", "UnixListenServer", "VirtioPortServer",
+    "VsockListenServer", "wait_for_port",
 ]

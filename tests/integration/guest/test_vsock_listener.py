@@ -91,30 +91,29 @@ class ListenerTests(SynchronousTestCase):
         self.handshake(client)
         self.assertEqual(self.slot.state, VSOCK)
 
+    def waits(self, first: str, second: str, held: str, then: str) -> None:
+        """
+        A session on ``first`` holds the slot (``held``): a host on ``second`` gets nothing
+        until the first leaves, then its session (``then``).
+        """
+        holder = self.client(first)
+        self.handshake(holder)
+        waiting = self.client(second)
+        self.spin(10)
+        self.assertEqual(self.received(waiting), b"")
+        self.assertEqual(self.slot.state, held)
+        holder.close()
+        self.spin(10)
+        self.handshake(waiting)
+        self.assertEqual(self.slot.state, then)
+
     def test_serial_waits_for_vsock(self) -> None:
         """While a vsock session holds the slot the serial link is not served; it is once the vsock host leaves."""
-        vsock = self.client(self.vsock_path)
-        self.handshake(vsock)
-        serial = self.client(self.serial_path)
-        self.spin(10)
-        self.assertEqual(self.received(serial), b"")
-        self.assertEqual(self.slot.state, VSOCK)
-        vsock.close()
-        self.spin(10)
-        self.handshake(serial)
-        self.assertEqual(self.slot.state, SERIAL)
+        self.waits(self.vsock_path, self.serial_path, VSOCK, SERIAL)
 
     def test_vsock_waits_in_backlog(self) -> None:
         """While the serial link holds the slot a vsock connection waits, unanswered; then it is served."""
-        serial = self.client(self.serial_path)
-        self.handshake(serial)
-        vsock = self.client(self.vsock_path)
-        self.spin(10)
-        self.assertEqual(self.received(vsock), b"")
-        serial.close()
-        self.spin(10)
-        self.handshake(vsock)
-        self.assertEqual(self.slot.state, VSOCK)
+        self.waits(self.serial_path, self.vsock_path, SERIAL, VSOCK)
 
     def test_slot_freed(self) -> None:
         """A session that ends frees the slot."""
