@@ -3,8 +3,8 @@
 Tests of a host group's ``agent_transport`` (:mod:`vmservice.nodes.agent_transport`)
 through the fleet on fakes: it decides whether the VM's spec has a vsock device
 (with what the host can do), reaches the agent connection, keys a warm group's
-template, is kept across a restore in the node's record, and a group that
-insists on vsock on a host without it is refused at create.
+template, is kept across a restore in the node's record (``vsock_channel``),
+and a group that insists on vsock on a host without it is refused at create.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.fakes import FakeDriver, FakeMachine, FleetHarness
+from tests.nodes.fleet_case import LifecycleTestCase
 from tests.nodes.warm_fleets import started_fleet
 from vmservice.config import HostGroupConfig
 from vmservice.errors import Conflict
@@ -91,3 +92,24 @@ class FleetTests(SynchronousTestCase):
         self.assertNotEqual(off.digest(), on.digest())
         self.assertEqual(off.digest(), evolve(on, vsock=False).digest())
         self.assertFalse(on.supersedes(off) or off.supersedes(on))
+
+
+class RestoreTests(LifecycleTestCase):
+    """A restore gives the VM the devices its saved state was taken with, whatever the host says now."""
+
+    groups = (HostGroupConfig(name="demo", vcpu=1, ram_bytes=256 * MiB),)
+
+    def harness(self, driver: FakeDriver | None = None) -> FleetHarness:
+        driver = driver or FakeDriver()
+        driver.vsock_unusable = None
+        return super().harness(driver)
+
+    def test_restore_keeps_vsock(self) -> None:
+        """Suspended with a vsock device, restored with one even after the host lost vhost-vsock (and back)."""
+        self.create()
+        self.assertTrue(self.h.driver.machines[0].spec.vsock)
+        self.ok(self.fleet.snapshots.suspend("demo-1"))
+        self.h.driver.vsock_unusable = "gone"
+        self.ok(self.fleet.snapshots.restore("demo-1", Wait.NONE, 300.0))
+        self.assertTrue(self.h.driver.machines[1].spec.vsock)
+        self.assertTrue(self.stored().vsock_channel)  # type: ignore[union-attr]
