@@ -34,7 +34,7 @@ from vmservice.agent.vsock import VsockAddress
 from vmservice.guestport.exec import ExecRequest
 from vmservice.hypervisors.base import IMachine, MachineSpec
 from vmservice.hypervisors.qemu import QemuDriver, QemuSettings, host_tsc_khz
-from vmservice.hypervisors.qemu.cids import read_cid
+from vmservice.hypervisors.cid_file import read_cid
 from vmservice.hypervisors.qemu.vsock_probe import VHOST_VSOCK, open_check
 from vmservice.images.build import build_image
 from vmservice.images.store import default_image_dir

@@ -13,7 +13,7 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.agent.transport_choice import FALLBACK_AFTER
-from vmservice.hypervisors.qemu.cids import write_cid
+from vmservice.hypervisors.cid_file import write_cid
 from vmservice.service.agents import agent_client
 
 

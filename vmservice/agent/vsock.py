@@ -13,7 +13,7 @@ and abort a TCP or UNIX connection has), and the protocol is connected to it.
 
 The CID is looked up at each connect (``cid``), not once: a node's QEMU is
 started again by a restore, a fork or a clone, each with a CID of its own
-(:mod:`vmservice.hypervisors.qemu.cids`), and the agent client's reconnecting
+(:mod:`vmservice.hypervisors.qemu.cids`, :mod:`vmservice.hypervisors.cid_file`), and the agent client's reconnecting
 service connects to whichever runs now.
 """
 

@@ -13,7 +13,7 @@ from ..agent.transport_choice import TransportChoice
 from ..agent.transports import virtio_serial_endpoint
 from ..agent.vsock import VsockClientEndpoint
 from ..buffer_budget import BufferBudget
-from ..hypervisors.qemu.cids import read_cid
+from ..hypervisors.cid_file import read_cid
 from .reactor import IDaemonReactor
 
 

@@ -18,7 +18,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.hypervisors.qemu_argv import SPEC
 from tests.processes import ProcessReactor
 from vmservice.hypervisors.qemu import QemuDriver, QemuSettings
-from vmservice.hypervisors.qemu.cids import FIRST_CID, LAST_CID, CidAllocator, cid_path, read_cid, write_cid
+from vmservice.hypervisors.cid_file import FIRST_CID, LAST_CID, cid_path, read_cid, write_cid
+from vmservice.hypervisors.qemu.cids import CidAllocator
 
 
 def cid_in_argv(argv: list[str]) -> int | None:

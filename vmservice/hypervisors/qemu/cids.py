@@ -1,8 +1,7 @@
 # -*- test-case-name: tests.hypervisors.qemu.test_cids -*-
 """
-The AF_VSOCK context ids of this daemon's QEMUs (:class:`CidAllocator`), and
-the file beside a VM's agent socket that says which one its QEMU runs with
-(:func:`write_cid`, :func:`read_cid`).
+The AF_VSOCK context ids of this daemon's QEMUs (:class:`CidAllocator`); the
+file that says which one a VM runs with is :mod:`vmservice.hypervisors.cid_file`.
 
 Every start of a QEMU with a vhost-vsock device takes a CID of its own:
 a boot, a restore, a fork's child and a warm clone are each a new QEMU, and
@@ -19,16 +18,10 @@ fail that start, and the node's next start draws again.
 
 from __future__ import annotations
 
-import os
 import random
-from typing import Callable, Optional
+from typing import Callable
 
-#: The lowest CID a guest may have (0 hypervisor, 1 loopback, 2 host).
-FIRST_CID = 3
-#: The highest (``0xffffffff`` is ``VMADDR_CID_ANY``).
-LAST_CID = 0xFFFFFFFE
-#: The file beside a VM's agent socket that holds its QEMU's CID.
-CID_FILE = "agent.cid"
+from ..cid_file import FIRST_CID, LAST_CID
 
 
 class CidAllocator:
@@ -60,38 +53,4 @@ class CidAllocator:
         return frozenset(self._held)
 
 
-def cid_path(agent_socket: str) -> str:
-    """The CID file of the VM whose agent socket is ``agent_socket``."""
-    return os.path.join(os.path.dirname(agent_socket), CID_FILE)
-
-
-def write_cid(agent_socket: str, cid: Optional[int]) -> None:
-    """Record the CID the VM of ``agent_socket`` runs with (0600), or remove the record (``None``)."""
-    path = cid_path(agent_socket)
-    if cid is None:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-        return
-    temporary = path + ".new"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(f"{cid}\n")
-    os.replace(temporary, path)
-
-
-def read_cid(agent_socket: str) -> Optional[int]:
-    """The CID the VM of ``agent_socket`` runs with, or ``None`` (no vsock device, or not started)."""
-    try:
-        with open(cid_path(agent_socket)) as f:
-            text = f.read(32).strip()
-    except OSError:
-        return None
-    if not text.isdigit():
-        return None
-    cid = int(text)
-    return cid if FIRST_CID <= cid <= LAST_CID else None
-
-
-__all__ = ["CID_FILE", "FIRST_CID", "LAST_CID", "CidAllocator", "cid_path", "read_cid", "write_cid"]
+__all__ = ["FIRST_CID", "LAST_CID", "CidAllocator"]

@@ -17,7 +17,8 @@ from zope.interface import implementer
 
 from ..base import Capabilities, HypervisorError, IHypervisor, IMachine, MachineSpec
 from ..file_identity import binary_identity
-from .cids import CidAllocator, read_cid, write_cid
+from ..cid_file import read_cid, write_cid
+from .cids import CidAllocator
 from .command_line import QemuSettings, qemu_command
 from .machine import QemuMachine
 from .process import QemuProcess, child_env

@@ -62,7 +62,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from ...guestport.guest import IGuestConnection
-from ...hypervisors.qemu.cids import cid_path
+from ...hypervisors.cid_file import cid_path
 from ...hypervisors.base import IHypervisor, IMachine, MachineExit, MachineSpec, NetSpec, RamBacking
 from ...storage.interfaces import IDisks
 from .adoption import ICloneAdoption
