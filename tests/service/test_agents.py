@@ -13,7 +13,7 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
 from vmservice.agent.transport_choice import FALLBACK_AFTER
-from vmservice.hypervisors.cid_file import write_cid
+from vmservice.hypervisors.cid_file import cid_path, write_cid
 from vmservice.service.agents import agent_client
 
 
@@ -62,3 +62,18 @@ class AgentClientTests(SynchronousTestCase):
         for _ in range(10):
             self.reactor.advance(1)
         self.assertGreaterEqual(len(self.reactor.unixClients), 1)
+
+    def test_auto_follows_a_hand_over(self) -> None:
+        """A spare's client handed over to a node falls back to the node's socket, where the files were moved."""
+        write_cid(self.socket_path, 1234)
+        client = agent_client(self.reactor, self.socket_path, "auto", None)  # type: ignore[arg-type]
+        client.start()
+        self.addCleanup(client.stop)
+        node_dir = self.mktemp()
+        os.makedirs(node_dir)
+        moved = os.path.join(node_dir, "agent.sock")
+        os.replace(cid_path(self.socket_path), cid_path(moved))
+        client.moved_to(moved)
+        for _ in range(int(FALLBACK_AFTER) + 10):
+            self.reactor.advance(1)
+        self.assertEqual({c[0] for c in self.reactor.unixClients}, {moved})

@@ -203,6 +203,11 @@ class AgentClient(AgentGuest):
         self._ready_callbacks.append(callback)
         return lambda: self._ready_callbacks.remove(callback) if callback in self._ready_callbacks else None
 
+    @property
+    def serial_endpoint(self) -> IStreamClientEndpoint:
+        """The endpoint of QEMU's socket for the agent's port, wherever :meth:`moved_to` put it."""
+        return self._socket
+
     def moved_to(self, socket_path: str) -> None:
         """
         QEMU's socket (and the bulk port's beside it) was renamed to

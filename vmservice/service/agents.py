@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IProtocol, IProtocolFactory, IStreamClientEndpoint
+from zope.interface import implementer
+
 from ..agent.client import AgentClient
 from ..agent.transport_choice import TransportChoice
-from ..agent.transports import virtio_serial_endpoint
 from ..agent.vsock import VsockClientEndpoint
 from ..buffer_budget import BufferBudget
 from ..hypervisors.cid_file import read_cid
@@ -30,14 +33,29 @@ def agent_client(reactor: IDaemonReactor, socket_path: str, transport: str, budg
     """
     if transport == "virtio-serial" or read_cid(socket_path) is None:
         return AgentClient(reactor, socket_path, budget=budget)
-    vsock = VsockClientEndpoint(reactor, reactor, lambda: read_cid(socket_path))
+    clients: list[AgentClient] = []
+    # The CID file sits beside the socket, which a spare's hand-over renames (AgentClient.moved_to).
+    vsock = VsockClientEndpoint(reactor, reactor, lambda: read_cid(clients[0].socket_path))
     if transport == "vsock":
-        return AgentClient(reactor, socket_path, endpoint=vsock, budget=budget)
-    name = os.path.basename(os.path.dirname(socket_path))
-    choice = TransportChoice(reactor, vsock, virtio_serial_endpoint(reactor, socket_path), name)
-    client = AgentClient(reactor, socket_path, endpoint=choice, budget=budget, on_stop=choice.stop)
-    client.on_ready(choice.answered)
+        client = AgentClient(reactor, socket_path, endpoint=vsock, budget=budget)
+    else:
+        name = os.path.basename(os.path.dirname(socket_path))
+        choice = TransportChoice(reactor, vsock, _SerialOf(clients), name)
+        client = AgentClient(reactor, socket_path, endpoint=choice, budget=budget, on_stop=choice.stop)
+        client.on_ready(choice.answered)
+    clients.append(client)
     return client
+
+
+@implementer(IStreamClientEndpoint)
+class _SerialOf:
+    """The serial endpoint of the client in ``clients``, as it is at each connect (it follows a spare's hand-over)."""
+
+    def __init__(self, clients: list[AgentClient]) -> None:
+        self._clients = clients
+
+    def connect(self, protocolFactory: IProtocolFactory) -> Deferred[IProtocol]:
+        return self._clients[0].serial_endpoint.connect(protocolFactory)
 
 
 __all__ = ["agent_client"]
