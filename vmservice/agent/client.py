@@ -108,8 +108,7 @@ class AgentClient(AgentGuest):
     :param reactor: an ``IReactorUNIX`` and ``IReactorTime`` provider.
     :param socket_path: QEMU's server socket for the agent's virtio-serial port.
     :param log: where to log; a new ``Logger`` by default.
-    :param endpoint: connect here instead of ``socket_path`` (AF_VSOCK:
-        :mod:`.vsock`, :mod:`.transport_choice`).
+    :param endpoint: connect here instead of ``socket_path`` (AF_VSOCK: :mod:`.vsock`, :mod:`.transport_choice`).
     :param retry_policy: delay before each reconnection attempt (after a fault of
         the guest's, at least the penalty of :class:`~.guard.ReconnectPenalty`).
     :param hello_timeout: seconds a connection may wait for the agent's HELLO before
@@ -133,7 +132,7 @@ class AgentClient(AgentGuest):
         on_stop: Optional[Callable[[], None]] = None,
     ) -> None:
         self._reactor = reactor
-        self._on_stop = on_stop
+        self._on_stop = on_stop or (lambda: None)
         self._budget = budget
         self.socket_path = socket_path
         # QEMU serves the bulk port beside the agent's (vmservice/nodes/paths.py, template_build.py).
@@ -202,11 +201,6 @@ class AgentClient(AgentGuest):
         """
         self._ready_callbacks.append(callback)
         return lambda: self._ready_callbacks.remove(callback) if callback in self._ready_callbacks else None
-
-    @property
-    def serial_endpoint(self) -> IStreamClientEndpoint:
-        """The endpoint of QEMU's socket for the agent's port, wherever :meth:`moved_to` put it."""
-        return self._socket
 
     def moved_to(self, socket_path: str) -> None:
         """
@@ -300,8 +294,7 @@ class AgentClient(AgentGuest):
         """
         stopped, self._ready = self._ready, OneShotObserver()
         stopped.error(AgentUnavailable("agent client stopped"))
-        if self._on_stop is not None:
-            self._on_stop()
+        self._on_stop()
         if not self._service.running:
             return succeed(None)
         return self._service.stopService()

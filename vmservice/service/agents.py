@@ -14,6 +14,7 @@ from zope.interface import implementer
 
 from ..agent.client import AgentClient
 from ..agent.transport_choice import TransportChoice
+from ..agent.transports import virtio_serial_endpoint
 from ..agent.vsock import VsockClientEndpoint
 from ..buffer_budget import BufferBudget
 from ..hypervisors.cid_file import read_cid
@@ -40,7 +41,7 @@ def agent_client(reactor: IDaemonReactor, socket_path: str, transport: str, budg
         client = AgentClient(reactor, socket_path, endpoint=vsock, budget=budget)
     else:
         name = os.path.basename(os.path.dirname(socket_path))
-        choice = TransportChoice(reactor, vsock, _SerialOf(clients), name)
+        choice = TransportChoice(reactor, vsock, _SerialOf(reactor, clients), name)
         client = AgentClient(reactor, socket_path, endpoint=choice, budget=budget, on_stop=choice.stop)
         client.on_ready(choice.answered)
     clients.append(client)
@@ -51,11 +52,12 @@ def agent_client(reactor: IDaemonReactor, socket_path: str, transport: str, budg
 class _SerialOf:
     """The serial endpoint of the client in ``clients``, as it is at each connect (it follows a spare's hand-over)."""
 
-    def __init__(self, clients: list[AgentClient]) -> None:
+    def __init__(self, reactor: IDaemonReactor, clients: list[AgentClient]) -> None:
+        self._reactor = reactor
         self._clients = clients
 
     def connect(self, protocolFactory: IProtocolFactory) -> Deferred[IProtocol]:
-        return self._clients[0].serial_endpoint.connect(protocolFactory)
+        return virtio_serial_endpoint(self._reactor, self._clients[0].socket_path).connect(protocolFactory)
 
 
 __all__ = ["agent_client"]
