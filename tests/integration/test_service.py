@@ -24,6 +24,7 @@ from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image, processes_under
 from vmservice.hypervisors.qemu import kvm_usable, probe_command
+from vmservice.hypervisors.qemu.vsock_probe import open_check
 from vmservice.images.store import resolve_image
 
 
@@ -117,7 +118,8 @@ class ProbeTests(SynchronousTestCase):
     def test_sigkill_during_the_probe(self) -> None:
         """
         A daemon killed with SIGKILL while its probe runs takes the probe QEMU with it (its parent-death
-        signal), and the next daemon on the same state directory starts and decides as usual.
+        signal), and the next daemon on the same state directory starts and decides as usual (the accelerator
+        and the agent transport, each logged).
         """
         daemon = self.daemon()
         pid = self.probing(daemon)
@@ -129,6 +131,10 @@ class ProbeTests(SynchronousTestCase):
         daemon.config["config"]["accel"] = "tcg"
         daemon.start()
         self.wait_until("the accelerator's choice", lambda: "accelerator: tcg" in daemon.log(), 30)
+        # The vsock decision is logged beside it (docs/vsock.md), as this host allows.
+        expected = ("agent transport: vsock usable" if open_check() is None
+                    else "agent transport: virtio-serial: no vsock: cannot open /dev/vhost-vsock")
+        self.wait_until("the agent transport's decision", lambda: expected in daemon.log(), 30)
 
     def test_next_start_sweeps_a_left_probe(self) -> None:
         """
