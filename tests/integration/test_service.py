@@ -15,8 +15,10 @@ command line names it) and only those are killed, by pid.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
+import sys
 import time
 from typing import Callable
 
@@ -45,6 +47,35 @@ def _parent(pid: int) -> int | None:
         return None
 
 
+#: The QEMU a probe runs in these tests (see :func:`_lasting_probes`): Python, given its path to the real one.
+_PROBE_QEMU = """\
+import os, sys
+real, args = sys.argv[1], sys.argv[2:]
+if any("vmservice.probe=1" in arg for arg in args):
+    pairs = {("-accel", "kvm"): "tcg", ("-cpu", "host"): "max"}
+    args = [pairs.get((args[i - 1], arg), arg) if i else arg for i, arg in enumerate(args)] + ["-S"]
+os.execv(real, [real, *args])
+"""
+
+
+def _lasting_probes(directory: str) -> str:
+    """
+    A directory, in ``directory``, holding a ``qemu-system-x86_64`` under which the daemon's KVM probe runs
+    until it is stopped, whatever this host's KVM does: under TCG, paused (``-S``); every other QEMU runs as
+    asked.  A nested KVM may end the probe's QEMU at once (on some hosts it cannot set an MSR), before a
+    test has seen it; these tests are about the daemon stopping or dying while its probe runs.
+    """
+    real = subprocess.run(["sh", "-c", "command -v qemu-system-x86_64"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    path = os.path.join(directory, "bin")
+    os.mkdir(path, 0o700)
+    wrapper = os.path.join(path, "qemu-system-x86_64")
+    with open(wrapper, "w") as f:
+        f.write(f"#!/bin/sh\nexec {sys.executable} -I -c {shlex.quote(_PROBE_QEMU)} {shlex.quote(real)} \"$@\"\n")
+    os.chmod(wrapper, 0o700)
+    return path
+
+
 def _kill_probe(pid: int) -> None:
     """SIGKILL ``pid`` if it is still a probe QEMU (a test's leftover after a failure)."""
     try:
@@ -65,9 +96,13 @@ class ProbeTests(SynchronousTestCase):
         ensure_image()
 
     def daemon(self, **extra: object) -> Daemon:
-        """A daemon of the test's own (``accel: auto`` unless told), stopped and removed when the test ends."""
+        """
+        A daemon of the test's own (``accel: auto`` unless told), stopped and removed when the test ends,
+        whose KVM probe runs until it is stopped (:func:`_lasting_probes`).
+        """
         daemon = Daemon(**{"accel": "auto", **extra})
         self.addCleanup(daemon.cleanup)
+        daemon.environment["PATH"] = f"{_lasting_probes(daemon.root)}:{os.environ.get('PATH', '/usr/bin:/bin')}"
         return daemon
 
     def probes(self, daemon: Daemon) -> list[int]:
