@@ -1,8 +1,8 @@
 # -*- test-case-name: tests.integration.test_service -*-
 """
 Tests for :mod:`vmservice.service` with a real daemon: the KVM probe's QEMU
-(``accel: auto``; on a machine whose KVM cannot boot a guest the probe runs
-until its timeout, 15 s) never outlives the daemon, whether it is stopped
+(``accel: auto``; in these tests it runs paused under TCG until its timeout,
+15 s, whatever the host's KVM does) never outlives the daemon, whether it is stopped
 with SIGTERM or killed with SIGKILL during the probe, and a probe QEMU left
 by an earlier run is swept at the next start on the same state directory.
 A restarted daemon's nodes answer while it probes, and the probe's outcome
