@@ -20,6 +20,7 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 from typing import Any
 from urllib.parse import urlencode
 
@@ -203,3 +204,27 @@ class DaemonKillTests(SynchronousTestCase):
         self.assertEqual((status, len(data)), (200, 48 << 20))
         self.assertEqual(hashlib.sha256(data).hexdigest(), digest)
         settled(daemon, NETWORK)
+
+    def test_guest_waits_quietly_without_a_daemon(self) -> None:
+        """
+        While no daemon runs (killed), a node's guest agent waits for a host without taking the port's
+        hang-up for one: it neither serves nor drops nor logs a session ten times a second (the code before
+        logged "host connected" about 30 times in 3 s); the next daemon reaches it.
+        """
+        daemon = self.daemon()
+        hostname = self.node(daemon)
+        console = os.path.join(daemon.state_dir, "nodes", hostname, "console.log")
+        self.assertEqual(daemon.stop(signal.SIGKILL), -signal.SIGKILL)
+        wait_until("the guest to see its host go", lambda: b"host disconnected" in _read(console), 30, 0.1)
+        connected = _read(console).count(b"host connected on")
+        time.sleep(3)
+        self.assertEqual(_read(console).count(b"host connected on"), connected)
+        daemon.start()
+        settled(daemon, NETWORK, why="after the restart")
+        self.assertEqual(run(daemon, hostname, CHECK), (0, "kept\non-disk\n"))
+        self.assertEqual(_read(console).count(b"host connected on"), connected + 1)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.guest.test_agent,tests.integration.guest.test_agent -*-
+# -*- test-case-name: tests.guest.test_agent,tests.guest.test_port_state,tests.integration.guest.test_agent -*-
 """
 Where sessions come from: the virtio-serial port, served again each time the
 host comes back (:class:`VirtioPortServer`), an AF_VSOCK listener
@@ -34,6 +34,24 @@ if TYPE_CHECKING:
 DISCONNECTED_POLL_INTERVAL = 0.1
 #: How the port is opened: never as our controlling terminal (tests use a pty).
 _PORT_FLAGS = os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+
+
+#: What a poll of the virtio-serial port says: it went away, no host is connected, a host is.
+PORT_GONE, NO_HOST, HOST = "gone", "no host", "host"
+
+
+def port_state(revents: int) -> str:
+    """
+    What a poll of the port (its ``revents``) says of the host.  The guest's
+    driver (``virtio_console``) reports POLLHUP for as long as no host is
+    connected, together with POLLIN (a read does not block then: it returns
+    0), and POLLNVAL once the port is gone.
+    """
+    if revents & select.POLLNVAL:
+        return PORT_GONE
+    if revents & (select.POLLHUP | select.POLLERR):
+        return NO_HOST
+    return HOST
 
 
 class Server:
@@ -107,10 +125,11 @@ class VirtioPortServer(Server):
         revents = 0
         for _, revents in poller.poll(0):
             pass
-        if revents & select.POLLNVAL:
+        state = port_state(revents)
+        if state == PORT_GONE:
             agentlog.log(f"{self.device} went away; opening it again")
             self.loop.call_later(DISCONNECTED_POLL_INTERVAL, self._reopen)
-        elif revents & (select.POLLHUP | select.POLLERR) and not revents & select.POLLIN:
+        elif state == NO_HOST:
             self.loop.call_later(DISCONNECTED_POLL_INTERVAL, self._probe)
         elif not self.slot.take(self.link):
             # A host session on vsock holds the slot: this host waits its turn.
