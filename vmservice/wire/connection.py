@@ -38,7 +38,6 @@ Stdlib only: the guest imports this module.
 from __future__ import annotations
 
 import collections
-import enum
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -64,8 +63,11 @@ from vmservice.wire.handshake import Handshake, new_nonce
 from vmservice.wire.input_buffer import InputBuffer
 
 
-class Role(enum.Enum):
-    """Which end of the channel a :class:`Connection` is."""
+class Role:
+    """
+    Which end of the channel a :class:`Connection` is (plain strings: the guest
+    imports the codec on its way to its first answer, without ``enum``).
+    """
 
     #: The daemon; opens odd stream ids.
     HOST = "host"
@@ -80,7 +82,7 @@ class Connection:
     :param role: which side we are.
     """
 
-    def __init__(self, role: Role, *, nonce: Optional[bytes] = None, peer_nonce: Optional[bytes] = None) -> None:
+    def __init__(self, role: str, *, nonce: Optional[bytes] = None, peer_nonce: Optional[bytes] = None) -> None:
         """
         :param nonce: this session's 8-byte nonce; drawn now (``os.urandom``) unless a test fixes it.
         :param peer_nonce: the nonce of the peer's session when this session
