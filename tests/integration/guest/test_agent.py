@@ -86,7 +86,9 @@ class ImageLayoutTests(SynchronousTestCase):
         health check, then the duties it starts once ready) leaves out the modules that cost most
         to import in a cold guest under TCG (docs/performance.md, "Where a cold boot's time goes"):
         ``typing`` (and ``contextlib``, ``warnings``), ``dataclasses`` (and ``inspect``, ``ast``,
-        ``dis``, ``tokenize``), ``argparse`` and any OPEN header module.
+        ``dis``, ``tokenize``), ``argparse``, any OPEN header module, and ``json``, ``re``,
+        ``enum``, ``signal`` and ``functools`` (the codec's codes are plain ints, its JSON
+        goes through ``_json`` alone, the agent sets its signals with ``_signal``).
         """
         result = self.run_as_imaged(
             "from vmservice.guest import agent, operations; "
@@ -98,7 +100,10 @@ class ImageLayoutTests(SynchronousTestCase):
         self.assertEqual(result.stderr, b"")
         loaded = set(result.stdout.decode().split())
         self.assertIn("vmservice.guest.health", loaded)
-        costly = {"typing", "contextlib", "warnings", "dataclasses", "inspect", "ast", "dis", "tokenize", "argparse"}
+        costly = {
+            "typing", "contextlib", "warnings", "dataclasses", "inspect", "ast", "dis", "tokenize", "argparse",
+            "json", "re", "enum", "signal", "functools",
+        }
         self.assertEqual(loaded & costly, set())
         self.assertEqual({name for name in loaded if name.startswith("vmservice.wire.openheaders")}, set())
 
