@@ -37,11 +37,16 @@ Stdlib only: the guest imports this module.
 
 from __future__ import annotations
 
-import collections
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Deque, Optional, Union
+if TYPE_CHECKING:
+    from collections import deque
+else:
+    # collections' deque is _collections' (importing collections itself costs a cold guest; the guest
+    # imports this module on its way to its first answer).
+    from _collections import deque
 
 from vmservice.wire.errors import LocalProtocolError, RemoteProtocolError, ResetCode
 from vmservice.wire.events import (
@@ -94,7 +99,7 @@ class Connection:
         self.role = role
         self.nonce = self._handshake.nonce
         self._input = InputBuffer()
-        self._pending: Deque[Event] = collections.deque()
+        self._pending: Deque[Event] = deque()
         self._hunting = True
         self._error: Optional[str] = None
         self._streams: dict[int, StreamState] = {}

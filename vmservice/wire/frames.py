@@ -19,7 +19,9 @@ check with hypothesis.  State (which stream is open, credit) lives in
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+# collections.abc's Mapping is _collections_abc's, which the interpreter has loaded as it started
+# (importing collections costs a cold guest, which imports this module on its way to its first answer).
+from _collections_abc import Mapping
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -87,8 +87,9 @@ class ImageLayoutTests(SynchronousTestCase):
         to import in a cold guest under TCG (docs/performance.md, "Where a cold boot's time goes"):
         ``typing`` (and ``contextlib``, ``warnings``), ``dataclasses`` (and ``inspect``, ``ast``,
         ``dis``, ``tokenize``), ``argparse``, any OPEN header module, and ``json``, ``re``,
-        ``enum``, ``signal`` and ``functools`` (the codec's codes are plain ints, its JSON
-        goes through ``_json`` alone, the agent sets its signals with ``_signal``).
+        ``enum``, ``signal``, ``functools``, ``collections``, ``selectors`` and ``heapq`` (the
+        codec's codes are plain ints, its JSON goes through ``_json`` alone, the agent sets its
+        signals with ``_signal`` and its loop waits on ``epoll`` itself).
         """
         result = self.run_as_imaged(
             "from vmservice.guest import agent, operations; "
@@ -102,7 +103,7 @@ class ImageLayoutTests(SynchronousTestCase):
         self.assertIn("vmservice.guest.health", loaded)
         costly = {
             "typing", "contextlib", "warnings", "dataclasses", "inspect", "ast", "dis", "tokenize", "argparse",
-            "json", "re", "enum", "signal", "functools",
+            "json", "re", "enum", "signal", "functools", "collections", "selectors", "heapq",
         }
         self.assertEqual(loaded & costly, set())
         self.assertEqual({name for name in loaded if name.startswith("vmservice.wire.openheaders")}, set())
