@@ -43,9 +43,7 @@ if TYPE_CHECKING:
     from typing import Deque, Optional, Union
 if TYPE_CHECKING:
     from collections import deque
-else:
-    # collections' deque is _collections' (importing collections itself costs a cold guest; the guest
-    # imports this module on its way to its first answer).
+else:  # collections' own deque, without importing collections (a cold guest's start: see errors.py)
     from _collections import deque
 
 from vmservice.wire.errors import LocalProtocolError, RemoteProtocolError, ResetCode
@@ -69,10 +67,7 @@ from vmservice.wire.input_buffer import InputBuffer
 
 
 class Role:
-    """
-    Which end of the channel a :class:`Connection` is (plain strings: the guest
-    imports the codec on its way to its first answer, without ``enum``).
-    """
+    """Which end of the channel a :class:`Connection` is (plain strings, no ``enum``: see errors.py)."""
 
     #: The daemon; opens odd stream ids.
     HOST = "host"

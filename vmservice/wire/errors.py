@@ -21,7 +21,7 @@ class ResetCode:
     drops because the peer started a new session.  Not an :class:`enum.IntEnum`: the
     guest imports this module on its way to its first answer, and ``enum`` costs a
     cold guest under TCG more than the codes are worth (docs/performance.md, "The
-    agent's imports"); :func:`reset_code_name` names a code.
+    imports left"); :func:`reset_code_name` names a code.
     """
 
     #: The sender gave up on the stream (user abort, cancelled request).

@@ -20,9 +20,7 @@ if TYPE_CHECKING:
     from typing import Deque
 if TYPE_CHECKING:
     from collections import deque
-else:
-    # collections' deque is _collections' (importing collections itself costs a cold guest; the guest
-    # imports this module on its way to its first answer).
+else:  # collections' own deque, without importing collections (a cold guest's start: see errors.py)
     from _collections import deque
 
 from vmservice.wire.frames import HELLO_SIGNATURE, HELLO_SIGNATURE_OFFSET, MAX_PAYLOAD
