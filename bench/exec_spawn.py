@@ -25,8 +25,10 @@ through the HTTP API (``POST /vm/NODE/exec``, a new connection each, the
 whole NDJSON response read) alternate with the same execs sent straight to
 the bare guest's agent: what the daemon and HTTP add; and ``GET /vm/NODE``
 (answered from the node's record), HTTP and the daemon without the guest;
-and the host CPU time per exec of the daemon (through the API) and of this
-process's agent client (straight to the agent).
+``GET /vm/NODE/health`` (one round trip to the agent) alternating with exec
+``/bin/true`` through the API, and their ratio; and the host CPU time per
+exec of the daemon (through the API) and of this process's agent client
+(straight to the agent).
 
 ``--bash-static PATH`` also copies that binary into the guest and measures
 the default shell's ``true`` with it (get it with ``apt-get download
@@ -210,14 +212,18 @@ def api_exec(daemon: Daemon, hostname: str, query: str) -> Callable[[], float]:
     return run
 
 
-def api_describe(daemon: Daemon, hostname: str) -> Callable[[], float]:
-    """``GET /vm/NODE``: HTTP and the daemon without the guest (answered from the node's record)."""
+def api_get(daemon: Daemon, path: str) -> Callable[[], float]:
+    """
+    ``GET path``: ``/vm/NODE`` is HTTP and the daemon without the guest
+    (answered from the node's record), ``/vm/NODE/health`` one round trip to
+    its agent besides.
+    """
     def run() -> float:
         started = time.monotonic()
-        status, _, body = daemon.request("GET", f"/vm/{hostname}")
+        status, _, body = daemon.request("GET", path)
         elapsed = time.monotonic() - started
         if status != 200:
-            raise RuntimeError(f"describe failed: {status} {body!r}")
+            raise RuntimeError(f"GET {path} failed: {status} {body!r}")
         return elapsed
 
     return run
@@ -278,9 +284,19 @@ async def measure_api(rounds: int) -> dict[str, Any]:
                     figures[f"exec_{kind}_api_minus_agent_p50_s"] = p50(api) - p50(agent)
                     figures[f"ratio_exec_{kind}_api_over_round_trip"] = p50(api) / p50(pings)
                 figures.update(await host_cpu(daemon, hostname, client, rounds))
-                describe = api_describe(daemon, hostname)
+                describe = api_get(daemon, f"/vm/{hostname}")
                 await deferToThread(describe)
                 figures["describe_api_p50_s"] = p50([await deferToThread(describe) for _ in range(rounds)])
+                # The exec against a health check through the API, alternating (issue 29: exec <= 2x health).
+                health, exec_true = api_get(daemon, f"/vm/{hostname}/health"), api_exec(
+                    daemon, hostname, API_EXECS["true_no_shell"][1])
+                healths, execs = [], []
+                for _ in range(rounds):
+                    healths.append(await deferToThread(health))
+                    execs.append(await deferToThread(exec_true))
+                figures["health_api_p50_s"] = p50(healths)
+                figures["exec_true_no_shell_beside_health_api_p50_s"] = p50(execs)
+                figures["ratio_exec_true_no_shell_api_over_health_api"] = p50(execs) / p50(healths)
                 result[name] = figures
         return result
     finally:

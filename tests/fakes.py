@@ -208,6 +208,8 @@ class FakeDriver:
     capabilities = Capabilities(can_pause=True, can_suspend=True)
     description = "fake"
     version = "fake 1"
+    #: None: the fake host can give VMs a vsock device.
+    vsock_unusable: str | None = "the fake host has no /dev/vhost-vsock"
 
     def __init__(self, can_suspend: bool = True) -> None:
         self.machines: list[FakeMachine] = []
@@ -510,6 +512,8 @@ class FleetHarness:
         self.disks = FakeDisks()
         self.network = network or FakeNetwork()
         self.agents: list[FakeAgent] = []
+        #: The ``agent_transport`` each agent connection was made with.
+        self.transports: list[str] = []
         #: What the fleet measured (boots and restores read as the two lists below).
         self.metrics = RecordingMetrics()
         self.boots: list[tuple[str, float]] = self.metrics.boots
@@ -585,8 +589,9 @@ class FleetHarness:
             return fail(BadRequest(f"code host user {user!r} not found", code="codehost_user_has_no_keys"))
         return succeed(self.codehost[user])
 
-    def _agent(self, path: str) -> FakeAgent:
+    def _agent(self, path: str, transport: str = "virtio-serial") -> FakeAgent:
         agent = FakeAgent(path)
+        self.transports.append(transport)
         self.agents.append(agent)
         return agent
 

@@ -50,7 +50,7 @@ class FsAgent(FakeAgent):
 
 
 class FsHarness(FleetHarness):
-    def _agent(self, path: str) -> FsAgent:
+    def _agent(self, path: str, transport: str = "virtio-serial") -> FsAgent:
         agent = FsAgent(path)
         self.agents.append(agent)
         return agent

@@ -50,15 +50,16 @@ class RecordTests(SynchronousTestCase):
 
         self.assertEqual(names(ConfigDocument) & names(Config), names(RootKeys) | {"image_dir", "host_groups", "kubernetes", "e2b"})
         self.assertEqual(names(GroupDocument) & names(HostGroupConfig),
-                         names(GroupKeys) | {"ram_bytes", "image", "hypervisor", "graceful_shutdown", "idle_suspend"})
+                         names(GroupKeys) | {"ram_bytes", "image", "hypervisor", "graceful_shutdown", "idle_suspend",
+                                               "agent_transport"})
 
     def test_record(self) -> None:
         """The record takes the shared keys as the document holds them and the others as given."""
         group = GroupDocument(name="a", count=2, ram_mb=512, image=None, idle_suspend="10m", warm_spare=3)
         record = group.record(ram_bytes=512 << 20, image="tiny", hypervisor="qemu", graceful_shutdown=False,
-                              idle_suspend=600.0)
+                              idle_suspend=600.0, agent_transport="vsock")
         self.assertEqual(record, HostGroupConfig(name="a", count=2, warm_spare=3, ram_bytes=512 << 20, image="tiny",
-                                                 graceful_shutdown=False, idle_suspend=600.0))
+                                                 graceful_shutdown=False, idle_suspend=600.0, agent_transport="vsock"))
         document = ConfigDocument(state_dir="/s", image_dir=None, host_groups=(group,), stats_interval=0)
         self.assertEqual(document.record(image_dir="/i", host_groups=(record,)),
                          Config(state_dir="/s", image_dir="/i", host_groups=(record,), stats_interval=0))

@@ -321,3 +321,22 @@ class GuestAslrTests(SynchronousTestCase):
         for value in ("0", "off2", "'no'"):
             with self.assertRaisesRegex(ConfigError, "guest_aslr"):
                 parse_text(f"config: {{host_groups: [{{name: a, guest_aslr: {value}}}]}}\n")
+
+
+class AgentTransportTests(SynchronousTestCase):
+    """``agent_transport``: per group, inherited from the top level."""
+
+    def test_default_inherited_and_given(self) -> None:
+        """``auto`` by default; a group without one takes the top level's; a group's own wins."""
+        self.assertEqual(parse_text("config: {host_groups: [{name: a}]}\n").host_groups[0].agent_transport, "auto")
+        config = parse_text("config: {agent_transport: virtio-serial, host_groups: "
+                            "[{name: a}, {name: b, agent_transport: vsock}, {name: c, agent_transport: auto}]}\n")
+        self.assertEqual(config.agent_transport, "virtio-serial")
+        self.assertEqual([group.agent_transport for group in config.host_groups], ["virtio-serial", "vsock", "auto"])
+
+    def test_bad(self) -> None:
+        """Another word, at either level, is a config error naming the key's place."""
+        with self.assertRaisesRegex(ConfigError, r"config\.host_groups\[0\]\.agent_transport"):
+            parse_text("config: {host_groups: [{name: a, agent_transport: serial}]}\n")
+        with self.assertRaisesRegex(ConfigError, r"config\.agent_transport"):
+            parse_text("config: {agent_transport: hvsock, host_groups: [{name: a}]}\n")

@@ -104,6 +104,8 @@ class Daemon:
         self.log_path = os.path.join(self.root, "twistd.log")
         self.process: subprocess.Popen[bytes] | None = None
         self.token: str | None = None
+        #: Variables the daemon's environment has besides this process's (e.g. ``PATH``).
+        self.environment: dict[str, str] = {}
 
     def write_config(self) -> None:
         with open(self.config_path, "w") as f:
@@ -116,7 +118,8 @@ class Daemon:
     def start(self, timeout: float = 60.0) -> None:
         """Start the daemon and wait until ``/healthz`` answers."""
         self.write_config()
-        self.process = subprocess.Popen(self.command(), cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(self.command(), cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        env={**os.environ, **self.environment})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

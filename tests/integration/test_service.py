@@ -1,8 +1,8 @@
 # -*- test-case-name: tests.integration.test_service -*-
 """
 Tests for :mod:`vmservice.service` with a real daemon: the KVM probe's QEMU
-(``accel: auto``; on a machine whose KVM cannot boot a guest the probe runs
-until its timeout, 15 s) never outlives the daemon, whether it is stopped
+(``accel: auto``; in these tests it runs paused under TCG until its timeout,
+15 s, whatever the host's KVM does) never outlives the daemon, whether it is stopped
 with SIGTERM or killed with SIGKILL during the probe, and a probe QEMU left
 by an earlier run is swept at the next start on the same state directory.
 A restarted daemon's nodes answer while it probes, and the probe's outcome
@@ -15,8 +15,10 @@ command line names it) and only those are killed, by pid.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
+import sys
 import time
 from typing import Callable
 
@@ -24,6 +26,7 @@ from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from tests.integration.daemon import IMAGE_DIR, Daemon, ensure_image, processes_under
 from vmservice.hypervisors.qemu import kvm_usable, probe_command
+from vmservice.hypervisors.qemu.vsock_probe import open_check
 from vmservice.images.store import resolve_image
 
 
@@ -42,6 +45,35 @@ def _parent(pid: int) -> int | None:
             return int(f.read().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return None
+
+
+#: The QEMU a probe runs in these tests (see :func:`_lasting_probes`): Python, given its path to the real one.
+_PROBE_QEMU = """\
+import os, sys
+real, args = sys.argv[1], sys.argv[2:]
+if any("vmservice.probe=1" in arg for arg in args):
+    pairs = {("-accel", "kvm"): "tcg", ("-cpu", "host"): "max"}
+    args = [pairs.get((args[i - 1], arg), arg) if i else arg for i, arg in enumerate(args)] + ["-S"]
+os.execv(real, [real, *args])
+"""
+
+
+def _lasting_probes(directory: str) -> str:
+    """
+    A directory, in ``directory``, holding a ``qemu-system-x86_64`` under which the daemon's KVM probe runs
+    until it is stopped, whatever this host's KVM does: under TCG, paused (``-S``); every other QEMU runs as
+    asked.  A nested KVM may end the probe's QEMU at once (on some hosts it cannot set an MSR), before a
+    test has seen it; these tests are about the daemon stopping or dying while its probe runs.
+    """
+    real = subprocess.run(["sh", "-c", "command -v qemu-system-x86_64"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    path = os.path.join(directory, "bin")
+    os.mkdir(path, 0o700)
+    wrapper = os.path.join(path, "qemu-system-x86_64")
+    with open(wrapper, "w") as f:
+        f.write(f"#!/bin/sh\nexec {sys.executable} -I -c {shlex.quote(_PROBE_QEMU)} {shlex.quote(real)} \"$@\"\n")
+    os.chmod(wrapper, 0o700)
+    return path
 
 
 def _kill_probe(pid: int) -> None:
@@ -64,9 +96,13 @@ class ProbeTests(SynchronousTestCase):
         ensure_image()
 
     def daemon(self, **extra: object) -> Daemon:
-        """A daemon of the test's own (``accel: auto`` unless told), stopped and removed when the test ends."""
+        """
+        A daemon of the test's own (``accel: auto`` unless told), stopped and removed when the test ends,
+        whose KVM probe runs until it is stopped (:func:`_lasting_probes`).
+        """
         daemon = Daemon(**{"accel": "auto", **extra})
         self.addCleanup(daemon.cleanup)
+        daemon.environment["PATH"] = f"{_lasting_probes(daemon.root)}:{os.environ.get('PATH', '/usr/bin:/bin')}"
         return daemon
 
     def probes(self, daemon: Daemon) -> list[int]:
@@ -117,7 +153,8 @@ class ProbeTests(SynchronousTestCase):
     def test_sigkill_during_the_probe(self) -> None:
         """
         A daemon killed with SIGKILL while its probe runs takes the probe QEMU with it (its parent-death
-        signal), and the next daemon on the same state directory starts and decides as usual.
+        signal), and the next daemon on the same state directory starts and decides as usual (the accelerator
+        and the agent transport, each logged).
         """
         daemon = self.daemon()
         pid = self.probing(daemon)
@@ -129,6 +166,10 @@ class ProbeTests(SynchronousTestCase):
         daemon.config["config"]["accel"] = "tcg"
         daemon.start()
         self.wait_until("the accelerator's choice", lambda: "accelerator: tcg" in daemon.log(), 30)
+        # The vsock decision is logged beside it (docs/vsock.md), as this host allows.
+        expected = ("agent transport: vsock usable" if open_check() is None
+                    else "agent transport: virtio-serial: no vsock: cannot open /dev/vhost-vsock")
+        self.wait_until("the agent transport's decision", lambda: expected in daemon.log(), 30)
 
     def test_next_start_sweeps_a_left_probe(self) -> None:
         """

@@ -108,7 +108,7 @@ class AgentClient(AgentGuest):
     :param reactor: an ``IReactorUNIX`` and ``IReactorTime`` provider.
     :param socket_path: QEMU's server socket for the agent's virtio-serial port.
     :param log: where to log; a new ``Logger`` by default.
-    :param endpoint: connect here instead of ``socket_path`` (e.g. AF_VSOCK later).
+    :param endpoint: connect here instead of ``socket_path`` (AF_VSOCK: :mod:`.vsock`, :mod:`.transport_choice`).
     :param retry_policy: delay before each reconnection attempt (after a fault of
         the guest's, at least the penalty of :class:`~.guard.ReconnectPenalty`).
     :param hello_timeout: seconds a connection may wait for the agent's HELLO before
@@ -116,6 +116,7 @@ class AgentClient(AgentGuest):
     :param budget: what one-shot replies whose cap is larger than
         :data:`~vmservice.buffer_budget.FREE_REPLY` hold while they are
         collected; ``None``: no bound.
+    :param on_stop: called when the client stops (the endpoint's own timers end).
     """
 
     def __init__(
@@ -128,8 +129,10 @@ class AgentClient(AgentGuest):
         retry_policy: Optional[Callable[[int], float]] = None,
         hello_timeout: float = 10.0,
         budget: Optional[BufferBudget] = None,
+        on_stop: Optional[Callable[[], None]] = None,
     ) -> None:
         self._reactor = reactor
+        self._on_stop = on_stop or (lambda: None)
         self._budget = budget
         self.socket_path = socket_path
         # QEMU serves the bulk port beside the agent's (vmservice/nodes/paths.py, template_build.py).
@@ -291,6 +294,7 @@ class AgentClient(AgentGuest):
         """
         stopped, self._ready = self._ready, OneShotObserver()
         stopped.error(AgentUnavailable("agent client stopped"))
+        self._on_stop()
         if not self._service.running:
             return succeed(None)
         return self._service.stopService()

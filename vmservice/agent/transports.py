@@ -9,8 +9,9 @@ reconnects, so the channel is a :class:`~twisted.application.internet.ClientServ
 that retries with a short exponential backoff on an injected clock.  The socket may
 also be renamed while the channel is connected (a spare VM's sockets move into the
 directory of the node it becomes): :class:`MovableSocketEndpoint` connects to where
-it is now.  AF_VSOCK and hybrid-vsock endpoints will sit beside
-:func:`virtio_serial_endpoint`; everything above takes any ``IStreamClientEndpoint``.
+it is now.  The AF_VSOCK endpoint sits beside :func:`virtio_serial_endpoint`
+(:mod:`.vsock`, and the choice between them: :mod:`.transport_choice`); everything
+above takes any ``IStreamClientEndpoint``.
 """
 
 from __future__ import annotations

@@ -84,3 +84,5 @@ STORAGE_KINDS = ("image",)
 NETWORK_MODES = ("isolated", "bridge")
 #: How a fork gets a node's memory (``host_groups[].fork_memory``).
 FORK_MEMORY_KINDS = ("copy", "file")
+#: How the daemon may reach a group's agents (``agent_transport``, see docs/vsock.md).
+AGENT_TRANSPORTS = ("auto", "vsock", "virtio-serial")

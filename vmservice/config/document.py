@@ -45,9 +45,11 @@ class GroupDocument(GroupKeys):
     hypervisor: str | None = None
     graceful_shutdown: bool | None = None
     idle_suspend: str | None = None
+    agent_transport: str | None = None
 
     def record(
-        self, *, ram_bytes: int, image: str, hypervisor: str, graceful_shutdown: bool, idle_suspend: float | None
+        self, *, ram_bytes: int, image: str, hypervisor: str, graceful_shutdown: bool, idle_suspend: float | None,
+        agent_transport: str,
     ) -> HostGroupConfig:
         """The group's record: its shared keys as they are, the others as resolved."""
         return HostGroupConfig(
@@ -57,6 +59,7 @@ class GroupDocument(GroupKeys):
             hypervisor=hypervisor,
             graceful_shutdown=graceful_shutdown,
             idle_suspend=idle_suspend,
+            agent_transport=agent_transport,
         )
 
 

@@ -216,8 +216,8 @@ class HostGroupConfig(GroupKeys):
     One entry of ``config.host_groups``: the template of a group's nodes
     (its keys as the file writes them: :class:`GroupKeys`).
 
-    All inheritance is resolved: ``image``, ``hypervisor`` and
-    ``graceful_shutdown`` hold the group's own value or the top-level one.
+    All inheritance is resolved: ``image``, ``hypervisor``,
+    ``graceful_shutdown`` and ``agent_transport`` hold the group's own value or the top-level one.
 
     :ivar ram_bytes: Guest memory in bytes, a whole number of MiB.
     :ivar image: The guest image name.
@@ -227,6 +227,9 @@ class HostGroupConfig(GroupKeys):
     :ivar idle_suspend: Seconds a node may go without API activity before it
         is suspended to disk automatically (and woken by the next request
         that needs its guest); ``None``: never (see ``docs/lifecycle.md``).
+    :ivar agent_transport: How the daemon reaches the group's agents:
+        ``auto`` (AF_VSOCK where the host can, else virtio-serial), ``vsock`` or
+        ``virtio-serial`` (see ``docs/vsock.md``).
     """
 
     ram_bytes: int = DEFAULT_RAM_BYTES
@@ -234,6 +237,7 @@ class HostGroupConfig(GroupKeys):
     hypervisor: str = "qemu"
     graceful_shutdown: bool = True
     idle_suspend: float | None = None
+    agent_transport: str = "auto"
 
     @property
     def arch(self) -> str:
@@ -315,6 +319,7 @@ class RootKeys:
     :ivar state_dir: Where node records and runtime files are kept.
     :ivar image: The default image name of groups.
     :ivar hypervisor: The default hypervisor of groups.
+    :ivar agent_transport: The default ``agent_transport`` of groups.
     :ivar graceful_shutdown: The default of groups' ``graceful_shutdown``.
     :ivar accel: ``auto`` (probe KVM, fall back to TCG), ``kvm`` or ``tcg``.
     :ivar codehost_url: The code-hosting site ``codehost_user`` fetches SSH
@@ -341,6 +346,7 @@ class RootKeys:
     state_dir: str = DEFAULT_STATE_DIR
     image: str = "default"
     hypervisor: str = "qemu"
+    agent_transport: str = "auto"
     graceful_shutdown: bool = True
     accel: str = "auto"
     codehost_url: str | None = DEFAULT_CODEHOST_URL

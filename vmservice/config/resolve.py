@@ -18,6 +18,7 @@ import attrs
 from ..structuring import Path, format_path
 from .defaults import (
     ACCELERATORS,
+    AGENT_TRANSPORTS,
     DEFAULT_CODEHOST_URL,
     DEFAULT_IMAGE_DIR,
     HYPERVISORS,
@@ -70,6 +71,8 @@ class Resolver(GroupChecks, KubernetesChecks, E2bChecks):
         image = self.nonempty(document.image, (*base, "image"))
         hypervisor = self.one_of(document.hypervisor, HYPERVISORS, "hypervisor", (*base, "hypervisor"))
         accel = self.one_of(document.accel, ACCELERATORS, "accel", (*base, "accel"))
+        transport = self.one_of(document.agent_transport, AGENT_TRANSPORTS, "agent_transport", (*base, "agent_transport"))
+        document = attrs.evolve(document, agent_transport=transport)
         groups: list[HostGroupConfig] = []
         names: dict[str, int] = {}
         for index, group_document in enumerate(document.host_groups):

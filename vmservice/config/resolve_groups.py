@@ -18,6 +18,7 @@ from ..structuring import Path, format_path
 from .checks import Checks
 from .defaults import (
     DEFAULT_RAM_BYTES,
+    AGENT_TRANSPORTS,
     FORK_MEMORY_KINDS,
     HYPERVISORS,
     ISOLATED_SLOT_PREFIX,
@@ -67,6 +68,11 @@ class GroupChecks(Checks):
         else:
             hypervisor = self.one_of(document.hypervisor, HYPERVISORS, "hypervisor", (*parts, "hypervisor"))
         graceful = top.graceful_shutdown if document.graceful_shutdown is None else document.graceful_shutdown
+        if document.agent_transport is None:
+            transport = top.agent_transport
+        else:
+            transport = self.one_of(document.agent_transport, AGENT_TRANSPORTS, "agent_transport",
+                                    (*parts, "agent_transport"))
         if document.max_nodes is not None and document.max_nodes < max(1, document.count):
             raise self.error((*parts, "max_nodes"), f"max_nodes {document.max_nodes} must be at least 1 and at least "
                                                     f"count ({document.count})")
@@ -92,7 +98,8 @@ class GroupChecks(Checks):
             fork_memory=self.fork_memory(document, (*parts, "fork_memory")),
         )
         return checked.record(
-            ram_bytes=ram_bytes, image=image, hypervisor=hypervisor, graceful_shutdown=graceful, idle_suspend=idle_suspend
+            ram_bytes=ram_bytes, image=image, hypervisor=hypervisor, graceful_shutdown=graceful, idle_suspend=idle_suspend,
+            agent_transport=transport,
         )
 
     def fork_memory(self, document: GroupDocument, parts: Path) -> str:

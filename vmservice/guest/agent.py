@@ -19,6 +19,14 @@ nonce of its HELLO (see :mod:`vmservice.wire.connection`).
 ``--listen-unix PATH`` serves a UNIX socket instead, one connection at a time, the
 same way: it emulates QEMU's server socket for tests on the host.
 
+The agent also listens on AF_VSOCK port :data:`~vmservice.guest.listeners.VSOCK_PORT`
+(any CID) when the kernel command line says ``vmservice.vsock=1`` (the host gave
+the machine a vhost-vsock device, and the initramfs loaded the vsock modules) or
+when started with ``--listen-vsock [PORT]``.  The port and the vsock listener share
+one session slot (:mod:`vmservice.guest.session_slot`): one host session at a time,
+on whichever link the host came.  No vsock in the guest is logged, not fatal: the
+serial port is still served.
+
 Operations are a table, :data:`vmservice.guest.operations.HANDLERS`: the ``op`` of a
 stream's OPEN header names a :class:`~vmservice.guest.streams.StreamHandler` subclass,
 instantiated once per stream.  Later operations (exec, file copy, shell, TCP
@@ -62,7 +70,9 @@ if __name__ == "__main__" and not __package__:
 from vmservice.guest import agentlog, deferred
 from vmservice.guest.context import AgentContext
 from vmservice.guest.loop import Loop
-from vmservice.guest.servers import Server, UnixListenServer, VirtioPortServer, wait_for_port
+from vmservice.guest.listeners import VSOCK_PORT, vsock_listener
+from vmservice.guest.servers import Server, UnixListenServer, VirtioPortServer, VsockListenServer, wait_for_port
+from vmservice.guest.session_slot import SessionSlot
 
 if TYPE_CHECKING:
     import argparse
@@ -70,6 +80,8 @@ if TYPE_CHECKING:
 
 #: Name of the virtio-serial port the host attaches the agent channel to.
 PORT_NAME = "agent"
+#: The kernel command line's word for a machine with a vhost-vsock device.
+VSOCK_WORD = "vmservice.vsock=1"
 
 
 class _Arguments:
@@ -79,6 +91,7 @@ class _Arguments:
     listen_unix: Optional[str] = None
     port_name = PORT_NAME
     device: Optional[str] = None
+    listen_vsock: Optional[int] = None
 
 
 def _parse_arguments(arguments: list[str], context: "AgentContext") -> argparse.Namespace:
@@ -89,7 +102,30 @@ def _parse_arguments(arguments: list[str], context: "AgentContext") -> argparse.
     parser.add_argument("--listen-unix", metavar="PATH", help="serve a UNIX socket instead")
     parser.add_argument("--port-name", default=PORT_NAME, help="virtio-serial port name")
     parser.add_argument("--device", help="serve this character device as the port")
+    parser.add_argument("--listen-vsock", metavar="PORT", type=int, nargs="?", const=VSOCK_PORT,
+                        help=f"also listen on this AF_VSOCK port (default {VSOCK_PORT}), any CID")
     return parser.parse_args(arguments)
+
+
+def vsock_wanted(cmdline_path: str = "/proc/cmdline") -> bool:
+    """
+    Whether the kernel command line says the machine has a vhost-vsock device (:data:`VSOCK_WORD`).
+    """
+    try:
+        with open(cmdline_path) as f:
+            return VSOCK_WORD in f.read().split()
+    except OSError:
+        return False
+
+
+def _vsock_server(loop: Loop, context: AgentContext, port: int, slot: SessionSlot) -> Optional[VsockListenServer]:
+    """The vsock listener on ``port``, or ``None`` (logged) when the guest has no vsock."""
+    try:
+        listener = vsock_listener(port)
+    except OSError as error:
+        agentlog.log(f"no vsock listener on port {port}: {error}")
+        return None
+    return VsockListenServer(loop, context, listener, slot)
 
 
 def _mark_ready() -> None:
@@ -143,14 +179,17 @@ def main(argv: Optional[list[str]] = None) -> None:
         args = _Arguments()
 
     loop = Loop()
+    slot = SessionSlot()
     server: Server
     if args.listen_unix:
-        server = unix = UnixListenServer(loop, context, args.listen_unix)
+        server = unix = UnixListenServer(loop, context, args.listen_unix, slot)
         where = args.listen_unix
     else:
         where = args.device or wait_for_port(loop, args.port_name)
-        server = VirtioPortServer(loop, context, where)
+        server = VirtioPortServer(loop, context, where, slot)
         unix = None
+    vsock_port = args.listen_vsock if arguments else (VSOCK_PORT if vsock_wanted() else None)
+    vsock = _vsock_server(loop, context, vsock_port, slot) if vsock_port is not None else None
 
     def terminate(signum: int, frame: object) -> None:
         raise SystemExit(0)
@@ -158,6 +197,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     _signal.signal(_signal.SIGTERM, terminate)
     _signal.signal(_signal.SIGINT, terminate)
     server.start()
+    if vsock is not None:
+        vsock.start()
+        where += f" and vsock port {vsock_port}"
     print(f"vmservice-agent: ready on {where}", flush=True)
     _mark_ready()
     if not arguments:

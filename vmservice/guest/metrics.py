@@ -244,15 +244,9 @@ def serve_port(device: str, ready: "Callable[[], None]" = lambda: None) -> None:
 
 def serve_unix(path: str) -> None:
     """Serve a UNIX socket, one connection at a time, as QEMU's server socket does (tests on the host)."""
-    import socket
+    from vmservice.guest.listeners import unix_listener
 
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(8)
+    listener = unix_listener(path)
     print(f"vmservice-metrics: ready on {path}", flush=True)
     while True:
         conn, _ = listener.accept()

@@ -1,9 +1,12 @@
 # -*- test-case-name: tests.guest.test_agent,tests.integration.guest.test_agent -*-
 """
 Where sessions come from: the virtio-serial port, served again each time the
-host comes back (:class:`VirtioPortServer`), or a UNIX socket that stands in for
-QEMU's on the host (:class:`UnixListenServer`), one :class:`Session` per
-connection over a :class:`Pipe`.
+host comes back (:class:`VirtioPortServer`), an AF_VSOCK listener
+(:class:`VsockListenServer`), or a UNIX socket that stands in for QEMU's on the
+host (:class:`UnixListenServer`), one :class:`Session` per connection over a
+:class:`Pipe`.  The port and the vsock listener share one
+:class:`~vmservice.guest.session_slot.SessionSlot`: one host session at a time,
+on whichever link it came.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ TYPE_CHECKING = False
 
 from vmservice.guest import agentlog
 from vmservice.guest.context import AgentContext
+from vmservice.guest.listeners import unix_listener
 from vmservice.guest.loop import Loop
 from vmservice.guest.pipe import Pipe
 from vmservice.guest.ports import find_port
 from vmservice.guest.session import Session
+from vmservice.guest.session_slot import SERIAL_LINK, VSOCK_LINK, SessionSlot
 
 if TYPE_CHECKING:
     from typing import Optional
@@ -34,11 +39,18 @@ _PORT_FLAGS = os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 class Server:
     """
     Runs one :class:`Session` per host connection over a :class:`Pipe`.
+
+    :param slot: the session slot this link shares with the agent's others
+        (its own when ``None``).
     """
 
-    def __init__(self, loop: Loop, context: AgentContext) -> None:
+    #: The link this server is, to its :class:`SessionSlot`.
+    link = SERIAL_LINK
+
+    def __init__(self, loop: Loop, context: AgentContext, slot: Optional[SessionSlot] = None) -> None:
         self.loop = loop
         self.context = context
+        self.slot = slot if slot is not None else SessionSlot()
         self.session: Optional[Session] = None
         self._pipe: Optional[Pipe] = None
 
@@ -59,6 +71,7 @@ class Server:
         session, self.session, self._pipe = self.session, None, None
         if session is not None:
             session.connection_lost()
+        self.slot.release()
         self._disconnected()
 
     def start(self) -> None:
@@ -76,8 +89,8 @@ class VirtioPortServer(Server):
     Serves the virtio-serial port at ``device``; sessions come and go with the host.
     """
 
-    def __init__(self, loop: Loop, context: AgentContext, device: str) -> None:
-        super().__init__(loop, context)
+    def __init__(self, loop: Loop, context: AgentContext, device: str, slot: Optional[SessionSlot] = None) -> None:
+        super().__init__(loop, context, slot)
         self.device = device
         self._fd = -1
 
@@ -98,6 +111,9 @@ class VirtioPortServer(Server):
             agentlog.log(f"{self.device} went away; opening it again")
             self.loop.call_later(DISCONNECTED_POLL_INTERVAL, self._reopen)
         elif revents & (select.POLLHUP | select.POLLERR) and not revents & select.POLLIN:
+            self.loop.call_later(DISCONNECTED_POLL_INTERVAL, self._probe)
+        elif not self.slot.take(self.link):
+            # A host session on vsock holds the slot: this host waits its turn.
             self.loop.call_later(DISCONNECTED_POLL_INTERVAL, self._probe)
         else:
             agentlog.log(f"host connected on {self.device}")
@@ -120,63 +136,95 @@ class VirtioPortServer(Server):
         self.loop.call_later(DISCONNECTED_POLL_INTERVAL, self._probe)
 
 
-class UnixListenServer(Server):
+class ListenServer(Server):
     """
-    Listens on a UNIX socket and serves one connection at a time, as QEMU's
-    ``-chardev socket,server=on`` does for the host: for tests without a VM.
+    Serves one accepted connection at a time from a listening socket; while the
+    slot is taken (by this listener's session or another link's) the listener
+    is not read, so new connections wait in its backlog.
+
+    :param listener: a bound, listening stream socket.
+    :param link: what this link is to the slot (``serial`` for a stand-in of QEMU's socket).
     """
 
-    def __init__(self, loop: Loop, context: AgentContext, path: str) -> None:
-        super().__init__(loop, context)
-        self.path = path
-        self._listener: Optional[socket.socket] = None
+    def __init__(
+        self, loop: Loop, context: AgentContext, listener: "socket.socket", link: str,
+        slot: Optional[SessionSlot] = None,
+    ) -> None:
+        super().__init__(loop, context, slot)
+        self.link = link
+        self._listener = listener
         self._conn: Optional[socket.socket] = None
 
     def start(self) -> None:
         """
-        Bind, listen and wait for the first connection.
+        Wait for the first connection.
         """
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-        import socket  # only here: its import costs under TCG, and the guest never listens
+        self._listener.setblocking(False)
+        self._watch()
 
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(self.path)
-        listener.listen(8)
-        listener.setblocking(False)
-        self._listener = listener
-        self._disconnected()
+    def _watch(self) -> None:
+        self.loop.watch(self._listener.fileno(), self._accept)
 
     def _accept(self) -> None:
-        assert self._listener is not None
+        if not self.slot.take(self.link):
+            # Another link's session holds the slot: leave the connection in the backlog.
+            self.loop.watch(self._listener.fileno())
+            self.slot.when_free(self._watch)
+            return
         try:
             conn, _ = self._listener.accept()
         except (BlockingIOError, InterruptedError):
+            self.slot.release()
             return
         conn.setblocking(False)
         self._conn = conn
         self.loop.watch(self._listener.fileno())
+        agentlog.log(f"host connected on {self.link}")
         self._serve(conn.fileno())
 
     def _disconnected(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-        assert self._listener is not None
-        self.loop.watch(self._listener.fileno(), self._accept)
+        self._watch()
+
+    def close(self) -> None:
+        """
+        Stop listening.
+        """
+        self._listener.close()
+
+
+class UnixListenServer(ListenServer):
+    """
+    Listens on a UNIX socket and serves one connection at a time, as QEMU's
+    ``-chardev socket,server=on`` does for the host: for tests without a VM.
+    """
+
+    def __init__(self, loop: Loop, context: AgentContext, path: str, slot: Optional[SessionSlot] = None) -> None:
+        super().__init__(loop, context, unix_listener(path), SERIAL_LINK, slot)
+        self.path = path
 
     def close(self) -> None:
         """
         Stop listening and remove the socket file.
         """
-        if self._listener is not None:
-            self._listener.close()
+        super().close()
         try:
             os.unlink(self.path)
         except OSError:
             pass
+
+
+class VsockListenServer(ListenServer):
+    """
+    The agent's AF_VSOCK listener: one host connection at a time, sharing the
+    slot with the serial port (:class:`VirtioPortServer`).
+    """
+
+    def __init__(self, loop: Loop, context: AgentContext, listener: "socket.socket",
+                 slot: Optional[SessionSlot] = None) -> None:
+        super().__init__(loop, context, listener, VSOCK_LINK, slot)
 
 
 def wait_for_port(loop: Loop, name: str) -> str:
@@ -194,4 +242,7 @@ def wait_for_port(loop: Loop, name: str) -> str:
         time.sleep(DISCONNECTED_POLL_INTERVAL)
 
 
-__all__ = ["DISCONNECTED_POLL_INTERVAL", "Server", "UnixListenServer", "VirtioPortServer", "wait_for_port"]
+__all__ = [
+    "DISCONNECTED_POLL_INTERVAL", "ListenServer", "Server", "UnixListenServer", "VirtioPortServer",
+    "VsockListenServer", "wait_for_port",
+]

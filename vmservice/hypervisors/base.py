@@ -89,6 +89,9 @@ class MachineSpec:
     :ivar aslr: whether the guest kernel randomizes the address space of its
         processes (off: ``norandmaps`` on its command line; see the host
         group's ``guest_aslr``).
+    :ivar vsock: the machine has a vhost-vsock device (its CID drawn at each
+        start of its QEMU) and its guest loads the vsock modules; the agent
+        listens on vsock beside its serial port (see ``docs/vsock.md``).
     """
 
     name: str
@@ -109,6 +112,7 @@ class MachineSpec:
     defer_incoming: bool = False
     loose_nic: str | None = None
     aslr: bool = True
+    vsock: bool = False
 
 
 @frozen
@@ -256,6 +260,10 @@ class IHypervisor(Interface):
     description = Attribute("A short text saying how VMs run, e.g. 'qemu, tcg'.")
     version = Attribute(
         "What identifies the VMM's build (a saved state loads only into the same one), e.g. its version line."
+    )
+    vsock_unusable = Attribute(
+        "None when VMs can have a vhost-vsock device on this host, else a short text saying why not "
+        "(see docs/vsock.md)."
     )
 
     def start(spec: MachineSpec, log_path: str | None) -> Deferred[IMachine]:

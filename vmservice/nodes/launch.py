@@ -38,6 +38,10 @@ class ClonedFrom(Protocol):
     def ram_file(self) -> str:
         """Its RAM file, which the clone maps privately."""
 
+    @property
+    def vsock(self) -> bool:
+        """Whether its VM has a vhost-vsock device, which the clone then has too."""
+
 
 @frozen
 class Cold:

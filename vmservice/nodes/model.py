@@ -89,6 +89,8 @@ class NodeRecord:
         channel (a restore must give it the same devices as the saved state).
     :ivar bulk_channel: whether its VM was started with the bulk port
         (copies' bytes; likewise for a restore).
+    :ivar vsock_channel: whether its VM was started with a vhost-vsock
+        device (likewise for a restore; ``docs/vsock.md``).
     :ivar frozen_disk: the frozen disk of the template it was cloned from,
         which its own disk is an overlay over (kept while a record names it);
         empty for a node whose disk lies over its image's root file system.
@@ -142,6 +144,7 @@ class NodeRecord:
     pci_devices: tuple[str, ...] = ()
     metrics_channel: bool = False
     bulk_channel: bool = False
+    vsock_channel: bool = False
     frozen_disk: str = ""
     clone_memory: bool = False
     forked_disks: tuple[str, ...] = ()

@@ -22,10 +22,11 @@ from twisted.python.failure import Failure
 
 from ..errors import BadRequest, Conflict, Internal
 from ..guestport.guest import IGuestConnection, UserdataOutcome
-from ..hypervisors.base import HypervisorError, IMachine, MachineExit, NetSpec, describe_exit
+from ..hypervisors.base import HypervisorError, IHypervisor, IMachine, MachineExit, NetSpec, describe_exit
 from ..observer import OneShotObserver
 from .events import DELETED, EventType, status_event
-from .launch import Launch, incoming, shaped, timed
+from .agent_transport import group_transport, machine_vsock
+from .launch import Clone, ForkChild, Launch, incoming, shaped, timed
 from .model import ASLEEP_STATUSES, NodeRecord, Status
 from .paths import NodePaths
 from .phase import NodePhase, node_phase
@@ -178,7 +179,7 @@ class NodeRuntime:
         kernel, initrd = launch.kernel, launch.initrd
         spec = self.paths.spec(self.record, kernel, initrd, incoming(launch), net)
         group = self._parts.config.group(self.record.hostgroup)
-        spec = shaped(launch, evolve(spec, aslr=group is None or group.guest_aslr))
+        spec = shaped(launch, evolve(spec, aslr=group is None or group.guest_aslr, vsock=self._vsock(launch, driver)))
         self._files.before_start(self.record)
         self._boot_started = self._parts.clock.seconds() if timed(launch) else None
         try:
@@ -191,9 +192,21 @@ class NodeRuntime:
         self.record = evolve(
             self.record, pid=machine.pid, kernel=kernel, initrd=initrd, hypervisor=driver.description,
             metrics_channel=spec.metrics_socket is not None, bulk_channel=spec.bulk_socket is not None,
+            vsock_channel=spec.vsock,
             started_qmp="",
         )
         return machine
+
+    def _vsock(self, launch: Launch, driver: IHypervisor) -> bool:
+        """
+        Whether the VM ``launch`` starts has a vsock device: as the saved state it loads had (a restore,
+        a fork's child), as its template's (a clone), else as its group and the host say.
+        """
+        if incoming(launch) is not None or isinstance(launch, ForkChild):
+            return self.record.vsock_channel
+        if isinstance(launch, Clone):
+            return launch.template.vsock
+        return machine_vsock(group_transport(self._parts.config.group(self.record.hostgroup)), driver)
 
     def own(self, machine: IMachine) -> None:
         """
@@ -213,7 +226,8 @@ class NodeRuntime:
             identity: its guest is provisioned and its agent's news told only
             once :meth:`adopted` says it did.
         """
-        agent = self._parts.agents(self.paths.agent)
+        transport = group_transport(self._parts.config.group(self.record.hostgroup))
+        agent = self._parts.agents(self.paths.agent, transport)
         self.agent = agent
         agent.start()
         if not adopting:

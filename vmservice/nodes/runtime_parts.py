@@ -58,7 +58,8 @@ class RuntimeParts:
     :ivar config: the loaded configuration (a node's group).
     :ivar store: where node records live.
     :ivar driver: the hypervisor driver, once decided.
-    :ivar agents: makes the agent connection of a node from its socket path.
+    :ivar agents: makes the agent connection of a node from its socket path and
+        its group's ``agent_transport``.
     :ivar addressing: addresses and the host side of VM networks.
     :ivar disks: creates and removes node disks.
     :ivar events: where the nodes' lifecycle events are published.
@@ -73,7 +74,7 @@ class RuntimeParts:
     config: Config
     store: NodeStore
     driver: DriverChoice
-    agents: Callable[[str], IGuestConnection]
+    agents: Callable[[str, str], IGuestConnection]
     addressing: Addressing
     disks: IDisks
     events: EventHub

@@ -26,7 +26,7 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.web.client import Agent
 
-from ..agent.client import AgentClient
+from .agents import agent_client
 from ..agent.metrics import MetricsClient
 from ..api.app import Api
 from ..api.connection_limits import ConnectionLimits
@@ -129,7 +129,7 @@ def _node_parts(
         config=config,
         store=store,
         driver=DriverChoice(lambda: Deferred.fromCoroutine(decide_driver(reactor, config, images(config.image)))),
-        agents=lambda path: AgentClient(reactor, path, budget=budget),
+        agents=lambda path, transport: agent_client(reactor, path, transport, budget),
         addressing=Addressing(config, HostNetwork(config, command_runner(reactor))),
         disks=OverlayDisks(reactor),
         events=EventHub(lambda: reactor.seconds()),

@@ -2,7 +2,8 @@
 """
 The KVM/TCG decision: the hypervisor driver the fleet starts new VMs with,
 decided in the background once the fleet starts (see docs/architecture.md,
-"Starting again").
+"Starting again"), and whether VMs can have a vhost-vsock device here
+(``docs/vsock.md``), logged beside it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from ..config import Config
 from ..hypervisors.base import IHypervisor
 from ..hypervisors.probe_memory import ProbeMemory, probe_key
 from ..hypervisors.qemu import QemuDriver, QemuSettings, host_tsc_khz, probe_accel, sweep_probes
+from ..hypervisors.qemu.process import child_env
+from ..hypervisors.qemu.vsock_probe import probe_vsock
 from ..images.store import Image
 from .reactor import IDaemonReactor
 
@@ -59,5 +62,19 @@ async def decide_driver(reactor: IDaemonReactor, config: Config, image: Image) -
             except OSError as error:
                 log.warn("could not remember the KVM probe's outcome: {error}", error=error)
     log.info("accelerator: {accel}: {reason}", accel=choice.accel, reason=choice.reason)
+    vsock_unusable = await probe_vsock(lambda: _device_help(reactor, settings.binary))
+    if vsock_unusable is None:
+        log.info("agent transport: vsock usable (/dev/vhost-vsock opens, QEMU has vhost-vsock-device); "
+                 "groups with agent_transport auto or vsock use it")
+    else:
+        log.info("agent transport: virtio-serial: no vsock: {reason}", reason=vsock_unusable)
     return QemuDriver(reactor, QemuSettings(binary=settings.binary, accel=choice.accel, tsc_khz=tsc_khz,
-                                            tb_size_mb=config.tcg_tb_size_mb))
+                                            tb_size_mb=config.tcg_tb_size_mb), vsock_unusable=vsock_unusable)
+
+
+async def _device_help(reactor: IDaemonReactor, binary: str) -> str:
+    """What ``binary -device help`` prints."""
+    from twisted.internet.utils import getProcessOutput
+
+    output: bytes = await getProcessOutput(binary, ["-device", "help"], env=child_env(), reactor=reactor, errortoo=True)
+    return output.decode("utf-8", "replace")

@@ -160,6 +160,18 @@ class CommandLineTests(SynchronousTestCase):
         self.assertIn("norandmaps", flags(qemu_command(evolve(SPEC, aslr=False), settings))["-append"][0].split())
         self.assertNotIn("norandmaps", flags(qemu_command(SPEC, settings))["-append"][0].split())
 
+    def test_vsock(self) -> None:
+        """A VM with vsock and a CID: vhost-vsock-device (virtio-mmio: microvm has no PCI) and vmservice.vsock=1."""
+        settings = QemuSettings(accel="tcg", tsc_khz=None)
+        argv = qemu_command(evolve(SPEC, vsock=True), settings, 12345)
+        self.assertIn("vhost-vsock-device,id=vsock0,guest-cid=12345", flags(argv)["-device"])
+        self.assertIn("vmservice.vsock=1", flags(argv)["-append"][0].split())
+        plain = qemu_command(SPEC, settings, 12345)
+        self.assertFalse([word for word in plain if "vsock" in word])
+        loopback_only = qemu_command(evolve(SPEC, vsock=True), settings)
+        self.assertFalse([word for word in flags(loopback_only)["-device"] if "vsock" in word])
+        self.assertIn("vmservice.vsock=1", flags(loopback_only)["-append"][0].split())
+
     def test_tsc(self) -> None:
         """The TSC frequency comes from the first 'cpu MHz' line."""
         self.assertEqual(host_tsc_khz("processor: 0\ncpu MHz\t\t: 2445.424\n"), 2445424)

@@ -60,7 +60,7 @@ def host_tsc_khz(cpuinfo: str) -> int | None:
 
 def kernel_cmdline(
     hostname: str | None, tsc_khz: int | None, *, probe: bool = False, net: NetSpec | None = None,
-    nic: bool = False, pci: bool = False, aslr: bool = True, reliable_tsc: bool = False,
+    nic: bool = False, pci: bool = False, aslr: bool = True, reliable_tsc: bool = False, vsock: bool = False,
 ) -> str:
     """
     Build the guest kernel command line.
@@ -83,6 +83,8 @@ def kernel_cmdline(
         whenever a busy host keeps the vCPU waiting (``microvm`` has no HPET
         or PM timer to check against); it then declares the TSC unstable and
         falls back to jiffies for good (4 ms steps, no high-resolution timers).
+    :param vsock: the machine has a vhost-vsock device (``vmservice.vsock=1``: the
+        initramfs loads the vsock modules and the agent listens on vsock).
     """
     words = ["console=ttyS0", "quiet", "reboot=t"]
     if tsc_khz:
@@ -97,6 +99,8 @@ def kernel_cmdline(
         words.append("vmservice.nic=1")
     if pci:
         words.append("vmservice.pci=1")
+    if vsock:
+        words.append("vmservice.vsock=1")
     if hostname:
         words.append(f"vmservice.hostname={hostname}")
     if net is not None:
@@ -135,7 +139,7 @@ def _common_args(
     ]
 
 
-def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
+def qemu_command(spec: MachineSpec, settings: QemuSettings, cid: int | None = None) -> list[str]:
     """
     Build the full argv that starts the VM described by ``spec``.
 
@@ -143,6 +147,9 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
 
     :param spec: the VM.
     :param settings: the binary, accelerator and TSC frequency of this host.
+    :param cid: the guest's vsock CID when ``spec.vsock`` (its vhost-vsock device);
+        without one the guest still loads the vsock modules (and reaches its own
+        agent over the loopback, CID 1) but the host cannot reach it.
     """
     return [
         settings.binary,
@@ -152,7 +159,8 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
         "-kernel", spec.kernel,
         "-initrd", spec.initrd,
         "-append", kernel_cmdline(spec.name, settings.tsc_khz, net=spec.net, nic=spec.net is not None or spec.loose_nic is not None,
-                                  pci=bool(spec.pci_devices), aslr=spec.aslr, reliable_tsc=settings.accel == "tcg"),
+                                  pci=bool(spec.pci_devices), aslr=spec.aslr, reliable_tsc=settings.accel == "tcg",
+                                  vsock=spec.vsock),
         # QEMU's default aio and cache modes and no I/O thread: measured against the others in
         # docs/performance.md ("The root disk: I/O thread, aio and cache modes").
         "-drive", f"id=root,file={spec.disk},format=qcow2,if=none,discard=unmap",
@@ -162,6 +170,7 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings) -> list[str]:
         "-device", "virtserialport,chardev=agent,name=agent",
         *_metrics_args(spec.metrics_socket),
         *_bulk_args(spec.bulk_socket),
+        *_vsock_args(cid if spec.vsock else None),
         # O_APPEND: the daemon bounds the file by truncating it (nodes/console_rotation.py), and
         # QEMU's next write then lands at its new end, not at its old offset past a hole.
         "-chardev", f"file,id=console,path={spec.console_log},append=on",
@@ -206,6 +215,16 @@ def _bulk_args(socket: str | None) -> list[str]:
         "-chardev", f"socket,id=bulk,path={socket},server=on,wait=off",
         "-device", "virtserialport,chardev=bulk,name=bulk",
     ]
+
+
+def _vsock_args(cid: int | None) -> list[str]:
+    """
+    The vhost-vsock device of CID ``cid``: ``vhost-vsock-device`` on virtio-mmio
+    (microvm has no PCI bus for ``vhost-vsock-pci``).
+    """
+    if cid is None:
+        return []
+    return ["-device", f"vhost-vsock-device,id=vsock0,guest-cid={cid}"]
 
 
 def _metrics_args(socket: str | None) -> list[str]:

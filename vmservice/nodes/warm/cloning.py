@@ -127,7 +127,7 @@ class Cloning:
             node.set(node.record.status, frozen_disk=template.disk, clone_memory=True,
                      started_qmp=spare.files.qmp, pid=machine.pid, kernel=template.kernel,
                      initrd=template.initrd, hypervisor=driver.description, metrics_channel=True,
-                     bulk_channel=True)
+                     bulk_channel=True, vsock_channel=template.key.vsock)
             spare.hand_over(node.paths)
             if spare.tap is not None:
                 tapped = True

@@ -62,6 +62,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from ...guestport.guest import IGuestConnection
+from ...hypervisors.cid_file import cid_path
 from ...hypervisors.base import IHypervisor, IMachine, MachineExit, MachineSpec, NetSpec, RamBacking
 from ...storage.interfaces import IDisks
 from .adoption import ICloneAdoption
@@ -143,12 +144,12 @@ class SpareWarmUp:
     """
     What a spare needs to warm its guest up before it is ready (see the module's docstring).
 
-    :ivar agents: makes an agent connection from its socket path.
+    :ivar agents: makes an agent connection from its socket path and ``agent_transport``.
     :ivar adoption: the rehearsal's adoption.
     :ivar clock: times the rehearsal out.
     """
 
-    agents: Callable[[str], IGuestConnection]
+    agents: Callable[[str, str], IGuestConnection]
     adoption: ICloneAdoption
     clock: IReactorTime
 
@@ -197,6 +198,7 @@ class Spare:
             memory=RamBacking(self.template.ram_file, shared=False),
             defer_incoming=True,
             net=NetSpec(self.tap, SPARE_MAC, "", "") if self.tap else None,
+            vsock=key.vsock,
         )
 
     async def start(self, driver: IHypervisor, disks: IDisks, warm_up: SpareWarmUp | None = None) -> bool:
@@ -230,7 +232,7 @@ class Spare:
 
     async def _rehearse(self, machine: IMachine, warm_up: SpareWarmUp) -> None:
         """Connect its agent, load the template's state and adopt a throwaway identity (see the module's docstring)."""
-        self.agent = agent = warm_up.agents(self.files.agent)
+        self.agent = agent = warm_up.agents(self.files.agent, "auto" if self.template.key.vsock else "virtio-serial")
         agent.start()
         await machine.load_device_state(self.template.device_state)
         self.loaded = True
@@ -253,10 +255,11 @@ class Spare:
                             (self.files.metrics, node.metrics), (self.files.bulk, node.bulk),
                             (self.files.console, node.console)):
             os.replace(own, theirs)
-        try:
-            os.replace(self.files.qemu_log, node.qemu_log)
-        except FileNotFoundError:
-            pass  # QEMU wrote nothing (and a driver may keep no log)
+        for own, theirs in ((self.files.qemu_log, node.qemu_log), (cid_path(self.files.agent), cid_path(node.agent))):
+            try:
+                os.replace(own, theirs)
+            except FileNotFoundError:
+                pass  # QEMU wrote nothing (and a driver may keep no log); no vsock device, no CID
         if self.agent is not None:
             self.agent.moved_to(node.agent)
 

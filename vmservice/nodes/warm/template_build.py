@@ -117,6 +117,7 @@ class TemplateBuilder:
             memory=RamBacking(template.ram_file, shared=True),
             loose_nic=TEMPLATE_MAC if key.network else None,
             aslr=key.aslr,
+            vsock=key.vsock,
         )
 
     async def __call__(self, template: Template) -> None:
@@ -125,7 +126,7 @@ class TemplateBuilder:
         await parts.disks.create(self.rootfs, template.disk, template.key.storage_size)
         driver = await parts.driver.get()
         machine = await driver.start(self.spec(template), os.path.join(template.directory, "qemu.log"))
-        agent = parts.agents(os.path.join(template.directory, "agent.sock"))
+        agent = parts.agents(os.path.join(template.directory, "agent.sock"), "auto" if template.key.vsock else "virtio-serial")
         # A template VM stopped for lack of room for its disk's writes fails the build at once.
         stalled: Deferred[None] = Deferred()
         machine.on_no_room(lambda: None if stalled.called else stalled.errback(

@@ -44,6 +44,11 @@ class Template:
     initrd: str
 
     @property
+    def vsock(self) -> bool:
+        """Whether its VM has a vhost-vsock device (its clones have one too)."""
+        return self.key.vsock
+
+    @property
     def empty_overlay(self) -> str:
         """An empty overlay over its frozen disk, which every clone's disk is a copy of (:mod:`.clone_disk`)."""
         return os.path.join(self.directory, "empty.qcow2")

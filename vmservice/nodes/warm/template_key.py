@@ -27,6 +27,9 @@ class TemplateKey:
     :ivar aslr: whether its guest randomizes address spaces (the group's
         ``guest_aslr``: a clone runs the template's kernel, booted with the
         template's command line).
+    :ivar vsock: whether its VM has a vhost-vsock device (and its guest the
+        vsock modules): a clone loads the template's devices, so it has the
+        same, with a CID of its own (see ``docs/vsock.md``).
     """
 
     image: str
@@ -37,20 +40,23 @@ class TemplateKey:
     network: bool
     storage_size: int
     aslr: bool = True
+    vsock: bool = False
 
     def digest(self) -> str:
-        """A short, stable name of the key (the same as before ``aslr`` existed while it is on)."""
+        """A short, stable name of the key (the same as before ``aslr`` and ``vsock`` existed while they are as then)."""
         fields = asdict(self)
         if self.aslr:
             del fields["aslr"]
+        if not self.vsock:
+            del fields["vsock"]
         text = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     def supersedes(self, other: "TemplateKey") -> bool:
         """Whether ``other`` is the same template of an older image build or QEMU."""
-        same = (self.image, self.ram_bytes, self.vcpus, self.network, self.storage_size, self.aslr)
+        same = (self.image, self.ram_bytes, self.vcpus, self.network, self.storage_size, self.aslr, self.vsock)
         return same == (other.image, other.ram_bytes, other.vcpus, other.network, other.storage_size,
-                        other.aslr) and self != other
+                        other.aslr, other.vsock) and self != other
 
 
 __all__ = ["TemplateKey"]

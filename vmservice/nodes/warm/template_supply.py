@@ -16,6 +16,7 @@ from ...config import HostGroupConfig
 from ...hypervisors.base import IHypervisor
 from ...images.store import Image
 from ..admission import Admission
+from ..agent_transport import machine_vsock
 from ..catalog import Catalog
 from ..runtime_parts import RuntimeParts
 from .adoption import ICloneAdoption
@@ -39,6 +40,7 @@ def template_key(group: HostGroupConfig, ram_bytes: int, vcpus: int, image: Imag
         network=group.network is not None,
         storage_size=group.storage_size,
         aslr=group.guest_aslr,
+        vsock=machine_vsock(group.agent_transport, driver),
     )
 
 
