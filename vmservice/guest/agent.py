@@ -6,7 +6,7 @@ It runs as ``from vmservice.guest.agent import main; main()`` under ``python3.11
 (respawned by init), so it uses the standard library only.  It finds the
 virtio-serial port named ``agent`` through ``/sys/class/virtio-ports/*/name``, opens
 ``/dev/<vportNpM>`` non-blocking and serves :mod:`vmservice.wire` on it with
-:mod:`selectors`.
+``epoll`` (:mod:`vmservice.guest.loop`).
 
 The host may connect late, disconnect and reconnect at any time.  While no host is
 connected the port reports POLLHUP and reads return 0; the agent then drops every

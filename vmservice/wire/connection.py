@@ -7,7 +7,7 @@ Shaped like h11's ``Connection``: :meth:`Connection.receive_data` only buffers,
 :meth:`Connection.next_event` returns one event or :data:`NEED_DATA`, and
 :meth:`Connection.send` returns the bytes for an event or raises
 :class:`LocalProtocolError` if the event is illegal now.  Nothing here does I/O or
-knows about time, so the guest agent (selectors) and the host (Twisted) share it.
+knows about time, so the guest agent (epoll) and the host (Twisted) share it.
 
 Theory of operation
 -------------------

@@ -111,7 +111,7 @@ class ImageLayoutTests(SynchronousTestCase):
 
 class PipeTests(SynchronousTestCase):
     """
-    The selectors loop and the pipe over a socket pair.
+    The epoll loop and the pipe over a socket pair.
     """
 
     def setUp(self) -> None:
