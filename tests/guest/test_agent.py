@@ -350,7 +350,7 @@ class HelpersTests(SynchronousTestCase):
 
 class LoopTests(SynchronousTestCase):
     """
-    The selectors loop's timers and soon-calls, on a fake clock.
+    The epoll loop's timers and soon-calls, on a fake clock.
     """
 
     def setUp(self) -> None:

@@ -34,7 +34,7 @@ from zope.interface import implementer
 from vmservice.agent.inbound import Inbox
 from vmservice.agent.lifecycle import StreamCore, StreamLifecycle
 from vmservice.agent.outbound import Outbound
-from vmservice.wire import ResetCode
+from vmservice.wire import ResetCode, reset_code_name
 
 
 class StreamReset(Exception):
@@ -53,11 +53,7 @@ class StreamReset(Exception):
         self.reason = reason
 
     def __str__(self) -> str:
-        try:
-            name = ResetCode(self.code).name
-        except ValueError:
-            name = str(self.code)
-        return f"stream reset ({name}): {self.reason}"
+        return f"stream reset ({reset_code_name(self.code)}): {self.reason}"
 
 
 @implementer(IAddress)

@@ -6,7 +6,7 @@ It runs as ``from vmservice.guest.agent import main; main()`` under ``python3.11
 (respawned by init), so it uses the standard library only.  It finds the
 virtio-serial port named ``agent`` through ``/sys/class/virtio-ports/*/name``, opens
 ``/dev/<vportNpM>`` non-blocking and serves :mod:`vmservice.wire` on it with
-:mod:`selectors`.
+``epoll`` (:mod:`vmservice.guest.loop`).
 
 The host may connect late, disconnect and reconnect at any time.  While no host is
 connected the port reports POLLHUP and reads return 0; the agent then drops every
@@ -48,10 +48,15 @@ connection), :mod:`~vmservice.guest.streams` (a stream and what serves it),
 from __future__ import annotations
 
 import os
-import signal
 import sys
 
 TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import signal as _signal
+else:
+    # signal's own module builds enumerations of the signals (it imports enum): the
+    # C module underneath has the same functions and numbers, for a cheaper start.
+    import _signal
 
 if __name__ == "__main__" and not __package__:
     # Run as a script (tests on the host): make the package importable without
@@ -189,8 +194,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     def terminate(signum: int, frame: object) -> None:
         raise SystemExit(0)
 
-    signal.signal(signal.SIGTERM, terminate)
-    signal.signal(signal.SIGINT, terminate)
+    _signal.signal(_signal.SIGTERM, terminate)
+    _signal.signal(_signal.SIGINT, terminate)
     server.start()
     if vsock is not None:
         vsock.start()

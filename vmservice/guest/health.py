@@ -6,13 +6,13 @@ whether the node's userdata ran.
 
 from __future__ import annotations
 
-import json
 import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+import vmservice.wire.jsontext as jsontext
 from vmservice.guest.streams import StreamHandler
 from vmservice.guest.userdata_marker import read_userdata_marker, userdata_ran
 
@@ -49,7 +49,7 @@ class HealthHandler(StreamHandler):
         exit_code = marker.get("exit_code") if marker is not None else None
         if type(exit_code) is int:
             report["userdata_exit_code"] = exit_code
-        self.stream.write(json.dumps(report, separators=(",", ":")).encode("utf-8"))
+        self.stream.write(jsontext.dumps(report).encode("utf-8"))
         self.stream.end()
 
 

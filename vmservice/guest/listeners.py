@@ -11,8 +11,7 @@ without vsock never makes one).
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
-
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import socket
 

@@ -1,15 +1,20 @@
 # -*- test-case-name: tests.guest.test_agent,tests.integration.guest.test_agent -*-
 """
-The guest agent's event loop: a small reactor over :mod:`selectors`, with
-file descriptor callbacks and timers (:class:`Loop`, :class:`Timer`).
+The guest agent's event loop: a small reactor over ``epoll``, with file
+descriptor callbacks and timers (:class:`Loop`, :class:`Timer`).
+
+``select.epoll`` and ``_heapq`` are used directly rather than through
+:mod:`selectors` and :mod:`heapq`: ``selectors`` imports ``collections`` (and
+``keyword``, ``operator``, ``reprlib``, ``math``), which a cold guest under TCG pays
+for on its way to its first answer (docs/performance.md, "The imports left").
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
-import selectors
+import select
 import time
+from _heapq import heappop, heappush
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,7 +39,7 @@ class Timer:
 
 class Loop:
     """
-    A small reactor over :mod:`selectors`: file descriptor callbacks and timers.
+    A small reactor over ``epoll``: file descriptor callbacks and timers.
 
     Handlers that need their own descriptors (a child's pipes, a TCP connection)
     register them here, so the agent stays one thread.
@@ -43,7 +48,7 @@ class Loop:
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._selector = selectors.DefaultSelector()
+        self._epoll = select.epoll()
         self._callbacks: dict[int, tuple[Optional[Callable[[], None]], Optional[Callable[[], None]]]] = {}
         self._timers: list[tuple[float, int, Timer]] = []
         self._soon: list[Callable[[], None]] = []
@@ -61,27 +66,28 @@ class Loop:
         Call ``on_readable``/``on_writable`` when ``fd`` is ready; ``None`` for both
         stops watching it.  Replaces earlier callbacks for ``fd``.
         """
-        mask = (selectors.EVENT_READ if on_readable else 0) | (
-            selectors.EVENT_WRITE if on_writable else 0
-        )
+        mask = (select.EPOLLIN if on_readable else 0) | (select.EPOLLOUT if on_writable else 0)
         known = fd in self._callbacks
         if not mask:
             if known:
                 del self._callbacks[fd]
-                self._selector.unregister(fd)
+                try:
+                    self._epoll.unregister(fd)
+                except OSError:
+                    pass  # closed before it was unwatched: the kernel dropped it already
             return
         self._callbacks[fd] = (on_readable, on_writable)
         if known:
-            self._selector.modify(fd, mask)
+            self._epoll.modify(fd, mask)
         else:
-            self._selector.register(fd, mask)
+            self._epoll.register(fd, mask)
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
         """
         Run ``callback`` after ``delay`` seconds.
         """
         timer = Timer(self._clock() + delay, callback)
-        heapq.heappush(self._timers, (timer.when, next(self._sequence), timer))
+        heappush(self._timers, (timer.when, next(self._sequence), timer))
         return timer
 
     def call_soon(self, callback: Callable[[], None]) -> None:
@@ -101,9 +107,9 @@ class Loop:
 
     def close(self) -> None:
         """
-        Release the selector.
+        Release the epoll descriptor.
         """
-        self._selector.close()
+        self._epoll.close()
 
     def run(self) -> None:
         """
@@ -123,23 +129,26 @@ class Loop:
             until_timer = max(0.0, self._timers[0][0] - self._clock())
             timeout = until_timer if timeout is None else min(timeout, until_timer)
         if self._callbacks:
-            ready = self._selector.select(timeout)
+            # epoll rounds the timeout up to whole milliseconds (no early wake-up, no spin).
+            ready = self._epoll.poll(-1 if timeout is None else timeout)
         else:
             if timeout is None:
                 raise RuntimeError("nothing to wait for")
             time.sleep(timeout)
             ready = []
-        for key, mask in ready:
-            for flag, index in ((selectors.EVENT_READ, 0), (selectors.EVENT_WRITE, 1)):
-                if mask & flag:
+        for fd, events in ready:
+            # As selectors reads epoll: an error or hang-up makes a descriptor both
+            # readable and writable, so that whichever callback it has finds out.
+            for wanted, index in ((events & ~select.EPOLLOUT, 0), (events & ~select.EPOLLIN, 1)):
+                if wanted:
                     # Look the callback up again: an earlier one may have replaced it.
-                    callbacks = self._callbacks.get(key.fd)
+                    callbacks = self._callbacks.get(fd)
                     callback = callbacks[index] if callbacks else None
                     if callback is not None:
                         callback()
         now = self._clock()
         while self._timers and self._timers[0][0] <= now:
-            _, _, timer = heapq.heappop(self._timers)
+            _, _, timer = heappop(self._timers)
             callback = timer.callback
             timer.callback = None
             if callback is not None:

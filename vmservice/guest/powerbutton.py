@@ -17,10 +17,16 @@ the type checker). Events are plain ``(type, code, value)`` tuples.
 from __future__ import annotations
 
 import os
-import signal
 import struct
 
 TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    import signal as _signal
+else:
+    # signal's own module builds enumerations of the signals (it imports enum): the
+    # C module underneath has the same functions and numbers, for a cheaper start.
+    import _signal
 
 if TYPE_CHECKING:
     from typing import Callable, Optional, Protocol
@@ -147,4 +153,4 @@ def power_off() -> None:
     try:
         os.posix_spawnp("poweroff", ["poweroff"], dict(os.environ))
     except OSError:
-        os.kill(1, signal.SIGUSR2)
+        os.kill(1, _signal.SIGUSR2)

@@ -14,7 +14,9 @@ in the listener's backlog, which is not read until the slot is free again.
 
 from __future__ import annotations
 
-from typing import Callable
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable
 
 FREE, SERIAL, VSOCK = "Free", "Serial", "Vsock"
 #: The links, as the events that name them.

@@ -7,7 +7,7 @@ health reply nor the agent's context imports the userdata runner.
 
 from __future__ import annotations
 
-import json
+import vmservice.wire.jsontext as jsontext
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ def read_userdata_marker(path: str) -> Optional[dict[str, Any]]:
     """
     try:
         with open(path, "rb") as stream:
-            marker = json.loads(stream.read(65536))
+            marker = jsontext.loads(stream.read(65536).decode("utf-8"))
     except (OSError, ValueError):
         return None
     return marker if isinstance(marker, dict) else None

@@ -18,6 +18,7 @@ from vmservice.wire.errors import (
     RemoteProtocolError,
     ResetCode,
     WireError,
+    reset_code_name,
 )
 from vmservice.wire import events
 from vmservice.wire.events import *  # noqa: F403 (the events, listed in events.__all__)
@@ -35,5 +36,6 @@ __all__ = [
     "Role",
     "WINDOW_UPDATE_THRESHOLD",
     "WireError",
+    "reset_code_name",
 ]
 __all__ += events.__all__

@@ -7,7 +7,7 @@ Shaped like h11's ``Connection``: :meth:`Connection.receive_data` only buffers,
 :meth:`Connection.next_event` returns one event or :data:`NEED_DATA`, and
 :meth:`Connection.send` returns the bytes for an event or raises
 :class:`LocalProtocolError` if the event is illegal now.  Nothing here does I/O or
-knows about time, so the guest agent (selectors) and the host (Twisted) share it.
+knows about time, so the guest agent (epoll) and the host (Twisted) share it.
 
 Theory of operation
 -------------------
@@ -37,12 +37,14 @@ Stdlib only: the guest imports this module.
 
 from __future__ import annotations
 
-import collections
-import enum
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Deque, Optional, Union
+if TYPE_CHECKING:
+    from collections import deque
+else:  # collections' own deque, without importing collections (a cold guest's start: see errors.py)
+    from _collections import deque
 
 from vmservice.wire.errors import LocalProtocolError, RemoteProtocolError, ResetCode
 from vmservice.wire.events import (
@@ -64,8 +66,8 @@ from vmservice.wire.handshake import Handshake, new_nonce
 from vmservice.wire.input_buffer import InputBuffer
 
 
-class Role(enum.Enum):
-    """Which end of the channel a :class:`Connection` is."""
+class Role:
+    """Which end of the channel a :class:`Connection` is (plain strings, no ``enum``: see errors.py)."""
 
     #: The daemon; opens odd stream ids.
     HOST = "host"
@@ -80,7 +82,7 @@ class Connection:
     :param role: which side we are.
     """
 
-    def __init__(self, role: Role, *, nonce: Optional[bytes] = None, peer_nonce: Optional[bytes] = None) -> None:
+    def __init__(self, role: str, *, nonce: Optional[bytes] = None, peer_nonce: Optional[bytes] = None) -> None:
         """
         :param nonce: this session's 8-byte nonce; drawn now (``os.urandom``) unless a test fixes it.
         :param peer_nonce: the nonce of the peer's session when this session
@@ -92,7 +94,7 @@ class Connection:
         self.role = role
         self.nonce = self._handshake.nonce
         self._input = InputBuffer()
-        self._pending: Deque[Event] = collections.deque()
+        self._pending: Deque[Event] = deque()
         self._hunting = True
         self._error: Optional[str] = None
         self._streams: dict[int, StreamState] = {}

@@ -11,16 +11,17 @@ connection dead.  Stdlib only: the guest imports this module.
 
 from __future__ import annotations
 
-import enum
 
-
-class ResetCode(enum.IntEnum):
+class ResetCode:
     """
-    The code a RESET frame carries (u32 on the wire).
+    The codes a RESET frame carries (u32 on the wire), as plain ints.
 
     Receivers must accept codes they do not know: they are not an error, only less
     specific.  ``PEER_RESTARTED`` is never sent; the codec reports it for streams it
-    drops because the peer started a new session.
+    drops because the peer started a new session.  Not an :class:`enum.IntEnum`: the
+    guest imports this module on its way to its first answer, and ``enum`` costs a
+    cold guest under TCG more than the codes are worth (docs/performance.md, "The
+    imports left"); :func:`reset_code_name` names a code.
     """
 
     #: The sender gave up on the stream (user abort, cancelled request).
@@ -37,6 +38,17 @@ class ResetCode(enum.IntEnum):
     PEER_RESTARTED = 5
     #: The receiver will not serve another stream now (too many open, shutting down).
     REFUSED = 6
+
+
+def reset_code_name(code: int) -> str:
+    """
+    The name of a reset code (``"CANCEL"``, ...), or the number as text if it is not
+    one of :class:`ResetCode`'s.
+    """
+    for name, value in vars(ResetCode).items():
+        if name.isupper() and value == code:
+            return name
+    return str(code)
 
 
 class WireError(Exception):

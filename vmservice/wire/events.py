@@ -12,8 +12,6 @@ Stdlib only: the guest imports this module.
 
 from __future__ import annotations
 
-import enum
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Mapping
@@ -31,17 +29,38 @@ OPAQUE_SIZE = 8
 NO_NONCE = bytes(NONCE_SIZE)
 
 
-class Sentinel(enum.Enum):
-    """
-    Values :meth:`~vmservice.wire.connection.Connection.next_event` returns when it
-    has no event.
-    """
+if TYPE_CHECKING:
+    import enum
+
+    class Sentinel(enum.Enum):
+        """
+        Values :meth:`~vmservice.wire.connection.Connection.next_event` returns when
+        it has no event.
+        """
+
+        #: More bytes are needed before the next event can be parsed.
+        NEED_DATA = "NEED_DATA"
+
+    NEED_DATA = Sentinel.NEED_DATA
+
+else:
+
+    class Sentinel:
+        """
+        Values :meth:`~vmservice.wire.connection.Connection.next_event` returns when
+        it has no event: one instance, compared with ``is``.  The type checker sees a
+        one-member enumeration (so ``event is NEED_DATA`` narrows ``event``); the
+        guest, which imports the codec on its way to its first answer, runs without
+        ``enum``.
+        """
+
+        __slots__ = ()
+
+        def __repr__(self) -> str:
+            return "NEED_DATA"
 
     #: More bytes are needed before the next event can be parsed.
-    NEED_DATA = "NEED_DATA"
-
-
-NEED_DATA = Sentinel.NEED_DATA
+    NEED_DATA = Sentinel()
 
 
 class _Event:

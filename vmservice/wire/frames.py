@@ -18,17 +18,18 @@ check with hypothesis.  State (which stream is open, credit) lives in
 
 from __future__ import annotations
 
-import enum
-import json
 import struct
-from collections.abc import Mapping
+# collections.abc's Mapping is _collections_abc's, which the interpreter has loaded as it started
+# (importing collections costs a cold guest, which imports this module on its way to its first answer).
+from _collections_abc import Mapping
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
 import vmservice.wire.events as events
-from vmservice.wire.errors import LocalProtocolError, RemoteProtocolError, ResetCode
+import vmservice.wire.jsontext as jsontext
+from vmservice.wire.errors import LocalProtocolError, RemoteProtocolError
 from vmservice.wire.events import Event
 
 HEADER = struct.Struct(">IBBI")
@@ -53,9 +54,10 @@ _HELLO_FIXED = struct.Struct(">8sH8s8s")
 _U32 = struct.Struct(">I")
 
 
-class FrameType(enum.IntEnum):
+class FrameType:
     """
-    The type byte of a frame, and what its payload holds.
+    The type byte of a frame, and what its payload holds (plain ints: the guest
+    imports the codec on its way to its first answer, without ``enum``).
     """
 
     #: stream 0; ``magic "VMSAGENT" | protocol_version u16 | nonce 8 | echo 8 | agent_version utf-8``
@@ -132,7 +134,7 @@ def encode_header(header: Mapping[str, Any]) -> bytes:
         raise LocalProtocolError("an OPEN header must be a mapping")
     try:
         _check_keys(header)
-        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = jsontext.dumps(header, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise LocalProtocolError(f"OPEN header is not JSON: {e}") from None
     return text.encode("utf-8")
@@ -243,7 +245,7 @@ def decode_frame(frame_type: int, flags: int, stream_id: int, payload: bytes) ->
         return events.WindowUpdate(stream_id, increment)
     if frame_type == FrameType.OPEN:
         try:
-            header = json.loads(_text(payload, "OPEN header"))
+            header = jsontext.loads(_text(payload, "OPEN header"))
         except ValueError:
             raise RemoteProtocolError("OPEN header is not JSON") from None
         if not isinstance(header, dict):
@@ -257,12 +259,7 @@ def decode_frame(frame_type: int, flags: int, stream_id: int, payload: bytes) ->
         if len(payload) < _U32.size or len(payload) - _U32.size > MAX_REASON:
             raise RemoteProtocolError("RESET payload has the wrong size")
         (code,) = _U32.unpack_from(payload)
-        known: int
-        try:
-            known = ResetCode(code)
-        except ValueError:
-            known = code
-        return events.Reset(stream_id, known, _text(payload[_U32.size :], "RESET reason"))
+        return events.Reset(stream_id, code, _text(payload[_U32.size :], "RESET reason"))
     raise RemoteProtocolError(f"unknown frame type {frame_type}")
 
 

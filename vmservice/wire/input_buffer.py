@@ -14,11 +14,14 @@ Stdlib only: the guest imports this module.
 
 from __future__ import annotations
 
-import collections
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Deque
+if TYPE_CHECKING:
+    from collections import deque
+else:  # collections' own deque, without importing collections (a cold guest's start: see errors.py)
+    from _collections import deque
 
 from vmservice.wire.frames import HELLO_SIGNATURE, HELLO_SIGNATURE_OFFSET, MAX_PAYLOAD
 
@@ -28,7 +31,7 @@ class InputBuffer:
 
     def __init__(self) -> None:
         # The chunks as received, the bytes of the first already consumed, and the unconsumed total.
-        self._chunks: Deque[bytes] = collections.deque()
+        self._chunks: Deque[bytes] = deque()
         self._offset = 0
         self.size = 0
 
