@@ -12,15 +12,16 @@ Nodes are created in steps (8, 16, 24, ... up to ``--max-nodes``),
 - each node's QEMU proportional set size (``/proc/PID/smaps_rollup``:
   median, max, sum) and resident set size;
 - the idle fleet's QEMU CPU over ``--idle`` seconds, in cores (and per node);
-- at the first step, where one clone's PSS goes (``/proc/PID/smaps`` of the
+- where one clone's PSS goes (``/proc/PID/smaps`` of the
   median node's QEMU, by kind of mapping: the template's RAM file, TCG's
   translation buffer, anonymous memory (heap and malloc arenas), QEMU's
   binary and libraries, the rest).
 
 Before the fleet (``--parts pss,fleet``), what might bring a clone's PSS
 down, side by side in the same run: a daemon per :data:`VARIANTS` (the
-project's default beside each change), ``--variant-rounds`` rounds of
-``--variant-nodes`` clones each, created one at a time, the variants
+project's default beside each change; their group keeps no spare),
+``--variant-rounds`` rounds of ``--variant-nodes`` clones each, created one
+at a time, the variants
 alternating; each variant's PSS per node, create and exec seconds (medians)
 and the median node's breakdown, and each change's saving and ratios over the
 default (``pss_side_by_side``).
@@ -56,6 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.integration.daemon import Daemon, ensure_image, processes_under  # noqa: E402
 from bench.recording import begin, cpu_seconds, write_result  # noqa: E402
+from bench.warm import memory, qemu_pid  # noqa: E402
 
 RAM_MB = 256
 #: The exec every node answers: no shell, the least an exec can cost.
@@ -64,21 +66,9 @@ EXEC = "/vm/{hostname}/exec?cmd=/bin/true&shell="
 WITHIN_S = 1.0
 
 
-def qemu_pid(daemon: Daemon, hostname: str) -> int:
-    """The pid of the QEMU process running ``hostname``, as its record says."""
-    with open(os.path.join(daemon.state_dir, "nodes", hostname, "node.json")) as f:
-        return int(json.load(f)["pid"])
-
-
 def rollup(pid: int) -> dict[str, int]:
-    """Resident and proportional set size of ``pid`` in KiB."""
-    figures = {}
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            match = re.match(r"(Rss|Pss):\s+(\d+) kB", line)
-            if match:
-                figures[match.group(1).lower() + "_kib"] = int(match.group(2))
-    return figures
+    """Resident and proportional set size of ``pid`` in KiB (``/proc/PID/smaps_rollup``)."""
+    return {f"{name}_kib": size // 1024 for name, size in memory(pid).items()}
 
 
 def kind_of(path: str, perms: str, size_kib: int) -> str:
@@ -165,17 +155,14 @@ def measure(daemon: Daemon, hostnames: list[str], options: argparse.Namespace) -
     }
 
 
-#: What might shrink a clone's PSS, each tried by a daemon of its own side by side with the project's default:
-#: ``thp_off`` runs the daemon (and so its QEMUs, which inherit it) with ``prctl(PR_SET_THP_DISABLE)``: QEMU
-#: asks for transparent huge pages on TCG's translation buffer, so every 2 MiB it touches is resident whole;
-#: ``split_wx`` gives QEMU ``-accel tcg,...,split-wx=on`` (a wrapper on its PATH): the buffer is then a memfd,
-#: which the kernel backs with small pages; ``arena_max_1`` runs QEMU with ``MALLOC_ARENA_MAX=1`` (one malloc
-#: arena for all its threads).
-VARIANTS = ("default", "thp_off", "split_wx", "arena_max_1")
-
-THP_OFF = ("import ctypes, os, sys; "
-           "assert ctypes.CDLL(None, use_errno=True).prctl(41, 1, 0, 0, 0) == 0; "  # PR_SET_THP_DISABLE
-           "os.execv(sys.argv[1], sys.argv[1:])")
+#: What might shrink a clone's PSS, each tried by a daemon of its own side by side with the project's default,
+#: which refuses transparent huge pages to its QEMUs under TCG (``tcg_huge_pages: false``,
+#: :mod:`vmservice.hypervisors.qemu.huge_pages`): ``huge_pages`` lets QEMU have the huge pages it asks for on
+#: TCG's translation buffer and its small RAM blocks (``tcg_huge_pages: true``, the default before); on top of
+#: the default, ``split_wx`` gives QEMU ``-accel tcg,...,split-wx=on`` (a wrapper on its PATH: the buffer is then
+#: a memfd mapped twice) and ``arena_max_1`` runs QEMU with ``MALLOC_ARENA_MAX=1`` (one malloc arena for all
+#: its threads).
+VARIANTS = ("default", "huge_pages", "split_wx", "arena_max_1")
 
 WRAPPERS = {
     "split_wx": """#!/bin/bash
@@ -196,13 +183,11 @@ class VariantDaemon(Daemon):
     """A daemon whose QEMUs run as :data:`VARIANTS` says."""
 
     def __init__(self, variant: str, wrappers: str, **kw: Any) -> None:
-        super().__init__(**kw)
+        super().__init__(**kw, **({"tcg_huge_pages": True} if variant == "huge_pages" else {}))
         self.variant = variant
         self.wrappers = wrappers
 
     def command(self) -> list[str]:
-        if self.variant == "thp_off":
-            return [sys.executable, "-c", THP_OFF, *super().command()]
         if self.variant in WRAPPERS:
             path = os.path.join(self.wrappers, self.variant)
             return ["env", f"PATH={path}:{os.environ['PATH']}", *super().command()]
@@ -224,20 +209,23 @@ def pss_side_by_side(group: dict[str, Any], options: argparse.Namespace) -> dict
         with open(os.path.join(wrappers, variant, "qemu-system-x86_64"), "w") as f:
             f.write(script.format(qemu=qemu))
         os.chmod(os.path.join(wrappers, variant, "qemu-system-x86_64"), 0o700)
-    daemons = {v: VariantDaemon(v, wrappers, groups=[group]) for v in VARIANTS}
+    # Clones without a spare: a node born from a warmed-up spare holds a few MB more than one cloned on demand,
+    # and which of the two a create gets depends on the spare's timing, not on the variant.
+    daemons = {v: VariantDaemon(v, wrappers, groups=[{**group, "warm_spare": 0}]) for v in VARIANTS}
     figures: dict[str, dict[str, Any]] = {v: {"create_s": [], "exec_s": [], "pss_kib": [], "breakdowns": []}
                                           for v in VARIANTS}
     try:
         for daemon in daemons.values():
             daemon.start()
-        for variant, daemon in daemons.items():  # the template build, out of the figures
-            name = daemon.json("POST", "/hostgroup/warm/nodes?wait=agent&timeout=5m", {}, expect=201)["hostname"]
-            daemon.request("DELETE", f"/hostgroup/warm/nodes/{name}", timeout=60)
+        for _ in range(2):  # the template build, out of the figures
+            for variant, daemon in daemons.items():
+                name = daemon.json("POST", "/hostgroup/warm/nodes?wait=agent&timeout=5m", {}, expect=201)["hostname"]
+                daemon.request("DELETE", f"/hostgroup/warm/nodes/{name}", timeout=60)
+                time.sleep(1.0)
         for _ in range(options.variant_rounds):
             for variant, daemon in daemons.items():
                 names = []
                 for _ in range(options.variant_nodes):
-                    time.sleep(1.0)  # the spare's replacement
                     began = time.monotonic()
                     names.append(daemon.json("POST", "/hostgroup/warm/nodes?wait=agent&timeout=5m", {},
                                              expect=201)["hostname"])
@@ -261,6 +249,9 @@ def pss_side_by_side(group: dict[str, Any], options: argparse.Namespace) -> dict
                            "exec_s": statistics.median(f["exec_s"]),
                            "breakdown_kib": f["breakdowns"][len(f["breakdowns"]) // 2],
                            "samples": {k: f[k] for k in ("create_s", "exec_s", "pss_kib")}}
+    # What the default (huge pages refused) saves against the default before (huge pages allowed).
+    result["huge_pages_refused_saved_per_node_kib"] = (result["huge_pages"]["pss_per_node_kib"]
+                                                       - result["default"]["pss_per_node_kib"])
     for variant in VARIANTS[1:]:
         result[f"{variant}_saved_per_node_kib"] = result["default"]["pss_per_node_kib"] - result[variant]["pss_per_node_kib"]
         result[f"ratio_create_{variant}_over_default"] = result[variant]["create_s"] / result["default"]["create_s"]
@@ -332,8 +323,6 @@ def main() -> None:
             except (RuntimeError, OSError) as error:  # an exec that failed: recorded, the fleet removed
                 stopped = f"error: {error}"
                 break
-            if results:
-                del step["median_node_breakdown_kib"]  # the first step's is the one recorded
             results.append(step)
             print(json.dumps({k: step[k] for k in ("nodes", "exec_one_at_a_time_s", "exec_at_once_s",
                                                    "pss_per_node_kib", "idle_fleet_qemu_cores")}), flush=True)
