@@ -177,22 +177,6 @@ class TcgTbSizeTests(SynchronousTestCase):
             self.assertTrue(str(error).startswith("config.tcg_tb_size_mb: "), str(error))
 
 
-class TcgHugePagesTests(SynchronousTestCase):
-    """``tcg_huge_pages``: whether QEMU under TCG may have transparent huge pages."""
-
-    def test_default(self) -> None:
-        """Refused unless said otherwise."""
-        self.assertIs(parse_text("config: {}\n").tcg_huge_pages, False)
-
-    def test_given(self) -> None:
-        self.assertIs(parse_text("config: {tcg_huge_pages: true}\n").tcg_huge_pages, True)
-
-    def test_bad(self) -> None:
-        """Not a boolean: one line naming the key."""
-        error = self.assertRaises(ConfigError, parse_text, "config: {tcg_huge_pages: maybe}\n")
-        self.assertTrue(str(error).startswith("config.tcg_huge_pages: "), str(error))
-
-
 class ConsoleLogSizeTests(SynchronousTestCase):
     """``console_log_size``: how much of each node's serial console is kept on disk."""
 

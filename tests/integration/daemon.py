@@ -403,14 +403,11 @@ class TemplatesDaemonTestCase(SharedDaemonTestCase):
             self.addCleanup(self.daemon.request, "DELETE", f"/hostgroup/{child['hostgroup']}/nodes/{child['hostname']}")
         return children
 
-    def qemu_pid(self, hostname: str) -> int:
-        """The pid of ``hostname``'s QEMU, from its record."""
-        with open(os.path.join(self.daemon.state_dir, "nodes", hostname, "node.json")) as f:
-            return int(json.load(f)["pid"])
-
     def qemu_argv(self, hostname: str) -> list[str]:
         """The command line of ``hostname``'s QEMU (its pid from its record)."""
-        with open(f"/proc/{self.qemu_pid(hostname)}/cmdline", "rb") as f:
+        with open(os.path.join(self.daemon.state_dir, "nodes", hostname, "node.json")) as f:
+            pid = int(json.load(f)["pid"])
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
             return f.read().decode().split("\0")
 
     def assert_own_network(self, hostname: str, ip: str, prefix: int = 30) -> str:

@@ -330,8 +330,6 @@ class RootKeys:
     :ivar admission: The memory budget and the bound on cold boots.
     :ivar tcg_tb_size_mb: MiB of translation cache of each VM under TCG
         (``-accel tcg,tb-size=N``), 0 for QEMU's own default.
-    :ivar tcg_huge_pages: Whether QEMU may have the transparent huge pages it
-        asks for under TCG (:mod:`vmservice.hypervisors.qemu.huge_pages`).
     :ivar limits: The bounds on what clients and guests make the daemon hold.
     :ivar console_log_size: Bytes of each node's serial console kept on disk
         (the log and its rotated older part together; see
@@ -352,7 +350,6 @@ class RootKeys:
     templates_tmpfs_budget: Size = DEFAULT_TEMPLATES_TMPFS_BUDGET
     admission: AdmissionConfig = AdmissionConfig()
     tcg_tb_size_mb: int = DEFAULT_TCG_TB_SIZE_MB
-    tcg_huge_pages: bool = False
     limits: LimitsConfig = LimitsConfig()
     console_log_size: Size = DEFAULT_CONSOLE_LOG_SIZE
     audit: AuditConfig = AuditConfig()

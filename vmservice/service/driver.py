@@ -16,7 +16,6 @@ from ..config import Config
 from ..hypervisors.base import IHypervisor
 from ..hypervisors.probe_memory import ProbeMemory, probe_key
 from ..hypervisors.qemu import QemuDriver, QemuSettings, host_tsc_khz, probe_accel, sweep_probes
-from ..hypervisors.qemu.huge_pages import refuse_transparent_huge_pages
 from ..images.store import Image
 from .reactor import IDaemonReactor
 
@@ -60,10 +59,5 @@ async def decide_driver(reactor: IDaemonReactor, config: Config, image: Image) -
             except OSError as error:
                 log.warn("could not remember the KVM probe's outcome: {error}", error=error)
     log.info("accelerator: {accel}: {reason}", accel=choice.accel, reason=choice.reason)
-    if choice.accel == "tcg" and not config.tcg_huge_pages:
-        if refuse_transparent_huge_pages():
-            log.info("transparent huge pages refused to the QEMUs under TCG (tcg_huge_pages: false)")
-        else:
-            log.warn("could not refuse transparent huge pages to the QEMUs (prctl PR_SET_THP_DISABLE)")
     return QemuDriver(reactor, QemuSettings(binary=settings.binary, accel=choice.accel, tsc_khz=tsc_khz,
                                             tb_size_mb=config.tcg_tb_size_mb))
