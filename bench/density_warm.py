@@ -33,7 +33,8 @@ seconds of run: ``held`` is the last step where every exec
 answered within 1 s, ``missed`` the step that did not (if any).  Every node
 is deleted at the end, and any QEMU left killed, even on failure.
 
-Writes ``bench/results/density_warm.json``.
+Writes ``bench/results/density_warm.json`` (``--parts pss`` alone:
+``bench/results/density_warm_pss.json``).
 
     .venv/bin/python bench/density_warm.py [--max-nodes 44] [--batch 2] [--settle 10] [--idle 10] [--deadline 540]
                                            [--variant-nodes 4] [--variant-rounds 3] [--parts pss,fleet]
@@ -155,14 +156,17 @@ def measure(daemon: Daemon, hostnames: list[str], options: argparse.Namespace) -
     }
 
 
-#: What might shrink a clone's PSS, each tried by a daemon of its own side by side with the project's default,
-#: which refuses transparent huge pages to its QEMUs under TCG (``tcg_huge_pages: false``,
-#: :mod:`vmservice.hypervisors.qemu.huge_pages`): ``huge_pages`` lets QEMU have the huge pages it asks for on
-#: TCG's translation buffer and its small RAM blocks (``tcg_huge_pages: true``, the default before); on top of
-#: the default, ``split_wx`` gives QEMU ``-accel tcg,...,split-wx=on`` (a wrapper on its PATH: the buffer is then
-#: a memfd mapped twice) and ``arena_max_1`` runs QEMU with ``MALLOC_ARENA_MAX=1`` (one malloc arena for all
-#: its threads).
-VARIANTS = ("default", "huge_pages", "split_wx", "arena_max_1")
+#: What might shrink a clone's PSS, each tried by a daemon of its own side by side with the project's default:
+#: ``thp_off`` runs the daemon (and so its QEMUs, which inherit it) with ``prctl(PR_SET_THP_DISABLE)``: QEMU
+#: asks for transparent huge pages on TCG's translation buffer and its small RAM blocks, so every 2 MiB it
+#: touches is resident whole; ``split_wx`` gives QEMU ``-accel tcg,...,split-wx=on`` (a wrapper on its PATH:
+#: the buffer is then a memfd mapped twice); ``arena_max_1`` runs QEMU with ``MALLOC_ARENA_MAX=1`` (one malloc
+#: arena for all its threads).
+VARIANTS = ("default", "thp_off", "split_wx", "arena_max_1")
+
+THP_OFF = ("import ctypes, os, sys; "
+           "assert ctypes.CDLL(None, use_errno=True).prctl(41, 1, 0, 0, 0) == 0; "  # PR_SET_THP_DISABLE
+           "os.execv(sys.argv[1], sys.argv[1:])")
 
 WRAPPERS = {
     "split_wx": """#!/bin/bash
@@ -183,11 +187,13 @@ class VariantDaemon(Daemon):
     """A daemon whose QEMUs run as :data:`VARIANTS` says."""
 
     def __init__(self, variant: str, wrappers: str, **kw: Any) -> None:
-        super().__init__(**kw, **({"tcg_huge_pages": True} if variant == "huge_pages" else {}))
+        super().__init__(**kw)
         self.variant = variant
         self.wrappers = wrappers
 
     def command(self) -> list[str]:
+        if self.variant == "thp_off":
+            return [sys.executable, "-c", THP_OFF, *super().command()]
         if self.variant in WRAPPERS:
             path = os.path.join(self.wrappers, self.variant)
             return ["env", f"PATH={path}:{os.environ['PATH']}", *super().command()]
@@ -249,9 +255,6 @@ def pss_side_by_side(group: dict[str, Any], options: argparse.Namespace) -> dict
                            "exec_s": statistics.median(f["exec_s"]),
                            "breakdown_kib": f["breakdowns"][len(f["breakdowns"]) // 2],
                            "samples": {k: f[k] for k in ("create_s", "exec_s", "pss_kib")}}
-    # What the default (huge pages refused) saves against the default before (huge pages allowed).
-    result["huge_pages_refused_saved_per_node_kib"] = (result["huge_pages"]["pss_per_node_kib"]
-                                                       - result["default"]["pss_per_node_kib"])
     for variant in VARIANTS[1:]:
         result[f"{variant}_saved_per_node_kib"] = result["default"]["pss_per_node_kib"] - result[variant]["pss_per_node_kib"]
         result[f"ratio_create_{variant}_over_default"] = result[variant]["create_s"] / result["default"]["create_s"]
@@ -278,9 +281,12 @@ def main() -> None:
     parser.add_argument("--variant-rounds", type=int, default=3)
     parser.add_argument("--parts", default="pss,fleet", help="pss (the variants side by side), fleet, or both")
     parser.add_argument("--note", default="", help="what to know about the run, e.g. other VMs on the machine")
-    parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                                         "density_warm.json"))
+    parser.add_argument("--output", help="the results file: bench/results/density_warm.json, or with --parts pss "
+                                         "alone bench/results/density_warm_pss.json")
     options = parser.parse_args()
+    options.output = options.output or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "results",
+        "density_warm_pss.json" if options.parts == "pss" else "density_warm.json")
     ensure_image()
     run = begin()
     started = time.monotonic()
