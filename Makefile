@@ -147,6 +147,7 @@ bench: install bench-extra controlplane
 	$(BIN)/python bench/channel.py --parts cp --rounds 3 --cp-mib 256
 	$(BIN)/python bench/exec_spawn.py --api
 	$(BIN)/python bench/density.py
+	$(BIN)/python bench/density_warm.py
 	$(BIN)/python bench/suspend.py
 	$(BIN)/python bench/network.py
 	$(BIN)/python bench/warm.py

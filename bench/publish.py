@@ -82,7 +82,7 @@ _KINDS = (("bytes", "bytes"), ("kib", "KiB"), ("mib", "MiB"), ("cores", "cores")
 _SCALES: dict[tuple[str, str], float] = {
     ("s", "s"): 1, ("s", "ms"): 1e3, ("s", "µs"): 1e6, ("ms", "ms"): 1, ("ms", "s"): 1e-3, ("µs", "µs"): 1,
     ("µs", "ms"): 1e-3, ("bytes", "MB"): 1e-6, ("bytes", "GB"): 1e-9, ("bytes", "MiB"): 2 ** -20,
-    ("bytes", "KiB"): 2 ** -10, ("bytes", "GiB"): 2 ** -30, ("KiB", "KiB"): 1, ("KiB", "MiB"): 2 ** -10,
+    ("bytes", "KiB"): 2 ** -10, ("bytes", "GiB"): 2 ** -30, ("KiB", "KiB"): 1, ("KiB", "MiB"): 2 ** -10, ("KiB", "MB"): 1.024e-3, ("KiB", "GiB"): 2 ** -20,
     ("MiB", "MiB"): 1, ("MB/s", "MB/s"): 1, ("cores", ""): 1, ("%", "%"): 1, ("ratio", ""): 1, ("ratio", "×"): 1,
     ("count", ""): 1,
 }
