@@ -26,7 +26,9 @@ from tests.integration.daemon import TemplatesDaemonTestCase
 
 GROUPS: list[dict[str, Any]] = [
     {"name": "f", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G"},
-    {"name": "w", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True, "persistent": True},
+    # No spares: a spare's warm-up adopts an identity too, and would start guest sessions the fork tests count.
+    {"name": "w", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True, "persistent": True,
+     "warm_spare": 0},
     {"name": "n", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G",
      "network": {"mode": "isolated", "range": "10.86.41.0/28"}},
 ]
