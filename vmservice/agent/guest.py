@@ -39,6 +39,8 @@ from .errors import AgentRequestFailed
 from .execution import start_exec
 from .shell import start_shell
 from .forwarding import start_forward
+from .port_tunnel import open_forward
+from .tunnelports import TunnelPorts
 from .stream import AgentStream
 from .watching import start_watch
 
@@ -203,12 +205,20 @@ class AgentGuest(ABC):
     def shell(self, request: ShellRequest, sink: IShellSink) -> IShellSession:
         """Start an interactive shell; what happens to it goes to ``sink``."""
         return start_shell(self, request, sink)
+    @property
+    def tunnel_ports(self) -> Optional[TunnelPorts]:
+        """The guest's tunnel ports, if it has any (tunnels take a free one, else their stream)."""
+        return None
+
     def forward(self, request: Upstream) -> "Deferred[ITunnel]":
         """Open a tunnel to an upstream in the guest (fires once the guest connected)."""
-        try:
-            return start_forward(self, request)
-        except AgentError as e:
-            return fail(e)
+        ports = self.tunnel_ports
+        if ports is None or not ports.available:
+            try:
+                return start_forward(self, request)
+            except AgentError as e:
+                return fail(e)
+        return Deferred.fromCoroutine(open_forward(self, request, ports))
 
 
 __all__ = ["AgentGuest", "MAX_CLOCK_REPLY", "MAX_HEALTH_REPLY", "parse_health"]

@@ -195,6 +195,7 @@ class Spare:
             console_log=files.console,
             metrics_socket=files.metrics,
             bulk_socket=files.bulk,
+            tunnel_sockets=files.tunnels[:key.tunnel_ports],
             memory=RamBacking(self.template.ram_file, shared=False),
             defer_incoming=True,
             net=NetSpec(self.tap, SPARE_MAC, "", "") if self.tap else None,
@@ -254,6 +255,9 @@ class Spare:
         for own, theirs in ((self.files.agent, node.agent), (self.files.qmp, node.qmp),
                             (self.files.metrics, node.metrics), (self.files.bulk, node.bulk),
                             (self.files.console, node.console)):
+            os.replace(own, theirs)
+        tunnels = tuple(zip(self.files.tunnels[:self.template.key.tunnel_ports], node.tunnels))
+        for own, theirs in tunnels:
             os.replace(own, theirs)
         for own, theirs in ((self.files.qemu_log, node.qemu_log), (cid_path(self.files.agent), cid_path(node.agent))):
             try:
