@@ -34,11 +34,7 @@ from vmservice.wire.payloads import encode_head
 class _BulkAgent(FakeExecAgent):
     def __init__(self, channel: BulkChannel) -> None:
         super().__init__()
-        self._channel = channel
-
-    @property
-    def bulk_channel(self) -> Optional[BulkChannel]:
-        return self._channel
+        self.bulk_channel = channel
 
 
 class _Case(SynchronousTestCase):

@@ -137,8 +137,8 @@ class AgentClient(AgentGuest):
         self._budget = budget
         self.socket_path = socket_path
         # QEMU serves the bulk port beside the agent's (vmservice/nodes/paths.py, template_build.py).
-        self._bulk = BulkChannel(reactor, os.path.join(os.path.dirname(socket_path), BULK_SOCKET))
-        self._tunnel_ports = TunnelPorts(reactor, os.path.dirname(socket_path))
+        self._bulk = self.bulk_channel = BulkChannel(reactor, os.path.join(os.path.dirname(socket_path), BULK_SOCKET))
+        self._tunnels = self.tunnel_ports = TunnelPorts(reactor, os.path.dirname(socket_path))
         self._log = log if log is not None else Logger()
         self._protocol: Optional[AgentProtocol] = None
         self._ready: OneShotObserver[None] = OneShotObserver()
@@ -211,17 +211,7 @@ class AgentClient(AgentGuest):
         """
         self.socket_path = self._socket.socket_path = socket_path
         self._bulk.socket_path = os.path.join(os.path.dirname(socket_path), BULK_SOCKET)
-        self._tunnel_ports.moved_to(os.path.dirname(socket_path))
-
-    @property
-    def tunnel_ports(self) -> Optional[TunnelPorts]:
-        """The guest's tunnel ports (their sockets beside the agent's; tunnels try those that exist)."""
-        return self._tunnel_ports
-
-    @property
-    def bulk_channel(self) -> Optional[BulkChannel]:
-        """The guest's bulk port (its socket beside the agent's; copies try it only while it exists)."""
-        return self._bulk
+        self._tunnels.moved_to(os.path.dirname(socket_path))
 
     @property
     def connected(self) -> bool:

@@ -147,10 +147,10 @@ class AgentGuest(ABC):
         """Start ``request``; what happens to it goes to ``sink``."""
         return start_exec(self, request, sink)
 
-    @property
-    def bulk_channel(self) -> Optional[BulkChannel]:
-        """The guest's bulk port, if it has one (binary copies take it when it is free)."""
-        return None
+    #: The guest's bulk port, if it has one (binary copies take it when it is free).
+    bulk_channel: Optional[BulkChannel] = None
+    #: The guest's tunnel ports, if it has any (a tunnel takes a free one, else its stream).
+    tunnel_ports: Optional[TunnelPorts] = None
 
     def upload(self, request: UploadRequest) -> IUpload:
         """Start a copy into the guest (a binary one over the bulk port when it is free)."""
@@ -205,15 +205,10 @@ class AgentGuest(ABC):
     def shell(self, request: ShellRequest, sink: IShellSink) -> IShellSession:
         """Start an interactive shell; what happens to it goes to ``sink``."""
         return start_shell(self, request, sink)
-    @property
-    def tunnel_ports(self) -> Optional[TunnelPorts]:
-        """The guest's tunnel ports, if it has any (tunnels take a free one, else their stream)."""
-        return None
-
     def forward(self, request: Upstream) -> "Deferred[ITunnel]":
         """Open a tunnel to an upstream in the guest (fires once the guest connected)."""
         ports = self.tunnel_ports
-        if ports is None or not ports.available:
+        if ports is None or not ports.present:
             try:
                 return start_forward(self, request)
             except AgentError as e:

@@ -188,9 +188,12 @@ async def open_forward(agent: Channel, request: Upstream, ports: Optional[Tunnel
     Open a tunnel over a free tunnel port, else on its stream (see the module's
     description); fires once the guest connected to the upstream.
     """
+    upstream = request.describe()
     link = await ports.claim() if ports is not None else None
+    if ports is not None and link is None:
+        log.info("tunnel to {upstream}: every tunnel port is taken, its stream carries it", upstream=upstream)
     if ports is not None and link is not None:
-        tunnel = PortTunnel(request.describe(), link)
+        tunnel = PortTunnel(upstream, link)
         header = port_header(ForwardHeader(request).to_json(), link.name, link.token)
         try:
             agent.open_stream(header, HeadedProtocol(tunnel))
@@ -198,12 +201,17 @@ async def open_forward(agent: Channel, request: Upstream, ports: Optional[Tunnel
             link.close()
             raise
         try:
-            return await tunnel.opened
-        except AgentError:
+            opened = await tunnel.opened
+        except AgentError as error:
             if not tunnel.declined:
                 raise
             if tunnel.unsupported:
                 ports.supported = False
+            log.info("tunnel to {upstream}: the guest refused port {port} ({error}), its stream carries it",
+                     upstream=upstream, port=link.name, error=str(error))
+        else:
+            log.info("tunnel to {upstream}: port {port}", upstream=upstream, port=link.name)
+            return opened
     return await start_forward(agent, request)
 
 

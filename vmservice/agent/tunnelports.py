@@ -45,9 +45,9 @@ class TunnelPorts:
             channel.socket_path = tunnel_socket(directory, index)
 
     @property
-    def available(self) -> bool:
-        """Whether a tunnel may try a port now."""
-        return self.supported and any(channel.available for channel in self.channels)
+    def present(self) -> bool:
+        """Whether the node has tunnel ports its agent may serve (free or not)."""
+        return self.supported and any(os.path.exists(channel.socket_path) for channel in self.channels)
 
     async def claim(self) -> Optional[BulkLink]:
         """A link on a free port (its channel's ``name`` is the port's), or ``None``."""

@@ -36,7 +36,7 @@ def port_name(index: int) -> str:
 
 def socket_name(index: int) -> str:
     """The file name of QEMU's socket of tunnel port ``index`` (in the node's directory, beside the agent's)."""
-    return f"{port_name(index)}.sock"
+    return f"tun{index}.sock"
 
 
 def port_header(forward: Mapping[str, Any], name: str, token: bytes) -> dict[str, Any]:

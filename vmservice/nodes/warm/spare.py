@@ -257,13 +257,12 @@ class Spare:
                             (self.files.console, node.console)):
             os.replace(own, theirs)
         tunnels = tuple(zip(self.files.tunnels[:self.template.key.tunnel_ports], node.tunnels))
-        for own, theirs in tunnels:
-            os.replace(own, theirs)
-        for own, theirs in ((self.files.qemu_log, node.qemu_log), (cid_path(self.files.agent), cid_path(node.agent))):
+        for own, theirs in ((self.files.qemu_log, node.qemu_log), (cid_path(self.files.agent), cid_path(node.agent)),
+                            *tunnels):
             try:
                 os.replace(own, theirs)
             except FileNotFoundError:
-                pass  # QEMU wrote nothing (and a driver may keep no log); no vsock device, no CID
+                pass  # QEMU wrote nothing (and a driver may keep no log); no vsock device, no CID; a fake's ports
         if self.agent is not None:
             self.agent.moved_to(node.agent)
 

@@ -1,0 +1,187 @@
+"""
+Tunnels over the tunnel ports (``docs/agent-protocol.md``, "The tunnel
+ports") against the real daemon and a real guest whose group has the
+default 4: both ways with equal sha256 over TCP and a UNIX socket, 5 at
+once (one takes its stream, all correct), and a client that vanishes half
+way (its port is free again for the next tunnels, which are correct).  The
+daemon's log says which way each tunnel went.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import struct
+import threading
+import time
+from urllib.parse import urlencode
+
+from tests.integration.daemon import SharedGuestTestCase
+from tests.integration.forwarding import GUEST_SERVER, open_pipe, read_all
+
+#: Bytes of the transfers each way.
+SIZE = 64 * 1024 * 1024
+#: What the source sends (see GUEST_SERVER): big enough that a client leaving half way leaves it mid-stream.
+SOURCE = 1024 * 1024 * 1024
+
+
+def source_digest(size: int) -> str:
+    """The sha256 of ``GUEST_SERVER``'s source of ``size`` bytes."""
+    block = hashlib.sha256(b"tunnel").digest() * 32768
+    digest = hashlib.sha256()
+    for i in range(size >> 20):
+        digest.update(block[i % 7:] + block[:i % 7])
+    return digest.hexdigest()
+
+
+def echo(sock: socket.socket, payload: bytes) -> bytes:
+    """Send ``payload`` (on a thread) while reading its echo back."""
+    sender = threading.Thread(target=sock.sendall, args=(payload,))
+    sender.start()
+    got = bytearray()
+    while len(got) < len(payload):
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            break
+        got += chunk
+    sender.join()
+    return bytes(got)
+
+
+class ForwardPortTests(SharedGuestTestCase):
+    """Tunnels into demo-1 over its tunnel ports."""
+
+    @classmethod
+    def start_shared(cls) -> None:
+        super().start_shared()
+        daemon = cls.daemon
+        status, _, body = daemon.request("POST", "/vm/demo-1/cp?" + urlencode({"path": "/tmp/server.py"}),
+                                         GUEST_SERVER, headers={"Content-Type": "application/octet-stream"})
+        assert status == 200, body
+        for cmd in ("exec python3 /tmp/server.py echo 9000",
+                    "exec python3 /tmp/server.py echo /tmp/echo.sock",
+                    "exec python3 /tmp/server.py sink 9001",
+                    "exec python3 /tmp/server.py sink /tmp/sink.sock",
+                    "exec python3 /tmp/server.py source 9002 %d" % SIZE,
+                    "exec python3 /tmp/server.py source /tmp/source.sock %d" % SIZE,
+                    "exec python3 /tmp/server.py source 9003 %d" % SOURCE):
+            status, _, body = daemon.request("POST", "/vm/demo-1/exec?" + urlencode({"background": "true",
+                                                                                      "cmd": cmd}))
+            assert status == 201, body
+        deadline = time.monotonic() + 120
+        while daemon.run("demo-1", "test -S /tmp/echo.sock -a -S /tmp/sink.sock -a -S /tmp/source.sock && "
+                                   "python3 -c \"import socket; [socket.create_connection(('127.0.0.1', p)).close() "
+                                   "for p in (9000, 9001)]\"")[0]:
+            if time.monotonic() > deadline:
+                raise AssertionError("the guest servers did not start")
+            time.sleep(0.5)
+
+    def ways(self) -> tuple[int, int]:
+        """How many tunnels the daemon's log says went over a port, and how many on their stream."""
+        log = self.daemon.log()
+        return log.count(": port tunnel"), log.count("its stream carries it")
+
+    def wait_ways(self, expected: tuple[int, int]) -> None:
+        """Wait until the log says ``expected`` (it is written as each tunnel opens)."""
+        self.daemon.wait_for(f"tunnels {expected}", lambda: self.ways() == expected, 30)
+
+    def download(self, upstream: str) -> str:
+        sock, status = open_pipe(self.daemon, upstream, timeout=300)
+        with sock:
+            self.assertEqual(status, b"HTTP/1.1 200 OK")
+            digest = hashlib.sha256()
+            size = 0
+            while chunk := sock.recv(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+        self.assertEqual(size, SIZE)
+        return digest.hexdigest()
+
+    def upload(self, upstream: str) -> None:
+        sock, status = open_pipe(self.daemon, upstream, timeout=300)
+        digest = hashlib.sha256()
+        block = os.urandom(1 << 20)
+        with sock:
+            self.assertEqual(status, b"HTTP/1.1 200 OK")
+            sock.sendall(b"%d\n" % SIZE)
+            for i in range(SIZE >> 20):
+                data = block[i % 7:] + block[:i % 7]
+                digest.update(data)
+                sock.sendall(data)
+            answer = read_all(sock)
+        self.assertEqual(answer.decode(), digest.hexdigest())
+
+    def test_tcp_both_ways(self) -> None:
+        """64 MiB from and to a TCP upstream over a port, equal sha256 both ways."""
+        before = self.ways()
+        self.assertEqual(self.download("127.0.0.1:9002"), source_digest(SIZE))
+        self.upload("127.0.0.1:9001")
+        self.wait_ways((before[0] + 2, before[1]))
+
+    def test_unix_both_ways(self) -> None:
+        """The same with a UNIX socket upstream, and an echo."""
+        before = self.ways()
+        self.assertEqual(self.download("unix:/tmp/source.sock"), source_digest(SIZE))
+        self.upload("unix:/tmp/sink.sock")
+        sock, status = open_pipe(self.daemon, "unix:/tmp/echo.sock", timeout=120)
+        payload = os.urandom(4 << 20)
+        with sock:
+            self.assertEqual(status, b"HTTP/1.1 200 OK")
+            self.assertEqual(echo(sock, payload), payload)
+        self.wait_ways((before[0] + 3, before[1]))
+
+    def test_five_at_once(self) -> None:
+        """5 tunnels open at once: 4 take the ports, the fifth its stream; all echo correctly."""
+        before = self.ways()
+        socks = []
+        for index in range(5):
+            sock, status = open_pipe(self.daemon, "127.0.0.1:9000" if index % 2 else "unix:/tmp/echo.sock",
+                                     timeout=120)
+            self.assertEqual(status, b"HTTP/1.1 200 OK")
+            socks.append(sock)
+        self.wait_ways((before[0] + 4, before[1] + 1))
+        results: dict[int, bool] = {}
+
+        def one(index: int) -> None:
+            payload = os.urandom(8 << 20)
+            results[index] = echo(socks[index], payload) == payload
+
+        threads = [threading.Thread(target=one, args=(index,)) for index in range(5)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(300)
+        for sock in socks:
+            sock.close()
+        self.assertEqual(results, {index: True for index in range(5)})
+
+    def test_client_vanishes(self) -> None:
+        """
+        A client that resets its connection half way through a download frees
+        its port: 4 tunnels at once afterwards all take ports, and are correct.
+        """
+        before = self.ways()
+        sock, status = open_pipe(self.daemon, "127.0.0.1:9003", timeout=120)
+        self.assertEqual(status, b"HTTP/1.1 200 OK")
+        got = 0
+        while got < 8 << 20:
+            got += len(sock.recv(1 << 20))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+        self.wait_ways((before[0] + 1, before[1]))
+        deadline = time.monotonic() + 60
+        while True:
+            start = self.ways()
+            socks = [open_pipe(self.daemon, "127.0.0.1:9000", timeout=120)[0] for _ in range(4)]
+            self.daemon.wait_for("4 tunnels logged", lambda: sum(self.ways()) == sum(start) + 4, 30)
+            if self.ways() == (start[0] + 4, start[1]):
+                break
+            for each in socks:
+                each.close()
+            self.assertLess(time.monotonic(), deadline, "the vanished client's port was not freed")
+            time.sleep(0.5)
+        payloads = [os.urandom(4 << 20) for _ in socks]
+        for each, payload in zip(socks, payloads):
+            with each:
+                self.assertEqual(echo(each, payload), payload)
