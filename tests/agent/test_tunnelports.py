@@ -18,7 +18,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.agent.fakes import FakeExecAgent, FakeStream
+from tests.agent.fakes import FakeExecAgent, FakeStream, Peer, complete_port_connection
 from tests.diagrams import drawn_transitions, machine_transitions
 from vmservice.agent.bulk import BulkLink
 from vmservice.agent.port_claim import PORT_CLAIM_MACHINE, PortClaimCore
@@ -32,27 +32,6 @@ from vmservice.wire.bulk import decode_upload_end, encode_upload_end
 from vmservice.wire.payloads import encode_head
 from vmservice.wire.tunnelport import MAX_TUNNEL_PORTS
 from vmservice.wire.upstream import Upstream
-
-
-class Peer:
-    """A tunnel's peer that keeps what it is given."""
-
-    def __init__(self) -> None:
-        self.data = b""
-        self.producer: Any = None
-        self.lost = False
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    def registerProducer(self, producer: Any, streaming: bool) -> None:
-        self.producer = producer
-
-    def unregisterProducer(self) -> None:
-        self.producer = None
-
-    def loseConnection(self) -> None:
-        self.lost = True
 
 
 class ClaimTests(SynchronousTestCase):
@@ -100,11 +79,7 @@ class _Case(SynchronousTestCase):
 
     def connect(self) -> tuple[BulkLink, StringTransport]:
         """Complete the newest connection to a port's socket."""
-        factory = self.reactor.unixClients[-1][1]
-        protocol = factory.buildProtocol(None)
-        transport = StringTransport()
-        protocol.makeConnection(transport)
-        return protocol._wrappedProtocol, transport
+        return complete_port_connection(self.reactor)
 
     def open(self, upstream: Upstream = Upstream(host="localhost", port=8000)) -> tuple[Any, BulkLink, StringTransport, FakeStream]:
         """A tunnel over the next free port, its head not answered yet."""

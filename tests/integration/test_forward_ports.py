@@ -9,30 +9,20 @@ daemon's log says which way each tunnel went.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 import struct
 import threading
 import time
-from urllib.parse import urlencode
 
 from tests.integration.daemon import SharedGuestTestCase
-from tests.integration.forwarding import GUEST_SERVER, open_pipe, read_all
+from tests.integration.forwarding import (open_pipe, read_all, read_digest, send_to_sink, source_digest,
+                                          start_guest_servers)
 
 #: Bytes of the transfers each way.
 SIZE = 64 * 1024 * 1024
 #: What the source sends (see GUEST_SERVER): big enough that a client leaving half way leaves it mid-stream.
 SOURCE = 1024 * 1024 * 1024
-
-
-def source_digest(size: int) -> str:
-    """The sha256 of ``GUEST_SERVER``'s source of ``size`` bytes."""
-    block = hashlib.sha256(b"tunnel").digest() * 32768
-    digest = hashlib.sha256()
-    for i in range(size >> 20):
-        digest.update(block[i % 7:] + block[:i % 7])
-    return digest.hexdigest()
 
 
 def echo(sock: socket.socket, payload: bytes) -> bytes:
@@ -55,27 +45,16 @@ class ForwardPortTests(SharedGuestTestCase):
     @classmethod
     def start_shared(cls) -> None:
         super().start_shared()
-        daemon = cls.daemon
-        status, _, body = daemon.request("POST", "/vm/demo-1/cp?" + urlencode({"path": "/tmp/server.py"}),
-                                         GUEST_SERVER, headers={"Content-Type": "application/octet-stream"})
-        assert status == 200, body
-        for cmd in ("exec python3 /tmp/server.py echo 9000",
-                    "exec python3 /tmp/server.py echo /tmp/echo.sock",
-                    "exec python3 /tmp/server.py sink 9001",
-                    "exec python3 /tmp/server.py sink /tmp/sink.sock",
-                    "exec python3 /tmp/server.py source 9002 %d" % SIZE,
-                    "exec python3 /tmp/server.py source /tmp/source.sock %d" % SIZE,
-                    "exec python3 /tmp/server.py source 9003 %d" % SOURCE):
-            status, _, body = daemon.request("POST", "/vm/demo-1/exec?" + urlencode({"background": "true",
-                                                                                      "cmd": cmd}))
-            assert status == 201, body
-        deadline = time.monotonic() + 120
-        while daemon.run("demo-1", "test -S /tmp/echo.sock -a -S /tmp/sink.sock -a -S /tmp/source.sock && "
-                                   "python3 -c \"import socket; [socket.create_connection(('127.0.0.1', p)).close() "
-                                   "for p in (9000, 9001)]\"")[0]:
-            if time.monotonic() > deadline:
-                raise AssertionError("the guest servers did not start")
-            time.sleep(0.5)
+        start_guest_servers(cls.daemon, ("exec python3 /tmp/server.py echo 9000",
+                                         "exec python3 /tmp/server.py echo /tmp/echo.sock",
+                                         "exec python3 /tmp/server.py sink 9001",
+                                         "exec python3 /tmp/server.py sink /tmp/sink.sock",
+                                         "exec python3 /tmp/server.py source 9002 %d" % SIZE,
+                                         "exec python3 /tmp/server.py source /tmp/source.sock %d" % SIZE,
+                                         "exec python3 /tmp/server.py source 9003 %d" % SOURCE),
+                            "test -S /tmp/echo.sock -a -S /tmp/sink.sock -a -S /tmp/source.sock && python3 -c "
+                            "\"import socket; [socket.create_connection(('127.0.0.1', p)).close() "
+                            "for p in (9000, 9001)]\"")
 
     def ways(self) -> tuple[int, int]:
         """How many tunnels the daemon's log says went over a port, and how many on their stream."""
@@ -90,27 +69,17 @@ class ForwardPortTests(SharedGuestTestCase):
         sock, status = open_pipe(self.daemon, upstream, timeout=300)
         with sock:
             self.assertEqual(status, b"HTTP/1.1 200 OK")
-            digest = hashlib.sha256()
-            size = 0
-            while chunk := sock.recv(1 << 20):
-                digest.update(chunk)
-                size += len(chunk)
+            size, digest = read_digest(sock)
         self.assertEqual(size, SIZE)
-        return digest.hexdigest()
+        return digest
 
     def upload(self, upstream: str) -> None:
         sock, status = open_pipe(self.daemon, upstream, timeout=300)
-        digest = hashlib.sha256()
-        block = os.urandom(1 << 20)
         with sock:
             self.assertEqual(status, b"HTTP/1.1 200 OK")
-            sock.sendall(b"%d\n" % SIZE)
-            for i in range(SIZE >> 20):
-                data = block[i % 7:] + block[:i % 7]
-                digest.update(data)
-                sock.sendall(data)
+            sent = send_to_sink(sock, SIZE)
             answer = read_all(sock)
-        self.assertEqual(answer.decode(), digest.hexdigest())
+        self.assertEqual(answer.decode(), sent)
 
     def test_tcp_both_ways(self) -> None:
         """64 MiB from and to a TCP upstream over a port, equal sha256 both ways."""
