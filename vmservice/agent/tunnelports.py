@@ -6,7 +6,10 @@ one tunnel's bytes each without frames (``docs/agent-protocol.md``, "The
 tunnel ports").  Each is a :class:`~.bulk.BulkChannel`, claimed as the bulk
 port is (:mod:`.port_claim`); :class:`TunnelPorts` hands a tunnel the first
 free one, or ``None`` (all taken, none there, or the agent does not serve
-them): the tunnel then takes its multiplexed stream.
+them): the tunnel then takes its multiplexed stream.  The ports are tried in
+turn from the one after the last taken, so that a port just freed here is the
+last one a new tunnel takes: its guest side may still be letting go of it (a
+tunnel reset a moment ago), which would make the new tunnel wait for it.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class TunnelPorts:
         self.channels = [BulkChannel(reactor, tunnel_socket(directory, index), port_name(index))
                          for index in range(MAX_TUNNEL_PORTS)]
         self.supported = True
+        self._next = 0
 
     def moved_to(self, directory: str) -> None:
         """The node's sockets were renamed into ``directory``."""
@@ -53,10 +57,14 @@ class TunnelPorts:
         """A link on a free port (its channel's ``name`` is the port's), or ``None``."""
         if not self.supported:
             return None
-        for channel in self.channels:
+        count = len(self.channels)
+        for step in range(count):
+            index = (self._next + step) % count
+            channel = self.channels[index]
             if channel.available:
                 link = await channel.connect()
                 if link is not None:
+                    self._next = (index + 1) % count
                     return link
         return None
 
