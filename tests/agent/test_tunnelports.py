@@ -282,6 +282,25 @@ class TunnelTests(_Case):
         self.assertFalse(self.ports.channels[0].busy)
         self.successResultOf(tunnel.done)
 
+    def test_link_lost_while_draining(self) -> None:
+        """The port's connection lost while the guest's counted bytes are still on the way: the tunnel is reset."""
+        tunnel, link, transport, stream, peer = self.opened()
+        stream.deliver(encode_upload_end(10))
+        stream.protocol.readConnectionLost()
+        link.dataReceived(b"abc")
+        link.connectionLost(Failure(ConnectionError()))
+        self.assertEqual(stream.aborted[0], ResetCode.CANCEL)
+        self.assertTrue(peer.lost)
+        self.successResultOf(tunnel.done)
+
+    def test_cancelled_while_connecting(self) -> None:
+        """A tunnel cancelled (its client gone) while its port connects: the port is free, nothing opens."""
+        opened = self.agent.forward(Upstream(host="localhost", port=8000))
+        opened.cancel()
+        self.failureResultOf(opened)
+        self.assertEqual(self.agent.streams, [])
+        self.assertFalse(self.ports.channels[0].busy)
+
     def test_link_lost(self) -> None:
         """The port's connection lost mid-way (QEMU went away, a guest that never echoes) resets the tunnel."""
         tunnel, link, transport, stream, peer = self.opened()

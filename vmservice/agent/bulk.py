@@ -24,8 +24,9 @@ from __future__ import annotations
 import os
 from typing import Callable, Optional
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.endpoints import UNIXClientEndpoint
+from twisted.internet.error import ConnectingCancelledError
 from twisted.internet.interfaces import IPushProducer, IReactorUNIX, ITransport
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
@@ -81,6 +82,9 @@ class BulkChannel:
         factory.noisy = False
         try:
             await endpoint.connect(factory)
+        except (CancelledError, ConnectingCancelledError):
+            self.claim.released()  # the user was cancelled: it takes no other way either
+            raise
         except Exception as e:
             self.claim.released()
             log.warn("cannot connect to the port {path}: {error}", path=self.socket_path, error=str(e))

@@ -78,6 +78,7 @@ class PortTunnel(GuestTunnel):
         self._end = b""
         self._expected: Optional[int] = None
         self._read_ended = False
+        self._drained = False
         link.lost.addCallback(self._link_lost)
 
     # -- the stream ---------------------------------------------------------------------
@@ -146,11 +147,13 @@ class PortTunnel(GuestTunnel):
         """Once the guest's N bytes came: half-close in turn (the tunnel is then over)."""
         if self._expected is not None and self.received >= self._expected and self._stream is not None:
             self._expected = None
+            self._drained = True
             self.link.close()
             super().read_ended()
 
     def _link_lost(self, _: object) -> None:
-        if not self._over and self._expected is None and not self._read_ended:
+        """The port's connection is gone before the guest's bytes were all through: the tunnel is dead."""
+        if not self._over and not self._drained:
             self.abort()
 
     # -- ITunnel ------------------------------------------------------------------------
