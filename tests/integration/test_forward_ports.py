@@ -3,8 +3,10 @@ Tunnels over the tunnel ports (``docs/agent-protocol.md``, "The tunnel
 ports") against the real daemon and a real guest whose group has the
 default 4: both ways with equal sha256 over TCP and a UNIX socket, 5 at
 once (one takes its stream, all correct), and a client that vanishes half
-way (its port is free again for the next tunnels, which are correct).  The
-daemon's log says which way each tunnel went.
+way (its port is free again for the next tunnels, which are correct); and
+in a warm group's clone taken from a spare (its ports' sockets renamed at the
+hand-over, its template keyed by them) and in a fork child of it (the ports
+its saved state had).  The daemon's log says which way each tunnel went.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import struct
 import threading
 import time
 
-from tests.integration.daemon import SharedGuestTestCase
+from tests.integration.daemon import CREATE_TIMEOUT, SharedGuestTestCase, TemplatesDaemonTestCase
 from tests.integration.forwarding import (open_pipe, read_all, read_digest, send_to_sink, source_digest,
                                           start_guest_servers)
 
@@ -39,6 +41,11 @@ def echo(sock: socket.socket, payload: bytes) -> bytes:
     return bytes(got)
 
 
+def ways(log: str) -> tuple[int, int]:
+    """How many tunnels a daemon's log says went over a port, and how many on their stream."""
+    return log.count(": port tunnel"), log.count("its stream carries it")
+
+
 class ForwardPortTests(SharedGuestTestCase):
     """Tunnels into demo-1 over its tunnel ports."""
 
@@ -58,8 +65,7 @@ class ForwardPortTests(SharedGuestTestCase):
 
     def ways(self) -> tuple[int, int]:
         """How many tunnels the daemon's log says went over a port, and how many on their stream."""
-        log = self.daemon.log()
-        return log.count(": port tunnel"), log.count("its stream carries it")
+        return ways(self.daemon.log())
 
     def wait_ways(self, expected: tuple[int, int]) -> None:
         """Wait until the log says ``expected`` (it is written as each tunnel opens)."""
@@ -159,3 +165,33 @@ class ForwardPortTests(SharedGuestTestCase):
         for each, payload in zip(socks, payloads):
             with each:
                 self.assertEqual(echo(each, payload), payload)
+
+
+class WarmForwardPortTests(TemplatesDaemonTestCase):
+    """A warm group with a spare: its clones and their fork children have the template's tunnel ports."""
+
+    groups = [{"name": "warm", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "warm": True,
+               "warm_spare": 1, "tunnel_ports": 2}]
+
+    def echo_over_port(self, hostname: str) -> None:
+        start_guest_servers(self.daemon, ("exec python3 /tmp/server.py echo 9000",),
+                            "python3 -c \"import socket; socket.create_connection(('127.0.0.1', 9000)).close()\"",
+                            hostname)
+        before = ways(self.daemon.log())
+        sock, status = open_pipe(self.daemon, "127.0.0.1:9000", hostname=hostname, timeout=120)
+        payload = os.urandom(4 << 20)
+        with sock:
+            self.assertEqual(status, b"HTTP/1.1 200 OK")
+            self.assertEqual(echo(sock, payload), payload)
+        self.daemon.wait_for("the tunnel logged", lambda: ways(self.daemon.log()) == (before[0] + 1, before[1]), 30)
+
+    def test_clone_and_fork_child(self) -> None:
+        """A clone (from the spare when it was ready) and a fork child of it each tunnel over a port."""
+        clone = self.create_node("warm", timeout=CREATE_TIMEOUT)
+        node_dir = os.path.join(self.daemon.state_dir, "nodes", clone)
+        self.assertEqual(sorted(name for name in os.listdir(node_dir) if name.startswith("tun")),
+                         ["tun0.sock", "tun1.sock"])
+        self.echo_over_port(clone)
+        child = self.fork_node(clone, {"count": 1})[0]["hostname"]
+        self.echo_over_port(child)
+
