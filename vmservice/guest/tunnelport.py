@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from typing import Any, Mapping, Optional
 
@@ -58,6 +59,9 @@ class PortForwardHandler(ForwardHandler):
         self._claim_deadline = 0.0
         self._relay: Optional[PortRelay] = None
         self._wake_r = self._wake_w = -1
+        # A thread's last wake may come after the loop saw it done and closed the pipe: the number
+        # must not be written to once closed (another descriptor may have it by then).
+        self._wake_lock = threading.Lock()
         self._end = b""
         self._stopping = False
         self._over = False
@@ -104,10 +108,13 @@ class PortForwardHandler(ForwardHandler):
         self.stream.loop.call_soon(self._relay.start)
 
     def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass
+        with self._wake_lock:
+            if self._wake_w < 0:
+                return
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:
+                pass
 
     # -- the stream -----------------------------------------------------------------
 
@@ -170,8 +177,10 @@ class PortForwardHandler(ForwardHandler):
         if not relay.done:
             return
         self.stream.loop.watch(self._wake_r)
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        with self._wake_lock:
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            self._wake_r = self._wake_w = -1
         self._relay = None
         relay.close()
         super()._close_socket()
