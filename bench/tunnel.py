@@ -34,9 +34,13 @@ network interface: every byte goes through the agent channel),
   connect to the daemon until the ``200`` head has arrived (the guest has
   connected to the upstream), p50/p95.
 
-Writes everything to ``bench/results/tunnel.json``.
+Writes everything to ``bench/results/tunnel.json``.  The node's group has the
+default tunnel ports (``tunnel_ports``), so the tunnels go over them; with
+``--stream`` it has none, every tunnel takes the agent's multiplexed stream,
+and the results go to ``bench/results/tunnel_stream.json`` (the two paths
+side by side).
 
-    .venv/bin/python bench/tunnel.py [--mib 256] [--pairs 3] [--concurrent 4] [--cp-mib 256] [--rounds 30]
+    .venv/bin/python bench/tunnel.py [--mib 256] [--pairs 3] [--concurrent 4] [--cp-mib 256] [--rounds 30] [--stream]
 """
 
 from __future__ import annotations
@@ -369,8 +373,11 @@ def main() -> None:
     parser.add_argument("--cp-mib", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--pairs", type=int, default=3)
-    parser.add_argument("--output", default=os.path.join(HERE, "results", "tunnel.json"))
+    parser.add_argument("--stream", action="store_true",
+                        help="no tunnel ports: every tunnel on the agent's stream (default output tunnel_stream.json)")
+    parser.add_argument("--output")
     options = parser.parse_args()
+    output = options.output or os.path.join(HERE, "results", "tunnel_stream.json" if options.stream else "tunnel.json")
     if not 1 <= options.concurrent <= len(RELAY_CONCURRENT["download"]):
         parser.error(f"--concurrent must be from 1 to {len(RELAY_CONCURRENT['download'])} (the relay guest's ports)")
     size = options.mib << 20
@@ -378,7 +385,8 @@ def main() -> None:
     ensure_image()
     run = begin()
     workdir = tempfile.mkdtemp(prefix="vms-tunnel-", dir="/tmp")
-    daemon = Daemon(groups=[{"name": "demo", "count": 0, "vcpu": 1, "ram_mb": 512, "storage_size": "3G"}])
+    daemon = Daemon(groups=[{"name": "demo", "count": 0, "vcpu": 1, "ram_mb": 512, "storage_size": "3G",
+                             "tunnel_ports": 0 if options.stream else 4}])
     kinds = ("tcp", "unix")
     Rounds = dict[str, dict[str, list[tuple[float, float, dict[str, Any]]]]]
     single: Rounds = {k: {"download": [], "upload": []} for k in kinds}
@@ -422,6 +430,7 @@ def main() -> None:
     last = {direction: ceiling_of(channels[-1], direction) for direction in ("download", "upload")}
     result: dict[str, Any] = {
         "benchmark": "tunnel",
+        "path": "stream" if options.stream else "tunnel ports",
         "bytes": size,
         "upstream": "C (bench/tunnel_upstream.c, gcc -static -O2), one process per connection",
         "ceilings_mb_per_s": {direction: [ceiling_of(c, direction) for c in channels]
@@ -437,7 +446,7 @@ def main() -> None:
         "setup_latency_s": percentiles(latency),
         "cp": cp,
     }
-    write_result(options.output, result, run)
+    write_result(output, result, run)
     print(json.dumps({k: v for k, v in result.items() if k not in ("cp", "channels", "setup_latency_s")}, indent=2))
     print("setup latency p50/p95 (s):", result["setup_latency_s"]["p50"], result["setup_latency_s"]["p95"])
 

@@ -283,6 +283,36 @@ class FakeStream:
             self.protocol.connectionLost(reason)
 
 
+class Peer:
+    """A tunnel's peer (an ``ITunnelPeer``) that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.data = b""
+        self.producer: Any = None
+        self.lost = False
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def registerProducer(self, producer: Any, streaming: bool) -> None:
+        self.producer = producer
+
+    def unregisterProducer(self) -> None:
+        self.producer = None
+
+    def loseConnection(self) -> None:
+        self.lost = True
+
+
+def complete_port_connection(reactor: MemoryReactorClock) -> tuple[Any, StringTransport]:
+    """Complete the newest connection to a raw port's socket (a BulkLink): the link and its transport."""
+    factory = reactor.unixClients[-1][1]
+    protocol = factory.buildProtocol(None)
+    transport = StringTransport()
+    protocol.makeConnection(transport)
+    return protocol._wrappedProtocol, transport
+
+
 class FakeExecAgent(AgentGuest):
     """A guest whose agent's streams are :class:`FakeStream` objects."""
 

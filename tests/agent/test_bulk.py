@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Any, Optional
+from typing import Any
 
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.agent.fakes import FakeExecAgent, RecordingProducer
+from tests.agent.fakes import FakeExecAgent, RecordingProducer, complete_port_connection
 from tests.diagrams import drawn_transitions, machine_transitions
 from vmservice.agent.bulk import WRITE_BUFFER, BulkChannel, BulkLink
 from vmservice.agent.bulk_upload_state import BULK_UPLOAD_MACHINE, HELD_HIGH_WATER
@@ -34,11 +34,7 @@ from vmservice.wire.payloads import encode_head
 class _BulkAgent(FakeExecAgent):
     def __init__(self, channel: BulkChannel) -> None:
         super().__init__()
-        self._channel = channel
-
-    @property
-    def bulk_channel(self) -> Optional[BulkChannel]:
-        return self._channel
+        self.bulk_channel = channel
 
 
 class _Case(SynchronousTestCase):
@@ -54,11 +50,7 @@ class _Case(SynchronousTestCase):
 
     def connect(self) -> tuple[BulkLink, StringTransport]:
         """Complete the newest connection to the port's socket."""
-        factory = self.reactor.unixClients[-1][1]
-        protocol = factory.buildProtocol(None)
-        transport = StringTransport()
-        protocol.makeConnection(transport)
-        return protocol._wrappedProtocol, transport
+        return complete_port_connection(self.reactor)
 
 
 class DownloadTests(_Case):

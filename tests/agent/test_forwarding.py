@@ -6,13 +6,12 @@ streams, and the upstream records of :mod:`vmservice.guestport.tunnel`.
 
 from __future__ import annotations
 
-from typing import Any
 
 from twisted.internet.error import ConnectionLost
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.agent.fakes import FakeExecAgent
+from tests.agent.fakes import FakeExecAgent, Peer
 from tests.diagrams import drawn_transitions, machine_transitions
 from vmservice.agent.stream import StreamReset
 from vmservice.agent.tunnel_state import TUNNEL_MACHINE
@@ -21,25 +20,6 @@ from vmservice.guestport.tunnel import ITunnel
 from vmservice.wire.upstream import Upstream
 from vmservice.wire import ResetCode
 from vmservice.wire.payloads import encode_head
-
-
-class Peer:
-    def __init__(self) -> None:
-        self.data = b""
-        self.producer: Any = None
-        self.lost = False
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    def registerProducer(self, producer: Any, streaming: bool) -> None:
-        self.producer = producer
-
-    def unregisterProducer(self) -> None:
-        self.producer = None
-
-    def loseConnection(self) -> None:
-        self.lost = True
 
 
 class TunnelTests(SynchronousTestCase):

@@ -6,6 +6,7 @@ host-side codec, for the tests of the agent and its operations.
 
 from __future__ import annotations
 
+import socket
 import time
 from typing import Any, Callable, Mapping, Optional
 
@@ -16,6 +17,8 @@ from vmservice.guest.loop import Loop
 from vmservice.guest.session import Session
 from vmservice.guest.streams import StreamHandler
 from vmservice.wire import Connection, Role
+from vmservice.wire.events import Data, HalfClose, Reset
+from vmservice.wire.payloads import decode_head
 
 
 def refuse_real_clock(unix_ns: int) -> None:
@@ -112,3 +115,67 @@ class GuestSessionMixin:
                 self.send(self.host.hello("host"))
         test.assertTrue(self.host.established)
         test.assertTrue(self.session.conn.established)
+
+
+class StreamCollectorMixin(GuestSessionMixin):
+    """
+    A :class:`GuestSessionMixin` that runs its loop while collecting what one
+    stream carries: its DATA (acknowledged, so the agent keeps credit) in
+    ``received``, its HALF_CLOSE in ``half_closed``, its RESET in ``reset``.
+    """
+
+    received: bytearray
+    half_closed: bool
+    reset: Optional[Reset]
+
+    def start_collecting(self) -> None:
+        """Nothing received yet."""
+        self.received = bytearray()
+        self.half_closed = False
+        self.reset = None
+
+    def pump(self, stream_id: int, until: Callable[[], bool], timeout: float = 10.0) -> None:
+        """Run the loop, collecting what stream ``stream_id`` carries, until ``until()``."""
+        deadline = time.monotonic() + timeout
+        while not until():
+            if time.monotonic() > deadline:
+                raise AssertionError("timed out")
+            self.loop.run_once(0.01)
+            for event in self.receive():
+                if getattr(event, "stream_id", None) != stream_id:
+                    continue
+                if isinstance(event, Data):
+                    self.received += event.data
+                    self.session.data_received(self.host.acknowledge_received_data(stream_id, len(event.data)))
+                elif isinstance(event, HalfClose):
+                    self.half_closed = True
+                elif isinstance(event, Reset):
+                    self.reset = event
+
+    def accept(self, server: socket.socket, stream_id: int, timeout: float = 5.0) -> socket.socket:
+        """The connection the agent makes to ``server`` (a listener) for stream ``stream_id``, closed at the end."""
+        server.setblocking(False)
+        accepted: list[socket.socket] = []
+
+        def ready() -> bool:
+            try:
+                accepted.append(server.accept()[0])
+            except BlockingIOError:
+                return False
+            return True
+
+        self.pump(stream_id, ready)
+        peer = accepted[0]
+        test: Any = self
+        test.addCleanup(peer.close)
+        peer.settimeout(timeout)
+        return peer
+
+    def head(self, stream_id: int) -> dict[str, Any]:
+        """The head the stream starts with (what follows it stays in ``received``)."""
+        self.pump(stream_id, lambda: decode_head(bytes(self.received)) is not None or self.reset is not None)
+        decoded = decode_head(bytes(self.received))
+        assert decoded is not None, self.reset
+        head, used = decoded
+        del self.received[:used]
+        return head

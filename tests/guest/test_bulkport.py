@@ -130,9 +130,7 @@ class ClaimTests(SynchronousTestCase):
         self.addCleanup(self.stop.close)
 
     def forget(self) -> None:
-        if BulkPort._fd >= 0:
-            os.close(BulkPort._fd)
-            BulkPort._fd = -1
+        BulkPort.forget()
 
     def test_one_at_a_time(self) -> None:
         """A second claim waits, and gets the port once the first let go."""

@@ -1,12 +1,18 @@
 """
 Tunnels through the daemon's forward route (``GET /vm/{hostname}/forward``) for the tests and the
 tunnel benchmark: a server to run in the guest (:data:`GUEST_SERVER`), and a plain-pipe tunnel opened
-(:func:`open_pipe`) and read to its end (:func:`read_all`).
+(:func:`open_pipe`) and read to its end (:func:`read_all`, :func:`read_digest`); the sha256 of the
+server's source (:func:`source_digest`) and a body sent to its sink (:func:`send_to_sink`); the
+server started in a guest (:func:`start_guest_servers`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import socket
+import time
+from urllib.parse import urlencode
 
 from tests.integration.daemon import Daemon
 
@@ -76,3 +82,53 @@ def read_all(sock: socket.socket) -> bytes:
         if not chunk:
             return bytes(out)
         out += chunk
+
+
+def source_digest(size: int) -> str:
+    """The sha256 of what ``GUEST_SERVER``'s source sends for ``size`` bytes."""
+    block = hashlib.sha256(b"tunnel").digest() * 32768
+    digest = hashlib.sha256()
+    for i in range(size >> 20):
+        digest.update(block[i % 7:] + block[:i % 7])
+    return digest.hexdigest()
+
+
+def read_digest(sock: socket.socket) -> tuple[int, str]:
+    """How many bytes ``sock`` receives until the peer closes, and their sha256."""
+    digest = hashlib.sha256()
+    size = 0
+    while chunk := sock.recv(1 << 20):
+        digest.update(chunk)
+        size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def send_to_sink(sock: socket.socket, size: int) -> str:
+    """Send ``GUEST_SERVER``'s sink its length line and ``size`` random bytes (whole MiB); their sha256."""
+    digest = hashlib.sha256()
+    block = os.urandom(1 << 20)
+    sock.sendall(b"%d\n" % size)
+    for i in range(size >> 20):
+        data = block[i % 7:] + block[:i % 7]
+        digest.update(data)
+        sock.sendall(data)
+    return digest.hexdigest()
+
+
+def start_guest_servers(daemon: Daemon, commands: tuple[str, ...], ready: str, hostname: str = "demo-1") -> None:
+    """
+    Upload ``GUEST_SERVER`` to ``/tmp/server.py``, start each of ``commands`` as a background exec, and
+    wait (up to 2 minutes) until the shell command ``ready`` succeeds in the guest.
+    """
+    status, _, body = daemon.request("POST", f"/vm/{hostname}/cp?" + urlencode({"path": "/tmp/server.py"}),
+                                     GUEST_SERVER, headers={"Content-Type": "application/octet-stream"})
+    assert status == 200, body
+    for cmd in commands:
+        status, _, body = daemon.request("POST", f"/vm/{hostname}/exec?" + urlencode({"background": "true",
+                                                                                     "cmd": cmd}))
+        assert status == 201, body
+    deadline = time.monotonic() + 120
+    while daemon.run(hostname, ready)[0] != 0:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the guest servers did not start: {daemon.run(hostname, 'ls -la /tmp; ps aux')}")
+        time.sleep(0.5)

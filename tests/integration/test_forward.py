@@ -8,7 +8,6 @@ each way with equal sha256, and the errors answered before any tunnel opens.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import select
@@ -19,10 +18,10 @@ import sys
 import threading
 import time
 from typing import Any
-from urllib.parse import urlencode
 
 from tests.integration.daemon import SharedGuestTestCase
-from tests.integration.forwarding import GUEST_SERVER, open_pipe, read_all
+from tests.integration.forwarding import (open_pipe, read_all, read_digest, send_to_sink, source_digest,
+                                          start_guest_servers)
 
 #: Size of the big transfers (the issue asks for 256 MiB).
 BIG = 256 * 1024 * 1024
@@ -35,30 +34,16 @@ class ForwardTests(SharedGuestTestCase):
     def start_shared(cls) -> None:
         super().start_shared()
         daemon = cls.daemon
-        status, _, body = daemon.request("POST", "/vm/demo-1/cp?" + urlencode({"path": "/tmp/server.py"}),
-                                         GUEST_SERVER, headers={"Content-Type": "application/octet-stream"})
-        assert status == 200, body
         code, out = daemon.run("demo-1", "mkdir -p /tmp/www && printf 'hello from the guest' > /tmp/www/hello.txt"
                                          " && command -v python3")
         assert code == 0, out
-        for cmd in ("cd /tmp/www && exec python3 -m http.server --bind 127.0.0.1 8000",
-                    "exec python3 /tmp/server.py echo 9000",
-                    "exec python3 /tmp/server.py echo /tmp/echo.sock",
-                    "exec python3 /tmp/server.py sink 9001",
-                    "exec python3 /tmp/server.py source 9002 %d" % BIG):
-            status, _, body = daemon.request("POST", "/vm/demo-1/exec?" + urlencode({"background": "true",
-                                                                                      "cmd": cmd}))
-            assert status == 201, body
-        deadline = time.monotonic() + 120
-        while True:
-            code, _ = daemon.run("demo-1", "test -S /tmp/echo.sock && python3 -c \"import socket; "
-                                           "[socket.create_connection(('127.0.0.1', p)).close() "
-                                           "for p in (8000, 9000, 9001)]\"")
-            if code == 0:
-                break
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the guest servers did not start: {daemon.run('demo-1', 'ls -la /tmp; ps aux')}")
-            time.sleep(0.5)
+        start_guest_servers(daemon, ("cd /tmp/www && exec python3 -m http.server --bind 127.0.0.1 8000",
+                                     "exec python3 /tmp/server.py echo 9000",
+                                     "exec python3 /tmp/server.py echo /tmp/echo.sock",
+                                     "exec python3 /tmp/server.py sink 9001",
+                                     "exec python3 /tmp/server.py source 9002 %d" % BIG),
+                            "test -S /tmp/echo.sock && python3 -c \"import socket; "
+                            "[socket.create_connection(('127.0.0.1', p)).close() for p in (8000, 9000, 9001)]\"")
 
     def error(self, upstream: str | None, hostname: str = "demo-1", **headers: str) -> tuple[int, dict[str, Any]]:
         if upstream is not None:
@@ -175,38 +160,20 @@ class ForwardTests(SharedGuestTestCase):
 
     def test_big_download(self) -> None:
         """256 MiB from the guest arrive intact (equal sha256)."""
-        block = hashlib.sha256(b"tunnel").digest() * 32768
-        expected = hashlib.sha256()
-        for i in range(BIG >> 20):
-            expected.update(block[i % 7:] + block[:i % 7])
         sock, status = open_pipe(self.daemon, "127.0.0.1:9002", timeout=300)
-        digest = hashlib.sha256()
-        size = 0
         with sock:
             self.assertEqual(status, b"HTTP/1.1 200 OK")
-            while True:
-                chunk = sock.recv(1 << 20)
-                if not chunk:
-                    break
-                digest.update(chunk)
-                size += len(chunk)
-        self.assertEqual(size, BIG)
-        self.assertEqual(digest.hexdigest(), expected.hexdigest())
+            got = read_digest(sock)
+        self.assertEqual(got, (BIG, source_digest(BIG)))
 
     def test_big_upload(self) -> None:
         """256 MiB into the guest arrive intact (sha256 computed by the guest)."""
         sock, status = open_pipe(self.daemon, "127.0.0.1:9001", timeout=300)
-        digest = hashlib.sha256()
-        block = os.urandom(1 << 20)
         with sock:
             self.assertEqual(status, b"HTTP/1.1 200 OK")
-            sock.sendall(b"%d\n" % BIG)
-            for i in range(BIG >> 20):
-                data = block[i % 7:] + block[:i % 7]
-                digest.update(data)
-                sock.sendall(data)
+            sent = send_to_sink(sock, BIG)
             answer = read_all(sock)
-        self.assertEqual(answer.decode(), digest.hexdigest())
+        self.assertEqual(answer.decode(), sent)
 
     def test_refused(self) -> None:
         """Nothing listens: 502 before any tunnel."""

@@ -50,6 +50,10 @@ class NodePathsTests(SynchronousTestCase):
         self.assertEqual(paths.spec(evolve(record, bulk_channel=True), "k", "i", paths.state).bulk_socket,
                          "/s/nodes/demo-1/bulk.sock")
         self.assertEqual(paths.spec(record, "k", "i").bulk_socket, "/s/nodes/demo-1/bulk.sock")  # a boot
+        # As many tunnel ports as the record says its VM had: none in a record from before them.
+        self.assertEqual(spec.tunnel_sockets, ())
+        self.assertEqual(paths.spec(evolve(record, tunnel_ports=2), "k", "i", paths.state).tunnel_sockets,
+                         ("/s/nodes/demo-1/tun0.sock", "/s/nodes/demo-1/tun1.sock"))
 
     def test_spec_memory(self) -> None:
         """A memory file mapped shared, booted or restored; a clone's restore anonymous under the block name."""

@@ -1,10 +1,12 @@
 # -*- test-case-name: tests.agent.test_bulk -*-
 """
-The host's end of a guest's bulk port: the virtio-serial port ``bulk`` that
+The host's end of a guest's raw virtio-serial ports: the port ``bulk`` that
 carries one copy's file bytes at a time without frames
-(``docs/agent-protocol.md``, "The bulk port").
+(``docs/agent-protocol.md``, "The bulk port"), and the tunnel ports
+``tunnel0``.. (:mod:`.tunnelports`), which work the same way.
 
-:class:`BulkChannel` is one node's port (QEMU's server socket for it): a copy
+:class:`BulkChannel` is one node's port (QEMU's server socket for it), its
+claim the machine of :mod:`.port_claim`: a copy (or a tunnel)
 :meth:`~BulkChannel.connect`\\ s for itself and gets a :class:`BulkLink`, or
 ``None`` when the node has no such port, another copy holds it, or its agent
 is too old to serve it (then the copy takes its multiplexed stream).  The
@@ -22,14 +24,16 @@ from __future__ import annotations
 import os
 from typing import Callable, Optional
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.endpoints import UNIXClientEndpoint
-from twisted.internet.interfaces import IReactorTime, IReactorUNIX, ITransport
+from twisted.internet.error import ConnectingCancelledError
+from twisted.internet.interfaces import IPushProducer, IReactorUNIX, ITransport
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ..wire.bulk import TokenHunt, new_token
+from .port_claim import PORT_CLAIM_MACHINE, PortClaimCore
 
 log = Logger()
 
@@ -43,39 +47,50 @@ PENDING_HIGH_WATER = 1024 * 1024
 
 class BulkChannel:
     """
-    One node's bulk port, one copy at a time.
+    One node's raw port (``bulk`` or a tunnel port), one user at a time.
 
     :ivar socket_path: QEMU's server socket for the port.
+    :ivar name: the port's name in the guest.
     :ivar supported: ``False`` once the agent refused a bulk copy as an
         operation it does not know (an older agent): no more are tried.
     """
 
-    def __init__(self, reactor: IReactorUNIX, socket_path: str) -> None:
+    def __init__(self, reactor: IReactorUNIX, socket_path: str, name: str = "bulk") -> None:
         self._reactor = reactor
         self.socket_path = socket_path
+        self.name = name
         self.supported = True
-        self.busy = False
+        self.claim = PORT_CLAIM_MACHINE(PortClaimCore(name))
+
+    @property
+    def busy(self) -> bool:
+        """Whether a user holds the port (or is connecting to it)."""
+        return self.claim.busy()
 
     @property
     def available(self) -> bool:
-        """Whether a copy may try the port now."""
+        """Whether a user may try the port now."""
         return self.supported and not self.busy and os.path.exists(self.socket_path)
 
     async def connect(self) -> Optional["BulkLink"]:
-        """A link for one copy, or ``None`` (no port, busy, or no connection)."""
-        if not self.available:
+        """A link for one user, or ``None`` (no port, busy, or no connection)."""
+        if not self.supported or not os.path.exists(self.socket_path) or not self.claim.claim():
             return None
-        self.busy = True
         link = BulkLink(self)
         endpoint = UNIXClientEndpoint(self._reactor, self.socket_path, timeout=CONNECT_TIMEOUT)
         factory = Factory.forProtocol(lambda: link)
         factory.noisy = False
         try:
             await endpoint.connect(factory)
+        except (CancelledError, ConnectingCancelledError):
+            self.claim.released()  # the user was cancelled: it takes no other way either
+            raise
         except Exception as e:
-            self.busy = False
-            log.warn("cannot connect to the bulk port {path}: {error}", path=self.socket_path, error=str(e))
+            self.claim.released()
+            log.warn("cannot connect to the port {path}: {error}", path=self.socket_path, error=str(e))
             return None
+        if link.up:
+            self.claim.connected()
         return link
 
 
@@ -85,8 +100,9 @@ WRITE_BUFFER = 1 << 20
 
 class BulkLink(Protocol):
     """
-    One copy's connection to the bulk port.
+    One user's connection to a raw port (a copy's, a tunnel's).
 
+    :ivar name: the port's name in the guest.
     :ivar token: the transfer's token (named in the copy's OPEN header as hex).
     :ivar lost: fires (with ``None``) once the connection is gone.
     """
@@ -95,6 +111,7 @@ class BulkLink(Protocol):
 
     def __init__(self, channel: BulkChannel) -> None:
         self._channel = channel
+        self.name = channel.name
         self.token = new_token()
         self._hunt = TokenHunt(self.token)
         self._sink: Optional[Callable[[bytes], None]] = None
@@ -103,6 +120,11 @@ class BulkLink(Protocol):
         self._paused = False
         self._connected = False
         self.lost: Deferred[None] = Deferred()
+
+    @property
+    def up(self) -> bool:
+        """Whether the connection is up."""
+        return self._connected
 
     def connectionMade(self) -> None:
         self._connected = True
@@ -128,11 +150,16 @@ class BulkLink(Protocol):
         if self._connected:
             self.transport.write(data)
 
+    def register_producer(self, producer: IPushProducer) -> None:
+        """Pause ``producer`` while the connection's write buffer is full."""
+        if self._connected:
+            self.transport.registerProducer(producer, True)  # type: ignore[attr-defined]
+
     def dataReceived(self, data: bytes) -> None:
         try:
             content = self._hunt.feed(data)
         except ValueError as e:
-            log.warn("bulk port {path}: {error}", path=self._channel.socket_path, error=str(e))
+            log.warn("port {path}: {error}", path=self._channel.socket_path, error=str(e))
             self.close()
             return
         if not content:
@@ -166,7 +193,7 @@ class BulkLink(Protocol):
     def connectionLost(self, reason: Failure = Failure(ConnectionError())) -> None:
         self._connected = False
         self._sink = None
-        self._channel.busy = False
+        self._channel.claim.released()
         if not self.lost.called:
             self.lost.callback(None)
 

@@ -29,6 +29,7 @@ from ..observer import OneShotObserver
 from ..wire import ResetCode
 from ..wire.adoption import PREPARE
 from .bulk import BULK_SOCKET, BulkChannel
+from .tunnelports import TunnelPorts
 from .adoption import MAX_REPLY as MAX_ADOPT_REPLY, adoption_request, check_prepared, parse_answer
 from .errors import AgentRequestFailed, AgentUnavailable, stream_error
 from .guard import ReconnectPenalty
@@ -136,7 +137,8 @@ class AgentClient(AgentGuest):
         self._budget = budget
         self.socket_path = socket_path
         # QEMU serves the bulk port beside the agent's (vmservice/nodes/paths.py, template_build.py).
-        self._bulk = BulkChannel(reactor, os.path.join(os.path.dirname(socket_path), BULK_SOCKET))
+        self._bulk = self.bulk_channel = BulkChannel(reactor, os.path.join(os.path.dirname(socket_path), BULK_SOCKET))
+        self._tunnels = self.tunnel_ports = TunnelPorts(reactor, os.path.dirname(socket_path))
         self._log = log if log is not None else Logger()
         self._protocol: Optional[AgentProtocol] = None
         self._ready: OneShotObserver[None] = OneShotObserver()
@@ -204,16 +206,12 @@ class AgentClient(AgentGuest):
 
     def moved_to(self, socket_path: str) -> None:
         """
-        QEMU's socket (and the bulk port's beside it) was renamed to
-        ``socket_path``: the connection stays, later ones go there.
+        QEMU's socket (and the bulk and tunnel ports' beside it) was renamed
+        to ``socket_path``: the connection stays, later ones go there.
         """
         self.socket_path = self._socket.socket_path = socket_path
         self._bulk.socket_path = os.path.join(os.path.dirname(socket_path), BULK_SOCKET)
-
-    @property
-    def bulk_channel(self) -> Optional[BulkChannel]:
-        """The guest's bulk port (its socket beside the agent's; copies try it only while it exists)."""
-        return self._bulk
+        self._tunnels.moved_to(os.path.dirname(socket_path))
 
     @property
     def connected(self) -> bool:

@@ -39,6 +39,8 @@ from .errors import AgentRequestFailed
 from .execution import start_exec
 from .shell import start_shell
 from .forwarding import start_forward
+from .port_tunnel import open_forward
+from .tunnelports import TunnelPorts
 from .stream import AgentStream
 from .watching import start_watch
 
@@ -145,10 +147,10 @@ class AgentGuest(ABC):
         """Start ``request``; what happens to it goes to ``sink``."""
         return start_exec(self, request, sink)
 
-    @property
-    def bulk_channel(self) -> Optional[BulkChannel]:
-        """The guest's bulk port, if it has one (binary copies take it when it is free)."""
-        return None
+    #: The guest's bulk port, if it has one (binary copies take it when it is free).
+    bulk_channel: Optional[BulkChannel] = None
+    #: The guest's tunnel ports, if it has any (a tunnel takes a free one, else its stream).
+    tunnel_ports: Optional[TunnelPorts] = None
 
     def upload(self, request: UploadRequest) -> IUpload:
         """Start a copy into the guest (a binary one over the bulk port when it is free)."""
@@ -205,10 +207,13 @@ class AgentGuest(ABC):
         return start_shell(self, request, sink)
     def forward(self, request: Upstream) -> "Deferred[ITunnel]":
         """Open a tunnel to an upstream in the guest (fires once the guest connected)."""
-        try:
-            return start_forward(self, request)
-        except AgentError as e:
-            return fail(e)
+        ports = self.tunnel_ports
+        if ports is None or not ports.present:
+            try:
+                return start_forward(self, request)
+            except AgentError as e:
+                return fail(e)
+        return Deferred.fromCoroutine(open_forward(self, request, ports))
 
 
 __all__ = ["AgentGuest", "MAX_CLOCK_REPLY", "MAX_HEALTH_REPLY", "parse_health"]

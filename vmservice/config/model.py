@@ -44,7 +44,7 @@ from .defaults import (
 )
 from .e2b import E2bConfig
 from .kubernetes import KubernetesConfig
-from .values import PciText, Size, SpareCount
+from .values import PciText, Size, SpareCount, TunnelPortCount
 
 
 def _quote_endpoint_argument(argument: str) -> str:
@@ -192,6 +192,9 @@ class GroupKeys:
     :ivar guest_aslr: Whether the guests' kernels randomize their processes'
         address spaces (the kernel's default); false boots them with
         ``norandmaps`` (see ``docs/configuration.md``, ``docs/performance.md``).
+    :ivar tunnel_ports: How many tunnel ports (raw virtio-serial ports that
+        carry one tunnel's bytes each, ``docs/agent-protocol.md``) the
+        group's VMs have; 0: none, every tunnel takes the agent channel.
     """
 
     name: str
@@ -208,6 +211,7 @@ class GroupKeys:
     warm_spare: SpareCount = 1
     fork_memory: str = "copy"
     guest_aslr: bool = True
+    tunnel_ports: TunnelPortCount = 4
 
 
 @attrs.frozen(kw_only=True)

@@ -20,6 +20,7 @@ from typing import Annotated
 import cattrs
 
 from ..structuring import BadValue, describe, strict_converter
+from ..wire.tunnelport import MAX_TUNNEL_PORTS
 from .defaults import MAX_WARM_SPARE
 from .units import SIZE_HINT, parse_size
 
@@ -28,6 +29,9 @@ Size = Annotated[int, "size"]
 
 #: ``warm_spare``: a boolean (``true`` is 1, ``false`` 0) or a count from 0 to :data:`MAX_WARM_SPARE`.
 SpareCount = Annotated[int, "spare count"]
+
+#: ``tunnel_ports``: a count of tunnel ports from 0 to :data:`~vmservice.wire.tunnelport.MAX_TUNNEL_PORTS`.
+TunnelPortCount = Annotated[int, "tunnel port count"]
 
 #: A PCI address as written; YAML 1.1 reads an unquoted ``01:00.0`` as a
 #: base-60 number, so the message says to quote it.
@@ -57,6 +61,15 @@ def _structure_spare_count(value: object, _type: object) -> int:
             raise BadValue(f"warm_spare {value} must be from 0 to {MAX_WARM_SPARE} (or true, false)")
         return value
     raise BadValue(f"expected a boolean or a count of spare VMs (0 to {MAX_WARM_SPARE}), got {describe(value)}")
+
+
+def _structure_tunnel_port_count(value: object, _type: object) -> int:
+    """A :data:`TunnelPortCount`: a count from 0 to :data:`~vmservice.wire.tunnelport.MAX_TUNNEL_PORTS`."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value <= MAX_TUNNEL_PORTS:
+            raise BadValue(f"tunnel_ports {value} must be from 0 to {MAX_TUNNEL_PORTS}")
+        return value
+    raise BadValue(f"expected a count of tunnel ports (0 to {MAX_TUNNEL_PORTS}), got {describe(value)}")
 
 
 def _structure_pci_text(value: object, _type: object) -> str:
@@ -114,6 +127,7 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook_func(lambda type_: type_ == Size, _structure_size)
     converter.register_structure_hook_func(lambda type_: type_ == PciText, _structure_pci_text)
     converter.register_structure_hook_func(lambda type_: type_ == SpareCount, _structure_spare_count)
+    converter.register_structure_hook_func(lambda type_: type_ == TunnelPortCount, _structure_tunnel_port_count)
     converter.register_structure_hook(IPv4Network, _structure_network)
     converter.register_structure_hook(IPv4Interface, _structure_interface)
     return converter

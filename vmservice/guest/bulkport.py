@@ -114,56 +114,77 @@ class Stop:
         os.close(self._write_fd)
 
 
+class _Slot:
+    """One raw port's lock and descriptor (opened at its first claim, kept open)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.fd = -1
+
+
 class BulkPort:
     """
-    The bulk port, claimed by one copy's worker at a time (:meth:`claim`):
-    the agent opens it once and keeps it open, so that what it wrote is
-    delivered even after the copy ended (a port closed by the guest may
-    leave its last buffers unsent).
+    A raw port (``bulk``, or a tunnel port ``tunnelK``), claimed by one
+    worker at a time (:meth:`claim`): the agent opens each once and keeps it
+    open, so that what it wrote is delivered even after the copy or tunnel
+    ended (a port closed by the guest may leave its last buffers unsent).
     """
 
-    _lock = threading.Lock()
-    _fd = -1
+    _slots: dict[str, _Slot] = {}
+    _slots_lock = threading.Lock()
 
-    def __init__(self, fd: int, stop: Stop) -> None:
+    def __init__(self, fd: int, stop: Stop, slot: Optional[_Slot] = None) -> None:
         self.fd = fd
         self._stop = stop
+        self._slot = slot
         self._released = False
 
     @classmethod
-    def claim(cls, stop: Stop, path: Optional[str] = None, wait: float = CLAIM_WAIT) -> Optional["BulkPort"]:
+    def claim(cls, stop: Stop, path: Optional[str] = None, wait: float = CLAIM_WAIT,
+              name: str = PORT_NAME) -> Optional["BulkPort"]:
         """
-        The port, or ``None``: there is no such port, or another copy held it
-        for ``wait`` seconds (a cancelled copy's worker lets go at its next step).
+        Port ``name``, or ``None``: there is no such port, or another worker
+        held it for ``wait`` seconds (a cancelled copy's worker lets go at its
+        next step).
         """
-        if not cls._lock.acquire(timeout=wait):
+        with cls._slots_lock:
+            slot = cls._slots.setdefault(name, _Slot())
+        if not slot.lock.acquire(timeout=wait):
             return None
         try:
-            if BulkPort._fd < 0:
-                path = path if path is not None else find_port(PORT_NAME)
+            if slot.fd < 0:
+                path = path if path is not None else find_port(name)
                 if path is None:
-                    raise OSError(errno.ENOENT, "no bulk port")
-                BulkPort._fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+                    raise OSError(errno.ENOENT, f"no port {name}")
+                slot.fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
         except OSError:
-            cls._lock.release()
+            slot.lock.release()
             return None
-        return cls(BulkPort._fd, stop)
+        return cls(slot.fd, stop, slot)
+
+    @classmethod
+    def forget(cls, name: str = PORT_NAME) -> None:
+        """Close port ``name``'s descriptor (the next claim opens it again); for tests."""
+        with cls._slots_lock:
+            slot = cls._slots.pop(name, None)
+        if slot is not None and slot.fd >= 0:
+            os.close(slot.fd)
 
     def release(self) -> None:
-        """Let the next copy have the port."""
-        if not self._released:
+        """Let the next worker have the port."""
+        if not self._released and self._slot is not None:
             self._released = True
-            BulkPort._lock.release()
+            self._slot.lock.release()
 
-    def wait(self, events: int, timeout: float = 1.0) -> None:
+    def wait(self, events: int, timeout: float = 1.0, fd: Optional[int] = None) -> None:
         """
-        Block until the port is ready for ``events`` (or hung up), the stop
-        pipe is written to, or ``timeout`` seconds passed.
+        Block until the port (or ``fd``) is ready for ``events`` (or hung
+        up), the stop pipe is written to, or ``timeout`` seconds passed.
 
         :raises BulkClosed: stopped.
         """
         poller = select.poll()
-        poller.register(self.fd, events)
+        poller.register(self.fd if fd is None else fd, events)
         poller.register(self._stop.read_fd, select.POLLIN)
         poller.poll(int(timeout * 1000))
         self._stop.drain()
@@ -278,6 +299,14 @@ class BulkPort:
         """:raises BulkClosed: stopped."""
         if self._stop.stopped:
             raise BulkClosed("the copy was stopped")
+
+    def wait_writable(self) -> None:
+        """
+        Block until the port takes more (or a second passed).
+
+        :raises BulkClosed: stopped, or the host's end went away.
+        """
+        self._wait_writable()
 
     def _wait_writable(self) -> None:
         if _hung_up(self.fd):

@@ -37,6 +37,7 @@ LAZY_HANDLERS: dict[str, str] = {
     "watch": "vmservice.guest.watching:WatchHandler",
     "shell": "vmservice.guest.shell:ShellHandler",
     "forward": "vmservice.guest.forwarding:ForwardHandler",
+    "forward-port": "vmservice.guest.tunnelport:PortForwardHandler",
     "secrets": "vmservice.guest.secrets:SecretsHandler",
     "userdata": "vmservice.guest.userdata:UserdataHandler",
     "login": "vmservice.guest.login:LoginHandler",

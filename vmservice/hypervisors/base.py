@@ -80,6 +80,8 @@ class MachineSpec:
     :ivar pci_devices: host PCI devices passed through with VFIO (full addresses).
     :ivar metrics_socket: UNIX socket path the metrics channel is served on, or ``None`` for none.
     :ivar bulk_socket: UNIX socket path the bulk port (copies' bytes) is served on, or ``None`` for none.
+    :ivar tunnel_sockets: UNIX socket paths the tunnel ports ``tunnel0``.. (tunnels' bytes) are served on,
+        one per port.
     :ivar memory: its memory backend, or ``None`` for QEMU's plain ``-m``.
     :ivar defer_incoming: start waiting for a device state to load
         (:meth:`IMachine.load_device_state`) instead of booting.
@@ -108,6 +110,7 @@ class MachineSpec:
     pci_devices: tuple[str, ...] = ()
     metrics_socket: str | None = None
     bulk_socket: str | None = None
+    tunnel_sockets: tuple[str, ...] = ()
     memory: RamBacking | None = None
     defer_incoming: bool = False
     loose_nic: str | None = None

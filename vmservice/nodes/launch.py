@@ -42,6 +42,10 @@ class ClonedFrom(Protocol):
     def vsock(self) -> bool:
         """Whether its VM has a vhost-vsock device, which the clone then has too."""
 
+    @property
+    def tunnel_ports(self) -> int:
+        """How many tunnel ports its VM has, which the clone then has too."""
+
 
 @frozen
 class Cold:

@@ -91,6 +91,8 @@ class NodeRecord:
         (copies' bytes; likewise for a restore).
     :ivar vsock_channel: whether its VM was started with a vhost-vsock
         device (likewise for a restore; ``docs/vsock.md``).
+    :ivar tunnel_ports: how many tunnel ports its VM was started with
+        (likewise for a restore; none in records written before they existed).
     :ivar frozen_disk: the frozen disk of the template it was cloned from,
         which its own disk is an overlay over (kept while a record names it);
         empty for a node whose disk lies over its image's root file system.
@@ -145,6 +147,7 @@ class NodeRecord:
     metrics_channel: bool = False
     bulk_channel: bool = False
     vsock_channel: bool = False
+    tunnel_ports: int = 0
     frozen_disk: str = ""
     clone_memory: bool = False
     forked_disks: tuple[str, ...] = ()

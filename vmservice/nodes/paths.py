@@ -18,6 +18,7 @@ from attrs import frozen
 
 from ..errors import Internal
 from ..hypervisors.base import MachineSpec, NetSpec, RamBacking
+from ..wire.tunnelport import MAX_TUNNEL_PORTS, socket_name
 from .model import NodeRecord
 
 #: UNIX socket paths must fit in sun_path (108 bytes with the NUL).
@@ -87,6 +88,11 @@ class NodePaths:
     bulk: str
 
     @property
+    def tunnels(self) -> tuple[str, ...]:
+        """The sockets of every tunnel port the node's VM may have, ``tunnel0.sock`` first."""
+        return tuple(os.path.join(self.directory, socket_name(index)) for index in range(MAX_TUNNEL_PORTS))
+
+    @property
     def partial_state(self) -> str:
         """Where a snapshot is written until it is complete."""
         return self.state + ".partial"
@@ -130,7 +136,8 @@ class NodePaths:
             metrics=os.path.join(directory, "stats.sock"),
             bulk=os.path.join(directory, "bulk.sock"),
         )
-        if max(len(paths.agent), len(paths.qmp), len(paths.metrics), len(paths.bulk)) > MAX_SOCKET_PATH:
+        if max(len(paths.agent), len(paths.qmp), len(paths.metrics), len(paths.bulk),
+               *map(len, paths.tunnels)) > MAX_SOCKET_PATH:
             state_dir = os.path.dirname(os.path.dirname(directory))
             raise Internal(
                 f"state_dir {state_dir!r} is too long for UNIX socket paths", code="state_dir_too_long"
@@ -169,6 +176,7 @@ class NodePaths:
             # channel existed is restored without it.
             metrics_socket=self.metrics if incoming is None or record.metrics_channel else None,
             bulk_socket=self.bulk if incoming is None or record.bulk_channel else None,
+            tunnel_sockets=self.tunnels[:record.tunnel_ports],
             # A memory file (``fork_memory: file``); a clone's snapshot names the template's memory block.
             memory=backing(record, incoming),
         )

@@ -179,7 +179,8 @@ class NodeRuntime:
         kernel, initrd = launch.kernel, launch.initrd
         spec = self.paths.spec(self.record, kernel, initrd, incoming(launch), net)
         group = self._parts.config.group(self.record.hostgroup)
-        spec = shaped(launch, evolve(spec, aslr=group is None or group.guest_aslr, vsock=self._vsock(launch, driver)))
+        spec = shaped(launch, evolve(spec, aslr=group is None or group.guest_aslr, vsock=self._vsock(launch, driver),
+                                     tunnel_sockets=self.paths.tunnels[:self._tunnel_ports(launch)]))
         self._files.before_start(self.record)
         self._boot_started = self._parts.clock.seconds() if timed(launch) else None
         try:
@@ -192,7 +193,7 @@ class NodeRuntime:
         self.record = evolve(
             self.record, pid=machine.pid, kernel=kernel, initrd=initrd, hypervisor=driver.description,
             metrics_channel=spec.metrics_socket is not None, bulk_channel=spec.bulk_socket is not None,
-            vsock_channel=spec.vsock,
+            vsock_channel=spec.vsock, tunnel_ports=len(spec.tunnel_sockets),
             started_qmp="",
         )
         return machine
@@ -207,6 +208,18 @@ class NodeRuntime:
         if isinstance(launch, Clone):
             return launch.template.vsock
         return machine_vsock(group_transport(self._parts.config.group(self.record.hostgroup)), driver)
+
+    def _tunnel_ports(self, launch: Launch) -> int:
+        """
+        How many tunnel ports the VM ``launch`` starts has: as many as the saved state it loads had (a
+        restore, a fork's child), as its template's (a clone), else as its group says.
+        """
+        if incoming(launch) is not None or isinstance(launch, ForkChild):
+            return self.record.tunnel_ports
+        if isinstance(launch, Clone):
+            return launch.template.tunnel_ports
+        group = self._parts.config.group(self.record.hostgroup)
+        return group.tunnel_ports if group is not None else 0
 
     def own(self, machine: IMachine) -> None:
         """

@@ -78,6 +78,17 @@ class CommandLineTests(SynchronousTestCase):
         self.assertIn("virtserialport,chardev=bulk,name=bulk", pairs["-device"])
         self.assertFalse(any("bulk" in word for word in qemu_command(SPEC, QemuSettings())))
 
+    def test_tunnel_ports(self) -> None:
+        """Tunnel sockets add one virtio-serial port each, ``tunnel0``.., served on them; none without."""
+        from attrs import evolve
+
+        sockets = ("/s/demo-1/tun0.sock", "/s/demo-1/tun1.sock")
+        pairs = flags(qemu_command(evolve(SPEC, tunnel_sockets=sockets), QemuSettings()))
+        for index, socket in enumerate(sockets):
+            self.assertIn(f"socket,id=tunnel{index},path={socket},server=on,wait=off", pairs["-chardev"])
+            self.assertIn(f"virtserialport,chardev=tunnel{index},name=tunnel{index}", pairs["-device"])
+        self.assertFalse(any("tunnel" in word for word in qemu_command(SPEC, QemuSettings())))
+
     def test_kvm(self) -> None:
         """Under KVM the host CPU model is used."""
         pairs = flags(qemu_command(SPEC, QemuSettings(accel="kvm")))

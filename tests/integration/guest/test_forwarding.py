@@ -11,27 +11,25 @@ import os
 import socket
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.guest.session import GuestSessionMixin
+from tests.guest.session import GuestSessionMixin, StreamCollectorMixin
 from tests.integration.echo_server import echo_server
 from vmservice.guest import forwarding
 from vmservice.guest.context import AgentContext
-from vmservice.wire.events import Data, HalfClose, Open, Reset
+from vmservice.wire.events import Data, HalfClose, Open
 from vmservice.wire.payloads import decode_head
 
 
-class ForwardHandlerTests(GuestSessionMixin, SynchronousTestCase):
+class ForwardHandlerTests(StreamCollectorMixin, SynchronousTestCase):
     """:class:`ForwardHandler` relaying to real sockets."""
 
     def setUp(self) -> None:
         self.start_session({"forward": forwarding.ForwardHandler}, AgentContext("t"))
         self.handshake()
-        self.received = bytearray()
-        self.half_closed = False
-        self.reset = False
+        self.start_collecting()
 
     def listener(self, family: int = socket.AF_INET, path: str = "") -> socket.socket:
         server = socket.socket(family, socket.SOCK_STREAM)
@@ -45,47 +43,6 @@ class ForwardHandlerTests(GuestSessionMixin, SynchronousTestCase):
         stream_id = self.host.next_stream_id()
         self.send(Open(stream_id, {"op": "forward", **header}))
         return stream_id
-
-    def pump(self, stream_id: int, until: Callable[[], bool], timeout: float = 10.0) -> None:
-        """Run the loop, collecting what the stream carries, until ``until()``."""
-        deadline = time.monotonic() + timeout
-        while not until():
-            self.assertLess(time.monotonic(), deadline, "timed out")
-            self.loop.run_once(0.01)
-            for event in self.receive():
-                if getattr(event, "stream_id", None) != stream_id:
-                    continue
-                if isinstance(event, Data):
-                    self.received += event.data
-                    self.session.data_received(self.host.acknowledge_received_data(stream_id, len(event.data)))
-                elif isinstance(event, HalfClose):
-                    self.half_closed = True
-                elif isinstance(event, Reset):
-                    self.reset = True
-
-    def head(self, stream_id: int) -> dict[str, Any]:
-        self.pump(stream_id, lambda: decode_head(bytes(self.received)) is not None or self.reset)
-        decoded = decode_head(bytes(self.received))
-        assert decoded is not None
-        head, used = decoded
-        del self.received[:used]
-        return head
-
-    def accept(self, server: socket.socket, stream_id: int) -> socket.socket:
-        accepted: list[socket.socket] = []
-
-        def ready() -> bool:
-            try:
-                accepted.append(server.accept()[0])
-            except BlockingIOError:
-                return False
-            return True
-
-        self.pump(stream_id, ready)
-        peer = accepted[0]
-        self.addCleanup(peer.close)
-        peer.settimeout(5)
-        return peer
 
     def test_tcp_both_ways(self) -> None:
         """Bytes flow both ways; the upstream closing half-closes the stream."""

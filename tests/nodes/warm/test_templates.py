@@ -250,3 +250,25 @@ class CloseTests(SynchronousTestCase):
         self.assertEqual(self.failureResultOf(d, TemplateUnavailable).value.kind, "build_failed")
         self.assertTrue(builds.release[0].called)
         self.assertFalse(os.path.exists(builds.started[0].directory))
+
+
+class TemplateKeyTests(SynchronousTestCase):
+    def test_tunnel_ports_in_the_key(self) -> None:
+        """
+        A key with tunnel ports names another template than one without (whose digest is what a key
+        written before the ports existed had), so an old template is never loaded into a VM with them.
+        """
+        from attrs import asdict, evolve
+        import hashlib
+        import json
+
+        old = hashlib.sha256(json.dumps({k: v for k, v in asdict(KEY).items() if k not in ("aslr", "vsock",
+                                                                                          "tunnel_ports")},
+                                        sort_keys=True).encode()).hexdigest()[:12]
+        self.assertEqual(KEY.digest(), old)
+        ported = evolve(KEY, tunnel_ports=4)
+        self.assertNotEqual(ported.digest(), KEY.digest())
+        self.assertNotEqual(evolve(KEY, tunnel_ports=2).digest(), ported.digest())
+        self.assertFalse(ported.supersedes(KEY))  # a new device set, not a newer build of the same
+        self.assertTrue(evolve(ported, build="/img/default-2").supersedes(ported))
+

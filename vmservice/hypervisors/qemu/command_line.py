@@ -18,6 +18,7 @@ import shlex
 
 from attrs import frozen
 
+from ...wire.tunnelport import port_name
 from ..base import MachineSpec, NetSpec, RAM_BACKEND_ID, RamBacking
 
 MiB = 1024 * 1024
@@ -170,6 +171,7 @@ def qemu_command(spec: MachineSpec, settings: QemuSettings, cid: int | None = No
         "-device", "virtserialport,chardev=agent,name=agent",
         *_metrics_args(spec.metrics_socket),
         *_bulk_args(spec.bulk_socket),
+        *_tunnel_args(spec.tunnel_sockets),
         *_vsock_args(cid if spec.vsock else None),
         # O_APPEND: the daemon bounds the file by truncating it (nodes/console_rotation.py), and
         # QEMU's next write then lands at its new end, not at its old offset past a hole.
@@ -211,10 +213,20 @@ def _bulk_args(socket: str | None) -> list[str]:
     """The bulk port: a third virtio-serial port, ``bulk``, that carries copies' bytes without frames."""
     if socket is None:
         return []
+    return _port_args("bulk", socket)
+
+
+def _port_args(name: str, socket: str) -> list[str]:
+    """A virtio-serial port called ``name`` whose host end is QEMU's server socket ``socket``."""
     return [
-        "-chardev", f"socket,id=bulk,path={socket},server=on,wait=off",
-        "-device", "virtserialport,chardev=bulk,name=bulk",
+        "-chardev", f"socket,id={name},path={socket},server=on,wait=off",
+        "-device", f"virtserialport,chardev={name},name={name}",
     ]
+
+
+def _tunnel_args(sockets: tuple[str, ...]) -> list[str]:
+    """The tunnel ports ``tunnel0``..: more virtio-serial ports, each carrying one tunnel's bytes without frames."""
+    return [argument for index, socket in enumerate(sockets) for argument in _port_args(port_name(index), socket)]
 
 
 def _vsock_args(cid: int | None) -> list[str]:

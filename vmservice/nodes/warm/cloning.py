@@ -127,7 +127,7 @@ class Cloning:
             node.set(node.record.status, frozen_disk=template.disk, clone_memory=True,
                      started_qmp=spare.files.qmp, pid=machine.pid, kernel=template.kernel,
                      initrd=template.initrd, hypervisor=driver.description, metrics_channel=True,
-                     bulk_channel=True, vsock_channel=template.key.vsock)
+                     bulk_channel=True, vsock_channel=template.key.vsock, tunnel_ports=template.key.tunnel_ports)
             spare.hand_over(node.paths)
             if spare.tap is not None:
                 tapped = True
@@ -170,7 +170,7 @@ class Cloning:
             await agent.stop()
         await spare.kill()
         paths = node.paths
-        for path in (paths.agent, paths.qmp, paths.metrics, paths.bulk):
+        for path in (paths.agent, paths.qmp, paths.metrics, paths.bulk, *paths.tunnels):
             discard(path)
         self.supply.parts.disks.remove(paths.disk)
         node.set(node.record.status, frozen_disk="", clone_memory=False, started_qmp="", pid=None)

@@ -204,6 +204,7 @@ class Forking:
             image=parent.record.image,
             metrics_channel=parent.record.metrics_channel,
             bulk_channel=parent.record.bulk_channel,
+            tunnel_ports=parent.record.tunnel_ports,
             vsock_channel=parent.record.vsock_channel,
             frozen_disk=parent.record.frozen_disk,
             clone_memory=parent.record.clone_memory,

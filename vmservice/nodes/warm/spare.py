@@ -195,6 +195,7 @@ class Spare:
             console_log=files.console,
             metrics_socket=files.metrics,
             bulk_socket=files.bulk,
+            tunnel_sockets=files.tunnels[:key.tunnel_ports],
             memory=RamBacking(self.template.ram_file, shared=False),
             defer_incoming=True,
             net=NetSpec(self.tap, SPARE_MAC, "", "") if self.tap else None,
@@ -255,11 +256,13 @@ class Spare:
                             (self.files.metrics, node.metrics), (self.files.bulk, node.bulk),
                             (self.files.console, node.console)):
             os.replace(own, theirs)
-        for own, theirs in ((self.files.qemu_log, node.qemu_log), (cid_path(self.files.agent), cid_path(node.agent))):
+        tunnels = tuple(zip(self.files.tunnels[:self.template.key.tunnel_ports], node.tunnels))
+        for own, theirs in ((self.files.qemu_log, node.qemu_log), (cid_path(self.files.agent), cid_path(node.agent)),
+                            *tunnels):
             try:
                 os.replace(own, theirs)
             except FileNotFoundError:
-                pass  # QEMU wrote nothing (and a driver may keep no log); no vsock device, no CID
+                pass  # QEMU wrote nothing (and a driver may keep no log); no vsock device, no CID; a fake's ports
         if self.agent is not None:
             self.agent.moved_to(node.agent)
 

@@ -23,6 +23,7 @@ from ...guestport.exec import ExecRequest, IExecSink
 from ...guestport.files import UploadRequest
 from ...guestport.guest import IGuestConnection
 from ...hypervisors.base import IMachine, MachineSpec, RamBacking
+from ...wire.tunnelport import socket_name
 from ..readiness import answered, first_of, wait_for_guest
 from ..runtime_parts import RuntimeParts
 from .adoption import ICloneAdoption
@@ -114,6 +115,7 @@ class TemplateBuilder:
             console_log=os.path.join(directory, "console.log"),
             metrics_socket=os.path.join(directory, "stats.sock"),
             bulk_socket=os.path.join(directory, "bulk.sock"),
+            tunnel_sockets=tuple(os.path.join(directory, socket_name(index)) for index in range(key.tunnel_ports)),
             memory=RamBacking(template.ram_file, shared=True),
             loose_nic=TEMPLATE_MAC if key.network else None,
             aslr=key.aslr,

@@ -49,6 +49,11 @@ class Template:
         return self.key.vsock
 
     @property
+    def tunnel_ports(self) -> int:
+        """How many tunnel ports its VM has (its clones have as many)."""
+        return self.key.tunnel_ports
+
+    @property
     def empty_overlay(self) -> str:
         """An empty overlay over its frozen disk, which every clone's disk is a copy of (:mod:`.clone_disk`)."""
         return os.path.join(self.directory, "empty.qcow2")

@@ -30,6 +30,11 @@ class TemplateKey:
     :ivar vsock: whether its VM has a vhost-vsock device (and its guest the
         vsock modules): a clone loads the template's devices, so it has the
         same, with a CID of its own (see ``docs/vsock.md``).
+    :ivar tunnel_ports: how many tunnel ports its VM has (the group's
+        ``tunnel_ports``): a clone loads the template's devices.  A key
+        written before they existed had none, and its digest is the one a
+        key with none has now, so a template without them is never loaded
+        into a VM that has them.
     """
 
     image: str
@@ -41,10 +46,16 @@ class TemplateKey:
     storage_size: int
     aslr: bool = True
     vsock: bool = False
+    tunnel_ports: int = 0
 
     def digest(self) -> str:
-        """A short, stable name of the key (the same as before ``aslr`` and ``vsock`` existed while they are as then)."""
+        """
+        A short, stable name of the key (the same as before ``aslr``, ``vsock``
+        and ``tunnel_ports`` existed while they are as then).
+        """
         fields = asdict(self)
+        if not self.tunnel_ports:
+            del fields["tunnel_ports"]
         if self.aslr:
             del fields["aslr"]
         if not self.vsock:
@@ -54,9 +65,10 @@ class TemplateKey:
 
     def supersedes(self, other: "TemplateKey") -> bool:
         """Whether ``other`` is the same template of an older image build or QEMU."""
-        same = (self.image, self.ram_bytes, self.vcpus, self.network, self.storage_size, self.aslr, self.vsock)
+        same = (self.image, self.ram_bytes, self.vcpus, self.network, self.storage_size, self.aslr, self.vsock,
+                self.tunnel_ports)
         return same == (other.image, other.ram_bytes, other.vcpus, other.network, other.storage_size,
-                        other.aslr, other.vsock) and self != other
+                        other.aslr, other.vsock, other.tunnel_ports) and self != other
 
 
 __all__ = ["TemplateKey"]

@@ -41,6 +41,7 @@ def template_key(group: HostGroupConfig, ram_bytes: int, vcpus: int, image: Imag
         storage_size=group.storage_size,
         aslr=group.guest_aslr,
         vsock=machine_vsock(group.agent_transport, driver),
+        tunnel_ports=group.tunnel_ports,
     )
 
 
