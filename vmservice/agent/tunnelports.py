@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.agent.test_tunnelports -*-
 """
 A node's tunnel ports: raw virtio-serial ports ``tunnel0``..``tunnel{N-1}``
-(QEMU serves each on ``tunnelK.sock`` beside the agent's socket) that carry
+(QEMU serves each on ``tunK.sock`` beside the agent's socket) that carry
 one tunnel's bytes each without frames (``docs/agent-protocol.md``, "The
 tunnel ports").  Each is a :class:`~.bulk.BulkChannel`, claimed as the bulk
 port is (:mod:`.port_claim`); :class:`TunnelPorts` hands a tunnel the first

@@ -89,7 +89,7 @@ class NodePaths:
 
     @property
     def tunnels(self) -> tuple[str, ...]:
-        """The sockets of every tunnel port the node's VM may have, ``tunnel0.sock`` first."""
+        """The sockets of every tunnel port the node's VM may have, ``tun0.sock`` first."""
         return tuple(os.path.join(self.directory, socket_name(index)) for index in range(MAX_TUNNEL_PORTS))
 
     @property
