@@ -275,6 +275,24 @@ class RoomWatchTests(SynchronousTestCase):
         self.assertEqual(len(self.looks), 3)
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
+    def test_look_now(self) -> None:
+        """
+        A look at once for a waiting node (a request for its guest): with too
+        little room it keeps waiting; with room it goes on at once, and the
+        looks stop once no node waits.  A node that does not wait is not
+        looked for.
+        """
+        self.successResultOf(Deferred.fromCoroutine(self.watch.look_now("demo-1")))
+        self.assertEqual(self.looks, [])
+        self.watch.wait("demo-1", self.go_on("demo-1"))
+        self.free = RoomWatch.MIN_ROOM - 1
+        self.successResultOf(Deferred.fromCoroutine(self.watch.look_now("demo-1")))
+        self.assertEqual((self.looks, self.went_on, self.watch.waiting), (["/state"], [], ["demo-1"]))
+        self.free = RoomWatch.MIN_ROOM
+        self.successResultOf(Deferred.fromCoroutine(self.watch.look_now("demo-1")))
+        self.assertEqual((self.went_on, self.watch.waiting), (["demo-1"], []))
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
     def test_unreadable(self) -> None:
         """A free space that cannot be read lets no node go on; the next look may."""
         self.watch.wait("demo-1", self.go_on("demo-1"))
@@ -332,14 +350,36 @@ class NodeRoomTests(LifecycleTestCase):
         self.assertIs(self.successResultOf(self.guest()), agent)
         self.assertEqual(self.stored().status, Status.RUNNING)
 
+    def test_room_back_at_a_request(self) -> None:
+        """
+        A request for the guest of a VM stopped for lack of room, once there
+        is room again, lets it run on at once instead of at the watch's next
+        look, and reaches the guest.
+        """
+        self.create()
+        agent = self.h.agents[0]
+        agent.ready()
+        machine = self.stall()
+        self.h.free = RoomWatch.MIN_ROOM
+        reached = self.do(self.fleet.guest("demo-1"))
+        self.assertEqual(machine.commands, ["resume"])
+        self.assertEqual(self.h.room.waiting, [])
+        self.assertNoResult(reached)  # the agent's connection, cut off at the stop, comes back
+        agent.ready()
+        self.assertIs(self.successResultOf(reached), agent)
+        self.h.reactor.advance(RoomWatch.INTERVAL)
+        self.assertEqual(machine.commands, ["resume"])
+
     def test_stalled_again(self) -> None:
         """A VM that stops again after it was let run on waits again, and runs on at the next room."""
         self.create()
         machine = self.stall()
         self.h.free = RoomWatch.MIN_ROOM
         self.h.reactor.advance(RoomWatch.INTERVAL)
+        self.h.free = 0
         machine.no_room()
         self.failureResultOf(self.guest(), StateDirFull)
+        self.h.free = RoomWatch.MIN_ROOM
         self.h.reactor.advance(RoomWatch.INTERVAL)
         self.assertEqual(machine.commands, ["resume", "resume"])
 
@@ -379,6 +419,7 @@ class NodeRoomTests(LifecycleTestCase):
         self.h = self.restart()
         self.assertEqual(self.fleet.node("demo-1").status, Status.RUNNING)
         self.assertIsNone(machine._exit)
+        self.h.free = 0
         self.failureResultOf(self.guest(), StateDirFull)
         self.h.free = RoomWatch.MIN_ROOM
         self.h.reactor.advance(RoomWatch.INTERVAL)

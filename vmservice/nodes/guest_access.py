@@ -53,7 +53,7 @@ class GuestAccess:
         if not node.has_started and wait > 0:  # being created, or not adopted yet by the start-up recovery
             return await self.guest(hostname, await settled_within(self._clock, node.settled(), wait))
         check(Op.AGENT, hostname, node.record.status)
-        node.room.check()
+        await node.room.check()
         agent = node.agent
         if agent is not None and not agent.connected and node.machine is not None and wait > 0:
             await connected_within(self._clock, node.machine, agent, wait)

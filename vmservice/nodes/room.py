@@ -110,21 +110,46 @@ class RoomWatch(Service):
         """The nodes waiting for room, by hostname."""
         return sorted(self._waiting)
 
-    def _look(self) -> None:
+    async def look_now(self, hostname: str) -> None:
+        """
+        Look at the free space at once for node ``hostname`` (a request for its
+        guest came): if it waits and there is room now, it goes on (its
+        ``go_on`` awaited) without waiting for the next look.
+        """
+        if hostname not in self._waiting:
+            return
+        free = self._room()
+        if free is None:
+            return
+        go_on = self._waiting.pop(hostname)
+        self._stop_when_idle()
+        log.info("the state directory has room again ({free} bytes): node {hostname} runs on",
+                 free=free, hostname=hostname)
+        await go_on()
+
+    def _room(self) -> int | None:
+        """The bytes free, if at least :attr:`MIN_ROOM`; ``None`` for less, or when they cannot be seen."""
         try:
             free = self._free(self._state_dir)
         except OSError as error:
             log.warn("cannot see the free space of {path}: {error}", path=self._state_dir, error=error)
-            return
-        if free < self.MIN_ROOM:
+            return None
+        return free if free >= self.MIN_ROOM else None
+
+    def _stop_when_idle(self) -> None:
+        if not self._waiting and self._loop.running:
+            self._loop.stop()
+
+    def _look(self) -> None:
+        free = self._room()
+        if free is None:
             return
         waiting, self._waiting = self._waiting, {}
         for hostname, go_on in waiting.items():
             log.info("the state directory has room again ({free} bytes): node {hostname} runs on",
                      free=free, hostname=hostname)
             Deferred.fromCoroutine(_call(go_on)).addErrback(_failed, hostname)
-        if not self._waiting:
-            self._loop.stop()
+        self._stop_when_idle()
 
     def stopService(self) -> None:
         """Stop looking (the daemon stops)."""
@@ -204,8 +229,16 @@ class NodeRoom:
             log.warn("node {hostname}: its VM could not run on: {error}", hostname=node.hostname, error=error)
             self.stopped(machine)
 
-    def check(self) -> None:
-        """:raise StateDirFull: the VM is stopped for lack of room now."""
+    async def check(self) -> None:
+        """
+        Whether the guest may be asked for something: a VM stopped for lack of
+        room is let run on at once if there is room now (:meth:`RoomWatch.look_now`),
+        rather than at the watch's next look.
+
+        :raise StateDirFull: the VM is stopped for lack of room still.
+        """
+        if self.out and self._watch is not None:
+            await self._watch.look_now(self._node.hostname)
         if self.out:
             raise StateDirFull(self._words())
 
