@@ -341,10 +341,45 @@ class OnePortTests(_Case):
         self.assertEqual((peer.data, other.data), (b"half", b"fresh"))
 
 
-    def test_abort(self) -> None:
-        """The client vanished (abort): the stream is reset; its end frees the port."""
+    def test_peer_connection_ends(self) -> None:
+        """
+        The client's connection ends right after its last bytes (its transport stops the tunnel as its
+        producer): no reset, which would overtake them; the host's end names them, the link is not read
+        any more, and the guest's end closes the tunnel without waiting for its bytes.
+        """
         tunnel, link, transport, stream, peer = self.opened()
+        tunnel.write(b"last words")
         tunnel.stopProducing()
+        self.assertIsNone(stream.aborted)
+        self.assertEqual(decode_upload_end(bytes(stream.written)), 10)
+        self.assertTrue(stream.half_closed)
+        self.assertEqual(transport.value(), link.token + b"last words")
+        self.assertFalse(transport.disconnecting)
+        self.assertEqual(transport.producerState, "paused")
+        tunnel.resumeProducing()
+        self.assertEqual(transport.producerState, "paused")
+        stream.deliver(encode_upload_end(1 << 30))
+        stream.protocol.readConnectionLost()
+        self.assertTrue(transport.disconnecting)
+        stream.end()
+        self.successResultOf(tunnel.done)
+        link.connectionLost(Failure(ConnectionError()))
+        self.assertFalse(self.ports.channels[0].busy)
+
+    def test_peer_connection_ends_after_the_guest(self) -> None:
+        """The guest's end came first, its bytes still on the way: the peer's end closes the tunnel at once."""
+        tunnel, link, transport, stream, peer = self.opened()
+        stream.deliver(encode_upload_end(10))
+        stream.protocol.readConnectionLost()
+        tunnel.stopProducing()
+        self.assertIsNone(stream.aborted)
+        self.assertTrue(transport.disconnecting)
+        self.assertTrue(stream.half_closed)
+
+    def test_abort(self) -> None:
+        """The tunnel aborted (the request's handler gave up): the stream is reset; its end frees the port."""
+        tunnel, link, transport, stream, peer = self.opened()
+        tunnel.abort()
         self.assertEqual(stream.aborted[0], ResetCode.CANCEL)
         self.assertTrue(transport.disconnecting)
         link.connectionLost(Failure(ConnectionError()))

@@ -19,6 +19,10 @@ lifecycle machine, :mod:`.tunnel_state`), except that
   delivered the host's N bytes to the upstream or the upstream ended.  The
   host delivers the guest's N bytes to the peer before it half-closes the
   stream in turn, so the tunnel ends as a stream tunnel does;
+- the peer's connection ending (its transport's ``stopProducing``, however
+  it ended) is the peer's end, not a reset: a reset would reach the guest on
+  the stream ahead of the peer's last bytes on the port.  The link is then
+  not read any more, and the guest's end closes the tunnel at once;
 - the tunnel's end or death (a reset, the agent's loss, the link's loss)
   closes the link, which frees the port.
 
@@ -79,6 +83,7 @@ class PortTunnel(GuestTunnel):
         self._expected: Optional[int] = None
         self._read_ended = False
         self._drained = False
+        self._peer_gone = False
         link.lost.addCallback(self._link_lost)
 
     # -- the stream ---------------------------------------------------------------------
@@ -144,8 +149,12 @@ class PortTunnel(GuestTunnel):
         self._maybe_drained()
 
     def _maybe_drained(self) -> None:
-        """Once the guest's N bytes came: half-close in turn (the tunnel is then over)."""
-        if self._expected is not None and self.received >= self._expected and self._stream is not None:
+        """
+        Once the guest's N bytes came (or its end, when the peer is gone: they have no one to go to):
+        half-close in turn (the tunnel is then over).
+        """
+        if (self._expected is not None and (self.received >= self._expected or self._peer_gone)
+                and self._stream is not None):
             self._expected = None
             self._drained = True
             self.link.close()
@@ -178,9 +187,22 @@ class PortTunnel(GuestTunnel):
             self._stream.write(encode_upload_end(self.sent))
         self._inputs.close()
 
+    def stopProducing(self) -> None:
+        """
+        The peer's connection is gone (its transport says so before its protocol hears it, whether the
+        client closed or vanished): end the tunnel as :meth:`close` does, not with a reset, which would
+        overtake on the stream what the peer sent last on the port (the guest would stop before
+        delivering it).  What the guest sends has no one to go to: the link is not read any more, and
+        the guest's end is not waited for (an upstream that keeps sending cannot keep the tunnel).
+        """
+        self._peer_gone = True
+        self.link.pause()
+        self.close()
+        self._maybe_drained()
+
     def give_credit(self, holding: bool) -> None:
         """Pause or resume the link (the stream's credit is left alone: it carries no content)."""
-        if self.withheld(holding):
+        if self._peer_gone or self.withheld(holding):
             self.link.pause()
         else:
             self.link.resume()
