@@ -63,6 +63,12 @@ class ForwardPortTests(SharedGuestTestCase):
                             "\"import socket; [socket.create_connection(('127.0.0.1', p)).close() "
                             "for p in (9000, 9001)]\"")
 
+    def setUp(self) -> None:
+        super().setUp()
+        # A closed tunnel's port is free once the guest ended it (a round trip after its client left).
+        self.daemon.wait_for("the tunnels of the tests before to be over",
+                             lambda: self.ways()[0] == self.daemon.log().count(" over tunnel"), 30)
+
     def ways(self) -> tuple[int, int]:
         """How many tunnels the daemon's log says went over a port, and how many on their stream."""
         return ways(self.daemon.log())

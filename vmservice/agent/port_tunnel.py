@@ -84,6 +84,7 @@ class PortTunnel(GuestTunnel):
         self._read_ended = False
         self._drained = False
         self._peer_gone = False
+        self._carried = False
         link.lost.addCallback(self._link_lost)
 
     # -- the stream ---------------------------------------------------------------------
@@ -95,6 +96,7 @@ class PortTunnel(GuestTunnel):
             return
         if head_error(reply, self._upstream) is None:
             # The token first: the guest hunts for it before it moves a byte, and echoes it.
+            self._carried = True
             self.link.start(self._from_port)
         self._body(rest)
         super().headed(reply, b"")
@@ -130,6 +132,8 @@ class PortTunnel(GuestTunnel):
             self.declined = True
             self.unsupported = error.code == ResetCode.UNKNOWN_OP
         self.link.close()
+        if self._carried:
+            log.info("tunnel to {upstream} over {port} is over", upstream=self._upstream, port=self.link.name)
         super().ended(reason)
 
     def _protocol_error(self, reason: str) -> None:
