@@ -22,7 +22,7 @@ from tests.agent.fakes import FakeExecAgent, FakeStream, Peer, complete_port_con
 from tests.diagrams import drawn_transitions, machine_transitions
 from vmservice.agent.bulk import BulkLink
 from vmservice.agent.port_claim import PORT_CLAIM_MACHINE, PortClaimCore
-from vmservice.agent.port_tunnel import PortTunnel
+from vmservice.agent.port_tunnel import PEER_GONE_GRACE, PortTunnel
 from vmservice.agent.stream import StreamReset
 from vmservice.agent.tunnelports import TunnelPorts
 from vmservice.errors import AgentError, GuestErrorKind
@@ -365,6 +365,17 @@ class OnePortTests(_Case):
         self.successResultOf(tunnel.done)
         link.connectionLost(Failure(ConnectionError()))
         self.assertFalse(self.ports.channels[0].busy)
+        self.assertEqual(self.reactor.getDelayedCalls(), [])
+
+    def test_peer_gone_guest_silent(self) -> None:
+        """The peer left and the guest's end does not come (an upstream that does not read): reset in time."""
+        tunnel, link, transport, stream, peer = self.opened()
+        tunnel.stopProducing()
+        self.reactor.advance(PEER_GONE_GRACE - 1)
+        self.assertIsNone(stream.aborted)
+        self.reactor.advance(1)
+        self.assertEqual(stream.aborted[0], ResetCode.CANCEL)
+        self.assertTrue(transport.disconnecting)
 
     def test_peer_connection_ends_after_the_guest(self) -> None:
         """The guest's end came first, its bytes still on the way: the peer's end closes the tunnel at once."""
