@@ -71,7 +71,7 @@ class _Case(SynchronousTestCase):
         self.reactor = MemoryReactorClock()
         self.directory = tempfile.mkdtemp(prefix="vms-tunnelports-", dir="/tmp")
         self.addCleanup(os.rmdir, self.directory)
-        self.ports = TunnelPorts(self.reactor, self.directory)
+        self.ports = TunnelPorts(self.reactor, self.directory, self.reactor)
         for channel in self.ports.channels[:self.count]:
             open(channel.socket_path, "w").close()
             self.addCleanup(os.unlink, channel.socket_path)
@@ -140,7 +140,7 @@ class PoolTests(_Case):
 
     def test_no_ports(self) -> None:
         """A node without tunnel port sockets (an older template) opens tunnels on their streams."""
-        ports = TunnelPorts(self.reactor, os.path.join(self.directory, "none"))
+        ports = TunnelPorts(self.reactor, os.path.join(self.directory, "none"), self.reactor)
         self.assertFalse(ports.present)
         agent = _Agent(ports)
         agent.forward(Upstream(host="localhost", port=8000))

@@ -15,15 +15,12 @@ tunnel reset a moment ago), which would make the new tunnel wait for it.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IReactorTime, IReactorUNIX
 
 from ..wire.tunnelport import MAX_TUNNEL_PORTS, port_name, socket_name
 from .bulk import BulkChannel, BulkLink
-
-if TYPE_CHECKING:
-    from .client import ClientReactor
 
 
 def tunnel_socket(directory: str, index: int) -> str:
@@ -41,8 +38,8 @@ class TunnelPorts:
     :ivar clock: the reactor's time (a tunnel's wait for its guest's end).
     """
 
-    def __init__(self, reactor: "ClientReactor", directory: str) -> None:
-        self.clock: IReactorTime = reactor
+    def __init__(self, reactor: IReactorUNIX, directory: str, clock: IReactorTime) -> None:
+        self.clock = clock
         self.channels = [BulkChannel(reactor, tunnel_socket(directory, index), port_name(index))
                          for index in range(MAX_TUNNEL_PORTS)]
         self.supported = True
