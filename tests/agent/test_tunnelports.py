@@ -22,7 +22,7 @@ from tests.agent.fakes import FakeExecAgent, FakeStream, Peer, complete_port_con
 from tests.diagrams import drawn_transitions, machine_transitions
 from vmservice.agent.bulk import BulkLink
 from vmservice.agent.port_claim import PORT_CLAIM_MACHINE, PortClaimCore
-from vmservice.agent.port_tunnel import PortTunnel
+from vmservice.agent.port_tunnel import PEER_GONE_GRACE, PortTunnel
 from vmservice.agent.stream import StreamReset
 from vmservice.agent.tunnelports import TunnelPorts
 from vmservice.errors import AgentError, GuestErrorKind
@@ -71,7 +71,7 @@ class _Case(SynchronousTestCase):
         self.reactor = MemoryReactorClock()
         self.directory = tempfile.mkdtemp(prefix="vms-tunnelports-", dir="/tmp")
         self.addCleanup(os.rmdir, self.directory)
-        self.ports = TunnelPorts(self.reactor, self.directory)
+        self.ports = TunnelPorts(self.reactor, self.directory, self.reactor)
         for channel in self.ports.channels[:self.count]:
             open(channel.socket_path, "w").close()
             self.addCleanup(os.unlink, channel.socket_path)
@@ -140,7 +140,7 @@ class PoolTests(_Case):
 
     def test_no_ports(self) -> None:
         """A node without tunnel port sockets (an older template) opens tunnels on their streams."""
-        ports = TunnelPorts(self.reactor, os.path.join(self.directory, "none"))
+        ports = TunnelPorts(self.reactor, os.path.join(self.directory, "none"), self.reactor)
         self.assertFalse(ports.present)
         agent = _Agent(ports)
         agent.forward(Upstream(host="localhost", port=8000))
@@ -341,10 +341,56 @@ class OnePortTests(_Case):
         self.assertEqual((peer.data, other.data), (b"half", b"fresh"))
 
 
-    def test_abort(self) -> None:
-        """The client vanished (abort): the stream is reset; its end frees the port."""
+    def test_peer_connection_ends(self) -> None:
+        """
+        The client's connection ends right after its last bytes (its transport stops the tunnel as its
+        producer): no reset, which would overtake them; the host's end names them, the link is not read
+        any more, and the guest's end closes the tunnel without waiting for its bytes.
+        """
+        tunnel, link, transport, stream, peer = self.opened()
+        tunnel.write(b"last words")
+        tunnel.stopProducing()
+        self.assertIsNone(stream.aborted)
+        self.assertEqual(decode_upload_end(bytes(stream.written)), 10)
+        self.assertTrue(stream.half_closed)
+        self.assertEqual(transport.value(), link.token + b"last words")
+        self.assertFalse(transport.disconnecting)
+        self.assertEqual(transport.producerState, "paused")
+        tunnel.resumeProducing()
+        self.assertEqual(transport.producerState, "paused")
+        stream.deliver(encode_upload_end(1 << 30))
+        stream.protocol.readConnectionLost()
+        self.assertTrue(transport.disconnecting)
+        stream.end()
+        self.successResultOf(tunnel.done)
+        link.connectionLost(Failure(ConnectionError()))
+        self.assertFalse(self.ports.channels[0].busy)
+        self.assertEqual(self.reactor.getDelayedCalls(), [])
+
+    def test_peer_gone_guest_silent(self) -> None:
+        """The peer left and the guest's end does not come (an upstream that does not read): reset in time."""
         tunnel, link, transport, stream, peer = self.opened()
         tunnel.stopProducing()
+        self.reactor.advance(PEER_GONE_GRACE - 1)
+        self.assertIsNone(stream.aborted)
+        self.reactor.advance(1)
+        self.assertEqual(stream.aborted[0], ResetCode.CANCEL)
+        self.assertTrue(transport.disconnecting)
+
+    def test_peer_connection_ends_after_the_guest(self) -> None:
+        """The guest's end came first, its bytes still on the way: the peer's end closes the tunnel at once."""
+        tunnel, link, transport, stream, peer = self.opened()
+        stream.deliver(encode_upload_end(10))
+        stream.protocol.readConnectionLost()
+        tunnel.stopProducing()
+        self.assertIsNone(stream.aborted)
+        self.assertTrue(transport.disconnecting)
+        self.assertTrue(stream.half_closed)
+
+    def test_abort(self) -> None:
+        """The tunnel aborted (the request's handler gave up): the stream is reset; its end frees the port."""
+        tunnel, link, transport, stream, peer = self.opened()
+        tunnel.abort()
         self.assertEqual(stream.aborted[0], ResetCode.CANCEL)
         self.assertTrue(transport.disconnecting)
         link.connectionLost(Failure(ConnectionError()))

@@ -21,6 +21,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.guest.session import StreamCollectorMixin
 from vmservice.guest.bulkport import BulkPort, Stop, _Slot
 from vmservice.guest.context import AgentContext
+from vmservice.guest import port_relay
 from vmservice.guest.port_relay import PortRelay
 from vmservice.guest import tunnelport
 from vmservice.guest.tunnelport import PortForwardHandler
@@ -132,6 +133,25 @@ class RelayTests(_Pairs):
         self.assertEqual(relay.sent, 0)
 
 
+    def test_in_thread_cannot_start(self) -> None:
+        """A thread for the in direction that cannot start fails the relay, which is then done (not stuck)."""
+        real = threading.Thread
+
+        def thread(*args: object, name: str = "", **kwargs: object) -> threading.Thread:
+            made = real(*args, name=name, **kwargs)  # type: ignore[arg-type]
+            if name == "tunnel-in":
+                def refuse() -> None:
+                    raise RuntimeError("can't start new thread")
+                made.start = refuse  # type: ignore[method-assign]
+            return made
+
+        self.patch(port_relay.threading, "Thread", thread)
+        relay = self.relay()
+        self.daemon_end.sendall(self.token)
+        wait(lambda: relay.done)
+        self.assertIn("can't start new thread", relay.failure or "")
+
+
 class HandlerTests(StreamCollectorMixin, _Pairs):
     """``forward-port`` through a real session, the port a socket pair."""
 
@@ -216,6 +236,25 @@ class HandlerTests(StreamCollectorMixin, _Pairs):
         stream_id = self.open()
         self.pump(stream_id, lambda: self.reset is not None)
         self.assertEqual(self.reset and self.reset.code, ResetCode.REFUSED)
+
+    def test_host_ends_while_claiming(self) -> None:
+        """
+        The host's HALF_CLOSE while the port is still held by another tunnel: the stream ends, and the claim
+        is not tried again (it would take the port once free and keep it for good).
+        """
+        held = BulkPort.claim(Stop(), wait=0, name="tunnel3")
+        assert held is not None
+        stream_id = self.open()
+        self.send(HalfClose(stream_id))
+        self.pump(stream_id, lambda: self.half_closed)
+        held.release()
+        deadline = time.monotonic() + 3 * tunnelport.CLAIM_RETRY
+        while time.monotonic() < deadline:
+            self.loop.run_once(0.01)
+        again = BulkPort.claim(Stop(), wait=0, name="tunnel3")
+        self.assertIsNotNone(again)
+        assert again is not None
+        again.release()
 
     def test_bad_header(self) -> None:
         """A header without a port or token: PROTOCOL_ERROR."""

@@ -11,6 +11,7 @@ its saved state had).  The daemon's log says which way each tunnel went.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import struct
@@ -58,10 +59,17 @@ class ForwardPortTests(SharedGuestTestCase):
                                          "exec python3 /tmp/server.py sink /tmp/sink.sock",
                                          "exec python3 /tmp/server.py source 9002 %d" % SIZE,
                                          "exec python3 /tmp/server.py source /tmp/source.sock %d" % SIZE,
-                                         "exec python3 /tmp/server.py source 9003 %d" % SOURCE),
+                                         "exec python3 /tmp/server.py source 9003 %d" % SOURCE,
+                                         "exec python3 /tmp/server.py store 9004 /tmp/stored"),
                             "test -S /tmp/echo.sock -a -S /tmp/sink.sock -a -S /tmp/source.sock && python3 -c "
                             "\"import socket; [socket.create_connection(('127.0.0.1', p)).close() "
-                            "for p in (9000, 9001)]\"")
+                            "for p in (9000, 9001, 9004)]\"")
+
+    def setUp(self) -> None:
+        super().setUp()
+        # A closed tunnel's port is free once the guest ended it (a round trip after its client left).
+        self.daemon.wait_for("the tunnels of the tests before to be over",
+                             lambda: self.ways()[0] == self.daemon.log().count(" over tunnel"), 30)
 
     def ways(self) -> tuple[int, int]:
         """How many tunnels the daemon's log says went over a port, and how many on their stream."""
@@ -105,6 +113,22 @@ class ForwardPortTests(SharedGuestTestCase):
             self.assertEqual(status, b"HTTP/1.1 200 OK")
             self.assertEqual(echo(sock, payload), payload)
         self.wait_ways((before[0] + 3, before[1]))
+
+    def test_client_closes_after_sending(self) -> None:
+        """
+        A client that closes its connection right after its last bytes: the upstream gets them all (the
+        tunnel's end goes on the stream only after them, and the guest delivers its count first).
+        """
+        before = self.ways()
+        sock, status = open_pipe(self.daemon, "127.0.0.1:9004", timeout=120)
+        self.assertEqual(status, b"HTTP/1.1 200 OK")
+        payload = os.urandom(4 << 20)
+        sock.sendall(payload)
+        sock.close()
+        self.wait_ways((before[0] + 1, before[1]))
+        digest = hashlib.sha256(payload).hexdigest()
+        self.daemon.wait_for("the upstream to store what the client sent",
+                             lambda: self.daemon.run("demo-1", "sha256sum /tmp/stored")[1].split()[:1] == [digest], 60)
 
     def at_once(self, upstreams: list[str]) -> list[socket.socket]:
         """

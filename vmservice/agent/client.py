@@ -138,7 +138,7 @@ class AgentClient(AgentGuest):
         self.socket_path = socket_path
         # QEMU serves the bulk port beside the agent's (vmservice/nodes/paths.py, template_build.py).
         self._bulk = self.bulk_channel = BulkChannel(reactor, os.path.join(os.path.dirname(socket_path), BULK_SOCKET))
-        self._tunnels = self.tunnel_ports = TunnelPorts(reactor, os.path.dirname(socket_path))
+        self._tunnels = self.tunnel_ports = TunnelPorts(reactor, os.path.dirname(socket_path), reactor)
         self._log = log if log is not None else Logger()
         self._protocol: Optional[AgentProtocol] = None
         self._ready: OneShotObserver[None] = OneShotObserver()

@@ -19,6 +19,12 @@ lifecycle machine, :mod:`.tunnel_state`), except that
   delivered the host's N bytes to the upstream or the upstream ended.  The
   host delivers the guest's N bytes to the peer before it half-closes the
   stream in turn, so the tunnel ends as a stream tunnel does;
+- the peer's connection ending (its transport's ``stopProducing``, however
+  it ended) is the peer's end, not a reset: a reset would reach the guest on
+  the stream ahead of the peer's last bytes on the port.  The link is then
+  not read any more, and the guest's end closes the tunnel at once (or a
+  reset, after :data:`PEER_GONE_GRACE` seconds without it: an upstream that
+  does not take what the peer sent, a guest that never ends);
 - the tunnel's end or death (a reset, the agent's loss, the link's loss)
   closes the link, which frees the port.
 
@@ -33,7 +39,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -54,6 +60,10 @@ from .tunnelports import TunnelPorts
 
 log = Logger()
 
+#: Seconds a tunnel whose peer is gone waits for the guest's end (what the peer sent reaching the
+#: upstream) before it is reset.
+PEER_GONE_GRACE = 30.0
+
 
 class PortTunnel(GuestTunnel):
     """
@@ -66,9 +76,11 @@ class PortTunnel(GuestTunnel):
     :ivar sent: bytes written to the port.
     """
 
-    def __init__(self, upstream: str, link: BulkLink) -> None:
+    def __init__(self, upstream: str, link: BulkLink, clock: IReactorTime) -> None:
         super().__init__(upstream)
         self.link = link
+        self._clock = clock
+        self._grace: Optional[IDelayedCall] = None
         self.declined = False
         self.unsupported = False
         self.sent = 0
@@ -79,6 +91,8 @@ class PortTunnel(GuestTunnel):
         self._expected: Optional[int] = None
         self._read_ended = False
         self._drained = False
+        self._peer_gone = False
+        self._carried = False
         link.lost.addCallback(self._link_lost)
 
     # -- the stream ---------------------------------------------------------------------
@@ -90,6 +104,7 @@ class PortTunnel(GuestTunnel):
             return
         if head_error(reply, self._upstream) is None:
             # The token first: the guest hunts for it before it moves a byte, and echoes it.
+            self._carried = True
             self.link.start(self._from_port)
         self._body(rest)
         super().headed(reply, b"")
@@ -125,6 +140,11 @@ class PortTunnel(GuestTunnel):
             self.declined = True
             self.unsupported = error.code == ResetCode.UNKNOWN_OP
         self.link.close()
+        grace, self._grace = self._grace, None
+        if grace is not None and grace.active():
+            grace.cancel()
+        if self._carried:
+            log.info("tunnel to {upstream} over {port} is over", upstream=self._upstream, port=self.link.name)
         super().ended(reason)
 
     def _protocol_error(self, reason: str) -> None:
@@ -144,8 +164,12 @@ class PortTunnel(GuestTunnel):
         self._maybe_drained()
 
     def _maybe_drained(self) -> None:
-        """Once the guest's N bytes came: half-close in turn (the tunnel is then over)."""
-        if self._expected is not None and self.received >= self._expected and self._stream is not None:
+        """
+        Once the guest's N bytes came (or its end, when the peer is gone: they have no one to go to):
+        half-close in turn (the tunnel is then over).
+        """
+        if (self._expected is not None and (self.received >= self._expected or self._peer_gone)
+                and self._stream is not None):
             self._expected = None
             self._drained = True
             self.link.close()
@@ -178,9 +202,34 @@ class PortTunnel(GuestTunnel):
             self._stream.write(encode_upload_end(self.sent))
         self._inputs.close()
 
+    def stopProducing(self) -> None:
+        """
+        The peer's connection is gone (its transport says so before its protocol hears it, whether the
+        client closed or vanished): end the tunnel as :meth:`close` does, not with a reset, which would
+        overtake on the stream what the peer sent last on the port (the guest would stop before
+        delivering it).  What the guest sends has no one to go to: the link is not read any more, and
+        the guest's end is not waited for (an upstream that keeps sending cannot keep the tunnel).
+        """
+        if self._peer_gone:
+            return
+        self._peer_gone = True
+        self.link.pause()
+        self.close()
+        self._maybe_drained()
+        if not self._over and not self._drained:
+            self._grace = self._clock.callLater(PEER_GONE_GRACE, self._give_up)
+
+    def _give_up(self) -> None:
+        """The guest's end did not come in time after the peer left: reset the tunnel."""
+        self._grace = None
+        if not self._over:
+            log.info("tunnel to {upstream}: no end from the guest {grace:g} s after its client left",
+                     upstream=self._upstream, grace=PEER_GONE_GRACE)
+            self.abort()
+
     def give_credit(self, holding: bool) -> None:
         """Pause or resume the link (the stream's credit is left alone: it carries no content)."""
-        if self.withheld(holding):
+        if self._peer_gone or self.withheld(holding):
             self.link.pause()
         else:
             self.link.resume()
@@ -196,7 +245,7 @@ async def open_forward(agent: Channel, request: Upstream, ports: Optional[Tunnel
     if ports is not None and link is None:
         log.info("tunnel to {upstream}: every tunnel port is taken, its stream carries it", upstream=upstream)
     if ports is not None and link is not None:
-        tunnel = PortTunnel(upstream, link)
+        tunnel = PortTunnel(upstream, link, ports.clock)
         header = port_header(ForwardHeader(request).to_json(), link.name, link.token)
         try:
             agent.open_stream(header, HeadedProtocol(tunnel))
@@ -218,4 +267,4 @@ async def open_forward(agent: Channel, request: Upstream, ports: Optional[Tunnel
     return await start_forward(agent, request)
 
 
-__all__ = ["PortTunnel", "open_forward"]
+__all__ = ["PEER_GONE_GRACE", "PortTunnel", "open_forward"]

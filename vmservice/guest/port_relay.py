@@ -111,8 +111,10 @@ class PortRelay:
         try:
             carry = port.expect(self._token)
             port.write_all(self._token)
-            self.in_started = True
+            # Started only once the thread is: a thread that cannot start never ends, and the relay
+            # would never be done (its port never let go).
             threading.Thread(target=self._in, args=(carry,), name="tunnel-in", daemon=True).start()
+            self.in_started = True
             self._splice_out()
         except BulkClosed as e:
             if not self.out_stop.stopped:

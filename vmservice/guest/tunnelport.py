@@ -158,6 +158,9 @@ class PortForwardHandler(ForwardHandler):
 
     def _finish(self) -> None:
         if self._relay is None:
+            # Over before the relay started (the host's HALF_CLOSE while the port is claimed or the upstream
+            # connects): a claim still being retried must not take the port afterwards.
+            self._over = True
             self._let_go()
             super()._finish()
 
