@@ -318,6 +318,7 @@ class FakeExecAgent(AgentGuest):
 
     def __init__(self) -> None:
         self.streams: list[FakeStream] = []
+        self.clock = Clock()
 
     def open_stream(self, header: Any, protocol: IProtocol) -> Any:
         stream = FakeStream(header, protocol)

@@ -13,6 +13,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.agent.fakes import FakeExecAgent, Peer
 from tests.diagrams import drawn_transitions, machine_transitions
+from vmservice.agent.forwarding import PEER_GONE_GRACE
 from vmservice.agent.stream import StreamReset
 from vmservice.agent.tunnel_state import TUNNEL_MACHINE
 from vmservice.errors import AgentError, GuestErrorKind
@@ -105,7 +106,57 @@ class TunnelTests(SynchronousTestCase):
         tunnel = self.successResultOf(self.opened)
         peer = Peer()
         tunnel.join(peer)
-        tunnel.stopProducing()
+        tunnel.abort()
         self.assertEqual(self.stream.aborted, (ResetCode.CANCEL, "tunnel closed"))
         self.assertTrue(peer.lost)
         self.successResultOf(tunnel.done)
+
+    def joined(self) -> tuple[ITunnel, Peer]:
+        self.stream.deliver(encode_head({"ok": True}))
+        tunnel = self.successResultOf(self.opened)
+        peer = Peer()
+        tunnel.join(peer)
+        return tunnel, peer
+
+    def test_peer_connection_ends(self) -> None:
+        """
+        The peer's connection ending (its transport stops producing, after
+        the peer paused the tunnel) is its end, not a reset: the stream is
+        half-closed after what the peer sent, so that reaches the upstream;
+        what the guest still sends is dropped with credit given; the guest's
+        end closes the tunnel, with nothing left on the clock.
+        """
+        tunnel, peer = self.joined()
+        tunnel.write(b"last words")
+        tunnel.pauseProducing()
+        self.assertTrue(self.stream.paused)
+        tunnel.stopProducing()
+        self.assertEqual((bytes(self.stream.written), self.stream.half_closed), (b"last words", True))
+        self.assertIsNone(self.stream.aborted)
+        self.assertFalse(self.stream.paused)
+        self.stream.deliver(b"the answer")
+        self.assertEqual((peer.data, self.stream.paused), (b"", False))
+        tunnel.stopProducing()  # told twice: nothing more
+        tunnel.close()
+        self.stream.end()
+        self.successResultOf(tunnel.done)
+        self.assertIsNone(self.stream.aborted)
+        self.assertEqual(self.agent.clock.getDelayedCalls(), [])
+
+    def test_peer_gone_guest_silent(self) -> None:
+        """The peer left and the guest's end does not come (an upstream that does not read): reset in time."""
+        tunnel, peer = self.joined()
+        tunnel.stopProducing()
+        self.agent.clock.advance(PEER_GONE_GRACE - 1)
+        self.assertIsNone(self.stream.aborted)
+        self.agent.clock.advance(1)
+        self.assertEqual(self.stream.aborted, (ResetCode.CANCEL, "tunnel closed"))
+        self.stream.end(Failure(StreamReset(ResetCode.CANCEL, "tunnel closed")))
+        self.successResultOf(tunnel.done)
+
+    def test_peer_gone_before_join(self) -> None:
+        """A tunnel told its peer is gone before one joined (not done by the peers we have) resets."""
+        self.stream.deliver(encode_head({"ok": True}))
+        tunnel = self.successResultOf(self.opened)
+        tunnel.stopProducing()
+        self.assertEqual(self.stream.aborted, (ResetCode.CANCEL, "tunnel closed"))

@@ -14,6 +14,7 @@ import os
 import tempfile
 from typing import Any
 
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
@@ -57,9 +58,10 @@ class ClaimTests(SynchronousTestCase):
 
 
 class _Agent(FakeExecAgent):
-    def __init__(self, ports: TunnelPorts) -> None:
+    def __init__(self, ports: TunnelPorts, clock: IReactorTime) -> None:
         super().__init__()
         self.tunnel_ports = ports
+        self.clock = clock
 
 
 class _Case(SynchronousTestCase):
@@ -71,11 +73,11 @@ class _Case(SynchronousTestCase):
         self.reactor = MemoryReactorClock()
         self.directory = tempfile.mkdtemp(prefix="vms-tunnelports-", dir="/tmp")
         self.addCleanup(os.rmdir, self.directory)
-        self.ports = TunnelPorts(self.reactor, self.directory, self.reactor)
+        self.ports = TunnelPorts(self.reactor, self.directory)
         for channel in self.ports.channels[:self.count]:
             open(channel.socket_path, "w").close()
             self.addCleanup(os.unlink, channel.socket_path)
-        self.agent = _Agent(self.ports)
+        self.agent = _Agent(self.ports, self.reactor)
 
     def connect(self) -> tuple[BulkLink, StringTransport]:
         """Complete the newest connection to a port's socket."""
@@ -140,9 +142,9 @@ class PoolTests(_Case):
 
     def test_no_ports(self) -> None:
         """A node without tunnel port sockets (an older template) opens tunnels on their streams."""
-        ports = TunnelPorts(self.reactor, os.path.join(self.directory, "none"), self.reactor)
+        ports = TunnelPorts(self.reactor, os.path.join(self.directory, "none"))
         self.assertFalse(ports.present)
-        agent = _Agent(ports)
+        agent = _Agent(ports, self.reactor)
         agent.forward(Upstream(host="localhost", port=8000))
         self.assertEqual(agent.streams[-1].header["op"], "forward")
         self.assertEqual(self.reactor.unixClients, [])

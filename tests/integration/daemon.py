@@ -450,11 +450,13 @@ class SharedGuestTestCase(SharedDaemonTestCase):
 
     created: dict[str, Any]
     create_body: dict[str, Any] = {}
+    #: The daemon's host groups, one named ``demo`` among them (``None``: the daemon's default).
+    groups: list[dict[str, Any]] | None = None
 
     @classmethod
     def start_shared(cls) -> None:
         ensure_image()
-        cls.daemon = Daemon()
+        cls.daemon = Daemon(groups=cls.groups)
         cls.daemon.start()
         cls.created = cls.daemon.json(
             "POST", "/hostgroup/demo/nodes?wait=agent&timeout=2m", cls.create_body, expect=201

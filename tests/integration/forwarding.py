@@ -19,9 +19,10 @@ from tests.integration.daemon import Daemon
 #: A server run in the guest: ``echo`` (TCP port or UNIX path) sends every
 #: byte back; ``sink`` reads a decimal length line, then that many bytes, and
 #: answers their sha256; ``source`` sends that many MiB of a 1 MiB block (rotated by i % 7 bytes
-#: for the i-th MiB) and closes.
+#: for the i-th MiB) and closes; ``store PATH [SECONDS]`` waits that long after
+#: a connection came, then writes what it reads to PATH until its end.
 GUEST_SERVER = b'''
-import hashlib, os, socket, sys, threading
+import hashlib, os, socket, sys, threading, time
 mode, where = sys.argv[1], sys.argv[2]
 if where.startswith("/"):
     server = socket.socket(socket.AF_UNIX)
@@ -51,10 +52,12 @@ def serve(conn):
                 left -= len(data)
             conn.sendall(digest.hexdigest().encode())
         elif mode == "store":
-            with open(sys.argv[3] + ".part", "wb") as f:
+            time.sleep(float(sys.argv[4]) if len(sys.argv) > 4 else 0)
+            part = "%s.%d.part" % (sys.argv[3], threading.get_ident())
+            with open(part, "wb") as f:
                 while data := conn.recv(1 << 20):
                     f.write(data)
-            os.rename(sys.argv[3] + ".part", sys.argv[3])
+            os.rename(part, sys.argv[3])
         else:
             block = hashlib.sha256(b"tunnel").digest() * 32768
             for i in range(int(sys.argv[3]) >> 20):

@@ -191,6 +191,38 @@ class ForwardPortTests(SharedGuestTestCase):
                 self.assertEqual(echo(each, payload), payload)
 
 
+class StreamForwardTests(SharedGuestTestCase):
+    """Tunnels into demo-1 of a group without tunnel ports: each on its agent stream."""
+
+    groups = [{"name": "demo", "count": 0, "vcpu": 1, "ram_mb": 256, "storage_size": "1G", "tunnel_ports": 0}]
+
+    @classmethod
+    def start_shared(cls) -> None:
+        super().start_shared()
+        # The upstream reads only a second after its connection came: the client has closed by then, with
+        # most of what it sent still on its way in the guest.
+        start_guest_servers(cls.daemon, ("exec python3 /tmp/server.py store 9004 /tmp/stored 1",),
+                            "python3 -c \"import socket; socket.create_connection(('127.0.0.1', 9004)).close()\"")
+
+    def test_client_closes_after_sending(self) -> None:
+        """
+        A client that closes its connection right after its last bytes: the upstream gets them all (the
+        client's end half-closes the stream after them; a reset would overtake them, and the guest would
+        drop what the upstream had not taken yet).
+        """
+        for _ in range(3):
+            sock, status = open_pipe(self.daemon, "127.0.0.1:9004", timeout=120)
+            self.assertEqual(status, b"HTTP/1.1 200 OK")
+            payload = os.urandom(8 << 20)
+            sock.sendall(payload)
+            sock.close()
+            digest = hashlib.sha256(payload).hexdigest()
+            self.daemon.wait_for("the upstream to store what the client sent",
+                                 lambda: self.daemon.run("demo-1", "sha256sum /tmp/stored")[1].split()[:1] == [digest],
+                                 60)
+        self.assertEqual(ways(self.daemon.log())[0], 0)
+
+
 class WarmForwardPortTests(TemplatesDaemonTestCase):
     """A warm group with a spare: its clones and their fork children have the template's tunnel ports."""
 

@@ -132,13 +132,13 @@ class AgentClient(AgentGuest):
         budget: Optional[BufferBudget] = None,
         on_stop: Optional[Callable[[], None]] = None,
     ) -> None:
-        self._reactor = reactor
+        self._reactor = self.clock = reactor
         self._on_stop = on_stop or (lambda: None)
         self._budget = budget
         self.socket_path = socket_path
         # QEMU serves the bulk port beside the agent's (vmservice/nodes/paths.py, template_build.py).
         self._bulk = self.bulk_channel = BulkChannel(reactor, os.path.join(os.path.dirname(socket_path), BULK_SOCKET))
-        self._tunnels = self.tunnel_ports = TunnelPorts(reactor, os.path.dirname(socket_path), reactor)
+        self._tunnels = self.tunnel_ports = TunnelPorts(reactor, os.path.dirname(socket_path))
         self._log = log if log is not None else Logger()
         self._protocol: Optional[AgentProtocol] = None
         self._ready: OneShotObserver[None] = OneShotObserver()

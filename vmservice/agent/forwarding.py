@@ -12,7 +12,11 @@ byte flowed.  The tunnel is then joined to a peer
 a WebSocket, a test) producer-to-consumer both ways: the peer's transport
 pauses the tunnel (credit is withheld from the guest, which stops reading
 the upstream), and the tunnel pauses the peer's producer while the guest's
-credit is spent.  Nothing here knows HTTP.
+credit is spent.  The peer's connection ending (its transport stops
+producing, whether the client closed or vanished) is the peer's end, as its
+``close``: what it sent reaches the upstream before the guest closes it; the
+guest's end is waited for at most :data:`PEER_GONE_GRACE` seconds, then the
+tunnel is reset.  Nothing here knows HTTP.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTime
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
@@ -35,6 +40,12 @@ from .headed import HeadedProtocol
 from .relay import CreditRelay
 from .stream import AgentStream
 from .tunnel_state import TUNNEL_MACHINE, TunnelCore
+
+log = Logger()
+
+#: Seconds a tunnel whose peer is gone waits for the guest's end (what the peer sent reaching the
+#: upstream) before it is reset.
+PEER_GONE_GRACE = 30.0
 
 #: The guest's error names in a forward head, and what they are.
 UPSTREAM_ERRORS = {
@@ -71,9 +82,11 @@ class GuestTunnel(CreditRelay):
     :ivar received: bytes the guest sent through the tunnel so far.
     """
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, clock: IReactorTime) -> None:
         super().__init__()
         self._upstream = upstream
+        self._clock = clock
+        self._grace: Optional[IDelayedCall] = None
         self.received = 0
         self.opened: Deferred[ITunnel] = Deferred(lambda d: self.abort())
         self._core = TunnelCore(tunnel=self, relay=self, opened=self.opened)
@@ -108,6 +121,9 @@ class GuestTunnel(CreditRelay):
         self._inputs.content(data)
 
     def ended(self, reason: Failure) -> None:
+        grace, self._grace = self._grace, None
+        if grace is not None and grace.active():
+            grace.cancel()
         self._inputs.ended(reason)
 
     # -- ITunnel --------------------------------------------------------------------------
@@ -134,19 +150,39 @@ class GuestTunnel(CreditRelay):
         """Reset the tunnel now."""
         self._inputs.abort()
 
+    def stopProducing(self) -> None:
+        """The peer's connection is gone: its end (see the module's description)."""
+        self._consumer_paused = False
+        self._inputs.peer_gone()
+        self._await_end()
+
+    def _await_end(self) -> None:
+        """Reset the tunnel if the guest's end does not come within :data:`PEER_GONE_GRACE` seconds."""
+        if self._grace is None and not self.done.called:
+            self._grace = self._clock.callLater(PEER_GONE_GRACE, self._give_up)
+
+    def _give_up(self) -> None:
+        """The guest's end did not come in time after the peer left: reset the tunnel."""
+        self._grace = None
+        if not self.done.called:
+            log.info("tunnel to {upstream}: no end from the guest {grace:g} s after its client left",
+                     upstream=self._upstream, grace=PEER_GONE_GRACE)
+            self.abort()
+
     def _regulate(self) -> None:
         self._inputs.credit()
 
 
-def start_forward(agent: Channel, request: Upstream) -> "Deferred[ITunnel]":
+def start_forward(agent: Channel, request: Upstream, clock: IReactorTime) -> "Deferred[ITunnel]":
     """
     Open a tunnel: fires with it once the guest connected to the upstream.
 
+    :param clock: bounds the wait for the guest's end once the peer is gone.
     :raises vmservice.agent.errors.AgentUnavailable: the agent is not connected.
     """
-    tunnel = GuestTunnel(request.describe())
+    tunnel = GuestTunnel(request.describe(), clock)
     agent.open_stream(ForwardHeader(request).to_json(), HeadedProtocol(tunnel))
     return tunnel.opened
 
 
-__all__ = ["GuestTunnel", "UPSTREAM_ERRORS", "head_error", "start_forward"]
+__all__ = ["GuestTunnel", "PEER_GONE_GRACE", "UPSTREAM_ERRORS", "head_error", "start_forward"]

@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Mapping, Optional
 
 from twisted.internet.defer import Deferred, fail
-from twisted.internet.interfaces import IProtocol
+from twisted.internet.interfaces import IProtocol, IReactorTime
 from zope.interface import implementer
 
 from ..errors import AgentError
@@ -151,6 +151,8 @@ class AgentGuest(ABC):
     bulk_channel: Optional[BulkChannel] = None
     #: The guest's tunnel ports, if it has any (a tunnel takes a free one, else its stream).
     tunnel_ports: Optional[TunnelPorts] = None
+    #: Times what waits on the guest (a tunnel's end after its client left).
+    clock: IReactorTime
 
     def upload(self, request: UploadRequest) -> IUpload:
         """Start a copy into the guest (a binary one over the bulk port when it is free)."""
@@ -210,10 +212,10 @@ class AgentGuest(ABC):
         ports = self.tunnel_ports
         if ports is None or not ports.present:
             try:
-                return start_forward(self, request)
+                return start_forward(self, request, self.clock)
             except AgentError as e:
                 return fail(e)
-        return Deferred.fromCoroutine(open_forward(self, request, ports))
+        return Deferred.fromCoroutine(open_forward(self, request, ports, self.clock))
 
 
 __all__ = ["AgentGuest", "MAX_CLOCK_REPLY", "MAX_HEALTH_REPLY", "parse_health"]

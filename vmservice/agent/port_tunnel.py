@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTime
+from twisted.internet.interfaces import IPushProducer, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -53,16 +53,12 @@ from ..wire.upstream import Upstream
 from .bulk import BulkLink
 from .channel import Channel
 from .errors import AgentRequestFailed
-from .forwarding import GuestTunnel, head_error, start_forward
+from .forwarding import PEER_GONE_GRACE, GuestTunnel, head_error, start_forward
 from .headed import HeadedProtocol
 from .stream import StreamReset
 from .tunnelports import TunnelPorts
 
 log = Logger()
-
-#: Seconds a tunnel whose peer is gone waits for the guest's end (what the peer sent reaching the
-#: upstream) before it is reset.
-PEER_GONE_GRACE = 30.0
 
 
 class PortTunnel(GuestTunnel):
@@ -77,10 +73,8 @@ class PortTunnel(GuestTunnel):
     """
 
     def __init__(self, upstream: str, link: BulkLink, clock: IReactorTime) -> None:
-        super().__init__(upstream)
+        super().__init__(upstream, clock)
         self.link = link
-        self._clock = clock
-        self._grace: Optional[IDelayedCall] = None
         self.declined = False
         self.unsupported = False
         self.sent = 0
@@ -140,9 +134,6 @@ class PortTunnel(GuestTunnel):
             self.declined = True
             self.unsupported = error.code == ResetCode.UNKNOWN_OP
         self.link.close()
-        grace, self._grace = self._grace, None
-        if grace is not None and grace.active():
-            grace.cancel()
         if self._carried:
             log.info("tunnel to {upstream} over {port} is over", upstream=self._upstream, port=self.link.name)
         super().ended(reason)
@@ -217,15 +208,7 @@ class PortTunnel(GuestTunnel):
         self.close()
         self._maybe_drained()
         if not self._over and not self._drained:
-            self._grace = self._clock.callLater(PEER_GONE_GRACE, self._give_up)
-
-    def _give_up(self) -> None:
-        """The guest's end did not come in time after the peer left: reset the tunnel."""
-        self._grace = None
-        if not self._over:
-            log.info("tunnel to {upstream}: no end from the guest {grace:g} s after its client left",
-                     upstream=self._upstream, grace=PEER_GONE_GRACE)
-            self.abort()
+            self._await_end()
 
     def give_credit(self, holding: bool) -> None:
         """Pause or resume the link (the stream's credit is left alone: it carries no content)."""
@@ -235,17 +218,20 @@ class PortTunnel(GuestTunnel):
             self.link.resume()
 
 
-async def open_forward(agent: Channel, request: Upstream, ports: Optional[TunnelPorts]) -> ITunnel:
+async def open_forward(agent: Channel, request: Upstream, ports: Optional[TunnelPorts],
+                       clock: IReactorTime) -> ITunnel:
     """
     Open a tunnel over a free tunnel port, else on its stream (see the module's
     description); fires once the guest connected to the upstream.
+
+    :param clock: bounds the wait for the guest's end once the peer is gone.
     """
     upstream = request.describe()
     link = await ports.claim() if ports is not None else None
     if ports is not None and link is None:
         log.info("tunnel to {upstream}: every tunnel port is taken, its stream carries it", upstream=upstream)
     if ports is not None and link is not None:
-        tunnel = PortTunnel(upstream, link, ports.clock)
+        tunnel = PortTunnel(upstream, link, clock)
         header = port_header(ForwardHeader(request).to_json(), link.name, link.token)
         try:
             agent.open_stream(header, HeadedProtocol(tunnel))
@@ -264,7 +250,7 @@ async def open_forward(agent: Channel, request: Upstream, ports: Optional[Tunnel
         else:
             log.info("tunnel to {upstream}: port {port}", upstream=upstream, port=link.name)
             return opened
-    return await start_forward(agent, request)
+    return await start_forward(agent, request, clock)
 
 
 __all__ = ["PEER_GONE_GRACE", "PortTunnel", "open_forward"]

@@ -13,7 +13,15 @@ Theory of operation
 - **Held**: the guest connected to the upstream, no peer yet: what it sends
   is held and credit withheld.  ``join`` → Joined: what was held goes first,
   then the peer's transport is the tunnel's consumer.
-- **Joined**: bytes go to the peer, back-pressure both ways.
+- **Joined**: bytes go to the peer, back-pressure both ways.  ``peer_gone``
+  (the peer's connection ended, however: closed or dropped) → PeerGone.
+- **PeerGone**: the peer's end is the tunnel's: the stream is half-closed
+  (the guest delivers what the peer sent, then closes the upstream and ends
+  the stream), what the guest still sends has no one to go to and is
+  dropped, credit given.  A reset here would overtake the peer's last bytes
+  on the stream's way to the upstream; the tunnel bounds the wait for the
+  guest's end (:data:`~vmservice.agent.forwarding.PEER_GONE_GRACE`) with an
+  ``abort``.
 - **Refused**: the guest answered an error; its end → Over.
 - **Over**: the stream ended: the peer (if any) is let go and ``done``
   fires.  A later ``join`` closes its peer at once; resets, half-closes and
@@ -68,6 +76,9 @@ class TunnelInputs(Protocol):
 
     def credit(self) -> None:
         """The consumer paused or resumed."""
+
+    def peer_gone(self) -> None:
+        """The peer's connection ended (its transport stopped producing)."""
 
     def ended(self, reason: Failure) -> None:
         """The stream ended."""
@@ -145,6 +156,12 @@ def _ignore_data(inputs: TunnelInputs, core: TunnelCore, data: bytes) -> None:
     pass
 
 
+def _peer_left(inputs: TunnelInputs, core: TunnelCore) -> None:
+    core.peer = None  # its connection is gone: nothing more is written to it
+    _half_close(inputs, core)
+    core.relay.give_credit(holding=False)
+
+
 def _lost_before_head(inputs: TunnelInputs, core: TunnelCore, reason: Failure) -> None:
     clean = reason.check(ConnectionDone) is not None
     error = (AgentRequestFailed("the guest ended the tunnel without a head", kind=GuestErrorKind.MALFORMED)
@@ -165,7 +182,7 @@ def _build() -> TypeMachine[TunnelInputs, TunnelCore]:
     """The machine: its states, what each input does in them, and what each state ignores."""
     builder = TypeMachineBuilder(TunnelInputs, TunnelCore)
     opening, held, joined = builder.state("Opening"), builder.state("Held"), builder.state("Joined")
-    refused, over = builder.state("Refused"), builder.state("Over")
+    refused, over, peer_gone = builder.state("Refused"), builder.state("Over"), builder.state("PeerGone")
 
     opening.upon(TunnelInputs.head_ok).to(held)(_opened)
     opening.upon(TunnelInputs.refused).to(refused)(_refused)
@@ -178,6 +195,17 @@ def _build() -> TypeMachine[TunnelInputs, TunnelCore]:
 
     joined.upon(TunnelInputs.content).loop()(_pass)
     joined.upon(TunnelInputs.credit).loop()(give)
+    joined.upon(TunnelInputs.peer_gone).to(peer_gone)(_peer_left)
+    peer_gone.upon(TunnelInputs.content).loop()(_ignore_data)
+    peer_gone.upon(TunnelInputs.credit).loop()(give)
+    peer_gone.upon(TunnelInputs.abort).loop()(reset)
+    peer_gone.upon(TunnelInputs.ended).to(over)(_over)
+    peer_gone.upon(TunnelInputs.join).loop()(_let_go)
+    for each in (TunnelInputs.close, TunnelInputs.peer_gone):
+        peer_gone.upon(each).loop().returns(None)
+    over.upon(TunnelInputs.peer_gone).loop().returns(None)
+    for state in (opening, held, refused):
+        state.upon(TunnelInputs.peer_gone).loop()(reset)
 
     refused.upon(TunnelInputs.content).loop()(_ignore_data)
     refused.upon(TunnelInputs.join).loop()(_let_go)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from twisted.internet.interfaces import IReactorTime, IReactorUNIX
+from twisted.internet.interfaces import IReactorUNIX
 
 from ..wire.tunnelport import MAX_TUNNEL_PORTS, port_name, socket_name
 from .bulk import BulkChannel, BulkLink
@@ -35,11 +35,9 @@ class TunnelPorts:
     :ivar supported: ``False`` once the agent refused a tunnel on a port as an
         operation it does not know (an older agent): this client tries no
         port again.
-    :ivar clock: the reactor's time (a tunnel's wait for its guest's end).
     """
 
-    def __init__(self, reactor: IReactorUNIX, directory: str, clock: IReactorTime) -> None:
-        self.clock = clock
+    def __init__(self, reactor: IReactorUNIX, directory: str) -> None:
         self.channels = [BulkChannel(reactor, tunnel_socket(directory, index), port_name(index))
                          for index in range(MAX_TUNNEL_PORTS)]
         self.supported = True
