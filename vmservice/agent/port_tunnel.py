@@ -195,20 +195,20 @@ class PortTunnel(GuestTunnel):
 
     def stopProducing(self) -> None:
         """
-        The peer's connection is gone (its transport says so before its protocol hears it, whether the
-        client closed or vanished): end the tunnel as :meth:`close` does, not with a reset, which would
-        overtake on the stream what the peer sent last on the port (the guest would stop before
-        delivering it).  What the guest sends has no one to go to: the link is not read any more, and
-        the guest's end is not waited for (an upstream that keeps sending cannot keep the tunnel).
+        The peer's connection is gone: its end, as on the stream (:class:`GuestTunnel`'s ``PeerGone``),
+        with the count of what it put on the port said first, so that the guest delivers it before it
+        closes the upstream.  What the guest sends has no one to go to: the link is not read any more,
+        and the guest's count is not waited for (an upstream that keeps sending cannot keep the tunnel).
         """
         if self._peer_gone:
             return
         self._peer_gone = True
         self.link.pause()
-        self.close()
+        if not self._closing and self._stream is not None and not self._over:
+            self._closing = True
+            self._stream.write(encode_upload_end(self.sent))
+        super().stopProducing()
         self._maybe_drained()
-        if not self._over and not self._drained:
-            self._await_end()
 
     def give_credit(self, holding: bool) -> None:
         """Pause or resume the link (the stream's credit is left alone: it carries no content)."""
